@@ -1,0 +1,242 @@
+//! The integrity check: recomputes every index from the job records and compares.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use redb::{ReadTransaction, ReadableTable};
+
+use crate::codec;
+use crate::error::Result;
+use crate::index::entries;
+use crate::job::{JobState, Run};
+use crate::schema;
+use crate::tx::decode_job;
+
+/// The findings of [`Store::check`](crate::Store::check).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CheckReport {
+    /// How many job records were checked.
+    pub jobs: u64,
+    /// Every inconsistency found, in words. Empty means the store is sound.
+    pub problems: Vec<String>,
+}
+
+impl CheckReport {
+    /// Whether no problem was found.
+    pub fn is_clean(&self) -> bool {
+        self.problems.is_empty()
+    }
+}
+
+type Ready = (String, i32, u64, u64);
+type Expiry = (String, u64, u64);
+
+pub(crate) fn check(read: &ReadTransaction) -> Result<CheckReport> {
+    let mut report = CheckReport::default();
+    let mut ready: BTreeSet<Ready> = BTreeSet::new();
+    let mut expiry: BTreeSet<Expiry> = BTreeSet::new();
+    let mut unique: BTreeMap<(String, String), u64> = BTreeMap::new();
+    let mut finished: BTreeSet<(u64, u64)> = BTreeSet::new();
+    let mut counts: BTreeMap<(String, u8), u64> = BTreeMap::new();
+    let mut attempts: BTreeMap<u64, (u32, JobState)> = BTreeMap::new();
+    let problems = &mut report.problems;
+
+    let jobs = read.open_table(schema::JOBS)?;
+    let payloads = read.open_table(schema::PAYLOADS)?;
+    for entry in jobs.iter()? {
+        let (k, v) = entry?;
+        let id = k.value();
+        report.jobs += 1;
+        let job = match decode_job(v.value()) {
+            Ok(j) => j,
+            Err(e) => {
+                problems.push(format!("job {id}: {e}"));
+                continue;
+            }
+        };
+        if job.id.0 != id {
+            problems.push(format!("job stored under {id} says it is {}", job.id));
+        }
+        if (job.state == JobState::Running) != job.lease.is_some() {
+            problems.push(format!(
+                "job {id} is {} but lease is {:?}",
+                job.state, job.lease
+            ));
+        }
+        if payloads.get(id)?.is_none() {
+            problems.push(format!("job {id} has no payload"));
+        }
+        let e = entries(&job);
+        if let Some(r) = e.ready {
+            ready.insert(r);
+        }
+        if let Some(x) = e.expiry {
+            expiry.insert(x);
+        }
+        if let Some(u) = e.unique
+            && let Some(other) = unique.insert(u.clone(), id)
+        {
+            problems.push(format!("jobs {other} and {id} both hold unique key {u:?}"));
+        }
+        if let Some(f) = e.finished {
+            finished.insert(f);
+        }
+        *counts.entry(e.count).or_default() += 1;
+        attempts.insert(id, (job.attempt.0, job.state));
+    }
+
+    compare(
+        problems,
+        "ready",
+        &ready,
+        &read
+            .open_table(schema::READY)?
+            .iter()?
+            .map(|e| {
+                e.map(|(k, _)| {
+                    let (q, p, r, id) = k.value();
+                    (q.to_owned(), p, r, id)
+                })
+            })
+            .collect::<std::result::Result<BTreeSet<_>, _>>()?,
+    );
+    compare(
+        problems,
+        "expiry",
+        &expiry,
+        &read
+            .open_table(schema::EXPIRY)?
+            .iter()?
+            .map(|e| {
+                e.map(|(k, _)| {
+                    let (q, x, id) = k.value();
+                    (q.to_owned(), x, id)
+                })
+            })
+            .collect::<std::result::Result<BTreeSet<_>, _>>()?,
+    );
+    compare(
+        problems,
+        "finished",
+        &finished,
+        &read
+            .open_table(schema::FINISHED)?
+            .iter()?
+            .map(|e| e.map(|(k, _)| k.value()))
+            .collect::<std::result::Result<BTreeSet<_>, _>>()?,
+    );
+    let stored_unique = read
+        .open_table(schema::UNIQUE)?
+        .iter()?
+        .map(|e| {
+            e.map(|(k, v)| {
+                let (q, key) = k.value();
+                ((q.to_owned(), key.to_owned()), v.value())
+            })
+        })
+        .collect::<std::result::Result<BTreeMap<_, _>, _>>()?;
+    compare_maps(problems, "unique", &unique, &stored_unique);
+    let stored_counts = read
+        .open_table(schema::COUNTS)?
+        .iter()?
+        .map(|e| {
+            e.map(|(k, v)| {
+                let (q, s) = k.value();
+                ((q.to_owned(), s), v.value())
+            })
+        })
+        .collect::<std::result::Result<BTreeMap<_, _>, _>>()?;
+    compare_maps(problems, "counts", &counts, &stored_counts);
+
+    check_history(read, &attempts, problems)?;
+    for table in [schema::PAYLOADS, schema::OUTPUTS] {
+        for entry in read.open_table(table)?.iter()? {
+            let id = entry?.0.value();
+            if !attempts.contains_key(&id) {
+                problems.push(format!("bytes stored for job {id}, which does not exist"));
+            }
+        }
+    }
+    Ok(report)
+}
+
+/// One history record per attempt `1..=attempt`; all ended but the running one.
+fn check_history(
+    read: &ReadTransaction,
+    attempts: &BTreeMap<u64, (u32, JobState)>,
+    problems: &mut Vec<String>,
+) -> Result<()> {
+    let mut seen: BTreeMap<u64, Vec<(u32, Run)>> = BTreeMap::new();
+    for entry in read.open_table(schema::HISTORY)?.iter()? {
+        let (k, v) = entry?;
+        let (id, attempt) = k.value();
+        match codec::decode::<Run>(v.value()) {
+            Ok(run) => seen.entry(id).or_default().push((attempt, run)),
+            Err(e) => problems.push(format!("history of job {id} attempt {attempt}: {e}")),
+        }
+    }
+    for (id, (attempt, state)) in attempts {
+        let runs = seen.remove(id).unwrap_or_default();
+        let numbers: Vec<u32> = runs.iter().map(|(a, _)| *a).collect();
+        let expected: Vec<u32> = (1..=*attempt).collect();
+        if numbers != expected {
+            problems.push(format!(
+                "job {id} at attempt {attempt} has history for attempts {numbers:?}"
+            ));
+            continue;
+        }
+        for (a, run) in &runs {
+            let current_running = *state == JobState::Running && a == attempt;
+            if run.attempt.0 != *a {
+                problems.push(format!(
+                    "job {id}: history key {a} holds attempt {}",
+                    run.attempt
+                ));
+            }
+            if current_running == run.outcome.is_some() {
+                problems.push(format!(
+                    "job {id} attempt {a}: outcome {:?} while job is {state}",
+                    run.outcome
+                ));
+            }
+        }
+    }
+    for id in seen.keys() {
+        problems.push(format!("history for job {id}, which does not exist"));
+    }
+    Ok(())
+}
+
+fn compare<T: Ord + std::fmt::Debug>(
+    problems: &mut Vec<String>,
+    name: &str,
+    expected: &BTreeSet<T>,
+    stored: &BTreeSet<T>,
+) {
+    for missing in expected.difference(stored) {
+        problems.push(format!("{name} index lacks {missing:?}"));
+    }
+    for extra in stored.difference(expected) {
+        problems.push(format!(
+            "{name} index has {extra:?}, which no record implies"
+        ));
+    }
+}
+
+fn compare_maps<K: Ord + std::fmt::Debug, V: PartialEq + std::fmt::Debug>(
+    problems: &mut Vec<String>,
+    name: &str,
+    expected: &BTreeMap<K, V>,
+    stored: &BTreeMap<K, V>,
+) {
+    for (k, v) in expected {
+        match stored.get(k) {
+            Some(s) if s == v => {}
+            other => problems.push(format!("{name} index: {k:?} should be {v:?}, is {other:?}")),
+        }
+    }
+    for k in stored.keys() {
+        if !expected.contains_key(k) {
+            problems.push(format!("{name} index has {k:?}, which no record implies"));
+        }
+    }
+}

@@ -1,0 +1,342 @@
+//! The one clock.
+//!
+//! Every lease expiry is written and compared on the store's clock, inside the store. Workers
+//! never compare their own clocks with a stored expiry, so clock skew between threads,
+//! processes or a wall clock that an NTP daemon steps cannot expire a lease early.
+//!
+//! # How store time is made
+//! A [`Clock`] is a *time source*: it returns a [`ClockReading`], a tick count in nanoseconds
+//! within an *epoch* (a span in which the ticks are comparable). The store turns readings
+//! into [`StoreTime`] with an [`Anchor`] persisted in the store file: "at tick `ticks` of epoch
+//! `epoch`, store time was `store`". Store time is then `anchor.store + (ticks - anchor.ticks)`.
+//!
+//! * The default [`MonotonicClock`] reads the host's `CLOCK_MONOTONIC`, and its epoch is the
+//!   kernel's boot id. Every process on the host reads the same ticks within a boot, so several
+//!   processes that open one store agree on store time through the one anchor in the file.
+//! * When the store is opened in a new epoch (the host rebooted, or another clock is used), the
+//!   store re-anchors so that time resumes at the store's persisted **high-water mark**: the
+//!   largest of every `now` at which it committed and every lease expiry it wrote.
+//!
+//! # What happens to downtime, and why that is safe
+//! Within one boot the host clock keeps running while the application is down, so a restart
+//! loses no time: leases written before a crash expire when they would have.
+//! Across a reboot the time the machine was off is unknown; the store resumes at its
+//! high-water mark. Because that mark includes every lease expiry ever written, **every lease
+//! from before the reboot is expired when the store reopens** (a reboot ended every process
+//! that held one, so none of them is alive to be wronged). Waiting jobs' run-at times and
+//! retry backoffs, in contrast, do not count the time the machine was off: a job delayed by an
+//! hour runs after an hour of running time. Store time therefore never runs backwards, and it
+//! never runs *ahead* of what was observed, so no live lease can be expired by a clock jump.
+//!
+//! `CLOCK_MONOTONIC` (not `CLOCK_BOOTTIME`) is chosen because it does not advance while the
+//! host is suspended: the workers are suspended too, and counting that time would expire all
+//! of their leases at once on resume and run their jobs twice.
+//!
+//! This is the only module that reads the host's time; clippy's `disallowed-methods` enforces it.
+
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use bincode::{Decode, Encode};
+
+use crate::ids::StoreTime;
+
+/// One reading of a time source.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct ClockReading {
+    /// Identifies the span in which ticks are comparable (for the host clock: one boot).
+    pub epoch: u128,
+    /// Nanoseconds since an arbitrary origin fixed for the epoch.
+    pub ticks: u64,
+}
+
+/// A time source for a store. Implementations must be monotonic within an epoch.
+pub trait Clock: Send + Sync + fmt::Debug + 'static {
+    /// Reads the source.
+    fn read(&self) -> ClockReading;
+}
+
+/// The host's monotonic clock (`CLOCK_MONOTONIC`), with the boot id as its epoch.
+///
+/// On hosts without a readable boot id, each process gets an epoch of its own: the store then
+/// resumes at its high-water mark on every open, and sharing one store between processes
+/// needs all of them to read the same anchor within one boot, which such hosts cannot promise.
+#[derive(Debug, Clone)]
+pub struct MonotonicClock {
+    epoch: u128,
+}
+
+impl MonotonicClock {
+    /// A handle on the host's monotonic clock.
+    pub fn new() -> MonotonicClock {
+        MonotonicClock {
+            epoch: boot_id().unwrap_or_else(random_u128),
+        }
+    }
+}
+
+impl Default for MonotonicClock {
+    fn default() -> Self {
+        MonotonicClock::new()
+    }
+}
+
+impl Clock for MonotonicClock {
+    fn read(&self) -> ClockReading {
+        ClockReading {
+            epoch: self.epoch,
+            ticks: monotonic_nanos(),
+        }
+    }
+}
+
+#[cfg(unix)]
+fn monotonic_nanos() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec and CLOCK_MONOTONIC exists on every unix
+    // leasehold supports; clock_gettime writes only into `ts`.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    if rc != 0 {
+        return fallback_nanos();
+    }
+    let secs = u64::try_from(ts.tv_sec).unwrap_or(0);
+    let nanos = u64::try_from(ts.tv_nsec).unwrap_or(0);
+    secs.saturating_mul(1_000_000_000).saturating_add(nanos)
+}
+
+#[cfg(not(unix))]
+fn monotonic_nanos() -> u64 {
+    fallback_nanos()
+}
+
+/// A per-process monotonic origin: correct within this process, which is all a host without
+/// a shared monotonic clock can offer (its epoch is per process too).
+fn fallback_nanos() -> u64 {
+    use std::sync::OnceLock;
+    use std::time::Instant;
+    static ORIGIN: OnceLock<Instant> = OnceLock::new();
+    #[allow(clippy::disallowed_methods)] // the one clock module
+    let origin = *ORIGIN.get_or_init(Instant::now);
+    u64::try_from(origin.elapsed().as_nanos()).unwrap_or(u64::MAX)
+}
+
+fn boot_id() -> Option<u128> {
+    let text = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+    let hex: String = text.trim().chars().filter(|c| *c != '-').collect();
+    u128::from_str_radix(&hex, 16).ok()
+}
+
+/// A random number from the standard library's per-process hash keys; enough for epochs,
+/// worker ids and jitter, none of which need cryptographic quality.
+pub(crate) fn random_u64() -> u64 {
+    use std::collections::hash_map::RandomState;
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = RandomState::new().build_hasher();
+    h.write_u64(fallback_nanos());
+    h.finish()
+}
+
+fn random_u128() -> u128 {
+    (u128::from(random_u64()) << 64) | u128::from(random_u64())
+}
+
+/// A clock that moves only when told: for deterministic tests and simulations.
+///
+/// Clones share one time. Each `ManualClock::new()` is its own epoch, so reopening a store
+/// with a clone continues its time, and reopening it with a fresh manual clock resumes at the
+/// store's high-water mark, exactly as the host clock does across a reboot.
+#[derive(Debug, Clone)]
+pub struct ManualClock {
+    inner: Arc<ManualInner>,
+}
+
+#[derive(Debug)]
+struct ManualInner {
+    epoch: u128,
+    ticks: AtomicU64,
+}
+
+impl ManualClock {
+    /// A manual clock reading zero.
+    pub fn new() -> ManualClock {
+        ManualClock {
+            inner: Arc::new(ManualInner {
+                epoch: random_u128(),
+                ticks: AtomicU64::new(0),
+            }),
+        }
+    }
+
+    /// Moves the clock forward by `d`.
+    pub fn advance(&self, d: Duration) {
+        let nanos = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        let _ = self
+            .inner
+            .ticks
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |t| {
+                Some(t.saturating_add(nanos))
+            });
+    }
+
+    /// Sets the clock's reading to `since_origin`. Setting it backwards is allowed (to test
+    /// that the store never follows it backwards).
+    pub fn set(&self, since_origin: Duration) {
+        let nanos = u64::try_from(since_origin.as_nanos()).unwrap_or(u64::MAX);
+        self.inner.ticks.store(nanos, Ordering::SeqCst);
+    }
+
+    /// The clock's current reading.
+    pub fn elapsed(&self) -> Duration {
+        Duration::from_nanos(self.inner.ticks.load(Ordering::SeqCst))
+    }
+}
+
+impl Default for ManualClock {
+    fn default() -> Self {
+        ManualClock::new()
+    }
+}
+
+impl Clock for ManualClock {
+    fn read(&self) -> ClockReading {
+        ClockReading {
+            epoch: self.inner.epoch,
+            ticks: self.inner.ticks.load(Ordering::SeqCst),
+        }
+    }
+}
+
+/// "At tick `ticks` of epoch `epoch`, store time was `store`." Persisted in the store.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Encode, Decode)]
+pub struct Anchor {
+    /// The epoch of the reading.
+    pub epoch: u128,
+    /// The source's ticks at the anchor.
+    pub ticks: u64,
+    /// Store time at the anchor.
+    pub store: StoreTime,
+}
+
+/// A time source bound to a store's timeline: converts readings to [`StoreTime`] and never
+/// returns a time below one it returned before.
+#[derive(Debug)]
+pub(crate) struct StoreClock {
+    source: Arc<dyn Clock>,
+    anchor: Anchor,
+    last: AtomicU64,
+}
+
+impl StoreClock {
+    /// Binds `source` to a store whose persisted anchor and high-water mark are given.
+    /// Returns the clock and whether its anchor is new (and must be persisted).
+    pub(crate) fn resume(
+        source: Arc<dyn Clock>,
+        persisted: Option<Anchor>,
+        high_water: StoreTime,
+    ) -> (StoreClock, bool) {
+        let reading = source.read();
+        let continued = persisted
+            .filter(|a| a.epoch == reading.epoch)
+            .filter(|a| project(a, reading.ticks) >= high_water);
+        let (anchor, fresh) = match continued {
+            Some(a) => (a, false),
+            None => (
+                Anchor {
+                    epoch: reading.epoch,
+                    ticks: reading.ticks,
+                    store: high_water,
+                },
+                true,
+            ),
+        };
+        let clock = StoreClock {
+            source,
+            anchor,
+            last: AtomicU64::new(high_water.0),
+        };
+        (clock, fresh)
+    }
+
+    /// The current store time.
+    pub(crate) fn now(&self) -> StoreTime {
+        let reading = self.source.read();
+        let t = if reading.epoch == self.anchor.epoch {
+            project(&self.anchor, reading.ticks).0
+        } else {
+            // A source that changed epoch under a running store: hold time still rather than
+            // guess; the next open re-anchors.
+            0
+        };
+        let prev = self.last.fetch_max(t, Ordering::SeqCst);
+        StoreTime(prev.max(t))
+    }
+
+    pub(crate) fn anchor(&self) -> Anchor {
+        self.anchor
+    }
+}
+
+fn project(anchor: &Anchor, ticks: u64) -> StoreTime {
+    if ticks >= anchor.ticks {
+        StoreTime(anchor.store.0.saturating_add(ticks - anchor.ticks))
+    } else {
+        StoreTime(anchor.store.0.saturating_sub(anchor.ticks - ticks))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn store_clock_never_runs_backwards_when_source_is_set_back() {
+        let manual = ManualClock::new();
+        manual.set(Duration::from_secs(100));
+        let (clock, _) = StoreClock::resume(Arc::new(manual.clone()), None, StoreTime::ZERO);
+        let t1 = clock.now();
+        manual.set(Duration::from_secs(10));
+        assert!(clock.now() >= t1);
+    }
+
+    #[test]
+    fn same_epoch_continues_the_persisted_anchor() {
+        let manual = ManualClock::new();
+        let (clock, fresh) = StoreClock::resume(Arc::new(manual.clone()), None, StoreTime::ZERO);
+        assert!(fresh);
+        let anchor = clock.anchor();
+        manual.advance(Duration::from_secs(5));
+        let (again, fresh) =
+            StoreClock::resume(Arc::new(manual.clone()), Some(anchor), StoreTime(1));
+        assert!(!fresh);
+        assert_eq!(again.now(), StoreTime(5_000_000_000));
+    }
+
+    #[test]
+    fn new_epoch_resumes_at_the_high_water_mark() {
+        let old = ManualClock::new();
+        let (clock, _) = StoreClock::resume(Arc::new(old), None, StoreTime::ZERO);
+        let anchor = clock.anchor();
+        let fresh_source = ManualClock::new();
+        let hw = StoreTime(42_000_000_000);
+        let (clock, fresh) = StoreClock::resume(Arc::new(fresh_source.clone()), Some(anchor), hw);
+        assert!(fresh);
+        assert_eq!(clock.now(), hw);
+        fresh_source.advance(Duration::from_secs(1));
+        assert_eq!(clock.now(), StoreTime(43_000_000_000));
+    }
+
+    #[test]
+    fn host_clock_is_monotonic_and_shares_an_epoch_between_handles() {
+        let a = MonotonicClock::new();
+        let b = MonotonicClock::new();
+        let r1 = a.read();
+        let r2 = b.read();
+        assert_eq!(r1.epoch, r2.epoch);
+        assert!(r2.ticks >= r1.ticks);
+    }
+}

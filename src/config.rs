@@ -1,0 +1,117 @@
+//! Settings, their defaults, and the checks that refuse nonsense before anything runs.
+
+use std::time::Duration;
+
+use crate::error::ConfigError;
+
+/// The default lease length.
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(60);
+/// The default reaper interval.
+pub const DEFAULT_REAPER_INTERVAL: Duration = Duration::from_secs(15);
+/// The default number of leases one reaper transaction reclaims.
+pub const DEFAULT_REAP_BATCH: usize = 500;
+/// The default retry budget of a job.
+pub const DEFAULT_MAX_ATTEMPTS: u32 = 25;
+/// The default payload (and output) size limit.
+pub const DEFAULT_MAX_PAYLOAD: usize = 1 << 20;
+
+/// How long a lease lasts and how often its holder renews it.
+///
+/// The worst-case time for a dead holder's job to be taken back is
+/// `lease + reaper interval`: the lease must run out (the holder's last renewal may have been
+/// just before it died) and then the next reaper pass must come. A claimer can take the job
+/// over sooner, as soon as the lease has expired.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct LeaseSettings {
+    lease: Duration,
+    heartbeat: Duration,
+}
+
+impl LeaseSettings {
+    /// A lease of `lease`, renewed every `heartbeat`. The heartbeat must be shorter than the
+    /// lease (a third of it is the default: two renewals may fail before the lease lapses).
+    pub fn new(lease: Duration, heartbeat: Duration) -> Result<LeaseSettings, ConfigError> {
+        check_lease(lease)?;
+        if heartbeat.is_zero() {
+            return Err(ConfigError::ZeroHeartbeat);
+        }
+        if heartbeat >= lease {
+            return Err(ConfigError::HeartbeatNotShorterThanLease { heartbeat, lease });
+        }
+        Ok(LeaseSettings { lease, heartbeat })
+    }
+
+    /// A lease of `lease`, renewed every `lease / 3`.
+    pub fn with_lease(lease: Duration) -> Result<LeaseSettings, ConfigError> {
+        LeaseSettings::new(lease, lease / 3)
+    }
+
+    /// The lease length.
+    pub fn lease(&self) -> Duration {
+        self.lease
+    }
+
+    /// The heartbeat interval.
+    pub fn heartbeat(&self) -> Duration {
+        self.heartbeat
+    }
+}
+
+impl Default for LeaseSettings {
+    /// 60 s leases renewed every 20 s.
+    fn default() -> Self {
+        LeaseSettings {
+            lease: DEFAULT_LEASE,
+            heartbeat: DEFAULT_LEASE / 3,
+        }
+    }
+}
+
+/// Refuses a lease no holder could keep.
+pub fn check_lease(lease: Duration) -> Result<(), ConfigError> {
+    if lease.is_zero() {
+        return Err(ConfigError::ZeroLease);
+    }
+    Ok(())
+}
+
+/// How often the background reaper runs.
+pub fn check_reaper_interval(interval: Duration) -> Result<(), ConfigError> {
+    if interval.is_zero() {
+        return Err(ConfigError::ZeroReaperInterval);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn heartbeat_not_shorter_than_lease_is_refused() {
+        let s = Duration::from_secs(10);
+        assert_eq!(
+            LeaseSettings::new(s, s),
+            Err(ConfigError::HeartbeatNotShorterThanLease {
+                heartbeat: s,
+                lease: s
+            })
+        );
+        assert!(LeaseSettings::new(s, s * 2).is_err());
+        assert_eq!(
+            LeaseSettings::new(Duration::ZERO, s),
+            Err(ConfigError::ZeroLease)
+        );
+        assert_eq!(
+            LeaseSettings::new(s, Duration::ZERO),
+            Err(ConfigError::ZeroHeartbeat)
+        );
+    }
+
+    #[test]
+    fn defaults_are_the_documented_ones() {
+        let d = LeaseSettings::default();
+        assert_eq!(d.lease(), Duration::from_secs(60));
+        assert_eq!(d.heartbeat(), Duration::from_secs(20));
+    }
+}

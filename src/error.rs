@@ -1,0 +1,236 @@
+//! Errors, one enum per surface, wrapped (not re-listed) by the crate's [`Error`].
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::ids::{Attempt, JobId};
+use crate::job::JobState;
+
+/// Everything a store operation can fail with.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The store could not be opened.
+    #[error(transparent)]
+    Open(#[from] OpenError),
+    /// A setting is out of range.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// An argument (queue name, payload, key, ...) is not acceptable; nothing was written.
+    #[error(transparent)]
+    Input(#[from] InputError),
+    /// The fence refused the write: the caller no longer holds the lease. Nothing changed.
+    /// Stop working on the job and commit nothing.
+    #[error(transparent)]
+    LeaseLost(#[from] LeaseLost),
+    /// No job has this id.
+    #[error("job {0} does not exist")]
+    JobNotFound(JobId),
+    /// The job is in a state in which the operation does not apply; nothing changed.
+    #[error("job {job} is {state}: cannot {action}")]
+    Refused {
+        /// The job.
+        job: JobId,
+        /// Its state.
+        state: JobState,
+        /// What was refused.
+        action: &'static str,
+    },
+    /// A stored record could not be decoded: the file was altered or damaged.
+    #[error("store data is corrupt: {0}")]
+    Corrupt(String),
+    /// The storage engine failed (I/O error, closed database, ...). Nothing was committed.
+    #[error("storage error: {0}")]
+    Storage(#[from] redb::Error),
+    /// The commit itself failed. As redb documents, a commit that returns an error may still
+    /// have become durable: treat the outcome as unknown and make the retry idempotent (every
+    /// fenced operation is: a retried complete of an attempt that did commit gets `LeaseLost`,
+    /// and `job()` shows the truth).
+    #[error("commit failed (it may or may not have become durable): {0}")]
+    Commit(#[source] redb::CommitError),
+    /// The application's own write inside a leasehold transaction failed; the whole
+    /// transaction was rolled back.
+    #[error("application write failed: {0}")]
+    Application(#[source] Box<dyn std::error::Error + Send + Sync>),
+}
+
+impl Error {
+    /// Whether this is a lost lease (the fence refused a write).
+    pub fn is_lease_lost(&self) -> bool {
+        matches!(self, Error::LeaseLost(_))
+    }
+}
+
+macro_rules! storage_from {
+    ($($t:ty),*) => {$(
+        impl From<$t> for Error {
+            fn from(e: $t) -> Error {
+                Error::Storage(redb::Error::from(e))
+            }
+        }
+    )*};
+}
+storage_from!(
+    redb::StorageError,
+    redb::TransactionError,
+    redb::TableError,
+    redb::SetDurabilityError,
+    redb::CompactionError
+);
+
+impl From<redb::CommitError> for Error {
+    fn from(e: redb::CommitError) -> Error {
+        Error::Commit(e)
+    }
+}
+
+/// Why a store could not be opened. Each case leaves the file untouched.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    /// The file exists but is not a leasehold store (not a redb file, or a redb file that
+    /// leasehold did not create).
+    #[error("{path} is not a leasehold store ({detail})")]
+    NotAStore {
+        /// The file.
+        path: PathBuf,
+        /// What was found instead.
+        detail: String,
+    },
+    /// The store was written by a newer leasehold whose format this version cannot read.
+    #[error(
+        "{path} has schema version {found}, newer than the {supported} this leasehold reads; upgrade leasehold"
+    )]
+    NewerSchema {
+        /// The file.
+        path: PathBuf,
+        /// The file's schema version.
+        found: u32,
+        /// The newest version this build reads.
+        supported: u32,
+    },
+    /// The file is a leasehold store but is damaged.
+    #[error("{path} is corrupt: {detail}")]
+    Corrupt {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        detail: String,
+    },
+    /// Another process (or another handle in this one) has the store open.
+    #[error("{path} is open in another process (or another handle); only one writer may hold it")]
+    Locked {
+        /// The file.
+        path: PathBuf,
+    },
+    /// The file could not be read or created.
+    #[error("cannot open {path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// A setting out of range.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    /// A lease must last some time.
+    #[error("lease length must be greater than zero")]
+    ZeroLease,
+    /// Heartbeats must come more often than the lease lasts, or every lease lapses.
+    #[error("heartbeat interval {heartbeat:?} must be shorter than the lease {lease:?}")]
+    HeartbeatNotShorterThanLease {
+        /// The heartbeat interval.
+        heartbeat: Duration,
+        /// The lease.
+        lease: Duration,
+    },
+    /// A heartbeat interval of zero would spin.
+    #[error("heartbeat interval must be greater than zero")]
+    ZeroHeartbeat,
+    /// A reaper interval of zero would spin.
+    #[error("reaper interval must be greater than zero")]
+    ZeroReaperInterval,
+    /// A reap batch must reclaim at least one lease.
+    #[error("reap batch size must be at least 1")]
+    ZeroBatch,
+    /// The default retry budget must allow one attempt.
+    #[error("max attempts must be at least 1")]
+    ZeroMaxAttempts,
+    /// The retry backoff is inverted or its jitter is out of range.
+    #[error("retry policy is invalid: {0}")]
+    RetryPolicy(&'static str),
+    /// Non-durable commits exist only in one process's memory, so redb refuses them when
+    /// processes share a store.
+    #[error("eventual durability is not available when processes share the store")]
+    EventualDurabilityShared,
+}
+
+/// An argument that cannot be accepted.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InputError {
+    /// Queue names are how workers find work; an empty one is always a mistake.
+    #[error("queue name is empty")]
+    EmptyQueueName,
+    /// Queue names appear in every index key, so they are kept short.
+    #[error("queue name is {len} bytes; the limit is {max}")]
+    QueueNameTooLong {
+        /// Its length.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// A payload or output larger than the store's limit.
+    #[error("{what} is {len} bytes; the limit is {max}")]
+    TooLarge {
+        /// "payload", "output" or "error message".
+        what: &'static str,
+        /// Its length.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// A unique key must be non-empty and short.
+    #[error("unique key must be 1 to {max} bytes, got {len}")]
+    BadUniqueKey {
+        /// Its length.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// A job must be allowed at least one attempt.
+    #[error("max attempts must be at least 1")]
+    ZeroMaxAttempts,
+    /// A worker id identifies the holder in history; it must be non-empty and short.
+    #[error("worker id must be 1 to {max} bytes, got {len}")]
+    BadWorkerId {
+        /// Its length.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+}
+
+/// The fence refused a write: the job is no longer `Running` under the caller's attempt.
+/// Carries what the store found instead.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("lease lost on job {job} attempt {attempt}: {}", describe_found(.found))]
+pub struct LeaseLost {
+    /// The job the caller thought it held.
+    pub job: JobId,
+    /// The attempt the caller holds.
+    pub attempt: Attempt,
+    /// The job's current attempt and state; `None` if the job no longer exists.
+    pub found: Option<(Attempt, JobState)>,
+}
+
+fn describe_found(found: &Option<(Attempt, JobState)>) -> String {
+    match found {
+        Some((a, s)) => format!("the job is now {s} at attempt {a}"),
+        None => "the job no longer exists".to_owned(),
+    }
+}
+
+/// Shorthand for results of store operations.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

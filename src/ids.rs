@@ -1,0 +1,76 @@
+//! Small newtypes for the numbers the lease protocol must never mix up: job ids, attempts
+//! (the fencing token) and store time.
+
+use std::fmt;
+use std::time::Duration;
+
+use bincode::{Decode, Encode};
+
+/// The identity of a job. Assigned by the store from a persisted counter and never reused,
+/// not even after the job is purged.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Encode, Decode)]
+pub struct JobId(pub u64);
+
+impl fmt::Display for JobId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// How many times a job has been claimed. Every claim increments it, so it names one
+/// execution of a job exactly: it is the **fencing token**. A write that carries an older
+/// attempt than the job's current one comes from a holder that lost its lease, and the store
+/// refuses it. Attempt 0 means "never claimed".
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Encode, Decode)]
+pub struct Attempt(pub u32);
+
+impl Attempt {
+    /// The attempt a new claim will carry.
+    pub fn next(self) -> Attempt {
+        Attempt(self.0.saturating_add(1))
+    }
+}
+
+impl fmt::Display for Attempt {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "#{}", self.0)
+    }
+}
+
+/// A point on the store's clock, in nanoseconds since the store's own origin.
+///
+/// Store time is the only time leasehold compares: lease expiries, run-at times and history
+/// timestamps are all written and compared in it, inside the store, so no two hosts' or
+/// threads' wall clocks are ever compared. It never runs backwards, also across restarts
+/// (see [`crate::clock`]). It is not a wall-clock time and has no calendar meaning.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Encode, Decode)]
+pub struct StoreTime(pub u64);
+
+impl StoreTime {
+    /// The store's origin.
+    pub const ZERO: StoreTime = StoreTime(0);
+
+    /// Nanoseconds since the store's origin.
+    pub fn as_nanos(self) -> u64 {
+        self.0
+    }
+
+    /// This time plus `d`, saturating at the end of time rather than wrapping, so an absurd
+    /// delay or lease means "never" instead of "long ago".
+    pub fn saturating_add(self, d: Duration) -> StoreTime {
+        let nanos = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        StoreTime(self.0.saturating_add(nanos))
+    }
+
+    /// How long after `earlier` this time is; zero if it is not after it.
+    pub fn saturating_since(self, earlier: StoreTime) -> Duration {
+        Duration::from_nanos(self.0.saturating_sub(earlier.0))
+    }
+}
+
+impl fmt::Display for StoreTime {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let d = Duration::from_nanos(self.0);
+        write!(f, "t+{:.3}s", d.as_secs_f64())
+    }
+}

@@ -1,0 +1,138 @@
+//! Index maintenance, in one place so no operation can forget it.
+//!
+//! Every index entry is a pure function of a job record ([`entries`]). Writing a record goes
+//! through [`save`], which removes the entries of the old version and adds those of the new
+//! one; [`crate::Store::check`] recomputes the same function to prove the indexes match.
+
+use redb::ReadableTable;
+
+use crate::codec;
+use crate::error::Result;
+use crate::job::{Job, JobState};
+use crate::tx::Tables;
+
+/// The index entries one job record implies.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Entries {
+    /// The job these entries belong to.
+    pub id: u64,
+    /// `ready`: (queue, priority, run_at, job) while waiting.
+    pub ready: Option<(String, i32, u64, u64)>,
+    /// `expiry`: (queue, expires_at, job) while running.
+    pub expiry: Option<(String, u64, u64)>,
+    /// `unique`: (queue, key) while not terminal.
+    pub unique: Option<(String, String)>,
+    /// `finished`: (finished_at, job) once terminal.
+    pub finished: Option<(u64, u64)>,
+    /// `counts`: the (queue, state) this job is counted under.
+    pub count: (String, u8),
+}
+
+/// The entries `job` implies.
+pub(crate) fn entries(job: &Job) -> Entries {
+    let id = job.id.0;
+    let q = job.queue.clone();
+    Entries {
+        id,
+        ready: job
+            .state
+            .is_waiting()
+            .then(|| (q.clone(), job.priority, job.run_at.0, id)),
+        expiry: match (&job.state, &job.lease) {
+            (JobState::Running, Some(l)) => Some((q.clone(), l.expires_at.0, id)),
+            _ => None,
+        },
+        unique: match &job.unique_key {
+            Some(k) if !job.state.is_terminal() => Some((q.clone(), k.clone())),
+            _ => None,
+        },
+        finished: match job.finished_at {
+            Some(t) if job.state.is_terminal() => Some((t.0, id)),
+            _ => None,
+        },
+        count: (q, job.state.code()),
+    }
+}
+
+/// Writes `new` (replacing `old`, if the job existed) with all of its index entries.
+pub(crate) fn save(t: &mut Tables<'_>, old: Option<&Job>, new: &Job) -> Result<()> {
+    let after = entries(new);
+    if let Some(old) = old {
+        let before = entries(old);
+        remove_entries(t, &before, &after)?;
+        add_entries(t, &after, Some(&before))?;
+    } else {
+        add_entries(t, &after, None)?;
+    }
+    t.jobs.insert(new.id.0, codec::encode(new).as_slice())?;
+    Ok(())
+}
+
+/// Removes the entries in `before` that `after` does not also have.
+fn remove_entries(t: &mut Tables<'_>, before: &Entries, after: &Entries) -> Result<()> {
+    if let Some((q, p, r, id)) = &before.ready
+        && before.ready != after.ready
+    {
+        t.ready.remove((q.as_str(), *p, *r, *id))?;
+    }
+    if let Some((q, e, id)) = &before.expiry
+        && before.expiry != after.expiry
+    {
+        t.expiry.remove((q.as_str(), *e, *id))?;
+    }
+    if let Some((q, k)) = &before.unique
+        && before.unique != after.unique
+    {
+        t.unique.remove((q.as_str(), k.as_str()))?;
+    }
+    if let Some(key) = before.finished
+        && before.finished != after.finished
+    {
+        t.finished.remove(key)?;
+    }
+    if before.count != after.count {
+        add_count(t, &before.count, -1)?;
+    }
+    Ok(())
+}
+
+/// Adds the entries in `after` that `before` (if the job existed) did not already have.
+fn add_entries(t: &mut Tables<'_>, after: &Entries, before: Option<&Entries>) -> Result<()> {
+    let new = |same: fn(&Entries, &Entries) -> bool| before.is_none_or(|b| !same(b, after));
+    if let Some((q, p, r, id)) = &after.ready
+        && new(|b, a| b.ready == a.ready)
+    {
+        t.ready.insert((q.as_str(), *p, *r, *id), ())?;
+    }
+    if let Some((q, e, id)) = &after.expiry
+        && new(|b, a| b.expiry == a.expiry)
+    {
+        t.expiry.insert((q.as_str(), *e, *id), ())?;
+    }
+    if let Some((q, k)) = &after.unique
+        && new(|b, a| b.unique == a.unique)
+    {
+        t.unique.insert((q.as_str(), k.as_str()), after.id)?;
+    }
+    if let Some(key) = after.finished
+        && new(|b, a| b.finished == a.finished)
+    {
+        t.finished.insert(key, ())?;
+    }
+    if new(|b, a| b.count == a.count) {
+        add_count(t, &after.count, 1)?;
+    }
+    Ok(())
+}
+
+fn add_count(t: &mut Tables<'_>, (q, s): &(String, u8), delta: i64) -> Result<()> {
+    let key = (q.as_str(), *s);
+    let current = t.counts.get(key)?.map(|v| v.value()).unwrap_or(0);
+    let next = current.saturating_add_signed(delta);
+    if next == 0 {
+        t.counts.remove(key)?;
+    } else {
+        t.counts.insert(key, next)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,269 @@
+//! Plain data: what a job is, the states it moves through, and the record of each attempt.
+//! No machinery lives here; the lease protocol that moves jobs between states is in
+//! [`crate::protocol`].
+
+use std::fmt;
+use std::time::Duration;
+
+use bincode::{Decode, Encode};
+
+use crate::ids::{Attempt, JobId, StoreTime};
+
+/// Where a job is in its life. The state machine is drawn in the crate docs.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Encode, Decode)]
+pub enum JobState {
+    /// Waiting to be claimed; claimable once its `run_at` has come.
+    Queued,
+    /// Held by a worker under a lease that expires at `lease.expires_at` unless renewed.
+    Running,
+    /// An attempt failed (or its lease expired) and the job waits out a backoff before it is
+    /// claimable again; claimable once its `run_at` has come.
+    RetryWait,
+    /// Finished: the holder completed it. Terminal.
+    Succeeded,
+    /// Its retry budget is spent. Terminal until an operator retries it.
+    Dead,
+    /// Cancelled on request. Terminal.
+    Cancelled,
+}
+
+impl JobState {
+    /// Every state, in a stable order (used for stats).
+    pub const ALL: [JobState; 6] = [
+        JobState::Queued,
+        JobState::Running,
+        JobState::RetryWait,
+        JobState::Succeeded,
+        JobState::Dead,
+        JobState::Cancelled,
+    ];
+
+    /// Whether the job will not run again on its own.
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            JobState::Succeeded | JobState::Dead | JobState::Cancelled
+        )
+    }
+
+    /// Whether the job waits to be claimed (queued or in retry backoff).
+    pub fn is_waiting(self) -> bool {
+        matches!(self, JobState::Queued | JobState::RetryWait)
+    }
+
+    /// A stable one-byte code, used in index keys.
+    pub(crate) fn code(self) -> u8 {
+        match self {
+            JobState::Queued => 0,
+            JobState::Running => 1,
+            JobState::RetryWait => 2,
+            JobState::Succeeded => 3,
+            JobState::Dead => 4,
+            JobState::Cancelled => 5,
+        }
+    }
+
+    pub(crate) fn from_code(code: u8) -> Option<JobState> {
+        JobState::ALL.into_iter().find(|s| s.code() == code)
+    }
+
+    /// The lower-case name used in output (`queued`, `retry_wait`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            JobState::Queued => "queued",
+            JobState::Running => "running",
+            JobState::RetryWait => "retry_wait",
+            JobState::Succeeded => "succeeded",
+            JobState::Dead => "dead",
+            JobState::Cancelled => "cancelled",
+        }
+    }
+}
+
+impl fmt::Display for JobState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The lease a running job is held under, as stored.
+#[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
+pub struct LeaseRecord {
+    /// The worker that claimed it.
+    pub owner: String,
+    /// When it was claimed.
+    pub claimed_at: StoreTime,
+    /// When it expires unless renewed. Compared only against store time.
+    pub expires_at: StoreTime,
+    /// The lease length; every renewal extends the lease by this much from the renewal's now.
+    pub length: Duration,
+}
+
+/// A job as stored (without its payload and output, which live apart so that a heartbeat
+/// rewrites a few dozen bytes, not the payload).
+#[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
+pub struct Job {
+    /// The job's id.
+    pub id: JobId,
+    /// The queue it belongs to.
+    pub queue: String,
+    /// Its state.
+    pub state: JobState,
+    /// Lower runs first; equal priorities run in `run_at` order, then id order (FIFO).
+    pub priority: i32,
+    /// How many times it has been claimed; the fencing token of the current or last run.
+    pub attempt: Attempt,
+    /// How many attempts spent the retry budget (failed, lease expired, stalled). A release
+    /// does not count.
+    pub failures: u32,
+    /// The retry budget: the job is dead once `failures` reaches it.
+    pub max_attempts: u32,
+    /// The deduplication key it holds while it is not terminal.
+    pub unique_key: Option<String>,
+    /// When it was enqueued.
+    pub created_at: StoreTime,
+    /// When a waiting job becomes claimable (enqueue time, end of a delay, or end of a backoff).
+    pub run_at: StoreTime,
+    /// The lease while it is `Running`.
+    pub lease: Option<LeaseRecord>,
+    /// The last progress value a heartbeat reported for the current attempt.
+    pub progress: u64,
+    /// When progress last advanced (or the attempt began).
+    pub progress_at: StoreTime,
+    /// A cancel was requested while it was running; the holder is told at its next heartbeat.
+    pub cancel_requested: bool,
+    /// The error of the last failed attempt.
+    pub last_error: Option<String>,
+    /// When it reached a terminal state.
+    pub finished_at: Option<StoreTime>,
+    /// When the record last changed.
+    pub updated_at: StoreTime,
+}
+
+/// How a lease was found expired and taken back.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Encode, Decode)]
+pub enum ReclaimPath {
+    /// A reaper pass found it expired.
+    Reaper,
+    /// A claimer took the job over at claim time.
+    Takeover,
+    /// The store was opened with the writer's seat, which proves the lease's holder process
+    /// is gone.
+    Recovery,
+}
+
+impl fmt::Display for ReclaimPath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ReclaimPath::Reaper => "reaper",
+            ReclaimPath::Takeover => "takeover",
+            ReclaimPath::Recovery => "recovery at open (holder's process ended)",
+        })
+    }
+}
+
+/// How one attempt ended.
+#[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
+pub enum Outcome {
+    /// The holder completed the job.
+    Succeeded,
+    /// The holder reported a failure.
+    Failed(String),
+    /// The holder gave the job back on purpose (graceful shutdown); no retry budget spent.
+    Released,
+    /// The holder went silent and the lease was taken back.
+    LeaseExpired {
+        /// Which path took it back.
+        path: ReclaimPath,
+        /// How long after the expiry it was taken back (the detection delay beyond the lease).
+        overdue: Duration,
+    },
+    /// The holder kept renewing but reported no progress for too long.
+    Stalled,
+    /// The job was cancelled while this attempt ran.
+    Cancelled,
+}
+
+impl fmt::Display for Outcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Outcome::Succeeded => f.write_str("succeeded"),
+            Outcome::Failed(e) => write!(f, "failed: {e}"),
+            Outcome::Released => f.write_str("released"),
+            Outcome::LeaseExpired { path, overdue } => {
+                write!(f, "lease expired ({path}, {overdue:?} after expiry)")
+            }
+            Outcome::Stalled => f.write_str("stalled"),
+            Outcome::Cancelled => f.write_str("cancelled"),
+        }
+    }
+}
+
+/// The record of one attempt (one claim) of a job.
+#[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
+pub struct Run {
+    /// Which attempt.
+    pub attempt: Attempt,
+    /// The worker that held it.
+    pub worker: String,
+    /// When it was claimed.
+    pub claimed_at: StoreTime,
+    /// When it ended; `None` while it runs.
+    pub ended_at: Option<StoreTime>,
+    /// How it ended; `None` while it runs.
+    pub outcome: Option<Outcome>,
+    /// The last progress value reported during the attempt.
+    pub progress: u64,
+}
+
+/// A job to enqueue. Built with [`NewJob::new`] and the builder methods.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NewJob {
+    pub(crate) queue: String,
+    pub(crate) payload: Vec<u8>,
+    pub(crate) priority: i32,
+    pub(crate) delay: Duration,
+    pub(crate) max_attempts: Option<u32>,
+    pub(crate) unique_key: Option<String>,
+}
+
+impl NewJob {
+    /// A job for `queue` carrying `payload`, priority 0, no delay, the store's default
+    /// retry budget.
+    pub fn new(queue: impl Into<String>, payload: impl Into<Vec<u8>>) -> NewJob {
+        NewJob {
+            queue: queue.into(),
+            payload: payload.into(),
+            priority: 0,
+            delay: Duration::ZERO,
+            max_attempts: None,
+            unique_key: None,
+        }
+    }
+
+    /// Lower runs first (as in beanstalkd and River); equal priorities run first in, first out.
+    pub fn priority(mut self, priority: i32) -> NewJob {
+        self.priority = priority;
+        self
+    }
+
+    /// Not claimable until this much store time has passed.
+    pub fn delay(mut self, delay: Duration) -> NewJob {
+        self.delay = delay;
+        self
+    }
+
+    /// The retry budget: how many attempts may fail (or lose their lease) before the job is
+    /// dead. Must be at least 1.
+    pub fn max_attempts(mut self, max_attempts: u32) -> NewJob {
+        self.max_attempts = Some(max_attempts);
+        self
+    }
+
+    /// Deduplicate: while a job of this queue holding `key` is not terminal, enqueueing
+    /// another with the same key returns the existing job's id and creates nothing.
+    pub fn unique_key(mut self, key: &str) -> NewJob {
+        self.unique_key = Some(key.to_owned());
+        self
+    }
+}

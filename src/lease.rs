@@ -1,0 +1,44 @@
+//! Plain data handed to a worker: the lease it holds and the answer to a renewal.
+
+use std::time::Duration;
+
+use crate::ids::{Attempt, JobId, StoreTime};
+
+/// A worker's hold on one attempt of one job.
+///
+/// `attempt` is the fencing token: heartbeat, complete, fail and release succeed only while
+/// the job is still `Running` under this very attempt. Cloning a lease does not clone the
+/// right to act on it: a stale clone is refused by the store like any other stale holder.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Lease {
+    /// The job.
+    pub job: JobId,
+    /// The attempt this lease was granted for; the fencing token.
+    pub attempt: Attempt,
+    /// The job's queue.
+    pub queue: String,
+    /// The worker that claimed it.
+    pub worker: String,
+    /// When the claim happened, on the store clock.
+    pub claimed_at: StoreTime,
+    /// When the lease expires unless renewed, as granted at claim. Renewals move the stored
+    /// expiry; see [`Renewal`]. Workers never compare this with their own clock.
+    pub expires_at: StoreTime,
+    /// The lease length; each renewal extends by this much.
+    pub length: Duration,
+    /// The job's payload.
+    pub payload: Vec<u8>,
+}
+
+/// The answer to a successful heartbeat.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Renewal {
+    /// The lease now expires at this store time.
+    Renewed {
+        /// The new expiry.
+        expires_at: StoreTime,
+    },
+    /// The job was cancelled: the lease is over and the job is `Cancelled`. Stop working and
+    /// commit nothing.
+    Cancelled,
+}

@@ -1,0 +1,121 @@
+//! # leasehold
+//!
+//! An embedded job scheduler in which workers hold jobs on time-limited leases. One crate,
+//! one file (a [redb] database), no server.
+//!
+//! ## The lease story
+//! A worker that dies rarely says so: it is OOM-killed, loses power, hangs or is cut off. A
+//! job merely marked "running" would be orphaned forever. So in leasehold, holding a job is
+//! time-bound:
+//!
+//! * **Claim** ([`Store::claim`]) is one atomic conditional update: a job is taken if it is
+//!   waiting and due, or running with an *expired* lease (claim-time takeover). Two workers
+//!   can never both win, and every claim increments the job's [`Attempt`].
+//! * **Heartbeat** ([`Store::heartbeat`]) renews the lease only while the job is still
+//!   running under the same attempt. A renewal that is refused means the lease is lost:
+//!   stop, and commit nothing.
+//! * **One clock.** Every expiry is written and compared on the store's clock ([`clock`]),
+//!   inside the store. Workers never compare wall clocks.
+//! * **Reclaim** happens three ways: a [`Reaper`] pass finds expired leases, records a
+//!   [`Outcome::LeaseExpired`] in the job's history and moves the job on; a claimer takes an
+//!   expired job over; a worker that shuts down on purpose [releases](Store::release) its
+//!   jobs. (And at open, leases left by a process that is gone are taken back at once.)
+//! * **Fencing.** The attempt is the fencing token: a paused worker that wakes after its job
+//!   was reclaimed has its heartbeat, completion and failure refused with
+//!   [`Error::LeaseLost`]. A false reclaim can run a job twice, so side effects must be
+//!   idempotent; [`Store::complete_with`] commits the application's own writes in the same
+//!   transaction as the completion, guarded by the fence.
+//!
+//! A dead worker's job is taken back at most **lease length + reaper interval** after its
+//! last renewal (60 s + 15 s by default): the lease must run out, then the next reaper pass
+//! must come.
+//!
+//! ## The state machine
+//! ```text
+//!             enqueue (delay → run_at)
+//!                  │
+//!                  ▼         cancel
+//!   ┌──────────► Queued ─────────────────────────────► Cancelled
+//!   │              │ claim (attempt += 1)                  ▲
+//!   │ release,     ▼                                       │ cancel: flagged, then
+//!   │ lease     Running ── complete ──► Succeeded          │ next heartbeat/end
+//!   │ expired      │  │                                    │
+//!   │ (budget   ───┘  └── fail ──► RetryWait ── run_at ──► (claimable like Queued)
+//!   │  left)          │                │
+//!   └─────────────────┘                └──── cancel ─────► Cancelled
+//!           fail / lease expired with budget spent ──────► Dead
+//! ```
+//!
+//! ## Quick start
+//! ```
+//! use std::time::Duration;
+//! use leasehold::{ManualClock, NewJob, Store, JobState};
+//!
+//! # let dir = tempfile::tempdir().unwrap();
+//! let clock = ManualClock::new();
+//! let store = Store::builder(dir.path().join("jobs.redb")).clock(clock.clone()).open()?;
+//! let id = store.enqueue(NewJob::new("thumbnails", b"photo-1.jpg".to_vec()))?;
+//!
+//! let lease = store.claim("thumbnails", "worker-a", Duration::from_secs(60))?.unwrap();
+//! store.heartbeat(&lease, 1)?;                       // renews by 60 s from now
+//!
+//! clock.advance(Duration::from_secs(61));            // worker-a went silent...
+//! let report = store.reap()?;                        // ...and the reaper takes the job back
+//! assert_eq!(report.reclaimed.len(), 1);
+//!
+//! let again = store.claim("thumbnails", "worker-b", Duration::from_secs(60))?.unwrap();
+//! assert!(store.complete(&lease, b"late").unwrap_err().is_lease_lost()); // fenced
+//! store.complete(&again, b"done")?;
+//! assert_eq!(store.job(id)?.unwrap().state, JobState::Succeeded);
+//! # Ok::<(), leasehold::Error>(())
+//! ```
+//!
+//! [redb]: https://docs.rs/redb
+
+#![warn(missing_docs)]
+
+mod check;
+pub mod clock;
+mod codec;
+mod config;
+mod error;
+mod ids;
+mod index;
+mod input;
+mod job;
+mod lease;
+mod open;
+mod protocol;
+mod reaper;
+mod report;
+mod retry;
+mod schema;
+mod stats;
+mod store;
+mod transaction;
+mod tx;
+
+pub use check::CheckReport;
+pub use clock::{Clock, ClockReading, ManualClock, MonotonicClock};
+pub use codec::CodecError;
+pub use config::{
+    DEFAULT_LEASE, DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_PAYLOAD, DEFAULT_REAP_BATCH,
+    DEFAULT_REAPER_INTERVAL, LeaseSettings,
+};
+pub use error::{ConfigError, Error, InputError, LeaseLost, OpenError, Result};
+pub use ids::{Attempt, JobId, StoreTime};
+pub use job::{Job, JobState, LeaseRecord, NewJob, Outcome, ReclaimPath, Run};
+pub use lease::{Lease, Renewal};
+pub use reaper::{Reaper, ReaperMetrics};
+pub use report::{ReapReport, Reclaim};
+pub use retry::RetryPolicy;
+pub use schema::SCHEMA_VERSION;
+pub use stats::{Counters, QueueCounts, Stats};
+pub use store::{Durability, Store, StoreBuilder};
+pub use transaction::Transaction;
+
+/// Codec entry points for fuzzing and tooling: decoding arbitrary bytes must fail cleanly.
+#[doc(hidden)]
+pub mod __private {
+    pub use crate::codec::{decode, encode};
+}

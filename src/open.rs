@@ -1,0 +1,190 @@
+//! Opening a store file: telling a leasehold store from a foreign, damaged, newer or locked
+//! file, creating a new one, and binding the store clock to the file's timeline.
+//!
+//! Every refusal leaves the file exactly as it was: the checks that can be made by reading
+//! are made before anything is written.
+
+use std::io::Read;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::path::Path;
+
+use redb::{Database, DatabaseError, ReadableDatabase, StorageError, TableHandle};
+
+use crate::clock::Anchor;
+use crate::codec;
+use crate::error::{Error, OpenError, Result};
+use crate::ids::StoreTime;
+use crate::schema::{self, MARKER, SCHEMA_VERSION, meta_key};
+use crate::tx::{Tables, read_u64};
+
+/// The first bytes of every redb file.
+const REDB_MAGIC: [u8; 9] = [b'r', b'e', b'd', b'b', 0x1A, 0x0A, 0xA9, 0x0D, 0x0A];
+
+/// Options for the redb open.
+pub(crate) struct EngineOptions {
+    pub cache_size: usize,
+    pub verify: bool,
+}
+
+/// Opens (or creates) the redb file, mapping each failure to its own [`OpenError`].
+pub(crate) fn open_database(path: &Path, opts: &EngineOptions) -> Result<Database, OpenError> {
+    sniff(path)?;
+    let mut builder = redb::Builder::new();
+    builder.set_cache_size(opts.cache_size);
+    builder.set_check_integrity_on_open(opts.verify);
+    // redb documents that a plain open of an altered file may panic; a damaged file must be
+    // an error, never a crash of the application that embeds us.
+    let opened = catch_unwind(AssertUnwindSafe(|| builder.create(path)));
+    match opened {
+        Ok(Ok(db)) => Ok(db),
+        Ok(Err(e)) => Err(map_database_error(path, e)),
+        Err(_) => Err(OpenError::Corrupt {
+            path: path.to_owned(),
+            detail: "the storage engine could not read the file".into(),
+        }),
+    }
+}
+
+/// Refuses a non-empty file that does not start with redb's magic number, before redb sees it.
+fn sniff(path: &Path) -> Result<(), OpenError> {
+    let io = |source| OpenError::Io {
+        path: path.to_owned(),
+        source,
+    };
+    let mut file = match std::fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(io(e)),
+    };
+    let len = file.metadata().map_err(io)?.len();
+    if len == 0 {
+        return Ok(());
+    }
+    let mut head = [0u8; REDB_MAGIC.len()];
+    let mut got = 0;
+    while got < head.len() {
+        match file.read(&mut head[got..]).map_err(io)? {
+            0 => break,
+            n => got += n,
+        }
+    }
+    if got < head.len() || head != REDB_MAGIC {
+        return Err(OpenError::NotAStore {
+            path: path.to_owned(),
+            detail: "the file is not a redb database".into(),
+        });
+    }
+    Ok(())
+}
+
+fn map_database_error(path: &Path, e: DatabaseError) -> OpenError {
+    let path = path.to_owned();
+    match e {
+        DatabaseError::DatabaseAlreadyOpen | DatabaseError::LockProtocolMismatch => {
+            OpenError::Locked { path }
+        }
+        DatabaseError::UpgradeRequired(v) => OpenError::NotAStore {
+            path,
+            detail: format!("a redb database in the old file format {v}"),
+        },
+        DatabaseError::Storage(StorageError::Io(source)) => OpenError::Io { path, source },
+        other => OpenError::Corrupt {
+            path,
+            detail: other.to_string(),
+        },
+    }
+}
+
+/// What the file says about time.
+pub(crate) struct Timeline {
+    pub anchor: Option<Anchor>,
+    pub high_water: StoreTime,
+}
+
+/// Checks that `db` is a leasehold store this build can read (or makes a new, empty redb
+/// database into one), and reads its timeline.
+pub(crate) fn prepare(db: &Database, path: &Path) -> Result<Timeline> {
+    let not_a_store = |detail: &str| OpenError::NotAStore {
+        path: path.to_owned(),
+        detail: detail.to_owned(),
+    };
+    let read = db.begin_read()?;
+    let tables: Vec<String> = read.list_tables()?.map(|t| t.name().to_owned()).collect();
+    let has_meta = tables.iter().any(|t| t == schema::META.name());
+    if !has_meta {
+        if !tables.is_empty() {
+            return Err(not_a_store("a redb database without leasehold's tables").into());
+        }
+        drop(read);
+        create(db)?;
+        return Ok(Timeline {
+            anchor: None,
+            high_water: StoreTime::ZERO,
+        });
+    }
+    let meta = read.open_table(schema::META)?;
+    let marker = meta.get(meta_key::MARKER)?.map(|m| m.value().to_vec());
+    if marker.as_deref() != Some(MARKER) {
+        return Err(not_a_store("its meta table was not written by leasehold").into());
+    }
+    let version = match meta.get(meta_key::SCHEMA_VERSION)? {
+        Some(v) => {
+            let bytes: [u8; 4] = v.value().try_into().map_err(|_| OpenError::Corrupt {
+                path: path.to_owned(),
+                detail: "schema version is not 4 bytes".into(),
+            })?;
+            u32::from_le_bytes(bytes)
+        }
+        None => {
+            return Err(OpenError::Corrupt {
+                path: path.to_owned(),
+                detail: "no schema version".into(),
+            }
+            .into());
+        }
+    };
+    if version > SCHEMA_VERSION {
+        return Err(OpenError::NewerSchema {
+            path: path.to_owned(),
+            found: version,
+            supported: SCHEMA_VERSION,
+        }
+        .into());
+    }
+    let anchor = match meta.get(meta_key::ANCHOR)? {
+        Some(b) => Some(
+            codec::decode::<Anchor>(b.value()).map_err(|e| OpenError::Corrupt {
+                path: path.to_owned(),
+                detail: format!("clock anchor: {e}"),
+            })?,
+        ),
+        None => None,
+    };
+    let high_water = StoreTime(read_u64(&meta, meta_key::HIGH_WATER)?.unwrap_or(0));
+    Ok(Timeline { anchor, high_water })
+}
+
+/// Makes an empty redb database into a leasehold store: every table, the marker, the
+/// schema version. One transaction, so a crash leaves either nothing or a whole store.
+fn create(db: &Database) -> Result<()> {
+    let txn = db.begin_write()?;
+    {
+        let mut t = Tables::open(&txn)?;
+        t.meta.insert(meta_key::MARKER, MARKER)?;
+        t.meta.insert(
+            meta_key::SCHEMA_VERSION,
+            SCHEMA_VERSION.to_le_bytes().as_slice(),
+        )?;
+    }
+    txn.commit().map_err(Error::from)
+}
+
+/// Persists a new clock anchor.
+pub(crate) fn write_anchor(db: &Database, anchor: Anchor) -> Result<()> {
+    let txn = db.begin_write()?;
+    {
+        let mut meta = txn.open_table(schema::META)?;
+        meta.insert(meta_key::ANCHOR, codec::encode(&anchor).as_slice())?;
+    }
+    txn.commit().map_err(Error::from)
+}

@@ -1,0 +1,508 @@
+//! The lease protocol, readable in one place: each step is a function over a write
+//! transaction ([`Tx`]) at one instant of store time (`tx.now`).
+//!
+//! The rules every function here keeps:
+//! * A claim is one conditional update: a job is taken only if it is waiting and due, or
+//!   running with an expired lease (takeover). Every claim increments `attempt`.
+//! * A fenced write (heartbeat, complete, fail, release) first checks that the job is
+//!   `Running` under the caller's attempt ([`fence`]) and changes *nothing* if not: the
+//!   caller gets [`LeaseLost`] with what was found, and only the refusal counter moves.
+//! * An attempt ends in exactly one place ([`end_attempt`]), which writes its history
+//!   record, so history has one record per ended attempt.
+//! * Records are written only through [`index::save`], which keeps every index in step.
+
+use std::time::Duration;
+
+use redb::ReadableTable;
+
+use crate::codec;
+use crate::config::check_lease;
+use crate::error::{Error, LeaseLost, Result};
+use crate::ids::{Attempt, JobId, StoreTime};
+use crate::index;
+use crate::input;
+use crate::job::{Job, JobState, LeaseRecord, NewJob, Outcome, ReclaimPath, Run};
+use crate::lease::{Lease, Renewal};
+use crate::report::Reclaim;
+use crate::retry::splitmix64;
+use crate::tx::Tx;
+
+/// Enqueues a job; with a unique key that a live job holds, returns that job instead.
+pub(crate) fn enqueue(tx: &mut Tx<'_>, new: NewJob) -> Result<JobId> {
+    input::check_queue(&new.queue)?;
+    input::check_size("payload", new.payload.len(), tx.policy.max_payload)?;
+    let max_attempts = new.max_attempts.unwrap_or(tx.policy.default_max_attempts);
+    if max_attempts == 0 {
+        return Err(crate::error::InputError::ZeroMaxAttempts.into());
+    }
+    if let Some(key) = &new.unique_key {
+        input::check_unique_key(key)?;
+        if let Some(existing) = tx.t.unique.get((new.queue.as_str(), key.as_str()))? {
+            return Ok(JobId(existing.value()));
+        }
+    }
+    let id = tx.next_job_id()?;
+    let job = Job {
+        id,
+        queue: new.queue,
+        state: JobState::Queued,
+        priority: new.priority,
+        attempt: Attempt(0),
+        failures: 0,
+        max_attempts,
+        unique_key: new.unique_key,
+        created_at: tx.now,
+        run_at: tx.now.saturating_add(new.delay),
+        lease: None,
+        progress: 0,
+        progress_at: tx.now,
+        cancel_requested: false,
+        last_error: None,
+        finished_at: None,
+        updated_at: tx.now,
+    };
+    tx.t.payloads.insert(id.0, new.payload.as_slice())?;
+    index::save(&mut tx.t, None, &job)?;
+    Ok(id)
+}
+
+/// Claims the most urgent claimable job of `queue`: the lowest priority among due waiting
+/// jobs (first in, first out within a priority) and expired leases (taken over).
+///
+/// Cost: `O(P log n)`, where `P` is the number of distinct priorities whose jobs are all
+/// delayed into the future (normally a handful), plus one `O(log n)` step per expired lease
+/// whose job it finds out of budget on the way.
+pub(crate) fn claim(
+    tx: &mut Tx<'_>,
+    queue: &str,
+    worker: &str,
+    length: Duration,
+) -> Result<Option<Lease>> {
+    input::check_queue(queue)?;
+    input::check_worker(worker)?;
+    check_lease(length)?;
+    loop {
+        let ready = next_ready(tx, queue)?;
+        let expired = next_expired(tx, queue)?;
+        let (id, takeover) = match (ready, expired) {
+            (None, None) => return Ok(None),
+            (Some((_, id)), None) => (id, false),
+            (None, Some(id)) => (id, true),
+            (Some((p, ready_id)), Some(expired_id)) => {
+                let e = load(tx, expired_id)?;
+                if e.priority <= p {
+                    (expired_id, true)
+                } else {
+                    (ready_id, false)
+                }
+            }
+        };
+        let job = load(tx, id)?;
+        if !takeover {
+            return grant(tx, job, worker, length).map(Some);
+        }
+        let (job, _) = expire(tx, job, ReclaimPath::Takeover)?;
+        if job.state.is_waiting() {
+            return grant(tx, job, worker, length).map(Some);
+        }
+        // Out of budget or cancelled: it is now terminal; look for the next candidate.
+    }
+}
+
+/// Claims one named job if it is claimable now: waiting and due, or running with an expired
+/// lease. The conditional update of the seed design:
+/// `UPDATE jobs SET state='running', attempt=attempt+1, ... WHERE id=? AND (state='queued'
+/// OR (state='running' AND lease_expires_at <= now))`.
+pub(crate) fn claim_job(
+    tx: &mut Tx<'_>,
+    id: JobId,
+    worker: &str,
+    length: Duration,
+) -> Result<Option<Lease>> {
+    input::check_worker(worker)?;
+    check_lease(length)?;
+    let job = tx.t.job(id)?.ok_or(Error::JobNotFound(id))?;
+    if job.state.is_waiting() && job.run_at <= tx.now {
+        return grant(tx, job, worker, length).map(Some);
+    }
+    if lease_expired(&job, tx.now) {
+        let (job, _) = expire(tx, job, ReclaimPath::Takeover)?;
+        if job.state.is_waiting() {
+            return grant(tx, job, worker, length).map(Some);
+        }
+    }
+    Ok(None)
+}
+
+/// Renews the lease by its length from now, if the caller still holds it; stores progress.
+/// A cancel requested meanwhile ends the attempt here and tells the holder.
+pub(crate) fn heartbeat(
+    tx: &mut Tx<'_>,
+    id: JobId,
+    attempt: Attempt,
+    progress: u64,
+) -> Result<Renewal> {
+    let job = fence(tx, id, attempt, Refusal::Heartbeat)?;
+    if job.cancel_requested {
+        end_attempt(tx, job, Outcome::Cancelled, Next::Cancelled)?;
+        return Ok(Renewal::Cancelled);
+    }
+    let mut renewed = job.clone();
+    let expires_at = match renewed.lease.as_mut() {
+        Some(lease) => {
+            lease.expires_at = lease.expires_at.max(tx.now.saturating_add(lease.length));
+            lease.expires_at
+        }
+        None => return Err(corrupt_running(&job)),
+    };
+    if progress != job.progress {
+        renewed.progress = progress;
+        renewed.progress_at = tx.now;
+    }
+    renewed.updated_at = tx.now;
+    tx.tally.wrote_time(expires_at);
+    index::save(&mut tx.t, Some(&job), &renewed)?;
+    Ok(Renewal::Renewed { expires_at })
+}
+
+/// Completes the attempt: the job succeeded and `output` is kept.
+pub(crate) fn complete(tx: &mut Tx<'_>, lease: &Lease, output: &[u8]) -> Result<()> {
+    input::check_size("output", output.len(), tx.policy.max_payload)?;
+    let job = fence(tx, lease.job, lease.attempt, Refusal::Write)?;
+    if !output.is_empty() {
+        tx.t.outputs.insert(job.id.0, output)?;
+    }
+    end_attempt(tx, job, Outcome::Succeeded, Next::Succeeded)?;
+    Ok(())
+}
+
+/// Fails the attempt: retry after a backoff while the budget lasts, else dead.
+pub(crate) fn fail(tx: &mut Tx<'_>, lease: &Lease, error: &str) -> Result<JobState> {
+    let message = input::truncate_error(error);
+    let mut job = fence(tx, lease.job, lease.attempt, Refusal::Write)?;
+    job.last_error = Some(message.clone());
+    let next = after_failure(tx, &job, true);
+    end_attempt(tx, job, Outcome::Failed(message), next).map(|j| j.state)
+}
+
+/// Gives the job back on purpose: claimable at once, in its old place, no budget spent.
+pub(crate) fn release(tx: &mut Tx<'_>, lease: &Lease) -> Result<JobState> {
+    let job = fence(tx, lease.job, lease.attempt, Refusal::Write)?;
+    let next = if job.cancel_requested {
+        Next::Cancelled
+    } else {
+        Next::Queued(job.run_at)
+    };
+    tx.tally.counters.released += 1;
+    end_attempt(tx, job, Outcome::Released, next).map(|j| j.state)
+}
+
+/// Cancels a job: a waiting one at once; a running one is flagged, and its holder learns of
+/// it at its next heartbeat (or the attempt's end, whichever comes first).
+pub(crate) fn cancel(tx: &mut Tx<'_>, id: JobId) -> Result<JobState> {
+    let job = tx.t.job(id)?.ok_or(Error::JobNotFound(id))?;
+    match job.state {
+        JobState::Queued | JobState::RetryWait => {
+            let mut new = job.clone();
+            new.state = JobState::Cancelled;
+            new.finished_at = Some(tx.now);
+            new.updated_at = tx.now;
+            index::save(&mut tx.t, Some(&job), &new)?;
+            Ok(JobState::Cancelled)
+        }
+        JobState::Running => {
+            let mut new = job.clone();
+            new.cancel_requested = true;
+            new.updated_at = tx.now;
+            index::save(&mut tx.t, Some(&job), &new)?;
+            Ok(JobState::Running)
+        }
+        JobState::Cancelled => Ok(JobState::Cancelled),
+        state @ (JobState::Succeeded | JobState::Dead) => Err(Error::Refused {
+            job: id,
+            state,
+            action: "cancel",
+        }),
+    }
+}
+
+/// Takes back up to `limit` leases: on the reaper path those expired at or before now, on
+/// the recovery path every lease (their holder's process is known to be gone). Returns the
+/// reclaims and whether more remain.
+pub(crate) fn reap_batch(
+    tx: &mut Tx<'_>,
+    limit: usize,
+    path: ReclaimPath,
+) -> Result<(Vec<Reclaim>, usize)> {
+    let bound = match path {
+        ReclaimPath::Recovery => u64::MAX,
+        _ => tx.now.0,
+    };
+    let mut due: Vec<JobId> = Vec::new();
+    let mut remaining = 0usize;
+    for queue in running_queues(tx)? {
+        let range =
+            tx.t.expiry
+                .range((queue.as_str(), 0u64, 0u64)..=(queue.as_str(), bound, u64::MAX))?;
+        for entry in range {
+            let (key, _) = entry?;
+            if due.len() < limit {
+                due.push(JobId(key.value().2));
+            } else {
+                remaining += 1;
+            }
+        }
+    }
+    let mut reclaimed = Vec::with_capacity(due.len());
+    for id in due {
+        let job = load(tx, id)?;
+        let (_, reclaim) = expire(tx, job, path)?;
+        reclaimed.push(reclaim);
+    }
+    Ok((reclaimed, remaining))
+}
+
+// ----- the pieces -----
+
+/// Which counter a refused fenced write moves.
+#[derive(Copy, Clone)]
+enum Refusal {
+    Heartbeat,
+    Write,
+}
+
+/// The fence: the job must be `Running` under exactly this attempt.
+fn fence(tx: &mut Tx<'_>, id: JobId, attempt: Attempt, refusal: Refusal) -> Result<Job> {
+    let found = tx.t.job(id)?;
+    if let Some(job) = &found
+        && job.state == JobState::Running
+        && job.attempt == attempt
+    {
+        return Ok(job.clone());
+    }
+    match refusal {
+        Refusal::Heartbeat => tx.tally.counters.leases_lost += 1,
+        Refusal::Write => tx.tally.counters.fenced_writes_rejected += 1,
+    }
+    Err(LeaseLost {
+        job: id,
+        attempt,
+        found: found.map(|j| (j.attempt, j.state)),
+    }
+    .into())
+}
+
+/// Where an attempt sends its job.
+enum Next {
+    Succeeded,
+    Queued(StoreTime),
+    RetryWait(StoreTime),
+    Dead,
+    Cancelled,
+}
+
+/// Where a failed (or expired, or stalled) attempt sends its job: spends one unit of budget
+/// if `spend`, and backs off only for failures the holder reported (an expired lease has
+/// already waited out the lease, and the holder most likely died rather than the job).
+fn after_failure(tx: &Tx<'_>, job: &Job, backoff: bool) -> Next {
+    let failures = job.failures.saturating_add(1);
+    if job.cancel_requested {
+        Next::Cancelled
+    } else if failures >= job.max_attempts {
+        Next::Dead
+    } else if backoff {
+        let seed = splitmix64(job.id.0 ^ (u64::from(job.attempt.0) << 40));
+        let wait = tx.policy.retry.backoff(failures, seed);
+        Next::RetryWait(tx.now.saturating_add(wait))
+    } else {
+        Next::Queued(job.run_at)
+    }
+}
+
+/// Ends the current attempt of a running job: closes its history record with `outcome` and
+/// moves the job on. The only place an attempt ends.
+fn end_attempt(tx: &mut Tx<'_>, job: Job, outcome: Outcome, next: Next) -> Result<Job> {
+    let now = tx.now;
+    let mut new = job.clone();
+    if matches!(
+        outcome,
+        Outcome::Failed(_) | Outcome::LeaseExpired { .. } | Outcome::Stalled
+    ) {
+        new.failures = new.failures.saturating_add(1);
+    }
+    new.lease = None;
+    new.updated_at = now;
+    match next {
+        Next::Succeeded => terminal(&mut new, JobState::Succeeded, now),
+        Next::Dead => terminal(&mut new, JobState::Dead, now),
+        Next::Cancelled => terminal(&mut new, JobState::Cancelled, now),
+        Next::Queued(run_at) => {
+            new.state = JobState::Queued;
+            new.run_at = run_at;
+        }
+        Next::RetryWait(run_at) => {
+            new.state = JobState::RetryWait;
+            new.run_at = run_at;
+        }
+    }
+    let key = (job.id.0, job.attempt.0);
+    let mut run: Run = match tx.t.history.get(key)? {
+        Some(b) => codec::decode(b.value())
+            .map_err(|e| Error::Corrupt(format!("history of job {}: {e}", job.id)))?,
+        None => {
+            return Err(Error::Corrupt(format!(
+                "job {} has no run record for attempt {}",
+                job.id, job.attempt
+            )));
+        }
+    };
+    run.ended_at = Some(now);
+    run.outcome = Some(outcome);
+    run.progress = job.progress;
+    tx.t.history.insert(key, codec::encode(&run).as_slice())?;
+    index::save(&mut tx.t, Some(&job), &new)?;
+    Ok(new)
+}
+
+fn terminal(job: &mut Job, state: JobState, now: StoreTime) {
+    job.state = state;
+    job.finished_at = Some(now);
+}
+
+/// Starts a new attempt of a waiting job under a lease for `worker`.
+fn grant(tx: &mut Tx<'_>, job: Job, worker: &str, length: Duration) -> Result<Lease> {
+    let now = tx.now;
+    let expires_at = now.saturating_add(length);
+    let mut new = job.clone();
+    new.state = JobState::Running;
+    new.attempt = job.attempt.next();
+    new.lease = Some(LeaseRecord {
+        owner: worker.to_owned(),
+        claimed_at: now,
+        expires_at,
+        length,
+    });
+    new.progress = 0;
+    new.progress_at = now;
+    new.updated_at = now;
+    index::save(&mut tx.t, Some(&job), &new)?;
+    let run = Run {
+        attempt: new.attempt,
+        worker: worker.to_owned(),
+        claimed_at: now,
+        ended_at: None,
+        outcome: None,
+        progress: 0,
+    };
+    tx.t.history
+        .insert((new.id.0, new.attempt.0), codec::encode(&run).as_slice())?;
+    tx.tally.wrote_time(expires_at);
+    let payload =
+        tx.t.payloads
+            .get(new.id.0)?
+            .map(|p| p.value().to_vec())
+            .ok_or_else(|| Error::Corrupt(format!("job {} has no payload", new.id)))?;
+    Ok(Lease {
+        job: new.id,
+        attempt: new.attempt,
+        queue: new.queue,
+        worker: worker.to_owned(),
+        claimed_at: now,
+        expires_at,
+        length,
+        payload,
+    })
+}
+
+/// Takes back the lease of a running job: records `LeaseExpired` and moves the job on.
+fn expire(tx: &mut Tx<'_>, job: Job, path: ReclaimPath) -> Result<(Job, Reclaim)> {
+    let Some(lease) = job.lease.clone() else {
+        return Err(corrupt_running(&job));
+    };
+    let now = tx.now;
+    let overdue = now.saturating_since(lease.expires_at);
+    let detection_delay = lease.length + overdue;
+    match path {
+        ReclaimPath::Reaper => tx.tally.counters.reclaimed_by_reaper += 1,
+        ReclaimPath::Takeover => tx.tally.counters.reclaimed_by_takeover += 1,
+        ReclaimPath::Recovery => tx.tally.counters.reclaimed_at_open += 1,
+    }
+    if path != ReclaimPath::Recovery {
+        tx.tally.detection_delay(detection_delay);
+    }
+    let next = after_failure(tx, &job, false);
+    let attempt = job.attempt;
+    let new = end_attempt(tx, job, Outcome::LeaseExpired { path, overdue }, next)?;
+    let reclaim = Reclaim {
+        job: new.id,
+        attempt,
+        worker: lease.owner,
+        expired_at: lease.expires_at,
+        reclaimed_at: now,
+        overdue,
+        detection_delay,
+        path,
+        now: new.state,
+    };
+    Ok((new, reclaim))
+}
+
+fn lease_expired(job: &Job, now: StoreTime) -> bool {
+    job.state == JobState::Running && job.lease.as_ref().is_some_and(|l| l.expires_at <= now)
+}
+
+/// The first due waiting job of the lowest priority: skips a priority whose earliest job is
+/// not yet due (all of its jobs are later) with one seek.
+fn next_ready(tx: &Tx<'_>, queue: &str) -> Result<Option<(i32, JobId)>> {
+    let mut from = i32::MIN;
+    loop {
+        let mut range =
+            tx.t.ready
+                .range((queue, from, 0u64, 0u64)..=(queue, i32::MAX, u64::MAX, u64::MAX))?;
+        let Some(entry) = range.next() else {
+            return Ok(None);
+        };
+        let (key, _) = entry?;
+        let (_, priority, run_at, id) = key.value();
+        if run_at <= tx.now.0 {
+            return Ok(Some((priority, JobId(id))));
+        }
+        match priority.checked_add(1) {
+            Some(p) => from = p,
+            None => return Ok(None),
+        }
+    }
+}
+
+/// The running job of `queue` whose lease expired first, if any has.
+fn next_expired(tx: &Tx<'_>, queue: &str) -> Result<Option<JobId>> {
+    let mut range =
+        tx.t.expiry
+            .range((queue, 0u64, 0u64)..=(queue, tx.now.0, u64::MAX))?;
+    match range.next() {
+        Some(entry) => Ok(Some(JobId(entry?.0.value().2))),
+        None => Ok(None),
+    }
+}
+
+/// Queues that have running jobs, from the `counts` index (no scan of jobs).
+fn running_queues(tx: &Tx<'_>) -> Result<Vec<String>> {
+    let mut queues = Vec::new();
+    for entry in tx.t.counts.iter()? {
+        let (key, _) = entry?;
+        let (queue, state) = key.value();
+        if state == JobState::Running.code() {
+            queues.push(queue.to_owned());
+        }
+    }
+    Ok(queues)
+}
+
+fn load(tx: &Tx<'_>, id: JobId) -> Result<Job> {
+    tx.t.job(id)?
+        .ok_or_else(|| Error::Corrupt(format!("an index names job {id}, which has no record")))
+}
+
+fn corrupt_running(job: &Job) -> Error {
+    Error::Corrupt(format!("job {} is running without a lease", job.id))
+}

@@ -1,0 +1,49 @@
+//! Plain data returned by maintenance passes.
+
+use std::time::Duration;
+
+use crate::ids::{Attempt, JobId, StoreTime};
+use crate::job::{JobState, ReclaimPath};
+
+/// One lease taken back.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Reclaim {
+    /// The job.
+    pub job: JobId,
+    /// The attempt whose lease was taken back.
+    pub attempt: Attempt,
+    /// The worker that held it.
+    pub worker: String,
+    /// When the lease expired.
+    pub expired_at: StoreTime,
+    /// When it was taken back.
+    pub reclaimed_at: StoreTime,
+    /// How long after the expiry it was taken back.
+    pub overdue: Duration,
+    /// How long after the holder's last renewal it was taken back (lease length + overdue):
+    /// the detection delay, bounded by lease length + reaper interval.
+    pub detection_delay: Duration,
+    /// Which path took it back.
+    pub path: ReclaimPath,
+    /// The state the job moved to (`Queued`, `Dead` or `Cancelled`).
+    pub now: JobState,
+}
+
+/// What one reaper pass did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ReapReport {
+    /// Every lease taken back, in the order they were.
+    pub reclaimed: Vec<Reclaim>,
+    /// How many transactions the pass used (each reclaims at most the configured batch).
+    pub batches: usize,
+    /// Expired leases left when the pass stopped (non-zero only if the pass hit its batch
+    /// limit; the next pass continues).
+    pub remaining: usize,
+}
+
+impl ReapReport {
+    /// The longest detection delay in this pass.
+    pub fn worst_detection_delay(&self) -> Option<Duration> {
+        self.reclaimed.iter().map(|r| r.detection_delay).max()
+    }
+}

@@ -1,0 +1,64 @@
+//! The store's tables, gathered in one place, and the schema version.
+//!
+//! All leasehold tables are prefixed `leasehold.`; an application that commits its own writes
+//! in a leasehold transaction (see [`crate::Transaction`]) must use other names.
+//!
+//! | table | key | value | holds |
+//! |---|---|---|---|
+//! | `meta` | name | bytes | schema version, id counter, clock anchor and high-water mark, counters |
+//! | `jobs` | job id | [`Job`](crate::Job) record | every job |
+//! | `payloads` | job id | bytes | each job's payload, apart so heartbeats do not rewrite it |
+//! | `outputs` | job id | bytes | a succeeded job's output |
+//! | `history` | (job, attempt) | [`Run`](crate::Run) record | one record per claim |
+//! | `ready` | (queue, priority, run_at, job) | () | waiting jobs, in claim order |
+//! | `expiry` | (queue, expires_at, job) | () | running jobs, by lease expiry |
+//! | `unique` | (queue, key) | job id | keys held by jobs that are not terminal |
+//! | `counts` | (queue, state) | count | jobs per queue and state |
+//! | `finished` | (finished_at, job) | () | terminal jobs, oldest first (for purging) |
+//!
+//! Every index (`ready`, `expiry`, `unique`, `counts`, `finished`) is a pure function of the
+//! job records, maintained only by [`crate::index`] and verified by [`crate::Store::check`].
+
+use redb::TableDefinition;
+
+/// The schema version this build writes and the newest it reads.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// The marker that says "this redb file is a leasehold store".
+pub(crate) const MARKER: &[u8] = b"leasehold store";
+
+pub(crate) const META: TableDefinition<&str, &[u8]> = TableDefinition::new("leasehold.meta");
+pub(crate) const JOBS: TableDefinition<u64, &[u8]> = TableDefinition::new("leasehold.jobs");
+pub(crate) const PAYLOADS: TableDefinition<u64, &[u8]> = TableDefinition::new("leasehold.payloads");
+pub(crate) const OUTPUTS: TableDefinition<u64, &[u8]> = TableDefinition::new("leasehold.outputs");
+pub(crate) const HISTORY: TableDefinition<(u64, u32), &[u8]> =
+    TableDefinition::new("leasehold.history");
+pub(crate) const READY: TableDefinition<(&str, i32, u64, u64), ()> =
+    TableDefinition::new("leasehold.ready");
+pub(crate) const EXPIRY: TableDefinition<(&str, u64, u64), ()> =
+    TableDefinition::new("leasehold.expiry");
+pub(crate) const UNIQUE: TableDefinition<(&str, &str), u64> =
+    TableDefinition::new("leasehold.unique");
+pub(crate) const COUNTS: TableDefinition<(&str, u8), u64> =
+    TableDefinition::new("leasehold.counts");
+pub(crate) const FINISHED: TableDefinition<(u64, u64), ()> =
+    TableDefinition::new("leasehold.finished");
+
+/// Keys of the `meta` table.
+pub(crate) mod meta_key {
+    pub const MARKER: &str = "marker";
+    pub const SCHEMA_VERSION: &str = "schema_version";
+    pub const NEXT_JOB_ID: &str = "next_job_id";
+    pub const HIGH_WATER: &str = "clock.high_water";
+    pub const ANCHOR: &str = "clock.anchor";
+    pub const COUNTERS: &str = "counters";
+}
+
+/// Limits on inputs, which keep index keys short and records bounded.
+pub(crate) mod limits {
+    pub const MAX_QUEUE_NAME: usize = 128;
+    pub const MAX_UNIQUE_KEY: usize = 256;
+    pub const MAX_WORKER_ID: usize = 256;
+    /// Error messages longer than this are truncated (an error is evidence, not payload).
+    pub const MAX_ERROR_MESSAGE: usize = 16 * 1024;
+}

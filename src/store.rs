@@ -1,0 +1,540 @@
+//! The [`Store`]: a handle on one store file that runs the lease protocol in redb write
+//! transactions at the store's own time.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use redb::{Database, ReadableDatabase, ReadableTable, WriteTransaction};
+
+use crate::clock::{Clock, MonotonicClock, StoreClock};
+use crate::codec;
+use crate::config::{DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_PAYLOAD, DEFAULT_REAP_BATCH};
+use crate::error::{ConfigError, Error, Result};
+use crate::ids::{JobId, StoreTime};
+use crate::job::{Job, JobState, NewJob, ReclaimPath, Run};
+use crate::lease::{Lease, Renewal};
+use crate::open::{self, EngineOptions};
+use crate::protocol;
+use crate::report::ReapReport;
+use crate::retry::RetryPolicy;
+use crate::schema::{self, meta_key};
+use crate::stats::{Counters, Stats};
+use crate::transaction::Transaction;
+use crate::tx::{Policy, Tally, Tx, decode_job, persist_tally};
+
+/// What a commit promises.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Durability {
+    /// Every commit is on disk (fsync'd) when the call returns. A crash or power loss loses
+    /// nothing that was acknowledged. The default.
+    Immediate,
+    /// Commits are made durable at most `flush_every` apart (at the first commit after that
+    /// much store time, at [`Store::flush`], and when the store is dropped); the ones between
+    /// are in memory only. A crash or power loss may lose the commits since the last durable
+    /// one, as a whole and in order, and never corrupts the file: the store reopens at an
+    /// earlier consistent state. Then a completed job may run again, so handlers must be
+    /// idempotent (they must be anyway: a lease can be falsely reclaimed).
+    Eventual {
+        /// The longest span of commits that a crash may lose.
+        flush_every: Duration,
+    },
+}
+
+/// Configures and opens a [`Store`]. See [`Store::builder`].
+#[derive(Debug)]
+pub struct StoreBuilder {
+    path: PathBuf,
+    clock: Arc<dyn Clock>,
+    durability: Durability,
+    retry: RetryPolicy,
+    default_max_attempts: u32,
+    max_payload: usize,
+    reap_batch: usize,
+    recover_on_open: bool,
+    verify_on_open: bool,
+    cache_size: usize,
+}
+
+impl StoreBuilder {
+    /// The time source. Default: the host's [`MonotonicClock`]. Tests use a
+    /// [`ManualClock`](crate::ManualClock).
+    pub fn clock(mut self, clock: impl Clock) -> StoreBuilder {
+        self.clock = Arc::new(clock);
+        self
+    }
+
+    /// What a commit promises. Default: [`Durability::Immediate`].
+    pub fn durability(mut self, durability: Durability) -> StoreBuilder {
+        self.durability = durability;
+        self
+    }
+
+    /// The backoff between failed attempts. Default: [`RetryPolicy::default`].
+    pub fn retry_policy(mut self, retry: RetryPolicy) -> StoreBuilder {
+        self.retry = retry;
+        self
+    }
+
+    /// The retry budget of jobs enqueued without one. Default: 25.
+    pub fn default_max_attempts(mut self, n: u32) -> StoreBuilder {
+        self.default_max_attempts = n;
+        self
+    }
+
+    /// The largest payload or output accepted. Default: 1 MiB.
+    pub fn max_payload(mut self, bytes: usize) -> StoreBuilder {
+        self.max_payload = bytes;
+        self
+    }
+
+    /// How many leases one reaper transaction takes back, so that reclaiming a whole dead
+    /// pool does not hold the write lock for long. Default: 500.
+    pub fn reap_batch(mut self, n: usize) -> StoreBuilder {
+        self.reap_batch = n;
+        self
+    }
+
+    /// Whether to take back every running lease at open. Default: on.
+    ///
+    /// The open holds redb's writer lock, which proves no other process writes the store, so
+    /// every lease found running at open belongs to a process that is gone; waiting out its
+    /// lease would only delay its job.
+    pub fn recover_on_open(mut self, on: bool) -> StoreBuilder {
+        self.recover_on_open = on;
+        self
+    }
+
+    /// Whether to verify every page's checksum at open. Default: on. A damaged file then fails
+    /// to open with [`OpenError::Corrupt`](crate::OpenError::Corrupt) instead of being
+    /// trusted; the price is one read of the whole file per open.
+    pub fn verify_on_open(mut self, on: bool) -> StoreBuilder {
+        self.verify_on_open = on;
+        self
+    }
+
+    /// redb's page cache size in bytes. Default: 64 MiB.
+    pub fn cache_size(mut self, bytes: usize) -> StoreBuilder {
+        self.cache_size = bytes;
+        self
+    }
+
+    /// Opens the store, creating the file if it does not exist.
+    pub fn open(self) -> Result<Store> {
+        self.retry.validate()?;
+        if self.default_max_attempts == 0 {
+            return Err(ConfigError::ZeroMaxAttempts.into());
+        }
+        if self.reap_batch == 0 {
+            return Err(ConfigError::ZeroBatch.into());
+        }
+        let db = open::open_database(
+            &self.path,
+            &EngineOptions {
+                cache_size: self.cache_size,
+                verify: self.verify_on_open,
+            },
+        )?;
+        let timeline = open::prepare(&db, &self.path)?;
+        let (clock, fresh) = StoreClock::resume(self.clock, timeline.anchor, timeline.high_water);
+        if fresh {
+            open::write_anchor(&db, clock.anchor())?;
+        }
+        let store = Store {
+            inner: Arc::new(Inner {
+                db,
+                clock,
+                path: self.path,
+                durability: self.durability,
+                policy: Policy {
+                    retry: self.retry,
+                    default_max_attempts: self.default_max_attempts,
+                    max_payload: self.max_payload,
+                    reap_batch: self.reap_batch,
+                },
+                flush: Mutex::new(FlushState::default()),
+            }),
+        };
+        if self.recover_on_open {
+            let report = store.reap_all(ReclaimPath::Recovery)?;
+            if !report.reclaimed.is_empty() {
+                tracing::warn!(
+                    reclaimed = report.reclaimed.len(),
+                    "took back leases of a process that ended without releasing them"
+                );
+            }
+        }
+        Ok(store)
+    }
+}
+
+/// A handle on a leasehold store. Cheap to clone; clones share one open file.
+#[derive(Clone, Debug)]
+pub struct Store {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    db: Database,
+    clock: StoreClock,
+    path: PathBuf,
+    durability: Durability,
+    policy: Policy,
+    flush: Mutex<FlushState>,
+}
+
+#[derive(Debug, Default)]
+struct FlushState {
+    last_durable: StoreTime,
+    dirty: bool,
+}
+
+impl Store {
+    /// A builder for the store at `path`.
+    pub fn builder(path: impl AsRef<Path>) -> StoreBuilder {
+        StoreBuilder {
+            path: path.as_ref().to_owned(),
+            clock: Arc::new(MonotonicClock::new()),
+            durability: Durability::Immediate,
+            retry: RetryPolicy::default(),
+            default_max_attempts: DEFAULT_MAX_ATTEMPTS,
+            max_payload: DEFAULT_MAX_PAYLOAD,
+            reap_batch: DEFAULT_REAP_BATCH,
+            recover_on_open: true,
+            verify_on_open: true,
+            cache_size: 64 << 20,
+        }
+    }
+
+    /// Opens (or creates) the store at `path` with the defaults.
+    pub fn open(path: impl AsRef<Path>) -> Result<Store> {
+        Store::builder(path).open()
+    }
+
+    /// The store's current time. Every expiry is compared against this, inside the store.
+    pub fn now(&self) -> StoreTime {
+        self.inner.clock.now()
+    }
+
+    /// The store file.
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+
+    /// Enqueues a job and returns its id (or, for a unique key a live job holds, that job's).
+    pub fn enqueue(&self, job: NewJob) -> Result<JobId> {
+        self.write(|tx| protocol::enqueue(tx, job))
+    }
+
+    /// Enqueues many jobs in one transaction: all of them or, on any error, none.
+    pub fn enqueue_batch(&self, jobs: impl IntoIterator<Item = NewJob>) -> Result<Vec<JobId>> {
+        self.write(|tx| jobs.into_iter().map(|j| protocol::enqueue(tx, j)).collect())
+    }
+
+    /// Claims the most urgent claimable job of `queue` for `worker` under a lease of `lease`:
+    /// a waiting job that is due, or a running one whose lease has expired (taken over, with a
+    /// `LeaseExpired` record for the attempt that lost it). One atomic write: two claimers can
+    /// never both win. `None` if nothing is claimable.
+    pub fn claim(&self, queue: &str, worker: &str, lease: Duration) -> Result<Option<Lease>> {
+        self.write(|tx| protocol::claim(tx, queue, worker, lease))
+    }
+
+    /// Claims one named job if it is claimable now (see [`Store::claim`]).
+    pub fn claim_job(&self, job: JobId, worker: &str, lease: Duration) -> Result<Option<Lease>> {
+        self.write(|tx| protocol::claim_job(tx, job, worker, lease))
+    }
+
+    /// Renews `lease` by its length from now and records `progress`, if it is still held.
+    /// [`Error::LeaseLost`] means stop working and commit nothing.
+    pub fn heartbeat(&self, lease: &Lease, progress: u64) -> Result<Renewal> {
+        self.write(|tx| protocol::heartbeat(tx, lease.job, lease.attempt, progress))
+    }
+
+    /// Renews many leases in one write transaction; one result per lease, in order. A lost
+    /// lease fails only its own entry.
+    pub fn heartbeat_batch(&self, beats: &[(&Lease, u64)]) -> Result<Vec<Result<Renewal>>> {
+        self.write(|tx| {
+            Ok(beats
+                .iter()
+                .map(|(lease, progress)| {
+                    protocol::heartbeat(tx, lease.job, lease.attempt, *progress)
+                })
+                .collect())
+        })
+    }
+
+    /// Completes the job held by `lease` with `output`, if the lease still holds.
+    pub fn complete(&self, lease: &Lease, output: &[u8]) -> Result<()> {
+        self.write(|tx| protocol::complete(tx, lease, output))
+    }
+
+    /// Completes the job and commits the application's own writes (made by `f` on the same
+    /// redb transaction, to its own tables) atomically with it, only if the fence holds. If
+    /// the lease was lost, `f` is not called and nothing is written; if `f` fails, nothing is
+    /// written either. This gives exactly-once effects on local state to a job that may run
+    /// more than once.
+    pub fn complete_with<F, E>(&self, lease: &Lease, output: &[u8], f: F) -> Result<()>
+    where
+        F: FnOnce(&WriteTransaction) -> std::result::Result<(), E>,
+        E: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        self.transaction(|t| {
+            t.complete(lease, output)?;
+            f(t.redb()).map_err(|e| Error::Application(e.into()))
+        })
+    }
+
+    /// Fails the attempt held by `lease`: the job waits out a backoff and runs again while its
+    /// retry budget lasts, else it is dead. Returns the job's new state.
+    pub fn fail(&self, lease: &Lease, error: &str) -> Result<JobState> {
+        self.write(|tx| protocol::fail(tx, lease, error))
+    }
+
+    /// Gives the job back (graceful shutdown): claimable at once, no retry budget spent.
+    pub fn release(&self, lease: &Lease) -> Result<()> {
+        self.write(|tx| protocol::release(tx, lease)).map(|_| ())
+    }
+
+    /// Cancels a job. A waiting job is cancelled at once; a running one is flagged, its
+    /// holder is told at its next heartbeat, and it ends cancelled. Returns the job's state.
+    pub fn cancel(&self, job: JobId) -> Result<JobState> {
+        self.write(|tx| protocol::cancel(tx, job))
+    }
+
+    /// One reaper pass: takes back every lease that expired at or before now, in
+    /// transactions of at most the configured batch, yielding the write lock between them.
+    pub fn reap(&self) -> Result<ReapReport> {
+        self.reap_all(ReclaimPath::Reaper)
+    }
+
+    fn reap_all(&self, path: ReclaimPath) -> Result<ReapReport> {
+        let mut report = ReapReport::default();
+        loop {
+            let batch = self.inner.policy.reap_batch;
+            let (reclaimed, remaining) = self.write(|tx| protocol::reap_batch(tx, batch, path))?;
+            report.batches += 1;
+            report.reclaimed.extend(reclaimed);
+            report.remaining = remaining;
+            if remaining == 0 {
+                return Ok(report);
+            }
+            std::thread::yield_now();
+        }
+    }
+
+    /// Runs `f` in one write transaction, committed only if it returns `Ok`: enqueue jobs
+    /// together with the application's own writes, or complete a job together with them.
+    pub fn transaction<T>(
+        &self,
+        f: impl FnOnce(&mut Transaction<'_, '_>) -> Result<T>,
+    ) -> Result<T> {
+        self.write_with_txn(|tx, txn| f(&mut Transaction::new(tx, txn)))
+    }
+
+    /// Makes every commit so far durable (a no-op under [`Durability::Immediate`]).
+    pub fn flush(&self) -> Result<()> {
+        let mut state = self.inner.flush.lock();
+        if !state.dirty {
+            return Ok(());
+        }
+        let txn = self.inner.db.begin_write()?;
+        txn.commit()?;
+        state.dirty = false;
+        state.last_durable = self.now();
+        Ok(())
+    }
+
+    /// The job's record, if it exists.
+    pub fn job(&self, id: JobId) -> Result<Option<Job>> {
+        let read = self.inner.db.begin_read()?;
+        let jobs = read.open_table(schema::JOBS)?;
+        match jobs.get(id.0)? {
+            Some(b) => decode_job(b.value()).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// A read snapshot of the whole file, for the application's own tables (written with
+    /// [`Store::transaction`] or [`Store::complete_with`]).
+    pub fn begin_read(&self) -> Result<redb::ReadTransaction> {
+        Ok(self.inner.db.begin_read()?)
+    }
+
+    /// The job's payload, if the job exists.
+    pub fn payload(&self, id: JobId) -> Result<Option<Vec<u8>>> {
+        self.read_bytes(schema::PAYLOADS, id)
+    }
+
+    /// The output a succeeded job completed with (`None` for none or an empty one).
+    pub fn output(&self, id: JobId) -> Result<Option<Vec<u8>>> {
+        self.read_bytes(schema::OUTPUTS, id)
+    }
+
+    fn read_bytes(
+        &self,
+        table: redb::TableDefinition<u64, &[u8]>,
+        id: JobId,
+    ) -> Result<Option<Vec<u8>>> {
+        let read = self.inner.db.begin_read()?;
+        let t = read.open_table(table)?;
+        Ok(t.get(id.0)?.map(|b| b.value().to_vec()))
+    }
+
+    /// The job's run history: one record per attempt, oldest first.
+    pub fn history(&self, id: JobId) -> Result<Vec<Run>> {
+        let read = self.inner.db.begin_read()?;
+        let history = read.open_table(schema::HISTORY)?;
+        let mut runs = Vec::new();
+        for entry in history.range((id.0, 0u32)..=(id.0, u32::MAX))? {
+            let (_, v) = entry?;
+            runs.push(
+                codec::decode(v.value())
+                    .map_err(|e| Error::Corrupt(format!("history of job {id}: {e}")))?,
+            );
+        }
+        Ok(runs)
+    }
+
+    /// Counts per queue and state, and the lifetime counters. Reads the `counts` index, not
+    /// the jobs.
+    pub fn stats(&self) -> Result<Stats> {
+        let read = self.inner.db.begin_read()?;
+        let counts = read.open_table(schema::COUNTS)?;
+        let mut stats = Stats {
+            now: self.now(),
+            ..Stats::default()
+        };
+        for entry in counts.iter()? {
+            let (k, v) = entry?;
+            let (queue, code) = k.value();
+            let state = JobState::from_code(code)
+                .ok_or_else(|| Error::Corrupt(format!("unknown state code {code}")))?;
+            stats
+                .queues
+                .entry(queue.to_owned())
+                .or_default()
+                .by_state
+                .insert(state, v.value());
+        }
+        let meta = read.open_table(schema::META)?;
+        if let Some(b) = meta.get(meta_key::COUNTERS)? {
+            stats.counters = codec::decode::<Counters>(b.value())
+                .map_err(|e| Error::Corrupt(format!("counters: {e}")))?;
+        }
+        Ok(stats)
+    }
+
+    /// Proves the indexes match the records (like SQLite's `PRAGMA integrity_check`): every
+    /// index entry is implied by a record, every record has all of its entries, the counts
+    /// are right, and history has one record per attempt.
+    pub fn check(&self) -> Result<crate::check::CheckReport> {
+        let read = self.inner.db.begin_read()?;
+        crate::check::check(&read)
+    }
+
+    /// Runs `f` in a write transaction at the store's now and commits if it succeeds.
+    fn write<T>(&self, f: impl FnOnce(&mut Tx<'_>) -> Result<T>) -> Result<T> {
+        self.write_with_txn(|tx, _| f(tx))
+    }
+
+    fn write_with_txn<T>(
+        &self,
+        f: impl for<'t> FnOnce(&mut Tx<'t>, &'t WriteTransaction) -> Result<T>,
+    ) -> Result<T> {
+        let mut txn = self.inner.db.begin_write()?;
+        // Read the clock once the write lock is held, so commits carry non-decreasing times.
+        let now = self.now();
+        let durable = self.choose_durability(&mut txn, now)?;
+        let (result, tally) = {
+            let mut tx = Tx::open(&txn, now, &self.inner.policy)?;
+            let result = f(&mut tx, &txn);
+            if result.is_ok() {
+                persist_tally(&mut tx.t.meta, &tx.tally)?;
+            }
+            (result, tx.tally)
+        };
+        match result {
+            Ok(value) => {
+                txn.commit()?;
+                self.committed(durable, now);
+                Ok(value)
+            }
+            Err(e) => {
+                txn.abort()?;
+                self.record_refusals(&tally)?;
+                Err(e)
+            }
+        }
+    }
+
+    /// A refused fenced write changes nothing, but the refusal is counted: in a transaction
+    /// of its own, since the one that was refused is rolled back whole.
+    fn record_refusals(&self, tally: &Tally) -> Result<()> {
+        let refusals = Tally {
+            counters: Counters {
+                leases_lost: tally.counters.leases_lost,
+                fenced_writes_rejected: tally.counters.fenced_writes_rejected,
+                ..Counters::default()
+            },
+            high_water: StoreTime::ZERO,
+        };
+        if !refusals.counts_anything() {
+            return Ok(());
+        }
+        let mut txn = self.inner.db.begin_write()?;
+        let now = self.now();
+        let durable = self.choose_durability(&mut txn, now)?;
+        {
+            let mut meta = txn.open_table(schema::META)?;
+            persist_tally(&mut meta, &refusals)?;
+        }
+        txn.commit()?;
+        self.committed(durable, now);
+        Ok(())
+    }
+
+    fn choose_durability(&self, txn: &mut WriteTransaction, now: StoreTime) -> Result<bool> {
+        match self.inner.durability {
+            Durability::Immediate => Ok(true),
+            Durability::Eventual { flush_every } => {
+                let state = self.inner.flush.lock();
+                if now.saturating_since(state.last_durable) >= flush_every {
+                    Ok(true)
+                } else {
+                    txn.set_durability(redb::Durability::None)?;
+                    Ok(false)
+                }
+            }
+        }
+    }
+
+    fn committed(&self, durable: bool, now: StoreTime) {
+        if matches!(self.inner.durability, Durability::Immediate) {
+            return;
+        }
+        let mut state = self.inner.flush.lock();
+        if durable {
+            state.dirty = false;
+            state.last_durable = now;
+        } else {
+            state.dirty = true;
+        }
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if self.flush.get_mut().dirty {
+            let flushed = self
+                .db
+                .begin_write()
+                .map_err(Error::from)
+                .and_then(|txn| txn.commit().map_err(Error::from));
+            if let Err(e) = flushed {
+                tracing::error!(error = %e, "final flush of the store failed");
+            }
+        }
+    }
+}

@@ -1,0 +1,53 @@
+//! A leasehold write transaction that the application shares: enqueue or complete jobs and
+//! write the application's own tables, all committed together or not at all.
+
+use redb::WriteTransaction;
+
+use crate::error::Result;
+use crate::ids::{JobId, StoreTime};
+use crate::job::{JobState, NewJob};
+use crate::lease::Lease;
+use crate::protocol;
+use crate::tx::Tx;
+
+/// One write transaction, opened by [`Store::transaction`](crate::Store::transaction).
+///
+/// The fenced operations here behave exactly as the store's own; if one fails (a lost
+/// lease, say) and the closure returns the error, the application's writes are rolled back
+/// with everything else.
+pub struct Transaction<'a, 't> {
+    tx: &'a mut Tx<'t>,
+    txn: &'t WriteTransaction,
+}
+
+impl<'a, 't> Transaction<'a, 't> {
+    pub(crate) fn new(tx: &'a mut Tx<'t>, txn: &'t WriteTransaction) -> Self {
+        Transaction { tx, txn }
+    }
+
+    /// The store time this transaction acts at.
+    pub fn now(&self) -> StoreTime {
+        self.tx.now
+    }
+
+    /// The underlying redb transaction, for the application's own tables. Tables whose names
+    /// start with `leasehold.` are the store's: they are open already and must not be touched.
+    pub fn redb(&self) -> &'t WriteTransaction {
+        self.txn
+    }
+
+    /// Enqueues a job in this transaction (see [`Store::enqueue`](crate::Store::enqueue)).
+    pub fn enqueue(&mut self, job: NewJob) -> Result<JobId> {
+        protocol::enqueue(self.tx, job)
+    }
+
+    /// Completes a job in this transaction, if its lease still holds.
+    pub fn complete(&mut self, lease: &Lease, output: &[u8]) -> Result<()> {
+        protocol::complete(self.tx, lease, output)
+    }
+
+    /// Fails an attempt in this transaction, if its lease still holds.
+    pub fn fail(&mut self, lease: &Lease, error: &str) -> Result<JobState> {
+        protocol::fail(self.tx, lease, error)
+    }
+}

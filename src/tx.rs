@@ -1,0 +1,180 @@
+//! A leasehold write transaction as the protocol sees it: the open tables, the store time the
+//! transaction acts at, the store's policy, and the tallies to persist when it commits.
+
+use std::time::Duration;
+
+use redb::{ReadableTable, Table, WriteTransaction};
+
+use crate::codec;
+use crate::error::{Error, Result};
+use crate::ids::{JobId, StoreTime};
+use crate::job::Job;
+use crate::retry::RetryPolicy;
+use crate::schema::{self, meta_key};
+use crate::stats::Counters;
+
+/// The store's policy, fixed at open.
+#[derive(Clone, Debug)]
+pub(crate) struct Policy {
+    pub retry: RetryPolicy,
+    pub default_max_attempts: u32,
+    pub max_payload: usize,
+    pub reap_batch: usize,
+}
+
+/// Every leasehold table, open for writing.
+pub(crate) struct Tables<'t> {
+    pub meta: Table<'t, &'static str, &'static [u8]>,
+    pub jobs: Table<'t, u64, &'static [u8]>,
+    pub payloads: Table<'t, u64, &'static [u8]>,
+    pub outputs: Table<'t, u64, &'static [u8]>,
+    pub history: Table<'t, (u64, u32), &'static [u8]>,
+    pub ready: Table<'t, (&'static str, i32, u64, u64), ()>,
+    pub expiry: Table<'t, (&'static str, u64, u64), ()>,
+    pub unique: Table<'t, (&'static str, &'static str), u64>,
+    pub counts: Table<'t, (&'static str, u8), u64>,
+    pub finished: Table<'t, (u64, u64), ()>,
+}
+
+impl<'t> Tables<'t> {
+    pub(crate) fn open(txn: &'t WriteTransaction) -> Result<Tables<'t>> {
+        Ok(Tables {
+            meta: txn.open_table(schema::META)?,
+            jobs: txn.open_table(schema::JOBS)?,
+            payloads: txn.open_table(schema::PAYLOADS)?,
+            outputs: txn.open_table(schema::OUTPUTS)?,
+            history: txn.open_table(schema::HISTORY)?,
+            ready: txn.open_table(schema::READY)?,
+            expiry: txn.open_table(schema::EXPIRY)?,
+            unique: txn.open_table(schema::UNIQUE)?,
+            counts: txn.open_table(schema::COUNTS)?,
+            finished: txn.open_table(schema::FINISHED)?,
+        })
+    }
+
+    /// Loads a job record; `None` if there is none.
+    pub(crate) fn job(&self, id: JobId) -> Result<Option<Job>> {
+        match self.jobs.get(id.0)? {
+            Some(bytes) => decode_job(bytes.value()).map(Some),
+            None => Ok(None),
+        }
+    }
+}
+
+pub(crate) fn decode_job(bytes: &[u8]) -> Result<Job> {
+    codec::decode(bytes).map_err(|e| Error::Corrupt(format!("job record: {e}")))
+}
+
+/// What a transaction adds to the persisted counters and clock high-water mark.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Tally {
+    pub counters: Counters,
+    pub high_water: StoreTime,
+}
+
+impl Tally {
+    /// Whether the counters changed (a refused write still has to record that it was refused).
+    pub(crate) fn counts_anything(&self) -> bool {
+        self.counters != Counters::default()
+    }
+
+    /// Notes a time the store wrote, so the clock never resumes below it.
+    pub(crate) fn wrote_time(&mut self, t: StoreTime) {
+        self.high_water = self.high_water.max(t);
+    }
+
+    pub(crate) fn detection_delay(&mut self, d: Duration) {
+        let worst = &mut self.counters.worst_detection_delay;
+        *worst = (*worst).max(d);
+    }
+}
+
+/// A write transaction at one instant of store time.
+pub(crate) struct Tx<'t> {
+    pub now: StoreTime,
+    pub t: Tables<'t>,
+    pub policy: &'t Policy,
+    pub tally: Tally,
+}
+
+impl<'t> Tx<'t> {
+    pub(crate) fn open(
+        txn: &'t WriteTransaction,
+        now: StoreTime,
+        policy: &'t Policy,
+    ) -> Result<Tx<'t>> {
+        let mut tally = Tally::default();
+        tally.wrote_time(now);
+        Ok(Tx {
+            now,
+            t: Tables::open(txn)?,
+            policy,
+            tally,
+        })
+    }
+
+    /// Allocates the next job id from the persisted counter.
+    pub(crate) fn next_job_id(&mut self) -> Result<JobId> {
+        let next = read_u64(&self.t.meta, meta_key::NEXT_JOB_ID)?.unwrap_or(1);
+        write_u64(&mut self.t.meta, meta_key::NEXT_JOB_ID, next + 1)?;
+        Ok(JobId(next))
+    }
+}
+
+/// Adds `tally` to the persisted counters and raises the persisted high-water mark.
+pub(crate) fn persist_tally(
+    meta: &mut Table<'_, &'static str, &'static [u8]>,
+    tally: &Tally,
+) -> Result<()> {
+    let hw = read_u64(meta, meta_key::HIGH_WATER)?.unwrap_or(0);
+    if tally.high_water.0 > hw {
+        write_u64(meta, meta_key::HIGH_WATER, tally.high_water.0)?;
+    }
+    if tally.counts_anything() {
+        let mut c: Counters = match meta.get(meta_key::COUNTERS)? {
+            Some(b) => {
+                codec::decode(b.value()).map_err(|e| Error::Corrupt(format!("counters: {e}")))?
+            }
+            None => Counters::default(),
+        };
+        add_counters(&mut c, &tally.counters);
+        meta.insert(meta_key::COUNTERS, codec::encode(&c).as_slice())?;
+    }
+    Ok(())
+}
+
+fn add_counters(total: &mut Counters, d: &Counters) {
+    total.reclaimed_by_reaper += d.reclaimed_by_reaper;
+    total.reclaimed_by_takeover += d.reclaimed_by_takeover;
+    total.reclaimed_at_open += d.reclaimed_at_open;
+    total.released += d.released;
+    total.leases_lost += d.leases_lost;
+    total.fenced_writes_rejected += d.fenced_writes_rejected;
+    total.stalled += d.stalled;
+    total.worst_detection_delay = total.worst_detection_delay.max(d.worst_detection_delay);
+}
+
+pub(crate) fn read_u64(
+    meta: &impl ReadableTable<&'static str, &'static [u8]>,
+    key: &str,
+) -> Result<Option<u64>> {
+    match meta.get(key)? {
+        Some(b) => {
+            let arr: [u8; 8] = b
+                .value()
+                .try_into()
+                .map_err(|_| Error::Corrupt(format!("meta value {key} is not 8 bytes")))?;
+            Ok(Some(u64::from_le_bytes(arr)))
+        }
+        None => Ok(None),
+    }
+}
+
+pub(crate) fn write_u64(
+    meta: &mut Table<'_, &'static str, &'static [u8]>,
+    key: &str,
+    v: u64,
+) -> Result<()> {
+    meta.insert(key, v.to_le_bytes().as_slice())?;
+    Ok(())
+}

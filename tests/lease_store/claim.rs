@@ -1,0 +1,176 @@
+use std::collections::HashSet;
+use std::sync::{Arc, Barrier};
+use std::time::Duration;
+
+use leasehold::{Attempt, JobState, NewJob, Outcome, ReclaimPath};
+
+use crate::common::{Fixture, LEASE, Q};
+
+#[test]
+fn only_one_of_many_racing_claimers_wins_a_job() {
+    let f = Fixture::new();
+    for round in 0..20 {
+        let id = f.enqueue(NewJob::new(Q, format!("r{round}"))).unwrap();
+        let threads = 8;
+        let barrier = Arc::new(Barrier::new(threads));
+        let winners: Vec<leasehold::Lease> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..threads)
+                .map(|t| {
+                    let store = (*f).clone();
+                    let barrier = barrier.clone();
+                    s.spawn(move || {
+                        barrier.wait();
+                        // half race on the named job, half on the queue
+                        if t % 2 == 0 {
+                            store.claim_job(id, &format!("w{t}"), LEASE).unwrap()
+                        } else {
+                            store.claim(Q, &format!("w{t}"), LEASE).unwrap()
+                        }
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .filter_map(|h| h.join().unwrap())
+                .collect()
+        });
+        assert_eq!(winners.len(), 1, "round {round}: exactly one winner");
+        let job = f.job(id).unwrap().unwrap();
+        assert_eq!(job.state, JobState::Running);
+        assert_eq!(job.attempt, Attempt(1));
+        assert_eq!(job.lease.unwrap().owner, winners[0].worker);
+        assert!(f.claim_job(id, "late", LEASE).unwrap().is_none());
+        f.complete(&winners[0], b"").unwrap();
+    }
+}
+
+#[test]
+fn racing_claimers_take_every_job_exactly_once() {
+    let f = Fixture::new();
+    let ids = f.enqueue_n(400);
+    let taken: Vec<Vec<u64>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..6)
+            .map(|t| {
+                let store = (*f).clone();
+                s.spawn(move || {
+                    let mut mine = Vec::new();
+                    while let Some(l) = store.claim(Q, &format!("w{t}"), LEASE).unwrap() {
+                        mine.push(l.job.0);
+                    }
+                    mine
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let all: Vec<u64> = taken.into_iter().flatten().collect();
+    let distinct: HashSet<u64> = all.iter().copied().collect();
+    assert_eq!(all.len(), ids.len(), "no job claimed twice");
+    assert_eq!(distinct.len(), ids.len(), "every job claimed");
+}
+
+#[test]
+fn lower_priority_number_runs_first_and_fifo_within_a_priority() {
+    let f = Fixture::new();
+    let low1 = f.enqueue(NewJob::new(Q, "low1").priority(5)).unwrap();
+    f.advance(Duration::from_millis(1));
+    let high1 = f.enqueue(NewJob::new(Q, "high1").priority(-3)).unwrap();
+    f.advance(Duration::from_millis(1));
+    let low2 = f.enqueue(NewJob::new(Q, "low2").priority(5)).unwrap();
+    f.advance(Duration::from_millis(1));
+    let high2 = f.enqueue(NewJob::new(Q, "high2").priority(-3)).unwrap();
+    let order: Vec<_> = (0..4).map(|_| f.claim_one("w").job).collect();
+    assert_eq!(order, vec![high1, high2, low1, low2]);
+}
+
+#[test]
+fn delayed_job_is_invisible_until_due_even_to_claim_job() {
+    let f = Fixture::new();
+    let id = f
+        .enqueue(NewJob::new(Q, "later").delay(Duration::from_secs(30)))
+        .unwrap();
+    assert!(f.claim(Q, "w", LEASE).unwrap().is_none());
+    assert!(f.claim_job(id, "w", LEASE).unwrap().is_none());
+    f.advance(Duration::from_secs(29));
+    assert!(f.claim(Q, "w", LEASE).unwrap().is_none());
+    f.advance(Duration::from_secs(1));
+    assert_eq!(f.claim_one("w").job, id);
+}
+
+#[test]
+fn a_delayed_urgent_job_does_not_hide_due_jobs_of_lower_urgency() {
+    let f = Fixture::new();
+    f.enqueue(
+        NewJob::new(Q, "urgent later")
+            .priority(-10)
+            .delay(Duration::from_secs(60)),
+    )
+    .unwrap();
+    let now = f.enqueue(NewJob::new(Q, "normal now")).unwrap();
+    assert_eq!(f.claim_one("w").job, now);
+}
+
+#[test]
+fn queues_are_separate() {
+    let f = Fixture::new();
+    f.enqueue(NewJob::new("other", "x")).unwrap();
+    assert!(f.claim(Q, "w", LEASE).unwrap().is_none());
+    assert!(f.claim("other", "w", LEASE).unwrap().is_some());
+}
+
+#[test]
+fn expired_lease_is_taken_over_at_claim_with_a_history_record() {
+    let f = Fixture::new();
+    let id = f.enqueue_n(1)[0];
+    let first = f.claim_one("dead-worker");
+    f.advance(LEASE - Duration::from_secs(1));
+    assert!(
+        f.claim(Q, "w2", LEASE).unwrap().is_none(),
+        "lease still live"
+    );
+    f.advance(Duration::from_secs(4));
+    let second = f.claim_one("w2");
+    assert_eq!(second.job, id);
+    assert_eq!(second.attempt, Attempt(2));
+    let history = f.history(id).unwrap();
+    assert_eq!(history.len(), 2);
+    assert_eq!(history[0].worker, "dead-worker");
+    assert_eq!(
+        history[0].outcome,
+        Some(Outcome::LeaseExpired {
+            path: ReclaimPath::Takeover,
+            overdue: Duration::from_secs(3)
+        })
+    );
+    assert_eq!(history[1].outcome, None);
+    assert!(f.heartbeat(&first, 1).unwrap_err().is_lease_lost());
+    assert_eq!(f.stats().unwrap().counters.reclaimed_by_takeover, 1);
+}
+
+#[test]
+fn claim_job_takes_over_an_expired_lease() {
+    let f = Fixture::new();
+    let id = f.enqueue_n(1)[0];
+    f.claim_one("a");
+    f.advance(LEASE);
+    let l = f
+        .claim_job(id, "b", LEASE)
+        .unwrap()
+        .expect("expired lease is claimable");
+    assert_eq!(l.attempt, Attempt(2));
+}
+
+#[test]
+fn claim_carries_the_payload_and_fencing_token() {
+    let f = Fixture::new();
+    let id = f
+        .enqueue(NewJob::new(Q, b"\x00\xffbytes".to_vec()))
+        .unwrap();
+    let l = f.claim_one("w");
+    assert_eq!(l.job, id);
+    assert_eq!(l.payload, b"\x00\xffbytes");
+    assert_eq!(l.attempt, Attempt(1));
+    assert_eq!(l.expires_at, f.now().saturating_add(LEASE));
+    let job = f.job(id).unwrap().unwrap();
+    assert_eq!(job.lease.unwrap().owner, "w");
+}

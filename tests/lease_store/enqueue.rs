@@ -1,0 +1,150 @@
+use std::time::Duration;
+
+use leasehold::{Error, InputError, JobState, NewJob};
+
+use crate::common::{Fixture, LEASE, Q};
+
+#[test]
+fn job_ids_are_never_reused_even_across_reopen() {
+    let mut f = Fixture::new();
+    let a = f.enqueue_n(3);
+    f.reopen();
+    let b = f.enqueue_n(1);
+    assert_eq!(a.iter().map(|j| j.0).collect::<Vec<_>>(), vec![1, 2, 3]);
+    assert_eq!(b[0].0, 4);
+}
+
+#[test]
+fn a_unique_key_held_by_a_live_job_returns_that_job_and_creates_nothing() {
+    let f = Fixture::new();
+    let first = f
+        .enqueue(NewJob::new(Q, "a").unique_key("report-2026-11"))
+        .unwrap();
+    let again = f
+        .enqueue(NewJob::new(Q, "b").unique_key("report-2026-11"))
+        .unwrap();
+    assert_eq!(first, again);
+    assert_eq!(f.stats().unwrap().total(JobState::Queued), 1);
+    // while running, still held
+    let l = f.claim_one("w");
+    assert_eq!(
+        f.enqueue(NewJob::new(Q, "c").unique_key("report-2026-11"))
+            .unwrap(),
+        first
+    );
+    // other queues have their own keys
+    let other = f
+        .enqueue(NewJob::new("other", "d").unique_key("report-2026-11"))
+        .unwrap();
+    assert_ne!(other, first);
+    // once terminal, the key is free again
+    f.complete(&l, b"").unwrap();
+    let next = f
+        .enqueue(NewJob::new(Q, "e").unique_key("report-2026-11"))
+        .unwrap();
+    assert_ne!(next, first);
+}
+
+#[test]
+fn a_unique_key_survives_retry_wait() {
+    let f = Fixture::new();
+    let id = f.enqueue(NewJob::new(Q, "a").unique_key("k")).unwrap();
+    let l = f.claim_one("w");
+    f.fail(&l, "again later").unwrap();
+    assert_eq!(f.enqueue(NewJob::new(Q, "b").unique_key("k")).unwrap(), id);
+}
+
+#[test]
+fn bad_input_is_refused_with_its_own_error_and_writes_nothing() {
+    let f = Fixture::with(|b| b.max_payload(16));
+    let before = f.stats().unwrap();
+    let cases: Vec<(NewJob, InputError)> = vec![
+        (NewJob::new("", "x"), InputError::EmptyQueueName),
+        (
+            NewJob::new("q".repeat(129), "x"),
+            InputError::QueueNameTooLong { len: 129, max: 128 },
+        ),
+        (
+            NewJob::new(Q, vec![0u8; 17]),
+            InputError::TooLarge {
+                what: "payload",
+                len: 17,
+                max: 16,
+            },
+        ),
+        (
+            NewJob::new(Q, "x").max_attempts(0),
+            InputError::ZeroMaxAttempts,
+        ),
+        (
+            NewJob::new(Q, "x").unique_key(""),
+            InputError::BadUniqueKey { len: 0, max: 256 },
+        ),
+    ];
+    for (job, expected) in cases {
+        match f.enqueue(job) {
+            Err(Error::Input(e)) => assert_eq!(e, expected),
+            other => panic!("expected {expected:?}, got {other:?}"),
+        }
+    }
+    assert_eq!(
+        f.stats().unwrap(),
+        leasehold::Stats {
+            now: f.now(),
+            ..before
+        }
+    );
+    assert!(matches!(
+        f.claim("", "w", LEASE),
+        Err(Error::Input(InputError::EmptyQueueName))
+    ));
+    assert!(matches!(
+        f.claim(Q, "", LEASE),
+        Err(Error::Input(InputError::BadWorkerId { .. }))
+    ));
+    assert!(matches!(
+        f.claim(Q, "w", Duration::ZERO),
+        Err(Error::Config(leasehold::ConfigError::ZeroLease))
+    ));
+}
+
+#[test]
+fn an_oversized_output_is_refused_and_the_lease_still_holds() {
+    let f = Fixture::with(|b| b.max_payload(4));
+    f.enqueue(NewJob::new(Q, "x")).unwrap();
+    let l = f.claim_one("w");
+    assert!(matches!(f.complete(&l, b"too long"), Err(Error::Input(_))));
+    f.complete(&l, b"ok").unwrap();
+}
+
+#[test]
+fn enqueue_batch_is_all_or_nothing() {
+    let f = Fixture::new();
+    let jobs = vec![
+        NewJob::new(Q, "a"),
+        NewJob::new("", "bad"),
+        NewJob::new(Q, "c"),
+    ];
+    assert!(f.enqueue_batch(jobs).is_err());
+    assert_eq!(f.stats().unwrap().total(JobState::Queued), 0);
+    assert_eq!(f.enqueue_n(2).len(), 2);
+}
+
+#[test]
+fn huge_delays_saturate_instead_of_wrapping_into_the_past() {
+    let f = Fixture::new();
+    f.enqueue(NewJob::new(Q, "never").delay(Duration::MAX))
+        .unwrap();
+    f.advance(Duration::from_secs(10 * 365 * 24 * 3600));
+    assert!(f.claim(Q, "w", LEASE).unwrap().is_none());
+}
+
+#[test]
+fn long_error_messages_are_kept_but_cut() {
+    let f = Fixture::new();
+    let id = f.enqueue_n(1)[0];
+    let l = f.claim_one("w");
+    f.fail(&l, &"é".repeat(20_000)).unwrap();
+    let err = f.job(id).unwrap().unwrap().last_error.unwrap();
+    assert!(err.len() < 17_000 && err.ends_with("bytes cut)"));
+}

@@ -1,0 +1,280 @@
+use std::time::Duration;
+
+use leasehold::{Attempt, Error, JobState, NewJob, Outcome, Renewal};
+use redb::TableDefinition;
+
+use crate::common::{Fixture, LEASE, Q};
+
+/// A job taken from `a` by the reaper and claimed by `b`: returns (stale, live) leases.
+fn reclaimed_pair(f: &Fixture) -> (leasehold::Lease, leasehold::Lease) {
+    f.enqueue_n(1);
+    let stale = f.claim_one("a");
+    f.advance(LEASE);
+    assert_eq!(f.reap().unwrap().reclaimed.len(), 1);
+    let live = f.claim_one("b");
+    assert_eq!(live.job, stale.job);
+    (stale, live)
+}
+
+#[test]
+fn heartbeat_extends_the_lease_by_its_length_from_now() {
+    let f = Fixture::new();
+    f.enqueue_n(1);
+    let l = f.claim_one("w");
+    f.advance(Duration::from_secs(20));
+    let r = f.heartbeat(&l, 7).unwrap();
+    let expected = f.now().saturating_add(LEASE);
+    assert_eq!(
+        r,
+        Renewal::Renewed {
+            expires_at: expected
+        }
+    );
+    let job = f.job(l.job).unwrap().unwrap();
+    assert_eq!(job.lease.unwrap().expires_at, expected);
+    assert_eq!(job.progress, 7);
+    assert_eq!(job.progress_at, f.now());
+}
+
+#[test]
+fn heartbeat_without_progress_keeps_the_progress_time() {
+    let f = Fixture::new();
+    f.enqueue_n(1);
+    let l = f.claim_one("w");
+    f.advance(Duration::from_secs(5));
+    f.heartbeat(&l, 3).unwrap();
+    let advanced_at = f.now();
+    f.advance(Duration::from_secs(5));
+    f.heartbeat(&l, 3).unwrap();
+    assert_eq!(f.job(l.job).unwrap().unwrap().progress_at, advanced_at);
+}
+
+#[test]
+fn heartbeat_by_a_stale_attempt_is_rejected_with_what_was_found() {
+    let f = Fixture::new();
+    let (stale, live) = reclaimed_pair(&f);
+    let before = f.job(live.job).unwrap();
+    match f.heartbeat(&stale, 99) {
+        Err(Error::LeaseLost(lost)) => {
+            assert_eq!(lost.job, stale.job);
+            assert_eq!(lost.attempt, Attempt(1));
+            assert_eq!(lost.found, Some((Attempt(2), JobState::Running)));
+        }
+        other => panic!("expected LeaseLost, got {other:?}"),
+    }
+    assert_eq!(f.job(live.job).unwrap(), before, "nothing changed");
+    assert_eq!(f.stats().unwrap().counters.leases_lost, 1);
+}
+
+#[test]
+fn complete_fail_and_release_by_a_stale_attempt_change_nothing() {
+    let f = Fixture::new();
+    let (stale, live) = reclaimed_pair(&f);
+    let job_before = f.job(live.job).unwrap();
+    let history_before = f.history(live.job).unwrap();
+    let stats_before = f.stats().unwrap();
+
+    assert!(
+        f.complete(&stale, b"stale output")
+            .unwrap_err()
+            .is_lease_lost()
+    );
+    assert!(f.fail(&stale, "stale failure").unwrap_err().is_lease_lost());
+    assert!(f.release(&stale).unwrap_err().is_lease_lost());
+
+    assert_eq!(f.job(live.job).unwrap(), job_before);
+    assert_eq!(f.history(live.job).unwrap(), history_before);
+    assert_eq!(f.output(live.job).unwrap(), None);
+    let stats = f.stats().unwrap();
+    assert_eq!(stats.queues, stats_before.queues);
+    assert_eq!(stats.counters.fenced_writes_rejected, 3);
+    // the live holder is unaffected
+    f.complete(&live, b"live output").unwrap();
+    assert_eq!(
+        f.output(live.job).unwrap().as_deref(),
+        Some(&b"live output"[..])
+    );
+}
+
+#[test]
+fn a_finished_job_refuses_its_own_holder_a_second_time() {
+    let f = Fixture::new();
+    f.enqueue_n(1);
+    let l = f.claim_one("w");
+    f.complete(&l, b"once").unwrap();
+    let err = f.complete(&l, b"twice").unwrap_err();
+    match err {
+        Error::LeaseLost(lost) => assert_eq!(lost.found, Some((Attempt(1), JobState::Succeeded))),
+        other => panic!("expected LeaseLost, got {other:?}"),
+    }
+    assert_eq!(f.output(l.job).unwrap().as_deref(), Some(&b"once"[..]));
+}
+
+#[test]
+fn a_late_heartbeat_before_any_reclaim_still_renews() {
+    // Expired but not yet reclaimed: the lease is still the holder's (nobody else has it).
+    let f = Fixture::new();
+    f.enqueue_n(1);
+    let l = f.claim_one("w");
+    f.advance(LEASE + Duration::from_secs(5));
+    assert!(matches!(
+        f.heartbeat(&l, 1).unwrap(),
+        Renewal::Renewed { .. }
+    ));
+    assert_eq!(f.reap().unwrap().reclaimed.len(), 0);
+}
+
+#[test]
+fn heartbeat_batch_renews_many_in_one_call_and_fails_only_stale_entries() {
+    let f = Fixture::new();
+    let (stale, live) = reclaimed_pair(&f);
+    f.enqueue_n(3);
+    let others: Vec<_> = (0..3).map(|_| f.claim_one("b")).collect();
+    let mut beats = vec![(&stale, 1), (&live, 2)];
+    beats.extend(others.iter().map(|l| (l, 5)));
+    let results = f.heartbeat_batch(&beats).unwrap();
+    assert_eq!(results.len(), 5);
+    assert!(results[0].as_ref().unwrap_err().is_lease_lost());
+    for r in &results[1..] {
+        assert!(matches!(r, Ok(Renewal::Renewed { .. })));
+    }
+    assert_eq!(f.job(live.job).unwrap().unwrap().progress, 2);
+    assert_eq!(f.stats().unwrap().counters.leases_lost, 1);
+}
+
+const APP: TableDefinition<&str, u64> = TableDefinition::new("app.thumbnails");
+
+#[test]
+fn complete_with_commits_the_application_write_with_the_completion() {
+    let f = Fixture::new();
+    f.enqueue_n(1);
+    let l = f.claim_one("w");
+    f.complete_with(&l, b"ok", |txn| -> Result<(), redb::Error> {
+        txn.open_table(APP)?.insert("photo-1", 42)?;
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(f.job(l.job).unwrap().unwrap().state, JobState::Succeeded);
+    assert_eq!(app_value(&f), Some(42));
+}
+
+#[test]
+fn complete_with_rolls_back_the_application_write_when_the_fence_fails() {
+    let f = Fixture::new();
+    let (stale, live) = reclaimed_pair(&f);
+    let mut called = false;
+    let err = f
+        .complete_with(&stale, b"stale", |txn| -> Result<(), redb::Error> {
+            called = true;
+            txn.open_table(APP)?.insert("photo-1", 1)?;
+            Ok(())
+        })
+        .unwrap_err();
+    assert!(err.is_lease_lost());
+    assert!(!called, "the application's write never ran");
+    assert_eq!(app_value(&f), None);
+    assert_eq!(f.job(live.job).unwrap().unwrap().state, JobState::Running);
+}
+
+#[test]
+fn complete_with_rolls_back_the_completion_when_the_application_write_fails() {
+    let f = Fixture::new();
+    f.enqueue_n(1);
+    let l = f.claim_one("w");
+    let err = f
+        .complete_with(
+            &l,
+            b"ok",
+            |txn| -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+                txn.open_table(APP)?.insert("photo-1", 7)?;
+                Err("thumbnail did not validate".into())
+            },
+        )
+        .unwrap_err();
+    assert!(matches!(err, Error::Application(_)));
+    assert_eq!(app_value(&f), None);
+    let job = f.job(l.job).unwrap().unwrap();
+    assert_eq!(
+        job.state,
+        JobState::Running,
+        "the completion rolled back too"
+    );
+    f.complete(&l, b"second try").unwrap();
+}
+
+#[test]
+fn transactional_enqueue_commits_with_the_application_write_or_not_at_all() {
+    let f = Fixture::new();
+    let id = f
+        .transaction(|t| {
+            t.redb()
+                .open_table(APP)
+                .map_err(redb::Error::from)?
+                .insert("order-1", 1)
+                .map_err(redb::Error::from)?;
+            t.enqueue(NewJob::new(Q, "ship order-1"))
+        })
+        .unwrap();
+    assert_eq!(app_value_of(&f, "order-1"), Some(1));
+    assert!(f.job(id).unwrap().is_some());
+
+    let err = f
+        .transaction(|t| {
+            t.enqueue(NewJob::new(Q, "ship order-2"))?;
+            t.redb()
+                .open_table(APP)
+                .map_err(redb::Error::from)?
+                .insert("order-2", 2)
+                .map_err(redb::Error::from)?;
+            Err::<(), _>(Error::Application("payment declined".into()))
+        })
+        .unwrap_err();
+    assert!(matches!(err, Error::Application(_)));
+    assert_eq!(app_value_of(&f, "order-2"), None);
+    assert_eq!(
+        f.stats().unwrap().total(JobState::Queued),
+        1,
+        "the second job rolled back"
+    );
+}
+
+#[test]
+fn history_records_each_outcome_once_per_attempt() {
+    let f = Fixture::new();
+    let id = f.enqueue_n(1)[0];
+    let l1 = f.claim_one("a");
+    f.fail(&l1, "boom").unwrap();
+    f.advance(Duration::from_secs(10));
+    let l2 = f.claim_one("b");
+    f.release(&l2).unwrap();
+    let l3 = f.claim_one("c");
+    f.heartbeat(&l3, 9).unwrap();
+    f.complete(&l3, b"").unwrap();
+    let outcomes: Vec<_> = f
+        .history(id)
+        .unwrap()
+        .into_iter()
+        .map(|r| (r.attempt.0, r.worker, r.outcome.unwrap(), r.progress))
+        .collect();
+    assert_eq!(
+        outcomes,
+        vec![
+            (1, "a".into(), Outcome::Failed("boom".into()), 0),
+            (2, "b".into(), Outcome::Released, 0),
+            (3, "c".into(), Outcome::Succeeded, 9),
+        ]
+    );
+}
+
+fn app_value(f: &Fixture) -> Option<u64> {
+    app_value_of(f, "photo-1")
+}
+
+fn app_value_of(f: &Fixture, key: &str) -> Option<u64> {
+    let read = f.begin_read().unwrap();
+    match read.open_table(APP) {
+        Ok(table) => table.get(key).unwrap().map(|g| g.value()),
+        Err(redb::TableError::TableDoesNotExist(_)) => None,
+        Err(e) => panic!("{e}"),
+    }
+}

@@ -1,0 +1,13 @@
+//! The lease store's behaviour, one module per part of the protocol. Every test runs on a
+//! manual clock and ends with an integrity check (see `common::Fixture`).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod cancel;
+mod claim;
+mod common;
+mod enqueue;
+mod fencing;
+mod open;
+mod reap;
+mod retry;

@@ -1,0 +1,87 @@
+use std::time::Duration;
+
+use leasehold::{JobState, NewJob, RetryPolicy};
+
+use crate::common::{Fixture, LEASE, Q};
+
+fn no_jitter(b: leasehold::StoreBuilder) -> leasehold::StoreBuilder {
+    b.retry_policy(RetryPolicy {
+        base: Duration::from_secs(10),
+        max: Duration::from_secs(60),
+        jitter: 0.0,
+    })
+}
+
+#[test]
+fn failure_backs_off_exponentially_then_the_spent_budget_makes_the_job_dead() {
+    let f = Fixture::with(no_jitter);
+    let id = f.enqueue(NewJob::new(Q, "flaky").max_attempts(3)).unwrap();
+
+    let l = f.claim_one("w");
+    assert_eq!(f.fail(&l, "first").unwrap(), JobState::RetryWait);
+    let job = f.job(id).unwrap().unwrap();
+    assert_eq!(job.run_at, f.now().saturating_add(Duration::from_secs(10)));
+    assert_eq!(job.last_error.as_deref(), Some("first"));
+    f.advance(Duration::from_secs(9));
+    assert!(
+        f.claim(Q, "w", LEASE).unwrap().is_none(),
+        "still backing off"
+    );
+    f.advance(Duration::from_secs(1));
+
+    let l = f.claim_one("w");
+    assert_eq!(f.fail(&l, "second").unwrap(), JobState::RetryWait);
+    assert_eq!(
+        f.job(id).unwrap().unwrap().run_at,
+        f.now().saturating_add(Duration::from_secs(20))
+    );
+    f.advance(Duration::from_secs(20));
+
+    let l = f.claim_one("w");
+    assert_eq!(f.fail(&l, "third").unwrap(), JobState::Dead);
+    let job = f.job(id).unwrap().unwrap();
+    assert_eq!((job.state, job.failures), (JobState::Dead, 3));
+    assert_eq!(job.finished_at, Some(f.now()));
+    f.advance(Duration::from_secs(3600));
+    assert!(f.claim(Q, "w", LEASE).unwrap().is_none());
+}
+
+#[test]
+fn lost_leases_spend_the_budget_too_so_a_job_that_kills_its_worker_dies() {
+    let f = Fixture::new();
+    let id = f.enqueue(NewJob::new(Q, "poison").max_attempts(2)).unwrap();
+    f.claim_one("w1");
+    f.advance(LEASE);
+    assert_eq!(f.reap().unwrap().reclaimed[0].now, JobState::Queued);
+    f.claim_one("w2");
+    f.advance(LEASE);
+    // taken over at claim time with its budget spent: dead, and the claimer gets nothing
+    assert!(f.claim(Q, "w3", LEASE).unwrap().is_none());
+    assert_eq!(f.job(id).unwrap().unwrap().state, JobState::Dead);
+}
+
+#[test]
+fn release_does_not_spend_the_budget_but_still_advances_the_attempt() {
+    let f = Fixture::new();
+    let id = f.enqueue(NewJob::new(Q, "x").max_attempts(1)).unwrap();
+    for expected_attempt in 1..=5u32 {
+        let l = f.claim_one("w");
+        assert_eq!(l.attempt.0, expected_attempt);
+        f.release(&l).unwrap();
+        let job = f.job(id).unwrap().unwrap();
+        assert_eq!((job.state, job.failures), (JobState::Queued, 0));
+    }
+    let l = f.claim_one("w");
+    assert_eq!(f.fail(&l, "now it counts").unwrap(), JobState::Dead);
+    assert_eq!(f.stats().unwrap().counters.released, 5);
+}
+
+#[test]
+fn a_released_job_is_claimable_at_once_in_its_old_place() {
+    let f = Fixture::new();
+    let ids = f.enqueue_n(3);
+    let first = f.claim_one("w");
+    assert_eq!(first.job, ids[0]);
+    f.release(&first).unwrap();
+    assert_eq!(f.claim_one("other").job, ids[0]);
+}
