@@ -114,6 +114,11 @@ pub use stats::{Counters, QueueCounts, Stats};
 pub use store::{Durability, Store, StoreBuilder};
 pub use transaction::Transaction;
 
+/// The README's examples are compiled and run as doctests, so they cannot rot.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
+
 /// Codec entry points for fuzzing and tooling: decoding arbitrary bytes must fail cleanly.
 #[doc(hidden)]
 pub mod __private {
