@@ -75,6 +75,15 @@ pub fn check_lease(lease: Duration) -> Result<(), ConfigError> {
     Ok(())
 }
 
+/// Refuses lease terms no holder could keep.
+pub fn check_terms(terms: &crate::lease::LeaseTerms) -> Result<(), ConfigError> {
+    check_lease(terms.length)?;
+    if terms.stall_timeout.is_some_and(|d| d.is_zero()) {
+        return Err(ConfigError::ZeroStallTimeout);
+    }
+    Ok(())
+}
+
 /// How often the background reaper runs.
 pub fn check_reaper_interval(interval: Duration) -> Result<(), ConfigError> {
     if interval.is_zero() {

@@ -146,6 +146,9 @@ pub enum ConfigError {
         /// The lease.
         lease: Duration,
     },
+    /// A stall timeout of zero would revoke every lease at its first heartbeat.
+    #[error("stall timeout must be greater than zero")]
+    ZeroStallTimeout,
     /// A heartbeat interval of zero would spin.
     #[error("heartbeat interval must be greater than zero")]
     ZeroHeartbeat,

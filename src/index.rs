@@ -9,7 +9,7 @@ use redb::ReadableTable;
 use crate::codec;
 use crate::error::Result;
 use crate::job::{Job, JobState};
-use crate::tx::Tables;
+use crate::tx::{Tables, Tx};
 
 /// The index entries one job record implies.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -54,17 +54,19 @@ pub(crate) fn entries(job: &Job) -> Entries {
     }
 }
 
-/// Writes `new` (replacing `old`, if the job existed) with all of its index entries.
-pub(crate) fn save(t: &mut Tables<'_>, old: Option<&Job>, new: &Job) -> Result<()> {
+/// Writes `new` (replacing `old`, if the job existed) with all of its index entries, and
+/// notes a queue that gained a claimable-soon job so the store can wake its waiting workers.
+pub(crate) fn save(tx: &mut Tx<'_>, old: Option<&Job>, new: &Job) -> Result<()> {
     let after = entries(new);
-    if let Some(old) = old {
-        let before = entries(old);
-        remove_entries(t, &before, &after)?;
-        add_entries(t, &after, Some(&before))?;
-    } else {
-        add_entries(t, &after, None)?;
+    let before = old.map(entries);
+    if after.ready.is_some() && before.as_ref().is_none_or(|b| b.ready != after.ready) {
+        tx.tally.readied.insert(new.queue.clone());
     }
-    t.jobs.insert(new.id.0, codec::encode(new).as_slice())?;
+    if let Some(before) = &before {
+        remove_entries(&mut tx.t, before, &after)?;
+    }
+    add_entries(&mut tx.t, &after, before.as_ref())?;
+    tx.t.jobs.insert(new.id.0, codec::encode(new).as_slice())?;
     Ok(())
 }
 

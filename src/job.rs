@@ -97,6 +97,8 @@ pub struct LeaseRecord {
     pub expires_at: StoreTime,
     /// The lease length; every renewal extends the lease by this much from the renewal's now.
     pub length: Duration,
+    /// A heartbeat finding no progress for this long revokes the lease.
+    pub stall_timeout: Option<Duration>,
 }
 
 /// A job as stored (without its payload and output, which live apart so that a heartbeat

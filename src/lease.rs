@@ -30,6 +30,40 @@ pub struct Lease {
     pub payload: Vec<u8>,
 }
 
+/// The terms a lease is granted on. A plain [`Duration`] converts into terms with no stall
+/// timeout, so `store.claim(queue, worker, Duration::from_secs(60))` reads as it should.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct LeaseTerms {
+    /// How long the lease lasts; each renewal extends it by this much from the renewal.
+    pub length: Duration,
+    /// If set, a heartbeat that finds the job's progress unchanged for this long revokes the
+    /// lease instead of renewing it ([`Renewal::Stalled`]): a hung job cannot hold its lease
+    /// forever just because its heartbeat thread is healthy.
+    pub stall_timeout: Option<Duration>,
+}
+
+impl LeaseTerms {
+    /// A lease of `length` with no stall timeout.
+    pub fn new(length: Duration) -> LeaseTerms {
+        LeaseTerms {
+            length,
+            stall_timeout: None,
+        }
+    }
+
+    /// Revoke the lease when progress has not advanced for `timeout`.
+    pub fn stall_timeout(mut self, timeout: Duration) -> LeaseTerms {
+        self.stall_timeout = Some(timeout);
+        self
+    }
+}
+
+impl From<Duration> for LeaseTerms {
+    fn from(length: Duration) -> LeaseTerms {
+        LeaseTerms::new(length)
+    }
+}
+
 /// The answer to a successful heartbeat.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum Renewal {
@@ -41,4 +75,7 @@ pub enum Renewal {
     /// The job was cancelled: the lease is over and the job is `Cancelled`. Stop working and
     /// commit nothing.
     Cancelled,
+    /// The job made no progress for its stall timeout: the lease is revoked (history outcome
+    /// `Stalled`, one unit of retry budget spent). Stop working and commit nothing.
+    Stalled,
 }

@@ -84,6 +84,7 @@ mod index;
 mod input;
 mod job;
 mod lease;
+mod notify;
 mod open;
 mod protocol;
 mod reaper;
@@ -105,12 +106,12 @@ pub use config::{
 pub use error::{ConfigError, Error, InputError, LeaseLost, OpenError, Result};
 pub use ids::{Attempt, JobId, StoreTime};
 pub use job::{Job, JobState, LeaseRecord, NewJob, Outcome, ReclaimPath, Run};
-pub use lease::{Lease, Renewal};
+pub use lease::{Lease, LeaseTerms, Renewal};
 pub use reaper::{Reaper, ReaperMetrics};
 pub use report::{ReapReport, Reclaim};
 pub use retry::RetryPolicy;
 pub use schema::SCHEMA_VERSION;
-pub use stats::{Counters, QueueCounts, Stats};
+pub use stats::{Counters, QueueCounts, Stats, WriteMetrics};
 pub use store::{Durability, Store, StoreBuilder};
 pub use transaction::Transaction;
 

@@ -11,18 +11,16 @@
 //!   record, so history has one record per ended attempt.
 //! * Records are written only through [`index::save`], which keeps every index in step.
 
-use std::time::Duration;
-
 use redb::ReadableTable;
 
 use crate::codec;
-use crate::config::check_lease;
+use crate::config::check_terms;
 use crate::error::{Error, LeaseLost, Result};
 use crate::ids::{Attempt, JobId, StoreTime};
 use crate::index;
 use crate::input;
 use crate::job::{Job, JobState, LeaseRecord, NewJob, Outcome, ReclaimPath, Run};
-use crate::lease::{Lease, Renewal};
+use crate::lease::{Lease, LeaseTerms, Renewal};
 use crate::report::Reclaim;
 use crate::retry::splitmix64;
 use crate::tx::Tx;
@@ -62,7 +60,7 @@ pub(crate) fn enqueue(tx: &mut Tx<'_>, new: NewJob) -> Result<JobId> {
         updated_at: tx.now,
     };
     tx.t.payloads.insert(id.0, new.payload.as_slice())?;
-    index::save(&mut tx.t, None, &job)?;
+    index::save(tx, None, &job)?;
     Ok(id)
 }
 
@@ -76,11 +74,11 @@ pub(crate) fn claim(
     tx: &mut Tx<'_>,
     queue: &str,
     worker: &str,
-    length: Duration,
+    terms: LeaseTerms,
 ) -> Result<Option<Lease>> {
     input::check_queue(queue)?;
     input::check_worker(worker)?;
-    check_lease(length)?;
+    check_terms(&terms)?;
     loop {
         let ready = next_ready(tx, queue)?;
         let expired = next_expired(tx, queue)?;
@@ -99,11 +97,11 @@ pub(crate) fn claim(
         };
         let job = load(tx, id)?;
         if !takeover {
-            return grant(tx, job, worker, length).map(Some);
+            return grant(tx, job, worker, terms).map(Some);
         }
         let (job, _) = expire(tx, job, ReclaimPath::Takeover)?;
         if job.state.is_waiting() {
-            return grant(tx, job, worker, length).map(Some);
+            return grant(tx, job, worker, terms).map(Some);
         }
         // Out of budget or cancelled: it is now terminal; look for the next candidate.
     }
@@ -117,25 +115,26 @@ pub(crate) fn claim_job(
     tx: &mut Tx<'_>,
     id: JobId,
     worker: &str,
-    length: Duration,
+    terms: LeaseTerms,
 ) -> Result<Option<Lease>> {
     input::check_worker(worker)?;
-    check_lease(length)?;
+    check_terms(&terms)?;
     let job = tx.t.job(id)?.ok_or(Error::JobNotFound(id))?;
     if job.state.is_waiting() && job.run_at <= tx.now {
-        return grant(tx, job, worker, length).map(Some);
+        return grant(tx, job, worker, terms).map(Some);
     }
     if lease_expired(&job, tx.now) {
         let (job, _) = expire(tx, job, ReclaimPath::Takeover)?;
         if job.state.is_waiting() {
-            return grant(tx, job, worker, length).map(Some);
+            return grant(tx, job, worker, terms).map(Some);
         }
     }
     Ok(None)
 }
 
 /// Renews the lease by its length from now, if the caller still holds it; stores progress.
-/// A cancel requested meanwhile ends the attempt here and tells the holder.
+/// A cancel requested meanwhile ends the attempt here and tells the holder; so does a stall
+/// (progress unchanged for the lease's stall timeout), which revokes the lease.
 pub(crate) fn heartbeat(
     tx: &mut Tx<'_>,
     id: JobId,
@@ -146,6 +145,19 @@ pub(crate) fn heartbeat(
     if job.cancel_requested {
         end_attempt(tx, job, Outcome::Cancelled, Next::Cancelled)?;
         return Ok(Renewal::Cancelled);
+    }
+    let stalled = job
+        .lease
+        .as_ref()
+        .and_then(|l| l.stall_timeout)
+        .is_some_and(|limit| {
+            progress == job.progress && tx.now.saturating_since(job.progress_at) >= limit
+        });
+    if stalled {
+        tx.tally.counters.stalled += 1;
+        let next = after_failure(tx, &job, true);
+        end_attempt(tx, job, Outcome::Stalled, next)?;
+        return Ok(Renewal::Stalled);
     }
     let mut renewed = job.clone();
     let expires_at = match renewed.lease.as_mut() {
@@ -161,7 +173,7 @@ pub(crate) fn heartbeat(
     }
     renewed.updated_at = tx.now;
     tx.tally.wrote_time(expires_at);
-    index::save(&mut tx.t, Some(&job), &renewed)?;
+    index::save(tx, Some(&job), &renewed)?;
     Ok(Renewal::Renewed { expires_at })
 }
 
@@ -207,14 +219,14 @@ pub(crate) fn cancel(tx: &mut Tx<'_>, id: JobId) -> Result<JobState> {
             new.state = JobState::Cancelled;
             new.finished_at = Some(tx.now);
             new.updated_at = tx.now;
-            index::save(&mut tx.t, Some(&job), &new)?;
+            index::save(tx, Some(&job), &new)?;
             Ok(JobState::Cancelled)
         }
         JobState::Running => {
             let mut new = job.clone();
             new.cancel_requested = true;
             new.updated_at = tx.now;
-            index::save(&mut tx.t, Some(&job), &new)?;
+            index::save(tx, Some(&job), &new)?;
             Ok(JobState::Running)
         }
         JobState::Cancelled => Ok(JobState::Cancelled),
@@ -360,7 +372,7 @@ fn end_attempt(tx: &mut Tx<'_>, job: Job, outcome: Outcome, next: Next) -> Resul
     run.outcome = Some(outcome);
     run.progress = job.progress;
     tx.t.history.insert(key, codec::encode(&run).as_slice())?;
-    index::save(&mut tx.t, Some(&job), &new)?;
+    index::save(tx, Some(&job), &new)?;
     Ok(new)
 }
 
@@ -370,8 +382,9 @@ fn terminal(job: &mut Job, state: JobState, now: StoreTime) {
 }
 
 /// Starts a new attempt of a waiting job under a lease for `worker`.
-fn grant(tx: &mut Tx<'_>, job: Job, worker: &str, length: Duration) -> Result<Lease> {
+fn grant(tx: &mut Tx<'_>, job: Job, worker: &str, terms: LeaseTerms) -> Result<Lease> {
     let now = tx.now;
+    let length = terms.length;
     let expires_at = now.saturating_add(length);
     let mut new = job.clone();
     new.state = JobState::Running;
@@ -381,11 +394,12 @@ fn grant(tx: &mut Tx<'_>, job: Job, worker: &str, length: Duration) -> Result<Le
         claimed_at: now,
         expires_at,
         length,
+        stall_timeout: terms.stall_timeout,
     });
     new.progress = 0;
     new.progress_at = now;
     new.updated_at = now;
-    index::save(&mut tx.t, Some(&job), &new)?;
+    index::save(tx, Some(&job), &new)?;
     let run = Run {
         attempt: new.attempt,
         worker: worker.to_owned(),

@@ -67,3 +67,10 @@ impl Stats {
         self.queues.values().map(|q| q.get(state)).sum()
     }
 }
+
+/// Write activity of one store handle (and its clones) in this process.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct WriteMetrics {
+    /// Write transactions committed (each is one commit; durable ones one fsync).
+    pub write_transactions: u64,
+}

@@ -3,6 +3,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -14,13 +15,14 @@ use crate::config::{DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_PAYLOAD, DEFAULT_REAP_BATC
 use crate::error::{ConfigError, Error, Result};
 use crate::ids::{JobId, StoreTime};
 use crate::job::{Job, JobState, NewJob, ReclaimPath, Run};
-use crate::lease::{Lease, Renewal};
+use crate::lease::{Lease, LeaseTerms, Renewal};
+use crate::notify::Notifier;
 use crate::open::{self, EngineOptions};
 use crate::protocol;
 use crate::report::ReapReport;
 use crate::retry::RetryPolicy;
 use crate::schema::{self, meta_key};
-use crate::stats::{Counters, Stats};
+use crate::stats::{Counters, Stats, WriteMetrics};
 use crate::transaction::Transaction;
 use crate::tx::{Policy, Tally, Tx, decode_job, persist_tally};
 
@@ -154,6 +156,8 @@ impl StoreBuilder {
                     reap_batch: self.reap_batch,
                 },
                 flush: Mutex::new(FlushState::default()),
+                notifier: Notifier::default(),
+                writes: AtomicU64::new(0),
             }),
         };
         if self.recover_on_open {
@@ -183,6 +187,8 @@ struct Inner {
     durability: Durability,
     policy: Policy,
     flush: Mutex<FlushState>,
+    notifier: Notifier,
+    writes: AtomicU64,
 }
 
 #[derive(Debug, Default)]
@@ -237,13 +243,83 @@ impl Store {
     /// a waiting job that is due, or a running one whose lease has expired (taken over, with a
     /// `LeaseExpired` record for the attempt that lost it). One atomic write: two claimers can
     /// never both win. `None` if nothing is claimable.
-    pub fn claim(&self, queue: &str, worker: &str, lease: Duration) -> Result<Option<Lease>> {
-        self.write(|tx| protocol::claim(tx, queue, worker, lease))
+    pub fn claim(
+        &self,
+        queue: &str,
+        worker: &str,
+        terms: impl Into<LeaseTerms>,
+    ) -> Result<Option<Lease>> {
+        let terms = terms.into();
+        self.write(|tx| protocol::claim(tx, queue, worker, terms))
     }
 
     /// Claims one named job if it is claimable now (see [`Store::claim`]).
-    pub fn claim_job(&self, job: JobId, worker: &str, lease: Duration) -> Result<Option<Lease>> {
-        self.write(|tx| protocol::claim_job(tx, job, worker, lease))
+    pub fn claim_job(
+        &self,
+        job: JobId,
+        worker: &str,
+        terms: impl Into<LeaseTerms>,
+    ) -> Result<Option<Lease>> {
+        let terms = terms.into();
+        self.write(|tx| protocol::claim_job(tx, job, worker, terms))
+    }
+
+    /// The queue's wake-up generation. Read it *before* looking for work, then pass it to
+    /// [`Store::wait_for_work`], so that work arriving in between is not missed.
+    pub fn work_generation(&self, queue: &str) -> u64 {
+        self.inner.notifier.generation(queue)
+    }
+
+    /// Blocks until a commit in this process gives `queue` a waiting job (an enqueue, a
+    /// release, a reclaim, a retry), [`Store::wake_all`] is called, or `timeout` passes.
+    /// Returns the new generation. Other processes' commits do not wake it: bound `timeout`
+    /// (by [`Store::next_due`], say) to notice those.
+    pub fn wait_for_work(&self, queue: &str, seen: u64, timeout: Duration) -> u64 {
+        self.inner.notifier.wait(queue, seen, timeout)
+    }
+
+    /// Wakes every waiter of [`Store::wait_for_work`]: for time that moved without a commit,
+    /// such as a [`ManualClock`](crate::ManualClock) advanced by a test.
+    pub fn wake_all(&self) {
+        self.inner.notifier.notify_all();
+    }
+
+    /// The next store time at which something in `queue` becomes claimable without any commit:
+    /// the earliest `run_at` of a waiting job not yet due, or the earliest lease expiry.
+    /// `None` if nothing is scheduled. `Some(t <= now)` means something is claimable now.
+    pub fn next_due(&self, queue: &str) -> Result<Option<StoreTime>> {
+        let read = self.inner.db.begin_read()?;
+        let ready = read.open_table(schema::READY)?;
+        let expiry = read.open_table(schema::EXPIRY)?;
+        let mut earliest: Option<u64> = None;
+        let mut from = i32::MIN;
+        // The first entry of each priority has that priority's earliest run_at.
+        loop {
+            let mut range =
+                ready.range((queue, from, 0u64, 0u64)..=(queue, i32::MAX, u64::MAX, u64::MAX))?;
+            let Some(entry) = range.next() else { break };
+            let (_, priority, run_at, _) = entry?.0.value();
+            earliest = Some(earliest.map_or(run_at, |e| e.min(run_at)));
+            match priority.checked_add(1) {
+                Some(p) => from = p,
+                None => break,
+            }
+        }
+        if let Some(entry) = expiry
+            .range((queue, 0u64, 0u64)..=(queue, u64::MAX, u64::MAX))?
+            .next()
+        {
+            let (_, expires_at, _) = entry?.0.value();
+            earliest = Some(earliest.map_or(expires_at, |e| e.min(expires_at)));
+        }
+        Ok(earliest.map(StoreTime))
+    }
+
+    /// Counters of this handle's write activity (relaxed atomics; process-local).
+    pub fn metrics(&self) -> WriteMetrics {
+        WriteMetrics {
+            write_transactions: self.inner.writes.load(Ordering::Relaxed),
+        }
     }
 
     /// Renews `lease` by its length from now and records `progress`, if it is still held.
@@ -458,12 +534,20 @@ impl Store {
         match result {
             Ok(value) => {
                 txn.commit()?;
+                self.inner.writes.fetch_add(1, Ordering::Relaxed);
                 self.committed(durable, now);
+                self.inner.notifier.notify(&tally.readied);
                 Ok(value)
             }
             Err(e) => {
-                txn.abort()?;
-                self.record_refusals(&tally)?;
+                // The caller's error is the answer; a failure to abort or to count a refusal
+                // must not replace it (a LeaseLost must reach the worker as a LeaseLost).
+                if let Err(abort) = txn.abort() {
+                    tracing::error!(error = %abort, "aborting a refused transaction failed");
+                }
+                if let Err(count) = self.record_refusals(&tally) {
+                    tracing::error!(error = %count, "counting a refused write failed");
+                }
                 Err(e)
             }
         }
@@ -478,7 +562,7 @@ impl Store {
                 fenced_writes_rejected: tally.counters.fenced_writes_rejected,
                 ..Counters::default()
             },
-            high_water: StoreTime::ZERO,
+            ..Tally::default()
         };
         if !refusals.counts_anything() {
             return Ok(());
@@ -491,6 +575,7 @@ impl Store {
             persist_tally(&mut meta, &refusals)?;
         }
         txn.commit()?;
+        self.inner.writes.fetch_add(1, Ordering::Relaxed);
         self.committed(durable, now);
         Ok(())
     }

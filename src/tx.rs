@@ -1,6 +1,7 @@
 //! A leasehold write transaction as the protocol sees it: the open tables, the store time the
 //! transaction acts at, the store's policy, and the tallies to persist when it commits.
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use redb::{ReadableTable, Table, WriteTransaction};
@@ -70,6 +71,8 @@ pub(crate) fn decode_job(bytes: &[u8]) -> Result<Job> {
 pub(crate) struct Tally {
     pub counters: Counters,
     pub high_water: StoreTime,
+    /// Queues that gained a waiting job: their idle workers are woken after the commit.
+    pub readied: BTreeSet<String>,
 }
 
 impl Tally {

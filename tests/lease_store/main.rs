@@ -11,3 +11,5 @@ mod fencing;
 mod open;
 mod reap;
 mod retry;
+mod stall;
+mod wake;

@@ -1,0 +1,67 @@
+//! Waking idle workers: a generation counter per queue and one condition variable.
+//!
+//! A commit that gives a queue a waiting job bumps that queue's generation and wakes the
+//! waiters; a waiter compares the generation with the one it saw before it last looked for
+//! work, so a wake-up between its look and its wait is never lost.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use parking_lot::{Condvar, Mutex};
+
+#[derive(Debug, Default)]
+pub(crate) struct Notifier {
+    state: Mutex<Generations>,
+    cond: Condvar,
+}
+
+#[derive(Debug, Default)]
+struct Generations {
+    /// Bumped by a wake-up of every queue.
+    all: u64,
+    per_queue: HashMap<String, u64>,
+}
+
+impl Generations {
+    fn of(&self, queue: &str) -> u64 {
+        self.all + self.per_queue.get(queue).copied().unwrap_or(0)
+    }
+}
+
+impl Notifier {
+    /// The queue's current generation; pass it to [`Notifier::wait`] after looking for work.
+    pub(crate) fn generation(&self, queue: &str) -> u64 {
+        self.state.lock().of(queue)
+    }
+
+    /// Wakes the waiters of these queues.
+    pub(crate) fn notify<'a>(&self, queues: impl IntoIterator<Item = &'a String>) {
+        let mut state = self.state.lock();
+        let mut any = false;
+        for q in queues {
+            *state.per_queue.entry(q.clone()).or_default() += 1;
+            any = true;
+        }
+        if any {
+            self.cond.notify_all();
+        }
+    }
+
+    /// Wakes every waiter (time moved in a way no commit shows, e.g. a manual clock).
+    pub(crate) fn notify_all(&self) {
+        self.state.lock().all += 1;
+        self.cond.notify_all();
+    }
+
+    /// Waits until the queue's generation differs from `seen` or `timeout` passes. Returns
+    /// the generation now.
+    pub(crate) fn wait(&self, queue: &str, seen: u64, timeout: Duration) -> u64 {
+        let mut state = self.state.lock();
+        if state.of(queue) == seen {
+            // One wait, not a loop: spurious and foreign wake-ups cost the caller one look
+            // for work, and the caller recomputes its timeout anyway.
+            let _ = self.cond.wait_for(&mut state, timeout);
+        }
+        state.of(queue)
+    }
+}
