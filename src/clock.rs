@@ -145,6 +145,33 @@ fn random_u128() -> u128 {
     (u128::from(random_u64()) << 64) | u128::from(random_u64())
 }
 
+/// A point in real (host monotonic) time, for thread lifecycles only: how long a shutdown
+/// waits, how long a test waits. Never compared with store time or stored.
+#[derive(Copy, Clone, Debug)]
+pub(crate) struct RealDeadline(std::time::Instant);
+
+impl RealDeadline {
+    /// `d` from now.
+    #[allow(clippy::disallowed_methods)] // the one clock module
+    pub(crate) fn after(d: Duration) -> RealDeadline {
+        let now = std::time::Instant::now();
+        RealDeadline(
+            now.checked_add(d)
+                .unwrap_or(now + Duration::from_secs(86_400 * 365)),
+        )
+    }
+
+    /// The time left, zero once passed.
+    #[allow(clippy::disallowed_methods)] // the one clock module
+    pub(crate) fn remaining(&self) -> Duration {
+        self.0.saturating_duration_since(std::time::Instant::now())
+    }
+
+    pub(crate) fn passed(&self) -> bool {
+        self.remaining().is_zero()
+    }
+}
+
 /// A clock that moves only when told: for deterministic tests and simulations.
 ///
 /// Clones share one time. Each `ManualClock::new()` is its own epoch, so reopening a store

@@ -155,6 +155,9 @@ pub enum ConfigError {
     /// A reaper interval of zero would spin.
     #[error("reaper interval must be greater than zero")]
     ZeroReaperInterval,
+    /// A pool must run at least one job at a time.
+    #[error("concurrency must be at least 1")]
+    ZeroConcurrency,
     /// A reap batch must reclaim at least one lease.
     #[error("reap batch size must be at least 1")]
     ZeroBatch,

@@ -86,6 +86,7 @@ mod job;
 mod lease;
 mod notify;
 mod open;
+pub mod pool;
 mod protocol;
 mod reaper;
 mod report;
@@ -107,6 +108,10 @@ pub use error::{ConfigError, Error, InputError, LeaseLost, OpenError, Result};
 pub use ids::{Attempt, JobId, StoreTime};
 pub use job::{Job, JobState, LeaseRecord, NewJob, Outcome, ReclaimPath, Run};
 pub use lease::{Lease, LeaseTerms, Renewal};
+pub use pool::{
+    Interrupted, Interruption, JobContext, JobError, Output, PoolBuilder, PoolStats,
+    ShutdownReport, WorkerPool,
+};
 pub use reaper::{Reaper, ReaperMetrics};
 pub use report::{ReapReport, Reclaim};
 pub use retry::RetryPolicy;

@@ -1,0 +1,349 @@
+//! What a handler sees and returns: the [`JobContext`] of one attempt, the [`Output`] it
+//! commits, and the [`JobError`] it fails with.
+
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+
+use std::time::Duration;
+
+use parking_lot::{Condvar, Mutex};
+use redb::WriteTransaction;
+
+use crate::clock::RealDeadline;
+
+use crate::ids::{Attempt, JobId, StoreTime};
+use crate::lease::Lease;
+
+/// Why a handler is asked to stop. Whatever it returns afterwards is not committed (except
+/// where noted): its lease is gone or going.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Interruption {
+    /// A renewal was refused: the job was taken back (and may be running elsewhere).
+    LeaseLost,
+    /// The job was cancelled.
+    Cancelled,
+    /// The store revoked the lease because progress stopped for the stall timeout.
+    Stalled,
+    /// Renewals failed for half a lease and this lease has expired on the store clock: the
+    /// pool gives the job back rather than race a reclaim.
+    LeaseExpired,
+    /// The pool is shutting down and the grace period ran out; the job was released.
+    Shutdown,
+    /// The pool was abandoned (a simulated crash): nothing more is written.
+    Abandoned,
+}
+
+impl Interruption {
+    fn code(self) -> u8 {
+        match self {
+            Interruption::LeaseLost => 1,
+            Interruption::Cancelled => 2,
+            Interruption::Stalled => 3,
+            Interruption::LeaseExpired => 4,
+            Interruption::Shutdown => 5,
+            Interruption::Abandoned => 6,
+        }
+    }
+
+    fn from_code(code: u8) -> Option<Interruption> {
+        [
+            Interruption::LeaseLost,
+            Interruption::Cancelled,
+            Interruption::Stalled,
+            Interruption::LeaseExpired,
+            Interruption::Shutdown,
+            Interruption::Abandoned,
+        ]
+        .into_iter()
+        .find(|i| i.code() == code)
+    }
+}
+
+impl fmt::Display for Interruption {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Interruption::LeaseLost => "lease lost",
+            Interruption::Cancelled => "cancelled",
+            Interruption::Stalled => "stalled",
+            Interruption::LeaseExpired => "lease expired while renewals failed",
+            Interruption::Shutdown => "pool shutting down",
+            Interruption::Abandoned => "pool abandoned",
+        })
+    }
+}
+
+/// Returned by [`JobContext::checkpoint`] once the job is interrupted; `?` it out of the
+/// handler.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("job interrupted: {0}")]
+pub struct Interrupted(pub Interruption);
+
+/// The live state of one attempt, shared by the handler's context and the pool's threads.
+#[derive(Debug, Default)]
+pub(crate) struct AttemptState {
+    progress: AtomicU64,
+    interrupted: AtomicU8,
+    /// The lease's latest known expiry (store time, nanoseconds).
+    expires_at: AtomicU64,
+    /// Wakes a handler sleeping in [`JobContext::sleep`] when it is interrupted.
+    sleep: Mutex<()>,
+    wake: Condvar,
+}
+
+impl AttemptState {
+    pub(crate) fn new(expires_at: StoreTime) -> Arc<AttemptState> {
+        let s = AttemptState::default();
+        s.expires_at.store(expires_at.0, Ordering::Relaxed);
+        Arc::new(s)
+    }
+
+    pub(crate) fn progress(&self) -> u64 {
+        self.progress.load(Ordering::Relaxed)
+    }
+
+    /// Interrupts the attempt; the first reason sticks. Returns whether this call set it.
+    pub(crate) fn interrupt(&self, why: Interruption) -> bool {
+        let first = self
+            .interrupted
+            .compare_exchange(0, why.code(), Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok();
+        if first {
+            // Under the sleep lock, so a handler between its check and its wait is not missed.
+            let _guard = self.sleep.lock();
+            self.wake.notify_all();
+        }
+        first
+    }
+
+    pub(crate) fn interruption(&self) -> Option<Interruption> {
+        Interruption::from_code(self.interrupted.load(Ordering::SeqCst))
+    }
+
+    pub(crate) fn expires_at(&self) -> StoreTime {
+        StoreTime(self.expires_at.load(Ordering::Relaxed))
+    }
+
+    pub(crate) fn renewed(&self, expires_at: StoreTime) {
+        self.expires_at.store(expires_at.0, Ordering::Relaxed);
+    }
+}
+
+/// One attempt of one job, as its handler sees it.
+///
+/// Report progress with [`progress`](JobContext::progress) or [`tick`](JobContext::tick):
+/// the pool's heartbeat carries it to the store, where a job whose progress stops for the
+/// stall timeout loses its lease. Check [`checkpoint`](JobContext::checkpoint) between
+/// steps: once the lease is lost nothing the handler returns will be committed, so further
+/// work is wasted.
+#[derive(Debug)]
+pub struct JobContext {
+    lease: Lease,
+    state: Arc<AttemptState>,
+}
+
+impl JobContext {
+    pub(crate) fn new(lease: Lease, state: Arc<AttemptState>) -> JobContext {
+        JobContext { lease, state }
+    }
+
+    /// The job's id.
+    pub fn job(&self) -> JobId {
+        self.lease.job
+    }
+
+    /// This attempt (the fencing token of this execution).
+    pub fn attempt(&self) -> Attempt {
+        self.lease.attempt
+    }
+
+    /// The job's payload.
+    pub fn payload(&self) -> &[u8] {
+        &self.lease.payload
+    }
+
+    /// The job's queue.
+    pub fn queue(&self) -> &str {
+        &self.lease.queue
+    }
+
+    /// The lease this attempt runs under, as granted.
+    pub fn lease(&self) -> &Lease {
+        &self.lease
+    }
+
+    /// Sets the progress counter (any change counts as progress).
+    pub fn progress(&self, value: u64) {
+        self.state.progress.store(value, Ordering::Relaxed);
+    }
+
+    /// Adds one to the progress counter.
+    pub fn tick(&self) {
+        self.state.progress.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Whether the handler has been asked to stop.
+    pub fn is_interrupted(&self) -> bool {
+        self.state.interruption().is_some()
+    }
+
+    /// Why the handler has been asked to stop, if it has.
+    pub fn interruption(&self) -> Option<Interruption> {
+        self.state.interruption()
+    }
+
+    /// Sleeps for up to `d` of real time, returning early with `Err` if the job is
+    /// interrupted meanwhile. For handlers that wait (on a backoff, a device, a poll), so a
+    /// lost lease stops them at once rather than after the wait.
+    pub fn sleep(&self, d: Duration) -> Result<(), Interrupted> {
+        let deadline = RealDeadline::after(d);
+        let mut guard = self.state.sleep.lock();
+        loop {
+            self.checkpoint()?;
+            if deadline.passed() {
+                return Ok(());
+            }
+            let _ = self.state.wake.wait_for(&mut guard, deadline.remaining());
+        }
+    }
+
+    /// `Err` once the handler has been asked to stop.
+    pub fn checkpoint(&self) -> Result<(), Interrupted> {
+        match self.state.interruption() {
+            Some(why) => Err(Interrupted(why)),
+            None => Ok(()),
+        }
+    }
+}
+
+type Writes = Box<
+    dyn FnOnce(&WriteTransaction) -> Result<(), Box<dyn std::error::Error + Send + Sync>> + Send,
+>;
+
+/// What a successful handler commits: its output bytes and, optionally, the application's
+/// own writes, applied in the completion's transaction only if the fence holds.
+pub struct Output {
+    pub(crate) bytes: Vec<u8>,
+    pub(crate) writes: Option<Writes>,
+}
+
+impl Output {
+    /// Output bytes alone.
+    pub fn new(bytes: impl Into<Vec<u8>>) -> Output {
+        Output {
+            bytes: bytes.into(),
+            writes: None,
+        }
+    }
+
+    /// Output bytes plus the application's writes to its own tables, committed with the
+    /// completion or not at all (see [`Store::complete_with`](crate::Store::complete_with)).
+    pub fn with_writes<F, E>(bytes: impl Into<Vec<u8>>, writes: F) -> Output
+    where
+        F: FnOnce(&WriteTransaction) -> Result<(), E> + Send + 'static,
+        E: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        Output {
+            bytes: bytes.into(),
+            writes: Some(Box::new(move |txn| writes(txn).map_err(Into::into))),
+        }
+    }
+}
+
+impl fmt::Debug for Output {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Output")
+            .field("bytes", &self.bytes.len())
+            .field("writes", &self.writes.is_some())
+            .finish()
+    }
+}
+
+impl From<Vec<u8>> for Output {
+    fn from(bytes: Vec<u8>) -> Output {
+        Output::new(bytes)
+    }
+}
+
+impl From<&[u8]> for Output {
+    fn from(bytes: &[u8]) -> Output {
+        Output::new(bytes)
+    }
+}
+
+impl From<String> for Output {
+    fn from(text: String) -> Output {
+        Output::new(text)
+    }
+}
+
+impl From<()> for Output {
+    fn from((): ()) -> Output {
+        Output::new(Vec::new())
+    }
+}
+
+/// A handler's failure: recorded as the attempt's error, and the job is retried after a
+/// backoff while its budget lasts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobError {
+    message: String,
+}
+
+impl JobError {
+    /// A failure described by `message`.
+    pub fn new(message: impl fmt::Display) -> JobError {
+        JobError {
+            message: message.to_string(),
+        }
+    }
+
+    /// The description.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+}
+
+impl fmt::Display for JobError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for JobError {}
+
+impl From<String> for JobError {
+    fn from(message: String) -> JobError {
+        JobError { message }
+    }
+}
+
+impl From<&str> for JobError {
+    fn from(message: &str) -> JobError {
+        JobError::new(message)
+    }
+}
+
+impl From<Interrupted> for JobError {
+    fn from(i: Interrupted) -> JobError {
+        JobError::new(i)
+    }
+}
+
+impl From<std::io::Error> for JobError {
+    fn from(e: std::io::Error) -> JobError {
+        JobError::new(e)
+    }
+}
+
+impl From<Box<dyn std::error::Error + Send + Sync>> for JobError {
+    fn from(e: Box<dyn std::error::Error + Send + Sync>) -> JobError {
+        JobError::new(e)
+    }
+}
+
+impl From<crate::Error> for JobError {
+    fn from(e: crate::Error) -> JobError {
+        JobError::new(e)
+    }
+}

@@ -1,0 +1,81 @@
+//! The heartbeat: renews every in-flight lease of the pool in one write per tick.
+
+use crossbeam_channel::{Receiver, RecvTimeoutError};
+
+use super::context::Interruption;
+use super::stats::bump;
+use super::{Flight, Shared};
+use crate::lease::{Lease, Renewal};
+
+pub(crate) fn heartbeat_loop(shared: &Shared, stop: &Receiver<()>) {
+    loop {
+        match stop.recv_timeout(shared.settings.heartbeat()) {
+            Err(RecvTimeoutError::Timeout) => {}
+            Ok(()) | Err(RecvTimeoutError::Disconnected) => return,
+        }
+        if shared.abandoned() {
+            return;
+        }
+        if shared.paused() {
+            continue;
+        }
+        beat(shared);
+    }
+}
+
+/// One tick: a single `heartbeat_batch` for all live flights, then the health check.
+pub(crate) fn beat(shared: &Shared) {
+    let flights: Vec<Flight> = shared
+        .flights
+        .lock()
+        .values()
+        .filter(|f| f.state.interruption().is_none())
+        .cloned()
+        .collect();
+    if flights.is_empty() {
+        shared.renewed_at(shared.store.now());
+        return;
+    }
+    let beats: Vec<(&Lease, u64)> = flights
+        .iter()
+        .map(|f| (&f.lease, f.state.progress()))
+        .collect();
+    match shared.store.heartbeat_batch(&beats) {
+        Ok(results) => {
+            bump(&shared.counters.heartbeat_batches);
+            shared.renewed_at(shared.store.now());
+            for (flight, result) in flights.iter().zip(results) {
+                apply(shared, flight, result);
+            }
+        }
+        Err(e) => {
+            bump(&shared.counters.heartbeat_failures);
+            tracing::warn!(queue = %shared.queue, error = %e, leases = flights.len(), "renewal batch failed");
+        }
+    }
+    let now = shared.store.now();
+    if !shared.renewals_healthy(now) {
+        shared.shed_expired(now);
+    }
+}
+
+fn apply(shared: &Shared, flight: &Flight, result: crate::Result<Renewal>) {
+    let job = flight.lease.job;
+    let (why, counter) = match result {
+        Ok(Renewal::Renewed { expires_at }) => {
+            flight.state.renewed(expires_at);
+            return;
+        }
+        Ok(Renewal::Cancelled) => (Interruption::Cancelled, &shared.counters.cancelled),
+        Ok(Renewal::Stalled) => (Interruption::Stalled, &shared.counters.stalled),
+        Err(e) if e.is_lease_lost() => (Interruption::LeaseLost, &shared.counters.leases_lost),
+        Err(e) => {
+            tracing::warn!(job = %job, error = %e, "renewal failed");
+            return;
+        }
+    };
+    if flight.state.interrupt(why) {
+        bump(counter);
+        tracing::warn!(job = %job, attempt = %flight.lease.attempt, reason = %why, "interrupting handler");
+    }
+}

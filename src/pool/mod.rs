@@ -1,0 +1,513 @@
+//! The worker pool: give it a handler and it runs jobs under leases, renews them on its own
+//! timer, and never commits a result whose lease it no longer holds.
+//!
+//! Threads (all named, all joined on shutdown):
+//! * one **dispatcher** claims a job whenever a worker is free, and otherwise sleeps until a
+//!   commit in this process gives the queue work or the next delayed job or lease expiry
+//!   comes due ([`Store::next_due`]): no busy polling, and one claimer per pool, so an
+//!   enqueue wakes one thread rather than a herd;
+//! * one **heartbeat** thread renews every in-flight lease in one `heartbeat_batch` write per
+//!   tick, carrying each job's progress counter, and interrupts jobs whose lease was lost,
+//!   cancelled or revoked as stalled;
+//! * `concurrency` **workers** run the handler, catch its panics, validate its output and
+//!   commit through the fence.
+
+mod context;
+mod dispatch;
+mod heartbeat;
+mod run;
+mod stats;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crossbeam_channel::{Sender, bounded, unbounded};
+use parking_lot::{Condvar, Mutex};
+
+pub use context::{Interrupted, Interruption, JobContext, JobError, Output};
+pub use stats::PoolStats;
+
+use crate::clock::RealDeadline;
+use crate::config::LeaseSettings;
+use crate::error::{ConfigError, Error, Result};
+use crate::ids::{JobId, StoreTime};
+use crate::input;
+use crate::lease::{Lease, LeaseTerms};
+use crate::store::Store;
+use context::AttemptState;
+use stats::Counters;
+
+type Handler = Arc<dyn Fn(&JobContext) -> std::result::Result<Output, JobError> + Send + Sync>;
+type Validator = Arc<dyn Fn(&JobContext, &[u8]) -> std::result::Result<(), String> + Send + Sync>;
+
+/// The default time [`WorkerPool::drop`] gives in-flight jobs to finish.
+pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
+/// Configures a [`WorkerPool`]; see [`WorkerPool::builder`].
+pub struct PoolBuilder {
+    store: Store,
+    queue: String,
+    worker_id: Option<String>,
+    concurrency: usize,
+    lease: Duration,
+    heartbeat: Option<Duration>,
+    stall_timeout: Option<Duration>,
+    validator: Option<Validator>,
+    shutdown_grace: Duration,
+}
+
+impl PoolBuilder {
+    /// The id recorded as the holder of this pool's leases. Default: `host-pid-random`.
+    pub fn worker_id(mut self, id: impl Into<String>) -> PoolBuilder {
+        self.worker_id = Some(id.into());
+        self
+    }
+
+    /// How many jobs run at once. Default: 1.
+    pub fn concurrency(mut self, n: usize) -> PoolBuilder {
+        self.concurrency = n;
+        self
+    }
+
+    /// The lease length. Default: 60 s.
+    pub fn lease(mut self, lease: Duration) -> PoolBuilder {
+        self.lease = lease;
+        self
+    }
+
+    /// How often leases are renewed. Default: a third of the lease. Must be shorter than it.
+    pub fn heartbeat_every(mut self, every: Duration) -> PoolBuilder {
+        self.heartbeat = Some(every);
+        self
+    }
+
+    /// A job whose progress counter does not move for this long is stuck, not alive: the
+    /// store revokes its lease (outcome `Stalled`) and the handler is interrupted.
+    pub fn stall_timeout(mut self, timeout: Duration) -> PoolBuilder {
+        self.stall_timeout = Some(timeout);
+        self
+    }
+
+    /// Checks each output before it is committed. A lease detects silence, not wrong
+    /// answers; a refused output fails the attempt (and is retried by the retry policy).
+    pub fn validate<V>(mut self, validator: V) -> PoolBuilder
+    where
+        V: Fn(&JobContext, &[u8]) -> std::result::Result<(), String> + Send + Sync + 'static,
+    {
+        self.validator = Some(Arc::new(validator));
+        self
+    }
+
+    /// How long dropping the pool lets in-flight jobs finish. Default: 10 s.
+    pub fn shutdown_grace(mut self, grace: Duration) -> PoolBuilder {
+        self.shutdown_grace = grace;
+        self
+    }
+
+    /// Starts the pool with `handler`.
+    pub fn start<H, O>(self, handler: H) -> Result<WorkerPool>
+    where
+        H: Fn(&JobContext) -> std::result::Result<O, JobError> + Send + Sync + 'static,
+        O: Into<Output>,
+    {
+        input::check_queue(&self.queue)?;
+        if self.concurrency == 0 {
+            return Err(ConfigError::ZeroConcurrency.into());
+        }
+        let settings = match self.heartbeat {
+            Some(every) => LeaseSettings::new(self.lease, every)?,
+            None => LeaseSettings::with_lease(self.lease)?,
+        };
+        let mut terms = LeaseTerms::new(settings.lease());
+        if let Some(stall) = self.stall_timeout {
+            terms = terms.stall_timeout(stall);
+        }
+        crate::config::check_terms(&terms)?;
+        let worker_id = match self.worker_id {
+            Some(id) => id,
+            None => default_worker_id(),
+        };
+        input::check_worker(&worker_id)?;
+        let handler: Handler = Arc::new(move |ctx| handler(ctx).map(Into::into));
+        let shared = Arc::new(Shared {
+            store: self.store,
+            queue: self.queue,
+            worker_id,
+            settings,
+            terms,
+            handler,
+            validator: self.validator,
+            flights: Mutex::new(HashMap::new()),
+            flights_changed: Condvar::new(),
+            phase: AtomicU8::new(Phase::Running as u8),
+            paused: AtomicBool::new(false),
+            last_renewal: AtomicU64::new(0),
+            counters: Counters::default(),
+            live_workers: Mutex::new(0),
+            workers_exited: Condvar::new(),
+        });
+        WorkerPool::spawn(shared, self.concurrency, self.shutdown_grace)
+    }
+}
+
+/// A running pool of workers for one queue. See the [module docs](self).
+///
+/// Dropping it shuts it down gracefully (see [`WorkerPool::shutdown`]).
+pub struct WorkerPool {
+    shared: Arc<Shared>,
+    threads: Mutex<Option<Threads>>,
+    shutdown_grace: Duration,
+}
+
+struct Threads {
+    dispatcher: JoinHandle<()>,
+    stop_dispatcher: Sender<()>,
+    heartbeat: JoinHandle<()>,
+    stop_heartbeat: Sender<()>,
+    workers: Vec<JoinHandle<()>>,
+}
+
+/// What a shutdown did.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct ShutdownReport {
+    /// Jobs in flight when the shutdown began.
+    pub in_flight: usize,
+    /// Of those, jobs released because the grace period ran out (claimable again at once).
+    pub released: usize,
+    /// Handlers still running when the shutdown gave up waiting for them (they ignored their
+    /// interruption). Their threads are left to finish on their own; nothing they return is
+    /// committed, since their leases were released.
+    pub stuck_handlers: usize,
+}
+
+impl WorkerPool {
+    /// A builder for a pool that works `queue` of `store`.
+    pub fn builder(store: Store, queue: impl Into<String>) -> PoolBuilder {
+        PoolBuilder {
+            store,
+            queue: queue.into(),
+            worker_id: None,
+            concurrency: 1,
+            lease: crate::config::DEFAULT_LEASE,
+            heartbeat: None,
+            stall_timeout: None,
+            validator: None,
+            shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
+        }
+    }
+
+    fn spawn(
+        shared: Arc<Shared>,
+        concurrency: usize,
+        shutdown_grace: Duration,
+    ) -> Result<WorkerPool> {
+        let spawn_error = |e: std::io::Error| Error::Storage(redb::Error::Io(e));
+        let name = |what: &str| format!("lh-{}-{what}", shared.queue);
+        let (slot_tx, slot_rx) = bounded::<()>(concurrency);
+        for _ in 0..concurrency {
+            let _ = slot_tx.send(());
+        }
+        let (job_tx, job_rx) = unbounded::<Flight>();
+        let mut workers = Vec::with_capacity(concurrency);
+        for i in 0..concurrency {
+            let (s, jobs, slots) = (shared.clone(), job_rx.clone(), slot_tx.clone());
+            *shared.live_workers.lock() += 1;
+            let handle = std::thread::Builder::new()
+                .name(name(&format!("w{i}")))
+                .spawn(move || run::worker_loop(&s, &jobs, &slots));
+            match handle {
+                Ok(h) => workers.push(h),
+                Err(e) => {
+                    *shared.live_workers.lock() -= 1;
+                    drop(job_tx);
+                    for w in workers {
+                        let _ = w.join();
+                    }
+                    return Err(spawn_error(e));
+                }
+            }
+        }
+        let (stop_heartbeat, hb_stop) = bounded::<()>(1);
+        let s = shared.clone();
+        let heartbeat = std::thread::Builder::new()
+            .name(name("heartbeat"))
+            .spawn(move || heartbeat::heartbeat_loop(&s, &hb_stop))
+            .map_err(spawn_error)?;
+        let (stop_dispatcher, d_stop) = bounded::<()>(1);
+        let s = shared.clone();
+        let dispatcher = std::thread::Builder::new()
+            .name(name("dispatch"))
+            .spawn(move || dispatch::dispatch_loop(&s, &slot_rx, job_tx, &d_stop))
+            .map_err(spawn_error)?;
+        Ok(WorkerPool {
+            shared,
+            threads: Mutex::new(Some(Threads {
+                dispatcher,
+                stop_dispatcher,
+                heartbeat,
+                stop_heartbeat,
+                workers,
+            })),
+            shutdown_grace,
+        })
+    }
+
+    /// The pool's counters.
+    pub fn stats(&self) -> PoolStats {
+        let in_flight = self.shared.flights.lock().len() as u64;
+        self.shared.counters.snapshot(in_flight)
+    }
+
+    /// The id this pool's leases are held under.
+    pub fn worker_id(&self) -> &str {
+        &self.shared.worker_id
+    }
+
+    /// Stops claiming, lets in-flight jobs finish for up to `grace`, then interrupts the rest
+    /// and releases their leases so they are claimable at once instead of waiting out their
+    /// lease. Idempotent: a second call (or the drop) does nothing more.
+    pub fn shutdown(&self, grace: Duration) -> ShutdownReport {
+        let Some(threads) = self.threads.lock().take() else {
+            return ShutdownReport::default();
+        };
+        let shared = &self.shared;
+        shared.set_phase(Phase::Draining);
+        let _ = threads.stop_dispatcher.send(());
+        shared.store.wake_all();
+        join(threads.dispatcher, "dispatcher");
+
+        let in_flight = shared.flights.lock().len();
+        let deadline = RealDeadline::after(grace);
+        {
+            let mut flights = shared.flights.lock();
+            while !flights.is_empty() && !deadline.passed() {
+                let _ = shared
+                    .flights_changed
+                    .wait_for(&mut flights, deadline.remaining());
+            }
+        }
+        let leftover: Vec<Flight> = shared.flights.lock().values().cloned().collect();
+        let mut released = 0;
+        for flight in &leftover {
+            flight.state.interrupt(Interruption::Shutdown);
+            match shared.store.release(&flight.lease) {
+                Ok(()) => {
+                    released += 1;
+                    stats::bump(&shared.counters.released);
+                    tracing::info!(job = %flight.lease.job, "released at shutdown");
+                }
+                Err(e) if e.is_lease_lost() => {} // it finished (or was taken) meanwhile
+                Err(e) => tracing::warn!(job = %flight.lease.job, error = %e, "release failed"),
+            }
+        }
+        let _ = threads.stop_heartbeat.send(());
+        join(threads.heartbeat, "heartbeat");
+        let stuck_handlers = self.join_workers(threads.workers, grace);
+        shared.set_phase(Phase::Stopped);
+        ShutdownReport {
+            in_flight,
+            released,
+            stuck_handlers,
+        }
+    }
+
+    /// Walks away as a killed process would: stops heartbeats and claims, interrupts every
+    /// handler, and writes nothing more: no release, no completion. The jobs' leases lapse
+    /// and are reclaimed by the reaper or a takeover. For tests and demonstrations.
+    pub fn abandon(&self) {
+        let Some(threads) = self.threads.lock().take() else {
+            return;
+        };
+        let shared = &self.shared;
+        shared.set_phase(Phase::Abandoned);
+        for flight in shared.flights.lock().values() {
+            flight.state.interrupt(Interruption::Abandoned);
+        }
+        let _ = threads.stop_dispatcher.send(());
+        let _ = threads.stop_heartbeat.send(());
+        shared.store.wake_all();
+        join(threads.dispatcher, "dispatcher");
+        join(threads.heartbeat, "heartbeat");
+        let _ = self.join_workers(threads.workers, self.shutdown_grace);
+    }
+
+    /// Freezes the pool as a stopped (`SIGSTOP`ped) process would be: no renewals, no
+    /// claims, no health checks, until [`resume`](WorkerPool::resume). Handlers keep running
+    /// (code cannot be frozen from outside), so a test's handler blocks by itself. For tests
+    /// and demonstrations of a worker that wakes after its lease was taken.
+    pub fn pause(&self) {
+        self.shared.paused.store(true, Ordering::SeqCst);
+    }
+
+    /// Unfreezes a paused pool.
+    pub fn resume(&self) {
+        self.shared.paused.store(false, Ordering::SeqCst);
+        self.shared.store.wake_all();
+    }
+
+    /// Waits for worker threads to exit (their job channel is closed), for up to `grace`;
+    /// returns how many were still running a handler and were left behind.
+    fn join_workers(&self, workers: Vec<JoinHandle<()>>, grace: Duration) -> usize {
+        let deadline = RealDeadline::after(grace);
+        {
+            let mut live = self.shared.live_workers.lock();
+            while *live > 0 && !deadline.passed() {
+                let _ = self
+                    .shared
+                    .workers_exited
+                    .wait_for(&mut live, deadline.remaining());
+            }
+        }
+        let mut stuck = 0;
+        for w in workers {
+            if w.is_finished() {
+                join(w, "worker");
+            } else {
+                stuck += 1;
+                tracing::error!("a handler ignored its interruption; its thread is left to finish");
+            }
+        }
+        stuck
+    }
+}
+
+impl Drop for WorkerPool {
+    fn drop(&mut self) {
+        self.shutdown(self.shutdown_grace);
+    }
+}
+
+fn join(handle: JoinHandle<()>, what: &str) {
+    if handle.join().is_err() {
+        tracing::error!("the pool's {what} thread panicked");
+    }
+}
+
+fn default_worker_id() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "host".to_owned());
+    let suffix = crate::clock::random_u64() & 0xFFFF;
+    format!("{host}-{}-{suffix:04x}", std::process::id())
+}
+
+#[derive(Copy, Clone, PartialEq, Eq)]
+#[repr(u8)]
+enum Phase {
+    Running = 0,
+    Draining = 1,
+    Stopped = 2,
+    Abandoned = 3,
+}
+
+/// One job being worked on: its lease and the live state its handler and the heartbeat share.
+#[derive(Clone)]
+pub(crate) struct Flight {
+    pub lease: Lease,
+    pub state: Arc<AttemptState>,
+}
+
+/// What the pool's threads share.
+pub(crate) struct Shared {
+    pub store: Store,
+    pub queue: String,
+    pub worker_id: String,
+    pub settings: LeaseSettings,
+    pub terms: LeaseTerms,
+    pub handler: Handler,
+    pub validator: Option<Validator>,
+    pub flights: Mutex<HashMap<JobId, Flight>>,
+    /// Signalled when a flight ends or a worker exits.
+    pub flights_changed: Condvar,
+    phase: AtomicU8,
+    paused: AtomicBool,
+    /// Store time of the last successful renewal batch (or of the first claim after an idle
+    /// spell): the heartbeat's health.
+    last_renewal: AtomicU64,
+    pub counters: Counters,
+    live_workers: Mutex<usize>,
+    workers_exited: Condvar,
+}
+
+impl Shared {
+    fn set_phase(&self, phase: Phase) {
+        self.phase.store(phase as u8, Ordering::SeqCst);
+    }
+
+    pub(crate) fn running(&self) -> bool {
+        self.phase.load(Ordering::SeqCst) == Phase::Running as u8
+    }
+
+    pub(crate) fn abandoned(&self) -> bool {
+        self.phase.load(Ordering::SeqCst) == Phase::Abandoned as u8
+    }
+
+    pub(crate) fn paused(&self) -> bool {
+        self.paused.load(Ordering::SeqCst)
+    }
+
+    /// Records a new flight; a pool that had none starts its health clock now.
+    pub(crate) fn register(&self, lease: Lease) -> Flight {
+        let flight = Flight {
+            state: AttemptState::new(lease.expires_at),
+            lease,
+        };
+        let mut flights = self.flights.lock();
+        if flights.is_empty() {
+            self.renewed_at(self.store.now());
+        }
+        flights.insert(flight.lease.job, flight.clone());
+        flight
+    }
+
+    pub(crate) fn finish(&self, job: JobId) {
+        self.flights.lock().remove(&job);
+        self.flights_changed.notify_all();
+    }
+
+    pub(crate) fn worker_exited(&self) {
+        *self.live_workers.lock() -= 1;
+        self.workers_exited.notify_all();
+    }
+
+    pub(crate) fn renewed_at(&self, now: StoreTime) {
+        self.last_renewal.store(now.0, Ordering::SeqCst);
+    }
+
+    /// How long renewals may fail before the pool stops taking work: half a lease, but never
+    /// less than one and a half heartbeat intervals (a slow heartbeat setting is not a fault).
+    fn health_limit(&self) -> Duration {
+        let lease = self.settings.lease();
+        let hb = self.settings.heartbeat();
+        (lease / 2).max(hb + hb / 2).min(lease)
+    }
+
+    /// Renewals are behind: a lease that has run out on the store clock may be taken any
+    /// moment. Stop its handler rather than race the reclaim; its worker gives it back.
+    /// Called by the heartbeat after a failed batch and by the dispatcher when it finds the
+    /// heartbeat behind (a starved heartbeat thread cannot notice by itself).
+    pub(crate) fn shed_expired(&self, now: StoreTime) {
+        for flight in self.flights.lock().values() {
+            if flight.state.expires_at() <= now
+                && flight.state.interrupt(Interruption::LeaseExpired)
+            {
+                tracing::warn!(job = %flight.lease.job, "lease expired while renewals were behind; interrupting");
+            }
+        }
+    }
+
+    /// Whether renewals are keeping up. An idle pool is healthy.
+    pub(crate) fn renewals_healthy(&self, now: StoreTime) -> bool {
+        if self.flights.lock().is_empty() {
+            return true;
+        }
+        let last = StoreTime(self.last_renewal.load(Ordering::SeqCst));
+        now.saturating_since(last) <= self.health_limit()
+    }
+}

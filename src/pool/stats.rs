@@ -1,0 +1,67 @@
+//! A pool's counters: relaxed atomics while it runs, a plain snapshot for readers.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+macro_rules! pool_counters {
+    ($($(#[$doc:meta])* $name:ident),* $(,)?) => {
+        /// What a worker pool has done since it started.
+        #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+        pub struct PoolStats {
+            $($(#[$doc])* pub $name: u64,)*
+            /// Jobs being worked on now.
+            pub in_flight: u64,
+        }
+
+        #[derive(Debug, Default)]
+        pub(crate) struct Counters {
+            $(pub(crate) $name: AtomicU64,)*
+        }
+
+        impl Counters {
+            pub(crate) fn snapshot(&self, in_flight: u64) -> PoolStats {
+                PoolStats {
+                    $($name: self.$name.load(Ordering::Relaxed),)*
+                    in_flight,
+                }
+            }
+        }
+    };
+}
+
+pool_counters! {
+    /// Jobs claimed.
+    claimed,
+    /// Jobs completed (committed).
+    succeeded,
+    /// Attempts failed by their handler (committed as failures).
+    failed,
+    /// Handlers that panicked (failed with the panic message).
+    panicked,
+    /// Outputs the validator refused (failed).
+    invalid,
+    /// Jobs given back: at shutdown, or when their lease expired while renewals failed.
+    released,
+    /// Leases found lost by a renewal.
+    leases_lost,
+    /// Leases revoked for making no progress.
+    stalled,
+    /// Jobs cancelled while running.
+    cancelled,
+    /// Results not committed because the lease was gone: refused by the fence, or withheld
+    /// because a renewal had already found the lease lost.
+    rejected_writes,
+    /// Heartbeat batches committed (one write transaction each).
+    heartbeat_batches,
+    /// Heartbeat batches that failed.
+    heartbeat_failures,
+    /// Claims that failed with an error.
+    claim_errors,
+    /// Times the dispatcher declined to claim because renewals were behind.
+    intake_paused,
+    /// Times the dispatcher found no work and went to sleep.
+    idle_waits,
+}
+
+pub(crate) fn bump(counter: &AtomicU64) {
+    counter.fetch_add(1, Ordering::Relaxed);
+}

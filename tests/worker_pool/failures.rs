@@ -1,0 +1,153 @@
+use std::time::Duration;
+
+use crossbeam_channel::bounded;
+use leasehold::{JobError, JobState, NewJob, Output};
+use redb::TableDefinition;
+
+use crate::common::{Fixture, LEASE, Q, wait_until};
+use crate::pool;
+
+#[test]
+fn a_panicking_handler_fails_its_job_and_the_pool_keeps_working() {
+    let f = Fixture::new();
+    let boom = f.enqueue(NewJob::new(Q, "boom").max_attempts(1)).unwrap();
+    f.enqueue_n(5);
+    let p = pool(&f, "w")
+        .concurrency(2)
+        .start(|ctx| {
+            if ctx.payload() == b"boom" {
+                panic!("thumbnail decoder exploded");
+            }
+            Ok(Vec::new())
+        })
+        .unwrap();
+    wait_until("every job to end", || {
+        let s = p.stats();
+        s.succeeded + s.panicked == 6
+    });
+    let job = f.job(boom).unwrap().unwrap();
+    assert_eq!(job.state, JobState::Dead);
+    assert!(
+        job.last_error
+            .unwrap()
+            .contains("handler panicked: thumbnail decoder exploded")
+    );
+    assert_eq!((p.stats().panicked, p.stats().succeeded), (1, 5));
+}
+
+#[test]
+fn a_handler_error_is_recorded_and_retried() {
+    let f = Fixture::with(|b| {
+        b.retry_policy(leasehold::RetryPolicy {
+            base: Duration::ZERO,
+            max: Duration::ZERO,
+            jitter: 0.0,
+        })
+    });
+    let id = f.enqueue(NewJob::new(Q, "x").max_attempts(3)).unwrap();
+    let p = pool(&f, "w")
+        .start(|ctx| {
+            if ctx.attempt().0 < 3 {
+                Err(JobError::new(format!("try {}", ctx.attempt())))
+            } else {
+                Ok(b"third time lucky".to_vec())
+            }
+        })
+        .unwrap();
+    wait_until("the job to succeed", || p.stats().succeeded == 1);
+    assert_eq!(f.job(id).unwrap().unwrap().state, JobState::Succeeded);
+    assert_eq!(p.stats().failed, 2);
+    assert_eq!(
+        f.job(id).unwrap().unwrap().last_error.as_deref(),
+        Some("try #2")
+    );
+}
+
+#[test]
+fn an_output_the_validator_refuses_is_not_committed() {
+    let f = Fixture::new();
+    let id = f.enqueue(NewJob::new(Q, "x").max_attempts(1)).unwrap();
+    let p = pool(&f, "w")
+        .validate(|_, out| {
+            if out.is_empty() {
+                Err("empty thumbnail".into())
+            } else {
+                Ok(())
+            }
+        })
+        .start(|_| Ok(Vec::new()))
+        .unwrap();
+    wait_until("the refusal to be recorded", || p.stats().invalid == 1);
+    assert_eq!(f.job(id).unwrap().unwrap().state, JobState::Dead);
+    assert_eq!(f.output(id).unwrap(), None);
+    assert!(
+        f.job(id)
+            .unwrap()
+            .unwrap()
+            .last_error
+            .unwrap()
+            .contains("empty thumbnail")
+    );
+}
+
+#[test]
+fn a_paused_workers_late_commit_is_refused_and_the_other_workers_result_stands() {
+    let f = Fixture::new();
+    let id = f.enqueue_n(1)[0];
+    let (gate_tx, gate_rx) = bounded::<()>(0);
+    let paused = pool(&f, "paused")
+        .start(move |_| {
+            gate_rx.recv().unwrap(); // the "pause": this worker stops here
+            Ok(b"from the paused worker".to_vec())
+        })
+        .unwrap();
+    wait_until("the job to start", || paused.stats().in_flight == 1);
+    paused.pause(); // and its heartbeats stop with it
+
+    f.advance(LEASE);
+    assert_eq!(f.reap().unwrap().reclaimed.len(), 1);
+    let other = pool(&f, "other")
+        .start(|_| Ok(b"from the live worker".to_vec()))
+        .unwrap();
+    wait_until("the other worker to commit", || {
+        f.job(id).unwrap().unwrap().state == JobState::Succeeded
+    });
+
+    gate_tx.send(()).unwrap(); // the paused worker wakes and tries to commit
+    wait_until("the late commit to be refused", || {
+        paused.stats().rejected_writes == 1
+    });
+    assert_eq!(f.output(id).unwrap().unwrap(), b"from the live worker");
+    assert_eq!(f.stats().unwrap().counters.fenced_writes_rejected, 1);
+    let history = f.history(id).unwrap();
+    assert_eq!(history.len(), 2);
+    assert_eq!(history[1].worker, "other");
+    drop(other);
+}
+
+const SENT: TableDefinition<u64, &str> = TableDefinition::new("app.sent");
+
+#[test]
+fn a_handler_commits_its_own_writes_with_the_completion() {
+    let f = Fixture::new();
+    let ids = f.enqueue_n(3);
+    let p = pool(&f, "w")
+        .start(|ctx| {
+            let job = ctx.job().0;
+            Ok(Output::with_writes(b"sent".to_vec(), move |txn| {
+                txn.open_table(SENT)?.insert(job, "email sent")?;
+                Ok::<(), redb::Error>(())
+            }))
+        })
+        .unwrap();
+    wait_until("all jobs to succeed", || {
+        f.stats().unwrap().total(JobState::Succeeded) == 3
+    });
+    let read = f.begin_read().unwrap();
+    let table = read.open_table(SENT).unwrap();
+    for id in ids {
+        assert_eq!(table.get(id.0).unwrap().unwrap().value(), "email sent");
+    }
+    drop(p);
+    let _ = LEASE;
+}

@@ -1,0 +1,195 @@
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use crossbeam_channel::bounded;
+use leasehold::{JobState, NewJob, Outcome, ReclaimPath};
+
+use crate::common::{Fixture, LEASE, Q, wait_until};
+use crate::{pool, until_interrupted};
+
+#[test]
+fn a_pool_runs_every_job_once_and_commits_its_output() {
+    let f = Fixture::new();
+    let ids = f.enqueue_n(50);
+    let p = pool(&f, "a")
+        .concurrency(4)
+        .start(|ctx| Ok(format!("done {}", ctx.job())))
+        .unwrap();
+    wait_until("all jobs to succeed", || {
+        f.stats().unwrap().total(JobState::Succeeded) == 50
+    });
+    for id in ids {
+        assert_eq!(
+            f.output(id).unwrap().unwrap(),
+            format!("done {id}").into_bytes()
+        );
+        assert_eq!(f.history(id).unwrap().len(), 1, "ran once");
+    }
+    assert_eq!(p.stats().succeeded, 50);
+}
+
+#[test]
+fn an_enqueue_wakes_an_idle_pool() {
+    let f = Fixture::new();
+    // Idle dispatchers look again only every 10 minutes of real time on their own, and
+    // the manual clock never moves: only the enqueue's wake-up can start this job.
+    let p = leasehold::WorkerPool::builder((*f).clone(), Q)
+        .lease(Duration::from_secs(3600))
+        .heartbeat_every(Duration::from_secs(600))
+        .start(|_| Ok(()))
+        .unwrap();
+    wait_until("the dispatcher to go idle", || p.stats().idle_waits >= 1);
+    let id = f.enqueue(NewJob::new(Q, "wake up")).unwrap();
+    wait_until("the job to succeed", || {
+        f.job(id).unwrap().unwrap().state == JobState::Succeeded
+    });
+    drop(p);
+}
+
+#[test]
+fn an_abandoned_pools_jobs_are_all_completed_by_a_surviving_pool() {
+    let f = Fixture::new();
+    let ids = f.enqueue_n(12);
+    let dying = pool(&f, "dying")
+        .concurrency(4)
+        .start(until_interrupted)
+        .unwrap();
+    wait_until("the dying pool to hold 4 jobs", || {
+        dying.stats().in_flight == 4
+    });
+    dying.abandon();
+    assert_eq!(
+        f.stats().unwrap().total(JobState::Running),
+        4,
+        "nothing released"
+    );
+
+    f.advance(LEASE);
+    let report = f.reap().unwrap();
+    assert_eq!(report.reclaimed.len(), 4);
+
+    let survivor = pool(&f, "survivor")
+        .concurrency(3)
+        .start(|_| Ok(b"ok".to_vec()))
+        .unwrap();
+    wait_until("every job to succeed", || {
+        f.stats().unwrap().total(JobState::Succeeded) == 12
+    });
+    let mut reclaimed = 0;
+    for id in ids {
+        let history = f.history(id).unwrap();
+        let last = history.last().unwrap();
+        assert_eq!(
+            (last.worker.as_str(), last.outcome.clone()),
+            ("survivor", Some(Outcome::Succeeded))
+        );
+        if history.len() == 2 {
+            reclaimed += 1;
+            assert_eq!(history[0].worker, "dying");
+            assert!(matches!(
+                history[0].outcome,
+                Some(Outcome::LeaseExpired {
+                    path: ReclaimPath::Reaper,
+                    ..
+                })
+            ));
+        }
+    }
+    assert_eq!(reclaimed, 4);
+    assert_eq!(
+        dying.stats().succeeded + dying.stats().rejected_writes,
+        0,
+        "the dead pool wrote nothing"
+    );
+    drop(survivor);
+}
+
+#[test]
+fn graceful_shutdown_releases_and_another_pool_starts_without_waiting_for_expiry() {
+    let f = Fixture::new();
+    let id = f.enqueue_n(1)[0];
+    let first = pool(&f, "first").start(until_interrupted).unwrap();
+    wait_until("the job to start", || first.stats().in_flight == 1);
+    let report = first.shutdown(Duration::from_millis(20));
+    assert_eq!(
+        (report.in_flight, report.released, report.stuck_handlers),
+        (1, 1, 0)
+    );
+    assert_eq!(
+        first.shutdown(Duration::ZERO),
+        Default::default(),
+        "idempotent"
+    );
+    let job = f.job(id).unwrap().unwrap();
+    assert_eq!((job.state, job.failures), (JobState::Queued, 0));
+    assert_eq!(f.history(id).unwrap()[0].outcome, Some(Outcome::Released));
+
+    // the store clock has not moved: the job is claimable only because it was released
+    let second = pool(&f, "second")
+        .start(|_| Ok(b"second".to_vec()))
+        .unwrap();
+    wait_until("the second pool to finish it", || {
+        f.job(id).unwrap().unwrap().state == JobState::Succeeded
+    });
+    assert_eq!(f.output(id).unwrap().unwrap(), b"second");
+    drop(second);
+}
+
+#[test]
+fn shutdown_lets_in_flight_jobs_finish_within_the_grace_period() {
+    let f = Fixture::new();
+    let id = f.enqueue_n(1)[0];
+    let (gate_tx, gate_rx) = bounded::<()>(0);
+    let p = pool(&f, "w")
+        .start(move |_| {
+            gate_rx.recv().unwrap();
+            Ok(b"finished".to_vec())
+        })
+        .unwrap();
+    wait_until("the job to start", || p.stats().in_flight == 1);
+    let opener = std::thread::spawn(move || gate_tx.send(()).unwrap());
+    let report = p.shutdown(Duration::from_secs(30));
+    opener.join().unwrap();
+    assert_eq!((report.in_flight, report.released), (1, 0));
+    assert_eq!(f.job(id).unwrap().unwrap().state, JobState::Succeeded);
+}
+
+#[test]
+fn dropping_a_pool_shuts_it_down_and_joins_its_threads() {
+    let f = Fixture::new();
+    f.enqueue_n(2);
+    let started = Arc::new(AtomicUsize::new(0));
+    let s = started.clone();
+    let p = pool(&f, "w")
+        .concurrency(2)
+        .shutdown_grace(Duration::from_millis(10))
+        .start(move |ctx| {
+            s.fetch_add(1, Ordering::SeqCst);
+            until_interrupted(ctx)
+        })
+        .unwrap();
+    wait_until("both jobs to start", || started.load(Ordering::SeqCst) == 2);
+    drop(p);
+    let stats = f.stats().unwrap();
+    assert_eq!(stats.total(JobState::Queued), 2, "released, not failed");
+    assert_eq!(stats.counters.released, 2);
+}
+
+#[test]
+fn bad_pool_settings_are_refused() {
+    let f = Fixture::new();
+    let err = |b: leasehold::PoolBuilder| b.start(|_| Ok(())).err().unwrap();
+    assert!(matches!(
+        err(pool(&f, "w").concurrency(0)),
+        leasehold::Error::Config(leasehold::ConfigError::ZeroConcurrency)
+    ));
+    assert!(matches!(
+        err(pool(&f, "w").heartbeat_every(LEASE)),
+        leasehold::Error::Config(leasehold::ConfigError::HeartbeatNotShorterThanLease { .. })
+    ));
+    assert!(matches!(
+        err(leasehold::WorkerPool::builder((*f).clone(), "")),
+        leasehold::Error::Input(leasehold::InputError::EmptyQueueName)
+    ));
+}

@@ -1,0 +1,193 @@
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use leasehold::{Interruption, JobState, NewJob, Outcome};
+
+use crate::common::{Fixture, LEASE, Q, wait_until};
+use crate::{pool, until_interrupted};
+
+type Seen = Arc<Mutex<Vec<Interruption>>>;
+
+/// Records how each handler was interrupted.
+fn recording() -> (
+    Seen,
+    impl Fn(&leasehold::JobContext) -> Result<Vec<u8>, leasehold::JobError> + Send + Sync + 'static,
+) {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let s = seen.clone();
+    let handler = move |ctx: &leasehold::JobContext| {
+        let r = until_interrupted(ctx);
+        s.lock().unwrap().push(ctx.interruption().unwrap());
+        r
+    };
+    (seen, handler)
+}
+
+#[test]
+fn a_thousand_in_flight_leases_renew_in_one_write_per_tick() {
+    // Eventual durability: a thousand claims need not wait for a thousand fsyncs here.
+    let f = Fixture::with(|b| {
+        b.durability(leasehold::Durability::Eventual {
+            flush_every: Duration::from_secs(3600),
+        })
+    });
+    f.enqueue_n(1000);
+    let p = pool(&f, "big")
+        .concurrency(1000)
+        .heartbeat_every(Duration::from_millis(20))
+        .start(until_interrupted)
+        .unwrap();
+    wait_until("1000 jobs in flight", || p.stats().in_flight == 1000);
+    // All workers are busy, so nothing but heartbeats writes now.
+    let writes_before = f.metrics().write_transactions;
+    let batches_before = p.stats().heartbeat_batches;
+    wait_until("three more heartbeat ticks", || {
+        p.stats().heartbeat_batches >= batches_before + 3
+    });
+    let batches = p.stats().heartbeat_batches - batches_before;
+    let writes = f.metrics().write_transactions - writes_before;
+    assert!(
+        writes == batches || writes == batches + 1,
+        "{writes} writes for {batches} ticks"
+    );
+    f.advance(LEASE - Duration::from_secs(1));
+    wait_until("a tick after the clock moved", || {
+        p.stats().heartbeat_batches >= batches_before + batches + 2
+    });
+    // every lease was renewed from the new now: none has expired a full lease after claim
+    f.advance(Duration::from_secs(2));
+    assert!(f.reap().unwrap().reclaimed.is_empty());
+    assert_eq!(p.shutdown(Duration::ZERO).released, 1000);
+}
+
+#[test]
+fn a_lost_lease_interrupts_the_handler_and_its_result_is_withheld() {
+    let f = Fixture::new();
+    let id = f.enqueue_n(1)[0];
+    let (seen, handler) = recording();
+    let p = pool(&f, "w").start(handler).unwrap();
+    wait_until("the job to start", || p.stats().in_flight == 1);
+    p.pause();
+    f.advance(LEASE);
+    assert_eq!(f.reap().unwrap().reclaimed.len(), 1);
+    let other = f.claim(Q, "other", LEASE).unwrap().unwrap();
+    p.resume();
+    wait_until("the handler to stop", || p.stats().in_flight == 0);
+    assert_eq!(*seen.lock().unwrap(), vec![Interruption::LeaseLost]);
+    assert_eq!((p.stats().leases_lost, p.stats().rejected_writes), (1, 1));
+    assert_eq!(
+        p.stats().failed,
+        0,
+        "nothing was recorded for the lost attempt"
+    );
+    f.complete(&other, b"").unwrap();
+    assert_eq!(f.history(id).unwrap().len(), 2);
+}
+
+#[test]
+fn a_cancel_reaches_the_running_handler_through_its_heartbeat() {
+    let f = Fixture::new();
+    let id = f.enqueue_n(1)[0];
+    let (seen, handler) = recording();
+    let p = pool(&f, "w").start(handler).unwrap();
+    wait_until("the job to start", || p.stats().in_flight == 1);
+    f.cancel(id).unwrap();
+    wait_until("the handler to stop", || p.stats().in_flight == 0);
+    assert_eq!(*seen.lock().unwrap(), vec![Interruption::Cancelled]);
+    assert_eq!(f.job(id).unwrap().unwrap().state, JobState::Cancelled);
+    assert_eq!(p.stats().cancelled, 1);
+}
+
+#[test]
+fn a_job_that_heartbeats_without_progress_is_revoked_as_stalled() {
+    let f = Fixture::new();
+    let id = f.enqueue(NewJob::new(Q, "hangs").max_attempts(1)).unwrap();
+    let (seen, handler) = recording();
+    let p = pool(&f, "w")
+        .stall_timeout(Duration::from_secs(90))
+        .start(handler)
+        .unwrap();
+    wait_until("the job to start", || p.stats().in_flight == 1);
+    // Move time in steps shorter than the lease; the heartbeat stays healthy throughout.
+    for _ in 0..10 {
+        let before = p.stats().heartbeat_batches;
+        f.advance(Duration::from_secs(15));
+        wait_until("a heartbeat", || {
+            p.stats().heartbeat_batches > before || p.stats().in_flight == 0
+        });
+        if p.stats().in_flight == 0 {
+            break;
+        }
+    }
+    wait_until("the handler to stop", || p.stats().in_flight == 0);
+    assert_eq!(*seen.lock().unwrap(), vec![Interruption::Stalled]);
+    assert_eq!(f.history(id).unwrap()[0].outcome, Some(Outcome::Stalled));
+    assert_eq!(
+        f.job(id).unwrap().unwrap().state,
+        JobState::Dead,
+        "budget of 1 spent"
+    );
+    assert_eq!(p.stats().stalled, 1);
+}
+
+#[test]
+fn a_job_that_reports_progress_is_not_stalled() {
+    let f = Fixture::new();
+    let id = f.enqueue_n(1)[0];
+    let (stop_tx, stop_rx) = crossbeam_channel::bounded::<()>(1);
+    let p = pool(&f, "w")
+        .stall_timeout(Duration::from_secs(90))
+        .start(move |ctx| {
+            while stop_rx.try_recv().is_err() {
+                ctx.tick();
+                ctx.checkpoint()?;
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            Ok(b"steady".to_vec())
+        })
+        .unwrap();
+    wait_until("the job to start", || p.stats().in_flight == 1);
+    for _ in 0..10 {
+        let before = p.stats().heartbeat_batches;
+        f.advance(Duration::from_secs(15));
+        wait_until("a heartbeat", || p.stats().heartbeat_batches > before + 1);
+    }
+    stop_tx.send(()).unwrap();
+    wait_until("the job to succeed", || {
+        f.job(id).unwrap().unwrap().state == JobState::Succeeded
+    });
+}
+
+#[test]
+fn when_renewals_fall_behind_the_pool_stops_claiming_and_gives_back_expired_leases() {
+    let f = Fixture::new();
+    let first = f.enqueue_n(1)[0];
+    // The heartbeat timer fires only every 50 s of real time: in this test it never does,
+    // exactly like a heartbeat thread starved on an overloaded machine.
+    let (seen, handler) = recording();
+    let p = pool(&f, "w")
+        .concurrency(2)
+        .heartbeat_every(Duration::from_secs(50))
+        .start(handler)
+        .unwrap();
+    wait_until("the first job to start", || p.stats().in_flight == 1);
+    // No renewal for longer than a whole lease: the lease has run out, and the heartbeat is
+    // further behind than the pool tolerates.
+    f.advance(LEASE + Duration::from_secs(1));
+    let second = f.enqueue(NewJob::new(Q, "second")).unwrap(); // wakes the dispatcher
+    wait_until("the pool to shed the expired lease", || {
+        p.stats().released == 1
+    });
+    assert!(p.stats().intake_paused >= 1);
+    assert_eq!(*seen.lock().unwrap(), vec![Interruption::LeaseExpired]);
+    let job = f.job(first).unwrap().unwrap();
+    assert_eq!(
+        (job.state, job.failures),
+        (JobState::Queued, 0),
+        "released, not failed"
+    );
+    // With nothing left to renew the pool is healthy again and takes work.
+    wait_until("the pool to claim again", || p.stats().claimed >= 2);
+    let _ = second;
+    p.shutdown(Duration::ZERO);
+}
