@@ -57,6 +57,7 @@ pub(crate) fn entries(job: &Job) -> Entries {
 /// Writes `new` (replacing `old`, if the job existed) with all of its index entries, and
 /// notes a queue that gained a claimable-soon job so the store can wake its waiting workers.
 pub(crate) fn save(tx: &mut Tx<'_>, old: Option<&Job>, new: &Job) -> Result<()> {
+    tx.tally.saved = true;
     let after = entries(new);
     let before = old.map(entries);
     if after.ready.is_some() && before.as_ref().is_none_or(|b| b.ready != after.ready) {

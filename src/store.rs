@@ -406,7 +406,7 @@ impl Store {
         &self,
         f: impl FnOnce(&mut Transaction<'_, '_>) -> Result<T>,
     ) -> Result<T> {
-        self.write_with_txn(|tx, txn| f(&mut Transaction::new(tx, txn)))
+        self.write_with_txn(Commit::Always, |tx, txn| f(&mut Transaction::new(tx, txn)))
     }
 
     /// Makes every commit so far durable (a no-op under [`Durability::Immediate`]).
@@ -512,11 +512,12 @@ impl Store {
 
     /// Runs `f` in a write transaction at the store's now and commits if it succeeds.
     fn write<T>(&self, f: impl FnOnce(&mut Tx<'_>) -> Result<T>) -> Result<T> {
-        self.write_with_txn(|tx, _| f(tx))
+        self.write_with_txn(Commit::IfChanged, |tx, _| f(tx))
     }
 
     fn write_with_txn<T>(
         &self,
+        commit: Commit,
         f: impl for<'t> FnOnce(&mut Tx<'t>, &'t WriteTransaction) -> Result<T>,
     ) -> Result<T> {
         let mut txn = self.inner.db.begin_write()?;
@@ -532,6 +533,10 @@ impl Store {
             (result, tx.tally)
         };
         match result {
+            Ok(value) if commit == Commit::IfChanged && !tally.changed() => {
+                txn.abort()?;
+                Ok(value)
+            }
             Ok(value) => {
                 txn.commit()?;
                 self.inner.writes.fetch_add(1, Ordering::Relaxed);
@@ -607,6 +612,15 @@ impl Store {
             state.dirty = true;
         }
     }
+}
+
+/// Whether a successful transaction that wrote no job record is committed.
+#[derive(Copy, Clone, PartialEq, Eq)]
+enum Commit {
+    /// The application's transactions: they may have written their own tables.
+    Always,
+    /// The store's own operations: nothing written, nothing to commit (no fsync).
+    IfChanged,
 }
 
 impl Drop for Inner {

@@ -73,12 +73,20 @@ pub(crate) struct Tally {
     pub high_water: StoreTime,
     /// Queues that gained a waiting job: their idle workers are woken after the commit.
     pub readied: BTreeSet<String>,
+    /// Whether any job record was written.
+    pub saved: bool,
 }
 
 impl Tally {
     /// Whether the counters changed (a refused write still has to record that it was refused).
     pub(crate) fn counts_anything(&self) -> bool {
         self.counters != Counters::default()
+    }
+
+    /// Whether the transaction changed anything worth a commit (a claim that found nothing
+    /// did not, and is rolled back instead of paying for an fsync).
+    pub(crate) fn changed(&self) -> bool {
+        self.saved || self.counts_anything()
     }
 
     /// Notes a time the store wrote, so the clock never resumes below it.

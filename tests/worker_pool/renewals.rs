@@ -180,12 +180,12 @@ fn when_renewals_fall_behind_the_pool_stops_claiming_and_gives_back_expired_leas
     });
     assert!(p.stats().intake_paused >= 1);
     assert_eq!(*seen.lock().unwrap(), vec![Interruption::LeaseExpired]);
-    let job = f.job(first).unwrap().unwrap();
+    // given back without spending budget (the pool may already have claimed it again)
     assert_eq!(
-        (job.state, job.failures),
-        (JobState::Queued, 0),
-        "released, not failed"
+        f.history(first).unwrap()[0].outcome,
+        Some(Outcome::Released)
     );
+    assert_eq!(f.job(first).unwrap().unwrap().failures, 0);
     // With nothing left to renew the pool is healthy again and takes work.
     wait_until("the pool to claim again", || p.stats().claimed >= 2);
     let _ = second;
