@@ -167,6 +167,17 @@ impl RealDeadline {
         self.0.saturating_duration_since(std::time::Instant::now())
     }
 
+    /// `d` after this deadline (or after now, if this deadline passed more than `d` ago, so
+    /// a stalled loop does not fire a burst of catch-up ticks).
+    pub(crate) fn plus(&self, d: Duration) -> RealDeadline {
+        let next = RealDeadline(self.0 + d);
+        if next.passed() {
+            RealDeadline::after(d)
+        } else {
+            next
+        }
+    }
+
     pub(crate) fn passed(&self) -> bool {
         self.remaining().is_zero()
     }

@@ -192,9 +192,11 @@ impl fmt::Display for Outcome {
             Outcome::Succeeded => f.write_str("succeeded"),
             Outcome::Failed(e) => write!(f, "failed: {e}"),
             Outcome::Released => f.write_str("released"),
-            Outcome::LeaseExpired { path, overdue } => {
-                write!(f, "lease expired ({path}, {overdue:?} after expiry)")
-            }
+            Outcome::LeaseExpired { path, overdue } => write!(
+                f,
+                "lease expired ({path}, {:.3}s after expiry)",
+                overdue.as_secs_f64()
+            ),
             Outcome::Stalled => f.write_str("stalled"),
             Outcome::Cancelled => f.write_str("cancelled"),
         }

@@ -1,14 +1,12 @@
 //! The `leasehold` command-line tool.
 
-mod demo;
+mod cli;
 
-use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use leasehold::{NewJob, Store};
 
 #[derive(Parser)]
 #[command(
@@ -23,8 +21,16 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Tell the lease story on a real store file: claim, silence, reap, reclaim, fencing.
-    Demo,
+    /// Run three worker pools on a real store file and show leases at work: a killed pool's
+    /// jobs reclaimed, a paused worker fenced, a hung job caught, a graceful release.
+    Demo {
+        /// Print the final report as JSON on stdout instead of the narrated run.
+        #[arg(long)]
+        json: bool,
+        /// How many jobs to enqueue.
+        #[arg(long, default_value_t = 300)]
+        jobs: usize,
+    },
     /// Test helper: open a store, optionally enqueue and claim jobs, report them on stdout,
     /// then hold the store open until killed or until stdin closes.
     #[command(name = "__child", hide = true)]
@@ -50,14 +56,14 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Demo => demo::run(),
+        Command::Demo { json, jobs } => cli::demo::run(json, jobs),
         Command::Child {
             db,
             queue,
             enqueue,
             claim,
             lease_ms,
-        } => child(db, &queue, enqueue, claim, Duration::from_millis(lease_ms)),
+        } => cli::child::run(db, &queue, enqueue, claim, Duration::from_millis(lease_ms)),
     };
     match result {
         Ok(code) => code,
@@ -66,33 +72,4 @@ fn main() -> ExitCode {
             ExitCode::from(3)
         }
     }
-}
-
-fn child(
-    db: PathBuf,
-    queue: &str,
-    enqueue: usize,
-    claim: usize,
-    lease: Duration,
-) -> Result<ExitCode, leasehold::Error> {
-    let store = Store::builder(db).open()?;
-    let jobs = (0..enqueue).map(|i| NewJob::new(queue, format!("job {i}").into_bytes()));
-    store.enqueue_batch(jobs)?;
-    let mut out = std::io::stdout().lock();
-    let worker = format!("child-{}", std::process::id());
-    for _ in 0..claim {
-        match store.claim(queue, &worker, lease)? {
-            Some(l) => {
-                let _ = writeln!(out, "claimed {} {}", l.job.0, l.attempt.0);
-            }
-            None => break,
-        }
-    }
-    let _ = writeln!(out, "ready {}", store.now().as_nanos());
-    let _ = out.flush();
-    drop(out);
-    // Hold the store open until the parent kills us or closes our stdin.
-    let mut sink = String::new();
-    let _ = std::io::stdin().read_line(&mut sink);
-    Ok(ExitCode::SUCCESS)
 }

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use crossbeam_channel::{RecvTimeoutError, Sender, bounded};
 
+use crate::clock::RealDeadline;
 use crate::config::check_reaper_interval;
 use crate::error::{Error, Result};
 use crate::store::Store;
@@ -61,9 +62,15 @@ impl Reaper {
         let thread = std::thread::Builder::new()
             .name("leasehold-reaper".into())
             .spawn(move || {
+                // Fixed rate: the next pass is due one interval after the last was due, not
+                // after it ended, so a slow pass does not stretch the detection bound.
+                let mut due = RealDeadline::after(interval);
                 loop {
-                    match stopped.recv_timeout(interval) {
-                        Err(RecvTimeoutError::Timeout) => tick(&store, &m),
+                    match stopped.recv_timeout(due.remaining()) {
+                        Err(RecvTimeoutError::Timeout) => {
+                            due = due.plus(interval);
+                            tick(&store, &m);
+                        }
                         Ok(()) | Err(RecvTimeoutError::Disconnected) => return,
                     }
                 }

@@ -261,6 +261,19 @@ impl WorkerPool {
         self.shared.counters.snapshot(in_flight)
     }
 
+    /// The leases being worked on now, by job id.
+    pub fn in_flight(&self) -> Vec<Lease> {
+        let mut leases: Vec<Lease> = self
+            .shared
+            .flights
+            .lock()
+            .values()
+            .map(|f| f.lease.clone())
+            .collect();
+        leases.sort_by_key(|l| l.job);
+        leases
+    }
+
     /// The id this pool's leases are held under.
     pub fn worker_id(&self) -> &str {
         &self.shared.worker_id

@@ -1,0 +1,4 @@
+//! The subcommands of the `leasehold` tool.
+
+pub mod child;
+pub mod demo;
