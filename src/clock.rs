@@ -278,9 +278,10 @@ impl StoreClock {
         high_water: StoreTime,
     ) -> (StoreClock, bool) {
         let reading = source.read();
-        let continued = persisted
-            .filter(|a| a.epoch == reading.epoch)
-            .filter(|a| project(a, reading.ticks) >= high_water);
+        // Within one epoch the source never runs backwards, so the anchor holds as it is; the
+        // high-water mark (which includes future lease expiries) matters only to a new epoch,
+        // whose relation to the old ticks is unknown.
+        let continued = persisted.filter(|a| a.epoch == reading.epoch);
         let (anchor, fresh) = match continued {
             Some(a) => (a, false),
             None => (
@@ -293,9 +294,9 @@ impl StoreClock {
             ),
         };
         let clock = StoreClock {
+            last: AtomicU64::new(project(&anchor, reading.ticks).0),
             source,
             anchor,
-            last: AtomicU64::new(high_water.0),
         };
         (clock, fresh)
     }
@@ -352,6 +353,21 @@ mod tests {
             StoreClock::resume(Arc::new(manual.clone()), Some(anchor), StoreTime(1));
         assert!(!fresh);
         assert_eq!(again.now(), StoreTime(5_000_000_000));
+    }
+
+    #[test]
+    fn same_epoch_does_not_jump_to_a_lease_expiry_in_the_future() {
+        let manual = ManualClock::new();
+        let (clock, _) = StoreClock::resume(Arc::new(manual.clone()), None, StoreTime::ZERO);
+        manual.advance(Duration::from_secs(1));
+        let live_lease_expiry = StoreTime(61_000_000_000);
+        let (again, fresh) = StoreClock::resume(
+            Arc::new(manual.clone()),
+            Some(clock.anchor()),
+            live_lease_expiry,
+        );
+        assert!(!fresh);
+        assert_eq!(again.now(), StoreTime(1_000_000_000));
     }
 
     #[test]

@@ -1,0 +1,61 @@
+//! Model-based property test: random operation sequences against the store and an
+//! independent reference model (`tests/support/model.rs`), compared after every step.
+//!
+//! `LEASEHOLD_PROPTEST_CASES=100000 cargo test --release --test model_based` for a soak.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+#[path = "support/harness.rs"]
+mod harness;
+#[path = "support/model.rs"]
+mod model;
+
+use harness::{Harness, Op};
+use proptest::prelude::*;
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        4 => (any::<u8>(), any::<i8>(), any::<u8>(), proptest::option::of(any::<u8>()), proptest::option::weighted(0.3, any::<u8>()))
+            .prop_map(|(queue, priority, delay_s, max_attempts, unique)| Op::Enqueue { queue, priority, delay_s, max_attempts, unique }),
+        4 => (any::<u8>(), any::<u8>(), any::<u8>(), proptest::option::weighted(0.2, any::<u8>()))
+            .prop_map(|(queue, worker, lease_s, stall_s)| Op::Claim { queue, worker, lease_s, stall_s }),
+        1 => (any::<u16>(), any::<u8>(), any::<u8>()).prop_map(|(job, worker, lease_s)| Op::ClaimJob { job, worker, lease_s }),
+        3 => (any::<u16>(), any::<bool>()).prop_map(|(lease, progress)| Op::Heartbeat { lease, progress }),
+        2 => any::<u16>().prop_map(|lease| Op::Complete { lease }),
+        2 => any::<u16>().prop_map(|lease| Op::Fail { lease }),
+        1 => any::<u16>().prop_map(|lease| Op::Release { lease }),
+        1 => any::<u16>().prop_map(|job| Op::Cancel { job }),
+        3 => prop_oneof![1u16..30, 55u16..130].prop_map(|secs| Op::Advance { secs }),
+        2 => Just(Op::Reap),
+        1 => Just(Op::Reopen),
+    ]
+}
+
+fn cases() -> u32 {
+    std::env::var("LEASEHOLD_PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2000)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: cases(),
+        max_shrink_iters: 2000,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    })]
+
+    #[test]
+    fn the_store_behaves_like_the_model_under_any_sequence(ops in proptest::collection::vec(op(), 1..40)) {
+        let mut h = Harness::new();
+        for (i, op) in ops.iter().enumerate() {
+            let step = h.apply(op).and_then(|()| h.check()).and_then(|()| {
+                if matches!(op, Op::Reap) { h.no_expired_lease_left() } else { Ok(()) }
+            });
+            if let Err(why) = step {
+                return Err(TestCaseError::fail(format!("step {i} {op:?}: {why}")));
+            }
+        }
+    }
+}

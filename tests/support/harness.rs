@@ -1,0 +1,439 @@
+//! Drives the store and the reference model with the same operations and reports the first
+//! divergence or broken invariant. Shared by the model-based property test and the
+//! operation-sequence fuzzer.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use leasehold::{
+    Durability, Error, JobId, JobState, LeaseTerms, ManualClock, NewJob, Renewal, RetryPolicy,
+    Store,
+};
+
+use crate::model::{self, MErr, MRenewal, Model, SEC};
+
+pub const QUEUES: [&str; 2] = ["alpha", "beta"];
+pub const WORKERS: [&str; 3] = ["w0", "w1", "w2"];
+/// A small reap batch, so reaping a handful of leases already takes several transactions.
+pub const REAP_BATCH: usize = 2;
+
+#[derive(Clone, Debug)]
+pub enum Op {
+    Enqueue {
+        queue: u8,
+        priority: i8,
+        delay_s: u8,
+        max_attempts: Option<u8>,
+        unique: Option<u8>,
+    },
+    Claim {
+        queue: u8,
+        worker: u8,
+        lease_s: u8,
+        stall_s: Option<u8>,
+    },
+    ClaimJob {
+        job: u16,
+        worker: u8,
+        lease_s: u8,
+    },
+    Heartbeat {
+        lease: u16,
+        progress: bool,
+    },
+    Complete {
+        lease: u16,
+    },
+    Fail {
+        lease: u16,
+    },
+    Release {
+        lease: u16,
+    },
+    Cancel {
+        job: u16,
+    },
+    Advance {
+        secs: u16,
+    },
+    Reap,
+    Reopen,
+}
+
+pub struct Harness {
+    dir: tempfile::TempDir,
+    clock: ManualClock,
+    store: Option<Store>,
+    pub model: Model,
+    /// Every lease ever granted, stale ones included: (job, attempt, lease as returned).
+    leases: Vec<leasehold::Lease>,
+    /// The progress each lease reported last.
+    progress: BTreeMap<(u64, u32), u64>,
+    /// Each job's attempt as last seen, to prove attempts only grow.
+    attempts: BTreeMap<u64, u32>,
+}
+
+fn builder(path: &std::path::Path, clock: &ManualClock) -> leasehold::StoreBuilder {
+    Store::builder(path)
+        .clock(clock.clone())
+        .durability(Durability::Eventual {
+            flush_every: Duration::from_secs(1 << 30),
+        })
+        .retry_policy(RetryPolicy {
+            base: Duration::from_nanos(model::BACKOFF_BASE),
+            max: Duration::from_nanos(model::BACKOFF_MAX),
+            jitter: 0.0,
+        })
+        .default_max_attempts(model::DEFAULT_MAX_ATTEMPTS)
+        .reap_batch(REAP_BATCH)
+        .verify_on_open(false)
+}
+
+impl Harness {
+    pub fn new() -> Harness {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let clock = ManualClock::new();
+        let store = builder(&dir.path().join("model.redb"), &clock)
+            .open()
+            .expect("open");
+        Harness {
+            dir,
+            clock,
+            store: Some(store),
+            model: Model::new(),
+            leases: Vec::new(),
+            progress: BTreeMap::new(),
+            attempts: BTreeMap::new(),
+        }
+    }
+
+    fn store(&self) -> &Store {
+        self.store.as_ref().expect("store open")
+    }
+
+    fn job_id(&self, n: u16) -> u64 {
+        // Mostly existing jobs, sometimes one that does not exist.
+        let known = self.model.next_id;
+        u64::from(n) % (known + 1)
+    }
+
+    fn lease(&self, n: u16) -> Option<leasehold::Lease> {
+        if self.leases.is_empty() {
+            return None;
+        }
+        Some(self.leases[usize::from(n) % self.leases.len()].clone())
+    }
+
+    /// Applies `op` to both sides and compares their answers.
+    pub fn apply(&mut self, op: &Op) -> Result<(), String> {
+        match op {
+            Op::Enqueue {
+                queue,
+                priority,
+                delay_s,
+                max_attempts,
+                unique,
+            } => {
+                let q = QUEUES[usize::from(*queue) % QUEUES.len()];
+                let key = unique.map(|u| format!("k{}", u % 3));
+                let delay = u64::from(*delay_s % 4) * 10 * SEC;
+                let max = max_attempts.map(|m| u32::from(m % 4));
+                let mut job = NewJob::new(q, b"payload".to_vec())
+                    .priority(i32::from(*priority % 3))
+                    .delay(Duration::from_nanos(delay));
+                if let Some(m) = max {
+                    job = job.max_attempts(m);
+                }
+                if let Some(k) = &key {
+                    job = job.unique_key(k);
+                }
+                let got = self.store().enqueue(job).map(|id| id.0).map_err(err);
+                let want =
+                    self.model
+                        .enqueue(q, i32::from(*priority % 3), delay, max, key.as_deref());
+                same("enqueue", got, want)
+            }
+            Op::Claim {
+                queue,
+                worker,
+                lease_s,
+                stall_s,
+            } => {
+                let q = QUEUES[usize::from(*queue) % QUEUES.len()];
+                let w = WORKERS[usize::from(*worker) % WORKERS.len()];
+                let length = lease_len(*lease_s);
+                let stall = stall_s.map(|s| u64::from(s % 3 + 1) * 30 * SEC);
+                let mut terms = LeaseTerms::new(Duration::from_nanos(length));
+                if let Some(s) = stall {
+                    terms = terms.stall_timeout(Duration::from_nanos(s));
+                }
+                let got = self
+                    .store()
+                    .claim(q, w, terms)
+                    .map_err(|e| format!("claim: {e}"))?;
+                let want = self.model.claim(q, w, length, stall);
+                self.granted("claim", got, want)
+            }
+            Op::ClaimJob {
+                job,
+                worker,
+                lease_s,
+            } => {
+                let id = self.job_id(*job);
+                let w = WORKERS[usize::from(*worker) % WORKERS.len()];
+                let length = lease_len(*lease_s);
+                let got = self
+                    .store()
+                    .claim_job(JobId(id), w, Duration::from_nanos(length))
+                    .map_err(err);
+                let want = self.model.claim_job(id, w, length, None);
+                match (got, want) {
+                    (Ok(g), Ok(w)) => self.granted("claim_job", g, w),
+                    (got, want) => same(
+                        "claim_job",
+                        got.map(|l| l.map(|l| (l.job.0, l.attempt.0))),
+                        want,
+                    ),
+                }
+            }
+            Op::Heartbeat { lease, progress } => {
+                let Some(l) = self.lease(*lease) else {
+                    return Ok(());
+                };
+                let key = (l.job.0, l.attempt.0);
+                let p = self.progress.get(&key).copied().unwrap_or(0) + u64::from(*progress);
+                self.progress.insert(key, p);
+                let got = self.store().heartbeat(&l, p).map_err(err).map(|r| match r {
+                    Renewal::Renewed { expires_at } => MRenewal::Renewed(expires_at.0),
+                    Renewal::Cancelled => MRenewal::Cancelled,
+                    Renewal::Stalled => MRenewal::Stalled,
+                });
+                let want = self.model.heartbeat(l.job.0, l.attempt.0, p);
+                same("heartbeat", got, want)
+            }
+            Op::Complete { lease } => {
+                let Some(l) = self.lease(*lease) else {
+                    return Ok(());
+                };
+                let got = self.store().complete(&l, b"out").map_err(err);
+                let want = self.model.complete(l.job.0, l.attempt.0);
+                same("complete", got, want)
+            }
+            Op::Fail { lease } => {
+                let Some(l) = self.lease(*lease) else {
+                    return Ok(());
+                };
+                let got = self.store().fail(&l, "boom").map_err(err);
+                let want = self.model.fail(l.job.0, l.attempt.0, "boom");
+                same("fail", got, want)
+            }
+            Op::Release { lease } => {
+                let Some(l) = self.lease(*lease) else {
+                    return Ok(());
+                };
+                let got = self.store().release(&l).map_err(err);
+                let want = self.model.release(l.job.0, l.attempt.0).map(|_| ());
+                same("release", got, want)
+            }
+            Op::Cancel { job } => {
+                let id = self.job_id(*job);
+                let got = self.store().cancel(JobId(id)).map_err(err);
+                let want = self.model.cancel(id);
+                same("cancel", got, want)
+            }
+            Op::Advance { secs } => {
+                let d = u64::from(*secs % 200) * SEC;
+                self.clock.advance(Duration::from_nanos(d));
+                self.model.now += d;
+                Ok(())
+            }
+            Op::Reap => {
+                let report = self.store().reap().map_err(|e| format!("reap: {e}"))?;
+                for (i, r) in report.reclaimed.iter().enumerate() {
+                    if i / REAP_BATCH >= report.batches {
+                        return Err("a reap batch exceeded the configured size".into());
+                    }
+                    let _ = r;
+                }
+                let mut got: Vec<u64> = report.reclaimed.iter().map(|r| r.job.0).collect();
+                got.sort_unstable();
+                let want = self.model.reap();
+                same("reap", Ok::<_, MErr>(got), Ok(want))
+            }
+            Op::Reopen => {
+                self.store = None;
+                let store = builder(&self.dir.path().join("model.redb"), &self.clock)
+                    .open()
+                    .map_err(|e| format!("reopen: {e}"))?;
+                self.store = Some(store);
+                self.model.reopen();
+                Ok(())
+            }
+        }
+    }
+
+    fn granted(
+        &mut self,
+        what: &str,
+        got: Option<leasehold::Lease>,
+        want: Option<(u64, u32)>,
+    ) -> Result<(), String> {
+        let got_key = got.as_ref().map(|l| (l.job.0, l.attempt.0));
+        if got_key != want {
+            return Err(format!("{what}: store granted {got_key:?}, model {want:?}"));
+        }
+        if let Some(l) = got {
+            self.leases.push(l);
+        }
+        Ok(())
+    }
+
+    /// Compares every job, its history and the counters, and checks the invariants.
+    pub fn check(&mut self) -> Result<(), String> {
+        let store = self.store.as_ref().expect("store open");
+        let now = store.now().0;
+        if now != self.model.now {
+            return Err(format!("store time {now} != model time {}", self.model.now));
+        }
+        let report = store.check().map_err(|e| format!("check: {e}"))?;
+        if !report.is_clean() {
+            return Err(format!("check: {:?}", report.problems));
+        }
+        let stats = store.stats().map_err(|e| format!("stats: {e}"))?;
+        let total: u64 = stats.queues.values().map(|q| q.total()).sum();
+        if total != self.model.jobs.len() as u64 {
+            return Err(format!(
+                "store has {total} jobs, model {}",
+                self.model.jobs.len()
+            ));
+        }
+        for (id, m) in &self.model.jobs {
+            let Some(job) = store.job(JobId(*id)).map_err(|e| e.to_string())? else {
+                return Err(format!("job {id} disappeared"));
+            };
+            let lease = job
+                .lease
+                .as_ref()
+                .map(|l| (l.owner.as_str(), l.expires_at.0));
+            let want_lease = m.lease.as_ref().map(|l| (l.owner.as_str(), l.expires_at));
+            let got = (
+                job.state,
+                job.attempt.0,
+                job.failures,
+                lease,
+                job.cancel_requested,
+            );
+            let want = (
+                m.state,
+                m.attempt,
+                m.failures,
+                want_lease,
+                m.cancel_requested,
+            );
+            if got != want {
+                return Err(format!("job {id}: store {got:?}, model {want:?}"));
+            }
+            if model::waiting(m.state) && job.run_at.0 != m.run_at {
+                return Err(format!("job {id}: run_at {} != {}", job.run_at.0, m.run_at));
+            }
+            let prev = self.attempts.insert(*id, m.attempt).unwrap_or(0);
+            if m.attempt < prev {
+                return Err(format!(
+                    "job {id}: attempt went from {prev} back to {}",
+                    m.attempt
+                ));
+            }
+            // history: one record per attempt, ended for every attempt but a running one
+            let history = store.history(JobId(*id)).map_err(|e| e.to_string())?;
+            if history.len() != m.attempt as usize {
+                return Err(format!(
+                    "job {id}: {} runs for {} attempts",
+                    history.len(),
+                    m.attempt
+                ));
+            }
+            for run in &history {
+                let (worker, outcome) = &self.model.runs[&(*id, run.attempt.0)];
+                if (&run.worker, &run.outcome) != (worker, outcome) {
+                    return Err(format!(
+                        "job {id} attempt {}: store {:?}/{:?}, model {worker:?}/{outcome:?}",
+                        run.attempt, run.worker, run.outcome
+                    ));
+                }
+            }
+            // a reaped store holds no lease that expired before the last reap... checked by
+            // comparing with the model, whose reap takes every expired lease.
+        }
+        let c = &stats.counters;
+        let got = (
+            c.reclaimed_by_reaper,
+            c.reclaimed_by_takeover,
+            c.reclaimed_at_open,
+            c.released,
+            c.leases_lost,
+            c.fenced_writes_rejected,
+            c.stalled,
+            c.worst_detection_delay.as_nanos() as u64,
+        );
+        let m = &self.model.counters;
+        let want = (
+            m.reaper,
+            m.takeover,
+            m.at_open,
+            m.released,
+            m.leases_lost,
+            m.fenced,
+            m.stalled,
+            m.worst_detection,
+        );
+        if got != want {
+            return Err(format!("counters: store {got:?}, model {want:?}"));
+        }
+        Ok(())
+    }
+
+    /// After a reap: no running lease has expired (the invariant "every lease that expired
+    /// at t is reclaimed by the first reap at or after t").
+    pub fn no_expired_lease_left(&self) -> Result<(), String> {
+        for (id, j) in &self.model.jobs {
+            if j.state == JobState::Running
+                && j.lease
+                    .as_ref()
+                    .is_some_and(|l| l.expires_at <= self.model.now)
+            {
+                return Err(format!("job {id}'s expired lease survived a reap"));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn lease_len(s: u8) -> u64 {
+    if s.is_multiple_of(2) {
+        60 * SEC
+    } else {
+        10 * SEC
+    }
+}
+
+fn err(e: Error) -> MErr {
+    match e {
+        Error::LeaseLost(l) => MErr::LeaseLost(l.found.map(|(a, s)| (a.0, s))),
+        Error::JobNotFound(_) => MErr::NotFound,
+        Error::Refused { state, .. } => MErr::Refused(state),
+        Error::Input(_) | Error::Config(_) => MErr::Input,
+        other => panic!("unexpected store error: {other}"),
+    }
+}
+
+fn same<T: PartialEq + std::fmt::Debug>(
+    what: &str,
+    got: Result<T, MErr>,
+    want: Result<T, MErr>,
+) -> Result<(), String> {
+    if got == want {
+        Ok(())
+    } else {
+        Err(format!("{what}: store {got:?}, model {want:?}"))
+    }
+}

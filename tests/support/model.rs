@@ -1,0 +1,397 @@
+//! A reference model of the lease protocol: a plain in-memory struct, written from the
+//! specification (README and issue), not from the store's code. The model-based tests and the
+//! operation fuzzer run every operation against both and compare.
+
+use std::collections::BTreeMap;
+
+use leasehold::{JobState, Outcome, ReclaimPath};
+
+pub const SEC: u64 = 1_000_000_000;
+/// The retry policy both sides use: 5 s doubling to 20 s, no jitter.
+pub const BACKOFF_BASE: u64 = 5 * SEC;
+pub const BACKOFF_MAX: u64 = 20 * SEC;
+pub const DEFAULT_MAX_ATTEMPTS: u32 = 3;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MLease {
+    pub owner: String,
+    pub expires_at: u64,
+    pub length: u64,
+    pub stall: Option<u64>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MJob {
+    pub queue: String,
+    pub priority: i32,
+    pub run_at: u64,
+    pub state: JobState,
+    pub attempt: u32,
+    pub failures: u32,
+    pub max_attempts: u32,
+    pub unique: Option<String>,
+    pub lease: Option<MLease>,
+    pub cancel_requested: bool,
+    pub progress: u64,
+    pub progress_at: u64,
+}
+
+/// What a refused or impossible operation reports, in terms both sides can produce.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MErr {
+    LeaseLost(Option<(u32, JobState)>),
+    NotFound,
+    Refused(JobState),
+    Input,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MRenewal {
+    Renewed(u64),
+    Cancelled,
+    Stalled,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MCounters {
+    pub reaper: u64,
+    pub takeover: u64,
+    pub at_open: u64,
+    pub released: u64,
+    pub leases_lost: u64,
+    pub fenced: u64,
+    pub stalled: u64,
+    pub worst_detection: u64,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct Model {
+    pub now: u64,
+    pub next_id: u64,
+    pub jobs: BTreeMap<u64, MJob>,
+    /// (job, attempt) -> (worker, outcome once ended)
+    pub runs: BTreeMap<(u64, u32), (String, Option<Outcome>)>,
+    pub counters: MCounters,
+}
+
+impl Model {
+    pub fn new() -> Model {
+        Model {
+            next_id: 1,
+            ..Model::default()
+        }
+    }
+
+    pub fn enqueue(
+        &mut self,
+        queue: &str,
+        priority: i32,
+        delay: u64,
+        max_attempts: Option<u32>,
+        unique: Option<&str>,
+    ) -> Result<u64, MErr> {
+        let max_attempts = max_attempts.unwrap_or(DEFAULT_MAX_ATTEMPTS);
+        if queue.is_empty() || max_attempts == 0 || unique == Some("") {
+            return Err(MErr::Input);
+        }
+        if let Some(key) = unique {
+            let holder = self.jobs.iter().find(|(_, j)| {
+                j.queue == queue && j.unique.as_deref() == Some(key) && !terminal(j.state)
+            });
+            if let Some((id, _)) = holder {
+                return Ok(*id);
+            }
+        }
+        let id = self.next_id;
+        self.next_id += 1;
+        self.jobs.insert(
+            id,
+            MJob {
+                queue: queue.to_owned(),
+                priority,
+                run_at: self.now.saturating_add(delay),
+                state: JobState::Queued,
+                attempt: 0,
+                failures: 0,
+                max_attempts,
+                unique: unique.map(str::to_owned),
+                lease: None,
+                cancel_requested: false,
+                progress: 0,
+                progress_at: self.now,
+            },
+        );
+        Ok(id)
+    }
+
+    pub fn claim(
+        &mut self,
+        queue: &str,
+        worker: &str,
+        length: u64,
+        stall: Option<u64>,
+    ) -> Option<(u64, u32)> {
+        loop {
+            let now = self.now;
+            let ready = self
+                .jobs
+                .iter()
+                .filter(|(_, j)| j.queue == queue && waiting(j.state) && j.run_at <= now)
+                .min_by_key(|(id, j)| (j.priority, j.run_at, **id))
+                .map(|(id, j)| (*id, j.priority));
+            let expired = self
+                .jobs
+                .iter()
+                .filter(|(_, j)| j.queue == queue && expired(j, now))
+                .min_by_key(|(id, j)| (j.lease.as_ref().map(|l| l.expires_at), **id))
+                .map(|(id, j)| (*id, j.priority));
+            let (id, takeover) = match (ready, expired) {
+                (None, None) => return None,
+                (Some((id, _)), None) => (id, false),
+                (None, Some((id, _))) => (id, true),
+                (Some((r, rp)), Some((e, ep))) => {
+                    if ep <= rp {
+                        (e, true)
+                    } else {
+                        (r, false)
+                    }
+                }
+            };
+            if takeover {
+                self.expire(id, ReclaimPath::Takeover);
+                if !waiting(self.jobs[&id].state) {
+                    continue;
+                }
+            }
+            return Some(self.grant(id, worker, length, stall));
+        }
+    }
+
+    pub fn claim_job(
+        &mut self,
+        id: u64,
+        worker: &str,
+        length: u64,
+        stall: Option<u64>,
+    ) -> Result<Option<(u64, u32)>, MErr> {
+        let job = self.jobs.get(&id).ok_or(MErr::NotFound)?;
+        let now = self.now;
+        if waiting(job.state) && job.run_at <= now {
+            return Ok(Some(self.grant(id, worker, length, stall)));
+        }
+        if expired(job, now) {
+            self.expire(id, ReclaimPath::Takeover);
+            if waiting(self.jobs[&id].state) {
+                return Ok(Some(self.grant(id, worker, length, stall)));
+            }
+        }
+        Ok(None)
+    }
+
+    pub fn heartbeat(&mut self, id: u64, attempt: u32, progress: u64) -> Result<MRenewal, MErr> {
+        self.fence(id, attempt, true)?;
+        let now = self.now;
+        let job = self.jobs.get_mut(&id).expect("fenced job exists");
+        if job.cancel_requested {
+            self.end(id, Outcome::Cancelled, JobState::Cancelled, None);
+            return Ok(MRenewal::Cancelled);
+        }
+        let lease = job.lease.clone().expect("running job has a lease");
+        if let Some(stall) = lease.stall
+            && progress == job.progress
+            && now.saturating_sub(job.progress_at) >= stall
+        {
+            self.counters.stalled += 1;
+            let (state, run_at) = self.after_failure(id, true);
+            self.end(id, Outcome::Stalled, state, run_at);
+            return Ok(MRenewal::Stalled);
+        }
+        let expires_at = lease.expires_at.max(now.saturating_add(lease.length));
+        job.lease.as_mut().expect("lease").expires_at = expires_at;
+        if progress != job.progress {
+            job.progress = progress;
+            job.progress_at = now;
+        }
+        Ok(MRenewal::Renewed(expires_at))
+    }
+
+    pub fn complete(&mut self, id: u64, attempt: u32) -> Result<(), MErr> {
+        self.fence(id, attempt, false)?;
+        self.end(id, Outcome::Succeeded, JobState::Succeeded, None);
+        Ok(())
+    }
+
+    pub fn fail(&mut self, id: u64, attempt: u32, error: &str) -> Result<JobState, MErr> {
+        self.fence(id, attempt, false)?;
+        let (state, run_at) = self.after_failure(id, true);
+        self.end(id, Outcome::Failed(error.to_owned()), state, run_at);
+        Ok(state)
+    }
+
+    pub fn release(&mut self, id: u64, attempt: u32) -> Result<JobState, MErr> {
+        self.fence(id, attempt, false)?;
+        self.counters.released += 1;
+        let job = &self.jobs[&id];
+        let (state, run_at) = if job.cancel_requested {
+            (JobState::Cancelled, None)
+        } else {
+            (JobState::Queued, Some(job.run_at))
+        };
+        self.end(id, Outcome::Released, state, run_at);
+        Ok(state)
+    }
+
+    pub fn cancel(&mut self, id: u64) -> Result<JobState, MErr> {
+        let job = self.jobs.get_mut(&id).ok_or(MErr::NotFound)?;
+        match job.state {
+            JobState::Queued | JobState::RetryWait => {
+                job.state = JobState::Cancelled;
+                Ok(JobState::Cancelled)
+            }
+            JobState::Running => {
+                job.cancel_requested = true;
+                Ok(JobState::Running)
+            }
+            JobState::Cancelled => Ok(JobState::Cancelled),
+            s => Err(MErr::Refused(s)),
+        }
+    }
+
+    /// Every lease expired at or before now, taken back. Returns the job ids, sorted.
+    pub fn reap(&mut self) -> Vec<u64> {
+        let now = self.now;
+        let due: Vec<u64> = self
+            .jobs
+            .iter()
+            .filter(|(_, j)| expired(j, now))
+            .map(|(id, _)| *id)
+            .collect();
+        for id in &due {
+            self.expire(*id, ReclaimPath::Reaper);
+        }
+        due
+    }
+
+    /// Reopening the store takes back every running lease (its holder's process is gone).
+    pub fn reopen(&mut self) -> Vec<u64> {
+        let running: Vec<u64> = self
+            .jobs
+            .iter()
+            .filter(|(_, j)| j.state == JobState::Running)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in &running {
+            self.expire(*id, ReclaimPath::Recovery);
+        }
+        running
+    }
+
+    // ----- the pieces -----
+
+    fn fence(&mut self, id: u64, attempt: u32, heartbeat: bool) -> Result<(), MErr> {
+        match self.jobs.get(&id) {
+            Some(j) if j.state == JobState::Running && j.attempt == attempt => Ok(()),
+            other => {
+                if heartbeat {
+                    self.counters.leases_lost += 1;
+                } else {
+                    self.counters.fenced += 1;
+                }
+                Err(MErr::LeaseLost(other.map(|j| (j.attempt, j.state))))
+            }
+        }
+    }
+
+    fn grant(&mut self, id: u64, worker: &str, length: u64, stall: Option<u64>) -> (u64, u32) {
+        let now = self.now;
+        let job = self.jobs.get_mut(&id).expect("granted job exists");
+        job.state = JobState::Running;
+        job.attempt += 1;
+        job.lease = Some(MLease {
+            owner: worker.to_owned(),
+            expires_at: now.saturating_add(length),
+            length,
+            stall,
+        });
+        job.progress = 0;
+        job.progress_at = now;
+        self.runs
+            .insert((id, job.attempt), (worker.to_owned(), None));
+        (id, job.attempt)
+    }
+
+    fn expire(&mut self, id: u64, path: ReclaimPath) {
+        let now = self.now;
+        let lease = self.jobs[&id]
+            .lease
+            .clone()
+            .expect("expired job has a lease");
+        let overdue = now.saturating_sub(lease.expires_at);
+        match path {
+            ReclaimPath::Reaper => self.counters.reaper += 1,
+            ReclaimPath::Takeover => self.counters.takeover += 1,
+            ReclaimPath::Recovery => self.counters.at_open += 1,
+        }
+        if path != ReclaimPath::Recovery {
+            self.counters.worst_detection =
+                self.counters.worst_detection.max(lease.length + overdue);
+        }
+        let (state, run_at) = self.after_failure(id, false);
+        let outcome = Outcome::LeaseExpired {
+            path,
+            overdue: std::time::Duration::from_nanos(overdue),
+        };
+        self.end(id, outcome, state, run_at);
+    }
+
+    /// Where a failed, expired or stalled attempt sends its job.
+    fn after_failure(&self, id: u64, backoff: bool) -> (JobState, Option<u64>) {
+        let job = &self.jobs[&id];
+        let failures = job.failures + 1;
+        if job.cancel_requested {
+            (JobState::Cancelled, None)
+        } else if failures >= job.max_attempts {
+            (JobState::Dead, None)
+        } else if backoff {
+            let wait = BACKOFF_BASE
+                .saturating_mul(1u64 << (failures - 1).min(40))
+                .min(BACKOFF_MAX);
+            (JobState::RetryWait, Some(self.now + wait))
+        } else {
+            (JobState::Queued, Some(job.run_at))
+        }
+    }
+
+    fn end(&mut self, id: u64, outcome: Outcome, state: JobState, run_at: Option<u64>) {
+        let job = self.jobs.get_mut(&id).expect("ended job exists");
+        if matches!(
+            outcome,
+            Outcome::Failed(_) | Outcome::LeaseExpired { .. } | Outcome::Stalled
+        ) {
+            job.failures += 1;
+        }
+        job.state = state;
+        job.lease = None;
+        if let Some(r) = run_at {
+            job.run_at = r;
+        }
+        if let Some(run) = self.runs.get_mut(&(id, job.attempt)) {
+            run.1 = Some(outcome);
+        }
+    }
+}
+
+pub fn waiting(s: JobState) -> bool {
+    matches!(s, JobState::Queued | JobState::RetryWait)
+}
+
+pub fn terminal(s: JobState) -> bool {
+    matches!(
+        s,
+        JobState::Succeeded | JobState::Dead | JobState::Cancelled
+    )
+}
+
+fn expired(j: &MJob, now: u64) -> bool {
+    j.state == JobState::Running && j.lease.as_ref().is_some_and(|l| l.expires_at <= now)
+}
