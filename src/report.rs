@@ -36,6 +36,8 @@ pub struct ReapReport {
     pub reclaimed: Vec<Reclaim>,
     /// How many transactions the pass used (each reclaims at most the configured batch).
     pub batches: usize,
+    /// The most leases one of those transactions took back.
+    pub largest_batch: usize,
     /// Expired leases left when the pass stopped (non-zero only if the pass hit its batch
     /// limit; the next pass continues).
     pub remaining: usize,

@@ -391,6 +391,7 @@ impl Store {
             let batch = self.inner.policy.reap_batch;
             let (reclaimed, remaining) = self.write(|tx| protocol::reap_batch(tx, batch, path))?;
             report.batches += 1;
+            report.largest_batch = report.largest_batch.max(reclaimed.len());
             report.reclaimed.extend(reclaimed);
             report.remaining = remaining;
             if remaining == 0 {

@@ -65,7 +65,7 @@ fn a_whole_dead_pool_is_reclaimed_in_bounded_batches() {
     f.advance(LEASE);
     let report = f.reap().unwrap();
     assert_eq!(report.reclaimed.len(), 1050);
-    assert_eq!(report.batches, 11);
+    assert_eq!((report.batches, report.largest_batch), (11, 100));
     assert_eq!(report.remaining, 0);
     assert_eq!(f.stats().unwrap().total(JobState::Queued), 1050);
 }

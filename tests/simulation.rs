@@ -1,0 +1,436 @@
+//! Deterministic simulation of worker pools that die.
+//!
+//! Simulated workers (state machines stepped once per simulated second, not threads) claim,
+//! heartbeat, progress and complete jobs on a manual clock, while a fault schedule drawn from
+//! the seed crashes workers, pauses them past their lease (they wake and try to commit),
+//! stalls jobs (heartbeat alive, no progress), kills the whole pool at once, and restarts
+//! the store. Each seed ends with every job succeeded and committed exactly once, and every
+//! reclaim within lease + reaper interval of the holder's last renewal.
+//!
+//! `LEASEHOLD_SIM_SEEDS=5000` runs more seeds; `LEASEHOLD_SIM_SEED=n` replays one.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use leasehold::{
+    Durability, JobId, JobState, Lease, LeaseTerms, ManualClock, NewJob, Outcome, ReclaimPath,
+    Renewal, Store,
+};
+
+const LEASE: u64 = 60;
+const HEARTBEAT: u64 = 20;
+const REAPER: u64 = 15;
+const STALL: u64 = 90;
+const BATCH: usize = 3;
+const QUEUE: &str = "sim";
+/// A seed that has not finished by then has lost jobs.
+const SIM_LIMIT: u64 = 200_000;
+
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+    fn chance(&mut self, per_mille: u64) -> bool {
+        self.below(1000) < per_mille
+    }
+}
+
+#[derive(Clone)]
+enum Worker {
+    Idle,
+    Working {
+        lease: Lease,
+        left: u64,
+        progress: u64,
+        next_beat: u64,
+        stalled: bool,
+    },
+    Paused {
+        lease: Lease,
+        left: u64,
+        progress: u64,
+        until: u64,
+    },
+    Crashed {
+        until: u64,
+    },
+}
+
+#[derive(Default)]
+struct Tally {
+    executions: BTreeMap<u64, u32>,
+    commits: BTreeMap<u64, u32>,
+    /// (job, attempt) -> the last time its holder renewed (or claimed) it.
+    renewed: BTreeMap<(u64, u32), u64>,
+    duplicates: u64,
+    pool_deaths: u64,
+    restarts: u64,
+    pauses: u64,
+    stalls: u64,
+    crashes: u64,
+    late_commits_refused: u64,
+}
+
+struct Sim {
+    rng: Rng,
+    dir: tempfile::TempDir,
+    clock: ManualClock,
+    store: Option<Store>,
+    t: u64,
+    workers: Vec<(String, Worker)>,
+    generation: u32,
+    tally: Tally,
+}
+
+fn open(dir: &tempfile::TempDir, clock: &ManualClock) -> Store {
+    Store::builder(dir.path().join("sim.redb"))
+        .clock(clock.clone())
+        .durability(Durability::Eventual {
+            flush_every: Duration::from_secs(1 << 30),
+        })
+        .default_max_attempts(1000)
+        .reap_batch(BATCH)
+        .verify_on_open(false)
+        .open()
+        .unwrap()
+}
+
+impl Sim {
+    fn new(seed: u64) -> Sim {
+        let dir = tempfile::tempdir().unwrap();
+        let clock = ManualClock::new();
+        let store = open(&dir, &clock);
+        let mut rng = Rng(seed);
+        let n = 3 + rng.below(6) as usize;
+        let workers = (0..n).map(|i| (format!("w{i}.0"), Worker::Idle)).collect();
+        Sim {
+            rng,
+            dir,
+            clock,
+            store: Some(store),
+            t: 0,
+            workers,
+            generation: 0,
+            tally: Tally::default(),
+        }
+    }
+
+    fn store(&self) -> &Store {
+        self.store.as_ref().unwrap()
+    }
+
+    fn run(&mut self) -> Result<(), String> {
+        let jobs = 20 + self.rng.below(40);
+        self.store()
+            .enqueue_batch((0..jobs).map(|i| NewJob::new(QUEUE, format!("{i}"))))
+            .map_err(|e| e.to_string())?;
+        while self.t < SIM_LIMIT {
+            self.t += 1;
+            self.clock.advance(Duration::from_secs(1));
+            self.faults();
+            for i in 0..self.workers.len() {
+                self.step(i)?;
+            }
+            if self.t.is_multiple_of(REAPER) {
+                self.reap()?;
+            }
+            if self.t.is_multiple_of(REAPER) {
+                let stats = self.store().stats().map_err(|e| e.to_string())?;
+                if stats.total(JobState::Succeeded) == jobs {
+                    return self.verify(jobs);
+                }
+            }
+        }
+        Err(format!(
+            "jobs still unfinished after {SIM_LIMIT} simulated seconds"
+        ))
+    }
+
+    fn faults(&mut self) {
+        let t = self.t;
+        if self.rng.chance(2) {
+            // the whole pool dies at once: every lease lapses together
+            self.tally.pool_deaths += 1;
+            for (_, w) in &mut self.workers {
+                *w = Worker::Crashed { until: t + 30 };
+            }
+            return;
+        }
+        if self.rng.chance(1) {
+            // the process restarts: the store is reopened and every worker starts afresh
+            self.tally.restarts += 1;
+            self.store = None;
+            self.store = Some(open(&self.dir, &self.clock));
+            for (_, w) in &mut self.workers {
+                *w = Worker::Idle;
+            }
+            return;
+        }
+        let i = self.rng.below(self.workers.len() as u64) as usize;
+        let roll = self.rng.below(1000);
+        let w = &mut self.workers[i].1;
+        if let Worker::Working {
+            lease,
+            left,
+            progress,
+            stalled,
+            ..
+        } = w
+        {
+            if roll < 4 {
+                self.tally.crashes += 1;
+                *w = Worker::Crashed { until: t + 100 };
+            } else if roll < 8 {
+                self.tally.pauses += 1;
+                let until = t + LEASE + 1 + self.rng.below(90);
+                *w = Worker::Paused {
+                    lease: lease.clone(),
+                    left: *left,
+                    progress: *progress,
+                    until,
+                };
+            } else if roll < 11 && !*stalled {
+                self.tally.stalls += 1;
+                *stalled = true;
+            }
+        }
+    }
+
+    fn step(&mut self, i: usize) -> Result<(), String> {
+        let t = self.t;
+        let state = self.workers[i].1.clone();
+        let next = match state {
+            Worker::Crashed { until } if t >= until => {
+                // a replacement worker with a new identity
+                self.generation += 1;
+                self.workers[i].0 = format!("w{i}.{}", self.generation);
+                Worker::Idle
+            }
+            Worker::Crashed { .. } => return Ok(()),
+            Worker::Paused {
+                lease,
+                left,
+                progress,
+                until,
+            } if t >= until => {
+                if self.rng.chance(500) {
+                    // it wakes with its work done and tries to commit at once
+                    self.finish(&lease)?;
+                    Worker::Idle
+                } else {
+                    // it wakes and renews first (or finds its lease lost)
+                    Worker::Working {
+                        lease,
+                        left,
+                        progress,
+                        next_beat: t,
+                        stalled: false,
+                    }
+                }
+            }
+            Worker::Paused { .. } => return Ok(()),
+            Worker::Idle => {
+                if !t.is_multiple_of(3) {
+                    return Ok(());
+                }
+                let terms = LeaseTerms::new(Duration::from_secs(LEASE))
+                    .stall_timeout(Duration::from_secs(STALL));
+                let worker = self.workers[i].0.clone();
+                match self
+                    .store()
+                    .claim(QUEUE, &worker, terms)
+                    .map_err(|e| e.to_string())?
+                {
+                    None => return Ok(()),
+                    Some(lease) => {
+                        let job = lease.job.0;
+                        let runs = self.tally.executions.entry(job).or_default();
+                        *runs += 1;
+                        if *runs == 2 {
+                            self.tally.duplicates += 1;
+                        }
+                        self.tally.renewed.insert((job, lease.attempt.0), t);
+                        Worker::Working {
+                            lease,
+                            left: 1 + self.rng.below(150),
+                            progress: 0,
+                            next_beat: t + HEARTBEAT,
+                            stalled: false,
+                        }
+                    }
+                }
+            }
+            Worker::Working {
+                lease,
+                mut left,
+                mut progress,
+                mut next_beat,
+                stalled,
+            } => {
+                if !stalled {
+                    left = left.saturating_sub(1);
+                    progress += 1;
+                }
+                if left == 0 {
+                    self.finish(&lease)?;
+                    Worker::Idle
+                } else if t >= next_beat {
+                    match self.store().heartbeat(&lease, progress) {
+                        Ok(Renewal::Renewed { .. }) => {
+                            self.tally.renewed.insert((lease.job.0, lease.attempt.0), t);
+                            next_beat = t + HEARTBEAT;
+                            Worker::Working {
+                                lease,
+                                left,
+                                progress,
+                                next_beat,
+                                stalled,
+                            }
+                        }
+                        Ok(Renewal::Cancelled | Renewal::Stalled) => Worker::Idle,
+                        Err(e) if e.is_lease_lost() => Worker::Idle,
+                        Err(e) => return Err(format!("heartbeat: {e}")),
+                    }
+                } else {
+                    Worker::Working {
+                        lease,
+                        left,
+                        progress,
+                        next_beat,
+                        stalled,
+                    }
+                }
+            }
+        };
+        self.workers[i].1 = next;
+        Ok(())
+    }
+
+    fn finish(&mut self, lease: &Lease) -> Result<(), String> {
+        match self.store().complete(lease, b"done") {
+            Ok(()) => {
+                *self.tally.commits.entry(lease.job.0).or_default() += 1;
+                Ok(())
+            }
+            Err(e) if e.is_lease_lost() => {
+                self.tally.late_commits_refused += 1;
+                Ok(())
+            }
+            Err(e) => Err(format!("complete: {e}")),
+        }
+    }
+
+    fn reap(&mut self) -> Result<(), String> {
+        let report = self.store().reap().map_err(|e| e.to_string())?;
+        if report.largest_batch > BATCH {
+            return Err(format!(
+                "a reap batch took {} leases; the limit is {BATCH}",
+                report.largest_batch
+            ));
+        }
+        if report.reclaimed.len() > BATCH && report.batches < report.reclaimed.len().div_ceil(BATCH)
+        {
+            return Err("a mass reclaim was not split into batches".into());
+        }
+        Ok(())
+    }
+
+    fn verify(&self, jobs: u64) -> Result<(), String> {
+        let store = self.store();
+        let check = store.check().map_err(|e| e.to_string())?;
+        if !check.is_clean() {
+            return Err(format!("check: {:?}", check.problems));
+        }
+        let bound = LEASE + REAPER;
+        for id in 1..=jobs {
+            let commits = self.tally.commits.get(&id).copied().unwrap_or(0);
+            if commits != 1 {
+                return Err(format!("job {id} was committed {commits} times"));
+            }
+            let history = store.history(JobId(id)).map_err(|e| e.to_string())?;
+            let succeeded = history
+                .iter()
+                .filter(|r| r.outcome == Some(Outcome::Succeeded))
+                .count();
+            if succeeded != 1 {
+                return Err(format!(
+                    "job {id} has {succeeded} successful runs in its history"
+                ));
+            }
+            for run in &history {
+                if let Some(Outcome::LeaseExpired { path, .. }) = run.outcome {
+                    if path == ReclaimPath::Recovery {
+                        continue; // taken back at reopen: not a detection
+                    }
+                    let renewed = self.tally.renewed[&(id, run.attempt.0)];
+                    let ended = run.ended_at.unwrap().as_nanos() / 1_000_000_000;
+                    let delay = ended - renewed;
+                    if delay > bound {
+                        return Err(format!(
+                            "job {id} attempt {} reclaimed {delay} s after its last renewal (bound {bound} s)",
+                            run.attempt
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[test]
+fn pools_that_crash_pause_stall_and_restart_still_commit_every_job_exactly_once() {
+    let seeds: Vec<u64> = match std::env::var("LEASEHOLD_SIM_SEED") {
+        Ok(s) => vec![s.parse().expect("LEASEHOLD_SIM_SEED is a number")],
+        Err(_) => {
+            let n = std::env::var("LEASEHOLD_SIM_SEEDS")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(500);
+            (0..n).collect()
+        }
+    };
+    let mut totals = Tally::default();
+    for seed in &seeds {
+        let mut sim = Sim::new(*seed);
+        if let Err(why) = sim.run() {
+            panic!(
+                "seed {seed}: {why}\nreplay: LEASEHOLD_SIM_SEED={seed} cargo test --test simulation"
+            );
+        }
+        let t = &sim.tally;
+        totals.duplicates += t.duplicates;
+        totals.pool_deaths += t.pool_deaths;
+        totals.restarts += t.restarts;
+        totals.pauses += t.pauses;
+        totals.stalls += t.stalls;
+        totals.crashes += t.crashes;
+        totals.late_commits_refused += t.late_commits_refused;
+    }
+    eprintln!(
+        "{} seeds: {} crashes, {} pauses, {} stalls, {} pool deaths, {} restarts; {} jobs ran twice, {} late commits refused, 0 duplicate commits",
+        seeds.len(),
+        totals.crashes,
+        totals.pauses,
+        totals.stalls,
+        totals.pool_deaths,
+        totals.restarts,
+        totals.duplicates,
+        totals.late_commits_refused
+    );
+    if seeds.len() >= 100 {
+        assert!(totals.duplicates > 0 && totals.pool_deaths > 0 && totals.restarts > 0);
+        assert!(totals.pauses > 0 && totals.stalls > 0 && totals.late_commits_refused > 0);
+    }
+}
