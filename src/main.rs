@@ -51,6 +51,23 @@ enum Command {
         #[arg(long, default_value_t = 60_000)]
         lease_ms: u64,
     },
+    /// Test helper for kill tests: work a queue with several threads, committing an effect
+    /// with each completion and reporting each commit on stdout after it returned.
+    #[command(name = "__worker", hide = true)]
+    Worker {
+        /// The store file.
+        #[arg(long)]
+        db: PathBuf,
+        /// The queue to work.
+        #[arg(long, default_value = "default")]
+        queue: String,
+        /// Worker threads.
+        #[arg(long, default_value_t = 4)]
+        threads: usize,
+        /// The lease length in milliseconds.
+        #[arg(long, default_value_t = 2_000)]
+        lease_ms: u64,
+    },
 }
 
 fn main() -> ExitCode {
@@ -64,6 +81,12 @@ fn main() -> ExitCode {
             claim,
             lease_ms,
         } => cli::child::run(db, &queue, enqueue, claim, Duration::from_millis(lease_ms)),
+        Command::Worker {
+            db,
+            queue,
+            threads,
+            lease_ms,
+        } => cli::worker::run(db, queue, threads, Duration::from_millis(lease_ms)),
     };
     match result {
         Ok(code) => code,

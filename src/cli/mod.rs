@@ -2,3 +2,4 @@
 
 pub mod child;
 pub mod demo;
+pub mod worker;

@@ -1,0 +1,202 @@
+//! Real process kills: a child process works a store with several threads, committing an
+//! effect with every completion, and is killed with SIGKILL at a random moment, often in the
+//! middle of a commit. After every kill the store must reopen clean with nothing lost.
+//!
+//! `LEASEHOLD_KILLS=300 cargo test --release --test process_kills` for a soak.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use std::collections::BTreeSet;
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use leasehold::{JobId, JobState, NewJob, Store, StoreTime};
+use redb::{ReadableTable, TableDefinition};
+
+const EFFECTS: TableDefinition<u64, u32> = TableDefinition::new("test.effects");
+const QUEUE: &str = "kills";
+const LEASE_MS: u64 = 2_000;
+
+fn kills() -> usize {
+    std::env::var("LEASEHOLD_KILLS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(50)
+}
+
+/// What the child said before it died.
+struct Heard {
+    committed: Vec<u64>,
+    last_now: StoreTime,
+}
+
+fn run_and_kill(path: &std::path::Path, after_lines: usize) -> Heard {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args(["__worker", "--queue", QUEUE, "--threads", "4"])
+        .args(["--lease-ms", &LEASE_MS.to_string()])
+        .arg("--db")
+        .arg(path)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = mpsc::channel::<String>();
+    let reader = std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut heard = Heard {
+        committed: Vec::new(),
+        last_now: StoreTime::ZERO,
+    };
+    let record = |line: String, heard: &mut Heard| {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        match words.as_slice() {
+            ["committed", id, now] => {
+                heard.committed.push(id.parse().unwrap());
+                heard.last_now = StoreTime(now.parse().unwrap());
+            }
+            ["now", now] => heard.last_now = StoreTime(now.parse().unwrap()),
+            _ => panic!("child said: {line}"),
+        }
+    };
+    // Kill after the child has reported `after_lines` lines (mid-stream of commits), or after
+    // a generous deadline if it reports fewer (then it is killed while claiming or idle).
+    let mut lines = 0;
+    while lines < after_lines {
+        match rx.recv_timeout(Duration::from_secs(20)) {
+            Ok(line) => {
+                record(line, &mut heard);
+                lines += 1;
+            }
+            Err(_) => break,
+        }
+    }
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    reader.join().unwrap();
+    // Lines written before death are still in the pipe: they count (the commit had returned).
+    while let Ok(line) = rx.try_recv() {
+        record(line, &mut heard);
+    }
+    heard
+}
+
+#[test]
+fn a_store_killed_at_random_moments_reopens_clean_with_every_reported_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("killed.redb");
+    let mut enqueued = 0u64;
+    let mut all_committed: BTreeSet<u64> = BTreeSet::new();
+    let mut last_now = StoreTime::ZERO;
+    let mut rng = 0x2545_F491_4F6C_DD1Du64;
+    let kills = kills();
+    for kill in 0..kills {
+        {
+            let store = Store::open(&path).unwrap();
+            let waiting = store.stats().unwrap().total(JobState::Queued);
+            if waiting < 20 {
+                let ids = store
+                    .enqueue_batch((0..40).map(|i| NewJob::new(QUEUE, format!("{kill}-{i}"))))
+                    .unwrap();
+                enqueued += ids.len() as u64;
+            }
+        }
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        let heard = run_and_kill(&path, 1 + (rng % 12) as usize);
+
+        // The file opens (taking back the dead child's leases), and nothing is lost.
+        let store =
+            Store::open(&path).unwrap_or_else(|e| panic!("kill {kill}: reopen failed: {e}"));
+        let check = store.check().unwrap();
+        assert!(check.is_clean(), "kill {kill}: {:?}", check.problems);
+        let stats = store.stats().unwrap();
+        let total: u64 = stats.queues.values().map(|q| q.total()).sum();
+        assert_eq!(total, enqueued, "kill {kill}: a job disappeared");
+        assert_eq!(
+            stats.total(JobState::Running),
+            0,
+            "kill {kill}: an orphaned lease survived the reopen"
+        );
+        assert!(
+            store.now() >= heard.last_now,
+            "kill {kill}: the clock ran backwards"
+        );
+        assert!(
+            store.now() >= last_now,
+            "kill {kill}: the clock ran backwards across opens"
+        );
+        last_now = store.now();
+
+        // Every commit the child reported is there, and no effect was committed twice.
+        for id in &heard.committed {
+            let job = store.job(JobId(*id)).unwrap().unwrap();
+            assert_eq!(
+                job.state,
+                JobState::Succeeded,
+                "kill {kill}: reported commit of job {id} lost"
+            );
+        }
+        all_committed.extend(&heard.committed);
+        let read = store.begin_read().unwrap();
+        if let Ok(effects) = read.open_table(EFFECTS) {
+            for entry in effects.iter().unwrap() {
+                let (id, n) = entry.unwrap();
+                assert_eq!(
+                    n.value(),
+                    1,
+                    "kill {kill}: job {} committed {} times",
+                    id.value(),
+                    n.value()
+                );
+                let job = store.job(JobId(id.value())).unwrap().unwrap();
+                assert_eq!(
+                    job.state,
+                    JobState::Succeeded,
+                    "kill {kill}: effect without completion"
+                );
+            }
+        }
+    }
+    eprintln!(
+        "{kills} kills survived; {} commits reported before kills, all present; {enqueued} jobs, none lost",
+        all_committed.len()
+    );
+    assert!(!all_committed.is_empty());
+}
+
+#[test]
+fn without_recovery_an_orphaned_lease_is_due_within_one_lease_of_reopening() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("orphans.redb");
+    Store::open(&path)
+        .unwrap()
+        .enqueue_batch((0..20).map(|i| NewJob::new(QUEUE, format!("{i}"))))
+        .unwrap();
+    let heard = run_and_kill(&path, 3);
+    let store = Store::builder(&path).recover_on_open(false).open().unwrap();
+    assert!(store.now() >= heard.last_now);
+    let lease = Duration::from_millis(LEASE_MS);
+    let mut orphans = 0;
+    for id in 1..=20 {
+        let job = store.job(JobId(id)).unwrap().unwrap();
+        if let Some(l) = job.lease {
+            orphans += 1;
+            // reclaimed by the first reap at or after its expiry: within lease + reaper
+            // interval of now at the latest
+            assert!(
+                l.expires_at <= store.now().saturating_add(lease),
+                "job {id}"
+            );
+        }
+    }
+    assert!(orphans > 0, "the child held leases when it died");
+}
