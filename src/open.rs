@@ -8,7 +8,7 @@ use std::io::Read;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::Path;
 
-use redb::{Database, DatabaseError, ReadableDatabase, StorageError, TableHandle};
+use redb::{Database, DatabaseError, ReadableDatabase, StorageBackend, StorageError, TableHandle};
 
 use crate::clock::Anchor;
 use crate::codec;
@@ -26,15 +26,33 @@ pub(crate) struct EngineOptions {
     pub verify: bool,
 }
 
-/// Opens (or creates) the redb file, mapping each failure to its own [`OpenError`].
-pub(crate) fn open_database(path: &Path, opts: &EngineOptions) -> Result<Database, OpenError> {
-    sniff(path)?;
+/// Opens (or creates) the redb file, or the database in `backend`, mapping each failure to its
+/// own [`OpenError`].
+pub(crate) fn open_database(
+    path: &Path,
+    backend: Option<Box<dyn StorageBackend>>,
+    opts: &EngineOptions,
+) -> Result<Database, OpenError> {
     let mut builder = redb::Builder::new();
     builder.set_cache_size(opts.cache_size);
     builder.set_check_integrity_on_open(opts.verify);
     // redb documents that a plain open of an altered file may panic; a damaged file must be
     // an error, never a crash of the application that embeds us.
-    let opened = catch_unwind(AssertUnwindSafe(|| builder.create(path)));
+    let opened = match backend {
+        Some(backend) => {
+            sniff_backend(path, backend.as_ref())?;
+            catch_unwind(AssertUnwindSafe(|| {
+                builder.create_with_backend(Boxed(backend))
+            }))
+        }
+        None => {
+            sniff(path)?;
+            if !path.exists() {
+                create_atomically(path, &builder)?;
+            }
+            catch_unwind(AssertUnwindSafe(|| builder.create(path)))
+        }
+    };
     match opened {
         Ok(Ok(db)) => Ok(db),
         Ok(Err(e)) => Err(map_database_error(path, e)),
@@ -42,6 +60,117 @@ pub(crate) fn open_database(path: &Path, opts: &EngineOptions) -> Result<Databas
             path: path.to_owned(),
             detail: "the storage engine could not read the file".into(),
         }),
+    }
+}
+
+/// Creates a new store beside `path` and links it into place only once it is whole.
+///
+/// redb initializes a new file in place and writes its magic number last, so a crash during
+/// that first open would leave a file that no later open accepts. Built under a temporary
+/// name and hard-linked to `path` (which fails if `path` appeared meanwhile, so two processes
+/// creating the same store at once end up sharing one file), a crash leaves at most a stray
+/// temporary file, never a half-made store.
+fn create_atomically(path: &Path, builder: &redb::Builder) -> Result<(), OpenError> {
+    let io = |source| OpenError::Io {
+        path: path.to_owned(),
+        source,
+    };
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_owned(),
+        _ => std::path::PathBuf::from("."),
+    };
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = dir.join(format!(
+        ".{name}.creating-{}-{:x}",
+        std::process::id(),
+        crate::clock::random_u64()
+    ));
+    let made = catch_unwind(AssertUnwindSafe(|| builder.create(&tmp)));
+    let result = match made {
+        Ok(Ok(db)) => {
+            let init = create(&db).map_err(|e| OpenError::Corrupt {
+                path: path.to_owned(),
+                detail: format!("initializing a new store failed: {e}"),
+            });
+            drop(db);
+            init.and_then(|()| link_into_place(&tmp, path).map_err(io))
+        }
+        Ok(Err(e)) => Err(map_database_error(path, e)),
+        Err(_) => Err(OpenError::Corrupt {
+            path: path.to_owned(),
+            detail: "the storage engine failed creating the file".into(),
+        }),
+    };
+    let _ = std::fs::remove_file(&tmp);
+    result
+}
+
+fn link_into_place(tmp: &Path, path: &Path) -> std::io::Result<()> {
+    match std::fs::hard_link(tmp, path) {
+        Ok(()) => {}
+        // Another process created the store first: use theirs.
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => return Ok(()),
+        // A filesystem without hard links (FAT on some devices): rename, which replaces a
+        // store that another process created in the same instant (documented).
+        Err(_) => std::fs::rename(tmp, path)?,
+    }
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        // Make the new name durable, not only the file's contents.
+        if let Ok(d) = std::fs::File::open(dir) {
+            let _ = d.sync_all();
+        }
+    }
+    Ok(())
+}
+
+/// A boxed backend, so the builder can hold any backend the application gives it.
+#[derive(Debug)]
+struct Boxed(Box<dyn StorageBackend>);
+
+impl StorageBackend for Boxed {
+    fn len(&self) -> std::result::Result<u64, std::io::Error> {
+        self.0.len()
+    }
+    fn read(&self, offset: u64, out: &mut [u8]) -> std::result::Result<(), std::io::Error> {
+        self.0.read(offset, out)
+    }
+    fn set_len(&self, len: u64) -> std::result::Result<(), std::io::Error> {
+        self.0.set_len(len)
+    }
+    fn sync_data(&self) -> std::result::Result<(), std::io::Error> {
+        self.0.sync_data()
+    }
+    fn write(&self, offset: u64, data: &[u8]) -> std::result::Result<(), std::io::Error> {
+        self.0.write(offset, data)
+    }
+    fn close(&self) -> std::result::Result<(), std::io::Error> {
+        self.0.close()
+    }
+}
+
+fn sniff_backend(path: &Path, backend: &dyn StorageBackend) -> Result<(), OpenError> {
+    let io = |source| OpenError::Io {
+        path: path.to_owned(),
+        source,
+    };
+    let len = backend.len().map_err(io)?;
+    if len == 0 {
+        return Ok(());
+    }
+    let mut head = [0u8; REDB_MAGIC.len()];
+    if len < head.len() as u64 || backend.read(0, &mut head).is_err() || head != REDB_MAGIC {
+        return Err(not_redb(path));
+    }
+    Ok(())
+}
+
+fn not_redb(path: &Path) -> OpenError {
+    OpenError::NotAStore {
+        path: path.to_owned(),
+        detail: "the file is not a redb database".into(),
     }
 }
 
@@ -69,10 +198,7 @@ fn sniff(path: &Path) -> Result<(), OpenError> {
         }
     }
     if got < head.len() || head != REDB_MAGIC {
-        return Err(OpenError::NotAStore {
-            path: path.to_owned(),
-            detail: "the file is not a redb database".into(),
-        });
+        return Err(not_redb(path));
     }
     Ok(())
 }

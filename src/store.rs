@@ -48,6 +48,7 @@ pub enum Durability {
 #[derive(Debug)]
 pub struct StoreBuilder {
     path: PathBuf,
+    backend: Option<Box<dyn redb::StorageBackend>>,
     clock: Arc<dyn Clock>,
     durability: Durability,
     retry: RetryPolicy,
@@ -133,6 +134,7 @@ impl StoreBuilder {
         }
         let db = open::open_database(
             &self.path,
+            self.backend,
             &EngineOptions {
                 cache_size: self.cache_size,
                 verify: self.verify_on_open,
@@ -202,6 +204,7 @@ impl Store {
     pub fn builder(path: impl AsRef<Path>) -> StoreBuilder {
         StoreBuilder {
             path: path.as_ref().to_owned(),
+            backend: None,
             clock: Arc::new(MonotonicClock::new()),
             durability: Durability::Immediate,
             retry: RetryPolicy::default(),
@@ -212,6 +215,17 @@ impl Store {
             verify_on_open: true,
             cache_size: 64 << 20,
         }
+    }
+
+    /// A builder for a store kept in `backend` instead of a file: redb's
+    /// [`InMemoryBackend`](redb::backends::InMemoryBackend) for a store that lives only as
+    /// long as the process, or a backend of the application's own (tests use one that
+    /// freezes what is durable at each sync, and one that injects I/O errors). Such a store
+    /// cannot be shared with another process.
+    pub fn with_backend(backend: impl redb::StorageBackend) -> StoreBuilder {
+        let mut builder = Store::builder("<backend>");
+        builder.backend = Some(Box::new(backend));
+        builder
     }
 
     /// Opens (or creates) the store at `path` with the defaults.
