@@ -67,10 +67,20 @@ impl Default for LeaseSettings {
     }
 }
 
-/// Refuses a lease no holder could keep.
+/// The longest lease granted. A lease is the window in which a dead holder goes unnoticed;
+/// anything longer than a week is a mistake (often a unit mix-up), not a policy.
+pub const MAX_LEASE: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// Refuses a lease no holder could keep, or one so long a dead holder would never be noticed.
 pub fn check_lease(lease: Duration) -> Result<(), ConfigError> {
     if lease.is_zero() {
         return Err(ConfigError::ZeroLease);
+    }
+    if lease > MAX_LEASE {
+        return Err(ConfigError::LeaseTooLong {
+            lease,
+            max: MAX_LEASE,
+        });
     }
     Ok(())
 }

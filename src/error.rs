@@ -138,6 +138,14 @@ pub enum ConfigError {
     /// A lease must last some time.
     #[error("lease length must be greater than zero")]
     ZeroLease,
+    /// A lease so long that a dead holder would go unnoticed for more than a week.
+    #[error("lease {lease:?} is longer than the {max:?} limit")]
+    LeaseTooLong {
+        /// The lease asked for.
+        lease: Duration,
+        /// The limit.
+        max: Duration,
+    },
     /// Heartbeats must come more often than the lease lasts, or every lease lapses.
     #[error("heartbeat interval {heartbeat:?} must be shorter than the lease {lease:?}")]
     HeartbeatNotShorterThanLease {

@@ -102,7 +102,7 @@ pub use clock::{Clock, ClockReading, ManualClock, MonotonicClock};
 pub use codec::CodecError;
 pub use config::{
     DEFAULT_LEASE, DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_PAYLOAD, DEFAULT_REAP_BATCH,
-    DEFAULT_REAPER_INTERVAL, LeaseSettings,
+    DEFAULT_REAPER_INTERVAL, LeaseSettings, MAX_LEASE,
 };
 pub use error::{ConfigError, Error, InputError, LeaseLost, OpenError, Result};
 pub use ids::{Attempt, JobId, StoreTime};

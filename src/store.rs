@@ -388,7 +388,10 @@ impl Store {
     }
 
     /// Cancels a job. A waiting job is cancelled at once; a running one is flagged, its
-    /// holder is told at its next heartbeat, and it ends cancelled. Returns the job's state.
+    /// holder is told at its next heartbeat, and it ends cancelled (also if the holder fails
+    /// or releases it, or dies). A holder that completes before its next heartbeat has done
+    /// the work: the job then succeeds, since its effects are already committed. Returns the
+    /// job's state: `Cancelled`, or `Running` for a flagged one.
     pub fn cancel(&self, job: JobId) -> Result<JobState> {
         self.write(|tx| protocol::cancel(tx, job))
     }

@@ -1,0 +1,300 @@
+//! A table of hostile inputs through the public API: each is refused with its own typed
+//! error, and the store's contents are exactly as they were (stats and check compared before
+//! and after; for bad files, the file's bytes).
+
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use std::time::Duration;
+
+use leasehold::{
+    Attempt, ConfigError, Error, InputError, JobId, JobState, Lease, LeaseSettings, LeaseTerms,
+    ManualClock, NewJob, OpenError, Stats, Store, StoreTime, WorkerPool,
+};
+
+const Q: &str = "q";
+const LEASE: Duration = Duration::from_secs(60);
+
+type Case = (
+    &'static str,
+    Box<dyn Fn(&Store) -> Error>,
+    fn(&Error) -> bool,
+);
+type Refusal = (&'static str, Error, fn(&Error) -> bool);
+type BadFile = (&'static str, Vec<u8>, fn(&OpenError) -> bool);
+
+fn forged_lease(job: u64, attempt: u32) -> Lease {
+    Lease {
+        job: JobId(job),
+        attempt: Attempt(attempt),
+        queue: Q.into(),
+        worker: "forger".into(),
+        claimed_at: StoreTime::ZERO,
+        expires_at: StoreTime::ZERO,
+        length: LEASE,
+        payload: Vec::new(),
+    }
+}
+
+fn snapshot(store: &Store) -> (Stats, Vec<Option<leasehold::Job>>) {
+    let mut stats = store.stats().unwrap();
+    stats.counters = Default::default(); // refusals are counted; contents are not touched
+    let jobs = (1..=6).map(|i| store.job(JobId(i)).unwrap()).collect();
+    (stats, jobs)
+}
+
+#[test]
+fn hostile_api_inputs_are_refused_with_their_own_error_and_change_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new();
+    let store = Store::builder(dir.path().join("s.redb"))
+        .clock(clock.clone())
+        .max_payload(1024)
+        .open()
+        .unwrap();
+    // A store with something in every state worth touching.
+    store
+        .enqueue_batch((0..4).map(|i| NewJob::new(Q, format!("{i}"))))
+        .unwrap();
+    let done = store.claim(Q, "w", LEASE).unwrap().unwrap();
+    store.complete(&done, b"ok").unwrap();
+    let running = store.claim(Q, "w", LEASE).unwrap().unwrap();
+    let cancelled = store.claim(Q, "w", LEASE).unwrap().unwrap();
+    store.cancel(cancelled.job).unwrap();
+    assert_eq!(
+        store.heartbeat(&cancelled, 1).unwrap(),
+        leasehold::Renewal::Cancelled
+    );
+
+    let cases: Vec<Case> = vec![
+        (
+            "zero lease",
+            Box::new(|s| s.claim(Q, "w", Duration::ZERO).unwrap_err()),
+            |e| matches!(e, Error::Config(ConfigError::ZeroLease)),
+        ),
+        (
+            "absurd lease",
+            Box::new(|s| s.claim(Q, "w", Duration::MAX).unwrap_err()),
+            |e| matches!(e, Error::Config(ConfigError::LeaseTooLong { .. })),
+        ),
+        (
+            "zero stall timeout",
+            Box::new(|s| {
+                s.claim(Q, "w", LeaseTerms::new(LEASE).stall_timeout(Duration::ZERO))
+                    .unwrap_err()
+            }),
+            |e| matches!(e, Error::Config(ConfigError::ZeroStallTimeout)),
+        ),
+        (
+            "empty queue name",
+            Box::new(|s| s.enqueue(NewJob::new("", "x")).unwrap_err()),
+            |e| matches!(e, Error::Input(InputError::EmptyQueueName)),
+        ),
+        (
+            "oversized queue name",
+            Box::new(|s| s.enqueue(NewJob::new("q".repeat(10_000), "x")).unwrap_err()),
+            |e| matches!(e, Error::Input(InputError::QueueNameTooLong { .. })),
+        ),
+        (
+            "empty queue name at claim",
+            Box::new(|s| s.claim("", "w", LEASE).unwrap_err()),
+            |e| matches!(e, Error::Input(InputError::EmptyQueueName)),
+        ),
+        (
+            "oversized payload",
+            Box::new(|s| s.enqueue(NewJob::new(Q, vec![0u8; 1025])).unwrap_err()),
+            |e| {
+                matches!(
+                    e,
+                    Error::Input(InputError::TooLarge {
+                        what: "payload",
+                        ..
+                    })
+                )
+            },
+        ),
+        (
+            "oversized output",
+            Box::new(move |s| s.complete(&running, &[0u8; 4096]).unwrap_err()),
+            |e| matches!(e, Error::Input(InputError::TooLarge { what: "output", .. })),
+        ),
+        (
+            "zero max attempts",
+            Box::new(|s| s.enqueue(NewJob::new(Q, "x").max_attempts(0)).unwrap_err()),
+            |e| matches!(e, Error::Input(InputError::ZeroMaxAttempts)),
+        ),
+        (
+            "empty worker id",
+            Box::new(|s| s.claim(Q, "", LEASE).unwrap_err()),
+            |e| matches!(e, Error::Input(InputError::BadWorkerId { .. })),
+        ),
+        (
+            "unknown job: cancel",
+            Box::new(|s| s.cancel(JobId(999)).unwrap_err()),
+            |e| matches!(e, Error::JobNotFound(JobId(999))),
+        ),
+        (
+            "unknown job: claim_job",
+            Box::new(|s| s.claim_job(JobId(999), "w", LEASE).unwrap_err()),
+            |e| matches!(e, Error::JobNotFound(JobId(999))),
+        ),
+        (
+            "unknown job: forged lease",
+            Box::new(|s| s.complete(&forged_lease(999, 1), b"").unwrap_err()),
+            |e| matches!(e, Error::LeaseLost(l) if l.found.is_none()),
+        ),
+        (
+            "forged attempt on a running job",
+            Box::new(|s| s.heartbeat(&forged_lease(2, 7), 1).unwrap_err()),
+            |e| matches!(e, Error::LeaseLost(l) if l.found == Some((Attempt(1), JobState::Running))),
+        ),
+        (
+            "double complete",
+            Box::new(move |s| s.complete(&done, b"again").unwrap_err()),
+            |e| matches!(e, Error::LeaseLost(l) if l.found == Some((Attempt(1), JobState::Succeeded))),
+        ),
+        (
+            "complete after cancel",
+            Box::new(move |s| s.complete(&cancelled, b"late").unwrap_err()),
+            |e| matches!(e, Error::LeaseLost(l) if l.found == Some((Attempt(1), JobState::Cancelled))),
+        ),
+        (
+            "cancel a finished job",
+            Box::new(|s| s.cancel(JobId(1)).unwrap_err()),
+            |e| {
+                matches!(
+                    e,
+                    Error::Refused {
+                        state: JobState::Succeeded,
+                        ..
+                    }
+                )
+            },
+        ),
+    ];
+    for (name, run, expected) in cases {
+        let before = snapshot(&store);
+        let err = run(&store);
+        assert!(expected(&err), "{name}: unexpected error {err:?}");
+        assert_eq!(snapshot(&store), before, "{name} changed the store");
+        assert!(store.check().unwrap().is_clean(), "{name}");
+    }
+}
+
+#[test]
+fn hostile_settings_are_refused_before_anything_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path().join("s.redb")).unwrap();
+    let pool_err = |b: leasehold::PoolBuilder| b.start(|_| Ok(())).err().unwrap();
+    let cases: Vec<Refusal> = vec![
+        (
+            "heartbeat equal to lease",
+            LeaseSettings::new(LEASE, LEASE).unwrap_err().into(),
+            |e| {
+                matches!(
+                    e,
+                    Error::Config(ConfigError::HeartbeatNotShorterThanLease { .. })
+                )
+            },
+        ),
+        (
+            "heartbeat longer than lease",
+            pool_err(WorkerPool::builder(store.clone(), Q).heartbeat_every(LEASE * 2)),
+            |e| {
+                matches!(
+                    e,
+                    Error::Config(ConfigError::HeartbeatNotShorterThanLease { .. })
+                )
+            },
+        ),
+        (
+            "zero heartbeat",
+            pool_err(WorkerPool::builder(store.clone(), Q).heartbeat_every(Duration::ZERO)),
+            |e| matches!(e, Error::Config(ConfigError::ZeroHeartbeat)),
+        ),
+        (
+            "zero lease pool",
+            pool_err(WorkerPool::builder(store.clone(), Q).lease(Duration::ZERO)),
+            |e| matches!(e, Error::Config(ConfigError::ZeroLease)),
+        ),
+        (
+            "zero concurrency",
+            pool_err(WorkerPool::builder(store.clone(), Q).concurrency(0)),
+            |e| matches!(e, Error::Config(ConfigError::ZeroConcurrency)),
+        ),
+        (
+            "empty queue pool",
+            pool_err(WorkerPool::builder(store.clone(), "")),
+            |e| matches!(e, Error::Input(InputError::EmptyQueueName)),
+        ),
+        (
+            "zero reaper interval",
+            leasehold::Reaper::start(store.clone(), Duration::ZERO).unwrap_err(),
+            |e| matches!(e, Error::Config(ConfigError::ZeroReaperInterval)),
+        ),
+    ];
+    for (name, err, expected) in cases {
+        assert!(expected(&err), "{name}: unexpected error {err:?}");
+    }
+    assert_eq!(store.stats().unwrap().total(JobState::Queued), 0);
+}
+
+#[test]
+fn hostile_files_are_refused_with_their_own_error_and_left_byte_for_byte() {
+    let dir = tempfile::tempdir().unwrap();
+    // a real store to damage
+    let good = dir.path().join("good.redb");
+    {
+        let s = Store::open(&good).unwrap();
+        s.enqueue_batch((0..50).map(|i| NewJob::new(Q, vec![i as u8; 200])))
+            .unwrap();
+    }
+    let image = std::fs::read(&good).unwrap();
+    let mut random = vec![0u8; 64 * 1024];
+    let mut x = 0x1234_5678_9ABC_DEF0u64;
+    for b in &mut random {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        *b = x as u8;
+    }
+    let cases: Vec<BadFile> = vec![
+        ("random bytes", random, |e| {
+            matches!(e, OpenError::NotAStore { .. })
+        }),
+        (
+            "a text file",
+            b"hello, I am not a database\n".repeat(50),
+            |e| matches!(e, OpenError::NotAStore { .. }),
+        ),
+        (
+            "a truncated store",
+            image[..image.len() / 2].to_vec(),
+            |e| matches!(e, OpenError::Corrupt { .. } | OpenError::Io { .. }),
+        ),
+        ("a store cut to its header", image[..600].to_vec(), |e| {
+            matches!(e, OpenError::Corrupt { .. } | OpenError::Io { .. })
+        }),
+    ];
+    for (name, bytes, expected) in cases {
+        let path = dir.path().join(format!("{}.redb", name.replace(' ', "_")));
+        std::fs::write(&path, &bytes).unwrap();
+        match Store::open(&path) {
+            Err(Error::Open(e)) => assert!(expected(&e), "{name}: unexpected error {e}"),
+            other => panic!("{name}: expected an open error, got {other:?}"),
+        }
+        assert_eq!(
+            std::fs::read(&path).unwrap(),
+            bytes,
+            "{name}: the file was modified"
+        );
+    }
+    // the same file opened twice
+    let held = Store::open(&good).unwrap();
+    let before = std::fs::metadata(&good).unwrap().len();
+    assert!(matches!(
+        Store::open(&good),
+        Err(Error::Open(OpenError::Locked { .. }))
+    ));
+    assert_eq!(std::fs::metadata(&good).unwrap().len(), before);
+    assert_eq!(held.stats().unwrap().total(JobState::Queued), 50);
+}
