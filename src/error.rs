@@ -115,9 +115,19 @@ pub enum OpenError {
         /// What is wrong.
         detail: String,
     },
-    /// Another process (or another handle in this one) has the store open.
-    #[error("{path} is open in another process (or another handle); only one writer may hold it")]
+    /// Another process (or another handle in this one) holds the writer's seat, or, for a
+    /// read-only open, holds the file exclusively.
+    #[error("{path} is being written by another process{}; only one writer may hold it", match pid { Some(p) => format!(" (pid {p})"), None => String::new() })]
     Locked {
+        /// The file.
+        path: PathBuf,
+        /// The writer's process id, where it could be read from the store.
+        pid: Option<u32>,
+    },
+    /// The store was not closed cleanly and must be recovered by a writer before it can be
+    /// read: open it for writing once (the application, or any writing `leasehold` command).
+    #[error("{path} was not closed cleanly; open it for writing once to recover it")]
+    NeedsRecovery {
         /// The file.
         path: PathBuf,
     },

@@ -74,6 +74,7 @@
 
 #![warn(missing_docs)]
 
+mod builder;
 mod check;
 pub mod clock;
 mod codec;
@@ -88,6 +89,8 @@ mod notify;
 mod open;
 pub mod pool;
 mod protocol;
+mod read;
+mod reader;
 mod reaper;
 mod report;
 mod retry;
@@ -97,6 +100,7 @@ mod store;
 mod transaction;
 mod tx;
 
+pub use builder::{Durability, Sharing, StoreBuilder};
 pub use check::CheckReport;
 pub use clock::{Clock, ClockReading, ManualClock, MonotonicClock};
 pub use codec::CodecError;
@@ -112,12 +116,14 @@ pub use pool::{
     Interrupted, Interruption, JobContext, JobError, Output, PoolBuilder, PoolStats,
     ShutdownReport, WorkerPool,
 };
+pub use read::{JobFilter, JobOrder};
+pub use reader::{QueueTiming, StoreReader};
 pub use reaper::{Reaper, ReaperMetrics};
 pub use report::{ReapReport, Reclaim};
 pub use retry::RetryPolicy;
 pub use schema::SCHEMA_VERSION;
 pub use stats::{Counters, QueueCounts, Stats, WriteMetrics};
-pub use store::{Durability, Store, StoreBuilder};
+pub use store::Store;
 pub use transaction::Transaction;
 
 /// The README's examples are compiled and run as doctests, so they cannot rot.

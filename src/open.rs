@@ -8,7 +8,10 @@ use std::io::Read;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::Path;
 
-use redb::{Database, DatabaseError, ReadableDatabase, StorageBackend, StorageError, TableHandle};
+use redb::{
+    Database, DatabaseError, ReadTransaction, ReadableDatabase, StorageBackend, StorageError,
+    TableHandle,
+};
 
 use crate::clock::Anchor;
 use crate::codec;
@@ -24,6 +27,7 @@ const REDB_MAGIC: [u8; 9] = [b'r', b'e', b'd', b'b', 0x1A, 0x0A, 0xA9, 0x0D, 0x0
 pub(crate) struct EngineOptions {
     pub cache_size: usize,
     pub verify: bool,
+    pub mode: redb::ConcurrencyMode,
 }
 
 /// Opens (or creates) the redb file, or the database in `backend`, mapping each failure to its
@@ -36,6 +40,7 @@ pub(crate) fn open_database(
     let mut builder = redb::Builder::new();
     builder.set_cache_size(opts.cache_size);
     builder.set_check_integrity_on_open(opts.verify);
+    builder.set_concurrency_mode(opts.mode);
     // redb documents that a plain open of an altered file may panic; a damaged file must be
     // an error, never a crash of the application that embeds us.
     let opened = match backend {
@@ -207,8 +212,10 @@ fn map_database_error(path: &Path, e: DatabaseError) -> OpenError {
     let path = path.to_owned();
     match e {
         DatabaseError::DatabaseAlreadyOpen | DatabaseError::LockProtocolMismatch => {
-            OpenError::Locked { path }
+            let pid = holder_pid(&path);
+            OpenError::Locked { path, pid }
         }
+        DatabaseError::RepairAborted => OpenError::NeedsRecovery { path },
         DatabaseError::UpgradeRequired(v) => OpenError::NotAStore {
             path,
             detail: format!("a redb database in the old file format {v}"),
@@ -221,6 +228,41 @@ fn map_database_error(path: &Path, e: DatabaseError) -> OpenError {
     }
 }
 
+/// The pid the current writer recorded, read through a read-only handle (which a writer in
+/// single-writer mode admits); `None` when that cannot be known.
+fn holder_pid(path: &Path) -> Option<u32> {
+    let mut builder = redb::Builder::new();
+    builder.set_concurrency_mode(redb::ConcurrencyMode::SingleWriter);
+    builder.set_cache_size(1 << 20);
+    let db = catch_unwind(AssertUnwindSafe(|| builder.open_read_only(path)))
+        .ok()?
+        .ok()?;
+    let read = db.begin_read().ok()?;
+    crate::read::writer_pid(&read).ok().flatten()
+}
+
+/// Opens an existing store file read-only, beside a writer in single-writer mode.
+pub(crate) fn open_read_only(path: &Path) -> Result<redb::ReadOnlyDatabase, OpenError> {
+    sniff(path)?;
+    if !path.exists() {
+        return Err(OpenError::Io {
+            path: path.to_owned(),
+            source: std::io::ErrorKind::NotFound.into(),
+        });
+    }
+    let mut builder = redb::Builder::new();
+    builder.set_concurrency_mode(redb::ConcurrencyMode::SingleWriter);
+    builder.set_cache_size(16 << 20);
+    match catch_unwind(AssertUnwindSafe(|| builder.open_read_only(path))) {
+        Ok(Ok(db)) => Ok(db),
+        Ok(Err(e)) => Err(map_database_error(path, e)),
+        Err(_) => Err(OpenError::Corrupt {
+            path: path.to_owned(),
+            detail: "the storage engine could not read the file".into(),
+        }),
+    }
+}
+
 /// What the file says about time.
 pub(crate) struct Timeline {
     pub anchor: Option<Anchor>,
@@ -230,23 +272,29 @@ pub(crate) struct Timeline {
 /// Checks that `db` is a leasehold store this build can read (or makes a new, empty redb
 /// database into one), and reads its timeline.
 pub(crate) fn prepare(db: &Database, path: &Path) -> Result<Timeline> {
-    let not_a_store = |detail: &str| OpenError::NotAStore {
-        path: path.to_owned(),
-        detail: detail.to_owned(),
-    };
     let read = db.begin_read()?;
-    let tables: Vec<String> = read.list_tables()?.map(|t| t.name().to_owned()).collect();
-    let has_meta = tables.iter().any(|t| t == schema::META.name());
-    if !has_meta {
-        if !tables.is_empty() {
-            return Err(not_a_store("a redb database without leasehold's tables").into());
-        }
+    let empty = read.list_tables()?.next().is_none();
+    if empty {
         drop(read);
         create(db)?;
         return Ok(Timeline {
             anchor: None,
             high_water: StoreTime::ZERO,
         });
+    }
+    inspect(&read, path)
+}
+
+/// Checks that an existing database is a leasehold store this build can read, and reads its
+/// timeline. Writes nothing (readers use it too).
+pub(crate) fn inspect(read: &ReadTransaction, path: &Path) -> Result<Timeline> {
+    let not_a_store = |detail: &str| OpenError::NotAStore {
+        path: path.to_owned(),
+        detail: detail.to_owned(),
+    };
+    let has_meta = read.list_tables()?.any(|t| t.name() == schema::META.name());
+    if !has_meta {
+        return Err(not_a_store("a redb database without leasehold's tables").into());
     }
     let meta = read.open_table(schema::META)?;
     let marker = meta.get(meta_key::MARKER)?.map(|m| m.value().to_vec());
@@ -305,12 +353,19 @@ fn create(db: &Database) -> Result<()> {
     txn.commit().map_err(Error::from)
 }
 
-/// Persists a new clock anchor.
-pub(crate) fn write_anchor(db: &Database, anchor: Anchor) -> Result<()> {
+/// Records this process as the store's writer (so a refused second writer can be told who
+/// holds the seat), and persists a new clock anchor if there is one.
+pub(crate) fn claim_writer_seat(db: &Database, anchor: Option<Anchor>) -> Result<()> {
     let txn = db.begin_write()?;
     {
         let mut meta = txn.open_table(schema::META)?;
-        meta.insert(meta_key::ANCHOR, codec::encode(&anchor).as_slice())?;
+        meta.insert(
+            meta_key::WRITER_PID,
+            u64::from(std::process::id()).to_le_bytes().as_slice(),
+        )?;
+        if let Some(anchor) = anchor {
+            meta.insert(meta_key::ANCHOR, codec::encode(&anchor).as_slice())?;
+        }
     }
     txn.commit().map_err(Error::from)
 }

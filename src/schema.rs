@@ -52,6 +52,8 @@ pub(crate) mod meta_key {
     pub const HIGH_WATER: &str = "clock.high_water";
     pub const ANCHOR: &str = "clock.anchor";
     pub const COUNTERS: &str = "counters";
+    /// The process id of the last process that opened the store for writing.
+    pub const WRITER_PID: &str = "writer.pid";
 }
 
 /// Limits on inputs, which keep index keys short and records bounded.

@@ -7,173 +7,22 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use redb::{Database, ReadableDatabase, ReadableTable, WriteTransaction};
+use redb::{Database, ReadableDatabase, WriteTransaction};
 
-use crate::clock::{Clock, MonotonicClock, StoreClock};
-use crate::codec;
-use crate::config::{DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_PAYLOAD, DEFAULT_REAP_BATCH};
-use crate::error::{ConfigError, Error, Result};
+use crate::builder::Durability;
+use crate::clock::StoreClock;
+use crate::error::{Error, Result};
 use crate::ids::{JobId, StoreTime};
 use crate::job::{Job, JobState, NewJob, ReclaimPath, Run};
 use crate::lease::{Lease, LeaseTerms, Renewal};
 use crate::notify::Notifier;
-use crate::open::{self, EngineOptions};
 use crate::protocol;
+use crate::read::{self, JobFilter};
 use crate::report::ReapReport;
-use crate::retry::RetryPolicy;
-use crate::schema::{self, meta_key};
+use crate::schema;
 use crate::stats::{Counters, Stats, WriteMetrics};
 use crate::transaction::Transaction;
-use crate::tx::{Policy, Tally, Tx, decode_job, persist_tally};
-
-/// What a commit promises.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub enum Durability {
-    /// Every commit is on disk (fsync'd) when the call returns. A crash or power loss loses
-    /// nothing that was acknowledged. The default.
-    Immediate,
-    /// Commits are made durable at most `flush_every` apart (at the first commit after that
-    /// much store time, at [`Store::flush`], and when the store is dropped); the ones between
-    /// are in memory only. A crash or power loss may lose the commits since the last durable
-    /// one, as a whole and in order, and never corrupts the file: the store reopens at an
-    /// earlier consistent state. Then a completed job may run again, so handlers must be
-    /// idempotent (they must be anyway: a lease can be falsely reclaimed).
-    Eventual {
-        /// The longest span of commits that a crash may lose.
-        flush_every: Duration,
-    },
-}
-
-/// Configures and opens a [`Store`]. See [`Store::builder`].
-#[derive(Debug)]
-pub struct StoreBuilder {
-    path: PathBuf,
-    backend: Option<Box<dyn redb::StorageBackend>>,
-    clock: Arc<dyn Clock>,
-    durability: Durability,
-    retry: RetryPolicy,
-    default_max_attempts: u32,
-    max_payload: usize,
-    reap_batch: usize,
-    recover_on_open: bool,
-    verify_on_open: bool,
-    cache_size: usize,
-}
-
-impl StoreBuilder {
-    /// The time source. Default: the host's [`MonotonicClock`]. Tests use a
-    /// [`ManualClock`](crate::ManualClock).
-    pub fn clock(mut self, clock: impl Clock) -> StoreBuilder {
-        self.clock = Arc::new(clock);
-        self
-    }
-
-    /// What a commit promises. Default: [`Durability::Immediate`].
-    pub fn durability(mut self, durability: Durability) -> StoreBuilder {
-        self.durability = durability;
-        self
-    }
-
-    /// The backoff between failed attempts. Default: [`RetryPolicy::default`].
-    pub fn retry_policy(mut self, retry: RetryPolicy) -> StoreBuilder {
-        self.retry = retry;
-        self
-    }
-
-    /// The retry budget of jobs enqueued without one. Default: 25.
-    pub fn default_max_attempts(mut self, n: u32) -> StoreBuilder {
-        self.default_max_attempts = n;
-        self
-    }
-
-    /// The largest payload or output accepted. Default: 1 MiB.
-    pub fn max_payload(mut self, bytes: usize) -> StoreBuilder {
-        self.max_payload = bytes;
-        self
-    }
-
-    /// How many leases one reaper transaction takes back, so that reclaiming a whole dead
-    /// pool does not hold the write lock for long. Default: 500.
-    pub fn reap_batch(mut self, n: usize) -> StoreBuilder {
-        self.reap_batch = n;
-        self
-    }
-
-    /// Whether to take back every running lease at open. Default: on.
-    ///
-    /// The open holds redb's writer lock, which proves no other process writes the store, so
-    /// every lease found running at open belongs to a process that is gone; waiting out its
-    /// lease would only delay its job.
-    pub fn recover_on_open(mut self, on: bool) -> StoreBuilder {
-        self.recover_on_open = on;
-        self
-    }
-
-    /// Whether to verify every page's checksum at open. Default: on. A damaged file then fails
-    /// to open with [`OpenError::Corrupt`](crate::OpenError::Corrupt) instead of being
-    /// trusted; the price is one read of the whole file per open.
-    pub fn verify_on_open(mut self, on: bool) -> StoreBuilder {
-        self.verify_on_open = on;
-        self
-    }
-
-    /// redb's page cache size in bytes. Default: 64 MiB.
-    pub fn cache_size(mut self, bytes: usize) -> StoreBuilder {
-        self.cache_size = bytes;
-        self
-    }
-
-    /// Opens the store, creating the file if it does not exist.
-    pub fn open(self) -> Result<Store> {
-        self.retry.validate()?;
-        if self.default_max_attempts == 0 {
-            return Err(ConfigError::ZeroMaxAttempts.into());
-        }
-        if self.reap_batch == 0 {
-            return Err(ConfigError::ZeroBatch.into());
-        }
-        let db = open::open_database(
-            &self.path,
-            self.backend,
-            &EngineOptions {
-                cache_size: self.cache_size,
-                verify: self.verify_on_open,
-            },
-        )?;
-        let timeline = open::prepare(&db, &self.path)?;
-        let (clock, fresh) = StoreClock::resume(self.clock, timeline.anchor, timeline.high_water);
-        if fresh {
-            open::write_anchor(&db, clock.anchor())?;
-        }
-        let store = Store {
-            inner: Arc::new(Inner {
-                db,
-                clock,
-                path: self.path,
-                durability: self.durability,
-                policy: Policy {
-                    retry: self.retry,
-                    default_max_attempts: self.default_max_attempts,
-                    max_payload: self.max_payload,
-                    reap_batch: self.reap_batch,
-                },
-                flush: Mutex::new(FlushState::default()),
-                notifier: Notifier::default(),
-                writes: AtomicU64::new(0),
-            }),
-        };
-        if self.recover_on_open {
-            let report = store.reap_all(ReclaimPath::Recovery)?;
-            if !report.reclaimed.is_empty() {
-                tracing::warn!(
-                    reclaimed = report.reclaimed.len(),
-                    "took back leases of a process that ended without releasing them"
-                );
-            }
-        }
-        Ok(store)
-    }
-}
+use crate::tx::{Policy, Tally, Tx, persist_tally};
 
 /// A handle on a leasehold store. Cheap to clone; clones share one open file.
 #[derive(Clone, Debug)]
@@ -200,37 +49,31 @@ struct FlushState {
 }
 
 impl Store {
-    /// A builder for the store at `path`.
-    pub fn builder(path: impl AsRef<Path>) -> StoreBuilder {
-        StoreBuilder {
-            path: path.as_ref().to_owned(),
-            backend: None,
-            clock: Arc::new(MonotonicClock::new()),
-            durability: Durability::Immediate,
-            retry: RetryPolicy::default(),
-            default_max_attempts: DEFAULT_MAX_ATTEMPTS,
-            max_payload: DEFAULT_MAX_PAYLOAD,
-            reap_batch: DEFAULT_REAP_BATCH,
-            recover_on_open: true,
-            verify_on_open: true,
-            cache_size: 64 << 20,
+    pub(crate) fn from_parts(
+        db: Database,
+        clock: StoreClock,
+        path: PathBuf,
+        durability: Durability,
+        policy: Policy,
+    ) -> Store {
+        Store {
+            inner: Arc::new(Inner {
+                db,
+                clock,
+                path,
+                durability,
+                policy,
+                flush: Mutex::new(FlushState::default()),
+                notifier: Notifier::default(),
+                writes: AtomicU64::new(0),
+            }),
         }
     }
 
-    /// A builder for a store kept in `backend` instead of a file: redb's
-    /// [`InMemoryBackend`](redb::backends::InMemoryBackend) for a store that lives only as
-    /// long as the process, or a backend of the application's own (tests use one that
-    /// freezes what is durable at each sync, and one that injects I/O errors). Such a store
-    /// cannot be shared with another process.
-    pub fn with_backend(backend: impl redb::StorageBackend) -> StoreBuilder {
-        let mut builder = Store::builder("<backend>");
-        builder.backend = Some(Box::new(backend));
-        builder
-    }
-
-    /// Opens (or creates) the store at `path` with the defaults.
-    pub fn open(path: impl AsRef<Path>) -> Result<Store> {
-        Store::builder(path).open()
+    /// Takes back every running lease: at open, when the writer's seat proves their holder's
+    /// process is gone.
+    pub(crate) fn recover(&self) -> Result<ReapReport> {
+        self.reap_all(ReclaimPath::Recovery)
     }
 
     /// The store's current time. Every expiry is compared against this, inside the store.
@@ -303,30 +146,12 @@ impl Store {
     /// `None` if nothing is scheduled. `Some(t <= now)` means something is claimable now.
     pub fn next_due(&self, queue: &str) -> Result<Option<StoreTime>> {
         let read = self.inner.db.begin_read()?;
-        let ready = read.open_table(schema::READY)?;
-        let expiry = read.open_table(schema::EXPIRY)?;
-        let mut earliest: Option<u64> = None;
-        let mut from = i32::MIN;
-        // The first entry of each priority has that priority's earliest run_at.
-        loop {
-            let mut range =
-                ready.range((queue, from, 0u64, 0u64)..=(queue, i32::MAX, u64::MAX, u64::MAX))?;
-            let Some(entry) = range.next() else { break };
-            let (_, priority, run_at, _) = entry?.0.value();
-            earliest = Some(earliest.map_or(run_at, |e| e.min(run_at)));
-            match priority.checked_add(1) {
-                Some(p) => from = p,
-                None => break,
-            }
-        }
-        if let Some(entry) = expiry
-            .range((queue, 0u64, 0u64)..=(queue, u64::MAX, u64::MAX))?
-            .next()
-        {
-            let (_, expires_at, _) = entry?.0.value();
-            earliest = Some(earliest.map_or(expires_at, |e| e.min(expires_at)));
-        }
-        Ok(earliest.map(StoreTime))
+        let run_at = read::earliest_run_at(&read, queue)?;
+        let (expiry, _) = read::lease_expiries(&read, queue, StoreTime::ZERO)?;
+        Ok(match (run_at, expiry) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        })
     }
 
     /// Counters of this handle's write activity (relaxed atomics; process-local).
@@ -442,12 +267,7 @@ impl Store {
 
     /// The job's record, if it exists.
     pub fn job(&self, id: JobId) -> Result<Option<Job>> {
-        let read = self.inner.db.begin_read()?;
-        let jobs = read.open_table(schema::JOBS)?;
-        match jobs.get(id.0)? {
-            Some(b) => decode_job(b.value()).map(Some),
-            None => Ok(None),
-        }
+        read::job(&self.inner.db.begin_read()?, id)
     }
 
     /// A read snapshot of the whole file, for the application's own tables (written with
@@ -471,53 +291,23 @@ impl Store {
         table: redb::TableDefinition<u64, &[u8]>,
         id: JobId,
     ) -> Result<Option<Vec<u8>>> {
-        let read = self.inner.db.begin_read()?;
-        let t = read.open_table(table)?;
-        Ok(t.get(id.0)?.map(|b| b.value().to_vec()))
+        read::bytes(&self.inner.db.begin_read()?, table, id)
     }
 
     /// The job's run history: one record per attempt, oldest first.
     pub fn history(&self, id: JobId) -> Result<Vec<Run>> {
-        let read = self.inner.db.begin_read()?;
-        let history = read.open_table(schema::HISTORY)?;
-        let mut runs = Vec::new();
-        for entry in history.range((id.0, 0u32)..=(id.0, u32::MAX))? {
-            let (_, v) = entry?;
-            runs.push(
-                codec::decode(v.value())
-                    .map_err(|e| Error::Corrupt(format!("history of job {id}: {e}")))?,
-            );
-        }
-        Ok(runs)
+        read::history(&self.inner.db.begin_read()?, id)
     }
 
     /// Counts per queue and state, and the lifetime counters. Reads the `counts` index, not
     /// the jobs.
     pub fn stats(&self) -> Result<Stats> {
-        let read = self.inner.db.begin_read()?;
-        let counts = read.open_table(schema::COUNTS)?;
-        let mut stats = Stats {
-            now: self.now(),
-            ..Stats::default()
-        };
-        for entry in counts.iter()? {
-            let (k, v) = entry?;
-            let (queue, code) = k.value();
-            let state = JobState::from_code(code)
-                .ok_or_else(|| Error::Corrupt(format!("unknown state code {code}")))?;
-            stats
-                .queues
-                .entry(queue.to_owned())
-                .or_default()
-                .by_state
-                .insert(state, v.value());
-        }
-        let meta = read.open_table(schema::META)?;
-        if let Some(b) = meta.get(meta_key::COUNTERS)? {
-            stats.counters = codec::decode::<Counters>(b.value())
-                .map_err(|e| Error::Corrupt(format!("counters: {e}")))?;
-        }
-        Ok(stats)
+        read::stats(&self.inner.db.begin_read()?, self.now())
+    }
+
+    /// Jobs matching `filter` (reads every record: for operators and tools).
+    pub fn jobs(&self, filter: &JobFilter) -> Result<Vec<Job>> {
+        read::list(&self.inner.db.begin_read()?, filter)
     }
 
     /// Proves the indexes match the records (like SQLite's `PRAGMA integrity_check`): every

@@ -96,6 +96,7 @@ struct Sim {
 fn open(dir: &tempfile::TempDir, clock: &ManualClock) -> Store {
     Store::builder(dir.path().join("sim.redb"))
         .clock(clock.clone())
+        .sharing(leasehold::Sharing::Exclusive)
         .durability(Durability::Eventual {
             flush_every: Duration::from_secs(1 << 30),
         })

@@ -9,6 +9,7 @@ mod common;
 mod enqueue;
 mod fencing;
 mod open;
+mod reader;
 mod reap;
 mod retry;
 mod stall;

@@ -287,9 +287,10 @@ fn bad_settings_are_configuration_errors() {
 #[test]
 fn eventual_durability_keeps_commits_across_a_clean_close() {
     let mut f = Fixture::with(|b| {
-        b.durability(Durability::Eventual {
-            flush_every: Duration::from_secs(3600),
-        })
+        b.sharing(leasehold::Sharing::Exclusive)
+            .durability(Durability::Eventual {
+                flush_every: Duration::from_secs(3600),
+            })
     });
     let ids = f.enqueue_n(10);
     let l = f.claim_one("w");

@@ -76,6 +76,7 @@ pub struct Harness {
 fn builder(path: &std::path::Path, clock: &ManualClock) -> leasehold::StoreBuilder {
     Store::builder(path)
         .clock(clock.clone())
+        .sharing(leasehold::Sharing::Exclusive)
         .durability(Durability::Eventual {
             flush_every: Duration::from_secs(1 << 30),
         })

@@ -27,9 +27,10 @@ fn recording() -> (
 fn a_thousand_in_flight_leases_renew_in_one_write_per_tick() {
     // Eventual durability: a thousand claims need not wait for a thousand fsyncs here.
     let f = Fixture::with(|b| {
-        b.durability(leasehold::Durability::Eventual {
-            flush_every: Duration::from_secs(3600),
-        })
+        b.sharing(leasehold::Sharing::Exclusive)
+            .durability(leasehold::Durability::Eventual {
+                flush_every: Duration::from_secs(3600),
+            })
     });
     f.enqueue_n(1000);
     let p = pool(&f, "big")

@@ -1,0 +1,228 @@
+//! Configuring and opening a [`Store`]: the settings, what each durability and sharing mode
+//! promises, and the checks that refuse nonsense before the file is touched.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use redb::ConcurrencyMode;
+
+use crate::clock::{Clock, MonotonicClock, StoreClock};
+use crate::config::{DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_PAYLOAD, DEFAULT_REAP_BATCH};
+use crate::error::{ConfigError, Result};
+use crate::open::{self, EngineOptions};
+use crate::retry::RetryPolicy;
+use crate::store::Store;
+use crate::tx::Policy;
+
+/// What a commit promises.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Durability {
+    /// Every commit is on disk (fsync'd) when the call returns. A crash or power loss loses
+    /// nothing that was acknowledged. The default.
+    Immediate,
+    /// Commits are made durable at most `flush_every` apart (at the first commit after that
+    /// much store time, at [`Store::flush`], and when the store is dropped); the ones between
+    /// are in memory only. A crash or power loss may lose the commits since the last durable
+    /// one, as a whole and in order, and never corrupts the file: the store reopens at an
+    /// earlier consistent state. Then a completed job may run again, so handlers must be
+    /// idempotent (they must be anyway: a lease can be falsely reclaimed).
+    Eventual {
+        /// The longest span of commits that a crash may lose.
+        flush_every: Duration,
+    },
+}
+
+/// Configures and opens a [`Store`]. See [`Store::builder`].
+#[derive(Debug)]
+pub struct StoreBuilder {
+    path: PathBuf,
+    backend: Option<Box<dyn redb::StorageBackend>>,
+    sharing: Sharing,
+    clock: Arc<dyn Clock>,
+    durability: Durability,
+    retry: RetryPolicy,
+    default_max_attempts: u32,
+    max_payload: usize,
+    reap_batch: usize,
+    recover_on_open: bool,
+    verify_on_open: bool,
+    cache_size: usize,
+}
+
+impl StoreBuilder {
+    /// The time source. Default: the host's [`MonotonicClock`]. Tests use a
+    /// [`ManualClock`](crate::ManualClock).
+    pub fn clock(mut self, clock: impl Clock) -> StoreBuilder {
+        self.clock = Arc::new(clock);
+        self
+    }
+
+    /// What a commit promises. Default: [`Durability::Immediate`].
+    pub fn durability(mut self, durability: Durability) -> StoreBuilder {
+        self.durability = durability;
+        self
+    }
+
+    /// The backoff between failed attempts. Default: [`RetryPolicy::default`].
+    pub fn retry_policy(mut self, retry: RetryPolicy) -> StoreBuilder {
+        self.retry = retry;
+        self
+    }
+
+    /// The retry budget of jobs enqueued without one. Default: 25.
+    pub fn default_max_attempts(mut self, n: u32) -> StoreBuilder {
+        self.default_max_attempts = n;
+        self
+    }
+
+    /// The largest payload or output accepted. Default: 1 MiB.
+    pub fn max_payload(mut self, bytes: usize) -> StoreBuilder {
+        self.max_payload = bytes;
+        self
+    }
+
+    /// How many leases one reaper transaction takes back, so that reclaiming a whole dead
+    /// pool does not hold the write lock for long. Default: 500.
+    pub fn reap_batch(mut self, n: usize) -> StoreBuilder {
+        self.reap_batch = n;
+        self
+    }
+
+    /// Whether to take back every running lease at open. Default: on.
+    ///
+    /// The open holds redb's writer lock, which proves no other process writes the store, so
+    /// every lease found running at open belongs to a process that is gone; waiting out its
+    /// lease would only delay its job.
+    pub fn recover_on_open(mut self, on: bool) -> StoreBuilder {
+        self.recover_on_open = on;
+        self
+    }
+
+    /// Whether to verify every page's checksum at open. Default: on. A damaged file then fails
+    /// to open with [`OpenError::Corrupt`](crate::OpenError::Corrupt) instead of being
+    /// trusted; the price is one read of the whole file per open.
+    pub fn verify_on_open(mut self, on: bool) -> StoreBuilder {
+        self.verify_on_open = on;
+        self
+    }
+
+    /// How the file is shared with other processes. Default: [`Sharing::SingleWriter`].
+    pub fn sharing(mut self, sharing: Sharing) -> StoreBuilder {
+        self.sharing = sharing;
+        self
+    }
+
+    /// redb's page cache size in bytes. Default: 64 MiB.
+    pub fn cache_size(mut self, bytes: usize) -> StoreBuilder {
+        self.cache_size = bytes;
+        self
+    }
+
+    /// Opens the store, creating the file if it does not exist.
+    pub fn open(self) -> Result<Store> {
+        self.retry.validate()?;
+        if self.default_max_attempts == 0 {
+            return Err(ConfigError::ZeroMaxAttempts.into());
+        }
+        if self.reap_batch == 0 {
+            return Err(ConfigError::ZeroBatch.into());
+        }
+        if self.sharing == Sharing::SingleWriter
+            && matches!(self.durability, Durability::Eventual { .. })
+        {
+            return Err(ConfigError::EventualDurabilityShared.into());
+        }
+        let db = open::open_database(
+            &self.path,
+            self.backend,
+            &EngineOptions {
+                cache_size: self.cache_size,
+                verify: self.verify_on_open,
+                mode: self.sharing.mode(),
+            },
+        )?;
+        let timeline = open::prepare(&db, &self.path)?;
+        let (clock, fresh) = StoreClock::resume(self.clock, timeline.anchor, timeline.high_water);
+        open::claim_writer_seat(&db, fresh.then(|| clock.anchor()))?;
+        let policy = Policy {
+            retry: self.retry,
+            default_max_attempts: self.default_max_attempts,
+            max_payload: self.max_payload,
+            reap_batch: self.reap_batch,
+        };
+        let store = Store::from_parts(db, clock, self.path, self.durability, policy);
+        if self.recover_on_open {
+            let report = store.recover()?;
+            if !report.reclaimed.is_empty() {
+                tracing::warn!(
+                    reclaimed = report.reclaimed.len(),
+                    "took back leases of a process that ended without releasing them"
+                );
+            }
+        }
+        Ok(store)
+    }
+}
+
+/// How a store file is shared between processes.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub enum Sharing {
+    /// One process writes; any number of others may open the file read-only at the same time
+    /// ([`StoreReader`](crate::StoreReader), the `leasehold` tool's `stats`, `jobs`, `show`,
+    /// `check` and `watch`) and follow its commits. Every commit is two-phase (redb's rule
+    /// for shared files), and [`Durability::Eventual`] is not available. The default, so an
+    /// operator can look into a running application's store.
+    #[default]
+    SingleWriter,
+    /// No other process may open the file at all, not even to read. Allows
+    /// [`Durability::Eventual`] and one-phase commits.
+    Exclusive,
+}
+
+impl Sharing {
+    pub(crate) fn mode(self) -> ConcurrencyMode {
+        match self {
+            Sharing::SingleWriter => ConcurrencyMode::SingleWriter,
+            Sharing::Exclusive => ConcurrencyMode::ExclusiveWriter,
+        }
+    }
+}
+
+impl Store {
+    /// A builder for the store at `path`.
+    pub fn builder(path: impl AsRef<Path>) -> StoreBuilder {
+        StoreBuilder {
+            path: path.as_ref().to_owned(),
+            backend: None,
+            sharing: Sharing::default(),
+            clock: Arc::new(MonotonicClock::new()),
+            durability: Durability::Immediate,
+            retry: RetryPolicy::default(),
+            default_max_attempts: DEFAULT_MAX_ATTEMPTS,
+            max_payload: DEFAULT_MAX_PAYLOAD,
+            reap_batch: DEFAULT_REAP_BATCH,
+            recover_on_open: true,
+            verify_on_open: true,
+            cache_size: 64 << 20,
+        }
+    }
+
+    /// A builder for a store kept in `backend` instead of a file: redb's
+    /// [`InMemoryBackend`](redb::backends::InMemoryBackend) for a store that lives only as
+    /// long as the process, or a backend of the application's own (tests use one that
+    /// freezes what is durable at each sync, and one that injects I/O errors). Such a store
+    /// cannot be shared with another process (its sharing is [`Sharing::Exclusive`]).
+    pub fn with_backend(backend: impl redb::StorageBackend) -> StoreBuilder {
+        let mut builder = Store::builder("<backend>");
+        builder.backend = Some(Box::new(backend));
+        // Sharing needs the backend's byte-range locks, which most backends do not have.
+        builder.sharing = Sharing::Exclusive;
+        builder
+    }
+
+    /// Opens (or creates) the store at `path` with the defaults.
+    pub fn open(path: impl AsRef<Path>) -> Result<Store> {
+        Store::builder(path).open()
+    }
+}

@@ -1,0 +1,169 @@
+//! The read side, as functions over a redb read transaction: shared by [`Store`] and
+//! [`StoreReader`], so a live store and a read-only view of it answer alike.
+//!
+//! [`Store`]: crate::Store
+//! [`StoreReader`]: crate::StoreReader
+
+use redb::{ReadTransaction, ReadableTable, TableDefinition};
+
+use crate::codec;
+use crate::error::{Error, Result};
+use crate::ids::{JobId, StoreTime};
+use crate::job::{Job, JobState, Run};
+use crate::schema::{self, meta_key};
+use crate::stats::{Counters, Stats};
+use crate::tx::decode_job;
+
+pub(crate) fn job(read: &ReadTransaction, id: JobId) -> Result<Option<Job>> {
+    let jobs = read.open_table(schema::JOBS)?;
+    match jobs.get(id.0)? {
+        Some(b) => decode_job(b.value()).map(Some),
+        None => Ok(None),
+    }
+}
+
+pub(crate) fn bytes(
+    read: &ReadTransaction,
+    table: TableDefinition<u64, &[u8]>,
+    id: JobId,
+) -> Result<Option<Vec<u8>>> {
+    let t = read.open_table(table)?;
+    Ok(t.get(id.0)?.map(|b| b.value().to_vec()))
+}
+
+pub(crate) fn history(read: &ReadTransaction, id: JobId) -> Result<Vec<Run>> {
+    let history = read.open_table(schema::HISTORY)?;
+    let mut runs = Vec::new();
+    for entry in history.range((id.0, 0u32)..=(id.0, u32::MAX))? {
+        let (_, v) = entry?;
+        runs.push(
+            codec::decode(v.value())
+                .map_err(|e| Error::Corrupt(format!("history of job {id}: {e}")))?,
+        );
+    }
+    Ok(runs)
+}
+
+/// Counts per queue and state (from the counts index) and the lifetime counters.
+pub(crate) fn stats(read: &ReadTransaction, now: StoreTime) -> Result<Stats> {
+    let counts = read.open_table(schema::COUNTS)?;
+    let mut stats = Stats {
+        now,
+        ..Stats::default()
+    };
+    for entry in counts.iter()? {
+        let (k, v) = entry?;
+        let (queue, code) = k.value();
+        let state = JobState::from_code(code)
+            .ok_or_else(|| Error::Corrupt(format!("unknown state code {code}")))?;
+        stats
+            .queues
+            .entry(queue.to_owned())
+            .or_default()
+            .by_state
+            .insert(state, v.value());
+    }
+    let meta = read.open_table(schema::META)?;
+    if let Some(b) = meta.get(meta_key::COUNTERS)? {
+        stats.counters = codec::decode::<Counters>(b.value())
+            .map_err(|e| Error::Corrupt(format!("counters: {e}")))?;
+    }
+    Ok(stats)
+}
+
+/// The earliest `run_at` of a waiting job of `queue` (due or not): one seek per priority.
+pub(crate) fn earliest_run_at(read: &ReadTransaction, queue: &str) -> Result<Option<StoreTime>> {
+    let ready = read.open_table(schema::READY)?;
+    let mut earliest: Option<u64> = None;
+    let mut from = i32::MIN;
+    // The first entry of each priority has that priority's earliest run_at.
+    loop {
+        let mut range =
+            ready.range((queue, from, 0u64, 0u64)..=(queue, i32::MAX, u64::MAX, u64::MAX))?;
+        let Some(entry) = range.next() else { break };
+        let (_, priority, run_at, _) = entry?.0.value();
+        earliest = Some(earliest.map_or(run_at, |e| e.min(run_at)));
+        match priority.checked_add(1) {
+            Some(p) => from = p,
+            None => break,
+        }
+    }
+    Ok(earliest.map(StoreTime))
+}
+
+/// The earliest lease expiry of `queue`, and the earliest one at or after `now`.
+pub(crate) fn lease_expiries(
+    read: &ReadTransaction,
+    queue: &str,
+    now: StoreTime,
+) -> Result<(Option<StoreTime>, Option<StoreTime>)> {
+    let expiry = read.open_table(schema::EXPIRY)?;
+    let first = |lo: u64| -> Result<Option<StoreTime>> {
+        match expiry
+            .range((queue, lo, 0u64)..=(queue, u64::MAX, u64::MAX))?
+            .next()
+        {
+            Some(entry) => Ok(Some(StoreTime(entry?.0.value().1))),
+            None => Ok(None),
+        }
+    };
+    Ok((first(0)?, first(now.0)?))
+}
+
+/// Which jobs to list, and in what order.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct JobFilter {
+    /// Only this queue.
+    pub queue: Option<String>,
+    /// Only this state.
+    pub state: Option<JobState>,
+    /// At most this many (after sorting); `None` for all.
+    pub limit: Option<usize>,
+    /// The order.
+    pub order: JobOrder,
+}
+
+/// The order of a job listing.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub enum JobOrder {
+    /// Oldest first (by id).
+    #[default]
+    Oldest,
+    /// Newest first.
+    Newest,
+    /// In claim order: lowest priority number, then earliest run-at.
+    Priority,
+    /// Most recently changed first.
+    Updated,
+}
+
+/// Jobs matching `filter`. Reads every record: for operators and tools, not hot paths.
+pub(crate) fn list(read: &ReadTransaction, filter: &JobFilter) -> Result<Vec<Job>> {
+    let jobs = read.open_table(schema::JOBS)?;
+    let mut out = Vec::new();
+    for entry in jobs.iter()? {
+        let job = decode_job(entry?.1.value())?;
+        if filter.queue.as_ref().is_some_and(|q| *q != job.queue)
+            || filter.state.is_some_and(|s| s != job.state)
+        {
+            continue;
+        }
+        out.push(job);
+    }
+    match filter.order {
+        JobOrder::Oldest => {}
+        JobOrder::Newest => out.reverse(),
+        JobOrder::Priority => out.sort_by_key(|j| (j.priority, j.run_at, j.id)),
+        JobOrder::Updated => out.sort_by_key(|j| std::cmp::Reverse((j.updated_at, j.id))),
+    }
+    if let Some(n) = filter.limit {
+        out.truncate(n);
+    }
+    Ok(out)
+}
+
+/// The process id of the process that last opened the store for writing.
+pub(crate) fn writer_pid(read: &ReadTransaction) -> Result<Option<u32>> {
+    let meta = read.open_table(schema::META)?;
+    Ok(crate::tx::read_u64(&meta, meta_key::WRITER_PID)?.and_then(|p| u32::try_from(p).ok()))
+}

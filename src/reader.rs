@@ -1,0 +1,123 @@
+//! A read-only view of a store that another process is writing: what the `leasehold` tool's
+//! `stats`, `jobs`, `show`, `check` and `watch` use while the application runs.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use redb::{ReadOnlyDatabase, ReadableDatabase};
+
+use crate::check::CheckReport;
+use crate::clock::{MonotonicClock, StoreClock};
+use crate::error::Result;
+use crate::ids::{JobId, StoreTime};
+use crate::job::{Job, Run};
+use crate::open;
+use crate::read::{self, JobFilter};
+use crate::schema;
+use crate::stats::Stats;
+
+/// A read-only handle on a store file, beside the process that writes it.
+///
+/// The writer must have opened the store with [`Sharing::SingleWriter`](crate::Sharing) (the
+/// default); each read sees the writer's latest commit. Store time is read from the file's
+/// clock anchor and the host's monotonic clock, so it agrees with the writer's on one host.
+pub struct StoreReader {
+    db: ReadOnlyDatabase,
+    clock: StoreClock,
+    path: PathBuf,
+}
+
+impl std::fmt::Debug for StoreReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoreReader")
+            .field("path", &self.path)
+            .finish()
+    }
+}
+
+/// When things fall due in one queue: for operators' views.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct QueueTiming {
+    /// The earliest run-at of a waiting job: in the past, how long the oldest has waited.
+    pub earliest_run_at: Option<StoreTime>,
+    /// The earliest lease expiry: in the past, the most overdue lease.
+    pub earliest_expiry: Option<StoreTime>,
+    /// The earliest lease expiry that has not passed: the nearest one.
+    pub next_expiry: Option<StoreTime>,
+}
+
+impl StoreReader {
+    /// Opens an existing store read-only. A missing file is an error (nothing is created).
+    pub fn open(path: impl AsRef<Path>) -> Result<StoreReader> {
+        let path = path.as_ref().to_owned();
+        let db = open::open_read_only(&path)?;
+        let timeline = open::inspect(&db.begin_read()?, &path)?;
+        let (clock, _) = StoreClock::resume(
+            Arc::new(MonotonicClock::new()),
+            timeline.anchor,
+            timeline.high_water,
+        );
+        Ok(StoreReader { db, clock, path })
+    }
+
+    /// The store file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The store's current time.
+    pub fn now(&self) -> StoreTime {
+        self.clock.now()
+    }
+
+    /// The job's record, if it exists.
+    pub fn job(&self, id: JobId) -> Result<Option<Job>> {
+        read::job(&self.db.begin_read()?, id)
+    }
+
+    /// The job's run history, oldest first.
+    pub fn history(&self, id: JobId) -> Result<Vec<Run>> {
+        read::history(&self.db.begin_read()?, id)
+    }
+
+    /// The job's payload.
+    pub fn payload(&self, id: JobId) -> Result<Option<Vec<u8>>> {
+        read::bytes(&self.db.begin_read()?, schema::PAYLOADS, id)
+    }
+
+    /// A succeeded job's output.
+    pub fn output(&self, id: JobId) -> Result<Option<Vec<u8>>> {
+        read::bytes(&self.db.begin_read()?, schema::OUTPUTS, id)
+    }
+
+    /// Counts per queue and state, and the lifetime counters.
+    pub fn stats(&self) -> Result<Stats> {
+        read::stats(&self.db.begin_read()?, self.now())
+    }
+
+    /// Jobs matching `filter`.
+    pub fn jobs(&self, filter: &JobFilter) -> Result<Vec<Job>> {
+        read::list(&self.db.begin_read()?, filter)
+    }
+
+    /// When things fall due in `queue`.
+    pub fn timing(&self, queue: &str) -> Result<QueueTiming> {
+        let read = self.db.begin_read()?;
+        let (earliest_expiry, next_expiry) = read::lease_expiries(&read, queue, self.now())?;
+        Ok(QueueTiming {
+            earliest_run_at: read::earliest_run_at(&read, queue)?,
+            earliest_expiry,
+            next_expiry,
+        })
+    }
+
+    /// The integrity check (see [`Store::check`](crate::Store::check)).
+    pub fn check(&self) -> Result<CheckReport> {
+        crate::check::check(&self.db.begin_read()?)
+    }
+
+    /// The process id of the process that last opened the store for writing.
+    pub fn writer_pid(&self) -> Result<Option<u32>> {
+        read::writer_pid(&self.db.begin_read()?)
+    }
+}
