@@ -35,6 +35,9 @@ pub enum Error {
         /// What was refused.
         action: &'static str,
     },
+    /// The operation needs the store to itself, and other handles are alive.
+    #[error("store in use: {0}")]
+    InUse(&'static str),
     /// A stored record could not be decoded: the file was altered or damaged.
     #[error("store data is corrupt: {0}")]
     Corrupt(String),

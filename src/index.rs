@@ -71,6 +71,33 @@ pub(crate) fn save(tx: &mut Tx<'_>, old: Option<&Job>, new: &Job) -> Result<()> 
     Ok(())
 }
 
+/// Deletes a job entirely: its record, every index entry, its payload, output and history.
+pub(crate) fn delete(tx: &mut Tx<'_>, job: &Job) -> Result<()> {
+    tx.tally.saved = true;
+    let e = entries(job);
+    if let Some((q, p, r, id)) = &e.ready {
+        tx.t.ready.remove((q.as_str(), *p, *r, *id))?;
+    }
+    if let Some((q, x, id)) = &e.expiry {
+        tx.t.expiry.remove((q.as_str(), *x, *id))?;
+    }
+    if let Some((q, k)) = &e.unique {
+        tx.t.unique.remove((q.as_str(), k.as_str()))?;
+    }
+    if let Some(key) = e.finished {
+        tx.t.finished.remove(key)?;
+    }
+    add_count(&mut tx.t, &e.count, -1)?;
+    let id = job.id.0;
+    tx.t.jobs.remove(id)?;
+    tx.t.payloads.remove(id)?;
+    tx.t.outputs.remove(id)?;
+    for attempt in 1..=job.attempt.0 {
+        tx.t.history.remove((id, attempt))?;
+    }
+    Ok(())
+}
+
 /// Removes the entries in `before` that `after` does not also have.
 fn remove_entries(t: &mut Tables<'_>, before: &Entries, after: &Entries) -> Result<()> {
     if let Some((q, p, r, id)) = &before.ready

@@ -238,6 +238,55 @@ pub(crate) fn cancel(tx: &mut Tx<'_>, id: JobId) -> Result<JobState> {
     }
 }
 
+/// Puts a dead or cancelled job back in the queue with a fresh retry budget (an operator's
+/// decision). Its history is kept; its next claim is a new attempt.
+pub(crate) fn retry(tx: &mut Tx<'_>, id: JobId) -> Result<()> {
+    let job = tx.t.job(id)?.ok_or(Error::JobNotFound(id))?;
+    if !matches!(job.state, JobState::Dead | JobState::Cancelled) {
+        return Err(Error::Refused {
+            job: id,
+            state: job.state,
+            action: "retry (only dead or cancelled jobs are retried)",
+        });
+    }
+    let mut new = job.clone();
+    new.state = JobState::Queued;
+    new.failures = 0;
+    new.cancel_requested = false;
+    new.finished_at = None;
+    new.run_at = tx.now;
+    new.updated_at = tx.now;
+    index::save(tx, Some(&job), &new)
+}
+
+/// Deletes up to `limit` terminal jobs in `states` that finished at or before `cutoff`, with
+/// their history; returns how many, and whether more may remain.
+pub(crate) fn purge(
+    tx: &mut Tx<'_>,
+    cutoff: StoreTime,
+    states: &[JobState],
+    limit: usize,
+) -> Result<(usize, bool)> {
+    let mut due = Vec::new();
+    let mut more = false;
+    for entry in tx.t.finished.range((0u64, 0u64)..=(cutoff.0, u64::MAX))? {
+        let id = JobId(entry?.0.value().1);
+        let job = load(tx, id)?;
+        if !states.contains(&job.state) {
+            continue;
+        }
+        if due.len() == limit {
+            more = true;
+            break;
+        }
+        due.push(job);
+    }
+    for job in &due {
+        index::delete(tx, job)?;
+    }
+    Ok((due.len(), more))
+}
+
 /// Takes back up to `limit` leases: on the reaper path those expired at or before now, on
 /// the recovery path every lease (their holder's process is known to be gone). Returns the
 /// reclaims and whether more remain.

@@ -221,6 +221,43 @@ impl Store {
         self.write(|tx| protocol::cancel(tx, job))
     }
 
+    /// Puts a dead or cancelled job back in the queue with a fresh retry budget; its history
+    /// is kept. Refused for jobs in any other state.
+    pub fn retry(&self, job: JobId) -> Result<()> {
+        self.write(|tx| protocol::retry(tx, job))
+    }
+
+    /// Deletes terminal jobs in `states` (succeeded, dead, cancelled) that finished at least
+    /// `older_than` ago on the store clock, with their payloads, outputs and history, in
+    /// batches like the reaper. Their ids are never reused. Returns how many were deleted.
+    pub fn purge(&self, older_than: Duration, states: &[JobState]) -> Result<usize> {
+        let cutoff = StoreTime(
+            self.now()
+                .0
+                .saturating_sub(u64::try_from(older_than.as_nanos()).unwrap_or(u64::MAX)),
+        );
+        let batch = self.inner.policy.reap_batch;
+        let mut total = 0;
+        loop {
+            let (purged, more) = self.write(|tx| protocol::purge(tx, cutoff, states, batch))?;
+            total += purged;
+            if !more {
+                return Ok(total);
+            }
+            std::thread::yield_now();
+        }
+    }
+
+    /// Compacts the file, returning freed space to the filesystem (after a large purge, say).
+    /// Needs this to be the only handle on the store: clones, readers in this process and
+    /// running pools or reapers must be gone. Returns whether anything was compacted.
+    pub fn compact(&mut self) -> Result<bool> {
+        let inner = Arc::get_mut(&mut self.inner).ok_or(Error::InUse(
+            "compact needs the only handle on the store; other clones are alive",
+        ))?;
+        Ok(inner.db.compact()?)
+    }
+
     /// One reaper pass: takes back every lease that expired at or before now, in
     /// transactions of at most the configured batch, yielding the write lock between them.
     pub fn reap(&self) -> Result<ReapReport> {

@@ -1,5 +1,308 @@
-//! The subcommands of the `leasehold` tool.
+//! The `leasehold` tool: inspect, repair and watch a store file.
+//!
+//! Read commands (`stats`, `jobs`, `show`, `check`, `watch`) open the store read-only, so
+//! they work while the application that owns it is running. Write commands (`enqueue`,
+//! `retry`, `cancel`, `purge`, `reap`, `compact`) need the writer's seat and say who holds it
+//! when they cannot have it.
+//!
+//! Exit codes: 0 ok, 1 operation refused, 2 usage error, 3 store problem.
 
 pub mod child;
 pub mod demo;
+mod format;
+mod inspect;
+mod operate;
 pub mod worker;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use leasehold::{Error, JobState};
+
+#[derive(Parser)]
+#[command(
+    name = "leasehold",
+    version,
+    about = "Inspect, repair and watch a leasehold job store",
+    long_about = "Inspect, repair and watch a leasehold job store.\n\n\
+        Read commands (stats, jobs, show, check, watch) open the store read-only and work \
+        while the application that owns it runs. Write commands (enqueue, retry, cancel, \
+        purge, reap, compact) need the writer's seat.\n\n\
+        Exit codes: 0 ok, 1 operation refused, 2 usage error, 3 store problem \
+        (missing, locked, corrupt, newer schema)."
+)]
+pub struct Cli {
+    /// The store file.
+    #[arg(
+        long,
+        global = true,
+        env = "LEASEHOLD_DB",
+        default_value = "./leasehold.redb"
+    )]
+    db: PathBuf,
+    /// Print JSON instead of tables (read commands and results).
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// A job state on the command line.
+#[derive(Copy, Clone, Debug, ValueEnum)]
+pub enum StateArg {
+    Queued,
+    Running,
+    RetryWait,
+    Succeeded,
+    Dead,
+    Cancelled,
+}
+
+impl From<StateArg> for JobState {
+    fn from(s: StateArg) -> JobState {
+        match s {
+            StateArg::Queued => JobState::Queued,
+            StateArg::Running => JobState::Running,
+            StateArg::RetryWait => JobState::RetryWait,
+            StateArg::Succeeded => JobState::Succeeded,
+            StateArg::Dead => JobState::Dead,
+            StateArg::Cancelled => JobState::Cancelled,
+        }
+    }
+}
+
+/// The order of `jobs`.
+#[derive(Copy, Clone, Debug, Default, ValueEnum)]
+pub enum SortArg {
+    /// Oldest first (by id).
+    #[default]
+    Oldest,
+    /// Newest first.
+    Newest,
+    /// Claim order: priority, then run-at.
+    Priority,
+    /// Most recently changed first.
+    Updated,
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s).map_err(|e| format!("{e} (try 500ms, 30s, 5m, 2h or 7d)"))
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Jobs per queue and state, the oldest waiting job, the nearest and the most overdue
+    /// lease, and the lifetime counters (reclaims by path, lost leases, fenced writes,
+    /// stalls, worst detection delay).
+    Stats,
+    /// List jobs.
+    Jobs {
+        /// Only this queue.
+        #[arg(long)]
+        queue: Option<String>,
+        /// Only this state.
+        #[arg(long, value_enum)]
+        state: Option<StateArg>,
+        /// At most this many.
+        #[arg(long, default_value_t = 50)]
+        limit: usize,
+        /// The order.
+        #[arg(long, value_enum, default_value_t = SortArg::Oldest)]
+        sort: SortArg,
+    },
+    /// One job: its record and full run history, and its payload (text if UTF-8, else hex).
+    Show {
+        /// The job id.
+        job: u64,
+        /// Write the raw payload bytes to stdout and nothing else.
+        #[arg(long)]
+        raw: bool,
+    },
+    /// Enqueue a job. The payload comes from the argument, --file, or stdin (`-`).
+    Enqueue {
+        /// The queue.
+        #[arg(long)]
+        queue: String,
+        /// Lower runs first.
+        #[arg(long, default_value_t = 0, allow_hyphen_values = true)]
+        priority: i32,
+        /// Not claimable before this much time has passed (e.g. 30s, 5m).
+        #[arg(long, value_parser = parse_duration)]
+        delay: Option<Duration>,
+        /// The retry budget.
+        #[arg(long)]
+        max_attempts: Option<u32>,
+        /// Deduplicate: a live job with this key is returned instead of a new one.
+        #[arg(long)]
+        unique_key: Option<String>,
+        /// Read the payload from this file.
+        #[arg(long, conflicts_with = "payload")]
+        file: Option<PathBuf>,
+        /// The payload (`-` reads stdin).
+        payload: Option<String>,
+    },
+    /// Put a dead or cancelled job back in the queue with a fresh retry budget (its history
+    /// is kept).
+    Retry {
+        /// The job id.
+        job: u64,
+    },
+    /// Cancel a job: a waiting one at once, a running one at its next heartbeat.
+    Cancel {
+        /// The job id.
+        job: u64,
+    },
+    /// Delete finished jobs (and their history) older than a retention period.
+    Purge {
+        /// How long ago they must have finished (e.g. 7d).
+        #[arg(long, value_parser = parse_duration)]
+        older_than: Duration,
+        /// Only this state (default: succeeded, dead and cancelled).
+        #[arg(long, value_enum)]
+        state: Option<StateArg>,
+    },
+    /// Run one reaper pass now and print what was reclaimed.
+    Reap,
+    /// Check integrity: every index entry matches a record and every record is indexed.
+    /// Exits 1 and lists the problems if any are found.
+    Check,
+    /// Compact the file, returning free space to the filesystem.
+    Compact,
+    /// A live view of queue depths, running leases with time left, and reclaims as they
+    /// happen. Ctrl-C to stop.
+    Watch {
+        /// How often to refresh.
+        #[arg(long, value_parser = parse_duration, default_value = "1s")]
+        interval: Duration,
+        /// Stop after this many refreshes (0: never).
+        #[arg(long, default_value_t = 0)]
+        iterations: u64,
+    },
+    /// Run three worker pools on a real store file and show leases at work: a killed pool's
+    /// jobs reclaimed, a paused worker fenced, a hung job caught, a graceful release.
+    Demo {
+        /// How many jobs to enqueue.
+        #[arg(long, default_value_t = 300)]
+        jobs: usize,
+    },
+    /// Test helper: open a store, optionally enqueue and claim jobs, report them on stdout,
+    /// then hold the store open until killed or until stdin closes.
+    #[command(name = "__child", hide = true)]
+    Child {
+        #[arg(long, default_value = "default")]
+        queue: String,
+        #[arg(long, default_value_t = 0)]
+        enqueue: usize,
+        #[arg(long, default_value_t = 0)]
+        claim: usize,
+        #[arg(long, default_value_t = 60_000)]
+        lease_ms: u64,
+    },
+    /// Test helper for kill tests: work a queue with several threads, committing an effect
+    /// with each completion and reporting each commit on stdout after it returned.
+    #[command(name = "__worker", hide = true)]
+    Worker {
+        #[arg(long, default_value = "default")]
+        queue: String,
+        #[arg(long, default_value_t = 4)]
+        threads: usize,
+        #[arg(long, default_value_t = 2_000)]
+        lease_ms: u64,
+    },
+}
+
+/// Runs the tool.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let db = cli.db;
+    let json = cli.json;
+    let result = match cli.command {
+        Command::Stats => inspect::stats(&db, json),
+        Command::Jobs {
+            queue,
+            state,
+            limit,
+            sort,
+        } => inspect::jobs(&db, json, queue, state.map(Into::into), limit, sort),
+        Command::Show { job, raw } => inspect::show(&db, json, job, raw),
+        Command::Check => inspect::check(&db, json),
+        Command::Watch {
+            interval,
+            iterations,
+        } => inspect::watch(&db, interval, iterations),
+        Command::Enqueue {
+            queue,
+            priority,
+            delay,
+            max_attempts,
+            unique_key,
+            file,
+            payload,
+        } => operate::enqueue(
+            &db,
+            json,
+            operate::NewJobArgs {
+                queue,
+                priority,
+                delay,
+                max_attempts,
+                unique_key,
+                file,
+                payload,
+            },
+        ),
+        Command::Retry { job } => operate::retry(&db, json, job),
+        Command::Cancel { job } => operate::cancel(&db, json, job),
+        Command::Purge { older_than, state } => {
+            operate::purge(&db, json, older_than, state.map(Into::into))
+        }
+        Command::Reap => operate::reap(&db, json),
+        Command::Compact => operate::compact(&db, json),
+        Command::Demo { jobs } => demo::run(json, jobs),
+        Command::Child {
+            queue,
+            enqueue,
+            claim,
+            lease_ms,
+        } => child::run(db, &queue, enqueue, claim, Duration::from_millis(lease_ms)),
+        Command::Worker {
+            queue,
+            threads,
+            lease_ms,
+        } => worker::run(db, queue, threads, Duration::from_millis(lease_ms)),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("leasehold: {}", explain(&e));
+            ExitCode::from(exit_code(&e))
+        }
+    }
+}
+
+/// 1: the operation was refused; 2: the request itself is wrong; 3: the store has a problem.
+fn exit_code(e: &Error) -> u8 {
+    match e {
+        Error::Refused { .. } | Error::JobNotFound(_) | Error::LeaseLost(_) | Error::InUse(_) => 1,
+        Error::Input(_) | Error::Config(_) => 2,
+        _ => 3,
+    }
+}
+
+fn explain(e: &Error) -> String {
+    use leasehold::OpenError;
+    match e {
+        Error::Open(OpenError::Io { path, source })
+            if source.kind() == std::io::ErrorKind::NotFound =>
+        {
+            format!("no store at {} (set --db or LEASEHOLD_DB)", path.display())
+        }
+        Error::Open(OpenError::Locked { pid, .. }) => format!(
+            "the store is being written by another process{}; stop it, or use a read command",
+            pid.map(|p| format!(" (pid {p})")).unwrap_or_default()
+        ),
+        other => other.to_string(),
+    }
+}

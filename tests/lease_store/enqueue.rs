@@ -148,3 +148,79 @@ fn long_error_messages_are_kept_but_cut() {
     let err = f.job(id).unwrap().unwrap().last_error.unwrap();
     assert!(err.len() < 17_000 && err.ends_with("bytes cut)"));
 }
+
+#[test]
+fn purge_deletes_old_finished_jobs_of_the_chosen_states_with_their_history() {
+    let f = Fixture::with(|b| b.reap_batch(3));
+    let ids = f.enqueue_n(10);
+    for _ in 0..6 {
+        let l = f.claim_one("w");
+        f.complete(&l, b"out").unwrap();
+    }
+    let l = f.claim_one("w");
+    f.cancel(l.job).unwrap();
+    f.fail(&l, "x").unwrap(); // ends cancelled
+    f.advance(Duration::from_secs(3600));
+    let young = f.claim_one("w");
+    f.complete(&young, b"").unwrap(); // finished just now: too young to purge
+    // only succeeded jobs, older than 10 minutes
+    let n = f
+        .purge(Duration::from_secs(600), &[JobState::Succeeded])
+        .unwrap();
+    assert_eq!(n, 6);
+    assert!(f.job(ids[0]).unwrap().is_none());
+    assert!(f.history(ids[0]).unwrap().is_empty());
+    assert!(f.output(ids[0]).unwrap().is_none());
+    assert_eq!(
+        f.job(young.job).unwrap().unwrap().state,
+        JobState::Succeeded
+    );
+    assert_eq!(f.job(l.job).unwrap().unwrap().state, JobState::Cancelled);
+    assert_eq!(f.stats().unwrap().total(JobState::Queued), 2);
+    // ids are never reused after a purge
+    let next = f.enqueue_n(1)[0];
+    assert_eq!(next.0, 11);
+}
+
+#[test]
+fn retry_requeues_a_dead_job_with_a_fresh_budget_and_keeps_its_history() {
+    let f = Fixture::new();
+    let id = f.enqueue(NewJob::new(Q, "x").max_attempts(1)).unwrap();
+    let l = f.claim_one("w");
+    assert_eq!(f.fail(&l, "boom").unwrap(), JobState::Dead);
+    f.retry(id).unwrap();
+    let job = f.job(id).unwrap().unwrap();
+    assert_eq!(
+        (job.state, job.failures, job.finished_at),
+        (JobState::Queued, 0, None)
+    );
+    let again = f.claim_one("w");
+    assert_eq!(again.attempt.0, 2);
+    assert!(matches!(
+        f.retry(id),
+        Err(Error::Refused {
+            state: JobState::Running,
+            ..
+        })
+    ));
+    f.complete(&again, b"").unwrap();
+    assert_eq!(f.history(id).unwrap().len(), 2);
+    assert!(matches!(
+        f.retry(leasehold::JobId(77)),
+        Err(Error::JobNotFound(_))
+    ));
+}
+
+#[test]
+fn compact_needs_the_only_handle() {
+    let mut f = Fixture::new();
+    f.enqueue_n(100);
+    f.purge(Duration::ZERO, &[JobState::Queued]).unwrap(); // nothing terminal: purges none
+    f.close();
+    let mut store = leasehold::Store::open(f.path()).unwrap();
+    let clone = store.clone();
+    assert!(matches!(store.compact(), Err(Error::InUse(_))));
+    drop(clone);
+    store.compact().unwrap();
+    assert!(store.check().unwrap().is_clean());
+}

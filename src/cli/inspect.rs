@@ -1,0 +1,553 @@
+//! Read commands: they open the store read-only, beside a running writer.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{IsTerminal, Write};
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use leasehold::{Error, Job, JobFilter, JobId, JobOrder, JobState, Run, StoreReader, StoreTime};
+use serde::Serialize;
+
+use super::SortArg;
+use super::format::{self, Table, dms, ms};
+
+/// A job as the JSON output shows it (store times in milliseconds on the store clock).
+#[derive(Serialize)]
+pub struct JobView {
+    id: u64,
+    queue: String,
+    state: &'static str,
+    priority: i32,
+    attempt: u32,
+    failures: u32,
+    max_attempts: u32,
+    unique_key: Option<String>,
+    created_at_ms: u64,
+    run_at_ms: u64,
+    updated_at_ms: u64,
+    finished_at_ms: Option<u64>,
+    lease: Option<LeaseView>,
+    progress: u64,
+    progress_at_ms: u64,
+    cancel_requested: bool,
+    last_error: Option<String>,
+}
+
+#[derive(Serialize)]
+struct LeaseView {
+    owner: String,
+    claimed_at_ms: u64,
+    expires_at_ms: u64,
+    /// Negative once the lease has expired.
+    expires_in_ms: i64,
+}
+
+impl JobView {
+    pub fn of(j: &Job, now: StoreTime) -> JobView {
+        JobView {
+            id: j.id.0,
+            queue: j.queue.clone(),
+            state: j.state.name(),
+            priority: j.priority,
+            attempt: j.attempt.0,
+            failures: j.failures,
+            max_attempts: j.max_attempts,
+            unique_key: j.unique_key.clone(),
+            created_at_ms: ms(j.created_at),
+            run_at_ms: ms(j.run_at),
+            updated_at_ms: ms(j.updated_at),
+            finished_at_ms: j.finished_at.map(ms),
+            lease: j.lease.as_ref().map(|l| LeaseView {
+                owner: l.owner.clone(),
+                claimed_at_ms: ms(l.claimed_at),
+                expires_at_ms: ms(l.expires_at),
+                expires_in_ms: ms(l.expires_at) as i64 - ms(now) as i64,
+            }),
+            progress: j.progress,
+            progress_at_ms: ms(j.progress_at),
+            cancel_requested: j.cancel_requested,
+            last_error: j.last_error.clone(),
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct RunView {
+    attempt: u32,
+    worker: String,
+    claimed_at_ms: u64,
+    ended_at_ms: Option<u64>,
+    outcome: Option<String>,
+    progress: u64,
+}
+
+fn run_view(r: &Run) -> RunView {
+    RunView {
+        attempt: r.attempt.0,
+        worker: r.worker.clone(),
+        claimed_at_ms: ms(r.claimed_at),
+        ended_at_ms: r.ended_at.map(ms),
+        outcome: r.outcome.as_ref().map(|o| o.to_string()),
+        progress: r.progress,
+    }
+}
+
+pub fn print_json(value: &impl Serialize) {
+    match serde_json::to_string_pretty(value) {
+        Ok(s) => println!("{s}"),
+        Err(e) => eprintln!("leasehold: cannot print JSON: {e}"),
+    }
+}
+
+pub fn stats(db: &Path, json: bool) -> Result<ExitCode, Error> {
+    let store = StoreReader::open(db)?;
+    let stats = store.stats()?;
+    let now = stats.now;
+    #[derive(Serialize)]
+    struct QueueView {
+        queue: String,
+        counts: BTreeMap<&'static str, u64>,
+        total: u64,
+        oldest_waiting_ms: Option<u64>,
+        most_overdue_lease_ms: Option<u64>,
+        next_lease_expiry_in_ms: Option<u64>,
+    }
+    let mut queues = Vec::new();
+    for (name, counts) in &stats.queues {
+        let timing = store.timing(name)?;
+        queues.push(QueueView {
+            queue: name.clone(),
+            counts: counts
+                .by_state
+                .iter()
+                .map(|(s, n)| (s.name(), *n))
+                .collect(),
+            total: counts.total(),
+            oldest_waiting_ms: timing
+                .earliest_run_at
+                .filter(|t| *t <= now)
+                .map(|t| dms(now.saturating_since(t))),
+            most_overdue_lease_ms: timing
+                .earliest_expiry
+                .filter(|t| *t < now)
+                .map(|t| dms(now.saturating_since(t))),
+            next_lease_expiry_in_ms: timing.next_expiry.map(|t| dms(t.saturating_since(now))),
+        });
+    }
+    let c = &stats.counters;
+    if json {
+        #[derive(Serialize)]
+        struct StatsView {
+            now_ms: u64,
+            writer_pid: Option<u32>,
+            queues: Vec<QueueView>,
+            counters: BTreeMap<&'static str, u64>,
+        }
+        let counters = BTreeMap::from([
+            ("reclaimed_by_reaper", c.reclaimed_by_reaper),
+            ("reclaimed_by_takeover", c.reclaimed_by_takeover),
+            ("reclaimed_at_open", c.reclaimed_at_open),
+            ("released", c.released),
+            ("leases_lost", c.leases_lost),
+            ("fenced_writes_rejected", c.fenced_writes_rejected),
+            ("stalled", c.stalled),
+            ("worst_detection_delay_ms", dms(c.worst_detection_delay)),
+        ]);
+        print_json(&StatsView {
+            now_ms: ms(now),
+            writer_pid: store.writer_pid()?,
+            queues,
+            counters,
+        });
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut t = Table::new(&[
+        "queue",
+        "queued",
+        "running",
+        "retry_wait",
+        "succeeded",
+        "dead",
+        "cancelled",
+        "oldest waiting",
+        "nearest lease",
+        "most overdue",
+    ]);
+    for (q, (name, counts)) in queues.iter().zip(&stats.queues) {
+        let mut row = vec![name.clone()];
+        for s in JobState::ALL {
+            row.push(counts.get(s).to_string());
+        }
+        let opt = |v: Option<u64>, pre: &str| {
+            v.map(|m| format!("{pre}{}", format::duration(Duration::from_millis(m))))
+                .unwrap_or_else(|| "-".into())
+        };
+        row.push(opt(q.oldest_waiting_ms, ""));
+        row.push(opt(q.next_lease_expiry_in_ms, "in "));
+        row.push(opt(q.most_overdue_lease_ms, "by "));
+        t.row(row);
+    }
+    if t.is_empty() {
+        println!("no jobs");
+    } else {
+        println!("{}", t.render());
+    }
+    println!(
+        "\nreclaims: reaper {}, takeover {}, at open {}, released {}",
+        c.reclaimed_by_reaper, c.reclaimed_by_takeover, c.reclaimed_at_open, c.released
+    );
+    println!(
+        "leases lost {}, fenced writes rejected {}, stalled {}, worst detection delay {}",
+        c.leases_lost,
+        c.fenced_writes_rejected,
+        c.stalled,
+        format::duration(c.worst_detection_delay)
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn jobs(
+    db: &Path,
+    json: bool,
+    queue: Option<String>,
+    state: Option<JobState>,
+    limit: usize,
+    sort: SortArg,
+) -> Result<ExitCode, Error> {
+    let store = StoreReader::open(db)?;
+    let now = store.now();
+    let order = match sort {
+        SortArg::Oldest => JobOrder::Oldest,
+        SortArg::Newest => JobOrder::Newest,
+        SortArg::Priority => JobOrder::Priority,
+        SortArg::Updated => JobOrder::Updated,
+    };
+    let list = store.jobs(&JobFilter {
+        queue,
+        state,
+        limit: Some(limit),
+        order,
+    })?;
+    if json {
+        print_json(&list.iter().map(|j| JobView::of(j, now)).collect::<Vec<_>>());
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut t = Table::new(&[
+        "id",
+        "queue",
+        "state",
+        "pri",
+        "attempt",
+        "run at",
+        "lease",
+        "progress",
+        "last error",
+    ]);
+    for j in &list {
+        let lease = match &j.lease {
+            Some(l) if l.expires_at >= now => format!(
+                "{} ({} left)",
+                l.owner,
+                format::duration(l.expires_at.saturating_since(now))
+            ),
+            Some(l) => format!(
+                "{} (expired {} ago)",
+                l.owner,
+                format::duration(now.saturating_since(l.expires_at))
+            ),
+            None => "-".into(),
+        };
+        t.row(vec![
+            j.id.to_string(),
+            j.queue.clone(),
+            j.state.name().into(),
+            j.priority.to_string(),
+            j.attempt.0.to_string(),
+            format::relative(j.run_at, now),
+            lease,
+            j.progress.to_string(),
+            j.last_error
+                .clone()
+                .unwrap_or_default()
+                .chars()
+                .take(60)
+                .collect(),
+        ]);
+    }
+    if t.is_empty() {
+        println!("no jobs");
+    } else {
+        println!("{}", t.render());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn show(db: &Path, json: bool, id: u64, raw: bool) -> Result<ExitCode, Error> {
+    let store = StoreReader::open(db)?;
+    let now = store.now();
+    let job = store.job(JobId(id))?.ok_or(Error::JobNotFound(JobId(id)))?;
+    let payload = store.payload(job.id)?.unwrap_or_default();
+    if raw {
+        let mut out = std::io::stdout().lock();
+        let _ = out.write_all(&payload);
+        let _ = out.flush();
+        return Ok(ExitCode::SUCCESS);
+    }
+    let history = store.history(job.id)?;
+    let output = store.output(job.id)?;
+    if json {
+        #[derive(Serialize)]
+        struct Bytes {
+            len: usize,
+            utf8: Option<String>,
+            hex: String,
+        }
+        let bytes = |b: &[u8]| Bytes {
+            len: b.len(),
+            utf8: std::str::from_utf8(b).ok().map(str::to_owned),
+            hex: format::hex(b),
+        };
+        #[derive(Serialize)]
+        struct ShowView {
+            now_ms: u64,
+            job: JobView,
+            history: Vec<RunView>,
+            payload: Bytes,
+            output: Option<Bytes>,
+        }
+        print_json(&ShowView {
+            now_ms: ms(now),
+            job: JobView::of(&job, now),
+            history: history.iter().map(run_view).collect(),
+            payload: bytes(&payload),
+            output: output.as_deref().map(bytes),
+        });
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!("job {}  queue {}  state {}", job.id, job.queue, job.state);
+    println!(
+        "priority {}  attempt {}  failures {}/{}  progress {}",
+        job.priority, job.attempt.0, job.failures, job.max_attempts, job.progress
+    );
+    println!(
+        "created {}  run at {}  updated {}",
+        format::relative(job.created_at, now),
+        format::relative(job.run_at, now),
+        format::relative(job.updated_at, now)
+    );
+    if let Some(l) = &job.lease {
+        println!(
+            "lease held by {}, expires {}",
+            l.owner,
+            format::relative(l.expires_at, now)
+        );
+    }
+    if job.cancel_requested {
+        println!("cancel requested: the holder is told at its next heartbeat");
+    }
+    if let Some(k) = &job.unique_key {
+        println!("unique key {k}");
+    }
+    if let Some(e) = &job.last_error {
+        println!("last error: {e}");
+    }
+    println!(
+        "payload ({} bytes): {}",
+        payload.len(),
+        format::bytes(&payload)
+    );
+    if let Some(o) = &output {
+        println!("output ({} bytes): {}", o.len(), format::bytes(o));
+    }
+    let mut t = Table::new(&[
+        "attempt", "worker", "claimed", "ended", "outcome", "progress",
+    ]);
+    for r in &history {
+        t.row(vec![
+            r.attempt.0.to_string(),
+            r.worker.clone(),
+            format::relative(r.claimed_at, now),
+            r.ended_at
+                .map(|e| format::relative(e, now))
+                .unwrap_or_else(|| "running".into()),
+            r.outcome
+                .as_ref()
+                .map(|o| o.to_string())
+                .unwrap_or_default(),
+            r.progress.to_string(),
+        ]);
+    }
+    if !t.is_empty() {
+        println!("\n{}", t.render());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn check(db: &Path, json: bool) -> Result<ExitCode, Error> {
+    let store = StoreReader::open(db)?;
+    let report = store.check()?;
+    if json {
+        #[derive(Serialize)]
+        struct CheckView<'a> {
+            jobs_checked: u64,
+            clean: bool,
+            problems: &'a [String],
+        }
+        print_json(&CheckView {
+            jobs_checked: report.jobs,
+            clean: report.is_clean(),
+            problems: &report.problems,
+        });
+    } else if report.is_clean() {
+        println!(
+            "ok: {} jobs, every index entry matches a record",
+            report.jobs
+        );
+    } else {
+        println!(
+            "{} problems in {} jobs:",
+            report.problems.len(),
+            report.jobs
+        );
+        for p in &report.problems {
+            println!("  {p}");
+        }
+    }
+    Ok(if report.is_clean() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+pub fn watch(db: &Path, interval: Duration, iterations: u64) -> Result<ExitCode, Error> {
+    let store = StoreReader::open(db)?;
+    let tty = std::io::stdout().is_terminal();
+    let mut running_before: BTreeMap<JobId, (u32, String)> = BTreeMap::new();
+    let mut events: Vec<String> = Vec::new();
+    let mut n = 0u64;
+    loop {
+        n += 1;
+        let now = store.now();
+        let stats = store.stats()?;
+        let running = store.jobs(&JobFilter {
+            state: Some(JobState::Running),
+            order: JobOrder::Priority,
+            ..JobFilter::default()
+        })?;
+        let running_now: BTreeMap<JobId, (u32, String)> = running
+            .iter()
+            .map(|j| {
+                let owner = j
+                    .lease
+                    .as_ref()
+                    .map(|l| l.owner.clone())
+                    .unwrap_or_default();
+                (j.id, (j.attempt.0, owner))
+            })
+            .collect();
+        let gone: BTreeSet<JobId> = running_before
+            .keys()
+            .filter(|id| running_now.get(id).map(|r| r.0) != running_before.get(id).map(|r| r.0))
+            .copied()
+            .collect();
+        for id in gone {
+            let (attempt, owner) = &running_before[&id];
+            let history = store.history(id)?;
+            if let Some(run) = history.iter().find(|r| r.attempt.0 == *attempt)
+                && let Some(leasehold::Outcome::LeaseExpired { path, overdue }) = &run.outcome
+            {
+                events.push(format!(
+                    "{}  job {id} attempt #{attempt}: lease of {owner} taken back by {path}, {} after expiry",
+                    now,
+                    format::duration(*overdue)
+                ));
+            }
+        }
+        running_before = running_now;
+        if events.len() > 10 {
+            events.drain(..events.len() - 10);
+        }
+
+        let mut screen = String::new();
+        if tty {
+            screen.push_str("\x1b[2J\x1b[H");
+        } else if n > 1 {
+            screen.push_str("\n---\n");
+        }
+        screen.push_str(&format!(
+            "leasehold watch  {}  store time {now}  (every {})\n\n",
+            store.path().display(),
+            format::duration(interval)
+        ));
+        let mut t = Table::new(&[
+            "queue",
+            "queued",
+            "running",
+            "retry_wait",
+            "succeeded",
+            "dead",
+            "cancelled",
+        ]);
+        for (name, counts) in &stats.queues {
+            let mut row = vec![name.clone()];
+            row.extend(JobState::ALL.iter().map(|s| counts.get(*s).to_string()));
+            t.row(row);
+        }
+        screen.push_str(&if t.is_empty() {
+            "no jobs".into()
+        } else {
+            t.render()
+        });
+        screen.push_str("\n\nrunning leases:\n");
+        let mut r = Table::new(&["job", "queue", "attempt", "holder", "time left", "progress"]);
+        for j in running.iter().take(20) {
+            let (owner, left) = match &j.lease {
+                Some(l) if l.expires_at >= now => (
+                    l.owner.clone(),
+                    format::duration(l.expires_at.saturating_since(now)),
+                ),
+                Some(l) => (
+                    l.owner.clone(),
+                    format!(
+                        "expired {} ago",
+                        format::duration(now.saturating_since(l.expires_at))
+                    ),
+                ),
+                None => ("-".into(), "-".into()),
+            };
+            r.row(vec![
+                j.id.to_string(),
+                j.queue.clone(),
+                j.attempt.0.to_string(),
+                owner,
+                left,
+                j.progress.to_string(),
+            ]);
+        }
+        screen.push_str(&if r.is_empty() {
+            "  none".into()
+        } else {
+            r.render()
+        });
+        if running.len() > 20 {
+            screen.push_str(&format!("\n  ... and {} more", running.len() - 20));
+        }
+        screen.push_str("\n\nrecent reclaims:\n");
+        if events.is_empty() {
+            screen.push_str("  none seen yet\n");
+        }
+        for e in &events {
+            screen.push_str(&format!("  {e}\n"));
+        }
+        let mut out = std::io::stdout().lock();
+        let _ = out.write_all(screen.as_bytes());
+        let _ = out.flush();
+        drop(out);
+        if iterations != 0 && n >= iterations {
+            return Ok(ExitCode::SUCCESS);
+        }
+        std::thread::sleep(interval);
+    }
+}

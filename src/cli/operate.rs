@@ -1,0 +1,214 @@
+//! Write commands: they need the writer's seat.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use leasehold::{Error, JobId, JobState, NewJob, OpenError, Store};
+use serde::Serialize;
+
+use super::format::{self, dms};
+use super::inspect::print_json;
+
+/// Opens the store for writing; only `enqueue` may create a missing file.
+fn open(db: &Path, create: bool) -> Result<Store, Error> {
+    if !create && !db.exists() {
+        return Err(OpenError::Io {
+            path: db.to_owned(),
+            source: std::io::ErrorKind::NotFound.into(),
+        }
+        .into());
+    }
+    Store::open(db)
+}
+
+pub struct NewJobArgs {
+    pub queue: String,
+    pub priority: i32,
+    pub delay: Option<Duration>,
+    pub max_attempts: Option<u32>,
+    pub unique_key: Option<String>,
+    pub file: Option<PathBuf>,
+    pub payload: Option<String>,
+}
+
+pub fn enqueue(db: &Path, json: bool, a: NewJobArgs) -> Result<ExitCode, Error> {
+    let io = |e: std::io::Error| Error::Storage(redb::Error::Io(e));
+    let payload: Vec<u8> = match (&a.file, a.payload.as_deref()) {
+        (Some(f), _) => std::fs::read(f).map_err(io)?,
+        (None, Some("-")) => {
+            let mut buf = Vec::new();
+            std::io::stdin().read_to_end(&mut buf).map_err(io)?;
+            buf
+        }
+        (None, Some(p)) => p.as_bytes().to_vec(),
+        (None, None) => Vec::new(),
+    };
+    let mut job = NewJob::new(a.queue, payload).priority(a.priority);
+    if let Some(d) = a.delay {
+        job = job.delay(d);
+    }
+    if let Some(m) = a.max_attempts {
+        job = job.max_attempts(m);
+    }
+    if let Some(k) = &a.unique_key {
+        job = job.unique_key(k);
+    }
+    let store = open(db, true)?;
+    let id = store.enqueue(job)?;
+    if json {
+        #[derive(Serialize)]
+        struct Enqueued {
+            id: u64,
+        }
+        print_json(&Enqueued { id: id.0 });
+    } else {
+        println!("enqueued job {id}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[derive(Serialize)]
+struct StateView {
+    id: u64,
+    state: &'static str,
+}
+
+pub fn retry(db: &Path, json: bool, id: u64) -> Result<ExitCode, Error> {
+    let store = open(db, false)?;
+    store.retry(JobId(id))?;
+    if json {
+        print_json(&StateView {
+            id,
+            state: JobState::Queued.name(),
+        });
+    } else {
+        println!("job {id} is queued again (its history is kept)");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn cancel(db: &Path, json: bool, id: u64) -> Result<ExitCode, Error> {
+    let store = open(db, false)?;
+    let state = store.cancel(JobId(id))?;
+    if json {
+        print_json(&StateView {
+            id,
+            state: state.name(),
+        });
+    } else if state == JobState::Running {
+        println!("job {id} is running: its holder is told at its next heartbeat");
+    } else {
+        println!("job {id} is cancelled");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn purge(
+    db: &Path,
+    json: bool,
+    older_than: Duration,
+    state: Option<JobState>,
+) -> Result<ExitCode, Error> {
+    let states = match state {
+        Some(s) if !s.is_terminal() => {
+            return Err(Error::Refused {
+                job: JobId(0),
+                state: s,
+                action: "purge (only succeeded, dead or cancelled jobs are purged)",
+            });
+        }
+        Some(s) => vec![s],
+        None => vec![JobState::Succeeded, JobState::Dead, JobState::Cancelled],
+    };
+    let store = open(db, false)?;
+    let n = store.purge(older_than, &states)?;
+    if json {
+        #[derive(Serialize)]
+        struct Purged {
+            purged: usize,
+        }
+        print_json(&Purged { purged: n });
+    } else {
+        println!(
+            "purged {n} jobs that finished more than {} ago",
+            format::duration(older_than)
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn reap(db: &Path, json: bool) -> Result<ExitCode, Error> {
+    let store = open(db, false)?;
+    let report = store.reap()?;
+    if json {
+        #[derive(Serialize)]
+        struct ReclaimView {
+            job: u64,
+            attempt: u32,
+            worker: String,
+            overdue_ms: u64,
+            detection_delay_ms: u64,
+            now: &'static str,
+        }
+        #[derive(Serialize)]
+        struct ReapView {
+            batches: usize,
+            reclaimed: Vec<ReclaimView>,
+        }
+        print_json(&ReapView {
+            batches: report.batches,
+            reclaimed: report
+                .reclaimed
+                .iter()
+                .map(|r| ReclaimView {
+                    job: r.job.0,
+                    attempt: r.attempt.0,
+                    worker: r.worker.clone(),
+                    overdue_ms: dms(r.overdue),
+                    detection_delay_ms: dms(r.detection_delay),
+                    now: r.now.name(),
+                })
+                .collect(),
+        });
+    } else if report.reclaimed.is_empty() {
+        println!("no expired leases");
+    } else {
+        for r in &report.reclaimed {
+            println!(
+                "job {} attempt {}: took the lease back from {} ({} after it expired); now {}",
+                r.job,
+                r.attempt,
+                r.worker,
+                format::duration(r.overdue),
+                r.now
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn compact(db: &Path, json: bool) -> Result<ExitCode, Error> {
+    let mut store = open(db, false)?;
+    let before = std::fs::metadata(db).map(|m| m.len()).unwrap_or(0);
+    let compacted = store.compact()?;
+    drop(store);
+    let after = std::fs::metadata(db).map(|m| m.len()).unwrap_or(0);
+    if json {
+        #[derive(Serialize)]
+        struct Compacted {
+            compacted: bool,
+            bytes_before: u64,
+            bytes_after: u64,
+        }
+        print_json(&Compacted {
+            compacted,
+            bytes_before: before,
+            bytes_after: after,
+        });
+    } else {
+        println!("compacted: {before} bytes -> {after} bytes");
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,331 @@
+//! The `leasehold` tool, run as an operator would: the real binary against real store files,
+//! every subcommand, `--json` parsed back, and every error exit code with its message.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+
+use serde_json::Value;
+
+struct Tool {
+    _dir: tempfile::TempDir,
+    db: PathBuf,
+}
+
+impl Tool {
+    fn new() -> Tool {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("ops.redb");
+        Tool { _dir: dir, db }
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        self.run_with_stdin(args, None)
+    }
+
+    fn run_with_stdin(&self, args: &[&str], stdin: Option<&[u8]>) -> Output {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_leasehold"));
+        cmd.arg("--db").arg(&self.db).args(args);
+        cmd.stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = cmd.spawn().unwrap();
+        if let Some(input) = stdin {
+            use std::io::Write;
+            child.stdin.take().unwrap().write_all(input).unwrap();
+        } else {
+            drop(child.stdin.take());
+        }
+        child.wait_with_output().unwrap()
+    }
+
+    /// Runs a command that must succeed and returns its stdout.
+    fn ok(&self, args: &[&str]) -> String {
+        let out = self.run(args);
+        assert!(
+            out.status.success(),
+            "{args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    fn json(&self, args: &[&str]) -> Value {
+        let mut all = args.to_vec();
+        all.push("--json");
+        let text = self.ok(&all);
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{args:?}: {e}: {text}"))
+    }
+
+    /// Runs a command that must fail with `code`; returns stderr.
+    fn fails(&self, args: &[&str], code: i32) -> String {
+        let out = self.run(args);
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(out.status.code(), Some(code), "{args:?}: {stderr}");
+        stderr
+    }
+}
+
+/// A child process that holds the store's writer seat until dropped.
+struct Holder(Child);
+
+impl Holder {
+    fn hold(db: &Path, args: &[&str]) -> Holder {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_leasehold"))
+            .arg("__child")
+            .arg("--db")
+            .arg(db)
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        while !line.starts_with("ready") {
+            line.clear();
+            assert!(out.read_line(&mut line).unwrap() > 0, "child died");
+        }
+        Holder(child)
+    }
+}
+
+impl Drop for Holder {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn enqueue_then_list_show_and_stats_round_trip_through_json() {
+    let t = Tool::new();
+    assert_eq!(
+        t.json(&["enqueue", "--queue", "thumbnails", "photo-1.jpg"])["id"],
+        1
+    );
+    t.ok(&[
+        "enqueue",
+        "--queue",
+        "thumbnails",
+        "--priority",
+        "-5",
+        "--delay",
+        "30s",
+        "--max-attempts",
+        "3",
+        "--unique-key",
+        "p2",
+        "photo-2.jpg",
+    ]);
+    // the same unique key returns the same job
+    assert_eq!(
+        t.json(&[
+            "enqueue",
+            "--queue",
+            "thumbnails",
+            "--unique-key",
+            "p2",
+            "again"
+        ])["id"],
+        2
+    );
+    let payload_file = t._dir.path().join("payload.bin");
+    std::fs::write(&payload_file, [0u8, 1, 255]).unwrap();
+    t.ok(&[
+        "enqueue",
+        "--queue",
+        "raw",
+        "--file",
+        payload_file.to_str().unwrap(),
+    ]);
+    let piped = t.run_with_stdin(&["enqueue", "--queue", "raw", "-"], Some(b"from stdin"));
+    assert!(piped.status.success());
+
+    let jobs = t.json(&["jobs"]);
+    assert_eq!(jobs.as_array().unwrap().len(), 4);
+    assert_eq!(jobs[1]["priority"], -5);
+    assert_eq!(jobs[1]["max_attempts"], 3);
+    assert_eq!(jobs[1]["unique_key"], "p2");
+    assert!(jobs[1]["run_at_ms"].as_u64().unwrap() >= 30_000);
+    let raw_only = t.json(&["jobs", "--queue", "raw", "--sort", "newest", "--limit", "1"]);
+    assert_eq!(raw_only.as_array().unwrap().len(), 1);
+    assert_eq!(raw_only[0]["id"], 4);
+    assert_eq!(
+        t.json(&["jobs", "--state", "running"])
+            .as_array()
+            .unwrap()
+            .len(),
+        0
+    );
+
+    let shown = t.json(&["show", "3"]);
+    assert_eq!(shown["job"]["queue"], "raw");
+    assert_eq!(shown["payload"]["hex"], "0001ff");
+    assert_eq!(shown["payload"]["len"], 3);
+    assert_eq!(t.json(&["show", "4"])["payload"]["utf8"], "from stdin");
+    let raw = t.run(&["show", "3", "--raw"]);
+    assert_eq!(raw.stdout, vec![0u8, 1, 255]);
+    let human = t.ok(&["show", "1"]);
+    assert!(human.contains("payload (11 bytes): photo-1.jpg"), "{human}");
+
+    let stats = t.json(&["stats"]);
+    let thumbs = stats["queues"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|q| q["queue"] == "thumbnails")
+        .unwrap();
+    assert_eq!(thumbs["counts"]["queued"], 2);
+    assert_eq!(thumbs["total"], 2);
+    assert!(stats["counters"]["reclaimed_by_reaper"].is_u64());
+    assert!(t.ok(&["stats"]).contains("thumbnails"));
+    assert!(t.ok(&["jobs"]).contains("photo") || t.ok(&["jobs"]).contains("queued"));
+}
+
+#[test]
+fn cancel_retry_purge_reap_check_and_compact() {
+    let t = Tool::new();
+    t.ok(&["enqueue", "--queue", "q", "a"]);
+    t.ok(&["enqueue", "--queue", "q", "b"]);
+    assert_eq!(t.json(&["cancel", "1"])["state"], "cancelled");
+    assert_eq!(t.json(&["retry", "1"])["state"], "queued");
+    assert_eq!(t.json(&["show", "1"])["job"]["state"], "queued");
+    t.ok(&["cancel", "2"]);
+    // cancelled just now: not older than 1h
+    assert_eq!(t.json(&["purge", "--older-than", "1h"])["purged"], 0);
+    assert_eq!(
+        t.json(&["purge", "--older-than", "0s", "--state", "cancelled"])["purged"],
+        1
+    );
+    t.fails(&["show", "2"], 1);
+    assert_eq!(t.json(&["reap"])["reclaimed"].as_array().unwrap().len(), 0);
+    assert!(t.ok(&["reap"]).contains("no expired leases"));
+    let check = t.json(&["check"]);
+    assert_eq!(check["clean"], true);
+    assert_eq!(check["jobs_checked"], 1);
+    assert!(t.ok(&["check"]).starts_with("ok:"));
+    assert!(t.json(&["compact"])["bytes_after"].as_u64().unwrap() > 0);
+}
+
+#[test]
+fn a_write_command_takes_back_the_leases_a_dead_process_left() {
+    let t = Tool::new();
+    t.ok(&["enqueue", "--queue", "q", "a"]);
+    // A process claims the job with a tiny lease and dies without releasing it.
+    let holder = Holder::hold(&t.db, &["--queue", "q", "--claim", "1", "--lease-ms", "1"]);
+    drop(holder);
+    // Opening for writing takes back the dead process's lease at once.
+    let reap = t.json(&["reap"]);
+    assert_eq!(
+        reap["reclaimed"].as_array().unwrap().len(),
+        0,
+        "recovered at open, not by the reaper"
+    );
+    let shown = t.json(&["show", "1"]);
+    assert_eq!(shown["job"]["state"], "queued");
+    let outcome = shown["history"][0]["outcome"].as_str().unwrap();
+    assert!(outcome.contains("lease expired (recovery"), "{outcome}");
+}
+
+#[test]
+fn reads_work_while_the_application_writes_and_writes_say_who_holds_the_seat() {
+    let t = Tool::new();
+    t.ok(&["enqueue", "--queue", "q", "a"]);
+    t.ok(&["enqueue", "--queue", "q", "b"]);
+    let holder = Holder::hold(&t.db, &["--queue", "q", "--claim", "1"]);
+    let pid = holder.0.id();
+
+    // read commands, beside the live writer
+    let stats = t.json(&["stats"]);
+    assert_eq!(stats["writer_pid"], pid);
+    let running = t.json(&["jobs", "--state", "running"]);
+    assert_eq!(running.as_array().unwrap().len(), 1);
+    assert!(running[0]["lease"]["expires_in_ms"].as_i64().unwrap() > 0);
+    t.ok(&["show", "1"]);
+    t.ok(&["check"]);
+    let watched = t.ok(&["watch", "--iterations", "2", "--interval", "10ms"]);
+    assert!(
+        watched.contains("running leases:") && watched.contains(&format!("child-{pid}")),
+        "{watched}"
+    );
+
+    // write commands need the seat
+    for args in [
+        vec!["enqueue", "--queue", "q", "c"],
+        vec!["cancel", "2"],
+        vec!["retry", "2"],
+        vec!["reap"],
+        vec!["purge", "--older-than", "1d"],
+        vec!["compact"],
+    ] {
+        let err = t.fails(&args, 3);
+        assert!(
+            err.contains("being written by another process") && err.contains(&format!("pid {pid}")),
+            "{args:?}: {err}"
+        );
+    }
+    drop(holder);
+    t.ok(&["enqueue", "--queue", "q", "c"]);
+}
+
+#[test]
+fn every_error_has_its_exit_code_and_says_what_is_wrong() {
+    let t = Tool::new();
+    // missing store: read and write commands alike, and nothing is created
+    let err = t.fails(&["stats"], 3);
+    assert!(err.contains("no store at"), "{err}");
+    t.fails(&["cancel", "1"], 3);
+    assert!(!t.db.exists());
+    // usage errors
+    let err = t.fails(&["purge", "--older-than", "7x"], 2);
+    assert!(err.contains("7x"), "{err}");
+    t.fails(&["enqueue", "--queue", "q", "--delay", "soon", "x"], 2);
+    t.fails(&["frobnicate"], 2);
+    t.fails(&["enqueue", "--queue", "", "x"], 2);
+    // refused operations
+    t.ok(&["enqueue", "--queue", "q", "a"]);
+    let err = t.fails(&["show", "42"], 1);
+    assert!(err.contains("job 42 does not exist"), "{err}");
+    t.fails(&["cancel", "42"], 1);
+    let err = t.fails(&["retry", "1"], 1);
+    assert!(err.contains("cannot retry"), "{err}");
+    let holder = Holder::hold(&t.db, &["--queue", "q", "--claim", "1"]);
+    drop(holder); // its lease is recovered by the next writer
+    t.ok(&["cancel", "1"]);
+    t.fails(&["purge", "--older-than", "1s", "--state", "queued"], 1);
+    // a store problem: not a store, and a damaged store
+    std::fs::write(&t.db, b"not a database at all, just words").unwrap();
+    let err = t.fails(&["stats"], 3);
+    assert!(err.contains("not a leasehold store"), "{err}");
+    t.fails(&["enqueue", "--queue", "q", "x"], 3);
+}
+
+#[test]
+fn retry_is_refused_for_a_held_job_and_for_one_that_is_not_dead_or_cancelled() {
+    let t = Tool::new();
+    t.ok(&["enqueue", "--queue", "q", "a"]);
+    // While a live process holds the job, it also holds the writer's seat: refused (3).
+    let holder = Holder::hold(&t.db, &["--queue", "q", "--claim", "1"]);
+    t.fails(&["retry", "1"], 3);
+    drop(holder);
+    // Once it is gone its lease is taken back, and a queued job is not retried (1).
+    let err = t.fails(&["retry", "1"], 1);
+    assert!(err.contains("queued: cannot retry"), "{err}");
+}
+
+#[test]
+fn help_documents_every_subcommand() {
+    let t = Tool::new();
+    let help = t.ok(&["--help"]);
+    for cmd in [
+        "stats", "jobs", "show", "enqueue", "retry", "cancel", "purge", "reap", "check", "compact",
+        "watch", "demo",
+    ] {
+        assert!(help.contains(cmd), "--help lacks {cmd}");
+        t.ok(&[cmd, "--help"]);
+    }
+    assert!(!help.contains("__child"), "test helpers stay hidden");
+}
