@@ -192,9 +192,17 @@ impl fmt::Display for Outcome {
             Outcome::Succeeded => f.write_str("succeeded"),
             Outcome::Failed(e) => write!(f, "failed: {e}"),
             Outcome::Released => f.write_str("released"),
+            Outcome::LeaseExpired {
+                path: ReclaimPath::Recovery,
+                ..
+            } => f.write_str("lease taken back at open (its holder's process had ended)"),
             Outcome::LeaseExpired { path, overdue } => write!(
                 f,
-                "lease expired ({path}, {:.3}s after expiry)",
+                "lease expired; taken back by the {} {:.3}s after expiry",
+                match path {
+                    ReclaimPath::Takeover => "next claimer",
+                    _ => "reaper",
+                },
                 overdue.as_secs_f64()
             ),
             Outcome::Stalled => f.write_str("stalled"),

@@ -227,7 +227,7 @@ fn a_write_command_takes_back_the_leases_a_dead_process_left() {
     let shown = t.json(&["show", "1"]);
     assert_eq!(shown["job"]["state"], "queued");
     let outcome = shown["history"][0]["outcome"].as_str().unwrap();
-    assert!(outcome.contains("lease expired (recovery"), "{outcome}");
+    assert!(outcome.contains("taken back at open"), "{outcome}");
 }
 
 #[test]
