@@ -329,3 +329,20 @@ fn help_documents_every_subcommand() {
     }
     assert!(!help.contains("__child"), "test helpers stay hidden");
 }
+
+#[test]
+fn bench_runs_at_a_tiny_scale_and_prints_a_well_formed_table() {
+    let t = Tool::new();
+    let rows = t.json(&["bench", "--scale", "0.01"]);
+    let rows = rows.as_array().unwrap();
+    assert!(rows.len() >= 10);
+    for r in rows {
+        assert!(r["operation"].is_string() && r["durability"].is_string());
+        assert!(r["ops_per_sec"].as_f64().unwrap() > 0.0, "{r}");
+    }
+    assert!(
+        rows.iter()
+            .any(|r| r["operation"].as_str().unwrap().starts_with("raw redb"))
+    );
+    assert!(rows.iter().any(|r| r["ratio_to_raw"].is_number()));
+}

@@ -7,6 +7,7 @@
 //!
 //! Exit codes: 0 ok, 1 operation refused, 2 usage error, 3 store problem.
 
+mod bench;
 pub mod child;
 pub mod demo;
 mod format;
@@ -187,6 +188,13 @@ enum Command {
         #[arg(long, default_value_t = 300)]
         jobs: usize,
     },
+    /// Measure the headline operations, each beside raw redb doing the equivalent minimal
+    /// work in the same run (about a minute; --scale shortens or lengthens it).
+    Bench {
+        /// Multiplies every scenario's operation count.
+        #[arg(long, default_value_t = 1.0)]
+        scale: f64,
+    },
     /// Test helper: open a store, optionally enqueue and claim jobs, report them on stdout,
     /// then hold the store open until killed or until stdin closes.
     #[command(name = "__child", hide = true)]
@@ -261,6 +269,7 @@ pub fn main() -> ExitCode {
         Command::Reap => operate::reap(&db, json),
         Command::Compact => operate::compact(&db, json),
         Command::Demo { jobs } => demo::run(json, jobs),
+        Command::Bench { scale } => bench::run(json, scale),
         Command::Child {
             queue,
             enqueue,

@@ -1,0 +1,356 @@
+//! `leasehold bench`: the headline scenarios, each beside raw redb doing the equivalent
+//! minimal work in the same run, so every figure is also a ratio against the engine below.
+//!
+//! Wall time is measured here (and only here in the tool) with `Instant`: these are
+//! measurements of the machine, never compared with store time.
+#![allow(clippy::disallowed_methods)]
+
+use std::path::Path;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use leasehold::{Durability, Error, JobState, NewJob, Sharing, Store, WorkerPool};
+use parking_lot::Mutex;
+use redb::{ReadableTable, TableDefinition};
+use serde::Serialize;
+
+use super::format;
+use super::inspect::print_json;
+
+const RAW: TableDefinition<u64, &[u8]> = TableDefinition::new("raw");
+const RAW_INDEX: TableDefinition<(u64, u64), ()> = TableDefinition::new("raw.index");
+const LEASE: Duration = Duration::from_secs(60);
+
+#[derive(Serialize)]
+struct Row {
+    operation: String,
+    durability: &'static str,
+    concurrency: usize,
+    ops_per_sec: f64,
+    /// Per-operation latency percentiles, where operations were timed one by one.
+    p50_us: Option<f64>,
+    p99_us: Option<f64>,
+    /// ops/s divided by raw redb's ops/s for the equivalent work (none for the baselines).
+    ratio_to_raw: Option<f64>,
+}
+
+struct Samples(Vec<Duration>);
+
+impl Samples {
+    fn row(
+        mut self,
+        operation: &str,
+        durability: &'static str,
+        concurrency: usize,
+        total: Duration,
+        ops: u64,
+    ) -> Row {
+        self.0.sort();
+        let pct = |p: f64| {
+            if self.0.is_empty() {
+                return None;
+            }
+            let i = ((self.0.len() as f64 * p) as usize).min(self.0.len() - 1);
+            Some(self.0[i].as_secs_f64() * 1e6)
+        };
+        Row {
+            operation: operation.into(),
+            durability,
+            concurrency,
+            ops_per_sec: ops as f64 / total.as_secs_f64(),
+            p50_us: pct(0.50),
+            p99_us: pct(0.99),
+            ratio_to_raw: None,
+        }
+    }
+}
+
+/// Times `n` calls of `op`.
+fn timed(
+    n: usize,
+    mut op: impl FnMut(usize) -> Result<(), Error>,
+) -> Result<(Samples, Duration), Error> {
+    let mut samples = Vec::with_capacity(n);
+    let start = Instant::now();
+    for i in 0..n {
+        let t = Instant::now();
+        op(i)?;
+        samples.push(t.elapsed());
+    }
+    Ok((Samples(samples), start.elapsed()))
+}
+
+fn raw_db(dir: &Path, name: &str) -> Result<redb::Database, Error> {
+    redb::Database::create(dir.join(name)).map_err(|e| Error::Storage(e.into()))
+}
+
+fn store(dir: &Path, name: &str, durable: bool) -> Result<Store, Error> {
+    let b = Store::builder(dir.join(name));
+    if durable {
+        b.open()
+    } else {
+        b.sharing(Sharing::Exclusive)
+            .durability(Durability::Eventual {
+                flush_every: Duration::from_secs(3600),
+            })
+            .open()
+    }
+}
+
+fn io(e: impl Into<redb::Error>) -> Error {
+    Error::Storage(e.into())
+}
+
+pub fn run(json: bool, scale: f64) -> Result<ExitCode, Error> {
+    let dir = std::env::temp_dir().join(format!("leasehold-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| Error::Storage(redb::Error::Io(e)))?;
+    let result = scenarios(&dir, scale);
+    let _ = std::fs::remove_dir_all(&dir);
+    let rows = result?;
+    if json {
+        print_json(&rows);
+    } else {
+        let mut t = format::Table::new(&[
+            "operation",
+            "durability",
+            "conc",
+            "ops/s",
+            "p50 µs",
+            "p99 µs",
+            "vs raw redb",
+        ]);
+        for r in &rows {
+            t.row(vec![
+                r.operation.clone(),
+                r.durability.into(),
+                r.concurrency.to_string(),
+                format!("{:.0}", r.ops_per_sec),
+                r.p50_us
+                    .map(|v| format!("{v:.0}"))
+                    .unwrap_or_else(|| "-".into()),
+                r.p99_us
+                    .map(|v| format!("{v:.0}"))
+                    .unwrap_or_else(|| "-".into()),
+                r.ratio_to_raw
+                    .map(|x| format!("{x:.2}x"))
+                    .unwrap_or_else(|| "baseline".into()),
+            ]);
+        }
+        println!("{}", t.render());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn scenarios(dir: &Path, scale: f64) -> Result<Vec<Row>, Error> {
+    let n = |base: usize| ((base as f64 * scale) as usize).max(10);
+    let mut rows = Vec::new();
+    let payload = vec![7u8; 100];
+
+    // Raw redb, one small insert per durable commit: the engine's floor for any write.
+    let db = raw_db(dir, "raw1.redb")?;
+    let (s, total) = timed(n(2000), |i| {
+        let txn = db.begin_write().map_err(io)?;
+        txn.open_table(RAW)
+            .map_err(io)?
+            .insert(i as u64, payload.as_slice())
+            .map_err(io)?;
+        txn.commit().map_err(io)
+    })?;
+    let raw_insert = s.row(
+        "raw redb: insert, one per commit",
+        "durable",
+        1,
+        total,
+        n(2000) as u64,
+    );
+    let raw_insert_ops = raw_insert.ops_per_sec;
+    rows.push(raw_insert);
+
+    // Raw redb, read-modify-write of a record plus an index update: what a claim or a
+    // completion minimally is.
+    let (s, total) = timed(n(2000), |i| {
+        let txn = db.begin_write().map_err(io)?;
+        {
+            let mut t = txn.open_table(RAW).map_err(io)?;
+            let v = t
+                .get(i as u64)
+                .map_err(io)?
+                .map(|g| g.value().to_vec())
+                .unwrap_or_default();
+            t.insert(i as u64, v.as_slice()).map_err(io)?;
+            let mut idx = txn.open_table(RAW_INDEX).map_err(io)?;
+            idx.remove((i as u64, 0)).map_err(io)?;
+            idx.insert((i as u64, 1), ()).map_err(io)?;
+        }
+        txn.commit().map_err(io)
+    })?;
+    let raw_rmw = s.row(
+        "raw redb: read-modify-write + index, one per commit",
+        "durable",
+        1,
+        total,
+        n(2000) as u64,
+    );
+    let raw_rmw_ops = raw_rmw.ops_per_sec;
+    rows.push(raw_rmw);
+    drop(db);
+
+    for (sharing, name) in [
+        (Sharing::SingleWriter, "single-writer"),
+        (Sharing::Exclusive, "exclusive"),
+    ] {
+        let s_ = Store::builder(dir.join(format!("enq-{name}.redb")))
+            .sharing(sharing)
+            .open()?;
+        let (s, total) = timed(n(2000), |_| {
+            s_.enqueue(NewJob::new("q", payload.clone())).map(|_| ())
+        })?;
+        let mut row = s.row(
+            &format!("enqueue ({name} file)"),
+            "durable",
+            1,
+            total,
+            n(2000) as u64,
+        );
+        row.ratio_to_raw = Some(row.ops_per_sec / raw_insert_ops);
+        rows.push(row);
+    }
+
+    // Sequential claim + complete: two commits per job, against two raw read-modify-writes.
+    let s_ = store(dir, "cc.redb", true)?;
+    s_.enqueue_batch((0..n(1000)).map(|_| NewJob::new("q", payload.clone())))?;
+    let (s, total) = timed(n(1000), |_| {
+        let l = s_
+            .claim("q", "w", LEASE)?
+            .ok_or(Error::InUse("ran out of jobs"))?;
+        s_.complete(&l, b"")
+    })?;
+    let mut row = s.row(
+        "claim + complete, sequential",
+        "durable",
+        1,
+        total,
+        n(1000) as u64,
+    );
+    row.ratio_to_raw = Some(row.ops_per_sec / (raw_rmw_ops / 2.0));
+    rows.push(row);
+
+    // Heartbeats: one lease per call, and 1,000 leases in one call.
+    s_.enqueue_batch((0..1000).map(|_| NewJob::new("hb", payload.clone())))?;
+    let leases: Vec<_> = (0..1000)
+        .map(|_| {
+            s_.claim("hb", "w", LEASE)
+                .map(|l| l.ok_or(Error::InUse("ran out of jobs")))
+        })
+        .collect::<Result<Result<_, _>, _>>()??;
+    let (s, total) = timed(n(500), |i| {
+        s_.heartbeat(&leases[i % 1000], i as u64).map(|_| ())
+    })?;
+    let mut row = s.row(
+        "heartbeat, 1 lease per commit",
+        "durable",
+        1,
+        total,
+        n(500) as u64,
+    );
+    row.ratio_to_raw = Some(row.ops_per_sec / raw_rmw_ops);
+    rows.push(row);
+    let beats: Vec<_> = leases.iter().map(|l| (l, 1u64)).collect();
+    let (s, total) = timed(n(50), |_| s_.heartbeat_batch(&beats).map(|_| ()))?;
+    rows.push(s.row(
+        "heartbeat, batch of 1,000 leases per commit",
+        "durable",
+        1,
+        total,
+        n(50) as u64,
+    ));
+    drop(s_);
+
+    // End to end through worker pools.
+    for (durable, label) in [(true, "durable"), (false, "non-durable")] {
+        for workers in [1usize, 16] {
+            let jobs = if durable {
+                n(600) * workers.min(4)
+            } else {
+                n(4000)
+            };
+            rows.push(end_to_end(dir, durable, label, workers, jobs)?);
+        }
+    }
+    rows.push(wake_latency(dir, n(300))?);
+    Ok(rows)
+}
+
+fn end_to_end(
+    dir: &Path,
+    durable: bool,
+    label: &'static str,
+    workers: usize,
+    jobs: usize,
+) -> Result<Row, Error> {
+    let store = store(dir, &format!("e2e-{label}-{workers}.redb"), durable)?;
+    let done = Arc::new(AtomicU64::new(0));
+    let d = done.clone();
+    let start = Instant::now();
+    let pool = WorkerPool::builder(store.clone(), "e2e")
+        .concurrency(workers)
+        .start(move |_| {
+            d.fetch_add(1, Ordering::Relaxed);
+            Ok(Vec::new())
+        })?;
+    for chunk in (0..jobs).collect::<Vec<_>>().chunks(64) {
+        store.enqueue_batch(chunk.iter().map(|i| NewJob::new("e2e", format!("{i}"))))?;
+    }
+    while store.stats()?.total(JobState::Succeeded) < jobs as u64 {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let total = start.elapsed();
+    pool.shutdown(Duration::from_secs(5));
+    Ok(Samples(Vec::new()).row(
+        "end to end: enqueue -> claim -> complete (pool)",
+        label,
+        workers,
+        total,
+        jobs as u64,
+    ))
+}
+
+/// Enqueue-to-handler-start latency in one process: an idle pool woken by each enqueue.
+fn wake_latency(dir: &Path, n: usize) -> Result<Row, Error> {
+    let store = store(dir, "wake.redb", false)?;
+    let started: Arc<Mutex<Vec<Instant>>> = Arc::new(Mutex::new(Vec::new()));
+    let s = started.clone();
+    let pool = WorkerPool::builder(store.clone(), "wake").start(move |_| {
+        s.lock().push(Instant::now());
+        Ok(Vec::new())
+    })?;
+    let mut samples = Vec::with_capacity(n);
+    let begin = Instant::now();
+    for i in 0..n {
+        let before = started.lock().len();
+        let t = Instant::now();
+        store.enqueue(NewJob::new("wake", format!("{i}")))?;
+        while started.lock().len() == before {
+            std::hint::spin_loop();
+        }
+        let at = started.lock()[before];
+        samples.push(at.duration_since(t));
+        // let the completion commit before the next enqueue
+        while store.stats()?.total(JobState::Succeeded) < (i + 1) as u64 {
+            std::thread::yield_now();
+        }
+    }
+    let total = begin.elapsed();
+    pool.shutdown(Duration::from_secs(5));
+    let mut row = Samples(samples).row(
+        "enqueue-to-handler-start latency",
+        "non-durable",
+        1,
+        total,
+        n as u64,
+    );
+    row.operation = "enqueue-to-handler-start (latency; ops/s = sequential round trips)".into();
+    Ok(row)
+}
