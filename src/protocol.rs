@@ -107,6 +107,24 @@ pub(crate) fn claim(
     }
 }
 
+/// Claims up to `n` jobs of `queue` in one transaction, most urgent first.
+pub(crate) fn claim_batch(
+    tx: &mut Tx<'_>,
+    queue: &str,
+    worker: &str,
+    terms: LeaseTerms,
+    n: usize,
+) -> Result<Vec<Lease>> {
+    let mut leases = Vec::with_capacity(n.min(1024));
+    while leases.len() < n {
+        match claim(tx, queue, worker, terms)? {
+            Some(l) => leases.push(l),
+            None => break,
+        }
+    }
+    Ok(leases)
+}
+
 /// Claims one named job if it is claimable now: waiting and due, or running with an expired
 /// lease. The conditional update of the seed design:
 /// `UPDATE jobs SET state='running', attempt=attempt+1, ... WHERE id=? AND (state='queued'

@@ -110,6 +110,19 @@ impl Store {
         self.write(|tx| protocol::claim(tx, queue, worker, terms))
     }
 
+    /// Claims up to `n` jobs of `queue` in one transaction (one commit, one fsync), most
+    /// urgent first: for pools that run many jobs at once.
+    pub fn claim_batch(
+        &self,
+        queue: &str,
+        worker: &str,
+        terms: impl Into<LeaseTerms>,
+        n: usize,
+    ) -> Result<Vec<Lease>> {
+        let terms = terms.into();
+        self.write(|tx| protocol::claim_batch(tx, queue, worker, terms, n))
+    }
+
     /// Claims one named job if it is claimable now (see [`Store::claim`]).
     pub fn claim_job(
         &self,

@@ -20,13 +20,22 @@ pub(crate) fn dispatch_loop(
     jobs: Sender<Flight>,
     stop: &Receiver<()>,
 ) {
+    // Free workers the dispatcher knows of (each a token from the slots channel).
+    let mut free = 0usize;
     loop {
-        // Wait for a free worker.
-        select! {
-            recv(slots) -> slot => if slot.is_err() { return },
-            recv(stop) -> _ => return,
+        if free == 0 {
+            // Wait for a free worker.
+            select! {
+                recv(slots) -> slot => if slot.is_err() { return },
+                recv(stop) -> _ => return,
+            }
+            free = 1;
         }
-        // Find it a job.
+        // Every other worker that is free too: one claim transaction serves them all.
+        while slots.try_recv().is_ok() {
+            free += 1;
+        }
+        // Find them work.
         loop {
             // Read the generation before looking, so work that arrives after the look wakes
             // the wait below instead of being slept through.
@@ -58,19 +67,22 @@ pub(crate) fn dispatch_loop(
             }
             match shared
                 .store
-                .claim(&shared.queue, &shared.worker_id, shared.terms)
+                .claim_batch(&shared.queue, &shared.worker_id, shared.terms, free)
             {
-                Ok(Some(lease)) => {
-                    bump(&shared.counters.claimed);
-                    tracing::debug!(job = %lease.job, attempt = %lease.attempt, "claimed");
-                    let flight = shared.register(lease);
-                    if jobs.send(flight.clone()).is_err() {
-                        shared.finish(flight.lease.job);
-                        return;
+                Ok(leases) if !leases.is_empty() => {
+                    for lease in leases {
+                        bump(&shared.counters.claimed);
+                        tracing::debug!(job = %lease.job, attempt = %lease.attempt, "claimed");
+                        let flight = shared.register(lease);
+                        if jobs.send(flight.clone()).is_err() {
+                            shared.finish(flight.lease.job);
+                            return;
+                        }
+                        free -= 1;
                     }
                     break;
                 }
-                Ok(None) => {
+                Ok(_) => {
                     bump(&shared.counters.idle_waits);
                     let timeout = idle_timeout(shared, now);
                     shared.store.wait_for_work(&shared.queue, seen, timeout);

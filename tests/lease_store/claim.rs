@@ -174,3 +174,21 @@ fn claim_carries_the_payload_and_fencing_token() {
     let job = f.job(id).unwrap().unwrap();
     assert_eq!(job.lease.unwrap().owner, "w");
 }
+
+#[test]
+fn claim_batch_takes_the_most_urgent_jobs_in_one_commit() {
+    let f = Fixture::new();
+    let low = f.enqueue(NewJob::new(Q, "low").priority(9)).unwrap();
+    let ids = f.enqueue_n(5);
+    let writes = f.metrics().write_transactions;
+    let leases = f.claim_batch(Q, "w", LEASE, 4).unwrap();
+    assert_eq!(f.metrics().write_transactions, writes + 1);
+    let got: Vec<_> = leases.iter().map(|l| l.job).collect();
+    assert_eq!(got, ids[..4].to_vec());
+    let rest = f.claim_batch(Q, "w", LEASE, 10).unwrap();
+    assert_eq!(
+        rest.iter().map(|l| l.job).collect::<Vec<_>>(),
+        vec![ids[4], low]
+    );
+    assert!(f.claim_batch(Q, "w", LEASE, 10).unwrap().is_empty());
+}
