@@ -93,6 +93,21 @@ fn run_view(r: &Run) -> RunView {
     }
 }
 
+/// A table of queues with a column per state, then `extra` columns.
+fn queue_table(extra: &[&'static str]) -> Table {
+    let mut headers = vec!["queue"];
+    headers.extend(JobState::ALL.iter().map(|s| s.name()));
+    headers.extend_from_slice(extra);
+    Table::new(&headers)
+}
+
+/// A queue's name and its count in each state, in the order of [`queue_table`].
+fn count_cells(name: &str, counts: &leasehold::QueueCounts) -> Vec<String> {
+    let mut row = vec![name.to_owned()];
+    row.extend(JobState::ALL.iter().map(|s| counts.get(*s).to_string()));
+    row
+}
+
 pub fn print_json(value: &impl Serialize) {
     match serde_json::to_string_pretty(value) {
         Ok(s) => println!("{s}"),
@@ -162,23 +177,9 @@ pub fn stats(db: &Path, json: bool) -> Result<ExitCode, Error> {
         });
         return Ok(ExitCode::SUCCESS);
     }
-    let mut t = Table::new(&[
-        "queue",
-        "queued",
-        "running",
-        "retry_wait",
-        "succeeded",
-        "dead",
-        "cancelled",
-        "oldest waiting",
-        "nearest lease",
-        "most overdue",
-    ]);
+    let mut t = queue_table(&["oldest waiting", "nearest lease", "most overdue"]);
     for (q, (name, counts)) in queues.iter().zip(&stats.queues) {
-        let mut row = vec![name.clone()];
-        for s in JobState::ALL {
-            row.push(counts.get(s).to_string());
-        }
+        let mut row = count_cells(name, counts);
         let opt = |v: Option<u64>, pre: &str| {
             v.map(|m| format!("{pre}{}", format::duration(Duration::from_millis(m))))
                 .unwrap_or_else(|| "-".into())
@@ -481,19 +482,9 @@ pub fn watch(db: &Path, interval: Duration, iterations: u64) -> Result<ExitCode,
             store.path().display(),
             format::duration(interval)
         ));
-        let mut t = Table::new(&[
-            "queue",
-            "queued",
-            "running",
-            "retry_wait",
-            "succeeded",
-            "dead",
-            "cancelled",
-        ]);
+        let mut t = queue_table(&[]);
         for (name, counts) in &stats.queues {
-            let mut row = vec![name.clone()];
-            row.extend(JobState::ALL.iter().map(|s| counts.get(*s).to_string()));
-            t.row(row);
+            t.row(count_cells(name, counts));
         }
         screen.push_str(&if t.is_empty() {
             "no jobs".into()

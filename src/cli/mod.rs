@@ -122,28 +122,7 @@ enum Command {
         raw: bool,
     },
     /// Enqueue a job. The payload comes from the argument, --file, or stdin (`-`).
-    Enqueue {
-        /// The queue.
-        #[arg(long)]
-        queue: String,
-        /// Lower runs first.
-        #[arg(long, default_value_t = 0, allow_hyphen_values = true)]
-        priority: i32,
-        /// Not claimable before this much time has passed (e.g. 30s, 5m).
-        #[arg(long, value_parser = parse_duration)]
-        delay: Option<Duration>,
-        /// The retry budget.
-        #[arg(long)]
-        max_attempts: Option<u32>,
-        /// Deduplicate: a live job with this key is returned instead of a new one.
-        #[arg(long)]
-        unique_key: Option<String>,
-        /// Read the payload from this file.
-        #[arg(long, conflicts_with = "payload")]
-        file: Option<PathBuf>,
-        /// The payload (`-` reads stdin).
-        payload: Option<String>,
-    },
+    Enqueue(operate::NewJobArgs),
     /// Put a dead or cancelled job back in the queue with a fresh retry budget (its history
     /// is kept).
     Retry {
@@ -240,27 +219,7 @@ pub fn main() -> ExitCode {
             interval,
             iterations,
         } => inspect::watch(&db, interval, iterations),
-        Command::Enqueue {
-            queue,
-            priority,
-            delay,
-            max_attempts,
-            unique_key,
-            file,
-            payload,
-        } => operate::enqueue(
-            &db,
-            json,
-            operate::NewJobArgs {
-                queue,
-                priority,
-                delay,
-                max_attempts,
-                unique_key,
-                file,
-                payload,
-            },
-        ),
+        Command::Enqueue(args) => operate::enqueue(&db, json, args),
         Command::Retry { job } => operate::retry(&db, json, job),
         Command::Cancel { job } => operate::cancel(&db, json, job),
         Command::Purge { older_than, state } => {

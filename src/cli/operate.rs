@@ -23,14 +23,29 @@ fn open(db: &Path, create: bool) -> Result<Store, Error> {
     Store::open(db)
 }
 
+/// The arguments of `leasehold enqueue`.
+#[derive(clap::Args)]
 pub struct NewJobArgs {
-    pub queue: String,
-    pub priority: i32,
-    pub delay: Option<Duration>,
-    pub max_attempts: Option<u32>,
-    pub unique_key: Option<String>,
-    pub file: Option<PathBuf>,
-    pub payload: Option<String>,
+    /// The queue.
+    #[arg(long)]
+    queue: String,
+    /// Lower runs first.
+    #[arg(long, default_value_t = 0, allow_hyphen_values = true)]
+    priority: i32,
+    /// Not claimable before this much time has passed (e.g. 30s, 5m).
+    #[arg(long, value_parser = super::parse_duration)]
+    delay: Option<Duration>,
+    /// The retry budget.
+    #[arg(long)]
+    max_attempts: Option<u32>,
+    /// Deduplicate: a live job with this key is returned instead of a new one.
+    #[arg(long)]
+    unique_key: Option<String>,
+    /// Read the payload from this file.
+    #[arg(long, conflicts_with = "payload")]
+    file: Option<PathBuf>,
+    /// The payload (`-` reads stdin).
+    payload: Option<String>,
 }
 
 pub fn enqueue(db: &Path, json: bool, a: NewJobArgs) -> Result<ExitCode, Error> {
