@@ -50,6 +50,11 @@ pub enum Error {
     /// and `job()` shows the truth).
     #[error("commit failed (it may or may not have become durable): {0}")]
     Commit(#[source] redb::CommitError),
+    /// The shared transaction this operation was committed in (see group commit in
+    /// [`Store`](crate::Store)) failed; the error is shared by every operation of the group.
+    /// As for [`Error::Commit`], a failed commit may still have become durable.
+    #[error("{0}")]
+    Group(std::sync::Arc<Error>),
     /// The application's own write inside a leasehold transaction failed; the whole
     /// transaction was rolled back.
     #[error("application write failed: {0}")]
@@ -59,7 +64,26 @@ pub enum Error {
 impl Error {
     /// Whether this is a lost lease (the fence refused a write).
     pub fn is_lease_lost(&self) -> bool {
-        matches!(self, Error::LeaseLost(_))
+        match self {
+            Error::LeaseLost(_) => true,
+            Error::Group(e) => e.is_lease_lost(),
+            _ => false,
+        }
+    }
+
+    /// Whether the store refused the operation before writing anything (a lost lease, a bad
+    /// argument, an unknown job, a state the operation does not apply to), as opposed to a
+    /// failure of the storage underneath.
+    pub fn is_refusal(&self) -> bool {
+        matches!(
+            self,
+            Error::LeaseLost(_)
+                | Error::Input(_)
+                | Error::Config(_)
+                | Error::JobNotFound(_)
+                | Error::Refused { .. }
+                | Error::InUse(_)
+        )
     }
 }
 

@@ -80,6 +80,7 @@ pub mod clock;
 mod codec;
 mod config;
 mod error;
+mod group;
 mod ids;
 mod index;
 mod input;

@@ -27,17 +27,12 @@ use crate::tx::Tx;
 
 /// Enqueues a job; with a unique key that a live job holds, returns that job instead.
 pub(crate) fn enqueue(tx: &mut Tx<'_>, new: NewJob) -> Result<JobId> {
-    input::check_queue(&new.queue)?;
-    input::check_size("payload", new.payload.len(), tx.policy.max_payload)?;
+    check_new_job(tx, &new)?;
     let max_attempts = new.max_attempts.unwrap_or(tx.policy.default_max_attempts);
-    if max_attempts == 0 {
-        return Err(crate::error::InputError::ZeroMaxAttempts.into());
-    }
-    if let Some(key) = &new.unique_key {
-        input::check_unique_key(key)?;
-        if let Some(existing) = tx.t.unique.get((new.queue.as_str(), key.as_str()))? {
-            return Ok(JobId(existing.value()));
-        }
+    if let Some(key) = &new.unique_key
+        && let Some(existing) = tx.t.unique.get((new.queue.as_str(), key.as_str()))?
+    {
+        return Ok(JobId(existing.value()));
     }
     let id = tx.next_job_id()?;
     let job = Job {
@@ -62,6 +57,26 @@ pub(crate) fn enqueue(tx: &mut Tx<'_>, new: NewJob) -> Result<JobId> {
     tx.t.payloads.insert(id.0, new.payload.as_slice())?;
     index::save(tx, None, &job)?;
     Ok(id)
+}
+
+/// Enqueues many jobs, all or none: every input is checked before anything is written.
+pub(crate) fn enqueue_batch(tx: &mut Tx<'_>, jobs: &[NewJob]) -> Result<Vec<JobId>> {
+    for job in jobs {
+        check_new_job(tx, job)?;
+    }
+    jobs.iter().map(|j| enqueue(tx, j.clone())).collect()
+}
+
+fn check_new_job(tx: &Tx<'_>, new: &NewJob) -> Result<()> {
+    input::check_queue(&new.queue)?;
+    input::check_size("payload", new.payload.len(), tx.policy.max_payload)?;
+    if new.max_attempts == Some(0) {
+        return Err(crate::error::InputError::ZeroMaxAttempts.into());
+    }
+    if let Some(key) = &new.unique_key {
+        input::check_unique_key(key)?;
+    }
+    Ok(())
 }
 
 /// Claims the most urgent claimable job of `queue`: the lowest priority among due waiting
@@ -196,9 +211,9 @@ pub(crate) fn heartbeat(
 }
 
 /// Completes the attempt: the job succeeded and `output` is kept.
-pub(crate) fn complete(tx: &mut Tx<'_>, lease: &Lease, output: &[u8]) -> Result<()> {
+pub(crate) fn complete(tx: &mut Tx<'_>, id: JobId, attempt: Attempt, output: &[u8]) -> Result<()> {
     input::check_size("output", output.len(), tx.policy.max_payload)?;
-    let job = fence(tx, lease.job, lease.attempt, Refusal::Write)?;
+    let job = fence(tx, id, attempt, Refusal::Write)?;
     if !output.is_empty() {
         tx.t.outputs.insert(job.id.0, output)?;
     }
@@ -207,17 +222,17 @@ pub(crate) fn complete(tx: &mut Tx<'_>, lease: &Lease, output: &[u8]) -> Result<
 }
 
 /// Fails the attempt: retry after a backoff while the budget lasts, else dead.
-pub(crate) fn fail(tx: &mut Tx<'_>, lease: &Lease, error: &str) -> Result<JobState> {
+pub(crate) fn fail(tx: &mut Tx<'_>, id: JobId, attempt: Attempt, error: &str) -> Result<JobState> {
     let message = input::truncate_error(error);
-    let mut job = fence(tx, lease.job, lease.attempt, Refusal::Write)?;
+    let mut job = fence(tx, id, attempt, Refusal::Write)?;
     job.last_error = Some(message.clone());
     let next = after_failure(tx, &job, true);
     end_attempt(tx, job, Outcome::Failed(message), next).map(|j| j.state)
 }
 
 /// Gives the job back on purpose: claimable at once, in its old place, no budget spent.
-pub(crate) fn release(tx: &mut Tx<'_>, lease: &Lease) -> Result<JobState> {
-    let job = fence(tx, lease.job, lease.attempt, Refusal::Write)?;
+pub(crate) fn release(tx: &mut Tx<'_>, id: JobId, attempt: Attempt) -> Result<JobState> {
+    let job = fence(tx, id, attempt, Refusal::Write)?;
     let next = if job.cancel_requested {
         Next::Cancelled
     } else {

@@ -12,6 +12,7 @@ use redb::{Database, ReadableDatabase, WriteTransaction};
 use crate::builder::Durability;
 use crate::clock::StoreClock;
 use crate::error::{Error, Result};
+use crate::group::{Committer, Group, PendingOp};
 use crate::ids::{JobId, StoreTime};
 use crate::job::{Job, JobState, NewJob, ReclaimPath, Run};
 use crate::lease::{Lease, LeaseTerms, Renewal};
@@ -40,6 +41,7 @@ struct Inner {
     flush: Mutex<FlushState>,
     notifier: Notifier,
     writes: AtomicU64,
+    group: Group,
 }
 
 #[derive(Debug, Default)]
@@ -66,6 +68,7 @@ impl Store {
                 flush: Mutex::new(FlushState::default()),
                 notifier: Notifier::default(),
                 writes: AtomicU64::new(0),
+                group: Group::default(),
             }),
         }
     }
@@ -88,12 +91,13 @@ impl Store {
 
     /// Enqueues a job and returns its id (or, for a unique key a live job holds, that job's).
     pub fn enqueue(&self, job: NewJob) -> Result<JobId> {
-        self.write(|tx| protocol::enqueue(tx, job))
+        self.write(move |tx| protocol::enqueue(tx, job.clone()))
     }
 
     /// Enqueues many jobs in one transaction: all of them or, on any error, none.
     pub fn enqueue_batch(&self, jobs: impl IntoIterator<Item = NewJob>) -> Result<Vec<JobId>> {
-        self.write(|tx| jobs.into_iter().map(|j| protocol::enqueue(tx, j)).collect())
+        let jobs: Vec<NewJob> = jobs.into_iter().collect();
+        self.write(move |tx| protocol::enqueue_batch(tx, &jobs))
     }
 
     /// Claims the most urgent claimable job of `queue` for `worker` under a lease of `lease`:
@@ -107,7 +111,8 @@ impl Store {
         terms: impl Into<LeaseTerms>,
     ) -> Result<Option<Lease>> {
         let terms = terms.into();
-        self.write(|tx| protocol::claim(tx, queue, worker, terms))
+        let (queue, worker) = (queue.to_owned(), worker.to_owned());
+        self.write(move |tx| protocol::claim(tx, &queue, &worker, terms))
     }
 
     /// Claims up to `n` jobs of `queue` in one transaction (one commit, one fsync), most
@@ -120,7 +125,8 @@ impl Store {
         n: usize,
     ) -> Result<Vec<Lease>> {
         let terms = terms.into();
-        self.write(|tx| protocol::claim_batch(tx, queue, worker, terms, n))
+        let (queue, worker) = (queue.to_owned(), worker.to_owned());
+        self.write(move |tx| protocol::claim_batch(tx, &queue, &worker, terms, n))
     }
 
     /// Claims one named job if it is claimable now (see [`Store::claim`]).
@@ -131,7 +137,8 @@ impl Store {
         terms: impl Into<LeaseTerms>,
     ) -> Result<Option<Lease>> {
         let terms = terms.into();
-        self.write(|tx| protocol::claim_job(tx, job, worker, terms))
+        let worker = worker.to_owned();
+        self.write(move |tx| protocol::claim_job(tx, job, &worker, terms))
     }
 
     /// The queue's wake-up generation. Read it *before* looking for work, then pass it to
@@ -177,25 +184,29 @@ impl Store {
     /// Renews `lease` by its length from now and records `progress`, if it is still held.
     /// [`Error::LeaseLost`] means stop working and commit nothing.
     pub fn heartbeat(&self, lease: &Lease, progress: u64) -> Result<Renewal> {
-        self.write(|tx| protocol::heartbeat(tx, lease.job, lease.attempt, progress))
+        let (job, attempt) = (lease.job, lease.attempt);
+        self.write(move |tx| protocol::heartbeat(tx, job, attempt, progress))
     }
 
     /// Renews many leases in one write transaction; one result per lease, in order. A lost
     /// lease fails only its own entry.
     pub fn heartbeat_batch(&self, beats: &[(&Lease, u64)]) -> Result<Vec<Result<Renewal>>> {
-        self.write(|tx| {
+        let beats: Vec<_> = beats
+            .iter()
+            .map(|(l, progress)| (l.job, l.attempt, *progress))
+            .collect();
+        self.write(move |tx| {
             Ok(beats
                 .iter()
-                .map(|(lease, progress)| {
-                    protocol::heartbeat(tx, lease.job, lease.attempt, *progress)
-                })
+                .map(|(job, attempt, progress)| protocol::heartbeat(tx, *job, *attempt, *progress))
                 .collect())
         })
     }
 
     /// Completes the job held by `lease` with `output`, if the lease still holds.
     pub fn complete(&self, lease: &Lease, output: &[u8]) -> Result<()> {
-        self.write(|tx| protocol::complete(tx, lease, output))
+        let (job, attempt, output) = (lease.job, lease.attempt, output.to_vec());
+        self.write(move |tx| protocol::complete(tx, job, attempt, &output))
     }
 
     /// Completes the job and commits the application's own writes (made by `f` on the same
@@ -217,12 +228,15 @@ impl Store {
     /// Fails the attempt held by `lease`: the job waits out a backoff and runs again while its
     /// retry budget lasts, else it is dead. Returns the job's new state.
     pub fn fail(&self, lease: &Lease, error: &str) -> Result<JobState> {
-        self.write(|tx| protocol::fail(tx, lease, error))
+        let (job, attempt, error) = (lease.job, lease.attempt, error.to_owned());
+        self.write(move |tx| protocol::fail(tx, job, attempt, &error))
     }
 
     /// Gives the job back (graceful shutdown): claimable at once, no retry budget spent.
     pub fn release(&self, lease: &Lease) -> Result<()> {
-        self.write(|tx| protocol::release(tx, lease)).map(|_| ())
+        let (job, attempt) = (lease.job, lease.attempt);
+        self.write(move |tx| protocol::release(tx, job, attempt))
+            .map(|_| ())
     }
 
     /// Cancels a job. A waiting job is cancelled at once; a running one is flagged, its
@@ -231,13 +245,13 @@ impl Store {
     /// the work: the job then succeeds, since its effects are already committed. Returns the
     /// job's state: `Cancelled`, or `Running` for a flagged one.
     pub fn cancel(&self, job: JobId) -> Result<JobState> {
-        self.write(|tx| protocol::cancel(tx, job))
+        self.write(move |tx| protocol::cancel(tx, job))
     }
 
     /// Puts a dead or cancelled job back in the queue with a fresh retry budget; its history
     /// is kept. Refused for jobs in any other state.
     pub fn retry(&self, job: JobId) -> Result<()> {
-        self.write(|tx| protocol::retry(tx, job))
+        self.write(move |tx| protocol::retry(tx, job))
     }
 
     /// Deletes terminal jobs in `states` (succeeded, dead, cancelled) that finished at least
@@ -252,7 +266,9 @@ impl Store {
         let batch = self.inner.policy.reap_batch;
         let mut total = 0;
         loop {
-            let (purged, more) = self.write(|tx| protocol::purge(tx, cutoff, states, batch))?;
+            let states = states.to_vec();
+            let (purged, more) =
+                self.write(move |tx| protocol::purge(tx, cutoff, &states, batch))?;
             total += purged;
             if !more {
                 return Ok(total);
@@ -281,7 +297,8 @@ impl Store {
         let mut report = ReapReport::default();
         loop {
             let batch = self.inner.policy.reap_batch;
-            let (reclaimed, remaining) = self.write(|tx| protocol::reap_batch(tx, batch, path))?;
+            let (reclaimed, remaining) =
+                self.write(move |tx| protocol::reap_batch(tx, batch, path))?;
             report.batches += 1;
             report.largest_batch = report.largest_batch.max(reclaimed.len());
             report.reclaimed.extend(reclaimed);
@@ -299,20 +316,27 @@ impl Store {
         &self,
         f: impl FnOnce(&mut Transaction<'_, '_>) -> Result<T>,
     ) -> Result<T> {
-        self.write_with_txn(Commit::Always, |tx, txn| f(&mut Transaction::new(tx, txn)))
+        // The application's closure borrows from its caller and may write its own tables, so
+        // it runs alone, on the caller's thread, with the writer's seat to itself.
+        self.inner.group.exclusive(|| {
+            self.write_with_txn(Commit::Always, |tx, txn| f(&mut Transaction::new(tx, txn)))
+        })
     }
 
     /// Makes every commit so far durable (a no-op under [`Durability::Immediate`]).
     pub fn flush(&self) -> Result<()> {
-        let mut state = self.inner.flush.lock();
-        if !state.dirty {
+        if !self.inner.flush.lock().dirty {
             return Ok(());
         }
-        let txn = self.inner.db.begin_write()?;
-        txn.commit()?;
-        state.dirty = false;
-        state.last_durable = self.now();
-        Ok(())
+        self.inner.group.exclusive(|| {
+            // The flush state is not held across begin_write: a committing writer takes it.
+            let txn = self.inner.db.begin_write()?;
+            txn.commit()?;
+            let mut state = self.inner.flush.lock();
+            state.dirty = false;
+            state.last_durable = self.now();
+            Ok(())
+        })
     }
 
     /// The job's record, if it exists.
@@ -369,8 +393,13 @@ impl Store {
     }
 
     /// Runs `f` in a write transaction at the store's now and commits if it succeeds.
-    fn write<T>(&self, f: impl FnOnce(&mut Tx<'_>) -> Result<T>) -> Result<T> {
-        self.write_with_txn(Commit::IfChanged, |tx, _| f(tx))
+    /// Runs a store operation in the next group commit (see [`crate::group`]).
+    fn write<T, F>(&self, f: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnMut(&mut Tx<'_>) -> Result<T> + Send + 'static,
+    {
+        self.inner.group.run(self, f)
     }
 
     fn write_with_txn<T>(
@@ -472,12 +501,45 @@ impl Store {
     }
 }
 
+impl Committer for Store {
+    fn commit_group(&self, ops: &mut [Box<dyn PendingOp>]) -> Result<bool> {
+        let mut txn = self.inner.db.begin_write()?;
+        // Read the clock once the write lock is held, so commits carry non-decreasing times.
+        let now = self.now();
+        let durable = self.choose_durability(&mut txn, now)?;
+        let tally = {
+            let mut tx = Tx::open(&txn, now, &self.inner.policy)?;
+            for op in ops.iter_mut() {
+                if !op.apply(&mut tx) {
+                    drop(tx);
+                    txn.abort()?;
+                    return Ok(false);
+                }
+            }
+            if tx.tally.changed() {
+                persist_tally(&mut tx.t.meta, &tx.tally)?;
+            }
+            tx.tally
+        };
+        if !tally.changed() {
+            // Nothing written (a claim that found nothing, a refusal counted nowhere): no fsync.
+            txn.abort()?;
+            return Ok(true);
+        }
+        txn.commit()?;
+        self.inner.writes.fetch_add(1, Ordering::Relaxed);
+        self.committed(durable, now);
+        self.inner.notifier.notify(&tally.readied);
+        Ok(true)
+    }
+}
+
 /// Whether a successful transaction that wrote no job record is committed.
 #[derive(Copy, Clone, PartialEq, Eq)]
 enum Commit {
     /// The application's transactions: they may have written their own tables.
     Always,
-    /// The store's own operations: nothing written, nothing to commit (no fsync).
+    /// Store operations outside a group: nothing written, nothing to commit (no fsync).
     IfChanged,
 }
 

@@ -43,11 +43,11 @@ impl<'a, 't> Transaction<'a, 't> {
 
     /// Completes a job in this transaction, if its lease still holds.
     pub fn complete(&mut self, lease: &Lease, output: &[u8]) -> Result<()> {
-        protocol::complete(self.tx, lease, output)
+        protocol::complete(self.tx, lease.job, lease.attempt, output)
     }
 
     /// Fails an attempt in this transaction, if its lease still holds.
     pub fn fail(&mut self, lease: &Lease, error: &str) -> Result<JobState> {
-        protocol::fail(self.tx, lease, error)
+        protocol::fail(self.tx, lease.job, lease.attempt, error)
     }
 }

@@ -75,6 +75,9 @@ pub(crate) struct Tally {
     pub readied: BTreeSet<String>,
     /// Whether any job record was written.
     pub saved: bool,
+    /// How many job records were written or deleted (an operation that fails after writing
+    /// poisons a shared transaction; see group commit).
+    pub writes: u64,
 }
 
 impl Tally {

@@ -8,6 +8,7 @@ mod claim;
 mod common;
 mod enqueue;
 mod fencing;
+mod group;
 mod open;
 mod reader;
 mod reap;

@@ -1,0 +1,321 @@
+//! Group commit: concurrent store operations share one write transaction, and so one fsync.
+//!
+//! Leader/follower, as RocksDB's write groups and MySQL's binlog group commit do it: every
+//! caller queues its operation; whoever finds no leader becomes one, takes everything queued,
+//! applies each operation as its own unit inside one transaction, commits once, and hands
+//! each caller its own result. An uncontended caller is its own leader at once and never waits
+//! for another thread; under contention, the operations that queue up while one fsync runs all
+//! share the next.
+//!
+//! Each operation is its own unit: the protocol checks before it writes, so an operation
+//! refused by the fence or its input checks has written nothing, and its neighbours commit.
+//! An operation that fails after writing (a storage or corruption error) poisons the shared
+//! transaction: it is rolled back, and every operation of the group is applied again in a
+//! transaction of its own, so one failure never fails its neighbours.
+//!
+//! A failed commit is reported to every caller of the group (never dropped); as redb says, it
+//! may still have become durable, which every fenced operation tolerates on retry.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use parking_lot::{Condvar, Mutex};
+
+use crate::error::{Error, Result};
+use crate::tx::Tx;
+
+/// The most operations one transaction carries; the rest wait for the next leader.
+const MAX_GROUP: usize = 1024;
+
+/// One queued operation, its result kept with it.
+pub(crate) trait PendingOp: Send {
+    /// Applies the operation in `tx`. `false` if it failed after writing, which poisons the
+    /// transaction.
+    fn apply(&mut self, tx: &mut Tx<'_>) -> bool;
+    /// Replaces the result with `e` (the shared transaction failed).
+    fn fail(&mut self, e: Error);
+    /// Marks the operation finished: its caller may take the result.
+    fn finish(&mut self);
+}
+
+struct Slot<T> {
+    result: Mutex<Option<Result<T>>>,
+    done: AtomicBool,
+}
+
+struct TypedOp<T, F> {
+    f: F,
+    slot: Arc<Slot<T>>,
+}
+
+impl<T, F> PendingOp for TypedOp<T, F>
+where
+    T: Send,
+    F: FnMut(&mut Tx<'_>) -> Result<T> + Send,
+{
+    fn apply(&mut self, tx: &mut Tx<'_>) -> bool {
+        let writes_before = tx.tally.writes;
+        let result = (self.f)(tx);
+        let clean = match &result {
+            Ok(_) => true,
+            Err(e) => e.is_refusal() && tx.tally.writes == writes_before,
+        };
+        *self.slot.result.lock() = Some(result);
+        clean
+    }
+
+    fn fail(&mut self, e: Error) {
+        *self.slot.result.lock() = Some(Err(e));
+    }
+
+    fn finish(&mut self) {
+        self.slot.done.store(true, Ordering::Release);
+    }
+}
+
+/// What runs a group: the store's transaction machinery.
+pub(crate) trait Committer {
+    /// Applies `ops` in one transaction and commits it (or rolls it back if nothing changed).
+    /// `Ok(false)` if an operation poisoned it (rolled back); `Err` if the transaction itself
+    /// failed.
+    fn commit_group(&self, ops: &mut [Box<dyn PendingOp>]) -> Result<bool>;
+}
+
+#[derive(Default)]
+pub(crate) struct Group {
+    state: Mutex<State>,
+    cond: Condvar,
+}
+
+#[derive(Default)]
+struct State {
+    queue: Vec<Box<dyn PendingOp>>,
+    leading: bool,
+}
+
+impl std::fmt::Debug for Group {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Group").finish_non_exhaustive()
+    }
+}
+
+impl Group {
+    /// Runs `op` in the next group transaction and returns its own result.
+    pub(crate) fn run<T, F>(&self, committer: &dyn Committer, f: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnMut(&mut Tx<'_>) -> Result<T> + Send + 'static,
+    {
+        let slot = Arc::new(Slot {
+            result: Mutex::new(None),
+            done: AtomicBool::new(false),
+        });
+        let mut state = self.state.lock();
+        state.queue.push(Box::new(TypedOp {
+            f,
+            slot: slot.clone(),
+        }));
+        while !slot.done.load(Ordering::Acquire) {
+            if state.leading {
+                self.cond.wait(&mut state);
+                continue;
+            }
+            state.leading = true;
+            let take = state.queue.len().min(MAX_GROUP);
+            let mut batch: Vec<Box<dyn PendingOp>> = state.queue.drain(..take).collect();
+            drop(state);
+            lead(committer, &mut batch);
+            state = self.state.lock();
+            state.leading = false;
+            self.cond.notify_all();
+        }
+        drop(state);
+        let taken = slot.result.lock().take();
+        taken.unwrap_or_else(|| Err(Error::Corrupt("a group commit lost a result".into())))
+    }
+
+    /// Runs `f` on the caller's thread with the group's writer seat to itself: for
+    /// transactions that carry the application's own writes, which are not batched.
+    pub(crate) fn exclusive<T>(&self, f: impl FnOnce() -> T) -> T {
+        let mut state = self.state.lock();
+        while state.leading {
+            self.cond.wait(&mut state);
+        }
+        state.leading = true;
+        drop(state);
+        let _release = Release(self);
+        f()
+    }
+}
+
+/// Gives up the leader's seat, also if the holder unwinds.
+struct Release<'a>(&'a Group);
+
+impl Drop for Release<'_> {
+    fn drop(&mut self) {
+        self.0.state.lock().leading = false;
+        self.0.cond.notify_all();
+    }
+}
+
+/// Commits a batch, and on poison re-runs each operation alone; every operation ends finished.
+fn lead(committer: &dyn Committer, batch: &mut [Box<dyn PendingOp>]) {
+    let outcome = catch_unwind(AssertUnwindSafe(|| {
+        match committer.commit_group(batch) {
+            Ok(true) => {}
+            Ok(false) => {
+                // Poisoned and rolled back: each one alone, so only the culprit fails.
+                for op in batch.iter_mut() {
+                    if let Err(e) = committer.commit_group(std::slice::from_mut(op)) {
+                        op.fail(e);
+                    }
+                }
+            }
+            Err(e) => {
+                let shared = Arc::new(e);
+                for op in batch.iter_mut() {
+                    op.fail(Error::Group(shared.clone()));
+                }
+            }
+        }
+    }));
+    if outcome.is_err() {
+        let shared = Arc::new(Error::Corrupt("a store operation panicked".into()));
+        for op in batch.iter_mut() {
+            op.fail(Error::Group(shared.clone()));
+        }
+    }
+    for op in batch.iter_mut() {
+        op.finish();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::JobId;
+    use crossbeam_channel::{Receiver, Sender, bounded};
+
+    /// A committer that records group sizes, can hold its first group until told, and
+    /// answers each operation with an error carrying the group's number (no real store).
+    struct Mock {
+        sizes: Mutex<Vec<usize>>,
+        hold_first: Option<(Sender<()>, Receiver<()>)>,
+        verdict: fn(usize) -> Result<bool>,
+    }
+
+    impl Committer for Mock {
+        fn commit_group(&self, ops: &mut [Box<dyn PendingOp>]) -> Result<bool> {
+            let n = {
+                let mut sizes = self.sizes.lock();
+                sizes.push(ops.len());
+                sizes.len()
+            };
+            if n == 1
+                && let Some((started, release)) = &self.hold_first
+            {
+                let _ = started.send(());
+                let _ = release.recv();
+            }
+            let verdict = (self.verdict)(ops.len());
+            if verdict.is_ok() {
+                for op in ops.iter_mut() {
+                    op.fail(Error::JobNotFound(JobId(n as u64)));
+                }
+            }
+            verdict
+        }
+    }
+
+    fn call(group: &Group, mock: &Mock) -> Result<()> {
+        group.run(mock, |_tx| Ok(()))
+    }
+
+    #[test]
+    fn callers_that_queue_behind_a_commit_share_the_next_one() {
+        let (started_tx, started_rx) = bounded(1);
+        let (release_tx, release_rx) = bounded(1);
+        let mock = Mock {
+            sizes: Mutex::new(Vec::new()),
+            hold_first: Some((started_tx, release_rx)),
+            verdict: |_| Ok(true),
+        };
+        let group = Group::default();
+        std::thread::scope(|s| {
+            let first = s.spawn(|| call(&group, &mock));
+            started_rx.recv().unwrap(); // the first caller leads, and its commit is held
+            let followers: Vec<_> = (0..4).map(|_| s.spawn(|| call(&group, &mock))).collect();
+            // wait until all four are queued behind the held commit
+            while group.state.lock().queue.len() < 4 {
+                std::thread::yield_now();
+            }
+            release_tx.send(()).unwrap();
+            let first = first.join().unwrap();
+            assert!(matches!(first, Err(Error::JobNotFound(JobId(1)))));
+            for f in followers {
+                // each gets its own result, from the second (shared) group
+                assert!(matches!(
+                    f.join().unwrap(),
+                    Err(Error::JobNotFound(JobId(2)))
+                ));
+            }
+        });
+        assert_eq!(*mock.sizes.lock(), vec![1, 4]);
+    }
+
+    #[test]
+    fn an_uncontended_caller_leads_its_own_group_at_once() {
+        let mock = Mock {
+            sizes: Mutex::new(Vec::new()),
+            hold_first: None,
+            verdict: |_| Ok(true),
+        };
+        let group = Group::default();
+        for _ in 0..3 {
+            let _ = call(&group, &mock);
+        }
+        assert_eq!(*mock.sizes.lock(), vec![1, 1, 1]);
+    }
+
+    #[test]
+    fn a_poisoned_group_is_rerun_one_operation_at_a_time() {
+        let (started_tx, started_rx) = bounded(1);
+        let (release_tx, release_rx) = bounded(1);
+        let mock = Mock {
+            sizes: Mutex::new(Vec::new()),
+            hold_first: Some((started_tx, release_rx)),
+            // a group of more than one is poisoned; alone, each operation commits
+            verdict: |n| Ok(n == 1),
+        };
+        let group = Group::default();
+        std::thread::scope(|s| {
+            let first = s.spawn(|| call(&group, &mock));
+            started_rx.recv().unwrap();
+            let followers: Vec<_> = (0..3).map(|_| s.spawn(|| call(&group, &mock))).collect();
+            while group.state.lock().queue.len() < 3 {
+                std::thread::yield_now();
+            }
+            release_tx.send(()).unwrap();
+            let _ = first.join().unwrap();
+            for f in followers {
+                assert!(matches!(f.join().unwrap(), Err(Error::JobNotFound(_))));
+            }
+        });
+        assert_eq!(*mock.sizes.lock(), vec![1, 3, 1, 1, 1]);
+    }
+
+    #[test]
+    fn a_failed_commit_is_reported_to_every_caller_of_the_group() {
+        let mock = Mock {
+            sizes: Mutex::new(Vec::new()),
+            hold_first: None,
+            verdict: |_| Err(Error::InUse("the disk is on fire")),
+        };
+        let group = Group::default();
+        match call(&group, &mock) {
+            Err(Error::Group(e)) => assert!(matches!(*e, Error::InUse(_))),
+            other => panic!("expected the shared failure, got {other:?}"),
+        }
+    }
+}
