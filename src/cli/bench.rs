@@ -32,6 +32,7 @@ struct Row {
     /// Per-operation latency percentiles, where operations were timed one by one.
     p50_us: Option<f64>,
     p99_us: Option<f64>,
+    max_us: Option<f64>,
     /// ops/s divided by raw redb's ops/s for the equivalent work (none for the baselines).
     ratio_to_raw: Option<f64>,
 }
@@ -62,6 +63,7 @@ impl Samples {
             ops_per_sec: ops as f64 / total.as_secs_f64(),
             p50_us: pct(0.50),
             p99_us: pct(0.99),
+            max_us: self.0.last().map(|d| d.as_secs_f64() * 1e6),
             ratio_to_raw: None,
         }
     }
@@ -119,6 +121,7 @@ pub fn run(json: bool, scale: f64) -> Result<ExitCode, Error> {
             "ops/s",
             "p50 µs",
             "p99 µs",
+            "max µs",
             "vs raw redb",
         ]);
         for r in &rows {
@@ -133,6 +136,9 @@ pub fn run(json: bool, scale: f64) -> Result<ExitCode, Error> {
                 r.p99_us
                     .map(|v| format!("{v:.0}"))
                     .unwrap_or_else(|| "-".into()),
+                r.max_us
+                    .map(|v| format!("{v:.0}"))
+                    .unwrap_or_else(|| "-".into()),
                 r.ratio_to_raw
                     .map(|x| format!("{x:.2}x"))
                     .unwrap_or_else(|| "baseline".into()),
@@ -144,7 +150,8 @@ pub fn run(json: bool, scale: f64) -> Result<ExitCode, Error> {
 }
 
 fn scenarios(dir: &Path, scale: f64) -> Result<Vec<Row>, Error> {
-    let n = |base: usize| ((base as f64 * scale) as usize).max(10);
+    // Three times the base counts at scale 1: about half a minute, steadier figures.
+    let n = |base: usize| ((base as f64 * scale * 3.0) as usize).max(10);
     let mut rows = Vec::new();
     let payload = vec![7u8; 100];
 
@@ -280,7 +287,89 @@ fn scenarios(dir: &Path, scale: f64) -> Result<Vec<Row>, Error> {
         }
     }
     rows.push(wake_latency(dir, n(300))?);
+    // Scale: claim at 1 k, 100 k and 1 M waiting jobs; a whole dead pool of 100 k leases.
+    let sized = |base: usize| ((base as f64 * scale) as usize).max(100);
+    for waiting in [1_000, sized(100_000), sized(1_000_000)] {
+        rows.push(claim_at_depth(dir, waiting)?);
+    }
+    rows.push(reap_under_load(dir, sized(100_000))?);
     Ok(rows)
+}
+
+/// Claim cost with `waiting` jobs in the queue (non-durable, so the index walk shows, not the
+/// fsync): claim must stay O(log n).
+fn claim_at_depth(dir: &Path, waiting: usize) -> Result<Row, Error> {
+    let store = store(dir, &format!("depth-{waiting}.redb"), false)?;
+    let ids: Vec<usize> = (0..waiting).collect();
+    for chunk in ids.chunks(10_000) {
+        store.enqueue_batch(chunk.iter().map(|i| NewJob::new("deep", format!("{i}"))))?;
+    }
+    let n = 2_000.min(waiting);
+    let (s, total) = timed(n, |_| {
+        store
+            .claim("deep", "w", LEASE)?
+            .ok_or(Error::InUse("ran out of jobs"))
+            .map(|_| ())
+    })?;
+    let file = std::fs::metadata(dir.join(format!("depth-{waiting}.redb")))
+        .map(|m| m.len())
+        .unwrap_or(0);
+    let label = format!(
+        "claim with {waiting} jobs waiting (file {} bytes/job)",
+        file / waiting.max(1) as u64
+    );
+    Ok(s.row(&label, "non-durable", 1, total, n as u64))
+}
+
+/// A whole pool's worth of expired leases reaped in batches while a claimer keeps claiming:
+/// the claimer's worst wait shows how long a batch holds the writer's seat.
+fn reap_under_load(dir: &Path, expired: usize) -> Result<Row, Error> {
+    let clock = leasehold::ManualClock::new();
+    let store = Store::builder(dir.join("reap.redb"))
+        .clock(clock.clone())
+        .sharing(Sharing::Exclusive)
+        .durability(Durability::Eventual {
+            flush_every: Duration::from_secs(3600),
+        })
+        .open()?;
+    let ids: Vec<usize> = (0..expired).collect();
+    for chunk in ids.chunks(10_000) {
+        store.enqueue_batch(chunk.iter().map(|i| NewJob::new("dead", format!("{i}"))))?;
+        store.claim_batch("dead", "dead-pool", LEASE, chunk.len())?;
+    }
+    store.enqueue_batch((0..100_000).map(|i| NewJob::new("live", format!("{i}"))))?;
+    clock.advance(LEASE * 2);
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let waits = Arc::new(Mutex::new(Vec::new()));
+    let claimer = {
+        let (store, stop, waits) = (store.clone(), stop.clone(), waits.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                let t = Instant::now();
+                if store.claim("live", "w", LEASE).is_err() {
+                    break;
+                }
+                waits.lock().push(t.elapsed());
+            }
+        })
+    };
+    let start = Instant::now();
+    let report = store.reap()?;
+    let total = start.elapsed();
+    stop.store(true, Ordering::Relaxed);
+    let _ = claimer.join();
+    let samples = std::mem::take(&mut *waits.lock());
+    let row = Samples(samples).row(
+        &format!(
+            "reap {} expired leases in batches of 500; latency = a concurrent claim's",
+            report.reclaimed.len()
+        ),
+        "non-durable",
+        1,
+        total,
+        report.reclaimed.len() as u64,
+    );
+    Ok(row)
 }
 
 fn end_to_end(
@@ -344,13 +433,11 @@ fn wake_latency(dir: &Path, n: usize) -> Result<Row, Error> {
     }
     let total = begin.elapsed();
     pool.shutdown(Duration::from_secs(5));
-    let mut row = Samples(samples).row(
-        "enqueue-to-handler-start latency",
+    Ok(Samples(samples).row(
+        "enqueue-to-handler-start (latency; ops/s = sequential round trips)",
         "non-durable",
         1,
         total,
         n as u64,
-    );
-    row.operation = "enqueue-to-handler-start (latency; ops/s = sequential round trips)".into();
-    Ok(row)
+    ))
 }

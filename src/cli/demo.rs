@@ -398,9 +398,9 @@ impl Demo {
                 ),
                 ("stalled leases revoked", c.stalled.to_string(), ""),
                 (
-                    "late commits refused by the fence",
+                    "writes refused by the fence",
                     c.fenced_writes_rejected.to_string(),
-                    "",
+                    "late commits, releases of jobs no longer held",
                 ),
                 (
                     "worst detection delay",
