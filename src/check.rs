@@ -66,21 +66,23 @@ pub(crate) fn check(read: &ReadTransaction) -> Result<CheckReport> {
             problems.push(format!("job {id} has no payload"));
         }
         let e = entries(&job);
-        if let Some(r) = e.ready {
-            ready.insert(r);
+        if let Some((q, p, r, i)) = e.ready {
+            ready.insert((q.to_owned(), p, r, i));
         }
-        if let Some(x) = e.expiry {
-            expiry.insert(x);
+        if let Some((q, x, i)) = e.expiry {
+            expiry.insert((q.to_owned(), x, i));
         }
-        if let Some(u) = e.unique
-            && let Some(other) = unique.insert(u.clone(), id)
+        if let Some((q, k)) = e.unique
+            && let Some(other) = unique.insert((q.to_owned(), k.to_owned()), id)
         {
-            problems.push(format!("jobs {other} and {id} both hold unique key {u:?}"));
+            problems.push(format!(
+                "jobs {other} and {id} both hold unique key {k:?} in {q}"
+            ));
         }
         if let Some(f) = e.finished {
             finished.insert(f);
         }
-        *counts.entry(e.count).or_default() += 1;
+        *counts.entry((e.count.0.to_owned(), e.count.1)).or_default() += 1;
         attempts.insert(id, (job.attempt.0, job.state));
     }
 

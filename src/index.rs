@@ -11,39 +11,40 @@ use crate::error::Result;
 use crate::job::{Job, JobState};
 use crate::tx::{Tables, Tx};
 
-/// The index entries one job record implies.
+/// The index entries one job record implies, borrowing the record's strings (this runs twice
+/// on every write, so it allocates nothing).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Entries {
+pub(crate) struct Entries<'a> {
     /// The job these entries belong to.
     pub id: u64,
     /// `ready`: (queue, priority, run_at, job) while waiting.
-    pub ready: Option<(String, i32, u64, u64)>,
+    pub ready: Option<(&'a str, i32, u64, u64)>,
     /// `expiry`: (queue, expires_at, job) while running.
-    pub expiry: Option<(String, u64, u64)>,
+    pub expiry: Option<(&'a str, u64, u64)>,
     /// `unique`: (queue, key) while not terminal.
-    pub unique: Option<(String, String)>,
+    pub unique: Option<(&'a str, &'a str)>,
     /// `finished`: (finished_at, job) once terminal.
     pub finished: Option<(u64, u64)>,
     /// `counts`: the (queue, state) this job is counted under.
-    pub count: (String, u8),
+    pub count: (&'a str, u8),
 }
 
 /// The entries `job` implies.
-pub(crate) fn entries(job: &Job) -> Entries {
+pub(crate) fn entries(job: &Job) -> Entries<'_> {
     let id = job.id.0;
-    let q = job.queue.clone();
+    let q = job.queue.as_str();
     Entries {
         id,
         ready: job
             .state
             .is_waiting()
-            .then(|| (q.clone(), job.priority, job.run_at.0, id)),
+            .then_some((q, job.priority, job.run_at.0, id)),
         expiry: match (&job.state, &job.lease) {
-            (JobState::Running, Some(l)) => Some((q.clone(), l.expires_at.0, id)),
+            (JobState::Running, Some(l)) => Some((q, l.expires_at.0, id)),
             _ => None,
         },
         unique: match &job.unique_key {
-            Some(k) if !job.state.is_terminal() => Some((q.clone(), k.clone())),
+            Some(k) if !job.state.is_terminal() => Some((q, k.as_str())),
             _ => None,
         },
         finished: match job.finished_at {
@@ -61,7 +62,10 @@ pub(crate) fn save(tx: &mut Tx<'_>, old: Option<&Job>, new: &Job) -> Result<()> 
     tx.tally.writes += 1;
     let after = entries(new);
     let before = old.map(entries);
-    if after.ready.is_some() && before.as_ref().is_none_or(|b| b.ready != after.ready) {
+    if after.ready.is_some()
+        && before.as_ref().is_none_or(|b| b.ready != after.ready)
+        && !tx.tally.readied.contains(&new.queue)
+    {
         tx.tally.readied.insert(new.queue.clone());
     }
     if let Some(before) = &before {
@@ -78,13 +82,13 @@ pub(crate) fn delete(tx: &mut Tx<'_>, job: &Job) -> Result<()> {
     tx.tally.writes += 1;
     let e = entries(job);
     if let Some((q, p, r, id)) = &e.ready {
-        tx.t.ready.remove((q.as_str(), *p, *r, *id))?;
+        tx.t.ready.remove((*q, *p, *r, *id))?;
     }
     if let Some((q, x, id)) = &e.expiry {
-        tx.t.expiry.remove((q.as_str(), *x, *id))?;
+        tx.t.expiry.remove((*q, *x, *id))?;
     }
     if let Some((q, k)) = &e.unique {
-        tx.t.unique.remove((q.as_str(), k.as_str()))?;
+        tx.t.unique.remove((*q, *k))?;
     }
     if let Some(key) = e.finished {
         tx.t.finished.remove(key)?;
@@ -105,17 +109,17 @@ fn remove_entries(t: &mut Tables<'_>, before: &Entries, after: &Entries) -> Resu
     if let Some((q, p, r, id)) = &before.ready
         && before.ready != after.ready
     {
-        t.ready.remove((q.as_str(), *p, *r, *id))?;
+        t.ready.remove((*q, *p, *r, *id))?;
     }
     if let Some((q, e, id)) = &before.expiry
         && before.expiry != after.expiry
     {
-        t.expiry.remove((q.as_str(), *e, *id))?;
+        t.expiry.remove((*q, *e, *id))?;
     }
     if let Some((q, k)) = &before.unique
         && before.unique != after.unique
     {
-        t.unique.remove((q.as_str(), k.as_str()))?;
+        t.unique.remove((*q, *k))?;
     }
     if let Some(key) = before.finished
         && before.finished != after.finished
@@ -134,17 +138,17 @@ fn add_entries(t: &mut Tables<'_>, after: &Entries, before: Option<&Entries>) ->
     if let Some((q, p, r, id)) = &after.ready
         && new(|b, a| b.ready == a.ready)
     {
-        t.ready.insert((q.as_str(), *p, *r, *id), ())?;
+        t.ready.insert((*q, *p, *r, *id), ())?;
     }
     if let Some((q, e, id)) = &after.expiry
         && new(|b, a| b.expiry == a.expiry)
     {
-        t.expiry.insert((q.as_str(), *e, *id), ())?;
+        t.expiry.insert((*q, *e, *id), ())?;
     }
     if let Some((q, k)) = &after.unique
         && new(|b, a| b.unique == a.unique)
     {
-        t.unique.insert((q.as_str(), k.as_str()), after.id)?;
+        t.unique.insert((*q, *k), after.id)?;
     }
     if let Some(key) = after.finished
         && new(|b, a| b.finished == a.finished)
@@ -157,8 +161,8 @@ fn add_entries(t: &mut Tables<'_>, after: &Entries, before: Option<&Entries>) ->
     Ok(())
 }
 
-fn add_count(t: &mut Tables<'_>, (q, s): &(String, u8), delta: i64) -> Result<()> {
-    let key = (q.as_str(), *s);
+fn add_count(t: &mut Tables<'_>, &(q, s): &(&str, u8), delta: i64) -> Result<()> {
+    let key = (q, s);
     let current = t.counts.get(key)?.map(|v| v.value()).unwrap_or(0);
     let next = current.saturating_add_signed(delta);
     if next == 0 {
