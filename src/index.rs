@@ -68,6 +68,12 @@ pub(crate) fn save(tx: &mut Tx<'_>, old: Option<&Job>, new: &Job) -> Result<()> 
     {
         tx.tally.readied.insert(new.queue.clone());
     }
+    if before.as_ref().is_none_or(|b| b.count != after.count) {
+        if let Some(b) = &before {
+            tx.tally.count(b.count, -1);
+        }
+        tx.tally.count(after.count, 1);
+    }
     if let Some(before) = &before {
         remove_entries(&mut tx.t, before, &after)?;
     }
@@ -93,7 +99,7 @@ pub(crate) fn delete(tx: &mut Tx<'_>, job: &Job) -> Result<()> {
     if let Some(key) = e.finished {
         tx.t.finished.remove(key)?;
     }
-    add_count(&mut tx.t, &e.count, -1)?;
+    tx.tally.count(e.count, -1);
     let id = job.id.0;
     tx.t.jobs.remove(id)?;
     tx.t.payloads.remove(id)?;
@@ -126,9 +132,6 @@ fn remove_entries(t: &mut Tables<'_>, before: &Entries, after: &Entries) -> Resu
     {
         t.finished.remove(key)?;
     }
-    if before.count != after.count {
-        add_count(t, &before.count, -1)?;
-    }
     Ok(())
 }
 
@@ -155,20 +158,25 @@ fn add_entries(t: &mut Tables<'_>, after: &Entries, before: Option<&Entries>) ->
     {
         t.finished.insert(key, ())?;
     }
-    if new(|b, a| b.count == a.count) {
-        add_count(t, &after.count, 1)?;
-    }
     Ok(())
 }
 
-fn add_count(t: &mut Tables<'_>, &(q, s): &(&str, u8), delta: i64) -> Result<()> {
-    let key = (q, s);
-    let current = t.counts.get(key)?.map(|v| v.value()).unwrap_or(0);
-    let next = current.saturating_add_signed(delta);
-    if next == 0 {
-        t.counts.remove(key)?;
-    } else {
-        t.counts.insert(key, next)?;
+/// Applies the transaction's count changes to the `counts` index, once per (queue, state)
+/// rather than once per job: a batch that claims a thousand jobs writes two counts, not two
+/// thousand.
+pub(crate) fn apply_counts(t: &mut Tables<'_>, deltas: &[(String, u8, i64)]) -> Result<()> {
+    for (q, s, delta) in deltas {
+        if *delta == 0 {
+            continue;
+        }
+        let key = (q.as_str(), *s);
+        let current = t.counts.get(key)?.map(|v| v.value()).unwrap_or(0);
+        let next = current.saturating_add_signed(*delta);
+        if next == 0 {
+            t.counts.remove(key)?;
+        } else {
+            t.counts.insert(key, next)?;
+        }
     }
     Ok(())
 }

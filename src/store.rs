@@ -415,7 +415,7 @@ impl Store {
             let mut tx = Tx::open(&txn, now, &self.inner.policy)?;
             let result = f(&mut tx, &txn);
             if result.is_ok() {
-                persist_tally(&mut tx.t.meta, &tx.tally)?;
+                tx.persist()?;
             }
             (result, tx.tally)
         };
@@ -517,7 +517,7 @@ impl Committer for Store {
                 }
             }
             if tx.tally.changed() {
-                persist_tally(&mut tx.t.meta, &tx.tally)?;
+                tx.persist()?;
             }
             tx.tally
         };

@@ -75,6 +75,8 @@ pub(crate) struct Tally {
     pub readied: BTreeSet<String>,
     /// Whether any job record was written.
     pub saved: bool,
+    /// Changes to the per-(queue, state) counts, applied once at the end of the transaction.
+    pub counts: Vec<(String, u8, i64)>,
     /// How many job records were written or deleted (an operation that fails after writing
     /// poisons a shared transaction; see group commit).
     pub writes: u64,
@@ -90,6 +92,18 @@ impl Tally {
     /// did not, and is rolled back instead of paying for an fsync).
     pub(crate) fn changed(&self) -> bool {
         self.saved || self.counts_anything()
+    }
+
+    /// Notes a change of one job to a (queue, state) count.
+    pub(crate) fn count(&mut self, (queue, state): (&str, u8), delta: i64) {
+        match self
+            .counts
+            .iter_mut()
+            .find(|(q, s, _)| *s == state && q == queue)
+        {
+            Some(entry) => entry.2 += delta,
+            None => self.counts.push((queue.to_owned(), state, delta)),
+        }
     }
 
     /// Notes a time the store wrote, so the clock never resumes below it.
@@ -125,6 +139,12 @@ impl<'t> Tx<'t> {
             policy,
             tally,
         })
+    }
+
+    /// Writes what the transaction accumulated: counts, counters, the clock's high-water mark.
+    pub(crate) fn persist(&mut self) -> Result<()> {
+        crate::index::apply_counts(&mut self.t, &self.tally.counts)?;
+        persist_tally(&mut self.t.meta, &self.tally)
     }
 
     /// Allocates the next job id from the persisted counter.
