@@ -13,7 +13,12 @@ const LEASE: Duration = Duration::from_secs(60);
 
 fn open(durability: Durability) -> (tempfile::TempDir, Store) {
     let dir = tempfile::tempdir().unwrap();
+    let sharing = match durability {
+        Durability::Immediate => leasehold::Sharing::SingleWriter,
+        Durability::Eventual { .. } => leasehold::Sharing::Exclusive,
+    };
     let store = Store::builder(dir.path().join("bench.redb"))
+        .sharing(sharing)
         .durability(durability)
         .open()
         .unwrap();
@@ -82,9 +87,75 @@ fn heartbeat(c: &mut Criterion) {
     g.finish();
 }
 
+/// Reaping a whole dead pool: 10,000 expired leases in batches of 500 (non-durable, so the
+/// figure is the store's work, not the disk's).
+fn reap(c: &mut Criterion) {
+    let mut g = c.benchmark_group("reap");
+    g.sample_size(10);
+    g.bench_function("10k_expired", |b| {
+        b.iter_batched(
+            || {
+                let dir = tempfile::tempdir().unwrap();
+                let clock = leasehold::ManualClock::new();
+                let store = Store::builder(dir.path().join("reap.redb"))
+                    .clock(clock.clone())
+                    .sharing(leasehold::Sharing::Exclusive)
+                    .durability(Durability::Eventual {
+                        flush_every: Duration::from_secs(3600),
+                    })
+                    .open()
+                    .unwrap();
+                store
+                    .enqueue_batch((0..10_000).map(|i| NewJob::new("q", format!("{i}"))))
+                    .unwrap();
+                store.claim_batch("q", "dead", LEASE, 10_000).unwrap();
+                clock.advance(LEASE * 2);
+                (dir, store)
+            },
+            |(_dir, store)| assert_eq!(store.reap().unwrap().reclaimed.len(), 10_000),
+            BatchSize::PerIteration,
+        )
+    });
+    g.finish();
+}
+
+/// Enqueue, claim and complete 2,000 jobs through a worker pool.
+fn end_to_end(c: &mut Criterion) {
+    let mut g = c.benchmark_group("end_to_end_2000_jobs");
+    g.sample_size(10);
+    for (name, durability) in modes() {
+        for workers in [1usize, 16] {
+            g.bench_function(format!("{name}/{workers}_workers"), |b| {
+                b.iter_batched(
+                    || open(durability),
+                    |(_dir, store)| {
+                        let pool = leasehold::WorkerPool::builder(store.clone(), "e2e")
+                            .concurrency(workers)
+                            .start(|_| Ok(Vec::new()))
+                            .unwrap();
+                        for chunk in 0..(2000 / 100) {
+                            store
+                                .enqueue_batch(
+                                    (0..100).map(|i| NewJob::new("e2e", format!("{chunk}-{i}"))),
+                                )
+                                .unwrap();
+                        }
+                        while store.stats().unwrap().total(leasehold::JobState::Succeeded) < 2000 {
+                            std::thread::yield_now();
+                        }
+                        pool.shutdown(Duration::from_secs(5));
+                    },
+                    BatchSize::PerIteration,
+                )
+            });
+        }
+    }
+    g.finish();
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default().sample_size(20).measurement_time(Duration::from_secs(3));
-    targets = enqueue, claim_complete, heartbeat
+    targets = enqueue, claim_complete, heartbeat, reap, end_to_end
 }
 criterion_main!(benches);

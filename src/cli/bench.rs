@@ -315,8 +315,9 @@ fn claim_at_depth(dir: &Path, waiting: usize) -> Result<Row, Error> {
         .map(|m| m.len())
         .unwrap_or(0);
     let label = format!(
-        "claim with {waiting} jobs waiting (file {} bytes/job)",
-        file / waiting.max(1) as u64
+        "claim with {waiting} jobs waiting (file {} bytes/job, process RSS {} MiB)",
+        file / waiting.max(1) as u64,
+        resident_mib()
     );
     Ok(s.row(&label, "non-durable", 1, total, n as u64))
 }
@@ -440,4 +441,17 @@ fn wake_latency(dir: &Path, n: usize) -> Result<Row, Error> {
         total,
         n as u64,
     ))
+}
+
+/// This process's resident memory, from /proc (0 where there is none).
+fn resident_mib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<u64>().ok())
+        })
+        .map_or(0, |kb| kb / 1024)
 }
