@@ -228,45 +228,28 @@ fn scenarios(dir: &Path, scale: f64) -> Result<Vec<Row>, Error> {
     // Sequential claim + complete: two commits per job, against two raw read-modify-writes
     // (raw redb commits one-phase, like an exclusive file; a single-writer file adds redb's
     // second phase).
-    let exclusive = Store::builder(dir.join("cc-exclusive.redb"))
-        .sharing(Sharing::Exclusive)
-        .open()?;
-    exclusive.enqueue_batch((0..n(1000)).map(|_| NewJob::new("q", payload.clone())))?;
-    let (s, total) = timed(n(1000), |_| {
-        let l = exclusive
-            .claim("q", "w", LEASE)?
-            .ok_or(Error::InUse("ran out of jobs"))?;
-        exclusive.complete(&l, b"")
-    })?;
-    let mut row = s.row(
-        "claim + complete, sequential (exclusive file)",
-        "durable",
-        1,
-        total,
-        n(1000) as u64,
-    );
-    row.ratio_to_raw = Some(row.ops_per_sec / (raw_rmw_ops / 2.0));
-    rows.push(row);
-    drop(exclusive);
+    let jobs = n(1000);
+    for (sharing, name) in [
+        (Sharing::Exclusive, "exclusive"),
+        (Sharing::SingleWriter, "single-writer"),
+    ] {
+        let s_ = Store::builder(dir.join(format!("cc-{name}.redb")))
+            .sharing(sharing)
+            .open()?;
+        s_.enqueue_batch((0..jobs).map(|_| NewJob::new("q", payload.clone())))?;
+        let (s, total) = timed(jobs, |_| {
+            let l = s_
+                .claim("q", "w", LEASE)?
+                .ok_or(Error::InUse("ran out of jobs"))?;
+            s_.complete(&l, b"")
+        })?;
+        let label = format!("claim + complete, sequential ({name} file)");
+        let mut row = s.row(&label, "durable", 1, total, jobs as u64);
+        row.ratio_to_raw = Some(row.ops_per_sec / (raw_rmw_ops / 2.0));
+        rows.push(row);
+    }
 
-    let s_ = store(dir, "cc.redb", true)?;
-    s_.enqueue_batch((0..n(1000)).map(|_| NewJob::new("q", payload.clone())))?;
-    let (s, total) = timed(n(1000), |_| {
-        let l = s_
-            .claim("q", "w", LEASE)?
-            .ok_or(Error::InUse("ran out of jobs"))?;
-        s_.complete(&l, b"")
-    })?;
-    let mut row = s.row(
-        "claim + complete, sequential (single-writer file)",
-        "durable",
-        1,
-        total,
-        n(1000) as u64,
-    );
-    row.ratio_to_raw = Some(row.ops_per_sec / (raw_rmw_ops / 2.0));
-    rows.push(row);
-
+    let s_ = store(dir, "hb.redb", true)?;
     // Heartbeats: one lease per call, and 1,000 leases in one call.
     s_.enqueue_batch((0..1000).map(|_| NewJob::new("hb", payload.clone())))?;
     let leases: Vec<_> = (0..1000)
