@@ -190,3 +190,24 @@ fn bad_pool_settings_are_refused() {
         leasehold::Error::Input(leasehold::InputError::EmptyQueueName)
     ));
 }
+
+#[test]
+fn a_delayed_job_is_picked_up_when_due_not_at_the_next_poll() {
+    // The host clock here: the job falls due 200 ms after enqueue. The idle dispatcher's
+    // longest sleep is its heartbeat interval, 10 minutes; only waking at the job's due time
+    // (next_due) can run it within the 30 s the wait allows.
+    let dir = tempfile::tempdir().unwrap();
+    let store = leasehold::Store::open(dir.path().join("real-clock.redb")).unwrap();
+    let p = leasehold::WorkerPool::builder(store.clone(), Q)
+        .lease(Duration::from_secs(3600))
+        .heartbeat_every(Duration::from_secs(600))
+        .start(|_| Ok(()))
+        .unwrap();
+    let id = store
+        .enqueue(NewJob::new(Q, "later").delay(Duration::from_millis(200)))
+        .unwrap();
+    wait_until("the delayed job to run", || {
+        store.job(id).unwrap().unwrap().state == JobState::Succeeded
+    });
+    drop(p);
+}
