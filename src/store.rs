@@ -213,7 +213,7 @@ impl Store {
     /// redb transaction, to its own tables) atomically with it, only if the fence holds. If
     /// the lease was lost, `f` is not called and nothing is written; if `f` fails, nothing is
     /// written either. This gives exactly-once effects on local state to a job that may run
-    /// more than once.
+    /// more than once. As in [`Store::transaction`], `f` must not call this store.
     pub fn complete_with<F, E>(&self, lease: &Lease, output: &[u8], f: F) -> Result<()>
     where
         F: FnOnce(&WriteTransaction) -> std::result::Result<(), E>,
@@ -312,6 +312,10 @@ impl Store {
 
     /// Runs `f` in one write transaction, committed only if it returns `Ok`: enqueue jobs
     /// together with the application's own writes, or complete a job together with them.
+    ///
+    /// Inside `f`, use the [`Transaction`]'s methods, never this store's: the transaction
+    /// holds the writer's seat until `f` returns, so a store call from `f` would wait for it
+    /// forever.
     pub fn transaction<T>(
         &self,
         f: impl FnOnce(&mut Transaction<'_, '_>) -> Result<T>,

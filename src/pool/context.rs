@@ -238,6 +238,7 @@ impl Output {
 
     /// Output bytes plus the application's writes to its own tables, committed with the
     /// completion or not at all (see [`Store::complete_with`](crate::Store::complete_with)).
+    /// `writes` must not call the store: it runs inside the completion's transaction.
     pub fn with_writes<F, E>(bytes: impl Into<Vec<u8>>, writes: F) -> Output
     where
         F: FnOnce(&WriteTransaction) -> Result<(), E> + Send + 'static,
