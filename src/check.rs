@@ -62,6 +62,14 @@ pub(crate) fn check(read: &ReadTransaction) -> Result<CheckReport> {
                 job.state, job.lease
             ));
         }
+        if let Some(l) = &job.lease
+            && l.indexed_expiry > l.expires_at
+        {
+            problems.push(format!(
+                "job {id}'s lease is indexed at {} after it expires at {}",
+                l.indexed_expiry, l.expires_at
+            ));
+        }
         if payloads.get(id)?.is_none() {
             problems.push(format!("job {id} has no payload"));
         }

@@ -40,7 +40,7 @@ pub(crate) fn entries(job: &Job) -> Entries<'_> {
             .is_waiting()
             .then_some((q, job.priority, job.run_at.0, id)),
         expiry: match (&job.state, &job.lease) {
-            (JobState::Running, Some(l)) => Some((q, l.expires_at.0, id)),
+            (JobState::Running, Some(l)) => Some((q, l.indexed_expiry.0, id)),
             _ => None,
         },
         unique: match &job.unique_key {

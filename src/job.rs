@@ -95,6 +95,11 @@ pub struct LeaseRecord {
     pub claimed_at: StoreTime,
     /// When it expires unless renewed. Compared only against store time.
     pub expires_at: StoreTime,
+    /// Where the lease sits in the expiry index: at or before `expires_at`. A renewal moves
+    /// only `expires_at`, so it rewrites one record instead of also moving an index entry;
+    /// the entry catches up when a reaper pass or a claimer reaches it and finds the lease
+    /// renewed. An entry is never later than its lease, so no expiry is ever missed.
+    pub indexed_expiry: StoreTime,
     /// The lease length; every renewal extends the lease by this much from the renewal's now.
     pub length: Duration,
     /// A heartbeat finding no progress for this long revokes the lease.

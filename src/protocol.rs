@@ -95,8 +95,8 @@ pub(crate) fn claim(
     input::check_worker(worker)?;
     check_terms(&terms)?;
     loop {
-        let ready = next_ready(tx, queue)?;
         let expired = next_expired(tx, queue)?;
+        let ready = next_ready(tx, queue)?;
         let (id, takeover) = match (ready, expired) {
             (None, None) => return Ok(None),
             (Some((_, id)), None) => (id, false),
@@ -332,26 +332,35 @@ pub(crate) fn reap_batch(
         ReclaimPath::Recovery => u64::MAX,
         _ => tx.now.0,
     };
-    let mut due: Vec<JobId> = Vec::new();
+    let mut reclaimed = Vec::new();
+    // Index entries looked at (reclaims and catch-ups alike) count against the batch, so a
+    // batch's work stays bounded.
+    let mut visited = 0usize;
     let mut remaining = 0usize;
     for queue in running_queues(tx)? {
-        let range =
-            tx.t.expiry
-                .range((queue.as_str(), 0u64, 0u64)..=(queue.as_str(), bound, u64::MAX))?;
-        for entry in range {
-            let (key, _) = entry?;
-            if due.len() < limit {
-                due.push(JobId(key.value().2));
+        loop {
+            let first =
+                tx.t.expiry
+                    .range((queue.as_str(), 0u64, 0u64)..=(queue.as_str(), bound, u64::MAX))?
+                    .next()
+                    .transpose()?
+                    .map(|(key, _)| JobId(key.value().2));
+            let Some(id) = first else {
+                break;
+            };
+            if visited == limit {
+                remaining = 1;
+                break;
+            }
+            visited += 1;
+            let job = load(tx, id)?;
+            if path == ReclaimPath::Recovery || lease_expired(&job, tx.now) {
+                let (_, reclaim) = expire(tx, job, path)?;
+                reclaimed.push(reclaim);
             } else {
-                remaining += 1;
+                catch_up(tx, job)?;
             }
         }
-    }
-    let mut reclaimed = Vec::with_capacity(due.len());
-    for id in due {
-        let job = load(tx, id)?;
-        let (_, reclaim) = expire(tx, job, path)?;
-        reclaimed.push(reclaim);
     }
     Ok((reclaimed, remaining))
 }
@@ -475,6 +484,7 @@ fn grant(tx: &mut Tx<'_>, job: Job, worker: &str, terms: LeaseTerms) -> Result<L
         owner: worker.to_owned(),
         claimed_at: now,
         expires_at,
+        indexed_expiry: expires_at,
         length,
         stall_timeout: terms.stall_timeout,
     });
@@ -571,14 +581,33 @@ fn next_ready(tx: &Tx<'_>, queue: &str) -> Result<Option<(i32, JobId)>> {
 }
 
 /// The running job of `queue` whose lease expired first, if any has.
-fn next_expired(tx: &Tx<'_>, queue: &str) -> Result<Option<JobId>> {
-    let mut range =
-        tx.t.expiry
-            .range((queue, 0u64, 0u64)..=(queue, tx.now.0, u64::MAX))?;
-    match range.next() {
-        Some(entry) => Ok(Some(JobId(entry?.0.value().2))),
-        None => Ok(None),
+fn next_expired(tx: &mut Tx<'_>, queue: &str) -> Result<Option<JobId>> {
+    loop {
+        let first =
+            tx.t.expiry
+                .range((queue, 0u64, 0u64)..=(queue, tx.now.0, u64::MAX))?
+                .next()
+                .transpose()?
+                .map(|(key, _)| JobId(key.value().2));
+        let Some(id) = first else {
+            return Ok(None);
+        };
+        let job = load(tx, id)?;
+        if lease_expired(&job, tx.now) {
+            return Ok(Some(id));
+        }
+        catch_up(tx, job)?;
     }
+}
+
+/// Moves a renewed lease's index entry to its real expiry (see [`LeaseRecord`]).
+fn catch_up(tx: &mut Tx<'_>, job: Job) -> Result<()> {
+    let mut moved = job.clone();
+    match moved.lease.as_mut() {
+        Some(lease) => lease.indexed_expiry = lease.expires_at,
+        None => return Err(corrupt_running(&job)),
+    }
+    index::save(tx, Some(&job), &moved)
 }
 
 /// Queues that have running jobs, from the `counts` index (no scan of jobs).

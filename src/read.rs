@@ -91,23 +91,44 @@ pub(crate) fn earliest_run_at(read: &ReadTransaction, queue: &str) -> Result<Opt
     Ok(earliest.map(StoreTime))
 }
 
-/// The earliest lease expiry of `queue`, and the earliest one at or after `now`.
+/// The earliest lease expiry the index holds for `queue`: at or before the earliest real one
+/// (renewals catch the index up lazily), so a waiter woken by it may find nothing due yet.
+pub(crate) fn earliest_indexed_expiry(
+    read: &ReadTransaction,
+    queue: &str,
+) -> Result<Option<StoreTime>> {
+    let expiry = read.open_table(schema::EXPIRY)?;
+    let mut range = expiry.range((queue, 0u64, 0u64)..=(queue, u64::MAX, u64::MAX))?;
+    match range.next() {
+        Some(entry) => Ok(Some(StoreTime(entry?.0.value().1))),
+        None => Ok(None),
+    }
+}
+
+/// The real earliest lease expiry of `queue`, and the earliest one at or after `now`, from the
+/// running jobs' records (the index may lag renewals). Reads every running job of the queue:
+/// for operators' views.
 pub(crate) fn lease_expiries(
     read: &ReadTransaction,
     queue: &str,
     now: StoreTime,
 ) -> Result<(Option<StoreTime>, Option<StoreTime>)> {
     let expiry = read.open_table(schema::EXPIRY)?;
-    let first = |lo: u64| -> Result<Option<StoreTime>> {
-        match expiry
-            .range((queue, lo, 0u64)..=(queue, u64::MAX, u64::MAX))?
-            .next()
-        {
-            Some(entry) => Ok(Some(StoreTime(entry?.0.value().1))),
-            None => Ok(None),
+    let jobs = read.open_table(schema::JOBS)?;
+    let (mut earliest, mut next): (Option<StoreTime>, Option<StoreTime>) = (None, None);
+    for entry in expiry.range((queue, 0u64, 0u64)..=(queue, u64::MAX, u64::MAX))? {
+        let id = entry?.0.value().2;
+        let Some(bytes) = jobs.get(id)? else { continue };
+        let Some(lease) = decode_job(bytes.value())?.lease else {
+            continue;
+        };
+        let t = lease.expires_at;
+        earliest = Some(earliest.map_or(t, |e| e.min(t)));
+        if t >= now {
+            next = Some(next.map_or(t, |e| e.min(t)));
         }
-    };
-    Ok((first(0)?, first(now.0)?))
+    }
+    Ok((earliest, next))
 }
 
 /// Which jobs to list, and in what order.

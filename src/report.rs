@@ -38,8 +38,8 @@ pub struct ReapReport {
     pub batches: usize,
     /// The most leases one of those transactions took back.
     pub largest_batch: usize,
-    /// Expired leases left when the pass stopped (non-zero only if the pass hit its batch
-    /// limit; the next pass continues).
+    /// Whether work was left when the pass stopped (non-zero only if a batch hit its limit;
+    /// `reap` then runs another batch).
     pub remaining: usize,
 }
 

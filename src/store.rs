@@ -161,13 +161,14 @@ impl Store {
         self.inner.notifier.notify_all();
     }
 
-    /// The next store time at which something in `queue` becomes claimable without any commit:
-    /// the earliest `run_at` of a waiting job not yet due, or the earliest lease expiry.
-    /// `None` if nothing is scheduled. `Some(t <= now)` means something is claimable now.
+    /// The next store time at which something in `queue` may become claimable without any
+    /// commit: the earliest `run_at` of a waiting job, or the earliest lease expiry as the
+    /// index holds it (which may be earlier than the real one, never later). `None` if nothing
+    /// is scheduled.
     pub fn next_due(&self, queue: &str) -> Result<Option<StoreTime>> {
         let read = self.inner.db.begin_read()?;
         let run_at = read::earliest_run_at(&read, queue)?;
-        let (expiry, _) = read::lease_expiries(&read, queue, StoreTime::ZERO)?;
+        let expiry = read::earliest_indexed_expiry(&read, queue)?;
         Ok(match (run_at, expiry) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),

@@ -44,7 +44,7 @@ pub(crate) fn dispatch_loop(
                 return;
             }
             if shared.paused() {
-                if stop.recv_timeout(shared.settings.heartbeat() / 4).is_ok() {
+                if stop.recv_timeout(recheck(shared)).is_ok() {
                     return;
                 }
                 continue;
@@ -55,11 +55,9 @@ pub(crate) fn dispatch_loop(
                 bump(&shared.counters.intake_paused);
                 tracing::warn!(queue = %shared.queue, "renewals are behind; not claiming");
                 shared.shed_expired(now);
-                let _ = shared.store.wait_for_work(
-                    &shared.queue,
-                    seen,
-                    shared.settings.heartbeat() / 4,
-                );
+                let _ = shared
+                    .store
+                    .wait_for_work(&shared.queue, seen, recheck(shared));
                 if !shared.running() {
                     return;
                 }
@@ -97,6 +95,12 @@ pub(crate) fn dispatch_loop(
             }
         }
     }
+}
+
+/// How soon a paused or shedding dispatcher looks again: often enough to resume promptly once
+/// renewals recover, rarely enough not to spin.
+fn recheck(shared: &Shared) -> Duration {
+    (shared.settings.heartbeat() / 4).min(Duration::from_millis(100))
 }
 
 /// Until the next delayed job or lease expiry of the queue comes due, capped.

@@ -16,6 +16,7 @@ pub(crate) fn heartbeat_loop(shared: &Shared, stop: &Receiver<()>) {
         if shared.abandoned() {
             return;
         }
+        let _tick = shared.beating.lock();
         if shared.paused() {
             continue;
         }

@@ -144,6 +144,7 @@ impl PoolBuilder {
             flights_changed: Condvar::new(),
             phase: AtomicU8::new(Phase::Running as u8),
             paused: AtomicBool::new(false),
+            beating: Mutex::new(()),
             last_renewal: AtomicU64::new(0),
             counters: Counters::default(),
             live_workers: Mutex::new(0),
@@ -351,8 +352,12 @@ impl WorkerPool {
     /// claims, no health checks, until [`resume`](WorkerPool::resume). Handlers keep running
     /// (code cannot be frozen from outside), so a test's handler blocks by itself. For tests
     /// and demonstrations of a worker that wakes after its lease was taken.
+    ///
+    /// When it returns, no renewal is in progress and none starts until `resume`.
     pub fn pause(&self) {
         self.shared.paused.store(true, Ordering::SeqCst);
+        // Wait out a tick already under way, so no renewal lands after the pause.
+        drop(self.shared.beating.lock());
     }
 
     /// Unfreezes a paused pool.
@@ -440,6 +445,8 @@ pub(crate) struct Shared {
     pub flights_changed: Condvar,
     phase: AtomicU8,
     paused: AtomicBool,
+    /// Held by the heartbeat thread for the length of a tick.
+    pub(crate) beating: Mutex<()>,
     /// Store time of the last successful renewal batch (or of the first claim after an idle
     /// spell): the heartbeat's health.
     last_renewal: AtomicU64,
