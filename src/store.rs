@@ -323,9 +323,9 @@ impl Store {
     ) -> Result<T> {
         // The application's closure borrows from its caller and may write its own tables, so
         // it runs alone, on the caller's thread, with the writer's seat to itself.
-        self.inner.group.exclusive(|| {
-            self.write_with_txn(Commit::Always, |tx, txn| f(&mut Transaction::new(tx, txn)))
-        })
+        self.inner
+            .group
+            .exclusive(|| self.write_with_txn(|tx, txn| f(&mut Transaction::new(tx, txn))))
     }
 
     /// Makes every commit so far durable (a no-op under [`Durability::Immediate`]).
@@ -407,9 +407,11 @@ impl Store {
         self.inner.group.run(self, f)
     }
 
+    /// Runs an application's transaction alone, on the caller's thread, and commits it if it
+    /// succeeds (it may have written its own tables, so it commits even when leasehold's did
+    /// not change).
     fn write_with_txn<T>(
         &self,
-        commit: Commit,
         f: impl for<'t> FnOnce(&mut Tx<'t>, &'t WriteTransaction) -> Result<T>,
     ) -> Result<T> {
         let mut txn = self.inner.db.begin_write()?;
@@ -425,10 +427,6 @@ impl Store {
             (result, tx.tally)
         };
         match result {
-            Ok(value) if commit == Commit::IfChanged && !tally.changed() => {
-                txn.abort()?;
-                Ok(value)
-            }
             Ok(value) => {
                 txn.commit()?;
                 self.inner.writes.fetch_add(1, Ordering::Relaxed);
@@ -537,15 +535,6 @@ impl Committer for Store {
         self.inner.notifier.notify(&tally.readied);
         Ok(true)
     }
-}
-
-/// Whether a successful transaction that wrote no job record is committed.
-#[derive(Copy, Clone, PartialEq, Eq)]
-enum Commit {
-    /// The application's transactions: they may have written their own tables.
-    Always,
-    /// Store operations outside a group: nothing written, nothing to commit (no fsync).
-    IfChanged,
 }
 
 impl Drop for Inner {
