@@ -58,7 +58,6 @@ pub(crate) fn entries(job: &Job) -> Entries<'_> {
 /// Writes `new` (replacing `old`, if the job existed) with all of its index entries, and
 /// notes a queue that gained a claimable-soon job so the store can wake its waiting workers.
 pub(crate) fn save(tx: &mut Tx<'_>, old: Option<&Job>, new: &Job) -> Result<()> {
-    tx.tally.saved = true;
     tx.tally.writes += 1;
     let after = entries(new);
     let before = old.map(entries);
@@ -84,7 +83,6 @@ pub(crate) fn save(tx: &mut Tx<'_>, old: Option<&Job>, new: &Job) -> Result<()> 
 
 /// Deletes a job entirely: its record, every index entry, its payload, output and history.
 pub(crate) fn delete(tx: &mut Tx<'_>, job: &Job) -> Result<()> {
-    tx.tally.saved = true;
     tx.tally.writes += 1;
     let e = entries(job);
     if let Some((q, p, r, id)) = &e.ready {

@@ -73,8 +73,6 @@ pub(crate) struct Tally {
     pub high_water: StoreTime,
     /// Queues that gained a waiting job: their idle workers are woken after the commit.
     pub readied: BTreeSet<String>,
-    /// Whether any job record was written.
-    pub saved: bool,
     /// Changes to the per-(queue, state) counts, applied once at the end of the transaction.
     pub counts: Vec<(String, u8, i64)>,
     /// How many job records were written or deleted (an operation that fails after writing
@@ -91,7 +89,7 @@ impl Tally {
     /// Whether the transaction changed anything worth a commit (a claim that found nothing
     /// did not, and is rolled back instead of paying for an fsync).
     pub(crate) fn changed(&self) -> bool {
-        self.saved || self.counts_anything()
+        self.writes > 0 || self.counts_anything()
     }
 
     /// Notes a change of one job to a (queue, state) count.
