@@ -50,28 +50,15 @@ pub struct Cli {
     command: Command,
 }
 
-/// A job state on the command line.
-#[derive(Copy, Clone, Debug, ValueEnum)]
-pub enum StateArg {
-    Queued,
-    Running,
-    RetryWait,
-    Succeeded,
-    Dead,
-    Cancelled,
-}
-
-impl From<StateArg> for JobState {
-    fn from(s: StateArg) -> JobState {
-        match s {
-            StateArg::Queued => JobState::Queued,
-            StateArg::Running => JobState::Running,
-            StateArg::RetryWait => JobState::RetryWait,
-            StateArg::Succeeded => JobState::Succeeded,
-            StateArg::Dead => JobState::Dead,
-            StateArg::Cancelled => JobState::Cancelled,
-        }
-    }
+/// A job state on the command line, by the name the tool prints (`queued`, `retry_wait`, ...).
+fn parse_state(s: &str) -> Result<JobState, String> {
+    JobState::ALL
+        .into_iter()
+        .find(|state| state.name() == s)
+        .ok_or_else(|| {
+            let names: Vec<&str> = JobState::ALL.iter().map(|s| s.name()).collect();
+            format!("unknown state (one of: {})", names.join(", "))
+        })
 }
 
 /// The order of `jobs`.
@@ -104,8 +91,8 @@ enum Command {
         #[arg(long)]
         queue: Option<String>,
         /// Only this state.
-        #[arg(long, value_enum)]
-        state: Option<StateArg>,
+        #[arg(long, value_parser = parse_state)]
+        state: Option<JobState>,
         /// At most this many.
         #[arg(long, default_value_t = 50)]
         limit: usize,
@@ -140,8 +127,8 @@ enum Command {
         #[arg(long, value_parser = parse_duration)]
         older_than: Duration,
         /// Only this state (default: succeeded, dead and cancelled).
-        #[arg(long, value_enum)]
-        state: Option<StateArg>,
+        #[arg(long, value_parser = parse_state)]
+        state: Option<JobState>,
     },
     /// Run one reaper pass now and print what was reclaimed.
     Reap,
@@ -212,7 +199,7 @@ pub fn main() -> ExitCode {
             state,
             limit,
             sort,
-        } => inspect::jobs(&db, json, queue, state.map(Into::into), limit, sort),
+        } => inspect::jobs(&db, json, queue, state, limit, sort),
         Command::Show { job, raw } => inspect::show(&db, json, job, raw),
         Command::Check => inspect::check(&db, json),
         Command::Watch {
@@ -222,9 +209,7 @@ pub fn main() -> ExitCode {
         Command::Enqueue(args) => operate::enqueue(&db, json, args),
         Command::Retry { job } => operate::retry(&db, json, job),
         Command::Cancel { job } => operate::cancel(&db, json, job),
-        Command::Purge { older_than, state } => {
-            operate::purge(&db, json, older_than, state.map(Into::into))
-        }
+        Command::Purge { older_than, state } => operate::purge(&db, json, older_than, state),
         Command::Reap => operate::reap(&db, json),
         Command::Compact => operate::compact(&db, json),
         Command::Demo { jobs } => demo::run(json, jobs),
