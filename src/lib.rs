@@ -96,6 +96,7 @@ mod reaper;
 mod report;
 mod retry;
 mod schema;
+mod search;
 mod stats;
 mod store;
 mod transaction;

@@ -23,6 +23,7 @@ use crate::job::{Job, JobState, LeaseRecord, NewJob, Outcome, ReclaimPath, Run};
 use crate::lease::{Lease, LeaseTerms, Renewal};
 use crate::report::Reclaim;
 use crate::retry::splitmix64;
+use crate::search;
 use crate::tx::Tx;
 
 /// Enqueues a job; with a unique key that a live job holds, returns that job instead.
@@ -95,8 +96,8 @@ pub(crate) fn claim(
     input::check_worker(worker)?;
     check_terms(&terms)?;
     loop {
-        let expired = next_expired(tx, queue)?;
-        let ready = next_ready(tx, queue)?;
+        let expired = search::next_expired(tx, queue)?;
+        let ready = search::next_ready(tx, queue)?;
         let (id, takeover) = match (ready, expired) {
             (None, None) => return Ok(None),
             (Some((_, id)), None) => (id, false),
@@ -156,7 +157,7 @@ pub(crate) fn claim_job(
     if job.state.is_waiting() && job.run_at <= tx.now {
         return grant(tx, job, worker, terms).map(Some);
     }
-    if lease_expired(&job, tx.now) {
+    if search::lease_expired(&job, tx.now) {
         let (job, _) = expire(tx, job, ReclaimPath::Takeover)?;
         if job.state.is_waiting() {
             return grant(tx, job, worker, terms).map(Some);
@@ -337,15 +338,9 @@ pub(crate) fn reap_batch(
     // batch's work stays bounded.
     let mut visited = 0usize;
     let mut remaining = 0usize;
-    for queue in running_queues(tx)? {
+    for queue in search::running_queues(tx)? {
         loop {
-            let first =
-                tx.t.expiry
-                    .range((queue.as_str(), 0u64, 0u64)..=(queue.as_str(), bound, u64::MAX))?
-                    .next()
-                    .transpose()?
-                    .map(|(key, _)| JobId(key.value().2));
-            let Some(id) = first else {
+            let Some(id) = search::first_indexed_expiry(tx, &queue, bound)? else {
                 break;
             };
             if visited == limit {
@@ -354,11 +349,11 @@ pub(crate) fn reap_batch(
             }
             visited += 1;
             let job = load(tx, id)?;
-            if path == ReclaimPath::Recovery || lease_expired(&job, tx.now) {
+            if path == ReclaimPath::Recovery || search::lease_expired(&job, tx.now) {
                 let (_, reclaim) = expire(tx, job, path)?;
                 reclaimed.push(reclaim);
             } else {
-                catch_up(tx, job)?;
+                search::catch_up(tx, job)?;
             }
         }
     }
@@ -553,81 +548,11 @@ fn expire(tx: &mut Tx<'_>, job: Job, path: ReclaimPath) -> Result<(Job, Reclaim)
     Ok((new, reclaim))
 }
 
-fn lease_expired(job: &Job, now: StoreTime) -> bool {
-    job.state == JobState::Running && job.lease.as_ref().is_some_and(|l| l.expires_at <= now)
-}
-
-/// The first due waiting job of the lowest priority: skips a priority whose earliest job is
-/// not yet due (all of its jobs are later) with one seek.
-fn next_ready(tx: &Tx<'_>, queue: &str) -> Result<Option<(i32, JobId)>> {
-    let mut from = i32::MIN;
-    loop {
-        let mut range =
-            tx.t.ready
-                .range((queue, from, 0u64, 0u64)..=(queue, i32::MAX, u64::MAX, u64::MAX))?;
-        let Some(entry) = range.next() else {
-            return Ok(None);
-        };
-        let (key, _) = entry?;
-        let (_, priority, run_at, id) = key.value();
-        if run_at <= tx.now.0 {
-            return Ok(Some((priority, JobId(id))));
-        }
-        match priority.checked_add(1) {
-            Some(p) => from = p,
-            None => return Ok(None),
-        }
-    }
-}
-
-/// The running job of `queue` whose lease expired first, if any has.
-fn next_expired(tx: &mut Tx<'_>, queue: &str) -> Result<Option<JobId>> {
-    loop {
-        let first =
-            tx.t.expiry
-                .range((queue, 0u64, 0u64)..=(queue, tx.now.0, u64::MAX))?
-                .next()
-                .transpose()?
-                .map(|(key, _)| JobId(key.value().2));
-        let Some(id) = first else {
-            return Ok(None);
-        };
-        let job = load(tx, id)?;
-        if lease_expired(&job, tx.now) {
-            return Ok(Some(id));
-        }
-        catch_up(tx, job)?;
-    }
-}
-
-/// Moves a renewed lease's index entry to its real expiry (see [`LeaseRecord`]).
-fn catch_up(tx: &mut Tx<'_>, job: Job) -> Result<()> {
-    let mut moved = job.clone();
-    match moved.lease.as_mut() {
-        Some(lease) => lease.indexed_expiry = lease.expires_at,
-        None => return Err(corrupt_running(&job)),
-    }
-    index::save(tx, Some(&job), &moved)
-}
-
-/// Queues that have running jobs, from the `counts` index (no scan of jobs).
-fn running_queues(tx: &Tx<'_>) -> Result<Vec<String>> {
-    let mut queues = Vec::new();
-    for entry in tx.t.counts.iter()? {
-        let (key, _) = entry?;
-        let (queue, state) = key.value();
-        if state == JobState::Running.code() {
-            queues.push(queue.to_owned());
-        }
-    }
-    Ok(queues)
-}
-
-fn load(tx: &Tx<'_>, id: JobId) -> Result<Job> {
+pub(crate) fn load(tx: &Tx<'_>, id: JobId) -> Result<Job> {
     tx.t.job(id)?
         .ok_or_else(|| Error::Corrupt(format!("an index names job {id}, which has no record")))
 }
 
-fn corrupt_running(job: &Job) -> Error {
+pub(crate) fn corrupt_running(job: &Job) -> Error {
     Error::Corrupt(format!("job {} is running without a lease", job.id))
 }

@@ -1,0 +1,87 @@
+//! Finding work in the indexes: the most urgent due job of a queue, the lease that expired
+//! first, and the queues that have leases at all. Each is a few seeks, never a scan of jobs.
+
+use redb::ReadableTable;
+
+use crate::error::Result;
+use crate::ids::{JobId, StoreTime};
+use crate::index;
+use crate::job::{Job, JobState};
+use crate::protocol;
+use crate::tx::Tx;
+
+/// The job of `queue` whose index entry says its lease expires first, at or before `bound`.
+/// The entry may lag a renewal (see [`crate::LeaseRecord`]), so callers check the record.
+pub(crate) fn first_indexed_expiry(tx: &Tx<'_>, queue: &str, bound: u64) -> Result<Option<JobId>> {
+    let first =
+        tx.t.expiry
+            .range((queue, 0u64, 0u64)..=(queue, bound, u64::MAX))?
+            .next()
+            .transpose()?
+            .map(|(key, _)| JobId(key.value().2));
+    Ok(first)
+}
+
+pub(crate) fn lease_expired(job: &Job, now: StoreTime) -> bool {
+    job.state == JobState::Running && job.lease.as_ref().is_some_and(|l| l.expires_at <= now)
+}
+
+/// The first due waiting job of the lowest priority: skips a priority whose earliest job is
+/// not yet due (all of its jobs are later) with one seek.
+pub(crate) fn next_ready(tx: &Tx<'_>, queue: &str) -> Result<Option<(i32, JobId)>> {
+    let mut from = i32::MIN;
+    loop {
+        let mut range =
+            tx.t.ready
+                .range((queue, from, 0u64, 0u64)..=(queue, i32::MAX, u64::MAX, u64::MAX))?;
+        let Some(entry) = range.next() else {
+            return Ok(None);
+        };
+        let (key, _) = entry?;
+        let (_, priority, run_at, id) = key.value();
+        if run_at <= tx.now.0 {
+            return Ok(Some((priority, JobId(id))));
+        }
+        match priority.checked_add(1) {
+            Some(p) => from = p,
+            None => return Ok(None),
+        }
+    }
+}
+
+/// The running job of `queue` whose lease expired first, if any has.
+pub(crate) fn next_expired(tx: &mut Tx<'_>, queue: &str) -> Result<Option<JobId>> {
+    loop {
+        let Some(id) = first_indexed_expiry(tx, queue, tx.now.0)? else {
+            return Ok(None);
+        };
+        let job = protocol::load(tx, id)?;
+        if lease_expired(&job, tx.now) {
+            return Ok(Some(id));
+        }
+        catch_up(tx, job)?;
+    }
+}
+
+/// Moves a renewed lease's index entry to its real expiry (see [`crate::LeaseRecord`]).
+pub(crate) fn catch_up(tx: &mut Tx<'_>, job: Job) -> Result<()> {
+    let mut moved = job.clone();
+    match moved.lease.as_mut() {
+        Some(lease) => lease.indexed_expiry = lease.expires_at,
+        None => return Err(protocol::corrupt_running(&job)),
+    }
+    index::save(tx, Some(&job), &moved)
+}
+
+/// Queues that have running jobs, from the `counts` index (no scan of jobs).
+pub(crate) fn running_queues(tx: &Tx<'_>) -> Result<Vec<String>> {
+    let mut queues = Vec::new();
+    for entry in tx.t.counts.iter()? {
+        let (key, _) = entry?;
+        let (queue, state) = key.value();
+        if state == JobState::Running.code() {
+            queues.push(queue.to_owned());
+        }
+    }
+    Ok(queues)
+}
