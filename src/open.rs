@@ -76,10 +76,7 @@ pub(crate) fn open_database(
 /// creating the same store at once end up sharing one file), a crash leaves at most a stray
 /// temporary file, never a half-made store.
 fn create_atomically(path: &Path, builder: &redb::Builder) -> Result<(), OpenError> {
-    let io = |source| OpenError::Io {
-        path: path.to_owned(),
-        source,
-    };
+    let io = |source| io_error(path, source);
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d.to_owned(),
         _ => std::path::PathBuf::from("."),
@@ -157,55 +154,46 @@ impl StorageBackend for Boxed {
 }
 
 fn sniff_backend(path: &Path, backend: &dyn StorageBackend) -> Result<(), OpenError> {
-    let io = |source| OpenError::Io {
-        path: path.to_owned(),
-        source,
-    };
-    let len = backend.len().map_err(io)?;
-    if len == 0 {
-        return Ok(());
-    }
-    let mut head = [0u8; REDB_MAGIC.len()];
-    if len < head.len() as u64 || backend.read(0, &mut head).is_err() || head != REDB_MAGIC {
-        return Err(not_redb(path));
-    }
-    Ok(())
-}
-
-fn not_redb(path: &Path) -> OpenError {
-    OpenError::NotAStore {
-        path: path.to_owned(),
-        detail: "the file is not a redb database".into(),
-    }
+    let len = backend.len().map_err(|source| io_error(path, source))?;
+    check_magic(path, len, |head| backend.read(0, head).is_ok())
 }
 
 /// Refuses a non-empty file that does not start with redb's magic number, before redb sees it.
 fn sniff(path: &Path) -> Result<(), OpenError> {
-    let io = |source| OpenError::Io {
-        path: path.to_owned(),
-        source,
-    };
     let mut file = match std::fs::File::open(path) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(io(e)),
+        Err(e) => return Err(io_error(path, e)),
     };
-    let len = file.metadata().map_err(io)?.len();
+    let len = file.metadata().map_err(|e| io_error(path, e))?.len();
+    check_magic(path, len, |head| file.read_exact(head).is_ok())
+}
+
+/// An empty file (or backend) is a store to be; anything else must start with redb's magic
+/// number. `read_head` fills the buffer from offset 0.
+fn check_magic(
+    path: &Path,
+    len: u64,
+    read_head: impl FnOnce(&mut [u8]) -> bool,
+) -> Result<(), OpenError> {
     if len == 0 {
         return Ok(());
     }
     let mut head = [0u8; REDB_MAGIC.len()];
-    let mut got = 0;
-    while got < head.len() {
-        match file.read(&mut head[got..]).map_err(io)? {
-            0 => break,
-            n => got += n,
-        }
-    }
-    if got < head.len() || head != REDB_MAGIC {
-        return Err(not_redb(path));
+    if len < head.len() as u64 || !read_head(&mut head) || head != REDB_MAGIC {
+        return Err(OpenError::NotAStore {
+            path: path.to_owned(),
+            detail: "the file is not a redb database".into(),
+        });
     }
     Ok(())
+}
+
+fn io_error(path: &Path, source: std::io::Error) -> OpenError {
+    OpenError::Io {
+        path: path.to_owned(),
+        source,
+    }
 }
 
 fn map_database_error(path: &Path, e: DatabaseError) -> OpenError {
@@ -245,10 +233,7 @@ fn holder_pid(path: &Path) -> Option<u32> {
 pub(crate) fn open_read_only(path: &Path) -> Result<redb::ReadOnlyDatabase, OpenError> {
     sniff(path)?;
     if !path.exists() {
-        return Err(OpenError::Io {
-            path: path.to_owned(),
-            source: std::io::ErrorKind::NotFound.into(),
-        });
+        return Err(io_error(path, std::io::ErrorKind::NotFound.into()));
     }
     let mut builder = redb::Builder::new();
     builder.set_concurrency_mode(redb::ConcurrencyMode::SingleWriter);
