@@ -49,14 +49,20 @@ pub(crate) fn next_ready(tx: &Tx<'_>, queue: &str) -> Result<Option<(i32, JobId)
     }
 }
 
-/// The running job of `queue` whose lease expired first, if any has.
+/// The running job of `queue` whose lease expired first, if any has: by the real expiry,
+/// ties by job id. Entries that lag a renewal are caught up on the way (and looked at again
+/// in their real place), so a renewed lease never jumps ahead of one that expired before it.
 pub(crate) fn next_expired(tx: &mut Tx<'_>, queue: &str) -> Result<Option<JobId>> {
     loop {
         let Some(id) = first_indexed_expiry(tx, queue, tx.now.0)? else {
             return Ok(None);
         };
         let job = protocol::load(tx, id)?;
-        if lease_expired(&job, tx.now) {
+        let in_place = job
+            .lease
+            .as_ref()
+            .is_some_and(|l| l.indexed_expiry == l.expires_at);
+        if in_place && lease_expired(&job, tx.now) {
             return Ok(Some(id));
         }
         catch_up(tx, job)?;

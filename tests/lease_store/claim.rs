@@ -192,3 +192,18 @@ fn claim_batch_takes_the_most_urgent_jobs_in_one_commit() {
     );
     assert!(f.claim_batch(Q, "w", LEASE, 10).unwrap().is_empty());
 }
+
+#[test]
+fn expired_leases_are_taken_over_in_the_order_they_really_expired() {
+    let f = Fixture::new();
+    let ids = f.enqueue_n(2);
+    let renewed = f.claim_one("a"); // expires at LEASE...
+    f.advance(LEASE / 4);
+    let first_to_lapse = f.claim_one("b"); // ...this one at 1.25 LEASE
+    f.advance(LEASE / 4);
+    f.heartbeat(&renewed, 1).unwrap(); // now at 1.5 LEASE, its index entry still at LEASE
+    f.advance(LEASE * 2);
+    let taken = f.claim_one("c");
+    assert_eq!((taken.job, first_to_lapse.job), (ids[1], ids[1]));
+    assert_eq!(f.claim_one("c").job, renewed.job);
+}
