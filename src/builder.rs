@@ -10,6 +10,7 @@ use redb::ConcurrencyMode;
 use crate::clock::{Clock, MonotonicClock, StoreClock};
 use crate::config::{DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_PAYLOAD, DEFAULT_REAP_BATCH};
 use crate::error::{ConfigError, Result};
+use crate::group::CommitShape;
 use crate::open::{self, EngineOptions};
 use crate::retry::RetryPolicy;
 use crate::store::Store;
@@ -48,6 +49,7 @@ pub struct StoreBuilder {
     recover_on_open: bool,
     verify_on_open: bool,
     cache_size: usize,
+    commit_shape: CommitShape,
 }
 
 impl StoreBuilder {
@@ -113,6 +115,14 @@ impl StoreBuilder {
         self
     }
 
+    /// Who commits concurrent operations. Default: [`CommitShape::LeaderFollower`]; the
+    /// other shape is kept so that `leasehold bench` can show why (see [`crate::group`]).
+    #[doc(hidden)]
+    pub fn commit_shape(mut self, shape: CommitShape) -> StoreBuilder {
+        self.commit_shape = shape;
+        self
+    }
+
     /// redb's page cache size in bytes. Default: 64 MiB.
     pub fn cache_size(mut self, bytes: usize) -> StoreBuilder {
         self.cache_size = bytes;
@@ -151,7 +161,14 @@ impl StoreBuilder {
             max_payload: self.max_payload,
             reap_batch: self.reap_batch,
         };
-        let store = Store::from_parts(db, clock, self.path, self.durability, policy);
+        let store = Store::from_parts(
+            db,
+            clock,
+            self.path,
+            self.durability,
+            policy,
+            self.commit_shape,
+        )?;
         if self.recover_on_open {
             let report = store.recover()?;
             if !report.reclaimed.is_empty() {
@@ -205,6 +222,7 @@ impl Store {
             recover_on_open: true,
             verify_on_open: true,
             cache_size: 64 << 20,
+            commit_shape: CommitShape::default(),
         }
     }
 

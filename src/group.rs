@@ -15,6 +15,12 @@
 //!
 //! A failed commit is reported to every caller of the group (never dropped); as redb says, it
 //! may still have become durable, which every fenced operation tolerates on retry.
+//!
+//! The other shape the throughput issue asked to weigh, a dedicated writer thread fed by the
+//! callers, is here too ([`CommitShape::WriterThread`]), so that `leasehold bench` can measure
+//! both in one run: the writer thread makes every caller wake another thread and be woken
+//! back, which costs more than a whole non-durable commit; leader/follower, the default,
+//! lets an uncontended caller commit on its own thread.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
@@ -82,16 +88,34 @@ pub(crate) trait Committer {
     fn commit_group(&self, ops: &mut [Box<dyn PendingOp>]) -> Result<bool>;
 }
 
+/// Who commits a group. See the [module docs](self).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub enum CommitShape {
+    /// The first caller to find no commit under way commits for everyone queued behind it.
+    #[default]
+    LeaderFollower,
+    /// One thread per store commits everything queued; callers hand their operation to it
+    /// and wait. Kept for comparison (`leasehold bench`): it is the slower shape here.
+    WriterThread,
+}
+
 #[derive(Default)]
 pub(crate) struct Group {
     state: Mutex<State>,
     cond: Condvar,
+    shape: CommitShape,
+    /// Wakes the writer thread (writer-thread shape only).
+    work: Condvar,
 }
 
 #[derive(Default)]
 struct State {
     queue: Vec<Box<dyn PendingOp>>,
     leading: bool,
+    /// The store is gone: the writer thread exits.
+    closed: bool,
+    /// How many operations the last group carried.
+    last_group: usize,
 }
 
 impl std::fmt::Debug for Group {
@@ -101,28 +125,70 @@ impl std::fmt::Debug for Group {
 }
 
 impl Group {
+    pub(crate) fn new(shape: CommitShape) -> Group {
+        Group {
+            shape,
+            ..Group::default()
+        }
+    }
+
     /// Runs `op` in the next group transaction and returns its own result.
     pub(crate) fn run<T, F>(&self, committer: &dyn Committer, f: F) -> Result<T>
     where
         T: Send + 'static,
         F: FnMut(&mut Tx<'_>) -> Result<T> + Send + 'static,
     {
-        let slot = Arc::new(Slot {
-            result: Mutex::new(None),
-            done: AtomicBool::new(false),
-        });
+        let mut results = self.run_all(committer, vec![f]);
+        results
+            .pop()
+            .unwrap_or_else(|| Err(Error::Corrupt("a group commit lost a result".into())))
+    }
+
+    /// Queues several operations at once, in order, each its own unit, and returns each
+    /// one's result: a caller that gathered work from many threads (a pool's completions)
+    /// gets them into one transaction without a thread per operation.
+    pub(crate) fn run_all<T, F>(&self, committer: &dyn Committer, ops: Vec<F>) -> Vec<Result<T>>
+    where
+        T: Send + 'static,
+        F: FnMut(&mut Tx<'_>) -> Result<T> + Send + 'static,
+    {
+        let slots: Vec<Arc<Slot<T>>> = ops
+            .iter()
+            .map(|_| {
+                Arc::new(Slot {
+                    result: Mutex::new(None),
+                    done: AtomicBool::new(false),
+                })
+            })
+            .collect();
         let mut state = self.state.lock();
-        state.queue.push(Box::new(TypedOp {
-            f,
-            slot: slot.clone(),
-        }));
-        while !slot.done.load(Ordering::Acquire) {
-            if state.leading {
+        for (f, slot) in ops.into_iter().zip(&slots) {
+            state.queue.push(Box::new(TypedOp {
+                f,
+                slot: slot.clone(),
+            }));
+        }
+        if self.shape == CommitShape::WriterThread {
+            self.work.notify_one();
+        }
+        // Operations finish in queue order, so the last one done means all are.
+        while let Some(last) = slots.last()
+            && !last.done.load(Ordering::Acquire)
+        {
+            if state.leading || self.shape == CommitShape::WriterThread {
                 self.cond.wait(&mut state);
                 continue;
             }
             state.leading = true;
+            if state.queue.len() < state.last_group {
+                // The previous group was bigger: its callers are likely on their way back
+                // with their next operations. Let them queue before committing, once.
+                drop(state);
+                std::thread::yield_now();
+                state = self.state.lock();
+            }
             let take = state.queue.len().min(MAX_GROUP);
+            state.last_group = take;
             let mut batch: Vec<Box<dyn PendingOp>> = state.queue.drain(..take).collect();
             drop(state);
             lead(committer, &mut batch);
@@ -131,8 +197,52 @@ impl Group {
             self.cond.notify_all();
         }
         drop(state);
-        let taken = slot.result.lock().take();
-        taken.unwrap_or_else(|| Err(Error::Corrupt("a group commit lost a result".into())))
+        slots
+            .iter()
+            .map(|slot| {
+                slot.result
+                    .lock()
+                    .take()
+                    .unwrap_or_else(|| Err(Error::Corrupt("a group commit lost a result".into())))
+            })
+            .collect()
+    }
+
+    /// The writer thread's loop (writer-thread shape): commits whatever is queued, one group
+    /// at a time, until [`Group::close`]. `committer` yields the store while it lives.
+    pub(crate) fn writer_loop<C: Committer>(&self, committer: impl Fn() -> Option<C>) {
+        let mut state = self.state.lock();
+        loop {
+            if state.closed {
+                return;
+            }
+            if state.queue.is_empty() || state.leading {
+                self.work.wait(&mut state);
+                continue;
+            }
+            state.leading = true;
+            let take = state.queue.len().min(MAX_GROUP);
+            let mut batch: Vec<Box<dyn PendingOp>> = state.queue.drain(..take).collect();
+            drop(state);
+            match committer() {
+                Some(c) => lead(&c, &mut batch),
+                None => {
+                    for op in batch.iter_mut() {
+                        op.fail(Error::InUse("the store was closed"));
+                        op.finish();
+                    }
+                }
+            }
+            state = self.state.lock();
+            state.leading = false;
+            self.cond.notify_all();
+        }
+    }
+
+    /// Stops the writer thread.
+    pub(crate) fn close(&self) {
+        self.state.lock().closed = true;
+        self.work.notify_all();
     }
 
     /// Runs `f` on the caller's thread with the group's writer seat to itself: for
@@ -156,6 +266,7 @@ impl Drop for Release<'_> {
     fn drop(&mut self) {
         self.0.state.lock().leading = false;
         self.0.cond.notify_all();
+        self.0.work.notify_all();
     }
 }
 
@@ -276,6 +387,24 @@ mod tests {
             let _ = call(&group, &mock);
         }
         assert_eq!(*mock.sizes.lock(), vec![1, 1, 1]);
+    }
+
+    #[test]
+    fn operations_queued_together_share_one_commit_and_keep_their_own_results() {
+        let mock = Mock {
+            sizes: Mutex::new(Vec::new()),
+            hold_first: None,
+            verdict: |_| Ok(true),
+        };
+        let group = Group::default();
+        let results = group.run_all(&mock, (0..3).map(|_| |_: &mut Tx<'_>| Ok(())).collect());
+        assert_eq!(results.len(), 3);
+        assert!(
+            results
+                .iter()
+                .all(|r| matches!(r, Err(Error::JobNotFound(JobId(1)))))
+        );
+        assert_eq!(*mock.sizes.lock(), vec![3]);
     }
 
     #[test]

@@ -111,6 +111,8 @@ pub use config::{
     DEFAULT_REAPER_INTERVAL, LeaseSettings, MAX_LEASE,
 };
 pub use error::{ConfigError, Error, InputError, LeaseLost, OpenError, Result};
+#[doc(hidden)]
+pub use group::CommitShape;
 pub use ids::{Attempt, JobId, StoreTime};
 pub use job::{Job, JobState, LeaseRecord, NewJob, Outcome, ReclaimPath, Run};
 pub use lease::{Lease, LeaseTerms, Renewal};

@@ -12,8 +12,8 @@ use redb::{Database, ReadableDatabase, WriteTransaction};
 use crate::builder::Durability;
 use crate::clock::StoreClock;
 use crate::error::{Error, Result};
-use crate::group::{Committer, Group, PendingOp};
-use crate::ids::{JobId, StoreTime};
+use crate::group::{CommitShape, Committer, Group, PendingOp};
+use crate::ids::{Attempt, JobId, StoreTime};
 use crate::job::{Job, JobState, NewJob, ReclaimPath, Run};
 use crate::lease::{Lease, LeaseTerms, Renewal};
 use crate::notify::Notifier;
@@ -41,7 +41,7 @@ struct Inner {
     flush: Mutex<FlushState>,
     notifier: Notifier,
     writes: AtomicU64,
-    group: Group,
+    group: Arc<Group>,
 }
 
 #[derive(Debug, Default)]
@@ -57,8 +57,9 @@ impl Store {
         path: PathBuf,
         durability: Durability,
         policy: Policy,
-    ) -> Store {
-        Store {
+        shape: CommitShape,
+    ) -> Result<Store> {
+        let store = Store {
             inner: Arc::new(Inner {
                 db,
                 clock,
@@ -68,9 +69,19 @@ impl Store {
                 flush: Mutex::new(FlushState::default()),
                 notifier: Notifier::default(),
                 writes: AtomicU64::new(0),
-                group: Group::default(),
+                group: Arc::new(Group::new(shape)),
             }),
+        };
+        if shape == CommitShape::WriterThread {
+            // The thread holds the store weakly, so dropping the last handle still closes it.
+            let group = store.inner.group.clone();
+            let weak = Arc::downgrade(&store.inner);
+            std::thread::Builder::new()
+                .name("lh-writer".into())
+                .spawn(move || group.writer_loop(|| weak.upgrade().map(|inner| Store { inner })))
+                .map_err(|e| Error::Storage(redb::Error::Io(e)))?;
         }
+        Ok(store)
     }
 
     /// Takes back every running lease: at open, when the writer's seat proves their holder's
@@ -161,6 +172,11 @@ impl Store {
         self.inner.notifier.notify_all();
     }
 
+    /// Wakes the waiters of one queue (a pool's dispatcher that has completions to commit).
+    pub(crate) fn wake_queue(&self, queue: &str) {
+        self.inner.notifier.notify([&queue.to_owned()]);
+    }
+
     /// The next store time at which something in `queue` may become claimable without any
     /// commit: the earliest `run_at` of a waiting job, or the earliest lease expiry as the
     /// index holds it (which may be earlier than the real one, never later). `None` if nothing
@@ -208,6 +224,65 @@ impl Store {
     pub fn complete(&self, lease: &Lease, output: &[u8]) -> Result<()> {
         let (job, attempt, output) = (lease.job, lease.attempt, output.to_vec());
         self.write(move |tx| protocol::complete(tx, job, attempt, &output))
+    }
+
+    /// Completes the job held by `lease` and, in the same transaction, claims the next job of
+    /// its queue for the same worker under `terms`: one commit (and one fsync) where a worker
+    /// that goes straight on to its next job would otherwise make two. If the completion is
+    /// refused (the lease is lost), nothing is claimed and the error is the refusal.
+    pub fn complete_and_claim(
+        &self,
+        lease: &Lease,
+        output: &[u8],
+        terms: impl Into<LeaseTerms>,
+    ) -> Result<Option<Lease>> {
+        let terms = terms.into();
+        let (job, attempt, output) = (lease.job, lease.attempt, output.to_vec());
+        let (queue, worker) = (lease.queue.clone(), lease.worker.clone());
+        self.write(move |tx| {
+            protocol::complete(tx, job, attempt, &output)?;
+            protocol::claim(tx, &queue, &worker, terms)
+        })
+    }
+
+    /// For a pool's dispatcher: completes each of `done` (job, attempt, output) as its own
+    /// unit, then claims up to `n` jobs of `queue` for `worker`, all queued into the group
+    /// together so that they share one commit. One result per completion, then the claim's.
+    pub(crate) fn complete_all_then_claim(
+        &self,
+        done: Vec<(JobId, Attempt, Vec<u8>)>,
+        queue: &str,
+        worker: &str,
+        terms: LeaseTerms,
+        n: usize,
+    ) -> (Vec<Result<()>>, Result<Vec<Lease>>) {
+        type Op = Box<dyn FnMut(&mut Tx<'_>) -> Result<Vec<Lease>> + Send>;
+        let completions = done.len();
+        let mut ops: Vec<Op> = done
+            .into_iter()
+            .map(|(job, attempt, output)| -> Op {
+                Box::new(move |tx| {
+                    protocol::complete(tx, job, attempt, &output).map(|()| Vec::new())
+                })
+            })
+            .collect();
+        if n > 0 {
+            let (queue, worker) = (queue.to_owned(), worker.to_owned());
+            ops.push(Box::new(move |tx| {
+                protocol::claim_batch(tx, &queue, &worker, terms, n)
+            }));
+        }
+        let mut results = self.inner.group.run_all(self, ops);
+        let claimed = if n > 0 {
+            results.pop().unwrap_or_else(|| Ok(Vec::new()))
+        } else {
+            Ok(Vec::new())
+        };
+        debug_assert_eq!(results.len(), completions);
+        (
+            results.into_iter().map(|r| r.map(|_| ())).collect(),
+            claimed,
+        )
     }
 
     /// Completes the job and commits the application's own writes (made by `f` on the same
@@ -539,6 +614,7 @@ impl Committer for Store {
 
 impl Drop for Inner {
     fn drop(&mut self) {
+        self.group.close();
         if self.flush.get_mut().dirty {
             let flushed = self
                 .db

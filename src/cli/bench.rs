@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use leasehold::{Durability, Error, JobState, NewJob, Sharing, Store, WorkerPool};
+use leasehold::{CommitShape, Durability, Error, JobState, NewJob, Sharing, Store, WorkerPool};
 use parking_lot::Mutex;
 use redb::{ReadableTable, TableDefinition};
 use serde::Serialize;
@@ -105,10 +105,10 @@ fn io(e: impl Into<redb::Error>) -> Error {
     Error::Storage(e.into())
 }
 
-pub fn run(json: bool, scale: f64) -> Result<ExitCode, Error> {
+pub fn run(json: bool, scale: f64, only: Option<&str>) -> Result<ExitCode, Error> {
     let dir = std::env::temp_dir().join(format!("leasehold-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| Error::Storage(redb::Error::Io(e)))?;
-    let result = scenarios(&dir, scale);
+    let result = scenarios(&dir, scale, only);
     let _ = std::fs::remove_dir_all(&dir);
     let rows = result?;
     if json {
@@ -139,9 +139,11 @@ pub fn run(json: bool, scale: f64) -> Result<ExitCode, Error> {
                 r.max_us
                     .map(|v| format!("{v:.0}"))
                     .unwrap_or_else(|| "-".into()),
-                r.ratio_to_raw
-                    .map(|x| format!("{x:.2}x"))
-                    .unwrap_or_else(|| "baseline".into()),
+                match r.ratio_to_raw {
+                    Some(x) => format!("{x:.2}x"),
+                    None if r.operation.starts_with("raw redb") => "baseline".into(),
+                    None => "-".into(),
+                },
             ]);
         }
         println!("{}", t.render());
@@ -149,156 +151,202 @@ pub fn run(json: bool, scale: f64) -> Result<ExitCode, Error> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn scenarios(dir: &Path, scale: f64) -> Result<Vec<Row>, Error> {
+fn scenarios(dir: &Path, scale: f64, only: Option<&str>) -> Result<Vec<Row>, Error> {
+    let want = |group: &str| only.is_none_or(|o| group.contains(o));
     // Three times the base counts at scale 1: about half a minute, steadier figures.
     let n = |base: usize| ((base as f64 * scale * 3.0) as usize).max(10);
     let mut rows = Vec::new();
     let payload = vec![7u8; 100];
 
-    // Raw redb, one small insert per durable commit: the engine's floor for any write.
-    let db = raw_db(dir, "raw1.redb")?;
-    let (s, total) = timed(n(2000), |i| {
-        let txn = db.begin_write().map_err(io)?;
-        txn.open_table(RAW)
-            .map_err(io)?
-            .insert(i as u64, payload.as_slice())
-            .map_err(io)?;
-        txn.commit().map_err(io)
-    })?;
-    let raw_insert = s.row(
-        "raw redb: insert, one per commit",
-        "durable",
-        1,
-        total,
-        n(2000) as u64,
-    );
-    let raw_insert_ops = raw_insert.ops_per_sec;
-    rows.push(raw_insert);
-
-    // Raw redb, read-modify-write of a record plus an index update: what a claim or a
-    // completion minimally is.
-    let (s, total) = timed(n(2000), |i| {
-        let txn = db.begin_write().map_err(io)?;
-        {
-            let mut t = txn.open_table(RAW).map_err(io)?;
-            let v = t
-                .get(i as u64)
+    // The raw baselines: needed by every group that reports a ratio.
+    let (mut raw_insert_ops, mut raw_rmw_ops) = (f64::NAN, f64::NAN);
+    if ["raw", "enqueue", "claim-complete", "heartbeat"]
+        .iter()
+        .any(|g| want(g))
+    {
+        // Raw redb, one small insert per durable commit: the engine's floor for any write.
+        let db = raw_db(dir, "raw1.redb")?;
+        let (s, total) = timed(n(2000), |i| {
+            let txn = db.begin_write().map_err(io)?;
+            txn.open_table(RAW)
                 .map_err(io)?
-                .map(|g| g.value().to_vec())
-                .unwrap_or_default();
-            t.insert(i as u64, v.as_slice()).map_err(io)?;
-            let mut idx = txn.open_table(RAW_INDEX).map_err(io)?;
-            idx.remove((i as u64, 0)).map_err(io)?;
-            idx.insert((i as u64, 1), ()).map_err(io)?;
-        }
-        txn.commit().map_err(io)
-    })?;
-    let raw_rmw = s.row(
-        "raw redb: read-modify-write + index, one per commit",
-        "durable",
-        1,
-        total,
-        n(2000) as u64,
-    );
-    let raw_rmw_ops = raw_rmw.ops_per_sec;
-    rows.push(raw_rmw);
-    drop(db);
-
-    for (sharing, name) in [
-        (Sharing::SingleWriter, "single-writer"),
-        (Sharing::Exclusive, "exclusive"),
-    ] {
-        let s_ = Store::builder(dir.join(format!("enq-{name}.redb")))
-            .sharing(sharing)
-            .open()?;
-        let (s, total) = timed(n(2000), |_| {
-            s_.enqueue(NewJob::new("q", payload.clone())).map(|_| ())
+                .insert(i as u64, payload.as_slice())
+                .map_err(io)?;
+            txn.commit().map_err(io)
         })?;
-        let mut row = s.row(
-            &format!("enqueue ({name} file)"),
+        let raw_insert = s.row(
+            "raw redb: insert, one per commit",
             "durable",
             1,
             total,
             n(2000) as u64,
         );
-        row.ratio_to_raw = Some(row.ops_per_sec / raw_insert_ops);
-        rows.push(row);
-    }
+        raw_insert_ops = raw_insert.ops_per_sec;
+        rows.push(raw_insert);
 
-    // Sequential claim + complete: two commits per job, against two raw read-modify-writes
-    // (raw redb commits one-phase, like an exclusive file; a single-writer file adds redb's
-    // second phase).
-    let jobs = n(1000);
-    for (sharing, name) in [
-        (Sharing::Exclusive, "exclusive"),
-        (Sharing::SingleWriter, "single-writer"),
-    ] {
-        let s_ = Store::builder(dir.join(format!("cc-{name}.redb")))
-            .sharing(sharing)
-            .open()?;
-        s_.enqueue_batch((0..jobs).map(|_| NewJob::new("q", payload.clone())))?;
-        let (s, total) = timed(jobs, |_| {
-            let l = s_
-                .claim("q", "w", LEASE)?
-                .ok_or(Error::InUse("ran out of jobs"))?;
-            s_.complete(&l, b"")
+        // Raw redb, read-modify-write of a record plus an index update: what a claim or a
+        // completion minimally is.
+        let (s, total) = timed(n(2000), |i| {
+            let txn = db.begin_write().map_err(io)?;
+            {
+                let mut t = txn.open_table(RAW).map_err(io)?;
+                let v = t
+                    .get(i as u64)
+                    .map_err(io)?
+                    .map(|g| g.value().to_vec())
+                    .unwrap_or_default();
+                t.insert(i as u64, v.as_slice()).map_err(io)?;
+                let mut idx = txn.open_table(RAW_INDEX).map_err(io)?;
+                idx.remove((i as u64, 0)).map_err(io)?;
+                idx.insert((i as u64, 1), ()).map_err(io)?;
+            }
+            txn.commit().map_err(io)
         })?;
-        let label = format!("claim + complete, sequential ({name} file)");
-        let mut row = s.row(&label, "durable", 1, total, jobs as u64);
-        row.ratio_to_raw = Some(row.ops_per_sec / (raw_rmw_ops / 2.0));
-        rows.push(row);
+        let raw_rmw = s.row(
+            "raw redb: read-modify-write + index, one per commit",
+            "durable",
+            1,
+            total,
+            n(2000) as u64,
+        );
+        raw_rmw_ops = raw_rmw.ops_per_sec;
+        rows.push(raw_rmw);
+        drop(db);
     }
 
-    let s_ = store(dir, "hb.redb", true)?;
-    // Heartbeats: one lease per call, and 1,000 leases in one call.
-    s_.enqueue_batch((0..1000).map(|_| NewJob::new("hb", payload.clone())))?;
-    let leases: Vec<_> = (0..1000)
-        .map(|_| {
-            s_.claim("hb", "w", LEASE)
-                .map(|l| l.ok_or(Error::InUse("ran out of jobs")))
-        })
-        .collect::<Result<Result<_, _>, _>>()??;
-    let (s, total) = timed(n(500), |i| {
-        s_.heartbeat(&leases[i % 1000], i as u64).map(|_| ())
-    })?;
-    let mut row = s.row(
-        "heartbeat, 1 lease per commit",
-        "durable",
-        1,
-        total,
-        n(500) as u64,
-    );
-    row.ratio_to_raw = Some(row.ops_per_sec / raw_rmw_ops);
-    rows.push(row);
-    let beats: Vec<_> = leases.iter().map(|l| (l, 1u64)).collect();
-    let (s, total) = timed(n(50), |_| s_.heartbeat_batch(&beats).map(|_| ()))?;
-    rows.push(s.row(
-        "heartbeat, batch of 1,000 leases per commit",
-        "durable",
-        1,
-        total,
-        n(50) as u64,
-    ));
-    drop(s_);
-
-    // End to end through worker pools.
-    for (durable, label) in [(true, "durable"), (false, "non-durable")] {
-        for workers in [1usize, 16] {
-            let jobs = if durable {
-                n(600) * workers.min(4)
-            } else {
-                n(4000)
-            };
-            rows.push(end_to_end(dir, durable, label, workers, jobs)?);
+    if want("enqueue") {
+        for (sharing, name) in [
+            (Sharing::SingleWriter, "single-writer"),
+            (Sharing::Exclusive, "exclusive"),
+        ] {
+            let s_ = Store::builder(dir.join(format!("enq-{name}.redb")))
+                .sharing(sharing)
+                .open()?;
+            let (s, total) = timed(n(2000), |_| {
+                s_.enqueue(NewJob::new("q", payload.clone())).map(|_| ())
+            })?;
+            let mut row = s.row(
+                &format!("enqueue ({name} file)"),
+                "durable",
+                1,
+                total,
+                n(2000) as u64,
+            );
+            row.ratio_to_raw = Some(row.ops_per_sec / raw_insert_ops);
+            rows.push(row);
         }
     }
-    rows.push(wake_latency(dir, n(300))?);
+
+    if want("claim-complete") {
+        // Sequential claim + complete: two commits per job, against two raw read-modify-writes
+        // (raw redb commits one-phase, like an exclusive file; a single-writer file adds redb's
+        // second phase).
+        let jobs = n(1000);
+        for (sharing, name) in [
+            (Sharing::Exclusive, "exclusive"),
+            (Sharing::SingleWriter, "single-writer"),
+        ] {
+            let s_ = Store::builder(dir.join(format!("cc-{name}.redb")))
+                .sharing(sharing)
+                .open()?;
+            s_.enqueue_batch((0..jobs).map(|_| NewJob::new("q", payload.clone())))?;
+            let (s, total) = timed(jobs, |_| {
+                let l = s_
+                    .claim("q", "w", LEASE)?
+                    .ok_or(Error::InUse("ran out of jobs"))?;
+                s_.complete(&l, b"")
+            })?;
+            let label = format!("claim + complete, sequential ({name} file)");
+            let mut row = s.row(&label, "durable", 1, total, jobs as u64);
+            row.ratio_to_raw = Some(row.ops_per_sec / (raw_rmw_ops / 2.0));
+            rows.push(row);
+        }
+    }
+
+    if want("heartbeat") {
+        let s_ = store(dir, "hb.redb", true)?;
+        // Heartbeats: one lease per call, and 1,000 leases in one call.
+        s_.enqueue_batch((0..1000).map(|_| NewJob::new("hb", payload.clone())))?;
+        let leases: Vec<_> = (0..1000)
+            .map(|_| {
+                s_.claim("hb", "w", LEASE)
+                    .map(|l| l.ok_or(Error::InUse("ran out of jobs")))
+            })
+            .collect::<Result<Result<_, _>, _>>()??;
+        let (s, total) = timed(n(500), |i| {
+            s_.heartbeat(&leases[i % 1000], i as u64).map(|_| ())
+        })?;
+        let mut row = s.row(
+            "heartbeat, 1 lease per commit",
+            "durable",
+            1,
+            total,
+            n(500) as u64,
+        );
+        row.ratio_to_raw = Some(row.ops_per_sec / raw_rmw_ops);
+        rows.push(row);
+        let beats: Vec<_> = leases.iter().map(|l| (l, 1u64)).collect();
+        let (s, total) = timed(n(50), |_| s_.heartbeat_batch(&beats).map(|_| ()))?;
+        rows.push(s.row(
+            "heartbeat, batch of 1,000 leases per commit",
+            "durable",
+            1,
+            total,
+            n(50) as u64,
+        ));
+        drop(s_);
+    }
+
+    // End to end through worker pools: one worker, sixteen, and sixteen with jobs claimed
+    // ahead; durable on the default single-writer file and on an exclusive one.
+    if want("end-to-end") {
+        let pools = [
+            (1, 0, Sharing::SingleWriter),
+            (16, 0, Sharing::SingleWriter),
+            (16, 32, Sharing::SingleWriter),
+            (16, 32, Sharing::Exclusive),
+        ];
+        for (workers, prefetch, sharing) in pools {
+            let pool = PoolShape {
+                workers,
+                prefetch,
+                sharing,
+            };
+            rows.push(end_to_end(dir, true, pool, n(600) * workers.min(4))?);
+        }
+        for (workers, prefetch) in [(1, 0), (16, 0), (16, 32)] {
+            let pool = PoolShape {
+                workers,
+                prefetch,
+                sharing: Sharing::Exclusive,
+            };
+            rows.push(end_to_end(dir, false, pool, n(4000))?);
+        }
+    }
+    // The two group-commit shapes the throughput issue asked to weigh, same work, same run.
+    if want("commit-shape") {
+        for durable in [true, false] {
+            for threads in [1usize, 16] {
+                for shape in [CommitShape::LeaderFollower, CommitShape::WriterThread] {
+                    let calls = if durable { n(600) } else { n(3000) };
+                    rows.push(commit_shape(dir, durable, shape, threads, calls)?);
+                }
+            }
+        }
+    }
+    if want("wake") {
+        rows.push(wake_latency(dir, n(300))?);
+    }
     // Scale: claim at 1 k, 100 k and 1 M waiting jobs; a whole dead pool of 100 k leases.
     let sized = |base: usize| ((base as f64 * scale) as usize).max(100);
-    for waiting in [1_000, sized(100_000), sized(1_000_000)] {
-        rows.push(claim_at_depth(dir, waiting)?);
+    if want("depth") {
+        for waiting in [1_000, sized(100_000), sized(1_000_000)] {
+            rows.push(claim_at_depth(dir, waiting)?);
+        }
     }
-    rows.push(reap_under_load(dir, sized(100_000))?);
+    if want("reap") {
+        rows.push(reap_under_load(dir, sized(100_000))?);
+    }
     Ok(rows)
 }
 
@@ -379,19 +427,100 @@ fn reap_under_load(dir: &Path, expired: usize) -> Result<Row, Error> {
     Ok(row)
 }
 
-fn end_to_end(
+/// `threads` threads each enqueueing `calls` jobs one call at a time, through one group
+/// commit shape: every call's latency, and the total rate.
+fn commit_shape(
     dir: &Path,
     durable: bool,
-    label: &'static str,
-    workers: usize,
-    jobs: usize,
+    shape: CommitShape,
+    threads: usize,
+    calls: usize,
 ) -> Result<Row, Error> {
-    let store = store(dir, &format!("e2e-{label}-{workers}.redb"), durable)?;
+    let name = format!("shape-{durable}-{shape:?}-{threads}.redb");
+    let builder = Store::builder(dir.join(name))
+        .sharing(Sharing::Exclusive)
+        .commit_shape(shape);
+    let store = if durable {
+        builder.open()?
+    } else {
+        builder
+            .durability(Durability::Eventual {
+                flush_every: Duration::from_secs(3600),
+            })
+            .open()?
+    };
+    let start = Instant::now();
+    let per_thread: Vec<Result<Vec<Duration>, Error>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|_| {
+                let store = &store;
+                s.spawn(move || {
+                    (0..calls)
+                        .map(|i| {
+                            let t = Instant::now();
+                            store.enqueue(NewJob::new("q", format!("{i}")))?;
+                            Ok(t.elapsed())
+                        })
+                        .collect()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or(Err(Error::InUse("a bench thread panicked")))
+            })
+            .collect()
+    });
+    let total = start.elapsed();
+    let mut samples = Vec::new();
+    for t in per_thread {
+        samples.extend(t?);
+    }
+    let commits = store.metrics().write_transactions.max(1);
+    let label = format!(
+        "enqueue, one job per call, {} ({:.1} calls/commit)",
+        match shape {
+            CommitShape::LeaderFollower => "leader/follower group commit",
+            CommitShape::WriterThread => "writer-thread group commit",
+        },
+        (threads * calls) as f64 / commits as f64
+    );
+    Ok(Samples(samples).row(
+        &label,
+        if durable { "durable" } else { "non-durable" },
+        threads,
+        total,
+        (threads * calls) as u64,
+    ))
+}
+
+/// A worker pool's shape for the end-to-end scenarios.
+struct PoolShape {
+    workers: usize,
+    prefetch: usize,
+    sharing: Sharing,
+}
+
+fn end_to_end(dir: &Path, durable: bool, shape: PoolShape, jobs: usize) -> Result<Row, Error> {
+    let PoolShape {
+        workers,
+        prefetch,
+        sharing,
+    } = shape;
+    let name = format!("e2e-{durable}-{workers}-{prefetch}-{sharing:?}.redb");
+    let store = if durable {
+        Store::builder(dir.join(name)).sharing(sharing).open()?
+    } else {
+        store(dir, &name, false)?
+    };
     let done = Arc::new(AtomicU64::new(0));
     let d = done.clone();
     let start = Instant::now();
     let pool = WorkerPool::builder(store.clone(), "e2e")
         .concurrency(workers)
+        .prefetch(prefetch)
         .start(move |_| {
             d.fetch_add(1, Ordering::Relaxed);
             Ok(Vec::new())
@@ -404,9 +533,21 @@ fn end_to_end(
     }
     let total = start.elapsed();
     pool.shutdown(Duration::from_secs(5));
+    let commits = store.metrics().write_transactions.max(1);
+    let file = match sharing {
+        Sharing::Exclusive => "exclusive file",
+        _ => "single-writer file",
+    };
+    let ahead = match prefetch {
+        0 => String::new(),
+        n => format!(", {n} claimed ahead"),
+    };
     Ok(Samples(Vec::new()).row(
-        "end to end: enqueue -> claim -> complete (pool)",
-        label,
+        &format!(
+            "end to end: enqueue -> claim -> complete, pool ({file}{ahead}; {:.1} jobs/commit)",
+            jobs as f64 / commits as f64
+        ),
+        if durable { "durable" } else { "non-durable" },
         workers,
         total,
         jobs as u64,

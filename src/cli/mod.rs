@@ -160,6 +160,10 @@ enum Command {
         /// Multiplies every scenario's operation count.
         #[arg(long, default_value_t = 1.0)]
         scale: f64,
+        /// Runs only the scenario groups whose name contains this: raw, enqueue,
+        /// claim-complete, heartbeat, end-to-end, commit-shape, wake, depth, reap.
+        #[arg(long)]
+        only: Option<String>,
     },
     /// Test helper: open a store, optionally enqueue and claim jobs, report them on stdout,
     /// then hold the store open until killed or until stdin closes.
@@ -213,7 +217,7 @@ pub fn main() -> ExitCode {
         Command::Reap => operate::reap(&db, json),
         Command::Compact => operate::compact(&db, json),
         Command::Demo { jobs } => demo::run(json, jobs),
-        Command::Bench { scale } => bench::run(json, scale),
+        Command::Bench { scale, only } => bench::run(json, scale, only.as_deref()),
         Command::Child {
             queue,
             enqueue,

@@ -5,8 +5,9 @@ use std::time::Duration;
 
 use crossbeam_channel::{Receiver, Sender, select};
 
+use super::handover::Handed;
 use super::stats::bump;
-use super::{Flight, Shared};
+use super::{Flight, Shared, run};
 
 /// How long an idle dispatcher sleeps at most: commits by *other processes* do not wake it,
 /// so it looks again at least this often.
@@ -20,10 +21,19 @@ pub(crate) fn dispatch_loop(
     jobs: Sender<Flight>,
     stop: &Receiver<()>,
 ) {
+    run(shared, slots, &jobs, stop);
+    // From here on workers commit their own completions; commit what was handed over.
+    let left = shared.handover.close();
+    if !left.is_empty() {
+        let _ = commit(shared, left, 0, &jobs);
+    }
+}
+
+fn run(shared: &Shared, slots: &Receiver<()>, jobs: &Sender<Flight>, stop: &Receiver<()>) {
     // Free workers the dispatcher knows of (each a token from the slots channel).
     let mut free = 0usize;
     loop {
-        if free == 0 {
+        if free == 0 && !shared.handover.pending() {
             // Wait for a free worker.
             select! {
                 recv(slots) -> slot => if slot.is_err() { return },
@@ -35,7 +45,7 @@ pub(crate) fn dispatch_loop(
         while slots.try_recv().is_ok() {
             free += 1;
         }
-        // Find them work.
+        // Find them work, committing handed-over completions in the same transaction.
         loop {
             // Read the generation before looking, so work that arrives after the look wakes
             // the wait below instead of being slept through.
@@ -43,51 +53,51 @@ pub(crate) fn dispatch_loop(
             if !shared.running() {
                 return;
             }
-            if shared.paused() {
-                if stop.recv_timeout(recheck(shared)).is_ok() {
-                    return;
-                }
-                continue;
-            }
+            let done = shared.handover.take();
             let now = shared.store.now();
-            if !shared.renewals_healthy(now) {
+            let want = if shared.paused() {
+                0
+            } else if !shared.renewals_healthy(now) {
                 // Shed load: an overloaded pool that keeps claiming piles up false reclaims.
                 bump(&shared.counters.intake_paused);
                 tracing::warn!(queue = %shared.queue, "renewals are behind; not claiming");
                 shared.shed_expired(now);
-                let _ = shared
-                    .store
-                    .wait_for_work(&shared.queue, seen, recheck(shared));
-                if !shared.running() {
-                    return;
+                0
+            } else {
+                free
+            };
+            if done.is_empty() && want == 0 {
+                if free == 0 {
+                    break;
+                }
+                if shared.paused() {
+                    if stop.recv_timeout(recheck(shared)).is_ok() {
+                        return;
+                    }
+                } else {
+                    // Shedding: look again once renewals may have caught up.
+                    let _ = shared
+                        .store
+                        .wait_for_work(&shared.queue, seen, recheck(shared));
                 }
                 continue;
             }
-            match shared
-                .store
-                .claim_batch(&shared.queue, &shared.worker_id, shared.terms, free)
-            {
-                Ok(leases) if !leases.is_empty() => {
-                    for lease in leases {
-                        bump(&shared.counters.claimed);
-                        tracing::debug!(job = %lease.job, attempt = %lease.attempt, "claimed");
-                        let flight = shared.register(lease);
-                        if jobs.send(flight.clone()).is_err() {
-                            shared.finish(flight.lease.job);
-                            return;
-                        }
-                        free -= 1;
-                    }
+            match commit(shared, done, want, jobs) {
+                Ok(claimed) if claimed > 0 || want == 0 => {
+                    free -= claimed;
                     break;
                 }
                 Ok(_) => {
                     bump(&shared.counters.idle_waits);
                     let timeout = idle_timeout(shared, now);
-                    shared.store.wait_for_work(&shared.queue, seen, timeout);
+                    shared.handover.set_idle(true);
+                    if !shared.handover.pending() {
+                        shared.store.wait_for_work(&shared.queue, seen, timeout);
+                    }
+                    shared.handover.set_idle(false);
                 }
-                Err(e) => {
-                    bump(&shared.counters.claim_errors);
-                    tracing::warn!(queue = %shared.queue, error = %e, "claim failed");
+                Err(Closed) => return,
+                Err(ClaimFailed) => {
                     if stop.recv_timeout(shared.settings.heartbeat()).is_ok() {
                         return;
                     }
@@ -95,6 +105,57 @@ pub(crate) fn dispatch_loop(
             }
         }
     }
+}
+
+/// Why a commit round stops the dispatcher's loop.
+enum Stop {
+    /// The workers are gone.
+    Closed,
+    /// The claim failed; look again later.
+    ClaimFailed,
+}
+use Stop::{ClaimFailed, Closed};
+
+/// Commits handed-over completions and claims up to `want` jobs in one group commit, then
+/// hands the claimed jobs to workers. Returns how many were claimed.
+fn commit(
+    shared: &Shared,
+    done: Vec<Handed>,
+    want: usize,
+    jobs: &Sender<Flight>,
+) -> Result<usize, Stop> {
+    let items = done
+        .iter()
+        .map(|h| (h.flight.lease.job, h.flight.lease.attempt, h.output.clone()))
+        .collect();
+    let (completed, claimed) = shared.store.complete_all_then_claim(
+        items,
+        &shared.queue,
+        &shared.worker_id,
+        shared.terms,
+        want,
+    );
+    for (handed, result) in done.iter().zip(completed) {
+        run::completed(shared, &handed.flight.lease, result);
+        shared.finish(handed.flight.lease.job);
+    }
+    let leases = match claimed {
+        Ok(leases) => leases,
+        Err(e) => {
+            bump(&shared.counters.claim_errors);
+            tracing::warn!(queue = %shared.queue, error = %e, "claim failed");
+            return Err(ClaimFailed);
+        }
+    };
+    let claimed = leases.len();
+    for lease in leases {
+        let flight = shared.claimed(lease);
+        if jobs.send(flight.clone()).is_err() {
+            shared.finish(flight.lease.job);
+            return Err(Closed);
+        }
+    }
+    Ok(claimed)
 }
 
 /// How soon a paused or shedding dispatcher looks again: often enough to resume promptly once

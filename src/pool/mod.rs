@@ -14,6 +14,7 @@
 
 mod context;
 mod dispatch;
+mod handover;
 mod heartbeat;
 mod run;
 mod stats;
@@ -52,6 +53,7 @@ pub struct PoolBuilder {
     queue: String,
     worker_id: Option<String>,
     concurrency: usize,
+    prefetch: usize,
     lease: Duration,
     heartbeat: Option<Duration>,
     stall_timeout: Option<Duration>,
@@ -69,6 +71,18 @@ impl PoolBuilder {
     /// How many jobs run at once. Default: 1.
     pub fn concurrency(mut self, n: usize) -> PoolBuilder {
         self.concurrency = n;
+        self
+    }
+
+    /// How many jobs to claim ahead of free workers. Default: 0.
+    ///
+    /// A claimed-ahead job waits, under a renewed lease, for a worker to finish its current
+    /// one: the workers of a pool of short jobs then never wait for a claim's commit, and
+    /// more completions and claims share each commit. Leave it at 0 for long jobs: a job
+    /// claimed ahead is held from other pools while it waits, and its stall timeout (if
+    /// any) runs from its claim. At shutdown, jobs claimed ahead are released, not run.
+    pub fn prefetch(mut self, n: usize) -> PoolBuilder {
+        self.prefetch = n;
         self
     }
 
@@ -147,10 +161,12 @@ impl PoolBuilder {
             beating: Mutex::new(()),
             last_renewal: AtomicU64::new(0),
             counters: Counters::default(),
+            handover: handover::Handover::default(),
+            concurrency: self.concurrency,
             live_workers: Mutex::new(0),
             workers_exited: Condvar::new(),
         });
-        WorkerPool::spawn(shared, self.concurrency, self.shutdown_grace)
+        WorkerPool::spawn(shared, self.concurrency, self.prefetch, self.shutdown_grace)
     }
 }
 
@@ -192,6 +208,7 @@ impl WorkerPool {
             queue: queue.into(),
             worker_id: None,
             concurrency: 1,
+            prefetch: 0,
             lease: crate::config::DEFAULT_LEASE,
             heartbeat: None,
             stall_timeout: None,
@@ -203,12 +220,15 @@ impl WorkerPool {
     fn spawn(
         shared: Arc<Shared>,
         concurrency: usize,
+        prefetch: usize,
         shutdown_grace: Duration,
     ) -> Result<WorkerPool> {
         let spawn_error = |e: std::io::Error| Error::Storage(redb::Error::Io(e));
         let name = |what: &str| format!("lh-{}-{what}", shared.queue);
-        let (slot_tx, slot_rx) = bounded::<()>(concurrency);
-        for _ in 0..concurrency {
+        // One token per job the pool may hold: a worker's, or one claimed ahead of workers.
+        let room = concurrency.saturating_add(prefetch);
+        let (slot_tx, slot_rx) = bounded::<()>(room);
+        for _ in 0..room {
             let _ = slot_tx.send(());
         }
         let (job_tx, job_rx) = unbounded::<Flight>();
@@ -451,6 +471,9 @@ pub(crate) struct Shared {
     /// spell): the heartbeat's health.
     last_renewal: AtomicU64,
     pub counters: Counters,
+    /// Completions workers handed to the dispatcher.
+    pub(crate) handover: handover::Handover,
+    concurrency: usize,
     live_workers: Mutex<usize>,
     workers_exited: Condvar,
 }
@@ -484,6 +507,25 @@ impl Shared {
         }
         flights.insert(flight.lease.job, flight.clone());
         flight
+    }
+
+    /// Counts and registers a lease just claimed (by the dispatcher or a worker).
+    pub(crate) fn claimed(&self, lease: Lease) -> Flight {
+        stats::bump(&self.counters.claimed);
+        tracing::debug!(job = %lease.job, attempt = %lease.attempt, "claimed");
+        self.register(lease)
+    }
+
+    /// Whether the pool takes new work now: running, not paused, and its renewals keeping up
+    /// (an overloaded pool that keeps claiming piles up false reclaims).
+    pub(crate) fn may_claim(&self) -> bool {
+        self.running() && !self.paused() && self.renewals_healthy(self.store.now())
+    }
+
+    /// Whether workers hand their completions to the dispatcher (see [`handover`]): when
+    /// there are several of them to gather.
+    pub(crate) fn hands_over(&self) -> bool {
+        self.concurrency > 1
     }
 
     pub(crate) fn finish(&self, job: JobId) {

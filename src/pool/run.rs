@@ -12,12 +12,52 @@ use crate::error::Error;
 
 pub(crate) fn worker_loop(shared: &Shared, jobs: &Receiver<Flight>, slots: &Sender<()>) {
     for flight in jobs.iter() {
-        let job = flight.lease.job;
-        run_one(shared, flight);
-        shared.finish(job);
+        // A worker whose completion also claimed its next job goes straight on to it; only
+        // when it found nothing does it hand its slot back to the dispatcher.
+        let mut next = Some(flight);
+        while let Some(flight) = next.take() {
+            let job = flight.lease.job;
+            if !shared.running() && !shared.abandoned() {
+                // Not started when the pool began to shut down (claimed ahead, say): give it
+                // back rather than make the shutdown wait for it (unless the shutdown's own
+                // release got to it first).
+                if flight.state.interruption().is_none() {
+                    give_back_unstarted(shared, &flight);
+                }
+                shared.finish(job);
+                continue;
+            }
+            match run_one(shared, flight) {
+                After::Finished => shared.finish(job),
+                // Still in flight (and renewed) until the dispatcher commits it.
+                After::HandedOver => {}
+                After::Next(flight) => {
+                    shared.finish(job);
+                    next = Some(flight);
+                }
+            }
+        }
         let _ = slots.send(());
     }
     shared.worker_exited();
+}
+
+fn give_back_unstarted(shared: &Shared, flight: &Flight) {
+    match shared.store.release(&flight.lease) {
+        Ok(()) => bump(&shared.counters.released),
+        Err(e) if e.is_lease_lost() => bump(&shared.counters.rejected_writes),
+        Err(e) => tracing::warn!(job = %flight.lease.job, error = %e, "release failed"),
+    }
+}
+
+/// Where a worker stands once a job's verdict is dealt with.
+enum After {
+    /// Committed (or withheld): the job is no longer in flight.
+    Finished,
+    /// The completion was handed to the dispatcher, which ends the flight when it commits.
+    HandedOver,
+    /// Committed, and the same commit claimed this job for the worker.
+    Next(Flight),
 }
 
 /// What the handler's run amounts to.
@@ -33,7 +73,8 @@ enum FailKind {
     Invalid,
 }
 
-fn run_one(shared: &Shared, flight: Flight) {
+/// Runs one job and commits its verdict (or hands it over to be committed).
+fn run_one(shared: &Shared, flight: Flight) -> After {
     let ctx = JobContext::new(flight.lease.clone(), flight.state.clone());
     let verdict = match catch_unwind(AssertUnwindSafe(|| (shared.handler)(&ctx))) {
         Ok(Ok(output)) => match &shared.validator {
@@ -61,7 +102,7 @@ fn run_one(shared: &Shared, flight: Flight) {
         // Shutting down: a finished result is still worth committing if the lease holds; a
         // failure is not recorded (the job was or will be released, no budget spent).
         (None | Some(Interruption::Shutdown), Verdict::Complete(output)) => {
-            commit_success(shared, lease, output)
+            return commit_success(shared, flight, output);
         }
         (None, Verdict::Fail { message, counter }) => {
             commit_failure(shared, lease, &message, counter)
@@ -78,13 +119,47 @@ fn run_one(shared: &Shared, flight: Flight) {
             tracing::info!(job = %lease.job, attempt = %lease.attempt, reason = %why, "result withheld: lease is gone");
         }
     }
+    After::Finished
 }
 
-fn commit_success(shared: &Shared, lease: &crate::Lease, output: Output) {
-    let result = match output.writes {
-        Some(writes) => shared.store.complete_with(lease, &output.bytes, writes),
-        None => shared.store.complete(lease, &output.bytes),
+/// Commits a success. With several workers, the completion is handed to the dispatcher,
+/// which commits it together with the others that finished meanwhile and the claims that
+/// refill their workers. A lone worker commits its own and, when the pool may take more work,
+/// claims its next job in the same transaction (a hand-off to another thread would cost more
+/// than the commit).
+fn commit_success(shared: &Shared, flight: Flight, output: Output) -> After {
+    let Output { bytes, writes } = output;
+    let lease = flight.lease.clone();
+    let result = match writes {
+        Some(writes) => shared.store.complete_with(&lease, &bytes, writes),
+        None if shared.hands_over() && shared.running() => {
+            match shared.handover.hand_over(shared, flight, bytes) {
+                Ok(()) => return After::HandedOver,
+                // The dispatcher has stopped: commit it here.
+                Err(bytes) => shared.store.complete(&lease, &bytes),
+            }
+        }
+        None if shared.may_claim() => {
+            match shared
+                .store
+                .complete_and_claim(&lease, &bytes, shared.terms)
+            {
+                Ok(Some(next)) => {
+                    bump(&shared.counters.succeeded);
+                    return After::Next(shared.claimed(next));
+                }
+                Ok(None) => Ok(()),
+                Err(e) => Err(e),
+            }
+        }
+        None => shared.store.complete(&lease, &bytes),
     };
+    completed(shared, &lease, result);
+    After::Finished
+}
+
+/// Counts a completion's result; a rolled-back application write fails the attempt instead.
+pub(crate) fn completed(shared: &Shared, lease: &crate::Lease, result: crate::Result<()>) {
     match result {
         Ok(()) => bump(&shared.counters.succeeded),
         Err(e) if e.is_lease_lost() => fenced(shared, lease, &e),

@@ -194,6 +194,50 @@ fn claim_batch_takes_the_most_urgent_jobs_in_one_commit() {
 }
 
 #[test]
+fn complete_and_claim_commits_the_result_and_takes_the_next_job_in_one_commit() {
+    let f = Fixture::new();
+    let ids = f.enqueue_n(2);
+    let first = f.claim_one("w");
+    let writes = f.metrics().write_transactions;
+    let next = f
+        .complete_and_claim(&first, b"one", LEASE)
+        .unwrap()
+        .expect("the second job");
+    assert_eq!(f.metrics().write_transactions, writes + 1);
+    assert_eq!((next.job, next.worker.as_str()), (ids[1], "w"));
+    assert_eq!(f.job(ids[0]).unwrap().unwrap().state, JobState::Succeeded);
+    assert_eq!(f.output(ids[0]).unwrap().unwrap(), b"one");
+    // Nothing left to claim: the completion still commits.
+    assert!(
+        f.complete_and_claim(&next, b"two", LEASE)
+            .unwrap()
+            .is_none()
+    );
+    assert_eq!(f.job(ids[1]).unwrap().unwrap().state, JobState::Succeeded);
+}
+
+#[test]
+fn complete_and_claim_with_a_lost_lease_claims_nothing() {
+    let f = Fixture::new();
+    let ids = f.enqueue_n(2);
+    let stale = f.claim_one("w");
+    f.advance(LEASE);
+    let taken = f
+        .claim_job(ids[0], "other", LEASE)
+        .unwrap()
+        .expect("takeover");
+    let err = f.complete_and_claim(&stale, b"late", LEASE).unwrap_err();
+    assert!(err.is_lease_lost(), "{err:?}");
+    assert_eq!(
+        f.job(ids[1]).unwrap().unwrap().state,
+        JobState::Queued,
+        "not claimed"
+    );
+    assert_eq!(f.job(ids[0]).unwrap().unwrap().attempt, taken.attempt);
+    assert!(f.output(ids[0]).unwrap().is_none());
+}
+
+#[test]
 fn expired_leases_are_taken_over_in_the_order_they_really_expired() {
     let f = Fixture::new();
     let ids = f.enqueue_n(2);

@@ -1,6 +1,6 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use leasehold::{JobState, Outcome};
+use leasehold::{CommitShape, JobState, Outcome};
 
 use crate::common::{Fixture, LEASE, Q};
 
@@ -8,7 +8,19 @@ use crate::common::{Fixture, LEASE, Q};
 /// completions, failures and stale completions that the fence must refuse, interleaved.
 #[test]
 fn concurrent_operations_in_shared_commits_each_get_their_own_answer() {
-    let f = Fixture::with(|b| b.default_max_attempts(1000));
+    operations_get_their_own_answer(Fixture::with(|b| b.default_max_attempts(1000)));
+}
+
+/// The same through the writer-thread shape kept for comparison (see `leasehold bench`).
+#[test]
+fn the_writer_thread_shape_gives_each_operation_its_own_answer_too() {
+    operations_get_their_own_answer(Fixture::with(|b| {
+        b.default_max_attempts(1000)
+            .commit_shape(CommitShape::WriterThread)
+    }));
+}
+
+fn operations_get_their_own_answer(f: Fixture) {
     let ids = f.enqueue_n(400);
     let refused = AtomicU64::new(0);
     std::thread::scope(|s| {

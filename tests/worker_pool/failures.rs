@@ -92,10 +92,22 @@ fn an_output_the_validator_refuses_is_not_committed() {
 
 #[test]
 fn a_paused_workers_late_commit_is_refused_and_the_other_workers_result_stands() {
+    late_commit_is_refused(1);
+}
+
+/// With several workers, completions go through the dispatcher's hand-over: the fence holds
+/// there too.
+#[test]
+fn a_late_commit_handed_to_the_dispatcher_is_refused_too() {
+    late_commit_is_refused(4);
+}
+
+fn late_commit_is_refused(concurrency: usize) {
     let f = Fixture::new();
     let id = f.enqueue_n(1)[0];
     let (gate_tx, gate_rx) = bounded::<()>(0);
     let paused = pool(&f, "paused")
+        .concurrency(concurrency)
         .start(move |_| {
             gate_rx.recv().unwrap(); // the "pause": this worker stops here
             Ok(b"from the paused worker".to_vec())
