@@ -371,13 +371,10 @@ enum Refusal {
 
 /// The fence: the job must be `Running` under exactly this attempt.
 fn fence(tx: &mut Tx<'_>, id: JobId, attempt: Attempt, refusal: Refusal) -> Result<Job> {
-    let found = tx.t.job(id)?;
-    if let Some(job) = &found
-        && job.state == JobState::Running
-        && job.attempt == attempt
-    {
-        return Ok(job.clone());
-    }
+    let found = match tx.t.job(id)? {
+        Some(job) if job.state == JobState::Running && job.attempt == attempt => return Ok(job),
+        found => found,
+    };
     match refusal {
         Refusal::Heartbeat => tx.tally.counters.leases_lost += 1,
         Refusal::Write => tx.tally.counters.fenced_writes_rejected += 1,
