@@ -21,7 +21,7 @@ pub(crate) fn dispatch_loop(
     jobs: Sender<Flight>,
     stop: &Receiver<()>,
 ) {
-    run(shared, slots, &jobs, stop);
+    dispatch_until_stopped(shared, slots, &jobs, stop);
     // From here on workers commit their own completions; commit what was handed over.
     let left = shared.handover.close();
     if !left.is_empty() {
@@ -29,7 +29,12 @@ pub(crate) fn dispatch_loop(
     }
 }
 
-fn run(shared: &Shared, slots: &Receiver<()>, jobs: &Sender<Flight>, stop: &Receiver<()>) {
+fn dispatch_until_stopped(
+    shared: &Shared,
+    slots: &Receiver<()>,
+    jobs: &Sender<Flight>,
+    stop: &Receiver<()>,
+) {
     // Free workers the dispatcher knows of (each a token from the slots channel).
     let mut free = 0usize;
     loop {
@@ -124,10 +129,13 @@ fn commit(
     want: usize,
     jobs: &Sender<Flight>,
 ) -> Result<usize, Stop> {
-    let items = done
-        .iter()
-        .map(|h| (h.flight.lease.job, h.flight.lease.attempt, h.output.clone()))
-        .collect();
+    let (flights, items): (Vec<Flight>, Vec<_>) = done
+        .into_iter()
+        .map(|h| {
+            let item = (h.flight.lease.job, h.flight.lease.attempt, h.output);
+            (h.flight, item)
+        })
+        .unzip();
     let (completed, claimed) = shared.store.complete_all_then_claim(
         items,
         &shared.queue,
@@ -135,9 +143,9 @@ fn commit(
         shared.terms,
         want,
     );
-    for (handed, result) in done.iter().zip(completed) {
-        run::completed(shared, &handed.flight.lease, result);
-        shared.finish(handed.flight.lease.job);
+    for (flight, result) in flights.iter().zip(completed) {
+        run::completed(shared, &flight.lease, result);
+        shared.finish(flight.lease.job);
     }
     let leases = match claimed {
         Ok(leases) => leases,

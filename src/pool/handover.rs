@@ -33,25 +33,20 @@ struct State {
 }
 
 impl Handover {
-    /// Hands `output` over for the dispatcher to commit; gives it back if the hand-over is
-    /// closed (the dispatcher has stopped).
-    pub(crate) fn hand_over(
-        &self,
-        shared: &Shared,
-        flight: Flight,
-        output: Vec<u8>,
-    ) -> Result<(), Vec<u8>> {
+    /// Hands a finished job over for the dispatcher to commit. Gives it back if the
+    /// hand-over is closed (the dispatcher has stopped): the caller then commits it.
+    pub(crate) fn hand_over(&self, shared: &Shared, handed: Handed) -> Option<Handed> {
         {
             let mut state = self.state.lock();
             if state.closed {
-                return Err(output);
+                return Some(handed);
             }
-            state.done.push(Handed { flight, output });
+            state.done.push(handed);
         }
         if self.idle.load(Ordering::SeqCst) {
             shared.store.wake_queue(&shared.queue);
         }
-        Ok(())
+        None
     }
 
     /// Everything handed over so far.

@@ -495,8 +495,11 @@ impl Shared {
         self.paused.load(Ordering::SeqCst)
     }
 
-    /// Records a new flight; a pool that had none starts its health clock now.
-    pub(crate) fn register(&self, lease: Lease) -> Flight {
+    /// Counts and records a lease just claimed (by the dispatcher or a worker) as a new
+    /// flight; a pool that had none starts its health clock now.
+    pub(crate) fn claimed(&self, lease: Lease) -> Flight {
+        stats::bump(&self.counters.claimed);
+        tracing::debug!(job = %lease.job, attempt = %lease.attempt, "claimed");
         let flight = Flight {
             state: AttemptState::new(lease.expires_at),
             lease,
@@ -507,13 +510,6 @@ impl Shared {
         }
         flights.insert(flight.lease.job, flight.clone());
         flight
-    }
-
-    /// Counts and registers a lease just claimed (by the dispatcher or a worker).
-    pub(crate) fn claimed(&self, lease: Lease) -> Flight {
-        stats::bump(&self.counters.claimed);
-        tracing::debug!(job = %lease.job, attempt = %lease.attempt, "claimed");
-        self.register(lease)
     }
 
     /// Whether the pool takes new work now: running, not paused, and its renewals keeping up

@@ -6,6 +6,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use crossbeam_channel::{Receiver, Sender};
 
 use super::context::{Interruption, JobContext, Output};
+use super::handover::Handed;
 use super::stats::bump;
 use super::{Flight, Shared};
 use crate::error::Error;
@@ -129,21 +130,26 @@ fn run_one(shared: &Shared, flight: Flight) -> After {
 /// than the commit).
 fn commit_success(shared: &Shared, flight: Flight, output: Output) -> After {
     let Output { bytes, writes } = output;
-    let lease = flight.lease.clone();
-    let result = match writes {
-        Some(writes) => shared.store.complete_with(&lease, &bytes, writes),
-        None if shared.hands_over() && shared.running() => {
-            match shared.handover.hand_over(shared, flight, bytes) {
-                Ok(()) => return After::HandedOver,
-                // The dispatcher has stopped: commit it here.
-                Err(bytes) => shared.store.complete(&lease, &bytes),
-            }
+    let mut handed = Handed {
+        flight,
+        output: bytes,
+    };
+    if writes.is_none() && shared.hands_over() && shared.running() {
+        match shared.handover.hand_over(shared, handed) {
+            None => return After::HandedOver,
+            // The dispatcher has stopped: commit it here.
+            Some(back) => handed = back,
         }
+    }
+    let Handed {
+        flight,
+        output: bytes,
+    } = handed;
+    let lease = &flight.lease;
+    let result = match writes {
+        Some(writes) => shared.store.complete_with(lease, &bytes, writes),
         None if shared.may_claim() => {
-            match shared
-                .store
-                .complete_and_claim(&lease, &bytes, shared.terms)
-            {
+            match shared.store.complete_and_claim(lease, &bytes, shared.terms) {
                 Ok(Some(next)) => {
                     bump(&shared.counters.succeeded);
                     return After::Next(shared.claimed(next));
@@ -152,9 +158,9 @@ fn commit_success(shared: &Shared, flight: Flight, output: Output) -> After {
                 Err(e) => Err(e),
             }
         }
-        None => shared.store.complete(&lease, &bytes),
+        None => shared.store.complete(lease, &bytes),
     };
-    completed(shared, &lease, result);
+    completed(shared, lease, result);
     After::Finished
 }
 
