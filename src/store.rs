@@ -237,6 +237,9 @@ impl Store {
         terms: impl Into<LeaseTerms>,
     ) -> Result<Option<Lease>> {
         let terms = terms.into();
+        // Checked before anything is written: a bad setting found by the claim after the
+        // completion wrote would poison the shared commit and re-run its neighbours alone.
+        crate::config::check_terms(&terms)?;
         let (job, attempt, output) = (lease.job, lease.attempt, output.to_vec());
         let (queue, worker) = (lease.queue.clone(), lease.worker.clone());
         self.write(move |tx| {

@@ -251,3 +251,18 @@ fn expired_leases_are_taken_over_in_the_order_they_really_expired() {
     assert_eq!((taken.job, first_to_lapse.job), (ids[1], ids[1]));
     assert_eq!(f.claim_one("c").job, renewed.job);
 }
+
+#[test]
+fn complete_and_claim_with_bad_lease_terms_is_refused_and_writes_nothing() {
+    let f = Fixture::new();
+    let ids = f.enqueue_n(2);
+    let held = f.claim_one("w");
+    let writes = f.metrics().write_transactions;
+    let err = f
+        .complete_and_claim(&held, b"done", Duration::ZERO)
+        .unwrap_err();
+    assert!(matches!(err, leasehold::Error::Config(_)), "{err:?}");
+    assert_eq!(f.metrics().write_transactions, writes, "no commit at all");
+    assert_eq!(f.job(ids[0]).unwrap().unwrap().state, JobState::Running);
+    assert_eq!(f.job(ids[1]).unwrap().unwrap().state, JobState::Queued);
+}
