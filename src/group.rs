@@ -118,6 +118,15 @@ struct State {
     last_group: usize,
 }
 
+impl State {
+    /// The next group: everything queued, up to [`MAX_GROUP`], oldest first.
+    fn take_group(&mut self) -> Vec<Box<dyn PendingOp>> {
+        let take = self.queue.len().min(MAX_GROUP);
+        self.last_group = take;
+        self.queue.drain(..take).collect()
+    }
+}
+
 impl std::fmt::Debug for Group {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Group").finish_non_exhaustive()
@@ -187,9 +196,7 @@ impl Group {
                 std::thread::yield_now();
                 state = self.state.lock();
             }
-            let take = state.queue.len().min(MAX_GROUP);
-            state.last_group = take;
-            let mut batch: Vec<Box<dyn PendingOp>> = state.queue.drain(..take).collect();
+            let mut batch = state.take_group();
             drop(state);
             lead(committer, &mut batch);
             state = self.state.lock();
@@ -221,8 +228,7 @@ impl Group {
                 continue;
             }
             state.leading = true;
-            let take = state.queue.len().min(MAX_GROUP);
-            let mut batch: Vec<Box<dyn PendingOp>> = state.queue.drain(..take).collect();
+            let mut batch = state.take_group();
             drop(state);
             match committer() {
                 Some(c) => lead(&c, &mut batch),
@@ -339,6 +345,19 @@ mod tests {
         }
     }
 
+    impl Mock {
+        fn new(
+            hold_first: Option<(Sender<()>, Receiver<()>)>,
+            verdict: fn(usize) -> Result<bool>,
+        ) -> Mock {
+            Mock {
+                sizes: Mutex::new(Vec::new()),
+                hold_first,
+                verdict,
+            }
+        }
+    }
+
     fn call(group: &Group, mock: &Mock) -> Result<()> {
         group.run(mock, |_tx| Ok(()))
     }
@@ -347,11 +366,7 @@ mod tests {
     fn callers_that_queue_behind_a_commit_share_the_next_one() {
         let (started_tx, started_rx) = bounded(1);
         let (release_tx, release_rx) = bounded(1);
-        let mock = Mock {
-            sizes: Mutex::new(Vec::new()),
-            hold_first: Some((started_tx, release_rx)),
-            verdict: |_| Ok(true),
-        };
+        let mock = Mock::new(Some((started_tx, release_rx)), |_| Ok(true));
         let group = Group::default();
         std::thread::scope(|s| {
             let first = s.spawn(|| call(&group, &mock));
@@ -377,11 +392,7 @@ mod tests {
 
     #[test]
     fn an_uncontended_caller_leads_its_own_group_at_once() {
-        let mock = Mock {
-            sizes: Mutex::new(Vec::new()),
-            hold_first: None,
-            verdict: |_| Ok(true),
-        };
+        let mock = Mock::new(None, |_| Ok(true));
         let group = Group::default();
         for _ in 0..3 {
             let _ = call(&group, &mock);
@@ -391,11 +402,7 @@ mod tests {
 
     #[test]
     fn operations_queued_together_share_one_commit_and_keep_their_own_results() {
-        let mock = Mock {
-            sizes: Mutex::new(Vec::new()),
-            hold_first: None,
-            verdict: |_| Ok(true),
-        };
+        let mock = Mock::new(None, |_| Ok(true));
         let group = Group::default();
         let results = group.run_all(&mock, (0..3).map(|_| |_: &mut Tx<'_>| Ok(())).collect());
         assert_eq!(results.len(), 3);
@@ -411,12 +418,8 @@ mod tests {
     fn a_poisoned_group_is_rerun_one_operation_at_a_time() {
         let (started_tx, started_rx) = bounded(1);
         let (release_tx, release_rx) = bounded(1);
-        let mock = Mock {
-            sizes: Mutex::new(Vec::new()),
-            hold_first: Some((started_tx, release_rx)),
-            // a group of more than one is poisoned; alone, each operation commits
-            verdict: |n| Ok(n == 1),
-        };
+        // a group of more than one is poisoned; alone, each operation commits
+        let mock = Mock::new(Some((started_tx, release_rx)), |n| Ok(n == 1));
         let group = Group::default();
         std::thread::scope(|s| {
             let first = s.spawn(|| call(&group, &mock));
@@ -436,11 +439,7 @@ mod tests {
 
     #[test]
     fn a_failed_commit_is_reported_to_every_caller_of_the_group() {
-        let mock = Mock {
-            sizes: Mutex::new(Vec::new()),
-            hold_first: None,
-            verdict: |_| Err(Error::InUse("the disk is on fire")),
-        };
+        let mock = Mock::new(None, |_| Err(Error::InUse("the disk is on fire")));
         let group = Group::default();
         match call(&group, &mock) {
             Err(Error::Group(e)) => assert!(matches!(*e, Error::InUse(_))),
