@@ -11,7 +11,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use leasehold::{CommitShape, Durability, Error, JobState, NewJob, Sharing, Store, WorkerPool};
+use leasehold::{
+    CommitShape, Durability, Error, JobState, NewJob, Sharing, Store, StoreBuilder, WorkerPool,
+};
 use parking_lot::Mutex;
 use redb::{ReadableTable, TableDefinition};
 use serde::Serialize;
@@ -88,17 +90,29 @@ fn raw_db(dir: &Path, name: &str) -> Result<redb::Database, Error> {
     redb::Database::create(dir.join(name)).map_err(|e| Error::Storage(e.into()))
 }
 
+/// A bench store with the defaults: durable on a single-writer file, or non-durable on an
+/// exclusive one (eventual durability needs it) that flushes less often than any run lasts.
 fn store(dir: &Path, name: &str, durable: bool) -> Result<Store, Error> {
+    store_with(dir, name, durable, |b| b)
+}
+
+/// [`store`], with more settings applied last.
+fn store_with(
+    dir: &Path,
+    name: &str,
+    durable: bool,
+    configure: impl FnOnce(StoreBuilder) -> StoreBuilder,
+) -> Result<Store, Error> {
     let b = Store::builder(dir.join(name));
-    if durable {
-        b.open()
+    let b = if durable {
+        b
     } else {
         b.sharing(Sharing::Exclusive)
             .durability(Durability::Eventual {
                 flush_every: Duration::from_secs(3600),
             })
-            .open()
-    }
+    };
+    configure(b).open()
 }
 
 fn io(e: impl Into<redb::Error>) -> Error {
@@ -219,9 +233,9 @@ fn scenarios(dir: &Path, scale: f64, only: Option<&str>) -> Result<Vec<Row>, Err
             (Sharing::SingleWriter, "single-writer"),
             (Sharing::Exclusive, "exclusive"),
         ] {
-            let s_ = Store::builder(dir.join(format!("enq-{name}.redb")))
-                .sharing(sharing)
-                .open()?;
+            let s_ = store_with(dir, &format!("enq-{name}.redb"), true, |b| {
+                b.sharing(sharing)
+            })?;
             let (s, total) = timed(n(2000), |_| {
                 s_.enqueue(NewJob::new("q", payload.clone())).map(|_| ())
             })?;
@@ -246,9 +260,9 @@ fn scenarios(dir: &Path, scale: f64, only: Option<&str>) -> Result<Vec<Row>, Err
             (Sharing::Exclusive, "exclusive"),
             (Sharing::SingleWriter, "single-writer"),
         ] {
-            let s_ = Store::builder(dir.join(format!("cc-{name}.redb")))
-                .sharing(sharing)
-                .open()?;
+            let s_ = store_with(dir, &format!("cc-{name}.redb"), true, |b| {
+                b.sharing(sharing)
+            })?;
             s_.enqueue_batch((0..jobs).map(|_| NewJob::new("q", payload.clone())))?;
             let (s, total) = timed(jobs, |_| {
                 let l = s_
@@ -380,13 +394,7 @@ fn claim_at_depth(dir: &Path, waiting: usize) -> Result<Row, Error> {
 /// the claimer's worst wait shows how long a batch holds the writer's seat.
 fn reap_under_load(dir: &Path, expired: usize) -> Result<Row, Error> {
     let clock = leasehold::ManualClock::new();
-    let store = Store::builder(dir.join("reap.redb"))
-        .clock(clock.clone())
-        .sharing(Sharing::Exclusive)
-        .durability(Durability::Eventual {
-            flush_every: Duration::from_secs(3600),
-        })
-        .open()?;
+    let store = store_with(dir, "reap.redb", false, |b| b.clock(clock.clone()))?;
     let ids: Vec<usize> = (0..expired).collect();
     for chunk in ids.chunks(10_000) {
         store.enqueue_batch(chunk.iter().map(|i| NewJob::new("dead", format!("{i}"))))?;
@@ -437,18 +445,9 @@ fn commit_shape(
     calls: usize,
 ) -> Result<Row, Error> {
     let name = format!("shape-{durable}-{shape:?}-{threads}.redb");
-    let builder = Store::builder(dir.join(name))
-        .sharing(Sharing::Exclusive)
-        .commit_shape(shape);
-    let store = if durable {
-        builder.open()?
-    } else {
-        builder
-            .durability(Durability::Eventual {
-                flush_every: Duration::from_secs(3600),
-            })
-            .open()?
-    };
+    let store = store_with(dir, &name, durable, |b| {
+        b.sharing(Sharing::Exclusive).commit_shape(shape)
+    })?;
     let start = Instant::now();
     let per_thread: Vec<Result<Vec<Duration>, Error>> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
@@ -510,11 +509,7 @@ fn end_to_end(dir: &Path, durable: bool, shape: PoolShape, jobs: usize) -> Resul
         sharing,
     } = shape;
     let name = format!("e2e-{durable}-{workers}-{prefetch}-{sharing:?}.redb");
-    let store = if durable {
-        Store::builder(dir.join(name)).sharing(sharing).open()?
-    } else {
-        store(dir, &name, false)?
-    };
+    let store = store_with(dir, &name, durable, |b| b.sharing(sharing))?;
     let done = Arc::new(AtomicU64::new(0));
     let d = done.clone();
     let start = Instant::now();
