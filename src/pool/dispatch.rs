@@ -22,9 +22,10 @@ pub(crate) fn dispatch_loop(
     stop: &Receiver<()>,
 ) {
     dispatch_until_stopped(shared, slots, &jobs, stop);
-    // From here on workers commit their own completions; commit what was handed over.
+    // From here on workers commit their own completions; commit what was handed over,
+    // unless the pool was abandoned, which writes nothing more (as a killed process would not).
     let left = shared.handover.close();
-    if !left.is_empty() {
+    if !left.is_empty() && !shared.abandoned() {
         let _ = commit(shared, left, 0, &jobs);
     }
 }
