@@ -88,7 +88,7 @@ pub(crate) trait Committer {
     fn commit_group(&self, ops: &mut [Box<dyn PendingOp>]) -> Result<bool>;
 }
 
-/// Who commits a group. See the [module docs](self).
+/// Who commits a group of concurrent operations (one transaction, one fsync for all).
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 pub enum CommitShape {
     /// The first caller to find no commit under way commits for everyone queued behind it.

@@ -1,0 +1,170 @@
+//! Configuring a [`WorkerPool`]: its settings, their defaults, and the checks that refuse
+//! nonsense before any thread starts.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64};
+use std::time::Duration;
+
+use parking_lot::{Condvar, Mutex};
+
+use super::context::{JobContext, JobError, Output};
+use super::stats::Counters;
+use super::{DEFAULT_SHUTDOWN_GRACE, Handler, Phase, Shared, Validator, WorkerPool, handover};
+use crate::config::LeaseSettings;
+use crate::error::{ConfigError, Result};
+use crate::input;
+use crate::lease::LeaseTerms;
+use crate::store::Store;
+
+impl WorkerPool {
+    /// A builder for a pool that works `queue` of `store`.
+    pub fn builder(store: Store, queue: impl Into<String>) -> PoolBuilder {
+        PoolBuilder {
+            store,
+            queue: queue.into(),
+            worker_id: None,
+            concurrency: 1,
+            prefetch: 0,
+            lease: crate::config::DEFAULT_LEASE,
+            heartbeat: None,
+            stall_timeout: None,
+            validator: None,
+            shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
+        }
+    }
+}
+
+/// Configures a [`WorkerPool`]; see [`WorkerPool::builder`].
+pub struct PoolBuilder {
+    store: Store,
+    queue: String,
+    worker_id: Option<String>,
+    concurrency: usize,
+    prefetch: usize,
+    lease: Duration,
+    heartbeat: Option<Duration>,
+    stall_timeout: Option<Duration>,
+    validator: Option<Validator>,
+    shutdown_grace: Duration,
+}
+
+impl PoolBuilder {
+    /// The id recorded as the holder of this pool's leases. Default: `host-pid-random`.
+    pub fn worker_id(mut self, id: impl Into<String>) -> PoolBuilder {
+        self.worker_id = Some(id.into());
+        self
+    }
+
+    /// How many jobs run at once. Default: 1.
+    pub fn concurrency(mut self, n: usize) -> PoolBuilder {
+        self.concurrency = n;
+        self
+    }
+
+    /// How many jobs to claim ahead of free workers. Default: 0.
+    ///
+    /// A claimed-ahead job waits, under a renewed lease, for a worker to finish its current
+    /// one: the workers of a pool of short jobs then never wait for a claim's commit, and
+    /// more completions and claims share each commit. Leave it at 0 for long jobs: a job
+    /// claimed ahead is held from other pools while it waits, and its stall timeout (if
+    /// any) runs from its claim. At shutdown, jobs claimed ahead are released, not run.
+    pub fn prefetch(mut self, n: usize) -> PoolBuilder {
+        self.prefetch = n;
+        self
+    }
+
+    /// The lease length. Default: 60 s.
+    pub fn lease(mut self, lease: Duration) -> PoolBuilder {
+        self.lease = lease;
+        self
+    }
+
+    /// How often leases are renewed. Default: a third of the lease. Must be shorter than it.
+    pub fn heartbeat_every(mut self, every: Duration) -> PoolBuilder {
+        self.heartbeat = Some(every);
+        self
+    }
+
+    /// A job whose progress counter does not move for this long is stuck, not alive: the
+    /// store revokes its lease (outcome `Stalled`) and the handler is interrupted.
+    pub fn stall_timeout(mut self, timeout: Duration) -> PoolBuilder {
+        self.stall_timeout = Some(timeout);
+        self
+    }
+
+    /// Checks each output before it is committed. A lease detects silence, not wrong
+    /// answers; a refused output fails the attempt (and is retried by the retry policy).
+    pub fn validate<V>(mut self, validator: V) -> PoolBuilder
+    where
+        V: Fn(&JobContext, &[u8]) -> std::result::Result<(), String> + Send + Sync + 'static,
+    {
+        self.validator = Some(Arc::new(validator));
+        self
+    }
+
+    /// How long dropping the pool lets in-flight jobs finish. Default: 10 s.
+    pub fn shutdown_grace(mut self, grace: Duration) -> PoolBuilder {
+        self.shutdown_grace = grace;
+        self
+    }
+
+    /// Starts the pool with `handler`.
+    pub fn start<H, O>(self, handler: H) -> Result<WorkerPool>
+    where
+        H: Fn(&JobContext) -> std::result::Result<O, JobError> + Send + Sync + 'static,
+        O: Into<Output>,
+    {
+        input::check_queue(&self.queue)?;
+        if self.concurrency == 0 {
+            return Err(ConfigError::ZeroConcurrency.into());
+        }
+        let settings = match self.heartbeat {
+            Some(every) => LeaseSettings::new(self.lease, every)?,
+            None => LeaseSettings::with_lease(self.lease)?,
+        };
+        let mut terms = LeaseTerms::new(settings.lease());
+        if let Some(stall) = self.stall_timeout {
+            terms = terms.stall_timeout(stall);
+        }
+        crate::config::check_terms(&terms)?;
+        let worker_id = match self.worker_id {
+            Some(id) => id,
+            None => default_worker_id(),
+        };
+        input::check_worker(&worker_id)?;
+        let handler: Handler = Arc::new(move |ctx| handler(ctx).map(Into::into));
+        let shared = Arc::new(Shared {
+            store: self.store,
+            queue: self.queue,
+            worker_id,
+            settings,
+            terms,
+            handler,
+            validator: self.validator,
+            flights: Mutex::new(HashMap::new()),
+            flights_changed: Condvar::new(),
+            phase: AtomicU8::new(Phase::Running as u8),
+            paused: AtomicBool::new(false),
+            beating: Mutex::new(()),
+            last_renewal: AtomicU64::new(0),
+            counters: Counters::default(),
+            handover: handover::Handover::default(),
+            concurrency: self.concurrency,
+            live_workers: Mutex::new(0),
+            workers_exited: Condvar::new(),
+        });
+        WorkerPool::spawn(shared, self.concurrency, self.prefetch, self.shutdown_grace)
+    }
+}
+
+fn default_worker_id() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "host".to_owned());
+    let suffix = crate::clock::random_u64() & 0xFFFF;
+    format!("{host}-{}-{suffix:04x}", std::process::id())
+}
