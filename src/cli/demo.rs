@@ -25,6 +25,8 @@ use leasehold::{
 use parking_lot::Mutex;
 use redb::{ReadableTable, TableDefinition};
 
+use super::demo_report::Report;
+
 const LEASE: Duration = Duration::from_secs(2);
 const HEARTBEAT: Duration = Duration::from_millis(600);
 const REAPER_EVERY: Duration = Duration::from_millis(500);
@@ -293,8 +295,6 @@ impl Demo {
         worst_kill_delay: Duration,
     ) -> Result<ExitCode, Error> {
         let stats = self.store.stats()?;
-        let enqueued: u64 = stats.queues.values().map(|q| q.total()).sum();
-        let succeeded = stats.total(JobState::Succeeded);
         let (mut committed_once, mut duplicate_commits) = (0u64, 0u64);
         {
             let read = self.store.begin_read()?;
@@ -314,124 +314,26 @@ impl Demo {
             .values()
             .filter(|n| **n > 1)
             .count() as u64;
-        let c = &stats.counters;
-        let bound = LEASE + REAPER_EVERY;
-        let worst = c.worst_detection_delay.max(worst_kill_delay);
-        let rejected: u64 = pools.iter().map(|p| p.stats().rejected_writes).sum();
-        let check = self.store.check()?;
-
-        if committed_once != enqueued {
-            self.fail(format!(
-                "{committed_once} jobs committed exactly once, {enqueued} enqueued"
-            ));
+        let worst_detection_delay = stats.counters.worst_detection_delay.max(worst_kill_delay);
+        let report = Report {
+            enqueued: stats.queues.values().map(|q| q.total()).sum(),
+            succeeded: stats.total(JobState::Succeeded),
+            committed_once,
+            duplicate_commits,
+            ran_twice,
+            counters: stats.counters,
+            rejected: pools.iter().map(|p| p.stats().rejected_writes).sum(),
+            worst_detection_delay,
+            bound: LEASE + REAPER_EVERY,
+            slack: SCHEDULING_SLACK,
+            check_problems: self.store.check()?.problems,
+            elapsed: self.elapsed(),
+        };
+        for broken in report.broken() {
+            self.fail(broken);
         }
-        if duplicate_commits != 0 {
-            self.fail(format!("{duplicate_commits} jobs committed more than once"));
-        }
-        if succeeded != enqueued {
-            self.fail(format!("{succeeded} of {enqueued} jobs succeeded"));
-        }
-        if ran_twice == 0 {
-            self.fail("no job ran twice: the failures were not exercised".into());
-        }
-        if worst > bound + SCHEDULING_SLACK {
-            self.fail(format!(
-                "worst detection delay {worst:?} over the bound {bound:?}"
-            ));
-        }
-        if !check.is_clean() {
-            self.fail(format!("integrity check: {:?}", check.problems));
-        }
-        let held = self.failures.is_empty();
-        let elapsed = self.elapsed();
-        if self.json {
-            let report = serde_json::json!({
-                "jobs_enqueued": enqueued,
-                "succeeded": succeeded,
-                "committed_exactly_once": committed_once,
-                "executions_ran_more_than_once": ran_twice,
-                "duplicate_commits": duplicate_commits,
-                "reclaims": {
-                    "reaper": c.reclaimed_by_reaper,
-                    "takeover": c.reclaimed_by_takeover,
-                    "release": c.released,
-                    "at_open": c.reclaimed_at_open,
-                },
-                "stalled": c.stalled,
-                "fenced_writes_rejected": c.fenced_writes_rejected,
-                "results_withheld_or_refused": rejected,
-                "worst_detection_delay_ms": worst.as_secs_f64() * 1000.0,
-                "detection_bound_ms": bound.as_secs_f64() * 1000.0,
-                "elapsed_ms": elapsed.as_secs_f64() * 1000.0,
-                "integrity_check_clean": check.is_clean(),
-                "invariants_held": held,
-                "failures": self.failures,
-                "events": self.events.iter().map(|(ms, text)| serde_json::json!({"t_ms": ms, "text": text})).collect::<Vec<_>>(),
-            });
-            println!("{report:#}");
-        } else {
-            let rows: Vec<(&str, String, &str)> = vec![
-                ("jobs enqueued", enqueued.to_string(), ""),
-                ("succeeded", succeeded.to_string(), ""),
-                (
-                    "committed exactly once",
-                    committed_once.to_string(),
-                    "must equal enqueued",
-                ),
-                (
-                    "executions that ran more than once",
-                    ran_twice.to_string(),
-                    "expected > 0",
-                ),
-                (
-                    "duplicate commits",
-                    duplicate_commits.to_string(),
-                    "must be 0",
-                ),
-                (
-                    "reclaims: reaper / takeover / release",
-                    format!(
-                        "{} / {} / {}",
-                        c.reclaimed_by_reaper, c.reclaimed_by_takeover, c.released
-                    ),
-                    "",
-                ),
-                ("stalled leases revoked", c.stalled.to_string(), ""),
-                (
-                    "writes refused by the fence",
-                    c.fenced_writes_rejected.to_string(),
-                    "late commits, releases of jobs no longer held",
-                ),
-                (
-                    "worst detection delay",
-                    format!("{:.3}s", worst.as_secs_f64()),
-                    "bound: lease + reaper interval = 2.500s",
-                ),
-                (
-                    "integrity check",
-                    if check.is_clean() {
-                        "clean".into()
-                    } else {
-                        "FAILED".into()
-                    },
-                    "",
-                ),
-                ("elapsed", format!("{:.1}s", elapsed.as_secs_f64()), ""),
-            ];
-            println!();
-            for (name, value, note) in rows {
-                println!("  {name:<38} {value:>12}  {note}");
-            }
-            println!(
-                "\n{}",
-                if held {
-                    "all invariants held"
-                } else {
-                    "INVARIANTS FAILED"
-                }
-            );
-        }
-        Ok(if held {
+        report.print(self.json, &self.failures, &self.events);
+        Ok(if self.failures.is_empty() {
             ExitCode::SUCCESS
         } else {
             ExitCode::FAILURE

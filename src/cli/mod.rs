@@ -10,6 +10,7 @@
 mod bench;
 pub mod child;
 pub mod demo;
+mod demo_report;
 mod format;
 mod inspect;
 mod operate;
