@@ -313,7 +313,7 @@ fn scenarios(dir: &Path, scale: f64, only: Option<&str>) -> Result<Vec<Row>, Err
 
     // End to end through worker pools: one worker, sixteen, and sixteen with jobs claimed
     // ahead; durable on the default single-writer file and on an exclusive one.
-    if want("end-to-end") {
+    if want("end-to-end-durable") {
         let pools = [
             (1, 0, Sharing::SingleWriter),
             (16, 0, Sharing::SingleWriter),
@@ -328,6 +328,8 @@ fn scenarios(dir: &Path, scale: f64, only: Option<&str>) -> Result<Vec<Row>, Err
             };
             rows.push(end_to_end(dir, true, pool, n(600) * workers.min(4))?);
         }
+    }
+    if want("end-to-end-non-durable") {
         for (workers, prefetch) in [(1, 0), (16, 0), (16, 32)] {
             let pool = PoolShape {
                 workers,

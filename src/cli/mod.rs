@@ -162,7 +162,8 @@ enum Command {
         #[arg(long, default_value_t = 1.0)]
         scale: f64,
         /// Runs only the scenario groups whose name contains this: raw, enqueue,
-        /// claim-complete, heartbeat, end-to-end, commit-shape, wake, depth, reap.
+        /// claim-complete, heartbeat, end-to-end-durable, end-to-end-non-durable
+        /// (both: end-to-end), commit-shape, wake, depth, reap.
         #[arg(long)]
         only: Option<String>,
     },
