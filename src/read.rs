@@ -31,9 +31,11 @@ pub(crate) fn bytes(
     Ok(t.get(id.0)?.map(|b| b.value().to_vec()))
 }
 
+/// Every attempt of the job, oldest first: the ended ones from the `history` table, and a
+/// running one (which has no record until it ends) from the job's lease.
 pub(crate) fn history(read: &ReadTransaction, id: JobId) -> Result<Vec<Run>> {
     let history = read.open_table(schema::HISTORY)?;
-    let mut runs = Vec::new();
+    let mut runs: Vec<Run> = Vec::new();
     for entry in history.range((id.0, 0u32)..=(id.0, u32::MAX))? {
         let (_, v) = entry?;
         runs.push(
@@ -41,7 +43,28 @@ pub(crate) fn history(read: &ReadTransaction, id: JobId) -> Result<Vec<Run>> {
                 .map_err(|e| Error::Corrupt(format!("history of job {id}: {e}")))?,
         );
     }
+    if let Some(running) = job(read, id)?.as_ref().and_then(running_attempt) {
+        // A store written by an earlier build may hold an open record for it already.
+        if runs.last().is_none_or(|r| r.attempt != running.attempt) {
+            runs.push(running);
+        }
+    }
     Ok(runs)
+}
+
+/// The run record of a running job's current attempt, as its lease describes it.
+pub(crate) fn running_attempt(job: &Job) -> Option<Run> {
+    match (&job.state, &job.lease) {
+        (JobState::Running, Some(lease)) => Some(Run {
+            attempt: job.attempt,
+            worker: lease.owner.clone(),
+            claimed_at: lease.claimed_at,
+            ended_at: None,
+            outcome: None,
+            progress: job.progress,
+        }),
+        _ => None,
+    }
 }
 
 /// Counts per queue and state (from the counts index) and the lifetime counters.
@@ -187,4 +210,54 @@ pub(crate) fn list(read: &ReadTransaction, filter: &JobFilter) -> Result<Vec<Job
 pub(crate) fn writer_pid(read: &ReadTransaction) -> Result<Option<u32>> {
     let meta = read.open_table(schema::META)?;
     Ok(crate::tx::read_u64(&meta, meta_key::WRITER_PID)?.and_then(|p| u32::try_from(p).ok()))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use crate::job::Outcome;
+    use crate::{NewJob, Store, codec, schema};
+
+    /// Builds before this one wrote a running attempt's record at claim time; such a store
+    /// must read, check and finish exactly as one written now.
+    #[test]
+    fn an_open_run_record_written_by_an_earlier_build_is_read_once_and_closed_at_the_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path().join("old.redb")).unwrap();
+        let id = store.enqueue(NewJob::new("q", "x")).unwrap();
+        let lease = store
+            .claim("q", "w", Duration::from_secs(30))
+            .unwrap()
+            .unwrap();
+        let stored = |store: &Store| {
+            let read = store.begin_read().unwrap();
+            let table = read.open_table(schema::HISTORY).unwrap();
+            table.get((id.0, 1)).unwrap().is_some()
+        };
+        assert!(!stored(&store), "a claim writes no history record");
+        let open = super::history(&store.begin_read().unwrap(), id).unwrap();
+        assert_eq!(open.len(), 1);
+        assert_eq!(
+            (open[0].worker.as_str(), open[0].outcome.clone()),
+            ("w", None)
+        );
+
+        // What an earlier build left: the same record, stored.
+        let txn = store.db().begin_write().unwrap();
+        txn.open_table(schema::HISTORY)
+            .unwrap()
+            .insert((id.0, 1), codec::encode(&open[0]).as_slice())
+            .unwrap();
+        txn.commit().unwrap();
+        assert!(stored(&store));
+        assert_eq!(store.history(id).unwrap(), open, "shown once, not twice");
+        assert!(store.check().unwrap().is_clean());
+
+        store.complete(&lease, b"").unwrap();
+        let ended = store.history(id).unwrap();
+        assert_eq!(ended.len(), 1);
+        assert_eq!(ended[0].outcome, Some(Outcome::Succeeded));
+        assert!(store.check().unwrap().is_clean());
+    }
 }

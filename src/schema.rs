@@ -9,7 +9,7 @@
 //! | `jobs` | job id | [`Job`](crate::Job) record | every job |
 //! | `payloads` | job id | bytes | each job's payload, apart so heartbeats do not rewrite it |
 //! | `outputs` | job id | bytes | a succeeded job's output |
-//! | `history` | (job, attempt) | [`Run`](crate::Run) record | one record per claim |
+//! | `history` | (job, attempt) | [`Run`](crate::Run) record | one record per ended attempt |
 //! | `ready` | (queue, priority, run_at, job) | () | waiting jobs, in claim order |
 //! | `expiry` | (queue, expires_at, job) | () | running jobs, by lease expiry |
 //! | `unique` | (queue, key) | job id | keys held by jobs that are not terminal |

@@ -433,6 +433,12 @@ impl Store {
         Ok(self.inner.db.begin_read()?)
     }
 
+    /// The redb database underneath, for tests that write what another build would have.
+    #[cfg(test)]
+    pub(crate) fn db(&self) -> &Database {
+        &self.inner.db
+    }
+
     /// The job's payload, if the job exists.
     pub fn payload(&self, id: JobId) -> Result<Option<Vec<u8>>> {
         self.read_bytes(schema::PAYLOADS, id)
