@@ -121,6 +121,9 @@ pub(crate) struct Tx<'t> {
     pub t: Tables<'t>,
     pub policy: &'t Policy,
     pub tally: Tally,
+    /// The next job id, once this transaction has read the counter: written back once, at
+    /// [`Tx::persist`], not once per enqueued job.
+    next_id: Option<u64>,
 }
 
 impl<'t> Tx<'t> {
@@ -136,19 +139,26 @@ impl<'t> Tx<'t> {
             t: Tables::open(txn)?,
             policy,
             tally,
+            next_id: None,
         })
     }
 
     /// Writes what the transaction accumulated: counts, counters, the clock's high-water mark.
     pub(crate) fn persist(&mut self) -> Result<()> {
+        if let Some(next) = self.next_id {
+            write_u64(&mut self.t.meta, meta_key::NEXT_JOB_ID, next)?;
+        }
         crate::index::apply_counts(&mut self.t, &self.tally.counts)?;
         persist_tally(&mut self.t.meta, &self.tally)
     }
 
-    /// Allocates the next job id from the persisted counter.
+    /// Allocates the next job id from the persisted counter (read once per transaction).
     pub(crate) fn next_job_id(&mut self) -> Result<JobId> {
-        let next = read_u64(&self.t.meta, meta_key::NEXT_JOB_ID)?.unwrap_or(1);
-        write_u64(&mut self.t.meta, meta_key::NEXT_JOB_ID, next + 1)?;
+        let next = match self.next_id {
+            Some(next) => next,
+            None => read_u64(&self.t.meta, meta_key::NEXT_JOB_ID)?.unwrap_or(1),
+        };
+        self.next_id = Some(next + 1);
         Ok(JobId(next))
     }
 }
