@@ -97,8 +97,48 @@ pub(crate) fn claim(
     input::check_queue(queue)?;
     input::check_worker(worker)?;
     check_terms(&terms)?;
+    next_claim(tx, queue, worker, terms, &mut true)
+}
+
+/// Claims up to `n` jobs of `queue` in one transaction, most urgent first.
+pub(crate) fn claim_batch(
+    tx: &mut Tx<'_>,
+    queue: &str,
+    worker: &str,
+    terms: LeaseTerms,
+    n: usize,
+) -> Result<Vec<Lease>> {
+    input::check_queue(queue)?;
+    input::check_worker(worker)?;
+    check_terms(&terms)?;
+    let mut leases = Vec::with_capacity(n.min(1024));
+    // Once no lease has expired, none will within this transaction (its time stands still
+    // and every lease it grants ends later), so the rest of the batch skips that search.
+    let mut expired_left = true;
+    while leases.len() < n {
+        match next_claim(tx, queue, worker, terms, &mut expired_left)? {
+            Some(l) => leases.push(l),
+            None => break,
+        }
+    }
+    Ok(leases)
+}
+
+/// The claim itself, inputs checked: see [`claim`]. Looks for expired leases only while
+/// `expired_left`, and clears it once it finds none.
+fn next_claim(
+    tx: &mut Tx<'_>,
+    queue: &str,
+    worker: &str,
+    terms: LeaseTerms,
+    expired_left: &mut bool,
+) -> Result<Option<Lease>> {
     loop {
-        let expired = search::next_expired(tx, queue)?;
+        let expired = match expired_left {
+            true => search::next_expired(tx, queue)?,
+            false => None,
+        };
+        *expired_left = expired.is_some();
         let ready = search::next_ready(tx, queue)?;
         let (id, takeover) = match (ready, expired) {
             (None, None) => return Ok(None),
@@ -123,24 +163,6 @@ pub(crate) fn claim(
         }
         // Out of budget or cancelled: it is now terminal; look for the next candidate.
     }
-}
-
-/// Claims up to `n` jobs of `queue` in one transaction, most urgent first.
-pub(crate) fn claim_batch(
-    tx: &mut Tx<'_>,
-    queue: &str,
-    worker: &str,
-    terms: LeaseTerms,
-    n: usize,
-) -> Result<Vec<Lease>> {
-    let mut leases = Vec::with_capacity(n.min(1024));
-    while leases.len() < n {
-        match claim(tx, queue, worker, terms)? {
-            Some(l) => leases.push(l),
-            None => break,
-        }
-    }
-    Ok(leases)
 }
 
 /// Claims one named job if it is claimable now: waiting and due, or running with an expired
