@@ -102,7 +102,7 @@ impl Store {
 
     /// Enqueues a job and returns its id (or, for a unique key a live job holds, that job's).
     pub fn enqueue(&self, job: NewJob) -> Result<JobId> {
-        self.write(move |tx| protocol::enqueue(tx, job.clone()))
+        self.write(move |tx| protocol::enqueue(tx, &job))
     }
 
     /// Enqueues many jobs in one transaction: all of them or, on any error, none.
@@ -248,6 +248,18 @@ impl Store {
         })
     }
 
+    /// Completes many jobs in one commit (one fsync), each its own unit: a completion that
+    /// is refused (its lease was lost) or whose output is too large fails only its own entry.
+    /// One result per entry, in order; if the commit itself fails, every entry says so (see
+    /// [`Error::Commit`] for what a failed commit may still have written).
+    pub fn complete_batch(&self, done: &[(&Lease, &[u8])]) -> Vec<Result<()>> {
+        let done = done
+            .iter()
+            .map(|(lease, output)| (lease.job, lease.attempt, output.to_vec()))
+            .collect();
+        self.inner.group.run_all(self, completions::<()>(done))
+    }
+
     /// For a pool's dispatcher: completes each of `done` (job, attempt, output) as its own
     /// unit, then claims up to `n` jobs of `queue` for `worker`, all queued into the group
     /// together so that they share one commit. One result per completion, then the claim's.
@@ -259,16 +271,8 @@ impl Store {
         terms: LeaseTerms,
         n: usize,
     ) -> (Vec<Result<()>>, Result<Vec<Lease>>) {
-        type Op = Box<dyn FnMut(&mut Tx<'_>) -> Result<Vec<Lease>> + Send>;
-        let completions = done.len();
-        let mut ops: Vec<Op> = done
-            .into_iter()
-            .map(|(job, attempt, output)| -> Op {
-                Box::new(move |tx| {
-                    protocol::complete(tx, job, attempt, &output).map(|()| Vec::new())
-                })
-            })
-            .collect();
+        let count = done.len();
+        let mut ops = completions::<Vec<Lease>>(done);
         if n > 0 {
             let (queue, worker) = (queue.to_owned(), worker.to_owned());
             ops.push(Box::new(move |tx| {
@@ -281,7 +285,7 @@ impl Store {
         } else {
             Ok(Vec::new())
         };
-        debug_assert_eq!(results.len(), completions);
+        debug_assert_eq!(results.len(), count);
         (
             results.into_iter().map(|r| r.map(|_| ())).collect(),
             claimed,
@@ -586,6 +590,19 @@ impl Store {
             state.dirty = true;
         }
     }
+}
+
+/// An operation queued into a group commit, returning `T`.
+type Op<T> = Box<dyn FnMut(&mut Tx<'_>) -> Result<T> + Send>;
+
+/// One group operation per (job, attempt, output) completion, each its own unit; `T` is the
+/// result type of the group they join (a completion returns its default).
+fn completions<T: Default + Send + 'static>(done: Vec<(JobId, Attempt, Vec<u8>)>) -> Vec<Op<T>> {
+    done.into_iter()
+        .map(|(job, attempt, output)| -> Op<T> {
+            Box::new(move |tx| protocol::complete(tx, job, attempt, &output).map(|()| T::default()))
+        })
+        .collect()
 }
 
 impl Committer for Store {

@@ -278,3 +278,35 @@ fn app_value_of(f: &Fixture, key: &str) -> Option<u64> {
         Err(e) => panic!("{e}"),
     }
 }
+
+#[test]
+fn complete_batch_commits_every_held_completion_in_one_commit_and_refuses_a_lost_one_alone() {
+    let f = Fixture::new();
+    let ids = f.enqueue_n(3);
+    let leases = f.claim_batch(Q, "w", LEASE, 3).unwrap();
+    // The middle job's lease is lost: it expires and another worker takes it over.
+    f.advance(LEASE);
+    let taken = f
+        .claim_job(ids[1], "other", LEASE)
+        .unwrap()
+        .expect("takeover");
+    let writes = f.metrics().write_transactions;
+    let results = f.complete_batch(&[
+        (&leases[0], b"a".as_slice()),
+        (&leases[1], b"b".as_slice()),
+        (&leases[2], b"c".as_slice()),
+    ]);
+    assert_eq!(f.metrics().write_transactions, writes + 1, "one commit");
+    assert!(results[0].is_ok() && results[2].is_ok(), "{results:?}");
+    assert!(results[1].as_ref().unwrap_err().is_lease_lost());
+    for (i, output) in [(0, b"a"), (2, b"c")] {
+        assert_eq!(f.job(ids[i]).unwrap().unwrap().state, JobState::Succeeded);
+        assert_eq!(f.output(ids[i]).unwrap().unwrap(), output);
+    }
+    let held = f.job(ids[1]).unwrap().unwrap();
+    assert_eq!(
+        (held.state, held.attempt),
+        (JobState::Running, taken.attempt)
+    );
+    assert!(f.output(ids[1]).unwrap().is_none());
+}
