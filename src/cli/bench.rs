@@ -314,6 +314,7 @@ fn scenarios(dir: &Path, scale: f64, only: Option<&str>) -> Result<Vec<Row>, Err
     // End to end through worker pools: one worker, sixteen, and sixteen with jobs claimed
     // ahead; durable on the default single-writer file and on an exclusive one.
     if want("end-to-end-durable") {
+        rows.push(write_path_ceiling(dir, true, n(600) * 4)?);
         let pools = [
             (1, 0, Sharing::SingleWriter),
             (16, 0, Sharing::SingleWriter),
@@ -330,6 +331,7 @@ fn scenarios(dir: &Path, scale: f64, only: Option<&str>) -> Result<Vec<Row>, Err
         }
     }
     if want("end-to-end-non-durable") {
+        rows.push(write_path_ceiling(dir, false, n(4000))?);
         for (workers, prefetch) in [(1, 0), (16, 0), (16, 32)] {
             let pool = PoolShape {
                 workers,
@@ -548,6 +550,36 @@ fn end_to_end(dir: &Path, durable: bool, shape: PoolShape, jobs: usize) -> Resul
         workers,
         total,
         jobs as u64,
+    ))
+}
+
+/// The store alone on one thread, no pool: enqueue, claim and complete in batches of 32 (three
+/// commits per 32 jobs). What a pool's end-to-end rate is bounded by: every write goes
+/// through the one write transaction, so the pool cannot move jobs faster than this.
+fn write_path_ceiling(dir: &Path, durable: bool, jobs: usize) -> Result<Row, Error> {
+    const BATCH: usize = 32;
+    let store = store_with(dir, &format!("ceiling-{durable}.redb"), durable, |b| {
+        b.sharing(Sharing::Exclusive)
+    })?;
+    let start = Instant::now();
+    let mut moved = 0;
+    while moved < jobs {
+        store.enqueue_batch((0..BATCH).map(|i| NewJob::new("ceiling", format!("{i}"))))?;
+        let leases = store.claim_batch("ceiling", "w", LEASE, BATCH)?;
+        let done: Vec<_> = leases.iter().map(|l| (l, [].as_slice())).collect();
+        for result in store.complete_batch(&done) {
+            result?;
+        }
+        moved += leases.len();
+    }
+    Ok(Samples(Vec::new()).row(
+        &format!(
+            "store alone, no pool: enqueue, claim, complete {BATCH} per commit (exclusive file)"
+        ),
+        if durable { "durable" } else { "non-durable" },
+        1,
+        start.elapsed(),
+        moved as u64,
     ))
 }
 
