@@ -40,7 +40,10 @@ pub enum CodecError {
 
 /// Encodes `value` with the current format version.
 pub fn encode<T: Encode>(value: &T) -> Vec<u8> {
-    let mut out = vec![FORMAT_VERSION];
+    // Room for a typical record up front: growing from one byte reallocates several times,
+    // and records are encoded on every write.
+    let mut out = Vec::with_capacity(128);
+    out.push(FORMAT_VERSION);
     // Encoding into a Vec fails only if the writer fails, which a Vec never does, or if a
     // value exceeds the limit, which the store's input checks keep far away.
     if let Err(e) = bincode::encode_into_std_write(value, &mut out, config()) {

@@ -29,8 +29,8 @@ use crate::search;
 use crate::tx::Tx;
 
 /// Enqueues a job; with a unique key that a live job holds, returns that job instead.
-pub(crate) fn enqueue(tx: &mut Tx<'_>, new: NewJob) -> Result<JobId> {
-    check_new_job(tx, &new)?;
+pub(crate) fn enqueue(tx: &mut Tx<'_>, new: &NewJob) -> Result<JobId> {
+    check_new_job(tx, new)?;
     let max_attempts = new.max_attempts.unwrap_or(tx.policy.default_max_attempts);
     if let Some(key) = &new.unique_key
         && let Some(existing) = tx.t.unique.get((new.queue.as_str(), key.as_str()))?
@@ -40,13 +40,13 @@ pub(crate) fn enqueue(tx: &mut Tx<'_>, new: NewJob) -> Result<JobId> {
     let id = tx.next_job_id()?;
     let job = Job {
         id,
-        queue: new.queue,
+        queue: new.queue.clone(),
         state: JobState::Queued,
         priority: new.priority,
         attempt: Attempt(0),
         failures: 0,
         max_attempts,
-        unique_key: new.unique_key,
+        unique_key: new.unique_key.clone(),
         created_at: tx.now,
         run_at: tx.now.saturating_add(new.delay),
         lease: None,
@@ -67,7 +67,7 @@ pub(crate) fn enqueue_batch(tx: &mut Tx<'_>, jobs: &[NewJob]) -> Result<Vec<JobI
     for job in jobs {
         check_new_job(tx, job)?;
     }
-    jobs.iter().map(|j| enqueue(tx, j.clone())).collect()
+    jobs.iter().map(|j| enqueue(tx, j)).collect()
 }
 
 fn check_new_job(tx: &Tx<'_>, new: &NewJob) -> Result<()> {

@@ -38,7 +38,7 @@ impl<'a, 't> Transaction<'a, 't> {
 
     /// Enqueues a job in this transaction (see [`Store::enqueue`](crate::Store::enqueue)).
     pub fn enqueue(&mut self, job: NewJob) -> Result<JobId> {
-        protocol::enqueue(self.tx, job)
+        protocol::enqueue(self.tx, &job)
     }
 
     /// Completes a job in this transaction, if its lease still holds.
