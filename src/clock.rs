@@ -183,6 +183,22 @@ impl RealDeadline {
     }
 }
 
+/// Real time elapsed since a start, for pacing decisions inside one process (how long
+/// handlers and commits take). Never stored, never compared with store time.
+#[derive(Copy, Clone, Debug)]
+pub(crate) struct Stopwatch(std::time::Instant);
+
+impl Stopwatch {
+    #[allow(clippy::disallowed_methods)] // the one clock module
+    pub(crate) fn start() -> Stopwatch {
+        Stopwatch(std::time::Instant::now())
+    }
+
+    pub(crate) fn elapsed(&self) -> Duration {
+        self.0.elapsed()
+    }
+}
+
 /// A clock that moves only when told: for deterministic tests and simulations.
 ///
 /// Clones share one time. Each `ManualClock::new()` is its own epoch, so reopening a store

@@ -316,10 +316,11 @@ fn scenarios(dir: &Path, scale: f64, only: Option<&str>) -> Result<Vec<Row>, Err
     if want("end-to-end-durable") {
         rows.push(write_path_ceiling(dir, true, n(600) * 4)?);
         let pools = [
-            (1, 0, Sharing::SingleWriter),
-            (16, 0, Sharing::SingleWriter),
-            (16, 32, Sharing::SingleWriter),
-            (16, 32, Sharing::Exclusive),
+            (1, None, Sharing::SingleWriter),
+            (16, Some(0), Sharing::SingleWriter),
+            (16, None, Sharing::SingleWriter),
+            (16, Some(32), Sharing::SingleWriter),
+            (16, None, Sharing::Exclusive),
         ];
         for (workers, prefetch, sharing) in pools {
             let pool = PoolShape {
@@ -332,7 +333,7 @@ fn scenarios(dir: &Path, scale: f64, only: Option<&str>) -> Result<Vec<Row>, Err
     }
     if want("end-to-end-non-durable") {
         rows.push(write_path_ceiling(dir, false, n(4000))?);
-        for (workers, prefetch) in [(1, 0), (16, 0), (16, 32)] {
+        for (workers, prefetch) in [(1, None), (16, Some(0)), (16, None), (16, Some(32))] {
             let pool = PoolShape {
                 workers,
                 prefetch,
@@ -502,7 +503,8 @@ fn commit_shape(
 /// A worker pool's shape for the end-to-end scenarios.
 struct PoolShape {
     workers: usize,
-    prefetch: usize,
+    /// `None`: the pool's default (claims ahead what one commit's wait covers).
+    prefetch: Option<usize>,
     sharing: Sharing,
 }
 
@@ -512,18 +514,19 @@ fn end_to_end(dir: &Path, durable: bool, shape: PoolShape, jobs: usize) -> Resul
         prefetch,
         sharing,
     } = shape;
-    let name = format!("e2e-{durable}-{workers}-{prefetch}-{sharing:?}.redb");
+    let name = format!("e2e-{durable}-{workers}-{prefetch:?}-{sharing:?}.redb");
     let store = store_with(dir, &name, durable, |b| b.sharing(sharing))?;
     let done = Arc::new(AtomicU64::new(0));
     let d = done.clone();
     let start = Instant::now();
-    let pool = WorkerPool::builder(store.clone(), "e2e")
-        .concurrency(workers)
-        .prefetch(prefetch)
-        .start(move |_| {
-            d.fetch_add(1, Ordering::Relaxed);
-            Ok(Vec::new())
-        })?;
+    let mut builder = WorkerPool::builder(store.clone(), "e2e").concurrency(workers);
+    if let Some(n) = prefetch {
+        builder = builder.prefetch(n);
+    }
+    let pool = builder.start(move |_| {
+        d.fetch_add(1, Ordering::Relaxed);
+        Ok(Vec::new())
+    })?;
     for chunk in (0..jobs).collect::<Vec<_>>().chunks(64) {
         store.enqueue_batch(chunk.iter().map(|i| NewJob::new("e2e", format!("{i}"))))?;
     }
@@ -538,8 +541,9 @@ fn end_to_end(dir: &Path, durable: bool, shape: PoolShape, jobs: usize) -> Resul
         _ => "single-writer file",
     };
     let ahead = match prefetch {
-        0 => String::new(),
-        n => format!(", {n} claimed ahead"),
+        None => String::new(),
+        Some(0) => ", nothing claimed ahead".to_owned(),
+        Some(n) => format!(", {n} claimed ahead"),
     };
     Ok(Samples(Vec::new()).row(
         &format!(

@@ -9,6 +9,7 @@ use std::time::Duration;
 use parking_lot::{Condvar, Mutex};
 
 use super::context::{JobContext, JobError, Output};
+use super::pace::{Pace, Prefetch};
 use super::stats::Counters;
 use super::{DEFAULT_SHUTDOWN_GRACE, Handler, Phase, Shared, Validator, WorkerPool, handover};
 use crate::config::LeaseSettings;
@@ -25,7 +26,7 @@ impl WorkerPool {
             queue: queue.into(),
             worker_id: None,
             concurrency: 1,
-            prefetch: 0,
+            prefetch: Prefetch::Auto,
             lease: crate::config::DEFAULT_LEASE,
             heartbeat: None,
             stall_timeout: None,
@@ -41,7 +42,7 @@ pub struct PoolBuilder {
     queue: String,
     worker_id: Option<String>,
     concurrency: usize,
-    prefetch: usize,
+    prefetch: Prefetch,
     lease: Duration,
     heartbeat: Option<Duration>,
     stall_timeout: Option<Duration>,
@@ -62,15 +63,18 @@ impl PoolBuilder {
         self
     }
 
-    /// How many jobs to claim ahead of free workers. Default: 0.
+    /// Claims exactly `n` jobs ahead of free workers (0: none). Default: as many as the
+    /// workers finish during one commit, measured as the pool runs (none for long jobs, up
+    /// to one per worker for jobs shorter than a commit; none for a single worker).
     ///
     /// A claimed-ahead job waits, under a renewed lease, for a worker to finish its current
     /// one: the workers of a pool of short jobs then never wait for a claim's commit, and
-    /// more completions and claims share each commit. Leave it at 0 for long jobs: a job
-    /// claimed ahead is held from other pools while it waits, and its stall timeout (if
-    /// any) runs from its claim. At shutdown, jobs claimed ahead are released, not run.
+    /// more completions and claims share each commit. But a job claimed ahead is held from
+    /// other pools while it waits, and its stall timeout (if any) runs from its claim, which
+    /// is why the default claims ahead only what one commit's wait covers. At shutdown,
+    /// jobs claimed ahead are released, not run.
     pub fn prefetch(mut self, n: usize) -> PoolBuilder {
-        self.prefetch = n;
+        self.prefetch = Prefetch::Fixed(n);
         self
     }
 
@@ -151,10 +155,12 @@ impl PoolBuilder {
             counters: Counters::default(),
             handover: handover::Handover::default(),
             concurrency: self.concurrency,
+            pace: Pace::new(self.prefetch, self.concurrency),
+            queued: AtomicU64::new(0),
             live_workers: Mutex::new(0),
             workers_exited: Condvar::new(),
         });
-        WorkerPool::spawn(shared, self.concurrency, self.prefetch, self.shutdown_grace)
+        WorkerPool::spawn(shared, self.concurrency, self.shutdown_grace)
     }
 }
 

@@ -1,6 +1,7 @@
 //! The dispatcher: claims a job whenever a worker is free; otherwise sleeps until work can
 //! exist.
 
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use crossbeam_channel::{Receiver, Sender, select};
@@ -8,6 +9,7 @@ use crossbeam_channel::{Receiver, Sender, select};
 use super::handover::Handed;
 use super::stats::bump;
 use super::{Flight, Shared, run};
+use crate::clock::Stopwatch;
 
 /// How long an idle dispatcher sleeps at most: commits by *other processes* do not wake it,
 /// so it looks again at least this often.
@@ -61,34 +63,46 @@ fn dispatch_until_stopped(
             }
             let done = shared.handover.take();
             let now = shared.store.now();
-            let want = if shared.paused() {
-                0
-            } else if !shared.renewals_healthy(now) {
-                // Shed load: an overloaded pool that keeps claiming piles up false reclaims.
-                bump(&shared.counters.intake_paused);
-                tracing::warn!(queue = %shared.queue, "renewals are behind; not claiming");
-                shared.shed_expired(now);
-                0
-            } else {
-                free
+            let intake = intake(shared, now, free);
+            let want = match intake {
+                Intake::Claim(n) => n,
+                _ => 0,
             };
             if done.is_empty() && want == 0 {
                 if free == 0 {
                     break;
                 }
-                if shared.paused() {
-                    if stop.recv_timeout(recheck(shared)).is_ok() {
-                        return;
+                match intake {
+                    Intake::Paused => {
+                        if stop.recv_timeout(recheck(shared)).is_ok() {
+                            return;
+                        }
                     }
-                } else {
-                    // Shedding: look again once renewals may have caught up.
-                    let _ = shared
-                        .store
-                        .wait_for_work(&shared.queue, seen, recheck(shared));
+                    Intake::Shedding => {
+                        // Look again once renewals may have caught up.
+                        let _ = shared
+                            .store
+                            .wait_for_work(&shared.queue, seen, recheck(shared));
+                    }
+                    Intake::Claim(_) => {
+                        // Every worker is busy and enough is claimed ahead: wait for one to
+                        // finish (a finished worker's hand-over comes with its slot).
+                        select! {
+                            recv(slots) -> slot => if slot.is_err() { return },
+                            recv(stop) -> _ => return,
+                        }
+                        free += 1;
+                    }
                 }
                 continue;
             }
-            match commit(shared, done, want, jobs) {
+            let watch = Stopwatch::start();
+            let wrote = !done.is_empty();
+            let result = commit(shared, done, want, jobs);
+            if wrote || matches!(result, Ok(n) if n > 0) {
+                shared.pace.committed(watch.elapsed());
+            }
+            match result {
                 Ok(claimed) if claimed > 0 || want == 0 => {
                     free -= claimed;
                     break;
@@ -111,6 +125,32 @@ fn dispatch_until_stopped(
             }
         }
     }
+}
+
+/// Whether the dispatcher takes work now.
+enum Intake {
+    /// The pool is paused.
+    Paused,
+    /// Renewals are behind: claiming more would pile up false reclaims.
+    Shedding,
+    /// Claim this many (possibly 0: the free slots are held back, see [`super::pace`]).
+    Claim(usize),
+}
+
+fn intake(shared: &Shared, now: crate::StoreTime, free: usize) -> Intake {
+    if shared.paused() {
+        return Intake::Paused;
+    }
+    if !shared.renewals_healthy(now) {
+        bump(&shared.counters.intake_paused);
+        tracing::warn!(queue = %shared.queue, "renewals are behind; not claiming");
+        shared.shed_expired(now);
+        return Intake::Shedding;
+    }
+    // The slots of jobs not to be claimed ahead just now are held back. This never starves a
+    // worker: holding back leaves at least `concurrency` jobs held.
+    let held_back = shared.pace.most_ahead() - shared.pace.ahead();
+    Intake::Claim(free.saturating_sub(held_back))
 }
 
 /// Why a commit round stops the dispatcher's loop.
@@ -159,7 +199,9 @@ fn commit(
     let claimed = leases.len();
     for lease in leases {
         let flight = shared.claimed(lease);
+        shared.queued.fetch_add(1, Ordering::Relaxed);
         if jobs.send(flight.clone()).is_err() {
+            shared.queued.fetch_sub(1, Ordering::Relaxed);
             shared.finish(flight.lease.job);
             return Err(Closed);
         }

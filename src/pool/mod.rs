@@ -17,6 +17,7 @@ mod context;
 mod dispatch;
 mod handover;
 mod heartbeat;
+mod pace;
 mod run;
 mod stats;
 
@@ -82,13 +83,12 @@ impl WorkerPool {
     fn spawn(
         shared: Arc<Shared>,
         concurrency: usize,
-        prefetch: usize,
         shutdown_grace: Duration,
     ) -> Result<WorkerPool> {
         let spawn_error = |e: std::io::Error| Error::Storage(redb::Error::Io(e));
         let name = |what: &str| format!("lh-{}-{what}", shared.queue);
         // One token per job the pool may hold: a worker's, or one claimed ahead of workers.
-        let room = concurrency.saturating_add(prefetch);
+        let room = concurrency.saturating_add(shared.pace.most_ahead());
         let (slot_tx, slot_rx) = bounded::<()>(room);
         for _ in 0..room {
             let _ = slot_tx.send(());
@@ -141,7 +141,8 @@ impl WorkerPool {
     /// The pool's counters.
     pub fn stats(&self) -> PoolStats {
         let in_flight = self.shared.flights.lock().len() as u64;
-        self.shared.counters.snapshot(in_flight)
+        let ahead = self.shared.queued.load(Ordering::Relaxed);
+        self.shared.counters.snapshot(in_flight, ahead)
     }
 
     /// The leases being worked on now, by job id.
@@ -325,6 +326,10 @@ pub(crate) struct Shared {
     /// Completions workers handed to the dispatcher.
     pub(crate) handover: handover::Handover,
     concurrency: usize,
+    /// How many jobs to claim ahead of free workers.
+    pub(crate) pace: pace::Pace,
+    /// Jobs claimed and queued for a worker, not yet started.
+    pub(crate) queued: AtomicU64,
     live_workers: Mutex<usize>,
     workers_exited: Condvar,
 }

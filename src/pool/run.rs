@@ -2,6 +2,7 @@
 //! commits through the fence, or withholds the result when the lease is gone.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::Ordering;
 
 use crossbeam_channel::{Receiver, Sender};
 
@@ -9,10 +10,12 @@ use super::context::{Interruption, JobContext, Output};
 use super::handover::Handed;
 use super::stats::bump;
 use super::{Flight, Shared};
+use crate::clock::Stopwatch;
 use crate::error::Error;
 
 pub(crate) fn worker_loop(shared: &Shared, jobs: &Receiver<Flight>, slots: &Sender<()>) {
     for flight in jobs.iter() {
+        shared.queued.fetch_sub(1, Ordering::Relaxed);
         // A worker whose completion also claimed its next job goes straight on to it; only
         // when it found nothing does it hand its slot back to the dispatcher.
         let mut next = Some(flight);
@@ -77,7 +80,10 @@ enum FailKind {
 /// Runs one job and commits its verdict (or hands it over to be committed).
 fn run_one(shared: &Shared, flight: Flight) -> After {
     let ctx = JobContext::new(flight.lease.clone(), flight.state.clone());
-    let verdict = match catch_unwind(AssertUnwindSafe(|| (shared.handler)(&ctx))) {
+    let watch = Stopwatch::start();
+    let ran = catch_unwind(AssertUnwindSafe(|| (shared.handler)(&ctx)));
+    shared.pace.job_ran(watch.elapsed());
+    let verdict = match ran {
         Ok(Ok(output)) => match &shared.validator {
             Some(validate) => match validate(&ctx, &output.bytes) {
                 Ok(()) => Verdict::Complete(output),

@@ -8,8 +8,11 @@ macro_rules! pool_counters {
         #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
         pub struct PoolStats {
             $($(#[$doc])* pub $name: u64,)*
-            /// Jobs being worked on now.
+            /// Jobs the pool holds now: running, or claimed and waiting for a worker.
             pub in_flight: u64,
+            /// Of those, jobs claimed ahead of a free worker and not started yet (see
+            /// [`crate::PoolBuilder::prefetch`]).
+            pub claimed_ahead: u64,
         }
 
         #[derive(Debug, Default)]
@@ -18,10 +21,11 @@ macro_rules! pool_counters {
         }
 
         impl Counters {
-            pub(crate) fn snapshot(&self, in_flight: u64) -> PoolStats {
+            pub(crate) fn snapshot(&self, in_flight: u64, claimed_ahead: u64) -> PoolStats {
                 PoolStats {
                     $($name: self.$name.load(Ordering::Relaxed),)*
                     in_flight,
+                    claimed_ahead: claimed_ahead.min(in_flight),
                 }
             }
         }

@@ -273,6 +273,57 @@ fn jobs_claimed_ahead_are_held_under_renewed_leases_and_released_unrun_at_shutdo
 }
 
 #[test]
+fn by_default_a_pool_claims_ahead_only_once_its_jobs_prove_shorter_than_a_commit() {
+    // Jobs that block from the start: nothing is known about their length, so nothing is
+    // claimed ahead of the four workers.
+    let f = Fixture::new();
+    f.enqueue_n(10);
+    let started = Arc::new(AtomicUsize::new(0));
+    let s = started.clone();
+    let p = pool(&f, "w")
+        .concurrency(4)
+        .start(move |ctx| {
+            s.fetch_add(1, Ordering::SeqCst);
+            until_interrupted(ctx)
+        })
+        .unwrap();
+    wait_until("four jobs running", || started.load(Ordering::SeqCst) == 4);
+    assert_eq!((p.stats().in_flight, p.stats().claimed_ahead), (4, 0));
+    assert_eq!(f.stats().unwrap().total(JobState::Queued), 6);
+    p.shutdown(Duration::ZERO);
+
+    // Eight instant jobs, then blocking ones: once jobs are known to take less than a
+    // commit, one job per worker is claimed ahead and waits for it.
+    let f = Fixture::new();
+    f.enqueue_n(20);
+    let started = Arc::new(AtomicUsize::new(0));
+    let s = started.clone();
+    let p = pool(&f, "w")
+        .concurrency(4)
+        .start(move |ctx| {
+            if s.fetch_add(1, Ordering::SeqCst) < 8 {
+                return Ok(Vec::new());
+            }
+            until_interrupted(ctx)
+        })
+        .unwrap();
+    wait_until("four running and four claimed ahead", || {
+        let stats = p.stats();
+        (stats.in_flight, stats.claimed_ahead) == (8, 4)
+    });
+    assert_eq!(started.load(Ordering::SeqCst), 12);
+    assert_eq!(f.stats().unwrap().total(JobState::Running), 8);
+    let report = p.shutdown(Duration::ZERO);
+    assert_eq!(report.in_flight, 8);
+    assert_eq!(
+        started.load(Ordering::SeqCst),
+        12,
+        "nothing claimed ahead ran"
+    );
+    assert_eq!(f.stats().unwrap().total(JobState::Queued), 12);
+}
+
+#[test]
 fn many_workers_commit_every_job_exactly_once_through_shared_commits() {
     let f = Fixture::new();
     let ids = f.enqueue_n(300);
