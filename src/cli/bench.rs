@@ -383,15 +383,51 @@ fn claim_at_depth(dir: &Path, waiting: usize) -> Result<Row, Error> {
             .ok_or(Error::InUse("ran out of jobs"))
             .map(|_| ())
     })?;
-    let file = std::fs::metadata(dir.join(format!("depth-{waiting}.redb")))
-        .map(|m| m.len())
-        .unwrap_or(0);
+    let path = dir.join(format!("depth-{waiting}.redb"));
+    let file = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+    let bench_rss = resident_mib(&Resident::This);
+    drop(store);
+    let alone = match held_alone(&path) {
+        Ok(mib) => format!("{mib} MiB"),
+        Err(e) => format!("not measured: {e}"),
+    };
     let label = format!(
-        "claim with {waiting} jobs waiting (file {} bytes/job, process RSS {} MiB)",
+        "claim with {waiting} jobs waiting (file {} bytes/job; RSS of this process {bench_rss} MiB, \
+         of a fresh one holding only the store {alone})",
         file / waiting.max(1) as u64,
-        resident_mib()
     );
     Ok(s.row(&label, "non-durable", 1, total, n as u64))
+}
+
+/// Resident memory of a fresh process that opens the store at `path` and claims from it
+/// (this tool's hidden `__child` helper), without the bench's own allocations.
+fn held_alone(path: &Path) -> std::io::Result<u64> {
+    use std::io::{BufRead, BufReader, Write};
+    let mut child = std::process::Command::new(std::env::current_exe()?)
+        .args(["__child", "--queue", "deep", "--claim", "100", "--db"])
+        .arg(path)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()?;
+    let mut ready = false;
+    if let Some(out) = child.stdout.take() {
+        for line in BufReader::new(out).lines() {
+            if line?.starts_with("ready") {
+                ready = true;
+                break;
+            }
+        }
+    }
+    let rss = resident_mib(&Resident::Child(child.id()));
+    if let Some(mut stdin) = child.stdin.take() {
+        let _ = stdin.write_all(b"\n");
+    }
+    let _ = child.wait();
+    match ready {
+        true => Ok(rss),
+        false => Err(std::io::Error::other("the helper did not open the store")),
+    }
 }
 
 /// A whole pool's worth of expired leases reaped in batches while a claimer keeps claiming:
@@ -624,8 +660,18 @@ fn wake_latency(dir: &Path, n: usize) -> Result<Row, Error> {
 }
 
 /// This process's resident memory, from /proc (0 where there is none).
-fn resident_mib() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
+/// Whose resident memory to read.
+enum Resident {
+    This,
+    Child(u32),
+}
+
+fn resident_mib(whose: &Resident) -> u64 {
+    let status = match whose {
+        Resident::This => "/proc/self/status".to_owned(),
+        Resident::Child(pid) => format!("/proc/{pid}/status"),
+    };
+    std::fs::read_to_string(status)
         .ok()
         .and_then(|s| {
             s.lines()
