@@ -103,7 +103,10 @@ impl StoreBuilder {
 
     /// Whether to verify every page's checksum at open. Default: on. A damaged file then fails
     /// to open with [`OpenError::Corrupt`](crate::OpenError::Corrupt) instead of being
-    /// trusted; the price is one read of the whole file per open.
+    /// trusted; the price is one read of the whole file per open, and the pages read stay in
+    /// redb's cache, so a large store's process starts at about [`StoreBuilder::cache_size`]
+    /// of resident memory (a million waiting jobs: 72 MiB with the check, 5 MiB without, as
+    /// measured by `leasehold bench --only depth`).
     pub fn verify_on_open(mut self, on: bool) -> StoreBuilder {
         self.verify_on_open = on;
         self
@@ -123,7 +126,8 @@ impl StoreBuilder {
         self
     }
 
-    /// redb's page cache size in bytes. Default: 64 MiB.
+    /// redb's page cache size in bytes: the most a store's process keeps of the file in
+    /// memory (see [`StoreBuilder::verify_on_open`] for what fills it at open). Default: 64 MiB.
     pub fn cache_size(mut self, bytes: usize) -> StoreBuilder {
         self.cache_size = bytes;
         self

@@ -387,25 +387,30 @@ fn claim_at_depth(dir: &Path, waiting: usize) -> Result<Row, Error> {
     let file = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
     let bench_rss = resident_mib(&Resident::This);
     drop(store);
-    let alone = match held_alone(&path) {
+    let alone = |verify| match held_alone(&path, verify) {
         Ok(mib) => format!("{mib} MiB"),
         Err(e) => format!("not measured: {e}"),
     };
     let label = format!(
-        "claim with {waiting} jobs waiting (file {} bytes/job; RSS of this process {bench_rss} MiB, \
-         of a fresh one holding only the store {alone})",
+        "claim with {waiting} jobs waiting (file {} bytes/job; RSS of this process \
+         {bench_rss} MiB; of a fresh one holding only the store {}, {} without the checksum \
+         pass at open)",
         file / waiting.max(1) as u64,
+        alone(true),
+        alone(false),
     );
     Ok(s.row(&label, "non-durable", 1, total, n as u64))
 }
 
 /// Resident memory of a fresh process that opens the store at `path` and claims from it
-/// (this tool's hidden `__child` helper), without the bench's own allocations.
-fn held_alone(path: &Path) -> std::io::Result<u64> {
+/// (this tool's hidden `__child` helper), without the bench's own allocations. With `verify`
+/// (the default), the open reads every page to check its checksum, which fills redb's cache.
+fn held_alone(path: &Path, verify: bool) -> std::io::Result<u64> {
     use std::io::{BufRead, BufReader, Write};
     let mut child = std::process::Command::new(std::env::current_exe()?)
         .args(["__child", "--queue", "deep", "--claim", "100", "--db"])
         .arg(path)
+        .args(if verify { None } else { Some("--no-verify") })
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())

@@ -2,20 +2,19 @@
 //! claims jobs, reports them on stdout, and holds the store until killed or its stdin closes.
 
 use std::io::Write;
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use leasehold::{NewJob, Store};
+use leasehold::{NewJob, StoreBuilder};
 
 pub fn run(
-    db: PathBuf,
+    builder: StoreBuilder,
     queue: &str,
     enqueue: usize,
     claim: usize,
     lease: Duration,
 ) -> Result<ExitCode, leasehold::Error> {
-    let store = Store::builder(db).open()?;
+    let store = builder.open()?;
     let jobs = (0..enqueue).map(|i| NewJob::new(queue, format!("job {i}").into_bytes()));
     store.enqueue_batch(jobs)?;
     let mut out = std::io::stdout().lock();

@@ -21,7 +21,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
-use leasehold::{Error, JobState};
+use leasehold::{Error, JobState, Store};
 
 #[derive(Parser)]
 #[command(
@@ -179,6 +179,9 @@ enum Command {
         claim: usize,
         #[arg(long, default_value_t = 60_000)]
         lease_ms: u64,
+        /// Skip the checksum pass over every page at open.
+        #[arg(long)]
+        no_verify: bool,
     },
     /// Test helper for kill tests: work a queue with several threads, committing an effect
     /// with each completion and reporting each commit on stdout after it returned.
@@ -225,7 +228,14 @@ pub fn main() -> ExitCode {
             enqueue,
             claim,
             lease_ms,
-        } => child::run(db, &queue, enqueue, claim, Duration::from_millis(lease_ms)),
+            no_verify,
+        } => child::run(
+            Store::builder(db).verify_on_open(!no_verify),
+            &queue,
+            enqueue,
+            claim,
+            Duration::from_millis(lease_ms),
+        ),
         Command::Worker {
             queue,
             threads,
