@@ -86,8 +86,91 @@ fn timed(
     Ok((Samples(samples), start.elapsed()))
 }
 
-fn raw_db(dir: &Path, name: &str) -> Result<redb::Database, Error> {
-    redb::Database::create(dir.join(name)).map_err(|e| Error::Storage(e.into()))
+/// Raw redb's rates (ops/s) for each way of sharing the file: `[exclusive, single-writer]`.
+#[derive(Default)]
+struct RawRates {
+    insert: [f64; 2],
+    rmw: [f64; 2],
+}
+
+impl RawRates {
+    fn at(sharing: Sharing) -> usize {
+        match sharing {
+            Sharing::Exclusive => 0,
+            _ => 1,
+        }
+    }
+
+    fn set(&mut self, sharing: Sharing, insert: f64, rmw: f64) {
+        self.insert[Self::at(sharing)] = insert;
+        self.rmw[Self::at(sharing)] = rmw;
+    }
+
+    fn insert(&self, sharing: Sharing) -> f64 {
+        self.insert[Self::at(sharing)]
+    }
+
+    fn rmw(&self, sharing: Sharing) -> f64 {
+        self.rmw[Self::at(sharing)]
+    }
+}
+
+/// Raw redb on a file shared as `sharing`: one small insert per durable commit (the engine's
+/// floor for any write), and a read-modify-write of a record plus an index update per commit
+/// (what a claim or a completion minimally is).
+fn raw_baselines(
+    dir: &Path,
+    sharing: Sharing,
+    n: usize,
+    payload: &[u8],
+) -> Result<(Row, Row), Error> {
+    let (file, mode) = match sharing {
+        Sharing::Exclusive => ("exclusive", redb::ConcurrencyMode::ExclusiveWriter),
+        _ => ("single-writer", redb::ConcurrencyMode::SingleWriter),
+    };
+    let db = redb::Builder::new()
+        .set_concurrency_mode(mode)
+        .create(dir.join(format!("raw-{file}.redb")))
+        .map_err(io)?;
+    let (s, total) = timed(n, |i| {
+        let txn = db.begin_write().map_err(io)?;
+        txn.open_table(RAW)
+            .map_err(io)?
+            .insert(i as u64, payload)
+            .map_err(io)?;
+        txn.commit().map_err(io)
+    })?;
+    let insert = s.row(
+        &format!("raw redb: insert, one per commit ({file} file)"),
+        "durable",
+        1,
+        total,
+        n as u64,
+    );
+    let (s, total) = timed(n, |i| {
+        let txn = db.begin_write().map_err(io)?;
+        {
+            let mut t = txn.open_table(RAW).map_err(io)?;
+            let v = t
+                .get(i as u64)
+                .map_err(io)?
+                .map(|g| g.value().to_vec())
+                .unwrap_or_default();
+            t.insert(i as u64, v.as_slice()).map_err(io)?;
+            let mut idx = txn.open_table(RAW_INDEX).map_err(io)?;
+            idx.remove((i as u64, 0)).map_err(io)?;
+            idx.insert((i as u64, 1), ()).map_err(io)?;
+        }
+        txn.commit().map_err(io)
+    })?;
+    let rmw = s.row(
+        &format!("raw redb: read-modify-write + index, one per commit ({file} file)"),
+        "durable",
+        1,
+        total,
+        n as u64,
+    );
+    Ok((insert, rmw))
 }
 
 /// A bench store with the defaults: durable on a single-writer file, or non-durable on an
@@ -173,59 +256,20 @@ fn scenarios(dir: &Path, scale: f64, only: Option<&str>) -> Result<Vec<Row>, Err
     let payload = vec![7u8; 100];
 
     // The raw baselines: needed by every group that reports a ratio.
-    let (mut raw_insert_ops, mut raw_rmw_ops) = (f64::NAN, f64::NAN);
+    // One pair per way of sharing the file: redb commits a file other processes may read
+    // (single-writer, leasehold's default) in two phases, an exclusive one in one, so each
+    // leasehold row is compared with raw redb sharing its file the same way.
+    let mut raw = RawRates::default();
     if ["raw", "enqueue", "claim-complete", "heartbeat"]
         .iter()
         .any(|g| want(g))
     {
-        // Raw redb, one small insert per durable commit: the engine's floor for any write.
-        let db = raw_db(dir, "raw1.redb")?;
-        let (s, total) = timed(n(2000), |i| {
-            let txn = db.begin_write().map_err(io)?;
-            txn.open_table(RAW)
-                .map_err(io)?
-                .insert(i as u64, payload.as_slice())
-                .map_err(io)?;
-            txn.commit().map_err(io)
-        })?;
-        let raw_insert = s.row(
-            "raw redb: insert, one per commit",
-            "durable",
-            1,
-            total,
-            n(2000) as u64,
-        );
-        raw_insert_ops = raw_insert.ops_per_sec;
-        rows.push(raw_insert);
-
-        // Raw redb, read-modify-write of a record plus an index update: what a claim or a
-        // completion minimally is.
-        let (s, total) = timed(n(2000), |i| {
-            let txn = db.begin_write().map_err(io)?;
-            {
-                let mut t = txn.open_table(RAW).map_err(io)?;
-                let v = t
-                    .get(i as u64)
-                    .map_err(io)?
-                    .map(|g| g.value().to_vec())
-                    .unwrap_or_default();
-                t.insert(i as u64, v.as_slice()).map_err(io)?;
-                let mut idx = txn.open_table(RAW_INDEX).map_err(io)?;
-                idx.remove((i as u64, 0)).map_err(io)?;
-                idx.insert((i as u64, 1), ()).map_err(io)?;
-            }
-            txn.commit().map_err(io)
-        })?;
-        let raw_rmw = s.row(
-            "raw redb: read-modify-write + index, one per commit",
-            "durable",
-            1,
-            total,
-            n(2000) as u64,
-        );
-        raw_rmw_ops = raw_rmw.ops_per_sec;
-        rows.push(raw_rmw);
-        drop(db);
+        for sharing in [Sharing::Exclusive, Sharing::SingleWriter] {
+            let (insert, rmw) = raw_baselines(dir, sharing, n(2000), &payload)?;
+            raw.set(sharing, insert.ops_per_sec, rmw.ops_per_sec);
+            rows.push(insert);
+            rows.push(rmw);
+        }
     }
 
     if want("enqueue") {
@@ -246,15 +290,14 @@ fn scenarios(dir: &Path, scale: f64, only: Option<&str>) -> Result<Vec<Row>, Err
                 total,
                 n(2000) as u64,
             );
-            row.ratio_to_raw = Some(row.ops_per_sec / raw_insert_ops);
+            row.ratio_to_raw = Some(row.ops_per_sec / raw.insert(sharing));
             rows.push(row);
         }
     }
 
     if want("claim-complete") {
         // Sequential claim + complete: two commits per job, against two raw read-modify-writes
-        // (raw redb commits one-phase, like an exclusive file; a single-writer file adds redb's
-        // second phase).
+        // on a file shared the same way.
         let jobs = n(1000);
         for (sharing, name) in [
             (Sharing::Exclusive, "exclusive"),
@@ -272,7 +315,7 @@ fn scenarios(dir: &Path, scale: f64, only: Option<&str>) -> Result<Vec<Row>, Err
             })?;
             let label = format!("claim + complete, sequential ({name} file)");
             let mut row = s.row(&label, "durable", 1, total, jobs as u64);
-            row.ratio_to_raw = Some(row.ops_per_sec / (raw_rmw_ops / 2.0));
+            row.ratio_to_raw = Some(row.ops_per_sec / (raw.rmw(sharing) / 2.0));
             rows.push(row);
         }
     }
@@ -297,7 +340,7 @@ fn scenarios(dir: &Path, scale: f64, only: Option<&str>) -> Result<Vec<Row>, Err
             total,
             n(500) as u64,
         );
-        row.ratio_to_raw = Some(row.ops_per_sec / raw_rmw_ops);
+        row.ratio_to_raw = Some(row.ops_per_sec / raw.rmw(Sharing::SingleWriter));
         rows.push(row);
         let beats: Vec<_> = leases.iter().map(|l| (l, 1u64)).collect();
         let (s, total) = timed(n(50), |_| s_.heartbeat_batch(&beats).map(|_| ()))?;
