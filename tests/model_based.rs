@@ -20,6 +20,8 @@ fn op() -> impl Strategy<Value = Op> {
         4 => (any::<u8>(), any::<u8>(), any::<u8>(), proptest::option::weighted(0.2, any::<u8>()))
             .prop_map(|(queue, worker, lease_s, stall_s)| Op::Claim { queue, worker, lease_s, stall_s }),
         1 => (any::<u16>(), any::<u8>(), any::<u8>()).prop_map(|(job, worker, lease_s)| Op::ClaimJob { job, worker, lease_s }),
+        2 => (any::<u8>(), any::<u8>(), any::<u8>(), any::<u8>())
+            .prop_map(|(queue, worker, lease_s, n)| Op::ClaimBatch { queue, worker, lease_s, n }),
         3 => (any::<u16>(), any::<bool>()).prop_map(|(lease, progress)| Op::Heartbeat { lease, progress }),
         2 => any::<u16>().prop_map(|lease| Op::Complete { lease }),
         2 => any::<u16>().prop_map(|lease| Op::Fail { lease }),

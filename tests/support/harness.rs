@@ -37,6 +37,13 @@ pub enum Op {
         worker: u8,
         lease_s: u8,
     },
+    /// Up to `n % 4 + 1` jobs in one transaction: the same as that many claims at one instant.
+    ClaimBatch {
+        queue: u8,
+        worker: u8,
+        lease_s: u8,
+        n: u8,
+    },
     Heartbeat {
         lease: u16,
         progress: bool,
@@ -174,6 +181,32 @@ impl Harness {
                     .map_err(|e| format!("claim: {e}"))?;
                 let want = self.model.claim(q, w, length, stall);
                 self.granted("claim", got, want)
+            }
+            Op::ClaimBatch {
+                queue,
+                worker,
+                lease_s,
+                n,
+            } => {
+                let q = QUEUES[usize::from(*queue) % QUEUES.len()];
+                let w = WORKERS[usize::from(*worker) % WORKERS.len()];
+                let length = lease_len(*lease_s);
+                let n = usize::from(*n % 4) + 1;
+                let got = self
+                    .store()
+                    .claim_batch(q, w, Duration::from_nanos(length), n)
+                    .map_err(|e| format!("claim_batch: {e}"))?;
+                let got_keys: Vec<_> = got.iter().map(|l| (l.job.0, l.attempt.0)).collect();
+                let want: Vec<_> = (0..n)
+                    .map_while(|_| self.model.claim(q, w, length, None))
+                    .collect();
+                if got_keys != want {
+                    return Err(format!(
+                        "claim_batch: store granted {got_keys:?}, model {want:?}"
+                    ));
+                }
+                self.leases.extend(got);
+                Ok(())
             }
             Op::ClaimJob {
                 job,
