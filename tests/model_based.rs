@@ -24,6 +24,7 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(queue, worker, lease_s, n)| Op::ClaimBatch { queue, worker, lease_s, n }),
         3 => (any::<u16>(), any::<bool>()).prop_map(|(lease, progress)| Op::Heartbeat { lease, progress }),
         2 => any::<u16>().prop_map(|lease| Op::Complete { lease }),
+        1 => (any::<u16>(), any::<u16>()).prop_map(|leases| Op::CompleteBatch { leases }),
         2 => any::<u16>().prop_map(|lease| Op::Fail { lease }),
         1 => any::<u16>().prop_map(|lease| Op::Release { lease }),
         1 => any::<u16>().prop_map(|job| Op::Cancel { job }),

@@ -51,6 +51,10 @@ pub enum Op {
     Complete {
         lease: u16,
     },
+    /// Two leases (perhaps the same one twice) completed in one commit.
+    CompleteBatch {
+        leases: (u16, u16),
+    },
     Fail {
         lease: u16,
     },
@@ -252,6 +256,19 @@ impl Harness {
                 let got = self.store().complete(&l, b"out").map_err(err);
                 let want = self.model.complete(l.job.0, l.attempt.0);
                 same("complete", got, want)
+            }
+            Op::CompleteBatch { leases } => {
+                let (Some(a), Some(b)) = (self.lease(leases.0), self.lease(leases.1)) else {
+                    return Ok(());
+                };
+                let got = self
+                    .store()
+                    .complete_batch(&[(&a, b"out".as_slice()), (&b, b"out".as_slice())]);
+                for (l, got) in [&a, &b].into_iter().zip(got) {
+                    let want = self.model.complete(l.job.0, l.attempt.0);
+                    same("complete_batch", got.map_err(err), want)?;
+                }
+                Ok(())
             }
             Op::Fail { lease } => {
                 let Some(l) = self.lease(*lease) else {
