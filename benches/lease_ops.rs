@@ -92,7 +92,8 @@ fn heartbeat(c: &mut Criterion) {
 fn reap(c: &mut Criterion) {
     let mut g = c.benchmark_group("reap");
     g.sample_size(10);
-    g.bench_function("10k_expired", |b| {
+    // A whole pool of 100 k leases died: the reaper takes them all back, in bounded batches.
+    g.bench_function("100k_expired", |b| {
         b.iter_batched(
             || {
                 let dir = tempfile::tempdir().unwrap();
@@ -106,13 +107,13 @@ fn reap(c: &mut Criterion) {
                     .open()
                     .unwrap();
                 store
-                    .enqueue_batch((0..10_000).map(|i| NewJob::new("q", format!("{i}"))))
+                    .enqueue_batch((0..100_000).map(|i| NewJob::new("q", format!("{i}"))))
                     .unwrap();
-                store.claim_batch("q", "dead", LEASE, 10_000).unwrap();
+                store.claim_batch("q", "dead", LEASE, 100_000).unwrap();
                 clock.advance(LEASE * 2);
                 (dir, store)
             },
-            |(_dir, store)| assert_eq!(store.reap().unwrap().reclaimed.len(), 10_000),
+            |(_dir, store)| assert_eq!(store.reap().unwrap().reclaimed.len(), 100_000),
             BatchSize::PerIteration,
         )
     });
