@@ -11,7 +11,8 @@
 //!   record, so history has one record per ended attempt. A running attempt has none: its
 //!   lease record says who holds it and since when, and readers show it from there (one
 //!   write less per claim, one read less per completion).
-//! * Records are written only through [`index::save`], which keeps every index in step.
+//! * Records are written only through [`index::save`], which keeps every index in step (or,
+//!   for a renewal, which moves no entry, [`index::rewrite`]).
 
 use redb::ReadableTable;
 
@@ -217,8 +218,8 @@ pub(crate) fn heartbeat(
         end_attempt(tx, job, Outcome::Stalled, next)?;
         return Ok(Renewal::Stalled);
     }
-    let mut renewed = job.clone();
-    let expires_at = match renewed.lease.as_mut() {
+    let mut job = job;
+    let expires_at = match job.lease.as_mut() {
         Some(lease) => {
             lease.expires_at = lease.expires_at.max(tx.now.saturating_add(lease.length));
             lease.expires_at
@@ -226,12 +227,14 @@ pub(crate) fn heartbeat(
         None => return Err(corrupt_running(&job)),
     };
     if progress != job.progress {
-        renewed.progress = progress;
-        renewed.progress_at = tx.now;
+        job.progress = progress;
+        job.progress_at = tx.now;
     }
-    renewed.updated_at = tx.now;
+    job.updated_at = tx.now;
     tx.tally.wrote_time(expires_at);
-    index::save(tx, Some(&job), &renewed)?;
+    // A renewal moves no index entry (the expiry entry catches up later, see
+    // `LeaseRecord::indexed_expiry`), so the record is rewritten in place.
+    index::rewrite(tx, &job)?;
     Ok(Renewal::Renewed { expires_at })
 }
 
