@@ -208,15 +208,23 @@ impl Store {
     /// Renews many leases in one write transaction; one result per lease, in order. A lost
     /// lease fails only its own entry.
     pub fn heartbeat_batch(&self, beats: &[(&Lease, u64)]) -> Result<Vec<Result<Renewal>>> {
-        let beats: Vec<_> = beats
+        // Renewed in job order, so the B-tree is walked once from left to right rather than
+        // at random (a pool's leases come in no order); results go back in the caller's.
+        let mut order: Vec<_> = beats
             .iter()
-            .map(|(l, progress)| (l.job, l.attempt, *progress))
+            .enumerate()
+            .map(|(at, (l, progress))| (l.job, l.attempt, *progress, at))
             .collect();
+        order.sort_unstable_by_key(|&(job, ..)| job);
         self.write(move |tx| {
-            Ok(beats
+            let mut renewed: Vec<_> = order
                 .iter()
-                .map(|(job, attempt, progress)| protocol::heartbeat(tx, *job, *attempt, *progress))
-                .collect())
+                .map(|&(job, attempt, progress, at)| {
+                    (at, protocol::heartbeat(tx, job, attempt, progress))
+                })
+                .collect();
+            renewed.sort_unstable_by_key(|&(at, _)| at);
+            Ok(renewed.into_iter().map(|(_, result)| result).collect())
         })
     }
 

@@ -142,6 +142,29 @@ fn heartbeat_batch_renews_many_in_one_call_and_fails_only_stale_entries() {
     assert_eq!(f.stats().unwrap().counters.leases_lost, 1);
 }
 
+#[test]
+fn heartbeat_batch_answers_in_the_callers_order_whatever_the_order_of_the_jobs() {
+    let f = Fixture::new();
+    let (stale, live) = reclaimed_pair(&f);
+    f.enqueue_n(3);
+    let others: Vec<_> = (0..3).map(|_| f.claim_one("b")).collect();
+    // Highest job first, the stale lease last, each with its own progress.
+    let mut beats: Vec<_> = others.iter().rev().zip([7, 8, 9]).collect();
+    beats.push((&live, 2));
+    beats.push((&stale, 1));
+    let results = f.heartbeat_batch(&beats).unwrap();
+    assert_eq!(results.len(), 5);
+    assert!(
+        results[..4]
+            .iter()
+            .all(|r| matches!(r, Ok(Renewal::Renewed { .. })))
+    );
+    assert!(results[4].as_ref().unwrap_err().is_lease_lost());
+    for (lease, progress) in &beats[..4] {
+        assert_eq!(f.job(lease.job).unwrap().unwrap().progress, *progress);
+    }
+}
+
 const APP: TableDefinition<&str, u64> = TableDefinition::new("app.thumbnails");
 
 #[test]
