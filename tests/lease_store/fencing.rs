@@ -304,9 +304,9 @@ fn app_value_of(f: &Fixture, key: &str) -> Option<u64> {
 
 #[test]
 fn complete_batch_commits_every_held_completion_in_one_commit_and_refuses_a_lost_one_alone() {
-    let f = Fixture::new();
-    let ids = f.enqueue_n(3);
-    let leases = f.claim_batch(Q, "w", LEASE, 3).unwrap();
+    let f = Fixture::with(|b| b.max_payload(16));
+    let ids = f.enqueue_n(4);
+    let leases = f.claim_batch(Q, "w", LEASE, 4).unwrap();
     // The middle job's lease is lost: it expires and another worker takes it over.
     f.advance(LEASE);
     let taken = f
@@ -318,10 +318,16 @@ fn complete_batch_commits_every_held_completion_in_one_commit_and_refuses_a_lost
         (&leases[0], b"a".as_slice()),
         (&leases[1], b"b".as_slice()),
         (&leases[2], b"c".as_slice()),
+        (&leases[3], [0u8; 17].as_slice()),
     ]);
     assert_eq!(f.metrics().write_transactions, writes + 1, "one commit");
     assert!(results[0].is_ok() && results[2].is_ok(), "{results:?}");
     assert!(results[1].as_ref().unwrap_err().is_lease_lost());
+    assert!(
+        matches!(results[3], Err(Error::Input(_))),
+        "an output over the limit is refused alone: {results:?}"
+    );
+    assert_eq!(f.job(ids[3]).unwrap().unwrap().state, JobState::Running);
     for (i, output) in [(0, b"a"), (2, b"c")] {
         assert_eq!(f.job(ids[i]).unwrap().unwrap().state, JobState::Succeeded);
         assert_eq!(f.output(ids[i]).unwrap().unwrap(), output);
