@@ -349,11 +349,12 @@ impl Store {
     /// `older_than` ago on the store clock, with their payloads, outputs and history, in
     /// batches like the reaper. Their ids are never reused. Returns how many were deleted.
     pub fn purge(&self, older_than: Duration, states: &[JobState]) -> Result<usize> {
-        let cutoff = StoreTime(
-            self.now()
-                .0
-                .saturating_sub(u64::try_from(older_than.as_nanos()).unwrap_or(u64::MAX)),
-        );
+        let age = u64::try_from(older_than.as_nanos()).unwrap_or(u64::MAX);
+        // A store younger than `older_than` has nothing that old (a cutoff saturated to zero
+        // would take the jobs that finished at its first instant).
+        let Some(cutoff) = self.now().0.checked_sub(age).map(StoreTime) else {
+            return Ok(0);
+        };
         let batch = self.inner.policy.reap_batch;
         let mut total = 0;
         loop {

@@ -150,6 +150,22 @@ fn long_error_messages_are_kept_but_cut() {
 }
 
 #[test]
+fn purge_in_a_store_younger_than_the_age_asked_for_deletes_nothing() {
+    // Store time starts at zero here; a cutoff saturated to zero once took the jobs that
+    // finished at that first instant.
+    let f = Fixture::new();
+    let ids = f.enqueue_n(1);
+    let l = f.claim_one("w");
+    f.complete(&l, b"").unwrap();
+    f.advance(Duration::from_secs(60));
+    let n = f
+        .purge(Duration::from_secs(3600), &[JobState::Succeeded])
+        .unwrap();
+    assert_eq!(n, 0);
+    assert!(f.job(ids[0]).unwrap().is_some());
+}
+
+#[test]
 fn purge_deletes_old_finished_jobs_of_the_chosen_states_with_their_history() {
     let f = Fixture::with(|b| b.reap_batch(3));
     let ids = f.enqueue_n(10);
