@@ -46,6 +46,7 @@ pub struct StoreBuilder {
     default_max_attempts: u32,
     max_payload: usize,
     reap_batch: usize,
+    retention: Option<Duration>,
     recover_on_open: bool,
     verify_on_open: bool,
     cache_size: usize,
@@ -81,6 +82,16 @@ impl StoreBuilder {
     /// The largest payload or output accepted. Default: 1 MiB.
     pub fn max_payload(mut self, bytes: usize) -> StoreBuilder {
         self.max_payload = bytes;
+        self
+    }
+
+    /// Deletes succeeded and cancelled jobs, with their payload, output and history, once
+    /// they finished more than `keep` ago: each reaper pass ([`Store::reap`]) purges them in
+    /// batches of [`StoreBuilder::reap_batch`], so the file stops growing under a steady load
+    /// (redb reuses the freed pages). Dead jobs are kept for an operator to retry or purge
+    /// ([`Store::purge`]). Default: off, every job is kept until purged.
+    pub fn retention(mut self, keep: Duration) -> StoreBuilder {
+        self.retention = Some(keep);
         self
     }
 
@@ -164,6 +175,7 @@ impl StoreBuilder {
             default_max_attempts: self.default_max_attempts,
             max_payload: self.max_payload,
             reap_batch: self.reap_batch,
+            retention: self.retention,
         };
         let store = Store::from_parts(
             db,
@@ -223,6 +235,7 @@ impl Store {
             default_max_attempts: DEFAULT_MAX_ATTEMPTS,
             max_payload: DEFAULT_MAX_PAYLOAD,
             reap_batch: DEFAULT_REAP_BATCH,
+            retention: None,
             recover_on_open: true,
             verify_on_open: true,
             cache_size: 64 << 20,

@@ -21,6 +21,7 @@ use crate::store::Store;
 pub struct ReaperMetrics {
     passes: AtomicU64,
     reclaimed: AtomicU64,
+    purged: AtomicU64,
     errors: AtomicU64,
 }
 
@@ -33,6 +34,11 @@ impl ReaperMetrics {
     /// Leases taken back in all passes.
     pub fn reclaimed(&self) -> u64 {
         self.reclaimed.load(Ordering::Relaxed)
+    }
+
+    /// Finished jobs deleted under the store's retention in all passes.
+    pub fn purged(&self) -> u64 {
+        self.purged.load(Ordering::Relaxed)
     }
 
     /// Passes that failed (the error is logged; the next pass tries again).
@@ -123,6 +129,15 @@ fn tick(store: &Store, metrics: &ReaperMetrics) {
             metrics
                 .reclaimed
                 .fetch_add(report.reclaimed.len() as u64, Ordering::Relaxed);
+            if report.purged > 0 {
+                tracing::info!(
+                    jobs = report.purged,
+                    "purged finished jobs past the retention"
+                );
+                metrics
+                    .purged
+                    .fetch_add(report.purged as u64, Ordering::Relaxed);
+            }
         }
         Err(e) => {
             metrics.errors.fetch_add(1, Ordering::Relaxed);

@@ -41,6 +41,9 @@ pub struct ReapReport {
     /// Whether work was left when the pass stopped (non-zero only if a batch hit its limit;
     /// `reap` then runs another batch).
     pub remaining: usize,
+    /// Finished jobs deleted because they outlived the store's retention (see
+    /// [`crate::StoreBuilder::retention`]).
+    pub purged: usize,
 }
 
 impl ReapReport {

@@ -380,9 +380,15 @@ impl Store {
     }
 
     /// One reaper pass: takes back every lease that expired at or before now, in
-    /// transactions of at most the configured batch, yielding the write lock between them.
+    /// transactions of at most the configured batch, yielding the write lock between them;
+    /// then, with a retention set ([`crate::StoreBuilder::retention`]), purges the succeeded and
+    /// cancelled jobs that outlived it, in batches too.
     pub fn reap(&self) -> Result<ReapReport> {
-        self.reap_all(ReclaimPath::Reaper)
+        let mut report = self.reap_all(ReclaimPath::Reaper)?;
+        if let Some(keep) = self.inner.policy.retention {
+            report.purged = self.purge(keep, &[JobState::Succeeded, JobState::Cancelled])?;
+        }
+        Ok(report)
     }
 
     fn reap_all(&self, path: ReclaimPath) -> Result<ReapReport> {

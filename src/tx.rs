@@ -21,6 +21,8 @@ pub(crate) struct Policy {
     pub default_max_attempts: u32,
     pub max_payload: usize,
     pub reap_batch: usize,
+    /// How long succeeded and cancelled jobs are kept; `None`: until purged.
+    pub retention: Option<Duration>,
 }
 
 /// Every leasehold table, open for writing.

@@ -1,6 +1,6 @@
 use std::time::Duration;
 
-use leasehold::{Attempt, JobState, Outcome, Reaper, ReclaimPath};
+use leasehold::{Attempt, JobState, NewJob, Outcome, Reaper, ReclaimPath};
 
 use crate::common::{Fixture, LEASE, Q, wait_until};
 
@@ -138,4 +138,47 @@ fn stopping_a_reaper_does_not_wait_out_its_interval() {
         Reaper::start((*f).clone(), Duration::ZERO).is_err(),
         "zero interval refused"
     );
+}
+
+#[test]
+fn with_a_retention_a_reap_purges_old_succeeded_and_cancelled_jobs_in_batches_and_keeps_dead_ones()
+{
+    const HOUR: Duration = Duration::from_secs(3600);
+    let f = Fixture::with(|b| b.retention(HOUR).reap_batch(2));
+    let ids = f.enqueue_n(5);
+    for _ in 0..4 {
+        let l = f.claim_one("w");
+        f.complete(&l, b"done").unwrap();
+    }
+    f.cancel(ids[4]).unwrap();
+    let doomed = f.enqueue(NewJob::new(Q, "d").max_attempts(1)).unwrap();
+    let l = f.claim_one("w");
+    assert_eq!(f.fail(&l, "boom").unwrap(), JobState::Dead);
+
+    f.advance(HOUR / 2);
+    let late = f.enqueue(NewJob::new(Q, "late")).unwrap();
+    let l = f.claim_one("w");
+    f.complete(&l, b"late").unwrap();
+    assert_eq!(
+        f.reap().unwrap().purged,
+        0,
+        "nothing has outlived the hour yet"
+    );
+
+    f.advance(HOUR / 2 + Duration::from_secs(60));
+    let writes = f.metrics().write_transactions;
+    let report = f.reap().unwrap();
+    assert_eq!(report.purged, 5, "four succeeded and one cancelled");
+    assert!(
+        f.metrics().write_transactions >= writes + 3,
+        "five jobs in batches of two"
+    );
+    for &id in &ids {
+        assert!(f.job(id).unwrap().is_none());
+        assert!(f.history(id).unwrap().is_empty());
+        assert!(f.output(id).unwrap().is_none());
+    }
+    assert_eq!(f.job(doomed).unwrap().unwrap().state, JobState::Dead);
+    assert_eq!(f.job(late).unwrap().unwrap().state, JobState::Succeeded);
+    assert_eq!(f.reap().unwrap().purged, 0);
 }
