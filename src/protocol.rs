@@ -320,32 +320,39 @@ pub(crate) fn retry(tx: &mut Tx<'_>, id: JobId) -> Result<()> {
     index::save(tx, Some(&job), &new)
 }
 
-/// Deletes up to `limit` terminal jobs in `states` that finished at or before `cutoff`, with
-/// their history; returns how many, and whether more may remain.
+/// Deletes the terminal jobs in `states` that finished at or before `cutoff`, with their
+/// history, looking at up to `limit` of them from the `finished` key `from`; returns how many
+/// it deleted, and where to resume if more may remain.
 pub(crate) fn purge(
     tx: &mut Tx<'_>,
+    from: (u64, u64),
     cutoff: StoreTime,
     states: &[JobState],
     limit: usize,
-) -> Result<(usize, bool)> {
+) -> Result<(usize, Option<(u64, u64)>)> {
     let mut due = Vec::new();
-    let mut more = false;
-    for entry in tx.t.finished.range((0u64, 0u64)..=(cutoff.0, u64::MAX))? {
-        let id = JobId(entry?.0.value().1);
-        let job = load(tx, id)?;
-        if !states.contains(&job.state) {
-            continue;
-        }
-        if due.len() == limit {
-            more = true;
+    let mut next = None;
+    // Every entry looked at counts against the batch, kept ones too (dead jobs, say), so a
+    // batch's work stays bounded; the next batch resumes after the last one looked at.
+    for (visited, entry) in
+        tx.t.finished
+            .range(from..=(cutoff.0, u64::MAX))?
+            .enumerate()
+    {
+        let key = entry?.0.value();
+        if visited == limit {
+            next = Some(key);
             break;
         }
-        due.push(job);
+        let job = load(tx, JobId(key.1))?;
+        if states.contains(&job.state) {
+            due.push(job);
+        }
     }
     for job in &due {
         index::delete(tx, job)?;
     }
-    Ok((due.len(), more))
+    Ok((due.len(), next))
 }
 
 /// Takes back up to `limit` leases: on the reaper path those expired at or before now, on

@@ -357,13 +357,15 @@ impl Store {
         };
         let batch = self.inner.policy.reap_batch;
         let mut total = 0;
+        let mut from = (0, 0);
         loop {
             let states = states.to_vec();
-            let (purged, more) =
-                self.write(move |tx| protocol::purge(tx, cutoff, &states, batch))?;
+            let (purged, next) =
+                self.write(move |tx| protocol::purge(tx, from, cutoff, &states, batch))?;
             total += purged;
-            if !more {
-                return Ok(total);
+            match next {
+                Some(key) => from = key,
+                None => return Ok(total),
             }
             std::thread::yield_now();
         }

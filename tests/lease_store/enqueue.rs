@@ -166,6 +166,31 @@ fn purge_in_a_store_younger_than_the_age_asked_for_deletes_nothing() {
 }
 
 #[test]
+fn purge_reaches_old_jobs_behind_any_number_of_kept_ones_in_bounded_batches() {
+    // Five dead jobs finish first, then three succeed: batches of two must walk past the
+    // dead ones (kept) to reach the succeeded ones.
+    let f = Fixture::with(|b| b.reap_batch(2).default_max_attempts(1));
+    let ids = f.enqueue_n(8);
+    for _ in 0..5 {
+        let l = f.claim_one("w");
+        assert_eq!(f.fail(&l, "x").unwrap(), JobState::Dead);
+        f.advance(Duration::from_secs(1));
+    }
+    for _ in 0..3 {
+        let l = f.claim_one("w");
+        f.complete(&l, b"").unwrap();
+    }
+    f.advance(Duration::from_secs(3600));
+    let n = f
+        .purge(Duration::from_secs(600), &[JobState::Succeeded])
+        .unwrap();
+    assert_eq!(n, 3);
+    for (i, id) in ids.iter().enumerate() {
+        assert_eq!(f.job(*id).unwrap().is_some(), i < 5, "job {i}");
+    }
+}
+
+#[test]
 fn purge_deletes_old_finished_jobs_of_the_chosen_states_with_their_history() {
     let f = Fixture::with(|b| b.reap_batch(3));
     let ids = f.enqueue_n(10);
