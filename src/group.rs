@@ -9,6 +9,9 @@
 //!
 //! Each operation is its own unit: the protocol checks before it writes, so an operation
 //! refused by the fence or its input checks has written nothing, and its neighbours commit.
+//! (redb savepoints cannot do this instead: redb refuses a savepoint once the transaction has
+//! opened a table, so only the state before the first operation could be restored; see the
+//! test `redb_refuses_a_savepoint_between_operations`.)
 //! An operation that fails after writing (a storage or corruption error) poisons the shared
 //! transaction: it is rolled back, and every operation of the group is applied again in a
 //! transaction of its own, so one failure never fails its neighbours.
@@ -313,6 +316,27 @@ mod tests {
     use super::*;
     use crate::ids::JobId;
     use crossbeam_channel::{Receiver, Sender, bounded};
+
+    /// Why each operation is checked before it writes instead of being wrapped in a savepoint:
+    /// redb takes a savepoint only before the transaction touches a table. If this starts to
+    /// pass, per-operation savepoints become possible and worth measuring against the checks.
+    #[test]
+    fn redb_refuses_a_savepoint_between_operations() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = redb::Database::create(dir.path().join("sp.redb")).unwrap();
+        let table: redb::TableDefinition<u64, u64> = redb::TableDefinition::new("t");
+        let txn = db.begin_write().unwrap();
+        assert!(txn.ephemeral_savepoint().is_ok(), "before any operation");
+        assert!(
+            txn.ephemeral_savepoint().is_ok(),
+            "and again, nothing written yet"
+        );
+        txn.open_table(table).unwrap().insert(1, 1).unwrap();
+        assert!(matches!(
+            txn.ephemeral_savepoint(),
+            Err(redb::SavepointError::InvalidSavepoint)
+        ));
+    }
 
     /// A committer that records group sizes, can hold its first group until told, and
     /// answers each operation with an error carrying the group's number (no real store).
