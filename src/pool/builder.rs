@@ -64,14 +64,15 @@ impl PoolBuilder {
     }
 
     /// Claims exactly `n` jobs ahead of free workers (0: none). Default: as many as the
-    /// workers finish during one commit, measured as the pool runs (none for long jobs, up
-    /// to one per worker for jobs shorter than a commit; none for a single worker).
+    /// workers finish during two commits (a claim lands a commit after it is decided and
+    /// must last until the next lands), measured as the pool runs: none for long jobs, up to
+    /// two per worker for jobs shorter than a commit, none for a single worker.
     ///
     /// A claimed-ahead job waits, under a renewed lease, for a worker to finish its current
     /// one: the workers of a pool of short jobs then never wait for a claim's commit, and
     /// more completions and claims share each commit. But a job claimed ahead is held from
     /// other pools while it waits, and its stall timeout (if any) runs from its claim, which
-    /// is why the default claims ahead only what one commit's wait covers. At shutdown,
+    /// is why the default claims ahead only what two commits' wait covers. At shutdown,
     /// jobs claimed ahead are released, not run.
     pub fn prefetch(mut self, n: usize) -> PoolBuilder {
         self.prefetch = Prefetch::Fixed(n);

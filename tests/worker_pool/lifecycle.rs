@@ -293,7 +293,7 @@ fn by_default_a_pool_claims_ahead_only_once_its_jobs_prove_shorter_than_a_commit
     p.shutdown(Duration::ZERO);
 
     // Eight instant jobs, then blocking ones: once jobs are known to take less than a
-    // commit, one job per worker is claimed ahead and waits for it.
+    // commit, two jobs per worker are claimed ahead and wait for them.
     let f = Fixture::new();
     f.enqueue_n(20);
     let started = Arc::new(AtomicUsize::new(0));
@@ -307,14 +307,14 @@ fn by_default_a_pool_claims_ahead_only_once_its_jobs_prove_shorter_than_a_commit
             until_interrupted(ctx)
         })
         .unwrap();
-    wait_until("four running and four claimed ahead", || {
+    wait_until("four running and eight claimed ahead", || {
         let stats = p.stats();
-        (stats.in_flight, stats.claimed_ahead) == (8, 4)
+        (stats.in_flight, stats.claimed_ahead) == (12, 8)
     });
     assert_eq!(started.load(Ordering::SeqCst), 12);
-    assert_eq!(f.stats().unwrap().total(JobState::Running), 8);
+    assert_eq!(f.stats().unwrap().total(JobState::Running), 12);
     let report = p.shutdown(Duration::ZERO);
-    assert_eq!(report.in_flight, 8);
+    assert_eq!(report.in_flight, 12);
     assert_eq!(
         started.load(Ordering::SeqCst),
         12,
