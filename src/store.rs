@@ -256,8 +256,9 @@ impl Store {
         })
     }
 
-    /// Completes many jobs in one commit (one fsync), each its own unit: a completion that
-    /// is refused (its lease was lost) or whose output is too large fails only its own entry.
+    /// Completes many jobs in one commit (one fsync; a batch of more than 1,024 takes one
+    /// commit per 1,024), each its own unit: a completion that is refused (its lease was lost)
+    /// or whose output is too large fails only its own entry.
     /// One result per entry, in order; if the commit itself fails, every entry says so (see
     /// [`Error::Commit`] for what a failed commit may still have written).
     pub fn complete_batch(&self, done: &[(&Lease, &[u8])]) -> Vec<Result<()>> {
