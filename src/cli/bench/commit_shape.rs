@@ -1,0 +1,70 @@
+//! The two group-commit shapes the throughput issue asked to weigh, leader/follower and a
+//! dedicated writer thread, doing the same work in the same run.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use leasehold::{CommitShape, Error, NewJob, Sharing};
+
+use super::measure::{Row, Samples};
+use super::store_with;
+
+/// `threads` threads each enqueueing `calls` jobs one call at a time, through one group
+/// commit shape: every call's latency, and the total rate.
+pub(super) fn commit_shape(
+    dir: &Path,
+    durable: bool,
+    shape: CommitShape,
+    threads: usize,
+    calls: usize,
+) -> Result<Row, Error> {
+    let name = format!("shape-{durable}-{shape:?}-{threads}.redb");
+    let store = store_with(dir, &name, durable, |b| {
+        b.sharing(Sharing::Exclusive).commit_shape(shape)
+    })?;
+    let start = Instant::now();
+    let per_thread: Vec<Result<Vec<Duration>, Error>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|_| {
+                let store = &store;
+                s.spawn(move || {
+                    (0..calls)
+                        .map(|i| {
+                            let t = Instant::now();
+                            store.enqueue(NewJob::new("q", format!("{i}")))?;
+                            Ok(t.elapsed())
+                        })
+                        .collect()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or(Err(Error::InUse("a bench thread panicked")))
+            })
+            .collect()
+    });
+    let total = start.elapsed();
+    let mut samples = Vec::new();
+    for t in per_thread {
+        samples.extend(t?);
+    }
+    let commits = store.metrics().write_transactions.max(1);
+    let label = format!(
+        "enqueue, one job per call, {} ({:.1} calls/commit)",
+        match shape {
+            CommitShape::LeaderFollower => "leader/follower group commit",
+            CommitShape::WriterThread => "writer-thread group commit",
+        },
+        (threads * calls) as f64 / commits as f64
+    );
+    Ok(Samples(samples).row(
+        &label,
+        if durable { "durable" } else { "non-durable" },
+        threads,
+        total,
+        (threads * calls) as u64,
+    ))
+}

@@ -1,0 +1,270 @@
+//! `leasehold bench`: the headline scenarios, each beside raw redb doing the equivalent
+//! minimal work in the same run, so every figure is also a ratio against the engine below.
+//!
+//! Wall time is measured here (and only here in the tool) with `Instant`: these are
+//! measurements of the machine, never compared with store time.
+#![allow(clippy::disallowed_methods)]
+
+mod commit_shape;
+mod measure;
+mod pool;
+mod raw;
+mod scale;
+
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use leasehold::{CommitShape, Durability, Error, NewJob, Sharing, Store, StoreBuilder};
+
+use super::format;
+use super::inspect::print_json;
+use commit_shape::commit_shape;
+use measure::{Row, timed};
+use pool::{PoolShape, end_to_end, wake_latency, write_path_ceiling};
+use raw::{RawRates, raw_baselines};
+use scale::{claim_at_depth, reap_under_load};
+
+pub(super) const LEASE: Duration = Duration::from_secs(60);
+
+/// A bench store with the defaults: durable on a single-writer file, or non-durable on an
+/// exclusive one (eventual durability needs it) that flushes less often than any run lasts.
+pub(super) fn store(dir: &Path, name: &str, durable: bool) -> Result<Store, Error> {
+    store_with(dir, name, durable, |b| b)
+}
+
+/// [`store`], with more settings applied last.
+pub(super) fn store_with(
+    dir: &Path,
+    name: &str,
+    durable: bool,
+    configure: impl FnOnce(StoreBuilder) -> StoreBuilder,
+) -> Result<Store, Error> {
+    let b = Store::builder(dir.join(name));
+    let b = if durable {
+        b
+    } else {
+        b.sharing(Sharing::Exclusive)
+            .durability(Durability::Eventual {
+                flush_every: Duration::from_secs(3600),
+            })
+    };
+    configure(b).open()
+}
+
+pub(super) fn io(e: impl Into<redb::Error>) -> Error {
+    Error::Storage(e.into())
+}
+
+pub fn run(json: bool, scale: f64, only: Option<&str>) -> Result<ExitCode, Error> {
+    let dir = std::env::temp_dir().join(format!("leasehold-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| Error::Storage(redb::Error::Io(e)))?;
+    let result = scenarios(&dir, scale, only);
+    let _ = std::fs::remove_dir_all(&dir);
+    let rows = result?;
+    if json {
+        print_json(&rows);
+    } else {
+        let mut t = format::Table::new(&[
+            "operation",
+            "durability",
+            "conc",
+            "ops/s",
+            "p50 µs",
+            "p99 µs",
+            "max µs",
+            "vs raw redb",
+        ]);
+        for r in &rows {
+            t.row(vec![
+                r.operation.clone(),
+                r.durability.into(),
+                r.concurrency.to_string(),
+                format!("{:.0}", r.ops_per_sec),
+                r.p50_us
+                    .map(|v| format!("{v:.0}"))
+                    .unwrap_or_else(|| "-".into()),
+                r.p99_us
+                    .map(|v| format!("{v:.0}"))
+                    .unwrap_or_else(|| "-".into()),
+                r.max_us
+                    .map(|v| format!("{v:.0}"))
+                    .unwrap_or_else(|| "-".into()),
+                match r.ratio_to_raw {
+                    Some(x) => format!("{x:.2}x"),
+                    None if r.operation.starts_with("raw redb") => "baseline".into(),
+                    None => "-".into(),
+                },
+            ]);
+        }
+        println!("{}", t.render());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn scenarios(dir: &Path, scale: f64, only: Option<&str>) -> Result<Vec<Row>, Error> {
+    let want = |group: &str| only.is_none_or(|o| group.contains(o));
+    // Three times the base counts at scale 1: about half a minute, steadier figures.
+    let n = |base: usize| ((base as f64 * scale * 3.0) as usize).max(10);
+    let mut rows = Vec::new();
+    let payload = vec![7u8; 100];
+
+    // The raw baselines: needed by every group that reports a ratio.
+    // One pair per way of sharing the file: redb commits a file other processes may read
+    // (single-writer, leasehold's default) in two phases, an exclusive one in one, so each
+    // leasehold row is compared with raw redb sharing its file the same way.
+    let mut raw = RawRates::default();
+    if ["raw", "enqueue", "claim-complete", "heartbeat"]
+        .iter()
+        .any(|g| want(g))
+    {
+        for sharing in [Sharing::Exclusive, Sharing::SingleWriter] {
+            let (insert, rmw) = raw_baselines(dir, sharing, n(2000), &payload)?;
+            raw.set(sharing, insert.ops_per_sec, rmw.ops_per_sec);
+            rows.push(insert);
+            rows.push(rmw);
+        }
+    }
+
+    if want("enqueue") {
+        for (sharing, name) in [
+            (Sharing::SingleWriter, "single-writer"),
+            (Sharing::Exclusive, "exclusive"),
+        ] {
+            let s_ = store_with(dir, &format!("enq-{name}.redb"), true, |b| {
+                b.sharing(sharing)
+            })?;
+            let (s, total) = timed(n(2000), |_| {
+                s_.enqueue(NewJob::new("q", payload.clone())).map(|_| ())
+            })?;
+            let mut row = s.row(
+                &format!("enqueue ({name} file)"),
+                "durable",
+                1,
+                total,
+                n(2000) as u64,
+            );
+            row.ratio_to_raw = Some(row.ops_per_sec / raw.insert(sharing));
+            rows.push(row);
+        }
+    }
+
+    if want("claim-complete") {
+        // Sequential claim + complete: two commits per job, against two raw read-modify-writes
+        // on a file shared the same way.
+        let jobs = n(1000);
+        for (sharing, name) in [
+            (Sharing::Exclusive, "exclusive"),
+            (Sharing::SingleWriter, "single-writer"),
+        ] {
+            let s_ = store_with(dir, &format!("cc-{name}.redb"), true, |b| {
+                b.sharing(sharing)
+            })?;
+            s_.enqueue_batch((0..jobs).map(|_| NewJob::new("q", payload.clone())))?;
+            let (s, total) = timed(jobs, |_| {
+                let l = s_
+                    .claim("q", "w", LEASE)?
+                    .ok_or(Error::InUse("ran out of jobs"))?;
+                s_.complete(&l, b"")
+            })?;
+            let label = format!("claim + complete, sequential ({name} file)");
+            let mut row = s.row(&label, "durable", 1, total, jobs as u64);
+            row.ratio_to_raw = Some(row.ops_per_sec / (raw.rmw(sharing) / 2.0));
+            rows.push(row);
+        }
+    }
+
+    if want("heartbeat") {
+        let s_ = store(dir, "hb.redb", true)?;
+        // Heartbeats: one lease per call, and 1,000 leases in one call.
+        s_.enqueue_batch((0..1000).map(|_| NewJob::new("hb", payload.clone())))?;
+        let leases: Vec<_> = (0..1000)
+            .map(|_| {
+                s_.claim("hb", "w", LEASE)
+                    .map(|l| l.ok_or(Error::InUse("ran out of jobs")))
+            })
+            .collect::<Result<Result<_, _>, _>>()??;
+        let (s, total) = timed(n(500), |i| {
+            s_.heartbeat(&leases[i % 1000], i as u64).map(|_| ())
+        })?;
+        let mut row = s.row(
+            "heartbeat, 1 lease per commit",
+            "durable",
+            1,
+            total,
+            n(500) as u64,
+        );
+        row.ratio_to_raw = Some(row.ops_per_sec / raw.rmw(Sharing::SingleWriter));
+        rows.push(row);
+        // In no particular order, as a pool's leases come (7919 is prime to 1,000, so this
+        // visits each lease once).
+        let beats: Vec<_> = (0..1000)
+            .map(|i| (&leases[i * 7919 % 1000], 1u64))
+            .collect();
+        let (s, total) = timed(n(50), |_| s_.heartbeat_batch(&beats).map(|_| ()))?;
+        rows.push(s.row(
+            "heartbeat, batch of 1,000 leases per commit",
+            "durable",
+            1,
+            total,
+            n(50) as u64,
+        ));
+        drop(s_);
+    }
+
+    // End to end through worker pools: one worker, sixteen, and sixteen with jobs claimed
+    // ahead; durable on the default single-writer file and on an exclusive one.
+    if want("end-to-end-durable") {
+        let pools = [
+            (1, None, Sharing::SingleWriter),
+            (16, Some(0), Sharing::SingleWriter),
+            (16, None, Sharing::SingleWriter),
+            (16, Some(32), Sharing::SingleWriter),
+            (16, None, Sharing::Exclusive),
+        ];
+        for (workers, prefetch, sharing) in pools {
+            let pool = PoolShape {
+                workers,
+                prefetch,
+                sharing,
+            };
+            rows.push(end_to_end(dir, true, pool, n(600) * workers.min(4))?);
+        }
+    }
+    if want("end-to-end-non-durable") {
+        rows.push(write_path_ceiling(dir, n(4000))?);
+        for (workers, prefetch) in [(1, None), (16, Some(0)), (16, None), (16, Some(32))] {
+            let pool = PoolShape {
+                workers,
+                prefetch,
+                sharing: Sharing::Exclusive,
+            };
+            rows.push(end_to_end(dir, false, pool, n(4000))?);
+        }
+    }
+    // The two group-commit shapes the throughput issue asked to weigh, same work, same run.
+    if want("commit-shape") {
+        for durable in [true, false] {
+            for threads in [1usize, 16] {
+                for shape in [CommitShape::LeaderFollower, CommitShape::WriterThread] {
+                    let calls = if durable { n(600) } else { n(3000) };
+                    rows.push(commit_shape(dir, durable, shape, threads, calls)?);
+                }
+            }
+        }
+    }
+    if want("wake") {
+        rows.push(wake_latency(dir, n(300))?);
+    }
+    // Scale: claim at 1 k, 100 k and 1 M waiting jobs; a whole dead pool of 100 k leases.
+    let sized = |base: usize| ((base as f64 * scale) as usize).max(100);
+    if want("depth") {
+        for waiting in [1_000, sized(100_000), sized(1_000_000)] {
+            rows.push(claim_at_depth(dir, waiting)?);
+        }
+    }
+    if want("reap") {
+        rows.push(reap_under_load(dir, sized(100_000))?);
+    }
+    Ok(rows)
+}
