@@ -74,7 +74,7 @@ pub(crate) fn save(tx: &mut Tx<'_>, old: Option<&Job>, new: &Job) -> Result<()> 
         tx.tally.count(after.count, 1);
     }
     if let Some(before) = &before {
-        remove_entries(&mut tx.t, before, &after)?;
+        remove_entries(&mut tx.t, before, Some(&after))?;
     }
     add_entries(&mut tx.t, &after, before.as_ref())?;
     tx.t.jobs.insert(new.id.0, codec::encode(new).as_slice())?;
@@ -96,18 +96,7 @@ pub(crate) fn rewrite(tx: &mut Tx<'_>, job: &Job) -> Result<()> {
 pub(crate) fn delete(tx: &mut Tx<'_>, job: &Job) -> Result<()> {
     tx.tally.writes += 1;
     let e = entries(job);
-    if let Some((q, p, r, id)) = &e.ready {
-        tx.t.ready.remove((*q, *p, *r, *id))?;
-    }
-    if let Some((q, x, id)) = &e.expiry {
-        tx.t.expiry.remove((*q, *x, *id))?;
-    }
-    if let Some((q, k)) = &e.unique {
-        tx.t.unique.remove((*q, *k))?;
-    }
-    if let Some(key) = e.finished {
-        tx.t.finished.remove(key)?;
-    }
+    remove_entries(&mut tx.t, &e, None)?;
     tx.tally.count(e.count, -1);
     let id = job.id.0;
     tx.t.jobs.remove(id)?;
@@ -119,25 +108,27 @@ pub(crate) fn delete(tx: &mut Tx<'_>, job: &Job) -> Result<()> {
     Ok(())
 }
 
-/// Removes the entries in `before` that `after` does not also have.
-fn remove_entries(t: &mut Tables<'_>, before: &Entries, after: &Entries) -> Result<()> {
+/// Removes the entries in `before` that `after` (the job's next version; `None` when it is
+/// deleted) does not also have.
+fn remove_entries(t: &mut Tables<'_>, before: &Entries, after: Option<&Entries>) -> Result<()> {
+    let gone = |same: fn(&Entries, &Entries) -> bool| after.is_none_or(|a| !same(before, a));
     if let Some((q, p, r, id)) = &before.ready
-        && before.ready != after.ready
+        && gone(|b, a| b.ready == a.ready)
     {
         t.ready.remove((*q, *p, *r, *id))?;
     }
     if let Some((q, e, id)) = &before.expiry
-        && before.expiry != after.expiry
+        && gone(|b, a| b.expiry == a.expiry)
     {
         t.expiry.remove((*q, *e, *id))?;
     }
     if let Some((q, k)) = &before.unique
-        && before.unique != after.unique
+        && gone(|b, a| b.unique == a.unique)
     {
         t.unique.remove((*q, *k))?;
     }
     if let Some(key) = before.finished
-        && before.finished != after.finished
+        && gone(|b, a| b.finished == a.finished)
     {
         t.finished.remove(key)?;
     }
