@@ -147,6 +147,24 @@ pub struct Job {
     pub updated_at: StoreTime,
 }
 
+impl Job {
+    /// The run record of the current attempt while the job runs, as its lease describes it
+    /// (history stores an attempt's record only once it ends).
+    pub(crate) fn current_run(&self) -> Option<Run> {
+        match (&self.state, &self.lease) {
+            (JobState::Running, Some(lease)) => Some(Run {
+                attempt: self.attempt,
+                worker: lease.owner.clone(),
+                claimed_at: lease.claimed_at,
+                ended_at: None,
+                outcome: None,
+                progress: self.progress,
+            }),
+            _ => None,
+        }
+    }
+}
+
 /// How a lease was found expired and taken back.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Encode, Decode)]
 pub enum ReclaimPath {

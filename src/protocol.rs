@@ -22,7 +22,7 @@ use crate::error::{Error, LeaseLost, Result};
 use crate::ids::{Attempt, JobId, StoreTime};
 use crate::index;
 use crate::input;
-use crate::job::{Job, JobState, LeaseRecord, NewJob, Outcome, ReclaimPath, Run};
+use crate::job::{Job, JobState, LeaseRecord, NewJob, Outcome, ReclaimPath};
 use crate::lease::{Lease, LeaseTerms, Renewal};
 use crate::report::Reclaim;
 use crate::retry::splitmix64;
@@ -474,17 +474,11 @@ fn end_attempt(tx: &mut Tx<'_>, job: Job, outcome: Outcome, next: Next) -> Resul
             new.run_at = run_at;
         }
     }
-    let Some(lease) = &job.lease else {
+    let Some(mut run) = job.current_run() else {
         return Err(corrupt_running(&job));
     };
-    let run = Run {
-        attempt: job.attempt,
-        worker: lease.owner.clone(),
-        claimed_at: lease.claimed_at,
-        ended_at: Some(now),
-        outcome: Some(outcome),
-        progress: job.progress,
-    };
+    run.ended_at = Some(now);
+    run.outcome = Some(outcome);
     tx.t.history
         .insert((job.id.0, job.attempt.0), codec::encode(&run).as_slice())?;
     index::save(tx, Some(&job), &new)?;

@@ -43,28 +43,13 @@ pub(crate) fn history(read: &ReadTransaction, id: JobId) -> Result<Vec<Run>> {
                 .map_err(|e| Error::Corrupt(format!("history of job {id}: {e}")))?,
         );
     }
-    if let Some(running) = job(read, id)?.as_ref().and_then(running_attempt) {
+    if let Some(running) = job(read, id)?.and_then(|j| j.current_run()) {
         // A store written by an earlier build may hold an open record for it already.
         if runs.last().is_none_or(|r| r.attempt != running.attempt) {
             runs.push(running);
         }
     }
     Ok(runs)
-}
-
-/// The run record of a running job's current attempt, as its lease describes it.
-pub(crate) fn running_attempt(job: &Job) -> Option<Run> {
-    match (&job.state, &job.lease) {
-        (JobState::Running, Some(lease)) => Some(Run {
-            attempt: job.attempt,
-            worker: lease.owner.clone(),
-            claimed_at: lease.claimed_at,
-            ended_at: None,
-            outcome: None,
-            progress: job.progress,
-        }),
-        _ => None,
-    }
 }
 
 /// Counts per queue and state (from the counts index) and the lifetime counters.
