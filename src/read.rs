@@ -106,11 +106,7 @@ pub(crate) fn earliest_indexed_expiry(
     queue: &str,
 ) -> Result<Option<StoreTime>> {
     let expiry = read.open_table(schema::EXPIRY)?;
-    let mut range = expiry.range((queue, 0u64, 0u64)..=(queue, u64::MAX, u64::MAX))?;
-    match range.next() {
-        Some(entry) => Ok(Some(StoreTime(entry?.0.value().1))),
-        None => Ok(None),
-    }
+    Ok(crate::search::first_expiry_entry(&expiry, queue, u64::MAX)?.map(|(at, _)| at))
 }
 
 /// The real earliest lease expiry of `queue`, and the earliest one at or after `now`, from the

@@ -13,12 +13,24 @@ use crate::tx::Tx;
 /// The job of `queue` whose index entry says its lease expires first, at or before `bound`.
 /// The entry may lag a renewal (see [`crate::LeaseRecord`]), so callers check the record.
 pub(crate) fn first_indexed_expiry(tx: &Tx<'_>, queue: &str, bound: u64) -> Result<Option<JobId>> {
-    let first =
-        tx.t.expiry
-            .range((queue, 0u64, 0u64)..=(queue, bound, u64::MAX))?
-            .next()
-            .transpose()?
-            .map(|(key, _)| JobId(key.value().2));
+    Ok(first_expiry_entry(&tx.t.expiry, queue, bound)?.map(|(_, id)| id))
+}
+
+/// The first entry of `queue` in an expiry index, a writer's or a reader's, at or before
+/// `bound`: the indexed expiry and its job.
+pub(crate) fn first_expiry_entry(
+    expiry: &impl ReadableTable<(&'static str, u64, u64), ()>,
+    queue: &str,
+    bound: u64,
+) -> Result<Option<(StoreTime, JobId)>> {
+    let first = expiry
+        .range((queue, 0u64, 0u64)..=(queue, bound, u64::MAX))?
+        .next()
+        .transpose()?
+        .map(|(key, _)| {
+            let (_, at, id) = key.value();
+            (StoreTime(at), JobId(id))
+        });
     Ok(first)
 }
 
