@@ -29,7 +29,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use parking_lot::{Condvar, Mutex};
+use parking_lot::{Condvar, Mutex, MutexGuard};
 
 use crate::error::{Error, Result};
 use crate::tx::Tx;
@@ -199,12 +199,7 @@ impl Group {
                 std::thread::yield_now();
                 state = self.state.lock();
             }
-            let mut batch = state.take_group();
-            drop(state);
-            lead(committer, &mut batch);
-            state = self.state.lock();
-            state.leading = false;
-            self.cond.notify_all();
+            state = self.commit_next(state, |batch| lead(committer, batch));
         }
         drop(state);
         slots
@@ -231,21 +226,32 @@ impl Group {
                 continue;
             }
             state.leading = true;
-            let mut batch = state.take_group();
-            drop(state);
-            match committer() {
-                Some(c) => lead(&c, &mut batch),
+            state = self.commit_next(state, |batch| match committer() {
+                Some(c) => lead(&c, batch),
                 None => {
                     for op in batch.iter_mut() {
                         op.fail(Error::InUse("the store was closed"));
                         op.finish();
                     }
                 }
-            }
-            state = self.state.lock();
-            state.leading = false;
-            self.cond.notify_all();
+            });
         }
+    }
+
+    /// Takes the next group (the caller leads, `leading` set), commits it with `commit`
+    /// outside the lock, then gives up the lead and wakes the waiting callers.
+    fn commit_next<'g>(
+        &'g self,
+        mut state: MutexGuard<'g, State>,
+        commit: impl FnOnce(&mut Vec<Box<dyn PendingOp>>),
+    ) -> MutexGuard<'g, State> {
+        let mut batch = state.take_group();
+        drop(state);
+        commit(&mut batch);
+        let mut state = self.state.lock();
+        state.leading = false;
+        self.cond.notify_all();
+        state
     }
 
     /// Stops the writer thread.
