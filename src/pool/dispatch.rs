@@ -43,9 +43,8 @@ fn dispatch_until_stopped(
     loop {
         if free == 0 && !shared.handover.pending() {
             // Wait for a free worker.
-            select! {
-                recv(slots) -> slot => if slot.is_err() { return },
-                recv(stop) -> _ => return,
+            if !next_slot(slots, stop) {
+                return;
             }
             free = 1;
         }
@@ -87,9 +86,8 @@ fn dispatch_until_stopped(
                     Intake::Claim(_) => {
                         // Every worker is busy and enough is claimed ahead: wait for one to
                         // finish (a finished worker's hand-over comes with its slot).
-                        select! {
-                            recv(slots) -> slot => if slot.is_err() { return },
-                            recv(stop) -> _ => return,
+                        if !next_slot(slots, stop) {
+                            return;
                         }
                         free += 1;
                     }
@@ -124,6 +122,15 @@ fn dispatch_until_stopped(
                 }
             }
         }
+    }
+}
+
+/// Waits for a worker to free its slot: `false` if the pool is stopping (or its workers are
+/// gone) instead.
+fn next_slot(slots: &Receiver<()>, stop: &Receiver<()>) -> bool {
+    select! {
+        recv(slots) -> slot => slot.is_ok(),
+        recv(stop) -> _ => false,
     }
 }
 
