@@ -161,7 +161,7 @@ impl PoolBuilder {
             live_workers: Mutex::new(0),
             workers_exited: Condvar::new(),
         });
-        WorkerPool::spawn(shared, self.concurrency, self.shutdown_grace)
+        WorkerPool::spawn(shared, self.shutdown_grace)
     }
 }
 

@@ -80,11 +80,8 @@ pub struct ShutdownReport {
 }
 
 impl WorkerPool {
-    fn spawn(
-        shared: Arc<Shared>,
-        concurrency: usize,
-        shutdown_grace: Duration,
-    ) -> Result<WorkerPool> {
+    fn spawn(shared: Arc<Shared>, shutdown_grace: Duration) -> Result<WorkerPool> {
+        let concurrency = shared.concurrency;
         let spawn_error = |e: std::io::Error| Error::Storage(redb::Error::Io(e));
         let name = |what: &str| format!("lh-{}-{what}", shared.queue);
         // One token per job the pool may hold: a worker's, or one claimed ahead of workers.
