@@ -83,19 +83,10 @@ pub(crate) fn stats(read: &ReadTransaction, now: StoreTime) -> Result<Stats> {
 pub(crate) fn earliest_run_at(read: &ReadTransaction, queue: &str) -> Result<Option<StoreTime>> {
     let ready = read.open_table(schema::READY)?;
     let mut earliest: Option<u64> = None;
-    let mut from = i32::MIN;
-    // The first entry of each priority has that priority's earliest run_at.
-    loop {
-        let mut range =
-            ready.range((queue, from, 0u64, 0u64)..=(queue, i32::MAX, u64::MAX, u64::MAX))?;
-        let Some(entry) = range.next() else { break };
-        let (_, priority, run_at, _) = entry?.0.value();
+    crate::search::first_of_each_priority(&ready, queue, |_, run_at, _| {
         earliest = Some(earliest.map_or(run_at, |e| e.min(run_at)));
-        match priority.checked_add(1) {
-            Some(p) => from = p,
-            None => break,
-        }
-    }
+        true
+    })?;
     Ok(earliest.map(StoreTime))
 }
 

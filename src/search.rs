@@ -41,22 +41,38 @@ pub(crate) fn lease_expired(job: &Job, now: StoreTime) -> bool {
 /// The first due waiting job of the lowest priority: skips a priority whose earliest job is
 /// not yet due (all of its jobs are later) with one seek.
 pub(crate) fn next_ready(tx: &Tx<'_>, queue: &str) -> Result<Option<(i32, JobId)>> {
+    let mut due = None;
+    first_of_each_priority(&tx.t.ready, queue, |priority, run_at, id| {
+        if run_at <= tx.now.0 {
+            due = Some((priority, JobId(id)));
+        }
+        due.is_none()
+    })?;
+    Ok(due)
+}
+
+/// Visits the first `ready` entry of each priority of `queue`, lowest priority first, one
+/// seek each (the first entry of a priority has its earliest `run_at`), while `visit`
+/// returns `true`. Works on a writer's index or a reader's.
+pub(crate) fn first_of_each_priority(
+    ready: &impl ReadableTable<(&'static str, i32, u64, u64), ()>,
+    queue: &str,
+    mut visit: impl FnMut(i32, u64, u64) -> bool,
+) -> Result<()> {
     let mut from = i32::MIN;
     loop {
         let mut range =
-            tx.t.ready
-                .range((queue, from, 0u64, 0u64)..=(queue, i32::MAX, u64::MAX, u64::MAX))?;
+            ready.range((queue, from, 0u64, 0u64)..=(queue, i32::MAX, u64::MAX, u64::MAX))?;
         let Some(entry) = range.next() else {
-            return Ok(None);
+            return Ok(());
         };
-        let (key, _) = entry?;
-        let (_, priority, run_at, id) = key.value();
-        if run_at <= tx.now.0 {
-            return Ok(Some((priority, JobId(id))));
+        let (_, priority, run_at, id) = entry?.0.value();
+        if !visit(priority, run_at, id) {
+            return Ok(());
         }
         match priority.checked_add(1) {
             Some(p) => from = p,
-            None => return Ok(None),
+            None => return Ok(()),
         }
     }
 }
