@@ -64,10 +64,15 @@ pub enum Error {
 impl Error {
     /// Whether this is a lost lease (the fence refused a write).
     pub fn is_lease_lost(&self) -> bool {
+        self.lease_lost().is_some()
+    }
+
+    /// The fence's refusal, if this is one (also inside a shared group's failure).
+    pub fn lease_lost(&self) -> Option<&LeaseLost> {
         match self {
-            Error::LeaseLost(_) => true,
-            Error::Group(e) => e.is_lease_lost(),
-            _ => false,
+            Error::LeaseLost(l) => Some(l),
+            Error::Group(e) => e.lease_lost(),
+            _ => None,
         }
     }
 
@@ -266,7 +271,7 @@ pub enum InputError {
 /// The fence refused a write: the job is no longer `Running` under the caller's attempt.
 /// Carries what the store found instead.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("lease lost on job {job} attempt {attempt}: {}", describe_found(.found))]
+#[error("lease lost on job {job} attempt {attempt}: {}", describe_found(.found, *.ended_by_holder))]
 pub struct LeaseLost {
     /// The job the caller thought it held.
     pub job: JobId,
@@ -274,10 +279,18 @@ pub struct LeaseLost {
     pub attempt: Attempt,
     /// The job's current attempt and state; `None` if the job no longer exists.
     pub found: Option<(Attempt, JobState)>,
+    /// The attempt was ended by its own holder (completed, failed or released): nothing was
+    /// lost, the write came after the holder's own end (a heartbeat tick overlapping a
+    /// completion, or a retried completion whose first commit did land). Not counted as a
+    /// lost lease or a fenced write.
+    pub ended_by_holder: bool,
 }
 
-fn describe_found(found: &Option<(Attempt, JobState)>) -> String {
+fn describe_found(found: &Option<(Attempt, JobState)>, ended_by_holder: bool) -> String {
     match found {
+        Some((a, s)) if ended_by_holder => {
+            format!("the holder already ended attempt {a}; the job is now {s}")
+        }
         Some((a, s)) => format!("the job is now {s} at attempt {a}"),
         None => "the job no longer exists".to_owned(),
     }

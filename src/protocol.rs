@@ -22,7 +22,7 @@ use crate::error::{Error, LeaseLost, Result};
 use crate::ids::{Attempt, JobId, StoreTime};
 use crate::index;
 use crate::input;
-use crate::job::{Job, JobState, LeaseRecord, NewJob, Outcome, ReclaimPath};
+use crate::job::{Job, JobState, LeaseRecord, NewJob, Outcome, ReclaimPath, Run};
 use crate::lease::{Lease, LeaseTerms, Renewal};
 use crate::report::Reclaim;
 use crate::retry::splitmix64;
@@ -404,21 +404,47 @@ enum Refusal {
 }
 
 /// The fence: the job must be `Running` under exactly this attempt.
+///
+/// A refusal is counted (`leases_lost` for a renewal, `fenced_writes_rejected` for an end)
+/// unless the attempt was ended by its own holder: a pool's heartbeat tick that overlaps the
+/// completion it renews, or a completion retried after a commit whose outcome was unknown,
+/// lost nothing, and an operator reads those counters as "workers are losing their jobs".
 fn fence(tx: &mut Tx<'_>, id: JobId, attempt: Attempt, refusal: Refusal) -> Result<Job> {
     let found = match tx.t.job(id)? {
         Some(job) if job.state == JobState::Running && job.attempt == attempt => return Ok(job),
         found => found,
     };
-    match refusal {
-        Refusal::Heartbeat => tx.tally.counters.leases_lost += 1,
-        Refusal::Write => tx.tally.counters.fenced_writes_rejected += 1,
+    let ended_by_holder = match &found {
+        Some(job) if job.attempt == attempt => ended_by_holder(tx, id, attempt)?,
+        _ => false,
+    };
+    if !ended_by_holder {
+        match refusal {
+            Refusal::Heartbeat => tx.tally.counters.leases_lost += 1,
+            Refusal::Write => tx.tally.counters.fenced_writes_rejected += 1,
+        }
     }
     Err(LeaseLost {
         job: id,
         attempt,
         found: found.map(|j| (j.attempt, j.state)),
+        ended_by_holder,
     }
     .into())
+}
+
+/// Whether the attempt's history says its holder ended it (completed, failed or released it),
+/// rather than the store taking it back.
+fn ended_by_holder(tx: &Tx<'_>, id: JobId, attempt: Attempt) -> Result<bool> {
+    let Some(bytes) = tx.t.history.get((id.0, attempt.0))? else {
+        return Ok(false);
+    };
+    let run: Run = codec::decode(bytes.value())
+        .map_err(|e| Error::Corrupt(format!("history of job {id} attempt {attempt}: {e}")))?;
+    Ok(matches!(
+        run.outcome,
+        Some(Outcome::Succeeded | Outcome::Failed(_) | Outcome::Released)
+    ))
 }
 
 /// Where an attempt sends its job.

@@ -69,6 +69,9 @@ fn apply(shared: &Shared, flight: &Flight, result: crate::Result<Renewal>) {
         }
         Ok(Renewal::Cancelled) => (Interruption::Cancelled, &shared.counters.cancelled),
         Ok(Renewal::Stalled) => (Interruption::Stalled, &shared.counters.stalled),
+        // The tick took its list before this job's own completion (or failure) committed:
+        // the job is done, not lost, and its worker is finishing it.
+        Err(e) if e.lease_lost().is_some_and(|l| l.ended_by_holder) => return,
         Err(e) if e.is_lease_lost() => (Interruption::LeaseLost, &shared.counters.leases_lost),
         Err(e) => {
             tracing::warn!(job = %job, error = %e, "renewal failed");

@@ -339,3 +339,49 @@ fn complete_batch_commits_every_held_completion_in_one_commit_and_refuses_a_lost
     );
     assert!(f.output(ids[1]).unwrap().is_none());
 }
+
+#[test]
+fn a_renewal_after_the_holders_own_end_is_refused_but_not_counted_as_lost() {
+    let f = Fixture::new();
+    f.enqueue_n(3);
+    let done = f.claim_one("w");
+    let failed = f.claim_one("w");
+    let released = f.claim_one("w");
+    f.complete(&done, b"ok").unwrap();
+    f.fail(&failed, "no").unwrap();
+    f.release(&released).unwrap();
+    for lease in [&done, &failed, &released] {
+        let lost = f.heartbeat(lease, 1).unwrap_err();
+        let lost = lost.lease_lost().expect("refused by the fence");
+        assert!(lost.ended_by_holder, "{lost}");
+    }
+    // a completion retried after its first commit landed is refused the same way
+    let again = f.complete(&done, b"ok").unwrap_err();
+    assert!(again.lease_lost().unwrap().ended_by_holder);
+    let counters = f.stats().unwrap().counters;
+    assert_eq!(
+        (counters.leases_lost, counters.fenced_writes_rejected),
+        (0, 0)
+    );
+}
+
+#[test]
+fn a_renewal_after_a_reclaim_is_counted_as_a_lost_lease() {
+    let f = Fixture::new();
+    let (stale, _live) = reclaimed_pair(&f);
+    let lost = f.heartbeat(&stale, 1).unwrap_err();
+    assert!(!lost.lease_lost().unwrap().ended_by_holder);
+    // the attempt the reaper ended is not the holder's own end, even once nobody holds it
+    f.enqueue_n(1);
+    let l = f.claim_one("x");
+    f.advance(LEASE);
+    f.reap().unwrap();
+    assert!(
+        !f.heartbeat(&l, 1)
+            .unwrap_err()
+            .lease_lost()
+            .unwrap()
+            .ended_by_holder
+    );
+    assert_eq!(f.stats().unwrap().counters.leases_lost, 2);
+}

@@ -469,7 +469,7 @@ fn lease_len(s: u8) -> u64 {
 
 fn err(e: Error) -> MErr {
     match e {
-        Error::LeaseLost(l) => MErr::LeaseLost(l.found.map(|(a, s)| (a.0, s))),
+        Error::LeaseLost(l) => MErr::LeaseLost(l.found.map(|(a, s)| (a.0, s)), l.ended_by_holder),
         Error::JobNotFound(_) => MErr::NotFound,
         Error::Refused { state, .. } => MErr::Refused(state),
         Error::Input(_) | Error::Config(_) => MErr::Input,

@@ -39,7 +39,8 @@ pub struct MJob {
 /// What a refused or impossible operation reports, in terms both sides can produce.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum MErr {
-    LeaseLost(Option<(u32, JobState)>),
+    /// What the fence found, and whether the attempt was ended by its own holder.
+    LeaseLost(Option<(u32, JobState)>, bool),
     NotFound,
     Refused(JobState),
     Input,
@@ -292,12 +293,25 @@ impl Model {
         match self.jobs.get(&id) {
             Some(j) if j.state == JobState::Running && j.attempt == attempt => Ok(()),
             other => {
-                if heartbeat {
+                // An attempt its own holder ended (completed, failed, released) lost nothing:
+                // a late write of that holder is refused but not counted.
+                let by_holder = other.is_some_and(|j| j.attempt == attempt)
+                    && matches!(
+                        self.runs.get(&(id, attempt)),
+                        Some((
+                            _,
+                            Some(Outcome::Succeeded | Outcome::Failed(_) | Outcome::Released)
+                        ))
+                    );
+                if !by_holder && heartbeat {
                     self.counters.leases_lost += 1;
-                } else {
+                } else if !by_holder {
                     self.counters.fenced += 1;
                 }
-                Err(MErr::LeaseLost(other.map(|j| (j.attempt, j.state))))
+                Err(MErr::LeaseLost(
+                    other.map(|j| (j.attempt, j.state)),
+                    by_holder,
+                ))
             }
         }
     }
