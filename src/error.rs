@@ -35,6 +35,16 @@ pub enum Error {
         /// What was refused.
         action: &'static str,
     },
+    /// The store was called from inside one of its own transactions (a
+    /// [`Store::transaction`](crate::Store::transaction) or
+    /// [`Store::complete_with`](crate::Store::complete_with) closure, or a pool's
+    /// `Output::with_writes`). That transaction holds the writer's seat until the closure
+    /// returns, so the call could only wait for itself: use the
+    /// [`Transaction`](crate::Transaction) the closure was given instead. Nothing was written.
+    #[error(
+        "the store was called from inside its own transaction; use the Transaction the closure was given"
+    )]
+    Reentered,
     /// The operation needs the store to itself, and other handles are alive.
     #[error("store in use: {0}")]
     InUse(&'static str),
@@ -76,6 +86,16 @@ impl Error {
         }
     }
 
+    /// An error returned by the application's code inside a leasehold transaction: a
+    /// leasehold error it passed on (`?` on [`Transaction::enqueue`](crate::Transaction),
+    /// say) stays what it is; anything else is [`Error::Application`].
+    pub(crate) fn from_application(e: Box<dyn std::error::Error + Send + Sync>) -> Error {
+        match e.downcast::<Error>() {
+            Ok(ours) => *ours,
+            Err(theirs) => Error::Application(theirs),
+        }
+    }
+
     /// Whether the store refused the operation before writing anything (a lost lease, a bad
     /// argument, an unknown job, a state the operation does not apply to), as opposed to a
     /// failure of the storage underneath.
@@ -88,6 +108,7 @@ impl Error {
                 | Error::JobNotFound(_)
                 | Error::Refused { .. }
                 | Error::InUse(_)
+                | Error::Reentered
         )
     }
 }
@@ -258,6 +279,9 @@ pub enum InputError {
     /// A job must be allowed at least one attempt.
     #[error("max attempts must be at least 1")]
     ZeroMaxAttempts,
+    /// Tables whose names start with `leasehold.` belong to the store.
+    #[error("table name {0:?} is reserved for the store (prefix \"leasehold.\")")]
+    ReservedTableName(String),
     /// A worker id identifies the holder in history; it must be non-empty and short.
     #[error("worker id must be 1 to {max} bytes, got {len}")]
     BadWorkerId {
@@ -281,8 +305,8 @@ pub struct LeaseLost {
     pub found: Option<(Attempt, JobState)>,
     /// The attempt was ended by its own holder (completed, failed or released): nothing was
     /// lost, the write came after the holder's own end (a heartbeat tick overlapping a
-    /// completion, or a retried completion whose first commit did land). Not counted as a
-    /// lost lease or a fenced write.
+    /// completion, or a retried completion whose first commit did land). A renewal refused so
+    /// is not counted as a lost lease.
     pub ended_by_holder: bool,
 }
 

@@ -25,6 +25,7 @@
 //! back, which costs more than a whole non-durable commit; leader/follower, the default,
 //! lets an uncontended caller commit on its own thread.
 
+use std::cell::RefCell;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -33,6 +34,13 @@ use parking_lot::{Condvar, Mutex, MutexGuard};
 
 use crate::error::{Error, Result};
 use crate::tx::Tx;
+
+thread_local! {
+    /// The groups (by address) whose writer seat this thread holds while it runs an
+    /// application's transaction. A store call from inside that transaction would wait for
+    /// the seat its own thread holds, forever: it is refused instead.
+    static SEATS_HELD: RefCell<Vec<usize>> = const { RefCell::new(Vec::new()) };
+}
 
 /// The most operations one transaction carries; the rest wait for the next leader.
 const MAX_GROUP: usize = 1024;
@@ -164,6 +172,9 @@ impl Group {
         T: Send + 'static,
         F: FnMut(&mut Tx<'_>) -> Result<T> + Send + 'static,
     {
+        if self.held_by_this_thread() {
+            return ops.iter().map(|_| Err(Error::Reentered)).collect();
+        }
         let slots: Vec<Arc<Slot<T>>> = ops
             .iter()
             .map(|_| {
@@ -262,7 +273,12 @@ impl Group {
 
     /// Runs `f` on the caller's thread with the group's writer seat to itself: for
     /// transactions that carry the application's own writes, which are not batched.
-    pub(crate) fn exclusive<T>(&self, f: impl FnOnce() -> T) -> T {
+    /// [`Error::Reentered`] if this thread holds the seat already (`f` of an outer call is
+    /// calling the store).
+    pub(crate) fn exclusive<T>(&self, f: impl FnOnce() -> Result<T>) -> Result<T> {
+        if self.held_by_this_thread() {
+            return Err(Error::Reentered);
+        }
         let mut state = self.state.lock();
         while state.leading {
             self.cond.wait(&mut state);
@@ -270,7 +286,16 @@ impl Group {
         state.leading = true;
         drop(state);
         let _release = Release(self);
+        SEATS_HELD.with(|held| held.borrow_mut().push(self.address()));
         f()
+    }
+
+    fn address(&self) -> usize {
+        std::ptr::from_ref(self) as usize
+    }
+
+    fn held_by_this_thread(&self) -> bool {
+        SEATS_HELD.with(|held| held.borrow().contains(&self.address()))
     }
 }
 
@@ -279,6 +304,8 @@ struct Release<'a>(&'a Group);
 
 impl Drop for Release<'_> {
     fn drop(&mut self) {
+        let address = self.0.address();
+        SEATS_HELD.with(|held| held.borrow_mut().retain(|&a| a != address));
         self.0.state.lock().leading = false;
         self.0.cond.notify_all();
         self.0.work.notify_all();

@@ -128,7 +128,12 @@ pub use retry::RetryPolicy;
 pub use schema::SCHEMA_VERSION;
 pub use stats::{Counters, QueueCounts, Stats, WriteMetrics};
 pub use store::Store;
-pub use transaction::Transaction;
+pub use transaction::{RESERVED_TABLE_PREFIX, Transaction};
+
+/// The redb this build stores into: the application's own tables in the store's file
+/// ([`Transaction::open_table`], [`Store::begin_read`], [`StoreReader::begin_read`]) use its
+/// types, so name them through this re-export rather than a separately chosen version.
+pub use redb;
 
 /// The README's examples are compiled and run as doctests, so they cannot rot.
 #[cfg(doctest)]

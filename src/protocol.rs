@@ -405,10 +405,10 @@ enum Refusal {
 
 /// The fence: the job must be `Running` under exactly this attempt.
 ///
-/// A refusal is counted (`leases_lost` for a renewal, `fenced_writes_rejected` for an end)
-/// unless the attempt was ended by its own holder: a pool's heartbeat tick that overlaps the
-/// completion it renews, or a completion retried after a commit whose outcome was unknown,
-/// lost nothing, and an operator reads those counters as "workers are losing their jobs".
+/// Every refused end (complete, fail, release) counts in `fenced_writes_rejected`. A refused
+/// renewal counts in `leases_lost` unless the attempt was ended by its own holder: a pool's
+/// heartbeat tick that overlaps the completion it renews lost nothing, and an operator reads
+/// that counter as "workers are losing their jobs".
 fn fence(tx: &mut Tx<'_>, id: JobId, attempt: Attempt, refusal: Refusal) -> Result<Job> {
     let found = match tx.t.job(id)? {
         Some(job) if job.state == JobState::Running && job.attempt == attempt => return Ok(job),
@@ -418,11 +418,10 @@ fn fence(tx: &mut Tx<'_>, id: JobId, attempt: Attempt, refusal: Refusal) -> Resu
         Some(job) if job.attempt == attempt => ended_by_holder(tx, id, attempt)?,
         _ => false,
     };
-    if !ended_by_holder {
-        match refusal {
-            Refusal::Heartbeat => tx.tally.counters.leases_lost += 1,
-            Refusal::Write => tx.tally.counters.fenced_writes_rejected += 1,
-        }
+    match refusal {
+        Refusal::Heartbeat if ended_by_holder => {}
+        Refusal::Heartbeat => tx.tally.counters.leases_lost += 1,
+        Refusal::Write => tx.tally.counters.fenced_writes_rejected += 1,
     }
     Err(LeaseLost {
         job: id,

@@ -116,6 +116,13 @@ impl StoreReader {
         crate::check::check(&self.db.begin_read()?)
     }
 
+    /// A read snapshot of the whole file, for the application's own tables (written with
+    /// [`Transaction::open_table`](crate::Transaction::open_table)), from a process that
+    /// does not write the store.
+    pub fn begin_read(&self) -> Result<redb::ReadTransaction> {
+        Ok(self.db.begin_read()?)
+    }
+
     /// The process id of the process that last opened the store for writing.
     pub fn writer_pid(&self) -> Result<Option<u32>> {
         read::writer_pid(&self.db.begin_read()?)

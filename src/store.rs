@@ -301,19 +301,22 @@ impl Store {
         )
     }
 
-    /// Completes the job and commits the application's own writes (made by `f` on the same
-    /// redb transaction, to its own tables) atomically with it, only if the fence holds. If
-    /// the lease was lost, `f` is not called and nothing is written; if `f` fails, nothing is
-    /// written either. This gives exactly-once effects on local state to a job that may run
-    /// more than once. As in [`Store::transaction`], `f` must not call this store.
+    /// Completes the job and, in the same transaction, runs `f`: the application's own
+    /// writes ([`Transaction::open_table`]) and follow-up jobs ([`Transaction::enqueue`]),
+    /// committed together with the completion only if the fence holds. If the lease was lost,
+    /// `f` is not called and nothing is written; if `f` fails, nothing is written either
+    /// (its error comes back as is when it is a leasehold [`Error`], else as
+    /// [`Error::Application`]). This gives exactly-once effects on local state to a job that
+    /// may run more than once. As in [`Store::transaction`], `f` uses the [`Transaction`],
+    /// not this store.
     pub fn complete_with<F, E>(&self, lease: &Lease, output: &[u8], f: F) -> Result<()>
     where
-        F: FnOnce(&WriteTransaction) -> std::result::Result<(), E>,
+        F: FnOnce(&mut Transaction<'_, '_>) -> std::result::Result<(), E>,
         E: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
         self.transaction(|t| {
             t.complete(lease, output)?;
-            f(t.redb()).map_err(|e| Error::Application(e.into()))
+            f(t).map_err(|e| Error::from_application(e.into()))
         })
     }
 
@@ -415,8 +418,9 @@ impl Store {
     /// together with the application's own writes, or complete a job together with them.
     ///
     /// Inside `f`, use the [`Transaction`]'s methods, never this store's: the transaction
-    /// holds the writer's seat until `f` returns, so a store call from `f` would wait for it
-    /// forever.
+    /// holds the writer's seat until `f` returns, so a writing store call from `f` (on this
+    /// thread) is refused with [`Error::Reentered`] rather than wait for itself. Reads
+    /// (`job`, `stats`, ...) are allowed and see the last commit, not `f`'s writes.
     pub fn transaction<T>(
         &self,
         f: impl FnOnce(&mut Transaction<'_, '_>) -> Result<T>,

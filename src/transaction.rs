@@ -1,14 +1,18 @@
 //! A leasehold write transaction that the application shares: enqueue or complete jobs and
 //! write the application's own tables, all committed together or not at all.
 
-use redb::WriteTransaction;
+use redb::{Key, Table, TableDefinition, TableHandle, Value, WriteTransaction};
 
-use crate::error::Result;
+use crate::error::{InputError, Result};
 use crate::ids::{JobId, StoreTime};
 use crate::job::{JobState, NewJob};
 use crate::lease::Lease;
 use crate::protocol;
 use crate::tx::Tx;
+
+/// The prefix of the store's own table names in the file; the application's tables live
+/// beside them under any other name.
+pub const RESERVED_TABLE_PREFIX: &str = "leasehold.";
 
 /// One write transaction, opened by [`Store::transaction`](crate::Store::transaction).
 ///
@@ -34,6 +38,18 @@ impl<'a, 't> Transaction<'a, 't> {
     /// start with `leasehold.` are the store's: they are open already and must not be touched.
     pub fn redb(&self) -> &'t WriteTransaction {
         self.txn
+    }
+
+    /// Opens (creating it if needed) one of the application's own tables in this transaction.
+    /// Names starting with [`RESERVED_TABLE_PREFIX`] are the store's and are refused.
+    pub fn open_table<K: Key + 'static, V: Value + 'static>(
+        &self,
+        table: TableDefinition<'_, K, V>,
+    ) -> Result<Table<'t, K, V>> {
+        if table.name().starts_with(RESERVED_TABLE_PREFIX) {
+            return Err(InputError::ReservedTableName(table.name().to_owned()).into());
+        }
+        Ok(self.txn.open_table(table).map_err(redb::Error::from)?)
     }
 
     /// Enqueues a job in this transaction (see [`Store::enqueue`](crate::Store::enqueue)).

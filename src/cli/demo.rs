@@ -82,7 +82,7 @@ fn handler(script: Arc<Script>) -> impl Fn(&JobContext) -> Result<Output, JobErr
             let mut effects = txn.open_table(EFFECTS)?;
             let n = effects.get(job)?.map(|v| v.value()).unwrap_or(0);
             effects.insert(job, n + 1)?;
-            Ok::<(), redb::Error>(())
+            Ok::<(), leasehold::Error>(())
         }))
     }
 }

@@ -72,7 +72,7 @@ fn work(store: &Store, out: &Mutex<std::io::Stdout>, queue: &str, i: usize, leas
             let mut effects = txn.open_table(EFFECTS)?;
             let n = effects.get(job)?.map(|v| v.value()).unwrap_or(0);
             effects.insert(job, n + 1)?;
-            Ok::<(), redb::Error>(())
+            Ok::<(), leasehold::Error>(())
         });
         if committed.is_ok() {
             report(out, &format!("committed {job} {}", store.now().as_nanos()));

@@ -8,12 +8,12 @@ use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::time::Duration;
 
 use parking_lot::{Condvar, Mutex};
-use redb::WriteTransaction;
 
 use crate::clock::RealDeadline;
 
 use crate::ids::{Attempt, JobId, StoreTime};
 use crate::lease::Lease;
+use crate::transaction::Transaction;
 
 /// Why a handler is asked to stop. Whatever it returns afterwards is not committed (except
 /// where noted): its lease is gone or going.
@@ -217,7 +217,8 @@ impl JobContext {
 }
 
 type Writes = Box<
-    dyn FnOnce(&WriteTransaction) -> Result<(), Box<dyn std::error::Error + Send + Sync>> + Send,
+    dyn FnOnce(&mut Transaction<'_, '_>) -> Result<(), Box<dyn std::error::Error + Send + Sync>>
+        + Send,
 >;
 
 /// What a successful handler commits: its output bytes and, optionally, the application's
@@ -236,12 +237,16 @@ impl Output {
         }
     }
 
-    /// Output bytes plus the application's writes to its own tables, committed with the
-    /// completion or not at all (see [`Store::complete_with`](crate::Store::complete_with)).
-    /// `writes` must not call the store: it runs inside the completion's transaction.
+    /// Output bytes plus the application's writes, committed with the completion or not at
+    /// all (see [`Store::complete_with`](crate::Store::complete_with)): its own tables
+    /// ([`Transaction::open_table`]) and follow-up jobs ([`Transaction::enqueue`]). `writes`
+    /// runs only if the fence holds, inside the completion's transaction, so it must use the
+    /// [`Transaction`] and not the store (which refuses it with
+    /// [`Error::Reentered`](crate::Error::Reentered)). If it fails, the completion rolls
+    /// back and the attempt fails with its error.
     pub fn with_writes<F, E>(bytes: impl Into<Vec<u8>>, writes: F) -> Output
     where
-        F: FnOnce(&WriteTransaction) -> Result<(), E> + Send + 'static,
+        F: FnOnce(&mut Transaction<'_, '_>) -> Result<(), E> + Send + 'static,
         E: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
         Output {

@@ -175,9 +175,15 @@ pub(crate) fn completed(shared: &Shared, lease: &crate::Lease, result: crate::Re
     match result {
         Ok(()) => bump(&shared.counters.succeeded),
         Err(e) if e.is_lease_lost() => fenced(shared, lease, &e),
-        Err(Error::Application(e)) => {
+        Err(e @ Error::Application(_)) => {
             // The completion rolled back with the application's writes; the lease holds.
-            let message = format!("application write failed: {e}");
+            commit_failure(shared, lease, &e.to_string(), FailKind::Failed);
+        }
+        Err(e) if e.is_refusal() => {
+            // Refused before anything was written (an oversized output, a follow-up job with
+            // a bad queue name, a store call from inside the writes): the lease holds, and
+            // running the job again would meet the same refusal.
+            let message = format!("completion refused: {e}");
             commit_failure(shared, lease, &message, FailKind::Failed);
         }
         Err(e) => {

@@ -172,8 +172,8 @@ fn complete_with_commits_the_application_write_with_the_completion() {
     let f = Fixture::new();
     f.enqueue_n(1);
     let l = f.claim_one("w");
-    f.complete_with(&l, b"ok", |txn| -> Result<(), redb::Error> {
-        txn.open_table(APP)?.insert("photo-1", 42)?;
+    f.complete_with(&l, b"ok", |t| -> Result<(), Error> {
+        t.open_table(APP)?.insert("photo-1", 42)?;
         Ok(())
     })
     .unwrap();
@@ -187,9 +187,9 @@ fn complete_with_rolls_back_the_application_write_when_the_fence_fails() {
     let (stale, live) = reclaimed_pair(&f);
     let mut called = false;
     let err = f
-        .complete_with(&stale, b"stale", |txn| -> Result<(), redb::Error> {
+        .complete_with(&stale, b"stale", |t| -> Result<(), Error> {
             called = true;
-            txn.open_table(APP)?.insert("photo-1", 1)?;
+            t.open_table(APP)?.insert("photo-1", 1)?;
             Ok(())
         })
         .unwrap_err();
@@ -208,8 +208,8 @@ fn complete_with_rolls_back_the_completion_when_the_application_write_fails() {
         .complete_with(
             &l,
             b"ok",
-            |txn| -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-                txn.open_table(APP)?.insert("photo-1", 7)?;
+            |t| -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+                t.open_table(APP)?.insert("photo-1", 7)?;
                 Err("thumbnail did not validate".into())
             },
         )
@@ -359,10 +359,8 @@ fn a_renewal_after_the_holders_own_end_is_refused_but_not_counted_as_lost() {
     let again = f.complete(&done, b"ok").unwrap_err();
     assert!(again.lease_lost().unwrap().ended_by_holder);
     let counters = f.stats().unwrap().counters;
-    assert_eq!(
-        (counters.leases_lost, counters.fenced_writes_rejected),
-        (0, 0)
-    );
+    assert_eq!(counters.leases_lost, 0, "no renewal found a lost lease");
+    assert_eq!(counters.fenced_writes_rejected, 1, "the refused completion");
 }
 
 #[test]
@@ -384,4 +382,96 @@ fn a_renewal_after_a_reclaim_is_counted_as_a_lost_lease() {
             .ended_by_holder
     );
     assert_eq!(f.stats().unwrap().counters.leases_lost, 2);
+}
+
+#[test]
+fn a_follow_up_job_commits_with_the_completion() {
+    let f = Fixture::new();
+    f.enqueue_n(1);
+    let l = f.claim_one("w");
+    let mut next = None;
+    f.complete_with(&l, b"thumbnail", |t| -> Result<(), Error> {
+        t.open_table(APP)?.insert("photo-1", 1)?;
+        next = Some(t.enqueue(NewJob::new("upload", "photo-1"))?);
+        Ok(())
+    })
+    .unwrap();
+    let next = next.expect("the follow-up was enqueued");
+    assert_eq!(f.job(next).unwrap().unwrap().state, JobState::Queued);
+    assert_eq!(f.job(l.job).unwrap().unwrap().state, JobState::Succeeded);
+    assert_eq!(app_value(&f), Some(1));
+}
+
+#[test]
+fn a_fenced_out_completion_commits_no_follow_up_job() {
+    let f = Fixture::new();
+    let (stale, live) = reclaimed_pair(&f);
+    let err = f
+        .complete_with(&stale, b"late", |t| -> Result<(), Error> {
+            t.enqueue(NewJob::new("upload", "photo-1"))?;
+            Ok(())
+        })
+        .unwrap_err();
+    assert!(err.is_lease_lost());
+    assert!(
+        !f.stats().unwrap().queues.contains_key("upload"),
+        "no follow-up job exists"
+    );
+    // the live holder's follow-up does commit, once
+    f.complete_with(&live, b"ok", |t| -> Result<(), Error> {
+        t.enqueue(NewJob::new("upload", "photo-1"))?;
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(f.stats().unwrap().queues["upload"].total(), 1);
+}
+
+#[test]
+fn a_follow_up_job_that_is_refused_rolls_the_completion_back() {
+    let f = Fixture::new();
+    f.enqueue_n(1);
+    let l = f.claim_one("w");
+    let err = f
+        .complete_with(&l, b"ok", |t| -> Result<(), Error> {
+            t.enqueue(NewJob::new("", "no queue"))?;
+            Ok(())
+        })
+        .unwrap_err();
+    assert!(matches!(err, Error::Input(_)), "{err:?}");
+    assert_eq!(f.job(l.job).unwrap().unwrap().state, JobState::Running);
+}
+
+#[test]
+fn the_stores_own_tables_are_refused_to_the_application() {
+    let f = Fixture::new();
+    let theirs: TableDefinition<&str, &[u8]> = TableDefinition::new("leasehold.jobs");
+    let err = f
+        .transaction(|t| t.open_table(theirs).map(|_| ()))
+        .unwrap_err();
+    assert!(matches!(err, Error::Input(_)), "{err:?}");
+}
+
+#[test]
+fn calling_the_store_from_inside_its_own_transaction_is_an_error_not_a_hang() {
+    let f = Fixture::new();
+    f.enqueue_n(1);
+    let l = f.claim_one("w");
+    let store = (*f).clone();
+    let err = f
+        .complete_with(&l, b"ok", |_t| -> Result<(), Error> {
+            store.enqueue(NewJob::new(Q, "follow-up, the wrong way"))?;
+            Ok(())
+        })
+        .unwrap_err();
+    assert!(matches!(err, Error::Reentered), "{err:?}");
+    let err = f.transaction(|_t| store.claim(Q, "w2", LEASE)).unwrap_err();
+    assert!(matches!(err, Error::Reentered), "{err:?}");
+    assert!(matches!(
+        f.transaction(|_t| f.reap().map(|_| ())),
+        Err(Error::Reentered)
+    ));
+    // reads are fine inside, and the store works again once the transaction is over
+    f.transaction(|_t| f.job(l.job).map(|_| ())).unwrap();
+    assert_eq!(f.job(l.job).unwrap().unwrap().state, JobState::Running);
+    f.complete(&l, b"ok").unwrap();
 }

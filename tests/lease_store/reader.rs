@@ -107,3 +107,21 @@ fn eventual_durability_needs_an_exclusive_store() {
         Error::Config(leasehold::ConfigError::EventualDurabilityShared)
     ));
 }
+
+#[test]
+fn a_reader_reads_the_applications_own_tables() {
+    const APP: leasehold::redb::TableDefinition<&str, u64> =
+        leasehold::redb::TableDefinition::new("app.thumbnails");
+    let f = Fixture::new();
+    f.enqueue_n(1);
+    let l = f.claim_one("w");
+    f.complete_with(&l, b"ok", |t| -> Result<(), Error> {
+        t.open_table(APP)?.insert("photo-1", 7)?;
+        Ok(())
+    })
+    .unwrap();
+    let reader = StoreReader::open(f.path()).unwrap();
+    let read = reader.begin_read().unwrap();
+    let table = read.open_table(APP).unwrap();
+    assert_eq!(table.get("photo-1").unwrap().unwrap().value(), 7);
+}

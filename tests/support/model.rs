@@ -294,7 +294,7 @@ impl Model {
             Some(j) if j.state == JobState::Running && j.attempt == attempt => Ok(()),
             other => {
                 // An attempt its own holder ended (completed, failed, released) lost nothing:
-                // a late write of that holder is refused but not counted.
+                // a late renewal of that holder is refused but not counted as a lost lease.
                 let by_holder = other.is_some_and(|j| j.attempt == attempt)
                     && matches!(
                         self.runs.get(&(id, attempt)),
@@ -303,10 +303,10 @@ impl Model {
                             Some(Outcome::Succeeded | Outcome::Failed(_) | Outcome::Released)
                         ))
                     );
-                if !by_holder && heartbeat {
-                    self.counters.leases_lost += 1;
-                } else if !by_holder {
+                if !heartbeat {
                     self.counters.fenced += 1;
+                } else if !by_holder {
+                    self.counters.leases_lost += 1;
                 }
                 Err(MErr::LeaseLost(
                     other.map(|j| (j.attempt, j.state)),

@@ -146,9 +146,9 @@ fn a_handler_commits_its_own_writes_with_the_completion() {
     let p = pool(&f, "w")
         .start(|ctx| {
             let job = ctx.job().0;
-            Ok(Output::with_writes(b"sent".to_vec(), move |txn| {
-                txn.open_table(SENT)?.insert(job, "email sent")?;
-                Ok::<(), redb::Error>(())
+            Ok(Output::with_writes(b"sent".to_vec(), move |t| {
+                t.open_table(SENT)?.insert(job, "email sent")?;
+                Ok::<(), leasehold::Error>(())
             }))
         })
         .unwrap();
@@ -162,4 +162,54 @@ fn a_handler_commits_its_own_writes_with_the_completion() {
     }
     drop(p);
     let _ = LEASE;
+}
+
+#[test]
+fn a_handlers_follow_up_job_commits_with_its_completion() {
+    let f = Fixture::new();
+    let ids = f.enqueue_n(3);
+    let p = pool(&f, "w")
+        .start(|ctx| {
+            let job = ctx.job().0;
+            Ok(Output::with_writes(b"thumbnail".to_vec(), move |t| {
+                t.enqueue(NewJob::new("upload", job.to_string()))?;
+                Ok::<(), leasehold::Error>(())
+            }))
+        })
+        .unwrap();
+    wait_until("all jobs to succeed", || {
+        f.stats().unwrap().total(JobState::Succeeded) == 3
+    });
+    drop(p);
+    let uploads = f.stats().unwrap().queues["upload"].get(JobState::Queued);
+    assert_eq!(uploads, ids.len() as u64);
+}
+
+#[test]
+fn writes_that_call_the_store_fail_the_attempt_at_once_and_shutdown_returns() {
+    let f = Fixture::new();
+    let id = f.enqueue_n(1)[0];
+    let store = (*f).clone();
+    let p = pool(&f, "w")
+        .start(move |_ctx| {
+            let store = store.clone();
+            Ok(Output::with_writes(b"x".to_vec(), move |_t| {
+                store.enqueue(NewJob::new("upload", "the wrong way"))?;
+                Ok::<(), leasehold::Error>(())
+            }))
+        })
+        .unwrap();
+    wait_until("the attempt to fail", || p.stats().failed == 1);
+    let report = p.shutdown(Duration::from_secs(5));
+    assert_eq!(report.stuck_handlers, 0);
+    let job = f.job(id).unwrap().unwrap();
+    assert_eq!(job.state, JobState::RetryWait);
+    assert!(
+        job.last_error
+            .as_deref()
+            .unwrap_or("")
+            .contains("inside its own transaction"),
+        "{:?}",
+        job.last_error
+    );
 }
