@@ -170,7 +170,7 @@ pub enum OpenError {
     },
     /// Another process (or another handle in this one) holds the writer's seat, or, for a
     /// read-only open, holds the file exclusively.
-    #[error("{path} is being written by another process{}; only one writer may hold it", match pid { Some(p) => format!(" (pid {p})"), None => String::new() })]
+    #[error("{path} {}", describe_holder(*.pid))]
     Locked {
         /// The file.
         path: PathBuf,
@@ -308,6 +308,18 @@ pub struct LeaseLost {
     /// completion, or a retried completion whose first commit did land). A renewal refused so
     /// is not counted as a lost lease.
     pub ended_by_holder: bool,
+}
+
+fn describe_holder(pid: Option<u32>) -> String {
+    match pid {
+        Some(p) if p == std::process::id() => "is already open in this process; clone that Store \
+             (clones share one file) instead of opening it again"
+            .to_owned(),
+        Some(p) => {
+            format!("is being written by another process (pid {p}); only one writer may hold it")
+        }
+        None => "is being written by another process; only one writer may hold it".to_owned(),
+    }
 }
 
 fn describe_found(found: &Option<(Attempt, JobState)>, ended_by_holder: bool) -> String {

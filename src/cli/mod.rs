@@ -268,10 +268,12 @@ fn explain(e: &Error) -> String {
         {
             format!("no store at {} (set --db or LEASEHOLD_DB)", path.display())
         }
-        Error::Open(OpenError::Locked { pid, .. }) => format!(
-            "the store is being written by another process{}; stop it, or use a read command",
-            pid.map(|p| format!(" (pid {p})")).unwrap_or_default()
-        ),
+        Error::Open(OpenError::Locked { pid, .. }) if *pid != Some(std::process::id()) => {
+            format!(
+                "the store is being written by another process{}; stop it, or use a read command",
+                pid.map(|p| format!(" (pid {p})")).unwrap_or_default()
+            )
+        }
         other => other.to_string(),
     }
 }
