@@ -177,13 +177,6 @@ pub enum OpenError {
         /// The writer's process id, where it could be read from the store.
         pid: Option<u32>,
     },
-    /// The store was not closed cleanly and must be recovered by a writer before it can be
-    /// read: open it for writing once (the application, or any writing `leasehold` command).
-    #[error("{path} was not closed cleanly; open it for writing once to recover it")]
-    NeedsRecovery {
-        /// The file.
-        path: PathBuf,
-    },
     /// The file could not be read or created.
     #[error("cannot open {path}: {source}")]
     Io {

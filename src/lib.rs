@@ -94,6 +94,7 @@ mod read;
 mod reader;
 mod reaper;
 mod report;
+mod rescue;
 mod retry;
 mod schema;
 mod search;

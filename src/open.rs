@@ -203,7 +203,6 @@ fn map_database_error(path: &Path, e: DatabaseError) -> OpenError {
             let pid = holder_pid(&path);
             OpenError::Locked { path, pid }
         }
-        DatabaseError::RepairAborted => OpenError::NeedsRecovery { path },
         DatabaseError::UpgradeRequired(v) => OpenError::NotAStore {
             path,
             detail: format!("a redb database in the old file format {v}"),
@@ -229,22 +228,60 @@ fn holder_pid(path: &Path) -> Option<u32> {
     crate::read::writer_pid(&read).ok().flatten()
 }
 
-/// Opens an existing store file read-only, beside a writer in single-writer mode.
-pub(crate) fn open_read_only(path: &Path) -> Result<redb::ReadOnlyDatabase, OpenError> {
+/// A read-only view of a store file.
+pub(crate) enum ReadView {
+    /// Beside a live writer (or none): each read sees the latest commit.
+    Live(redb::ReadOnlyDatabase),
+    /// The last commit of a store whose writer died, repaired in memory only
+    /// (see [`crate::rescue`]): a snapshot, and the file is left exactly as it was.
+    Rescued(Database),
+}
+
+impl ReadView {
+    pub(crate) fn begin_read(&self) -> Result<ReadTransaction, redb::TransactionError> {
+        match self {
+            ReadView::Live(db) => db.begin_read(),
+            ReadView::Rescued(db) => db.begin_read(),
+        }
+    }
+}
+
+/// Opens an existing store file read-only, beside a writer in single-writer mode. A store
+/// its writer left unclean (killed, say) is read through an in-memory repair, never written.
+pub(crate) fn open_read_only(path: &Path) -> Result<ReadView, OpenError> {
     sniff(path)?;
     if !path.exists() {
         return Err(io_error(path, std::io::ErrorKind::NotFound.into()));
     }
     let mut builder = redb::Builder::new();
     builder.set_concurrency_mode(redb::ConcurrencyMode::SingleWriter);
-    builder.set_cache_size(16 << 20);
+    builder.set_cache_size(READ_CACHE);
     match catch_unwind(AssertUnwindSafe(|| builder.open_read_only(path))) {
-        Ok(Ok(db)) => Ok(db),
+        Ok(Ok(db)) => Ok(ReadView::Live(db)),
+        Ok(Err(DatabaseError::RepairAborted)) => rescue(path),
         Ok(Err(e)) => Err(map_database_error(path, e)),
-        Err(_) => Err(OpenError::Corrupt {
-            path: path.to_owned(),
-            detail: "the storage engine could not read the file".into(),
-        }),
+        Err(_) => Err(unreadable(path)),
+    }
+}
+
+const READ_CACHE: usize = 16 << 20;
+
+/// Opens the last committed state of a store its writer left unclean, repairing it in memory.
+fn rescue(path: &Path) -> Result<ReadView, OpenError> {
+    let overlay = crate::rescue::Overlay::open(path).map_err(|e| io_error(path, e))?;
+    let mut builder = redb::Builder::new();
+    builder.set_cache_size(READ_CACHE);
+    match catch_unwind(AssertUnwindSafe(|| builder.create_with_backend(overlay))) {
+        Ok(Ok(db)) => Ok(ReadView::Rescued(db)),
+        Ok(Err(e)) => Err(map_database_error(path, e)),
+        Err(_) => Err(unreadable(path)),
+    }
+}
+
+fn unreadable(path: &Path) -> OpenError {
+    OpenError::Corrupt {
+        path: path.to_owned(),
+        detail: "the storage engine could not read the file".into(),
     }
 }
 

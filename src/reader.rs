@@ -4,14 +4,12 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use redb::{ReadOnlyDatabase, ReadableDatabase};
-
 use crate::check::CheckReport;
 use crate::clock::{MonotonicClock, StoreClock};
 use crate::error::Result;
 use crate::ids::{JobId, StoreTime};
 use crate::job::{Job, Run};
-use crate::open;
+use crate::open::{self, ReadView};
 use crate::read::{self, JobFilter};
 use crate::schema;
 use crate::stats::Stats;
@@ -22,7 +20,7 @@ use crate::stats::Stats;
 /// default); each read sees the writer's latest commit. Store time is read from the file's
 /// clock anchor and the host's monotonic clock, so it agrees with the writer's on one host.
 pub struct StoreReader {
-    db: ReadOnlyDatabase,
+    db: ReadView,
     clock: StoreClock,
     path: PathBuf,
 }
@@ -63,6 +61,15 @@ impl StoreReader {
     /// The store file.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// `false` when the store's last writer did not close it (it was killed, or lost power)
+    /// and no writer has opened it since. The reader then shows the last committed state,
+    /// repaired in memory only: the file is not written, and no lease is taken back (the next
+    /// writer takes back every running one). That view is a snapshot; open a new reader to
+    /// follow a writer that starts later.
+    pub fn closed_cleanly(&self) -> bool {
+        matches!(self.db, ReadView::Live(_))
     }
 
     /// The store's current time.

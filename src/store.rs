@@ -42,6 +42,8 @@ struct Inner {
     notifier: Notifier,
     writes: AtomicU64,
     group: Arc<Group>,
+    /// What opening the store took back (see [`Store::recovered_at_open`]).
+    recovered: std::sync::OnceLock<ReapReport>,
 }
 
 #[derive(Debug, Default)]
@@ -70,6 +72,7 @@ impl Store {
                 notifier: Notifier::default(),
                 writes: AtomicU64::new(0),
                 group: Arc::new(Group::new(shape)),
+                recovered: std::sync::OnceLock::new(),
             }),
         };
         if shape == CommitShape::WriterThread {
@@ -86,8 +89,24 @@ impl Store {
 
     /// Takes back every running lease: at open, when the writer's seat proves their holder's
     /// process is gone.
-    pub(crate) fn recover(&self) -> Result<ReapReport> {
-        self.reap_all(ReclaimPath::Recovery)
+    pub(crate) fn recover(&self) -> Result<&ReapReport> {
+        let report = self.reap_all(ReclaimPath::Recovery)?;
+        Ok(self.inner.recovered.get_or_init(|| report))
+    }
+
+    /// The leases opening the store took back: those a process that is gone left running
+    /// (empty if there were none, or with [`StoreBuilder::recover_on_open`] off).
+    ///
+    /// [`StoreBuilder::recover_on_open`]: crate::StoreBuilder::recover_on_open
+    pub fn recovered_at_open(&self) -> &ReapReport {
+        static NONE: ReapReport = ReapReport {
+            reclaimed: Vec::new(),
+            batches: 0,
+            largest_batch: 0,
+            remaining: 0,
+            purged: 0,
+        };
+        self.inner.recovered.get().unwrap_or(&NONE)
     }
 
     /// The store's current time. Every expiry is compared against this, inside the store.

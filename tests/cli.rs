@@ -224,10 +224,52 @@ fn a_write_command_takes_back_the_leases_a_dead_process_left() {
         0,
         "recovered at open, not by the reaper"
     );
+    assert_eq!(reap["recovered_at_open"][0]["job"], 1);
     let shown = t.json(&["show", "1"]);
     assert_eq!(shown["job"]["state"], "queued");
     let outcome = shown["history"][0]["outcome"].as_str().unwrap();
     assert!(outcome.contains("taken back at open"), "{outcome}");
+}
+
+#[test]
+fn a_store_whose_writer_was_killed_is_readable_without_writing_the_file() {
+    let t = Tool::new();
+    for p in ["a", "b", "c"] {
+        t.ok(&["enqueue", "--queue", "q", p]);
+    }
+    // The holder claims two jobs and is SIGKILLed: the file is left unclean.
+    let holder = Holder::hold(&t.db, &["--queue", "q", "--claim", "2"]);
+    drop(holder);
+    let before = std::fs::read(&t.db).unwrap();
+
+    let stats = t.json(&["stats"]);
+    assert_eq!(stats["closed_cleanly"], false);
+    assert_eq!(stats["queues"][0]["counts"]["running"], 2);
+    assert_eq!(
+        t.json(&["jobs", "--state", "running"])
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+    assert_eq!(t.json(&["show", "1"])["job"]["state"], "running");
+    assert_eq!(t.json(&["check"])["clean"], true);
+    let watched = t.ok(&["watch", "--iterations", "2", "--interval", "10ms"]);
+    assert!(watched.contains("running leases:"), "{watched}");
+    let note = String::from_utf8(t.run(&["stats"]).stderr).unwrap();
+    assert!(
+        note.contains("not closed cleanly") && note.contains("take back 2 leases"),
+        "{note}"
+    );
+    assert!(
+        std::fs::read(&t.db).unwrap() == before,
+        "a read command wrote the file"
+    );
+
+    // The first write command takes the two leases back, and says so.
+    let reap = t.json(&["reap"]);
+    assert_eq!(reap["recovered_at_open"].as_array().unwrap().len(), 2);
+    assert_eq!(t.json(&["stats"])["closed_cleanly"], true);
 }
 
 #[test]

@@ -108,6 +108,24 @@ fn count_cells(name: &str, counts: &leasehold::QueueCounts) -> Vec<String> {
     row
 }
 
+/// Opens the store read-only. A store its writer left unclean is still shown (its last
+/// commit, the file untouched); the operator is told so on stderr, which keeps `--json`
+/// output parseable.
+fn open(db: &Path) -> Result<StoreReader, Error> {
+    let store = StoreReader::open(db)?;
+    if !store.closed_cleanly() {
+        let running = store.stats()?.total(JobState::Running);
+        eprintln!(
+            "note: {} was not closed cleanly (its writer was killed or lost power); showing its \
+             last commit without repairing the file; the next writer will take back {running} \
+             lease{}",
+            db.display(),
+            if running == 1 { "" } else { "s" }
+        );
+    }
+    Ok(store)
+}
+
 pub fn print_json(value: &impl Serialize) {
     match serde_json::to_string_pretty(value) {
         Ok(s) => println!("{s}"),
@@ -116,7 +134,7 @@ pub fn print_json(value: &impl Serialize) {
 }
 
 pub fn stats(db: &Path, json: bool) -> Result<ExitCode, Error> {
-    let store = StoreReader::open(db)?;
+    let store = open(db)?;
     let stats = store.stats()?;
     let now = stats.now;
     #[derive(Serialize)]
@@ -156,6 +174,7 @@ pub fn stats(db: &Path, json: bool) -> Result<ExitCode, Error> {
         struct StatsView {
             now_ms: u64,
             writer_pid: Option<u32>,
+            closed_cleanly: bool,
             queues: Vec<QueueView>,
             counters: BTreeMap<&'static str, u64>,
         }
@@ -172,6 +191,7 @@ pub fn stats(db: &Path, json: bool) -> Result<ExitCode, Error> {
         print_json(&StatsView {
             now_ms: ms(now),
             writer_pid: store.writer_pid()?,
+            closed_cleanly: store.closed_cleanly(),
             queues,
             counters,
         });
@@ -216,7 +236,7 @@ pub fn jobs(
     limit: usize,
     sort: SortArg,
 ) -> Result<ExitCode, Error> {
-    let store = StoreReader::open(db)?;
+    let store = open(db)?;
     let now = store.now();
     let order = match sort {
         SortArg::Oldest => JobOrder::Oldest,
@@ -285,7 +305,7 @@ pub fn jobs(
 }
 
 pub fn show(db: &Path, json: bool, id: u64, raw: bool) -> Result<ExitCode, Error> {
-    let store = StoreReader::open(db)?;
+    let store = open(db)?;
     let now = store.now();
     let job = store.job(JobId(id))?.ok_or(Error::JobNotFound(JobId(id)))?;
     let payload = store.payload(job.id)?.unwrap_or_default();
@@ -386,7 +406,7 @@ pub fn show(db: &Path, json: bool, id: u64, raw: bool) -> Result<ExitCode, Error
 }
 
 pub fn check(db: &Path, json: bool) -> Result<ExitCode, Error> {
-    let store = StoreReader::open(db)?;
+    let store = open(db)?;
     let report = store.check()?;
     if json {
         #[derive(Serialize)]
@@ -423,13 +443,18 @@ pub fn check(db: &Path, json: bool) -> Result<ExitCode, Error> {
 }
 
 pub fn watch(db: &Path, interval: Duration, iterations: u64) -> Result<ExitCode, Error> {
-    let store = StoreReader::open(db)?;
+    let mut store = open(db)?;
     let tty = std::io::stdout().is_terminal();
     let mut running_before: BTreeMap<JobId, (u32, String)> = BTreeMap::new();
     let mut events: Vec<String> = Vec::new();
     let mut n = 0u64;
     loop {
         n += 1;
+        if n > 1 && !store.closed_cleanly() {
+            // A snapshot of a dead writer's last commit: look again, so that a writer that
+            // starts meanwhile is followed.
+            store = StoreReader::open(db)?;
+        }
         let now = store.now();
         let stats = store.stats()?;
         let running = store.jobs(&JobFilter {

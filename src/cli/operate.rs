@@ -20,7 +20,15 @@ fn open(db: &Path, create: bool) -> Result<Store, Error> {
         }
         .into());
     }
-    Store::open(db)
+    let store = Store::open(db)?;
+    let took = store.recovered_at_open().reclaimed.len();
+    if took > 0 {
+        eprintln!(
+            "note: opening took back {took} lease{} left running by a process that had ended",
+            if took == 1 { "" } else { "s" }
+        );
+    }
+    Ok(store)
 }
 
 /// The arguments of `leasehold enqueue`.
@@ -157,6 +165,7 @@ pub fn purge(
 pub fn reap(db: &Path, json: bool) -> Result<ExitCode, Error> {
     let store = open(db, false)?;
     let report = store.reap()?;
+    let at_open = &store.recovered_at_open().reclaimed;
     if json {
         #[derive(Serialize)]
         struct ReclaimView {
@@ -171,12 +180,10 @@ pub fn reap(db: &Path, json: bool) -> Result<ExitCode, Error> {
         struct ReapView {
             batches: usize,
             reclaimed: Vec<ReclaimView>,
+            recovered_at_open: Vec<ReclaimView>,
         }
-        print_json(&ReapView {
-            batches: report.batches,
-            reclaimed: report
-                .reclaimed
-                .iter()
+        let view = |list: &[leasehold::Reclaim]| -> Vec<ReclaimView> {
+            list.iter()
                 .map(|r| ReclaimView {
                     job: r.job.0,
                     attempt: r.attempt.0,
@@ -185,21 +192,33 @@ pub fn reap(db: &Path, json: bool) -> Result<ExitCode, Error> {
                     detection_delay_ms: dms(r.detection_delay),
                     now: r.now.name(),
                 })
-                .collect(),
+                .collect()
+        };
+        print_json(&ReapView {
+            batches: report.batches,
+            reclaimed: view(&report.reclaimed),
+            recovered_at_open: view(at_open),
         });
-    } else if report.reclaimed.is_empty() {
+        return Ok(ExitCode::SUCCESS);
+    }
+    for r in at_open {
+        println!(
+            "job {} attempt {}: took the lease back from {} at open (its process had ended); now {}",
+            r.job, r.attempt, r.worker, r.now
+        );
+    }
+    if report.reclaimed.is_empty() {
         println!("no expired leases");
-    } else {
-        for r in &report.reclaimed {
-            println!(
-                "job {} attempt {}: took the lease back from {} ({} after it expired); now {}",
-                r.job,
-                r.attempt,
-                r.worker,
-                format::duration(r.overdue),
-                r.now
-            );
-        }
+    }
+    for r in &report.reclaimed {
+        println!(
+            "job {} attempt {}: took the lease back from {} ({} after it expired); now {}",
+            r.job,
+            r.attempt,
+            r.worker,
+            format::duration(r.overdue),
+            r.now
+        );
     }
     Ok(ExitCode::SUCCESS)
 }
