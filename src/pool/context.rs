@@ -316,40 +316,21 @@ impl fmt::Display for JobError {
     }
 }
 
-impl std::error::Error for JobError {}
-
-impl From<String> for JobError {
-    fn from(message: String) -> JobError {
+/// Any error converts (anything that converts into a `Box<dyn Error + Send + Sync>`: every
+/// `Send + Sync` error type, boxed errors, `String` and `&str`), so `?` works in a handler on
+/// whatever it calls; the message is the error and its sources
+/// (`cannot upload: connection refused`). Like `anyhow::Error`, `JobError` is therefore not
+/// itself a `std::error::Error` (that would make this conversion overlap `From<T> for T`).
+impl<E: Into<Box<dyn std::error::Error + Send + Sync>>> From<E> for JobError {
+    fn from(e: E) -> JobError {
+        let e: Box<dyn std::error::Error + Send + Sync> = e.into();
+        let mut message = e.to_string();
+        let mut source = e.source();
+        while let Some(cause) = source {
+            message.push_str(": ");
+            message.push_str(&cause.to_string());
+            source = cause.source();
+        }
         JobError { message }
-    }
-}
-
-impl From<&str> for JobError {
-    fn from(message: &str) -> JobError {
-        JobError::new(message)
-    }
-}
-
-impl From<Interrupted> for JobError {
-    fn from(i: Interrupted) -> JobError {
-        JobError::new(i)
-    }
-}
-
-impl From<std::io::Error> for JobError {
-    fn from(e: std::io::Error) -> JobError {
-        JobError::new(e)
-    }
-}
-
-impl From<Box<dyn std::error::Error + Send + Sync>> for JobError {
-    fn from(e: Box<dyn std::error::Error + Send + Sync>) -> JobError {
-        JobError::new(e)
-    }
-}
-
-impl From<crate::Error> for JobError {
-    fn from(e: crate::Error) -> JobError {
-        JobError::new(e)
     }
 }

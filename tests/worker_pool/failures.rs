@@ -213,3 +213,20 @@ fn writes_that_call_the_store_fail_the_attempt_at_once_and_shutdown_returns() {
         job.last_error
     );
 }
+
+#[test]
+fn any_error_a_handler_meets_can_be_returned_with_the_question_mark() {
+    let f = Fixture::new();
+    let id = f.enqueue_n(1)[0]; // its payload, "job 0", is not a number
+    let p = pool(&f, "w")
+        .start(|ctx| {
+            let text = std::str::from_utf8(ctx.payload())?;
+            let n: u64 = text.parse()?;
+            Ok(n.to_string().into_bytes())
+        })
+        .unwrap();
+    wait_until("the attempt to fail", || p.stats().failed == 1);
+    drop(p);
+    let error = f.job(id).unwrap().unwrap().last_error.unwrap();
+    assert!(error.contains("invalid digit"), "{error}");
+}
