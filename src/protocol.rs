@@ -238,10 +238,18 @@ pub(crate) fn heartbeat(
     Ok(Renewal::Renewed { expires_at })
 }
 
-/// Completes the attempt: the job succeeded and `output` is kept.
-pub(crate) fn complete(tx: &mut Tx<'_>, id: JobId, attempt: Attempt, output: &[u8]) -> Result<()> {
+/// Completes the attempt: the job succeeded and `output` is kept. `progress`, if given, is
+/// the holder's last progress, recorded with the attempt.
+pub(crate) fn complete(
+    tx: &mut Tx<'_>,
+    id: JobId,
+    attempt: Attempt,
+    output: &[u8],
+    progress: Option<u64>,
+) -> Result<()> {
     input::check_size("output", output.len(), tx.policy.max_payload)?;
-    let job = fence(tx, id, attempt, Refusal::Write)?;
+    let mut job = fence(tx, id, attempt, Refusal::Write)?;
+    final_progress(tx, &mut job, progress);
     if !output.is_empty() {
         tx.t.outputs.insert(job.id.0, output)?;
     }
@@ -250,17 +258,30 @@ pub(crate) fn complete(tx: &mut Tx<'_>, id: JobId, attempt: Attempt, output: &[u
 }
 
 /// Fails the attempt: retry after a backoff while the budget lasts, else dead.
-pub(crate) fn fail(tx: &mut Tx<'_>, id: JobId, attempt: Attempt, error: &str) -> Result<JobState> {
+pub(crate) fn fail(
+    tx: &mut Tx<'_>,
+    id: JobId,
+    attempt: Attempt,
+    error: &str,
+    progress: Option<u64>,
+) -> Result<JobState> {
     let message = input::truncate_error(error);
     let mut job = fence(tx, id, attempt, Refusal::Write)?;
+    final_progress(tx, &mut job, progress);
     job.last_error = Some(message.clone());
     let next = after_failure(tx, &job, true);
     end_attempt(tx, job, Outcome::Failed(message), next).map(|j| j.state)
 }
 
 /// Gives the job back on purpose: claimable at once, in its old place, no budget spent.
-pub(crate) fn release(tx: &mut Tx<'_>, id: JobId, attempt: Attempt) -> Result<JobState> {
-    let job = fence(tx, id, attempt, Refusal::Write)?;
+pub(crate) fn release(
+    tx: &mut Tx<'_>,
+    id: JobId,
+    attempt: Attempt,
+    progress: Option<u64>,
+) -> Result<JobState> {
+    let mut job = fence(tx, id, attempt, Refusal::Write)?;
+    final_progress(tx, &mut job, progress);
     let next = if job.cancel_requested {
         Next::Cancelled
     } else {
@@ -444,6 +465,17 @@ fn ended_by_holder(tx: &Tx<'_>, id: JobId, attempt: Attempt) -> Result<bool> {
         run.outcome,
         Some(Outcome::Succeeded | Outcome::Failed(_) | Outcome::Released)
     ))
+}
+
+/// Takes the holder's last progress into the record its attempt ends with: a short job ends
+/// before any heartbeat carried its progress, and its history would always show 0.
+fn final_progress(tx: &Tx<'_>, job: &mut Job, progress: Option<u64>) {
+    if let Some(p) = progress
+        && p != job.progress
+    {
+        job.progress = p;
+        job.progress_at = tx.now;
+    }
 }
 
 /// Where an attempt sends its job.

@@ -249,8 +249,19 @@ impl Store {
 
     /// Completes the job held by `lease` with `output`, if the lease still holds.
     pub fn complete(&self, lease: &Lease, output: &[u8]) -> Result<()> {
+        self.complete_reporting(lease, output, None)
+    }
+
+    /// [`Store::complete`], recording `progress` as the attempt's last (a pool knows its
+    /// handler's final count, which no heartbeat may have carried yet).
+    pub(crate) fn complete_reporting(
+        &self,
+        lease: &Lease,
+        output: &[u8],
+        progress: Option<u64>,
+    ) -> Result<()> {
         let (job, attempt, output) = (lease.job, lease.attempt, output.to_vec());
-        self.write(move |tx| protocol::complete(tx, job, attempt, &output))
+        self.write(move |tx| protocol::complete(tx, job, attempt, &output, progress))
     }
 
     /// Completes the job held by `lease` and, in the same transaction, claims the next job of
@@ -263,14 +274,24 @@ impl Store {
         output: &[u8],
         terms: impl Into<LeaseTerms>,
     ) -> Result<Option<Lease>> {
-        let terms = terms.into();
+        self.complete_and_claim_reporting(lease, output, None, terms.into())
+    }
+
+    /// [`Store::complete_and_claim`], recording the attempt's last progress.
+    pub(crate) fn complete_and_claim_reporting(
+        &self,
+        lease: &Lease,
+        output: &[u8],
+        progress: Option<u64>,
+        terms: LeaseTerms,
+    ) -> Result<Option<Lease>> {
         // Checked before anything is written: a bad setting found by the claim after the
         // completion wrote would poison the shared commit and re-run its neighbours alone.
         crate::config::check_terms(&terms)?;
         let (job, attempt, output) = (lease.job, lease.attempt, output.to_vec());
         let (queue, worker) = (lease.queue.clone(), lease.worker.clone());
         self.write(move |tx| {
-            protocol::complete(tx, job, attempt, &output)?;
+            protocol::complete(tx, job, attempt, &output, progress)?;
             protocol::claim(tx, &queue, &worker, terms)
         })
     }
@@ -283,17 +304,18 @@ impl Store {
     pub fn complete_batch(&self, done: &[(&Lease, &[u8])]) -> Vec<Result<()>> {
         let done = done
             .iter()
-            .map(|(lease, output)| (lease.job, lease.attempt, output.to_vec()))
+            .map(|(lease, output)| (lease.job, lease.attempt, output.to_vec(), None))
             .collect();
         self.inner.group.run_all(self, completions::<()>(done))
     }
 
-    /// For a pool's dispatcher: completes each of `done` (job, attempt, output) as its own
+    /// For a pool's dispatcher: completes each of `done` (job, attempt, output, last
+    /// progress) as its own
     /// unit, then claims up to `n` jobs of `queue` for `worker`, all queued into the group
     /// together so that they share one commit. One result per completion, then the claim's.
     pub(crate) fn complete_all_then_claim(
         &self,
-        done: Vec<(JobId, Attempt, Vec<u8>)>,
+        done: Vec<Completion>,
         queue: &str,
         worker: &str,
         terms: LeaseTerms,
@@ -333,8 +355,23 @@ impl Store {
         F: FnOnce(&mut Transaction<'_, '_>) -> std::result::Result<(), E>,
         E: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
+        self.complete_with_reporting(lease, output, None, f)
+    }
+
+    /// [`Store::complete_with`], recording the attempt's last progress.
+    pub(crate) fn complete_with_reporting<F, E>(
+        &self,
+        lease: &Lease,
+        output: &[u8],
+        progress: Option<u64>,
+        f: F,
+    ) -> Result<()>
+    where
+        F: FnOnce(&mut Transaction<'_, '_>) -> std::result::Result<(), E>,
+        E: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
         self.transaction(|t| {
-            t.complete(lease, output)?;
+            t.end_with_success(lease, output, progress)?;
             f(t).map_err(|e| Error::from_application(e.into()))
         })
     }
@@ -342,14 +379,29 @@ impl Store {
     /// Fails the attempt held by `lease`: the job waits out a backoff and runs again while its
     /// retry budget lasts, else it is dead. Returns the job's new state.
     pub fn fail(&self, lease: &Lease, error: &str) -> Result<JobState> {
+        self.fail_reporting(lease, error, None)
+    }
+
+    /// [`Store::fail`], recording the attempt's last progress.
+    pub(crate) fn fail_reporting(
+        &self,
+        lease: &Lease,
+        error: &str,
+        progress: Option<u64>,
+    ) -> Result<JobState> {
         let (job, attempt, error) = (lease.job, lease.attempt, error.to_owned());
-        self.write(move |tx| protocol::fail(tx, job, attempt, &error))
+        self.write(move |tx| protocol::fail(tx, job, attempt, &error, progress))
     }
 
     /// Gives the job back (graceful shutdown): claimable at once, no retry budget spent.
     pub fn release(&self, lease: &Lease) -> Result<()> {
+        self.release_reporting(lease, None)
+    }
+
+    /// [`Store::release`], recording the attempt's last progress.
+    pub(crate) fn release_reporting(&self, lease: &Lease, progress: Option<u64>) -> Result<()> {
         let (job, attempt) = (lease.job, lease.attempt);
-        self.write(move |tx| protocol::release(tx, job, attempt))
+        self.write(move |tx| protocol::release(tx, job, attempt, progress))
             .map(|_| ())
     }
 
@@ -636,12 +688,17 @@ impl Store {
 /// An operation queued into a group commit, returning `T`.
 type Op<T> = Box<dyn FnMut(&mut Tx<'_>) -> Result<T> + Send>;
 
-/// One group operation per (job, attempt, output) completion, each its own unit; `T` is the
-/// result type of the group they join (a completion returns its default).
-fn completions<T: Default + Send + 'static>(done: Vec<(JobId, Attempt, Vec<u8>)>) -> Vec<Op<T>> {
+/// A completion queued into a group: job, attempt, output, the attempt's last progress.
+pub(crate) type Completion = (JobId, Attempt, Vec<u8>, Option<u64>);
+
+/// One group operation per completion, each its own unit; `T` is the result type of the
+/// group they join (a completion returns its default).
+fn completions<T: Default + Send + 'static>(done: Vec<Completion>) -> Vec<Op<T>> {
     done.into_iter()
-        .map(|(job, attempt, output)| -> Op<T> {
-            Box::new(move |tx| protocol::complete(tx, job, attempt, &output).map(|()| T::default()))
+        .map(|(job, attempt, output, progress)| -> Op<T> {
+            Box::new(move |tx| {
+                protocol::complete(tx, job, attempt, &output, progress).map(|()| T::default())
+            })
         })
         .collect()
 }

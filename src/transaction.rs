@@ -59,11 +59,21 @@ impl<'a, 't> Transaction<'a, 't> {
 
     /// Completes a job in this transaction, if its lease still holds.
     pub fn complete(&mut self, lease: &Lease, output: &[u8]) -> Result<()> {
-        protocol::complete(self.tx, lease.job, lease.attempt, output)
+        self.end_with_success(lease, output, None)
+    }
+
+    /// [`Transaction::complete`], recording the attempt's last progress.
+    pub(crate) fn end_with_success(
+        &mut self,
+        lease: &Lease,
+        output: &[u8],
+        progress: Option<u64>,
+    ) -> Result<()> {
+        protocol::complete(self.tx, lease.job, lease.attempt, output, progress)
     }
 
     /// Fails an attempt in this transaction, if its lease still holds.
     pub fn fail(&mut self, lease: &Lease, error: &str) -> Result<JobState> {
-        protocol::fail(self.tx, lease.job, lease.attempt, error)
+        protocol::fail(self.tx, lease.job, lease.attempt, error, None)
     }
 }

@@ -180,7 +180,9 @@ fn commit(
     let (flights, items): (Vec<Flight>, Vec<_>) = done
         .into_iter()
         .map(|h| {
-            let item = (h.flight.lease.job, h.flight.lease.attempt, h.output);
+            let lease = &h.flight.lease;
+            let progress = Some(h.flight.state.progress());
+            let item = (lease.job, lease.attempt, h.output, progress);
             (h.flight, item)
         })
         .unzip();
@@ -192,7 +194,7 @@ fn commit(
         want,
     );
     for (flight, result) in flights.iter().zip(completed) {
-        run::completed(shared, &flight.lease, result);
+        run::completed(shared, flight, result);
         shared.finish(flight.lease.job);
     }
     let leases = match claimed {

@@ -187,7 +187,8 @@ impl WorkerPool {
         let mut released = 0;
         for flight in &leftover {
             flight.state.interrupt(Interruption::Shutdown);
-            match shared.store.release(&flight.lease) {
+            let progress = Some(flight.state.progress());
+            match shared.store.release_reporting(&flight.lease, progress) {
                 Ok(()) => {
                     released += 1;
                     stats::bump(&shared.counters.released);

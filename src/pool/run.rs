@@ -112,10 +112,13 @@ fn run_one(shared: &Shared, flight: Flight) -> After {
             return commit_success(shared, flight, output);
         }
         (None, Verdict::Fail { message, counter }) => {
-            commit_failure(shared, lease, &message, counter)
+            commit_failure(shared, &flight, &message, counter)
         }
         (Some(Interruption::Shutdown), Verdict::Fail { .. }) => {}
-        (Some(Interruption::LeaseExpired), _) => match shared.store.release(lease) {
+        (Some(Interruption::LeaseExpired), _) => match shared
+            .store
+            .release_reporting(lease, Some(flight.state.progress()))
+        {
             Ok(()) => bump(&shared.counters.released),
             Err(e) if e.is_lease_lost() => bump(&shared.counters.rejected_writes),
             Err(e) => tracing::warn!(job = %lease.job, error = %e, "release failed"),
@@ -152,10 +155,16 @@ fn commit_success(shared: &Shared, flight: Flight, output: Output) -> After {
         output: bytes,
     } = handed;
     let lease = &flight.lease;
+    let progress = Some(flight.state.progress());
     let result = match writes {
-        Some(writes) => shared.store.complete_with(lease, &bytes, writes),
+        Some(writes) => shared
+            .store
+            .complete_with_reporting(lease, &bytes, progress, writes),
         None if shared.may_claim() => {
-            match shared.store.complete_and_claim(lease, &bytes, shared.terms) {
+            match shared
+                .store
+                .complete_and_claim_reporting(lease, &bytes, progress, shared.terms)
+            {
                 Ok(Some(next)) => {
                     bump(&shared.counters.succeeded);
                     return After::Next(shared.claimed(next));
@@ -164,27 +173,28 @@ fn commit_success(shared: &Shared, flight: Flight, output: Output) -> After {
                 Err(e) => Err(e),
             }
         }
-        None => shared.store.complete(lease, &bytes),
+        None => shared.store.complete_reporting(lease, &bytes, progress),
     };
-    completed(shared, lease, result);
+    completed(shared, &flight, result);
     After::Finished
 }
 
 /// Counts a completion's result; a rolled-back application write fails the attempt instead.
-pub(crate) fn completed(shared: &Shared, lease: &crate::Lease, result: crate::Result<()>) {
+pub(crate) fn completed(shared: &Shared, flight: &Flight, result: crate::Result<()>) {
+    let lease = &flight.lease;
     match result {
         Ok(()) => bump(&shared.counters.succeeded),
         Err(e) if e.is_lease_lost() => fenced(shared, lease, &e),
         Err(e @ Error::Application(_)) => {
             // The completion rolled back with the application's writes; the lease holds.
-            commit_failure(shared, lease, &e.to_string(), FailKind::Failed);
+            commit_failure(shared, flight, &e.to_string(), FailKind::Failed);
         }
         Err(e) if e.is_refusal() => {
             // Refused before anything was written (an oversized output, a follow-up job with
             // a bad queue name, a store call from inside the writes): the lease holds, and
             // running the job again would meet the same refusal.
             let message = format!("completion refused: {e}");
-            commit_failure(shared, lease, &message, FailKind::Failed);
+            commit_failure(shared, flight, &message, FailKind::Failed);
         }
         Err(e) => {
             tracing::error!(job = %lease.job, error = %e, "completion failed; the lease will lapse and the job run again");
@@ -192,8 +202,10 @@ pub(crate) fn completed(shared: &Shared, lease: &crate::Lease, result: crate::Re
     }
 }
 
-fn commit_failure(shared: &Shared, lease: &crate::Lease, message: &str, kind: FailKind) {
-    match shared.store.fail(lease, message) {
+fn commit_failure(shared: &Shared, flight: &Flight, message: &str, kind: FailKind) {
+    let lease = &flight.lease;
+    let progress = Some(flight.state.progress());
+    match shared.store.fail_reporting(lease, message, progress) {
         Ok(_) => bump(match kind {
             FailKind::Failed => &shared.counters.failed,
             FailKind::Panicked => &shared.counters.panicked,

@@ -230,3 +230,30 @@ fn any_error_a_handler_meets_can_be_returned_with_the_question_mark() {
     let error = f.job(id).unwrap().unwrap().last_error.unwrap();
     assert!(error.contains("invalid digit"), "{error}");
 }
+
+#[test]
+fn an_attempt_ends_with_the_handlers_last_progress_even_before_any_heartbeat() {
+    let f = Fixture::new();
+    let ids = f.enqueue_n(2);
+    let p = pool(&f, "w")
+        // no heartbeat comes during these short jobs: only the end can carry the progress
+        .heartbeat_every(LEASE / 2)
+        .start(|ctx| {
+            ctx.progress(7);
+            if ctx.payload() == b"job 1" {
+                return Err("gave up after step 7".into());
+            }
+            Ok(b"done".to_vec())
+        })
+        .unwrap();
+    wait_until("both jobs to end", || {
+        let s = p.stats();
+        s.succeeded + s.failed == 2
+    });
+    drop(p);
+    for id in ids {
+        let history = f.history(id).unwrap();
+        assert_eq!(history.len(), 1);
+        assert_eq!(history[0].progress, 7, "{:?}", history[0]);
+    }
+}
