@@ -38,6 +38,7 @@ use crate::clock::RealDeadline;
 use crate::config::LeaseSettings;
 use crate::error::{Error, Result};
 use crate::ids::{JobId, StoreTime};
+use crate::job::JobState;
 use crate::lease::{Lease, LeaseTerms};
 use crate::store::Store;
 use context::AttemptState;
@@ -45,6 +46,10 @@ use stats::Counters;
 
 type Handler = Arc<dyn Fn(&JobContext) -> std::result::Result<Output, JobError> + Send + Sync>;
 type Validator = Arc<dyn Fn(&JobContext, &[u8]) -> std::result::Result<(), String> + Send + Sync>;
+
+/// How often [`WorkerPool::wait_idle`] looks at the store again while none of the pool's own
+/// jobs ends (for jobs that other pools or processes run, or that are not due yet).
+pub const IDLE_RECHECK: Duration = Duration::from_millis(20);
 
 /// The default time [`WorkerPool::drop`] gives in-flight jobs to finish.
 pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
@@ -153,6 +158,37 @@ impl WorkerPool {
             .collect();
         leases.sort_by_key(|l| l.job);
         leases
+    }
+
+    /// Waits until the pool's queue is drained, or `timeout` passes; returns whether it was.
+    ///
+    /// Drained means the pool holds nothing and no job of its queue is queued (delayed ones
+    /// included), waiting out a retry backoff, or running anywhere (another pool, another
+    /// process): every job of the queue has ended. The wait wakes as each of this pool's
+    /// jobs ends, and looks again every [`IDLE_RECHECK`] for what happens elsewhere.
+    pub fn wait_idle(&self, timeout: Duration) -> Result<bool> {
+        let deadline = RealDeadline::after(timeout);
+        loop {
+            if self.shared.flights.lock().is_empty() && self.queue_drained()? {
+                return Ok(true);
+            }
+            if deadline.passed() {
+                return Ok(false);
+            }
+            let mut flights = self.shared.flights.lock();
+            let wait = deadline.remaining().min(IDLE_RECHECK);
+            let _ = self.shared.flights_changed.wait_for(&mut flights, wait);
+        }
+    }
+
+    fn queue_drained(&self) -> Result<bool> {
+        let stats = self.shared.store.stats()?;
+        Ok(stats.queues.get(&self.shared.queue).is_none_or(|counts| {
+            counts.get(JobState::Queued)
+                + counts.get(JobState::RetryWait)
+                + counts.get(JobState::Running)
+                == 0
+        }))
     }
 
     /// The id this pool's leases are held under.

@@ -372,3 +372,21 @@ fn many_workers_commit_every_job_exactly_once_through_shared_commits() {
     let writes = f.metrics().write_transactions - writes_before;
     assert!(writes <= 300, "{writes} commits for 300 jobs");
 }
+
+#[test]
+fn wait_idle_returns_once_every_job_of_the_queue_has_ended() {
+    let f = Fixture::new();
+    f.enqueue_n(20);
+    let later = f
+        .enqueue(NewJob::new(Q, "later").delay(Duration::from_secs(10)))
+        .unwrap();
+    let p = pool(&f, "w").concurrency(4).start(|_| Ok(())).unwrap();
+    wait_until("the due jobs to succeed", || p.stats().succeeded == 20);
+    // the delayed job still waits (store time stands still here): not drained
+    assert!(!p.wait_idle(Duration::from_millis(50)).unwrap());
+    f.advance(Duration::from_secs(10));
+    f.wake_all();
+    assert!(p.wait_idle(Duration::from_secs(30)).unwrap());
+    assert_eq!(f.job(later).unwrap().unwrap().state, JobState::Succeeded);
+    assert_eq!(f.stats().unwrap().total(JobState::Succeeded), 21);
+}
