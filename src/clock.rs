@@ -58,7 +58,8 @@ pub trait Clock: Send + Sync + fmt::Debug + 'static {
     fn read(&self) -> ClockReading;
 }
 
-/// The host's monotonic clock (`CLOCK_MONOTONIC`), with the boot id as its epoch.
+/// The host's monotonic clock (`CLOCK_MONOTONIC`, as the host reads it also from inside a time
+/// namespace), with the boot id as its epoch.
 ///
 /// On hosts without a readable boot id, each process gets an epoch of its own: the store then
 /// resumes at its high-water mark on every open, and sharing one store between processes
@@ -92,6 +93,11 @@ impl Clock for MonotonicClock {
     }
 }
 
+/// The host's `CLOCK_MONOTONIC`, the same reading in every process of the host: inside a time
+/// namespace (containers, checkpoint/restore) the kernel adds the namespace's offset, which is
+/// taken off again here. Without that, a store made in a namespace whose clock runs 100,000 s
+/// ahead would stand still on the host until the host's clock caught up, and two processes of
+/// one boot would disagree on store time.
 #[cfg(unix)]
 fn monotonic_nanos() -> u64 {
     let mut ts = libc::timespec {
@@ -104,9 +110,37 @@ fn monotonic_nanos() -> u64 {
     if rc != 0 {
         return fallback_nanos();
     }
-    let secs = u64::try_from(ts.tv_sec).unwrap_or(0);
-    let nanos = u64::try_from(ts.tv_nsec).unwrap_or(0);
-    secs.saturating_mul(1_000_000_000).saturating_add(nanos)
+    let secs = i128::from(ts.tv_sec);
+    let nanos = i128::from(ts.tv_nsec);
+    let reading = secs * 1_000_000_000 + nanos - namespace_offset_nanos();
+    u64::try_from(reading.max(0)).unwrap_or(u64::MAX)
+}
+
+/// This process's time namespace's offset of `CLOCK_MONOTONIC` (zero outside one, or where the
+/// kernel has no time namespaces). A process's time namespace is fixed once it runs threads,
+/// so it is read once.
+#[cfg(unix)]
+fn namespace_offset_nanos() -> i128 {
+    use std::sync::OnceLock;
+    static OFFSET: OnceLock<i128> = OnceLock::new();
+    *OFFSET.get_or_init(|| {
+        std::fs::read_to_string("/proc/self/timens_offsets")
+            .ok()
+            .and_then(|text| parse_monotonic_offset(&text))
+            .unwrap_or(0)
+    })
+}
+
+/// The `monotonic` line of `/proc/PID/timens_offsets` ("monotonic <secs> <nanos>"), in
+/// nanoseconds.
+fn parse_monotonic_offset(text: &str) -> Option<i128> {
+    let line = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("monotonic"))?;
+    let mut fields = line.split_whitespace().skip(1);
+    let secs: i128 = fields.next()?.parse().ok()?;
+    let nanos: i128 = fields.next()?.parse().ok()?;
+    Some(secs * 1_000_000_000 + nanos)
 }
 
 #[cfg(not(unix))]
@@ -398,6 +432,18 @@ mod tests {
         assert_eq!(clock.now(), hw);
         fresh_source.advance(Duration::from_secs(1));
         assert_eq!(clock.now(), StoreTime(43_000_000_000));
+    }
+
+    #[test]
+    fn a_time_namespaces_monotonic_offset_is_read_from_its_proc_file() {
+        let text = "monotonic      100000         5\nboottime            0         0\n";
+        assert_eq!(parse_monotonic_offset(text), Some(100_000_000_000_005));
+        assert_eq!(
+            parse_monotonic_offset("monotonic -3 0\n"),
+            Some(-3_000_000_000)
+        );
+        assert_eq!(parse_monotonic_offset("boottime 1 0\n"), None);
+        assert_eq!(parse_monotonic_offset(""), None);
     }
 
     #[test]

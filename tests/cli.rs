@@ -388,3 +388,42 @@ fn bench_runs_at_a_tiny_scale_and_prints_a_well_formed_table() {
     );
     assert!(rows.iter().any(|r| r["ratio_to_raw"].is_number()));
 }
+
+/// A store created by a process inside a time namespace whose monotonic clock runs 100,000 s
+/// ahead, then used on the host: store time must run on, not stand still until the host's
+/// clock catches up. Needs `unshare --time` (Linux 5.6+, privileges); says so and passes
+/// where the namespace cannot be made.
+#[test]
+#[allow(clippy::disallowed_methods)] // a test deadline, not store time
+fn a_store_made_inside_a_time_namespace_keeps_time_on_the_host() {
+    let t = Tool::new();
+    let made = Command::new("unshare")
+        .args(["--time", "--monotonic", "100000"])
+        .arg(env!("CARGO_BIN_EXE_leasehold"))
+        .arg("--db")
+        .arg(&t.db)
+        .args(["enqueue", "--queue", "q", "--delay", "200ms", "later"])
+        .output();
+    match made {
+        Ok(out) if out.status.success() => {}
+        other => {
+            println!("time namespaces unavailable here ({other:?}); test not run");
+            return;
+        }
+    }
+    let start = t.json(&["stats"])["now_ms"].as_u64().unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let now = t.json(&["stats"])["now_ms"].as_u64().unwrap();
+        let job = t.json(&["show", "1"]);
+        let due = job["job"]["run_at_ms"].as_u64().unwrap();
+        if now >= start + 300 && now >= due {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "store time stands still on the host: {now} ms (started at {start}, job due at {due})"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
