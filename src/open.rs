@@ -36,7 +36,7 @@ pub(crate) fn open_database(
     path: &Path,
     backend: Option<Box<dyn StorageBackend>>,
     opts: &EngineOptions,
-) -> Result<Database, OpenError> {
+) -> Result<Database> {
     let mut builder = redb::Builder::new();
     builder.set_cache_size(opts.cache_size);
     builder.set_check_integrity_on_open(opts.verify);
@@ -51,8 +51,11 @@ pub(crate) fn open_database(
             }))
         }
         None => {
-            sniff(path)?;
-            if !path.exists() {
+            if sniff(path)? {
+                // redb writes to a file it opens for writing (its header, at least) before
+                // leasehold can look inside; a file that is refused must be left as it was.
+                check_before_writing(path)?;
+            } else {
                 create_atomically(path, &builder)?;
             }
             catch_unwind(AssertUnwindSafe(|| builder.create(path)))
@@ -60,12 +63,37 @@ pub(crate) fn open_database(
     };
     match opened {
         Ok(Ok(db)) => Ok(db),
-        Ok(Err(e)) => Err(map_database_error(path, e)),
-        Err(_) => Err(OpenError::Corrupt {
-            path: path.to_owned(),
-            detail: "the storage engine could not read the file".into(),
-        }),
+        Ok(Err(e)) => Err(map_database_error(path, e).into()),
+        Err(_) => Err(unreadable(path).into()),
     }
+}
+
+/// Reads an existing file read-only and refuses it, writing nothing, if it is not a store this
+/// build may open: another application's redb database, a newer schema, a damaged clock, a
+/// truncated file. (An empty redb database becomes a store, as an empty file does.)
+fn check_before_writing(path: &Path) -> Result<()> {
+    let view = open_read_only(path)?;
+    let checked = crate::read::contained("the store's meta table", || {
+        let read = view.begin_read()?;
+        if read.list_tables()?.next().is_none() {
+            return Ok(());
+        }
+        inspect(&read, path).map(|_| ())
+    });
+    // A file whose pages cannot be read (cut short, say) is damaged, not a passing fault.
+    checked.map_err(|e| match e {
+        Error::Storage(e) => OpenError::Corrupt {
+            path: path.to_owned(),
+            detail: format!("its pages cannot be read: {e}"),
+        }
+        .into(),
+        Error::Corrupt(detail) => OpenError::Corrupt {
+            path: path.to_owned(),
+            detail,
+        }
+        .into(),
+        other => other,
+    })
 }
 
 /// Creates a new store beside `path` and links it into place only once it is whole.
@@ -158,15 +186,42 @@ fn sniff_backend(path: &Path, backend: &dyn StorageBackend) -> Result<(), OpenEr
     check_magic(path, len, |head| backend.read(0, head).is_ok())
 }
 
-/// Refuses a non-empty file that does not start with redb's magic number, before redb sees it.
-fn sniff(path: &Path) -> Result<(), OpenError> {
-    let mut file = match std::fs::File::open(path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+/// Refuses what cannot be a store before redb sees it: anything but a regular file (opening a
+/// FIFO would block forever; a directory or a device is never a store) and a non-empty file
+/// that does not start with redb's magic number. Returns whether the file holds data (`false`:
+/// missing or empty, a store to be created).
+fn sniff(path: &Path) -> Result<bool, OpenError> {
+    let meta = match std::fs::metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
         Err(e) => return Err(io_error(path, e)),
     };
+    if !meta.is_file() {
+        return Err(OpenError::NotAStore {
+            path: path.to_owned(),
+            detail: format!("not a regular file ({})", file_kind(&meta)),
+        });
+    }
+    let mut file = std::fs::File::open(path).map_err(|e| io_error(path, e))?;
     let len = file.metadata().map_err(|e| io_error(path, e))?.len();
-    check_magic(path, len, |head| file.read_exact(head).is_ok())
+    check_magic(path, len, |head| file.read_exact(head).is_ok())?;
+    Ok(len > 0)
+}
+
+fn file_kind(meta: &std::fs::Metadata) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    let t = meta.file_type();
+    if t.is_dir() {
+        "a directory"
+    } else if t.is_fifo() {
+        "a FIFO"
+    } else if t.is_socket() {
+        "a socket"
+    } else if t.is_block_device() || t.is_char_device() {
+        "a device"
+    } else {
+        "not a regular file"
+    }
 }
 
 /// An empty file (or backend) is a store to be; anything else must start with redb's magic
@@ -249,10 +304,10 @@ impl ReadView {
 /// Opens an existing store file read-only, beside a writer in single-writer mode. A store
 /// its writer left unclean (killed, say) is read through an in-memory repair, never written.
 pub(crate) fn open_read_only(path: &Path) -> Result<ReadView, OpenError> {
-    sniff(path)?;
     if !path.exists() {
         return Err(io_error(path, std::io::ErrorKind::NotFound.into()));
     }
+    sniff(path)?;
     let mut builder = redb::Builder::new();
     builder.set_concurrency_mode(redb::ConcurrencyMode::SingleWriter);
     builder.set_cache_size(READ_CACHE);
@@ -284,6 +339,12 @@ fn unreadable(path: &Path) -> OpenError {
         detail: "the storage engine could not read the file".into(),
     }
 }
+
+/// The latest store time a clock could have written: 2^62 ns, about 146 years of running
+/// time (the high-water mark runs at most a lease, a week at most, ahead of the clock). A
+/// later value was not written by leasehold, and accepting it would move store time to the
+/// end of time: every lease would then expire at once and stay expired.
+const LATEST_PLAUSIBLE: StoreTime = StoreTime(1 << 62);
 
 /// What the file says about time.
 pub(crate) struct Timeline {
@@ -357,6 +418,18 @@ pub(crate) fn inspect(read: &ReadTransaction, path: &Path) -> Result<Timeline> {
         None => None,
     };
     let high_water = StoreTime(read_u64(&meta, meta_key::HIGH_WATER)?.unwrap_or(0));
+    let implausible = |what: &str, t: StoreTime| OpenError::Corrupt {
+        path: path.to_owned(),
+        detail: format!("{what} {t} is later than any clock could have written"),
+    };
+    if high_water > LATEST_PLAUSIBLE {
+        return Err(implausible("the clock's high-water mark", high_water).into());
+    }
+    if let Some(a) = &anchor
+        && a.store > LATEST_PLAUSIBLE
+    {
+        return Err(implausible("the clock anchor's store time", a.store).into());
+    }
     Ok(Timeline { anchor, high_water })
 }
 

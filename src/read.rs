@@ -14,6 +14,17 @@ use crate::schema::{self, meta_key};
 use crate::stats::{Counters, Stats};
 use crate::tx::decode_job;
 
+/// Runs a read, turning a panic of the storage engine into [`Error::Corrupt`] naming `what`
+/// was being read: redb panics on some damaged pages, and a damaged file must be an error the
+/// application (and the tool's exit code) can act on, never a crash.
+pub(crate) fn contained<T>(what: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|_| {
+        Err(Error::Corrupt(format!(
+            "reading {what}: the storage engine met a damaged page"
+        )))
+    })
+}
+
 pub(crate) fn job(read: &ReadTransaction, id: JobId) -> Result<Option<Job>> {
     let jobs = read.open_table(schema::JOBS)?;
     match jobs.get(id.0)? {

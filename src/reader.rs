@@ -49,7 +49,9 @@ impl StoreReader {
     pub fn open(path: impl AsRef<Path>) -> Result<StoreReader> {
         let path = path.as_ref().to_owned();
         let db = open::open_read_only(&path)?;
-        let timeline = open::inspect(&db.begin_read()?, &path)?;
+        let timeline = read::contained("the store's meta table", || {
+            open::inspect(&db.begin_read()?, &path)
+        })?;
         let (clock, _) = StoreClock::resume(
             Arc::new(MonotonicClock::new()),
             timeline.anchor,
@@ -79,48 +81,58 @@ impl StoreReader {
 
     /// The job's record, if it exists.
     pub fn job(&self, id: JobId) -> Result<Option<Job>> {
-        read::job(&self.db.begin_read()?, id)
+        self.reading("a job record", |read| read::job(read, id))
     }
 
     /// The job's run history, oldest first.
     pub fn history(&self, id: JobId) -> Result<Vec<Run>> {
-        read::history(&self.db.begin_read()?, id)
+        self.reading("a job's history", |read| read::history(read, id))
     }
 
     /// The job's payload.
     pub fn payload(&self, id: JobId) -> Result<Option<Vec<u8>>> {
-        read::bytes(&self.db.begin_read()?, schema::PAYLOADS, id)
+        self.reading("a payload", |read| read::bytes(read, schema::PAYLOADS, id))
     }
 
     /// A succeeded job's output.
     pub fn output(&self, id: JobId) -> Result<Option<Vec<u8>>> {
-        read::bytes(&self.db.begin_read()?, schema::OUTPUTS, id)
+        self.reading("an output", |read| read::bytes(read, schema::OUTPUTS, id))
     }
 
     /// Counts per queue and state, and the lifetime counters.
     pub fn stats(&self) -> Result<Stats> {
-        read::stats(&self.db.begin_read()?, self.now())
+        self.reading("the counts", |read| read::stats(read, self.now()))
     }
 
     /// Jobs matching `filter`.
     pub fn jobs(&self, filter: &JobFilter) -> Result<Vec<Job>> {
-        read::list(&self.db.begin_read()?, filter)
+        self.reading("the job records", |read| read::list(read, filter))
     }
 
     /// When things fall due in `queue`.
     pub fn timing(&self, queue: &str) -> Result<QueueTiming> {
-        let read = self.db.begin_read()?;
-        let (earliest_expiry, next_expiry) = read::lease_expiries(&read, queue, self.now())?;
-        Ok(QueueTiming {
-            earliest_run_at: read::earliest_run_at(&read, queue)?,
-            earliest_expiry,
-            next_expiry,
+        self.reading("the queue's schedule", |read| {
+            let (earliest_expiry, next_expiry) = read::lease_expiries(read, queue, self.now())?;
+            Ok(QueueTiming {
+                earliest_run_at: read::earliest_run_at(read, queue)?,
+                earliest_expiry,
+                next_expiry,
+            })
         })
+    }
+
+    /// Runs `f` on a read snapshot, a damaged page reported as corruption.
+    fn reading<T>(
+        &self,
+        what: &str,
+        f: impl FnOnce(&redb::ReadTransaction) -> Result<T>,
+    ) -> Result<T> {
+        read::contained(what, || f(&self.db.begin_read()?))
     }
 
     /// The integrity check (see [`Store::check`](crate::Store::check)).
     pub fn check(&self) -> Result<CheckReport> {
-        crate::check::check(&self.db.begin_read()?)
+        self.reading("the whole store", crate::check::check)
     }
 
     /// A read snapshot of the whole file, for the application's own tables (written with
@@ -132,6 +144,6 @@ impl StoreReader {
 
     /// The process id of the process that last opened the store for writing.
     pub fn writer_pid(&self) -> Result<Option<u32>> {
-        read::writer_pid(&self.db.begin_read()?)
+        self.reading("the writer's pid", read::writer_pid)
     }
 }

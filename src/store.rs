@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use redb::{Database, ReadableDatabase, WriteTransaction};
+use redb::{Database, ReadableDatabase, TableHandle, WriteTransaction};
 
 use crate::builder::Durability;
 use crate::clock::StoreClock;
@@ -201,12 +201,13 @@ impl Store {
     /// index holds it (which may be earlier than the real one, never later). `None` if nothing
     /// is scheduled.
     pub fn next_due(&self, queue: &str) -> Result<Option<StoreTime>> {
-        let read = self.inner.db.begin_read()?;
-        let run_at = read::earliest_run_at(&read, queue)?;
-        let expiry = read::earliest_indexed_expiry(&read, queue)?;
-        Ok(match (run_at, expiry) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
+        self.reading("the queue's schedule", |read| {
+            let run_at = read::earliest_run_at(read, queue)?;
+            let expiry = read::earliest_indexed_expiry(read, queue)?;
+            Ok(match (run_at, expiry) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            })
         })
     }
 
@@ -521,7 +522,7 @@ impl Store {
 
     /// The job's record, if it exists.
     pub fn job(&self, id: JobId) -> Result<Option<Job>> {
-        read::job(&self.inner.db.begin_read()?, id)
+        self.reading("a job record", |read| read::job(read, id))
     }
 
     /// A read snapshot of the whole file, for the application's own tables (written with
@@ -551,34 +552,42 @@ impl Store {
         table: redb::TableDefinition<u64, &[u8]>,
         id: JobId,
     ) -> Result<Option<Vec<u8>>> {
-        read::bytes(&self.inner.db.begin_read()?, table, id)
+        self.reading(table.name(), |read| read::bytes(read, table, id))
     }
 
     /// The job's run history: one record per attempt, oldest first.
     pub fn history(&self, id: JobId) -> Result<Vec<Run>> {
-        read::history(&self.inner.db.begin_read()?, id)
+        self.reading("a job's history", |read| read::history(read, id))
     }
 
     /// Counts per queue and state, and the lifetime counters. Reads the `counts` index, not
     /// the jobs.
     pub fn stats(&self) -> Result<Stats> {
-        read::stats(&self.inner.db.begin_read()?, self.now())
+        self.reading("the counts", |read| read::stats(read, self.now()))
     }
 
     /// Jobs matching `filter` (reads every record: for operators and tools).
     pub fn jobs(&self, filter: &JobFilter) -> Result<Vec<Job>> {
-        read::list(&self.inner.db.begin_read()?, filter)
+        self.reading("the job records", |read| read::list(read, filter))
     }
 
     /// Proves the indexes match the records (like SQLite's `PRAGMA integrity_check`): every
     /// index entry is implied by a record, every record has all of its entries, the counts
     /// are right, and history has one record per attempt.
     pub fn check(&self) -> Result<crate::check::CheckReport> {
-        let read = self.inner.db.begin_read()?;
-        crate::check::check(&read)
+        self.reading("the whole store", crate::check::check)
     }
 
-    /// Runs `f` in a write transaction at the store's now and commits if it succeeds.
+    /// Runs `f` on a read snapshot, a damaged page reported as corruption (see
+    /// [`read::contained`]).
+    fn reading<T>(
+        &self,
+        what: &str,
+        f: impl FnOnce(&redb::ReadTransaction) -> Result<T>,
+    ) -> Result<T> {
+        read::contained(what, || f(&self.inner.db.begin_read()?))
+    }
+
     /// Runs a store operation in the next group commit (see [`crate::group`]).
     fn write<T, F>(&self, f: F) -> Result<T>
     where

@@ -427,3 +427,45 @@ fn a_store_made_inside_a_time_namespace_keeps_time_on_the_host() {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
 }
+
+#[test]
+fn a_store_with_a_zeroed_page_is_reported_as_corrupt_never_a_panic() {
+    let t = Tool::new();
+    for i in 0..300 {
+        t.ok(&[
+            "enqueue",
+            "--queue",
+            "q",
+            &format!("payload {i} {}", "x".repeat(300)),
+        ]);
+    }
+    let mut bytes = std::fs::read(&t.db).unwrap();
+    let pages = bytes.len() / 4096;
+    let mut corrupt_seen = 0;
+    // zero one page at a time, at several places; every command answers with an exit code
+    for page in (2..pages).step_by((pages / 6).max(1)) {
+        let original = bytes.clone();
+        bytes[page * 4096..(page + 1) * 4096].fill(0);
+        std::fs::write(&t.db, &bytes).unwrap();
+        for args in [
+            vec!["check"],
+            vec!["show", "150"],
+            vec!["jobs", "--limit", "1000"],
+            vec!["stats"],
+        ] {
+            let out = t.run(&args);
+            let code = out.status.code();
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                matches!(code, Some(0 | 1 | 3)),
+                "page {page}, {args:?}: exit {code:?}: {stderr}"
+            );
+            if code == Some(3) {
+                assert!(stderr.contains("corrupt"), "{stderr}");
+                corrupt_seen += 1;
+            }
+        }
+        bytes = original;
+    }
+    assert!(corrupt_seen > 0, "no zeroed page was ever noticed");
+}

@@ -21,6 +21,7 @@ type Case = (
 );
 type Refusal = (&'static str, Error, fn(&Error) -> bool);
 type BadFile = (&'static str, Vec<u8>, fn(&OpenError) -> bool);
+type BadStore = (&'static str, std::path::PathBuf, fn(&OpenError) -> bool);
 
 fn forged_lease(job: u64, attempt: u32) -> Lease {
     Lease {
@@ -297,4 +298,124 @@ fn hostile_files_are_refused_with_their_own_error_and_left_byte_for_byte() {
     ));
     assert_eq!(std::fs::metadata(&good).unwrap().len(), before);
     assert_eq!(held.stats().unwrap().total(JobState::Queued), 50);
+}
+
+const META: leasehold::redb::TableDefinition<&str, &[u8]> =
+    leasehold::redb::TableDefinition::new("leasehold.meta");
+
+/// A store whose meta table was edited by hand: the edit made through redb directly.
+fn edited_store(
+    dir: &std::path::Path,
+    name: &str,
+    edit: impl FnOnce(&mut EditMeta),
+) -> std::path::PathBuf {
+    let path = dir.join(format!("{name}.redb"));
+    Store::open(&path)
+        .unwrap()
+        .enqueue(NewJob::new(Q, "x"))
+        .unwrap();
+    let db = leasehold::redb::Database::open(&path).unwrap();
+    let txn = db.begin_write().unwrap();
+    {
+        let mut meta = txn.open_table(META).unwrap();
+        edit(&mut meta);
+    }
+    txn.commit().unwrap();
+    path
+}
+
+type EditMeta<'t> = leasehold::redb::Table<'t, &'static str, &'static [u8]>;
+
+#[test]
+fn refused_stores_are_left_byte_for_byte_by_every_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let foreign = dir.path().join("foreign.redb");
+    {
+        let db = leasehold::redb::Database::create(&foreign).unwrap();
+        let txn = db.begin_write().unwrap();
+        let users: leasehold::redb::TableDefinition<&str, u64> =
+            leasehold::redb::TableDefinition::new("users");
+        txn.open_table(users).unwrap().insert("ada", 1).unwrap();
+        txn.commit().unwrap();
+    }
+    let cases: Vec<BadStore> = vec![
+        ("another application's redb database", foreign, |e| {
+            matches!(e, OpenError::NotAStore { .. })
+        }),
+        (
+            "a newer schema",
+            edited_store(dir.path(), "newer", |m| {
+                m.insert("schema_version", 99u32.to_le_bytes().as_slice())
+                    .unwrap();
+            }),
+            |e| matches!(e, OpenError::NewerSchema { .. }),
+        ),
+        (
+            "a garbage clock anchor",
+            edited_store(dir.path(), "anchor", |m| {
+                m.insert("clock.anchor", b"garbage".as_slice()).unwrap();
+            }),
+            |e| matches!(e, OpenError::Corrupt { .. }),
+        ),
+        (
+            "no marker",
+            edited_store(dir.path(), "marker", |m| {
+                m.remove("marker").unwrap();
+            }),
+            |e| matches!(e, OpenError::NotAStore { .. }),
+        ),
+        (
+            "a high-water mark at the end of time",
+            edited_store(dir.path(), "high-water", |m| {
+                m.insert("clock.high_water", u64::MAX.to_le_bytes().as_slice())
+                    .unwrap();
+            }),
+            |e| matches!(e, OpenError::Corrupt { .. }),
+        ),
+    ];
+    for (name, path, expected) in cases {
+        let bytes = std::fs::read(&path).unwrap();
+        for (how, result) in [
+            ("Store::open", Store::open(&path).map(|_| ())),
+            (
+                "StoreReader::open",
+                leasehold::StoreReader::open(&path).map(|_| ()),
+            ),
+        ] {
+            match result {
+                Err(Error::Open(e)) => assert!(expected(&e), "{name}, {how}: unexpected {e}"),
+                other => panic!("{name}, {how}: expected an open error, got {other:?}"),
+            }
+        }
+        assert!(
+            std::fs::read(&path).unwrap() == bytes,
+            "{name}: the file was modified"
+        );
+    }
+}
+
+#[test]
+fn a_fifo_a_directory_and_a_device_are_refused_without_blocking() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("fifo");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a valid NUL-terminated path; mkfifo only creates the node.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    for path in [
+        fifo.as_path(),
+        dir.path(),
+        std::path::Path::new("/dev/null"),
+    ] {
+        for result in [
+            Store::open(path).map(|_| ()),
+            leasehold::StoreReader::open(path).map(|_| ()),
+        ] {
+            match result {
+                Err(Error::Open(OpenError::NotAStore { detail, .. })) => {
+                    assert!(detail.contains("not a regular file"), "{detail}")
+                }
+                other => panic!("{}: expected NotAStore, got {other:?}", path.display()),
+            }
+        }
+    }
 }
