@@ -35,6 +35,17 @@ pub enum Error {
         /// What was refused.
         action: &'static str,
     },
+    /// A dead or cancelled job cannot be retried: a live job has taken its unique key since.
+    /// Nothing changed.
+    #[error("job {job} cannot be retried: job {holder} now holds its unique key {key:?}")]
+    UniqueKeyHeld {
+        /// The job to retry.
+        job: JobId,
+        /// Its unique key.
+        key: String,
+        /// The live job that holds the key.
+        holder: JobId,
+    },
     /// The store was called from inside one of its own transactions (a
     /// [`Store::transaction`](crate::Store::transaction) or
     /// [`Store::complete_with`](crate::Store::complete_with) closure, or a pool's
@@ -107,6 +118,7 @@ impl Error {
                 | Error::Config(_)
                 | Error::JobNotFound(_)
                 | Error::Refused { .. }
+                | Error::UniqueKeyHeld { .. }
                 | Error::InUse(_)
                 | Error::Reentered
         )

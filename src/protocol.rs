@@ -322,6 +322,11 @@ pub(crate) fn cancel(tx: &mut Tx<'_>, id: JobId) -> Result<JobState> {
 
 /// Puts a dead or cancelled job back in the queue with a fresh retry budget (an operator's
 /// decision). Its history is kept; its next claim is a new attempt.
+///
+/// A unique key deduplicates live jobs, and a finished job's key is free for a new one: if a
+/// live job has taken it since, the retry is refused ([`Error::UniqueKeyHeld`]) rather than
+/// make two live jobs hold one key. Refused, not re-keyed: the key is what the application
+/// deduplicates by, and the live job already does the work it names.
 pub(crate) fn retry(tx: &mut Tx<'_>, id: JobId) -> Result<()> {
     let job = tx.t.job(id)?.ok_or(Error::JobNotFound(id))?;
     if !matches!(job.state, JobState::Dead | JobState::Cancelled) {
@@ -329,6 +334,15 @@ pub(crate) fn retry(tx: &mut Tx<'_>, id: JobId) -> Result<()> {
             job: id,
             state: job.state,
             action: "retry (only dead or cancelled jobs are retried)",
+        });
+    }
+    if let Some(key) = &job.unique_key
+        && let Some(holder) = tx.t.unique.get((job.queue.as_str(), key.as_str()))?
+    {
+        return Err(Error::UniqueKeyHeld {
+            job: id,
+            key: key.clone(),
+            holder: JobId(holder.value()),
         });
     }
     let mut new = job.clone();

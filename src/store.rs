@@ -416,7 +416,8 @@ impl Store {
     }
 
     /// Puts a dead or cancelled job back in the queue with a fresh retry budget; its history
-    /// is kept. Refused for jobs in any other state.
+    /// is kept. Refused for jobs in any other state, and ([`Error::UniqueKeyHeld`]) while a
+    /// live job that took the job's unique key after it finished still holds it.
     pub fn retry(&self, job: JobId) -> Result<()> {
         self.write(move |tx| protocol::retry(tx, job))
     }

@@ -359,6 +359,17 @@ fn retry_is_refused_for_a_held_job_and_for_one_that_is_not_dead_or_cancelled() {
 }
 
 #[test]
+fn retry_is_refused_while_a_live_job_holds_the_unique_key() {
+    let t = Tool::new();
+    t.ok(&["enqueue", "--queue", "q", "--unique-key", "k", "a"]);
+    t.ok(&["cancel", "1"]);
+    t.ok(&["enqueue", "--queue", "q", "--unique-key", "k", "b"]);
+    let err = t.fails(&["retry", "1"], 1);
+    assert!(err.contains("job 2 now holds its unique key"), "{err}");
+    assert_eq!(t.json(&["check"])["clean"], true);
+}
+
+#[test]
 fn help_documents_every_subcommand() {
     let t = Tool::new();
     let help = t.ok(&["--help"]);

@@ -28,6 +28,7 @@ fn op() -> impl Strategy<Value = Op> {
         2 => any::<u16>().prop_map(|lease| Op::Fail { lease }),
         1 => any::<u16>().prop_map(|lease| Op::Release { lease }),
         1 => any::<u16>().prop_map(|job| Op::Cancel { job }),
+        1 => any::<u16>().prop_map(|job| Op::Retry { job }),
         3 => prop_oneof![1u16..30, 55u16..130].prop_map(|secs| Op::Advance { secs }),
         2 => Just(Op::Reap),
         1 => Just(Op::Reopen),

@@ -254,7 +254,11 @@ pub fn main() -> ExitCode {
 /// 1: the operation was refused; 2: the request itself is wrong; 3: the store has a problem.
 fn exit_code(e: &Error) -> u8 {
     match e {
-        Error::Refused { .. } | Error::JobNotFound(_) | Error::LeaseLost(_) | Error::InUse(_) => 1,
+        Error::Refused { .. }
+        | Error::UniqueKeyHeld { .. }
+        | Error::JobNotFound(_)
+        | Error::LeaseLost(_)
+        | Error::InUse(_) => 1,
         Error::Input(_) | Error::Config(_) => 2,
         _ => 3,
     }

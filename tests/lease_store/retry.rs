@@ -1,6 +1,6 @@
 use std::time::Duration;
 
-use leasehold::{JobState, NewJob, RetryPolicy};
+use leasehold::{Error, JobState, NewJob, RetryPolicy};
 
 use crate::common::{Fixture, LEASE, Q};
 
@@ -84,4 +84,42 @@ fn a_released_job_is_claimable_at_once_in_its_old_place() {
     assert_eq!(first.job, ids[0]);
     f.release(&first).unwrap();
     assert_eq!(f.claim_one("other").job, ids[0]);
+}
+
+#[test]
+fn retry_is_refused_while_a_live_job_holds_the_unique_key() {
+    let f = Fixture::with(|b| b.default_max_attempts(1));
+    // through a cancelled job
+    let first = f.enqueue(NewJob::new(Q, "a").unique_key("k")).unwrap();
+    f.cancel(first).unwrap();
+    let second = f.enqueue(NewJob::new(Q, "b").unique_key("k")).unwrap();
+    assert_ne!(first, second, "a finished job's key is free");
+    match f.retry(first) {
+        Err(Error::UniqueKeyHeld { job, key, holder }) => {
+            assert_eq!((job, key.as_str(), holder), (first, "k", second))
+        }
+        other => panic!("expected UniqueKeyHeld, got {other:?}"),
+    }
+    assert_eq!(f.job(first).unwrap().unwrap().state, JobState::Cancelled);
+    // through a dead job, in another queue's key space
+    let dead = f
+        .enqueue(NewJob::new("other", "c").unique_key("k"))
+        .unwrap();
+    let l = f.claim("other", "w", LEASE).unwrap().unwrap();
+    f.fail(&l, "boom").unwrap();
+    assert_eq!(f.job(dead).unwrap().unwrap().state, JobState::Dead);
+    let live = f
+        .enqueue(NewJob::new("other", "d").unique_key("k"))
+        .unwrap();
+    assert!(matches!(
+        f.retry(dead),
+        Err(Error::UniqueKeyHeld { holder, .. }) if holder == live
+    ));
+    // once the holder has finished, the retry goes through and the key is the retried job's
+    f.cancel(second).unwrap();
+    f.retry(first).unwrap();
+    assert_eq!(
+        f.enqueue(NewJob::new(Q, "again").unique_key("k")).unwrap(),
+        first
+    );
 }

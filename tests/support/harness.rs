@@ -64,6 +64,10 @@ pub enum Op {
     Cancel {
         job: u16,
     },
+    /// An operator's retry of a dead or cancelled job.
+    Retry {
+        job: u16,
+    },
     Advance {
         secs: u16,
     },
@@ -292,6 +296,12 @@ impl Harness {
                 let want = self.model.cancel(id);
                 same("cancel", got, want)
             }
+            Op::Retry { job } => {
+                let id = self.job_id(*job);
+                let got = self.store().retry(JobId(id)).map_err(err);
+                let want = self.model.retry(id);
+                same("retry", got, want)
+            }
             Op::Advance { secs } => {
                 let d = u64::from(*secs % 200) * SEC;
                 self.clock.advance(Duration::from_nanos(d));
@@ -472,6 +482,7 @@ fn err(e: Error) -> MErr {
         Error::LeaseLost(l) => MErr::LeaseLost(l.found.map(|(a, s)| (a.0, s)), l.ended_by_holder),
         Error::JobNotFound(_) => MErr::NotFound,
         Error::Refused { state, .. } => MErr::Refused(state),
+        Error::UniqueKeyHeld { holder, .. } => MErr::KeyHeld(holder.0),
         Error::Input(_) | Error::Config(_) => MErr::Input,
         other => panic!("unexpected store error: {other}"),
     }

@@ -43,6 +43,8 @@ pub enum MErr {
     LeaseLost(Option<(u32, JobState)>, bool),
     NotFound,
     Refused(JobState),
+    /// A retry refused: this live job holds the retried job's unique key.
+    KeyHeld(u64),
     Input,
 }
 
@@ -256,6 +258,30 @@ impl Model {
             JobState::Cancelled => Ok(JobState::Cancelled),
             s => Err(MErr::Refused(s)),
         }
+    }
+
+    /// An operator's retry: a dead or cancelled job queued again with a fresh budget, unless a
+    /// live job has taken its unique key meanwhile (two live jobs never hold one key).
+    pub fn retry(&mut self, id: u64) -> Result<(), MErr> {
+        let job = self.jobs.get(&id).ok_or(MErr::NotFound)?;
+        if !matches!(job.state, JobState::Dead | JobState::Cancelled) {
+            return Err(MErr::Refused(job.state));
+        }
+        if let Some(key) = &job.unique {
+            let holder = self.jobs.iter().find(|(_, j)| {
+                j.queue == job.queue && j.unique.as_ref() == Some(key) && !terminal(j.state)
+            });
+            if let Some((holder, _)) = holder {
+                return Err(MErr::KeyHeld(*holder));
+            }
+        }
+        let now = self.now;
+        let job = self.jobs.get_mut(&id).expect("checked above");
+        job.state = JobState::Queued;
+        job.failures = 0;
+        job.cancel_requested = false;
+        job.run_at = now;
+        Ok(())
     }
 
     /// Every lease expired at or before now, taken back. Returns the job ids, sorted.
