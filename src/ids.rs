@@ -25,9 +25,10 @@ impl fmt::Display for JobId {
 pub struct Attempt(pub u32);
 
 impl Attempt {
-    /// The attempt a new claim will carry.
-    pub fn next(self) -> Attempt {
-        Attempt(self.0.saturating_add(1))
+    /// The attempt a new claim will carry; `None` once the counter is exhausted, since a
+    /// fence that stopped growing would let an old holder's write pass for a newer one's.
+    pub fn next(self) -> Option<Attempt> {
+        self.0.checked_add(1).map(Attempt)
     }
 }
 

@@ -154,15 +154,18 @@ fn next_claim(
                 }
             }
         };
-        let job = load(tx, id)?;
-        if !takeover {
-            return grant(tx, job, worker, terms).map(Some);
+        let mut job = load(tx, id)?;
+        if takeover {
+            job = expire(tx, job, ReclaimPath::Takeover)?.0;
+            if !job.state.is_waiting() {
+                // Out of budget or cancelled: it is now terminal; look for the next candidate.
+                continue;
+            }
         }
-        let (job, _) = expire(tx, job, ReclaimPath::Takeover)?;
-        if job.state.is_waiting() {
-            return grant(tx, job, worker, terms).map(Some);
+        if let Some(lease) = grant(tx, job, worker, terms)? {
+            return Ok(Some(lease));
         }
-        // Out of budget or cancelled: it is now terminal; look for the next candidate.
+        // Its attempt counter was exhausted and it is now dead: the next candidate.
     }
 }
 
@@ -180,12 +183,12 @@ pub(crate) fn claim_job(
     check_terms(&terms)?;
     let job = tx.t.job(id)?.ok_or(Error::JobNotFound(id))?;
     if job.state.is_waiting() && job.run_at <= tx.now {
-        return grant(tx, job, worker, terms).map(Some);
+        return grant(tx, job, worker, terms);
     }
     if search::lease_expired(&job, tx.now) {
         let (job, _) = expire(tx, job, ReclaimPath::Takeover)?;
         if job.state.is_waiting() {
-            return grant(tx, job, worker, terms).map(Some);
+            return grant(tx, job, worker, terms);
         }
     }
     Ok(None)
@@ -561,14 +564,24 @@ fn terminal(job: &mut Job, state: JobState, now: StoreTime) {
     job.finished_at = Some(now);
 }
 
-/// Starts a new attempt of a waiting job under a lease for `worker`.
-fn grant(tx: &mut Tx<'_>, job: Job, worker: &str, terms: LeaseTerms) -> Result<Lease> {
+/// Starts a new attempt of a waiting job under a lease for `worker`. A job whose attempt
+/// counter is exhausted cannot be given a fence greater than the last one: it is dead
+/// instead (`None`), with the reason as its last error.
+fn grant(tx: &mut Tx<'_>, job: Job, worker: &str, terms: LeaseTerms) -> Result<Option<Lease>> {
     let now = tx.now;
+    let Some(attempt) = job.attempt.next() else {
+        let mut dead = job.clone();
+        terminal(&mut dead, JobState::Dead, now);
+        dead.updated_at = now;
+        dead.last_error = Some(ATTEMPTS_EXHAUSTED.to_owned());
+        index::save(tx, Some(&job), &dead)?;
+        return Ok(None);
+    };
     let length = terms.length;
     let expires_at = now.saturating_add(length);
     let mut new = job.clone();
     new.state = JobState::Running;
-    new.attempt = job.attempt.next();
+    new.attempt = attempt;
     new.lease = Some(LeaseRecord {
         owner: worker.to_owned(),
         claimed_at: now,
@@ -587,7 +600,7 @@ fn grant(tx: &mut Tx<'_>, job: Job, worker: &str, terms: LeaseTerms) -> Result<L
             .get(new.id.0)?
             .map(|p| p.value().to_vec())
             .ok_or_else(|| Error::Corrupt(format!("job {} has no payload", new.id)))?;
-    Ok(Lease {
+    Ok(Some(Lease {
         job: new.id,
         attempt: new.attempt,
         queue: new.queue,
@@ -596,8 +609,12 @@ fn grant(tx: &mut Tx<'_>, job: Job, worker: &str, terms: LeaseTerms) -> Result<L
         expires_at,
         length,
         payload,
-    })
+    }))
 }
+
+/// Why a job whose attempt counter ran out is dead.
+const ATTEMPTS_EXHAUSTED: &str =
+    "dead: its attempt counter is exhausted, so no new lease could be fenced apart from the last";
 
 /// Takes back the lease of a running job: records `LeaseExpired` and moves the job on.
 fn expire(tx: &mut Tx<'_>, job: Job, path: ReclaimPath) -> Result<(Job, Reclaim)> {

@@ -475,3 +475,64 @@ fn calling_the_store_from_inside_its_own_transaction_is_an_error_not_a_hang() {
     assert_eq!(f.job(l.job).unwrap().unwrap().state, JobState::Running);
     f.complete(&l, b"ok").unwrap();
 }
+
+/// Rewrites job `id`'s record with `attempt`, as a store that ran that many claims would hold.
+fn set_attempt(f: &mut Fixture, id: leasehold::JobId, attempt: u32) {
+    const JOBS: TableDefinition<u64, &[u8]> = TableDefinition::new("leasehold.jobs");
+    f.close_unchecked();
+    {
+        let db = redb::Database::open(f.path()).unwrap();
+        let txn = db.begin_write().unwrap();
+        {
+            use redb::ReadableTable;
+            let mut jobs = txn.open_table(JOBS).unwrap();
+            let mut job: leasehold::Job =
+                leasehold::__private::decode(jobs.get(id.0).unwrap().unwrap().value()).unwrap();
+            job.attempt = Attempt(attempt);
+            jobs.insert(id.0, leasehold::__private::encode(&job).as_slice())
+                .unwrap();
+        }
+        txn.commit().unwrap();
+    }
+    f.open_again();
+}
+
+#[test]
+fn a_job_whose_attempt_counter_is_exhausted_is_dead_never_leased_with_an_equal_fence() {
+    let mut f = Fixture::with(|b| b.default_max_attempts(u32::MAX));
+    let id = f.enqueue_n(1)[0];
+    set_attempt(&mut f, id, u32::MAX - 1);
+    let last = f.claim_one("a");
+    assert_eq!(last.attempt, Attempt(u32::MAX));
+    f.advance(LEASE);
+    // the takeover would need attempt u32::MAX + 1: the job is dead instead
+    assert!(f.claim(Q, "b", LEASE).unwrap().is_none());
+    let job = f.job(id).unwrap().unwrap();
+    assert_eq!(
+        (job.state, job.attempt),
+        (JobState::Dead, Attempt(u32::MAX))
+    );
+    assert!(
+        job.last_error
+            .unwrap()
+            .contains("attempt counter is exhausted")
+    );
+    // the last holder's late completion is refused: nobody holds attempt u32::MAX now
+    assert!(f.complete(&last, b"late").unwrap_err().is_lease_lost());
+    // a waiting job at the limit is dead at its claim too, and the claim moves on
+    let other = f.enqueue_n(2);
+    set_attempt(&mut f, other[0], u32::MAX);
+    let next = f.claim_one("c");
+    assert_eq!(next.job, other[1]);
+    assert_eq!(f.job(other[0]).unwrap().unwrap().state, JobState::Dead);
+    assert!(f.claim_job(other[0], "c", LEASE).unwrap().is_none());
+    // The forged records claim attempts that have no history; the check says exactly that.
+    let problems = f.check().unwrap().problems;
+    assert!(
+        problems
+            .iter()
+            .all(|p| p.contains("has history for attempts")),
+        "{problems:?}"
+    );
+    f.close_unchecked(); // its final check would fail on the forgery
+}
