@@ -85,13 +85,21 @@ fn run_one(shared: &Shared, flight: Flight) -> After {
     shared.pace.job_ran(watch.elapsed());
     let verdict = match ran {
         Ok(Ok(output)) => match &shared.validator {
-            Some(validate) => match validate(&ctx, &output.bytes) {
-                Ok(()) => Verdict::Complete(output),
-                Err(why) => Verdict::Fail {
-                    message: format!("output refused by validator: {why}"),
-                    counter: FailKind::Invalid,
-                },
-            },
+            // The validator is the application's code too: its panic fails the attempt like
+            // the handler's, rather than take the worker (and the job's lease) with it.
+            Some(validate) => {
+                match catch_unwind(AssertUnwindSafe(|| validate(&ctx, &output.bytes))) {
+                    Ok(Ok(())) => Verdict::Complete(output),
+                    Ok(Err(why)) => Verdict::Fail {
+                        message: format!("output refused by validator: {why}"),
+                        counter: FailKind::Invalid,
+                    },
+                    Err(panic) => Verdict::Fail {
+                        message: format!("validator panicked: {}", panic_message(&*panic)),
+                        counter: FailKind::Panicked,
+                    },
+                }
+            }
             None => Verdict::Complete(output),
         },
         Ok(Err(e)) => Verdict::Fail {
@@ -157,9 +165,23 @@ fn commit_success(shared: &Shared, flight: Flight, output: Output) -> After {
     let lease = &flight.lease;
     let progress = Some(flight.state.progress());
     let result = match writes {
-        Some(writes) => shared
-            .store
-            .complete_with_reporting(lease, &bytes, progress, writes),
+        Some(writes) => {
+            let commit = || {
+                shared
+                    .store
+                    .complete_with_reporting(lease, &bytes, progress, writes)
+            };
+            match catch_unwind(AssertUnwindSafe(commit)) {
+                Ok(result) => result,
+                Err(panic) => {
+                    // The transaction rolled back as the panic unwound through it; the lease
+                    // holds, and the attempt fails like a panicking handler's.
+                    let message = format!("writes panicked: {}", panic_message(&*panic));
+                    commit_failure(shared, &flight, &message, FailKind::Panicked);
+                    return After::Finished;
+                }
+            }
+        }
         None if shared.may_claim() => {
             match shared
                 .store

@@ -257,3 +257,59 @@ fn an_attempt_ends_with_the_handlers_last_progress_even_before_any_heartbeat() {
         assert_eq!(history[0].progress, 7, "{:?}", history[0]);
     }
 }
+
+/// A panic in the validator or in the writes closure is contained like a handler's: the
+/// attempt fails with the message, the worker slot comes back, and after shutdown nothing is
+/// left running (it used to stay running, its lease renewed for nobody).
+fn a_panicking_callback_fails_the_attempt(validator_panics: bool) {
+    let f = Fixture::new();
+    let boom = f.enqueue(NewJob::new(Q, "boom").max_attempts(1)).unwrap();
+    f.enqueue_n(5);
+    let mut builder = pool(&f, "w").concurrency(1);
+    if validator_panics {
+        builder = builder.validate(|ctx, _| {
+            if ctx.payload() == b"boom" {
+                panic!("validator exploded");
+            }
+            Ok(())
+        });
+    }
+    let p = builder
+        .start(move |ctx| {
+            let boom = !validator_panics && ctx.payload() == b"boom";
+            Ok(Output::with_writes(b"ok".to_vec(), move |t| {
+                if boom {
+                    panic!("writes exploded");
+                }
+                t.open_table(SENT)?.insert(0, "sent")?;
+                Ok::<(), leasehold::Error>(())
+            }))
+        })
+        .unwrap();
+    // one worker: the five others can only run if the slot came back
+    wait_until("every job to end", || {
+        let s = p.stats();
+        s.succeeded + s.panicked == 6
+    });
+    let report = p.shutdown(Duration::from_secs(5));
+    assert_eq!(report.in_flight, 0);
+    let job = f.job(boom).unwrap().unwrap();
+    assert_eq!(job.state, JobState::Dead);
+    let want = if validator_panics {
+        "validator panicked: validator exploded"
+    } else {
+        "writes panicked: writes exploded"
+    };
+    assert!(job.last_error.as_deref().unwrap().contains(want), "{job:?}");
+    assert_eq!(f.stats().unwrap().total(JobState::Running), 0);
+}
+
+#[test]
+fn a_panicking_validator_fails_its_attempt_and_the_pool_keeps_working() {
+    a_panicking_callback_fails_the_attempt(true);
+}
+
+#[test]
+fn panicking_writes_fail_their_attempt_and_the_pool_keeps_working() {
+    a_panicking_callback_fails_the_attempt(false);
+}
