@@ -79,6 +79,7 @@ mod check;
 pub mod clock;
 mod codec;
 mod config;
+mod create;
 mod error;
 mod group;
 mod ids;

@@ -15,13 +15,14 @@ use redb::{
 
 use crate::clock::Anchor;
 use crate::codec;
+use crate::create;
 use crate::error::{Error, OpenError, Result};
 use crate::ids::StoreTime;
 use crate::schema::{self, MARKER, SCHEMA_VERSION, meta_key};
-use crate::tx::{Tables, read_u64};
+use crate::tx::read_u64;
 
 /// The first bytes of every redb file.
-const REDB_MAGIC: [u8; 9] = [b'r', b'e', b'd', b'b', 0x1A, 0x0A, 0xA9, 0x0D, 0x0A];
+pub(crate) const REDB_MAGIC: [u8; 9] = [b'r', b'e', b'd', b'b', 0x1A, 0x0A, 0xA9, 0x0D, 0x0A];
 
 /// Options for the redb open.
 pub(crate) struct EngineOptions {
@@ -45,7 +46,12 @@ pub(crate) fn open_database(
     // an error, never a crash of the application that embeds us.
     let opened = match backend {
         Some(backend) => {
-            sniff_backend(path, backend.as_ref())?;
+            let len = backend.len().map_err(|e| io_error(path, e))?;
+            if len == 0 || create::interrupted_in(backend.as_ref()) {
+                create::create_in_backend(path, backend.as_ref(), &builder)?;
+            } else {
+                sniff_backend(path, backend.as_ref())?;
+            }
             catch_unwind(AssertUnwindSafe(|| {
                 builder.create_with_backend(Boxed(backend))
             }))
@@ -56,7 +62,7 @@ pub(crate) fn open_database(
                 // leasehold can look inside; a file that is refused must be left as it was.
                 check_before_writing(path)?;
             } else {
-                create_atomically(path, &builder)?;
+                create::create_atomically(path, &builder)?;
             }
             catch_unwind(AssertUnwindSafe(|| builder.create(path)))
         }
@@ -94,66 +100,6 @@ fn check_before_writing(path: &Path) -> Result<()> {
         .into(),
         other => other,
     })
-}
-
-/// Creates a new store beside `path` and links it into place only once it is whole.
-///
-/// redb initializes a new file in place and writes its magic number last, so a crash during
-/// that first open would leave a file that no later open accepts. Built under a temporary
-/// name and hard-linked to `path` (which fails if `path` appeared meanwhile, so two processes
-/// creating the same store at once end up sharing one file), a crash leaves at most a stray
-/// temporary file, never a half-made store.
-fn create_atomically(path: &Path, builder: &redb::Builder) -> Result<(), OpenError> {
-    let io = |source| io_error(path, source);
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d.to_owned(),
-        _ => std::path::PathBuf::from("."),
-    };
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = dir.join(format!(
-        ".{name}.creating-{}-{:x}",
-        std::process::id(),
-        crate::clock::random_u64()
-    ));
-    let made = catch_unwind(AssertUnwindSafe(|| builder.create(&tmp)));
-    let result = match made {
-        Ok(Ok(db)) => {
-            let init = create(&db).map_err(|e| OpenError::Corrupt {
-                path: path.to_owned(),
-                detail: format!("initializing a new store failed: {e}"),
-            });
-            drop(db);
-            init.and_then(|()| link_into_place(&tmp, path).map_err(io))
-        }
-        Ok(Err(e)) => Err(map_database_error(path, e)),
-        Err(_) => Err(OpenError::Corrupt {
-            path: path.to_owned(),
-            detail: "the storage engine failed creating the file".into(),
-        }),
-    };
-    let _ = std::fs::remove_file(&tmp);
-    result
-}
-
-fn link_into_place(tmp: &Path, path: &Path) -> std::io::Result<()> {
-    match std::fs::hard_link(tmp, path) {
-        Ok(()) => {}
-        // Another process created the store first: use theirs.
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => return Ok(()),
-        // A filesystem without hard links (FAT on some devices): rename, which replaces a
-        // store that another process created in the same instant (documented).
-        Err(_) => std::fs::rename(tmp, path)?,
-    }
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        // Make the new name durable, not only the file's contents.
-        if let Ok(d) = std::fs::File::open(dir) {
-            let _ = d.sync_all();
-        }
-    }
-    Ok(())
 }
 
 /// A boxed backend, so the builder can hold any backend the application gives it.
@@ -244,14 +190,14 @@ fn check_magic(
     Ok(())
 }
 
-fn io_error(path: &Path, source: std::io::Error) -> OpenError {
+pub(crate) fn io_error(path: &Path, source: std::io::Error) -> OpenError {
     OpenError::Io {
         path: path.to_owned(),
         source,
     }
 }
 
-fn map_database_error(path: &Path, e: DatabaseError) -> OpenError {
+pub(crate) fn map_database_error(path: &Path, e: DatabaseError) -> OpenError {
     let path = path.to_owned();
     match e {
         DatabaseError::DatabaseAlreadyOpen | DatabaseError::LockProtocolMismatch => {
@@ -359,7 +305,7 @@ pub(crate) fn prepare(db: &Database, path: &Path) -> Result<Timeline> {
     let empty = read.list_tables()?.next().is_none();
     if empty {
         drop(read);
-        create(db)?;
+        create::initialize(db)?;
         return Ok(Timeline {
             anchor: None,
             high_water: StoreTime::ZERO,
@@ -431,21 +377,6 @@ pub(crate) fn inspect(read: &ReadTransaction, path: &Path) -> Result<Timeline> {
         return Err(implausible("the clock anchor's store time", a.store).into());
     }
     Ok(Timeline { anchor, high_water })
-}
-
-/// Makes an empty redb database into a leasehold store: every table, the marker, the
-/// schema version. One transaction, so a crash leaves either nothing or a whole store.
-fn create(db: &Database) -> Result<()> {
-    let txn = db.begin_write()?;
-    {
-        let mut t = Tables::open(&txn)?;
-        t.meta.insert(meta_key::MARKER, MARKER)?;
-        t.meta.insert(
-            meta_key::SCHEMA_VERSION,
-            SCHEMA_VERSION.to_le_bytes().as_slice(),
-        )?;
-    }
-    txn.commit().map_err(Error::from)
 }
 
 /// Records this process as the store's writer (so a refused second writer can be told who

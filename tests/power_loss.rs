@@ -251,9 +251,23 @@ fn an_io_error_at_any_point_is_reported_and_loses_no_acknowledged_commit() {
                 drop(store);
             }
             Err(_) => {
-                // reported as an error, not a panic; nothing was acknowledged
+                // Reported as an error, not a panic; nothing was acknowledged. Whatever the
+                // creation left, after a restart or a power loss, opens as a store.
                 failed_at_open += 1;
                 injected += 1;
+                let d = disk.0.lock().unwrap();
+                for (image, when) in [
+                    (Some(&d.live), "restart"),
+                    (d.snapshots.last(), "power loss"),
+                ] {
+                    let Some(image) = image else { continue };
+                    let reopened = builder(TestDisk::from_image(image), &ManualClock::new()).open();
+                    assert!(
+                        reopened.is_ok(),
+                        "fault {fail_at} during open, {when}: the image does not open: {:?}",
+                        reopened.err()
+                    );
+                }
                 continue;
             }
         }
