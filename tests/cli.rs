@@ -480,3 +480,49 @@ fn a_store_with_a_zeroed_page_is_reported_as_corrupt_never_a_panic() {
     }
     assert!(corrupt_seen > 0, "no zeroed page was ever noticed");
 }
+
+#[test]
+fn refused_files_get_exit_3_from_every_command_and_are_left_as_they_were() {
+    let dir = tempfile::tempdir().unwrap();
+    let foreign = dir.path().join("foreign.redb");
+    {
+        let db = leasehold::redb::Database::create(&foreign).unwrap();
+        let txn = db.begin_write().unwrap();
+        let t: leasehold::redb::TableDefinition<u64, u64> =
+            leasehold::redb::TableDefinition::new("users");
+        txn.open_table(t).unwrap().insert(1, 1).unwrap();
+        txn.commit().unwrap();
+    }
+    let fifo = dir.path().join("fifo");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a valid NUL-terminated path; mkfifo only creates the node.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    for db in [&foreign, &fifo] {
+        let before = std::fs::metadata(db)
+            .unwrap()
+            .is_file()
+            .then(|| std::fs::read(db).unwrap());
+        let t = Tool {
+            _dir: tempfile::tempdir().unwrap(),
+            db: db.clone(),
+        };
+        for args in [
+            vec!["enqueue", "--queue", "q", "x"],
+            vec!["reap"],
+            vec!["cancel", "1"],
+            vec!["compact"],
+            vec!["stats"],
+            vec!["check"],
+        ] {
+            let err = t.fails(&args, 3);
+            assert!(err.contains("not a leasehold store"), "{args:?}: {err}");
+        }
+        if let Some(bytes) = before {
+            assert!(
+                std::fs::read(db).unwrap() == bytes,
+                "{} was modified",
+                db.display()
+            );
+        }
+    }
+}
