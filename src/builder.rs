@@ -7,10 +7,11 @@ use std::time::Duration;
 
 use redb::ConcurrencyMode;
 
-use crate::clock::{Clock, MonotonicClock, StoreClock};
+use crate::clock::{Clock, MonotonicClock};
 use crate::config::{DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_PAYLOAD, DEFAULT_REAP_BATCH};
 use crate::error::{ConfigError, Result};
 use crate::group::CommitShape;
+use crate::neighbours::Neighbours;
 use crate::open::{self, EngineOptions};
 use crate::retry::RetryPolicy;
 use crate::store::Store;
@@ -153,11 +154,21 @@ impl StoreBuilder {
         if self.reap_batch == 0 {
             return Err(ConfigError::ZeroBatch.into());
         }
-        if self.sharing == Sharing::SingleWriter
+        if self.sharing != Sharing::Exclusive
             && matches!(self.durability, Durability::Eventual { .. })
         {
             return Err(ConfigError::EventualDurabilityShared.into());
         }
+        let shared = self.sharing == Sharing::MultiProcess;
+        if shared && self.backend.is_some() {
+            return Err(ConfigError::MultiProcessNeedsAFile.into());
+        }
+        // Registered before the file is opened: from its first lease on, a process that shares
+        // the store is known to its neighbours, alive or dead.
+        let neighbours = match shared {
+            true => Some(Neighbours::join(&self.path)?),
+            false => None,
+        };
         let db = open::open_database(
             &self.path,
             self.backend,
@@ -167,15 +178,15 @@ impl StoreBuilder {
                 mode: self.sharing.mode(),
             },
         )?;
-        let timeline = open::prepare(&db, &self.path)?;
-        let (clock, fresh) = StoreClock::resume(self.clock, timeline.anchor, timeline.high_water);
-        open::claim_writer_seat(&db, fresh.then(|| clock.anchor()))?;
+        open::prepare(&db, &self.path)?;
+        let clock = open::settle(&db, &self.path, self.clock, shared)?;
         let policy = Policy {
             retry: self.retry,
             default_max_attempts: self.default_max_attempts,
             max_payload: self.max_payload,
             reap_batch: self.reap_batch,
             retention: self.retention,
+            instance: neighbours.as_ref().map(Neighbours::instance),
         };
         let store = Store::from_parts(
             db,
@@ -184,6 +195,7 @@ impl StoreBuilder {
             self.durability,
             policy,
             self.commit_shape,
+            neighbours,
         )?;
         if self.recover_on_open {
             let report = store.recover()?;
@@ -211,6 +223,14 @@ pub enum Sharing {
     /// No other process may open the file at all, not even to read. Allows
     /// [`Durability::Eventual`] and one-phase commits.
     Exclusive,
+    /// Any number of processes of one host open the store and write it, one write transaction
+    /// at a time across them (redb's multi-writer mode). Each process registers an instance
+    /// held alive by a kernel lock beside the store; when a process dies, a surviving one
+    /// takes back every lease it held at once, and an enqueue in one process wakes idle
+    /// workers in the others. Opening takes back only the leases of processes that are gone.
+    /// Needs a local filesystem with working file locks; [`Durability::Eventual`] is not
+    /// available.
+    MultiProcess,
 }
 
 impl Sharing {
@@ -218,6 +238,7 @@ impl Sharing {
         match self {
             Sharing::SingleWriter => ConcurrencyMode::SingleWriter,
             Sharing::Exclusive => ConcurrencyMode::ExclusiveWriter,
+            Sharing::MultiProcess => ConcurrencyMode::MultiWriter,
         }
     }
 }

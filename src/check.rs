@@ -94,6 +94,7 @@ pub(crate) fn check(read: &ReadTransaction) -> Result<CheckReport> {
         attempts.insert(id, (job.attempt.0, job.state));
     }
 
+    check_holders(read, &attempts, problems)?;
     compare(
         problems,
         "ready",
@@ -261,4 +262,29 @@ fn compare_maps<K: Ord + std::fmt::Debug, V: PartialEq + std::fmt::Debug>(
             problems.push(format!("{name} index has {k:?}, which no record implies"));
         }
     }
+}
+
+/// Every `holders` entry names a running job at the attempt it records (a store written
+/// before the table existed has none).
+fn check_holders(
+    read: &ReadTransaction,
+    attempts: &BTreeMap<u64, (u32, JobState)>,
+    problems: &mut Vec<String>,
+) -> Result<()> {
+    let holders = match read.open_table(schema::HOLDERS) {
+        Ok(t) => t,
+        Err(redb::TableError::TableDoesNotExist(_)) => return Ok(()),
+        Err(e) => return Err(e.into()),
+    };
+    for entry in holders.iter()? {
+        let (job, holder) = entry?;
+        let (job, (instance, attempt)) = (job.value(), holder.value());
+        if attempts.get(&job) != Some(&(attempt, JobState::Running)) {
+            problems.push(format!(
+                "holders says process instance {instance:016x} holds job {job} attempt {attempt}, \
+                 which is not running at that attempt"
+            ));
+        }
+    }
+    Ok(())
 }

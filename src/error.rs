@@ -56,6 +56,10 @@ pub enum Error {
         "the store was called from inside its own transaction; use the Transaction the closure was given"
     )]
     Reentered,
+    /// A thread the store or a pool needs could not be started (the process is out of
+    /// threads or memory). Nothing was written.
+    #[error("could not start a thread: {0}")]
+    ThreadSpawn(#[source] std::io::Error),
     /// The operation needs the store to itself, and other handles are alive.
     #[error("store in use: {0}")]
     InUse(&'static str),
@@ -189,6 +193,28 @@ pub enum OpenError {
         /// The writer's process id, where it could be read from the store.
         pid: Option<u32>,
     },
+    /// Processes sharing a store prove they are alive with file locks, and this filesystem
+    /// does not keep them (some network filesystems): sharing it between processes is not
+    /// safe there.
+    #[error(
+        "{path}: file locks do not work here ({detail}); processes cannot share a store on this filesystem"
+    )]
+    NoWorkingLocks {
+        /// The directory of process instances.
+        path: PathBuf,
+        /// What the test found.
+        detail: String,
+    },
+    /// The store is open in another sharing mode by another process (one process in
+    /// [`Sharing::MultiProcess`](crate::Sharing::MultiProcess) and another in single-writer
+    /// or exclusive sharing cannot share a file).
+    #[error(
+        "{path} is open in another sharing mode by another process; open it with the same Sharing"
+    )]
+    IncompatibleSharing {
+        /// The file.
+        path: PathBuf,
+    },
     /// The file could not be read or created.
     #[error("cannot open {path}: {source}")]
     Io {
@@ -243,6 +269,10 @@ pub enum ConfigError {
     /// The retry backoff is inverted or its jitter is out of range.
     #[error("retry policy is invalid: {0}")]
     RetryPolicy(&'static str),
+    /// Processes share a store through its file (and the instance files beside it), so a
+    /// custom storage backend cannot be shared.
+    #[error("Sharing::MultiProcess needs a store file, not a custom backend")]
+    MultiProcessNeedsAFile,
     /// Non-durable commits exist only in one process's memory, so redb refuses them when
     /// processes share a store.
     #[error("eventual durability is not available when processes share the store")]

@@ -17,6 +17,19 @@ impl fmt::Display for JobId {
     }
 }
 
+/// One process's registration with a store shared by several processes (see
+/// [`Sharing::MultiProcess`](crate::Sharing::MultiProcess)): a random id, never a pid (pids
+/// are reused), held alive by a kernel lock for the process's life. Every lease records the
+/// instance that holds it, so when that process dies its leases are known and taken back.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Encode, Decode)]
+pub struct InstanceId(pub u64);
+
+impl fmt::Display for InstanceId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:016x}", self.0)
+    }
+}
+
 /// How many times a job has been claimed. Every claim increments it, so it names one
 /// execution of a job exactly: it is the **fencing token**. A write that carries an older
 /// attempt than the job's current one comes from a holder that lost its lease, and the store

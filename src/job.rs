@@ -175,6 +175,10 @@ pub enum ReclaimPath {
     /// The store was opened with the writer's seat, which proves the lease's holder process
     /// is gone.
     Recovery,
+    /// The process that held the lease died while others share the store: its kernel-held
+    /// instance lock was released, so a surviving process took back all of its leases at
+    /// once, without waiting for them to expire.
+    ProcessDied,
 }
 
 impl fmt::Display for ReclaimPath {
@@ -183,6 +187,7 @@ impl fmt::Display for ReclaimPath {
             ReclaimPath::Reaper => "reaper",
             ReclaimPath::Takeover => "takeover",
             ReclaimPath::Recovery => "recovery at open (holder's process ended)",
+            ReclaimPath::ProcessDied => "holder process died",
         })
     }
 }
@@ -219,6 +224,10 @@ impl fmt::Display for Outcome {
                 path: ReclaimPath::Recovery,
                 ..
             } => f.write_str("lease taken back at open (its holder's process had ended)"),
+            Outcome::LeaseExpired {
+                path: ReclaimPath::ProcessDied,
+                ..
+            } => f.write_str("lease taken back: its holder process died"),
             Outcome::LeaseExpired { path, overdue } => write!(
                 f,
                 "lease expired; taken back by the {} {:.3}s after expiry",

@@ -13,7 +13,7 @@ use redb::{
     TableHandle,
 };
 
-use crate::clock::Anchor;
+use crate::clock::{Anchor, StoreClock};
 use crate::codec;
 use crate::create;
 use crate::error::{Error, OpenError, Result};
@@ -300,18 +300,14 @@ pub(crate) struct Timeline {
 
 /// Checks that `db` is a leasehold store this build can read (or makes a new, empty redb
 /// database into one), and reads its timeline.
-pub(crate) fn prepare(db: &Database, path: &Path) -> Result<Timeline> {
+pub(crate) fn prepare(db: &Database, path: &Path) -> Result<()> {
     let read = db.begin_read()?;
     let empty = read.list_tables()?.next().is_none();
     if empty {
         drop(read);
-        create::initialize(db)?;
-        return Ok(Timeline {
-            anchor: None,
-            high_water: StoreTime::ZERO,
-        });
+        return create::initialize(db);
     }
-    inspect(&read, path)
+    inspect(&read, path).map(|_| ())
 }
 
 /// Checks that an existing database is a leasehold store this build can read, and reads its
@@ -354,6 +350,14 @@ pub(crate) fn inspect(read: &ReadTransaction, path: &Path) -> Result<Timeline> {
         }
         .into());
     }
+    read_timeline(&meta, path)
+}
+
+/// The clock anchor and high-water mark in `meta`, refused if no clock could have written them.
+fn read_timeline(
+    meta: &impl redb::ReadableTable<&'static str, &'static [u8]>,
+    path: &Path,
+) -> Result<Timeline> {
     let anchor = match meta.get(meta_key::ANCHOR)? {
         Some(b) => Some(
             codec::decode::<Anchor>(b.value()).map_err(|e| OpenError::Corrupt {
@@ -363,7 +367,7 @@ pub(crate) fn inspect(read: &ReadTransaction, path: &Path) -> Result<Timeline> {
         ),
         None => None,
     };
-    let high_water = StoreTime(read_u64(&meta, meta_key::HIGH_WATER)?.unwrap_or(0));
+    let high_water = StoreTime(read_u64(meta, meta_key::HIGH_WATER)?.unwrap_or(0));
     let implausible = |what: &str, t: StoreTime| OpenError::Corrupt {
         path: path.to_owned(),
         detail: format!("{what} {t} is later than any clock could have written"),
@@ -379,19 +383,39 @@ pub(crate) fn inspect(read: &ReadTransaction, path: &Path) -> Result<Timeline> {
     Ok(Timeline { anchor, high_water })
 }
 
-/// Records this process as the store's writer (so a refused second writer can be told who
-/// holds the seat), and persists a new clock anchor if there is one.
-pub(crate) fn claim_writer_seat(db: &Database, anchor: Option<Anchor>) -> Result<()> {
+/// Binds the store clock to the file's timeline and records this writer, in one write
+/// transaction: when several processes write the store, an anchor another one wrote an instant
+/// ago must be read and used, never overwritten (two anchors would put two store times on one
+/// file). Alone on the file, it records this process's pid, so a refused second writer can be
+/// told who holds the seat. Also brings an older schema up to this build's.
+pub(crate) fn settle(
+    db: &Database,
+    path: &Path,
+    source: std::sync::Arc<dyn crate::clock::Clock>,
+    shared: bool,
+) -> Result<StoreClock> {
     let txn = db.begin_write()?;
-    {
+    let clock = {
         let mut meta = txn.open_table(schema::META)?;
-        meta.insert(
-            meta_key::WRITER_PID,
-            u64::from(std::process::id()).to_le_bytes().as_slice(),
-        )?;
-        if let Some(anchor) = anchor {
-            meta.insert(meta_key::ANCHOR, codec::encode(&anchor).as_slice())?;
+        let timeline = read_timeline(&meta, path)?;
+        let (clock, fresh) = StoreClock::resume(source, timeline.anchor, timeline.high_water);
+        if fresh {
+            meta.insert(meta_key::ANCHOR, codec::encode(&clock.anchor()).as_slice())?;
         }
-    }
-    txn.commit().map_err(Error::from)
+        if !shared {
+            meta.insert(
+                meta_key::WRITER_PID,
+                u64::from(std::process::id()).to_le_bytes().as_slice(),
+            )?;
+        }
+        meta.insert(
+            meta_key::SCHEMA_VERSION,
+            SCHEMA_VERSION.to_le_bytes().as_slice(),
+        )?;
+        clock
+    };
+    // Tables a version 1 store lacks.
+    txn.open_table(schema::HOLDERS)?;
+    txn.commit()?;
+    Ok(clock)
 }

@@ -19,7 +19,7 @@ use redb::ReadableTable;
 use crate::codec;
 use crate::config::check_terms;
 use crate::error::{Error, LeaseLost, Result};
-use crate::ids::{Attempt, JobId, StoreTime};
+use crate::ids::{Attempt, InstanceId, JobId, StoreTime};
 use crate::index;
 use crate::input;
 use crate::job::{Job, JobState, LeaseRecord, NewJob, Outcome, ReclaimPath, Run};
@@ -432,6 +432,72 @@ pub(crate) fn reap_batch(
     Ok((reclaimed, remaining))
 }
 
+/// Takes back up to `limit` leases held by `instance`, a process that is known to be dead
+/// (its instance lock was free): all of them in one transaction when they fit, recorded as
+/// [`ReclaimPath::ProcessDied`]. Returns the reclaims and whether more remain.
+pub(crate) fn reclaim_holder(
+    tx: &mut Tx<'_>,
+    instance: InstanceId,
+    limit: usize,
+) -> Result<(Vec<Reclaim>, usize)> {
+    let mut held = Vec::new();
+    let mut remaining = 0;
+    for entry in tx.t.holders.iter()? {
+        let (job, holder) = entry?;
+        let (holder, attempt) = holder.value();
+        if holder != instance.0 {
+            continue;
+        }
+        if held.len() == limit {
+            remaining = 1;
+            break;
+        }
+        held.push((JobId(job.value()), Attempt(attempt)));
+    }
+    let mut reclaimed = Vec::with_capacity(held.len());
+    for (id, attempt) in held {
+        let job = load(tx, id)?;
+        if job.state == JobState::Running && job.attempt == attempt {
+            reclaimed.push(expire(tx, job, ReclaimPath::ProcessDied)?.1);
+        } else {
+            // An entry its attempt's end did not remove cannot exist; tolerate one anyway.
+            tx.t.holders.remove(id.0)?;
+        }
+    }
+    Ok((reclaimed, remaining))
+}
+
+/// At open in a store shared by processes: takes back up to `limit` running leases whose
+/// holder is not `alive` ([`ReclaimPath::ProcessDied`]), and those no process instance holds
+/// (granted while the store was not shared, by a process that is gone: [`ReclaimPath::Recovery`]).
+/// A live neighbour's lease is never touched. Returns the reclaims and whether more remain.
+pub(crate) fn reclaim_orphans(
+    tx: &mut Tx<'_>,
+    limit: usize,
+    mut alive: impl FnMut(InstanceId) -> bool,
+) -> Result<(Vec<Reclaim>, usize)> {
+    let mut orphans = Vec::new();
+    let mut remaining = 0;
+    for entry in tx.t.expiry.iter()? {
+        let (_, _, id) = entry?.0.value();
+        let path = match tx.t.holders.get(id)? {
+            Some(holder) if alive(InstanceId(holder.value().0)) => continue,
+            Some(_) => ReclaimPath::ProcessDied,
+            None => ReclaimPath::Recovery,
+        };
+        if orphans.len() == limit {
+            remaining = 1;
+            break;
+        }
+        orphans.push((JobId(id), path));
+    }
+    let mut reclaimed = Vec::with_capacity(orphans.len());
+    for (id, path) in orphans {
+        reclaimed.push(expire(tx, load(tx, id)?, path)?.1);
+    }
+    Ok((reclaimed, remaining))
+}
+
 // ----- the pieces -----
 
 /// Which counter a refused fenced write moves.
@@ -556,6 +622,9 @@ fn end_attempt(tx: &mut Tx<'_>, job: Job, outcome: Outcome, next: Next) -> Resul
     tx.t.history
         .insert((job.id.0, job.attempt.0), codec::encode(&run).as_slice())?;
     index::save(tx, Some(&job), &new)?;
+    // Whoever ends it (a store shared by processes or not, since such a store may be opened
+    // alone later), the attempt is no longer held.
+    tx.t.holders.remove(job.id.0)?;
     Ok(new)
 }
 
@@ -594,6 +663,9 @@ fn grant(tx: &mut Tx<'_>, job: Job, worker: &str, terms: LeaseTerms) -> Result<O
     new.progress_at = now;
     new.updated_at = now;
     index::save(tx, Some(&job), &new)?;
+    if let Some(instance) = tx.policy.instance {
+        tx.t.holders.insert(new.id.0, (instance.0, new.attempt.0))?;
+    }
     tx.tally.wrote_time(expires_at);
     let payload =
         tx.t.payloads
@@ -627,9 +699,12 @@ fn expire(tx: &mut Tx<'_>, job: Job, path: ReclaimPath) -> Result<(Job, Reclaim)
     match path {
         ReclaimPath::Reaper => tx.tally.counters.reclaimed_by_reaper += 1,
         ReclaimPath::Takeover => tx.tally.counters.reclaimed_by_takeover += 1,
-        ReclaimPath::Recovery => tx.tally.counters.reclaimed_at_open += 1,
+        // Both mean "its holder's process was gone" (the counter predates the second path).
+        ReclaimPath::Recovery | ReclaimPath::ProcessDied => {
+            tx.tally.counters.reclaimed_at_open += 1
+        }
     }
-    if path != ReclaimPath::Recovery {
+    if matches!(path, ReclaimPath::Reaper | ReclaimPath::Takeover) {
         tx.tally.detection_delay(detection_delay);
     }
     let next = after_failure(tx, &job, false);

@@ -15,14 +15,16 @@
 //! | `unique` | (queue, key) | job id | keys held by jobs that are not terminal |
 //! | `counts` | (queue, state) | count | jobs per queue and state |
 //! | `finished` | (finished_at, job) | () | terminal jobs, oldest first (for purging) |
+//! | `holders` | job id | (process instance, attempt) | which process holds a running job's lease, when processes share the store |
 //!
 //! Every index (`ready`, `expiry`, `unique`, `counts`, `finished`) is a pure function of the
 //! job records, maintained only by [`crate::index`] and verified by [`crate::Store::check`].
 
 use redb::TableDefinition;
 
-/// The schema version this build writes and the newest it reads.
-pub const SCHEMA_VERSION: u32 = 1;
+/// The schema version this build writes and the newest it reads. Version 2 added `holders`
+/// (a version 1 store is upgraded by the first open that writes).
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// The marker that says "this redb file is a leasehold store".
 pub(crate) const MARKER: &[u8] = b"leasehold store";
@@ -43,6 +45,8 @@ pub(crate) const COUNTS: TableDefinition<(&str, u8), u64> =
     TableDefinition::new("leasehold.counts");
 pub(crate) const FINISHED: TableDefinition<(u64, u64), ()> =
     TableDefinition::new("leasehold.finished");
+pub(crate) const HOLDERS: TableDefinition<u64, (u64, u32)> =
+    TableDefinition::new("leasehold.holders");
 
 /// Keys of the `meta` table.
 pub(crate) mod meta_key {

@@ -13,9 +13,11 @@ use crate::builder::Durability;
 use crate::clock::StoreClock;
 use crate::error::{Error, Result};
 use crate::group::{CommitShape, Committer, Group, PendingOp};
-use crate::ids::{Attempt, JobId, StoreTime};
+use crate::ids::{Attempt, InstanceId, JobId, StoreTime};
+use crate::instance::{self, Liveness};
 use crate::job::{Job, JobState, NewJob, ReclaimPath, Run};
 use crate::lease::{Lease, LeaseTerms, Renewal};
+use crate::neighbours::{Neighbours, Survivor};
 use crate::notify::Notifier;
 use crate::protocol;
 use crate::read::{self, JobFilter};
@@ -44,6 +46,8 @@ struct Inner {
     group: Arc<Group>,
     /// What opening the store took back (see [`Store::recovered_at_open`]).
     recovered: std::sync::OnceLock<ReapReport>,
+    /// The other processes, when several share the store.
+    neighbours: Option<Neighbours>,
 }
 
 #[derive(Debug, Default)]
@@ -60,6 +64,7 @@ impl Store {
         durability: Durability,
         policy: Policy,
         shape: CommitShape,
+        neighbours: Option<Neighbours>,
     ) -> Result<Store> {
         let store = Store {
             inner: Arc::new(Inner {
@@ -73,6 +78,7 @@ impl Store {
                 writes: AtomicU64::new(0),
                 group: Arc::new(Group::new(shape)),
                 recovered: std::sync::OnceLock::new(),
+                neighbours,
             }),
         };
         if shape == CommitShape::WriterThread {
@@ -82,16 +88,68 @@ impl Store {
             std::thread::Builder::new()
                 .name("lh-writer".into())
                 .spawn(move || group.writer_loop(|| weak.upgrade().map(|inner| Store { inner })))
-                .map_err(|e| Error::Storage(redb::Error::Io(e)))?;
+                .map_err(Error::ThreadSpawn)?;
+        }
+        if let Some(n) = &store.inner.neighbours {
+            n.start(Arc::downgrade(&store.inner))?;
         }
         Ok(store)
     }
 
-    /// Takes back every running lease: at open, when the writer's seat proves their holder's
-    /// process is gone.
+    /// Takes back the leases whose holder's process is gone: at open. Alone on the file (the
+    /// writer's seat proves it), that is every running lease; shared by processes, only those
+    /// of processes that are provably dead (their instance lock is free), never a neighbour's.
     pub(crate) fn recover(&self) -> Result<&ReapReport> {
-        let report = self.reap_all(ReclaimPath::Recovery)?;
+        let report = match &self.inner.neighbours {
+            None => self.reap_all(ReclaimPath::Recovery)?,
+            Some(n) => self.reclaim_orphans(n.instance(), &n.directory())?,
+        };
         Ok(self.inner.recovered.get_or_init(|| report))
+    }
+
+    /// Takes back every running lease whose holder is not a live neighbour, in batches; the
+    /// dead instances found on the way are removed once their leases are back.
+    fn reclaim_orphans(&self, me: InstanceId, dir: &Path) -> Result<ReapReport> {
+        let probed: Arc<Mutex<Probed>> = Arc::default();
+        let mut report = ReapReport::default();
+        loop {
+            let batch = self.inner.policy.reap_batch;
+            let (dir, seen) = (dir.to_owned(), probed.clone());
+            let (reclaimed, remaining) = self.write(move |tx| {
+                let mut seen = seen.lock();
+                protocol::reclaim_orphans(tx, batch, |id| id == me || seen.alive(&dir, id))
+            })?;
+            report.batches += 1;
+            report.largest_batch = report.largest_batch.max(reclaimed.len());
+            report.reclaimed.extend(reclaimed);
+            if remaining == 0 {
+                break;
+            }
+        }
+        for dead in std::mem::take(&mut probed.lock().dead) {
+            dead.bury();
+        }
+        Ok(report)
+    }
+
+    /// Takes back every lease a dead neighbour held (its instance lock was free); returns how
+    /// many.
+    pub(crate) fn reclaim_instance(&self, dead: InstanceId) -> Result<usize> {
+        let mut total = 0;
+        loop {
+            let batch = self.inner.policy.reap_batch;
+            let (reclaimed, remaining) =
+                self.write(move |tx| protocol::reclaim_holder(tx, dead, batch))?;
+            total += reclaimed.len();
+            if remaining == 0 {
+                return Ok(total);
+            }
+        }
+    }
+
+    /// This handle's process instance, when processes share the store.
+    pub fn instance(&self) -> Option<InstanceId> {
+        self.inner.neighbours.as_ref().map(Neighbours::instance)
     }
 
     /// The leases opening the store took back: those a process that is gone left running
@@ -622,7 +680,7 @@ impl Store {
                 txn.commit()?;
                 self.inner.writes.fetch_add(1, Ordering::Relaxed);
                 self.committed(durable, now);
-                self.inner.notifier.notify(&tally.readied);
+                self.readied(&tally.readied);
                 Ok(value)
             }
             Err(e) => {
@@ -664,6 +722,17 @@ impl Store {
         self.inner.writes.fetch_add(1, Ordering::Relaxed);
         self.committed(durable, now);
         Ok(())
+    }
+
+    /// Wakes the workers waiting for these queues: this process's, and, when processes share
+    /// the store, the others'.
+    fn readied(&self, queues: &std::collections::BTreeSet<String>) {
+        self.inner.notifier.notify(queues);
+        if !queues.is_empty()
+            && let Some(n) = &self.inner.neighbours
+        {
+            n.wake_peers();
+        }
     }
 
     fn choose_durability(&self, txn: &mut WriteTransaction, now: StoreTime) -> Result<bool> {
@@ -741,13 +810,57 @@ impl Committer for Store {
         txn.commit()?;
         self.inner.writes.fetch_add(1, Ordering::Relaxed);
         self.committed(durable, now);
-        self.inner.notifier.notify(&tally.readied);
+        self.readied(&tally.readied);
         Ok(true)
+    }
+}
+
+impl Survivor for Inner {
+    fn reclaim_instance(self: Arc<Self>, dead: InstanceId) -> Result<usize> {
+        Store { inner: self }.reclaim_instance(dead)
+    }
+
+    fn wake_local(&self) {
+        self.notifier.notify_all();
+    }
+}
+
+/// The neighbours [`Store::reclaim_orphans`] looked at: each probed once, the dead ones held
+/// locked until their leases are back.
+#[derive(Default)]
+struct Probed {
+    alive: std::collections::BTreeSet<InstanceId>,
+    dead: Vec<instance::Dead>,
+    dead_ids: std::collections::BTreeSet<InstanceId>,
+}
+
+impl Probed {
+    fn alive(&mut self, dir: &Path, id: InstanceId) -> bool {
+        if self.alive.contains(&id) {
+            return true;
+        }
+        if self.dead_ids.contains(&id) {
+            return false;
+        }
+        match instance::probe(dir, id) {
+            Liveness::Alive => {
+                self.alive.insert(id);
+                true
+            }
+            Liveness::Dead(dead) => {
+                self.dead_ids.insert(id);
+                self.dead.push(dead);
+                false
+            }
+        }
     }
 }
 
 impl Drop for Inner {
     fn drop(&mut self) {
+        if let Some(n) = &self.neighbours {
+            n.stop();
+        }
         self.group.close();
         if self.flush.get_mut().dirty {
             let flushed = self

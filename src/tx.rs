@@ -8,7 +8,7 @@ use redb::{ReadableTable, Table, WriteTransaction};
 
 use crate::codec;
 use crate::error::{Error, Result};
-use crate::ids::{JobId, StoreTime};
+use crate::ids::{InstanceId, JobId, StoreTime};
 use crate::job::Job;
 use crate::retry::RetryPolicy;
 use crate::schema::{self, meta_key};
@@ -23,6 +23,9 @@ pub(crate) struct Policy {
     pub reap_batch: usize,
     /// How long succeeded and cancelled jobs are kept; `None`: until purged.
     pub retention: Option<Duration>,
+    /// This handle's process instance when processes share the store: every lease granted
+    /// here is recorded as held by it.
+    pub instance: Option<InstanceId>,
 }
 
 /// Every leasehold table, open for writing.
@@ -37,6 +40,7 @@ pub(crate) struct Tables<'t> {
     pub unique: Table<'t, (&'static str, &'static str), u64>,
     pub counts: Table<'t, (&'static str, u8), u64>,
     pub finished: Table<'t, (u64, u64), ()>,
+    pub holders: Table<'t, u64, (u64, u32)>,
 }
 
 impl<'t> Tables<'t> {
@@ -52,6 +56,7 @@ impl<'t> Tables<'t> {
             unique: txn.open_table(schema::UNIQUE)?,
             counts: txn.open_table(schema::COUNTS)?,
             finished: txn.open_table(schema::FINISHED)?,
+            holders: txn.open_table(schema::HOLDERS)?,
         })
     }
 

@@ -384,6 +384,7 @@ impl Watch {
                 ReclaimPath::Reaper => "reclaimed by the reaper",
                 ReclaimPath::Takeover => "taken over by a claimer",
                 ReclaimPath::Recovery => "recovered at open",
+                ReclaimPath::ProcessDied => "taken back when its process died",
             };
             d.say(format!(
                 "job {job}: edge-a's lease expired at {}; {how} {} later: detection delay {} (bound {})",

@@ -182,6 +182,9 @@ enum Command {
         /// Skip the checksum pass over every page at open.
         #[arg(long)]
         no_verify: bool,
+        /// Open the store shared by several processes (Sharing::MultiProcess).
+        #[arg(long)]
+        shared: bool,
     },
     /// Test helper for kill tests: work a queue with several threads, committing an effect
     /// with each completion and reporting each commit on stdout after it returned.
@@ -229,8 +232,15 @@ pub fn main() -> ExitCode {
             claim,
             lease_ms,
             no_verify,
+            shared,
         } => child::run(
-            Store::builder(db).verify_on_open(!no_verify),
+            Store::builder(db)
+                .verify_on_open(!no_verify)
+                .sharing(if shared {
+                    leasehold::Sharing::MultiProcess
+                } else {
+                    leasehold::Sharing::SingleWriter
+                }),
             &queue,
             enqueue,
             claim,

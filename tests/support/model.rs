@@ -370,9 +370,9 @@ impl Model {
         match path {
             ReclaimPath::Reaper => self.counters.reaper += 1,
             ReclaimPath::Takeover => self.counters.takeover += 1,
-            ReclaimPath::Recovery => self.counters.at_open += 1,
+            ReclaimPath::Recovery | ReclaimPath::ProcessDied => self.counters.at_open += 1,
         }
-        if path != ReclaimPath::Recovery {
+        if matches!(path, ReclaimPath::Reaper | ReclaimPath::Takeover) {
             self.counters.worst_detection =
                 self.counters.worst_detection.max(lease.length + overdue);
         }
