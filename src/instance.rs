@@ -184,6 +184,11 @@ pub(crate) fn probe(dir: &Path, id: InstanceId) -> Liveness {
     }
 }
 
+/// Whether instance `id`'s process is alive, for display (the lock is let go at once).
+pub(crate) fn is_alive(dir: &Path, id: InstanceId) -> bool {
+    matches!(probe(dir, id), Liveness::Alive)
+}
+
 /// The pid an instance file records (for a kernel notification of its death; never to decide
 /// liveness by).
 pub(crate) fn pid_of(dir: &Path, id: InstanceId) -> Option<i32> {

@@ -117,7 +117,7 @@ pub use config::{
 pub use error::{ConfigError, Error, InputError, LeaseLost, OpenError, Result};
 #[doc(hidden)]
 pub use group::CommitShape;
-pub use ids::{Attempt, JobId, StoreTime};
+pub use ids::{Attempt, InstanceId, JobId, StoreTime};
 pub use job::{Job, JobState, LeaseRecord, NewJob, Outcome, ReclaimPath, Run};
 pub use lease::{Lease, LeaseTerms, Renewal};
 pub use pool::{

@@ -200,7 +200,8 @@ pub(crate) fn io_error(path: &Path, source: std::io::Error) -> OpenError {
 pub(crate) fn map_database_error(path: &Path, e: DatabaseError) -> OpenError {
     let path = path.to_owned();
     match e {
-        DatabaseError::DatabaseAlreadyOpen | DatabaseError::LockProtocolMismatch => {
+        DatabaseError::LockProtocolMismatch => OpenError::IncompatibleSharing { path },
+        DatabaseError::DatabaseAlreadyOpen => {
             let pid = holder_pid(&path);
             OpenError::Locked { path, pid }
         }
@@ -383,6 +384,9 @@ fn read_timeline(
     Ok(Timeline { anchor, high_water })
 }
 
+/// The `sharing` meta value of a store that processes share.
+pub(crate) const MULTI_PROCESS: &[u8] = b"multi-process";
+
 /// Binds the store clock to the file's timeline and records this writer, in one write
 /// transaction: when several processes write the store, an anchor another one wrote an instant
 /// ago must be read and used, never overwritten (two anchors would put two store times on one
@@ -402,7 +406,10 @@ pub(crate) fn settle(
         if fresh {
             meta.insert(meta_key::ANCHOR, codec::encode(&clock.anchor()).as_slice())?;
         }
-        if !shared {
+        if shared {
+            meta.insert(meta_key::SHARING, MULTI_PROCESS)?;
+        } else {
+            meta.remove(meta_key::SHARING)?;
             meta.insert(
                 meta_key::WRITER_PID,
                 u64::from(std::process::id()).to_le_bytes().as_slice(),

@@ -195,6 +195,30 @@ pub(crate) fn writer_pid(read: &ReadTransaction) -> Result<Option<u32>> {
     Ok(crate::tx::read_u64(&meta, meta_key::WRITER_PID)?.and_then(|p| u32::try_from(p).ok()))
 }
 
+/// Whether the last writing open shared the store between processes.
+pub(crate) fn shared_by_processes(read: &ReadTransaction) -> Result<bool> {
+    let meta = read.open_table(schema::META)?;
+    Ok(meta
+        .get(meta_key::SHARING)?
+        .is_some_and(|v| v.value() == crate::open::MULTI_PROCESS))
+}
+
+/// The process instance holding each running job's lease, when processes share the store.
+pub(crate) fn holders(read: &ReadTransaction) -> Result<Vec<(JobId, crate::ids::InstanceId)>> {
+    let holders = match read.open_table(schema::HOLDERS) {
+        Ok(t) => t,
+        Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
+        Err(e) => return Err(e.into()),
+    };
+    holders
+        .iter()?
+        .map(|e| {
+            let (job, holder) = e?;
+            Ok((JobId(job.value()), crate::ids::InstanceId(holder.value().0)))
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;

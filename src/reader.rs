@@ -7,7 +7,7 @@ use std::sync::Arc;
 use crate::check::CheckReport;
 use crate::clock::{MonotonicClock, StoreClock};
 use crate::error::Result;
-use crate::ids::{JobId, StoreTime};
+use crate::ids::{InstanceId, JobId, StoreTime};
 use crate::job::{Job, Run};
 use crate::open::{self, ReadView};
 use crate::read::{self, JobFilter};
@@ -140,6 +140,31 @@ impl StoreReader {
     /// does not write the store.
     pub fn begin_read(&self) -> Result<redb::ReadTransaction> {
         Ok(self.db.begin_read()?)
+    }
+
+    /// How the store is shared: [`Sharing::MultiProcess`](crate::Sharing::MultiProcess) if
+    /// the last writing open shared it between processes, else
+    /// [`Sharing::SingleWriter`](crate::Sharing::SingleWriter). A writer that opens it
+    /// beside running processes must use the same.
+    pub fn sharing(&self) -> Result<crate::Sharing> {
+        Ok(
+            match self.reading("the store's meta table", read::shared_by_processes)? {
+                true => crate::Sharing::MultiProcess,
+                false => crate::Sharing::SingleWriter,
+            },
+        )
+    }
+
+    /// Which process instance holds each running job's lease, and whether that process is
+    /// alive (its instance lock is held), when processes share the store. A dead holder's
+    /// leases are taken back by the next process that notices (or opens the store).
+    pub fn holders(&self) -> Result<Vec<(JobId, InstanceId, bool)>> {
+        let dir = crate::instance::directory(&self.path);
+        let holders = self.reading("the lease holders", read::holders)?;
+        Ok(holders
+            .into_iter()
+            .map(|(job, id)| (job, id, crate::instance::is_alive(&dir, id)))
+            .collect())
     }
 
     /// The process id of the process that last opened the store for writing.

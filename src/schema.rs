@@ -58,6 +58,9 @@ pub(crate) mod meta_key {
     pub const COUNTERS: &str = "counters";
     /// The process id of the last process that opened the store for writing.
     pub const WRITER_PID: &str = "writer.pid";
+    /// How the last writing open shared the file: absent for one writer, `multi-process`
+    /// when processes share it (so the tool opens it the same way).
+    pub const SHARING: &str = "sharing";
 }
 
 /// Limits on inputs, which keep index keys short and records bounded.

@@ -199,3 +199,51 @@ fn an_enqueue_in_one_process_wakes_an_idle_pool_in_another() {
     );
     drop(pool);
 }
+
+fn tool(path: &Path, args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .arg("--db")
+        .arg(path)
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn the_tool_writes_beside_running_processes_and_shows_who_holds_each_lease() {
+    let (_dir, path) = store_path();
+    let holder = Holder::start(&path, &["--enqueue", "2", "--claim", "1"]);
+    let held = holder.claimed[0];
+    // a write command joins the processes instead of being refused, and takes nothing
+    for args in [
+        vec!["enqueue", "--queue", Q, "x"],
+        vec!["cancel", "2"],
+        vec!["reap"],
+    ] {
+        let out = tool(&path, &args);
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let jobs: serde_json::Value =
+        serde_json::from_slice(&tool(&path, &["jobs", "--json"]).stdout).unwrap();
+    let running = jobs
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|j| j["id"] == held.0)
+        .unwrap();
+    assert_eq!(running["state"], "running");
+    assert_eq!(running["lease"]["holder"]["alive"], true);
+    holder.kill();
+    let jobs: serde_json::Value =
+        serde_json::from_slice(&tool(&path, &["jobs", "--json"]).stdout).unwrap();
+    let shown = &jobs.as_array().unwrap()[0];
+    assert_eq!(shown["lease"]["holder"]["alive"], false, "{shown}");
+    // the next write command takes the dead holder's lease back
+    let reap: serde_json::Value =
+        serde_json::from_slice(&tool(&path, &["reap", "--json"]).stdout).unwrap();
+    assert_eq!(reap["recovered_at_open"][0]["job"], held.0);
+}

@@ -41,10 +41,32 @@ struct LeaseView {
     expires_at_ms: u64,
     /// Negative once the lease has expired.
     expires_in_ms: i64,
+    /// The process instance holding it, when processes share the store.
+    holder: Option<HolderView>,
+}
+
+#[derive(Serialize, Clone)]
+struct HolderView {
+    instance: String,
+    alive: bool,
+}
+
+/// The holder of each running job's lease, by job (empty unless processes share the store).
+type Holders = BTreeMap<JobId, HolderView>;
+
+fn holders(store: &StoreReader) -> Result<Holders, Error> {
+    Ok(store
+        .holders()?
+        .into_iter()
+        .map(|(job, id, alive)| {
+            let instance = id.to_string();
+            (job, HolderView { instance, alive })
+        })
+        .collect())
 }
 
 impl JobView {
-    pub fn of(j: &Job, now: StoreTime) -> JobView {
+    fn of(j: &Job, now: StoreTime, holders: &Holders) -> JobView {
         JobView {
             id: j.id.0,
             queue: j.queue.clone(),
@@ -63,6 +85,7 @@ impl JobView {
                 claimed_at_ms: ms(l.claimed_at),
                 expires_at_ms: ms(l.expires_at),
                 expires_in_ms: ms(l.expires_at) as i64 - ms(now) as i64,
+                holder: holders.get(&j.id).cloned(),
             }),
             progress: j.progress,
             progress_at_ms: ms(j.progress_at),
@@ -250,8 +273,10 @@ pub fn jobs(
         limit: Some(limit),
         order,
     })?;
+    let holders = holders(&store)?;
     if json {
-        print_json(&list.iter().map(|j| JobView::of(j, now)).collect::<Vec<_>>());
+        let views: Vec<_> = list.iter().map(|j| JobView::of(j, now, &holders)).collect();
+        print_json(&views);
         return Ok(ExitCode::SUCCESS);
     }
     let mut t = Table::new(&[
@@ -278,6 +303,14 @@ pub fn jobs(
                 format::duration(now.saturating_since(l.expires_at))
             ),
             None => "-".into(),
+        };
+        let lease = match holders.get(&j.id) {
+            Some(h) => format!(
+                "{lease} in {} ({})",
+                &h.instance[..8],
+                if h.alive { "alive" } else { "dead" }
+            ),
+            None => lease,
         };
         t.row(vec![
             j.id.to_string(),
@@ -339,7 +372,7 @@ pub fn show(db: &Path, json: bool, id: u64, raw: bool) -> Result<ExitCode, Error
         }
         print_json(&ShowView {
             now_ms: ms(now),
-            job: JobView::of(&job, now),
+            job: JobView::of(&job, now, &holders(&store)?),
             history: history.iter().map(run_view).collect(),
             payload: bytes(&payload),
             output: output.as_deref().map(bytes),

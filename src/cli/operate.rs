@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use leasehold::{Error, JobId, JobState, NewJob, OpenError, Store};
+use leasehold::{Error, JobId, JobState, NewJob, OpenError, Sharing, Store, StoreReader};
 use serde::Serialize;
 
 use super::format::{self, dms};
@@ -20,7 +20,15 @@ fn open(db: &Path, create: bool) -> Result<Store, Error> {
         }
         .into());
     }
-    let store = Store::open(db)?;
+    // A store that processes share is joined as one more of them: its live neighbours'
+    // leases are left alone, and their writes go on beside this command's.
+    let sharing = match db.exists() {
+        true => StoreReader::open(db)
+            .and_then(|r| r.sharing())
+            .unwrap_or(Sharing::SingleWriter),
+        false => Sharing::SingleWriter,
+    };
+    let store = Store::builder(db).sharing(sharing).open()?;
     let took = store.recovered_at_open().reclaimed.len();
     if took > 0 {
         eprintln!(
