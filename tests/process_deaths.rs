@@ -29,31 +29,60 @@ fn shared(path: &Path) -> Store {
 struct Holder {
     child: Child,
     claimed: Vec<JobId>,
+    out: std::io::Lines<BufReader<std::process::ChildStdout>>,
 }
 
 impl Holder {
+    /// Holds its leases for an hour, unless `args` says otherwise.
     fn start(path: &Path, args: &[&str]) -> Holder {
+        let lease = match args.contains(&"--lease-ms") {
+            true => vec![],
+            false => vec!["--lease-ms", HOUR_MS],
+        };
         let mut child = Command::new(env!("CARGO_BIN_EXE_leasehold"))
             .arg("__child")
             .arg("--db")
             .arg(path)
-            .args(["--shared", "--queue", Q, "--lease-ms", HOUR_MS])
+            .args(["--shared", "--queue", Q])
+            .args(lease)
             .args(args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
             .unwrap();
         let mut claimed = Vec::new();
-        for line in BufReader::new(child.stdout.take().unwrap()).lines() {
+        let mut out = BufReader::new(child.stdout.take().unwrap()).lines();
+        while let Some(line) = out.next() {
             let line = line.unwrap();
             let words: Vec<&str> = line.split_whitespace().collect();
             match words.as_slice() {
                 ["claimed", id, _] => claimed.push(JobId(id.parse().unwrap())),
-                ["ready", _] => return Holder { child, claimed },
+                ["ready", _] => {
+                    return Holder {
+                        child,
+                        claimed,
+                        out,
+                    };
+                }
                 _ => panic!("unexpected child output: {line}"),
             }
         }
         panic!("child exited before it was ready: {:?}", child.wait());
+    }
+
+    fn signal(&self, signal: libc::c_int) {
+        // SAFETY: kill(2) on our own child's pid; it touches no memory of ours.
+        assert_eq!(unsafe { libc::kill(self.child.id() as i32, signal) }, 0);
+    }
+
+    /// Asks the holder to complete what it holds; returns its verdict for each job.
+    fn complete(&mut self) -> Vec<String> {
+        let stdin = self.child.stdin.as_mut().unwrap();
+        stdin.write_all(b"complete\n").unwrap();
+        stdin.flush().unwrap();
+        (0..self.claimed.len())
+            .map(|_| self.out.next().unwrap().unwrap())
+            .collect()
     }
 
     fn kill(mut self) {
@@ -246,4 +275,213 @@ fn the_tool_writes_beside_running_processes_and_shows_who_holds_each_lease() {
     let reap: serde_json::Value =
         serde_json::from_slice(&tool(&path, &["reap", "--json"]).stdout).unwrap();
     assert_eq!(reap["recovered_at_open"][0]["job"], held.0);
+}
+
+// ----- the soak: worker processes SIGKILLed at random moments beside each other -----
+
+const EFFECTS: leasehold::redb::TableDefinition<u64, u32> =
+    leasehold::redb::TableDefinition::new("test.effects");
+const SOAK_QUEUE: &str = "kills";
+
+fn kills() -> usize {
+    std::env::var("LEASEHOLD_PROCESS_KILLS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(50)
+}
+
+/// A `__worker --shared` process: claims, renews and completes with an effect row in the same
+/// transaction, reporting each commit after it returned.
+struct Worker {
+    child: Child,
+    lines: crossbeam_channel::Receiver<String>,
+    reader: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Worker {
+    fn start(path: &Path, lease_ms: u64) -> Worker {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_leasehold"))
+            .args([
+                "__worker",
+                "--shared",
+                "--queue",
+                SOAK_QUEUE,
+                "--threads",
+                "2",
+            ])
+            .args(["--lease-ms", &lease_ms.to_string()])
+            .arg("--db")
+            .arg(path)
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, lines) = crossbeam_channel::unbounded();
+        let reader = std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Worker {
+            child,
+            lines,
+            reader: Some(reader),
+        }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Waits for up to `n` more lines (or a few seconds), returning the commits they report.
+    fn hear(&self, n: usize, committed: &mut Vec<u64>) {
+        for _ in 0..n {
+            match self.lines.recv_timeout(Duration::from_secs(5)) {
+                Ok(line) => record(&line, committed),
+                Err(_) => return,
+            }
+        }
+    }
+
+    /// SIGKILL; the lines written before death still count (those commits had returned).
+    fn kill(mut self, committed: &mut Vec<u64>) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+        if let Some(r) = self.reader.take() {
+            r.join().unwrap();
+        }
+        for line in self.lines.try_iter() {
+            record(&line, committed);
+        }
+    }
+}
+
+fn record(line: &str, committed: &mut Vec<u64>) {
+    let words: Vec<&str> = line.split_whitespace().collect();
+    match words.as_slice() {
+        ["committed", id, _] => committed.push(id.parse().unwrap()),
+        ["now", _] => {}
+        _ => panic!("worker said: {line}"),
+    }
+}
+
+fn xorshift(x: &mut u64) -> u64 {
+    *x ^= *x << 13;
+    *x ^= *x >> 7;
+    *x ^= *x << 17;
+    *x
+}
+
+#[test]
+fn worker_processes_killed_at_random_lose_nothing_and_commit_each_job_once() {
+    let (_dir, path) = store_path();
+    // An hour-long lease: every reclaim in this test is a process death seen by a survivor
+    // (or by an opening process), never an expiry.
+    let lease_ms = 3_600_000;
+    let mut observer = shared(&path);
+    let jobs = 1500u64;
+    observer
+        .enqueue_batch((0..jobs).map(|i| NewJob::new(SOAK_QUEUE, format!("{i}"))))
+        .unwrap();
+    let mut rng = 0x2545_F491_4F6C_DD1Du64;
+    let mut committed = Vec::new();
+    let mut killed = std::collections::BTreeSet::new();
+    let mut workers: Vec<Worker> = (0..4).map(|_| Worker::start(&path, lease_ms)).collect();
+    let kills = kills();
+    for kill in 0..kills {
+        let victim = (xorshift(&mut rng) % workers.len() as u64) as usize;
+        workers[victim].hear(1 + (xorshift(&mut rng) % 8) as usize, &mut committed);
+        let worker = workers.swap_remove(victim);
+        killed.insert(worker.pid());
+        worker.kill(&mut committed);
+        if kill % 10 == 9 {
+            // Now and then every process at once, with no survivor watching (the observer is
+            // closed meanwhile): the next open takes their leases back.
+            drop(observer);
+            for w in workers.drain(..) {
+                killed.insert(w.pid());
+                w.kill(&mut committed);
+            }
+            observer = shared(&path);
+        }
+        while workers.len() < 4 {
+            workers.push(Worker::start(&path, lease_ms));
+        }
+    }
+    wait_until("every job to succeed", || {
+        observer.stats().unwrap().total(JobState::Succeeded) == jobs
+    });
+    for w in workers.drain(..) {
+        w.kill(&mut committed);
+    }
+    let check = observer.check().unwrap();
+    assert!(check.is_clean(), "{:?}", check.problems);
+    let read = observer.begin_read().unwrap();
+    let effects = read.open_table(EFFECTS).unwrap();
+    let mut taken_back = 0;
+    for id in 1..=jobs {
+        let effect = effects.get(id).unwrap().map(|v| v.value());
+        assert_eq!(
+            effect,
+            Some(1),
+            "job {id}: its effect was committed {effect:?} times"
+        );
+        for run in observer.history(JobId(id)).unwrap() {
+            if let Some(Outcome::LeaseExpired { path, .. }) = run.outcome {
+                assert!(
+                    matches!(path, ReclaimPath::ProcessDied | ReclaimPath::Recovery),
+                    "job {id}: taken back by {path:?}"
+                );
+                // only a killed process's lease was ever taken back
+                let pid: u32 = run.worker.split('-').nth(1).unwrap().parse().unwrap();
+                assert!(
+                    killed.contains(&pid),
+                    "job {id}: a live process's lease was taken"
+                );
+                taken_back += 1;
+            }
+        }
+    }
+    for id in &committed {
+        assert_eq!(
+            observer.job(JobId(*id)).unwrap().unwrap().state,
+            JobState::Succeeded
+        );
+    }
+    eprintln!(
+        "{kills} kills of worker processes (and every 10th, all of them at once): \
+         {taken_back} leases taken back, {} commits reported, all {jobs} jobs committed \
+         exactly once",
+        committed.len()
+    );
+    assert!(taken_back > 0);
+}
+
+#[test]
+fn a_stopped_process_keeps_its_lock_so_the_lease_decides_and_its_late_commit_is_fenced() {
+    let (_dir, path) = store_path();
+    let store = shared(&path);
+    let id = store.enqueue(NewJob::new(Q, "x")).unwrap();
+    let mut stopped = Holder::start(&path, &["--claim", "1", "--lease-ms", "300"]);
+    assert_eq!(stopped.claimed, vec![id]);
+    stopped.signal(libc::SIGSTOP);
+    // Alive but stopped: it still holds its instance lock, so no process-death reclaim comes;
+    // the lease runs out and the reaper takes the job back.
+    wait_until("the lease to expire and be reaped", || {
+        !store.reap().unwrap().reclaimed.is_empty()
+    });
+    assert_eq!(died_path(&store, id), Some(ReclaimPath::Reaper));
+    let live = store
+        .claim(Q, "survivor", Duration::from_secs(60))
+        .unwrap()
+        .unwrap();
+    store.complete(&live, b"done").unwrap();
+    stopped.signal(libc::SIGCONT);
+    assert_eq!(stopped.complete(), vec![format!("completed {} lost", id.0)]);
+    let job = store.job(id).unwrap().unwrap();
+    assert_eq!((job.state, job.attempt.0), (JobState::Succeeded, 2));
+    assert_eq!(store.output(id).unwrap().unwrap(), b"done");
+    stopped.end();
 }

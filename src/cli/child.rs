@@ -1,5 +1,6 @@
 //! `leasehold __child`: a test helper process that opens a store, optionally enqueues and
-//! claims jobs, reports them on stdout, and holds the store until killed or its stdin closes.
+//! claims jobs, reports them on stdout, and holds the store until killed or its stdin closes
+//! (a line `complete` on stdin makes it try to complete what it holds, and report the verdict).
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -19,18 +20,34 @@ pub fn run(
     store.enqueue_batch(jobs)?;
     let mut out = std::io::stdout().lock();
     let worker = format!("child-{}", std::process::id());
+    let mut held = Vec::new();
     for _ in 0..claim {
         match store.claim(queue, &worker, lease)? {
             Some(l) => {
                 let _ = writeln!(out, "claimed {} {}", l.job.0, l.attempt.0);
+                held.push(l);
             }
             None => break,
         }
     }
     let _ = writeln!(out, "ready {}", store.now().as_nanos());
     let _ = out.flush();
-    drop(out);
-    let mut sink = String::new();
-    let _ = std::io::stdin().read_line(&mut sink);
+    // Holds the leases until stdin closes; a line "complete" tries to complete them first
+    // (a late holder's commit, for fencing tests).
+    let mut line = String::new();
+    while std::io::stdin().read_line(&mut line).unwrap_or(0) > 0 {
+        if line.trim() == "complete" {
+            for l in &held {
+                let verdict = match store.complete(l, b"late") {
+                    Ok(()) => "ok",
+                    Err(e) if e.is_lease_lost() => "lost",
+                    Err(_) => "error",
+                };
+                let _ = writeln!(out, "completed {} {verdict}", l.job.0);
+            }
+            let _ = out.flush();
+        }
+        line.clear();
+    }
     Ok(ExitCode::SUCCESS)
 }

@@ -196,6 +196,9 @@ enum Command {
         threads: usize,
         #[arg(long, default_value_t = 2_000)]
         lease_ms: u64,
+        /// Open the store shared by several processes (Sharing::MultiProcess).
+        #[arg(long)]
+        shared: bool,
     },
 }
 
@@ -250,7 +253,8 @@ pub fn main() -> ExitCode {
             queue,
             threads,
             lease_ms,
-        } => worker::run(db, queue, threads, Duration::from_millis(lease_ms)),
+            shared,
+        } => worker::run(db, queue, threads, Duration::from_millis(lease_ms), shared),
     };
     match result {
         Ok(code) => code,

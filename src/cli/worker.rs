@@ -21,8 +21,13 @@ pub fn run(
     queue: String,
     threads: usize,
     lease: Duration,
+    shared: bool,
 ) -> Result<ExitCode, leasehold::Error> {
-    let store = Store::open(db)?;
+    let sharing = match shared {
+        true => leasehold::Sharing::MultiProcess,
+        false => leasehold::Sharing::SingleWriter,
+    };
+    let store = Store::builder(db).sharing(sharing).open()?;
     let out = Arc::new(Mutex::new(std::io::stdout()));
     report(&out, &format!("now {}", store.now().as_nanos()));
     let handles: Vec<_> = (0..threads.max(1))
