@@ -48,8 +48,6 @@ pub(crate) struct Neighbours {
     instance: Instance,
     /// Sends wake-ups (and, cloned into the thread, receives them).
     socket: UnixDatagram,
-    /// The neighbours last seen alive, for wake-ups; kept by the watcher thread.
-    peers: Arc<Mutex<Vec<InstanceId>>>,
     /// Sending on it stops the watcher thread, which holds the other end.
     stop: UnixDatagram,
     stop_rx: Mutex<Option<UnixDatagram>>,
@@ -75,7 +73,6 @@ impl Neighbours {
         Ok(Neighbours {
             instance,
             socket,
-            peers: Arc::new(Mutex::new(Vec::new())),
             stop,
             stop_rx: Mutex::new(Some(stop_rx)),
             thread: Mutex::new(None),
@@ -102,7 +99,6 @@ impl Neighbours {
             store,
             receive,
             stop,
-            peers: self.peers.clone(),
             pidfds: BTreeMap::new(),
         };
         let handle = std::thread::Builder::new()
@@ -113,12 +109,27 @@ impl Neighbours {
         Ok(())
     }
 
-    /// Tells every neighbour last seen alive that a queue has work (one datagram each; a
-    /// neighbour that is gone or busy misses it and finds the work by its own timers).
+    /// Tells every other registered process that a queue has work: one datagram each, to
+    /// the instances listed now (a directory of a few entries), so a process that joined an
+    /// instant ago is not missed. A neighbour that is gone or whose socket is full misses it
+    /// and finds the work by its own timers.
     pub(crate) fn wake_peers(&self) {
-        for peer in self.peers.lock().iter() {
-            if let Ok(addr) = address(*peer) {
-                let _ = self.socket.send_to_addr(b"w", &addr);
+        self.send_to_others(b"w");
+    }
+
+    /// Announces this instance to the others, so that their watchers look at it now (and
+    /// hold a pidfd for it) rather than at their next rescan.
+    pub(crate) fn announce(&self) {
+        self.send_to_others(b"j");
+    }
+
+    fn send_to_others(&self, message: &[u8]) {
+        let me = self.instance();
+        for peer in instance::list(self.instance.directory()) {
+            if peer != me
+                && let Ok(addr) = address(peer)
+            {
+                let _ = self.socket.send_to_addr(message, &addr);
             }
         }
     }
@@ -143,7 +154,6 @@ struct Watcher<S> {
     store: Weak<S>,
     receive: UnixDatagram,
     stop: UnixDatagram,
-    peers: Arc<Mutex<Vec<InstanceId>>>,
     /// A pidfd per live neighbour that has one.
     pidfds: BTreeMap<InstanceId, OwnedFd>,
 }
@@ -173,10 +183,17 @@ impl<S: Survivor> Watcher<S> {
             }
             if fds[1].revents != 0 {
                 let mut buf = [0u8; 16];
-                while self.receive.recv(&mut buf).is_ok() {}
-                match self.store.upgrade() {
-                    Some(store) => store.wake_local(),
-                    None => return,
+                let mut woken = false;
+                while let Ok(n) = self.receive.recv(&mut buf) {
+                    // "w": a neighbour's commit gave a queue work; "j": a neighbour joined
+                    // (the scan below picks it up).
+                    woken |= buf[..n] == *b"w";
+                }
+                if woken {
+                    match self.store.upgrade() {
+                        Some(store) => store.wake_local(),
+                        None => return,
+                    }
                 }
             }
             // A pidfd fired (a neighbour died), or the rescan is due.
@@ -224,7 +241,6 @@ impl<S: Survivor> Watcher<S> {
             }
         }
         self.pidfds.retain(|id, _| alive.contains(id));
-        *self.peers.lock() = alive;
     }
 }
 

@@ -92,6 +92,7 @@ impl Store {
         }
         if let Some(n) = &store.inner.neighbours {
             n.start(Arc::downgrade(&store.inner))?;
+            n.announce();
         }
         Ok(store)
     }

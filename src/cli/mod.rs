@@ -14,6 +14,7 @@ mod demo_report;
 mod format;
 mod inspect;
 mod operate;
+mod pool_process;
 pub mod worker;
 
 use std::path::PathBuf;
@@ -200,6 +201,20 @@ enum Command {
         #[arg(long)]
         shared: bool,
     },
+    /// Bench and demo helper: a worker pool in its own process on a shared store.
+    #[command(name = "__pool", hide = true)]
+    Pool {
+        #[arg(long, default_value = "default")]
+        queue: String,
+        #[arg(long, default_value_t = 4)]
+        workers: usize,
+        /// How long each job takes, in milliseconds.
+        #[arg(long, default_value_t = 0)]
+        work_ms: u64,
+        /// Report each handler's start on stdout.
+        #[arg(long)]
+        report: bool,
+    },
 }
 
 /// Runs the tool.
@@ -255,6 +270,12 @@ pub fn main() -> ExitCode {
             lease_ms,
             shared,
         } => worker::run(db, queue, threads, Duration::from_millis(lease_ms), shared),
+        Command::Pool {
+            queue,
+            workers,
+            work_ms,
+            report,
+        } => pool_process::run(db, queue, workers, Duration::from_millis(work_ms), report),
     };
     match result {
         Ok(code) => code,

@@ -8,6 +8,7 @@
 mod commit_shape;
 mod measure;
 mod pool;
+mod processes;
 mod raw;
 mod scale;
 
@@ -255,6 +256,21 @@ fn scenarios(dir: &Path, scale: f64, only: Option<&str>) -> Result<Vec<Row>, Err
     }
     if want("wake") {
         rows.push(wake_latency(dir, n(300))?);
+    }
+    // Several processes on one store: 4 x 4 against 1 x 16 in the same run, the time from
+    // a worker process's death to its jobs being claimable, and wake-ups across processes.
+    if want("processes") {
+        let jobs = n(600) * 4;
+        let one = PoolShape {
+            workers: 16,
+            prefetch: None,
+            sharing: Sharing::SingleWriter,
+        };
+        rows.push(end_to_end(dir, true, one, jobs)?);
+        rows.push(processes::one_process_shared(dir, 16, jobs)?);
+        rows.push(processes::processes_end_to_end(dir, 4, 4, jobs)?);
+        rows.push(processes::kill_to_claimable(dir, n(34).max(100), 4)?);
+        rows.push(processes::cross_process_wake(dir, n(100))?);
     }
     // Scale: claim at 1 k, 100 k and 1 M waiting jobs; a whole dead pool of 100 k leases.
     let sized = |base: usize| ((base as f64 * scale) as usize).max(100);

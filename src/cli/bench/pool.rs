@@ -55,6 +55,7 @@ pub(super) fn end_to_end(
     let commits = store.metrics().write_transactions.max(1);
     let file = match sharing {
         Sharing::Exclusive => "exclusive file",
+        Sharing::MultiProcess => "shared file, 1 process",
         _ => "single-writer file",
     };
     let ahead = match prefetch {

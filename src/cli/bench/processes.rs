@@ -1,0 +1,194 @@
+//! Several processes on one store (`Sharing::MultiProcess`): throughput of worker processes
+//! beside one process with as many workers, the time from a worker process's SIGKILL to its
+//! jobs being claimable again, and the time from an enqueue in one process to a handler's
+//! start in another.
+//!
+//! The helper processes are this binary's hidden `__pool` and `__child` subcommands.
+
+use std::io::{BufRead, BufReader, Lines, Write};
+use std::path::Path;
+use std::process::{Child, ChildStdout, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use leasehold::{Error, JobState, NewJob, Sharing, Store};
+
+use super::measure::{Row, Samples};
+use super::pool::{PoolShape, end_to_end};
+
+fn io(e: std::io::Error) -> Error {
+    Error::Storage(leasehold::redb::Error::Io(e))
+}
+
+fn shared(path: &Path) -> Result<Store, Error> {
+    Store::builder(path).sharing(Sharing::MultiProcess).open()
+}
+
+/// A helper process of this binary, its stdout read line by line.
+struct Helper {
+    child: Child,
+    out: Lines<BufReader<ChildStdout>>,
+}
+
+impl Helper {
+    fn start(path: &Path, args: &[&str]) -> Result<Helper, Error> {
+        let exe = std::env::current_exe().map_err(io)?;
+        let mut child = Command::new(exe)
+            .arg("--db")
+            .arg(path)
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .map_err(io)?;
+        let stdout = child.stdout.take().ok_or(Error::InUse("no stdout"))?;
+        let mut helper = Helper {
+            child,
+            out: BufReader::new(stdout).lines(),
+        };
+        helper.until("ready")?;
+        Ok(helper)
+    }
+
+    /// Reads lines until one starts with `word`; returns its other words.
+    fn until(&mut self, word: &str) -> Result<Vec<String>, Error> {
+        for line in self.out.by_ref() {
+            let line = line.map_err(io)?;
+            let mut words = line.split_whitespace().map(str::to_owned);
+            if words.next().as_deref() == Some(word) {
+                return Ok(words.collect());
+            }
+        }
+        Err(Error::InUse("a helper process ended early"))
+    }
+
+    fn end(mut self) {
+        if let Some(mut stdin) = self.child.stdin.take() {
+            let _ = stdin.write_all(b"\n");
+        }
+        let _ = self.child.wait();
+    }
+
+    fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Durable end to end: `processes` worker processes of `workers` each, all jobs enqueued
+/// first by this process; the rate is jobs over the time until the last one succeeded.
+pub(super) fn processes_end_to_end(
+    dir: &Path,
+    processes: usize,
+    workers: usize,
+    jobs: usize,
+) -> Result<Row, Error> {
+    let path = dir.join(format!("procs-{processes}x{workers}.redb"));
+    let store = shared(&path)?;
+    let helpers = (0..processes)
+        .map(|_| Helper::start(&path, &["__pool", "--queue", "e2e", "--workers", &workers.to_string()]))
+        .collect::<Result<Vec<_>, _>>()?;
+    let start = Instant::now();
+    for chunk in (0..jobs).collect::<Vec<_>>().chunks(64) {
+        store.enqueue_batch(chunk.iter().map(|i| NewJob::new("e2e", format!("{i}"))))?;
+    }
+    while store.stats()?.total(JobState::Succeeded) < jobs as u64 {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let total = start.elapsed();
+    for h in helpers {
+        h.end();
+    }
+    Ok(Samples(Vec::new()).row(
+        &format!("end to end: {processes} worker processes x {workers} workers (shared file)"),
+        "durable",
+        processes * workers,
+        total,
+        jobs as u64,
+    ))
+}
+
+/// One process with `workers` workers on a store opened shared, for the same comparison.
+pub(super) fn one_process_shared(dir: &Path, workers: usize, jobs: usize) -> Result<Row, Error> {
+    let shape = PoolShape {
+        workers,
+        prefetch: None,
+        sharing: Sharing::MultiProcess,
+    };
+    end_to_end(dir, true, shape, jobs)
+}
+
+/// SIGKILL of a process holding `held` leases (an hour long) to those jobs being claimable
+/// again, seen by a surviving process, over `kills` kills.
+pub(super) fn kill_to_claimable(dir: &Path, kills: usize, held: usize) -> Result<Row, Error> {
+    let path = dir.join("kills.redb");
+    let store = shared(&path)?;
+    let mut samples = Vec::with_capacity(kills);
+    let begin = Instant::now();
+    for _ in 0..kills {
+        store.enqueue_batch((0..held).map(|i| NewJob::new("k", format!("{i}"))))?;
+        let held_arg = held.to_string();
+        let victim = Helper::start(
+            &path,
+            &["__child", "--shared", "--queue", "k", "--claim", &held_arg, "--lease-ms", "3600000"],
+        )?;
+        let seen = store.work_generation("k");
+        let t = Instant::now();
+        victim.kill();
+        let mut generation = seen;
+        while store.stats()?.queues.get("k").map_or(0, |q| q.get(JobState::Running)) > 0 {
+            generation = store.wait_for_work("k", generation, Duration::from_secs(5));
+            if t.elapsed() > Duration::from_secs(30) {
+                return Err(Error::InUse("a dead process's leases did not come back"));
+            }
+        }
+        samples.push(t.elapsed());
+        // leave the queue empty for the next round
+        for lease in store.claim_batch("k", "bench", Duration::from_secs(60), held)? {
+            store.complete(&lease, b"")?;
+        }
+    }
+    let total = begin.elapsed();
+    Ok(Samples(samples).row(
+        &format!(
+            "SIGKILL of a worker process -> its {held} jobs claimable again (latency; ops/s = kills/s)"
+        ),
+        "durable",
+        1,
+        total,
+        kills as u64,
+    ))
+}
+
+/// Enqueue here to a handler's start in an idle pool of another process, on store time
+/// (which both read from the same host clock).
+pub(super) fn cross_process_wake(dir: &Path, n: usize) -> Result<Row, Error> {
+    let path = dir.join("xwake.redb");
+    let store = shared(&path)?;
+    let mut pool = Helper::start(&path, &["__pool", "--queue", "w", "--workers", "1", "--report"])?;
+    let mut samples = Vec::with_capacity(n);
+    let begin = Instant::now();
+    for i in 0..n {
+        let t0 = store.now();
+        store.enqueue(NewJob::new("w", format!("{i}")))?;
+        let words = pool.until("started")?;
+        let started = words
+            .get(1)
+            .and_then(|w| w.parse::<u64>().ok())
+            .ok_or(Error::InUse("a malformed report"))?;
+        samples.push(Duration::from_nanos(started.saturating_sub(t0.as_nanos())));
+        // let the pool finish and go idle before the next enqueue
+        while store.stats()?.total(JobState::Succeeded) < (i + 1) as u64 {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let total = begin.elapsed();
+    pool.end();
+    Ok(Samples(samples).row(
+        "enqueue in one process -> handler start in another (latency; idle pool)",
+        "durable",
+        1,
+        total,
+        n as u64,
+    ))
+}

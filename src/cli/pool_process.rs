@@ -1,0 +1,44 @@
+//! `leasehold __pool`: a worker pool in a process of its own on a store that processes share,
+//! for the multi-process bench and demo. Reports each handler's start as `started JOB NOW`
+//! (store time, which every process of the host reads alike) and holds the store until its
+//! stdin closes or it is killed.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use leasehold::{Sharing, Store, WorkerPool};
+
+pub fn run(
+    db: PathBuf,
+    queue: String,
+    workers: usize,
+    work: Duration,
+    report: bool,
+) -> Result<ExitCode, leasehold::Error> {
+    let store = Store::builder(db).sharing(Sharing::MultiProcess).open()?;
+    let clock = store.clone();
+    let pool = WorkerPool::builder(store, &queue)
+        .concurrency(workers)
+        .worker_id(format!("proc-{}", std::process::id()))
+        .start(move |ctx| {
+            if report {
+                let mut out = std::io::stdout().lock();
+                let _ = writeln!(out, "started {} {}", ctx.job().0, clock.now().as_nanos());
+                let _ = out.flush();
+            }
+            if !work.is_zero() {
+                ctx.sleep(work)?;
+            }
+            Ok(Vec::new())
+        })?;
+    println!("ready {}", pool.worker_id());
+    let _ = std::io::stdout().flush();
+    let mut sink = String::new();
+    while std::io::stdin().read_line(&mut sink).unwrap_or(0) > 0 {
+        sink.clear();
+    }
+    pool.shutdown(Duration::from_secs(5));
+    Ok(ExitCode::SUCCESS)
+}
