@@ -85,7 +85,18 @@ pub(super) fn processes_end_to_end(
     let path = dir.join(format!("procs-{processes}x{workers}.redb"));
     let store = shared(&path)?;
     let helpers = (0..processes)
-        .map(|_| Helper::start(&path, &["__pool", "--queue", "e2e", "--workers", &workers.to_string()]))
+        .map(|_| {
+            Helper::start(
+                &path,
+                &[
+                    "__pool",
+                    "--queue",
+                    "e2e",
+                    "--workers",
+                    &workers.to_string(),
+                ],
+            )
+        })
         .collect::<Result<Vec<_>, _>>()?;
     let start = Instant::now();
     for chunk in (0..jobs).collect::<Vec<_>>().chunks(64) {
@@ -129,13 +140,28 @@ pub(super) fn kill_to_claimable(dir: &Path, kills: usize, held: usize) -> Result
         let held_arg = held.to_string();
         let victim = Helper::start(
             &path,
-            &["__child", "--shared", "--queue", "k", "--claim", &held_arg, "--lease-ms", "3600000"],
+            &[
+                "__child",
+                "--shared",
+                "--queue",
+                "k",
+                "--claim",
+                &held_arg,
+                "--lease-ms",
+                "3600000",
+            ],
         )?;
         let seen = store.work_generation("k");
         let t = Instant::now();
         victim.kill();
         let mut generation = seen;
-        while store.stats()?.queues.get("k").map_or(0, |q| q.get(JobState::Running)) > 0 {
+        while store
+            .stats()?
+            .queues
+            .get("k")
+            .map_or(0, |q| q.get(JobState::Running))
+            > 0
+        {
             generation = store.wait_for_work("k", generation, Duration::from_secs(5));
             if t.elapsed() > Duration::from_secs(30) {
                 return Err(Error::InUse("a dead process's leases did not come back"));
@@ -164,7 +190,10 @@ pub(super) fn kill_to_claimable(dir: &Path, kills: usize, held: usize) -> Result
 pub(super) fn cross_process_wake(dir: &Path, n: usize) -> Result<Row, Error> {
     let path = dir.join("xwake.redb");
     let store = shared(&path)?;
-    let mut pool = Helper::start(&path, &["__pool", "--queue", "w", "--workers", "1", "--report"])?;
+    let mut pool = Helper::start(
+        &path,
+        &["__pool", "--queue", "w", "--workers", "1", "--report"],
+    )?;
     let mut samples = Vec::with_capacity(n);
     let begin = Instant::now();
     for i in 0..n {
