@@ -206,6 +206,7 @@ impl StoreBuilder {
                 );
             }
         }
+        store.start_neighbours()?;
         Ok(store)
     }
 }

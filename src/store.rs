@@ -90,11 +90,17 @@ impl Store {
                 .spawn(move || group.writer_loop(|| weak.upgrade().map(|inner| Store { inner })))
                 .map_err(Error::ThreadSpawn)?;
         }
-        if let Some(n) = &store.inner.neighbours {
-            n.start(Arc::downgrade(&store.inner))?;
+        Ok(store)
+    }
+
+    /// Starts watching the other processes, when several share the store: after recovery at
+    /// open, so that what opening takes back is reported as such.
+    pub(crate) fn start_neighbours(&self) -> Result<()> {
+        if let Some(n) = &self.inner.neighbours {
+            n.start(Arc::downgrade(&self.inner))?;
             n.announce();
         }
-        Ok(store)
+        Ok(())
     }
 
     /// Takes back the leases whose holder's process is gone: at open. Alone on the file (the

@@ -163,6 +163,8 @@ fn opening_takes_back_only_the_leases_of_processes_that_are_gone() {
             .unwrap();
     }
     let alive = Holder::start(&path, &["--claim", "2"]);
+    // Alive but stopped, it holds its lock and its leases, and cannot watch its neighbours.
+    alive.signal(libc::SIGSTOP);
     let dead = Holder::start(&path, &["--claim", "1"]);
     let dead_job = dead.claimed[0];
     dead.kill();
@@ -181,6 +183,7 @@ fn opening_takes_back_only_the_leases_of_processes_that_are_gone() {
     }
     // and once the live one dies too, its leases come back
     let held = alive.claimed.clone();
+    alive.signal(libc::SIGCONT);
     alive.kill();
     wait_until("the second process's jobs to come back", || {
         held.iter()
