@@ -39,4 +39,12 @@ fn the_demo_commits_every_job_exactly_once_through_kills_pauses_stalls_and_shutd
     assert!(reclaims["reaper"].as_u64().unwrap() + reclaims["takeover"].as_u64().unwrap() >= 5);
     assert!(report["worst_detection_delay_ms"].as_f64().unwrap() > 0.0);
     assert_eq!(report["integrity_check_clean"], true);
+    // act 2: a worker process killed while others go on
+    let act = &report["processes"];
+    assert_eq!(act["committed_exactly_once"], act["jobs"]);
+    assert!(act["jobs_held_when_killed"].as_u64().unwrap() > 0);
+    assert!(
+        act["kill_to_claimable_ms"].as_f64().unwrap()
+            < act["lease_plus_reaper_bound_ms"].as_f64().unwrap()
+    );
 }

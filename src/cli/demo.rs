@@ -285,7 +285,17 @@ impl Demo {
             pool.shutdown(Duration::from_secs(5));
         }
         drop(reaper);
-        self.summary(&script, &[&a, &b, &c, &special, &sleeper], worst_kill_delay)
+        let dir = match self.store.path().parent() {
+            Some(d) => d.to_owned(),
+            None => std::path::PathBuf::from("."),
+        };
+        let act = super::demo_processes::act(&dir, 60, |line| self.say(line))?;
+        self.summary(
+            &script,
+            &[&a, &b, &c, &special, &sleeper],
+            worst_kill_delay,
+            act,
+        )
     }
 
     fn summary(
@@ -293,6 +303,7 @@ impl Demo {
         script: &Script,
         pools: &[&WorkerPool],
         worst_kill_delay: Duration,
+        processes: super::demo_processes::ProcessAct,
     ) -> Result<ExitCode, Error> {
         let stats = self.store.stats()?;
         let (mut committed_once, mut duplicate_commits) = (0u64, 0u64);
@@ -328,6 +339,7 @@ impl Demo {
             slack: SCHEDULING_SLACK,
             check_problems: self.store.check()?.problems,
             elapsed: self.elapsed(),
+            processes,
         };
         for broken in report.broken() {
             self.fail(broken);

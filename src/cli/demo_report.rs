@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use leasehold::Counters;
 
+use super::demo_processes::ProcessAct;
+
 /// What the demo measured once every pool had stopped.
 pub(super) struct Report {
     pub enqueued: u64,
@@ -26,6 +28,8 @@ pub(super) struct Report {
     /// The integrity check's problems (none if clean).
     pub check_problems: Vec<String>,
     pub elapsed: Duration,
+    /// The second act: worker processes that die alone.
+    pub processes: ProcessAct,
 }
 
 impl Report {
@@ -62,6 +66,7 @@ impl Report {
         if !self.check_problems.is_empty() {
             broken.push(format!("integrity check: {:?}", self.check_problems));
         }
+        broken.extend(self.processes.broken());
         broken
     }
 
@@ -90,6 +95,7 @@ impl Report {
                 "detection_bound_ms": self.bound.as_secs_f64() * 1000.0,
                 "elapsed_ms": self.elapsed.as_secs_f64() * 1000.0,
                 "integrity_check_clean": clean,
+                "processes": self.processes.json(),
                 "invariants_held": held,
                 "failures": failures,
                 "events": events.iter().map(|(ms, text)| serde_json::json!({"t_ms": ms, "text": text})).collect::<Vec<_>>(),
@@ -145,6 +151,20 @@ impl Report {
                 "integrity check",
                 if clean { "clean" } else { "FAILED" }.into(),
                 String::new(),
+            ),
+            (
+                "act 2: worker process killed -> jobs back",
+                format!("{:.1}ms", self.processes.back_after.as_secs_f64() * 1000.0),
+                format!(
+                    "{} jobs it held; the lease path: {:.0}s",
+                    self.processes.held,
+                    self.processes.bound.as_secs_f64()
+                ),
+            ),
+            (
+                "act 2: committed exactly once",
+                format!("{}/{}", self.processes.committed_once, self.processes.jobs),
+                "must be all".into(),
             ),
             (
                 "elapsed",

@@ -10,8 +10,10 @@
 mod bench;
 pub mod child;
 pub mod demo;
+mod demo_processes;
 mod demo_report;
 mod format;
+mod helper;
 mod inspect;
 mod operate;
 mod pool_process;

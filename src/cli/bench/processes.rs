@@ -5,73 +5,17 @@
 //!
 //! The helper processes are this binary's hidden `__pool` and `__child` subcommands.
 
-use std::io::{BufRead, BufReader, Lines, Write};
 use std::path::Path;
-use std::process::{Child, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use leasehold::{Error, JobState, NewJob, Sharing, Store};
 
+use super::super::helper::Helper;
 use super::measure::{Row, Samples};
 use super::pool::{PoolShape, end_to_end};
 
-fn io(e: std::io::Error) -> Error {
-    Error::Storage(leasehold::redb::Error::Io(e))
-}
-
 fn shared(path: &Path) -> Result<Store, Error> {
     Store::builder(path).sharing(Sharing::MultiProcess).open()
-}
-
-/// A helper process of this binary, its stdout read line by line.
-struct Helper {
-    child: Child,
-    out: Lines<BufReader<ChildStdout>>,
-}
-
-impl Helper {
-    fn start(path: &Path, args: &[&str]) -> Result<Helper, Error> {
-        let exe = std::env::current_exe().map_err(io)?;
-        let mut child = Command::new(exe)
-            .arg("--db")
-            .arg(path)
-            .args(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .map_err(io)?;
-        let stdout = child.stdout.take().ok_or(Error::InUse("no stdout"))?;
-        let mut helper = Helper {
-            child,
-            out: BufReader::new(stdout).lines(),
-        };
-        helper.until("ready")?;
-        Ok(helper)
-    }
-
-    /// Reads lines until one starts with `word`; returns its other words.
-    fn until(&mut self, word: &str) -> Result<Vec<String>, Error> {
-        for line in self.out.by_ref() {
-            let line = line.map_err(io)?;
-            let mut words = line.split_whitespace().map(str::to_owned);
-            if words.next().as_deref() == Some(word) {
-                return Ok(words.collect());
-            }
-        }
-        Err(Error::InUse("a helper process ended early"))
-    }
-
-    fn end(mut self) {
-        if let Some(mut stdin) = self.child.stdin.take() {
-            let _ = stdin.write_all(b"\n");
-        }
-        let _ = self.child.wait();
-    }
-
-    fn kill(mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 /// Durable end to end: `processes` worker processes of `workers` each, all jobs enqueued
