@@ -209,7 +209,7 @@ pub enum OpenError {
     /// [`Sharing::MultiProcess`](crate::Sharing::MultiProcess) and another in single-writer
     /// or exclusive sharing cannot share a file).
     #[error(
-        "{path} is open in another sharing mode by another process; open it with the same Sharing"
+        "{path} is shared by several processes (Sharing::MultiProcess); open it with the same Sharing to join them"
     )]
     IncompatibleSharing {
         /// The file.

@@ -69,7 +69,17 @@ pub(crate) fn open_database(
     };
     match opened {
         Ok(Ok(db)) => Ok(db),
-        Ok(Err(e)) => Err(map_database_error(path, e).into()),
+        Ok(Err(e)) => Err(match map_database_error(path, e) {
+            // Held by processes that share it, and this open does not: say so, rather than
+            // "another process" (there may be many, and joining them is the fix).
+            OpenError::Locked { path, .. }
+                if opts.mode != redb::ConcurrencyMode::MultiWriter && held_shared(&path) =>
+            {
+                OpenError::IncompatibleSharing { path }
+            }
+            other => other,
+        }
+        .into()),
         Err(_) => Err(unreadable(path).into()),
     }
 }
@@ -228,6 +238,15 @@ fn holder_pid(path: &Path) -> Option<u32> {
         .ok()?;
     let read = db.begin_read().ok()?;
     crate::read::writer_pid(&read).ok().flatten()
+}
+
+/// Whether the store's last writing open shared it between processes, read read-only.
+fn held_shared(path: &Path) -> bool {
+    open_read_only(path).ok().is_some_and(|view| {
+        view.begin_read()
+            .ok()
+            .is_some_and(|read| crate::read::shared_by_processes(&read).unwrap_or(false))
+    })
 }
 
 /// A read-only view of a store file.

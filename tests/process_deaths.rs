@@ -488,3 +488,40 @@ fn a_stopped_process_keeps_its_lock_so_the_lease_decides_and_its_late_commit_is_
     assert_eq!(store.output(id).unwrap().unwrap(), b"done");
     stopped.end();
 }
+
+#[test]
+fn a_store_shared_by_processes_is_refused_to_a_writer_in_another_mode_and_kept_intact() {
+    let (_dir, path) = store_path();
+    let holder = Holder::start(&path, &["--enqueue", "2", "--claim", "1"]);
+    for sharing in [Sharing::SingleWriter, Sharing::Exclusive] {
+        match Store::builder(&path).sharing(sharing).open() {
+            Err(leasehold::Error::Open(e @ leasehold::OpenError::IncompatibleSharing { .. })) => {
+                assert!(e.to_string().contains("Sharing::MultiProcess"), "{e}")
+            }
+            other => panic!("{sharing:?}: expected a refusal, got {other:?}"),
+        }
+    }
+    // a reader is welcome, and sees the holder's lease untouched
+    let reader = leasehold::StoreReader::open(&path).unwrap();
+    assert_eq!(reader.stats().unwrap().total(JobState::Running), 1);
+    holder.kill();
+}
+
+#[test]
+fn an_instance_file_nobody_holds_is_treated_as_dead_and_cleared_without_loss() {
+    let (_dir, path) = store_path();
+    {
+        let store = shared(&path);
+        store.enqueue(NewJob::new(Q, "x")).unwrap();
+    }
+    let procs = path.with_file_name("shared.redb.procs");
+    std::fs::create_dir_all(&procs).unwrap();
+    let stray = procs.join("00000000deadbeef.lock");
+    std::fs::write(&stray, b"not a pid, and no lock held").unwrap();
+    std::fs::write(procs.join("not-an-instance.txt"), b"ignored").unwrap();
+    let store = shared(&path);
+    assert!(store.recovered_at_open().reclaimed.is_empty());
+    wait_until("the stray instance file to be cleared", || !stray.exists());
+    assert_eq!(store.stats().unwrap().total(JobState::Queued), 1);
+    assert!(store.check().unwrap().is_clean());
+}
