@@ -11,6 +11,7 @@ use crate::clock::{Clock, MonotonicClock};
 use crate::config::{DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_PAYLOAD, DEFAULT_REAP_BATCH};
 use crate::error::{ConfigError, Result};
 use crate::group::CommitShape;
+use crate::ids::InstanceId;
 use crate::neighbours::Neighbours;
 use crate::open::{self, EngineOptions};
 use crate::retry::RetryPolicy;
@@ -49,6 +50,7 @@ pub struct StoreBuilder {
     reap_batch: usize,
     retention: Option<Duration>,
     recover_on_open: bool,
+    simulated_instance: Option<InstanceId>,
     verify_on_open: bool,
     cache_size: usize,
     commit_shape: CommitShape,
@@ -130,6 +132,15 @@ impl StoreBuilder {
         self
     }
 
+    /// For the model-based test: grants leases as held by process instance `id`, as a store
+    /// shared by processes does, without any of the sharing (see
+    /// [`Store::reclaim_dead_instance`]).
+    #[doc(hidden)]
+    pub fn simulated_instance(mut self, id: InstanceId) -> StoreBuilder {
+        self.simulated_instance = Some(id);
+        self
+    }
+
     /// Who commits concurrent operations. Default: [`CommitShape::LeaderFollower`]; the
     /// other shape is kept so that `leasehold bench` can show why (see [`crate::group`]).
     #[doc(hidden)]
@@ -186,7 +197,10 @@ impl StoreBuilder {
             max_payload: self.max_payload,
             reap_batch: self.reap_batch,
             retention: self.retention,
-            instance: neighbours.as_ref().map(Neighbours::instance),
+            instance: neighbours
+                .as_ref()
+                .map(Neighbours::instance)
+                .or(self.simulated_instance),
         };
         let store = Store::from_parts(
             db,
@@ -259,6 +273,7 @@ impl Store {
             reap_batch: DEFAULT_REAP_BATCH,
             retention: None,
             recover_on_open: true,
+            simulated_instance: None,
             verify_on_open: true,
             cache_size: 64 << 20,
             commit_shape: CommitShape::default(),

@@ -139,6 +139,13 @@ impl Store {
         Ok(report)
     }
 
+    /// For the model-based test: what a surviving process does when instance `dead` dies
+    /// (see [`crate::StoreBuilder::simulated_instance`]).
+    #[doc(hidden)]
+    pub fn reclaim_dead_instance(&self, dead: InstanceId) -> Result<usize> {
+        self.reclaim_instance(dead)
+    }
+
     /// Takes back every lease a dead neighbour held (its instance lock was free); returns how
     /// many.
     pub(crate) fn reclaim_instance(&self, dead: InstanceId) -> Result<usize> {

@@ -32,6 +32,7 @@ fn op() -> impl Strategy<Value = Op> {
         3 => prop_oneof![1u16..30, 55u16..130].prop_map(|secs| Op::Advance { secs }),
         2 => Just(Op::Reap),
         1 => Just(Op::Reopen),
+        1 => Just(Op::ProcessDies),
     ]
 }
 

@@ -73,7 +73,12 @@ pub enum Op {
     },
     Reap,
     Reopen,
+    /// The process that holds every lease dies, and a survivor takes them back at once.
+    ProcessDies,
 }
+
+/// The process instance every lease of the harness is granted to.
+const HOLDER: leasehold::InstanceId = leasehold::InstanceId(7);
 
 pub struct Harness {
     dir: tempfile::TempDir,
@@ -103,6 +108,7 @@ fn builder(path: &std::path::Path, clock: &ManualClock) -> leasehold::StoreBuild
         .default_max_attempts(model::DEFAULT_MAX_ATTEMPTS)
         .reap_batch(REAP_BATCH)
         .verify_on_open(false)
+        .simulated_instance(HOLDER)
 }
 
 impl Harness {
@@ -320,6 +326,19 @@ impl Harness {
                 got.sort_unstable();
                 let want = self.model.reap();
                 same("reap", Ok::<_, MErr>(got), Ok(want))
+            }
+            Op::ProcessDies => {
+                let got = self
+                    .store()
+                    .reclaim_dead_instance(HOLDER)
+                    .map_err(|e| format!("process death: {e}"))?;
+                let want = self.model.process_died();
+                if got != want.len() {
+                    return Err(format!(
+                        "process death: store took back {got}, model {want:?}"
+                    ));
+                }
+                Ok(())
             }
             Op::Reopen => {
                 self.store = None;

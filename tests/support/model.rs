@@ -299,6 +299,20 @@ impl Model {
         due
     }
 
+    /// The process that holds every lease dies: a survivor takes them all back at once.
+    pub fn process_died(&mut self) -> Vec<u64> {
+        let running: Vec<u64> = self
+            .jobs
+            .iter()
+            .filter(|(_, j)| j.state == JobState::Running)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in &running {
+            self.expire(*id, ReclaimPath::ProcessDied);
+        }
+        running
+    }
+
     /// Reopening the store takes back every running lease (its holder's process is gone).
     pub fn reopen(&mut self) -> Vec<u64> {
         let running: Vec<u64> = self
