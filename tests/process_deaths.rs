@@ -384,7 +384,9 @@ fn worker_processes_killed_at_random_lose_nothing_and_commit_each_job_once() {
     // (or by an opening process), never an expiry.
     let lease_ms = 3_600_000;
     let mut observer = shared(&path);
-    let jobs = 1500u64;
+    let kills = kills();
+    // Enough work that the workers are still busy at the last kill.
+    let jobs = (kills as u64 * 30).max(1500);
     observer
         .enqueue_batch((0..jobs).map(|i| NewJob::new(SOAK_QUEUE, format!("{i}"))))
         .unwrap();
@@ -392,7 +394,6 @@ fn worker_processes_killed_at_random_lose_nothing_and_commit_each_job_once() {
     let mut committed = Vec::new();
     let mut killed = std::collections::BTreeSet::new();
     let mut workers: Vec<Worker> = (0..4).map(|_| Worker::start(&path, lease_ms)).collect();
-    let kills = kills();
     for kill in 0..kills {
         let victim = (xorshift(&mut rng) % workers.len() as u64) as usize;
         workers[victim].hear(1 + (xorshift(&mut rng) % 8) as usize, &mut committed);
