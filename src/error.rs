@@ -56,6 +56,11 @@ pub enum Error {
         "the store was called from inside its own transaction; use the Transaction the closure was given"
     )]
     Reentered,
+    /// A store operation panicked inside a shared commit (a bug, or the storage engine on
+    /// a damaged page): that transaction was rolled back, nothing of it was written, and the
+    /// store goes on.
+    #[error("a store operation panicked; its transaction was rolled back")]
+    Panicked,
     /// A thread the store or a pool needs could not be started (the process is out of
     /// threads or memory). Nothing was written.
     #[error("could not start a thread: {0}")]

@@ -334,7 +334,7 @@ fn lead(committer: &dyn Committer, batch: &mut [Box<dyn PendingOp>]) {
         }
     }));
     if outcome.is_err() {
-        let shared = Arc::new(Error::Corrupt("a store operation panicked".into()));
+        let shared = Arc::new(Error::Panicked);
         for op in batch.iter_mut() {
             op.fail(Error::Group(shared.clone()));
         }

@@ -81,7 +81,7 @@ impl Reaper {
                     }
                 }
             })
-            .map_err(|e| Error::Storage(redb::Error::Io(e)))?;
+            .map_err(Error::ThreadSpawn)?;
         Ok(Reaper {
             stop: Some(stop),
             thread: Some(thread),

@@ -385,16 +385,23 @@ fn worker_processes_killed_at_random_lose_nothing_and_commit_each_job_once() {
     let lease_ms = 3_600_000;
     let mut observer = shared(&path);
     let kills = kills();
-    // Enough work that the workers are still busy at the last kill.
-    let jobs = (kills as u64 * 30).max(1500);
-    observer
-        .enqueue_batch((0..jobs).map(|i| NewJob::new(SOAK_QUEUE, format!("{i}"))))
-        .unwrap();
+    let mut jobs = 0u64;
+    // Keeps the workers busy through every kill: a few hundred jobs waiting at all times.
+    let top_up = |store: &Store, jobs: &mut u64| {
+        if store.stats().unwrap().total(JobState::Queued) < 200 {
+            store
+                .enqueue_batch((0..400).map(|i| NewJob::new(SOAK_QUEUE, format!("{i}"))))
+                .unwrap();
+            *jobs += 400;
+        }
+    };
+    top_up(&observer, &mut jobs);
     let mut rng = 0x2545_F491_4F6C_DD1Du64;
     let mut committed = Vec::new();
     let mut killed = std::collections::BTreeSet::new();
     let mut workers: Vec<Worker> = (0..4).map(|_| Worker::start(&path, lease_ms)).collect();
     for kill in 0..kills {
+        top_up(&observer, &mut jobs);
         let victim = (xorshift(&mut rng) % workers.len() as u64) as usize;
         workers[victim].hear(1 + (xorshift(&mut rng) % 8) as usize, &mut committed);
         let worker = workers.swap_remove(victim);

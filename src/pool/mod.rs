@@ -87,7 +87,6 @@ pub struct ShutdownReport {
 impl WorkerPool {
     fn spawn(shared: Arc<Shared>, shutdown_grace: Duration) -> Result<WorkerPool> {
         let concurrency = shared.concurrency;
-        let spawn_error = |e: std::io::Error| Error::Storage(redb::Error::Io(e));
         let name = |what: &str| format!("lh-{}-{what}", shared.queue);
         // One token per job the pool may hold: a worker's, or one claimed ahead of workers.
         let room = concurrency.saturating_add(shared.pace.most_ahead());
@@ -111,7 +110,7 @@ impl WorkerPool {
                     for w in workers {
                         let _ = w.join();
                     }
-                    return Err(spawn_error(e));
+                    return Err(Error::ThreadSpawn(e));
                 }
             }
         }
@@ -120,13 +119,13 @@ impl WorkerPool {
         let heartbeat = std::thread::Builder::new()
             .name(name("heartbeat"))
             .spawn(move || heartbeat::heartbeat_loop(&s, &hb_stop))
-            .map_err(spawn_error)?;
+            .map_err(Error::ThreadSpawn)?;
         let (stop_dispatcher, d_stop) = bounded::<()>(1);
         let s = shared.clone();
         let dispatcher = std::thread::Builder::new()
             .name(name("dispatch"))
             .spawn(move || dispatch::dispatch_loop(&s, &slot_rx, job_tx, &d_stop))
-            .map_err(spawn_error)?;
+            .map_err(Error::ThreadSpawn)?;
         Ok(WorkerPool {
             shared,
             threads: Mutex::new(Some(Threads {
