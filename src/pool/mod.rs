@@ -286,7 +286,7 @@ impl WorkerPool {
     /// returns how many were still running a handler and were left behind.
     fn join_workers(&self, workers: Vec<JoinHandle<()>>, grace: Duration) -> usize {
         let deadline = RealDeadline::after(grace);
-        {
+        let stuck = {
             let mut live = self.shared.live_workers.lock();
             while *live > 0 && !deadline.passed() {
                 let _ = self
@@ -294,15 +294,21 @@ impl WorkerPool {
                     .workers_exited
                     .wait_for(&mut live, deadline.remaining());
             }
-        }
-        let mut stuck = 0;
+            *live
+        };
+        // A worker that signalled its exit is past its last handler, though its thread may
+        // not have returned yet (on a loaded machine that takes a while): joining it cannot
+        // hang. Only the ones still counted live are stuck; their threads are left behind.
         for w in workers {
-            if w.is_finished() {
+            if stuck == 0 || w.is_finished() {
                 join(w, "worker");
-            } else {
-                stuck += 1;
-                tracing::error!("a handler ignored its interruption; its thread is left to finish");
             }
+        }
+        if stuck > 0 {
+            tracing::error!(
+                stuck,
+                "handlers ignored their interruption; their threads are left to finish"
+            );
         }
         stuck
     }
