@@ -327,7 +327,13 @@ fn by_default_a_pool_claims_ahead_only_once_its_jobs_prove_shorter_than_a_commit
     );
     let held = stats.in_flight;
     let report = p.shutdown(Duration::ZERO);
-    assert_eq!(report.in_flight as u64, held);
+    // A claim round may still land between that look and the shutdown (a loaded machine
+    // stretches the measured times): never fewer, never past two per worker.
+    let at_shutdown = report.in_flight as u64;
+    assert!(
+        (held..=4 + 8).contains(&at_shutdown),
+        "{at_shutdown} in flight at shutdown, {held} before"
+    );
     assert_eq!(f.stats().unwrap().total(JobState::Queued), 40 - 8);
     assert_eq!(
         started.load(Ordering::SeqCst),
