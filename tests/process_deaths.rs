@@ -15,6 +15,12 @@ use std::time::Duration;
 
 use leasehold::{JobId, JobState, NewJob, Outcome, ReclaimPath, Sharing, Store, WorkerPool};
 
+#[path = "lease_store/common.rs"]
+#[allow(dead_code)]
+mod common;
+
+use common::wait_until;
+
 const Q: &str = "q";
 const HOUR_MS: &str = "3600000";
 
@@ -95,18 +101,6 @@ impl Holder {
             let _ = stdin.write_all(b"\n");
         }
         self.child.wait().unwrap();
-    }
-}
-
-#[allow(clippy::disallowed_methods)] // a test deadline, not store time
-fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while !cond() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        std::thread::sleep(Duration::from_millis(2));
     }
 }
 

@@ -301,20 +301,15 @@ impl Model {
 
     /// The process that holds every lease dies: a survivor takes them all back at once.
     pub fn process_died(&mut self) -> Vec<u64> {
-        let running: Vec<u64> = self
-            .jobs
-            .iter()
-            .filter(|(_, j)| j.state == JobState::Running)
-            .map(|(id, _)| *id)
-            .collect();
-        for id in &running {
-            self.expire(*id, ReclaimPath::ProcessDied);
-        }
-        running
+        self.expire_every_lease(ReclaimPath::ProcessDied)
     }
 
     /// Reopening the store takes back every running lease (its holder's process is gone).
     pub fn reopen(&mut self) -> Vec<u64> {
+        self.expire_every_lease(ReclaimPath::Recovery)
+    }
+
+    fn expire_every_lease(&mut self, path: ReclaimPath) -> Vec<u64> {
         let running: Vec<u64> = self
             .jobs
             .iter()
@@ -322,7 +317,7 @@ impl Model {
             .map(|(id, _)| *id)
             .collect();
         for id in &running {
-            self.expire(*id, ReclaimPath::Recovery);
+            self.expire(*id, path);
         }
         running
     }
