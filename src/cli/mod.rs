@@ -216,6 +216,9 @@ enum Command {
         /// Report each handler's start on stdout.
         #[arg(long)]
         report: bool,
+        /// Jobs to claim ahead of free workers (default: the pool's own pacing).
+        #[arg(long)]
+        prefetch: Option<usize>,
     },
 }
 
@@ -277,7 +280,15 @@ pub fn main() -> ExitCode {
             workers,
             work_ms,
             report,
-        } => pool_process::run(db, queue, workers, Duration::from_millis(work_ms), report),
+            prefetch,
+        } => pool_process::run(
+            db,
+            queue,
+            workers,
+            Duration::from_millis(work_ms),
+            report,
+            prefetch,
+        ),
     };
     match result {
         Ok(code) => code,

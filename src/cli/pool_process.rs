@@ -16,13 +16,17 @@ pub fn run(
     workers: usize,
     work: Duration,
     report: bool,
+    prefetch: Option<usize>,
 ) -> Result<ExitCode, leasehold::Error> {
     let store = Store::builder(db).sharing(Sharing::MultiProcess).open()?;
     let clock = store.clone();
-    let pool = WorkerPool::builder(store, &queue)
+    let mut builder = WorkerPool::builder(store, &queue)
         .concurrency(workers)
-        .worker_id(format!("proc-{}", std::process::id()))
-        .start(move |ctx| {
+        .worker_id(format!("proc-{}", std::process::id()));
+    if let Some(n) = prefetch {
+        builder = builder.prefetch(n);
+    }
+    let pool = builder.start(move |ctx| {
             if report {
                 let mut out = std::io::stdout().lock();
                 let _ = writeln!(out, "started {} {}", ctx.job().0, clock.now().as_nanos());

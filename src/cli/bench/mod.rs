@@ -268,7 +268,8 @@ fn scenarios(dir: &Path, scale: f64, only: Option<&str>) -> Result<Vec<Row>, Err
         };
         rows.push(end_to_end(dir, true, one, jobs)?);
         rows.push(processes::one_process_shared(dir, 16, jobs)?);
-        rows.push(processes::processes_end_to_end(dir, 4, 4, jobs)?);
+        rows.push(processes::processes_end_to_end(dir, 4, 4, None, jobs)?);
+        rows.push(processes::processes_end_to_end(dir, 4, 4, Some(16), jobs)?);
         rows.push(processes::kill_to_claimable(dir, n(34).max(100), 4)?);
         rows.push(processes::cross_process_wake(dir, n(100))?);
     }

@@ -24,23 +24,19 @@ pub(super) fn processes_end_to_end(
     dir: &Path,
     processes: usize,
     workers: usize,
+    prefetch: Option<usize>,
     jobs: usize,
 ) -> Result<Row, Error> {
-    let path = dir.join(format!("procs-{processes}x{workers}.redb"));
+    let path = dir.join(format!("procs-{processes}x{workers}-{prefetch:?}.redb"));
     let store = shared(&path)?;
+    let workers_arg = workers.to_string();
+    let prefetch_arg = prefetch.map(|n| n.to_string());
+    let mut args = vec!["__pool", "--queue", "e2e", "--workers", &workers_arg];
+    if let Some(n) = &prefetch_arg {
+        args.extend(["--prefetch", n]);
+    }
     let helpers = (0..processes)
-        .map(|_| {
-            Helper::start(
-                &path,
-                &[
-                    "__pool",
-                    "--queue",
-                    "e2e",
-                    "--workers",
-                    &workers.to_string(),
-                ],
-            )
-        })
+        .map(|_| Helper::start(&path, &args))
         .collect::<Result<Vec<_>, _>>()?;
     let start = Instant::now();
     for chunk in (0..jobs).collect::<Vec<_>>().chunks(64) {
@@ -54,7 +50,13 @@ pub(super) fn processes_end_to_end(
         h.end();
     }
     Ok(Samples(Vec::new()).row(
-        &format!("end to end: {processes} worker processes x {workers} workers (shared file)"),
+        &format!(
+            "end to end: {processes} worker processes x {workers} workers (shared file{})",
+            match prefetch {
+                Some(n) => format!(", {n} claimed ahead each"),
+                None => String::new(),
+            }
+        ),
         "durable",
         processes * workers,
         total,
