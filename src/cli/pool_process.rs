@@ -27,16 +27,16 @@ pub fn run(
         builder = builder.prefetch(n);
     }
     let pool = builder.start(move |ctx| {
-            if report {
-                let mut out = std::io::stdout().lock();
-                let _ = writeln!(out, "started {} {}", ctx.job().0, clock.now().as_nanos());
-                let _ = out.flush();
-            }
-            if !work.is_zero() {
-                ctx.sleep(work)?;
-            }
-            Ok(Vec::new())
-        })?;
+        if report {
+            let mut out = std::io::stdout().lock();
+            let _ = writeln!(out, "started {} {}", ctx.job().0, clock.now().as_nanos());
+            let _ = out.flush();
+        }
+        if !work.is_zero() {
+            ctx.sleep(work)?;
+        }
+        Ok(Vec::new())
+    })?;
     println!("ready {}", pool.worker_id());
     let _ = std::io::stdout().flush();
     let mut sink = String::new();
