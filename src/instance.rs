@@ -26,9 +26,9 @@ use std::path::{Path, PathBuf};
 use crate::error::OpenError;
 use crate::ids::InstanceId;
 
-/// This process's registration, alive while this value is. Dropping it releases the lock
-/// and leaves the file: whoever finds it unlocked takes back any lease the instance still
-/// held, then removes it.
+/// This process's registration, alive while this value is. A clean close retires it (see
+/// [`Instance::retire`]); dropping it otherwise releases the lock and leaves the file, and
+/// whoever finds it unlocked takes back any lease the instance still held, then removes it.
 #[derive(Debug)]
 pub(crate) struct Instance {
     id: InstanceId,
@@ -112,6 +112,14 @@ impl Instance {
 
     pub(crate) fn directory(&self) -> &Path {
         self.path.parent().unwrap_or(Path::new("."))
+    }
+
+    /// Removes the instance's file while its lock is still held: a clean close, with no lease
+    /// left for anyone to take back.
+    pub(crate) fn retire(&self) {
+        if let Err(e) = std::fs::remove_file(&self.path) {
+            tracing::warn!(path = %self.path.display(), error = %e, "removing this process's instance file failed");
+        }
     }
 }
 

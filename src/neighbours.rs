@@ -134,6 +134,11 @@ impl Neighbours {
         }
     }
 
+    /// Removes this process's instance file at a clean close, its leases given back.
+    pub(crate) fn retire(&self) {
+        self.instance.retire();
+    }
+
     /// Stops the watcher thread and waits for it (unless this is that thread, which ends
     /// right after).
     pub(crate) fn stop(&self) {

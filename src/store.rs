@@ -870,6 +870,26 @@ impl Probed {
     }
 }
 
+impl Drop for Store {
+    fn drop(&mut self) {
+        // The last handle of a process that shares the store gives back what it still holds
+        // and retires its instance, so that no neighbour has to find it dead: that costs the
+        // neighbour a write transaction, and a neighbour stopped in one stalls every writer.
+        // (A handle dropped while its watcher briefly holds another reference skips this; its
+        // instance is then found dead as if its process had ended.)
+        if Arc::strong_count(&self.inner) == 1
+            && let Some(n) = &self.inner.neighbours
+        {
+            match self.reclaim_instance(n.instance()) {
+                Ok(_) => n.retire(),
+                Err(e) => {
+                    tracing::warn!(error = %e, "giving back this process's leases at close failed")
+                }
+            }
+        }
+    }
+}
+
 impl Drop for Inner {
     fn drop(&mut self) {
         if let Some(n) = &self.neighbours {

@@ -38,6 +38,14 @@ struct Holder {
     out: std::io::Lines<BufReader<std::process::ChildStdout>>,
 }
 
+/// A test that fails must not leave its helper processes running.
+impl Drop for Holder {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 impl Holder {
     /// Holds its leases for an hour, unless `args` says otherwise.
     fn start(path: &Path, args: &[&str]) -> Holder {
@@ -74,6 +82,19 @@ impl Holder {
             }
         }
         panic!("child exited before it was ready: {:?}", child.wait());
+    }
+
+    fn instance_files(path: &Path) -> usize {
+        std::fs::read_dir(path.with_file_name("shared.redb.procs"))
+            .unwrap()
+            .filter(|e| {
+                e.as_ref()
+                    .unwrap()
+                    .file_name()
+                    .to_string_lossy()
+                    .ends_with(".lock")
+            })
+            .count()
     }
 
     fn signal(&self, signal: libc::c_int) {
@@ -193,8 +214,11 @@ fn a_process_that_ends_cleanly_leaves_its_neighbours_leases_alone() {
     store.enqueue(NewJob::new(Q, "x")).unwrap();
     let neighbour = Holder::start(&path, &["--claim", "1"]);
     let job = neighbour.claimed[0];
-    // a second process that opens and closes the store takes nothing
+    // a second process that opens and closes the store takes nothing, and retires its
+    // instance (no neighbour has to find it dead)
+    assert_eq!(Holder::instance_files(&path), 2);
     Holder::start(&path, &[]).end();
+    assert_eq!(Holder::instance_files(&path), 2);
     std::thread::sleep(Duration::from_millis(300)); // several of the watcher's rescans
     assert_eq!(store.job(job).unwrap().unwrap().state, JobState::Running);
     neighbour.kill();
@@ -293,6 +317,13 @@ struct Worker {
     child: Child,
     lines: crossbeam_channel::Receiver<String>,
     reader: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
 
 impl Worker {
