@@ -101,6 +101,7 @@ mod rescue;
 mod retry;
 mod schema;
 mod search;
+mod shared;
 mod stats;
 mod store;
 mod transaction;

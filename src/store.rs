@@ -13,15 +13,14 @@ use crate::builder::Durability;
 use crate::clock::StoreClock;
 use crate::error::{Error, Result};
 use crate::group::{CommitShape, Committer, Group, PendingOp};
-use crate::ids::{Attempt, InstanceId, JobId, StoreTime};
-use crate::instance::{self, Liveness};
+use crate::ids::{Attempt, JobId, StoreTime};
 use crate::job::{Job, JobState, NewJob, ReclaimPath, Run};
 use crate::lease::{Lease, LeaseTerms, Renewal};
-use crate::neighbours::{Neighbours, Survivor};
+use crate::neighbours::Neighbours;
 use crate::notify::Notifier;
 use crate::protocol;
 use crate::read::{self, JobFilter};
-use crate::report::ReapReport;
+use crate::report::{ReapReport, Reclaim};
 use crate::schema;
 use crate::stats::{Counters, Stats, WriteMetrics};
 use crate::transaction::Transaction;
@@ -30,24 +29,24 @@ use crate::tx::{Policy, Tally, Tx, persist_tally};
 /// A handle on a leasehold store. Cheap to clone; clones share one open file.
 #[derive(Clone, Debug)]
 pub struct Store {
-    inner: Arc<Inner>,
+    pub(crate) inner: Arc<Inner>,
 }
 
 #[derive(Debug)]
-struct Inner {
+pub(crate) struct Inner {
     db: Database,
     clock: StoreClock,
     path: PathBuf,
     durability: Durability,
     policy: Policy,
     flush: Mutex<FlushState>,
-    notifier: Notifier,
+    pub(crate) notifier: Notifier,
     writes: AtomicU64,
     group: Arc<Group>,
     /// What opening the store took back (see [`Store::recovered_at_open`]).
     recovered: std::sync::OnceLock<ReapReport>,
     /// The other processes, when several share the store.
-    neighbours: Option<Neighbours>,
+    pub(crate) neighbours: Option<Neighbours>,
 }
 
 #[derive(Debug, Default)]
@@ -93,16 +92,6 @@ impl Store {
         Ok(store)
     }
 
-    /// Starts watching the other processes, when several share the store: after recovery at
-    /// open, so that what opening takes back is reported as such.
-    pub(crate) fn start_neighbours(&self) -> Result<()> {
-        if let Some(n) = &self.inner.neighbours {
-            n.start(Arc::downgrade(&self.inner))?;
-            n.announce();
-        }
-        Ok(())
-    }
-
     /// Takes back the leases whose holder's process is gone: at open. Alone on the file (the
     /// writer's seat proves it), that is every running lease; shared by processes, only those
     /// of processes that are provably dead (their instance lock is free), never a neighbour's.
@@ -112,58 +101,6 @@ impl Store {
             Some(n) => self.reclaim_orphans(n.instance(), &n.directory())?,
         };
         Ok(self.inner.recovered.get_or_init(|| report))
-    }
-
-    /// Takes back every running lease whose holder is not a live neighbour, in batches; the
-    /// dead instances found on the way are removed once their leases are back.
-    fn reclaim_orphans(&self, me: InstanceId, dir: &Path) -> Result<ReapReport> {
-        let probed: Arc<Mutex<Probed>> = Arc::default();
-        let mut report = ReapReport::default();
-        loop {
-            let batch = self.inner.policy.reap_batch;
-            let (dir, seen) = (dir.to_owned(), probed.clone());
-            let (reclaimed, remaining) = self.write(move |tx| {
-                let mut seen = seen.lock();
-                protocol::reclaim_orphans(tx, batch, |id| id == me || seen.alive(&dir, id))
-            })?;
-            report.batches += 1;
-            report.largest_batch = report.largest_batch.max(reclaimed.len());
-            report.reclaimed.extend(reclaimed);
-            if remaining == 0 {
-                break;
-            }
-        }
-        for dead in std::mem::take(&mut probed.lock().dead) {
-            dead.bury();
-        }
-        Ok(report)
-    }
-
-    /// For the model-based test: what a surviving process does when instance `dead` dies
-    /// (see [`crate::StoreBuilder::simulated_instance`]).
-    #[doc(hidden)]
-    pub fn reclaim_dead_instance(&self, dead: InstanceId) -> Result<usize> {
-        self.reclaim_instance(dead)
-    }
-
-    /// Takes back every lease a dead neighbour held (its instance lock was free); returns how
-    /// many.
-    pub(crate) fn reclaim_instance(&self, dead: InstanceId) -> Result<usize> {
-        let mut total = 0;
-        loop {
-            let batch = self.inner.policy.reap_batch;
-            let (reclaimed, remaining) =
-                self.write(move |tx| protocol::reclaim_holder(tx, dead, batch))?;
-            total += reclaimed.len();
-            if remaining == 0 {
-                return Ok(total);
-            }
-        }
-    }
-
-    /// This handle's process instance, when processes share the store.
-    pub fn instance(&self) -> Option<InstanceId> {
-        self.inner.neighbours.as_ref().map(Neighbours::instance)
     }
 
     /// The leases opening the store took back: those a process that is gone left running
@@ -543,11 +480,21 @@ impl Store {
     }
 
     fn reap_all(&self, path: ReclaimPath) -> Result<ReapReport> {
+        self.in_batches(move |tx, batch| protocol::reap_batch(tx, batch, path))
+    }
+
+    /// Takes back leases in transactions of at most the configured batch, yielding the write
+    /// lock between them, until `step` (one batch: the reclaims, and whether more remain)
+    /// finds none left.
+    pub(crate) fn in_batches<F>(&self, step: F) -> Result<ReapReport>
+    where
+        F: Fn(&mut Tx<'_>, usize) -> Result<(Vec<Reclaim>, usize)> + Clone + Send + 'static,
+    {
         let mut report = ReapReport::default();
         loop {
             let batch = self.inner.policy.reap_batch;
-            let (reclaimed, remaining) =
-                self.write(move |tx| protocol::reap_batch(tx, batch, path))?;
+            let step = step.clone();
+            let (reclaimed, remaining) = self.write(move |tx| step(tx, batch))?;
             report.batches += 1;
             report.largest_batch = report.largest_batch.max(reclaimed.len());
             report.reclaimed.extend(reclaimed);
@@ -826,67 +773,6 @@ impl Committer for Store {
         self.committed(durable, now);
         self.readied(&tally.readied);
         Ok(true)
-    }
-}
-
-impl Survivor for Inner {
-    fn reclaim_instance(self: Arc<Self>, dead: InstanceId) -> Result<usize> {
-        Store { inner: self }.reclaim_instance(dead)
-    }
-
-    fn wake_local(&self) {
-        self.notifier.notify_all();
-    }
-}
-
-/// The neighbours [`Store::reclaim_orphans`] looked at: each probed once, the dead ones held
-/// locked until their leases are back.
-#[derive(Default)]
-struct Probed {
-    alive: std::collections::BTreeSet<InstanceId>,
-    dead: Vec<instance::Dead>,
-    dead_ids: std::collections::BTreeSet<InstanceId>,
-}
-
-impl Probed {
-    fn alive(&mut self, dir: &Path, id: InstanceId) -> bool {
-        if self.alive.contains(&id) {
-            return true;
-        }
-        if self.dead_ids.contains(&id) {
-            return false;
-        }
-        match instance::probe(dir, id) {
-            Liveness::Alive => {
-                self.alive.insert(id);
-                true
-            }
-            Liveness::Dead(dead) => {
-                self.dead_ids.insert(id);
-                self.dead.push(dead);
-                false
-            }
-        }
-    }
-}
-
-impl Drop for Store {
-    fn drop(&mut self) {
-        // The last handle of a process that shares the store gives back what it still holds
-        // and retires its instance, so that no neighbour has to find it dead: that costs the
-        // neighbour a write transaction, and a neighbour stopped in one stalls every writer.
-        // (A handle dropped while its watcher briefly holds another reference skips this; its
-        // instance is then found dead as if its process had ended.)
-        if Arc::strong_count(&self.inner) == 1
-            && let Some(n) = &self.inner.neighbours
-        {
-            match self.reclaim_instance(n.instance()) {
-                Ok(_) => n.retire(),
-                Err(e) => {
-                    tracing::warn!(error = %e, "giving back this process's leases at close failed")
-                }
-            }
-        }
     }
 }
 
