@@ -203,6 +203,14 @@ enum Command {
         #[arg(long)]
         shared: bool,
     },
+    /// Bench helper: worker threads of a client process of the seat-holder prototype.
+    #[command(name = "__seat_client", hide = true)]
+    SeatClient {
+        #[arg(long)]
+        socket: PathBuf,
+        #[arg(long, default_value_t = 4)]
+        threads: usize,
+    },
     /// Bench and demo helper: a worker pool in its own process on a shared store.
     #[command(name = "__pool", hide = true)]
     Pool {
@@ -275,6 +283,7 @@ pub fn main() -> ExitCode {
             lease_ms,
             shared,
         } => worker::run(db, queue, threads, Duration::from_millis(lease_ms), shared),
+        Command::SeatClient { socket, threads } => bench::seat_client(&socket, threads),
         Command::Pool {
             queue,
             workers,

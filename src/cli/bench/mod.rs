@@ -11,6 +11,7 @@ mod pool;
 mod processes;
 mod raw;
 mod scale;
+mod seat;
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -25,6 +26,8 @@ use measure::{Row, timed};
 use pool::{PoolShape, end_to_end, wake_latency, write_path_ceiling};
 use raw::{RawRates, raw_baselines};
 use scale::{claim_at_depth, reap_under_load};
+
+pub(super) use seat::client as seat_client;
 
 pub(super) const LEASE: Duration = Duration::from_secs(60);
 
@@ -270,6 +273,7 @@ fn scenarios(dir: &Path, scale: f64, only: Option<&str>) -> Result<Vec<Row>, Err
         rows.push(processes::one_process_shared(dir, 16, jobs)?);
         rows.push(processes::processes_end_to_end(dir, 4, 4, None, jobs)?);
         rows.push(processes::processes_end_to_end(dir, 4, 4, Some(16), jobs)?);
+        rows.push(seat::seat_end_to_end(dir, 4, 4, jobs)?);
         rows.push(processes::kill_to_claimable(dir, n(34).max(100), 4)?);
         rows.push(processes::cross_process_wake(dir, n(100))?);
     }
