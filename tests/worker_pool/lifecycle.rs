@@ -106,8 +106,16 @@ fn an_abandoned_pools_jobs_are_all_completed_by_a_surviving_pool() {
 fn graceful_shutdown_releases_and_another_pool_starts_without_waiting_for_expiry() {
     let f = Fixture::new();
     let id = f.enqueue_n(1)[0];
-    let first = pool(&f, "first").start(until_interrupted).unwrap();
-    wait_until("the job to start", || first.stats().in_flight == 1);
+    let (started_tx, started_rx) = bounded::<()>(1);
+    let first = pool(&f, "first")
+        .start(move |ctx| {
+            let _ = started_tx.send(());
+            until_interrupted(ctx)
+        })
+        .unwrap();
+    // Its handler running, not merely claimed: an unstarted job is given back by its worker,
+    // not by the shutdown's release (a loaded machine can leave it unstarted a while).
+    started_rx.recv_timeout(Duration::from_secs(30)).unwrap();
     let report = first.shutdown(Duration::from_millis(20));
     assert_eq!(
         (report.in_flight, report.released, report.stuck_handlers),
@@ -138,13 +146,17 @@ fn shutdown_lets_in_flight_jobs_finish_within_the_grace_period() {
     let f = Fixture::new();
     let id = f.enqueue_n(1)[0];
     let (gate_tx, gate_rx) = bounded::<()>(0);
+    let (started_tx, started_rx) = bounded::<()>(1);
     let p = pool(&f, "w")
         .start(move |_| {
+            let _ = started_tx.send(());
             gate_rx.recv().unwrap();
             Ok(b"finished".to_vec())
         })
         .unwrap();
-    wait_until("the job to start", || p.stats().in_flight == 1);
+    // The handler itself must be running: a job only claimed (in flight, not yet started by
+    // a worker, as a loaded machine leaves it a while) is given back by the shutdown instead.
+    started_rx.recv_timeout(Duration::from_secs(30)).unwrap();
     // Open the gate only once the shutdown has begun, which wakes the store's waiters (and
     // nothing else here bumps the queue's generation: no enqueue, no release).
     let generation = f.work_generation(Q);
