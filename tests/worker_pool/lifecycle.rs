@@ -250,10 +250,10 @@ fn jobs_claimed_ahead_are_held_under_renewed_leases_and_released_unrun_at_shutdo
             until_interrupted(ctx)
         })
         .unwrap();
+    // (The one handler may start a while after its job is claimed on a loaded machine.)
     wait_until("one job running and three claimed ahead", || {
-        p.stats().in_flight == 4
+        p.stats().in_flight == 4 && started.load(Ordering::SeqCst) == 1
     });
-    assert_eq!(started.load(Ordering::SeqCst), 1, "one worker, one handler");
     assert_eq!(f.stats().unwrap().total(JobState::Running), 4);
 
     // Claimed-ahead jobs are renewed like running ones: none lapses while it waits.
