@@ -13,6 +13,7 @@ use crate::tx::decode_job;
 
 /// The findings of [`Store::check`](crate::Store::check).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct CheckReport {
     /// How many job records were checked.
     pub jobs: u64,

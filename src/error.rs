@@ -8,6 +8,7 @@ use crate::job::JobState;
 
 /// Everything a store operation can fail with.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum Error {
     /// The store could not be opened.
     #[error(transparent)]
@@ -159,6 +160,7 @@ impl From<redb::CommitError> for Error {
 
 /// Why a store could not be opened. Each case leaves the file untouched.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum OpenError {
     /// The file exists but is not a leasehold store (not a redb file, or a redb file that
     /// leasehold did not create).
@@ -233,6 +235,7 @@ pub enum OpenError {
 
 /// A setting out of range.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ConfigError {
     /// A lease must last some time.
     #[error("lease length must be greater than zero")]
@@ -286,6 +289,7 @@ pub enum ConfigError {
 
 /// An argument that cannot be accepted.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum InputError {
     /// Queue names are how workers find work; an empty one is always a mistake.
     #[error("queue name is empty")]

@@ -35,6 +35,7 @@ impl std::fmt::Debug for StoreReader {
 
 /// When things fall due in one queue: for operators' views.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct QueueTiming {
     /// The earliest run-at of a waiting job: in the past, how long the oldest has waited.
     pub earliest_run_at: Option<StoreTime>,

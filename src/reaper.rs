@@ -18,6 +18,7 @@ use crate::store::Store;
 
 /// Counters of a running reaper (relaxed atomics: they are for observation, not control).
 #[derive(Debug, Default)]
+#[non_exhaustive]
 pub struct ReaperMetrics {
     passes: AtomicU64,
     reclaimed: AtomicU64,

@@ -7,6 +7,7 @@ use crate::job::{JobState, ReclaimPath};
 
 /// One lease taken back.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Reclaim {
     /// The job.
     pub job: JobId,
@@ -31,6 +32,7 @@ pub struct Reclaim {
 
 /// What one reaper pass did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ReapReport {
     /// Every lease taken back, in the order they were.
     pub reclaimed: Vec<Reclaim>,

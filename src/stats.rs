@@ -11,6 +11,7 @@ use crate::job::JobState;
 /// Lifetime counters, persisted in the store and updated in the same transaction as the
 /// event they count (or, for a refused write, in a transaction of their own right after).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Encode, Decode)]
+#[non_exhaustive]
 pub struct Counters {
     /// Expired leases taken back by a reaper pass.
     pub reclaimed_by_reaper: u64,
@@ -33,6 +34,7 @@ pub struct Counters {
 
 /// Jobs of one queue, by state.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct QueueCounts {
     /// Count per state; states with no jobs are absent.
     pub by_state: BTreeMap<JobState, u64>,
@@ -52,6 +54,7 @@ impl QueueCounts {
 
 /// A snapshot of a store.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Stats {
     /// The store time at which the snapshot was taken.
     pub now: StoreTime,
@@ -70,6 +73,7 @@ impl Stats {
 
 /// Write activity of one store handle (and its clones) in this process.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct WriteMetrics {
     /// Write transactions committed (each is one commit; durable ones one fsync).
     pub write_transactions: u64,

@@ -73,6 +73,7 @@ struct Threads {
 
 /// What a shutdown did.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ShutdownReport {
     /// Jobs in flight when the shutdown began.
     pub in_flight: usize,

@@ -6,6 +6,7 @@ macro_rules! pool_counters {
     ($($(#[$doc:meta])* $name:ident),* $(,)?) => {
         /// What a worker pool has done since it started.
         #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+        #[non_exhaustive]
         pub struct PoolStats {
             $($(#[$doc])* pub $name: u64,)*
             /// Jobs the pool holds now: running, or claimed and waiting for a worker.
