@@ -235,8 +235,9 @@ impl Store {
     }
 
     /// Renews many leases in one write transaction; one result per lease, in order. A lost
-    /// lease fails only its own entry.
-    pub fn heartbeat_batch(&self, beats: &[(&Lease, u64)]) -> Result<Vec<Result<Renewal>>> {
+    /// lease fails only its own entry; if the commit itself fails, every entry says so (as
+    /// [`Store::complete_batch`] answers).
+    pub fn heartbeat_batch(&self, beats: &[(&Lease, u64)]) -> Vec<Result<Renewal>> {
         // Renewed in job order, so the B-tree is walked once from left to right rather than
         // at random (a pool's leases come in no order); results go back in the caller's.
         let mut order: Vec<_> = beats
@@ -245,7 +246,7 @@ impl Store {
             .map(|(at, (l, progress))| (l.job, l.attempt, *progress, at))
             .collect();
         order.sort_unstable_by_key(|&(job, ..)| job);
-        self.write(move |tx| {
+        let renewed = self.write(move |tx| {
             let mut renewed: Vec<_> = order
                 .iter()
                 .map(|&(job, attempt, progress, at)| {
@@ -254,6 +255,16 @@ impl Store {
                 .collect();
             renewed.sort_unstable_by_key(|&(at, _)| at);
             Ok(renewed.into_iter().map(|(_, result)| result).collect())
+        });
+        renewed.unwrap_or_else(|e| {
+            let shared = match e {
+                Error::Group(shared) => shared,
+                other => Arc::new(other),
+            };
+            beats
+                .iter()
+                .map(|_| Err(Error::Group(shared.clone())))
+                .collect()
         })
     }
 

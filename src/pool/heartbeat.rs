@@ -41,17 +41,19 @@ pub(crate) fn beat(shared: &Shared) {
         .iter()
         .map(|f| (&f.lease, f.state.progress()))
         .collect();
-    match shared.store.heartbeat_batch(&beats) {
-        Ok(results) => {
+    let results = shared.store.heartbeat_batch(&beats);
+    // A failed commit answers every entry alike, with the shared group failure.
+    match results.first() {
+        Some(Err(e @ crate::Error::Group(_))) => {
+            bump(&shared.counters.heartbeat_failures);
+            tracing::warn!(queue = %shared.queue, error = %e, leases = flights.len(), "renewal batch failed");
+        }
+        _ => {
             bump(&shared.counters.heartbeat_batches);
             shared.renewed_at(shared.store.now());
             for (flight, result) in flights.iter().zip(results) {
                 apply(shared, flight, result);
             }
-        }
-        Err(e) => {
-            bump(&shared.counters.heartbeat_failures);
-            tracing::warn!(queue = %shared.queue, error = %e, leases = flights.len(), "renewal batch failed");
         }
     }
     let now = shared.store.now();

@@ -205,7 +205,11 @@ fn scenarios(dir: &Path, scale: f64, only: Option<&str>) -> Result<Vec<Row>, Err
         let beats: Vec<_> = (0..1000)
             .map(|i| (&leases[i * 7919 % 1000], 1u64))
             .collect();
-        let (s, total) = timed(n(50), |_| s_.heartbeat_batch(&beats).map(|_| ()))?;
+        let (s, total) = timed(n(50), |_| {
+            s_.heartbeat_batch(&beats)
+                .into_iter()
+                .try_for_each(|r| r.map(|_| ()))
+        })?;
         rows.push(s.row(
             "heartbeat, batch of 1,000 leases per commit",
             "durable",
