@@ -85,7 +85,7 @@ fn link_into_place(tmp: &Path, path: &Path) -> std::io::Result<()> {
 pub(crate) fn initialize(db: &Database) -> Result<()> {
     let txn = db.begin_write()?;
     {
-        let mut t = Tables::open(&txn)?;
+        let mut t = Tables::open(&txn, false)?;
         t.meta.insert(meta_key::MARKER, MARKER)?;
         t.meta.insert(
             meta_key::SCHEMA_VERSION,

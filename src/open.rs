@@ -440,8 +440,14 @@ pub(crate) fn settle(
         )?;
         clock
     };
-    // Tables a version 1 store lacks.
-    txn.open_table(schema::HOLDERS)?;
+    if shared {
+        // Created here, so readers of a shared store find it (a version 1 store lacks it).
+        txn.open_table(schema::HOLDERS)?;
+    } else {
+        // Alone on the file (the writer's seat proves no other process runs), no lease has
+        // a live holder: entries left from when processes shared the store go.
+        txn.delete_table(schema::HOLDERS)?;
+    }
     txn.commit()?;
     Ok(clock)
 }

@@ -440,9 +440,12 @@ pub(crate) fn reclaim_holder(
     instance: InstanceId,
     limit: usize,
 ) -> Result<(Vec<Reclaim>, usize)> {
+    let Some(holders) = &tx.t.holders else {
+        return Ok((Vec::new(), 0));
+    };
     let mut held = Vec::new();
     let mut remaining = 0;
-    for entry in tx.t.holders.iter()? {
+    for entry in holders.iter()? {
         let (job, holder) = entry?;
         let (holder, attempt) = holder.value();
         if holder != instance.0 {
@@ -461,7 +464,7 @@ pub(crate) fn reclaim_holder(
             reclaimed.push(expire(tx, job, ReclaimPath::ProcessDied)?.1);
         } else {
             // An entry its attempt's end did not remove cannot exist; tolerate one anyway.
-            tx.t.holders.remove(id.0)?;
+            tx.t.unhold(id)?;
         }
     }
     Ok((reclaimed, remaining))
@@ -480,8 +483,12 @@ pub(crate) fn reclaim_orphans(
     let mut remaining = 0;
     for entry in tx.t.expiry.iter()? {
         let (_, _, id) = entry?.0.value();
-        let path = match tx.t.holders.get(id)? {
-            Some(holder) if alive(InstanceId(holder.value().0)) => continue,
+        let holder = match &tx.t.holders {
+            Some(holders) => holders.get(id)?.map(|h| InstanceId(h.value().0)),
+            None => None,
+        };
+        let path = match holder {
+            Some(holder) if alive(holder) => continue,
             Some(_) => ReclaimPath::ProcessDied,
             None => ReclaimPath::Recovery,
         };
@@ -622,9 +629,7 @@ fn end_attempt(tx: &mut Tx<'_>, job: Job, outcome: Outcome, next: Next) -> Resul
     tx.t.history
         .insert((job.id.0, job.attempt.0), codec::encode(&run).as_slice())?;
     index::save(tx, Some(&job), &new)?;
-    // Whoever ends it (a store shared by processes or not, since such a store may be opened
-    // alone later), the attempt is no longer held.
-    tx.t.holders.remove(job.id.0)?;
+    tx.t.unhold(job.id)?;
     Ok(new)
 }
 
@@ -664,7 +669,7 @@ fn grant(tx: &mut Tx<'_>, job: Job, worker: &str, terms: LeaseTerms) -> Result<O
     new.updated_at = now;
     index::save(tx, Some(&job), &new)?;
     if let Some(instance) = tx.policy.instance {
-        tx.t.holders.insert(new.id.0, (instance.0, new.attempt.0))?;
+        tx.t.hold(new.id, instance, new.attempt.0)?;
     }
     tx.tally.wrote_time(expires_at);
     let payload =

@@ -40,11 +40,14 @@ pub(crate) struct Tables<'t> {
     pub unique: Table<'t, (&'static str, &'static str), u64>,
     pub counts: Table<'t, (&'static str, u8), u64>,
     pub finished: Table<'t, (u64, u64), ()>,
-    pub holders: Table<'t, u64, (u64, u32)>,
+    /// Which process instance holds each running lease: open only where leases record one
+    /// (processes share the store), so a store used by one process pays nothing for it.
+    pub holders: Option<Table<'t, u64, (u64, u32)>>,
 }
 
 impl<'t> Tables<'t> {
-    pub(crate) fn open(txn: &'t WriteTransaction) -> Result<Tables<'t>> {
+    /// Opens the tables; `holders` only `with_holders`.
+    pub(crate) fn open(txn: &'t WriteTransaction, with_holders: bool) -> Result<Tables<'t>> {
         Ok(Tables {
             meta: txn.open_table(schema::META)?,
             jobs: txn.open_table(schema::JOBS)?,
@@ -56,8 +59,27 @@ impl<'t> Tables<'t> {
             unique: txn.open_table(schema::UNIQUE)?,
             counts: txn.open_table(schema::COUNTS)?,
             finished: txn.open_table(schema::FINISHED)?,
-            holders: txn.open_table(schema::HOLDERS)?,
+            holders: match with_holders {
+                true => Some(txn.open_table(schema::HOLDERS)?),
+                false => None,
+            },
         })
+    }
+
+    /// Records that `instance` holds `job`'s lease at `attempt` (when holders are kept).
+    pub(crate) fn hold(&mut self, job: JobId, instance: InstanceId, attempt: u32) -> Result<()> {
+        if let Some(holders) = &mut self.holders {
+            holders.insert(job.0, (instance.0, attempt))?;
+        }
+        Ok(())
+    }
+
+    /// Forgets who held `job`'s lease: its attempt ended.
+    pub(crate) fn unhold(&mut self, job: JobId) -> Result<()> {
+        if let Some(holders) = &mut self.holders {
+            holders.remove(job.0)?;
+        }
+        Ok(())
     }
 
     /// Loads a job record; `None` if there is none.
@@ -143,7 +165,7 @@ impl<'t> Tx<'t> {
         tally.wrote_time(now);
         Ok(Tx {
             now,
-            t: Tables::open(txn)?,
+            t: Tables::open(txn, policy.instance.is_some())?,
             policy,
             tally,
             next_id: None,
