@@ -78,7 +78,6 @@ impl Survivor for Inner {
 struct Probed {
     alive: std::collections::BTreeSet<InstanceId>,
     dead: Vec<instance::Dead>,
-    dead_ids: std::collections::BTreeSet<InstanceId>,
 }
 
 impl Probed {
@@ -86,7 +85,7 @@ impl Probed {
         if self.alive.contains(&id) {
             return true;
         }
-        if self.dead_ids.contains(&id) {
+        if self.dead.iter().any(|d| d.id == id) {
             return false;
         }
         match instance::probe(dir, id) {
@@ -95,7 +94,6 @@ impl Probed {
                 true
             }
             Liveness::Dead(dead) => {
-                self.dead_ids.insert(id);
                 self.dead.push(dead);
                 false
             }
