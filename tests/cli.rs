@@ -3,6 +3,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
+#[path = "support/hostile_files.rs"]
+mod hostile_files;
+
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -485,18 +488,9 @@ fn a_store_with_a_zeroed_page_is_reported_as_corrupt_never_a_panic() {
 fn refused_files_get_exit_3_from_every_command_and_are_left_as_they_were() {
     let dir = tempfile::tempdir().unwrap();
     let foreign = dir.path().join("foreign.redb");
-    {
-        let db = leasehold::redb::Database::create(&foreign).unwrap();
-        let txn = db.begin_write().unwrap();
-        let t: leasehold::redb::TableDefinition<u64, u64> =
-            leasehold::redb::TableDefinition::new("users");
-        txn.open_table(t).unwrap().insert(1, 1).unwrap();
-        txn.commit().unwrap();
-    }
+    hostile_files::foreign_redb(&foreign);
     let fifo = dir.path().join("fifo");
-    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
-    // SAFETY: a valid NUL-terminated path; mkfifo only creates the node.
-    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    hostile_files::fifo(&fifo);
     for db in [&foreign, &fifo] {
         let before = std::fs::metadata(db)
             .unwrap()

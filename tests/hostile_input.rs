@@ -4,6 +4,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
+#[path = "support/hostile_files.rs"]
+mod hostile_files;
+
 use std::time::Duration;
 
 use leasehold::{
@@ -330,14 +333,7 @@ type EditMeta<'t> = leasehold::redb::Table<'t, &'static str, &'static [u8]>;
 fn refused_stores_are_left_byte_for_byte_by_every_open() {
     let dir = tempfile::tempdir().unwrap();
     let foreign = dir.path().join("foreign.redb");
-    {
-        let db = leasehold::redb::Database::create(&foreign).unwrap();
-        let txn = db.begin_write().unwrap();
-        let users: leasehold::redb::TableDefinition<&str, u64> =
-            leasehold::redb::TableDefinition::new("users");
-        txn.open_table(users).unwrap().insert("ada", 1).unwrap();
-        txn.commit().unwrap();
-    }
+    hostile_files::foreign_redb(&foreign);
     let cases: Vec<BadStore> = vec![
         ("another application's redb database", foreign, |e| {
             matches!(e, OpenError::NotAStore { .. })
@@ -398,9 +394,7 @@ fn refused_stores_are_left_byte_for_byte_by_every_open() {
 fn a_fifo_a_directory_and_a_device_are_refused_without_blocking() {
     let dir = tempfile::tempdir().unwrap();
     let fifo = dir.path().join("fifo");
-    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
-    // SAFETY: a valid NUL-terminated path; mkfifo only creates the node.
-    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    hostile_files::fifo(&fifo);
     for path in [
         fifo.as_path(),
         dir.path(),
