@@ -162,9 +162,16 @@ impl StoreReader {
     pub fn holders(&self) -> Result<Vec<(JobId, InstanceId, bool)>> {
         let dir = crate::instance::directory(&self.path);
         let holders = self.reading("the lease holders", read::holders)?;
+        // Each instance looked at once, however many leases it holds.
+        let mut alive = std::collections::BTreeMap::new();
         Ok(holders
             .into_iter()
-            .map(|(job, id)| (job, id, crate::instance::is_alive(&dir, id)))
+            .map(|(job, id)| {
+                let live = *alive
+                    .entry(id)
+                    .or_insert_with(|| crate::instance::is_alive(&dir, id));
+                (job, id, live)
+            })
             .collect())
     }
 
