@@ -287,11 +287,25 @@ fn the_tool_writes_beside_running_processes_and_shows_who_holds_each_lease() {
         .unwrap();
     assert_eq!(running["state"], "running");
     assert_eq!(running["lease"]["holder"]["alive"], true);
+    let stats: serde_json::Value =
+        serde_json::from_slice(&tool(&path, &["stats", "--json"]).stdout).unwrap();
+    assert_eq!(
+        (
+            &stats["processes"]["alive"],
+            &stats["processes"]["leases_alive"]
+        ),
+        (&serde_json::json!(1), &serde_json::json!(1)),
+        "{stats}"
+    );
     holder.kill();
     let jobs: serde_json::Value =
         serde_json::from_slice(&tool(&path, &["jobs", "--json"]).stdout).unwrap();
     let shown = &jobs.as_array().unwrap()[0];
     assert_eq!(shown["lease"]["holder"]["alive"], false, "{shown}");
+    let stats: serde_json::Value =
+        serde_json::from_slice(&tool(&path, &["stats", "--json"]).stdout).unwrap();
+    assert_eq!(stats["processes"]["dead"], 1, "{stats}");
+    assert_eq!(stats["processes"]["leases_dead"], 1, "{stats}");
     // the next write command takes the dead holder's lease back
     let reap: serde_json::Value =
         serde_json::from_slice(&tool(&path, &["reap", "--json"]).stdout).unwrap();

@@ -192,12 +192,14 @@ pub fn stats(db: &Path, json: bool) -> Result<ExitCode, Error> {
         });
     }
     let c = &stats.counters;
+    let processes = processes(&store)?;
     if json {
         #[derive(Serialize)]
         struct StatsView {
             now_ms: u64,
             writer_pid: Option<u32>,
             closed_cleanly: bool,
+            processes: Option<ProcessesView>,
             queues: Vec<QueueView>,
             counters: BTreeMap<&'static str, u64>,
         }
@@ -215,6 +217,7 @@ pub fn stats(db: &Path, json: bool) -> Result<ExitCode, Error> {
             now_ms: ms(now),
             writer_pid: store.writer_pid()?,
             closed_cleanly: store.closed_cleanly(),
+            processes,
             queues,
             counters,
         });
@@ -248,7 +251,44 @@ pub fn stats(db: &Path, json: bool) -> Result<ExitCode, Error> {
         c.stalled,
         format::duration(c.worst_detection_delay)
     );
+    if let Some(p) = processes {
+        println!(
+            "processes sharing the store: {} holding leases ({} alive, {} dead); \
+             {} leases held by live processes, {} by dead ones (taken back by the next that notices)",
+            p.holding, p.alive, p.dead, p.leases_alive, p.leases_dead
+        );
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Who holds the leases of a store that processes share.
+#[derive(Serialize, Clone, Copy)]
+struct ProcessesView {
+    /// Process instances holding at least one lease.
+    holding: usize,
+    alive: usize,
+    dead: usize,
+    leases_alive: usize,
+    leases_dead: usize,
+}
+
+/// `None` unless processes share the store.
+fn processes(store: &StoreReader) -> Result<Option<ProcessesView>, Error> {
+    if store.sharing()? != leasehold::Sharing::MultiProcess {
+        return Ok(None);
+    }
+    let mut instances = BTreeMap::new();
+    for (_, id, alive) in store.holders()? {
+        instances.entry(id).or_insert((alive, 0usize)).1 += 1;
+    }
+    let count = |want: bool| instances.values().filter(move |(a, _)| *a == want);
+    Ok(Some(ProcessesView {
+        holding: instances.len(),
+        alive: count(true).count(),
+        dead: count(false).count(),
+        leases_alive: count(true).map(|(_, n)| n).sum(),
+        leases_dead: count(false).map(|(_, n)| n).sum(),
+    }))
 }
 
 pub fn jobs(
