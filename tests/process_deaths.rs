@@ -8,9 +8,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::Duration;
 
 use leasehold::{JobId, JobState, NewJob, Outcome, ReclaimPath, Sharing, Store, WorkerPool};
@@ -18,6 +18,14 @@ use leasehold::{JobId, JobState, NewJob, Outcome, ReclaimPath, Sharing, Store, W
 #[path = "lease_store/common.rs"]
 #[allow(dead_code)]
 mod common;
+#[path = "support/helper_process.rs"]
+mod helper_process;
+
+#[test]
+#[ignore = "the helper process the other tests start, not a test of its own"]
+fn helper_process() {
+    helper_process::run();
+}
 
 use common::wait_until;
 
@@ -53,19 +61,15 @@ impl Holder {
             true => vec![],
             false => vec!["--lease-ms", HOUR_MS],
         };
-        let mut child = Command::new(env!("CARGO_BIN_EXE_leasehold"))
-            .arg("__child")
-            .arg("--db")
-            .arg(path)
-            .args(["--shared", "--queue", Q])
-            .args(lease)
-            .args(args)
+        let db = path.to_str().unwrap();
+        let all = [&["--db", db, "--shared", "--queue", Q], &lease[..], args].concat();
+        let mut child = helper_process::command("holder", all)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
             .unwrap();
         let mut claimed = Vec::new();
-        let mut out = BufReader::new(child.stdout.take().unwrap()).lines();
+        let mut out = helper_process::stdout_lines(&mut child);
         while let Some(line) = out.next() {
             let line = line.unwrap();
             let words: Vec<&str> = line.split_whitespace().collect();
@@ -250,72 +254,9 @@ fn an_enqueue_in_one_process_wakes_an_idle_pool_in_another() {
     drop(pool);
 }
 
-fn tool(path: &Path, args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_leasehold"))
-        .arg("--db")
-        .arg(path)
-        .args(args)
-        .output()
-        .unwrap()
-}
-
-#[test]
-fn the_tool_writes_beside_running_processes_and_shows_who_holds_each_lease() {
-    let (_dir, path) = store_path();
-    let holder = Holder::start(&path, &["--enqueue", "2", "--claim", "1"]);
-    let held = holder.claimed[0];
-    // a write command joins the processes instead of being refused, and takes nothing
-    for args in [
-        vec!["enqueue", "--queue", Q, "x"],
-        vec!["cancel", "2"],
-        vec!["reap"],
-    ] {
-        let out = tool(&path, &args);
-        assert!(
-            out.status.success(),
-            "{args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    let jobs: serde_json::Value =
-        serde_json::from_slice(&tool(&path, &["jobs", "--json"]).stdout).unwrap();
-    let running = jobs
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|j| j["id"] == held.0)
-        .unwrap();
-    assert_eq!(running["state"], "running");
-    assert_eq!(running["lease"]["holder"]["alive"], true);
-    let stats: serde_json::Value =
-        serde_json::from_slice(&tool(&path, &["stats", "--json"]).stdout).unwrap();
-    assert_eq!(
-        (
-            &stats["processes"]["alive"],
-            &stats["processes"]["leases_alive"]
-        ),
-        (&serde_json::json!(1), &serde_json::json!(1)),
-        "{stats}"
-    );
-    holder.kill();
-    let jobs: serde_json::Value =
-        serde_json::from_slice(&tool(&path, &["jobs", "--json"]).stdout).unwrap();
-    let shown = &jobs.as_array().unwrap()[0];
-    assert_eq!(shown["lease"]["holder"]["alive"], false, "{shown}");
-    let stats: serde_json::Value =
-        serde_json::from_slice(&tool(&path, &["stats", "--json"]).stdout).unwrap();
-    assert_eq!(stats["processes"]["dead"], 1, "{stats}");
-    assert_eq!(stats["processes"]["leases_dead"], 1, "{stats}");
-    // the next write command takes the dead holder's lease back
-    let reap: serde_json::Value =
-        serde_json::from_slice(&tool(&path, &["reap", "--json"]).stdout).unwrap();
-    assert_eq!(reap["recovered_at_open"][0]["job"], held.0);
-}
-
 // ----- the soak: worker processes SIGKILLed at random moments beside each other -----
 
-const EFFECTS: leasehold::redb::TableDefinition<u64, u32> =
-    leasehold::redb::TableDefinition::new("test.effects");
+use helper_process::EFFECTS;
 const SOAK_QUEUE: &str = "kills";
 
 fn kills() -> usize {
@@ -325,7 +266,7 @@ fn kills() -> usize {
         .unwrap_or(50)
 }
 
-/// A `__worker --shared` process: claims, renews and completes with an effect row in the same
+/// A `worker --shared` helper process: claims, renews and completes with an effect row in the same
 /// transaction, reporting each commit after it returned.
 struct Worker {
     child: Child,
@@ -342,25 +283,18 @@ impl Drop for Worker {
 
 impl Worker {
     fn start(path: &Path, lease_ms: u64) -> Worker {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_leasehold"))
-            .args([
-                "__worker",
-                "--shared",
-                "--queue",
-                SOAK_QUEUE,
-                "--threads",
-                "2",
-            ])
-            .args(["--lease-ms", &lease_ms.to_string()])
-            .arg("--db")
-            .arg(path)
+        let lease_ms = lease_ms.to_string();
+        let db = path.to_str().unwrap();
+        let args = ["--shared", "--queue", SOAK_QUEUE, "--threads", "2"];
+        let args = [&args[..], &["--lease-ms", &lease_ms, "--db", db]].concat();
+        let mut child = helper_process::command("worker", args)
             .stdout(Stdio::piped())
             .spawn()
             .unwrap();
-        let stdout = child.stdout.take().unwrap();
+        let stdout = helper_process::stdout_lines(&mut child);
         let (tx, lines) = crossbeam_channel::unbounded();
         let reader = std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            for line in stdout.map_while(Result::ok) {
                 if tx.send(line).is_err() {
                     break;
                 }

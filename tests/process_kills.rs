@@ -7,15 +7,24 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 use std::collections::BTreeSet;
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::mpsc;
 use std::time::Duration;
 
+use leasehold::redb::ReadableTable;
 use leasehold::{JobId, JobState, NewJob, Store, StoreTime};
-use redb::{ReadableTable, TableDefinition};
 
-const EFFECTS: TableDefinition<u64, u32> = TableDefinition::new("test.effects");
+#[path = "support/helper_process.rs"]
+mod helper_process;
+
+use helper_process::EFFECTS;
+
+#[test]
+#[ignore = "the helper process the other tests start, not a test of its own"]
+fn helper_process() {
+    helper_process::run();
+}
+
 const QUEUE: &str = "kills";
 const LEASE_MS: u64 = 2_000;
 
@@ -33,19 +42,26 @@ struct Heard {
 }
 
 fn run_and_kill(path: &std::path::Path, after_lines: usize) -> Heard {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_leasehold"))
-        .args(["__worker", "--queue", QUEUE, "--threads", "4"])
-        .args(["--lease-ms", &LEASE_MS.to_string()])
-        .arg("--db")
-        .arg(path)
+    let (lease_ms, db) = (LEASE_MS.to_string(), path.to_str().unwrap());
+    let args = [
+        "--queue",
+        QUEUE,
+        "--threads",
+        "4",
+        "--lease-ms",
+        &lease_ms,
+        "--db",
+        db,
+    ];
+    let mut child = helper_process::command("worker", args)
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
         .unwrap();
-    let stdout = child.stdout.take().unwrap();
+    let stdout = helper_process::stdout_lines(&mut child);
     let (tx, rx) = mpsc::channel::<String>();
     let reader = std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+        for line in stdout.map_while(Result::ok) {
             if tx.send(line).is_err() {
                 break;
             }
@@ -208,10 +224,8 @@ fn a_process_killed_while_creating_a_store_leaves_no_half_made_file() {
     let mut existed = 0;
     for i in 0..30 {
         let path = dir.path().join(format!("new-{i}.redb"));
-        let mut child = Command::new(env!("CARGO_BIN_EXE_leasehold"))
-            .args(["__child", "--enqueue", "1"])
-            .arg("--db")
-            .arg(&path)
+        let db = path.to_str().unwrap();
+        let mut child = helper_process::command("holder", ["--enqueue", "1", "--db", db])
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .spawn()

@@ -15,3 +15,12 @@ mod reap;
 mod retry;
 mod stall;
 mod wake;
+
+#[path = "../support/helper_process.rs"]
+mod helper_process;
+
+#[test]
+#[ignore = "the helper process the other tests start, not a test of its own"]
+fn helper_process() {
+    helper_process::run();
+}

@@ -1,5 +1,5 @@
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, Command, Stdio};
+use std::io::Write;
+use std::process::{Child, Stdio};
 use std::time::Duration;
 
 use leasehold::{
@@ -308,19 +308,15 @@ fn eventual_durability_keeps_commits_across_a_clean_close() {
 // ----- a real child process holding the store -----
 
 fn spawn_child(path: &std::path::Path, args: &[&str]) -> (Child, Vec<leasehold::JobId>) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_leasehold"))
-        .arg("__child")
-        .arg("--db")
-        .arg(path)
-        .args(args)
+    let args = [&["--db", path.to_str().unwrap()], args].concat();
+    let mut child = crate::helper_process::command("holder", args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
         .expect("spawn child");
-    let stdout = child.stdout.take().unwrap();
     let mut claimed = Vec::new();
-    for line in BufReader::new(stdout).lines() {
+    for line in crate::helper_process::stdout_lines(&mut child) {
         let line = line.unwrap();
         let words: Vec<&str> = line.split_whitespace().collect();
         match words.as_slice() {

@@ -1,6 +1,8 @@
-//! `leasehold __child`: a test helper process that opens a store, optionally enqueues and
-//! claims jobs, reports them on stdout, and holds the store until killed or its stdin closes
-//! (a line `complete` on stdin makes it try to complete what it holds, and report the verdict).
+//! A process holding leases: the `holder` role of the library's test helper process
+//! (`helper_process.rs`), and the tool's hidden `__child`, which its bench kills. It opens a
+//! store, optionally enqueues and claims jobs, reports them on stdout, and holds the store until
+//! killed or its stdin closes (a line `complete` on stdin makes it try to complete what it
+//! holds, and report the verdict).
 
 use std::io::Write;
 use std::process::ExitCode;

@@ -3,7 +3,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
-#[path = "support/hostile_files.rs"]
+#[path = "../../tests/support/hostile_files.rs"]
 mod hostile_files;
 
 use std::io::{BufRead, BufReader};
@@ -519,4 +519,50 @@ fn refused_files_get_exit_3_from_every_command_and_are_left_as_they_were() {
             );
         }
     }
+}
+
+#[test]
+fn the_tool_writes_beside_running_processes_and_shows_who_holds_each_lease() {
+    let t = Tool::new();
+    let holder = Holder::hold(
+        &t.db,
+        &["--shared", "--queue", "q", "--enqueue", "2", "--claim", "1"],
+    );
+    let held = 1; // the holder enqueued jobs 1 and 2 and claimed the first
+    // a write command joins the processes instead of being refused, and takes nothing
+    for args in [
+        vec!["enqueue", "--queue", "q", "x"],
+        vec!["cancel", "2"],
+        vec!["reap"],
+    ] {
+        t.ok(&args);
+    }
+    let jobs = t.json(&["jobs"]);
+    let running = jobs
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|j| j["id"] == held)
+        .unwrap();
+    assert_eq!(running["state"], "running");
+    assert_eq!(running["lease"]["holder"]["alive"], true);
+    let stats = t.json(&["stats"]);
+    assert_eq!(
+        (
+            &stats["processes"]["alive"],
+            &stats["processes"]["leases_alive"]
+        ),
+        (&serde_json::json!(1), &serde_json::json!(1)),
+        "{stats}"
+    );
+    drop(holder); // SIGKILL
+    let jobs = t.json(&["jobs"]);
+    let shown = &jobs.as_array().unwrap()[0];
+    assert_eq!(shown["lease"]["holder"]["alive"], false, "{shown}");
+    let stats = t.json(&["stats"]);
+    assert_eq!(stats["processes"]["dead"], 1, "{stats}");
+    assert_eq!(stats["processes"]["leases_dead"], 1, "{stats}");
+    // the next write command takes the dead holder's lease back
+    let reap = t.json(&["reap"]);
+    assert_eq!(reap["recovered_at_open"][0]["job"], held);
 }

@@ -8,8 +8,10 @@
 //! Exit codes: 0 ok, 1 operation refused, 2 usage error, 3 store problem.
 
 mod bench;
-pub mod child;
-pub mod demo;
+/// A process holding leases, for the bench; the library's process tests start the same code.
+#[path = "../../tests/support/holder.rs"]
+mod child;
+mod demo;
 mod demo_processes;
 mod demo_report;
 mod format;
@@ -17,7 +19,6 @@ mod helper;
 mod inspect;
 mod operate;
 mod pool_process;
-pub mod worker;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -38,7 +39,7 @@ use leasehold::{Error, JobState, Store};
         Exit codes: 0 ok, 1 operation refused, 2 usage error, 3 store problem \
         (missing, locked, corrupt, newer schema)."
 )]
-pub struct Cli {
+struct Cli {
     /// The store file.
     #[arg(
         long,
@@ -67,7 +68,7 @@ fn parse_state(s: &str) -> Result<JobState, String> {
 
 /// The order of `jobs`.
 #[derive(Copy, Clone, Debug, Default, ValueEnum)]
-pub enum SortArg {
+enum SortArg {
     /// Oldest first (by id).
     #[default]
     Oldest,
@@ -189,20 +190,6 @@ enum Command {
         #[arg(long)]
         shared: bool,
     },
-    /// Test helper for kill tests: work a queue with several threads, committing an effect
-    /// with each completion and reporting each commit on stdout after it returned.
-    #[command(name = "__worker", hide = true)]
-    Worker {
-        #[arg(long, default_value = "default")]
-        queue: String,
-        #[arg(long, default_value_t = 4)]
-        threads: usize,
-        #[arg(long, default_value_t = 2_000)]
-        lease_ms: u64,
-        /// Open the store shared by several processes (Sharing::MultiProcess).
-        #[arg(long)]
-        shared: bool,
-    },
     /// Bench helper: worker threads of a client process of the seat-holder prototype.
     #[command(name = "__seat_client", hide = true)]
     SeatClient {
@@ -230,8 +217,7 @@ enum Command {
     },
 }
 
-/// Runs the tool.
-pub fn main() -> ExitCode {
+fn main() -> ExitCode {
     let cli = Cli::parse();
     let db = cli.db;
     let json = cli.json;
@@ -277,12 +263,6 @@ pub fn main() -> ExitCode {
             claim,
             Duration::from_millis(lease_ms),
         ),
-        Command::Worker {
-            queue,
-            threads,
-            lease_ms,
-            shared,
-        } => worker::run(db, queue, threads, Duration::from_millis(lease_ms), shared),
         Command::SeatClient { socket, threads } => bench::seat_client(&socket, threads),
         Command::Pool {
             queue,

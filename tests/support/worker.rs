@@ -1,4 +1,4 @@
-//! `leasehold __worker`: a test helper process for kill tests. Opens a store, runs worker
+//! The `worker` role of the test helper process (`helper_process.rs`). Opens a store, runs worker
 //! threads that claim, renew, and complete jobs, each completion committing an effect row in
 //! the same transaction, and reports every commit on stdout only *after* it returned. The
 //! test kills it with SIGKILL at a random moment and checks what survived.
@@ -10,8 +10,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use leasehold::Store;
+use leasehold::redb::{ReadableTable, TableDefinition};
 use parking_lot::Mutex;
-use redb::{ReadableTable, TableDefinition};
 
 /// The application's table in kill tests: job id -> how many times its effect was committed.
 pub const EFFECTS: TableDefinition<u64, u32> = TableDefinition::new("test.effects");
@@ -21,12 +21,8 @@ pub fn run(
     queue: String,
     threads: usize,
     lease: Duration,
-    shared: bool,
+    sharing: leasehold::Sharing,
 ) -> Result<ExitCode, leasehold::Error> {
-    let sharing = match shared {
-        true => leasehold::Sharing::MultiProcess,
-        false => leasehold::Sharing::SingleWriter,
-    };
     let store = Store::builder(db).sharing(sharing).open()?;
     let out = Arc::new(Mutex::new(std::io::stdout()));
     report(&out, &format!("now {}", store.now().as_nanos()));

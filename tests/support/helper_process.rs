@@ -1,0 +1,120 @@
+//! The helper processes of the process tests: the test binary itself, started again to play one
+//! role instead of running tests. This keeps the helpers out of the shipped `leasehold` tool and
+//! needs no binary of its own: each test binary that starts helpers has an ignored test named
+//! `helper_process` calling [`run`], and [`command`] starts the running binary with only that
+//! test selected and the role in an environment variable.
+//!
+//! Roles (arguments as `--flag value`, `--shared` and `--no-verify` alone):
+//! - `holder`: opens the store, enqueues `--enqueue` jobs, claims up to `--claim` with a
+//!   `--lease-ms` lease, prints `claimed <job> <attempt>` for each and `ready <now>`, then holds
+//!   them until killed or stdin closes (`holder.rs`).
+//! - `worker`: `--threads` threads claim, renew and complete with an effect row in the same
+//!   transaction, printing each commit after it returned (`worker.rs`).
+
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::io::{BufRead, BufReader, Lines};
+use std::process::{Child, ChildStdout, Command};
+use std::time::Duration;
+
+use leasehold::{Sharing, Store};
+
+#[path = "holder.rs"]
+mod holder;
+#[path = "worker.rs"]
+mod worker;
+
+#[allow(unused_imports)]
+pub use worker::EFFECTS;
+
+const ROLE: &str = "LEASEHOLD_TEST_HELPER";
+/// libtest prints this line (after an empty one) before the selected test runs.
+const PREAMBLE: &str = "running 1 test";
+
+/// A command that runs `role` with `args` in a new process of the running test binary.
+pub fn command<S: AsRef<OsStr>>(role: &str, args: impl IntoIterator<Item = S>) -> Command {
+    let mut spec = role.to_owned();
+    for arg in args {
+        let arg = arg.as_ref().to_str().expect("helper arguments are UTF-8");
+        assert!(
+            !arg.contains('\n'),
+            "a helper argument holds a newline: {arg:?}"
+        );
+        spec.push('\n');
+        spec.push_str(arg);
+    }
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.args([
+        "--ignored",
+        "--exact",
+        "helper_process",
+        "--nocapture",
+        "--quiet",
+    ])
+    .env(ROLE, spec);
+    cmd
+}
+
+/// The helper's stdout as lines, past what libtest printed before the role began.
+pub fn stdout_lines(child: &mut Child) -> Lines<BufReader<ChildStdout>> {
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout is piped")).lines();
+    for line in lines.by_ref() {
+        if line.expect("helper stdout") == PREAMBLE {
+            break;
+        }
+    }
+    lines
+}
+
+/// Plays the role this process was started for, then exits; returns at once when it was not
+/// started as a helper (the ordinary `--ignored` run of the suite).
+pub fn run() {
+    let Ok(spec) = std::env::var(ROLE) else {
+        return;
+    };
+    let mut words = spec.split('\n');
+    let role = words.next().unwrap_or_default().to_owned();
+    let mut flags = HashMap::new();
+    while let Some(flag) = words.next() {
+        let flag = flag.trim_start_matches("--");
+        let value = match flag {
+            "shared" | "no-verify" => "",
+            _ => words.next().unwrap_or_default(),
+        };
+        flags.insert(flag.to_owned(), value.to_owned());
+    }
+    let number = |name: &str, default: u64| flags.get(name).map_or(default, |v| v.parse().unwrap());
+    let db = flags.get("db").expect("--db").into();
+    let queue = flags
+        .get("queue")
+        .cloned()
+        .unwrap_or_else(|| "default".into());
+    let lease = Duration::from_millis(number("lease-ms", 60_000));
+    let sharing = match flags.contains_key("shared") {
+        true => Sharing::MultiProcess,
+        false => Sharing::SingleWriter,
+    };
+    let result = match role.as_str() {
+        "holder" => holder::run(
+            Store::builder(db)
+                .verify_on_open(!flags.contains_key("no-verify"))
+                .sharing(sharing),
+            &queue,
+            number("enqueue", 0) as usize,
+            number("claim", 0) as usize,
+            lease,
+        ),
+        "worker" => worker::run(db, queue, number("threads", 4) as usize, lease, sharing),
+        other => panic!("no helper role {other:?}"),
+    };
+    // Exit here, before libtest reports a test result on stdout.
+    match result {
+        Ok(_) => std::process::exit(0),
+        Err(e) => {
+            eprintln!("helper {role}: {e}");
+            std::process::exit(1)
+        }
+    }
+}
