@@ -7,7 +7,7 @@ use redb::{ReadTransaction, ReadableTable};
 use crate::codec;
 use crate::error::Result;
 use crate::index::entries;
-use crate::job::{JobState, Run};
+use crate::job::{JobState, RunRecord};
 use crate::schema;
 use crate::tx::decode_job;
 
@@ -179,11 +179,11 @@ fn check_history(
     attempts: &BTreeMap<u64, (u32, JobState)>,
     problems: &mut Vec<String>,
 ) -> Result<()> {
-    let mut seen: BTreeMap<u64, Vec<(u32, Run)>> = BTreeMap::new();
+    let mut seen: BTreeMap<u64, Vec<(u32, RunRecord)>> = BTreeMap::new();
     for entry in read.open_table(schema::HISTORY)?.iter()? {
         let (k, v) = entry?;
         let (id, attempt) = k.value();
-        match codec::decode::<Run>(v.value()) {
+        match codec::decode::<RunRecord>(v.value()) {
             Ok(run) => seen.entry(id).or_default().push((attempt, run)),
             Err(e) => problems.push(format!("history of job {id} attempt {attempt}: {e}")),
         }

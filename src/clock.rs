@@ -7,7 +7,7 @@
 //! # How store time is made
 //! A [`Clock`] is a *time source*: it returns a [`ClockReading`], a tick count in nanoseconds
 //! within an *epoch* (a span in which the ticks are comparable). The store turns readings
-//! into [`StoreTime`] with an [`Anchor`] persisted in the store file: "at tick `ticks` of epoch
+//! into [`StoreTime`] with an anchor persisted in the store file: "at tick `ticks` of epoch
 //! `epoch`, store time was `store`". Store time is then `anchor.store + (ticks - anchor.ticks)`.
 //!
 //! * The default [`MonotonicClock`] reads the host's `CLOCK_MONOTONIC`, and its epoch is the
@@ -301,7 +301,7 @@ impl Clock for ManualClock {
 
 /// "At tick `ticks` of epoch `epoch`, store time was `store`." Persisted in the store.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Encode, Decode)]
-pub struct Anchor {
+pub(crate) struct Anchor {
     /// The epoch of the reading.
     pub epoch: u128,
     /// The source's ticks at the anchor.

@@ -69,12 +69,12 @@ pub fn decode<T: Decode<()>>(bytes: &[u8]) -> Result<T, CodecError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::job::{Outcome, ReclaimPath, Run};
+    use crate::job::{Outcome, ReclaimPath, RunRecord};
     use crate::{Attempt, StoreTime};
     use std::time::Duration;
 
-    fn run() -> Run {
-        Run {
+    fn run() -> RunRecord {
+        RunRecord {
             attempt: Attempt(3),
             worker: "w".into(),
             claimed_at: StoreTime(5),
@@ -91,22 +91,25 @@ mod tests {
     fn round_trips_a_record() {
         let bytes = encode(&run());
         assert_eq!(bytes[0], FORMAT_VERSION);
-        assert_eq!(decode::<Run>(&bytes), Ok(run()));
+        assert_eq!(decode::<RunRecord>(&bytes), Ok(run()));
     }
 
     #[test]
     fn rejects_unknown_version_truncation_and_trailing_bytes() {
         let mut bytes = encode(&run());
-        assert_eq!(decode::<Run>(&[]), Err(CodecError::Empty));
+        assert_eq!(decode::<RunRecord>(&[]), Err(CodecError::Empty));
         bytes[0] = 99;
-        assert_eq!(decode::<Run>(&bytes), Err(CodecError::UnknownVersion(99)));
+        assert_eq!(
+            decode::<RunRecord>(&bytes),
+            Err(CodecError::UnknownVersion(99))
+        );
         bytes[0] = FORMAT_VERSION;
         assert!(matches!(
-            decode::<Run>(&bytes[..bytes.len() - 1]),
+            decode::<RunRecord>(&bytes[..bytes.len() - 1]),
             Err(CodecError::Malformed(_))
         ));
         bytes.push(0);
-        assert_eq!(decode::<Run>(&bytes), Err(CodecError::Trailing(1)));
+        assert_eq!(decode::<RunRecord>(&bytes), Err(CodecError::Trailing(1)));
     }
 
     #[test]
@@ -125,6 +128,6 @@ mod tests {
             0xFF,
             0xFF,
         ];
-        assert!(decode::<Run>(&bytes).is_err());
+        assert!(decode::<RunRecord>(&bytes).is_err());
     }
 }

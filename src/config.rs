@@ -22,7 +22,7 @@ pub const DEFAULT_MAX_PAYLOAD: usize = 1 << 20;
 /// just before it died) and then the next reaper pass must come. A claimer can take the job
 /// over sooner, as soon as the lease has expired.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub struct LeaseSettings {
+pub(crate) struct LeaseSettings {
     lease: Duration,
     heartbeat: Duration,
 }

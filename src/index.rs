@@ -8,7 +8,7 @@ use redb::ReadableTable;
 
 use crate::codec;
 use crate::error::Result;
-use crate::job::{Job, JobState};
+use crate::job::{JobRecord, JobState};
 use crate::tx::{Tables, Tx};
 
 /// The index entries one job record implies, borrowing the record's strings (this runs twice
@@ -30,7 +30,7 @@ pub(crate) struct Entries<'a> {
 }
 
 /// The entries `job` implies.
-pub(crate) fn entries(job: &Job) -> Entries<'_> {
+pub(crate) fn entries(job: &JobRecord) -> Entries<'_> {
     let id = job.id.0;
     let q = job.queue.as_str();
     Entries {
@@ -57,7 +57,7 @@ pub(crate) fn entries(job: &Job) -> Entries<'_> {
 
 /// Writes `new` (replacing `old`, if the job existed) with all of its index entries, and
 /// notes a queue that gained a claimable-soon job so the store can wake its waiting workers.
-pub(crate) fn save(tx: &mut Tx<'_>, old: Option<&Job>, new: &Job) -> Result<()> {
+pub(crate) fn save(tx: &mut Tx<'_>, old: Option<&JobRecord>, new: &JobRecord) -> Result<()> {
     tx.tally.writes += 1;
     let after = entries(new);
     let before = old.map(entries);
@@ -86,14 +86,14 @@ pub(crate) fn save(tx: &mut Tx<'_>, old: Option<&Job>, new: &Job) -> Result<()> 
 /// `updated_at`; see [`entries`]). Skips the copy of the old record and the comparison
 /// [`save`] needs, which a heartbeat batch of a thousand leases pays a thousand times.
 /// [`crate::Store::check`] would find an entry this left behind.
-pub(crate) fn rewrite(tx: &mut Tx<'_>, job: &Job) -> Result<()> {
+pub(crate) fn rewrite(tx: &mut Tx<'_>, job: &JobRecord) -> Result<()> {
     tx.tally.writes += 1;
     tx.t.jobs.insert(job.id.0, codec::encode(job).as_slice())?;
     Ok(())
 }
 
 /// Deletes a job entirely: its record, every index entry, its payload, output and history.
-pub(crate) fn delete(tx: &mut Tx<'_>, job: &Job) -> Result<()> {
+pub(crate) fn delete(tx: &mut Tx<'_>, job: &JobRecord) -> Result<()> {
     tx.tally.writes += 1;
     let e = entries(job);
     remove_entries(&mut tx.t, &e, None)?;

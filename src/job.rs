@@ -86,9 +86,9 @@ impl fmt::Display for JobState {
     }
 }
 
-/// The lease a running job is held under, as stored.
+/// The lease a running job is held under, as stored (read through [`JobLease`]).
 #[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
-pub struct LeaseRecord {
+pub(crate) struct LeaseRecord {
     /// The worker that claimed it.
     pub owner: String,
     /// When it was claimed.
@@ -107,9 +107,9 @@ pub struct LeaseRecord {
 }
 
 /// A job as stored (without its payload and output, which live apart so that a heartbeat
-/// rewrites a few dozen bytes, not the payload).
+/// rewrites a few dozen bytes, not the payload). Read through [`Job`].
 #[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
-pub struct Job {
+pub(crate) struct JobRecord {
     /// The job's id.
     pub id: JobId,
     /// The queue it belongs to.
@@ -147,12 +147,12 @@ pub struct Job {
     pub updated_at: StoreTime,
 }
 
-impl Job {
+impl JobRecord {
     /// The run record of the current attempt while the job runs, as its lease describes it
     /// (history stores an attempt's record only once it ends).
-    pub(crate) fn current_run(&self) -> Option<Run> {
+    pub(crate) fn current_run(&self) -> Option<RunRecord> {
         match (&self.state, &self.lease) {
-            (JobState::Running, Some(lease)) => Some(Run {
+            (JobState::Running, Some(lease)) => Some(RunRecord {
                 attempt: self.attempt,
                 worker: lease.owner.clone(),
                 claimed_at: lease.claimed_at,
@@ -243,9 +243,9 @@ impl fmt::Display for Outcome {
     }
 }
 
-/// The record of one attempt (one claim) of a job.
+/// The record of one attempt (one claim) of a job, as stored. Read through [`Run`].
 #[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
-pub struct Run {
+pub(crate) struct RunRecord {
     /// Which attempt.
     pub attempt: Attempt,
     /// The worker that held it.
@@ -258,6 +258,185 @@ pub struct Run {
     pub outcome: Option<Outcome>,
     /// The last progress value reported during the attempt.
     pub progress: u64,
+}
+
+/// A job as read from the store: a snapshot of its record at the moment of the read. It is
+/// read through methods, not fields, so that the stored format can change without changing
+/// this API.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Job(pub(crate) JobRecord);
+
+impl Job {
+    /// The job's id.
+    pub fn id(&self) -> JobId {
+        self.0.id
+    }
+
+    /// The queue it belongs to.
+    pub fn queue(&self) -> &str {
+        &self.0.queue
+    }
+
+    /// Its state.
+    pub fn state(&self) -> JobState {
+        self.0.state
+    }
+
+    /// Lower runs first; equal priorities run in `run_at` order, then id order (FIFO).
+    pub fn priority(&self) -> i32 {
+        self.0.priority
+    }
+
+    /// How many times it has been claimed: the fencing token of the current or last run.
+    pub fn attempt(&self) -> Attempt {
+        self.0.attempt
+    }
+
+    /// How many attempts spent the retry budget (failed, lease expired, stalled). A release
+    /// does not count.
+    pub fn failures(&self) -> u32 {
+        self.0.failures
+    }
+
+    /// The retry budget: the job is dead once [`Job::failures`] reaches it.
+    pub fn max_attempts(&self) -> u32 {
+        self.0.max_attempts
+    }
+
+    /// The deduplication key it holds while it is not terminal.
+    pub fn unique_key(&self) -> Option<&str> {
+        self.0.unique_key.as_deref()
+    }
+
+    /// When it was enqueued.
+    pub fn created_at(&self) -> StoreTime {
+        self.0.created_at
+    }
+
+    /// When a waiting job becomes claimable (enqueue time, end of a delay, or end of a backoff).
+    pub fn run_at(&self) -> StoreTime {
+        self.0.run_at
+    }
+
+    /// The lease it is held under while it is [`JobState::Running`].
+    pub fn lease(&self) -> Option<JobLease<'_>> {
+        self.0.lease.as_ref().map(JobLease)
+    }
+
+    /// The last progress value a heartbeat reported for the current attempt.
+    pub fn progress(&self) -> u64 {
+        self.0.progress
+    }
+
+    /// When progress last advanced (or the attempt began).
+    pub fn progress_at(&self) -> StoreTime {
+        self.0.progress_at
+    }
+
+    /// A cancel was requested while it ran; the holder is told at its next heartbeat.
+    pub fn cancel_requested(&self) -> bool {
+        self.0.cancel_requested
+    }
+
+    /// The error of the last failed attempt.
+    pub fn last_error(&self) -> Option<&str> {
+        self.0.last_error.as_deref()
+    }
+
+    /// When it reached a terminal state.
+    pub fn finished_at(&self) -> Option<StoreTime> {
+        self.0.finished_at
+    }
+
+    /// When the record last changed.
+    pub fn updated_at(&self) -> StoreTime {
+        self.0.updated_at
+    }
+}
+
+impl fmt::Debug for Job {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// The lease a running job is held under, as [`Job::lease`] reads it.
+#[derive(Copy, Clone, PartialEq, Eq)]
+pub struct JobLease<'a>(&'a LeaseRecord);
+
+impl<'a> JobLease<'a> {
+    /// The worker that claimed it.
+    pub fn owner(&self) -> &'a str {
+        &self.0.owner
+    }
+
+    /// When it was claimed.
+    pub fn claimed_at(&self) -> StoreTime {
+        self.0.claimed_at
+    }
+
+    /// When it expires unless renewed, on the store's clock (compare with [`crate::Store::now`]).
+    pub fn expires_at(&self) -> StoreTime {
+        self.0.expires_at
+    }
+
+    /// The lease length: every renewal extends the lease by this much from the renewal's now.
+    pub fn length(&self) -> Duration {
+        self.0.length
+    }
+
+    /// A heartbeat finding no progress for this long revokes the lease.
+    pub fn stall_timeout(&self) -> Option<Duration> {
+        self.0.stall_timeout
+    }
+}
+
+impl fmt::Debug for JobLease<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// One attempt (one claim) of a job, as [`crate::Store::history`] reads it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Run(pub(crate) RunRecord);
+
+impl Run {
+    /// Which attempt.
+    pub fn attempt(&self) -> Attempt {
+        self.0.attempt
+    }
+
+    /// The worker that held it.
+    pub fn worker(&self) -> &str {
+        &self.0.worker
+    }
+
+    /// When it was claimed.
+    pub fn claimed_at(&self) -> StoreTime {
+        self.0.claimed_at
+    }
+
+    /// When it ended; `None` while it runs.
+    pub fn ended_at(&self) -> Option<StoreTime> {
+        self.0.ended_at
+    }
+
+    /// How it ended; `None` while it runs.
+    pub fn outcome(&self) -> Option<&Outcome> {
+        self.0.outcome.as_ref()
+    }
+
+    /// The last progress value reported during the attempt.
+    pub fn progress(&self) -> u64 {
+        self.0.progress
+    }
+}
+
+impl fmt::Debug for Run {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
 }
 
 /// A job to enqueue. Built with [`NewJob::new`] and the builder methods.

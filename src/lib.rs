@@ -66,7 +66,7 @@
 //! let again = store.claim("thumbnails", "worker-b", Duration::from_secs(60))?.unwrap();
 //! assert!(store.complete(&lease, b"late").unwrap_err().is_lease_lost()); // fenced
 //! store.complete(&again, b"done")?;
-//! assert_eq!(store.job(id)?.unwrap().state, JobState::Succeeded);
+//! assert_eq!(store.job(id)?.unwrap().state(), JobState::Succeeded);
 //! # Ok::<(), leasehold::Error>(())
 //! ```
 //!
@@ -110,16 +110,13 @@ mod tx;
 pub use builder::{Durability, Sharing, StoreBuilder};
 pub use check::CheckReport;
 pub use clock::{Clock, ClockReading, ManualClock, MonotonicClock};
-pub use codec::CodecError;
 pub use config::{
     DEFAULT_LEASE, DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_PAYLOAD, DEFAULT_REAP_BATCH,
-    DEFAULT_REAPER_INTERVAL, LeaseSettings, MAX_LEASE,
+    DEFAULT_REAPER_INTERVAL, MAX_LEASE,
 };
 pub use error::{ConfigError, Error, InputError, LeaseLost, OpenError, Result};
-#[doc(hidden)]
-pub use group::CommitShape;
 pub use ids::{Attempt, InstanceId, JobId, StoreTime};
-pub use job::{Job, JobState, LeaseRecord, NewJob, Outcome, ReclaimPath, Run};
+pub use job::{Job, JobLease, JobState, NewJob, Outcome, ReclaimPath, Run};
 pub use lease::{Lease, LeaseTerms, Renewal};
 pub use pool::{
     Interrupted, Interruption, JobContext, JobError, Output, PoolBuilder, PoolStats,
@@ -145,8 +142,28 @@ pub use redb;
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
 
-/// Codec entry points for fuzzing and tooling: decoding arbitrary bytes must fail cleanly.
+/// For leasehold's own fuzzers, tests and bench; not part of the API.
 #[doc(hidden)]
 pub mod __private {
-    pub use crate::codec::{decode, encode};
+    use crate::codec::{decode, encode};
+    use crate::job::{JobRecord, RunRecord};
+
+    pub use crate::group::CommitShape;
+
+    /// Decodes `data` as every kind of stored record, for the fuzzers: whatever the bytes,
+    /// decoding returns an error or a value and never panics.
+    pub fn decode_stored_records(data: &[u8]) {
+        let _ = decode::<JobRecord>(data);
+        let _ = decode::<RunRecord>(data);
+        let _ = decode::<crate::Counters>(data);
+        let _ = decode::<crate::clock::Anchor>(data);
+    }
+
+    /// A stored job record with its attempt counter replaced, for tests that need a store
+    /// that ran that many claims; `None` if `record` is not a job record.
+    pub fn with_attempt(record: &[u8], attempt: u32) -> Option<Vec<u8>> {
+        let mut job: JobRecord = decode(record).ok()?;
+        job.attempt = crate::Attempt(attempt);
+        Some(encode(&job))
+    }
 }

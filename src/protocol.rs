@@ -22,7 +22,7 @@ use crate::error::{Error, LeaseLost, Result};
 use crate::ids::{Attempt, InstanceId, JobId, StoreTime};
 use crate::index;
 use crate::input;
-use crate::job::{Job, JobState, LeaseRecord, NewJob, Outcome, ReclaimPath, Run};
+use crate::job::{JobRecord, JobState, LeaseRecord, NewJob, Outcome, ReclaimPath, RunRecord};
 use crate::lease::{Lease, LeaseTerms, Renewal};
 use crate::report::Reclaim;
 use crate::retry::splitmix64;
@@ -39,7 +39,7 @@ pub(crate) fn enqueue(tx: &mut Tx<'_>, new: &NewJob) -> Result<JobId> {
         return Ok(JobId(existing.value()));
     }
     let id = tx.next_job_id()?;
-    let job = Job {
+    let job = JobRecord {
         id,
         queue: new.queue.clone(),
         state: JobState::Queued,
@@ -520,7 +520,7 @@ enum Refusal {
 /// renewal counts in `leases_lost` unless the attempt was ended by its own holder: a pool's
 /// heartbeat tick that overlaps the completion it renews lost nothing, and an operator reads
 /// that counter as "workers are losing their jobs".
-fn fence(tx: &mut Tx<'_>, id: JobId, attempt: Attempt, refusal: Refusal) -> Result<Job> {
+fn fence(tx: &mut Tx<'_>, id: JobId, attempt: Attempt, refusal: Refusal) -> Result<JobRecord> {
     let found = match tx.t.job(id)? {
         Some(job) if job.state == JobState::Running && job.attempt == attempt => return Ok(job),
         found => found,
@@ -549,7 +549,7 @@ fn ended_by_holder(tx: &Tx<'_>, id: JobId, attempt: Attempt) -> Result<bool> {
     let Some(bytes) = tx.t.history.get((id.0, attempt.0))? else {
         return Ok(false);
     };
-    let run: Run = codec::decode(bytes.value())
+    let run: RunRecord = codec::decode(bytes.value())
         .map_err(|e| Error::Corrupt(format!("history of job {id} attempt {attempt}: {e}")))?;
     Ok(matches!(
         run.outcome,
@@ -559,7 +559,7 @@ fn ended_by_holder(tx: &Tx<'_>, id: JobId, attempt: Attempt) -> Result<bool> {
 
 /// Takes the holder's last progress into the record its attempt ends with: a short job ends
 /// before any heartbeat carried its progress, and its history would always show 0.
-fn final_progress(tx: &Tx<'_>, job: &mut Job, progress: Option<u64>) {
+fn final_progress(tx: &Tx<'_>, job: &mut JobRecord, progress: Option<u64>) {
     if let Some(p) = progress
         && p != job.progress
     {
@@ -580,7 +580,7 @@ enum Next {
 /// Where a failed (or expired, or stalled) attempt sends its job: spends one unit of budget
 /// if `spend`, and backs off only for failures the holder reported (an expired lease has
 /// already waited out the lease, and the holder most likely died rather than the job).
-fn after_failure(tx: &Tx<'_>, job: &Job, backoff: bool) -> Next {
+fn after_failure(tx: &Tx<'_>, job: &JobRecord, backoff: bool) -> Next {
     let failures = job.failures.saturating_add(1);
     if job.cancel_requested {
         Next::Cancelled
@@ -597,7 +597,7 @@ fn after_failure(tx: &Tx<'_>, job: &Job, backoff: bool) -> Next {
 
 /// Ends the current attempt of a running job: writes its history record with `outcome` and
 /// moves the job on. The only place an attempt ends.
-fn end_attempt(tx: &mut Tx<'_>, job: Job, outcome: Outcome, next: Next) -> Result<Job> {
+fn end_attempt(tx: &mut Tx<'_>, job: JobRecord, outcome: Outcome, next: Next) -> Result<JobRecord> {
     let now = tx.now;
     let mut new = job.clone();
     if matches!(
@@ -633,7 +633,7 @@ fn end_attempt(tx: &mut Tx<'_>, job: Job, outcome: Outcome, next: Next) -> Resul
     Ok(new)
 }
 
-fn terminal(job: &mut Job, state: JobState, now: StoreTime) {
+fn terminal(job: &mut JobRecord, state: JobState, now: StoreTime) {
     job.state = state;
     job.finished_at = Some(now);
 }
@@ -641,7 +641,12 @@ fn terminal(job: &mut Job, state: JobState, now: StoreTime) {
 /// Starts a new attempt of a waiting job under a lease for `worker`. A job whose attempt
 /// counter is exhausted cannot be given a fence greater than the last one: it is dead
 /// instead (`None`), with the reason as its last error.
-fn grant(tx: &mut Tx<'_>, job: Job, worker: &str, terms: LeaseTerms) -> Result<Option<Lease>> {
+fn grant(
+    tx: &mut Tx<'_>,
+    job: JobRecord,
+    worker: &str,
+    terms: LeaseTerms,
+) -> Result<Option<Lease>> {
     let now = tx.now;
     let Some(attempt) = job.attempt.next() else {
         let mut dead = job.clone();
@@ -694,7 +699,7 @@ const ATTEMPTS_EXHAUSTED: &str =
     "dead: its attempt counter is exhausted, so no new lease could be fenced apart from the last";
 
 /// Takes back the lease of a running job: records `LeaseExpired` and moves the job on.
-fn expire(tx: &mut Tx<'_>, job: Job, path: ReclaimPath) -> Result<(Job, Reclaim)> {
+fn expire(tx: &mut Tx<'_>, job: JobRecord, path: ReclaimPath) -> Result<(JobRecord, Reclaim)> {
     let Some(lease) = job.lease.clone() else {
         return Err(corrupt_running(&job));
     };
@@ -729,11 +734,11 @@ fn expire(tx: &mut Tx<'_>, job: Job, path: ReclaimPath) -> Result<(Job, Reclaim)
     Ok((new, reclaim))
 }
 
-pub(crate) fn load(tx: &Tx<'_>, id: JobId) -> Result<Job> {
+pub(crate) fn load(tx: &Tx<'_>, id: JobId) -> Result<JobRecord> {
     tx.t.job(id)?
         .ok_or_else(|| Error::Corrupt(format!("an index names job {id}, which has no record")))
 }
 
-pub(crate) fn corrupt_running(job: &Job) -> Error {
+pub(crate) fn corrupt_running(job: &JobRecord) -> Error {
     Error::Corrupt(format!("job {} is running without a lease", job.id))
 }

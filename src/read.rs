@@ -9,7 +9,7 @@ use redb::{ReadTransaction, ReadableTable, TableDefinition};
 use crate::codec;
 use crate::error::{Error, Result};
 use crate::ids::{JobId, StoreTime};
-use crate::job::{Job, JobState, Run};
+use crate::job::{Job, JobRecord, JobState, Run, RunRecord};
 use crate::schema::{self, meta_key};
 use crate::stats::{Counters, Stats};
 use crate::tx::decode_job;
@@ -26,6 +26,10 @@ pub(crate) fn contained<T>(what: &str, f: impl FnOnce() -> Result<T>) -> Result<
 }
 
 pub(crate) fn job(read: &ReadTransaction, id: JobId) -> Result<Option<Job>> {
+    record(read, id).map(|record| record.map(Job))
+}
+
+fn record(read: &ReadTransaction, id: JobId) -> Result<Option<JobRecord>> {
     let jobs = read.open_table(schema::JOBS)?;
     match jobs.get(id.0)? {
         Some(b) => decode_job(b.value()).map(Some),
@@ -46,7 +50,7 @@ pub(crate) fn bytes(
 /// running one (which has no record until it ends) from the job's lease.
 pub(crate) fn history(read: &ReadTransaction, id: JobId) -> Result<Vec<Run>> {
     let history = read.open_table(schema::HISTORY)?;
-    let mut runs: Vec<Run> = Vec::new();
+    let mut runs: Vec<RunRecord> = Vec::new();
     for entry in history.range((id.0, 0u32)..=(id.0, u32::MAX))? {
         let (_, v) = entry?;
         runs.push(
@@ -54,13 +58,13 @@ pub(crate) fn history(read: &ReadTransaction, id: JobId) -> Result<Vec<Run>> {
                 .map_err(|e| Error::Corrupt(format!("history of job {id}: {e}")))?,
         );
     }
-    if let Some(running) = job(read, id)?.and_then(|j| j.current_run()) {
+    if let Some(running) = record(read, id)?.and_then(|j| j.current_run()) {
         // A store written by an earlier build may hold an open record for it already.
         if runs.last().is_none_or(|r| r.attempt != running.attempt) {
             runs.push(running);
         }
     }
-    Ok(runs)
+    Ok(runs.into_iter().map(Run).collect())
 }
 
 /// Counts per queue and state (from the counts index) and the lifetime counters.
@@ -186,7 +190,7 @@ pub(crate) fn list(read: &ReadTransaction, filter: &JobFilter) -> Result<Vec<Job
     if let Some(n) = filter.limit {
         out.truncate(n);
     }
-    Ok(out)
+    Ok(out.into_iter().map(Job).collect())
 }
 
 /// The process id of the process that last opened the store for writing.
@@ -245,16 +249,13 @@ mod tests {
         assert!(!stored(&store), "a claim writes no history record");
         let open = super::history(&store.begin_read().unwrap(), id).unwrap();
         assert_eq!(open.len(), 1);
-        assert_eq!(
-            (open[0].worker.as_str(), open[0].outcome.clone()),
-            ("w", None)
-        );
+        assert_eq!((open[0].worker(), open[0].outcome()), ("w", None));
 
         // What an earlier build left: the same record, stored.
         let txn = store.db().begin_write().unwrap();
         txn.open_table(schema::HISTORY)
             .unwrap()
-            .insert((id.0, 1), codec::encode(&open[0]).as_slice())
+            .insert((id.0, 1), codec::encode(&open[0].0).as_slice())
             .unwrap();
         txn.commit().unwrap();
         assert!(stored(&store));
@@ -264,7 +265,7 @@ mod tests {
         store.complete(&lease, b"").unwrap();
         let ended = store.history(id).unwrap();
         assert_eq!(ended.len(), 1);
-        assert_eq!(ended[0].outcome, Some(Outcome::Succeeded));
+        assert_eq!(ended[0].outcome(), Some(&Outcome::Succeeded));
         assert!(store.check().unwrap().is_clean());
     }
 }

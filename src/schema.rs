@@ -6,10 +6,10 @@
 //! | table | key | value | holds |
 //! |---|---|---|---|
 //! | `meta` | name | bytes | schema version, id counter, clock anchor and high-water mark, counters |
-//! | `jobs` | job id | [`Job`](crate::Job) record | every job |
+//! | `jobs` | job id | [`JobRecord`](crate::job::JobRecord) record | every job |
 //! | `payloads` | job id | bytes | each job's payload, apart so heartbeats do not rewrite it |
 //! | `outputs` | job id | bytes | a succeeded job's output |
-//! | `history` | (job, attempt) | [`Run`](crate::Run) record | one record per ended attempt |
+//! | `history` | (job, attempt) | [`RunRecord`](crate::job::RunRecord) record | one record per ended attempt |
 //! | `ready` | (queue, priority, run_at, job) | () | waiting jobs, in claim order |
 //! | `expiry` | (queue, expires_at, job) | () | running jobs, by lease expiry |
 //! | `unique` | (queue, key) | job id | keys held by jobs that are not terminal |

@@ -6,12 +6,12 @@ use redb::ReadableTable;
 use crate::error::Result;
 use crate::ids::{JobId, StoreTime};
 use crate::index;
-use crate::job::{Job, JobState};
+use crate::job::{JobRecord, JobState};
 use crate::protocol;
 use crate::tx::Tx;
 
 /// The job of `queue` whose index entry says its lease expires first, at or before `bound`.
-/// The entry may lag a renewal (see [`crate::LeaseRecord`]), so callers check the record.
+/// The entry may lag a renewal (see [`crate::job::LeaseRecord`]), so callers check the record.
 pub(crate) fn first_indexed_expiry(tx: &Tx<'_>, queue: &str, bound: u64) -> Result<Option<JobId>> {
     Ok(first_expiry_entry(&tx.t.expiry, queue, bound)?.map(|(_, id)| id))
 }
@@ -34,7 +34,7 @@ pub(crate) fn first_expiry_entry(
     Ok(first)
 }
 
-pub(crate) fn lease_expired(job: &Job, now: StoreTime) -> bool {
+pub(crate) fn lease_expired(job: &JobRecord, now: StoreTime) -> bool {
     job.state == JobState::Running && job.lease.as_ref().is_some_and(|l| l.expires_at <= now)
 }
 
@@ -97,8 +97,8 @@ pub(crate) fn next_expired(tx: &mut Tx<'_>, queue: &str) -> Result<Option<JobId>
     }
 }
 
-/// Moves a renewed lease's index entry to its real expiry (see [`crate::LeaseRecord`]).
-pub(crate) fn catch_up(tx: &mut Tx<'_>, job: Job) -> Result<()> {
+/// Moves a renewed lease's index entry to its real expiry (see [`crate::job::LeaseRecord`]).
+pub(crate) fn catch_up(tx: &mut Tx<'_>, job: JobRecord) -> Result<()> {
     let mut moved = job.clone();
     match moved.lease.as_mut() {
         Some(lease) => lease.indexed_expiry = lease.expires_at,

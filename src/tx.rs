@@ -9,7 +9,7 @@ use redb::{ReadableTable, Table, WriteTransaction};
 use crate::codec;
 use crate::error::{Error, Result};
 use crate::ids::{InstanceId, JobId, StoreTime};
-use crate::job::Job;
+use crate::job::JobRecord;
 use crate::retry::RetryPolicy;
 use crate::schema::{self, meta_key};
 use crate::stats::Counters;
@@ -83,7 +83,7 @@ impl<'t> Tables<'t> {
     }
 
     /// Loads a job record; `None` if there is none.
-    pub(crate) fn job(&self, id: JobId) -> Result<Option<Job>> {
+    pub(crate) fn job(&self, id: JobId) -> Result<Option<JobRecord>> {
         match self.jobs.get(id.0)? {
             Some(bytes) => decode_job(bytes.value()).map(Some),
             None => Ok(None),
@@ -91,7 +91,7 @@ impl<'t> Tables<'t> {
     }
 }
 
-pub(crate) fn decode_job(bytes: &[u8]) -> Result<Job> {
+pub(crate) fn decode_job(bytes: &[u8]) -> Result<JobRecord> {
     codec::decode(bytes).map_err(|e| Error::Corrupt(format!("job record: {e}")))
 }
 

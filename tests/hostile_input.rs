@@ -10,8 +10,8 @@ mod hostile_files;
 use std::time::Duration;
 
 use leasehold::{
-    Attempt, ConfigError, Error, InputError, JobId, JobState, Lease, LeaseSettings, LeaseTerms,
-    ManualClock, NewJob, OpenError, Stats, Store, StoreTime, WorkerPool,
+    Attempt, ConfigError, Error, InputError, JobId, JobState, Lease, LeaseTerms, ManualClock,
+    NewJob, OpenError, Stats, Store, StoreTime, WorkerPool,
 };
 
 const Q: &str = "q";
@@ -192,7 +192,11 @@ fn hostile_settings_are_refused_before_anything_runs() {
     let cases: Vec<Refusal> = vec![
         (
             "heartbeat equal to lease",
-            LeaseSettings::new(LEASE, LEASE).unwrap_err().into(),
+            pool_err(
+                WorkerPool::builder(store.clone(), Q)
+                    .lease(LEASE)
+                    .heartbeat_every(LEASE),
+            ),
             |e| {
                 matches!(
                     e,

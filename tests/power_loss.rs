@@ -172,9 +172,9 @@ fn verify(image: &[u8], facts: &[(usize, Fact)], durable_syncs: usize, what: &st
                 job(*id);
             }
             Fact::Succeeded(id) => {
-                assert_eq!(job(*id).state, JobState::Succeeded, "{what}: job {id}")
+                assert_eq!(job(*id).state(), JobState::Succeeded, "{what}: job {id}")
             }
-            Fact::AttemptAtLeast(id, a) => assert!(job(*id).attempt.0 >= *a, "{what}: job {id}"),
+            Fact::AttemptAtLeast(id, a) => assert!(job(*id).attempt().0 >= *a, "{what}: job {id}"),
         }
     }
 }

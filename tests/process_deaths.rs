@@ -140,8 +140,8 @@ fn died_path(store: &Store, id: JobId) -> Option<ReclaimPath> {
         .history(id)
         .unwrap()
         .iter()
-        .find_map(|r| match r.outcome {
-            Some(Outcome::LeaseExpired { path, .. }) => Some(path),
+        .find_map(|r| match r.outcome() {
+            Some(Outcome::LeaseExpired { path, .. }) => Some(*path),
             _ => None,
         })
 }
@@ -164,7 +164,7 @@ fn a_killed_processs_leases_are_taken_back_by_a_survivor_at_once() {
     });
     for id in taken {
         assert_eq!(died_path(&store, id), Some(ReclaimPath::ProcessDied));
-        assert_eq!(store.job(id).unwrap().unwrap().attempt.0, 1);
+        assert_eq!(store.job(id).unwrap().unwrap().attempt().0, 1);
         // the next claim is a new attempt: the dead holder's fence is stale
     }
     let again = store.claim(Q, "survivor", Duration::from_secs(60)).unwrap();
@@ -198,7 +198,7 @@ fn opening_takes_back_only_the_leases_of_processes_that_are_gone() {
     assert_eq!(recovered, vec![dead_job]);
     assert_eq!(died_path(&store, dead_job), Some(ReclaimPath::ProcessDied));
     for id in &alive.claimed {
-        assert_eq!(store.job(*id).unwrap().unwrap().state, JobState::Running);
+        assert_eq!(store.job(*id).unwrap().unwrap().state(), JobState::Running);
     }
     // and once the live one dies too, its leases come back
     let held = alive.claimed.clone();
@@ -206,7 +206,7 @@ fn opening_takes_back_only_the_leases_of_processes_that_are_gone() {
     alive.kill();
     wait_until("the second process's jobs to come back", || {
         held.iter()
-            .all(|id| store.job(*id).unwrap().unwrap().state == JobState::Queued)
+            .all(|id| store.job(*id).unwrap().unwrap().state() == JobState::Queued)
     });
     assert!(store.check().unwrap().is_clean());
 }
@@ -224,10 +224,10 @@ fn a_process_that_ends_cleanly_leaves_its_neighbours_leases_alone() {
     Holder::start(&path, &[]).end();
     assert_eq!(Holder::instance_files(&path), 2);
     std::thread::sleep(Duration::from_millis(300)); // several of the watcher's rescans
-    assert_eq!(store.job(job).unwrap().unwrap().state, JobState::Running);
+    assert_eq!(store.job(job).unwrap().unwrap().state(), JobState::Running);
     neighbour.kill();
     wait_until("the job to come back", || {
-        store.job(job).unwrap().unwrap().state == JobState::Queued
+        store.job(job).unwrap().unwrap().state() == JobState::Queued
     });
 }
 
@@ -413,13 +413,13 @@ fn worker_processes_killed_at_random_lose_nothing_and_commit_each_job_once() {
             "job {id}: its effect was committed {effect:?} times"
         );
         for run in observer.history(JobId(id)).unwrap() {
-            if let Some(Outcome::LeaseExpired { path, .. }) = run.outcome {
+            if let Some(Outcome::LeaseExpired { path, .. }) = run.outcome() {
                 assert!(
                     matches!(path, ReclaimPath::ProcessDied | ReclaimPath::Recovery),
                     "job {id}: taken back by {path:?}"
                 );
                 // only a killed process's lease was ever taken back
-                let pid: u32 = run.worker.split('-').nth(1).unwrap().parse().unwrap();
+                let pid: u32 = run.worker().split('-').nth(1).unwrap().parse().unwrap();
                 assert!(
                     killed.contains(&pid),
                     "job {id}: a live process's lease was taken"
@@ -430,7 +430,7 @@ fn worker_processes_killed_at_random_lose_nothing_and_commit_each_job_once() {
     }
     for id in &committed {
         assert_eq!(
-            observer.job(JobId(*id)).unwrap().unwrap().state,
+            observer.job(JobId(*id)).unwrap().unwrap().state(),
             JobState::Succeeded
         );
     }
@@ -465,7 +465,7 @@ fn a_stopped_process_keeps_its_lock_so_the_lease_decides_and_its_late_commit_is_
     stopped.signal(libc::SIGCONT);
     assert_eq!(stopped.complete(), vec![format!("completed {} lost", id.0)]);
     let job = store.job(id).unwrap().unwrap();
-    assert_eq!((job.state, job.attempt.0), (JobState::Succeeded, 2));
+    assert_eq!((job.state(), job.attempt().0), (JobState::Succeeded, 2));
     assert_eq!(store.output(id).unwrap().unwrap(), b"done");
     stopped.end();
 }

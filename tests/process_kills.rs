@@ -156,7 +156,7 @@ fn a_store_killed_at_random_moments_reopens_clean_with_every_reported_commit() {
         for id in &heard.committed {
             let job = store.job(JobId(*id)).unwrap().unwrap();
             assert_eq!(
-                job.state,
+                job.state(),
                 JobState::Succeeded,
                 "kill {kill}: reported commit of job {id} lost"
             );
@@ -175,7 +175,7 @@ fn a_store_killed_at_random_moments_reopens_clean_with_every_reported_commit() {
                 );
                 let job = store.job(JobId(id.value())).unwrap().unwrap();
                 assert_eq!(
-                    job.state,
+                    job.state(),
                     JobState::Succeeded,
                     "kill {kill}: effect without completion"
                 );
@@ -204,12 +204,12 @@ fn without_recovery_an_orphaned_lease_is_due_within_one_lease_of_reopening() {
     let mut orphans = 0;
     for id in 1..=20 {
         let job = store.job(JobId(id)).unwrap().unwrap();
-        if let Some(l) = job.lease {
+        if let Some(l) = job.lease() {
             orphans += 1;
             // reclaimed by the first reap at or after its expiry: within lease + reaper
             // interval of now at the latest
             assert!(
-                l.expires_at <= store.now().saturating_add(lease),
+                l.expires_at() <= store.now().saturating_add(lease),
                 "job {id}"
             );
         }

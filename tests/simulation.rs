@@ -362,7 +362,7 @@ impl Sim {
             let history = store.history(JobId(id)).map_err(|e| e.to_string())?;
             let succeeded = history
                 .iter()
-                .filter(|r| r.outcome == Some(Outcome::Succeeded))
+                .filter(|r| r.outcome() == Some(&Outcome::Succeeded))
                 .count();
             if succeeded != 1 {
                 return Err(format!(
@@ -370,17 +370,17 @@ impl Sim {
                 ));
             }
             for run in &history {
-                if let Some(Outcome::LeaseExpired { path, .. }) = run.outcome {
-                    if path == ReclaimPath::Recovery {
+                if let Some(Outcome::LeaseExpired { path, .. }) = run.outcome() {
+                    if *path == ReclaimPath::Recovery {
                         continue; // taken back at reopen: not a detection
                     }
-                    let renewed = self.tally.renewed[&(id, run.attempt.0)];
-                    let ended = run.ended_at.unwrap().as_nanos() / 1_000_000_000;
+                    let renewed = self.tally.renewed[&(id, run.attempt().0)];
+                    let ended = run.ended_at().unwrap().as_nanos() / 1_000_000_000;
                     let delay = ended - renewed;
                     if delay > bound {
                         return Err(format!(
                             "job {id} attempt {} reclaimed {delay} s after its last renewal (bound {bound} s)",
-                            run.attempt
+                            run.attempt()
                         ));
                     }
                 }

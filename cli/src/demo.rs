@@ -223,8 +223,11 @@ impl Demo {
         a.abandon();
         let mut expiries = BTreeMap::new();
         for l in &killed {
-            if let Some(lease) = store.job(l.job)?.and_then(|j| j.lease) {
-                expiries.insert(l.job, lease.expires_at);
+            if let Some(expires_at) = store
+                .job(l.job)?
+                .and_then(|j| j.lease().map(|lease| lease.expires_at()))
+            {
+                expiries.insert(l.job, expires_at);
             }
         }
         let list = killed
@@ -383,7 +386,7 @@ impl Watch {
                 continue;
             };
             let Some(Outcome::LeaseExpired { path, overdue }) =
-                history.first().and_then(|r| r.outcome.clone())
+                history.first().and_then(|r| r.outcome().cloned())
             else {
                 continue;
             };
@@ -421,21 +424,21 @@ impl Watch {
             };
             match history
                 .iter()
-                .position(|r| r.outcome == Some(Outcome::Released))
+                .position(|r| r.outcome() == Some(&Outcome::Released))
             {
                 Some(i) if history.len() > i + 1 => {
                     self.pending_releases.remove(&job);
                     let next = &history[i + 1];
-                    let released_at = history[i].ended_at.unwrap_or(next.claimed_at);
+                    let released_at = history[i].ended_at().unwrap_or(next.claimed_at());
                     d.say(format!(
                         "job {job}: released by edge-b, picked up by {} {} later (no wait for its lease)",
-                        next.worker,
-                        secs(next.claimed_at.saturating_since(released_at))
+                        next.worker(),
+                        secs(next.claimed_at().saturating_since(released_at))
                     ));
                 }
                 None if history
                     .iter()
-                    .any(|r| r.outcome == Some(Outcome::Succeeded)) =>
+                    .any(|r| r.outcome() == Some(&Outcome::Succeeded)) =>
                 {
                     self.pending_releases.remove(&job); // it finished within the grace
                 }
@@ -447,18 +450,18 @@ impl Watch {
     /// The paused worker: once its job is done elsewhere, wake it and watch the fence.
     fn paused(&mut self, d: &mut Demo, sleeper: &WorkerPool) {
         let job = self.paused_job;
-        let succeeded = matches!(d.store.job(job), Ok(Some(j)) if j.state == JobState::Succeeded);
+        let succeeded = matches!(d.store.job(job), Ok(Some(j)) if j.state() == JobState::Succeeded);
         if !self.gate_open && succeeded {
             let history = d.store.history(job).unwrap_or_default();
             if let (Some(first), Some(last)) = (history.first(), history.last()) {
                 let how = first
-                    .outcome
+                    .outcome()
                     .as_ref()
                     .map(|o| o.to_string())
                     .unwrap_or_default();
                 d.say(format!(
                     "job {job}: taken from the paused edge-paused ({how}) and completed by {}",
-                    last.worker
+                    last.worker()
                 ));
             }
             let _ = self.gate.send(());
@@ -470,7 +473,7 @@ impl Watch {
         if self.gate_open && !self.fence_seen && sleeper.stats().rejected_writes >= 1 {
             self.fence_seen = true;
             sleeper.resume();
-            let attempt = d.store.job(job).ok().flatten().map_or(0, |j| j.attempt.0);
+            let attempt = d.store.job(job).ok().flatten().map_or(0, |j| j.attempt().0);
             d.say(format!(
                 "  -> refused by the fence: job {job} is at attempt #{attempt}; the live worker's result stands"
             ));
@@ -483,12 +486,15 @@ impl Watch {
             return;
         }
         let history = d.store.history(self.hung_job).unwrap_or_default();
-        if let Some(run) = history.iter().find(|r| r.outcome == Some(Outcome::Stalled)) {
+        if let Some(run) = history
+            .iter()
+            .find(|r| r.outcome() == Some(&Outcome::Stalled))
+        {
             self.stall_seen = true;
             d.say(format!(
                 "job {}: {} kept renewing but made no progress for {}: revoked as stalled (retried later)",
                 self.hung_job,
-                run.worker,
+                run.worker(),
                 secs(STALL)
             ));
         }

@@ -77,8 +77,8 @@ pub(super) fn act(
         })?;
         Ok(running
             .iter()
-            .filter(|j| j.lease.as_ref().is_some_and(|l| l.owner == owner))
-            .map(|j| j.id.0)
+            .filter(|j| j.lease().as_ref().is_some_and(|l| l.owner() == owner))
+            .map(|j| j.id().0)
             .collect())
     };
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -123,7 +123,7 @@ pub(super) fn act(
         let successes = store
             .history(leasehold::JobId(id))?
             .iter()
-            .filter(|r| r.outcome == Some(Outcome::Succeeded))
+            .filter(|r| r.outcome() == Some(&Outcome::Succeeded))
             .count();
         if successes == 1 {
             committed_once += 1;

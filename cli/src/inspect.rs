@@ -68,29 +68,29 @@ fn holders(store: &StoreReader) -> Result<Holders, Error> {
 impl JobView {
     fn of(j: &Job, now: StoreTime, holders: &Holders) -> JobView {
         JobView {
-            id: j.id.0,
-            queue: j.queue.clone(),
-            state: j.state.name(),
-            priority: j.priority,
-            attempt: j.attempt.0,
-            failures: j.failures,
-            max_attempts: j.max_attempts,
-            unique_key: j.unique_key.clone(),
-            created_at_ms: ms(j.created_at),
-            run_at_ms: ms(j.run_at),
-            updated_at_ms: ms(j.updated_at),
-            finished_at_ms: j.finished_at.map(ms),
-            lease: j.lease.as_ref().map(|l| LeaseView {
-                owner: l.owner.clone(),
-                claimed_at_ms: ms(l.claimed_at),
-                expires_at_ms: ms(l.expires_at),
-                expires_in_ms: ms(l.expires_at) as i64 - ms(now) as i64,
-                holder: holders.get(&j.id).cloned(),
+            id: j.id().0,
+            queue: j.queue().to_owned(),
+            state: j.state().name(),
+            priority: j.priority(),
+            attempt: j.attempt().0,
+            failures: j.failures(),
+            max_attempts: j.max_attempts(),
+            unique_key: j.unique_key().map(str::to_owned),
+            created_at_ms: ms(j.created_at()),
+            run_at_ms: ms(j.run_at()),
+            updated_at_ms: ms(j.updated_at()),
+            finished_at_ms: j.finished_at().map(ms),
+            lease: j.lease().map(|l| LeaseView {
+                owner: l.owner().to_owned(),
+                claimed_at_ms: ms(l.claimed_at()),
+                expires_at_ms: ms(l.expires_at()),
+                expires_in_ms: ms(l.expires_at()) as i64 - ms(now) as i64,
+                holder: holders.get(&j.id()).cloned(),
             }),
-            progress: j.progress,
-            progress_at_ms: ms(j.progress_at),
-            cancel_requested: j.cancel_requested,
-            last_error: j.last_error.clone(),
+            progress: j.progress(),
+            progress_at_ms: ms(j.progress_at()),
+            cancel_requested: j.cancel_requested(),
+            last_error: j.last_error().map(str::to_owned),
         }
     }
 }
@@ -107,12 +107,12 @@ struct RunView {
 
 fn run_view(r: &Run) -> RunView {
     RunView {
-        attempt: r.attempt.0,
-        worker: r.worker.clone(),
-        claimed_at_ms: ms(r.claimed_at),
-        ended_at_ms: r.ended_at.map(ms),
-        outcome: r.outcome.as_ref().map(|o| o.to_string()),
-        progress: r.progress,
+        attempt: r.attempt().0,
+        worker: r.worker().to_owned(),
+        claimed_at_ms: ms(r.claimed_at()),
+        ended_at_ms: r.ended_at().map(ms),
+        outcome: r.outcome().as_ref().map(|o| o.to_string()),
+        progress: r.progress(),
     }
 }
 
@@ -331,20 +331,20 @@ pub fn jobs(
         "last error",
     ]);
     for j in &list {
-        let lease = match &j.lease {
-            Some(l) if l.expires_at >= now => format!(
+        let lease = match &j.lease() {
+            Some(l) if l.expires_at() >= now => format!(
                 "{} ({} left)",
-                l.owner,
-                format::duration(l.expires_at.saturating_since(now))
+                l.owner(),
+                format::duration(l.expires_at().saturating_since(now))
             ),
             Some(l) => format!(
                 "{} (expired {} ago)",
-                l.owner,
-                format::duration(now.saturating_since(l.expires_at))
+                l.owner(),
+                format::duration(now.saturating_since(l.expires_at()))
             ),
             None => "-".into(),
         };
-        let lease = match holders.get(&j.id) {
+        let lease = match holders.get(&j.id()) {
             Some(h) => format!(
                 "{lease} in {} ({})",
                 &h.instance[..8],
@@ -353,16 +353,15 @@ pub fn jobs(
             None => lease,
         };
         t.row(vec![
-            j.id.to_string(),
-            j.queue.clone(),
-            j.state.name().into(),
-            j.priority.to_string(),
-            j.attempt.0.to_string(),
-            format::relative(j.run_at, now),
+            j.id().to_string(),
+            j.queue().to_owned(),
+            j.state().name().into(),
+            j.priority().to_string(),
+            j.attempt().0.to_string(),
+            format::relative(j.run_at(), now),
             lease,
-            j.progress.to_string(),
-            j.last_error
-                .clone()
+            j.progress().to_string(),
+            j.last_error()
                 .unwrap_or_default()
                 .chars()
                 .take(60)
@@ -381,15 +380,15 @@ pub fn show(db: &Path, json: bool, id: u64, raw: bool) -> Result<ExitCode, Error
     let store = open(db)?;
     let now = store.now();
     let job = store.job(JobId(id))?.ok_or(Error::JobNotFound(JobId(id)))?;
-    let payload = store.payload(job.id)?.unwrap_or_default();
+    let payload = store.payload(job.id())?.unwrap_or_default();
     if raw {
         let mut out = std::io::stdout().lock();
         let _ = out.write_all(&payload);
         let _ = out.flush();
         return Ok(ExitCode::SUCCESS);
     }
-    let history = store.history(job.id)?;
-    let output = store.output(job.id)?;
+    let history = store.history(job.id())?;
+    let output = store.output(job.id())?;
     if json {
         #[derive(Serialize)]
         struct Bytes {
@@ -419,31 +418,40 @@ pub fn show(db: &Path, json: bool, id: u64, raw: bool) -> Result<ExitCode, Error
         });
         return Ok(ExitCode::SUCCESS);
     }
-    println!("job {}  queue {}  state {}", job.id, job.queue, job.state);
+    println!(
+        "job {}  queue {}  state {}",
+        job.id(),
+        job.queue(),
+        job.state()
+    );
     println!(
         "priority {}  attempt {}  failures {}/{}  progress {}",
-        job.priority, job.attempt.0, job.failures, job.max_attempts, job.progress
+        job.priority(),
+        job.attempt().0,
+        job.failures(),
+        job.max_attempts(),
+        job.progress()
     );
     println!(
         "created {}  run at {}  updated {}",
-        format::relative(job.created_at, now),
-        format::relative(job.run_at, now),
-        format::relative(job.updated_at, now)
+        format::relative(job.created_at(), now),
+        format::relative(job.run_at(), now),
+        format::relative(job.updated_at(), now)
     );
-    if let Some(l) = &job.lease {
+    if let Some(l) = &job.lease() {
         println!(
             "lease held by {}, expires {}",
-            l.owner,
-            format::relative(l.expires_at, now)
+            l.owner(),
+            format::relative(l.expires_at(), now)
         );
     }
-    if job.cancel_requested {
+    if job.cancel_requested() {
         println!("cancel requested: the holder is told at its next heartbeat");
     }
-    if let Some(k) = &job.unique_key {
+    if let Some(k) = &job.unique_key() {
         println!("unique key {k}");
     }
-    if let Some(e) = &job.last_error {
+    if let Some(e) = &job.last_error() {
         println!("last error: {e}");
     }
     println!(
@@ -459,17 +467,17 @@ pub fn show(db: &Path, json: bool, id: u64, raw: bool) -> Result<ExitCode, Error
     ]);
     for r in &history {
         t.row(vec![
-            r.attempt.0.to_string(),
-            r.worker.clone(),
-            format::relative(r.claimed_at, now),
-            r.ended_at
+            r.attempt().0.to_string(),
+            r.worker().to_owned(),
+            format::relative(r.claimed_at(), now),
+            r.ended_at()
                 .map(|e| format::relative(e, now))
                 .unwrap_or_else(|| "running".into()),
-            r.outcome
+            r.outcome()
                 .as_ref()
                 .map(|o| o.to_string())
                 .unwrap_or_default(),
-            r.progress.to_string(),
+            r.progress().to_string(),
         ]);
     }
     if !t.is_empty() {
@@ -538,12 +546,8 @@ pub fn watch(db: &Path, interval: Duration, iterations: u64) -> Result<ExitCode,
         let running_now: BTreeMap<JobId, (u32, String)> = running
             .iter()
             .map(|j| {
-                let owner = j
-                    .lease
-                    .as_ref()
-                    .map(|l| l.owner.clone())
-                    .unwrap_or_default();
-                (j.id, (j.attempt.0, owner))
+                let owner = j.lease().map(|l| l.owner().to_owned()).unwrap_or_default();
+                (j.id(), (j.attempt().0, owner))
             })
             .collect();
         let gone: BTreeSet<JobId> = running_before
@@ -554,8 +558,8 @@ pub fn watch(db: &Path, interval: Duration, iterations: u64) -> Result<ExitCode,
         for id in gone {
             let (attempt, owner) = &running_before[&id];
             let history = store.history(id)?;
-            if let Some(run) = history.iter().find(|r| r.attempt.0 == *attempt)
-                && let Some(leasehold::Outcome::LeaseExpired { path, overdue }) = &run.outcome
+            if let Some(run) = history.iter().find(|r| r.attempt().0 == *attempt)
+                && let Some(leasehold::Outcome::LeaseExpired { path, overdue }) = run.outcome()
             {
                 events.push(format!(
                     "{}  job {id} attempt #{attempt}: lease of {owner} taken back by {path}, {} after expiry",
@@ -592,27 +596,27 @@ pub fn watch(db: &Path, interval: Duration, iterations: u64) -> Result<ExitCode,
         screen.push_str("\n\nrunning leases:\n");
         let mut r = Table::new(&["job", "queue", "attempt", "holder", "time left", "progress"]);
         for j in running.iter().take(20) {
-            let (owner, left) = match &j.lease {
-                Some(l) if l.expires_at >= now => (
-                    l.owner.clone(),
-                    format::duration(l.expires_at.saturating_since(now)),
+            let (owner, left) = match &j.lease() {
+                Some(l) if l.expires_at() >= now => (
+                    l.owner().to_owned(),
+                    format::duration(l.expires_at().saturating_since(now)),
                 ),
                 Some(l) => (
-                    l.owner.clone(),
+                    l.owner().to_owned(),
                     format!(
                         "expired {} ago",
-                        format::duration(now.saturating_since(l.expires_at))
+                        format::duration(now.saturating_since(l.expires_at()))
                     ),
                 ),
                 None => ("-".into(), "-".into()),
             };
             r.row(vec![
-                j.id.to_string(),
-                j.queue.clone(),
-                j.attempt.0.to_string(),
+                j.id().to_string(),
+                j.queue().to_owned(),
+                j.attempt().0.to_string(),
                 owner,
                 left,
-                j.progress.to_string(),
+                j.progress().to_string(),
             ]);
         }
         screen.push_str(&if r.is_empty() {

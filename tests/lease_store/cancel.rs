@@ -17,10 +17,13 @@ fn a_cancelled_running_job_tells_its_holder_at_the_next_heartbeat() {
     let id = f.enqueue_n(1)[0];
     let l = f.claim_one("w");
     assert_eq!(f.cancel(id).unwrap(), JobState::Running);
-    assert!(f.job(id).unwrap().unwrap().cancel_requested);
+    assert!(f.job(id).unwrap().unwrap().cancel_requested());
     assert_eq!(f.heartbeat(&l, 1).unwrap(), Renewal::Cancelled);
-    assert_eq!(f.job(id).unwrap().unwrap().state, JobState::Cancelled);
-    assert_eq!(f.history(id).unwrap()[0].outcome, Some(Outcome::Cancelled));
+    assert_eq!(f.job(id).unwrap().unwrap().state(), JobState::Cancelled);
+    assert_eq!(
+        f.history(id).unwrap()[0].outcome(),
+        Some(&Outcome::Cancelled)
+    );
     assert!(f.complete(&l, b"too late").unwrap_err().is_lease_lost());
 }
 
@@ -34,7 +37,7 @@ fn a_cancelled_running_job_that_fails_or_is_released_ends_cancelled_not_retried(
     f.cancel(ids[1]).unwrap();
     assert_eq!(f.fail(&a, "x").unwrap(), JobState::Cancelled);
     f.release(&b).unwrap();
-    assert_eq!(f.job(ids[1]).unwrap().unwrap().state, JobState::Cancelled);
+    assert_eq!(f.job(ids[1]).unwrap().unwrap().state(), JobState::Cancelled);
 }
 
 #[test]

@@ -36,9 +36,9 @@ fn only_one_of_many_racing_claimers_wins_a_job() {
         });
         assert_eq!(winners.len(), 1, "round {round}: exactly one winner");
         let job = f.job(id).unwrap().unwrap();
-        assert_eq!(job.state, JobState::Running);
-        assert_eq!(job.attempt, Attempt(1));
-        assert_eq!(job.lease.unwrap().owner, winners[0].worker);
+        assert_eq!(job.state(), JobState::Running);
+        assert_eq!(job.attempt(), Attempt(1));
+        assert_eq!(job.lease().unwrap().owner(), winners[0].worker);
         assert!(f.claim_job(id, "late", LEASE).unwrap().is_none());
         f.complete(&winners[0], b"").unwrap();
     }
@@ -134,15 +134,15 @@ fn expired_lease_is_taken_over_at_claim_with_a_history_record() {
     assert_eq!(second.attempt, Attempt(2));
     let history = f.history(id).unwrap();
     assert_eq!(history.len(), 2);
-    assert_eq!(history[0].worker, "dead-worker");
+    assert_eq!(history[0].worker(), "dead-worker");
     assert_eq!(
-        history[0].outcome,
-        Some(Outcome::LeaseExpired {
+        history[0].outcome(),
+        Some(&Outcome::LeaseExpired {
             path: ReclaimPath::Takeover,
             overdue: Duration::from_secs(3)
         })
     );
-    assert_eq!(history[1].outcome, None);
+    assert_eq!(history[1].outcome(), None);
     assert!(f.heartbeat(&first, 1).unwrap_err().is_lease_lost());
     assert_eq!(f.stats().unwrap().counters.reclaimed_by_takeover, 1);
 }
@@ -172,7 +172,7 @@ fn claim_carries_the_payload_and_fencing_token() {
     assert_eq!(l.attempt, Attempt(1));
     assert_eq!(l.expires_at, f.now().saturating_add(LEASE));
     let job = f.job(id).unwrap().unwrap();
-    assert_eq!(job.lease.unwrap().owner, "w");
+    assert_eq!(job.lease().unwrap().owner(), "w");
 }
 
 #[test]
@@ -205,7 +205,7 @@ fn complete_and_claim_commits_the_result_and_takes_the_next_job_in_one_commit() 
         .expect("the second job");
     assert_eq!(f.metrics().write_transactions, writes + 1);
     assert_eq!((next.job, next.worker.as_str()), (ids[1], "w"));
-    assert_eq!(f.job(ids[0]).unwrap().unwrap().state, JobState::Succeeded);
+    assert_eq!(f.job(ids[0]).unwrap().unwrap().state(), JobState::Succeeded);
     assert_eq!(f.output(ids[0]).unwrap().unwrap(), b"one");
     // Nothing left to claim: the completion still commits.
     assert!(
@@ -213,7 +213,7 @@ fn complete_and_claim_commits_the_result_and_takes_the_next_job_in_one_commit() 
             .unwrap()
             .is_none()
     );
-    assert_eq!(f.job(ids[1]).unwrap().unwrap().state, JobState::Succeeded);
+    assert_eq!(f.job(ids[1]).unwrap().unwrap().state(), JobState::Succeeded);
 }
 
 #[test]
@@ -229,11 +229,11 @@ fn complete_and_claim_with_a_lost_lease_claims_nothing() {
     let err = f.complete_and_claim(&stale, b"late", LEASE).unwrap_err();
     assert!(err.is_lease_lost(), "{err:?}");
     assert_eq!(
-        f.job(ids[1]).unwrap().unwrap().state,
+        f.job(ids[1]).unwrap().unwrap().state(),
         JobState::Queued,
         "not claimed"
     );
-    assert_eq!(f.job(ids[0]).unwrap().unwrap().attempt, taken.attempt);
+    assert_eq!(f.job(ids[0]).unwrap().unwrap().attempt(), taken.attempt);
     assert!(f.output(ids[0]).unwrap().is_none());
 }
 
@@ -263,6 +263,6 @@ fn complete_and_claim_with_bad_lease_terms_is_refused_and_writes_nothing() {
         .unwrap_err();
     assert!(matches!(err, leasehold::Error::Config(_)), "{err:?}");
     assert_eq!(f.metrics().write_transactions, writes, "no commit at all");
-    assert_eq!(f.job(ids[0]).unwrap().unwrap().state, JobState::Running);
-    assert_eq!(f.job(ids[1]).unwrap().unwrap().state, JobState::Queued);
+    assert_eq!(f.job(ids[0]).unwrap().unwrap().state(), JobState::Running);
+    assert_eq!(f.job(ids[1]).unwrap().unwrap().state(), JobState::Queued);
 }

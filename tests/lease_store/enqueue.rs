@@ -141,7 +141,7 @@ fn long_error_messages_are_kept_but_cut() {
     let id = f.enqueue_n(1)[0];
     let l = f.claim_one("w");
     f.fail(&l, &"é".repeat(20_000)).unwrap();
-    let err = f.job(id).unwrap().unwrap().last_error.unwrap();
+    let err = f.job(id).unwrap().unwrap().last_error().unwrap().to_owned();
     assert!(err.len() < 17_000 && err.ends_with("bytes cut)"));
 }
 
@@ -209,10 +209,10 @@ fn purge_deletes_old_finished_jobs_of_the_chosen_states_with_their_history() {
     assert!(f.history(ids[0]).unwrap().is_empty());
     assert!(f.output(ids[0]).unwrap().is_none());
     assert_eq!(
-        f.job(young.job).unwrap().unwrap().state,
+        f.job(young.job).unwrap().unwrap().state(),
         JobState::Succeeded
     );
-    assert_eq!(f.job(l.job).unwrap().unwrap().state, JobState::Cancelled);
+    assert_eq!(f.job(l.job).unwrap().unwrap().state(), JobState::Cancelled);
     assert_eq!(f.stats().unwrap().total(JobState::Queued), 2);
     // ids are never reused after a purge
     let next = f.enqueue_n(1)[0];
@@ -228,7 +228,7 @@ fn retry_requeues_a_dead_job_with_a_fresh_budget_and_keeps_its_history() {
     f.retry(id).unwrap();
     let job = f.job(id).unwrap().unwrap();
     assert_eq!(
-        (job.state, job.failures, job.finished_at),
+        (job.state(), job.failures(), job.finished_at()),
         (JobState::Queued, 0, None)
     );
     let again = f.claim_one("w");

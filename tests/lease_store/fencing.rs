@@ -31,9 +31,9 @@ fn heartbeat_extends_the_lease_by_its_length_from_now() {
         }
     );
     let job = f.job(l.job).unwrap().unwrap();
-    assert_eq!(job.lease.unwrap().expires_at, expected);
-    assert_eq!(job.progress, 7);
-    assert_eq!(job.progress_at, f.now());
+    assert_eq!(job.lease().unwrap().expires_at(), expected);
+    assert_eq!(job.progress(), 7);
+    assert_eq!(job.progress_at(), f.now());
 }
 
 #[test]
@@ -46,7 +46,7 @@ fn heartbeat_without_progress_keeps_the_progress_time() {
     let advanced_at = f.now();
     f.advance(Duration::from_secs(5));
     f.heartbeat(&l, 3).unwrap();
-    assert_eq!(f.job(l.job).unwrap().unwrap().progress_at, advanced_at);
+    assert_eq!(f.job(l.job).unwrap().unwrap().progress_at(), advanced_at);
 }
 
 #[test]
@@ -138,7 +138,7 @@ fn heartbeat_batch_renews_many_in_one_call_and_fails_only_stale_entries() {
     for r in &results[1..] {
         assert!(matches!(r, Ok(Renewal::Renewed { .. })));
     }
-    assert_eq!(f.job(live.job).unwrap().unwrap().progress, 2);
+    assert_eq!(f.job(live.job).unwrap().unwrap().progress(), 2);
     assert_eq!(f.stats().unwrap().counters.leases_lost, 1);
 }
 
@@ -161,7 +161,7 @@ fn heartbeat_batch_answers_in_the_callers_order_whatever_the_order_of_the_jobs()
     );
     assert!(results[4].as_ref().unwrap_err().is_lease_lost());
     for (lease, progress) in &beats[..4] {
-        assert_eq!(f.job(lease.job).unwrap().unwrap().progress, *progress);
+        assert_eq!(f.job(lease.job).unwrap().unwrap().progress(), *progress);
     }
 }
 
@@ -177,7 +177,7 @@ fn complete_with_commits_the_application_write_with_the_completion() {
         Ok(())
     })
     .unwrap();
-    assert_eq!(f.job(l.job).unwrap().unwrap().state, JobState::Succeeded);
+    assert_eq!(f.job(l.job).unwrap().unwrap().state(), JobState::Succeeded);
     assert_eq!(app_value(&f), Some(42));
 }
 
@@ -196,7 +196,7 @@ fn complete_with_rolls_back_the_application_write_when_the_fence_fails() {
     assert!(err.is_lease_lost());
     assert!(!called, "the application's write never ran");
     assert_eq!(app_value(&f), None);
-    assert_eq!(f.job(live.job).unwrap().unwrap().state, JobState::Running);
+    assert_eq!(f.job(live.job).unwrap().unwrap().state(), JobState::Running);
 }
 
 #[test]
@@ -218,7 +218,7 @@ fn complete_with_rolls_back_the_completion_when_the_application_write_fails() {
     assert_eq!(app_value(&f), None);
     let job = f.job(l.job).unwrap().unwrap();
     assert_eq!(
-        job.state,
+        job.state(),
         JobState::Running,
         "the completion rolled back too"
     );
@@ -277,7 +277,10 @@ fn history_records_each_outcome_once_per_attempt() {
         .history(id)
         .unwrap()
         .into_iter()
-        .map(|r| (r.attempt.0, r.worker, r.outcome.unwrap(), r.progress))
+        .map(|r| {
+            let outcome = r.outcome().cloned().unwrap();
+            (r.attempt().0, r.worker().to_owned(), outcome, r.progress())
+        })
         .collect();
     assert_eq!(
         outcomes,
@@ -327,14 +330,14 @@ fn complete_batch_commits_every_held_completion_in_one_commit_and_refuses_a_lost
         matches!(results[3], Err(Error::Input(_))),
         "an output over the limit is refused alone: {results:?}"
     );
-    assert_eq!(f.job(ids[3]).unwrap().unwrap().state, JobState::Running);
+    assert_eq!(f.job(ids[3]).unwrap().unwrap().state(), JobState::Running);
     for (i, output) in [(0, b"a"), (2, b"c")] {
-        assert_eq!(f.job(ids[i]).unwrap().unwrap().state, JobState::Succeeded);
+        assert_eq!(f.job(ids[i]).unwrap().unwrap().state(), JobState::Succeeded);
         assert_eq!(f.output(ids[i]).unwrap().unwrap(), output);
     }
     let held = f.job(ids[1]).unwrap().unwrap();
     assert_eq!(
-        (held.state, held.attempt),
+        (held.state(), held.attempt()),
         (JobState::Running, taken.attempt)
     );
     assert!(f.output(ids[1]).unwrap().is_none());
@@ -397,8 +400,8 @@ fn a_follow_up_job_commits_with_the_completion() {
     })
     .unwrap();
     let next = next.expect("the follow-up was enqueued");
-    assert_eq!(f.job(next).unwrap().unwrap().state, JobState::Queued);
-    assert_eq!(f.job(l.job).unwrap().unwrap().state, JobState::Succeeded);
+    assert_eq!(f.job(next).unwrap().unwrap().state(), JobState::Queued);
+    assert_eq!(f.job(l.job).unwrap().unwrap().state(), JobState::Succeeded);
     assert_eq!(app_value(&f), Some(1));
 }
 
@@ -438,7 +441,7 @@ fn a_follow_up_job_that_is_refused_rolls_the_completion_back() {
         })
         .unwrap_err();
     assert!(matches!(err, Error::Input(_)), "{err:?}");
-    assert_eq!(f.job(l.job).unwrap().unwrap().state, JobState::Running);
+    assert_eq!(f.job(l.job).unwrap().unwrap().state(), JobState::Running);
 }
 
 #[test]
@@ -472,7 +475,7 @@ fn calling_the_store_from_inside_its_own_transaction_is_an_error_not_a_hang() {
     ));
     // reads are fine inside, and the store works again once the transaction is over
     f.transaction(|_t| f.job(l.job).map(|_| ())).unwrap();
-    assert_eq!(f.job(l.job).unwrap().unwrap().state, JobState::Running);
+    assert_eq!(f.job(l.job).unwrap().unwrap().state(), JobState::Running);
     f.complete(&l, b"ok").unwrap();
 }
 
@@ -486,11 +489,9 @@ fn set_attempt(f: &mut Fixture, id: leasehold::JobId, attempt: u32) {
         {
             use redb::ReadableTable;
             let mut jobs = txn.open_table(JOBS).unwrap();
-            let mut job: leasehold::Job =
-                leasehold::__private::decode(jobs.get(id.0).unwrap().unwrap().value()).unwrap();
-            job.attempt = Attempt(attempt);
-            jobs.insert(id.0, leasehold::__private::encode(&job).as_slice())
-                .unwrap();
+            let record = jobs.get(id.0).unwrap().unwrap().value().to_vec();
+            let record = leasehold::__private::with_attempt(&record, attempt).unwrap();
+            jobs.insert(id.0, record.as_slice()).unwrap();
         }
         txn.commit().unwrap();
     }
@@ -509,11 +510,11 @@ fn a_job_whose_attempt_counter_is_exhausted_is_dead_never_leased_with_an_equal_f
     assert!(f.claim(Q, "b", LEASE).unwrap().is_none());
     let job = f.job(id).unwrap().unwrap();
     assert_eq!(
-        (job.state, job.attempt),
+        (job.state(), job.attempt()),
         (JobState::Dead, Attempt(u32::MAX))
     );
     assert!(
-        job.last_error
+        job.last_error()
             .unwrap()
             .contains("attempt counter is exhausted")
     );
@@ -524,7 +525,7 @@ fn a_job_whose_attempt_counter_is_exhausted_is_dead_never_leased_with_an_equal_f
     set_attempt(&mut f, other[0], u32::MAX);
     let next = f.claim_one("c");
     assert_eq!(next.job, other[1]);
-    assert_eq!(f.job(other[0]).unwrap().unwrap().state, JobState::Dead);
+    assert_eq!(f.job(other[0]).unwrap().unwrap().state(), JobState::Dead);
     assert!(f.claim_job(other[0], "c", LEASE).unwrap().is_none());
     // The forged records claim attempts that have no history; the check says exactly that.
     let problems = f.check().unwrap().problems;

@@ -1,6 +1,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use leasehold::{CommitShape, JobState, Outcome};
+use leasehold::__private::CommitShape;
+use leasehold::{JobState, Outcome};
 
 use crate::common::{Fixture, LEASE, Q};
 
@@ -50,16 +51,16 @@ fn operations_get_their_own_answer(f: Fixture) {
         let job = f.job(id).unwrap().unwrap();
         // failed attempts wait out a backoff; succeeded ones are done
         assert!(matches!(
-            job.state,
+            job.state(),
             JobState::Succeeded | JobState::RetryWait
         ));
         let history = f.history(id).unwrap();
         let succeeded = history
             .iter()
-            .filter(|r| r.outcome == Some(Outcome::Succeeded))
+            .filter(|r| r.outcome() == Some(&Outcome::Succeeded))
             .count();
         assert!(succeeded <= 1);
-        assert_eq!(succeeded == 1, job.state == JobState::Succeeded);
+        assert_eq!(succeeded == 1, job.state() == JobState::Succeeded);
     }
     let stats = f.stats().unwrap();
     assert_eq!(

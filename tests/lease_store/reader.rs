@@ -14,7 +14,7 @@ fn a_reader_follows_the_writers_commits_as_they_happen() {
     let l = f.claim_one("w");
     f.complete(&l, b"thumbnail").unwrap();
     assert_eq!(
-        reader.job(ids[0]).unwrap().unwrap().state,
+        reader.job(ids[0]).unwrap().unwrap().state(),
         JobState::Succeeded
     );
     assert_eq!(reader.history(ids[0]).unwrap().len(), 1);
@@ -27,7 +27,7 @@ fn a_reader_follows_the_writers_commits_as_they_happen() {
             ..JobFilter::default()
         })
         .unwrap();
-    assert_eq!(newest[0].id, ids[2]);
+    assert_eq!(newest[0].id(), ids[2]);
     let queued = reader
         .jobs(&JobFilter {
             state: Some(JobState::Queued),

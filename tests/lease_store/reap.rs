@@ -26,16 +26,19 @@ fn reap_moves_expired_jobs_back_to_queued_and_records_lease_expired() {
     assert_eq!(r.now, JobState::Queued);
 
     let job = f.job(silent.job).unwrap().unwrap();
-    assert_eq!(job.state, JobState::Queued);
-    assert_eq!(job.failures, 1, "a lost lease spends retry budget");
+    assert_eq!(job.state(), JobState::Queued);
+    assert_eq!(job.failures(), 1, "a lost lease spends retry budget");
     assert_eq!(
-        f.history(silent.job).unwrap()[0].outcome,
-        Some(Outcome::LeaseExpired {
+        f.history(silent.job).unwrap()[0].outcome(),
+        Some(&Outcome::LeaseExpired {
             path: ReclaimPath::Reaper,
             overdue: Duration::from_secs(1)
         })
     );
-    assert_eq!(f.job(alive.job).unwrap().unwrap().state, JobState::Running);
+    assert_eq!(
+        f.job(alive.job).unwrap().unwrap().state(),
+        JobState::Running
+    );
     // the reclaimed job is claimable again at once, ahead of jobs enqueued after it
     assert_eq!(f.claim_one("next").job, ids[0]);
     let counters = f.stats().unwrap().counters;
@@ -121,7 +124,7 @@ fn the_reaper_thread_reclaims_expired_leases_and_stops_on_request() {
     wait_until("the reaper to reclaim", || {
         reaper.metrics().reclaimed() == 1
     });
-    assert_eq!(f.job(l.job).unwrap().unwrap().state, JobState::Queued);
+    assert_eq!(f.job(l.job).unwrap().unwrap().state(), JobState::Queued);
     reaper.stop();
     reaper.stop(); // idempotent
     let passes = reaper.metrics().passes();
@@ -178,7 +181,7 @@ fn with_a_retention_a_reap_purges_old_succeeded_and_cancelled_jobs_in_batches_an
         assert!(f.history(id).unwrap().is_empty());
         assert!(f.output(id).unwrap().is_none());
     }
-    assert_eq!(f.job(doomed).unwrap().unwrap().state, JobState::Dead);
-    assert_eq!(f.job(late).unwrap().unwrap().state, JobState::Succeeded);
+    assert_eq!(f.job(doomed).unwrap().unwrap().state(), JobState::Dead);
+    assert_eq!(f.job(late).unwrap().unwrap().state(), JobState::Succeeded);
     assert_eq!(f.reap().unwrap().purged, 0);
 }

@@ -20,8 +20,11 @@ fn failure_backs_off_exponentially_then_the_spent_budget_makes_the_job_dead() {
     let l = f.claim_one("w");
     assert_eq!(f.fail(&l, "first").unwrap(), JobState::RetryWait);
     let job = f.job(id).unwrap().unwrap();
-    assert_eq!(job.run_at, f.now().saturating_add(Duration::from_secs(10)));
-    assert_eq!(job.last_error.as_deref(), Some("first"));
+    assert_eq!(
+        job.run_at(),
+        f.now().saturating_add(Duration::from_secs(10))
+    );
+    assert_eq!(job.last_error(), Some("first"));
     f.advance(Duration::from_secs(9));
     assert!(
         f.claim(Q, "w", LEASE).unwrap().is_none(),
@@ -32,7 +35,7 @@ fn failure_backs_off_exponentially_then_the_spent_budget_makes_the_job_dead() {
     let l = f.claim_one("w");
     assert_eq!(f.fail(&l, "second").unwrap(), JobState::RetryWait);
     assert_eq!(
-        f.job(id).unwrap().unwrap().run_at,
+        f.job(id).unwrap().unwrap().run_at(),
         f.now().saturating_add(Duration::from_secs(20))
     );
     f.advance(Duration::from_secs(20));
@@ -40,8 +43,8 @@ fn failure_backs_off_exponentially_then_the_spent_budget_makes_the_job_dead() {
     let l = f.claim_one("w");
     assert_eq!(f.fail(&l, "third").unwrap(), JobState::Dead);
     let job = f.job(id).unwrap().unwrap();
-    assert_eq!((job.state, job.failures), (JobState::Dead, 3));
-    assert_eq!(job.finished_at, Some(f.now()));
+    assert_eq!((job.state(), job.failures()), (JobState::Dead, 3));
+    assert_eq!(job.finished_at(), Some(f.now()));
     f.advance(Duration::from_secs(3600));
     assert!(f.claim(Q, "w", LEASE).unwrap().is_none());
 }
@@ -57,7 +60,7 @@ fn lost_leases_spend_the_budget_too_so_a_job_that_kills_its_worker_dies() {
     f.advance(LEASE);
     // taken over at claim time with its budget spent: dead, and the claimer gets nothing
     assert!(f.claim(Q, "w3", LEASE).unwrap().is_none());
-    assert_eq!(f.job(id).unwrap().unwrap().state, JobState::Dead);
+    assert_eq!(f.job(id).unwrap().unwrap().state(), JobState::Dead);
 }
 
 #[test]
@@ -69,7 +72,7 @@ fn release_does_not_spend_the_budget_but_still_advances_the_attempt() {
         assert_eq!(l.attempt.0, expected_attempt);
         f.release(&l).unwrap();
         let job = f.job(id).unwrap().unwrap();
-        assert_eq!((job.state, job.failures), (JobState::Queued, 0));
+        assert_eq!((job.state(), job.failures()), (JobState::Queued, 0));
     }
     let l = f.claim_one("w");
     assert_eq!(f.fail(&l, "now it counts").unwrap(), JobState::Dead);
@@ -100,14 +103,14 @@ fn retry_is_refused_while_a_live_job_holds_the_unique_key() {
         }
         other => panic!("expected UniqueKeyHeld, got {other:?}"),
     }
-    assert_eq!(f.job(first).unwrap().unwrap().state, JobState::Cancelled);
+    assert_eq!(f.job(first).unwrap().unwrap().state(), JobState::Cancelled);
     // through a dead job, in another queue's key space
     let dead = f
         .enqueue(NewJob::new("other", "c").unique_key("k"))
         .unwrap();
     let l = f.claim("other", "w", LEASE).unwrap().unwrap();
     f.fail(&l, "boom").unwrap();
-    assert_eq!(f.job(dead).unwrap().unwrap().state, JobState::Dead);
+    assert_eq!(f.job(dead).unwrap().unwrap().state(), JobState::Dead);
     let live = f
         .enqueue(NewJob::new("other", "d").unique_key("k"))
         .unwrap();

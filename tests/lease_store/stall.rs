@@ -23,9 +23,9 @@ fn a_heartbeat_without_progress_past_the_stall_timeout_revokes_the_lease() {
     f.advance(Duration::from_secs(10)); // 90 s without progress
     assert_eq!(f.heartbeat(&l, 0).unwrap(), Renewal::Stalled);
     let job = f.job(id).unwrap().unwrap();
-    assert_eq!(job.state, JobState::RetryWait);
-    assert_eq!(job.failures, 1);
-    assert_eq!(f.history(id).unwrap()[0].outcome, Some(Outcome::Stalled));
+    assert_eq!(job.state(), JobState::RetryWait);
+    assert_eq!(job.failures(), 1);
+    assert_eq!(f.history(id).unwrap()[0].outcome(), Some(&Outcome::Stalled));
     assert_eq!(f.stats().unwrap().counters.stalled, 1);
     assert!(f.complete(&l, b"").unwrap_err().is_lease_lost());
 }

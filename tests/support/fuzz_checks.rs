@@ -7,11 +7,7 @@ use crate::harness::{Harness, Op};
 
 /// Decoding arbitrary bytes as any stored record returns an error or a value, never panics.
 pub fn decode_record(data: &[u8]) {
-    use leasehold::__private::decode;
-    let _ = decode::<leasehold::Job>(data);
-    let _ = decode::<leasehold::Run>(data);
-    let _ = decode::<leasehold::Counters>(data);
-    let _ = decode::<leasehold::clock::Anchor>(data);
+    leasehold::__private::decode_stored_records(data);
 }
 
 /// Opening arbitrary bytes as a store file returns a store or an error, never panics.

@@ -391,17 +391,14 @@ impl Harness {
             let Some(job) = store.job(JobId(*id)).map_err(|e| e.to_string())? else {
                 return Err(format!("job {id} disappeared"));
             };
-            let lease = job
-                .lease
-                .as_ref()
-                .map(|l| (l.owner.as_str(), l.expires_at.0));
+            let lease = job.lease().map(|l| (l.owner(), l.expires_at().0));
             let want_lease = m.lease.as_ref().map(|l| (l.owner.as_str(), l.expires_at));
             let got = (
-                job.state,
-                job.attempt.0,
-                job.failures,
+                job.state(),
+                job.attempt().0,
+                job.failures(),
                 lease,
-                job.cancel_requested,
+                job.cancel_requested(),
             );
             let want = (
                 m.state,
@@ -413,8 +410,12 @@ impl Harness {
             if got != want {
                 return Err(format!("job {id}: store {got:?}, model {want:?}"));
             }
-            if model::waiting(m.state) && job.run_at.0 != m.run_at {
-                return Err(format!("job {id}: run_at {} != {}", job.run_at.0, m.run_at));
+            if model::waiting(m.state) && job.run_at().0 != m.run_at {
+                return Err(format!(
+                    "job {id}: run_at {} != {}",
+                    job.run_at().0,
+                    m.run_at
+                ));
             }
             let prev = self.attempts.insert(*id, m.attempt).unwrap_or(0);
             if m.attempt < prev {
@@ -433,11 +434,13 @@ impl Harness {
                 ));
             }
             for run in &history {
-                let (worker, outcome) = &self.model.runs[&(*id, run.attempt.0)];
-                if (&run.worker, &run.outcome) != (worker, outcome) {
+                let (worker, outcome) = &self.model.runs[&(*id, run.attempt().0)];
+                if (run.worker(), run.outcome()) != (worker.as_str(), outcome.as_ref()) {
                     return Err(format!(
                         "job {id} attempt {}: store {:?}/{:?}, model {worker:?}/{outcome:?}",
-                        run.attempt, run.worker, run.outcome
+                        run.attempt(),
+                        run.worker(),
+                        run.outcome()
                     ));
                 }
             }

@@ -26,9 +26,9 @@ fn a_panicking_handler_fails_its_job_and_the_pool_keeps_working() {
         s.succeeded + s.panicked == 6
     });
     let job = f.job(boom).unwrap().unwrap();
-    assert_eq!(job.state, JobState::Dead);
+    assert_eq!(job.state(), JobState::Dead);
     assert!(
-        job.last_error
+        job.last_error()
             .unwrap()
             .contains("handler panicked: thumbnail decoder exploded")
     );
@@ -55,12 +55,9 @@ fn a_handler_error_is_recorded_and_retried() {
         })
         .unwrap();
     wait_until("the job to succeed", || p.stats().succeeded == 1);
-    assert_eq!(f.job(id).unwrap().unwrap().state, JobState::Succeeded);
+    assert_eq!(f.job(id).unwrap().unwrap().state(), JobState::Succeeded);
     assert_eq!(p.stats().failed, 2);
-    assert_eq!(
-        f.job(id).unwrap().unwrap().last_error.as_deref(),
-        Some("try #2")
-    );
+    assert_eq!(f.job(id).unwrap().unwrap().last_error(), Some("try #2"));
 }
 
 #[test]
@@ -78,13 +75,13 @@ fn an_output_the_validator_refuses_is_not_committed() {
         .start(|_| Ok(Vec::new()))
         .unwrap();
     wait_until("the refusal to be recorded", || p.stats().invalid == 1);
-    assert_eq!(f.job(id).unwrap().unwrap().state, JobState::Dead);
+    assert_eq!(f.job(id).unwrap().unwrap().state(), JobState::Dead);
     assert_eq!(f.output(id).unwrap(), None);
     assert!(
         f.job(id)
             .unwrap()
             .unwrap()
-            .last_error
+            .last_error()
             .unwrap()
             .contains("empty thumbnail")
     );
@@ -122,7 +119,7 @@ fn late_commit_is_refused(concurrency: usize) {
         .start(|_| Ok(b"from the live worker".to_vec()))
         .unwrap();
     wait_until("the other worker to commit", || {
-        f.job(id).unwrap().unwrap().state == JobState::Succeeded
+        f.job(id).unwrap().unwrap().state() == JobState::Succeeded
     });
 
     gate_tx.send(()).unwrap(); // the paused worker wakes and tries to commit
@@ -133,7 +130,7 @@ fn late_commit_is_refused(concurrency: usize) {
     assert_eq!(f.stats().unwrap().counters.fenced_writes_rejected, 1);
     let history = f.history(id).unwrap();
     assert_eq!(history.len(), 2);
-    assert_eq!(history[1].worker, "other");
+    assert_eq!(history[1].worker(), "other");
     drop(other);
 }
 
@@ -203,14 +200,13 @@ fn writes_that_call_the_store_fail_the_attempt_at_once_and_shutdown_returns() {
     let report = p.shutdown(Duration::from_secs(5));
     assert_eq!(report.stuck_handlers, 0);
     let job = f.job(id).unwrap().unwrap();
-    assert_eq!(job.state, JobState::RetryWait);
+    assert_eq!(job.state(), JobState::RetryWait);
     assert!(
-        job.last_error
-            .as_deref()
+        job.last_error()
             .unwrap_or("")
             .contains("inside its own transaction"),
         "{:?}",
-        job.last_error
+        job.last_error()
     );
 }
 
@@ -227,7 +223,7 @@ fn any_error_a_handler_meets_can_be_returned_with_the_question_mark() {
         .unwrap();
     wait_until("the attempt to fail", || p.stats().failed == 1);
     drop(p);
-    let error = f.job(id).unwrap().unwrap().last_error.unwrap();
+    let error = f.job(id).unwrap().unwrap().last_error().unwrap().to_owned();
     assert!(error.contains("invalid digit"), "{error}");
 }
 
@@ -254,7 +250,7 @@ fn an_attempt_ends_with_the_handlers_last_progress_even_before_any_heartbeat() {
     for id in ids {
         let history = f.history(id).unwrap();
         assert_eq!(history.len(), 1);
-        assert_eq!(history[0].progress, 7, "{:?}", history[0]);
+        assert_eq!(history[0].progress(), 7, "{:?}", history[0]);
     }
 }
 
@@ -294,13 +290,13 @@ fn a_panicking_callback_fails_the_attempt(validator_panics: bool) {
     let report = p.shutdown(Duration::from_secs(5));
     assert_eq!(report.in_flight, 0);
     let job = f.job(boom).unwrap().unwrap();
-    assert_eq!(job.state, JobState::Dead);
+    assert_eq!(job.state(), JobState::Dead);
     let want = if validator_panics {
         "validator panicked: validator exploded"
     } else {
         "writes panicked: writes exploded"
     };
-    assert!(job.last_error.as_deref().unwrap().contains(want), "{job:?}");
+    assert!(job.last_error().unwrap().contains(want), "{job:?}");
     assert_eq!(f.stats().unwrap().total(JobState::Running), 0);
 }
 

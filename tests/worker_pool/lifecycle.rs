@@ -39,7 +39,7 @@ fn an_enqueue_wakes_an_idle_pool() {
     wait_until("the dispatcher to go idle", || p.stats().idle_waits >= 1);
     let id = f.enqueue(NewJob::new(Q, "wake up")).unwrap();
     wait_until("the job to succeed", || {
-        f.job(id).unwrap().unwrap().state == JobState::Succeeded
+        f.job(id).unwrap().unwrap().state() == JobState::Succeeded
     });
     drop(p);
 }
@@ -78,15 +78,15 @@ fn an_abandoned_pools_jobs_are_all_completed_by_a_surviving_pool() {
         let history = f.history(id).unwrap();
         let last = history.last().unwrap();
         assert_eq!(
-            (last.worker.as_str(), last.outcome.clone()),
-            ("survivor", Some(Outcome::Succeeded))
+            (last.worker(), last.outcome()),
+            ("survivor", Some(&Outcome::Succeeded))
         );
         if history.len() == 2 {
             reclaimed += 1;
-            assert_eq!(history[0].worker, "dying");
+            assert_eq!(history[0].worker(), "dying");
             assert!(matches!(
-                history[0].outcome,
-                Some(Outcome::LeaseExpired {
+                history[0].outcome(),
+                Some(&Outcome::LeaseExpired {
                     path: ReclaimPath::Reaper,
                     ..
                 })
@@ -127,15 +127,18 @@ fn graceful_shutdown_releases_and_another_pool_starts_without_waiting_for_expiry
         "idempotent"
     );
     let job = f.job(id).unwrap().unwrap();
-    assert_eq!((job.state, job.failures), (JobState::Queued, 0));
-    assert_eq!(f.history(id).unwrap()[0].outcome, Some(Outcome::Released));
+    assert_eq!((job.state(), job.failures()), (JobState::Queued, 0));
+    assert_eq!(
+        f.history(id).unwrap()[0].outcome(),
+        Some(&Outcome::Released)
+    );
 
     // the store clock has not moved: the job is claimable only because it was released
     let second = pool(&f, "second")
         .start(|_| Ok(b"second".to_vec()))
         .unwrap();
     wait_until("the second pool to finish it", || {
-        f.job(id).unwrap().unwrap().state == JobState::Succeeded
+        f.job(id).unwrap().unwrap().state() == JobState::Succeeded
     });
     assert_eq!(f.output(id).unwrap().unwrap(), b"second");
     drop(second);
@@ -174,7 +177,7 @@ fn shutdown_lets_in_flight_jobs_finish_within_the_grace_period() {
     // be 0 or 1. What matters: nothing was released, and the result was committed.
     assert!(report.in_flight <= 1);
     assert_eq!(report.released, 0);
-    assert_eq!(f.job(id).unwrap().unwrap().state, JobState::Succeeded);
+    assert_eq!(f.job(id).unwrap().unwrap().state(), JobState::Succeeded);
 }
 
 #[test]
@@ -232,7 +235,7 @@ fn a_delayed_job_is_picked_up_when_due_not_at_the_next_poll() {
         .enqueue(NewJob::new(Q, "later").delay(Duration::from_millis(200)))
         .unwrap();
     wait_until("the delayed job to run", || {
-        store.job(id).unwrap().unwrap().state == JobState::Succeeded
+        store.job(id).unwrap().unwrap().state() == JobState::Succeeded
     });
     drop(p);
 }
@@ -262,8 +265,8 @@ fn jobs_claimed_ahead_are_held_under_renewed_leases_and_released_unrun_at_shutdo
     wait_until("every lease to be renewed", || {
         ids.iter().all(|&id| {
             let job = f.job(id).unwrap().unwrap();
-            job.lease
-                .is_some_and(|l| l.expires_at > now.saturating_add(LEASE / 2))
+            job.lease()
+                .is_some_and(|l| l.expires_at() > now.saturating_add(LEASE / 2))
         })
     });
 
@@ -279,8 +282,11 @@ fn jobs_claimed_ahead_are_held_under_renewed_leases_and_released_unrun_at_shutdo
     );
     for id in ids {
         let job = f.job(id).unwrap().unwrap();
-        assert_eq!((job.state, job.failures), (JobState::Queued, 0));
-        assert_eq!(f.history(id).unwrap()[0].outcome, Some(Outcome::Released));
+        assert_eq!((job.state(), job.failures()), (JobState::Queued, 0));
+        assert_eq!(
+            f.history(id).unwrap()[0].outcome(),
+            Some(&Outcome::Released)
+        );
     }
 }
 
@@ -405,6 +411,6 @@ fn wait_idle_returns_once_every_job_of_the_queue_has_ended() {
     f.advance(Duration::from_secs(10));
     f.wake_all();
     assert!(p.wait_idle(Duration::from_secs(30)).unwrap());
-    assert_eq!(f.job(later).unwrap().unwrap().state, JobState::Succeeded);
+    assert_eq!(f.job(later).unwrap().unwrap().state(), JobState::Succeeded);
     assert_eq!(f.stats().unwrap().total(JobState::Succeeded), 21);
 }

@@ -95,7 +95,7 @@ fn a_cancel_reaches_the_running_handler_through_its_heartbeat() {
     f.cancel(id).unwrap();
     wait_until("the handler to stop", || p.stats().in_flight == 0);
     assert_eq!(*seen.lock().unwrap(), vec![Interruption::Cancelled]);
-    assert_eq!(f.job(id).unwrap().unwrap().state, JobState::Cancelled);
+    assert_eq!(f.job(id).unwrap().unwrap().state(), JobState::Cancelled);
     assert_eq!(p.stats().cancelled, 1);
 }
 
@@ -122,9 +122,9 @@ fn a_job_that_heartbeats_without_progress_is_revoked_as_stalled() {
     }
     wait_until("the handler to stop", || p.stats().in_flight == 0);
     assert_eq!(*seen.lock().unwrap(), vec![Interruption::Stalled]);
-    assert_eq!(f.history(id).unwrap()[0].outcome, Some(Outcome::Stalled));
+    assert_eq!(f.history(id).unwrap()[0].outcome(), Some(&Outcome::Stalled));
     assert_eq!(
-        f.job(id).unwrap().unwrap().state,
+        f.job(id).unwrap().unwrap().state(),
         JobState::Dead,
         "budget of 1 spent"
     );
@@ -155,7 +155,7 @@ fn a_job_that_reports_progress_is_not_stalled() {
     }
     stop_tx.send(()).unwrap();
     wait_until("the job to succeed", || {
-        f.job(id).unwrap().unwrap().state == JobState::Succeeded
+        f.job(id).unwrap().unwrap().state() == JobState::Succeeded
     });
 }
 
@@ -183,10 +183,10 @@ fn when_renewals_fall_behind_the_pool_stops_claiming_and_gives_back_expired_leas
     assert_eq!(*seen.lock().unwrap(), vec![Interruption::LeaseExpired]);
     // given back without spending budget (the pool may already have claimed it again)
     assert_eq!(
-        f.history(first).unwrap()[0].outcome,
-        Some(Outcome::Released)
+        f.history(first).unwrap()[0].outcome(),
+        Some(&Outcome::Released)
     );
-    assert_eq!(f.job(first).unwrap().unwrap().failures, 0);
+    assert_eq!(f.job(first).unwrap().unwrap().failures(), 0);
     // With nothing left to renew the pool is healthy again and takes work.
     wait_until("the pool to claim again", || p.stats().claimed >= 2);
     let _ = second;

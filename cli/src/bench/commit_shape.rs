@@ -4,7 +4,8 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use leasehold::{CommitShape, Error, NewJob, Sharing};
+use leasehold::__private::CommitShape;
+use leasehold::{Error, NewJob, Sharing};
 
 use super::measure::{Row, Samples};
 use super::store_with;

@@ -17,7 +17,8 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use leasehold::{CommitShape, Durability, Error, NewJob, Sharing, Store, StoreBuilder};
+use leasehold::__private::CommitShape;
+use leasehold::{Durability, Error, NewJob, Sharing, Store, StoreBuilder};
 
 use super::format;
 use super::inspect::print_json;

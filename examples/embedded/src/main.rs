@@ -12,7 +12,7 @@ fn main() -> Result<(), leasehold::Error> {
     let id = store.enqueue(NewJob::new("thumbnails", b"photo-1.jpg".to_vec()))?;
     pool.wait_idle(Duration::from_secs(10))?;
     println!("{:?}", pool.shutdown(Duration::from_secs(5)));
-    let state = store.job(id)?.map(|job| job.state);
+    let state = store.job(id)?.map(|job| job.state());
     println!("job {id:?}: {state:?}");
     drop(store);
     let _ = std::fs::remove_file(&path);
