@@ -47,6 +47,8 @@ pub(crate) struct Inner {
     recovered: std::sync::OnceLock<ReapReport>,
     /// The other processes, when several share the store.
     pub(crate) neighbours: Option<Neighbours>,
+    /// The writer thread of [`CommitShape::WriterThread`], joined when the store closes.
+    writer: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
 #[derive(Debug, Default)]
@@ -78,16 +80,18 @@ impl Store {
                 group: Arc::new(Group::new(shape)),
                 recovered: std::sync::OnceLock::new(),
                 neighbours,
+                writer: Mutex::new(None),
             }),
         };
         if shape == CommitShape::WriterThread {
             // The thread holds the store weakly, so dropping the last handle still closes it.
             let group = store.inner.group.clone();
             let weak = Arc::downgrade(&store.inner);
-            std::thread::Builder::new()
+            let writer = std::thread::Builder::new()
                 .name("lh-writer".into())
                 .spawn(move || group.writer_loop(|| weak.upgrade().map(|inner| Store { inner })))
                 .map_err(Error::ThreadSpawn)?;
+            *store.inner.writer.lock() = Some(writer);
         }
         Ok(store)
     }
@@ -793,6 +797,14 @@ impl Drop for Inner {
             n.stop();
         }
         self.group.close();
+        // Joined unless this is the writer thread itself, holding the last handle for a moment
+        // (it then returns from its loop as soon as this drop is over).
+        if let Some(writer) = self.writer.get_mut().take()
+            && writer.thread().id() != std::thread::current().id()
+            && writer.join().is_err()
+        {
+            tracing::error!("the store's writer thread panicked");
+        }
         if self.flush.get_mut().dirty {
             let flushed = self
                 .db
