@@ -323,6 +323,11 @@ pub enum InputError {
     /// A job must be allowed at least one attempt.
     #[error("max attempts must be at least 1")]
     ZeroMaxAttempts,
+    /// A value could not be encoded as JSON, or a payload decoded from it (the `serde`
+    /// feature). The message is serde_json's.
+    #[cfg(feature = "serde")]
+    #[error("JSON: {0}")]
+    Json(String),
     /// Tables whose names start with `leasehold.` belong to the store.
     #[error("table name {0:?} is reserved for the store (prefix \"leasehold.\")")]
     ReservedTableName(String),

@@ -87,6 +87,8 @@ mod index;
 mod input;
 mod instance;
 mod job;
+#[cfg(feature = "serde")]
+mod json;
 mod lease;
 mod neighbours;
 mod notify;

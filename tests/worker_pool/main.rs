@@ -10,6 +10,8 @@ mod common;
 mod failures;
 mod lifecycle;
 mod renewals;
+#[cfg(feature = "serde")]
+mod typed;
 
 use std::time::Duration;
 

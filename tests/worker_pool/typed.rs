@@ -1,0 +1,104 @@
+//! Typed payloads and outputs as JSON (the `serde` feature).
+
+use std::collections::HashMap;
+
+use leasehold::{Error, InputError, JobState, NewJob, Output};
+use serde::{Deserialize, Serialize};
+
+use crate::common::{Fixture, LEASE, Q, wait_until};
+use crate::pool;
+
+#[derive(Debug, PartialEq, Serialize, Deserialize)]
+struct Photo {
+    path: String,
+    width: u32,
+}
+
+#[derive(Debug, PartialEq, Serialize, Deserialize)]
+struct Thumbnail {
+    path: String,
+    width: u32,
+}
+
+#[test]
+fn a_job_enqueued_as_json_reaches_its_handler_typed_and_its_output_reads_back() {
+    let f = Fixture::new();
+    let photo = Photo {
+        path: "photo-1.jpg".into(),
+        width: 4000,
+    };
+    let id = f.enqueue(NewJob::json(Q, &photo).unwrap()).unwrap();
+    let p = pool(&f, "w")
+        .start(|ctx| {
+            let photo: Photo = ctx.json()?;
+            Output::json(&Thumbnail {
+                path: photo.path.replace(".jpg", ".thumb.jpg"),
+                width: photo.width / 10,
+            })
+        })
+        .unwrap();
+    wait_until("the job to succeed", || p.stats().succeeded == 1);
+    let output: Thumbnail = serde_json::from_slice(&f.output(id).unwrap().unwrap()).unwrap();
+    assert_eq!(
+        output,
+        Thumbnail {
+            path: "photo-1.thumb.jpg".into(),
+            width: 400
+        }
+    );
+    // to the rest of leasehold it is an ordinary payload: readable JSON bytes
+    let stored: Photo = serde_json::from_slice(&f.payload(id).unwrap().unwrap()).unwrap();
+    assert_eq!(stored, photo);
+}
+
+#[test]
+fn a_payload_that_is_not_the_json_of_the_type_fails_the_attempt_naming_the_type() {
+    let f = Fixture::new();
+    let id = f
+        .enqueue(NewJob::new(Q, "{\"path\": 7}").max_attempts(1))
+        .unwrap();
+    let p = pool(&f, "w")
+        .start(|ctx| {
+            let photo: Photo = ctx.json()?;
+            Ok(photo.path)
+        })
+        .unwrap();
+    wait_until("the attempt to fail", || p.stats().failed == 1);
+    let job = f.job(id).unwrap().unwrap();
+    assert_eq!(job.state(), JobState::Dead);
+    let error = job.last_error().unwrap();
+    assert!(
+        error.starts_with("payload is not the JSON of ") && error.contains("Photo"),
+        "{error}"
+    );
+}
+
+#[test]
+fn a_claim_loop_reads_the_payload_typed_and_a_foreign_payload_is_an_input_error() {
+    let f = Fixture::new();
+    let photo = Photo {
+        path: "a.jpg".into(),
+        width: 1,
+    };
+    f.enqueue(NewJob::json(Q, &photo).unwrap()).unwrap();
+    f.enqueue(NewJob::new(Q, vec![0xff, 0x00])).unwrap();
+    let lease = f.claim(Q, "w", LEASE).unwrap().unwrap();
+    assert_eq!(lease.json::<Photo>().unwrap(), photo);
+    let foreign = f.claim(Q, "w", LEASE).unwrap().unwrap();
+    assert!(matches!(
+        foreign.json::<Photo>(),
+        Err(Error::Input(InputError::Json(_)))
+    ));
+}
+
+#[test]
+fn a_value_json_cannot_hold_is_refused_before_anything_is_enqueued() {
+    let f = Fixture::new();
+    // JSON object keys are strings: a map keyed by pairs has no JSON form
+    let value: HashMap<(u8, u8), u8> = HashMap::from([((1, 2), 3)]);
+    assert!(matches!(
+        NewJob::json(Q, &value),
+        Err(Error::Input(InputError::Json(_)))
+    ));
+    assert_eq!(f.stats().unwrap().total(JobState::Queued), 0);
+}
