@@ -74,6 +74,8 @@
 
 #![warn(missing_docs)]
 
+#[cfg(feature = "tokio")]
+mod asynchronous;
 mod builder;
 mod check;
 pub mod clock;

@@ -2,9 +2,11 @@
 //!
 //! A commit that gives a queue a waiting job bumps that queue's generation and wakes the
 //! waiters; a waiter compares the generation with the one it saw before it last looked for
-//! work, so a wake-up between its look and its wait is never lost.
+//! work, so a wake-up between its look and its wait is never lost. Async waiters (the `tokio`
+//! feature) leave a [`Waker`] under the same lock instead of sleeping on the condition.
 
 use std::collections::HashMap;
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use parking_lot::{Condvar, Mutex};
@@ -20,6 +22,9 @@ struct Generations {
     /// Bumped by a wake-up of every queue.
     all: u64,
     per_queue: HashMap<String, u64>,
+    /// Async waiters, woken (and forgotten) by every wake-up; each looks at its own queue's
+    /// generation and leaves its waker again if nothing changed for it.
+    wakers: Vec<Waker>,
 }
 
 impl Generations {
@@ -44,13 +49,35 @@ impl Notifier {
         }
         if any {
             self.cond.notify_all();
+            let wakers = std::mem::take(&mut state.wakers);
+            drop(state);
+            wakers.into_iter().for_each(Waker::wake);
         }
     }
 
     /// Wakes every waiter (time moved in a way no commit shows, e.g. a manual clock).
     pub(crate) fn notify_all(&self) {
-        self.state.lock().all += 1;
+        let mut state = self.state.lock();
+        state.all += 1;
         self.cond.notify_all();
+        let wakers = std::mem::take(&mut state.wakers);
+        drop(state);
+        wakers.into_iter().for_each(Waker::wake);
+    }
+
+    /// [`Notifier::wait`] for a future: ready with the generation once it differs from
+    /// `seen`, otherwise pending with `cx`'s waker left for the next wake-up.
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    pub(crate) fn poll_changed(&self, queue: &str, seen: u64, cx: &mut Context<'_>) -> Poll<u64> {
+        let mut state = self.state.lock();
+        let now = state.of(queue);
+        if now != seen {
+            return Poll::Ready(now);
+        }
+        if !state.wakers.iter().any(|w| w.will_wake(cx.waker())) {
+            state.wakers.push(cx.waker().clone());
+        }
+        Poll::Pending
     }
 
     /// Waits until the queue's generation differs from `seen` or `timeout` passes. Returns

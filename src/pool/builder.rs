@@ -120,6 +120,12 @@ impl PoolBuilder {
         H: Fn(&JobContext) -> std::result::Result<O, JobError> + Send + Sync + 'static,
         O: Into<Output>,
     {
+        let handler: Handler = Arc::new(move |ctx| handler(ctx).map(Into::into));
+        self.start_handler(handler)
+    }
+
+    /// Starts the pool with a handler already in the pool's own form.
+    pub(crate) fn start_handler(self, handler: Handler) -> Result<WorkerPool> {
         input::check_queue(&self.queue)?;
         if self.concurrency == 0 {
             return Err(ConfigError::ZeroConcurrency.into());
@@ -138,7 +144,6 @@ impl PoolBuilder {
             None => default_worker_id(),
         };
         input::check_worker(&worker_id)?;
-        let handler: Handler = Arc::new(move |ctx| handler(ctx).map(Into::into));
         let shared = Arc::new(Shared {
             store: self.store,
             queue: self.queue,

@@ -4,6 +4,7 @@
 use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use std::task::{Context, Poll, Waker};
 
 use std::time::Duration;
 
@@ -89,6 +90,8 @@ pub(crate) struct AttemptState {
     /// Wakes a handler sleeping in [`JobContext::sleep`] when it is interrupted.
     sleep: Mutex<()>,
     wake: Condvar,
+    /// Async handlers awaiting the interruption (the `tokio` feature), under the sleep lock.
+    wakers: Mutex<Vec<Waker>>,
 }
 
 impl AttemptState {
@@ -112,8 +115,27 @@ impl AttemptState {
             // Under the sleep lock, so a handler between its check and its wait is not missed.
             let _guard = self.sleep.lock();
             self.wake.notify_all();
+            std::mem::take(&mut *self.wakers.lock())
+                .into_iter()
+                .for_each(Waker::wake);
         }
         first
+    }
+
+    /// Ready with the interruption once there is one, otherwise pending with `cx`'s waker
+    /// left for [`AttemptState::interrupt`].
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    pub(crate) fn poll_interrupted(&self, cx: &mut Context<'_>) -> Poll<Interruption> {
+        // The check under the sleep lock, as `interrupt` wakes under it: none is missed.
+        let _guard = self.sleep.lock();
+        if let Some(why) = self.interruption() {
+            return Poll::Ready(why);
+        }
+        let mut wakers = self.wakers.lock();
+        if !wakers.iter().any(|w| w.will_wake(cx.waker())) {
+            wakers.push(cx.waker().clone());
+        }
+        Poll::Pending
     }
 
     pub(crate) fn interruption(&self) -> Option<Interruption> {
@@ -136,7 +158,7 @@ impl AttemptState {
 /// stall timeout loses its lease. Check [`checkpoint`](JobContext::checkpoint) between
 /// steps: once the lease is lost nothing the handler returns will be committed, so further
 /// work is wasted.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct JobContext {
     lease: Lease,
     state: Arc<AttemptState>,
@@ -145,6 +167,11 @@ pub struct JobContext {
 impl JobContext {
     pub(crate) fn new(lease: Lease, state: Arc<AttemptState>) -> JobContext {
         JobContext { lease, state }
+    }
+
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    pub(crate) fn attempt_state(&self) -> &AttemptState {
+        &self.state
     }
 
     /// The job's id.

@@ -44,7 +44,8 @@ use crate::store::Store;
 use context::AttemptState;
 use stats::Counters;
 
-type Handler = Arc<dyn Fn(&JobContext) -> std::result::Result<Output, JobError> + Send + Sync>;
+pub(crate) type Handler =
+    Arc<dyn Fn(&JobContext) -> std::result::Result<Output, JobError> + Send + Sync>;
 type Validator = Arc<dyn Fn(&JobContext, &[u8]) -> std::result::Result<(), String> + Send + Sync>;
 
 /// How often [`WorkerPool::wait_idle`] looks at the store again while none of the pool's own

@@ -7,6 +7,8 @@
 #[allow(dead_code)]
 mod common;
 
+#[cfg(feature = "tokio")]
+mod asynchronous;
 mod failures;
 mod lifecycle;
 mod renewals;
