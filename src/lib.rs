@@ -111,6 +111,9 @@ mod store;
 mod transaction;
 mod tx;
 
+#[cfg(feature = "testing")]
+pub mod testing;
+
 pub use builder::{Durability, Sharing, StoreBuilder};
 pub use check::CheckReport;
 pub use clock::{Clock, ClockReading, ManualClock, MonotonicClock};

@@ -41,7 +41,9 @@ use crate::ids::{JobId, StoreTime};
 use crate::job::JobState;
 use crate::lease::{Lease, LeaseTerms};
 use crate::store::Store;
-use context::AttemptState;
+pub(crate) use context::AttemptState;
+#[cfg(feature = "testing")]
+pub(crate) use run::panic_message;
 use stats::Counters;
 
 pub(crate) type Handler =

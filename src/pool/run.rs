@@ -243,7 +243,7 @@ fn fenced(shared: &Shared, lease: &crate::Lease, e: &Error) {
     tracing::warn!(job = %lease.job, attempt = %lease.attempt, error = %e, "the fence refused a late result");
 }
 
-fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
     if let Some(s) = panic.downcast_ref::<&str>() {
         (*s).to_owned()
     } else if let Some(s) = panic.downcast_ref::<String>() {

@@ -1,0 +1,259 @@
+//! Deterministic tests of an application's handlers (the `testing` feature).
+//!
+//! A [`TestStore`] is a real store in a temporary directory whose time moves only when the
+//! test moves it. [`TestStore::run_one`] claims one job and runs it through the application's
+//! handler on the test's own thread, committing its result as a pool would, so a test can
+//! script what a pool's threads make racy: a worker that dies holding a job, one that pauses
+//! past its lease while another takes the job over, a process that restarts.
+//!
+//! ```
+//! use std::time::Duration;
+//! use leasehold::testing::{TestStore, Verdict};
+//! use leasehold::{JobState, NewJob, Output};
+//!
+//! # fn main() -> Result<(), leasehold::Error> {
+//! let t = TestStore::new()?;
+//! let id = t.enqueue(NewJob::new("thumbs", "photo-1.jpg"))?;
+//!
+//! // A worker claims the job and dies without a word: its lease runs out, the reaper takes
+//! // the job back.
+//! let dead = t.claim("thumbs", "worker-a", TestStore::LEASE)?.expect("a job");
+//! t.expire(&dead)?;
+//! assert_eq!(t.reap()?.reclaimed.len(), 1);
+//!
+//! // The application's handler runs it again, and pauses past its lease meanwhile: another
+//! // worker takes the job over, so the late result is refused by the fence.
+//! let ran = t.run_one("thumbs", |ctx| {
+//!     t.advance(TestStore::LEASE * 2);
+//!     t.claim("thumbs", "worker-c", TestStore::LEASE)?;
+//!     Ok(Output::new(ctx.payload().to_vec()))
+//! })?;
+//! assert_eq!(ran.map(|r| r.verdict), Some(Verdict::Fenced));
+//!
+//! // The dead worker wakes up much later: its completion is refused too.
+//! assert!(t.complete(&dead, b"late").unwrap_err().is_lease_lost());
+//! assert_eq!(t.job(id)?.map(|j| j.state()), Some(JobState::Running));
+//! # Ok(())
+//! # }
+//! ```
+
+use std::ops::Deref;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::builder::StoreBuilder;
+use crate::clock::ManualClock;
+use crate::error::{Error, OpenError, Result};
+use crate::ids::{Attempt, JobId};
+use crate::lease::Lease;
+use crate::pool::{AttemptState, JobContext, JobError, Output, panic_message};
+use crate::report::ReapReport;
+use crate::store::Store;
+
+/// A store in a temporary directory on a [`ManualClock`]; derefs to the [`Store`]. The
+/// directory is removed when it is dropped.
+pub struct TestStore {
+    store: Option<Store>,
+    clock: ManualClock,
+    dir: PathBuf,
+    configure: Box<dyn Fn(StoreBuilder) -> StoreBuilder + Send + Sync>,
+}
+
+/// How a job that [`TestStore::run_one`] ran ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Verdict {
+    /// The handler's output (and its writes) committed.
+    Committed,
+    /// The handler returned an error, or its writes or its output were refused; recorded as
+    /// the attempt's failure.
+    Failed(String),
+    /// The handler panicked; recorded as the attempt's failure.
+    Panicked(String),
+    /// The lease was gone by the time the result came back: nothing was committed.
+    Fenced,
+}
+
+/// One job run by [`TestStore::run_one`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Ran {
+    /// The job.
+    pub job: JobId,
+    /// The attempt the handler ran as.
+    pub attempt: Attempt,
+    /// How it ended.
+    pub verdict: Verdict,
+}
+
+impl TestStore {
+    /// The lease [`TestStore::run_one`] claims with, and a handy one for tests' own claims.
+    pub const LEASE: Duration = Duration::from_secs(60);
+
+    /// The worker id [`TestStore::run_one`] claims as.
+    pub const WORKER: &'static str = "test-worker";
+
+    /// A fresh store with the default settings.
+    pub fn new() -> Result<TestStore> {
+        TestStore::with(|b| b)
+    }
+
+    /// A fresh store with settings of the test's choosing (the clock is always the manual
+    /// one); the same settings are used again by [`TestStore::restart`].
+    pub fn with(
+        configure: impl Fn(StoreBuilder) -> StoreBuilder + Send + Sync + 'static,
+    ) -> Result<TestStore> {
+        let dir = std::env::temp_dir().join(format!(
+            "leasehold-test-{}-{:016x}",
+            std::process::id(),
+            crate::clock::random_u64()
+        ));
+        std::fs::create_dir(&dir).map_err(|source| OpenError::Io {
+            path: dir.clone(),
+            source,
+        })?;
+        let mut t = TestStore {
+            store: None,
+            clock: ManualClock::new(),
+            dir,
+            configure: Box::new(configure),
+        };
+        t.store = Some(t.open()?);
+        Ok(t)
+    }
+
+    fn open(&self) -> Result<Store> {
+        (self.configure)(Store::builder(self.path()).clock(self.clock.clone())).open()
+    }
+
+    /// The store file.
+    pub fn path(&self) -> PathBuf {
+        self.dir.join("store.redb")
+    }
+
+    /// The directory the store file is in (removed on drop).
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The store's clock; clones share its time.
+    pub fn clock(&self) -> &ManualClock {
+        &self.clock
+    }
+
+    /// Moves store time forward by `d` and wakes whatever waits for work, as real time
+    /// passing would.
+    pub fn advance(&self, d: Duration) {
+        self.clock.advance(d);
+        self.wake_all();
+    }
+
+    /// Moves store time just past `lease`'s expiry (as its last renewal left it): its holder
+    /// has gone silent for a whole lease.
+    pub fn expire(&self, lease: &Lease) -> Result<()> {
+        let expires_at = self
+            .job(lease.job)?
+            .and_then(|job| job.lease().map(|l| l.expires_at()))
+            .unwrap_or(lease.expires_at);
+        let left = expires_at.saturating_since(self.now());
+        self.advance(left + Duration::from_millis(1));
+        Ok(())
+    }
+
+    /// Claims the next job of `queue` as [`TestStore::WORKER`] with [`TestStore::LEASE`],
+    /// runs `handler` on it on this thread, and commits the result as a pool does: the output
+    /// and its writes through the fence, or the error as the attempt's failure. `None` if no
+    /// job was claimable.
+    ///
+    /// The handler may use the store and this `TestStore` (advance time, claim as another
+    /// worker) to script what happens while it works.
+    pub fn run_one<H, O>(&self, queue: &str, handler: H) -> Result<Option<Ran>>
+    where
+        H: FnOnce(&JobContext) -> std::result::Result<O, JobError>,
+        O: Into<Output>,
+    {
+        let Some(lease) = self.claim(queue, TestStore::WORKER, TestStore::LEASE)? else {
+            return Ok(None);
+        };
+        let ctx = JobContext::new(lease.clone(), AttemptState::new(lease.expires_at));
+        let verdict = match catch_unwind(AssertUnwindSafe(|| handler(&ctx))) {
+            Ok(Ok(output)) => self.commit(&lease, output.into())?,
+            Ok(Err(e)) => self.fail_as(&lease, Verdict::Failed(e.message().to_owned()))?,
+            Err(panic) => self.fail_as(
+                &lease,
+                Verdict::Panicked(format!("handler panicked: {}", panic_message(&*panic))),
+            )?,
+        };
+        Ok(Some(Ran {
+            job: lease.job,
+            attempt: lease.attempt,
+            verdict,
+        }))
+    }
+
+    fn commit(&self, lease: &Lease, output: Output) -> Result<Verdict> {
+        let Output { bytes, writes } = output;
+        let committed = match writes {
+            Some(writes) => self.complete_with(lease, &bytes, writes),
+            None => self.complete(lease, &bytes),
+        };
+        match committed {
+            Ok(()) => Ok(Verdict::Committed),
+            Err(e) if e.is_lease_lost() => Ok(Verdict::Fenced),
+            // The completion rolled back (the application's writes failed, or something was
+            // refused before anything was written): the lease holds and the attempt fails.
+            Err(e @ Error::Application(_)) => self.fail_as(lease, Verdict::Failed(e.to_string())),
+            Err(e) if e.is_refusal() => {
+                self.fail_as(lease, Verdict::Failed(format!("completion refused: {e}")))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Records `verdict`'s message as the attempt's failure.
+    fn fail_as(&self, lease: &Lease, verdict: Verdict) -> Result<Verdict> {
+        let message = match &verdict {
+            Verdict::Failed(m) | Verdict::Panicked(m) => m.as_str(),
+            Verdict::Committed | Verdict::Fenced => "",
+        };
+        match self.fail(lease, message) {
+            Ok(_) => Ok(verdict),
+            Err(e) if e.is_lease_lost() => Ok(Verdict::Fenced),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Closes the store and opens it again on the same clock, as a restarted process would;
+    /// returns what opening took back (every lease the closed store's workers held). If the
+    /// store cannot be opened again, the error is returned and the `TestStore` has no store:
+    /// using it afterwards panics.
+    pub fn restart(&mut self) -> Result<&ReapReport> {
+        self.store = None;
+        self.store = Some(self.open()?);
+        Ok(self.store().recovered_at_open())
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Store {
+        match &self.store {
+            Some(store) => store,
+            None => panic!("this TestStore's restart failed: it has no store"),
+        }
+    }
+}
+
+impl Deref for TestStore {
+    type Target = Store;
+
+    fn deref(&self) -> &Store {
+        self.store()
+    }
+}
+
+impl Drop for TestStore {
+    fn drop(&mut self) {
+        self.store = None;
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
