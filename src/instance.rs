@@ -77,6 +77,12 @@ pub(crate) fn directory(store: &Path) -> PathBuf {
 impl Instance {
     /// Registers this process with the store at `store`: a new instance file, locked.
     pub(crate) fn register(store: &Path) -> Result<Instance, OpenError> {
+        Instance::register_with(store, File::try_lock)
+    }
+
+    /// [`Instance::register`] with the filesystem's `flock` as `try_lock`: tests stand in
+    /// filesystems whose locks do not work.
+    fn register_with(store: &Path, try_lock: TryLock) -> Result<Instance, OpenError> {
         let dir = directory(store);
         let io = |source| OpenError::Io {
             path: dir.clone(),
@@ -86,8 +92,8 @@ impl Instance {
         let id = InstanceId(crate::clock::random_u64());
         let tmp = dir.join(format!(".{id}.new"));
         let mut file = File::create(&tmp).map_err(io)?;
-        let locked = lock_file(&file, &dir).and_then(|()| {
-            check_locks_work(&tmp, &dir)?;
+        let locked = lock_file(&file, &dir, try_lock).and_then(|()| {
+            check_locks_work(&tmp, &dir, try_lock)?;
             writeln!(file, "{}", std::process::id()).map_err(io)?;
             let path = dir.join(format!("{id}.lock"));
             std::fs::rename(&tmp, &path).map_err(io)?;
@@ -123,8 +129,11 @@ impl Instance {
     }
 }
 
-fn lock_file(file: &File, dir: &Path) -> Result<(), OpenError> {
-    match file.try_lock() {
+/// How a file's exclusive `flock` is tried.
+type TryLock = fn(&File) -> Result<(), TryLockError>;
+
+fn lock_file(file: &File, dir: &Path, try_lock: TryLock) -> Result<(), OpenError> {
+    match try_lock(file) {
         Ok(()) => Ok(()),
         Err(TryLockError::WouldBlock) => Err(no_locks(dir, "a new file was locked already")),
         Err(TryLockError::Error(e)) => Err(no_locks(dir, &e.to_string())),
@@ -133,12 +142,12 @@ fn lock_file(file: &File, dir: &Path) -> Result<(), OpenError> {
 
 /// A second descriptor of the same file must be refused the lock; a filesystem where it is
 /// not (some network filesystems) cannot tell the living from the dead.
-fn check_locks_work(path: &Path, dir: &Path) -> Result<(), OpenError> {
+fn check_locks_work(path: &Path, dir: &Path, try_lock: TryLock) -> Result<(), OpenError> {
     let other = File::open(path).map_err(|source| OpenError::Io {
         path: path.to_owned(),
         source,
     })?;
-    match other.try_lock() {
+    match try_lock(&other) {
         Err(TryLockError::WouldBlock) => Ok(()),
         Ok(()) => Err(no_locks(dir, "a second lock on a locked file was granted")),
         Err(TryLockError::Error(e)) => Err(no_locks(dir, &e.to_string())),
@@ -205,4 +214,58 @@ pub(crate) fn pid_of(dir: &Path, id: InstanceId) -> Option<i32> {
         .trim()
         .parse()
         .ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused(try_lock: TryLock) -> (String, Vec<std::ffi::OsString>) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = dir.path().join("s.redb");
+        let detail = match Instance::register_with(&store, try_lock) {
+            Err(OpenError::NoWorkingLocks { path, detail }) => {
+                assert_eq!(path, directory(&store));
+                detail
+            }
+            other => panic!("expected NoWorkingLocks, got {other:?}"),
+        };
+        let left = std::fs::read_dir(directory(&store))
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert!(!store.exists(), "the store file is not touched");
+        (detail, left)
+    }
+
+    #[test]
+    fn a_filesystem_that_grants_every_lock_is_refused_and_leaves_no_instance_file() {
+        // what some network filesystems do: every descriptor gets the "exclusive" lock
+        let (detail, left) = refused(|_| Ok(()));
+        assert_eq!(detail, "a second lock on a locked file was granted");
+        assert!(left.is_empty(), "{left:?}");
+    }
+
+    #[test]
+    fn a_filesystem_without_flock_is_refused_with_the_systems_reason() {
+        let (detail, left) = refused(|_| {
+            Err(TryLockError::Error(std::io::Error::from_raw_os_error(
+                libc::ENOLCK,
+            )))
+        });
+        assert!(detail.contains("No locks available"), "{detail}");
+        assert!(left.is_empty(), "{left:?}");
+    }
+
+    #[test]
+    fn a_filesystem_with_working_locks_registers_an_instance_that_a_probe_finds_alive() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = dir.path().join("s.redb");
+        let me = Instance::register(&store).unwrap();
+        assert_eq!(list(&directory(&store)), vec![me.id()]);
+        assert!(matches!(
+            probe(&directory(&store), me.id()),
+            Liveness::Alive
+        ));
+    }
 }

@@ -3,20 +3,23 @@
 //! Simulated workers (state machines stepped once per simulated second, not threads) claim,
 //! heartbeat, progress and complete jobs on a manual clock, while a fault schedule drawn from
 //! the seed crashes workers, pauses them past their lease (they wake and try to commit),
-//! stalls jobs (heartbeat alive, no progress), kills the whole pool at once, and restarts
-//! the store. Each seed ends with every job succeeded and committed exactly once, and every
-//! reclaim within lease + reaper interval of the holder's last renewal.
+//! stalls jobs (heartbeat alive, no progress), kills the whole pool at once, kills the worker
+//! process while a neighbour survives it (its leases taken back at once, as a store shared by
+//! processes does when the kernel frees the dead process's lock), and restarts the store.
+//! Each seed ends with every job succeeded and committed exactly once, every reclaim within
+//! lease + reaper interval of the holder's last renewal, and every lease of a dead process
+//! taken back the moment it died.
 //!
 //! `LEASEHOLD_SIM_SEEDS=5000` runs more seeds; `LEASEHOLD_SIM_SEED=n` replays one.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use leasehold::{
-    Durability, JobId, JobState, Lease, LeaseTerms, ManualClock, NewJob, Outcome, ReclaimPath,
-    Renewal, Store,
+    Durability, InstanceId, JobId, JobState, Lease, LeaseTerms, ManualClock, NewJob, Outcome,
+    ReclaimPath, Renewal, Store,
 };
 
 const LEASE: u64 = 60;
@@ -76,6 +79,10 @@ struct Tally {
     duplicates: u64,
     pool_deaths: u64,
     restarts: u64,
+    /// The worker process died and a surviving one took its leases back.
+    process_deaths: u64,
+    /// When each process death happened (simulated seconds).
+    died_at: BTreeSet<u64>,
     pauses: u64,
     stalls: u64,
     crashes: u64,
@@ -90,12 +97,15 @@ struct Sim {
     t: u64,
     workers: Vec<(String, Worker)>,
     generation: u32,
+    /// The process instance the workers' leases are granted to; a new one after each death.
+    instance: u64,
     tally: Tally,
 }
 
-fn open(dir: &tempfile::TempDir, clock: &ManualClock) -> Store {
+fn open(dir: &tempfile::TempDir, clock: &ManualClock, instance: u64) -> Store {
     Store::builder(dir.path().join("sim.redb"))
         .clock(clock.clone())
+        .simulated_instance(InstanceId(instance))
         .sharing(leasehold::Sharing::Exclusive)
         .durability(Durability::Eventual {
             flush_every: Duration::from_secs(1 << 30),
@@ -111,7 +121,7 @@ impl Sim {
     fn new(seed: u64) -> Sim {
         let dir = tempfile::tempdir().unwrap();
         let clock = ManualClock::new();
-        let store = open(&dir, &clock);
+        let store = open(&dir, &clock, 1);
         let mut rng = Rng(seed);
         let n = 3 + rng.below(6) as usize;
         let workers = (0..n).map(|i| (format!("w{i}.0"), Worker::Idle)).collect();
@@ -123,6 +133,7 @@ impl Sim {
             t: 0,
             workers,
             generation: 0,
+            instance: 1,
             tally: Tally::default(),
         }
     }
@@ -139,7 +150,7 @@ impl Sim {
         while self.t < SIM_LIMIT {
             self.t += 1;
             self.clock.advance(Duration::from_secs(1));
-            self.faults();
+            self.faults()?;
             for i in 0..self.workers.len() {
                 self.step(i)?;
             }
@@ -158,7 +169,7 @@ impl Sim {
         ))
     }
 
-    fn faults(&mut self) {
+    fn faults(&mut self) -> Result<(), String> {
         let t = self.t;
         if self.rng.chance(2) {
             // the whole pool dies at once: every lease lapses together
@@ -166,17 +177,44 @@ impl Sim {
             for (_, w) in &mut self.workers {
                 *w = Worker::Crashed { until: t + 30 };
             }
-            return;
+            return Ok(());
+        }
+        if self.rng.chance(2) {
+            // the worker process dies and a neighbour survives it: the kernel frees the dead
+            // process's lock and the survivor takes back every lease it held, at once; the
+            // workers come back later as a new process instance
+            self.tally.process_deaths += 1;
+            self.tally.died_at.insert(t);
+            let running = |store: &Store| store.stats().unwrap().total(JobState::Running);
+            let held = running(self.store());
+            let taken = self
+                .store()
+                .reclaim_dead_instance(InstanceId(self.instance))
+                .unwrap();
+            // every running lease was the dead process's: all of them back, none left
+            let left = running(self.store());
+            if (taken as u64, left) != (held, 0) {
+                return Err(format!(
+                    "process death at {t} s: {held} leases held, {taken} taken back, {left} left running"
+                ));
+            }
+            self.instance += 1;
+            self.store = None;
+            self.store = Some(open(&self.dir, &self.clock, self.instance));
+            for (_, w) in &mut self.workers {
+                *w = Worker::Crashed { until: t + 30 };
+            }
+            return Ok(());
         }
         if self.rng.chance(1) {
             // the process restarts: the store is reopened and every worker starts afresh
             self.tally.restarts += 1;
             self.store = None;
-            self.store = Some(open(&self.dir, &self.clock));
+            self.store = Some(open(&self.dir, &self.clock, self.instance));
             for (_, w) in &mut self.workers {
                 *w = Worker::Idle;
             }
-            return;
+            return Ok(());
         }
         let i = self.rng.below(self.workers.len() as u64) as usize;
         let roll = self.rng.below(1000);
@@ -206,6 +244,7 @@ impl Sim {
                 *stalled = true;
             }
         }
+        Ok(())
     }
 
     fn step(&mut self, i: usize) -> Result<(), String> {
@@ -374,8 +413,15 @@ impl Sim {
                     if *path == ReclaimPath::Recovery {
                         continue; // taken back at reopen: not a detection
                     }
-                    let renewed = self.tally.renewed[&(id, run.attempt().0)];
                     let ended = run.ended_at().unwrap().as_nanos() / 1_000_000_000;
+                    if *path == ReclaimPath::ProcessDied && !self.tally.died_at.contains(&ended) {
+                        return Err(format!(
+                            "job {id} attempt {} taken back by {path} at {ended} s; process deaths at {:?}",
+                            run.attempt(),
+                            self.tally.died_at
+                        ));
+                    }
+                    let renewed = self.tally.renewed[&(id, run.attempt().0)];
                     let delay = ended - renewed;
                     if delay > bound {
                         return Err(format!(
@@ -414,24 +460,27 @@ fn pools_that_crash_pause_stall_and_restart_still_commit_every_job_exactly_once(
         totals.duplicates += t.duplicates;
         totals.pool_deaths += t.pool_deaths;
         totals.restarts += t.restarts;
+        totals.process_deaths += t.process_deaths;
         totals.pauses += t.pauses;
         totals.stalls += t.stalls;
         totals.crashes += t.crashes;
         totals.late_commits_refused += t.late_commits_refused;
     }
     eprintln!(
-        "{} seeds: {} crashes, {} pauses, {} stalls, {} pool deaths, {} restarts; {} jobs ran twice, {} late commits refused, 0 duplicate commits",
+        "{} seeds: {} crashes, {} pauses, {} stalls, {} pool deaths, {} process deaths, {} restarts; {} jobs ran twice, {} late commits refused, 0 duplicate commits",
         seeds.len(),
         totals.crashes,
         totals.pauses,
         totals.stalls,
         totals.pool_deaths,
+        totals.process_deaths,
         totals.restarts,
         totals.duplicates,
         totals.late_commits_refused
     );
     if seeds.len() >= 100 {
         assert!(totals.duplicates > 0 && totals.pool_deaths > 0 && totals.restarts > 0);
+        assert!(totals.process_deaths > 0);
         assert!(totals.pauses > 0 && totals.stalls > 0 && totals.late_commits_refused > 0);
     }
 }
