@@ -25,7 +25,7 @@ use crate::input;
 use crate::job::{JobRecord, JobState, LeaseRecord, NewJob, Outcome, ReclaimPath, RunRecord};
 use crate::lease::{Lease, LeaseTerms, Renewal};
 use crate::report::Reclaim;
-use crate::retry::splitmix64;
+use crate::retry::{self, Next};
 use crate::search;
 use crate::tx::Tx;
 
@@ -568,31 +568,9 @@ fn final_progress(tx: &Tx<'_>, job: &mut JobRecord, progress: Option<u64>) {
     }
 }
 
-/// Where an attempt sends its job.
-enum Next {
-    Succeeded,
-    Queued(StoreTime),
-    RetryWait(StoreTime),
-    Dead,
-    Cancelled,
-}
-
-/// Where a failed (or expired, or stalled) attempt sends its job: spends one unit of budget
-/// if `spend`, and backs off only for failures the holder reported (an expired lease has
-/// already waited out the lease, and the holder most likely died rather than the job).
+/// [`retry::after_failure`] at the transaction's time and policy.
 fn after_failure(tx: &Tx<'_>, job: &JobRecord, backoff: bool) -> Next {
-    let failures = job.failures.saturating_add(1);
-    if job.cancel_requested {
-        Next::Cancelled
-    } else if failures >= job.max_attempts {
-        Next::Dead
-    } else if backoff {
-        let seed = splitmix64(job.id.0 ^ (u64::from(job.attempt.0) << 40));
-        let wait = tx.policy.retry.backoff(failures, seed);
-        Next::RetryWait(tx.now.saturating_add(wait))
-    } else {
-        Next::Queued(job.run_at)
-    }
+    retry::after_failure(job, tx.now, &tx.policy.retry, backoff)
 }
 
 /// Ends the current attempt of a running job: writes its history record with `outcome` and
