@@ -90,6 +90,10 @@ pub enum Error {
     /// transaction was rolled back.
     #[error("application write failed: {0}")]
     Application(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// A PostgreSQL store's failure (the `postgres` feature).
+    #[cfg(feature = "postgres")]
+    #[error(transparent)]
+    Postgres(#[from] crate::postgres::PgError),
 }
 
 impl Error {

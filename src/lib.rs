@@ -114,6 +114,9 @@ mod tx;
 #[cfg(feature = "testing")]
 pub mod testing;
 
+#[cfg(feature = "postgres")]
+pub mod postgres;
+
 pub use builder::{Durability, Sharing, StoreBuilder};
 pub use check::CheckReport;
 pub use clock::{Clock, ClockReading, ManualClock, MonotonicClock};

@@ -1,0 +1,299 @@
+//! The lease protocol on PostgreSQL (the `postgres` feature): for users who outgrow one
+//! machine, the same rules on a database their worker machines share.
+//!
+//! The rules are the redb store's, written as SQL (`protocol.rs`): a claim is one statement
+//! (`FOR UPDATE SKIP LOCKED` in a CTE limited to the batch) after a bounded takeover of
+//! expired leases; every renewal and end of an attempt is fenced by `id AND attempt AND
+//! state = 'running'` and must change exactly one row; every time is read and compared on the
+//! database's clock (`clock_timestamp()`, not `now()`, which is the transaction's start); the
+//! reaper works in bounded batches and re-checks its predicate in the `UPDATE`. Where an
+//! attempt ends and where its job goes next is decided by the same Rust code as on redb
+//! (`retry::after_failure`), so the two cannot drift apart.
+//!
+//! A `PgStore` is a cheap handle, shared by threads like [`crate::Store`]: it keeps a few
+//! connections of the synchronous `postgres` client and lends one to each operation.
+
+mod error;
+mod protocol;
+mod schema;
+mod store;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use postgres::{Client, NoTls, Statement};
+
+/// The PostgreSQL client this build uses: [`PgTransaction::sql`] hands out its types, so
+/// name them through this re-export rather than a separately chosen version.
+pub use ::postgres as client;
+pub use error::PgError;
+pub use store::PgTransaction;
+
+use crate::config::{DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_PAYLOAD, DEFAULT_REAP_BATCH};
+use crate::error::{ConfigError, Error, Result};
+use crate::retry::RetryPolicy;
+
+/// How a [`PgStore`] connects and what it applies; see [`PgStore::builder`].
+#[derive(Clone, Debug)]
+pub struct PgStoreBuilder {
+    url: String,
+    schema: String,
+    retry: RetryPolicy,
+    default_max_attempts: u32,
+    max_payload: usize,
+    reap_batch: usize,
+    connections: usize,
+}
+
+impl PgStoreBuilder {
+    /// The PostgreSQL schema holding leasehold's tables (created if missing). Default:
+    /// `leasehold`. Its tables are leasehold's alone; the application's own live elsewhere.
+    pub fn schema(mut self, schema: impl Into<String>) -> PgStoreBuilder {
+        self.schema = schema.into();
+        self
+    }
+
+    /// How failed jobs back off. Default: [`RetryPolicy::default`].
+    pub fn retry_policy(mut self, policy: RetryPolicy) -> PgStoreBuilder {
+        self.retry = policy;
+        self
+    }
+
+    /// The retry budget of jobs enqueued without one. Default: 25.
+    pub fn default_max_attempts(mut self, n: u32) -> PgStoreBuilder {
+        self.default_max_attempts = n;
+        self
+    }
+
+    /// The most leases one reaper transaction takes back. Default: 500.
+    pub fn reap_batch(mut self, n: usize) -> PgStoreBuilder {
+        self.reap_batch = n;
+        self
+    }
+
+    /// The most connections the handle keeps open between operations. Default: 16.
+    pub fn connections(mut self, n: usize) -> PgStoreBuilder {
+        self.connections = n;
+        self
+    }
+
+    /// Connects, creates the schema if it is missing, and checks the one found.
+    pub fn open(self) -> Result<PgStore> {
+        self.retry.validate()?;
+        if self.default_max_attempts == 0 {
+            return Err(ConfigError::ZeroMaxAttempts.into());
+        }
+        if self.reap_batch == 0 {
+            return Err(ConfigError::ZeroBatch.into());
+        }
+        let config: postgres::Config = self
+            .url
+            .parse()
+            .map_err(|e: postgres::Error| PgError::BadUrl(e.to_string()))?;
+        let schema = schema::Names::new(&self.schema)?;
+        let store = PgStore {
+            inner: Arc::new(Inner {
+                config,
+                names: schema,
+                retry: self.retry,
+                default_max_attempts: self.default_max_attempts,
+                max_payload: self.max_payload,
+                reap_batch: self.reap_batch,
+                connections: self.connections.max(1),
+                idle: Mutex::new(Vec::new()),
+            }),
+        };
+        store.with_connection(|conn| schema::prepare(&mut conn.client, &store.inner.names))?;
+        Ok(store)
+    }
+}
+
+/// A job store on PostgreSQL: the lease protocol of [`crate::Store`] on a database that
+/// worker machines share. Clones share the connections.
+#[derive(Clone)]
+pub struct PgStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    config: postgres::Config,
+    names: schema::Names,
+    retry: RetryPolicy,
+    default_max_attempts: u32,
+    max_payload: usize,
+    reap_batch: usize,
+    connections: usize,
+    idle: Mutex<Vec<Connection>>,
+}
+
+/// One connection and the statements prepared on it.
+struct Connection {
+    client: Client,
+    prepared: std::collections::HashMap<&'static str, Statement>,
+}
+
+impl std::fmt::Debug for PgStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgStore")
+            .field("schema", &self.inner.names.schema)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PgStore {
+    /// A store at `url` (`postgres://user@host:port/database`, or the key-value form) with
+    /// the default settings.
+    pub fn builder(url: impl Into<String>) -> PgStoreBuilder {
+        PgStoreBuilder {
+            url: url.into(),
+            schema: "leasehold".to_owned(),
+            retry: RetryPolicy::default(),
+            default_max_attempts: DEFAULT_MAX_ATTEMPTS,
+            max_payload: DEFAULT_MAX_PAYLOAD,
+            reap_batch: DEFAULT_REAP_BATCH,
+            connections: 16,
+        }
+    }
+
+    /// [`PgStore::builder`] with the defaults, opened.
+    pub fn open(url: impl Into<String>) -> Result<PgStore> {
+        PgStore::builder(url).open()
+    }
+
+    /// Runs `f` on a connection lent from the handle's idle ones (a new one if none is idle).
+    /// A connection that failed is dropped rather than lent again.
+    fn with_connection<T>(&self, f: impl FnOnce(&mut Connection) -> Result<T>) -> Result<T> {
+        let idle = self.inner.idle.lock().pop();
+        let mut conn = match idle {
+            Some(conn) if !conn.client.is_closed() => conn,
+            _ => Connection {
+                client: self.inner.config.connect(NoTls).map_err(PgError::connect)?,
+                prepared: std::collections::HashMap::new(),
+            },
+        };
+        let result = f(&mut conn);
+        if !conn.client.is_closed() {
+            let mut idle = self.inner.idle.lock();
+            if idle.len() < self.inner.connections {
+                idle.push(conn);
+            }
+        }
+        result
+    }
+
+    /// Runs `f` in a transaction, retried (from the start) when PostgreSQL aborts it for a
+    /// serialization failure or a deadlock; commits what `f` returns `Ok` for. A connection
+    /// lost while committing leaves the outcome unknown: [`PgError::OutcomeUnknown`].
+    fn transaction<T>(
+        &self,
+        mut f: impl FnMut(&mut postgres::Transaction<'_>, &mut Prepared<'_>) -> Result<T>,
+    ) -> Result<T> {
+        const ATTEMPTS: usize = 5;
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            let outcome = self.with_connection(|conn| {
+                let Connection { client, prepared } = conn;
+                let mut tx = client.transaction().map_err(PgError::from)?;
+                let value = {
+                    let mut p = Prepared {
+                        cache: prepared,
+                        names: &self.inner.names,
+                    };
+                    f(&mut tx, &mut p)
+                };
+                finish(tx, value)
+            });
+            match outcome {
+                Err(Error::Postgres(e)) if e.is_transient() && tries < ATTEMPTS => continue,
+                other => return other,
+            }
+        }
+    }
+
+    /// [`PgStore::transaction`] for a closure that cannot run twice (the application's):
+    /// not retried; a serialization failure or deadlock is returned to the caller.
+    fn transaction_once<T>(
+        &self,
+        f: impl FnMut(&mut postgres::Transaction<'_>, &mut Prepared<'_>) -> Result<T>,
+    ) -> Result<T> {
+        self.with_connection(|conn| {
+            let Connection { client, prepared } = conn;
+            let mut tx = client.transaction().map_err(PgError::from)?;
+            let mut f = f;
+            let value = f(
+                &mut tx,
+                &mut Prepared {
+                    cache: prepared,
+                    names: &self.inner.names,
+                },
+            );
+            finish(tx, value)
+        })
+    }
+
+    fn settings(&self) -> protocol::Settings<'_> {
+        protocol::Settings {
+            retry: &self.inner.retry,
+            default_max_attempts: self.inner.default_max_attempts,
+            max_payload: self.inner.max_payload,
+        }
+    }
+
+    /// The schema holding leasehold's tables.
+    pub fn schema(&self) -> &str {
+        &self.inner.names.schema
+    }
+
+    /// How long a reap batch may be.
+    fn reap_batch(&self) -> usize {
+        self.inner.reap_batch
+    }
+}
+
+/// Ends a transaction by what its work returned: commits a success, and also a refusal by
+/// the fence (which wrote nothing but the refusal's counter); rolls back anything else.
+fn finish<T>(tx: postgres::Transaction<'_>, value: Result<T>) -> Result<T> {
+    match value {
+        Ok(v) => {
+            tx.commit().map_err(PgError::at_commit)?;
+            Ok(v)
+        }
+        Err(e) if e.is_lease_lost() => {
+            tx.commit().map_err(PgError::at_commit)?;
+            Err(e)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// The statements prepared on one connection, by the template they were made from.
+struct Prepared<'c> {
+    cache: &'c mut std::collections::HashMap<&'static str, Statement>,
+    names: &'c schema::Names,
+}
+
+impl Prepared<'_> {
+    /// The statement of `template` (`{s}` standing for the schema), prepared once per
+    /// connection.
+    fn get(
+        &mut self,
+        tx: &mut postgres::Transaction<'_>,
+        template: &'static str,
+    ) -> Result<Statement> {
+        if let Some(st) = self.cache.get(template) {
+            return Ok(st.clone());
+        }
+        let st = tx
+            .prepare(&self.names.sql(template))
+            .map_err(PgError::from)?;
+        self.cache.insert(template, st.clone());
+        Ok(st)
+    }
+}
+
+/// Microseconds as PostgreSQL counts an interval, from a duration (saturating).
+fn micros(d: Duration) -> i64 {
+    i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
+}

@@ -1,0 +1,919 @@
+//! The lease protocol in SQL, readable in one place: each step is a function over one
+//! PostgreSQL transaction, and every time it reads or writes is the database's
+//! `clock_timestamp()`, taken once per statement (the `c` CTE) so that a statement sees one
+//! instant.
+//!
+//! The rules are [`crate::protocol`]'s: a claim takes a job only if it is waiting and due, or
+//! running with an expired lease (taken over first, its attempt recorded as
+//! `LeaseExpired { Takeover }`); every claim increments `attempt`; a fenced write matches
+//! `id AND attempt AND state = 'running'` and must change exactly one row, and a refusal
+//! changes nothing but a counter; an attempt ends in one place ([`end_attempt`]), which
+//! writes its history row.
+
+use std::time::Duration;
+
+use postgres::Transaction;
+use postgres::types::ToSql;
+
+use super::{PgError, Prepared, micros};
+use crate::error::{Error, InputError, LeaseLost, Result};
+use crate::ids::{Attempt, JobId, StoreTime};
+use crate::input;
+use crate::job::{JobRecord, JobState, LeaseRecord, NewJob, Outcome, ReclaimPath, RunRecord};
+use crate::lease::{Lease, LeaseTerms, Renewal};
+use crate::report::Reclaim;
+use crate::retry::{self, Next, RetryPolicy};
+use crate::stats::{Counters, Stats};
+
+/// What the protocol applies, from the store's settings.
+pub(crate) struct Settings<'a> {
+    pub retry: &'a RetryPolicy,
+    pub default_max_attempts: u32,
+    pub max_payload: usize,
+}
+
+type Tx<'a, 'b> = &'a mut Transaction<'b>;
+
+const NOW: &str = "SELECT {s}.us(clock_timestamp())";
+
+/// The store's clock: the database's.
+pub(crate) fn now(tx: Tx<'_, '_>, p: &mut Prepared<'_>) -> Result<StoreTime> {
+    let st = p.get(tx, NOW)?;
+    Ok(time(tx.query_one(&st, &[])?.get(0)))
+}
+
+// ----- enqueue -----
+
+const INSERT: &str = "
+WITH c AS (SELECT clock_timestamp() AS t)
+INSERT INTO {s}.leasehold_jobs
+    (queue, state, priority, max_attempts, unique_key, created_at, run_at, progress_at,
+     updated_at, payload)
+SELECT $1, 'queued', $2, $3, $4, c.t, c.t + $5::bigint * interval '1 microsecond', c.t, c.t, $6 FROM c
+ON CONFLICT (queue, unique_key)
+    WHERE unique_key IS NOT NULL AND state IN ('queued', 'running', 'retry_wait')
+    DO NOTHING
+RETURNING id";
+
+const LIVE_KEY_HOLDER: &str = "
+SELECT id FROM {s}.leasehold_jobs
+WHERE queue = $1 AND unique_key = $2 AND state IN ('queued', 'running', 'retry_wait')";
+
+/// Enqueues a job; with a unique key that a live job holds, returns that job instead.
+pub(crate) fn enqueue(
+    tx: Tx<'_, '_>,
+    p: &mut Prepared<'_>,
+    s: &Settings<'_>,
+    new: &NewJob,
+) -> Result<JobId> {
+    check_new_job(s, new)?;
+    let max_attempts = i64::from(new.max_attempts.unwrap_or(s.default_max_attempts));
+    let insert = p.get(tx, INSERT)?;
+    let delay = micros(new.delay);
+    let params: [&(dyn ToSql + Sync); 6] = [
+        &new.queue,
+        &new.priority,
+        &max_attempts,
+        &new.unique_key,
+        &delay,
+        &new.payload,
+    ];
+    if let Some(row) = tx.query_opt(&insert, &params)? {
+        return Ok(id(row.get(0)));
+    }
+    // The key is held by a live job: that one is the answer.
+    let holder = p.get(tx, LIVE_KEY_HOLDER)?;
+    match tx.query_opt(&holder, &[&new.queue, &new.unique_key])? {
+        Some(row) => Ok(id(row.get(0))),
+        None => Err(PgError::Database {
+            code: None,
+            message: "a unique key conflicted with a job that then could not be found".into(),
+            transient: true,
+        }
+        .into()),
+    }
+}
+
+fn check_new_job(s: &Settings<'_>, new: &NewJob) -> Result<()> {
+    input::check_queue(&new.queue)?;
+    input::check_size("payload", new.payload.len(), s.max_payload)?;
+    if new.max_attempts == Some(0) {
+        return Err(InputError::ZeroMaxAttempts.into());
+    }
+    if let Some(key) = &new.unique_key {
+        input::check_unique_key(key)?;
+    }
+    Ok(())
+}
+
+// ----- claim -----
+
+const EXPIRED_OF_QUEUE: &str = "
+SELECT id FROM {s}.leasehold_jobs
+WHERE queue = $1 AND state = 'running' AND lease_indexed_expiry <= clock_timestamp()
+ORDER BY lease_indexed_expiry
+LIMIT $2
+FOR UPDATE SKIP LOCKED";
+
+const CLAIM: &str = "
+WITH c AS (SELECT clock_timestamp() AS t),
+picked AS (
+    SELECT id FROM {s}.leasehold_jobs, c
+    WHERE queue = $1 AND state IN ('queued', 'retry_wait') AND run_at <= c.t
+        AND attempt < 4294967295
+    ORDER BY priority, run_at, id
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE {s}.leasehold_jobs j
+SET state = 'running', attempt = j.attempt + 1, lease_owner = $3, lease_claimed_at = c.t,
+    lease_expires_at = c.t + $4::bigint * interval '1 microsecond',
+    lease_indexed_expiry = c.t + $4::bigint * interval '1 microsecond',
+    lease_length_us = $4::bigint, stall_timeout_us = $5::bigint, progress = 0, progress_at = c.t,
+    updated_at = c.t
+FROM picked, c
+WHERE j.id = picked.id
+RETURNING j.id, j.attempt, {s}.us(c.t), {s}.us(j.lease_expires_at), j.payload, j.priority,
+    {s}.us(j.run_at)";
+
+/// Claims up to `n` jobs of `queue`, most urgent first: first takes over up to `n` expired
+/// leases of the queue (so their jobs wait again, in their old place, or are dead when out
+/// of budget), then claims the due waiting jobs in one statement.
+pub(crate) fn claim_batch(
+    tx: Tx<'_, '_>,
+    p: &mut Prepared<'_>,
+    s: &Settings<'_>,
+    queue: &str,
+    worker: &str,
+    terms: LeaseTerms,
+    n: usize,
+) -> Result<Vec<Lease>> {
+    input::check_queue(queue)?;
+    input::check_worker(worker)?;
+    crate::config::check_terms(&terms)?;
+    let limit = i64::try_from(n).unwrap_or(i64::MAX);
+    let expired = p.get(tx, EXPIRED_OF_QUEUE)?;
+    let ids: Vec<i64> = tx
+        .query(&expired, &[&queue, &limit])?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    expire_or_catch_up(tx, p, s, &ids, ReclaimPath::Takeover)?;
+    let claim = p.get(tx, CLAIM)?;
+    let length = micros(terms.length);
+    let stall = terms.stall_timeout.map(micros);
+    let mut rows = tx.query(&claim, &[&queue, &limit, &worker, &length, &stall])?;
+    rows.sort_by_key(|r| (r.get::<_, i32>(5), r.get::<_, i64>(6), r.get::<_, i64>(0)));
+    rows.iter()
+        .map(|r| {
+            Ok(Lease {
+                job: id(r.get(0)),
+                attempt: attempt(r.get(1))?,
+                queue: queue.to_owned(),
+                worker: worker.to_owned(),
+                claimed_at: time(r.get(2)),
+                expires_at: time(r.get(3)),
+                length: terms.length,
+                payload: r.get(4),
+            })
+        })
+        .collect()
+}
+
+// ----- heartbeat -----
+
+const RENEW: &str = "
+WITH c AS (SELECT clock_timestamp() AS t)
+UPDATE {s}.leasehold_jobs j
+SET lease_expires_at = greatest(j.lease_expires_at,
+        c.t + j.lease_length_us * interval '1 microsecond'),
+    progress = $3,
+    progress_at = CASE WHEN j.progress = $3 THEN j.progress_at ELSE c.t END,
+    updated_at = c.t
+FROM c
+WHERE j.id = $1 AND j.attempt = $2 AND j.state = 'running' AND NOT j.cancel_requested
+    AND NOT (j.stall_timeout_us IS NOT NULL AND j.progress = $3
+             AND c.t - j.progress_at >= j.stall_timeout_us * interval '1 microsecond')
+RETURNING {s}.us(j.lease_expires_at)";
+
+const RENEW_MANY: &str = "
+WITH c AS (SELECT clock_timestamp() AS t),
+r AS (SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[]) AS r(id, attempt, progress))
+UPDATE {s}.leasehold_jobs j
+SET lease_expires_at = greatest(j.lease_expires_at,
+        c.t + j.lease_length_us * interval '1 microsecond'),
+    progress = r.progress,
+    progress_at = CASE WHEN j.progress = r.progress THEN j.progress_at ELSE c.t END,
+    updated_at = c.t
+FROM c, r
+WHERE j.id = r.id AND j.attempt = r.attempt AND j.state = 'running' AND NOT j.cancel_requested
+    AND NOT (j.stall_timeout_us IS NOT NULL AND j.progress = r.progress
+             AND c.t - j.progress_at >= j.stall_timeout_us * interval '1 microsecond')
+RETURNING j.id, {s}.us(j.lease_expires_at)";
+
+/// Renews the lease by its length from now if the caller still holds it, storing progress;
+/// a cancel requested meanwhile, or a stall, ends the attempt instead and says so.
+pub(crate) fn heartbeat(
+    tx: Tx<'_, '_>,
+    p: &mut Prepared<'_>,
+    s: &Settings<'_>,
+    job: JobId,
+    at: Attempt,
+    progress: u64,
+) -> Result<Renewal> {
+    let renew = p.get(tx, RENEW)?;
+    let progress_i = clamp(progress);
+    match tx.query_opt(&renew, &[&key(job), &i64::from(at.0), &progress_i])? {
+        Some(row) => Ok(Renewal::Renewed {
+            expires_at: time(row.get(0)),
+        }),
+        None => not_renewed(tx, p, s, job, at, progress),
+    }
+}
+
+/// Renews many leases in one statement; each answer as [`heartbeat`] would give it.
+pub(crate) fn heartbeat_batch(
+    tx: Tx<'_, '_>,
+    p: &mut Prepared<'_>,
+    s: &Settings<'_>,
+    leases: &[(JobId, Attempt, u64)],
+) -> Result<Vec<Result<Renewal>>> {
+    let renew = p.get(tx, RENEW_MANY)?;
+    let ids: Vec<i64> = leases.iter().map(|l| key(l.0)).collect();
+    let attempts: Vec<i64> = leases.iter().map(|l| i64::from(l.1.0)).collect();
+    let progress: Vec<i64> = leases.iter().map(|l| clamp(l.2)).collect();
+    let renewed: std::collections::HashMap<i64, i64> = tx
+        .query(&renew, &[&ids, &attempts, &progress])?
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    let mut answers = Vec::with_capacity(leases.len());
+    for &(job, at, progress) in leases {
+        answers.push(match renewed.get(&key(job)) {
+            Some(us) => Ok(Renewal::Renewed {
+                expires_at: time(*us),
+            }),
+            // The slow path, one by one: cancelled, stalled or refused.
+            None => match not_renewed(tx, p, s, job, at, progress) {
+                Err(e) if !e.is_lease_lost() => return Err(e),
+                answer => answer,
+            },
+        });
+    }
+    Ok(answers)
+}
+
+/// Why a renewal changed no row: a cancel or a stall (which end the attempt here), or the
+/// fence.
+fn not_renewed(
+    tx: Tx<'_, '_>,
+    p: &mut Prepared<'_>,
+    s: &Settings<'_>,
+    job: JobId,
+    at: Attempt,
+    progress: u64,
+) -> Result<Renewal> {
+    let record = fence(tx, p, job, at, Refusal::Heartbeat)?;
+    let now = now(tx, p)?;
+    if record.cancel_requested {
+        end_attempt(tx, p, &record, Outcome::Cancelled, Next::Cancelled, now)?;
+        return Ok(Renewal::Cancelled);
+    }
+    let stalled = record
+        .lease
+        .as_ref()
+        .and_then(|l| l.stall_timeout)
+        .is_some_and(|limit| {
+            progress == record.progress && now.saturating_since(record.progress_at) >= limit
+        });
+    if stalled {
+        bump(tx, p, "stalled", 1)?;
+        let next = retry::after_failure(&record, now, s.retry, true);
+        end_attempt(tx, p, &record, Outcome::Stalled, next, now)?;
+        return Ok(Renewal::Stalled);
+    }
+    // Running under this attempt, neither cancelled nor stalled, yet not renewed: the row
+    // changed between the two statements, which the row lock `fence` took now rules out.
+    let renew = p.get(tx, RENEW)?;
+    match tx.query_opt(&renew, &[&key(job), &i64::from(at.0), &clamp(progress)])? {
+        Some(row) => Ok(Renewal::Renewed {
+            expires_at: time(row.get(0)),
+        }),
+        None => Err(Error::Corrupt(format!(
+            "job {job} attempt {at}: a renewal of a held lease changed nothing"
+        ))),
+    }
+}
+
+// ----- ends of an attempt -----
+
+/// Completes the attempt: the job succeeded and `output` is kept.
+pub(crate) fn complete(
+    tx: Tx<'_, '_>,
+    p: &mut Prepared<'_>,
+    s: &Settings<'_>,
+    job: JobId,
+    at: Attempt,
+    output: &[u8],
+    progress: Option<u64>,
+) -> Result<()> {
+    input::check_size("output", output.len(), s.max_payload)?;
+    let mut record = fence(tx, p, job, at, Refusal::Write)?;
+    let now = now(tx, p)?;
+    final_progress(&mut record, progress, now);
+    if !output.is_empty() {
+        let st = p.get(
+            tx,
+            "UPDATE {s}.leasehold_jobs SET output = $2 WHERE id = $1",
+        )?;
+        tx.execute(&st, &[&key(job), &output])?;
+    }
+    end_attempt(tx, p, &record, Outcome::Succeeded, Next::Succeeded, now)?;
+    Ok(())
+}
+
+/// Fails the attempt: retried after a backoff while the budget lasts, else dead.
+pub(crate) fn fail(
+    tx: Tx<'_, '_>,
+    p: &mut Prepared<'_>,
+    s: &Settings<'_>,
+    job: JobId,
+    at: Attempt,
+    error: &str,
+    progress: Option<u64>,
+) -> Result<JobState> {
+    let message = input::truncate_error(error);
+    let mut record = fence(tx, p, job, at, Refusal::Write)?;
+    let now = now(tx, p)?;
+    final_progress(&mut record, progress, now);
+    record.last_error = Some(message.clone());
+    let next = retry::after_failure(&record, now, s.retry, true);
+    end_attempt(tx, p, &record, Outcome::Failed(message), next, now)
+}
+
+/// Gives the job back on purpose: claimable at once, in its old place, no budget spent.
+pub(crate) fn release(
+    tx: Tx<'_, '_>,
+    p: &mut Prepared<'_>,
+    job: JobId,
+    at: Attempt,
+    progress: Option<u64>,
+) -> Result<JobState> {
+    let mut record = fence(tx, p, job, at, Refusal::Write)?;
+    let now = now(tx, p)?;
+    final_progress(&mut record, progress, now);
+    let next = match record.cancel_requested {
+        true => Next::Cancelled,
+        false => Next::Queued(record.run_at),
+    };
+    bump(tx, p, "released", 1)?;
+    end_attempt(tx, p, &record, Outcome::Released, next, now)
+}
+
+/// Cancels a job: a waiting one at once; a running one is flagged, and its holder learns of
+/// it at its next heartbeat.
+pub(crate) fn cancel(tx: Tx<'_, '_>, p: &mut Prepared<'_>, job: JobId) -> Result<JobState> {
+    let record = load(tx, p, job)?.ok_or(Error::JobNotFound(job))?;
+    let st = match record.state {
+        JobState::Queued | JobState::RetryWait => {
+            "UPDATE {s}.leasehold_jobs SET state = 'cancelled', finished_at = clock_timestamp(),
+             updated_at = clock_timestamp() WHERE id = $1"
+        }
+        JobState::Running => {
+            "UPDATE {s}.leasehold_jobs SET cancel_requested = true,
+             updated_at = clock_timestamp() WHERE id = $1"
+        }
+        JobState::Cancelled => return Ok(JobState::Cancelled),
+        state @ (JobState::Succeeded | JobState::Dead) => {
+            return Err(Error::Refused {
+                job,
+                state,
+                action: "cancel",
+            });
+        }
+    };
+    let st = p.get(tx, st)?;
+    tx.execute(&st, &[&key(job)])?;
+    Ok(match record.state {
+        JobState::Running => JobState::Running,
+        _ => JobState::Cancelled,
+    })
+}
+
+/// Puts a dead or cancelled job back in the queue with a fresh budget; refused while a live
+/// job holds its unique key.
+pub(crate) fn retry(tx: Tx<'_, '_>, p: &mut Prepared<'_>, job: JobId) -> Result<()> {
+    let record = load(tx, p, job)?.ok_or(Error::JobNotFound(job))?;
+    if !matches!(record.state, JobState::Dead | JobState::Cancelled) {
+        return Err(Error::Refused {
+            job,
+            state: record.state,
+            action: "retry (only dead or cancelled jobs are retried)",
+        });
+    }
+    if let Some(k) = &record.unique_key {
+        let holder = p.get(tx, LIVE_KEY_HOLDER)?;
+        if let Some(row) = tx.query_opt(&holder, &[&record.queue, k])? {
+            return Err(Error::UniqueKeyHeld {
+                job,
+                key: k.clone(),
+                holder: id(row.get(0)),
+            });
+        }
+    }
+    let st = p.get(
+        tx,
+        "UPDATE {s}.leasehold_jobs SET state = 'queued', failures = 0, cancel_requested = false,
+         finished_at = NULL, run_at = clock_timestamp(), updated_at = clock_timestamp()
+         WHERE id = $1",
+    )?;
+    tx.execute(&st, &[&key(job)])?;
+    Ok(())
+}
+
+// ----- reclaim -----
+
+const EXPIRED_ANY: &str = "
+SELECT id FROM {s}.leasehold_jobs
+WHERE state = 'running' AND lease_indexed_expiry <= clock_timestamp()
+ORDER BY lease_indexed_expiry
+LIMIT $1
+FOR UPDATE SKIP LOCKED";
+
+/// One reaper batch: takes back up to `limit` expired leases of any queue (the predicate
+/// re-checked on each locked row), moving up the index entry of those renewed meanwhile.
+/// Returns the reclaims and how many index entries it looked at.
+pub(crate) fn reap_batch(
+    tx: Tx<'_, '_>,
+    p: &mut Prepared<'_>,
+    s: &Settings<'_>,
+    limit: usize,
+) -> Result<(Vec<Reclaim>, usize)> {
+    let st = p.get(tx, EXPIRED_ANY)?;
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let ids: Vec<i64> = tx.query(&st, &[&limit])?.iter().map(|r| r.get(0)).collect();
+    let looked = ids.len();
+    let reclaimed = expire_or_catch_up(tx, p, s, &ids, ReclaimPath::Reaper)?;
+    Ok((reclaimed, looked))
+}
+
+/// For each locked running job in `ids`: if its lease has really expired, takes it back on
+/// `path`; if it was renewed since its index entry was written, moves the entry up.
+fn expire_or_catch_up(
+    tx: Tx<'_, '_>,
+    p: &mut Prepared<'_>,
+    s: &Settings<'_>,
+    ids: &[i64],
+    path: ReclaimPath,
+) -> Result<Vec<Reclaim>> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let now = now(tx, p)?;
+    let mut reclaimed = Vec::new();
+    let catch_up = p.get(
+        tx,
+        "UPDATE {s}.leasehold_jobs SET lease_indexed_expiry = lease_expires_at WHERE id = $1",
+    )?;
+    for &row_id in ids {
+        let Some(record) = load(tx, p, id(row_id))? else {
+            continue;
+        };
+        let expired = record.state == JobState::Running
+            && record.lease.as_ref().is_some_and(|l| l.expires_at <= now);
+        if expired {
+            reclaimed.push(expire(tx, p, s, &record, path, now)?);
+        } else if record.state == JobState::Running {
+            tx.execute(&catch_up, &[&row_id])?;
+        }
+    }
+    Ok(reclaimed)
+}
+
+/// Takes back the lease of a running job: records `LeaseExpired` and moves the job on.
+fn expire(
+    tx: Tx<'_, '_>,
+    p: &mut Prepared<'_>,
+    s: &Settings<'_>,
+    record: &JobRecord,
+    path: ReclaimPath,
+    now: StoreTime,
+) -> Result<Reclaim> {
+    let Some(lease) = record.lease.clone() else {
+        return Err(Error::Corrupt(format!(
+            "job {} is running without a lease",
+            record.id
+        )));
+    };
+    let overdue = now.saturating_since(lease.expires_at);
+    let detection_delay = lease.length + overdue;
+    bump(
+        tx,
+        p,
+        match path {
+            ReclaimPath::Reaper => "reclaimed_by_reaper",
+            ReclaimPath::Takeover => "reclaimed_by_takeover",
+            ReclaimPath::Recovery | ReclaimPath::ProcessDied => "reclaimed_at_open",
+        },
+        1,
+    )?;
+    let worst = p.get(
+        tx,
+        "UPDATE {s}.leasehold_counters SET value = greatest(value, $1)
+         WHERE name = 'worst_detection_delay_us'",
+    )?;
+    tx.execute(&worst, &[&micros(detection_delay)])?;
+    let next = retry::after_failure(record, now, s.retry, false);
+    let state = end_attempt(
+        tx,
+        p,
+        record,
+        Outcome::LeaseExpired { path, overdue },
+        next,
+        now,
+    )?;
+    Ok(Reclaim {
+        job: record.id,
+        attempt: record.attempt,
+        worker: lease.owner,
+        expired_at: lease.expires_at,
+        reclaimed_at: now,
+        overdue,
+        detection_delay,
+        path,
+        now: state,
+    })
+}
+
+// ----- the pieces -----
+
+/// Which counter a refused fenced write moves.
+#[derive(Copy, Clone)]
+enum Refusal {
+    Heartbeat,
+    Write,
+}
+
+/// The fence: the job must be `running` under exactly this attempt. Locks the row.
+fn fence(
+    tx: Tx<'_, '_>,
+    p: &mut Prepared<'_>,
+    job: JobId,
+    at: Attempt,
+    refusal: Refusal,
+) -> Result<JobRecord> {
+    let found = load(tx, p, job)?;
+    if let Some(record) = found.as_ref()
+        && record.state == JobState::Running
+        && record.attempt == at
+    {
+        return Ok(record.clone());
+    }
+    let ended_by_holder = match &found {
+        Some(record) if record.attempt == at => {
+            let st = p.get(
+                tx,
+                "SELECT outcome FROM {s}.leasehold_runs WHERE job = $1 AND attempt = $2",
+            )?;
+            tx.query_opt(&st, &[&key(job), &i64::from(at.0)])?
+                .is_some_and(|row| {
+                    matches!(row.get::<_, &str>(0), "succeeded" | "failed" | "released")
+                })
+        }
+        _ => false,
+    };
+    match refusal {
+        Refusal::Heartbeat if ended_by_holder => {}
+        Refusal::Heartbeat => bump(tx, p, "leases_lost", 1)?,
+        Refusal::Write => bump(tx, p, "fenced_writes_rejected", 1)?,
+    }
+    Err(LeaseLost {
+        job,
+        attempt: at,
+        found: found.map(|r| (r.attempt, r.state)),
+        ended_by_holder,
+    }
+    .into())
+}
+
+/// Takes the holder's last progress into the record its attempt ends with.
+fn final_progress(record: &mut JobRecord, progress: Option<u64>, now: StoreTime) {
+    if let Some(p) = progress
+        && p != record.progress
+    {
+        record.progress = p;
+        record.progress_at = now;
+    }
+}
+
+/// Ends the current attempt of a running job (locked by the caller): writes its history row
+/// with `outcome` and moves the job to `next`. The only place an attempt ends.
+fn end_attempt(
+    tx: Tx<'_, '_>,
+    p: &mut Prepared<'_>,
+    record: &JobRecord,
+    outcome: Outcome,
+    next: Next,
+    now: StoreTime,
+) -> Result<JobState> {
+    let Some(run) = record.current_run() else {
+        return Err(Error::Corrupt(format!(
+            "job {} is running without a lease",
+            record.id
+        )));
+    };
+    let spends = matches!(
+        outcome,
+        Outcome::Failed(_) | Outcome::LeaseExpired { .. } | Outcome::Stalled
+    );
+    let (state, run_at) = match next {
+        Next::Succeeded => (JobState::Succeeded, None),
+        Next::Dead => (JobState::Dead, None),
+        Next::Cancelled => (JobState::Cancelled, None),
+        Next::Queued(at) => (JobState::Queued, Some(at)),
+        Next::RetryWait(at) => (JobState::RetryWait, Some(at)),
+    };
+    let (kind, error, path, overdue) = outcome_columns(&outcome);
+    let insert = p.get(
+        tx,
+        "INSERT INTO {s}.leasehold_runs
+             (job, attempt, worker, claimed_at, ended_at, outcome, error, reclaim_path,
+              overdue_us, progress)
+         VALUES ($1, $2, $3, {s}.at($4),
+                 {s}.at($5), $6, $7, $8, $9, $10)",
+    )?;
+    tx.execute(
+        &insert,
+        &[
+            &key(record.id),
+            &i64::from(run.attempt.0),
+            &run.worker,
+            &us(run.claimed_at),
+            &us(now),
+            &kind,
+            &error,
+            &path,
+            &overdue,
+            &clamp(record.progress),
+        ],
+    )?;
+    let update = p.get(
+        tx,
+        "UPDATE {s}.leasehold_jobs
+         SET state = $2, failures = failures + $3,
+             run_at = coalesce({s}.at($4), run_at),
+             finished_at = CASE WHEN $2 IN ('succeeded', 'dead', 'cancelled')
+                                THEN {s}.at($5) END,
+             lease_owner = NULL, lease_claimed_at = NULL, lease_expires_at = NULL,
+             lease_indexed_expiry = NULL, lease_length_us = NULL, stall_timeout_us = NULL,
+             progress = $6, progress_at = {s}.at($7),
+             last_error = $8, updated_at = {s}.at($5)
+         WHERE id = $1",
+    )?;
+    tx.execute(
+        &update,
+        &[
+            &key(record.id),
+            &state.name(),
+            &i64::from(spends),
+            &run_at.map(us),
+            &us(now),
+            &clamp(record.progress),
+            &us(record.progress_at),
+            &record.last_error,
+        ],
+    )?;
+    Ok(state)
+}
+
+/// The history row's outcome columns: kind, error, reclaim path, overdue.
+fn outcome_columns(
+    outcome: &Outcome,
+) -> (
+    &'static str,
+    Option<&str>,
+    Option<&'static str>,
+    Option<i64>,
+) {
+    match outcome {
+        Outcome::Succeeded => ("succeeded", None, None, None),
+        Outcome::Failed(e) => ("failed", Some(e.as_str()), None, None),
+        Outcome::Released => ("released", None, None, None),
+        Outcome::LeaseExpired { path, overdue } => (
+            "lease_expired",
+            None,
+            Some(path_name(*path)),
+            Some(micros(*overdue)),
+        ),
+        Outcome::Stalled => ("stalled", None, None, None),
+        Outcome::Cancelled => ("cancelled", None, None, None),
+    }
+}
+
+fn path_name(path: ReclaimPath) -> &'static str {
+    match path {
+        ReclaimPath::Reaper => "reaper",
+        ReclaimPath::Takeover => "takeover",
+        ReclaimPath::Recovery => "recovery",
+        ReclaimPath::ProcessDied => "process_died",
+    }
+}
+
+fn bump(tx: Tx<'_, '_>, p: &mut Prepared<'_>, counter: &str, by: i64) -> Result<()> {
+    let st = p.get(
+        tx,
+        "UPDATE {s}.leasehold_counters SET value = value + $2 WHERE name = $1",
+    )?;
+    tx.execute(&st, &[&counter, &by])?;
+    Ok(())
+}
+
+// ----- reads -----
+
+const JOB: &str = "
+SELECT id, queue, state, priority, attempt, failures, max_attempts, unique_key,
+    {s}.us(created_at), {s}.us(run_at), lease_owner, {s}.us(lease_claimed_at),
+    {s}.us(lease_expires_at), {s}.us(lease_indexed_expiry), lease_length_us, stall_timeout_us,
+    progress, {s}.us(progress_at), cancel_requested, last_error, {s}.us(finished_at),
+    {s}.us(updated_at)
+FROM {s}.leasehold_jobs WHERE id = $1 FOR UPDATE";
+
+/// The job's record, its row locked for the rest of the transaction.
+pub(crate) fn load(tx: Tx<'_, '_>, p: &mut Prepared<'_>, job: JobId) -> Result<Option<JobRecord>> {
+    let st = p.get(tx, JOB)?;
+    tx.query_opt(&st, &[&key(job)])?
+        .map(|row| record(&row))
+        .transpose()
+}
+
+fn record(row: &postgres::Row) -> Result<JobRecord> {
+    let state: &str = row.get(2);
+    let state = JobState::ALL
+        .into_iter()
+        .find(|s| s.name() == state)
+        .ok_or_else(|| Error::Corrupt(format!("unknown job state {state:?}")))?;
+    let lease = row.get::<_, Option<String>>(10).map(|owner| LeaseRecord {
+        owner,
+        claimed_at: time(row.get::<_, Option<i64>>(11).unwrap_or(0)),
+        expires_at: time(row.get::<_, Option<i64>>(12).unwrap_or(0)),
+        indexed_expiry: time(row.get::<_, Option<i64>>(13).unwrap_or(0)),
+        length: duration(row.get::<_, Option<i64>>(14).unwrap_or(0)),
+        stall_timeout: row.get::<_, Option<i64>>(15).map(duration),
+    });
+    Ok(JobRecord {
+        id: id(row.get(0)),
+        queue: row.get(1),
+        state,
+        priority: row.get(3),
+        attempt: attempt(row.get(4))?,
+        failures: u32::try_from(row.get::<_, i64>(5)).unwrap_or(u32::MAX),
+        max_attempts: u32::try_from(row.get::<_, i64>(6)).unwrap_or(u32::MAX),
+        unique_key: row.get(7),
+        created_at: time(row.get(8)),
+        run_at: time(row.get(9)),
+        lease,
+        progress: u64::try_from(row.get::<_, i64>(16)).unwrap_or(0),
+        progress_at: time(row.get(17)),
+        cancel_requested: row.get(18),
+        last_error: row.get(19),
+        finished_at: row.get::<_, Option<i64>>(20).map(time),
+        updated_at: time(row.get(21)),
+    })
+}
+
+/// Every attempt of the job, oldest first: the ended ones from history, and a running one
+/// from the job's lease.
+pub(crate) fn history(tx: Tx<'_, '_>, p: &mut Prepared<'_>, job: JobId) -> Result<Vec<RunRecord>> {
+    let st = p.get(
+        tx,
+        "SELECT attempt, worker, {s}.us(claimed_at), {s}.us(ended_at), outcome, error,
+             reclaim_path, overdue_us, progress
+         FROM {s}.leasehold_runs WHERE job = $1 ORDER BY attempt",
+    )?;
+    let mut runs = Vec::new();
+    for row in tx.query(&st, &[&key(job)])? {
+        let outcome = match row.get::<_, &str>(4) {
+            "succeeded" => Outcome::Succeeded,
+            "failed" => Outcome::Failed(row.get::<_, Option<String>>(5).unwrap_or_default()),
+            "released" => Outcome::Released,
+            "stalled" => Outcome::Stalled,
+            "cancelled" => Outcome::Cancelled,
+            "lease_expired" => Outcome::LeaseExpired {
+                path: match row.get::<_, Option<&str>>(6) {
+                    Some("reaper") => ReclaimPath::Reaper,
+                    Some("takeover") => ReclaimPath::Takeover,
+                    Some("recovery") => ReclaimPath::Recovery,
+                    Some("process_died") => ReclaimPath::ProcessDied,
+                    other => return Err(Error::Corrupt(format!("unknown reclaim path {other:?}"))),
+                },
+                overdue: duration(row.get::<_, Option<i64>>(7).unwrap_or(0)),
+            },
+            other => return Err(Error::Corrupt(format!("unknown outcome {other:?}"))),
+        };
+        runs.push(RunRecord {
+            attempt: attempt(row.get(0))?,
+            worker: row.get(1),
+            claimed_at: time(row.get(2)),
+            ended_at: Some(time(row.get(3))),
+            outcome: Some(outcome),
+            progress: u64::try_from(row.get::<_, i64>(8)).unwrap_or(0),
+        });
+    }
+    if let Some(running) = load(tx, p, job)?.and_then(|j| j.current_run()) {
+        runs.push(running);
+    }
+    Ok(runs)
+}
+
+/// Counts per queue and state, and the lifetime counters.
+pub(crate) fn stats(tx: Tx<'_, '_>, p: &mut Prepared<'_>) -> Result<Stats> {
+    let now = now(tx, p)?;
+    let mut stats = Stats {
+        now,
+        ..Stats::default()
+    };
+    let counts = p.get(
+        tx,
+        "SELECT queue, state, count(*) FROM {s}.leasehold_jobs GROUP BY queue, state",
+    )?;
+    for row in tx.query(&counts, &[])? {
+        let state: &str = row.get(1);
+        if let Some(state) = JobState::ALL.into_iter().find(|s| s.name() == state) {
+            let queue: String = row.get(0);
+            let n = u64::try_from(row.get::<_, i64>(2)).unwrap_or(0);
+            stats
+                .queues
+                .entry(queue)
+                .or_default()
+                .by_state
+                .insert(state, n);
+        }
+    }
+    let counters = p.get(tx, "SELECT name, value FROM {s}.leasehold_counters")?;
+    let mut c = Counters::default();
+    for row in tx.query(&counters, &[])? {
+        let value = u64::try_from(row.get::<_, i64>(1)).unwrap_or(0);
+        match row.get::<_, &str>(0) {
+            "reclaimed_by_reaper" => c.reclaimed_by_reaper = value,
+            "reclaimed_by_takeover" => c.reclaimed_by_takeover = value,
+            "reclaimed_at_open" => c.reclaimed_at_open = value,
+            "released" => c.released = value,
+            "leases_lost" => c.leases_lost = value,
+            "fenced_writes_rejected" => c.fenced_writes_rejected = value,
+            "stalled" => c.stalled = value,
+            "worst_detection_delay_us" => c.worst_detection_delay = Duration::from_micros(value),
+            _ => {}
+        }
+    }
+    stats.counters = c;
+    Ok(stats)
+}
+
+/// The job's payload or output.
+pub(crate) fn bytes(
+    tx: Tx<'_, '_>,
+    p: &mut Prepared<'_>,
+    job: JobId,
+    output: bool,
+) -> Result<Option<Vec<u8>>> {
+    let st = match output {
+        true => p.get(tx, "SELECT output FROM {s}.leasehold_jobs WHERE id = $1")?,
+        false => p.get(tx, "SELECT payload FROM {s}.leasehold_jobs WHERE id = $1")?,
+    };
+    Ok(tx
+        .query_opt(&st, &[&key(job)])?
+        .and_then(|row| row.get::<_, Option<Vec<u8>>>(0)))
+}
+
+// ----- conversions -----
+
+fn key(job: JobId) -> i64 {
+    i64::try_from(job.0).unwrap_or(i64::MAX)
+}
+
+fn id(v: i64) -> JobId {
+    JobId(u64::try_from(v).unwrap_or(0))
+}
+
+fn attempt(v: i64) -> Result<Attempt> {
+    u32::try_from(v)
+        .map(Attempt)
+        .map_err(|_| Error::Corrupt(format!("attempt {v} is out of range")))
+}
+
+/// Store time from the database's microseconds since the Unix epoch.
+fn time(us: i64) -> StoreTime {
+    StoreTime(u64::try_from(us).unwrap_or(0).saturating_mul(1000))
+}
+
+fn us(t: StoreTime) -> i64 {
+    i64::try_from(t.0 / 1000).unwrap_or(i64::MAX)
+}
+
+fn duration(us: i64) -> Duration {
+    Duration::from_micros(u64::try_from(us).unwrap_or(0))
+}
+
+fn clamp(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}

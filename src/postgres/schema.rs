@@ -1,0 +1,171 @@
+//! The tables, created and checked by the store itself, with a schema version.
+//!
+//! Heartbeats are the hottest write, so a renewal must be able to be a HOT update (rewriting
+//! the row in place, touching no index): it writes only `lease_expires_at`, `progress`,
+//! `progress_at` and `updated_at`, none of them indexed, and the table leaves room in each
+//! page for the new version (`fillfactor`). The expiry index is on `lease_indexed_expiry`,
+//! which a renewal does not move; it is at or before the real expiry, and the reaper or a
+//! claimer that finds a renewed lease there moves it up (the redb store's rule, see
+//! `LeaseRecord::indexed_expiry`).
+
+use postgres::Client;
+
+use super::PgError;
+use crate::error::Result;
+
+/// The newest schema version this build knows.
+pub(crate) const VERSION: u32 = 1;
+
+/// The schema's name, checked, and the SQL made for it.
+#[derive(Debug)]
+pub(crate) struct Names {
+    pub(crate) schema: String,
+}
+
+impl Names {
+    pub(crate) fn new(schema: &str) -> std::result::Result<Names, PgError> {
+        let mut chars = schema.chars();
+        let plain = chars
+            .next()
+            .is_some_and(|c| c.is_ascii_lowercase() || c == '_')
+            && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+            && schema.len() <= 63;
+        match plain {
+            true => Ok(Names {
+                schema: schema.to_owned(),
+            }),
+            false => Err(PgError::BadSchemaName(schema.to_owned())),
+        }
+    }
+
+    /// `template` with `{s}` replaced by the schema (a plain identifier, so no quoting).
+    pub(crate) fn sql(&self, template: &str) -> String {
+        template.replace("{s}", &self.schema)
+    }
+}
+
+const CREATE: &str = r#"
+CREATE SCHEMA IF NOT EXISTS {s};
+CREATE TABLE {s}.leasehold_meta (key text PRIMARY KEY, value text NOT NULL);
+CREATE FUNCTION {s}.us(t timestamptz) RETURNS bigint LANGUAGE sql STABLE PARALLEL SAFE
+    AS $$ SELECT floor(extract(epoch FROM t) * 1000000)::bigint $$;
+CREATE FUNCTION {s}.at(us bigint) RETURNS timestamptz LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$ SELECT timestamptz 'epoch' + us * interval '1 microsecond' $$;
+CREATE TABLE {s}.leasehold_jobs (
+    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    queue text NOT NULL,
+    state text NOT NULL
+        CHECK (state IN ('queued', 'running', 'retry_wait', 'succeeded', 'dead', 'cancelled')),
+    priority integer NOT NULL,
+    attempt bigint NOT NULL DEFAULT 0,
+    failures bigint NOT NULL DEFAULT 0,
+    max_attempts bigint NOT NULL,
+    unique_key text,
+    created_at timestamptz NOT NULL,
+    run_at timestamptz NOT NULL,
+    lease_owner text,
+    lease_claimed_at timestamptz,
+    lease_expires_at timestamptz,
+    lease_indexed_expiry timestamptz,
+    lease_length_us bigint,
+    stall_timeout_us bigint,
+    progress bigint NOT NULL DEFAULT 0,
+    progress_at timestamptz NOT NULL,
+    cancel_requested boolean NOT NULL DEFAULT false,
+    last_error text,
+    finished_at timestamptz,
+    updated_at timestamptz NOT NULL,
+    payload bytea NOT NULL,
+    output bytea
+) WITH (fillfactor = 70, autovacuum_vacuum_scale_factor = 0.02,
+        autovacuum_vacuum_insert_scale_factor = 0.05);
+CREATE INDEX leasehold_jobs_ready ON {s}.leasehold_jobs (queue, priority, run_at, id)
+    WHERE state IN ('queued', 'retry_wait');
+CREATE INDEX leasehold_jobs_expiry ON {s}.leasehold_jobs (lease_indexed_expiry)
+    WHERE state = 'running';
+CREATE UNIQUE INDEX leasehold_jobs_unique ON {s}.leasehold_jobs (queue, unique_key)
+    WHERE unique_key IS NOT NULL AND state IN ('queued', 'running', 'retry_wait');
+CREATE INDEX leasehold_jobs_finished ON {s}.leasehold_jobs (finished_at)
+    WHERE finished_at IS NOT NULL;
+CREATE TABLE {s}.leasehold_runs (
+    job bigint NOT NULL,
+    attempt bigint NOT NULL,
+    worker text NOT NULL,
+    claimed_at timestamptz NOT NULL,
+    ended_at timestamptz NOT NULL,
+    outcome text NOT NULL,
+    error text,
+    reclaim_path text,
+    overdue_us bigint,
+    progress bigint NOT NULL,
+    PRIMARY KEY (job, attempt)
+);
+CREATE TABLE {s}.leasehold_counters (name text PRIMARY KEY, value bigint NOT NULL);
+INSERT INTO {s}.leasehold_counters (name, value) VALUES
+    ('reclaimed_by_reaper', 0), ('reclaimed_by_takeover', 0), ('reclaimed_at_open', 0),
+    ('released', 0), ('leases_lost', 0), ('fenced_writes_rejected', 0), ('stalled', 0),
+    ('worst_detection_delay_us', 0);
+"#;
+
+/// Creates the schema's tables if there are none, or checks the ones there: a leasehold
+/// store of a version this build knows. Two processes creating at once are serialized by an
+/// advisory lock, so one creates and the other checks.
+pub(crate) fn prepare(client: &mut Client, names: &Names) -> Result<()> {
+    let mut tx = client.transaction()?;
+    tx.execute(
+        "SELECT pg_advisory_xact_lock(hashtext('leasehold schema ' || $1))",
+        &[&names.schema],
+    )?;
+    let found: Vec<String> = tx
+        .query(
+            "SELECT table_name::text FROM information_schema.tables
+             WHERE table_schema = $1 AND table_name LIKE 'leasehold\\_%'",
+            &[&names.schema],
+        )?
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    if found.is_empty() {
+        tx.batch_execute(&names.sql(CREATE))?;
+        tx.execute(
+            &names.sql(
+                "INSERT INTO {s}.leasehold_meta (key, value)
+                 VALUES ('format', 'leasehold'), ('schema_version', $1)",
+            ),
+            &[&VERSION.to_string()],
+        )?;
+        tx.commit()?;
+        return Ok(());
+    }
+    let foreign = |detail: String| PgError::NotALeaseholdSchema {
+        schema: names.schema.clone(),
+        detail,
+    };
+    if !found.iter().any(|t| t == "leasehold_meta") {
+        return Err(foreign(format!("tables {found:?} but no leasehold_meta")).into());
+    }
+    let meta: Vec<(String, String)> = tx
+        .query(&names.sql("SELECT key, value FROM {s}.leasehold_meta"), &[])
+        .map_err(|e| foreign(format!("its leasehold_meta cannot be read: {e}")))?
+        .iter()
+        .map(|row| (row.get(0), row.get(1)))
+        .collect();
+    let get = |key: &str| meta.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str());
+    if get("format") != Some("leasehold") {
+        return Err(foreign("its leasehold_meta does not name the leasehold format".into()).into());
+    }
+    let version: u32 = get("schema_version")
+        .and_then(|v| v.parse().ok())
+        .ok_or_else(|| foreign("its schema version is missing or not a number".into()))?;
+    if version > VERSION {
+        return Err(PgError::NewerSchema {
+            schema: names.schema.clone(),
+            found: version,
+            supported: VERSION,
+        }
+        .into());
+    }
+    // Version 1 is the only one so far: nothing to migrate.
+    tx.commit()?;
+    Ok(())
+}

@@ -1,0 +1,251 @@
+//! The public operations of a [`PgStore`]: the same calls, arguments and answers as
+//! [`crate::Store`]'s, each one transaction of [`protocol`].
+
+use super::protocol;
+use super::{PgStore, Prepared};
+use crate::error::{Error, Result};
+use crate::ids::{JobId, StoreTime};
+use crate::job::{Job, JobState, NewJob, Run};
+use crate::lease::{Lease, LeaseTerms, Renewal};
+use crate::report::ReapReport;
+use crate::stats::Stats;
+
+/// The application's side of a leasehold transaction on PostgreSQL: its own SQL and
+/// follow-up jobs, committed together with what leasehold writes, or not at all.
+pub struct PgTransaction<'t, 'c> {
+    tx: &'t mut postgres::Transaction<'c>,
+    cache: &'t mut std::collections::HashMap<&'static str, postgres::Statement>,
+    store: &'t PgStore,
+}
+
+impl<'c> PgTransaction<'_, 'c> {
+    /// The transaction, for the application's own statements.
+    pub fn sql(&mut self) -> &mut postgres::Transaction<'c> {
+        self.tx
+    }
+
+    /// Enqueues a job in this transaction.
+    pub fn enqueue(&mut self, job: NewJob) -> Result<JobId> {
+        let mut p = Prepared {
+            cache: self.cache,
+            names: &self.store.inner.names,
+        };
+        protocol::enqueue(self.tx, &mut p, &self.store.settings(), &job)
+    }
+}
+
+impl PgStore {
+    /// Store time: the database's clock, in nanoseconds since the Unix epoch (PostgreSQL
+    /// keeps microseconds).
+    pub fn now(&self) -> Result<StoreTime> {
+        self.transaction(protocol::now)
+    }
+
+    /// Enqueues a job (see [`crate::Store::enqueue`]).
+    pub fn enqueue(&self, job: NewJob) -> Result<JobId> {
+        self.transaction(|tx, p| protocol::enqueue(tx, p, &self.settings(), &job))
+    }
+
+    /// Enqueues many jobs in one transaction, all or none.
+    pub fn enqueue_batch(&self, jobs: impl IntoIterator<Item = NewJob>) -> Result<Vec<JobId>> {
+        let jobs: Vec<NewJob> = jobs.into_iter().collect();
+        self.transaction(|tx, p| {
+            jobs.iter()
+                .map(|job| protocol::enqueue(tx, p, &self.settings(), job))
+                .collect()
+        })
+    }
+
+    /// Claims the most urgent claimable job of `queue` (see [`crate::Store::claim`]).
+    pub fn claim(
+        &self,
+        queue: &str,
+        worker: &str,
+        terms: impl Into<LeaseTerms>,
+    ) -> Result<Option<Lease>> {
+        Ok(self.claim_batch(queue, worker, terms, 1)?.pop())
+    }
+
+    /// Claims up to `n` jobs of `queue` in one transaction, most urgent first.
+    pub fn claim_batch(
+        &self,
+        queue: &str,
+        worker: &str,
+        terms: impl Into<LeaseTerms>,
+        n: usize,
+    ) -> Result<Vec<Lease>> {
+        let terms = terms.into();
+        self.transaction(|tx, p| {
+            protocol::claim_batch(tx, p, &self.settings(), queue, worker, terms, n)
+        })
+    }
+
+    /// Renews the lease (see [`crate::Store::heartbeat`]).
+    pub fn heartbeat(&self, lease: &Lease, progress: u64) -> Result<Renewal> {
+        self.transaction(|tx, p| {
+            protocol::heartbeat(tx, p, &self.settings(), lease.job, lease.attempt, progress)
+        })
+    }
+
+    /// Renews many leases with one statement; one answer per lease, in order.
+    pub fn heartbeat_batch(&self, beats: &[(&Lease, u64)]) -> Vec<Result<Renewal>> {
+        let leases: Vec<_> = beats
+            .iter()
+            .map(|(l, progress)| (l.job, l.attempt, *progress))
+            .collect();
+        match self.transaction(|tx, p| protocol::heartbeat_batch(tx, p, &self.settings(), &leases))
+        {
+            Ok(answers) => answers,
+            Err(e) => beats.iter().map(|_| Err(same(&e))).collect(),
+        }
+    }
+
+    /// Completes the attempt (see [`crate::Store::complete`]).
+    pub fn complete(&self, lease: &Lease, output: &[u8]) -> Result<()> {
+        self.transaction(|tx, p| {
+            protocol::complete(
+                tx,
+                p,
+                &self.settings(),
+                lease.job,
+                lease.attempt,
+                output,
+                None,
+            )
+        })
+    }
+
+    /// Completes the attempt and runs `f`, the application's own statements and follow-up
+    /// jobs, in the same transaction: all of it commits only if the fence holds (`f` runs
+    /// only then), and an error from `f` rolls all of it back ([`Error::Application`]).
+    pub fn complete_with<F, E>(&self, lease: &Lease, output: &[u8], f: F) -> Result<()>
+    where
+        F: FnOnce(&mut PgTransaction<'_, '_>) -> std::result::Result<(), E>,
+        E: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        let mut f = Some(f);
+        self.transaction_once(|tx, p| {
+            protocol::complete(
+                tx,
+                p,
+                &self.settings(),
+                lease.job,
+                lease.attempt,
+                output,
+                None,
+            )?;
+            let Some(f) = f.take() else {
+                return Err(Error::Corrupt("a completion's writes ran twice".into()));
+            };
+            let mut t = PgTransaction {
+                tx,
+                cache: p.cache,
+                store: self,
+            };
+            f(&mut t).map_err(|e| Error::from_application(e.into()))
+        })
+    }
+
+    /// Runs `f` in one transaction with the application's own statements and enqueues
+    /// (see [`crate::Store::transaction`]).
+    pub fn transaction_with<T>(
+        &self,
+        f: impl FnOnce(&mut PgTransaction<'_, '_>) -> Result<T>,
+    ) -> Result<T> {
+        let mut f = Some(f);
+        self.transaction_once(|tx, p| {
+            let Some(f) = f.take() else {
+                return Err(Error::Corrupt("a transaction's closure ran twice".into()));
+            };
+            f(&mut PgTransaction {
+                tx,
+                cache: p.cache,
+                store: self,
+            })
+        })
+    }
+
+    /// Fails the attempt (see [`crate::Store::fail`]).
+    pub fn fail(&self, lease: &Lease, error: &str) -> Result<JobState> {
+        self.transaction(|tx, p| {
+            protocol::fail(
+                tx,
+                p,
+                &self.settings(),
+                lease.job,
+                lease.attempt,
+                error,
+                None,
+            )
+        })
+    }
+
+    /// Gives the job back on purpose (see [`crate::Store::release`]).
+    pub fn release(&self, lease: &Lease) -> Result<()> {
+        self.transaction(|tx, p| protocol::release(tx, p, lease.job, lease.attempt, None))
+            .map(|_| ())
+    }
+
+    /// Cancels a job (see [`crate::Store::cancel`]).
+    pub fn cancel(&self, job: JobId) -> Result<JobState> {
+        self.transaction(|tx, p| protocol::cancel(tx, p, job))
+    }
+
+    /// Puts a dead or cancelled job back in the queue (see [`crate::Store::retry`]).
+    pub fn retry(&self, job: JobId) -> Result<()> {
+        self.transaction(|tx, p| protocol::retry(tx, p, job))
+    }
+
+    /// Takes back every expired lease, in transactions of at most the reap batch each.
+    pub fn reap(&self) -> Result<ReapReport> {
+        let mut report = ReapReport::default();
+        loop {
+            let (reclaimed, looked) = self.transaction(|tx, p| {
+                protocol::reap_batch(tx, p, &self.settings(), self.reap_batch())
+            })?;
+            if looked > 0 {
+                report.batches += 1;
+                report.largest_batch = report.largest_batch.max(reclaimed.len());
+            }
+            report.reclaimed.extend(reclaimed);
+            if looked < self.reap_batch() {
+                return Ok(report);
+            }
+        }
+    }
+
+    /// The job, if it exists.
+    pub fn job(&self, job: JobId) -> Result<Option<Job>> {
+        self.transaction(|tx, p| protocol::load(tx, p, job))
+            .map(|record| record.map(Job))
+    }
+
+    /// The job's run history, oldest first.
+    pub fn history(&self, job: JobId) -> Result<Vec<Run>> {
+        self.transaction(|tx, p| protocol::history(tx, p, job))
+            .map(|runs| runs.into_iter().map(Run).collect())
+    }
+
+    /// The job's payload.
+    pub fn payload(&self, job: JobId) -> Result<Option<Vec<u8>>> {
+        self.transaction(|tx, p| protocol::bytes(tx, p, job, false))
+    }
+
+    /// A succeeded job's output (`None` for none or an empty one).
+    pub fn output(&self, job: JobId) -> Result<Option<Vec<u8>>> {
+        self.transaction(|tx, p| protocol::bytes(tx, p, job, true))
+    }
+
+    /// Counts per queue and state, and the lifetime counters.
+    pub fn stats(&self) -> Result<Stats> {
+        self.transaction(protocol::stats)
+    }
+}
+
+/// The same failure again, for each lease of a batch whose transaction failed as a whole.
+fn same(e: &Error) -> Error {
+    match e {
+        Error::Postgres(pg) => Error::Postgres(pg.clone()),
+        other => Error::Corrupt(other.to_string()),
+    }
+}

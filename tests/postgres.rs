@@ -1,0 +1,532 @@
+//! The lease protocol on PostgreSQL, against a real server: `LEASEHOLD_PG_URL` names it
+//! (`.ci/run` sets it; `cargo test --features postgres` alone says in one line that the suite
+//! did not run). Each test works in a schema of its own, dropped at its end.
+//!
+//! Store time is the database's clock, which a test cannot stop; instead of waiting out a
+//! lease, a test moves the lease's expiry into the past with SQL ([`Db::lapse`]), which is
+//! what time passing does to it.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+/// Without the feature there is no suite to run: say so in one line, and fail if a database
+/// was offered (a CI that sets the URL but forgot the feature would otherwise pass silently).
+#[cfg(not(feature = "postgres"))]
+#[test]
+fn the_postgres_suite_runs_only_with_the_postgres_feature() {
+    say("the PostgreSQL suite did not run: it needs --features postgres and LEASEHOLD_PG_URL");
+    assert!(
+        std::env::var_os("LEASEHOLD_PG_URL").is_none(),
+        "LEASEHOLD_PG_URL is set but the suite was built without --features postgres"
+    );
+}
+
+/// A line on stderr that the test harness does not capture: a skipped suite must be seen.
+fn say(line: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "{line}");
+}
+
+#[cfg(feature = "postgres")]
+mod suite {
+
+    use std::collections::BTreeSet;
+    use std::time::Duration;
+
+    use leasehold::postgres::client as postgres;
+    use leasehold::postgres::{PgError, PgStore};
+    use leasehold::{
+        Error, JobState, LeaseTerms, NewJob, Outcome, ReclaimPath, Renewal, RetryPolicy,
+    };
+
+    const Q: &str = "q";
+    const LEASE: Duration = Duration::from_secs(60);
+
+    /// A schema of one test's own on the server, dropped when the test ends.
+    struct Db {
+        url: String,
+        schema: String,
+        admin: postgres::Client,
+    }
+
+    impl Db {
+        /// `None` (and one line on stderr) where no server is configured.
+        fn new(test: &str) -> Option<Db> {
+            let Ok(url) = std::env::var("LEASEHOLD_PG_URL") else {
+                static SAID: std::sync::Once = std::sync::Once::new();
+                SAID.call_once(|| {
+                    super::say(&format!(
+                        "the PostgreSQL suite did not run: LEASEHOLD_PG_URL is not set ({test} and the rest skipped)"
+                    ))
+                });
+                return None;
+            };
+            let admin = postgres::Client::connect(&url, postgres::NoTls).expect("connect as admin");
+            // Random per test (the hasher's keys are): tests run in parallel, and a schema
+            // left by a killed run must not collide with the next.
+            let random = std::hash::BuildHasher::hash_one(
+                &std::collections::hash_map::RandomState::new(),
+                test,
+            );
+            let schema = format!("lh_test_{}_{random:016x}", std::process::id());
+            Some(Db { url, schema, admin })
+        }
+
+        fn builder(&self) -> leasehold::postgres::PgStoreBuilder {
+            PgStore::builder(&self.url).schema(&self.schema)
+        }
+
+        fn store(&self) -> PgStore {
+            self.builder()
+                .retry_policy(RetryPolicy {
+                    base: Duration::ZERO,
+                    max: Duration::ZERO,
+                    jitter: 0.0,
+                })
+                .open()
+                .unwrap()
+        }
+
+        /// Moves job `id`'s lease expiry (and its index entry) a second into the past.
+        fn lapse(&mut self, id: leasehold::JobId) {
+            let sql = format!(
+            "UPDATE {}.leasehold_jobs SET lease_expires_at = clock_timestamp() - interval '1 second',
+             lease_indexed_expiry = clock_timestamp() - interval '1 second' WHERE id = $1",
+            self.schema
+        );
+            assert_eq!(self.admin.execute(&sql, &[&(id.0 as i64)]).unwrap(), 1);
+        }
+
+        fn sql(&mut self, sql: &str) {
+            self.admin
+                .batch_execute(&sql.replace("{s}", &self.schema))
+                .unwrap();
+        }
+    }
+
+    impl Drop for Db {
+        fn drop(&mut self) {
+            let _ = self
+                .admin
+                .batch_execute(&format!("DROP SCHEMA IF EXISTS {} CASCADE", self.schema));
+        }
+    }
+
+    macro_rules! db {
+        ($name:literal) => {
+            match Db::new($name) {
+                Some(db) => db,
+                None => return,
+            }
+        };
+    }
+
+    #[test]
+    fn a_job_is_enqueued_claimed_and_completed_with_its_history() {
+        let db = db!("round trip");
+        let store = db.store();
+        let id = store.enqueue(NewJob::new(Q, "photo-1.jpg")).unwrap();
+        let lease = store.claim(Q, "w", LEASE).unwrap().unwrap();
+        assert_eq!((lease.job, lease.attempt.0), (id, 1));
+        assert_eq!(lease.payload, b"photo-1.jpg");
+        assert!(lease.expires_at > lease.claimed_at);
+        assert_eq!(store.job(id).unwrap().unwrap().state(), JobState::Running);
+        assert!(
+            store.claim(Q, "w", LEASE).unwrap().is_none(),
+            "nothing else to claim"
+        );
+        store.complete(&lease, b"thumb").unwrap();
+        let job = store.job(id).unwrap().unwrap();
+        assert_eq!(job.state(), JobState::Succeeded);
+        assert_eq!(store.output(id).unwrap().as_deref(), Some(&b"thumb"[..]));
+        let history = store.history(id).unwrap();
+        assert_eq!(history.len(), 1);
+        assert_eq!(
+            (history[0].worker(), history[0].outcome()),
+            ("w", Some(&Outcome::Succeeded))
+        );
+        assert_eq!(store.stats().unwrap().total(JobState::Succeeded), 1);
+    }
+
+    #[test]
+    fn concurrent_claimers_never_both_win_a_job() {
+        let db = db!("claim race");
+        let store = db.store();
+        let ids = store
+            .enqueue_batch((0..200).map(|i| NewJob::new(Q, format!("{i}"))))
+            .unwrap();
+        let claimed: Vec<Vec<u64>> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..8)
+                .map(|w| {
+                    let store = store.clone();
+                    s.spawn(move || {
+                        let mut mine = Vec::new();
+                        while let Some(l) = store
+                            .claim_batch(Q, &format!("w{w}"), LEASE, 3)
+                            .unwrap()
+                            .pop()
+                        {
+                            mine.push(l.job.0);
+                            // the batch may have claimed more: complete them all
+                            let _ = store.complete(&l, b"");
+                        }
+                        mine
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        // every job was claimed by exactly one claimer, or left claimed by a batch's extras
+        let all: Vec<u64> = claimed.into_iter().flatten().collect();
+        let unique: BTreeSet<u64> = all.iter().copied().collect();
+        assert_eq!(all.len(), unique.len(), "a job was claimed twice");
+        let stats = store.stats().unwrap();
+        assert_eq!(
+            stats.total(JobState::Succeeded) + stats.total(JobState::Running),
+            ids.len() as u64
+        );
+        for id in ids {
+            let job = store.job(id).unwrap().unwrap();
+            assert_eq!(job.attempt().0, 1, "job {id} was claimed more than once");
+        }
+    }
+
+    #[test]
+    fn a_claim_takes_the_most_urgent_job_and_skips_delayed_ones() {
+        let db = db!("urgency");
+        let store = db.store();
+        let late = store.enqueue(NewJob::new(Q, "late").priority(5)).unwrap();
+        let urgent = store
+            .enqueue(NewJob::new(Q, "urgent").priority(-1))
+            .unwrap();
+        let delayed = store
+            .enqueue(
+                NewJob::new(Q, "delayed")
+                    .priority(-9)
+                    .delay(Duration::from_secs(3600)),
+            )
+            .unwrap();
+        let order: Vec<_> = store
+            .claim_batch(Q, "w", LEASE, 10)
+            .unwrap()
+            .iter()
+            .map(|l| l.job)
+            .collect();
+        assert_eq!(order, vec![urgent, late]);
+        assert_eq!(
+            store.job(delayed).unwrap().unwrap().state(),
+            JobState::Queued
+        );
+    }
+
+    #[test]
+    fn an_expired_lease_is_taken_over_and_the_old_holder_is_fenced() {
+        let mut db = db!("takeover");
+        let store = db.store();
+        let id = store.enqueue(NewJob::new(Q, "x")).unwrap();
+        let old = store.claim(Q, "a", LEASE).unwrap().unwrap();
+        assert!(matches!(
+            store.heartbeat(&old, 1).unwrap(),
+            Renewal::Renewed { .. }
+        ));
+        db.lapse(id);
+        let new = store.claim(Q, "b", LEASE).unwrap().unwrap();
+        assert_eq!((new.job, new.attempt.0), (id, 2));
+        let lost = store.heartbeat(&old, 2).unwrap_err();
+        assert!(lost.is_lease_lost(), "{lost}");
+        assert!(store.complete(&old, b"late").unwrap_err().is_lease_lost());
+        assert!(store.fail(&old, "late").unwrap_err().is_lease_lost());
+        let history = store.history(id).unwrap();
+        assert!(matches!(
+            history[0].outcome(),
+            Some(Outcome::LeaseExpired {
+                path: ReclaimPath::Takeover,
+                ..
+            })
+        ));
+        assert_eq!(history[0].progress(), 1, "the renewal's progress is kept");
+        store.complete(&new, b"").unwrap();
+        let c = store.stats().unwrap().counters;
+        assert_eq!(
+            (
+                c.reclaimed_by_takeover,
+                c.leases_lost,
+                c.fenced_writes_rejected
+            ),
+            (1, 1, 2)
+        );
+        assert_eq!(store.job(id).unwrap().unwrap().failures(), 1);
+    }
+
+    #[test]
+    fn the_reaper_takes_back_expired_leases_in_bounded_batches_and_leaves_renewed_ones() {
+        let mut db = db!("reaper");
+        let store = db.builder().reap_batch(3).open().unwrap();
+        let ids = store
+            .enqueue_batch((0..10).map(|i| NewJob::new(Q, format!("{i}"))))
+            .unwrap();
+        let leases = store.claim_batch(Q, "w", LEASE, 10).unwrap();
+        assert_eq!(leases.len(), 10);
+        for id in &ids[..8] {
+            db.lapse(*id);
+        }
+        // job 9's index entry is in the past but its lease was renewed: caught up, not taken
+        db.sql(&format!(
+        "UPDATE {{s}}.leasehold_jobs SET lease_indexed_expiry = clock_timestamp() - interval '1 second' WHERE id = {}",
+        ids[8].0
+    ));
+        let report = store.reap().unwrap();
+        assert_eq!(report.reclaimed.len(), 8);
+        assert!(
+            report.largest_batch <= 3 && report.batches >= 3,
+            "{report:?}"
+        );
+        assert!(
+            report
+                .reclaimed
+                .iter()
+                .all(|r| r.path == ReclaimPath::Reaper)
+        );
+        assert_eq!(
+            store.job(ids[8]).unwrap().unwrap().state(),
+            JobState::Running
+        );
+        assert_eq!(
+            store.job(ids[0]).unwrap().unwrap().state(),
+            JobState::Queued
+        );
+        assert!(
+            store.reap().unwrap().reclaimed.is_empty(),
+            "nothing left to take"
+        );
+        assert_eq!(store.stats().unwrap().counters.reclaimed_by_reaper, 8);
+    }
+
+    #[test]
+    fn a_failed_job_is_retried_while_its_budget_lasts_then_dead() {
+        let db = db!("retries");
+        let store = db.store();
+        let id = store.enqueue(NewJob::new(Q, "x").max_attempts(2)).unwrap();
+        let first = store.claim(Q, "w", LEASE).unwrap().unwrap();
+        assert_eq!(store.fail(&first, "boom").unwrap(), JobState::RetryWait);
+        let second = store.claim(Q, "w", LEASE).unwrap().unwrap();
+        assert_eq!(second.attempt.0, 2);
+        assert_eq!(store.fail(&second, "boom again").unwrap(), JobState::Dead);
+        let job = store.job(id).unwrap().unwrap();
+        assert_eq!(
+            (job.state(), job.failures(), job.last_error()),
+            (JobState::Dead, 2, Some("boom again"))
+        );
+        store.retry(id).unwrap();
+        assert_eq!(store.job(id).unwrap().unwrap().state(), JobState::Queued);
+        assert_eq!(store.claim(Q, "w", LEASE).unwrap().unwrap().attempt.0, 3);
+    }
+
+    #[test]
+    fn a_release_gives_the_job_back_without_spending_budget() {
+        let db = db!("release");
+        let store = db.store();
+        let id = store.enqueue(NewJob::new(Q, "x")).unwrap();
+        let l = store.claim(Q, "w", LEASE).unwrap().unwrap();
+        store.release(&l).unwrap();
+        let job = store.job(id).unwrap().unwrap();
+        assert_eq!((job.state(), job.failures()), (JobState::Queued, 0));
+        assert!(store.release(&l).unwrap_err().is_lease_lost());
+        assert_eq!(store.stats().unwrap().counters.released, 1);
+    }
+
+    #[test]
+    fn a_cancel_ends_a_waiting_job_at_once_and_a_running_one_at_its_next_heartbeat() {
+        let db = db!("cancel");
+        let store = db.store();
+        let waiting = store.enqueue(NewJob::new(Q, "a")).unwrap();
+        let running = store.enqueue(NewJob::new(Q, "b").priority(-1)).unwrap();
+        let l = store.claim(Q, "w", LEASE).unwrap().unwrap();
+        assert_eq!(l.job, running);
+        assert_eq!(store.cancel(waiting).unwrap(), JobState::Cancelled);
+        assert_eq!(store.cancel(running).unwrap(), JobState::Running);
+        assert_eq!(store.heartbeat(&l, 0).unwrap(), Renewal::Cancelled);
+        assert_eq!(
+            store.job(running).unwrap().unwrap().state(),
+            JobState::Cancelled
+        );
+        assert!(store.complete(&l, b"").unwrap_err().is_lease_lost());
+        store.enqueue(NewJob::new(Q, "c")).unwrap();
+        let done = store.claim(Q, "w", LEASE).unwrap().unwrap();
+        store.complete(&done, b"").unwrap();
+        assert!(matches!(
+            store.cancel(done.job),
+            Err(Error::Refused {
+                state: JobState::Succeeded,
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn a_job_that_makes_no_progress_for_its_stall_timeout_loses_its_lease() {
+        let mut db = db!("stall");
+        let store = db.store();
+        let id = store.enqueue(NewJob::new(Q, "x")).unwrap();
+        let terms = LeaseTerms::new(LEASE).stall_timeout(Duration::from_secs(30));
+        let l = store.claim(Q, "w", terms).unwrap().unwrap();
+        assert!(matches!(
+            store.heartbeat(&l, 0).unwrap(),
+            Renewal::Renewed { .. }
+        ));
+        db.sql(&format!(
+        "UPDATE {{s}}.leasehold_jobs SET progress_at = clock_timestamp() - interval '31 seconds' WHERE id = {}",
+        id.0
+    ));
+        assert_eq!(store.heartbeat(&l, 0).unwrap(), Renewal::Stalled);
+        let job = store.job(id).unwrap().unwrap();
+        assert_eq!((job.state(), job.failures()), (JobState::RetryWait, 1));
+        assert_eq!(
+            store.history(id).unwrap()[0].outcome(),
+            Some(&Outcome::Stalled)
+        );
+        assert_eq!(store.stats().unwrap().counters.stalled, 1);
+    }
+
+    #[test]
+    fn a_unique_key_deduplicates_live_jobs_and_blocks_a_retry_while_held() {
+        let db = db!("unique keys");
+        let store = db.store();
+        let first = store
+            .enqueue(NewJob::new(Q, "a").unique_key("k").max_attempts(1))
+            .unwrap();
+        let again = store.enqueue(NewJob::new(Q, "b").unique_key("k")).unwrap();
+        assert_eq!(first, again);
+        let l = store.claim(Q, "w", LEASE).unwrap().unwrap();
+        store.fail(&l, "x").unwrap(); // dead: the key is free
+        let second = store.enqueue(NewJob::new(Q, "c").unique_key("k")).unwrap();
+        assert_ne!(second, first);
+        assert!(matches!(
+            store.retry(first),
+            Err(Error::UniqueKeyHeld { holder, .. }) if holder == second
+        ));
+    }
+
+    #[test]
+    fn application_writes_commit_with_the_completion_and_not_after_the_fence_refused_it() {
+        let mut db = db!("complete_with");
+        db.sql("CREATE SCHEMA {s}; CREATE TABLE {s}.sent (job bigint PRIMARY KEY, body text)");
+        let store = db.store();
+        let table = format!("{}.sent", db.schema);
+        let id = store.enqueue(NewJob::new(Q, "hello")).unwrap();
+        let l = store.claim(Q, "w", LEASE).unwrap().unwrap();
+        store
+            .complete_with(&l, b"ok", |t| {
+                t.sql().execute(
+                    &format!("INSERT INTO {table} VALUES ($1, 'hello')"),
+                    &[&(id.0 as i64)],
+                )?;
+                t.enqueue(NewJob::new("follow-up", "next"))?;
+                Ok::<(), Box<dyn std::error::Error + Send + Sync>>(())
+            })
+            .unwrap();
+        let count = |db: &mut Db| -> i64 {
+            db.admin
+                .query_one(&format!("SELECT count(*) FROM {table}"), &[])
+                .unwrap()
+                .get(0)
+        };
+        assert_eq!(count(&mut db), 1);
+        assert_eq!(store.stats().unwrap().queues["follow-up"].total(), 1);
+
+        // a holder whose lease was taken over commits nothing of its own
+        let id2 = store.enqueue(NewJob::new(Q, "again")).unwrap();
+        let stale = store.claim(Q, "a", LEASE).unwrap().unwrap();
+        db.lapse(id2);
+        let _taker = store.claim(Q, "b", LEASE).unwrap().unwrap();
+        let refused = store.complete_with(&stale, b"late", |t| {
+            t.sql()
+                .execute(&format!("INSERT INTO {table} VALUES (999, 'late')"), &[])?;
+            Ok::<(), postgres::Error>(())
+        });
+        assert!(refused.unwrap_err().is_lease_lost());
+        assert_eq!(count(&mut db), 1);
+
+        // an application error rolls the completion back; the lease holds
+        let l3 = store.claim(Q, "b", LEASE).unwrap();
+        assert!(l3.is_none(), "job 2 is held by b");
+        let id3 = store.enqueue(NewJob::new(Q, "third")).unwrap();
+        let l3 = store.claim(Q, "c", LEASE).unwrap().unwrap();
+        assert_eq!(l3.job, id3);
+        let failed = store.complete_with(&l3, b"", |_t| Err("disk full"));
+        assert!(matches!(failed, Err(Error::Application(_))));
+        assert_eq!(store.job(id3).unwrap().unwrap().state(), JobState::Running);
+    }
+
+    #[test]
+    fn a_thousand_leases_renew_in_one_statement_each_with_its_own_answer() {
+        let mut db = db!("heartbeat batch");
+        let store = db.store();
+        store
+            .enqueue_batch((0..1000).map(|i| NewJob::new(Q, format!("{i}"))))
+            .unwrap();
+        let leases = store.claim_batch(Q, "w", LEASE, 1000).unwrap();
+        assert_eq!(leases.len(), 1000);
+        db.lapse(leases[7].job);
+        let _taker = store.claim(Q, "other", LEASE).unwrap().unwrap();
+        let beats: Vec<_> = leases.iter().map(|l| (l, 3)).collect();
+        let answers = store.heartbeat_batch(&beats);
+        assert_eq!(answers.len(), 1000);
+        for (i, answer) in answers.iter().enumerate() {
+            match i {
+                7 => assert!(answer.as_ref().unwrap_err().is_lease_lost()),
+                _ => assert!(
+                    matches!(answer, Ok(Renewal::Renewed { .. })),
+                    "{i}: {answer:?}"
+                ),
+            }
+        }
+    }
+
+    #[test]
+    fn hostile_databases_and_settings_get_their_own_errors_and_are_left_as_they_were() {
+        let mut db = db!("hostile");
+        let pg = |r: leasehold::Result<PgStore>| match r {
+            Err(Error::Postgres(e)) => e,
+            other => panic!("expected a PostgreSQL error, got {other:?}"),
+        };
+        assert!(matches!(
+            pg(PgStore::open("postgres://no such host:::/")),
+            PgError::BadUrl(_)
+        ));
+        assert!(matches!(
+            pg(PgStore::builder(&db.url)
+                .schema("Robert'); DROP TABLE x;--")
+                .open()),
+            PgError::BadSchemaName(_)
+        ));
+        assert!(matches!(
+            pg(PgStore::open(
+                "postgres://postgres@127.0.0.1:1/test?connect_timeout=5"
+            )),
+            PgError::Connect(_)
+        ));
+        // a schema with a table of leasehold's name that is not leasehold's
+        db.sql("CREATE SCHEMA {s}; CREATE TABLE {s}.leasehold_jobs (x int); INSERT INTO {s}.leasehold_jobs VALUES (1)");
+        assert!(matches!(
+            pg(db.builder().open()),
+            PgError::NotALeaseholdSchema { .. }
+        ));
+        let rows: i64 = db
+            .admin
+            .query_one(
+                &format!("SELECT count(*) FROM {}.leasehold_jobs", db.schema),
+                &[],
+            )
+            .unwrap()
+            .get(0);
+        assert_eq!(rows, 1, "the foreign table was left as it was");
+        db.sql("DROP TABLE {s}.leasehold_jobs");
+        // a schema made by a newer leasehold
+        drop(db.store());
+        db.sql("UPDATE {s}.leasehold_meta SET value = '99' WHERE key = 'schema_version'");
+        assert!(matches!(
+            pg(db.builder().open()),
+            PgError::NewerSchema { found: 99, .. }
+        ));
+    }
+}
