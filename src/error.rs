@@ -289,6 +289,15 @@ pub enum ConfigError {
     /// processes share a store.
     #[error("eventual durability is not available when processes share the store")]
     EventualDurabilityShared,
+    /// A pool's handler returned writes for another kind of store than the pool runs on
+    /// (`Output::with_writes` is redb's, `Output::with_sql` PostgreSQL's).
+    #[error("the handler's writes are {given}, but the pool runs on {store}")]
+    WritesForAnotherStore {
+        /// What the handler gave.
+        given: &'static str,
+        /// The store the pool runs on, and what its writes are.
+        store: &'static str,
+    },
 }
 
 /// An argument that cannot be accepted.

@@ -76,6 +76,7 @@
 
 #[cfg(feature = "tokio")]
 mod asynchronous;
+mod backend;
 mod builder;
 mod check;
 pub mod clock;
@@ -117,6 +118,7 @@ pub mod testing;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 
+pub use backend::Backend;
 pub use builder::{Durability, Sharing, StoreBuilder};
 pub use check::CheckReport;
 pub use clock::{Clock, ClockReading, ManualClock, MonotonicClock};

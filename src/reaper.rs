@@ -11,10 +11,10 @@ use std::time::Duration;
 
 use crossbeam_channel::{RecvTimeoutError, Sender, bounded};
 
+use crate::backend::{Backend, LeaseBackend};
 use crate::clock::RealDeadline;
 use crate::config::check_reaper_interval;
 use crate::error::{Error, Result};
-use crate::store::Store;
 
 /// Counters of a running reaper (relaxed atomics: they are for observation, not control).
 #[derive(Debug, Default)]
@@ -61,8 +61,9 @@ impl Reaper {
     /// [`DEFAULT_REAPER_INTERVAL`](crate::DEFAULT_REAPER_INTERVAL), 15 s). Under eventual
     /// durability each tick also flushes, which bounds how long a commit stays in memory
     /// when the application goes quiet.
-    pub fn start(store: Store, interval: Duration) -> Result<Reaper> {
+    pub fn start(store: impl Into<Backend>, interval: Duration) -> Result<Reaper> {
         check_reaper_interval(interval)?;
+        let store = store.into().0;
         let (stop, stopped) = bounded::<()>(1);
         let metrics = Arc::new(ReaperMetrics::default());
         let m = metrics.clone();
@@ -76,7 +77,7 @@ impl Reaper {
                     match stopped.recv_timeout(due.remaining()) {
                         Err(RecvTimeoutError::Timeout) => {
                             due = due.plus(interval);
-                            tick(&store, &m);
+                            tick(&*store, &m);
                         }
                         Ok(()) | Err(RecvTimeoutError::Disconnected) => return,
                     }
@@ -114,7 +115,7 @@ impl Drop for Reaper {
     }
 }
 
-fn tick(store: &Store, metrics: &ReaperMetrics) {
+fn tick(store: &dyn LeaseBackend, metrics: &ReaperMetrics) {
     match store.reap() {
         Ok(report) => {
             for r in &report.reclaimed {

@@ -195,7 +195,13 @@ impl TestStore {
     fn commit(&self, lease: &Lease, output: Output) -> Result<Verdict> {
         let Output { bytes, writes } = output;
         let committed = match writes {
-            Some(writes) => self.complete_with(lease, &bytes, writes),
+            Some(writes) => crate::backend::LeaseBackend::complete_with_writes(
+                self.store(),
+                lease,
+                &bytes,
+                None,
+                writes,
+            ),
             None => self.complete(lease, &bytes),
         };
         match committed {

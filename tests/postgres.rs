@@ -518,4 +518,131 @@ mod suite {
             PgError::NewerSchema { found: 99, .. }
         ));
     }
+
+    /// Waits for `cond` with a generous deadline (real threads run); panics on timeout.
+    #[allow(clippy::disallowed_methods)] // a test deadline, not store time
+    fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while !cond() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "timed out waiting for {what}"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    #[test]
+    fn a_pool_on_postgres_runs_every_job_once_with_its_sql_in_the_completion() {
+        let mut db = db!("pool");
+        db.sql("CREATE SCHEMA {s}; CREATE TABLE {s}.done (job bigint NOT NULL)");
+        let store = db.store();
+        let table = format!("{}.done", db.schema);
+        let ids = store
+            .enqueue_batch((0..200).map(|i| NewJob::new(Q, format!("{i}"))))
+            .unwrap();
+        let pool = leasehold::WorkerPool::builder(store.clone(), Q)
+            .concurrency(4)
+            .start(move |ctx| {
+                let (job, table) = (ctx.job().0 as i64, table.clone());
+                Ok(leasehold::Output::with_sql(
+                    ctx.payload().to_vec(),
+                    move |t| {
+                        t.sql()
+                            .execute(&format!("INSERT INTO {table} VALUES ($1)"), &[&job])?;
+                        Ok::<(), postgres::Error>(())
+                    },
+                ))
+            })
+            .unwrap();
+        assert!(pool.wait_idle(Duration::from_secs(60)).unwrap());
+        drop(pool);
+        for id in &ids {
+            assert_eq!(
+                store.job(*id).unwrap().unwrap().state(),
+                JobState::Succeeded
+            );
+        }
+        let per_job: Vec<(i64, i64)> = db
+            .admin
+            .query(
+                &format!("SELECT job, count(*) FROM {}.done GROUP BY job", db.schema),
+                &[],
+            )
+            .unwrap()
+            .iter()
+            .map(|r| (r.get(0), r.get(1)))
+            .collect();
+        assert_eq!(per_job.len(), ids.len());
+        assert!(
+            per_job.iter().all(|(_, n)| *n == 1),
+            "a job's SQL committed twice"
+        );
+    }
+
+    #[test]
+    fn a_pool_whose_lease_is_taken_over_stops_its_handler_and_commits_nothing() {
+        let mut db = db!("pool takeover");
+        let store = db.store();
+        let id = store.enqueue(NewJob::new(Q, "x")).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let pool = leasehold::WorkerPool::builder(store.clone(), Q)
+            .lease(LEASE)
+            .heartbeat_every(Duration::from_millis(20))
+            .start(move |ctx| {
+                let stopped = ctx.sleep(Duration::from_secs(3600));
+                let _ = tx.send(stopped);
+                stopped?;
+                Ok(b"too late".to_vec())
+            })
+            .unwrap();
+        wait_until("the job to run", || pool.stats().in_flight == 1);
+        db.lapse(id);
+        let taker = store.claim(Q, "other", LEASE).unwrap().unwrap();
+        assert_eq!(taker.attempt.0, 2);
+        let stopped = rx.recv_timeout(Duration::from_secs(60)).unwrap();
+        assert_eq!(
+            stopped,
+            Err(leasehold::Interrupted(leasehold::Interruption::LeaseLost))
+        );
+        drop(pool);
+        store.complete(&taker, b"mine").unwrap();
+        assert_eq!(store.output(id).unwrap().as_deref(), Some(&b"mine"[..]));
+    }
+
+    #[test]
+    fn a_reaper_thread_on_postgres_takes_back_an_expired_lease() {
+        let mut db = db!("reaper thread");
+        let store = db.store();
+        let id = store.enqueue(NewJob::new(Q, "x")).unwrap();
+        store.claim(Q, "silent", LEASE).unwrap().unwrap();
+        db.lapse(id);
+        let reaper = leasehold::Reaper::start(store.clone(), Duration::from_millis(20)).unwrap();
+        wait_until("the reaper to take the lease back", || {
+            store.job(id).unwrap().unwrap().state() == JobState::Queued
+        });
+        assert!(reaper.metrics().reclaimed() >= 1);
+    }
+
+    #[test]
+    fn a_pool_on_postgres_refuses_redb_writes_and_fails_the_attempt_saying_why() {
+        let db = db!("wrong writes");
+        let store = db.store();
+        let id = store.enqueue(NewJob::new(Q, "x").max_attempts(1)).unwrap();
+        let pool = leasehold::WorkerPool::builder(store.clone(), Q)
+            .start(|_ctx| {
+                Ok(leasehold::Output::with_writes(Vec::new(), |_txn| {
+                    Ok::<(), leasehold::Error>(())
+                }))
+            })
+            .unwrap();
+        wait_until("the attempt to fail", || pool.stats().failed == 1);
+        let job = store.job(id).unwrap().unwrap();
+        assert_eq!(job.state(), JobState::Dead);
+        assert!(
+            job.last_error().unwrap().contains("Output::with_sql"),
+            "{:?}",
+            job.last_error()
+        );
+    }
 }

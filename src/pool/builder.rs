@@ -12,17 +12,17 @@ use super::context::{JobContext, JobError, Output};
 use super::pace::{Pace, Prefetch};
 use super::stats::Counters;
 use super::{DEFAULT_SHUTDOWN_GRACE, Handler, Phase, Shared, Validator, WorkerPool, handover};
+use crate::backend::Backend;
 use crate::config::LeaseSettings;
 use crate::error::{ConfigError, Result};
 use crate::input;
 use crate::lease::LeaseTerms;
-use crate::store::Store;
 
 impl WorkerPool {
     /// A builder for a pool that works `queue` of `store`.
-    pub fn builder(store: Store, queue: impl Into<String>) -> PoolBuilder {
+    pub fn builder(store: impl Into<Backend>, queue: impl Into<String>) -> PoolBuilder {
         PoolBuilder {
-            store,
+            store: store.into(),
             queue: queue.into(),
             worker_id: None,
             concurrency: 1,
@@ -38,7 +38,7 @@ impl WorkerPool {
 
 /// Configures a [`WorkerPool`]; see [`WorkerPool::builder`].
 pub struct PoolBuilder {
-    store: Store,
+    store: Backend,
     queue: String,
     worker_id: Option<String>,
     concurrency: usize,
@@ -145,7 +145,7 @@ impl PoolBuilder {
         };
         input::check_worker(&worker_id)?;
         let shared = Arc::new(Shared {
-            store: self.store,
+            store: self.store.0,
             queue: self.queue,
             worker_id,
             settings,

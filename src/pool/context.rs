@@ -243,10 +243,17 @@ impl JobContext {
     }
 }
 
-type Writes = Box<
-    dyn FnOnce(&mut Transaction<'_, '_>) -> Result<(), Box<dyn std::error::Error + Send + Sync>>
-        + Send,
->;
+/// What the application's writes return: its own error, whatever it is.
+type WritesResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
+
+/// The application's writes of a completion, in the form of the store they run on.
+pub(crate) enum Writes {
+    /// Tables in the redb store's file ([`Output::with_writes`]).
+    Redb(Box<dyn FnOnce(&mut Transaction<'_, '_>) -> WritesResult + Send>),
+    /// SQL in a PostgreSQL store's transaction ([`Output::with_sql`]).
+    #[cfg(feature = "postgres")]
+    Sql(Box<dyn FnOnce(&mut crate::postgres::PgTransaction<'_, '_>) -> WritesResult + Send>),
+}
 
 /// What a successful handler commits: its output bytes and, optionally, the application's
 /// own writes, applied in the completion's transaction only if the fence holds.
@@ -278,7 +285,26 @@ impl Output {
     {
         Output {
             bytes: bytes.into(),
-            writes: Some(Box::new(move |txn| writes(txn).map_err(Into::into))),
+            writes: Some(Writes::Redb(Box::new(move |txn| {
+                writes(txn).map_err(Into::into)
+            }))),
+        }
+    }
+
+    /// Output bytes plus the application's SQL and follow-up jobs, run in the completion's
+    /// PostgreSQL transaction only if the fence holds: [`Output::with_writes`] for a pool on
+    /// a [`PgStore`](crate::postgres::PgStore) (the `postgres` feature).
+    #[cfg(feature = "postgres")]
+    pub fn with_sql<F, E>(bytes: impl Into<Vec<u8>>, writes: F) -> Output
+    where
+        F: FnOnce(&mut crate::postgres::PgTransaction<'_, '_>) -> Result<(), E> + Send + 'static,
+        E: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        Output {
+            bytes: bytes.into(),
+            writes: Some(Writes::Sql(Box::new(move |txn| {
+                writes(txn).map_err(Into::into)
+            }))),
         }
     }
 }

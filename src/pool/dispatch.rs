@@ -14,7 +14,8 @@ use crate::clock::Stopwatch;
 /// How long an idle dispatcher sleeps at most: commits by *other processes* do not wake it,
 /// so it looks again at least this often.
 fn idle_cap(shared: &Shared) -> Duration {
-    shared.settings.heartbeat()
+    let beat = shared.settings.heartbeat();
+    shared.store.idle_poll().map_or(beat, |poll| poll.min(beat))
 }
 
 pub(crate) fn dispatch_loop(

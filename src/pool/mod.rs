@@ -34,14 +34,14 @@ pub use builder::PoolBuilder;
 pub use context::{Interrupted, Interruption, JobContext, JobError, Output};
 pub use stats::PoolStats;
 
+use crate::backend::LeaseBackend;
 use crate::clock::RealDeadline;
 use crate::config::LeaseSettings;
 use crate::error::{Error, Result};
 use crate::ids::{JobId, StoreTime};
 use crate::job::JobState;
 use crate::lease::{Lease, LeaseTerms};
-use crate::store::Store;
-pub(crate) use context::AttemptState;
+pub(crate) use context::{AttemptState, Writes};
 #[cfg(feature = "testing")]
 pub(crate) use run::panic_message;
 use stats::Counters;
@@ -227,7 +227,7 @@ impl WorkerPool {
         for flight in &leftover {
             flight.state.interrupt(Interruption::Shutdown);
             let progress = Some(flight.state.progress());
-            match shared.store.release_reporting(&flight.lease, progress) {
+            match shared.store.release(&flight.lease, progress) {
                 Ok(()) => {
                     released += 1;
                     stats::bump(&shared.counters.released);
@@ -348,7 +348,7 @@ pub(crate) struct Flight {
 
 /// What the pool's threads share.
 pub(crate) struct Shared {
-    pub store: Store,
+    pub store: Arc<dyn LeaseBackend>,
     pub queue: String,
     pub worker_id: String,
     pub settings: LeaseSettings,

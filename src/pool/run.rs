@@ -47,7 +47,7 @@ pub(crate) fn worker_loop(shared: &Shared, jobs: &Receiver<Flight>, slots: &Send
 }
 
 fn give_back_unstarted(shared: &Shared, flight: &Flight) {
-    match shared.store.release(&flight.lease) {
+    match shared.store.release(&flight.lease, None) {
         Ok(()) => bump(&shared.counters.released),
         Err(e) if e.is_lease_lost() => bump(&shared.counters.rejected_writes),
         Err(e) => tracing::warn!(job = %flight.lease.job, error = %e, "release failed"),
@@ -123,14 +123,13 @@ fn run_one(shared: &Shared, flight: Flight) -> After {
             commit_failure(shared, &flight, &message, counter)
         }
         (Some(Interruption::Shutdown), Verdict::Fail { .. }) => {}
-        (Some(Interruption::LeaseExpired), _) => match shared
-            .store
-            .release_reporting(lease, Some(flight.state.progress()))
-        {
-            Ok(()) => bump(&shared.counters.released),
-            Err(e) if e.is_lease_lost() => bump(&shared.counters.rejected_writes),
-            Err(e) => tracing::warn!(job = %lease.job, error = %e, "release failed"),
-        },
+        (Some(Interruption::LeaseExpired), _) => {
+            match shared.store.release(lease, Some(flight.state.progress())) {
+                Ok(()) => bump(&shared.counters.released),
+                Err(e) if e.is_lease_lost() => bump(&shared.counters.rejected_writes),
+                Err(e) => tracing::warn!(job = %lease.job, error = %e, "release failed"),
+            }
+        }
         (Some(why), _) => {
             // LeaseLost, Cancelled, Stalled: the store would refuse it anyway.
             bump(&shared.counters.rejected_writes);
@@ -169,7 +168,7 @@ fn commit_success(shared: &Shared, flight: Flight, output: Output) -> After {
             let commit = || {
                 shared
                     .store
-                    .complete_with_reporting(lease, &bytes, progress, writes)
+                    .complete_with_writes(lease, &bytes, progress, writes)
             };
             match catch_unwind(AssertUnwindSafe(commit)) {
                 Ok(result) => result,
@@ -185,7 +184,7 @@ fn commit_success(shared: &Shared, flight: Flight, output: Output) -> After {
         None if shared.may_claim() => {
             match shared
                 .store
-                .complete_and_claim_reporting(lease, &bytes, progress, shared.terms)
+                .complete_and_claim(lease, &bytes, progress, shared.terms)
             {
                 Ok(Some(next)) => {
                     bump(&shared.counters.succeeded);
@@ -195,7 +194,7 @@ fn commit_success(shared: &Shared, flight: Flight, output: Output) -> After {
                 Err(e) => Err(e),
             }
         }
-        None => shared.store.complete_reporting(lease, &bytes, progress),
+        None => shared.store.complete(lease, &bytes, progress),
     };
     completed(shared, &flight, result);
     After::Finished
@@ -227,7 +226,7 @@ pub(crate) fn completed(shared: &Shared, flight: &Flight, result: crate::Result<
 fn commit_failure(shared: &Shared, flight: &Flight, message: &str, kind: FailKind) {
     let lease = &flight.lease;
     let progress = Some(flight.state.progress());
-    match shared.store.fail_reporting(lease, message, progress) {
+    match shared.store.fail(lease, message, progress) {
         Ok(_) => bump(match kind {
             FailKind::Failed => &shared.counters.failed,
             FailKind::Panicked => &shared.counters.panicked,

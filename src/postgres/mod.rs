@@ -13,6 +13,7 @@
 //! A `PgStore` is a cheap handle, shared by threads like [`crate::Store`]: it keeps a few
 //! connections of the synchronous `postgres` client and lends one to each operation.
 
+mod backend;
 mod error;
 mod protocol;
 mod schema;
@@ -102,6 +103,8 @@ impl PgStoreBuilder {
                 reap_batch: self.reap_batch,
                 connections: self.connections.max(1),
                 idle: Mutex::new(Vec::new()),
+                notifier: crate::notify::Notifier::default(),
+                clock: Mutex::new(None),
             }),
         };
         store.with_connection(|conn| schema::prepare(&mut conn.client, &store.inner.names))?;
@@ -125,6 +128,11 @@ struct Inner {
     reap_batch: usize,
     connections: usize,
     idle: Mutex<Vec<Connection>>,
+    /// Wakes this process's pools when its own commits give a queue work.
+    notifier: crate::notify::Notifier,
+    /// The database's clock at the last reading, and the local time since: what a pool's
+    /// threads read as store time between readings, and while the database is unreachable.
+    clock: Mutex<Option<(crate::ids::StoreTime, crate::clock::Stopwatch)>>,
 }
 
 /// One connection and the statements prepared on it.

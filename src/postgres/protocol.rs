@@ -730,6 +730,27 @@ fn bump(tx: Tx<'_, '_>, p: &mut Prepared<'_>, counter: &str, by: i64) -> Result<
 
 // ----- reads -----
 
+const NEXT_DUE: &str = "
+SELECT {s}.us(least(
+    (SELECT min(run_at) FROM {s}.leasehold_jobs
+     WHERE queue = $1 AND state IN ('queued', 'retry_wait')),
+    (SELECT min(lease_indexed_expiry) FROM {s}.leasehold_jobs
+     WHERE queue = $1 AND state = 'running')))";
+
+/// The next time something in `queue` may become claimable without a commit: the earliest
+/// due time of a waiting job or expiry (as indexed: at or before the real one) of a lease.
+pub(crate) fn next_due(
+    tx: Tx<'_, '_>,
+    p: &mut Prepared<'_>,
+    queue: &str,
+) -> Result<Option<StoreTime>> {
+    let st = p.get(tx, NEXT_DUE)?;
+    Ok(tx
+        .query_one(&st, &[&queue])?
+        .get::<_, Option<i64>>(0)
+        .map(time))
+}
+
 const JOB: &str = "
 SELECT id, queue, state, priority, attempt, failures, max_attempts, unique_key,
     {s}.us(created_at), {s}.us(run_at), lease_owner, {s}.us(lease_claimed_at),

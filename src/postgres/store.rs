@@ -18,7 +18,15 @@ pub struct PgTransaction<'t, 'c> {
     store: &'t PgStore,
 }
 
-impl<'c> PgTransaction<'_, 'c> {
+impl<'t, 'c> PgTransaction<'t, 'c> {
+    pub(super) fn new(
+        tx: &'t mut postgres::Transaction<'c>,
+        cache: &'t mut std::collections::HashMap<&'static str, postgres::Statement>,
+        store: &'t PgStore,
+    ) -> PgTransaction<'t, 'c> {
+        PgTransaction { tx, cache, store }
+    }
+
     /// The transaction, for the application's own statements.
     pub fn sql(&mut self) -> &mut postgres::Transaction<'c> {
         self.tx
@@ -43,17 +51,21 @@ impl PgStore {
 
     /// Enqueues a job (see [`crate::Store::enqueue`]).
     pub fn enqueue(&self, job: NewJob) -> Result<JobId> {
-        self.transaction(|tx, p| protocol::enqueue(tx, p, &self.settings(), &job))
+        let id = self.transaction(|tx, p| protocol::enqueue(tx, p, &self.settings(), &job))?;
+        self.readied([&job.queue]);
+        Ok(id)
     }
 
     /// Enqueues many jobs in one transaction, all or none.
     pub fn enqueue_batch(&self, jobs: impl IntoIterator<Item = NewJob>) -> Result<Vec<JobId>> {
         let jobs: Vec<NewJob> = jobs.into_iter().collect();
-        self.transaction(|tx, p| {
+        let ids = self.transaction(|tx, p| {
             jobs.iter()
                 .map(|job| protocol::enqueue(tx, p, &self.settings(), job))
-                .collect()
-        })
+                .collect::<Result<Vec<_>>>()
+        })?;
+        self.readied(jobs.iter().map(|j| &j.queue));
+        Ok(ids)
     }
 
     /// Claims the most urgent claimable job of `queue` (see [`crate::Store::claim`]).
@@ -182,8 +194,9 @@ impl PgStore {
 
     /// Gives the job back on purpose (see [`crate::Store::release`]).
     pub fn release(&self, lease: &Lease) -> Result<()> {
-        self.transaction(|tx, p| protocol::release(tx, p, lease.job, lease.attempt, None))
-            .map(|_| ())
+        self.transaction(|tx, p| protocol::release(tx, p, lease.job, lease.attempt, None))?;
+        self.readied([&lease.queue]);
+        Ok(())
     }
 
     /// Cancels a job (see [`crate::Store::cancel`]).
@@ -206,6 +219,9 @@ impl PgStore {
             if looked > 0 {
                 report.batches += 1;
                 report.largest_batch = report.largest_batch.max(reclaimed.len());
+            }
+            if !reclaimed.is_empty() {
+                self.inner.notifier.notify_all();
             }
             report.reclaimed.extend(reclaimed);
             if looked < self.reap_batch() {
@@ -243,7 +259,7 @@ impl PgStore {
 }
 
 /// The same failure again, for each lease of a batch whose transaction failed as a whole.
-fn same(e: &Error) -> Error {
+pub(super) fn same(e: &Error) -> Error {
     match e {
         Error::Postgres(pg) => Error::Postgres(pg.clone()),
         other => Error::Corrupt(other.to_string()),

@@ -1,0 +1,187 @@
+//! The store seam: what a worker pool and a reaper ask of a store, so that both run on the
+//! redb [`Store`] and (the `postgres` feature) on a [`PgStore`](crate::postgres::PgStore).
+//!
+//! The seam is drawn at the pool's needs, not at the store's whole API: claims that ride on
+//! completions, batched renewals, the ends of an attempt with the holder's last progress, and
+//! the waits for work. Each backend keeps its own way of doing them (redb's group commit,
+//! PostgreSQL's statements); the rules they apply are the same, and the suites check it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::error::Result;
+use crate::ids::StoreTime;
+use crate::job::JobState;
+use crate::lease::{Lease, LeaseTerms, Renewal};
+use crate::pool::Writes;
+use crate::report::ReapReport;
+use crate::stats::Stats;
+use crate::store::{Completion, Store};
+
+/// What a pool's threads and a reaper call.
+pub(crate) trait LeaseBackend: Send + Sync + 'static {
+    /// Store time. Never fails: a backend that cannot read its clock now estimates it from
+    /// its last reading (a pool must judge its leases while the store is unreachable).
+    fn now(&self) -> StoreTime;
+    fn work_generation(&self, queue: &str) -> u64;
+    fn wait_for_work(&self, queue: &str, seen: u64, timeout: Duration) -> u64;
+    fn wake_queue(&self, queue: &str);
+    fn wake_all(&self);
+    /// How often an idle pool looks for work no wake-up announced (another machine's
+    /// enqueue, say): `None` where every commit that readies work wakes the waiters.
+    fn idle_poll(&self) -> Option<Duration>;
+    fn next_due(&self, queue: &str) -> Result<Option<StoreTime>>;
+    fn stats(&self) -> Result<Stats>;
+    fn heartbeat_batch(&self, beats: &[(&Lease, u64)]) -> Vec<Result<Renewal>>;
+    fn complete(&self, lease: &Lease, output: &[u8], progress: Option<u64>) -> Result<()>;
+    fn complete_and_claim(
+        &self,
+        lease: &Lease,
+        output: &[u8],
+        progress: Option<u64>,
+        terms: LeaseTerms,
+    ) -> Result<Option<Lease>>;
+    fn complete_with_writes(
+        &self,
+        lease: &Lease,
+        output: &[u8],
+        progress: Option<u64>,
+        writes: Writes,
+    ) -> Result<()>;
+    fn complete_all_then_claim(
+        &self,
+        done: Vec<Completion>,
+        queue: &str,
+        worker: &str,
+        terms: LeaseTerms,
+        n: usize,
+    ) -> (Vec<Result<()>>, Result<Vec<Lease>>);
+    fn fail(&self, lease: &Lease, error: &str, progress: Option<u64>) -> Result<JobState>;
+    fn release(&self, lease: &Lease, progress: Option<u64>) -> Result<()>;
+    fn reap(&self) -> Result<ReapReport>;
+    /// Makes what was committed durable (redb's eventual durability); a no-op elsewhere.
+    fn flush(&self) -> Result<()>;
+}
+
+/// A store a [`WorkerPool`](crate::WorkerPool) or a [`Reaper`](crate::Reaper) runs on: made
+/// from a [`Store`] or, with the `postgres` feature, a
+/// [`PgStore`](crate::postgres::PgStore), by `.into()` (the pool's and the reaper's
+/// constructors take either).
+#[derive(Clone)]
+pub struct Backend(pub(crate) Arc<dyn LeaseBackend>);
+
+impl std::fmt::Debug for Backend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Backend")
+    }
+}
+
+impl From<Store> for Backend {
+    fn from(store: Store) -> Backend {
+        Backend(Arc::new(store))
+    }
+}
+
+impl From<&Store> for Backend {
+    fn from(store: &Store) -> Backend {
+        Backend(Arc::new(store.clone()))
+    }
+}
+
+impl LeaseBackend for Store {
+    fn now(&self) -> StoreTime {
+        Store::now(self)
+    }
+
+    fn work_generation(&self, queue: &str) -> u64 {
+        Store::work_generation(self, queue)
+    }
+
+    fn wait_for_work(&self, queue: &str, seen: u64, timeout: Duration) -> u64 {
+        Store::wait_for_work(self, queue, seen, timeout)
+    }
+
+    fn wake_queue(&self, queue: &str) {
+        Store::wake_queue(self, queue)
+    }
+
+    fn wake_all(&self) {
+        Store::wake_all(self)
+    }
+
+    fn idle_poll(&self) -> Option<Duration> {
+        // In-process commits wake the waiters, and other processes' send a datagram.
+        None
+    }
+
+    fn next_due(&self, queue: &str) -> Result<Option<StoreTime>> {
+        Store::next_due(self, queue)
+    }
+
+    fn stats(&self) -> Result<Stats> {
+        Store::stats(self)
+    }
+
+    fn heartbeat_batch(&self, beats: &[(&Lease, u64)]) -> Vec<Result<Renewal>> {
+        Store::heartbeat_batch(self, beats)
+    }
+
+    fn complete(&self, lease: &Lease, output: &[u8], progress: Option<u64>) -> Result<()> {
+        self.complete_reporting(lease, output, progress)
+    }
+
+    fn complete_and_claim(
+        &self,
+        lease: &Lease,
+        output: &[u8],
+        progress: Option<u64>,
+        terms: LeaseTerms,
+    ) -> Result<Option<Lease>> {
+        self.complete_and_claim_reporting(lease, output, progress, terms)
+    }
+
+    fn complete_with_writes(
+        &self,
+        lease: &Lease,
+        output: &[u8],
+        progress: Option<u64>,
+        writes: Writes,
+    ) -> Result<()> {
+        match writes {
+            Writes::Redb(writes) => self.complete_with_reporting(lease, output, progress, writes),
+            #[cfg(feature = "postgres")]
+            Writes::Sql(_) => Err(crate::error::ConfigError::WritesForAnotherStore {
+                given: "SQL (Output::with_sql)",
+                store: "a redb store, whose writes are Output::with_writes",
+            }
+            .into()),
+        }
+    }
+
+    fn complete_all_then_claim(
+        &self,
+        done: Vec<Completion>,
+        queue: &str,
+        worker: &str,
+        terms: LeaseTerms,
+        n: usize,
+    ) -> (Vec<Result<()>>, Result<Vec<Lease>>) {
+        Store::complete_all_then_claim(self, done, queue, worker, terms, n)
+    }
+
+    fn fail(&self, lease: &Lease, error: &str, progress: Option<u64>) -> Result<JobState> {
+        self.fail_reporting(lease, error, progress)
+    }
+
+    fn release(&self, lease: &Lease, progress: Option<u64>) -> Result<()> {
+        self.release_reporting(lease, progress)
+    }
+
+    fn reap(&self) -> Result<ReapReport> {
+        Store::reap(self)
+    }
+
+    fn flush(&self) -> Result<()> {
+        Store::flush(self)
+    }
+}

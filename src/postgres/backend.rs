@@ -1,0 +1,230 @@
+//! A [`PgStore`] as a worker pool's and a reaper's store (see [`crate::backend`]).
+
+use std::time::Duration;
+
+use super::{PgStore, PgTransaction, protocol};
+use crate::backend::{Backend, LeaseBackend};
+use crate::clock::Stopwatch;
+use crate::error::{ConfigError, Error, Result};
+use crate::ids::StoreTime;
+use crate::job::JobState;
+use crate::lease::{Lease, LeaseTerms, Renewal};
+use crate::pool::Writes;
+use crate::report::ReapReport;
+use crate::stats::Stats;
+use crate::store::Completion;
+
+/// How long a reading of the database's clock serves before the next is taken.
+const CLOCK_READING_SERVES: Duration = Duration::from_millis(500);
+
+impl From<PgStore> for Backend {
+    fn from(store: PgStore) -> Backend {
+        Backend(std::sync::Arc::new(store))
+    }
+}
+
+impl From<&PgStore> for Backend {
+    fn from(store: &PgStore) -> Backend {
+        Backend(std::sync::Arc::new(store.clone()))
+    }
+}
+
+impl PgStore {
+    /// Store time for a pool's threads: the database's clock as last read plus the local
+    /// time since (read again every half second). While the database cannot be reached the
+    /// estimate goes on from the last reading, so a pool can still tell that its leases have
+    /// run out; a local clock that runs slow against the database's makes it tell late by
+    /// the drift over the outage.
+    fn estimated_now(&self) -> StoreTime {
+        let mut clock = self.inner.clock.lock();
+        if let Some((at, since)) = clock.as_ref()
+            && since.elapsed() < CLOCK_READING_SERVES
+        {
+            return at.saturating_add(since.elapsed());
+        }
+        match self.now() {
+            Ok(now) => {
+                *clock = Some((now, Stopwatch::start()));
+                now
+            }
+            Err(_) => clock.as_ref().map_or(StoreTime::ZERO, |(at, since)| {
+                at.saturating_add(since.elapsed())
+            }),
+        }
+    }
+
+    /// Wakes this process's waiters of `queues`.
+    pub(crate) fn readied<'a>(&self, queues: impl IntoIterator<Item = &'a String>) {
+        self.inner.notifier.notify(queues);
+    }
+}
+
+impl LeaseBackend for PgStore {
+    fn now(&self) -> StoreTime {
+        self.estimated_now()
+    }
+
+    fn work_generation(&self, queue: &str) -> u64 {
+        self.inner.notifier.generation(queue)
+    }
+
+    fn wait_for_work(&self, queue: &str, seen: u64, timeout: Duration) -> u64 {
+        self.inner.notifier.wait(queue, seen, timeout)
+    }
+
+    fn wake_queue(&self, queue: &str) {
+        self.inner.notifier.notify([&queue.to_owned()]);
+    }
+
+    fn wake_all(&self) {
+        self.inner.notifier.notify_all();
+    }
+
+    fn idle_poll(&self) -> Option<Duration> {
+        // Other machines' enqueues wake nobody here: poll, with jitter so that many idle
+        // pools do not look in step.
+        let jitter = crate::clock::random_u64() % 250;
+        Some(Duration::from_millis(250 + jitter))
+    }
+
+    fn next_due(&self, queue: &str) -> Result<Option<StoreTime>> {
+        self.transaction(|tx, p| protocol::next_due(tx, p, queue))
+    }
+
+    fn stats(&self) -> Result<Stats> {
+        PgStore::stats(self)
+    }
+
+    fn heartbeat_batch(&self, beats: &[(&Lease, u64)]) -> Vec<Result<Renewal>> {
+        PgStore::heartbeat_batch(self, beats)
+    }
+
+    fn complete(&self, lease: &Lease, output: &[u8], progress: Option<u64>) -> Result<()> {
+        self.transaction(|tx, p| {
+            protocol::complete(
+                tx,
+                p,
+                &self.settings(),
+                lease.job,
+                lease.attempt,
+                output,
+                progress,
+            )
+        })
+    }
+
+    fn complete_and_claim(
+        &self,
+        lease: &Lease,
+        output: &[u8],
+        progress: Option<u64>,
+        terms: LeaseTerms,
+    ) -> Result<Option<Lease>> {
+        let s = self.settings();
+        self.transaction(|tx, p| {
+            protocol::complete(tx, p, &s, lease.job, lease.attempt, output, progress)?;
+            Ok(protocol::claim_batch(tx, p, &s, &lease.queue, &lease.worker, terms, 1)?.pop())
+        })
+    }
+
+    fn complete_with_writes(
+        &self,
+        lease: &Lease,
+        output: &[u8],
+        progress: Option<u64>,
+        writes: Writes,
+    ) -> Result<()> {
+        let writes = match writes {
+            Writes::Sql(writes) => writes,
+            Writes::Redb(_) => {
+                return Err(ConfigError::WritesForAnotherStore {
+                    given: "redb tables (Output::with_writes)",
+                    store: "PostgreSQL, whose writes are Output::with_sql",
+                }
+                .into());
+            }
+        };
+        let mut writes = Some(writes);
+        self.transaction_once(|tx, p| {
+            protocol::complete(
+                tx,
+                p,
+                &self.settings(),
+                lease.job,
+                lease.attempt,
+                output,
+                progress,
+            )?;
+            let Some(writes) = writes.take() else {
+                return Err(Error::Corrupt("a completion's writes ran twice".into()));
+            };
+            writes(&mut PgTransaction::new(tx, p.cache, self)).map_err(Error::from_application)
+        })
+    }
+
+    fn complete_all_then_claim(
+        &self,
+        done: Vec<Completion>,
+        queue: &str,
+        worker: &str,
+        terms: LeaseTerms,
+        n: usize,
+    ) -> (Vec<Result<()>>, Result<Vec<Lease>>) {
+        let s = self.settings();
+        // One transaction: each completion has its own answer (a refusal by the fence writes
+        // only its counter and the others go on); a failure of the database fails them all.
+        let outcome = self.transaction(|tx, p| {
+            let mut results = Vec::with_capacity(done.len());
+            for (job, attempt, output, progress) in &done {
+                match protocol::complete(tx, p, &s, *job, *attempt, output, *progress) {
+                    Err(e) if !e.is_refusal() => return Err(e),
+                    result => results.push(result),
+                }
+            }
+            let claimed = match n {
+                0 => Vec::new(),
+                n => protocol::claim_batch(tx, p, &s, queue, worker, terms, n)?,
+            };
+            Ok((results, claimed))
+        });
+        match outcome {
+            Ok((results, claimed)) => (results, Ok(claimed)),
+            Err(e) => (
+                done.iter().map(|_| Err(super::store::same(&e))).collect(),
+                Err(e),
+            ),
+        }
+    }
+
+    fn fail(&self, lease: &Lease, error: &str, progress: Option<u64>) -> Result<JobState> {
+        let state = self.transaction(|tx, p| {
+            protocol::fail(
+                tx,
+                p,
+                &self.settings(),
+                lease.job,
+                lease.attempt,
+                error,
+                progress,
+            )
+        })?;
+        if state == JobState::RetryWait {
+            self.readied([&lease.queue]);
+        }
+        Ok(state)
+    }
+
+    fn release(&self, lease: &Lease, progress: Option<u64>) -> Result<()> {
+        self.transaction(|tx, p| protocol::release(tx, p, lease.job, lease.attempt, progress))?;
+        self.readied([&lease.queue]);
+        Ok(())
+    }
+
+    fn reap(&self) -> Result<ReapReport> {
+        PgStore::reap(self)
+    }
+
+    fn flush(&self) -> Result<()> {
+        Ok(())
+    }
+}
