@@ -8,6 +8,7 @@
 mod commit_shape;
 mod measure;
 mod pool;
+mod postgres;
 mod processes;
 mod raw;
 mod scale;
@@ -291,6 +292,12 @@ fn scenarios(dir: &Path, scale: f64, only: Option<&str>) -> Result<Vec<Row>, Err
     }
     if want("reap") {
         rows.push(reap_under_load(dir, sized(100_000))?);
+    }
+    if want("postgres") {
+        match std::env::var("LEASEHOLD_PG_URL") {
+            Ok(url) => rows.extend(postgres::rows(&url, scale)?),
+            Err(_) => eprintln!("postgres: not run (set LEASEHOLD_PG_URL to a server to run it)"),
+        }
     }
     Ok(rows)
 }

@@ -1,0 +1,251 @@
+//! The PostgreSQL store beside a bare claim loop on the same database: durable end to end at
+//! 1 and 16 workers, the hand-written `SKIP LOCKED` loop doing the same transitions as the
+//! floor, a thousand renewals in one statement, and a claim among a million waiting rows.
+//!
+//! Runs where `LEASEHOLD_PG_URL` names a server; each run works in a schema of its own,
+//! dropped at its end.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use leasehold::postgres::client::{Client, NoTls};
+use leasehold::postgres::{PgError, PgStore};
+use leasehold::{Error, JobState, NewJob, WorkerPool};
+
+use super::LEASE;
+use super::measure::{Row, Samples, timed};
+
+/// A schema of the bench's own on the server, dropped when the bench is done.
+struct Scratch {
+    url: String,
+    schema: String,
+    admin: Client,
+}
+
+impl Scratch {
+    fn new(url: &str) -> Result<Scratch, Error> {
+        let admin = Client::connect(url, NoTls).map_err(|e| PgError::Connect(e.to_string()))?;
+        Ok(Scratch {
+            url: url.to_owned(),
+            schema: format!("lh_bench_{}", std::process::id()),
+            admin,
+        })
+    }
+
+    fn store(&self, name: &str) -> Result<PgStore, Error> {
+        PgStore::builder(&self.url)
+            .schema(format!("{}_{name}", self.schema))
+            .open()
+    }
+
+    fn sql(&mut self, sql: &str) -> Result<(), Error> {
+        Ok(self
+            .admin
+            .batch_execute(&sql.replace("{s}", &self.schema))?)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let schemas: Vec<String> = self
+            .admin
+            .query(
+                "SELECT nspname::text FROM pg_namespace WHERE nspname LIKE $1",
+                &[&format!("{}%", self.schema)],
+            )
+            .map(|rows| rows.iter().map(|r| r.get(0)).collect())
+            .unwrap_or_default();
+        for schema in schemas {
+            let _ = self
+                .admin
+                .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"));
+        }
+    }
+}
+
+pub(super) fn rows(url: &str, scale: f64) -> Result<Vec<Row>, Error> {
+    let n = |base: usize| ((base as f64 * scale) as usize).max(50);
+    let mut scratch = Scratch::new(url)?;
+    let mut rows = Vec::new();
+    for workers in [1, 16] {
+        rows.push(end_to_end(
+            &scratch,
+            workers,
+            n(if workers == 1 { 1_000 } else { 8_000 }),
+        )?);
+    }
+    rows.push(bare_loop(&mut scratch, 16, n(8_000))?);
+    rows.extend(renewals(&scratch)?);
+    for waiting in [1_000, n(1_000_000)] {
+        rows.push(claim_at_depth(&mut scratch, waiting)?);
+    }
+    Ok(rows)
+}
+
+/// A pool of `workers` on a PgStore: every job enqueued, claimed, completed (durable: every
+/// commit is PostgreSQL's, which syncs its WAL at commit).
+fn end_to_end(scratch: &Scratch, workers: usize, jobs: usize) -> Result<Row, Error> {
+    let store = scratch.store(&format!("e2e{workers}"))?;
+    let done = Arc::new(AtomicU64::new(0));
+    let d = done.clone();
+    let start = Instant::now();
+    let pool = WorkerPool::builder(store.clone(), "e2e")
+        .concurrency(workers)
+        .start(move |_| {
+            d.fetch_add(1, Ordering::Relaxed);
+            Ok(Vec::new())
+        })?;
+    for chunk in (0..jobs).collect::<Vec<_>>().chunks(256) {
+        store.enqueue_batch(chunk.iter().map(|i| NewJob::new("e2e", format!("{i}"))))?;
+    }
+    while store.stats()?.total(JobState::Succeeded) < jobs as u64 {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let total = start.elapsed();
+    pool.shutdown(Duration::from_secs(5));
+    Ok(Samples(Vec::new()).row(
+        "PostgreSQL: end to end, enqueue -> claim -> complete, pool",
+        "durable",
+        workers,
+        total,
+        jobs as u64,
+    ))
+}
+
+/// The floor: `threads` hand-written loops, each claiming one job with `FOR UPDATE SKIP
+/// LOCKED` in a CTE (attempt + 1, a lease) and completing it fenced on id and attempt with a
+/// history row, two transactions per job: the transitions leasehold makes, without leasehold.
+fn bare_loop(scratch: &mut Scratch, threads: usize, jobs: usize) -> Result<Row, Error> {
+    scratch.sql(
+        "CREATE SCHEMA {s}_bare;
+         CREATE TABLE {s}_bare.jobs (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+             queue text NOT NULL, state text NOT NULL, priority int NOT NULL DEFAULT 0,
+             attempt bigint NOT NULL DEFAULT 0, run_at timestamptz NOT NULL DEFAULT now(),
+             owner text, expires_at timestamptz, finished_at timestamptz, payload bytea,
+             output bytea);
+         CREATE INDEX ON {s}_bare.jobs (queue, priority, run_at, id) WHERE state = 'queued';
+         CREATE TABLE {s}_bare.runs (job bigint, attempt bigint, outcome text,
+             ended_at timestamptz, PRIMARY KEY (job, attempt));",
+    )?;
+    let insert = format!(
+        "INSERT INTO {}_bare.jobs (queue, state, payload)
+         SELECT 'q', 'queued', convert_to(g::text, 'UTF8') FROM generate_series(1, $1::bigint) g",
+        scratch.schema
+    );
+    scratch.admin.execute(&insert, &[&(jobs as i64)])?;
+    let claim = format!(
+        "WITH picked AS (SELECT id FROM {s}_bare.jobs WHERE queue = 'q' AND state = 'queued'
+             AND run_at <= clock_timestamp() ORDER BY priority, run_at, id LIMIT 1
+             FOR UPDATE SKIP LOCKED)
+         UPDATE {s}_bare.jobs j SET state = 'running', attempt = j.attempt + 1, owner = $1,
+             expires_at = clock_timestamp() + interval '60 seconds'
+         FROM picked WHERE j.id = picked.id RETURNING j.id, j.attempt, j.payload",
+        s = scratch.schema
+    );
+    let complete = format!(
+        "WITH done AS (UPDATE {s}_bare.jobs SET state = 'succeeded',
+             finished_at = clock_timestamp(), output = '', owner = NULL, expires_at = NULL
+             WHERE id = $1 AND attempt = $2 AND state = 'running' RETURNING id, attempt)
+         INSERT INTO {s}_bare.runs SELECT id, attempt, 'succeeded', clock_timestamp() FROM done",
+        s = scratch.schema
+    );
+    let start = Instant::now();
+    let results: Vec<Result<(), Error>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let (url, claim, complete) = (&scratch.url, &claim, &complete);
+                s.spawn(move || -> Result<(), Error> {
+                    let mut c =
+                        Client::connect(url, NoTls).map_err(|e| PgError::Connect(e.to_string()))?;
+                    let claim = c.prepare(claim)?;
+                    let complete = c.prepare(complete)?;
+                    let worker = format!("bare-{t}");
+                    while let Some(row) = c.query_opt(&claim, &[&worker])? {
+                        let (id, attempt): (i64, i64) = (row.get(0), row.get(1));
+                        assert_eq!(c.execute(&complete, &[&id, &attempt])?, 1);
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or(Ok(())))
+            .collect()
+    });
+    let total = start.elapsed();
+    results.into_iter().collect::<Result<Vec<()>, Error>>()?;
+    Ok(Samples(Vec::new()).row(
+        "PostgreSQL: bare SKIP LOCKED loop, claim + fenced complete with history (the floor)",
+        "durable",
+        threads,
+        total,
+        jobs as u64,
+    ))
+}
+
+/// A thousand leases renewed in one statement, against one lease renewed alone.
+fn renewals(scratch: &Scratch) -> Result<Vec<Row>, Error> {
+    let store = scratch.store("beat")?;
+    store.enqueue_batch((0..1000).map(|i| NewJob::new("b", format!("{i}"))))?;
+    let leases = store.claim_batch("b", "w", LEASE, 1000)?;
+    let beats: Vec<_> = leases.iter().map(|l| (l, 1)).collect();
+    let rounds = 30;
+    let (batch, total) = timed(rounds, |i| {
+        let beats: Vec<_> = beats.iter().map(|(l, _)| (*l, i as u64)).collect();
+        match store
+            .heartbeat_batch(&beats)
+            .into_iter()
+            .find_map(Result::err)
+        {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    })?;
+    let batch_row = batch.row(
+        "PostgreSQL: heartbeat of 1,000 leases in one statement",
+        "durable",
+        1,
+        total,
+        rounds as u64,
+    );
+    let (one, total) = timed(300, |i| store.heartbeat(&leases[0], i as u64).map(|_| ()))?;
+    let one_row = one.row(
+        "PostgreSQL: heartbeat of one lease",
+        "durable",
+        1,
+        total,
+        300,
+    );
+    Ok(vec![batch_row, one_row])
+}
+
+/// Claim latency among `waiting` due jobs (filled by SQL, for speed), claims completed as
+/// they go so the depth stays.
+fn claim_at_depth(scratch: &mut Scratch, waiting: usize) -> Result<Row, Error> {
+    let store = scratch.store(&format!("depth{waiting}"))?;
+    store.enqueue(NewJob::new("d", "first"))?;
+    scratch.sql(&format!(
+        "INSERT INTO {{s}}_depth{waiting}.leasehold_jobs
+             (queue, state, priority, max_attempts, created_at, run_at, progress_at, updated_at,
+              payload)
+         SELECT 'd', 'queued', 0, 25, clock_timestamp(), clock_timestamp(), clock_timestamp(),
+             clock_timestamp(), convert_to(g::text, 'UTF8')
+         FROM generate_series(1, {waiting}) g;
+         ANALYZE {{s}}_depth{waiting}.leasehold_jobs;"
+    ))?;
+    let (s, total) = timed(300, |_| {
+        let lease = store
+            .claim("d", "w", LEASE)?
+            .ok_or(Error::Corrupt("empty".into()))?;
+        store.complete(&lease, b"")
+    })?;
+    Ok(s.row(
+        &format!("PostgreSQL: claim + complete among {waiting} waiting jobs"),
+        "durable",
+        1,
+        total,
+        300,
+    ))
+}
