@@ -645,4 +645,27 @@ mod suite {
             job.last_error()
         );
     }
+
+    #[test]
+    fn an_enqueue_through_one_handle_wakes_a_waiter_of_another_by_notify() {
+        let db = db!("notify");
+        // two handles: two machines, each with its own connections and its own waiters
+        let (here, there) = (db.store(), db.store());
+        // the listener starts with the first look; wait until it hears anything at all
+        wait_until("the listener to hear an enqueue", || {
+            let seen = here.work_generation(Q);
+            there.enqueue(NewJob::new(Q, "probe")).unwrap();
+            here.wait_for_work(Q, seen, Duration::from_millis(200)) != seen
+        });
+        for queue in ["other", Q] {
+            let seen = here.work_generation(Q);
+            there.enqueue(NewJob::new(queue, "x")).unwrap();
+            let now = here.wait_for_work(Q, seen, Duration::from_secs(60));
+            // only Q's enqueue is Q's wake-up; the other queue's must not have bumped it
+            match queue {
+                Q => assert_ne!(now, seen, "an enqueue on another handle woke nobody"),
+                _ => assert_eq!(here.work_generation(Q), seen, "{queue} woke {Q}"),
+            }
+        }
+    }
 }

@@ -53,6 +53,24 @@ impl PgStore {
         }
     }
 
+    /// Starts the `LISTEN` thread if it is not running: a pool is about to wait for work.
+    fn listening(&self) {
+        self.inner.listener.get_or_init(|| {
+            let started = super::listen::Listener::start(
+                self.inner.config.clone(),
+                self.inner.names.channel.clone(),
+                self.inner.notifier.clone(),
+            );
+            match started {
+                Ok(listener) => Some(listener),
+                Err(e) => {
+                    tracing::warn!(error = %e, "no wake-up listener; idle pools poll");
+                    None
+                }
+            }
+        });
+    }
+
     /// Wakes this process's waiters of `queues`.
     pub(crate) fn readied<'a>(&self, queues: impl IntoIterator<Item = &'a String>) {
         self.inner.notifier.notify(queues);
@@ -65,6 +83,7 @@ impl LeaseBackend for PgStore {
     }
 
     fn work_generation(&self, queue: &str) -> u64 {
+        self.listening();
         self.inner.notifier.generation(queue)
     }
 

@@ -15,6 +15,7 @@
 
 mod backend;
 mod error;
+mod listen;
 mod protocol;
 mod schema;
 mod store;
@@ -103,7 +104,8 @@ impl PgStoreBuilder {
                 reap_batch: self.reap_batch,
                 connections: self.connections.max(1),
                 idle: Mutex::new(Vec::new()),
-                notifier: crate::notify::Notifier::default(),
+                notifier: Arc::new(crate::notify::Notifier::default()),
+                listener: std::sync::OnceLock::new(),
                 clock: Mutex::new(None),
             }),
         };
@@ -128,8 +130,12 @@ struct Inner {
     reap_batch: usize,
     connections: usize,
     idle: Mutex<Vec<Connection>>,
-    /// Wakes this process's pools when its own commits give a queue work.
-    notifier: crate::notify::Notifier,
+    /// Wakes this process's pools when a commit, here or (through the listener) on another
+    /// machine, gives a queue work.
+    notifier: Arc<crate::notify::Notifier>,
+    /// The `LISTEN` connection's thread, started when a pool first waits for work (`None`
+    /// if it could not be started: idle pools then only poll).
+    listener: std::sync::OnceLock<Option<listen::Listener>>,
     /// The database's clock at the last reading, and the local time since: what a pool's
     /// threads read as store time between readings, and while the database is unreachable.
     clock: Mutex<Option<(crate::ids::StoreTime, crate::clock::Stopwatch)>>,

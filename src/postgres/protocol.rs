@@ -79,6 +79,7 @@ pub(crate) fn enqueue(
         &new.payload,
     ];
     if let Some(row) = tx.query_opt(&insert, &params)? {
+        notify(tx, p, &new.queue)?;
         return Ok(id(row.get(0)));
     }
     // The key is held by a live job: that one is the answer.
@@ -402,6 +403,7 @@ pub(crate) fn release(
         false => Next::Queued(record.run_at),
     };
     bump(tx, p, "released", 1)?;
+    notify(tx, p, &record.queue)?;
     end_attempt(tx, p, &record, Outcome::Released, next, now)
 }
 
@@ -463,7 +465,7 @@ pub(crate) fn retry(tx: Tx<'_, '_>, p: &mut Prepared<'_>, job: JobId) -> Result<
          WHERE id = $1",
     )?;
     tx.execute(&st, &[&key(job)])?;
-    Ok(())
+    notify(tx, p, &record.queue)
 }
 
 // ----- reclaim -----
@@ -489,6 +491,9 @@ pub(crate) fn reap_batch(
     let ids: Vec<i64> = tx.query(&st, &[&limit])?.iter().map(|r| r.get(0)).collect();
     let looked = ids.len();
     let reclaimed = expire_or_catch_up(tx, p, s, &ids, ReclaimPath::Reaper)?;
+    if !reclaimed.is_empty() {
+        notify(tx, p, super::listen::ALL_QUEUES)?;
+    }
     Ok((reclaimed, looked))
 }
 
@@ -752,6 +757,14 @@ fn path_name(path: ReclaimPath) -> &'static str {
         ReclaimPath::Recovery => "recovery",
         ReclaimPath::ProcessDied => "process_died",
     }
+}
+
+/// Tells listening stores on every machine that `queue` has work, when this transaction
+/// commits (PostgreSQL folds repeats of one payload within a transaction into one).
+pub(crate) fn notify(tx: Tx<'_, '_>, p: &mut Prepared<'_>, queue: &str) -> Result<()> {
+    let st = p.get(tx, "SELECT pg_notify($1, $2)")?;
+    tx.execute(&st, &[&p.names.channel, &queue])?;
+    Ok(())
 }
 
 fn bump(tx: Tx<'_, '_>, p: &mut Prepared<'_>, counter: &str, by: i64) -> Result<()> {

@@ -20,6 +20,8 @@ pub(crate) const VERSION: u32 = 1;
 #[derive(Debug)]
 pub(crate) struct Names {
     pub(crate) schema: String,
+    /// The `NOTIFY` channel of this store's wake-ups.
+    pub(crate) channel: String,
 }
 
 impl Names {
@@ -33,6 +35,7 @@ impl Names {
         match plain {
             true => Ok(Names {
                 schema: schema.to_owned(),
+                channel: super::listen::channel(schema),
             }),
             false => Err(PgError::BadSchemaName(schema.to_owned())),
         }

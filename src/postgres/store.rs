@@ -252,6 +252,19 @@ impl PgStore {
         self.transaction(|tx, p| protocol::bytes(tx, p, job, true))
     }
 
+    /// The wake-up generation of `queue`: pass it to [`PgStore::wait_for_work`] after looking
+    /// for work. The first call starts this handle's `LISTEN` connection.
+    pub fn work_generation(&self, queue: &str) -> u64 {
+        crate::backend::LeaseBackend::work_generation(self, queue)
+    }
+
+    /// Blocks until a commit on any machine gives `queue` work (announced by `NOTIFY` from
+    /// its transaction, or by this handle's own commits), or `timeout` passes; returns the
+    /// generation then. Notifications are hints: bound `timeout` and look for work anyway.
+    pub fn wait_for_work(&self, queue: &str, seen: u64, timeout: std::time::Duration) -> u64 {
+        crate::backend::LeaseBackend::wait_for_work(self, queue, seen, timeout)
+    }
+
     /// Counts per queue and state, and the lifetime counters.
     pub fn stats(&self) -> Result<Stats> {
         self.transaction(protocol::stats)

@@ -77,6 +77,7 @@ pub(super) fn rows(url: &str, scale: f64) -> Result<Vec<Row>, Error> {
     }
     rows.push(bare_loop(&mut scratch, 16, n(8_000))?);
     rows.extend(renewals(&scratch)?);
+    rows.push(wake_across_handles(&scratch, 200)?);
     for waiting in [1_000, n(1_000_000)] {
         rows.push(claim_at_depth(&mut scratch, waiting)?);
     }
@@ -182,6 +183,49 @@ fn bare_loop(scratch: &mut Scratch, threads: usize, jobs: usize) -> Result<Row, 
         threads,
         total,
         jobs as u64,
+    ))
+}
+
+/// From an enqueue through one handle (another machine) to the start of its handler in an
+/// idle pool on a second handle: the `NOTIFY` from the enqueue's transaction, heard by the
+/// second handle's `LISTEN` connection, wakes the pool's dispatcher.
+fn wake_across_handles(scratch: &Scratch, n: usize) -> Result<Row, Error> {
+    let here = scratch.store("wake")?;
+    let there = scratch.store("wake")?;
+    let started: Arc<parking_lot::Mutex<Vec<Instant>>> = Arc::default();
+    let s = started.clone();
+    let pool = WorkerPool::builder(here.clone(), "wake").start(move |_| {
+        s.lock().push(Instant::now());
+        Ok(Vec::new())
+    })?;
+    // The listener starts with the pool's first look for work: wait until it hears one.
+    there.enqueue(NewJob::new("wake", "warm-up"))?;
+    while started.lock().is_empty() {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let mut samples = Vec::with_capacity(n);
+    let begin = Instant::now();
+    for i in 0..n {
+        let before = started.lock().len();
+        let t = Instant::now();
+        there.enqueue(NewJob::new("wake", format!("{i}")))?;
+        while started.lock().len() == before {
+            std::thread::sleep(Duration::from_micros(50));
+        }
+        let at = started.lock()[before];
+        samples.push(at.duration_since(t));
+        while there.stats()?.total(JobState::Succeeded) < (i + 2) as u64 {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+    let total = begin.elapsed();
+    pool.shutdown(Duration::from_secs(5));
+    Ok(Samples(samples).row(
+        "PostgreSQL: enqueue on one handle -> handler start in an idle pool of another (LISTEN/NOTIFY)",
+        "durable",
+        1,
+        total,
+        n as u64,
     ))
 }
 

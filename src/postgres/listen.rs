@@ -1,0 +1,118 @@
+//! Wake-ups across machines: an enqueue's transaction sends `NOTIFY` on the store's channel
+//! with the queue's name (delivered when it commits), and each `PgStore` that has a waiting
+//! pool keeps one connection that `LISTEN`s and wakes this process's waiters of that queue.
+//!
+//! A notification is a hint, never the only way work is found: behind a transaction-mode
+//! connection pooler `LISTEN` does not work, a listener reconnecting misses what was sent
+//! meanwhile, and PostgreSQL drops notifications of a full queue. So idle pools also look
+//! every 250–500 ms (jittered), and a listener that reconnects wakes every waiter once.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use postgres::NoTls;
+use postgres::fallible_iterator::FallibleIterator;
+
+use crate::notify::Notifier;
+
+/// The payload that wakes the waiters of every queue (a reaper's pass readies any queue).
+pub(crate) const ALL_QUEUES: &str = "*";
+
+/// How often the listener thread looks at its stop flag between notifications.
+const STOP_CHECK: Duration = Duration::from_millis(200);
+
+/// The channel of the store in `schema`.
+pub(crate) fn channel(schema: &str) -> String {
+    format!("leasehold_{schema}")
+}
+
+/// The listener thread of one `PgStore`, stopped and joined when dropped.
+pub(crate) struct Listener {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Listener {
+    pub(crate) fn start(
+        config: postgres::Config,
+        channel: String,
+        notifier: Arc<Notifier>,
+    ) -> std::io::Result<Listener> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopped = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("leasehold-listen".into())
+            .spawn(move || listen(&config, &channel, &notifier, &stopped))?;
+        Ok(Listener {
+            stop,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(thread) = self.thread.take()
+            && thread.thread().id() != std::thread::current().id()
+        {
+            let _ = thread.join();
+        }
+    }
+}
+
+fn listen(config: &postgres::Config, channel: &str, notifier: &Notifier, stop: &AtomicBool) {
+    let mut first = true;
+    while !stop.load(Ordering::SeqCst) {
+        let mut client = match config.connect(NoTls) {
+            Ok(client) => client,
+            Err(e) => {
+                tracing::warn!(error = %e, "the wake-up listener cannot connect; idle pools poll");
+                wait_or_stop(stop, Duration::from_secs(1));
+                continue;
+            }
+        };
+        if let Err(e) = client.batch_execute(&format!("LISTEN {channel}")) {
+            tracing::warn!(error = %e, "LISTEN failed; idle pools poll");
+            wait_or_stop(stop, Duration::from_secs(1));
+            continue;
+        }
+        if !first {
+            // What was sent while this listener was away is lost: everyone looks once.
+            notifier.notify_all();
+        }
+        first = false;
+        let mut notifications = client.notifications();
+        loop {
+            // Notifications until a quiet STOP_CHECK, then a look at the stop flag.
+            let mut it = notifications.timeout_iter(STOP_CHECK);
+            let quiet = loop {
+                match it.next() {
+                    Ok(Some(n)) if n.payload() == ALL_QUEUES => notifier.notify_all(),
+                    Ok(Some(n)) => notifier.notify([&n.payload().to_owned()]),
+                    Ok(None) => break Ok(()),
+                    Err(e) => break Err(e),
+                }
+            };
+            match quiet {
+                Ok(()) if stop.load(Ordering::SeqCst) => return,
+                Ok(()) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, "the wake-up listener lost its connection");
+                    break;
+                }
+            }
+        }
+    }
+}
+
+fn wait_or_stop(stop: &AtomicBool, d: Duration) {
+    let step = Duration::from_millis(50);
+    let mut waited = Duration::ZERO;
+    while waited < d && !stop.load(Ordering::SeqCst) {
+        std::thread::sleep(step);
+        waited += step;
+    }
+}
