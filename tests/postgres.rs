@@ -668,4 +668,107 @@ mod suite {
             }
         }
     }
+
+    /// The pid of the server backend of a connection of this test's schema that waits for a
+    /// lock, once there is one.
+    fn waiting_backend(db: &mut Db) -> i32 {
+        let mut pid = None;
+        let like = format!("%{}%", db.schema);
+        wait_until("a statement to wait for the row lock", || {
+            pid = db
+                .admin
+                .query_opt(
+                    "SELECT pid FROM pg_stat_activity
+                     WHERE query LIKE $1 AND wait_event_type = 'Lock' LIMIT 1",
+                    &[&like],
+                )
+                .unwrap()
+                .map(|r| r.get(0));
+            pid.is_some()
+        });
+        pid.unwrap()
+    }
+
+    #[test]
+    fn a_connection_killed_mid_statement_is_a_typed_error_and_loses_nothing() {
+        let mut db = db!("killed backend");
+        let store = db.store();
+        let id = store.enqueue(NewJob::new(Q, "x")).unwrap();
+        let lease = store.claim(Q, "w", LEASE).unwrap().unwrap();
+        // hold the job's row, so that the completion waits inside its statement
+        let locker = format!(
+            "SELECT 1 FROM {}.leasehold_jobs WHERE id = $1 FOR UPDATE",
+            db.schema
+        );
+        let mut holder = postgres::Client::connect(&db.url, postgres::NoTls).unwrap();
+        let mut held = holder.transaction().unwrap();
+        held.execute(&locker, &[&(id.0 as i64)]).unwrap();
+        let completing = std::thread::scope(|s| {
+            let waiting = s.spawn(|| store.complete(&lease, b"done"));
+            let pid = waiting_backend(&mut db);
+            db.admin
+                .execute("SELECT pg_terminate_backend($1)", &[&pid])
+                .unwrap();
+            waiting.join().unwrap()
+        });
+        held.rollback().unwrap();
+        match completing {
+            Err(Error::Postgres(_)) => {}
+            other => panic!("expected a PostgreSQL error, got {other:?}"),
+        }
+        // nothing was applied; the next call reconnects and the lease still holds
+        assert_eq!(store.job(id).unwrap().unwrap().state(), JobState::Running);
+        store.complete(&lease, b"done").unwrap();
+        assert_eq!(store.job(id).unwrap().unwrap().state(), JobState::Succeeded);
+    }
+
+    #[test]
+    fn a_statement_stuck_past_the_timeout_fails_typed_and_changes_nothing() {
+        let mut db = db!("statement timeout");
+        let store = db
+            .builder()
+            .statement_timeout(Duration::from_millis(300))
+            .open()
+            .unwrap();
+        let id = store.enqueue(NewJob::new(Q, "x")).unwrap();
+        let lease = store.claim(Q, "w", LEASE).unwrap().unwrap();
+        let locker = format!(
+            "SELECT 1 FROM {}.leasehold_jobs WHERE id = $1 FOR UPDATE",
+            db.schema
+        );
+        let mut held = db.admin.transaction().unwrap();
+        held.execute(&locker, &[&(id.0 as i64)]).unwrap();
+        let stuck = store.complete(&lease, b"done");
+        held.rollback().unwrap();
+        match stuck {
+            Err(Error::Postgres(PgError::Database {
+                code: Some(code), ..
+            })) => {
+                assert_eq!(code, "57014", "query_canceled")
+            }
+            other => panic!("expected a cancelled statement, got {other:?}"),
+        }
+        assert_eq!(store.job(id).unwrap().unwrap().state(), JobState::Running);
+        store.complete(&lease, b"done").unwrap();
+    }
+
+    #[test]
+    fn a_role_without_rights_is_refused_with_permission_denied() {
+        let mut db = db!("no rights");
+        let role = format!("{}_norights", db.schema);
+        db.sql(&format!("CREATE ROLE {role} LOGIN"));
+        db.sql(&format!("REVOKE CREATE ON DATABASE test FROM {role}"));
+        let url = match db.url.rsplit_once('@') {
+            Some((_, host)) => format!("postgres://{role}@{host}"),
+            None => panic!("LEASEHOLD_PG_URL has no user@host: {}", db.url),
+        };
+        let refused = PgStore::builder(&url).schema(&db.schema).open();
+        db.sql(&format!("DROP ROLE {role}"));
+        match refused {
+            Err(Error::Postgres(PgError::PermissionDenied(why))) => {
+                assert!(why.contains("permission denied"), "{why}")
+            }
+            other => panic!("expected PermissionDenied, got {other:?}"),
+        }
+    }
 }

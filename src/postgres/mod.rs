@@ -46,9 +46,19 @@ pub struct PgStoreBuilder {
     max_payload: usize,
     reap_batch: usize,
     connections: usize,
+    statement_timeout: Duration,
 }
 
 impl PgStoreBuilder {
+    /// The longest one statement may run (waiting for a row lock included) before the
+    /// server cancels it: a stuck statement fails, typed, rather than hold a worker forever.
+    /// Applied to every connection the store opens, so also to the application's SQL in
+    /// [`PgStore::complete_with`]. Default: 30 s.
+    pub fn statement_timeout(mut self, timeout: Duration) -> PgStoreBuilder {
+        self.statement_timeout = timeout;
+        self
+    }
+
     /// The PostgreSQL schema holding leasehold's tables (created if missing). Default:
     /// `leasehold`. Its tables are leasehold's alone; the application's own live elsewhere.
     pub fn schema(mut self, schema: impl Into<String>) -> PgStoreBuilder {
@@ -103,6 +113,7 @@ impl PgStoreBuilder {
                 max_payload: self.max_payload,
                 reap_batch: self.reap_batch,
                 connections: self.connections.max(1),
+                statement_timeout: self.statement_timeout,
                 idle: Mutex::new(Vec::new()),
                 notifier: Arc::new(crate::notify::Notifier::default()),
                 listener: std::sync::OnceLock::new(),
@@ -129,6 +140,7 @@ struct Inner {
     max_payload: usize,
     reap_batch: usize,
     connections: usize,
+    statement_timeout: Duration,
     idle: Mutex<Vec<Connection>>,
     /// Wakes this process's pools when a commit, here or (through the listener) on another
     /// machine, gives a queue work.
@@ -167,6 +179,7 @@ impl PgStore {
             max_payload: DEFAULT_MAX_PAYLOAD,
             reap_batch: DEFAULT_REAP_BATCH,
             connections: 16,
+            statement_timeout: Duration::from_secs(30),
         }
     }
 
@@ -182,7 +195,7 @@ impl PgStore {
         let mut conn = match idle {
             Some(conn) if !conn.client.is_closed() => conn,
             _ => Connection {
-                client: self.inner.config.connect(NoTls).map_err(PgError::connect)?,
+                client: self.connect()?,
                 prepared: std::collections::HashMap::new(),
             },
         };
@@ -194,6 +207,16 @@ impl PgStore {
             }
         }
         result
+    }
+
+    /// A new connection with the store's session settings.
+    fn connect(&self) -> Result<Client> {
+        let mut client = self.inner.config.connect(NoTls).map_err(PgError::connect)?;
+        let timeout = self.inner.statement_timeout.as_millis().max(1);
+        client
+            .batch_execute(&format!("SET statement_timeout = {timeout}"))
+            .map_err(PgError::from)?;
+        Ok(client)
     }
 
     /// Runs `f` in a transaction, retried (from the start) when PostgreSQL aborts it for a
