@@ -9,6 +9,15 @@
 #![cfg(feature = "postgres")]
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
+#[path = "support/helper_process.rs"]
+mod helper_process;
+
+#[test]
+#[ignore = "the helper process the other tests start, not a test of its own"]
+fn helper_process() {
+    helper_process::run();
+}
+
 /// A line on stderr that the test harness does not capture: a skipped suite must be seen.
 fn say(line: &str) {
     use std::io::Write;
@@ -17,6 +26,7 @@ fn say(line: &str) {
 
 #[cfg(feature = "postgres")]
 mod suite {
+    use super::say;
 
     use std::collections::BTreeSet;
     use std::time::Duration;
@@ -770,5 +780,157 @@ mod suite {
             }
             other => panic!("expected PermissionDenied, got {other:?}"),
         }
+    }
+
+    fn kills() -> usize {
+        std::env::var("LEASEHOLD_PG_KILLS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(50)
+    }
+
+    /// A `pg-worker` helper process and the commits it has reported.
+    struct PgWorker {
+        child: std::process::Child,
+        lines: std::sync::mpsc::Receiver<String>,
+    }
+
+    impl PgWorker {
+        fn start(db: &Db, lease_ms: u64) -> PgWorker {
+            let lease_ms = lease_ms.to_string();
+            let args = [
+                "--url",
+                &db.url,
+                "--schema",
+                &db.schema,
+                "--threads",
+                "2",
+                "--lease-ms",
+                &lease_ms,
+            ];
+            let mut child = super::helper_process::command("pg-worker", args)
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .unwrap();
+            let out = super::helper_process::stdout_lines(&mut child);
+            let (tx, lines) = std::sync::mpsc::channel();
+            std::thread::spawn(move || {
+                for line in out.map_while(Result::ok) {
+                    if tx.send(line).is_err() {
+                        break;
+                    }
+                }
+            });
+            PgWorker { child, lines }
+        }
+
+        /// SIGKILL after up to `after` more reported lines (or a short wait); returns the
+        /// commits it reported before it died (those had returned).
+        fn kill_after(mut self, after: usize, committed: &mut Vec<i64>) {
+            for _ in 0..after {
+                match self.lines.recv_timeout(Duration::from_millis(500)) {
+                    Ok(line) => record(&line, committed),
+                    Err(_) => break,
+                }
+            }
+            self.child.kill().unwrap();
+            self.child.wait().unwrap();
+            // what it wrote before death is still in the pipe
+            std::thread::sleep(Duration::from_millis(20));
+            for line in self.lines.try_iter() {
+                record(&line, committed);
+            }
+        }
+    }
+
+    impl Drop for PgWorker {
+        fn drop(&mut self) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+
+    fn record(line: &str, committed: &mut Vec<i64>) {
+        match line.split_whitespace().collect::<Vec<_>>().as_slice() {
+            ["committed", id] => committed.push(id.parse().unwrap()),
+            _ => panic!("pg-worker said: {line}"),
+        }
+    }
+
+    #[test]
+    fn worker_processes_on_postgres_killed_at_random_lose_nothing_and_commit_each_job_once() {
+        let mut db = db!("process kills");
+        db.sql("CREATE SCHEMA {s}; CREATE TABLE {s}.effects (job bigint NOT NULL)");
+        let store = db.store();
+        let jobs = 300;
+        let ids = store
+            .enqueue_batch((0..jobs).map(|i| NewJob::new("kills", format!("{i}"))))
+            .unwrap();
+        let lease_ms = 300;
+        let mut workers: Vec<PgWorker> = (0..4).map(|_| PgWorker::start(&db, lease_ms)).collect();
+        let mut committed = Vec::new();
+        let mut rng = 0x2545_F491_4F6C_DD1Du64;
+        let kills = kills();
+        for _ in 0..kills {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            let victim = workers.swap_remove((rng % workers.len() as u64) as usize);
+            victim.kill_after((rng >> 8) as usize % 6, &mut committed);
+            workers.push(PgWorker::start(&db, lease_ms));
+            // some jobs must remain for the next kill to land mid-work
+            if store.stats().unwrap().total(JobState::Succeeded) as usize >= ids.len() {
+                store
+                    .enqueue_batch((0..20).map(|i| NewJob::new("kills", format!("more {i}"))))
+                    .unwrap();
+            }
+        }
+        // the survivors finish everything, the dead ones' jobs once their leases run out
+        wait_until("every job to succeed", || {
+            let stats = store.stats().unwrap();
+            stats.total(JobState::Queued)
+                + stats.total(JobState::Running)
+                + stats.total(JobState::RetryWait)
+                == 0
+        });
+        for w in workers.drain(..) {
+            w.kill_after(0, &mut committed);
+        }
+        let per_job: std::collections::BTreeMap<i64, i64> = db
+            .admin
+            .query(
+                &format!(
+                    "SELECT job, count(*) FROM {}.effects GROUP BY job",
+                    db.schema
+                ),
+                &[],
+            )
+            .unwrap()
+            .iter()
+            .map(|r| (r.get(0), r.get(1)))
+            .collect();
+        let all = store.stats().unwrap().total(JobState::Succeeded);
+        assert_eq!(
+            per_job.len() as u64,
+            all,
+            "every succeeded job has its effect"
+        );
+        assert!(
+            per_job.values().all(|n| *n == 1),
+            "a job's effect was committed twice: {:?}",
+            per_job.iter().filter(|(_, n)| **n > 1).collect::<Vec<_>>()
+        );
+        for id in &committed {
+            assert_eq!(
+                per_job.get(id),
+                Some(&1),
+                "reported commit of job {id} is missing"
+            );
+        }
+        assert_eq!(store.stats().unwrap().total(JobState::Dead), 0);
+        say(&format!(
+            "{kills} SIGKILLs of worker processes on PostgreSQL: {all} jobs, each committed once; {} commits reported by the workers",
+            committed.len()
+        ));
     }
 }

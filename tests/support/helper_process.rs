@@ -10,6 +10,8 @@
 //!   them until killed or stdin closes (`holder.rs`).
 //! - `worker`: `--threads` threads claim, renew and complete with an effect row in the same
 //!   transaction, printing each commit after it returned (`worker.rs`).
+//! - `pg-worker`: the same on the PostgreSQL store at `--url` in `--schema`, the effect a row
+//!   of that schema's `effects` table (`pg_worker.rs`).
 
 #![allow(dead_code)]
 
@@ -23,6 +25,8 @@ use leasehold::{Sharing, Store};
 
 #[path = "holder.rs"]
 mod holder;
+#[path = "pg_worker.rs"]
+mod pg_worker;
 #[path = "worker.rs"]
 mod worker;
 
@@ -86,7 +90,7 @@ pub fn run() {
         flags.insert(flag.to_owned(), value.to_owned());
     }
     let number = |name: &str, default: u64| flags.get(name).map_or(default, |v| v.parse().unwrap());
-    let db = flags.get("db").expect("--db").into();
+    let db: std::path::PathBuf = flags.get("db").map(Into::into).unwrap_or_default();
     let queue = flags
         .get("queue")
         .cloned()
@@ -107,6 +111,12 @@ pub fn run() {
             lease,
         ),
         "worker" => worker::run(db, queue, number("threads", 4) as usize, lease, sharing),
+        "pg-worker" => pg_worker::run(
+            flags.get("url").expect("--url"),
+            flags.get("schema").expect("--schema"),
+            number("threads", 2) as usize,
+            lease,
+        ),
         other => panic!("no helper role {other:?}"),
     };
     // Exit here, before libtest reports a test result on stdout.
