@@ -778,6 +778,152 @@ fn bump(tx: Tx<'_, '_>, p: &mut Prepared<'_>, counter: &str, by: i64) -> Result<
 
 // ----- reads -----
 
+const LIST: &str = "
+SELECT id, queue, state, priority, attempt, failures, max_attempts, unique_key,
+    {s}.us(created_at), {s}.us(run_at), lease_owner, {s}.us(lease_claimed_at),
+    {s}.us(lease_expires_at), {s}.us(lease_indexed_expiry), lease_length_us, stall_timeout_us,
+    progress, {s}.us(progress_at), cancel_requested, last_error, {s}.us(finished_at),
+    {s}.us(updated_at)
+FROM {s}.leasehold_jobs
+WHERE ($1::text IS NULL OR queue = $1) AND ($2::text IS NULL OR state = $2)";
+
+/// Jobs matching `filter`, in its order (for operators and tools).
+pub(crate) fn list(
+    tx: Tx<'_, '_>,
+    p: &mut Prepared<'_>,
+    filter: &crate::read::JobFilter,
+) -> Result<Vec<JobRecord>> {
+    use crate::read::JobOrder;
+    let order = match filter.order {
+        JobOrder::Oldest => " ORDER BY id",
+        JobOrder::Newest => " ORDER BY id DESC",
+        JobOrder::Priority => " ORDER BY priority, run_at, id",
+        JobOrder::Updated => " ORDER BY updated_at DESC, id DESC",
+    };
+    let limit = filter
+        .limit
+        .map_or(i64::MAX, |n| i64::try_from(n).unwrap_or(i64::MAX));
+    let sql = format!("{}{order} LIMIT $3", p.names.sql(LIST));
+    let state = filter.state.map(|s| s.name());
+    tx.query(&sql, &[&filter.queue, &state, &limit])?
+        .iter()
+        .map(record)
+        .collect()
+}
+
+const TIMING: &str = "
+SELECT
+    (SELECT {s}.us(min(run_at)) FROM {s}.leasehold_jobs
+     WHERE queue = $1 AND state IN ('queued', 'retry_wait')),
+    (SELECT {s}.us(min(lease_expires_at)) FROM {s}.leasehold_jobs
+     WHERE queue = $1 AND state = 'running'),
+    (SELECT {s}.us(min(lease_expires_at)) FROM {s}.leasehold_jobs
+     WHERE queue = $1 AND state = 'running' AND lease_expires_at > clock_timestamp())";
+
+/// When things fall due in `queue`.
+pub(crate) fn timing(
+    tx: Tx<'_, '_>,
+    p: &mut Prepared<'_>,
+    queue: &str,
+) -> Result<crate::reader::QueueTiming> {
+    let st = p.get(tx, TIMING)?;
+    let row = tx.query_one(&st, &[&queue])?;
+    let at = |i: usize| row.get::<_, Option<i64>>(i).map(time);
+    Ok(crate::reader::QueueTiming {
+        earliest_run_at: at(0),
+        earliest_expiry: at(1),
+        next_expiry: at(2),
+    })
+}
+
+/// What must hold between the columns and the history of every job, as SQL that returns
+/// one row per violation.
+const CHECKS: [(&str, &str); 5] = [
+    (
+        "a running job without a whole lease",
+        "SELECT id FROM {s}.leasehold_jobs WHERE state = 'running' AND (lease_owner IS NULL
+         OR lease_claimed_at IS NULL OR lease_expires_at IS NULL OR lease_length_us IS NULL
+         OR lease_indexed_expiry IS NULL OR lease_indexed_expiry > lease_expires_at)",
+    ),
+    (
+        "a job that is not running but holds a lease",
+        "SELECT id FROM {s}.leasehold_jobs WHERE state <> 'running'
+         AND (lease_owner IS NOT NULL OR lease_expires_at IS NOT NULL)",
+    ),
+    (
+        "a finished job without a finish time, or an unfinished one with one",
+        "SELECT id FROM {s}.leasehold_jobs
+         WHERE (state IN ('succeeded', 'dead', 'cancelled')) <> (finished_at IS NOT NULL)",
+    ),
+    (
+        "history that does not have one record per ended attempt",
+        "SELECT j.id FROM {s}.leasehold_jobs j
+         LEFT JOIN (SELECT job, count(*) AS n, max(attempt) AS top FROM {s}.leasehold_runs
+                    GROUP BY job) r ON r.job = j.id
+         WHERE coalesce(r.n, 0) <> j.attempt - CASE WHEN j.state = 'running' THEN 1 ELSE 0 END
+            OR coalesce(r.top, 0) > j.attempt",
+    ),
+    (
+        "history of a job that does not exist",
+        "SELECT DISTINCT r.job FROM {s}.leasehold_runs r
+         LEFT JOIN {s}.leasehold_jobs j ON j.id = r.job WHERE j.id IS NULL",
+    ),
+];
+
+/// The integrity check: every rule of [`CHECKS`], one problem per job that breaks one.
+pub(crate) fn check(tx: Tx<'_, '_>, p: &mut Prepared<'_>) -> Result<crate::check::CheckReport> {
+    let jobs: i64 = tx
+        .query_one(&p.names.sql("SELECT count(*) FROM {s}.leasehold_jobs"), &[])?
+        .get(0);
+    let mut problems = Vec::new();
+    for (rule, sql) in CHECKS {
+        for row in tx.query(&p.names.sql(sql), &[])? {
+            problems.push(format!("job {}: {rule}", row.get::<_, i64>(0)));
+        }
+    }
+    Ok(crate::check::CheckReport {
+        jobs: u64::try_from(jobs).unwrap_or(0),
+        problems,
+    })
+}
+
+const PURGE: &str = "
+WITH gone AS (
+    DELETE FROM {s}.leasehold_jobs WHERE id IN (
+        SELECT id FROM {s}.leasehold_jobs
+        WHERE finished_at IS NOT NULL AND finished_at <= clock_timestamp() - $1::bigint * interval '1 microsecond'
+            AND state = ANY($2)
+        ORDER BY finished_at
+        LIMIT $3
+        FOR UPDATE SKIP LOCKED)
+    RETURNING id
+),
+runs AS (DELETE FROM {s}.leasehold_runs WHERE job IN (SELECT id FROM gone))
+SELECT count(*) FROM gone";
+
+/// Deletes up to `limit` terminal jobs in `states` that finished at least `older_than` ago,
+/// with their history; returns how many. Called in batches, so that a purge of a large
+/// backlog holds no lock for long and leaves autovacuum bounded work each time.
+pub(crate) fn purge_batch(
+    tx: Tx<'_, '_>,
+    p: &mut Prepared<'_>,
+    older_than: Duration,
+    states: &[JobState],
+    limit: usize,
+) -> Result<usize> {
+    let st = p.get(tx, PURGE)?;
+    let states: Vec<&str> = states
+        .iter()
+        .filter(|s| s.is_terminal())
+        .map(|s| s.name())
+        .collect();
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let n: i64 = tx
+        .query_one(&st, &[&micros(older_than), &states, &limit])?
+        .get(0);
+    Ok(usize::try_from(n).unwrap_or(0))
+}
+
 const NEXT_DUE: &str = "
 SELECT {s}.us(least(
     (SELECT min(run_at) FROM {s}.leasehold_jobs

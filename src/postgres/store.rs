@@ -265,6 +265,39 @@ impl PgStore {
         crate::backend::LeaseBackend::wait_for_work(self, queue, seen, timeout)
     }
 
+    /// Jobs matching `filter` (for operators and tools).
+    pub fn jobs(&self, filter: &crate::read::JobFilter) -> Result<Vec<Job>> {
+        self.transaction(|tx, p| protocol::list(tx, p, filter))
+            .map(|records| records.into_iter().map(Job).collect())
+    }
+
+    /// When things fall due in `queue`.
+    pub fn timing(&self, queue: &str) -> Result<crate::reader::QueueTiming> {
+        self.transaction(|tx, p| protocol::timing(tx, p, queue))
+    }
+
+    /// Proves the rows agree with each other: every running job has a whole lease and no
+    /// other job has one, finish times match states, and history has one row per ended
+    /// attempt (the indexes are PostgreSQL's to keep).
+    pub fn check(&self) -> Result<crate::check::CheckReport> {
+        self.transaction(protocol::check)
+    }
+
+    /// Deletes terminal jobs in `states` that finished at least `older_than` ago, with their
+    /// history, in transactions of at most the reap batch; returns how many.
+    pub fn purge(&self, older_than: std::time::Duration, states: &[JobState]) -> Result<usize> {
+        let mut total = 0;
+        loop {
+            let n = self.transaction(|tx, p| {
+                protocol::purge_batch(tx, p, older_than, states, self.reap_batch())
+            })?;
+            total += n;
+            if n < self.reap_batch() {
+                return Ok(total);
+            }
+        }
+    }
+
     /// Counts per queue and state, and the lifetime counters.
     pub fn stats(&self) -> Result<Stats> {
         self.transaction(protocol::stats)
