@@ -6,7 +6,9 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use leasehold::{Error, Job, JobFilter, JobId, JobOrder, JobState, Run, StoreReader, StoreTime};
+use leasehold::{Error, Job, JobFilter, JobId, JobOrder, JobState, Run, StoreTime};
+
+use super::target::Reader;
 use serde::Serialize;
 
 use super::SortArg;
@@ -54,7 +56,7 @@ struct HolderView {
 /// The holder of each running job's lease, by job (empty unless processes share the store).
 type Holders = BTreeMap<JobId, HolderView>;
 
-fn holders(store: &StoreReader) -> Result<Holders, Error> {
+fn holders(store: &Reader) -> Result<Holders, Error> {
     Ok(store
         .holders()?
         .into_iter()
@@ -134,8 +136,8 @@ fn count_cells(name: &str, counts: &leasehold::QueueCounts) -> Vec<String> {
 /// Opens the store read-only. A store its writer left unclean is still shown (its last
 /// commit, the file untouched); the operator is told so on stderr, which keeps `--json`
 /// output parseable.
-fn open(db: &Path) -> Result<StoreReader, Error> {
-    let store = StoreReader::open(db)?;
+fn open(db: &Path) -> Result<Reader, Error> {
+    let store = Reader::open(db)?;
     if !store.closed_cleanly() {
         let running = store.stats()?.total(JobState::Running);
         eprintln!(
@@ -273,8 +275,8 @@ struct ProcessesView {
 }
 
 /// `None` unless processes share the store.
-fn processes(store: &StoreReader) -> Result<Option<ProcessesView>, Error> {
-    if store.sharing()? != leasehold::Sharing::MultiProcess {
+fn processes(store: &Reader) -> Result<Option<ProcessesView>, Error> {
+    if !store.shared_by_processes()? {
         return Ok(None);
     }
     let mut instances = BTreeMap::new();
@@ -534,7 +536,7 @@ pub fn watch(db: &Path, interval: Duration, iterations: u64) -> Result<ExitCode,
         if n > 1 && !store.closed_cleanly() {
             // A snapshot of a dead writer's last commit: look again, so that a writer that
             // starts meanwhile is followed.
-            store = StoreReader::open(db)?;
+            store = Reader::open(db)?;
         }
         let now = store.now();
         let stats = store.stats()?;
@@ -581,7 +583,7 @@ pub fn watch(db: &Path, interval: Duration, iterations: u64) -> Result<ExitCode,
         }
         screen.push_str(&format!(
             "leasehold watch  {}  store time {now}  (every {})\n\n",
-            store.path().display(),
+            super::target::describe(db),
             format::duration(interval)
         ));
         let mut t = queue_table(&[]);

@@ -19,12 +19,14 @@ mod helper;
 mod inspect;
 mod operate;
 mod pool_process;
+mod target;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
+use leasehold::postgres::PgError;
 use leasehold::{Error, JobState, Store};
 
 #[derive(Parser)]
@@ -40,7 +42,8 @@ use leasehold::{Error, JobState, Store};
         (missing, locked, corrupt, newer schema)."
 )]
 struct Cli {
-    /// The store file.
+    /// The store file, or a PostgreSQL database as a URL
+    /// (`postgres://user@host/database`, `?schema=name` for a schema other than `leasehold`).
     #[arg(
         long,
         global = true,
@@ -297,6 +300,7 @@ fn exit_code(e: &Error) -> u8 {
         | Error::LeaseLost(_)
         | Error::InUse(_) => 1,
         Error::Input(_) | Error::Config(_) => 2,
+        Error::Postgres(PgError::BadUrl(_) | PgError::BadSchemaName(_)) => 2,
         _ => 3,
     }
 }
@@ -314,6 +318,9 @@ fn explain(e: &Error) -> String {
                 "the store is being written by another process{}; stop it, or use a read command",
                 pid.map(|p| format!(" (pid {p})")).unwrap_or_default()
             )
+        }
+        Error::Postgres(PgError::Connect(why)) => {
+            format!("cannot reach the database ({why}); check the URL in --db or LEASEHOLD_DB")
         }
         other => other.to_string(),
     }

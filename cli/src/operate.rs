@@ -10,9 +10,14 @@ use serde::Serialize;
 
 use super::format::{self, dms};
 use super::inspect::print_json;
+use super::target::{Writer, open_postgres, postgres_url};
 
-/// Opens the store for writing; only `enqueue` may create a missing file.
-fn open(db: &Path, create: bool) -> Result<Store, Error> {
+/// Opens the store for writing: a database by its URL (its tables made if missing), a file
+/// joined as its sharing says; only `enqueue` may create a missing file.
+fn open(db: &Path, create: bool) -> Result<Writer, Error> {
+    if let Some(url) = postgres_url(db) {
+        return Ok(Writer::Postgres(open_postgres(url)?));
+    }
     if !create && !db.exists() {
         return Err(OpenError::Io {
             path: db.to_owned(),
@@ -28,7 +33,7 @@ fn open(db: &Path, create: bool) -> Result<Store, Error> {
             .unwrap_or(Sharing::SingleWriter),
         false => Sharing::SingleWriter,
     };
-    let store = Store::builder(db).sharing(sharing).open()?;
+    let store = Writer::File(Store::builder(db).sharing(sharing).open()?);
     let took = store.recovered_at_open().reclaimed.len();
     if took > 0 {
         eprintln!(
@@ -234,7 +239,13 @@ pub fn reap(db: &Path, json: bool) -> Result<ExitCode, Error> {
 pub fn compact(db: &Path, json: bool) -> Result<ExitCode, Error> {
     let mut store = open(db, false)?;
     let before = std::fs::metadata(db).map(|m| m.len()).unwrap_or(0);
-    let compacted = store.compact()?;
+    let Some(compacted) = store.compact() else {
+        eprintln!(
+            "leasehold: compact applies to a store file; PostgreSQL reclaims a table's space with VACUUM"
+        );
+        return Ok(ExitCode::from(2));
+    };
+    let compacted = compacted?;
     drop(store);
     let after = std::fs::metadata(db).map(|m| m.len()).unwrap_or(0);
     if json {

@@ -566,3 +566,67 @@ fn the_tool_writes_beside_running_processes_and_shows_who_holds_each_lease() {
     let reap = t.json(&["reap"]);
     assert_eq!(reap["recovered_at_open"][0]["job"], held);
 }
+
+#[test]
+fn every_command_works_on_a_postgres_database_named_by_url() {
+    let Ok(url) = std::env::var("LEASEHOLD_PG_URL") else {
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stderr(),
+            "the tool's PostgreSQL test did not run: LEASEHOLD_PG_URL is not set"
+        );
+        return;
+    };
+    let schema = format!("lh_tool_{}", std::process::id());
+    let db = format!("{url}?schema={schema}");
+    let mut admin =
+        leasehold::postgres::client::Client::connect(&url, leasehold::postgres::client::NoTls)
+            .unwrap();
+    let drop_schema = format!("DROP SCHEMA IF EXISTS {schema} CASCADE");
+    admin.batch_execute(&drop_schema).unwrap();
+    let tool = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_leasehold"))
+            .arg("--db")
+            .arg(&db)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let ok = |args: &[&str]| {
+        let out = tool(args);
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let json = |args: &[&str]| -> Value {
+        let mut all = args.to_vec();
+        all.push("--json");
+        serde_json::from_str(&ok(&all)).unwrap()
+    };
+    let enqueued = json(&["enqueue", "--queue", "q", "hello"]);
+    assert_eq!(enqueued["id"], 1, "{enqueued}");
+    json(&["enqueue", "--queue", "q", "--priority", "-1", "world"]);
+    let jobs = json(&["jobs", "--sort", "priority"]);
+    assert_eq!(jobs[0]["id"], 2);
+    assert_eq!(jobs[1]["state"], "queued");
+    let stats = json(&["stats"]);
+    assert_eq!(stats["queues"][0]["counts"]["queued"], 2, "{stats}");
+    let shown = json(&["show", "1"]);
+    assert_eq!(shown["payload"]["utf8"], "hello");
+    assert!(ok(&["cancel", "1"]).contains("cancelled"));
+    ok(&["retry", "1"]);
+    assert_eq!(json(&["reap"])["reclaimed"].as_array().unwrap().len(), 0);
+    ok(&["purge", "--older-than", "1h"]);
+    assert_eq!(json(&["check"])["clean"], true);
+    // what has no meaning on a database, and a URL that does not parse
+    assert_eq!(tool(&["compact"]).status.code(), Some(2));
+    let bad = Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args(["--db", "postgres://::no", "stats"])
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(2));
+    admin.batch_execute(&drop_schema).unwrap();
+}

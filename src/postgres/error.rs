@@ -58,7 +58,15 @@ pub enum PgError {
 
 impl PgError {
     pub(crate) fn connect(e: postgres::Error) -> PgError {
-        PgError::Connect(e.to_string())
+        // The client's own message is only "error connecting to server": the why is below.
+        let mut message = e.to_string();
+        let mut source = std::error::Error::source(&e);
+        while let Some(cause) = source {
+            message.push_str(": ");
+            message.push_str(&cause.to_string());
+            source = cause.source();
+        }
+        PgError::Connect(message)
     }
 
     /// An error from `COMMIT`: a closed connection there means the outcome is unknown.
