@@ -65,7 +65,7 @@ pub(crate) trait LeaseBackend: Send + Sync + 'static {
 
 /// A store a [`WorkerPool`](crate::WorkerPool) or a [`Reaper`](crate::Reaper) runs on: made
 /// from a [`Store`] or, with the `postgres` feature, a
-/// [`PgStore`](crate::postgres::PgStore), by `.into()` (the pool's and the reaper's
+/// `PgStore` (`leasehold::postgres`), by `.into()` (the pool's and the reaper's
 /// constructors take either).
 #[derive(Clone)]
 pub struct Backend(pub(crate) Arc<dyn LeaseBackend>);

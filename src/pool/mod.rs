@@ -4,7 +4,7 @@
 //! Threads (all named, all joined on shutdown):
 //! * one **dispatcher** claims a job whenever a worker is free, and otherwise sleeps until a
 //!   commit in this process gives the queue work or the next delayed job or lease expiry
-//!   comes due ([`Store::next_due`]): no busy polling, and one claimer per pool, so an
+//!   comes due ([`Store::next_due`](crate::Store::next_due)): no busy polling, and one claimer per pool, so an
 //!   enqueue wakes one thread rather than a herd;
 //! * one **heartbeat** thread renews every in-flight lease in one `heartbeat_batch` write per
 //!   tick, carrying each job's progress counter, and interrupts jobs whose lease was lost,
