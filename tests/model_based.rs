@@ -1,7 +1,10 @@
 //! Model-based property test: random operation sequences against the store and an
-//! independent reference model (`tests/support/model.rs`), compared after every step.
+//! independent reference model (`tests/support/model.rs`), compared after every step; on the
+//! redb store, and on the PostgreSQL store where `LEASEHOLD_PG_URL` names a server (the same
+//! model, the same checks: the conformance of the two backends).
 //!
-//! `LEASEHOLD_PROPTEST_CASES=100000 cargo test --release --test model_based` for a soak.
+//! `LEASEHOLD_PROPTEST_CASES=100000 cargo test --release --test model_based` for a soak;
+//! `LEASEHOLD_PG_PROPTEST_CASES` for the PostgreSQL one (default 100).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
@@ -36,6 +39,30 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
+fn pg_cases() -> u32 {
+    std::env::var("LEASEHOLD_PG_PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100)
+}
+
+/// Runs `ops` on `h` and the model, comparing after every step.
+fn run(mut h: Harness, ops: &[Op]) -> Result<(), TestCaseError> {
+    for (i, op) in ops.iter().enumerate() {
+        let step = h.apply(op).and_then(|()| h.check()).and_then(|()| {
+            if matches!(op, Op::Reap) {
+                h.no_expired_lease_left()
+            } else {
+                Ok(())
+            }
+        });
+        if let Err(why) = step {
+            return Err(TestCaseError::fail(format!("step {i} {op:?}: {why}")));
+        }
+    }
+    Ok(())
+}
+
 fn cases() -> u32 {
     std::env::var("LEASEHOLD_PROPTEST_CASES")
         .ok()
@@ -53,14 +80,30 @@ proptest! {
 
     #[test]
     fn the_store_behaves_like_the_model_under_any_sequence(ops in proptest::collection::vec(op(), 1..40)) {
-        let mut h = Harness::new();
-        for (i, op) in ops.iter().enumerate() {
-            let step = h.apply(op).and_then(|()| h.check()).and_then(|()| {
-                if matches!(op, Op::Reap) { h.no_expired_lease_left() } else { Ok(()) }
-            });
-            if let Err(why) = step {
-                return Err(TestCaseError::fail(format!("step {i} {op:?}: {why}")));
-            }
-        }
+        run(Harness::new(), &ops)?;
     }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: pg_cases(),
+        max_shrink_iters: 500,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    })]
+
+    #[test]
+    fn the_postgres_store_behaves_like_the_model_under_any_sequence(ops in proptest::collection::vec(op(), 1..40)) {
+        let Ok(url) = std::env::var("LEASEHOLD_PG_URL") else {
+            return Ok(()); // said once by the PostgreSQL suite; nothing to run against
+        };
+        let schema = format!("lh_model_{}_{}", std::process::id(), next_schema());
+        run(Harness::postgres(&url, &schema), &ops)?;
+    }
+}
+
+/// A fresh schema name per case (cases of one process run one after another).
+fn next_schema() -> u64 {
+    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }

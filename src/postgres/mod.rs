@@ -47,9 +47,18 @@ pub struct PgStoreBuilder {
     reap_batch: usize,
     connections: usize,
     statement_timeout: Duration,
+    simulated_clock: Option<crate::clock::ManualClock>,
 }
 
 impl PgStoreBuilder {
+    /// For the conformance tests: every transaction reads store time from `clock` (as
+    /// microseconds since the Unix epoch) instead of the database's clock.
+    #[doc(hidden)]
+    pub fn simulated_clock(mut self, clock: crate::clock::ManualClock) -> PgStoreBuilder {
+        self.simulated_clock = Some(clock);
+        self
+    }
+
     /// The longest one statement may run (waiting for a row lock included) before the
     /// server cancels it: a stuck statement fails, typed, rather than hold a worker forever.
     /// Applied to every connection the store opens, so also to the application's SQL in
@@ -114,6 +123,7 @@ impl PgStoreBuilder {
                 reap_batch: self.reap_batch,
                 connections: self.connections.max(1),
                 statement_timeout: self.statement_timeout,
+                simulated_clock: self.simulated_clock,
                 idle: Mutex::new(Vec::new()),
                 notifier: Arc::new(crate::notify::Notifier::default()),
                 listener: std::sync::OnceLock::new(),
@@ -141,6 +151,7 @@ struct Inner {
     reap_batch: usize,
     connections: usize,
     statement_timeout: Duration,
+    simulated_clock: Option<crate::clock::ManualClock>,
     idle: Mutex<Vec<Connection>>,
     /// Wakes this process's pools when a commit, here or (through the listener) on another
     /// machine, gives a queue work.
@@ -180,6 +191,7 @@ impl PgStore {
             reap_batch: DEFAULT_REAP_BATCH,
             connections: 16,
             statement_timeout: Duration::from_secs(30),
+            simulated_clock: None,
         }
     }
 
@@ -233,6 +245,7 @@ impl PgStore {
             let outcome = self.with_connection(|conn| {
                 let Connection { client, prepared } = conn;
                 let mut tx = client.transaction().map_err(PgError::from)?;
+                self.simulate_time(&mut tx)?;
                 let value = {
                     let mut p = Prepared {
                         cache: prepared,
@@ -258,6 +271,7 @@ impl PgStore {
         self.with_connection(|conn| {
             let Connection { client, prepared } = conn;
             let mut tx = client.transaction().map_err(PgError::from)?;
+            self.simulate_time(&mut tx)?;
             let mut f = f;
             let value = f(
                 &mut tx,
@@ -268,6 +282,16 @@ impl PgStore {
             );
             finish(tx, value)
         })
+    }
+
+    /// Sets the transaction's store time from the simulated clock, if there is one.
+    fn simulate_time(&self, tx: &mut postgres::Transaction<'_>) -> Result<()> {
+        if let Some(clock) = &self.inner.simulated_clock {
+            let us = clock.elapsed().as_micros().to_string();
+            tx.execute("SELECT set_config('leasehold.now_us', $1, true)", &[&us])
+                .map_err(PgError::from)?;
+        }
+        Ok(())
     }
 
     fn settings(&self) -> protocol::Settings<'_> {

@@ -1,6 +1,7 @@
 //! The lease protocol in SQL, readable in one place: each step is a function over one
-//! PostgreSQL transaction, and every time it reads or writes is the database's
-//! `clock_timestamp()`, taken once per statement (the `c` CTE) so that a statement sees one
+//! PostgreSQL transaction, and every time it reads or writes is the database's clock
+//! (`{s}.clock()`: `clock_timestamp()`, not `now()`, which is the transaction's start), taken
+//! once per statement (the `c` CTE) so that a statement sees one
 //! instant.
 //!
 //! The rules are [`crate::protocol`]'s: a claim takes a job only if it is waiting and due, or
@@ -34,7 +35,7 @@ pub(crate) struct Settings<'a> {
 
 type Tx<'a, 'b> = &'a mut Transaction<'b>;
 
-const NOW: &str = "SELECT {s}.us(clock_timestamp())";
+const NOW: &str = "SELECT {s}.us({s}.clock())";
 
 /// The store's clock: the database's.
 pub(crate) fn now(tx: Tx<'_, '_>, p: &mut Prepared<'_>) -> Result<StoreTime> {
@@ -45,7 +46,7 @@ pub(crate) fn now(tx: Tx<'_, '_>, p: &mut Prepared<'_>) -> Result<StoreTime> {
 // ----- enqueue -----
 
 const INSERT: &str = "
-WITH c AS (SELECT clock_timestamp() AS t)
+WITH c AS (SELECT {s}.clock() AS t)
 INSERT INTO {s}.leasehold_jobs
     (queue, state, priority, max_attempts, unique_key, created_at, run_at, progress_at,
      updated_at, payload)
@@ -68,6 +69,14 @@ pub(crate) fn enqueue(
 ) -> Result<JobId> {
     check_new_job(s, new)?;
     let max_attempts = i64::from(new.max_attempts.unwrap_or(s.default_max_attempts));
+    // A live job holding the key is the answer. Looked up first rather than left to the
+    // INSERT's conflict, which would spend a value of the id sequence for nothing.
+    if new.unique_key.is_some() {
+        let holder = p.get(tx, LIVE_KEY_HOLDER)?;
+        if let Some(row) = tx.query_opt(&holder, &[&new.queue, &new.unique_key])? {
+            return Ok(id(row.get(0)));
+        }
+    }
     let insert = p.get(tx, INSERT)?;
     let delay = micros(new.delay);
     let params: [&(dyn ToSql + Sync); 6] = [
@@ -109,15 +118,25 @@ fn check_new_job(s: &Settings<'_>, new: &NewJob) -> Result<()> {
 
 // ----- claim -----
 
-const EXPIRED_OF_QUEUE: &str = "
+/// The earliest indexed expiry of the queue that has passed (the candidate for takeover).
+const FIRST_EXPIRED: &str = "
 SELECT id FROM {s}.leasehold_jobs
-WHERE queue = $1 AND state = 'running' AND lease_indexed_expiry <= clock_timestamp()
-ORDER BY lease_indexed_expiry
-LIMIT $2
+WHERE queue = $1 AND state = 'running' AND lease_indexed_expiry <= {s}.clock()
+ORDER BY lease_indexed_expiry, id
+LIMIT 1
+FOR UPDATE SKIP LOCKED";
+
+/// The most urgent due waiting job of the queue.
+const FIRST_READY: &str = "
+SELECT id, priority FROM {s}.leasehold_jobs
+WHERE queue = $1 AND state IN ('queued', 'retry_wait') AND run_at <= {s}.clock()
+    AND attempt < 4294967295
+ORDER BY priority, run_at, id
+LIMIT 1
 FOR UPDATE SKIP LOCKED";
 
 const CLAIM: &str = "
-WITH c AS (SELECT clock_timestamp() AS t),
+WITH c AS (SELECT {s}.clock() AS t),
 picked AS (
     SELECT id FROM {s}.leasehold_jobs, c
     WHERE queue = $1 AND state IN ('queued', 'retry_wait') AND run_at <= c.t
@@ -137,9 +156,10 @@ WHERE j.id = picked.id
 RETURNING j.id, j.attempt, {s}.us(c.t), {s}.us(j.lease_expires_at), j.payload, j.priority,
     {s}.us(j.run_at)";
 
-/// Claims up to `n` jobs of `queue`, most urgent first: first takes over up to `n` expired
-/// leases of the queue (so their jobs wait again, in their old place, or are dead when out
-/// of budget), then claims the due waiting jobs in one statement.
+/// Claims up to `n` jobs of `queue`, most urgent first, as [`crate::protocol::claim_batch`]
+/// does: a job is taken if it is waiting and due, or running with an expired lease (taken
+/// over), the expired one first when its priority is at least as urgent. While no lease of
+/// the queue has expired (nearly always), the whole batch is one statement.
 pub(crate) fn claim_batch(
     tx: Tx<'_, '_>,
     p: &mut Prepared<'_>,
@@ -152,25 +172,101 @@ pub(crate) fn claim_batch(
     input::check_queue(queue)?;
     input::check_worker(worker)?;
     crate::config::check_terms(&terms)?;
-    let limit = i64::try_from(n).unwrap_or(i64::MAX);
-    let expired = p.get(tx, EXPIRED_OF_QUEUE)?;
-    let ids: Vec<i64> = tx
-        .query(&expired, &[&queue, &limit])?
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
-    expire_or_catch_up(tx, p, s, &ids, ReclaimPath::Takeover)?;
+    let mut leases = Vec::new();
+    // One at a time while expired leases are about, each weighed against the ready jobs.
+    while leases.len() < n {
+        let Some(expired) = first_expired(tx, p, queue)? else {
+            break;
+        };
+        let ready = p.get(tx, FIRST_READY)?;
+        let ready = tx
+            .query_opt(&ready, &[&queue])?
+            .map(|r| (r.get::<_, i64>(0), r.get::<_, i32>(1)));
+        let take_over = match ready {
+            None => true,
+            Some((_, priority)) => expired.priority <= priority,
+        };
+        let job = match (take_over, ready) {
+            (false, Some((ready, _))) => ready,
+            _ => {
+                let now = now(tx, p)?;
+                if !expire(tx, p, s, &expired, ReclaimPath::Takeover, now)?
+                    .now
+                    .is_waiting()
+                {
+                    continue; // out of budget or cancelled: now terminal; the next candidate
+                }
+                key(expired.id)
+            }
+        };
+        match grant(tx, p, JobId(job as u64), worker, terms)? {
+            Some(lease) => leases.push(lease),
+            // Due a moment ago by the same predicate: cannot happen; never loop on it.
+            None => break,
+        }
+    }
+    if leases.len() == n {
+        return Ok(leases);
+    }
     let claim = p.get(tx, CLAIM)?;
-    let length = micros(terms.length);
-    let stall = terms.stall_timeout.map(micros);
+    let limit = i64::try_from(n - leases.len()).unwrap_or(i64::MAX);
+    let (length, stall) = (micros(terms.length), terms.stall_timeout.map(micros));
     let mut rows = tx.query(&claim, &[&queue, &limit, &worker, &length, &stall])?;
     rows.sort_by_key(|r| (r.get::<_, i32>(5), r.get::<_, i64>(6), r.get::<_, i64>(0)));
-    rows.iter()
+    for r in &rows {
+        leases.push(Lease {
+            job: id(r.get(0)),
+            attempt: attempt(r.get(1))?,
+            queue: queue.to_owned(),
+            worker: worker.to_owned(),
+            claimed_at: time(r.get(2)),
+            expires_at: time(r.get(3)),
+            length: terms.length,
+            payload: r.get(4),
+        });
+    }
+    Ok(leases)
+}
+
+/// The queue's running job with the earliest indexed expiry that has really expired (its
+/// row locked), moving up the index entries of renewed leases met on the way.
+fn first_expired(tx: Tx<'_, '_>, p: &mut Prepared<'_>, queue: &str) -> Result<Option<JobRecord>> {
+    loop {
+        let st = p.get(tx, FIRST_EXPIRED)?;
+        let Some(row) = tx.query_opt(&st, &[&queue])? else {
+            return Ok(None);
+        };
+        let Some(record) = load(tx, p, id(row.get(0)))? else {
+            return Ok(None);
+        };
+        let now = now(tx, p)?;
+        if record.lease.as_ref().is_some_and(|l| l.expires_at <= now) {
+            return Ok(Some(record));
+        }
+        let catch_up = p.get(
+            tx,
+            "UPDATE {s}.leasehold_jobs SET lease_indexed_expiry = lease_expires_at WHERE id = $1",
+        )?;
+        tx.execute(&catch_up, &[&key(record.id)])?;
+    }
+}
+
+/// Starts a new attempt of the waiting job `job` under a lease for `worker`, if it is due.
+fn grant(
+    tx: Tx<'_, '_>,
+    p: &mut Prepared<'_>,
+    job: JobId,
+    worker: &str,
+    terms: LeaseTerms,
+) -> Result<Option<Lease>> {
+    let st = p.get(tx, GRANT)?;
+    let (length, stall) = (micros(terms.length), terms.stall_timeout.map(micros));
+    tx.query_opt(&st, &[&key(job), &worker, &length, &stall])?
         .map(|r| {
             Ok(Lease {
                 job: id(r.get(0)),
                 attempt: attempt(r.get(1))?,
-                queue: queue.to_owned(),
+                queue: r.get(5),
                 worker: worker.to_owned(),
                 claimed_at: time(r.get(2)),
                 expires_at: time(r.get(3)),
@@ -178,13 +274,45 @@ pub(crate) fn claim_batch(
                 payload: r.get(4),
             })
         })
-        .collect()
+        .transpose()
+}
+
+const GRANT: &str = "
+WITH c AS (SELECT {s}.clock() AS t)
+UPDATE {s}.leasehold_jobs j
+SET state = 'running', attempt = j.attempt + 1, lease_owner = $2, lease_claimed_at = c.t,
+    lease_expires_at = c.t + $3::bigint * interval '1 microsecond',
+    lease_indexed_expiry = c.t + $3::bigint * interval '1 microsecond',
+    lease_length_us = $3::bigint, stall_timeout_us = $4::bigint, progress = 0, progress_at = c.t,
+    updated_at = c.t
+FROM c
+WHERE j.id = $1 AND j.state IN ('queued', 'retry_wait') AND j.run_at <= c.t
+    AND j.attempt < 4294967295
+RETURNING j.id, j.attempt, {s}.us(c.t), {s}.us(j.lease_expires_at), j.payload, j.queue";
+
+/// Claims one named job if it is claimable now: waiting and due, or running with an expired
+/// lease (taken over first). The seed design's conditional update.
+pub(crate) fn claim_job(
+    tx: Tx<'_, '_>,
+    p: &mut Prepared<'_>,
+    s: &Settings<'_>,
+    job: JobId,
+    worker: &str,
+    terms: LeaseTerms,
+) -> Result<Option<Lease>> {
+    input::check_worker(worker)?;
+    crate::config::check_terms(&terms)?;
+    if load(tx, p, job)?.is_none() {
+        return Err(Error::JobNotFound(job));
+    }
+    expire_or_catch_up(tx, p, s, &[key(job)], ReclaimPath::Takeover)?;
+    grant(tx, p, job, worker, terms)
 }
 
 // ----- heartbeat -----
 
 const RENEW: &str = "
-WITH c AS (SELECT clock_timestamp() AS t)
+WITH c AS (SELECT {s}.clock() AS t)
 UPDATE {s}.leasehold_jobs j
 SET lease_expires_at = greatest(j.lease_expires_at,
         c.t + j.lease_length_us * interval '1 microsecond'),
@@ -198,7 +326,7 @@ WHERE j.id = $1 AND j.attempt = $2 AND j.state = 'running' AND NOT j.cancel_requ
 RETURNING {s}.us(j.lease_expires_at)";
 
 const RENEW_MANY: &str = "
-WITH c AS (SELECT clock_timestamp() AS t),
+WITH c AS (SELECT {s}.clock() AS t),
 r AS (SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[]) AS r(id, attempt, progress))
 UPDATE {s}.leasehold_jobs j
 SET lease_expires_at = greatest(j.lease_expires_at,
@@ -309,7 +437,7 @@ fn not_renewed(
 // ----- ends of an attempt -----
 
 const COMPLETE: &str = "
-WITH c AS (SELECT clock_timestamp() AS t),
+WITH c AS (SELECT {s}.clock() AS t),
 old AS (
     SELECT id, attempt, lease_owner, lease_claimed_at, progress FROM {s}.leasehold_jobs
     WHERE id = $1 AND attempt = $2 AND state = 'running'
@@ -413,12 +541,12 @@ pub(crate) fn cancel(tx: Tx<'_, '_>, p: &mut Prepared<'_>, job: JobId) -> Result
     let record = load(tx, p, job)?.ok_or(Error::JobNotFound(job))?;
     let st = match record.state {
         JobState::Queued | JobState::RetryWait => {
-            "UPDATE {s}.leasehold_jobs SET state = 'cancelled', finished_at = clock_timestamp(),
-             updated_at = clock_timestamp() WHERE id = $1"
+            "UPDATE {s}.leasehold_jobs SET state = 'cancelled', finished_at = {s}.clock(),
+             updated_at = {s}.clock() WHERE id = $1"
         }
         JobState::Running => {
             "UPDATE {s}.leasehold_jobs SET cancel_requested = true,
-             updated_at = clock_timestamp() WHERE id = $1"
+             updated_at = {s}.clock() WHERE id = $1"
         }
         JobState::Cancelled => return Ok(JobState::Cancelled),
         state @ (JobState::Succeeded | JobState::Dead) => {
@@ -461,7 +589,7 @@ pub(crate) fn retry(tx: Tx<'_, '_>, p: &mut Prepared<'_>, job: JobId) -> Result<
     let st = p.get(
         tx,
         "UPDATE {s}.leasehold_jobs SET state = 'queued', failures = 0, cancel_requested = false,
-         finished_at = NULL, run_at = clock_timestamp(), updated_at = clock_timestamp()
+         finished_at = NULL, run_at = {s}.clock(), updated_at = {s}.clock()
          WHERE id = $1",
     )?;
     tx.execute(&st, &[&key(job)])?;
@@ -472,7 +600,7 @@ pub(crate) fn retry(tx: Tx<'_, '_>, p: &mut Prepared<'_>, job: JobId) -> Result<
 
 const EXPIRED_ANY: &str = "
 SELECT id FROM {s}.leasehold_jobs
-WHERE state = 'running' AND lease_indexed_expiry <= clock_timestamp()
+WHERE state = 'running' AND lease_indexed_expiry <= {s}.clock()
 ORDER BY lease_indexed_expiry
 LIMIT $1
 FOR UPDATE SKIP LOCKED";
@@ -818,7 +946,7 @@ SELECT
     (SELECT {s}.us(min(lease_expires_at)) FROM {s}.leasehold_jobs
      WHERE queue = $1 AND state = 'running'),
     (SELECT {s}.us(min(lease_expires_at)) FROM {s}.leasehold_jobs
-     WHERE queue = $1 AND state = 'running' AND lease_expires_at > clock_timestamp())";
+     WHERE queue = $1 AND state = 'running' AND lease_expires_at > {s}.clock())";
 
 /// When things fall due in `queue`.
 pub(crate) fn timing(
@@ -891,7 +1019,7 @@ const PURGE: &str = "
 WITH gone AS (
     DELETE FROM {s}.leasehold_jobs WHERE id IN (
         SELECT id FROM {s}.leasehold_jobs
-        WHERE finished_at IS NOT NULL AND finished_at <= clock_timestamp() - $1::bigint * interval '1 microsecond'
+        WHERE finished_at IS NOT NULL AND finished_at <= {s}.clock() - $1::bigint * interval '1 microsecond'
             AND state = ANY($2)
         ORDER BY finished_at
         LIMIT $3

@@ -54,6 +54,11 @@ CREATE FUNCTION {s}.us(t timestamptz) RETURNS bigint LANGUAGE sql STABLE PARALLE
     AS $$ SELECT floor(extract(epoch FROM t) * 1000000)::bigint $$;
 CREATE FUNCTION {s}.at(us bigint) RETURNS timestamptz LANGUAGE sql IMMUTABLE PARALLEL SAFE
     AS $$ SELECT timestamptz 'epoch' + us * interval '1 microsecond' $$;
+-- The store's clock: the database's real one (clock_timestamp(), not now(), which is the
+-- transaction's start), unless a test has set the transaction's simulated time.
+CREATE FUNCTION {s}.clock() RETURNS timestamptz LANGUAGE sql STABLE
+    AS $$ SELECT coalesce({s}.at(nullif(current_setting('leasehold.now_us', true), '')::bigint),
+                          clock_timestamp()) $$;
 CREATE TABLE {s}.leasehold_jobs (
     id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     queue text NOT NULL,

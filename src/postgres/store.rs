@@ -92,6 +92,35 @@ impl PgStore {
         })
     }
 
+    /// Claims one named job if it is claimable now (see [`crate::Store::claim_job`]).
+    pub fn claim_job(
+        &self,
+        job: JobId,
+        worker: &str,
+        terms: impl Into<LeaseTerms>,
+    ) -> Result<Option<Lease>> {
+        let terms = terms.into();
+        self.transaction(|tx, p| protocol::claim_job(tx, p, &self.settings(), job, worker, terms))
+    }
+
+    /// Completes many attempts in one transaction, each with its own answer (see
+    /// [`crate::Store::complete_batch`]).
+    pub fn complete_batch(&self, done: &[(&Lease, &[u8])]) -> Vec<Result<()>> {
+        let done = done
+            .iter()
+            .map(|(l, output)| (l.job, l.attempt, output.to_vec(), None))
+            .collect();
+        crate::backend::LeaseBackend::complete_all_then_claim(
+            self,
+            done,
+            "",
+            "",
+            LeaseTerms::new(std::time::Duration::from_secs(1)),
+            0,
+        )
+        .0
+    }
+
     /// Renews the lease (see [`crate::Store::heartbeat`]).
     pub fn heartbeat(&self, lease: &Lease, progress: u64) -> Result<Renewal> {
         self.transaction(|tx, p| {
