@@ -3,6 +3,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs, dead_code)]
 
+#[path = "support/backends.rs"]
+mod backends;
 #[path = "support/fuzz_checks.rs"]
 mod fuzz_checks;
 #[path = "support/harness.rs"]

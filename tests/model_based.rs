@@ -8,6 +8,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
+#[path = "support/backends.rs"]
+mod backends;
 #[path = "support/harness.rs"]
 mod harness;
 #[path = "support/model.rs"]

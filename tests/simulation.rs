@@ -14,8 +14,14 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
+#[path = "support/backends.rs"]
+#[allow(dead_code)]
+mod backends;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
+
+use backends::ModelStore;
 
 use leasehold::{
     Durability, InstanceId, JobId, JobState, Lease, LeaseTerms, ManualClock, NewJob, Outcome,
@@ -89,11 +95,33 @@ struct Tally {
     late_commits_refused: u64,
 }
 
+/// The store a simulation runs on, and how to open it again.
+#[allow(clippy::large_enum_variant)] // one per simulation
+enum Backing {
+    Redb {
+        dir: tempfile::TempDir,
+        store: Option<Store>,
+    },
+    Postgres {
+        builder: leasehold::postgres::PgStoreBuilder,
+        store: leasehold::postgres::PgStore,
+        admin: leasehold::postgres::client::Client,
+        schema: String,
+    },
+}
+
+impl Drop for Backing {
+    fn drop(&mut self) {
+        if let Backing::Postgres { admin, schema, .. } = self {
+            let _ = admin.batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"));
+        }
+    }
+}
+
 struct Sim {
     rng: Rng,
-    dir: tempfile::TempDir,
+    backing: Backing,
     clock: ManualClock,
-    store: Option<Store>,
     t: u64,
     workers: Vec<(String, Worker)>,
     generation: u32,
@@ -122,14 +150,47 @@ impl Sim {
         let dir = tempfile::tempdir().unwrap();
         let clock = ManualClock::new();
         let store = open(&dir, &clock, 1);
+        let backing = Backing::Redb {
+            dir,
+            store: Some(store),
+        };
+        Sim::on(seed, backing, clock)
+    }
+
+    /// A simulation on the PostgreSQL store at `url`, in a schema of its own, on the
+    /// simulation's clock.
+    fn postgres(seed: u64, url: &str) -> Sim {
+        let clock = ManualClock::new();
+        let schema = format!("lh_sim_{}_{seed}", std::process::id());
+        let builder = leasehold::postgres::PgStore::builder(url)
+            .schema(&schema)
+            .simulated_clock(clock.clone())
+            .default_max_attempts(1000)
+            .reap_batch(BATCH);
+        let mut admin =
+            leasehold::postgres::client::Client::connect(url, leasehold::postgres::client::NoTls)
+                .unwrap();
+        admin
+            .batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
+            .unwrap();
+        let store = builder.clone().open().unwrap();
+        let backing = Backing::Postgres {
+            builder,
+            store,
+            admin,
+            schema,
+        };
+        Sim::on(seed, backing, clock)
+    }
+
+    fn on(seed: u64, backing: Backing, clock: ManualClock) -> Sim {
         let mut rng = Rng(seed);
         let n = 3 + rng.below(6) as usize;
         let workers = (0..n).map(|i| (format!("w{i}.0"), Worker::Idle)).collect();
         Sim {
             rng,
-            dir,
+            backing,
             clock,
-            store: Some(store),
             t: 0,
             workers,
             generation: 0,
@@ -138,14 +199,35 @@ impl Sim {
         }
     }
 
-    fn store(&self) -> &Store {
-        self.store.as_ref().unwrap()
+    fn store(&self) -> &dyn ModelStore {
+        match &self.backing {
+            Backing::Redb { store, .. } => store.as_ref().unwrap(),
+            Backing::Postgres { store, .. } => store,
+        }
+    }
+
+    /// Opens the store again as a restarted process would: a redb file takes back what the
+    /// closed process held (as `instance` from now on), a PostgreSQL handle takes nothing.
+    fn reopen(&mut self) {
+        match &mut self.backing {
+            Backing::Redb { dir, store } => {
+                *store = None;
+                *store = Some(open(dir, &self.clock, self.instance));
+            }
+            Backing::Postgres { builder, store, .. } => {
+                *store = builder.clone().open().unwrap();
+            }
+        }
     }
 
     fn run(&mut self) -> Result<(), String> {
         let jobs = 20 + self.rng.below(40);
         self.store()
-            .enqueue_batch((0..jobs).map(|i| NewJob::new(QUEUE, format!("{i}"))))
+            .enqueue_batch(
+                (0..jobs)
+                    .map(|i| NewJob::new(QUEUE, format!("{i}")))
+                    .collect(),
+            )
             .map_err(|e| e.to_string())?;
         while self.t < SIM_LIMIT {
             self.t += 1;
@@ -182,25 +264,34 @@ impl Sim {
         if self.rng.chance(2) {
             // the worker process dies and a neighbour survives it: the kernel frees the dead
             // process's lock and the survivor takes back every lease it held, at once; the
-            // workers come back later as a new process instance
+            // workers come back later as a new process instance (a redb notion: on
+            // PostgreSQL the dead process's leases lapse, as a whole pool's do)
+            let Backing::Redb {
+                store: Some(redb), ..
+            } = &self.backing
+            else {
+                self.tally.pool_deaths += 1;
+                for (_, w) in &mut self.workers {
+                    *w = Worker::Crashed { until: t + 30 };
+                }
+                return Ok(());
+            };
             self.tally.process_deaths += 1;
             self.tally.died_at.insert(t);
             let running = |store: &Store| store.stats().unwrap().total(JobState::Running);
-            let held = running(self.store());
-            let taken = self
-                .store()
+            let held = running(redb);
+            let taken = redb
                 .reclaim_dead_instance(InstanceId(self.instance))
                 .unwrap();
             // every running lease was the dead process's: all of them back, none left
-            let left = running(self.store());
+            let left = running(redb);
             if (taken as u64, left) != (held, 0) {
                 return Err(format!(
                     "process death at {t} s: {held} leases held, {taken} taken back, {left} left running"
                 ));
             }
             self.instance += 1;
-            self.store = None;
-            self.store = Some(open(&self.dir, &self.clock, self.instance));
+            self.reopen();
             for (_, w) in &mut self.workers {
                 *w = Worker::Crashed { until: t + 30 };
             }
@@ -209,8 +300,7 @@ impl Sim {
         if self.rng.chance(1) {
             // the process restarts: the store is reopened and every worker starts afresh
             self.tally.restarts += 1;
-            self.store = None;
-            self.store = Some(open(&self.dir, &self.clock, self.instance));
+            self.reopen();
             for (_, w) in &mut self.workers {
                 *w = Worker::Idle;
             }
@@ -438,22 +528,55 @@ impl Sim {
 
 #[test]
 fn pools_that_crash_pause_stall_and_restart_still_commit_every_job_exactly_once() {
-    let seeds: Vec<u64> = match std::env::var("LEASEHOLD_SIM_SEED") {
+    let seeds = seeds("LEASEHOLD_SIM_SEEDS", 500);
+    let totals = simulate(&seeds, Sim::new, "");
+    eprintln!("{}", totals.summary(seeds.len()));
+    if seeds.len() >= 100 {
+        assert!(totals.duplicates > 0 && totals.pool_deaths > 0 && totals.restarts > 0);
+        assert!(totals.process_deaths > 0);
+        assert!(totals.pauses > 0 && totals.stalls > 0 && totals.late_commits_refused > 0);
+    }
+}
+
+/// The same simulation on the PostgreSQL store, where `LEASEHOLD_PG_URL` names a server: a
+/// few seeds in `cargo test` (each is thousands of transactions), more with
+/// `LEASEHOLD_PG_SIM_SEEDS`. A process death is a whole pool's there (its leases lapse).
+#[test]
+fn pools_on_postgres_that_crash_pause_stall_and_restart_still_commit_every_job_exactly_once() {
+    let Ok(url) = std::env::var("LEASEHOLD_PG_URL") else {
+        return; // the PostgreSQL suite says once that it did not run
+    };
+    let seeds = seeds("LEASEHOLD_PG_SIM_SEEDS", 5);
+    let totals = simulate(
+        &seeds,
+        |seed| Sim::postgres(seed, &url),
+        "LEASEHOLD_PG_URL=... ",
+    );
+    eprintln!("PostgreSQL: {}", totals.summary(seeds.len()));
+}
+
+fn seeds(var: &str, default: u64) -> Vec<u64> {
+    match std::env::var("LEASEHOLD_SIM_SEED") {
         Ok(s) => vec![s.parse().expect("LEASEHOLD_SIM_SEED is a number")],
         Err(_) => {
-            let n = std::env::var("LEASEHOLD_SIM_SEEDS")
+            let n = std::env::var(var)
                 .ok()
                 .and_then(|v| v.parse().ok())
-                .unwrap_or(500);
+                .unwrap_or(default);
             (0..n).collect()
         }
-    };
+    }
+}
+
+/// Runs every seed on a simulation `make` builds; panics with a replay line on the first
+/// that fails.
+fn simulate(seeds: &[u64], make: impl Fn(u64) -> Sim, replay: &str) -> Tally {
     let mut totals = Tally::default();
-    for seed in &seeds {
-        let mut sim = Sim::new(*seed);
+    for seed in seeds {
+        let mut sim = make(*seed);
         if let Err(why) = sim.run() {
             panic!(
-                "seed {seed}: {why}\nreplay: LEASEHOLD_SIM_SEED={seed} cargo test --test simulation"
+                "seed {seed}: {why}\nreplay: {replay}LEASEHOLD_SIM_SEED={seed} cargo test --test simulation"
             );
         }
         let t = &sim.tally;
@@ -466,21 +589,21 @@ fn pools_that_crash_pause_stall_and_restart_still_commit_every_job_exactly_once(
         totals.crashes += t.crashes;
         totals.late_commits_refused += t.late_commits_refused;
     }
-    eprintln!(
-        "{} seeds: {} crashes, {} pauses, {} stalls, {} pool deaths, {} process deaths, {} restarts; {} jobs ran twice, {} late commits refused, 0 duplicate commits",
-        seeds.len(),
-        totals.crashes,
-        totals.pauses,
-        totals.stalls,
-        totals.pool_deaths,
-        totals.process_deaths,
-        totals.restarts,
-        totals.duplicates,
-        totals.late_commits_refused
-    );
-    if seeds.len() >= 100 {
-        assert!(totals.duplicates > 0 && totals.pool_deaths > 0 && totals.restarts > 0);
-        assert!(totals.process_deaths > 0);
-        assert!(totals.pauses > 0 && totals.stalls > 0 && totals.late_commits_refused > 0);
+    totals
+}
+
+impl Tally {
+    fn summary(&self, seeds: usize) -> String {
+        format!(
+            "{seeds} seeds: {} crashes, {} pauses, {} stalls, {} pool deaths, {} process deaths, {} restarts; {} jobs ran twice, {} late commits refused, 0 duplicate commits",
+            self.crashes,
+            self.pauses,
+            self.stalls,
+            self.pool_deaths,
+            self.process_deaths,
+            self.restarts,
+            self.duplicates,
+            self.late_commits_refused
+        )
     }
 }

@@ -4,6 +4,9 @@
 #[path = "../../tests/support/model.rs"]
 #[allow(dead_code)]
 mod model;
+#[path = "../../tests/support/backends.rs"]
+#[allow(dead_code)]
+mod backends;
 #[path = "../../tests/support/harness.rs"]
 #[allow(dead_code)]
 mod harness;
