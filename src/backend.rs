@@ -32,7 +32,8 @@ pub(crate) trait LeaseBackend: Send + Sync + 'static {
     fn idle_poll(&self) -> Option<Duration>;
     fn next_due(&self, queue: &str) -> Result<Option<StoreTime>>;
     fn stats(&self) -> Result<Stats>;
-    fn heartbeat_batch(&self, beats: &[(&Lease, u64)]) -> Vec<Result<Renewal>>;
+    /// One answer per lease, or the error that failed the whole batch (nothing renewed).
+    fn heartbeat_batch(&self, beats: &[(&Lease, u64)]) -> Result<Vec<Result<Renewal>>>;
     fn complete(&self, lease: &Lease, output: &[u8], progress: Option<u64>) -> Result<()>;
     fn complete_and_claim(
         &self,
@@ -122,8 +123,17 @@ impl LeaseBackend for Store {
         Store::stats(self)
     }
 
-    fn heartbeat_batch(&self, beats: &[(&Lease, u64)]) -> Vec<Result<Renewal>> {
-        Store::heartbeat_batch(self, beats)
+    fn heartbeat_batch(&self, beats: &[(&Lease, u64)]) -> Result<Vec<Result<Renewal>>> {
+        let mut results = Store::heartbeat_batch(self, beats);
+        // A failed commit answers every entry alike, with the shared group failure.
+        match results.first() {
+            Some(Err(crate::Error::Group(_))) => {
+                Err(results.swap_remove(0).err().unwrap_or_else(|| {
+                    crate::Error::Corrupt("a failed batch without its error".into())
+                }))
+            }
+            _ => Ok(results),
+        }
     }
 
     fn complete(&self, lease: &Lease, output: &[u8], progress: Option<u64>) -> Result<()> {

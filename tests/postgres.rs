@@ -1007,4 +1007,62 @@ mod suite {
         assert_eq!(store.stats().unwrap().total(JobState::Queued), 2);
         assert!(store.check().unwrap().is_clean());
     }
+
+    #[test]
+    fn a_pool_whose_renewals_stall_on_a_slow_database_sheds_its_expired_lease_and_recovers() {
+        let db = db!("slow database");
+        let store = db
+            .builder()
+            .statement_timeout(Duration::from_millis(300))
+            .open()
+            .unwrap();
+        let first = store.enqueue(NewJob::new(Q, "block")).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let pool = leasehold::WorkerPool::builder(store.clone(), Q)
+            .concurrency(2)
+            .lease(Duration::from_secs(2))
+            .heartbeat_every(Duration::from_millis(100))
+            .start(move |ctx| {
+                if ctx.payload() == b"block" && ctx.attempt().0 == 1 {
+                    let stopped = ctx.sleep(Duration::from_secs(3600));
+                    let _ = tx.send(stopped);
+                    stopped?;
+                }
+                Ok(Vec::new())
+            })
+            .unwrap();
+        wait_until("the first job to run", || pool.stats().in_flight == 1);
+        // The database turns slow for this job's row: every renewal of it waits for a lock
+        // until the statement timeout cancels it.
+        let locker = format!(
+            "SELECT 1 FROM {}.leasehold_jobs WHERE id = $1 FOR UPDATE",
+            db.schema
+        );
+        let mut holder = postgres::Client::connect(&db.url, postgres::NoTls).unwrap();
+        let mut held = holder.transaction().unwrap();
+        held.execute(&locker, &[&(first.0 as i64)]).unwrap();
+        let second = store.enqueue(NewJob::new(Q, "quick")).unwrap();
+        let stopped = rx.recv_timeout(Duration::from_secs(60)).unwrap();
+        assert_eq!(
+            stopped,
+            Err(leasehold::Interrupted(
+                leasehold::Interruption::LeaseExpired
+            ))
+        );
+        let stats = pool.stats();
+        assert!(stats.heartbeat_failures >= 1, "{stats:?}");
+        assert!(
+            stats.intake_paused >= 1,
+            "claims stopped while renewals failed: {stats:?}"
+        );
+        // the database recovers: the expired job is run again and the other one too
+        held.rollback().unwrap();
+        wait_until("both jobs to succeed", || {
+            [first, second]
+                .iter()
+                .all(|id| store.job(*id).unwrap().unwrap().state() == JobState::Succeeded)
+        });
+        drop(pool);
+        assert!(store.check().unwrap().is_clean());
+    }
 }

@@ -41,14 +41,12 @@ pub(crate) fn beat(shared: &Shared) {
         .iter()
         .map(|f| (&f.lease, f.state.progress()))
         .collect();
-    let results = shared.store.heartbeat_batch(&beats);
-    // A failed commit answers every entry alike, with the shared group failure.
-    match results.first() {
-        Some(Err(e @ crate::Error::Group(_))) => {
+    match shared.store.heartbeat_batch(&beats) {
+        Err(e) => {
             bump(&shared.counters.heartbeat_failures);
             tracing::warn!(queue = %shared.queue, error = %e, leases = flights.len(), "renewal batch failed");
         }
-        _ => {
+        Ok(results) => {
             bump(&shared.counters.heartbeat_batches);
             shared.renewed_at(shared.store.now());
             for (flight, result) in flights.iter().zip(results) {

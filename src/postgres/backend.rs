@@ -114,8 +114,12 @@ impl LeaseBackend for PgStore {
         PgStore::stats(self)
     }
 
-    fn heartbeat_batch(&self, beats: &[(&Lease, u64)]) -> Vec<Result<Renewal>> {
-        PgStore::heartbeat_batch(self, beats)
+    fn heartbeat_batch(&self, beats: &[(&Lease, u64)]) -> Result<Vec<Result<Renewal>>> {
+        let leases: Vec<_> = beats
+            .iter()
+            .map(|(l, progress)| (l.job, l.attempt, *progress))
+            .collect();
+        self.transaction(|tx, p| protocol::heartbeat_batch(tx, p, &self.settings(), &leases))
     }
 
     fn complete(&self, lease: &Lease, output: &[u8], progress: Option<u64>) -> Result<()> {
