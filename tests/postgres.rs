@@ -1065,4 +1065,179 @@ mod suite {
         drop(pool);
         assert!(store.check().unwrap().is_clean());
     }
+
+    /// A network namespace joined to this one by a veth pair, so that a process inside
+    /// reaches the database only over a link the test can cut. Removed when dropped.
+    struct Partitionable {
+        ns: String,
+        host_link: String,
+        host_ip: String,
+    }
+
+    impl Partitionable {
+        /// `None` where namespaces cannot be made (not root, no `ip`).
+        fn new() -> Option<Partitionable> {
+            let n = std::process::id() % 200 + 20;
+            let (ns, host_link, ns_link) =
+                (format!("lhns{n}"), format!("lhh{n}"), format!("lhn{n}"));
+            let (host_ip, ns_ip) = (format!("10.77.{n}.1"), format!("10.77.{n}.2"));
+            let ip = |args: &[&str]| {
+                std::process::Command::new("ip")
+                    .args(args)
+                    .stderr(std::process::Stdio::null())
+                    .status()
+                    .is_ok_and(|s| s.success())
+            };
+            let _ = ip(&["netns", "del", &ns]);
+            let _ = ip(&["link", "del", &host_link]);
+            let made = ip(&["netns", "add", &ns])
+                && ip(&[
+                    "link", "add", &host_link, "type", "veth", "peer", "name", &ns_link,
+                ])
+                && ip(&["link", "set", &ns_link, "netns", &ns])
+                && ip(&["addr", "add", &format!("{host_ip}/24"), "dev", &host_link])
+                && ip(&["link", "set", &host_link, "up"])
+                && ip(&[
+                    "netns",
+                    "exec",
+                    &ns,
+                    "ip",
+                    "addr",
+                    "add",
+                    &format!("{ns_ip}/24"),
+                    "dev",
+                    &ns_link,
+                ])
+                && ip(&["netns", "exec", &ns, "ip", "link", "set", &ns_link, "up"])
+                && ip(&["netns", "exec", &ns, "ip", "link", "set", "lo", "up"]);
+            let net = Partitionable {
+                ns,
+                host_link,
+                host_ip,
+            };
+            made.then_some(net)
+        }
+
+        fn link(&self, up: bool) {
+            let state = if up { "up" } else { "down" };
+            let ok = std::process::Command::new("ip")
+                .args(["link", "set", &self.host_link, state])
+                .status()
+                .unwrap()
+                .success();
+            assert!(ok, "ip link set {state}");
+        }
+    }
+
+    impl Drop for Partitionable {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("ip")
+                .args(["netns", "del", &self.ns])
+                .status();
+            let _ = std::process::Command::new("ip")
+                .args(["link", "del", &self.host_link])
+                .stderr(std::process::Stdio::null())
+                .status();
+        }
+    }
+
+    /// Relays TCP connections from `ip`:(a free port) to `target`; returns the port.
+    fn relay(ip: &str, target: String) -> u16 {
+        let listener = std::net::TcpListener::bind((ip, 0)).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        std::thread::spawn(move || {
+            for inbound in listener.incoming().map_while(Result::ok) {
+                let Ok(outbound) = std::net::TcpStream::connect(&target) else {
+                    continue;
+                };
+                let (mut a, mut b) = (inbound.try_clone().unwrap(), outbound.try_clone().unwrap());
+                let (mut c, mut d) = (inbound, outbound);
+                std::thread::spawn(move || std::io::copy(&mut a, &mut b));
+                std::thread::spawn(move || std::io::copy(&mut d, &mut c));
+            }
+        });
+        port
+    }
+
+    #[test]
+    fn a_worker_cut_off_from_the_database_past_its_lease_loses_its_job_and_its_late_writes() {
+        use std::io::Write;
+        let db = db!("partition");
+        let Some(net) = Partitionable::new() else {
+            say("the partition test did not run: network namespaces cannot be made here");
+            return;
+        };
+        // the database as the namespace sees it: through the veth, relayed to the server
+        let config: postgres::Config = db.url.parse().unwrap();
+        let server = match (config.get_hosts().first(), config.get_ports().first()) {
+            (Some(postgres::config::Host::Tcp(h)), Some(p)) => format!("{h}:{p}"),
+            _ => panic!("LEASEHOLD_PG_URL must name a TCP host and port: {}", db.url),
+        };
+        let port = relay(&net.host_ip, server);
+        let user = config.get_user().unwrap_or("postgres");
+        let dbname = config.get_dbname().unwrap_or("test");
+        let url = format!("postgres://{user}@{}:{port}/{dbname}", net.host_ip);
+        let store = db.store();
+        let id = store.enqueue(NewJob::new("p", "x")).unwrap();
+        let mut worker = super::helper_process::command_under(
+            &["ip", "netns", "exec", &net.ns],
+            "pg-holder",
+            ["--url", &url, "--schema", &db.schema, "--lease-ms", "1500"],
+        )
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+        let mut said = super::helper_process::stdout_lines(&mut worker);
+        let claimed = said.next().unwrap().unwrap();
+        assert_eq!(claimed, format!("claimed {id} 1"));
+        let mut stdin = worker.stdin.take().unwrap();
+        let mut ask = |what: &str| -> String {
+            writeln!(stdin, "{what}").unwrap();
+            stdin.flush().unwrap();
+            said.next().unwrap().unwrap()
+        };
+        assert_eq!(ask("beat"), "beat ok", "renews while connected");
+
+        // cut off: its lease runs out on the database's clock and the job is taken over
+        net.link(false);
+        let mut taker = None;
+        wait_until("the lapsed lease to be taken over", || {
+            taker = store.claim("p", "survivor", LEASE).unwrap();
+            taker.is_some()
+        });
+        let taker = taker.unwrap();
+        assert_eq!(taker.attempt.0, 2);
+        store.complete(&taker, b"mine").unwrap();
+
+        // reconnected: whatever the cut-off worker writes now is refused by the fence
+        net.link(true);
+        for what in ["beat", "complete"] {
+            let mut answer = ask(what);
+            let mut tries = 0;
+            while answer.contains(" error ") && tries < 20 {
+                std::thread::sleep(Duration::from_millis(250));
+                answer = ask(what);
+                tries += 1;
+            }
+            assert_eq!(answer, format!("{what} lost"));
+        }
+        drop(stdin);
+        let _ = worker.wait();
+        let job = store.job(id).unwrap().unwrap();
+        assert_eq!(job.state(), JobState::Succeeded);
+        assert_eq!(store.output(id).unwrap().as_deref(), Some(&b"mine"[..]));
+        let history = store.history(id).unwrap();
+        assert!(matches!(
+            history[0].outcome(),
+            Some(Outcome::LeaseExpired {
+                path: ReclaimPath::Takeover,
+                ..
+            })
+        ));
+        assert_eq!(
+            (history[1].worker(), history[1].outcome()),
+            ("survivor", Some(&Outcome::Succeeded))
+        );
+    }
 }

@@ -10,6 +10,8 @@
 //!   them until killed or stdin closes (`holder.rs`).
 //! - `worker`: `--threads` threads claim, renew and complete with an effect row in the same
 //!   transaction, printing each commit after it returned (`worker.rs`).
+//! - `pg-holder`: claims one job on a PostgreSQL store and writes as its holder when told
+//!   (`pg_holder.rs`), for partition tests.
 //! - `pg-worker`: the same on the PostgreSQL store at `--url` in `--schema`, the effect a row
 //!   of that schema's `effects` table (`pg_worker.rs`).
 
@@ -25,6 +27,8 @@ use leasehold::{Sharing, Store};
 
 #[path = "holder.rs"]
 mod holder;
+#[path = "pg_holder.rs"]
+mod pg_holder;
 #[path = "pg_worker.rs"]
 mod pg_worker;
 #[path = "worker.rs"]
@@ -39,6 +43,15 @@ const PREAMBLE: &str = "running 1 test";
 
 /// A command that runs `role` with `args` in a new process of the running test binary.
 pub fn command<S: AsRef<OsStr>>(role: &str, args: impl IntoIterator<Item = S>) -> Command {
+    command_under(&[], role, args)
+}
+
+/// [`command`] run through `prefix` (`ip netns exec <name>`, say).
+pub fn command_under<S: AsRef<OsStr>>(
+    prefix: &[&str],
+    role: &str,
+    args: impl IntoIterator<Item = S>,
+) -> Command {
     let mut spec = role.to_owned();
     for arg in args {
         let arg = arg.as_ref().to_str().expect("helper arguments are UTF-8");
@@ -49,7 +62,15 @@ pub fn command<S: AsRef<OsStr>>(role: &str, args: impl IntoIterator<Item = S>) -
         spec.push('\n');
         spec.push_str(arg);
     }
-    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    let exe = std::env::current_exe().unwrap();
+    let mut cmd = match prefix.split_first() {
+        Some((program, rest)) => {
+            let mut cmd = Command::new(program);
+            cmd.args(rest).arg(exe);
+            cmd
+        }
+        None => Command::new(exe),
+    };
     cmd.args([
         "--ignored",
         "--exact",
@@ -111,6 +132,11 @@ pub fn run() {
             lease,
         ),
         "worker" => worker::run(db, queue, number("threads", 4) as usize, lease, sharing),
+        "pg-holder" => pg_holder::run(
+            flags.get("url").expect("--url"),
+            flags.get("schema").expect("--schema"),
+            lease,
+        ),
         "pg-worker" => pg_worker::run(
             flags.get("url").expect("--url"),
             flags.get("schema").expect("--schema"),
