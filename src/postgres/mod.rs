@@ -112,7 +112,7 @@ impl PgStoreBuilder {
             .url
             .parse()
             .map_err(|e: postgres::Error| PgError::BadUrl(e.to_string()))?;
-        let schema = schema::Names::new(&self.schema)?;
+        let schema = schema::Names::new(&self.schema, self.simulated_clock.is_some())?;
         let store = PgStore {
             inner: Arc::new(Inner {
                 config,

@@ -1,6 +1,6 @@
 //! The lease protocol in SQL, readable in one place: each step is a function over one
 //! PostgreSQL transaction, and every time it reads or writes is the database's clock
-//! (`{s}.clock()`: `clock_timestamp()`, not `now()`, which is the transaction's start), taken
+//! (`clock_timestamp()`, not `now()`, which is the transaction's start), taken
 //! once per statement (the `c` CTE) so that a statement sees one
 //! instant.
 //!
@@ -35,7 +35,7 @@ pub(crate) struct Settings<'a> {
 
 type Tx<'a, 'b> = &'a mut Transaction<'b>;
 
-const NOW: &str = "SELECT {s}.us({s}.clock())";
+const NOW: &str = "SELECT {s}.us({now})";
 
 /// The store's clock: the database's.
 pub(crate) fn now(tx: Tx<'_, '_>, p: &mut Prepared<'_>) -> Result<StoreTime> {
@@ -46,7 +46,7 @@ pub(crate) fn now(tx: Tx<'_, '_>, p: &mut Prepared<'_>) -> Result<StoreTime> {
 // ----- enqueue -----
 
 const INSERT: &str = "
-WITH c AS (SELECT {s}.clock() AS t)
+WITH c AS MATERIALIZED (SELECT {now} AS t)
 INSERT INTO {s}.leasehold_jobs
     (queue, state, priority, max_attempts, unique_key, created_at, run_at, progress_at,
      updated_at, payload)
@@ -121,7 +121,7 @@ fn check_new_job(s: &Settings<'_>, new: &NewJob) -> Result<()> {
 /// The earliest indexed expiry of the queue that has passed (the candidate for takeover).
 const FIRST_EXPIRED: &str = "
 SELECT id FROM {s}.leasehold_jobs
-WHERE queue = $1 AND state = 'running' AND lease_indexed_expiry <= {s}.clock()
+WHERE queue = $1 AND state = 'running' AND lease_indexed_expiry <= {now}
 ORDER BY lease_indexed_expiry, id
 LIMIT 1
 FOR UPDATE SKIP LOCKED";
@@ -129,14 +129,14 @@ FOR UPDATE SKIP LOCKED";
 /// The most urgent due waiting job of the queue.
 const FIRST_READY: &str = "
 SELECT id, priority FROM {s}.leasehold_jobs
-WHERE queue = $1 AND state IN ('queued', 'retry_wait') AND run_at <= {s}.clock()
+WHERE queue = $1 AND state IN ('queued', 'retry_wait') AND run_at <= {now}
     AND attempt < 4294967295
 ORDER BY priority, run_at, id
 LIMIT 1
 FOR UPDATE SKIP LOCKED";
 
 const CLAIM: &str = "
-WITH c AS (SELECT {s}.clock() AS t),
+WITH c AS MATERIALIZED (SELECT {now} AS t),
 picked AS (
     SELECT id FROM {s}.leasehold_jobs, c
     WHERE queue = $1 AND state IN ('queued', 'retry_wait') AND run_at <= c.t
@@ -278,7 +278,7 @@ fn grant(
 }
 
 const GRANT: &str = "
-WITH c AS (SELECT {s}.clock() AS t)
+WITH c AS MATERIALIZED (SELECT {now} AS t)
 UPDATE {s}.leasehold_jobs j
 SET state = 'running', attempt = j.attempt + 1, lease_owner = $2, lease_claimed_at = c.t,
     lease_expires_at = c.t + $3::bigint * interval '1 microsecond',
@@ -312,7 +312,7 @@ pub(crate) fn claim_job(
 // ----- heartbeat -----
 
 const RENEW: &str = "
-WITH c AS (SELECT {s}.clock() AS t)
+WITH c AS MATERIALIZED (SELECT {now} AS t)
 UPDATE {s}.leasehold_jobs j
 SET lease_expires_at = greatest(j.lease_expires_at,
         c.t + j.lease_length_us * interval '1 microsecond'),
@@ -326,7 +326,7 @@ WHERE j.id = $1 AND j.attempt = $2 AND j.state = 'running' AND NOT j.cancel_requ
 RETURNING {s}.us(j.lease_expires_at)";
 
 const RENEW_MANY: &str = "
-WITH c AS (SELECT {s}.clock() AS t),
+WITH c AS MATERIALIZED (SELECT {now} AS t),
 r AS (SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[]) AS r(id, attempt, progress))
 UPDATE {s}.leasehold_jobs j
 SET lease_expires_at = greatest(j.lease_expires_at,
@@ -437,7 +437,7 @@ fn not_renewed(
 // ----- ends of an attempt -----
 
 const COMPLETE: &str = "
-WITH c AS (SELECT {s}.clock() AS t),
+WITH c AS MATERIALIZED (SELECT {now} AS t),
 old AS (
     SELECT id, attempt, lease_owner, lease_claimed_at, progress FROM {s}.leasehold_jobs
     WHERE id = $1 AND attempt = $2 AND state = 'running'
@@ -541,12 +541,12 @@ pub(crate) fn cancel(tx: Tx<'_, '_>, p: &mut Prepared<'_>, job: JobId) -> Result
     let record = load(tx, p, job)?.ok_or(Error::JobNotFound(job))?;
     let st = match record.state {
         JobState::Queued | JobState::RetryWait => {
-            "UPDATE {s}.leasehold_jobs SET state = 'cancelled', finished_at = {s}.clock(),
-             updated_at = {s}.clock() WHERE id = $1"
+            "UPDATE {s}.leasehold_jobs SET state = 'cancelled', finished_at = {now},
+             updated_at = {now} WHERE id = $1"
         }
         JobState::Running => {
             "UPDATE {s}.leasehold_jobs SET cancel_requested = true,
-             updated_at = {s}.clock() WHERE id = $1"
+             updated_at = {now} WHERE id = $1"
         }
         JobState::Cancelled => return Ok(JobState::Cancelled),
         state @ (JobState::Succeeded | JobState::Dead) => {
@@ -589,7 +589,7 @@ pub(crate) fn retry(tx: Tx<'_, '_>, p: &mut Prepared<'_>, job: JobId) -> Result<
     let st = p.get(
         tx,
         "UPDATE {s}.leasehold_jobs SET state = 'queued', failures = 0, cancel_requested = false,
-         finished_at = NULL, run_at = {s}.clock(), updated_at = {s}.clock()
+         finished_at = NULL, run_at = {now}, updated_at = {now}
          WHERE id = $1",
     )?;
     tx.execute(&st, &[&key(job)])?;
@@ -600,7 +600,7 @@ pub(crate) fn retry(tx: Tx<'_, '_>, p: &mut Prepared<'_>, job: JobId) -> Result<
 
 const EXPIRED_ANY: &str = "
 SELECT id FROM {s}.leasehold_jobs
-WHERE state = 'running' AND lease_indexed_expiry <= {s}.clock()
+WHERE state = 'running' AND lease_indexed_expiry <= {now}
 ORDER BY lease_indexed_expiry
 LIMIT $1
 FOR UPDATE SKIP LOCKED";
@@ -946,7 +946,7 @@ SELECT
     (SELECT {s}.us(min(lease_expires_at)) FROM {s}.leasehold_jobs
      WHERE queue = $1 AND state = 'running'),
     (SELECT {s}.us(min(lease_expires_at)) FROM {s}.leasehold_jobs
-     WHERE queue = $1 AND state = 'running' AND lease_expires_at > {s}.clock())";
+     WHERE queue = $1 AND state = 'running' AND lease_expires_at > {now})";
 
 /// When things fall due in `queue`.
 pub(crate) fn timing(
@@ -1019,7 +1019,7 @@ const PURGE: &str = "
 WITH gone AS (
     DELETE FROM {s}.leasehold_jobs WHERE id IN (
         SELECT id FROM {s}.leasehold_jobs
-        WHERE finished_at IS NOT NULL AND finished_at <= {s}.clock() - $1::bigint * interval '1 microsecond'
+        WHERE finished_at IS NOT NULL AND finished_at <= {now} - $1::bigint * interval '1 microsecond'
             AND state = ANY($2)
         ORDER BY finished_at
         LIMIT $3

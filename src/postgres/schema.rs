@@ -22,10 +22,14 @@ pub(crate) struct Names {
     pub(crate) schema: String,
     /// The `NOTIFY` channel of this store's wake-ups.
     pub(crate) channel: String,
+    /// What `{now}` stands for: `clock_timestamp()`, or the schema's `clock()` (which reads
+    /// a transaction's simulated time) for the conformance tests. Not the function always:
+    /// calling it costs a third of a pool's throughput.
+    now: String,
 }
 
 impl Names {
-    pub(crate) fn new(schema: &str) -> std::result::Result<Names, PgError> {
+    pub(crate) fn new(schema: &str, simulated: bool) -> std::result::Result<Names, PgError> {
         let mut chars = schema.chars();
         let plain = chars
             .next()
@@ -36,14 +40,21 @@ impl Names {
             true => Ok(Names {
                 schema: schema.to_owned(),
                 channel: super::listen::channel(schema),
+                now: match simulated {
+                    true => format!("{schema}.clock()"),
+                    false => "clock_timestamp()".to_owned(),
+                },
             }),
             false => Err(PgError::BadSchemaName(schema.to_owned())),
         }
     }
 
-    /// `template` with `{s}` replaced by the schema (a plain identifier, so no quoting).
+    /// `template` with `{s}` replaced by the schema (a plain identifier, so no quoting) and
+    /// `{now}` by the store's clock.
     pub(crate) fn sql(&self, template: &str) -> String {
-        template.replace("{s}", &self.schema)
+        template
+            .replace("{now}", &self.now)
+            .replace("{s}", &self.schema)
     }
 }
 
@@ -54,8 +65,8 @@ CREATE FUNCTION {s}.us(t timestamptz) RETURNS bigint LANGUAGE sql STABLE PARALLE
     AS $$ SELECT floor(extract(epoch FROM t) * 1000000)::bigint $$;
 CREATE FUNCTION {s}.at(us bigint) RETURNS timestamptz LANGUAGE sql IMMUTABLE PARALLEL SAFE
     AS $$ SELECT timestamptz 'epoch' + us * interval '1 microsecond' $$;
--- The store's clock: the database's real one (clock_timestamp(), not now(), which is the
--- transaction's start), unless a test has set the transaction's simulated time.
+-- A transaction's simulated time, for the conformance tests (statements of a store opened
+-- for them read it; every other store reads clock_timestamp() directly).
 CREATE FUNCTION {s}.clock() RETURNS timestamptz LANGUAGE sql STABLE
     AS $$ SELECT coalesce({s}.at(nullif(current_setting('leasehold.now_us', true), '')::bigint),
                           clock_timestamp()) $$;
