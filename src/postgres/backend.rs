@@ -2,10 +2,10 @@
 
 use std::time::Duration;
 
-use super::{PgStore, PgTransaction, protocol};
+use super::{PgStore, protocol};
 use crate::backend::{Backend, LeaseBackend};
 use crate::clock::Stopwatch;
-use crate::error::{ConfigError, Error, Result};
+use crate::error::{ConfigError, Result};
 use crate::ids::StoreTime;
 use crate::job::JobState;
 use crate::lease::{Lease, LeaseTerms, Renewal};
@@ -167,22 +167,7 @@ impl LeaseBackend for PgStore {
                 .into());
             }
         };
-        let mut writes = Some(writes);
-        self.transaction_once(|tx, p| {
-            protocol::complete(
-                tx,
-                p,
-                &self.settings(),
-                lease.job,
-                lease.attempt,
-                output,
-                progress,
-            )?;
-            let Some(writes) = writes.take() else {
-                return Err(Error::Corrupt("a completion's writes ran twice".into()));
-            };
-            writes(&mut PgTransaction::new(tx, p.cache, self)).map_err(Error::from_application)
-        })
+        self.complete_then(lease, output, progress, writes)
     }
 
     fn complete_all_then_claim(

@@ -350,14 +350,24 @@ pub(crate) fn heartbeat(
     at: Attempt,
     progress: u64,
 ) -> Result<Renewal> {
-    let renew = p.get(tx, RENEW)?;
-    let progress_i = clamp(progress);
-    match tx.query_opt(&renew, &[&key(job), &i64::from(at.0), &progress_i])? {
-        Some(row) => Ok(Renewal::Renewed {
-            expires_at: time(row.get(0)),
-        }),
+    match renew(tx, p, job, at, progress)? {
+        Some(expires_at) => Ok(Renewal::Renewed { expires_at }),
         None => not_renewed(tx, p, s, job, at, progress),
     }
+}
+
+/// The renewal statement for one lease: the new expiry, or `None` if it changed no row.
+fn renew(
+    tx: Tx<'_, '_>,
+    p: &mut Prepared<'_>,
+    job: JobId,
+    at: Attempt,
+    progress: u64,
+) -> Result<Option<StoreTime>> {
+    let st = p.get(tx, RENEW)?;
+    Ok(tx
+        .query_opt(&st, &[&key(job), &i64::from(at.0), &clamp(progress)])?
+        .map(|row| time(row.get(0))))
 }
 
 /// Renews many leases in one statement; each answer as [`heartbeat`] would give it.
@@ -423,11 +433,8 @@ fn not_renewed(
     }
     // Running under this attempt, neither cancelled nor stalled, yet not renewed: the row
     // changed between the two statements, which the row lock `fence` took now rules out.
-    let renew = p.get(tx, RENEW)?;
-    match tx.query_opt(&renew, &[&key(job), &i64::from(at.0), &clamp(progress)])? {
-        Some(row) => Ok(Renewal::Renewed {
-            expires_at: time(row.get(0)),
-        }),
+    match renew(tx, p, job, at, progress)? {
+        Some(expires_at) => Ok(Renewal::Renewed { expires_at }),
         None => Err(Error::Corrupt(format!(
             "job {job} attempt {at}: a renewal of a held lease changed nothing"
         ))),

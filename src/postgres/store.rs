@@ -130,12 +130,7 @@ impl PgStore {
 
     /// Renews many leases with one statement; one answer per lease, in order.
     pub fn heartbeat_batch(&self, beats: &[(&Lease, u64)]) -> Vec<Result<Renewal>> {
-        let leases: Vec<_> = beats
-            .iter()
-            .map(|(l, progress)| (l.job, l.attempt, *progress))
-            .collect();
-        match self.transaction(|tx, p| protocol::heartbeat_batch(tx, p, &self.settings(), &leases))
-        {
+        match crate::backend::LeaseBackend::heartbeat_batch(self, beats) {
             Ok(answers) => answers,
             Err(e) => beats.iter().map(|_| Err(same(&e))).collect(),
         }
@@ -164,26 +159,29 @@ impl PgStore {
         F: FnOnce(&mut PgTransaction<'_, '_>) -> std::result::Result<(), E>,
         E: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
-        let mut f = Some(f);
+        self.complete_then(lease, output, None, |t| f(t).map_err(Into::into))
+    }
+
+    /// Completes the attempt and, only if the fence held, runs the application's `writes`
+    /// in the same transaction; their error rolls all of it back.
+    pub(super) fn complete_then(
+        &self,
+        lease: &Lease,
+        output: &[u8],
+        progress: Option<u64>,
+        writes: impl FnOnce(
+            &mut PgTransaction<'_, '_>,
+        )
+            -> std::result::Result<(), Box<dyn std::error::Error + Send + Sync>>,
+    ) -> Result<()> {
+        let s = self.settings();
+        let mut writes = Some(writes);
         self.transaction_once(|tx, p| {
-            protocol::complete(
-                tx,
-                p,
-                &self.settings(),
-                lease.job,
-                lease.attempt,
-                output,
-                None,
-            )?;
-            let Some(f) = f.take() else {
+            protocol::complete(tx, p, &s, lease.job, lease.attempt, output, progress)?;
+            let Some(writes) = writes.take() else {
                 return Err(Error::Corrupt("a completion's writes ran twice".into()));
             };
-            let mut t = PgTransaction {
-                tx,
-                cache: p.cache,
-                store: self,
-            };
-            f(&mut t).map_err(|e| Error::from_application(e.into()))
+            writes(&mut PgTransaction::new(tx, p.cache, self)).map_err(Error::from_application)
         })
     }
 
