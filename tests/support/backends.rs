@@ -33,6 +33,7 @@ pub trait ModelStore {
     fn stats(&self) -> leasehold::Result<Stats>;
     fn job(&self, id: JobId) -> leasehold::Result<Option<Job>>;
     fn history(&self, id: JobId) -> leasehold::Result<Vec<Run>>;
+    fn output(&self, id: JobId) -> leasehold::Result<Option<Vec<u8>>>;
 }
 
 macro_rules! model_store {
@@ -102,6 +103,9 @@ macro_rules! model_store {
             }
             fn history(&self, id: JobId) -> leasehold::Result<Vec<Run>> {
                 <$store>::history(self, id)
+            }
+            fn output(&self, id: JobId) -> leasehold::Result<Option<Vec<u8>>> {
+                <$store>::output(self, id)
             }
         }
     };

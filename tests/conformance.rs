@@ -1,0 +1,416 @@
+//! The lease protocol's rules, each a function over a backend, run against the redb store
+//! and (where `LEASEHOLD_PG_URL` names a server) the PostgreSQL store, both on a manual
+//! clock: the same calls must give the same answers, to the nanosecond of store time.
+//! Differences between the backends are allowed only where `docs/design.md` ("One protocol,
+//! two backends") lists them, and none of these rules is one.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+#[path = "support/backends.rs"]
+mod backends;
+
+use std::time::Duration;
+
+use backends::ModelStore;
+use leasehold::{
+    Error, JobState, LeaseTerms, ManualClock, NewJob, Outcome, ReclaimPath, Renewal, RetryPolicy,
+    StoreTime,
+};
+
+const Q: &str = "q";
+const LEASE: Duration = Duration::from_secs(60);
+const SEC: u64 = 1_000_000_000;
+/// Failed attempts wait exactly this long (no jitter), on both backends.
+const BACKOFF: Duration = Duration::from_secs(10);
+const REAP_BATCH: usize = 3;
+
+/// A store on a manual clock, of either kind.
+struct Backend {
+    store: Box<dyn ModelStore>,
+    clock: ManualClock,
+    /// The PostgreSQL schema to drop at the end, and a connection to drop it with.
+    drop_schema: Option<(leasehold::postgres::client::Client, String)>,
+}
+
+impl Drop for Backend {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            let report = self.store.check().unwrap();
+            assert!(report.is_clean(), "{:?}", report.problems);
+        }
+        if let Some((admin, schema)) = &mut self.drop_schema {
+            let _ = admin.batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"));
+        }
+    }
+}
+
+impl std::ops::Deref for Backend {
+    type Target = dyn ModelStore;
+    fn deref(&self) -> &Self::Target {
+        &*self.store
+    }
+}
+
+fn retry_policy() -> RetryPolicy {
+    RetryPolicy {
+        base: BACKOFF,
+        max: BACKOFF,
+        jitter: 0.0,
+    }
+}
+
+fn redb() -> Backend {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new();
+    let store = leasehold::Store::builder(dir.path().join("c.redb"))
+        .clock(clock.clone())
+        .retry_policy(retry_policy())
+        .reap_batch(REAP_BATCH)
+        .open()
+        .unwrap();
+    // the directory must outlive the store: leak it into the process's temp dir for the test
+    std::mem::forget(dir);
+    Backend {
+        store: Box::new(store),
+        clock,
+        drop_schema: None,
+    }
+}
+
+fn postgres(test: &str) -> Option<Backend> {
+    let url = std::env::var("LEASEHOLD_PG_URL").ok()?;
+    let clock = ManualClock::new();
+    // a name of the test's own, short enough for PostgreSQL (63 bytes)
+    let tag =
+        std::hash::BuildHasher::hash_one(&std::collections::hash_map::RandomState::new(), test);
+    let schema = format!("lh_conf_{}_{tag:016x}", std::process::id());
+    let mut admin =
+        leasehold::postgres::client::Client::connect(&url, leasehold::postgres::client::NoTls)
+            .unwrap();
+    admin
+        .batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
+        .unwrap();
+    let store = leasehold::postgres::PgStore::builder(&url)
+        .schema(&schema)
+        .simulated_clock(clock.clone())
+        .retry_policy(retry_policy())
+        .reap_batch(REAP_BATCH)
+        .open()
+        .unwrap();
+    Some(Backend {
+        store: Box::new(store),
+        clock,
+        drop_schema: Some((admin, schema)),
+    })
+}
+
+/// Each rule as a test on redb, and as a test on PostgreSQL where a server is named.
+macro_rules! on_both {
+    ($($rule:ident),* $(,)?) => {
+        mod redb {
+            $( #[test] fn $rule() { super::$rule(&super::redb()) } )*
+        }
+        mod postgres {
+            $(
+                #[test]
+                fn $rule() {
+                    match super::postgres(stringify!($rule)) {
+                        Some(b) => super::$rule(&b),
+                        None => {} // the PostgreSQL suite says once that it did not run
+                    }
+                }
+            )*
+        }
+    };
+}
+
+on_both!(
+    a_claim_takes_the_most_urgent_due_job_and_a_delayed_one_when_its_time_comes,
+    an_expired_lease_is_taken_over_on_time_and_every_write_of_the_old_holder_is_refused,
+    a_renewal_extends_the_lease_from_now_and_an_expired_lease_is_not_renewed_once_taken,
+    the_reaper_takes_back_exactly_the_expired_leases_in_bounded_batches,
+    a_failure_backs_off_then_retries_until_the_budget_is_spent,
+    a_release_gives_the_job_back_in_its_place_without_spending_budget,
+    a_cancel_ends_a_waiting_job_and_tells_a_running_one_at_its_next_renewal,
+    a_lease_without_progress_for_its_stall_timeout_is_revoked,
+    a_unique_key_dedupes_live_jobs_only_and_blocks_a_retry_while_held,
+    a_named_job_is_claimed_only_when_claimable,
+);
+
+fn t(b: &Backend) -> u64 {
+    b.now().0
+}
+
+fn a_claim_takes_the_most_urgent_due_job_and_a_delayed_one_when_its_time_comes(b: &Backend) {
+    let late = b.enqueue(NewJob::new(Q, "late").priority(5)).unwrap();
+    let first = b.enqueue(NewJob::new(Q, "first")).unwrap();
+    let second = b.enqueue(NewJob::new(Q, "second")).unwrap();
+    let delayed = b
+        .enqueue(
+            NewJob::new(Q, "delayed")
+                .priority(-9)
+                .delay(Duration::from_secs(30)),
+        )
+        .unwrap();
+    let order: Vec<_> = b
+        .claim_batch(Q, "w", LeaseTerms::new(LEASE), 10)
+        .unwrap()
+        .iter()
+        .map(|l| l.job)
+        .collect();
+    assert_eq!(order, vec![first, second, late], "priority, then first in");
+    b.clock.advance(Duration::from_secs(30));
+    let l = b.claim(Q, "w", LeaseTerms::new(LEASE)).unwrap().unwrap();
+    assert_eq!((l.job, l.claimed_at.0), (delayed, 30 * SEC));
+    assert_eq!(l.expires_at.0, 90 * SEC);
+}
+
+fn an_expired_lease_is_taken_over_on_time_and_every_write_of_the_old_holder_is_refused(
+    b: &Backend,
+) {
+    let id = b.enqueue(NewJob::new(Q, "x")).unwrap();
+    let old = b.claim(Q, "a", LeaseTerms::new(LEASE)).unwrap().unwrap();
+    b.clock.advance(LEASE - Duration::from_nanos(1000));
+    assert!(
+        b.claim(Q, "b", LeaseTerms::new(LEASE)).unwrap().is_none(),
+        "not yet"
+    );
+    b.clock.advance(Duration::from_secs(4));
+    let new = b.claim(Q, "b", LeaseTerms::new(LEASE)).unwrap().unwrap();
+    assert_eq!((new.job, new.attempt.0), (id, 2));
+    let lost = b.heartbeat(&old, 1).unwrap_err();
+    let l = lost.lease_lost().unwrap();
+    assert_eq!(
+        (l.found, l.ended_by_holder),
+        (Some((new.attempt, JobState::Running)), false)
+    );
+    assert!(b.complete(&old, b"late").unwrap_err().is_lease_lost());
+    assert!(b.fail(&old, "late").unwrap_err().is_lease_lost());
+    assert!(b.release(&old).unwrap_err().is_lease_lost());
+    let history = b.history(id).unwrap();
+    assert_eq!(
+        history[0].outcome(),
+        Some(&Outcome::LeaseExpired {
+            path: ReclaimPath::Takeover,
+            overdue: Duration::from_secs(4) - Duration::from_nanos(1000),
+        })
+    );
+    assert_eq!(history[1].worker(), "b");
+    let c = b.stats().unwrap().counters;
+    assert_eq!(
+        (
+            c.reclaimed_by_takeover,
+            c.leases_lost,
+            c.fenced_writes_rejected
+        ),
+        (1, 1, 3)
+    );
+    assert_eq!(
+        c.worst_detection_delay,
+        LEASE + Duration::from_secs(4) - Duration::from_nanos(1000)
+    );
+    assert_eq!(b.job(id).unwrap().unwrap().failures(), 1);
+}
+
+fn a_renewal_extends_the_lease_from_now_and_an_expired_lease_is_not_renewed_once_taken(
+    b: &Backend,
+) {
+    let id = b.enqueue(NewJob::new(Q, "x")).unwrap();
+    let l = b.claim(Q, "a", LeaseTerms::new(LEASE)).unwrap().unwrap();
+    b.clock.advance(Duration::from_secs(20));
+    assert_eq!(
+        b.heartbeat(&l, 7).unwrap(),
+        Renewal::Renewed {
+            expires_at: StoreTime(80 * SEC)
+        }
+    );
+    let job = b.job(id).unwrap().unwrap();
+    assert_eq!((job.progress(), job.progress_at().0), (7, 20 * SEC));
+    b.clock.advance(Duration::from_secs(61));
+    let taken = b.claim(Q, "b", LeaseTerms::new(LEASE)).unwrap().unwrap();
+    assert_eq!(taken.attempt.0, 2);
+    assert_eq!(b.history(id).unwrap()[0].progress(), 7);
+}
+
+fn the_reaper_takes_back_exactly_the_expired_leases_in_bounded_batches(b: &Backend) {
+    let ids = b
+        .enqueue_batch((0..8).map(|i| NewJob::new(Q, format!("{i}"))).collect())
+        .unwrap();
+    let short = b
+        .claim_batch(Q, "w", LeaseTerms::new(Duration::from_secs(10)), 7)
+        .unwrap();
+    let long = b.claim(Q, "w", LeaseTerms::new(LEASE)).unwrap().unwrap();
+    b.clock.advance(Duration::from_secs(5));
+    b.heartbeat(&short[0], 1).unwrap(); // renewed: now expires at 15 s
+    b.clock.advance(Duration::from_secs(6)); // 11 s: six short leases have run out
+    let report = b.reap().unwrap();
+    let mut taken: Vec<_> = report.reclaimed.iter().map(|r| r.job).collect();
+    taken.sort();
+    assert_eq!(taken, ids[1..7].to_vec());
+    assert!(
+        report.largest_batch <= REAP_BATCH && report.batches >= 2,
+        "{report:?}"
+    );
+    assert!(
+        report
+            .reclaimed
+            .iter()
+            .all(|r| r.path == ReclaimPath::Reaper
+                && r.overdue == Duration::from_secs(1)
+                && r.now == JobState::Queued)
+    );
+    assert_eq!(
+        b.job(short[0].job).unwrap().unwrap().state(),
+        JobState::Running
+    );
+    assert_eq!(b.job(long.job).unwrap().unwrap().state(), JobState::Running);
+    assert!(b.reap().unwrap().reclaimed.is_empty());
+    assert_eq!(b.stats().unwrap().counters.reclaimed_by_reaper, 6);
+}
+
+fn a_failure_backs_off_then_retries_until_the_budget_is_spent(b: &Backend) {
+    let id = b.enqueue(NewJob::new(Q, "x").max_attempts(2)).unwrap();
+    let first = b.claim(Q, "w", LeaseTerms::new(LEASE)).unwrap().unwrap();
+    assert_eq!(b.fail(&first, "boom").unwrap(), JobState::RetryWait);
+    assert_eq!(b.job(id).unwrap().unwrap().run_at().0, 10 * SEC);
+    b.clock.advance(BACKOFF - Duration::from_secs(1));
+    assert!(b.claim(Q, "w", LeaseTerms::new(LEASE)).unwrap().is_none());
+    b.clock.advance(Duration::from_secs(1));
+    let second = b.claim(Q, "w", LeaseTerms::new(LEASE)).unwrap().unwrap();
+    assert_eq!(b.fail(&second, "again").unwrap(), JobState::Dead);
+    let job = b.job(id).unwrap().unwrap();
+    assert_eq!(
+        (
+            job.failures(),
+            job.last_error(),
+            job.finished_at().map(|t| t.0)
+        ),
+        (2, Some("again"), Some(10 * SEC))
+    );
+    b.retry(id).unwrap();
+    assert_eq!(
+        b.claim(Q, "w", LeaseTerms::new(LEASE))
+            .unwrap()
+            .unwrap()
+            .attempt
+            .0,
+        3
+    );
+}
+
+fn a_release_gives_the_job_back_in_its_place_without_spending_budget(b: &Backend) {
+    let first = b.enqueue(NewJob::new(Q, "first")).unwrap();
+    b.clock.advance(Duration::from_secs(1));
+    let second = b.enqueue(NewJob::new(Q, "second")).unwrap();
+    let l = b.claim(Q, "w", LeaseTerms::new(LEASE)).unwrap().unwrap();
+    assert_eq!(l.job, first);
+    b.release(&l).unwrap();
+    let job = b.job(first).unwrap().unwrap();
+    assert_eq!(
+        (job.state(), job.failures(), job.run_at().0),
+        (JobState::Queued, 0, 0)
+    );
+    // still ahead of the job enqueued after it
+    assert_eq!(
+        b.claim(Q, "w", LeaseTerms::new(LEASE))
+            .unwrap()
+            .unwrap()
+            .job,
+        first
+    );
+    let _ = second;
+    assert_eq!(b.stats().unwrap().counters.released, 1);
+}
+
+fn a_cancel_ends_a_waiting_job_and_tells_a_running_one_at_its_next_renewal(b: &Backend) {
+    let waiting = b.enqueue(NewJob::new(Q, "a").priority(1)).unwrap();
+    let running = b.enqueue(NewJob::new(Q, "b")).unwrap();
+    let l = b.claim(Q, "w", LeaseTerms::new(LEASE)).unwrap().unwrap();
+    assert_eq!(l.job, running);
+    assert_eq!(b.cancel(waiting).unwrap(), JobState::Cancelled);
+    assert_eq!(b.cancel(running).unwrap(), JobState::Running);
+    assert!(b.job(running).unwrap().unwrap().cancel_requested());
+    assert_eq!(b.heartbeat(&l, 0).unwrap(), Renewal::Cancelled);
+    assert_eq!(
+        b.job(running).unwrap().unwrap().state(),
+        JobState::Cancelled
+    );
+    assert_eq!(
+        b.history(running).unwrap()[0].outcome(),
+        Some(&Outcome::Cancelled)
+    );
+    assert!(b.complete(&l, b"").unwrap_err().is_lease_lost());
+    assert_eq!(
+        b.cancel(waiting).unwrap(),
+        JobState::Cancelled,
+        "idempotent"
+    );
+}
+
+fn a_lease_without_progress_for_its_stall_timeout_is_revoked(b: &Backend) {
+    let id = b.enqueue(NewJob::new(Q, "x")).unwrap();
+    let terms = LeaseTerms::new(LEASE).stall_timeout(Duration::from_secs(30));
+    let l = b.claim(Q, "w", terms).unwrap().unwrap();
+    b.clock.advance(Duration::from_secs(20));
+    assert!(matches!(
+        b.heartbeat(&l, 1).unwrap(),
+        Renewal::Renewed { .. }
+    ));
+    b.clock.advance(Duration::from_secs(29));
+    assert!(
+        matches!(b.heartbeat(&l, 1).unwrap(), Renewal::Renewed { .. }),
+        "29 s still"
+    );
+    b.clock.advance(Duration::from_secs(1));
+    assert_eq!(b.heartbeat(&l, 1).unwrap(), Renewal::Stalled);
+    let job = b.job(id).unwrap().unwrap();
+    assert_eq!(
+        (job.state(), job.failures(), job.run_at().0),
+        (JobState::RetryWait, 1, t(b) + 10 * SEC)
+    );
+    assert_eq!(b.stats().unwrap().counters.stalled, 1);
+}
+
+fn a_unique_key_dedupes_live_jobs_only_and_blocks_a_retry_while_held(b: &Backend) {
+    let first = b
+        .enqueue(NewJob::new(Q, "a").unique_key("k").max_attempts(1))
+        .unwrap();
+    assert_eq!(
+        b.enqueue(NewJob::new(Q, "b").unique_key("k")).unwrap(),
+        first
+    );
+    let other_queue = b
+        .enqueue(NewJob::new("other", "c").unique_key("k"))
+        .unwrap();
+    assert_ne!(other_queue, first, "keys are per queue");
+    let l = b.claim(Q, "w", LeaseTerms::new(LEASE)).unwrap().unwrap();
+    b.fail(&l, "x").unwrap(); // dead: the key is free
+    let second = b.enqueue(NewJob::new(Q, "d").unique_key("k")).unwrap();
+    assert_eq!(
+        second.0,
+        other_queue.0 + 1,
+        "ids are dense when nothing rolls back"
+    );
+    assert!(matches!(
+        b.retry(first),
+        Err(Error::UniqueKeyHeld { holder, .. }) if holder == second
+    ));
+}
+
+fn a_named_job_is_claimed_only_when_claimable(b: &Backend) {
+    let id = b
+        .enqueue(NewJob::new(Q, "x").delay(Duration::from_secs(5)))
+        .unwrap();
+    let terms = LeaseTerms::new(LEASE);
+    assert!(b.claim_job(id, "w", terms).unwrap().is_none(), "not due");
+    b.clock.advance(Duration::from_secs(5));
+    let l = b.claim_job(id, "w", terms).unwrap().unwrap();
+    assert!(b.claim_job(id, "v", terms).unwrap().is_none(), "held");
+    b.clock.advance(LEASE);
+    let taken = b.claim_job(id, "v", terms).unwrap().unwrap();
+    assert_eq!(taken.attempt.0, l.attempt.0 + 1);
+    assert!(matches!(
+        b.claim_job(leasehold::JobId(999), "v", terms),
+        Err(Error::JobNotFound(_))
+    ));
+}
