@@ -639,13 +639,10 @@ impl Store {
         &self,
         f: impl for<'t> FnOnce(&mut Tx<'t>, &'t WriteTransaction) -> Result<T>,
     ) -> Result<T> {
-        let mut txn = self.inner.db.begin_write()?;
-        // Read the clock once the write lock is held, so commits carry non-decreasing times.
-        let now = self.now();
-        let durable = self.choose_durability(&mut txn, now)?;
+        let w = self.begin()?;
         let (result, tally) = {
-            let mut tx = Tx::open(&txn, now, &self.inner.policy)?;
-            let result = f(&mut tx, &txn);
+            let mut tx = Tx::open(&w.txn, w.now, &self.inner.policy)?;
+            let result = f(&mut tx, &w.txn);
             if result.is_ok() {
                 tx.persist()?;
             }
@@ -653,16 +650,13 @@ impl Store {
         };
         match result {
             Ok(value) => {
-                txn.commit()?;
-                self.inner.writes.fetch_add(1, Ordering::Relaxed);
-                self.committed(durable, now);
-                self.readied(&tally.readied);
+                self.finish(w, &tally.readied)?;
                 Ok(value)
             }
             Err(e) => {
                 // The caller's error is the answer; a failure to abort or to count a refusal
                 // must not replace it (a LeaseLost must reach the worker as a LeaseLost).
-                if let Err(abort) = txn.abort() {
+                if let Err(abort) = w.txn.abort() {
                     tracing::error!(error = %abort, "aborting a refused transaction failed");
                 }
                 if let Err(count) = self.record_refusals(&tally) {
@@ -687,16 +681,30 @@ impl Store {
         if !refusals.counts_anything() {
             return Ok(());
         }
+        let w = self.begin()?;
+        {
+            let mut meta = w.txn.open_table(schema::META)?;
+            persist_tally(&mut meta, &refusals)?;
+        }
+        self.finish(w, &std::collections::BTreeSet::new())
+    }
+
+    /// Begins a write transaction: the one place a commit starts. The clock is read once the
+    /// write lock is held, so commits carry non-decreasing times.
+    fn begin(&self) -> Result<Writing> {
         let mut txn = self.inner.db.begin_write()?;
         let now = self.now();
         let durable = self.choose_durability(&mut txn, now)?;
-        {
-            let mut meta = txn.open_table(schema::META)?;
-            persist_tally(&mut meta, &refusals)?;
-        }
-        txn.commit()?;
+        Ok(Writing { txn, now, durable })
+    }
+
+    /// Commits it: the one place a commit ends. Counts the write, records whether it was
+    /// durable, and wakes the waiters of the queues it gave work.
+    fn finish(&self, w: Writing, readied: &std::collections::BTreeSet<String>) -> Result<()> {
+        w.txn.commit()?;
         self.inner.writes.fetch_add(1, Ordering::Relaxed);
-        self.committed(durable, now);
+        self.committed(w.durable, w.now);
+        self.readied(readied);
         Ok(())
     }
 
@@ -740,6 +748,14 @@ impl Store {
     }
 }
 
+/// A write transaction between [`Store::begin`] and [`Store::finish`]: the store time it
+/// writes at and whether its commit is durable.
+struct Writing {
+    txn: WriteTransaction,
+    now: StoreTime,
+    durable: bool,
+}
+
 /// An operation queued into a group commit, returning `T`.
 type Op<T> = Box<dyn FnMut(&mut Tx<'_>) -> Result<T> + Send>;
 
@@ -760,16 +776,13 @@ fn completions<T: Default + Send + 'static>(done: Vec<Completion>) -> Vec<Op<T>>
 
 impl Committer for Store {
     fn commit_group(&self, ops: &mut [Box<dyn PendingOp>]) -> Result<bool> {
-        let mut txn = self.inner.db.begin_write()?;
-        // Read the clock once the write lock is held, so commits carry non-decreasing times.
-        let now = self.now();
-        let durable = self.choose_durability(&mut txn, now)?;
+        let w = self.begin()?;
         let tally = {
-            let mut tx = Tx::open(&txn, now, &self.inner.policy)?;
+            let mut tx = Tx::open(&w.txn, w.now, &self.inner.policy)?;
             for op in ops.iter_mut() {
                 if !op.apply(&mut tx) {
                     drop(tx);
-                    txn.abort()?;
+                    w.txn.abort()?;
                     return Ok(false);
                 }
             }
@@ -780,13 +793,10 @@ impl Committer for Store {
         };
         if !tally.changed() {
             // Nothing written (a claim that found nothing, a refusal counted nowhere): no fsync.
-            txn.abort()?;
+            w.txn.abort()?;
             return Ok(true);
         }
-        txn.commit()?;
-        self.inner.writes.fetch_add(1, Ordering::Relaxed);
-        self.committed(durable, now);
-        self.readied(&tally.readied);
+        self.finish(w, &tally.readied)?;
         Ok(true)
     }
 }
