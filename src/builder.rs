@@ -8,6 +8,7 @@ use std::time::Duration;
 use redb::ConcurrencyMode;
 
 use crate::clock::{Clock, MonotonicClock};
+use crate::config::Durability;
 use crate::config::{DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_PAYLOAD, DEFAULT_REAP_BATCH};
 use crate::error::{ConfigError, Result};
 use crate::group::CommitShape;
@@ -17,24 +18,6 @@ use crate::open::{self, EngineOptions};
 use crate::retry::RetryPolicy;
 use crate::store::Store;
 use crate::tx::Policy;
-
-/// What a commit promises.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub enum Durability {
-    /// Every commit is on disk (fsync'd) when the call returns. A crash or power loss loses
-    /// nothing that was acknowledged. The default.
-    Immediate,
-    /// Commits are made durable at most `flush_every` apart (at the first commit after that
-    /// much store time, at [`Store::flush`], and when the store is dropped); the ones between
-    /// are in memory only. A crash or power loss may lose the commits since the last durable
-    /// one, as a whole and in order, and never corrupts the file: the store reopens at an
-    /// earlier consistent state. Then a completed job may run again, so handlers must be
-    /// idempotent (they must be anyway: a lease can be falsely reclaimed).
-    Eventual {
-        /// The longest span of commits that a crash may lose.
-        flush_every: Duration,
-    },
-}
 
 /// Configures and opens a [`Store`]. See [`Store::builder`].
 #[derive(Debug)]

@@ -134,3 +134,21 @@ mod tests {
         assert_eq!(d.heartbeat(), Duration::from_secs(20));
     }
 }
+
+/// What a commit promises.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Durability {
+    /// Every commit is on disk (fsync'd) when the call returns. A crash or power loss loses
+    /// nothing that was acknowledged. The default.
+    Immediate,
+    /// Commits are made durable at most `flush_every` apart (at the first commit after that
+    /// much store time, at [`Store::flush`](crate::Store::flush), and when the store is dropped); the ones between
+    /// are in memory only. A crash or power loss may lose the commits since the last durable
+    /// one, as a whole and in order, and never corrupts the file: the store reopens at an
+    /// earlier consistent state. Then a completed job may run again, so handlers must be
+    /// idempotent (they must be anyway: a lease can be falsely reclaimed).
+    Eventual {
+        /// The longest span of commits that a crash may lose.
+        flush_every: Duration,
+    },
+}

@@ -4,8 +4,6 @@
 //! through [`save`], which removes the entries of the old version and adds those of the new
 //! one; [`crate::Store::check`] recomputes the same function to prove the indexes match.
 
-use redb::ReadableTable;
-
 use crate::codec;
 use crate::error::Result;
 use crate::job::{JobRecord, JobState};
@@ -157,26 +155,6 @@ fn add_entries(t: &mut Tables<'_>, after: &Entries, before: Option<&Entries>) ->
         && new(|b, a| b.finished == a.finished)
     {
         t.finished.insert(key, ())?;
-    }
-    Ok(())
-}
-
-/// Applies the transaction's count changes to the `counts` index, once per (queue, state)
-/// rather than once per job: a batch that claims a thousand jobs writes two counts, not two
-/// thousand.
-pub(crate) fn apply_counts(t: &mut Tables<'_>, deltas: &[(String, u8, i64)]) -> Result<()> {
-    for (q, s, delta) in deltas {
-        if *delta == 0 {
-            continue;
-        }
-        let key = (q.as_str(), *s);
-        let current = t.counts.get(key)?.map(|v| v.value()).unwrap_or(0);
-        let next = current.saturating_add_signed(*delta);
-        if next == 0 {
-            t.counts.remove(key)?;
-        } else {
-            t.counts.insert(key, next)?;
-        }
     }
     Ok(())
 }

@@ -119,12 +119,12 @@ pub mod testing;
 pub mod postgres;
 
 pub use backend::Backend;
-pub use builder::{Durability, Sharing, StoreBuilder};
+pub use builder::{Sharing, StoreBuilder};
 pub use check::CheckReport;
 pub use clock::{Clock, ClockReading, ManualClock, MonotonicClock};
 pub use config::{
     DEFAULT_LEASE, DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_PAYLOAD, DEFAULT_REAP_BATCH,
-    DEFAULT_REAPER_INTERVAL, MAX_LEASE,
+    DEFAULT_REAPER_INTERVAL, Durability, MAX_LEASE,
 };
 pub use error::{ConfigError, Error, InputError, LeaseLost, OpenError, Result};
 pub use ids::{Attempt, InstanceId, JobId, StoreTime};

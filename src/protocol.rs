@@ -27,7 +27,7 @@ use crate::lease::{Lease, LeaseTerms, Renewal};
 use crate::report::Reclaim;
 use crate::retry::{self, Next};
 use crate::search;
-use crate::tx::Tx;
+use crate::tx::{Tx, corrupt_running, load};
 
 /// Enqueues a job; with a unique key that a live job holds, returns that job instead.
 pub(crate) fn enqueue(tx: &mut Tx<'_>, new: &NewJob) -> Result<JobId> {
@@ -710,13 +710,4 @@ fn expire(tx: &mut Tx<'_>, job: JobRecord, path: ReclaimPath) -> Result<(JobReco
         now: new.state,
     };
     Ok((new, reclaim))
-}
-
-pub(crate) fn load(tx: &Tx<'_>, id: JobId) -> Result<JobRecord> {
-    tx.t.job(id)?
-        .ok_or_else(|| Error::Corrupt(format!("an index names job {id}, which has no record")))
-}
-
-pub(crate) fn corrupt_running(job: &JobRecord) -> Error {
-    Error::Corrupt(format!("job {} is running without a lease", job.id))
 }

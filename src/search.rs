@@ -7,7 +7,6 @@ use crate::error::Result;
 use crate::ids::{JobId, StoreTime};
 use crate::index;
 use crate::job::{JobRecord, JobState};
-use crate::protocol;
 use crate::tx::Tx;
 
 /// The job of `queue` whose index entry says its lease expires first, at or before `bound`.
@@ -85,7 +84,7 @@ pub(crate) fn next_expired(tx: &mut Tx<'_>, queue: &str) -> Result<Option<JobId>
         let Some(id) = first_indexed_expiry(tx, queue, tx.now.0)? else {
             return Ok(None);
         };
-        let job = protocol::load(tx, id)?;
+        let job = crate::tx::load(tx, id)?;
         let in_place = job
             .lease
             .as_ref()
@@ -102,7 +101,7 @@ pub(crate) fn catch_up(tx: &mut Tx<'_>, job: JobRecord) -> Result<()> {
     let mut moved = job.clone();
     match moved.lease.as_mut() {
         Some(lease) => lease.indexed_expiry = lease.expires_at,
-        None => return Err(protocol::corrupt_running(&job)),
+        None => return Err(crate::tx::corrupt_running(&job)),
     }
     index::save(tx, Some(&job), &moved)
 }

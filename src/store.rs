@@ -9,8 +9,8 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use redb::{Database, ReadableDatabase, TableHandle, WriteTransaction};
 
-use crate::builder::Durability;
 use crate::clock::StoreClock;
+use crate::config::Durability;
 use crate::error::{Error, Result};
 use crate::group::{CommitShape, Committer, Group, PendingOp};
 use crate::ids::{Attempt, JobId, StoreTime};

@@ -177,7 +177,7 @@ impl<'t> Tx<'t> {
         if let Some(next) = self.next_id {
             write_u64(&mut self.t.meta, meta_key::NEXT_JOB_ID, next)?;
         }
-        crate::index::apply_counts(&mut self.t, &self.tally.counts)?;
+        apply_counts(&mut self.t, &self.tally.counts)?;
         persist_tally(&mut self.t.meta, &self.tally)
     }
 
@@ -256,4 +256,35 @@ pub(crate) fn write_u64(
 ) -> Result<()> {
     meta.insert(key, v.to_le_bytes().as_slice())?;
     Ok(())
+}
+
+/// Applies the transaction's count changes to the `counts` index, once per (queue, state)
+/// rather than once per job: a batch that claims a thousand jobs writes two counts, not two
+/// thousand.
+fn apply_counts(t: &mut Tables<'_>, deltas: &[(String, u8, i64)]) -> Result<()> {
+    for (q, s, delta) in deltas {
+        if *delta == 0 {
+            continue;
+        }
+        let key = (q.as_str(), *s);
+        let current = t.counts.get(key)?.map(|v| v.value()).unwrap_or(0);
+        let next = current.saturating_add_signed(*delta);
+        if next == 0 {
+            t.counts.remove(key)?;
+        } else {
+            t.counts.insert(key, next)?;
+        }
+    }
+    Ok(())
+}
+
+/// The record of job `id`, which an index named: its absence is corruption.
+pub(crate) fn load(tx: &Tx<'_>, id: JobId) -> Result<JobRecord> {
+    tx.t.job(id)?
+        .ok_or_else(|| Error::Corrupt(format!("an index names job {id}, which has no record")))
+}
+
+/// The error for a running job found without its lease.
+pub(crate) fn corrupt_running(job: &JobRecord) -> Error {
+    Error::Corrupt(format!("job {} is running without a lease", job.id))
 }
