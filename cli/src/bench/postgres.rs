@@ -75,6 +75,7 @@ pub(super) fn rows(url: &str, scale: f64) -> Result<Vec<Row>, Error> {
             n(if workers == 1 { 1_000 } else { 8_000 }),
         )?);
     }
+    churn(&mut scratch, "e2e16")?;
     rows.push(bare_loop(&mut scratch, 16, n(8_000))?);
     rows.extend(renewals(&mut scratch)?);
     rows.push(wake_across_handles(&scratch, 200)?);
@@ -112,6 +113,26 @@ fn end_to_end(scratch: &Scratch, workers: usize, jobs: usize) -> Result<Row, Err
         total,
         jobs as u64,
     ))
+}
+
+/// What churn left in a job table: dead row versions against live ones, how many updates
+/// were HOT, and whether autovacuum has been by. Reported on stderr: a state, not a rate.
+fn churn(scratch: &mut Scratch, name: &str) -> Result<(), Error> {
+    // The store's connections are gone with its pool; their counts reach the statistics
+    // as they exit.
+    std::thread::sleep(Duration::from_millis(500));
+    let row = scratch.admin.query_one(
+        "SELECT n_live_tup, n_dead_tup, n_tup_upd, n_tup_hot_upd, autovacuum_count
+         FROM pg_stat_user_tables WHERE schemaname = $1 AND relname = 'leasehold_jobs'",
+        &[&format!("{}_{name}", scratch.schema)],
+    )?;
+    let (live, dead, upd, hot, vacuums): (i64, i64, i64, i64, i64) =
+        (row.get(0), row.get(1), row.get(2), row.get(3), row.get(4));
+    eprintln!(
+        "postgres: after the 16-worker run, the job table holds {live} live and {dead} dead row \
+         versions; {hot} of {upd} updates were HOT; autovacuum ran {vacuums} time(s)"
+    );
+    Ok(())
 }
 
 /// The floor: `threads` hand-written loops, each claiming one job with `FOR UPDATE SKIP
