@@ -138,17 +138,7 @@ impl PgStore {
 
     /// Completes the attempt (see [`crate::Store::complete`]).
     pub fn complete(&self, lease: &Lease, output: &[u8]) -> Result<()> {
-        self.transaction(|tx, p| {
-            protocol::complete(
-                tx,
-                p,
-                &self.settings(),
-                lease.job,
-                lease.attempt,
-                output,
-                None,
-            )
-        })
+        crate::backend::LeaseBackend::complete(self, lease, output, None)
     }
 
     /// Completes the attempt and runs `f`, the application's own statements and follow-up
@@ -206,24 +196,12 @@ impl PgStore {
 
     /// Fails the attempt (see [`crate::Store::fail`]).
     pub fn fail(&self, lease: &Lease, error: &str) -> Result<JobState> {
-        self.transaction(|tx, p| {
-            protocol::fail(
-                tx,
-                p,
-                &self.settings(),
-                lease.job,
-                lease.attempt,
-                error,
-                None,
-            )
-        })
+        crate::backend::LeaseBackend::fail(self, lease, error, None)
     }
 
     /// Gives the job back on purpose (see [`crate::Store::release`]).
     pub fn release(&self, lease: &Lease) -> Result<()> {
-        self.transaction(|tx, p| protocol::release(tx, p, lease.job, lease.attempt, None))?;
-        self.readied([&lease.queue]);
-        Ok(())
+        crate::backend::LeaseBackend::release(self, lease, None)
     }
 
     /// Cancels a job (see [`crate::Store::cancel`]).
