@@ -135,6 +135,9 @@ on_both!(
     a_lease_without_progress_for_its_stall_timeout_is_revoked,
     a_unique_key_dedupes_live_jobs_only_and_blocks_a_retry_while_held,
     a_named_job_is_claimed_only_when_claimable,
+    a_batch_of_completions_answers_each_alone,
+    a_renewal_after_the_holders_own_end_is_refused_but_not_counted_as_lost,
+    stats_count_every_job_by_queue_and_state,
 );
 
 fn t(b: &Backend) -> u64 {
@@ -413,4 +416,57 @@ fn a_named_job_is_claimed_only_when_claimable(b: &Backend) {
         b.claim_job(leasehold::JobId(999), "v", terms),
         Err(Error::JobNotFound(_))
     ));
+}
+
+fn a_batch_of_completions_answers_each_alone(b: &Backend) {
+    let ids = b
+        .enqueue_batch((0..3).map(|i| NewJob::new(Q, format!("{i}"))).collect())
+        .unwrap();
+    let leases = b.claim_batch(Q, "w", LeaseTerms::new(LEASE), 3).unwrap();
+    b.complete(&leases[1], b"first").unwrap(); // the second one will be a stale repeat
+    let answers = b.complete_batch(&[
+        (&leases[0], b"a".as_slice()),
+        (&leases[1], b"again".as_slice()),
+        (&leases[2], b"c".as_slice()),
+    ]);
+    assert!(answers[0].is_ok() && answers[2].is_ok(), "{answers:?}");
+    let refused = answers[1].as_ref().unwrap_err().lease_lost().unwrap();
+    assert!(refused.ended_by_holder);
+    assert_eq!(b.output(ids[1]).unwrap().as_deref(), Some(&b"first"[..]));
+    assert_eq!(b.output(ids[2]).unwrap().as_deref(), Some(&b"c"[..]));
+    assert_eq!(b.stats().unwrap().counters.fenced_writes_rejected, 1);
+}
+
+fn a_renewal_after_the_holders_own_end_is_refused_but_not_counted_as_lost(b: &Backend) {
+    b.enqueue(NewJob::new(Q, "x")).unwrap();
+    let l = b.claim(Q, "w", LeaseTerms::new(LEASE)).unwrap().unwrap();
+    b.complete(&l, b"").unwrap();
+    let refused = b.heartbeat(&l, 1).unwrap_err();
+    assert!(refused.lease_lost().unwrap().ended_by_holder);
+    let c = b.stats().unwrap().counters;
+    assert_eq!((c.leases_lost, c.fenced_writes_rejected), (0, 0));
+}
+
+fn stats_count_every_job_by_queue_and_state(b: &Backend) {
+    b.enqueue_batch((0..4).map(|i| NewJob::new(Q, format!("{i}"))).collect())
+        .unwrap();
+    b.enqueue(NewJob::new("other", "x").delay(Duration::from_secs(60)))
+        .unwrap();
+    let leases = b.claim_batch(Q, "w", LeaseTerms::new(LEASE), 3).unwrap();
+    b.complete(&leases[0], b"").unwrap();
+    b.fail(&leases[1], "x").unwrap();
+    let stats = b.stats().unwrap();
+    let q = &stats.queues[Q];
+    assert_eq!(
+        [
+            JobState::Queued,
+            JobState::Running,
+            JobState::RetryWait,
+            JobState::Succeeded
+        ]
+        .map(|s| q.get(s)),
+        [1, 1, 1, 1]
+    );
+    assert_eq!(stats.queues["other"].get(JobState::Queued), 1);
+    assert_eq!(stats.now, b.now());
 }
