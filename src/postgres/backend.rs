@@ -30,6 +30,41 @@ impl From<&PgStore> for Backend {
 }
 
 impl PgStore {
+    /// Completes each of `done` as its own unit, then claims (queue, worker, terms, how
+    /// many) if asked, all in one transaction: a refusal by the fence answers its own
+    /// completion (writing only its counter) and the others go on; a failure of the database
+    /// fails them all.
+    pub(super) fn complete_each_then_claim(
+        &self,
+        done: &[Completion],
+        claim: Option<(&str, &str, LeaseTerms, usize)>,
+    ) -> (Vec<Result<()>>, Result<Vec<Lease>>) {
+        let s = self.settings();
+        let outcome = self.transaction(|tx, p| {
+            let mut results = Vec::with_capacity(done.len());
+            for (job, attempt, output, progress) in done {
+                match protocol::complete(tx, p, s, *job, *attempt, output, *progress) {
+                    Err(e) if !e.is_refusal() => return Err(e),
+                    result => results.push(result),
+                }
+            }
+            let claimed = match claim {
+                Some((queue, worker, terms, n)) => {
+                    protocol::claim_batch(tx, p, s, queue, worker, terms, n)?
+                }
+                None => Vec::new(),
+            };
+            Ok((results, claimed))
+        });
+        match outcome {
+            Ok((results, claimed)) => (results, Ok(claimed)),
+            Err(e) => (
+                done.iter().map(|_| Err(super::store::same(&e))).collect(),
+                Err(e),
+            ),
+        }
+    }
+
     /// Store time for a pool's threads: the database's clock as last read plus the local
     /// time since (read again every half second). While the database cannot be reached the
     /// estimate goes on from the last reading, so a pool can still tell that its leases have
@@ -119,7 +154,7 @@ impl LeaseBackend for PgStore {
             .iter()
             .map(|(l, progress)| (l.job, l.attempt, *progress))
             .collect();
-        self.transaction(|tx, p| protocol::heartbeat_batch(tx, p, &self.settings(), &leases))
+        self.transaction(|tx, p| protocol::heartbeat_batch(tx, p, self.settings(), &leases))
     }
 
     fn complete(&self, lease: &Lease, output: &[u8], progress: Option<u64>) -> Result<()> {
@@ -127,7 +162,7 @@ impl LeaseBackend for PgStore {
             protocol::complete(
                 tx,
                 p,
-                &self.settings(),
+                self.settings(),
                 lease.job,
                 lease.attempt,
                 output,
@@ -145,8 +180,8 @@ impl LeaseBackend for PgStore {
     ) -> Result<Option<Lease>> {
         let s = self.settings();
         self.transaction(|tx, p| {
-            protocol::complete(tx, p, &s, lease.job, lease.attempt, output, progress)?;
-            Ok(protocol::claim_batch(tx, p, &s, &lease.queue, &lease.worker, terms, 1)?.pop())
+            protocol::complete(tx, p, s, lease.job, lease.attempt, output, progress)?;
+            Ok(protocol::claim_batch(tx, p, s, &lease.queue, &lease.worker, terms, 1)?.pop())
         })
     }
 
@@ -178,30 +213,8 @@ impl LeaseBackend for PgStore {
         terms: LeaseTerms,
         n: usize,
     ) -> (Vec<Result<()>>, Result<Vec<Lease>>) {
-        let s = self.settings();
-        // One transaction: each completion has its own answer (a refusal by the fence writes
-        // only its counter and the others go on); a failure of the database fails them all.
-        let outcome = self.transaction(|tx, p| {
-            let mut results = Vec::with_capacity(done.len());
-            for (job, attempt, output, progress) in &done {
-                match protocol::complete(tx, p, &s, *job, *attempt, output, *progress) {
-                    Err(e) if !e.is_refusal() => return Err(e),
-                    result => results.push(result),
-                }
-            }
-            let claimed = match n {
-                0 => Vec::new(),
-                n => protocol::claim_batch(tx, p, &s, queue, worker, terms, n)?,
-            };
-            Ok((results, claimed))
-        });
-        match outcome {
-            Ok((results, claimed)) => (results, Ok(claimed)),
-            Err(e) => (
-                done.iter().map(|_| Err(super::store::same(&e))).collect(),
-                Err(e),
-            ),
-        }
+        let claim = (n > 0).then_some((queue, worker, terms, n));
+        self.complete_each_then_claim(&done, claim)
     }
 
     fn fail(&self, lease: &Lease, error: &str, progress: Option<u64>) -> Result<JobState> {
@@ -209,7 +222,7 @@ impl LeaseBackend for PgStore {
             protocol::fail(
                 tx,
                 p,
-                &self.settings(),
+                self.settings(),
                 lease.job,
                 lease.attempt,
                 error,

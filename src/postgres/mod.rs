@@ -41,13 +41,19 @@ use crate::retry::RetryPolicy;
 pub struct PgStoreBuilder {
     url: String,
     schema: String,
-    retry: RetryPolicy,
-    default_max_attempts: u32,
-    max_payload: usize,
-    reap_batch: usize,
+    settings: Settings,
+    simulated_clock: Option<crate::clock::ManualClock>,
+}
+
+/// What a store applies, as its builder set it: the protocol's rules and the connections'.
+#[derive(Clone, Debug)]
+pub(crate) struct Settings {
+    pub(crate) retry: RetryPolicy,
+    pub(crate) default_max_attempts: u32,
+    pub(crate) max_payload: usize,
+    pub(crate) reap_batch: usize,
     connections: usize,
     statement_timeout: Duration,
-    simulated_clock: Option<crate::clock::ManualClock>,
 }
 
 impl PgStoreBuilder {
@@ -64,7 +70,7 @@ impl PgStoreBuilder {
     /// Applied to every connection the store opens, so also to the application's SQL in
     /// [`PgStore::complete_with`]. Default: 30 s.
     pub fn statement_timeout(mut self, timeout: Duration) -> PgStoreBuilder {
-        self.statement_timeout = timeout;
+        self.settings.statement_timeout = timeout;
         self
     }
 
@@ -77,35 +83,35 @@ impl PgStoreBuilder {
 
     /// How failed jobs back off. Default: [`RetryPolicy::default`].
     pub fn retry_policy(mut self, policy: RetryPolicy) -> PgStoreBuilder {
-        self.retry = policy;
+        self.settings.retry = policy;
         self
     }
 
     /// The retry budget of jobs enqueued without one. Default: 25.
     pub fn default_max_attempts(mut self, n: u32) -> PgStoreBuilder {
-        self.default_max_attempts = n;
+        self.settings.default_max_attempts = n;
         self
     }
 
     /// The most leases one reaper transaction takes back. Default: 500.
     pub fn reap_batch(mut self, n: usize) -> PgStoreBuilder {
-        self.reap_batch = n;
+        self.settings.reap_batch = n;
         self
     }
 
     /// The most connections the handle keeps open between operations. Default: 16.
     pub fn connections(mut self, n: usize) -> PgStoreBuilder {
-        self.connections = n;
+        self.settings.connections = n.max(1);
         self
     }
 
     /// Connects, creates the schema if it is missing, and checks the one found.
     pub fn open(self) -> Result<PgStore> {
-        self.retry.validate()?;
-        if self.default_max_attempts == 0 {
+        self.settings.retry.validate()?;
+        if self.settings.default_max_attempts == 0 {
             return Err(ConfigError::ZeroMaxAttempts.into());
         }
-        if self.reap_batch == 0 {
+        if self.settings.reap_batch == 0 {
             return Err(ConfigError::ZeroBatch.into());
         }
         let config: postgres::Config = self
@@ -117,12 +123,7 @@ impl PgStoreBuilder {
             inner: Arc::new(Inner {
                 config,
                 names: schema,
-                retry: self.retry,
-                default_max_attempts: self.default_max_attempts,
-                max_payload: self.max_payload,
-                reap_batch: self.reap_batch,
-                connections: self.connections.max(1),
-                statement_timeout: self.statement_timeout,
+                settings: self.settings,
                 simulated_clock: self.simulated_clock,
                 idle: Mutex::new(Vec::new()),
                 notifier: Arc::new(crate::notify::Notifier::default()),
@@ -145,12 +146,7 @@ pub struct PgStore {
 struct Inner {
     config: postgres::Config,
     names: schema::Names,
-    retry: RetryPolicy,
-    default_max_attempts: u32,
-    max_payload: usize,
-    reap_batch: usize,
-    connections: usize,
-    statement_timeout: Duration,
+    settings: Settings,
     simulated_clock: Option<crate::clock::ManualClock>,
     idle: Mutex<Vec<Connection>>,
     /// Wakes this process's pools when a commit, here or (through the listener) on another
@@ -185,12 +181,14 @@ impl PgStore {
         PgStoreBuilder {
             url: url.into(),
             schema: "leasehold".to_owned(),
-            retry: RetryPolicy::default(),
-            default_max_attempts: DEFAULT_MAX_ATTEMPTS,
-            max_payload: DEFAULT_MAX_PAYLOAD,
-            reap_batch: DEFAULT_REAP_BATCH,
-            connections: 16,
-            statement_timeout: Duration::from_secs(30),
+            settings: Settings {
+                retry: RetryPolicy::default(),
+                default_max_attempts: DEFAULT_MAX_ATTEMPTS,
+                max_payload: DEFAULT_MAX_PAYLOAD,
+                reap_batch: DEFAULT_REAP_BATCH,
+                connections: 16,
+                statement_timeout: Duration::from_secs(30),
+            },
             simulated_clock: None,
         }
     }
@@ -214,7 +212,7 @@ impl PgStore {
         let result = f(&mut conn);
         if !conn.client.is_closed() {
             let mut idle = self.inner.idle.lock();
-            if idle.len() < self.inner.connections {
+            if idle.len() < self.inner.settings.connections {
                 idle.push(conn);
             }
         }
@@ -224,7 +222,7 @@ impl PgStore {
     /// A new connection with the store's session settings.
     fn connect(&self) -> Result<Client> {
         let mut client = self.inner.config.connect(NoTls).map_err(PgError::connect)?;
-        let timeout = self.inner.statement_timeout.as_millis().max(1);
+        let timeout = self.inner.settings.statement_timeout.as_millis().max(1);
         client
             .batch_execute(&format!("SET statement_timeout = {timeout}"))
             .map_err(PgError::from)?;
@@ -242,28 +240,16 @@ impl PgStore {
         let mut tries = 0;
         loop {
             tries += 1;
-            let outcome = self.with_connection(|conn| {
-                let Connection { client, prepared } = conn;
-                let mut tx = client.transaction().map_err(PgError::from)?;
-                self.simulate_time(&mut tx)?;
-                let value = {
-                    let mut p = Prepared {
-                        cache: prepared,
-                        names: &self.inner.names,
-                    };
-                    f(&mut tx, &mut p)
-                };
-                finish(tx, value)
-            });
-            match outcome {
+            match self.transaction_once(&mut f) {
                 Err(Error::Postgres(e)) if e.is_transient() && tries < ATTEMPTS => continue,
                 other => return other,
             }
         }
     }
 
-    /// [`PgStore::transaction`] for a closure that cannot run twice (the application's):
-    /// not retried; a serialization failure or deadlock is returned to the caller.
+    /// One transaction, not retried: for a closure that cannot run twice (the
+    /// application's), whose serialization failure or deadlock is returned to the caller;
+    /// [`PgStore::transaction`] retries through it.
     fn transaction_once<T>(
         &self,
         f: impl FnMut(&mut postgres::Transaction<'_>, &mut Prepared<'_>) -> Result<T>,
@@ -294,12 +280,8 @@ impl PgStore {
         Ok(())
     }
 
-    fn settings(&self) -> protocol::Settings<'_> {
-        protocol::Settings {
-            retry: &self.inner.retry,
-            default_max_attempts: self.inner.default_max_attempts,
-            max_payload: self.inner.max_payload,
-        }
+    fn settings(&self) -> &Settings {
+        &self.inner.settings
     }
 
     /// The schema holding leasehold's tables.
@@ -309,7 +291,7 @@ impl PgStore {
 
     /// How long a reap batch may be.
     fn reap_batch(&self) -> usize {
-        self.inner.reap_batch
+        self.inner.settings.reap_batch
     }
 }
 

@@ -16,22 +16,15 @@ use std::time::Duration;
 use postgres::Transaction;
 use postgres::types::ToSql;
 
-use super::{PgError, Prepared, micros};
+use super::{PgError, Prepared, Settings, micros};
 use crate::error::{Error, InputError, LeaseLost, Result};
 use crate::ids::{Attempt, JobId, StoreTime};
 use crate::input;
 use crate::job::{JobRecord, JobState, LeaseRecord, NewJob, Outcome, ReclaimPath, RunRecord};
 use crate::lease::{Lease, LeaseTerms, Renewal};
 use crate::report::Reclaim;
-use crate::retry::{self, Next, RetryPolicy};
+use crate::retry::{self, Next};
 use crate::stats::{Counters, Stats};
-
-/// What the protocol applies, from the store's settings.
-pub(crate) struct Settings<'a> {
-    pub retry: &'a RetryPolicy,
-    pub default_max_attempts: u32,
-    pub max_payload: usize,
-}
 
 type Tx<'a, 'b> = &'a mut Transaction<'b>;
 
@@ -64,7 +57,7 @@ WHERE queue = $1 AND unique_key = $2 AND state IN ('queued', 'running', 'retry_w
 pub(crate) fn enqueue(
     tx: Tx<'_, '_>,
     p: &mut Prepared<'_>,
-    s: &Settings<'_>,
+    s: &Settings,
     new: &NewJob,
 ) -> Result<JobId> {
     check_new_job(s, new)?;
@@ -104,7 +97,7 @@ pub(crate) fn enqueue(
     }
 }
 
-fn check_new_job(s: &Settings<'_>, new: &NewJob) -> Result<()> {
+fn check_new_job(s: &Settings, new: &NewJob) -> Result<()> {
     input::check_queue(&new.queue)?;
     input::check_size("payload", new.payload.len(), s.max_payload)?;
     if new.max_attempts == Some(0) {
@@ -117,6 +110,10 @@ fn check_new_job(s: &Settings<'_>, new: &NewJob) -> Result<()> {
 }
 
 // ----- claim -----
+
+/// Moves a renewed lease's index entry up to its real expiry (it lags a renewal by design).
+const CATCH_UP: &str =
+    "UPDATE {s}.leasehold_jobs SET lease_indexed_expiry = lease_expires_at WHERE id = $1";
 
 /// The earliest indexed expiry of the queue that has passed (the candidate for takeover).
 const FIRST_EXPIRED: &str = "
@@ -163,7 +160,7 @@ RETURNING j.id, j.attempt, {s}.us(c.t), {s}.us(j.lease_expires_at), j.payload, j
 pub(crate) fn claim_batch(
     tx: Tx<'_, '_>,
     p: &mut Prepared<'_>,
-    s: &Settings<'_>,
+    s: &Settings,
     queue: &str,
     worker: &str,
     terms: LeaseTerms,
@@ -243,10 +240,7 @@ fn first_expired(tx: Tx<'_, '_>, p: &mut Prepared<'_>, queue: &str) -> Result<Op
         if record.lease.as_ref().is_some_and(|l| l.expires_at <= now) {
             return Ok(Some(record));
         }
-        let catch_up = p.get(
-            tx,
-            "UPDATE {s}.leasehold_jobs SET lease_indexed_expiry = lease_expires_at WHERE id = $1",
-        )?;
+        let catch_up = p.get(tx, CATCH_UP)?;
         tx.execute(&catch_up, &[&key(record.id)])?;
     }
 }
@@ -295,7 +289,7 @@ RETURNING j.id, j.attempt, {s}.us(c.t), {s}.us(j.lease_expires_at), j.payload, j
 pub(crate) fn claim_job(
     tx: Tx<'_, '_>,
     p: &mut Prepared<'_>,
-    s: &Settings<'_>,
+    s: &Settings,
     job: JobId,
     worker: &str,
     terms: LeaseTerms,
@@ -345,7 +339,7 @@ RETURNING j.id, {s}.us(j.lease_expires_at)";
 pub(crate) fn heartbeat(
     tx: Tx<'_, '_>,
     p: &mut Prepared<'_>,
-    s: &Settings<'_>,
+    s: &Settings,
     job: JobId,
     at: Attempt,
     progress: u64,
@@ -374,7 +368,7 @@ fn renew(
 pub(crate) fn heartbeat_batch(
     tx: Tx<'_, '_>,
     p: &mut Prepared<'_>,
-    s: &Settings<'_>,
+    s: &Settings,
     leases: &[(JobId, Attempt, u64)],
 ) -> Result<Vec<Result<Renewal>>> {
     let renew = p.get(tx, RENEW_MANY)?;
@@ -407,7 +401,7 @@ pub(crate) fn heartbeat_batch(
 fn not_renewed(
     tx: Tx<'_, '_>,
     p: &mut Prepared<'_>,
-    s: &Settings<'_>,
+    s: &Settings,
     job: JobId,
     at: Attempt,
     progress: u64,
@@ -427,7 +421,7 @@ fn not_renewed(
         });
     if stalled {
         bump(tx, p, "stalled", 1)?;
-        let next = retry::after_failure(&record, now, s.retry, true);
+        let next = retry::after_failure(&record, now, &s.retry, true);
         end_attempt(tx, p, &record, Outcome::Stalled, next, now)?;
         return Ok(Renewal::Stalled);
     }
@@ -474,7 +468,7 @@ RETURNING job";
 pub(crate) fn complete(
     tx: Tx<'_, '_>,
     p: &mut Prepared<'_>,
-    s: &Settings<'_>,
+    s: &Settings,
     job: JobId,
     at: Attempt,
     output: &[u8],
@@ -507,7 +501,7 @@ pub(crate) fn complete(
 pub(crate) fn fail(
     tx: Tx<'_, '_>,
     p: &mut Prepared<'_>,
-    s: &Settings<'_>,
+    s: &Settings,
     job: JobId,
     at: Attempt,
     error: &str,
@@ -518,7 +512,7 @@ pub(crate) fn fail(
     let now = now(tx, p)?;
     final_progress(&mut record, progress, now);
     record.last_error = Some(message.clone());
-    let next = retry::after_failure(&record, now, s.retry, true);
+    let next = retry::after_failure(&record, now, &s.retry, true);
     end_attempt(tx, p, &record, Outcome::Failed(message), next, now)
 }
 
@@ -618,7 +612,7 @@ FOR UPDATE SKIP LOCKED";
 pub(crate) fn reap_batch(
     tx: Tx<'_, '_>,
     p: &mut Prepared<'_>,
-    s: &Settings<'_>,
+    s: &Settings,
     limit: usize,
 ) -> Result<(Vec<Reclaim>, usize)> {
     let st = p.get(tx, EXPIRED_ANY)?;
@@ -637,7 +631,7 @@ pub(crate) fn reap_batch(
 fn expire_or_catch_up(
     tx: Tx<'_, '_>,
     p: &mut Prepared<'_>,
-    s: &Settings<'_>,
+    s: &Settings,
     ids: &[i64],
     path: ReclaimPath,
 ) -> Result<Vec<Reclaim>> {
@@ -646,10 +640,7 @@ fn expire_or_catch_up(
     }
     let now = now(tx, p)?;
     let mut reclaimed = Vec::new();
-    let catch_up = p.get(
-        tx,
-        "UPDATE {s}.leasehold_jobs SET lease_indexed_expiry = lease_expires_at WHERE id = $1",
-    )?;
+    let catch_up = p.get(tx, CATCH_UP)?;
     for &row_id in ids {
         let Some(record) = load(tx, p, id(row_id))? else {
             continue;
@@ -669,7 +660,7 @@ fn expire_or_catch_up(
 fn expire(
     tx: Tx<'_, '_>,
     p: &mut Prepared<'_>,
-    s: &Settings<'_>,
+    s: &Settings,
     record: &JobRecord,
     path: ReclaimPath,
     now: StoreTime,
@@ -698,7 +689,7 @@ fn expire(
          WHERE name = 'worst_detection_delay_us'",
     )?;
     tx.execute(&worst, &[&micros(detection_delay)])?;
-    let next = retry::after_failure(record, now, s.retry, false);
+    let next = retry::after_failure(record, now, &s.retry, false);
     let state = end_attempt(
         tx,
         p,

@@ -38,7 +38,7 @@ impl<'t, 'c> PgTransaction<'t, 'c> {
             cache: self.cache,
             names: &self.store.inner.names,
         };
-        protocol::enqueue(self.tx, &mut p, &self.store.settings(), &job)
+        protocol::enqueue(self.tx, &mut p, self.store.settings(), &job)
     }
 }
 
@@ -51,7 +51,7 @@ impl PgStore {
 
     /// Enqueues a job (see [`crate::Store::enqueue`]).
     pub fn enqueue(&self, job: NewJob) -> Result<JobId> {
-        let id = self.transaction(|tx, p| protocol::enqueue(tx, p, &self.settings(), &job))?;
+        let id = self.transaction(|tx, p| protocol::enqueue(tx, p, self.settings(), &job))?;
         self.readied([&job.queue]);
         Ok(id)
     }
@@ -61,7 +61,7 @@ impl PgStore {
         let jobs: Vec<NewJob> = jobs.into_iter().collect();
         let ids = self.transaction(|tx, p| {
             jobs.iter()
-                .map(|job| protocol::enqueue(tx, p, &self.settings(), job))
+                .map(|job| protocol::enqueue(tx, p, self.settings(), job))
                 .collect::<Result<Vec<_>>>()
         })?;
         self.readied(jobs.iter().map(|j| &j.queue));
@@ -88,7 +88,7 @@ impl PgStore {
     ) -> Result<Vec<Lease>> {
         let terms = terms.into();
         self.transaction(|tx, p| {
-            protocol::claim_batch(tx, p, &self.settings(), queue, worker, terms, n)
+            protocol::claim_batch(tx, p, self.settings(), queue, worker, terms, n)
         })
     }
 
@@ -100,31 +100,23 @@ impl PgStore {
         terms: impl Into<LeaseTerms>,
     ) -> Result<Option<Lease>> {
         let terms = terms.into();
-        self.transaction(|tx, p| protocol::claim_job(tx, p, &self.settings(), job, worker, terms))
+        self.transaction(|tx, p| protocol::claim_job(tx, p, self.settings(), job, worker, terms))
     }
 
     /// Completes many attempts in one transaction, each with its own answer (see
     /// [`crate::Store::complete_batch`]).
     pub fn complete_batch(&self, done: &[(&Lease, &[u8])]) -> Vec<Result<()>> {
-        let done = done
+        let done: Vec<_> = done
             .iter()
             .map(|(l, output)| (l.job, l.attempt, output.to_vec(), None))
             .collect();
-        crate::backend::LeaseBackend::complete_all_then_claim(
-            self,
-            done,
-            "",
-            "",
-            LeaseTerms::new(std::time::Duration::from_secs(1)),
-            0,
-        )
-        .0
+        self.complete_each_then_claim(&done, None).0
     }
 
     /// Renews the lease (see [`crate::Store::heartbeat`]).
     pub fn heartbeat(&self, lease: &Lease, progress: u64) -> Result<Renewal> {
         self.transaction(|tx, p| {
-            protocol::heartbeat(tx, p, &self.settings(), lease.job, lease.attempt, progress)
+            protocol::heartbeat(tx, p, self.settings(), lease.job, lease.attempt, progress)
         })
     }
 
@@ -167,7 +159,7 @@ impl PgStore {
         let s = self.settings();
         let mut writes = Some(writes);
         self.transaction_once(|tx, p| {
-            protocol::complete(tx, p, &s, lease.job, lease.attempt, output, progress)?;
+            protocol::complete(tx, p, s, lease.job, lease.attempt, output, progress)?;
             let Some(writes) = writes.take() else {
                 return Err(Error::Corrupt("a completion's writes ran twice".into()));
             };
@@ -219,7 +211,7 @@ impl PgStore {
         let mut report = ReapReport::default();
         loop {
             let (reclaimed, looked) = self.transaction(|tx, p| {
-                protocol::reap_batch(tx, p, &self.settings(), self.reap_batch())
+                protocol::reap_batch(tx, p, self.settings(), self.reap_batch())
             })?;
             if looked > 0 {
                 report.batches += 1;
