@@ -1,5 +1,6 @@
 //! A [`PgStore`] as a worker pool's and a reaper's store (see [`crate::backend`]).
 
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use super::{PgStore, protocol};
@@ -70,21 +71,32 @@ impl PgStore {
     /// estimate goes on from the last reading, so a pool can still tell that its leases have
     /// run out; a local clock that runs slow against the database's makes it tell late by
     /// the drift over the outage.
+    ///
+    /// One thread at a time reads the database, and without holding the others: a reading
+    /// may wait long on an unreachable database, and meanwhile a pool's other threads (its
+    /// heartbeat judging whether its leases have run out) go on with the estimate.
     fn estimated_now(&self) -> StoreTime {
-        let mut clock = self.inner.clock.lock();
-        if let Some((at, since)) = clock.as_ref()
-            && since.elapsed() < CLOCK_READING_SERVES
+        let (estimate, age) = {
+            let clock = self.inner.clock.lock();
+            (clock.0.saturating_add(clock.1.elapsed()), clock.1.elapsed())
+        };
+        if age < CLOCK_READING_SERVES
+            || self
+                .inner
+                .reading_clock
+                .compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst)
+                .is_err()
         {
-            return at.saturating_add(since.elapsed());
+            return estimate;
         }
-        match self.now() {
+        let read = self.now();
+        self.inner.reading_clock.store(false, Ordering::SeqCst);
+        match read {
             Ok(now) => {
-                *clock = Some((now, Stopwatch::start()));
+                *self.inner.clock.lock() = (now, Stopwatch::start());
                 now
             }
-            Err(_) => clock.as_ref().map_or(StoreTime::ZERO, |(at, since)| {
-                at.saturating_add(since.elapsed())
-            }),
+            Err(_) => estimate,
         }
     }
 

@@ -36,6 +36,9 @@ use crate::config::{DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_PAYLOAD, DEFAULT_REAP_BATC
 use crate::error::{ConfigError, Error, Result};
 use crate::retry::RetryPolicy;
 
+/// How long opening a connection may take unless the URL says otherwise.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// How a [`PgStore`] connects and what it applies; see [`PgStore::builder`].
 #[derive(Clone, Debug)]
 pub struct PgStoreBuilder {
@@ -114,10 +117,15 @@ impl PgStoreBuilder {
         if self.settings.reap_batch == 0 {
             return Err(ConfigError::ZeroBatch.into());
         }
-        let config: postgres::Config = self
+        let mut config: postgres::Config = self
             .url
             .parse()
             .map_err(|e: postgres::Error| PgError::BadUrl(e.to_string()))?;
+        // An unreachable server fails a connection attempt after a while, not after TCP's
+        // own minutes (a URL's connect_timeout is kept).
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(CONNECT_TIMEOUT);
+        }
         let schema = schema::Names::new(&self.schema, self.simulated_clock.is_some())?;
         let store = PgStore {
             inner: Arc::new(Inner {
@@ -128,10 +136,17 @@ impl PgStoreBuilder {
                 idle: Mutex::new(Vec::new()),
                 notifier: Arc::new(crate::notify::Notifier::default()),
                 listener: std::sync::OnceLock::new(),
-                clock: Mutex::new(None),
+                // Set from the database's clock below, before anyone reads it.
+                clock: Mutex::new((
+                    crate::ids::StoreTime::ZERO,
+                    crate::clock::Stopwatch::start(),
+                )),
+                reading_clock: std::sync::atomic::AtomicBool::new(false),
             }),
         };
         store.with_connection(|conn| schema::prepare(&mut conn.client, &store.inner.names))?;
+        let now = store.now()?;
+        *store.inner.clock.lock() = (now, crate::clock::Stopwatch::start());
         Ok(store)
     }
 }
@@ -157,7 +172,9 @@ struct Inner {
     listener: std::sync::OnceLock<Option<listen::Listener>>,
     /// The database's clock at the last reading, and the local time since: what a pool's
     /// threads read as store time between readings, and while the database is unreachable.
-    clock: Mutex<Option<(crate::ids::StoreTime, crate::clock::Stopwatch)>>,
+    clock: Mutex<(crate::ids::StoreTime, crate::clock::Stopwatch)>,
+    /// A thread is reading the database's clock (the others use the estimate meanwhile).
+    reading_clock: std::sync::atomic::AtomicBool,
 }
 
 /// One connection and the statements prepared on it.
