@@ -48,10 +48,7 @@ impl Notifier {
             any = true;
         }
         if any {
-            self.cond.notify_all();
-            let wakers = std::mem::take(&mut state.wakers);
-            drop(state);
-            wakers.into_iter().for_each(Waker::wake);
+            self.wake(state);
         }
     }
 
@@ -59,6 +56,12 @@ impl Notifier {
     pub(crate) fn notify_all(&self) {
         let mut state = self.state.lock();
         state.all += 1;
+        self.wake(state);
+    }
+
+    /// Wakes the blocked waiters and the async ones (outside the lock: a waker may run the
+    /// waiting task at once, and it takes the lock to look).
+    fn wake(&self, mut state: parking_lot::MutexGuard<'_, Generations>) {
         self.cond.notify_all();
         let wakers = std::mem::take(&mut state.wakers);
         drop(state);

@@ -44,7 +44,7 @@ use std::time::Duration;
 
 use crate::builder::StoreBuilder;
 use crate::clock::ManualClock;
-use crate::error::{Error, OpenError, Result};
+use crate::error::{OpenError, Result};
 use crate::ids::{Attempt, JobId};
 use crate::lease::Lease;
 use crate::pool::{AttemptState, JobContext, JobError, Output, panic_message};
@@ -207,13 +207,11 @@ impl TestStore {
         match committed {
             Ok(()) => Ok(Verdict::Committed),
             Err(e) if e.is_lease_lost() => Ok(Verdict::Fenced),
-            // The completion rolled back (the application's writes failed, or something was
-            // refused before anything was written): the lease holds and the attempt fails.
-            Err(e @ Error::Application(_)) => self.fail_as(lease, Verdict::Failed(e.to_string())),
-            Err(e) if e.is_refusal() => {
-                self.fail_as(lease, Verdict::Failed(format!("completion refused: {e}")))
-            }
-            Err(e) => Err(e),
+            // Rolled back with the lease still held: the attempt fails, as in a pool.
+            Err(e) => match crate::pool::failure_of_rolled_back_completion(&e) {
+                Some(message) => self.fail_as(lease, Verdict::Failed(message)),
+                None => Err(e),
+            },
         }
     }
 

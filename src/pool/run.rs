@@ -206,20 +206,25 @@ pub(crate) fn completed(shared: &Shared, flight: &Flight, result: crate::Result<
     match result {
         Ok(()) => bump(&shared.counters.succeeded),
         Err(e) if e.is_lease_lost() => fenced(shared, lease, &e),
-        Err(e @ Error::Application(_)) => {
-            // The completion rolled back with the application's writes; the lease holds.
-            commit_failure(shared, flight, &e.to_string(), FailKind::Failed);
-        }
-        Err(e) if e.is_refusal() => {
-            // Refused before anything was written (an oversized output, a follow-up job with
-            // a bad queue name, a store call from inside the writes): the lease holds, and
-            // running the job again would meet the same refusal.
-            let message = format!("completion refused: {e}");
-            commit_failure(shared, flight, &message, FailKind::Failed);
-        }
-        Err(e) => {
-            tracing::error!(job = %lease.job, error = %e, "completion failed; the lease will lapse and the job run again");
-        }
+        Err(e) => match failure_of_rolled_back_completion(&e) {
+            Some(message) => commit_failure(shared, flight, &message, FailKind::Failed),
+            None => {
+                tracing::error!(job = %lease.job, error = %e, "completion failed; the lease will lapse and the job run again");
+            }
+        },
+    }
+}
+
+/// A completion that rolled back while its lease still holds fails the attempt, with this
+/// message: the application's writes failed, or something was refused before anything was
+/// written (an oversized output, a follow-up job with a bad queue name, a store call from
+/// inside the writes), which running the job again would meet again. `None` for a failure of
+/// the store itself (and for a lost lease, which the caller has handled): the lease lapses.
+pub(crate) fn failure_of_rolled_back_completion(e: &Error) -> Option<String> {
+    match e {
+        Error::Application(_) => Some(e.to_string()),
+        e if e.is_refusal() && !e.is_lease_lost() => Some(format!("completion refused: {e}")),
+        _ => None,
     }
 }
 
