@@ -3,7 +3,7 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use super::{PgStore, protocol};
+use super::{PgStore, protocol, read};
 use crate::backend::{Backend, LeaseBackend};
 use crate::clock::Stopwatch;
 use crate::error::{ConfigError, Result};
@@ -154,7 +154,7 @@ impl LeaseBackend for PgStore {
     }
 
     fn next_due(&self, queue: &str) -> Result<Option<StoreTime>> {
-        self.transaction(|tx, p| protocol::next_due(tx, p, queue))
+        self.transaction(|tx, p| read::next_due(tx, p, queue))
     }
 
     fn stats(&self) -> Result<Stats> {

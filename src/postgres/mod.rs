@@ -17,6 +17,8 @@ mod backend;
 mod error;
 mod listen;
 mod protocol;
+mod read;
+mod rows;
 mod schema;
 mod store;
 
@@ -351,9 +353,4 @@ impl Prepared<'_> {
         self.cache.insert(template, st.clone());
         Ok(st)
     }
-}
-
-/// Microseconds as PostgreSQL counts an interval, from a duration (saturating).
-fn micros(d: Duration) -> i64 {
-    i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
 }

@@ -1,8 +1,8 @@
 //! The public operations of a [`PgStore`]: the same calls, arguments and answers as
 //! [`crate::Store`]'s, each one transaction of [`protocol`].
 
-use super::protocol;
 use super::{PgStore, Prepared};
+use super::{protocol, read};
 use crate::error::{Error, Result};
 use crate::ids::{JobId, StoreTime};
 use crate::job::{Job, JobState, NewJob, Run};
@@ -229,24 +229,24 @@ impl PgStore {
 
     /// The job, if it exists.
     pub fn job(&self, job: JobId) -> Result<Option<Job>> {
-        self.transaction(|tx, p| protocol::load(tx, p, job))
+        self.transaction(|tx, p| read::job(tx, p, job))
             .map(|record| record.map(Job))
     }
 
     /// The job's run history, oldest first.
     pub fn history(&self, job: JobId) -> Result<Vec<Run>> {
-        self.transaction(|tx, p| protocol::history(tx, p, job))
+        self.transaction(|tx, p| read::history(tx, p, job))
             .map(|runs| runs.into_iter().map(Run).collect())
     }
 
     /// The job's payload.
     pub fn payload(&self, job: JobId) -> Result<Option<Vec<u8>>> {
-        self.transaction(|tx, p| protocol::bytes(tx, p, job, false))
+        self.transaction(|tx, p| read::bytes(tx, p, job, false))
     }
 
     /// A succeeded job's output (`None` for none or an empty one).
     pub fn output(&self, job: JobId) -> Result<Option<Vec<u8>>> {
-        self.transaction(|tx, p| protocol::bytes(tx, p, job, true))
+        self.transaction(|tx, p| read::bytes(tx, p, job, true))
     }
 
     /// The wake-up generation of `queue`: pass it to [`PgStore::wait_for_work`] after looking
@@ -264,20 +264,20 @@ impl PgStore {
 
     /// Jobs matching `filter` (for operators and tools).
     pub fn jobs(&self, filter: &crate::read::JobFilter) -> Result<Vec<Job>> {
-        self.transaction(|tx, p| protocol::list(tx, p, filter))
+        self.transaction(|tx, p| read::list(tx, p, filter))
             .map(|records| records.into_iter().map(Job).collect())
     }
 
     /// When things fall due in `queue`.
     pub fn timing(&self, queue: &str) -> Result<crate::reader::QueueTiming> {
-        self.transaction(|tx, p| protocol::timing(tx, p, queue))
+        self.transaction(|tx, p| read::timing(tx, p, queue))
     }
 
     /// Proves the rows agree with each other: every running job has a whole lease and no
     /// other job has one, finish times match states, and history has one row per ended
     /// attempt (the indexes are PostgreSQL's to keep).
     pub fn check(&self) -> Result<crate::check::CheckReport> {
-        self.transaction(protocol::check)
+        self.transaction(read::check)
     }
 
     /// Deletes terminal jobs in `states` that finished at least `older_than` ago, with their
@@ -297,7 +297,7 @@ impl PgStore {
 
     /// Counts per queue and state, and the lifetime counters.
     pub fn stats(&self) -> Result<Stats> {
-        self.transaction(protocol::stats)
+        self.transaction(read::stats)
     }
 }
 

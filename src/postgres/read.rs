@@ -1,0 +1,262 @@
+//! The read side, as functions over a transaction: jobs, history, counts, schedule, the
+//! integrity check. Reads take no row locks (a claim's `SKIP LOCKED` would pass over a job
+//! an operator is only looking at).
+
+use std::time::Duration;
+
+use postgres::Transaction;
+
+use super::rows::{attempt, duration, job_columns, key, record, time};
+use super::{Prepared, protocol::now};
+use crate::error::{Error, Result};
+use crate::ids::{JobId, StoreTime};
+use crate::job::{JobRecord, JobState, Outcome, ReclaimPath, RunRecord};
+use crate::stats::{Counters, Stats};
+
+type Tx<'a, 'b> = &'a mut Transaction<'b>;
+
+const JOB: &str = concat!(
+    "SELECT ",
+    job_columns!(),
+    " FROM {s}.leasehold_jobs WHERE id = $1"
+);
+
+/// The job's record as it is now.
+pub(crate) fn job(tx: Tx<'_, '_>, p: &mut Prepared<'_>, id: JobId) -> Result<Option<JobRecord>> {
+    let st = p.get(tx, JOB)?;
+    tx.query_opt(&st, &[&key(id)])?
+        .map(|row| record(&row))
+        .transpose()
+}
+
+const LIST: &str = concat!(
+    "SELECT ",
+    job_columns!(),
+    " FROM {s}.leasehold_jobs
+WHERE ($1::text IS NULL OR queue = $1) AND ($2::text IS NULL OR state = $2)"
+);
+
+/// Jobs matching `filter`, in its order (for operators and tools).
+pub(crate) fn list(
+    tx: Tx<'_, '_>,
+    p: &mut Prepared<'_>,
+    filter: &crate::read::JobFilter,
+) -> Result<Vec<JobRecord>> {
+    use crate::read::JobOrder;
+    let order = match filter.order {
+        JobOrder::Oldest => " ORDER BY id",
+        JobOrder::Newest => " ORDER BY id DESC",
+        JobOrder::Priority => " ORDER BY priority, run_at, id",
+        JobOrder::Updated => " ORDER BY updated_at DESC, id DESC",
+    };
+    let limit = filter
+        .limit
+        .map_or(i64::MAX, |n| i64::try_from(n).unwrap_or(i64::MAX));
+    let sql = format!("{}{order} LIMIT $3", p.names.sql(LIST));
+    let state = filter.state.map(|s| s.name());
+    tx.query(&sql, &[&filter.queue, &state, &limit])?
+        .iter()
+        .map(record)
+        .collect()
+}
+
+const TIMING: &str = "
+SELECT
+    (SELECT {s}.us(min(run_at)) FROM {s}.leasehold_jobs
+     WHERE queue = $1 AND state IN ('queued', 'retry_wait')),
+    (SELECT {s}.us(min(lease_expires_at)) FROM {s}.leasehold_jobs
+     WHERE queue = $1 AND state = 'running'),
+    (SELECT {s}.us(min(lease_expires_at)) FROM {s}.leasehold_jobs
+     WHERE queue = $1 AND state = 'running' AND lease_expires_at > {now})";
+
+/// When things fall due in `queue`.
+pub(crate) fn timing(
+    tx: Tx<'_, '_>,
+    p: &mut Prepared<'_>,
+    queue: &str,
+) -> Result<crate::reader::QueueTiming> {
+    let st = p.get(tx, TIMING)?;
+    let row = tx.query_one(&st, &[&queue])?;
+    let at = |i: usize| row.get::<_, Option<i64>>(i).map(time);
+    Ok(crate::reader::QueueTiming {
+        earliest_run_at: at(0),
+        earliest_expiry: at(1),
+        next_expiry: at(2),
+    })
+}
+
+/// What must hold between the columns and the history of every job, as SQL that returns
+/// one row per violation.
+const CHECKS: [(&str, &str); 5] = [
+    (
+        "a running job without a whole lease",
+        "SELECT id FROM {s}.leasehold_jobs WHERE state = 'running' AND (lease_owner IS NULL
+         OR lease_claimed_at IS NULL OR lease_expires_at IS NULL OR lease_length_us IS NULL
+         OR lease_indexed_expiry IS NULL OR lease_indexed_expiry > lease_expires_at)",
+    ),
+    (
+        "a job that is not running but holds a lease",
+        "SELECT id FROM {s}.leasehold_jobs WHERE state <> 'running'
+         AND (lease_owner IS NOT NULL OR lease_expires_at IS NOT NULL)",
+    ),
+    (
+        "a finished job without a finish time, or an unfinished one with one",
+        "SELECT id FROM {s}.leasehold_jobs
+         WHERE (state IN ('succeeded', 'dead', 'cancelled')) <> (finished_at IS NOT NULL)",
+    ),
+    (
+        "history that does not have one record per ended attempt",
+        "SELECT j.id FROM {s}.leasehold_jobs j
+         LEFT JOIN (SELECT job, count(*) AS n, max(attempt) AS top FROM {s}.leasehold_runs
+                    GROUP BY job) r ON r.job = j.id
+         WHERE coalesce(r.n, 0) <> j.attempt - CASE WHEN j.state = 'running' THEN 1 ELSE 0 END
+            OR coalesce(r.top, 0) > j.attempt",
+    ),
+    (
+        "history of a job that does not exist",
+        "SELECT DISTINCT r.job FROM {s}.leasehold_runs r
+         LEFT JOIN {s}.leasehold_jobs j ON j.id = r.job WHERE j.id IS NULL",
+    ),
+];
+
+/// The integrity check: every rule of [`CHECKS`], one problem per job that breaks one.
+pub(crate) fn check(tx: Tx<'_, '_>, p: &mut Prepared<'_>) -> Result<crate::check::CheckReport> {
+    let jobs: i64 = tx
+        .query_one(&p.names.sql("SELECT count(*) FROM {s}.leasehold_jobs"), &[])?
+        .get(0);
+    let mut problems = Vec::new();
+    for (rule, sql) in CHECKS {
+        for row in tx.query(&p.names.sql(sql), &[])? {
+            problems.push(format!("job {}: {rule}", row.get::<_, i64>(0)));
+        }
+    }
+    Ok(crate::check::CheckReport {
+        jobs: u64::try_from(jobs).unwrap_or(0),
+        problems,
+    })
+}
+
+const NEXT_DUE: &str = "
+SELECT {s}.us(least(
+    (SELECT min(run_at) FROM {s}.leasehold_jobs
+     WHERE queue = $1 AND state IN ('queued', 'retry_wait')),
+    (SELECT min(lease_indexed_expiry) FROM {s}.leasehold_jobs
+     WHERE queue = $1 AND state = 'running')))";
+
+/// The next time something in `queue` may become claimable without a commit: the earliest
+/// due time of a waiting job or expiry (as indexed: at or before the real one) of a lease.
+pub(crate) fn next_due(
+    tx: Tx<'_, '_>,
+    p: &mut Prepared<'_>,
+    queue: &str,
+) -> Result<Option<StoreTime>> {
+    let st = p.get(tx, NEXT_DUE)?;
+    Ok(tx
+        .query_one(&st, &[&queue])?
+        .get::<_, Option<i64>>(0)
+        .map(time))
+}
+
+/// Every attempt of the job, oldest first: the ended ones from history, and a running one
+/// from the job's lease.
+pub(crate) fn history(tx: Tx<'_, '_>, p: &mut Prepared<'_>, job: JobId) -> Result<Vec<RunRecord>> {
+    let st = p.get(
+        tx,
+        "SELECT attempt, worker, {s}.us(claimed_at), {s}.us(ended_at), outcome, error,
+             reclaim_path, overdue_us, progress
+         FROM {s}.leasehold_runs WHERE job = $1 ORDER BY attempt",
+    )?;
+    let mut runs = Vec::new();
+    for row in tx.query(&st, &[&key(job)])? {
+        let outcome = match row.get::<_, &str>(4) {
+            "succeeded" => Outcome::Succeeded,
+            "failed" => Outcome::Failed(row.get::<_, Option<String>>(5).unwrap_or_default()),
+            "released" => Outcome::Released,
+            "stalled" => Outcome::Stalled,
+            "cancelled" => Outcome::Cancelled,
+            "lease_expired" => Outcome::LeaseExpired {
+                path: match row.get::<_, Option<&str>>(6) {
+                    Some("reaper") => ReclaimPath::Reaper,
+                    Some("takeover") => ReclaimPath::Takeover,
+                    Some("recovery") => ReclaimPath::Recovery,
+                    Some("process_died") => ReclaimPath::ProcessDied,
+                    other => return Err(Error::Corrupt(format!("unknown reclaim path {other:?}"))),
+                },
+                overdue: duration(row.get::<_, Option<i64>>(7).unwrap_or(0)),
+            },
+            other => return Err(Error::Corrupt(format!("unknown outcome {other:?}"))),
+        };
+        runs.push(RunRecord {
+            attempt: attempt(row.get(0))?,
+            worker: row.get(1),
+            claimed_at: time(row.get(2)),
+            ended_at: Some(time(row.get(3))),
+            outcome: Some(outcome),
+            progress: u64::try_from(row.get::<_, i64>(8)).unwrap_or(0),
+        });
+    }
+    if let Some(running) = self::job(tx, p, job)?.and_then(|j| j.current_run()) {
+        runs.push(running);
+    }
+    Ok(runs)
+}
+
+/// Counts per queue and state, and the lifetime counters.
+pub(crate) fn stats(tx: Tx<'_, '_>, p: &mut Prepared<'_>) -> Result<Stats> {
+    let now = now(tx, p)?;
+    let mut stats = Stats {
+        now,
+        ..Stats::default()
+    };
+    let counts = p.get(
+        tx,
+        "SELECT queue, state, count(*) FROM {s}.leasehold_jobs GROUP BY queue, state",
+    )?;
+    for row in tx.query(&counts, &[])? {
+        let state: &str = row.get(1);
+        if let Some(state) = JobState::ALL.into_iter().find(|s| s.name() == state) {
+            let queue: String = row.get(0);
+            let n = u64::try_from(row.get::<_, i64>(2)).unwrap_or(0);
+            stats
+                .queues
+                .entry(queue)
+                .or_default()
+                .by_state
+                .insert(state, n);
+        }
+    }
+    let counters = p.get(tx, "SELECT name, value FROM {s}.leasehold_counters")?;
+    let mut c = Counters::default();
+    for row in tx.query(&counters, &[])? {
+        let value = u64::try_from(row.get::<_, i64>(1)).unwrap_or(0);
+        match row.get::<_, &str>(0) {
+            "reclaimed_by_reaper" => c.reclaimed_by_reaper = value,
+            "reclaimed_by_takeover" => c.reclaimed_by_takeover = value,
+            "reclaimed_at_open" => c.reclaimed_at_open = value,
+            "released" => c.released = value,
+            "leases_lost" => c.leases_lost = value,
+            "fenced_writes_rejected" => c.fenced_writes_rejected = value,
+            "stalled" => c.stalled = value,
+            "worst_detection_delay_us" => c.worst_detection_delay = Duration::from_micros(value),
+            _ => {}
+        }
+    }
+    stats.counters = c;
+    Ok(stats)
+}
+
+/// The job's payload or output.
+pub(crate) fn bytes(
+    tx: Tx<'_, '_>,
+    p: &mut Prepared<'_>,
+    job: JobId,
+    output: bool,
+) -> Result<Option<Vec<u8>>> {
+    let st = match output {
+        true => p.get(tx, "SELECT output FROM {s}.leasehold_jobs WHERE id = $1")?,
+        false => p.get(tx, "SELECT payload FROM {s}.leasehold_jobs WHERE id = $1")?,
+    };
+    Ok(tx
+        .query_opt(&st, &[&key(job)])?
+        .and_then(|row| row.get::<_, Option<Vec<u8>>>(0)))
+}

@@ -1,0 +1,92 @@
+//! Rows and values: a job row read back as its record, and the conversions between store
+//! types and the values PostgreSQL keeps (microseconds, signed integers).
+
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+use crate::ids::{Attempt, JobId, StoreTime};
+use crate::job::{JobRecord, JobState, LeaseRecord};
+
+/// The columns [`record`] reads, in its order, for every statement that reads a whole job.
+macro_rules! job_columns {
+    () => {
+        "id, queue, state, priority, attempt, failures, max_attempts, unique_key,
+    {s}.us(created_at), {s}.us(run_at), lease_owner, {s}.us(lease_claimed_at),
+    {s}.us(lease_expires_at), {s}.us(lease_indexed_expiry), lease_length_us, stall_timeout_us,
+    progress, {s}.us(progress_at), cancel_requested, last_error, {s}.us(finished_at),
+    {s}.us(updated_at)"
+    };
+}
+pub(crate) use job_columns;
+
+/// A row of [`job_columns`] as the job's record.
+pub(crate) fn record(row: &postgres::Row) -> Result<JobRecord> {
+    let state: &str = row.get(2);
+    let state = JobState::ALL
+        .into_iter()
+        .find(|s| s.name() == state)
+        .ok_or_else(|| Error::Corrupt(format!("unknown job state {state:?}")))?;
+    let lease = row.get::<_, Option<String>>(10).map(|owner| LeaseRecord {
+        owner,
+        claimed_at: time(row.get::<_, Option<i64>>(11).unwrap_or(0)),
+        expires_at: time(row.get::<_, Option<i64>>(12).unwrap_or(0)),
+        indexed_expiry: time(row.get::<_, Option<i64>>(13).unwrap_or(0)),
+        length: duration(row.get::<_, Option<i64>>(14).unwrap_or(0)),
+        stall_timeout: row.get::<_, Option<i64>>(15).map(duration),
+    });
+    Ok(JobRecord {
+        id: id(row.get(0)),
+        queue: row.get(1),
+        state,
+        priority: row.get(3),
+        attempt: attempt(row.get(4))?,
+        failures: u32::try_from(row.get::<_, i64>(5)).unwrap_or(u32::MAX),
+        max_attempts: u32::try_from(row.get::<_, i64>(6)).unwrap_or(u32::MAX),
+        unique_key: row.get(7),
+        created_at: time(row.get(8)),
+        run_at: time(row.get(9)),
+        lease,
+        progress: u64::try_from(row.get::<_, i64>(16)).unwrap_or(0),
+        progress_at: time(row.get(17)),
+        cancel_requested: row.get(18),
+        last_error: row.get(19),
+        finished_at: row.get::<_, Option<i64>>(20).map(time),
+        updated_at: time(row.get(21)),
+    })
+}
+
+pub(crate) fn key(job: JobId) -> i64 {
+    i64::try_from(job.0).unwrap_or(i64::MAX)
+}
+
+pub(crate) fn id(v: i64) -> JobId {
+    JobId(u64::try_from(v).unwrap_or(0))
+}
+
+pub(crate) fn attempt(v: i64) -> Result<Attempt> {
+    u32::try_from(v)
+        .map(Attempt)
+        .map_err(|_| Error::Corrupt(format!("attempt {v} is out of range")))
+}
+
+/// Store time from the database's microseconds since the Unix epoch.
+pub(crate) fn time(us: i64) -> StoreTime {
+    StoreTime(u64::try_from(us).unwrap_or(0).saturating_mul(1000))
+}
+
+pub(crate) fn us(t: StoreTime) -> i64 {
+    i64::try_from(t.0 / 1000).unwrap_or(i64::MAX)
+}
+
+pub(crate) fn duration(us: i64) -> Duration {
+    Duration::from_micros(u64::try_from(us).unwrap_or(0))
+}
+
+pub(crate) fn clamp(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+/// Microseconds as PostgreSQL counts an interval, from a duration (saturating).
+pub(crate) fn micros(d: Duration) -> i64 {
+    i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
+}
