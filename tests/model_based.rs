@@ -50,19 +50,7 @@ fn pg_cases() -> u32 {
 
 /// Runs `ops` on `h` and the model, comparing after every step.
 fn run(mut h: Harness, ops: &[Op]) -> Result<(), TestCaseError> {
-    for (i, op) in ops.iter().enumerate() {
-        let step = h.apply(op).and_then(|()| h.check()).and_then(|()| {
-            if matches!(op, Op::Reap) {
-                h.no_expired_lease_left()
-            } else {
-                Ok(())
-            }
-        });
-        if let Err(why) = step {
-            return Err(TestCaseError::fail(format!("step {i} {op:?}: {why}")));
-        }
-    }
-    Ok(())
+    h.run(ops).map_err(TestCaseError::fail)
 }
 
 fn cases() -> u32 {

@@ -666,10 +666,7 @@ fn expire(
     now: StoreTime,
 ) -> Result<Reclaim> {
     let Some(lease) = record.lease.clone() else {
-        return Err(Error::Corrupt(format!(
-            "job {} is running without a lease",
-            record.id
-        )));
+        return Err(crate::tx::corrupt_running(record));
     };
     let overdue = now.saturating_since(lease.expires_at);
     let detection_delay = lease.length + overdue;
@@ -783,10 +780,7 @@ fn end_attempt(
     now: StoreTime,
 ) -> Result<JobState> {
     let Some(run) = record.current_run() else {
-        return Err(Error::Corrupt(format!(
-            "job {} is running without a lease",
-            record.id
-        )));
+        return Err(crate::tx::corrupt_running(record));
     };
     let spends = matches!(
         outcome,

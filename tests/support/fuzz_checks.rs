@@ -31,18 +31,8 @@ pub fn op_sequence(data: &[u8]) {
     if ops.is_empty() {
         return;
     }
-    let mut h = Harness::new();
-    for (i, op) in ops.iter().enumerate() {
-        let step = h.apply(op).and_then(|()| h.check()).and_then(|()| {
-            if matches!(op, Op::Reap) {
-                h.no_expired_lease_left()
-            } else {
-                Ok(())
-            }
-        });
-        if let Err(why) = step {
-            panic!("step {i} {op:?}: {why}\nops: {ops:?}");
-        }
+    if let Err(why) = Harness::new().run(&ops) {
+        panic!("{why}\nops: {ops:?}");
     }
 }
 

@@ -226,6 +226,24 @@ impl Harness {
         Some(self.leases[usize::from(n) % self.leases.len()].clone())
     }
 
+    /// Applies every op to both sides, comparing after each (and, after a reap, that no
+    /// expired lease is left); the first divergence, with its step.
+    pub fn run(&mut self, ops: &[Op]) -> Result<(), String> {
+        for (i, op) in ops.iter().enumerate() {
+            let step = self.apply(op).and_then(|()| self.check()).and_then(|()| {
+                if matches!(op, Op::Reap) {
+                    self.no_expired_lease_left()
+                } else {
+                    Ok(())
+                }
+            });
+            if let Err(why) = step {
+                return Err(format!("step {i} {op:?}: {why}"));
+            }
+        }
+        Ok(())
+    }
+
     /// Applies `op` to both sides and compares their answers.
     pub fn apply(&mut self, op: &Op) -> Result<(), String> {
         match op {
