@@ -57,6 +57,7 @@ pub(crate) struct Settings {
     pub(crate) default_max_attempts: u32,
     pub(crate) max_payload: usize,
     pub(crate) reap_batch: usize,
+    pub(crate) retention: Option<Duration>,
     connections: usize,
     statement_timeout: Duration,
 }
@@ -95,6 +96,22 @@ impl PgStoreBuilder {
     /// The retry budget of jobs enqueued without one. Default: 25.
     pub fn default_max_attempts(mut self, n: u32) -> PgStoreBuilder {
         self.settings.default_max_attempts = n;
+        self
+    }
+
+    /// The largest payload or output accepted. Default: 1 MiB.
+    pub fn max_payload(mut self, bytes: usize) -> PgStoreBuilder {
+        self.settings.max_payload = bytes;
+        self
+    }
+
+    /// Deletes succeeded and cancelled jobs with their history once they finished more than
+    /// `keep` ago: each reaper pass ([`PgStore::reap`]) purges them in batches of
+    /// [`PgStoreBuilder::reap_batch`], so the table stays the size of the live work and
+    /// autovacuum has dead rows of bounded count to clean. Dead jobs are kept for an
+    /// operator. Default: off, every job is kept until purged.
+    pub fn retention(mut self, keep: Duration) -> PgStoreBuilder {
+        self.settings.retention = Some(keep);
         self
     }
 
@@ -205,6 +222,7 @@ impl PgStore {
                 default_max_attempts: DEFAULT_MAX_ATTEMPTS,
                 max_payload: DEFAULT_MAX_PAYLOAD,
                 reap_batch: DEFAULT_REAP_BATCH,
+                retention: None,
                 connections: 16,
                 statement_timeout: Duration::from_secs(30),
             },

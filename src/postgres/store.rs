@@ -103,6 +103,25 @@ impl PgStore {
         self.transaction(|tx, p| protocol::claim_job(tx, p, self.settings(), job, worker, terms))
     }
 
+    /// Completes the attempt and claims the next job of the same queue for the same worker
+    /// in one transaction (see [`crate::Store::complete_and_claim`]): a lost lease claims
+    /// nothing, and bad lease terms are refused before anything is written.
+    pub fn complete_and_claim(
+        &self,
+        lease: &Lease,
+        output: &[u8],
+        terms: impl Into<LeaseTerms>,
+    ) -> Result<Option<Lease>> {
+        let terms = terms.into();
+        crate::config::check_terms(&terms)?;
+        let s = self.settings();
+        let claimed = self.transaction(|tx, p| {
+            protocol::complete(tx, p, s, lease.job, lease.attempt, output, None)?;
+            protocol::claim_batch(tx, p, s, &lease.queue, &lease.worker, terms, 1)
+        })?;
+        Ok(claimed.into_iter().next())
+    }
+
     /// Completes many attempts in one transaction, each with its own answer (see
     /// [`crate::Store::complete_batch`]).
     pub fn complete_batch(&self, done: &[(&Lease, &[u8])]) -> Vec<Result<()>> {
@@ -206,8 +225,18 @@ impl PgStore {
         self.transaction(|tx, p| protocol::retry(tx, p, job))
     }
 
-    /// Takes back every expired lease, in transactions of at most the reap batch each.
+    /// One reaper pass: takes back every expired lease, in transactions of at most the reap
+    /// batch each; then, with a retention set ([`super::PgStoreBuilder::retention`]), purges
+    /// the succeeded and cancelled jobs that outlived it, in batches too.
     pub fn reap(&self) -> Result<ReapReport> {
+        let mut report = self.reclaim_expired()?;
+        if let Some(keep) = self.settings().retention {
+            report.purged = self.purge(keep, &[JobState::Succeeded, JobState::Cancelled])?;
+        }
+        Ok(report)
+    }
+
+    fn reclaim_expired(&self) -> Result<ReapReport> {
         let mut report = ReapReport::default();
         loop {
             let (reclaimed, looked) = self.transaction(|tx, p| {
