@@ -236,8 +236,15 @@ fn first_expired(tx: Tx<'_, '_>, p: &mut Prepared<'_>, queue: &str) -> Result<Op
         let Some(record) = load(tx, p, id(row.get(0)))? else {
             return Ok(None);
         };
+        // Only an entry in its real place counts: one that lags a renewal is caught up and
+        // looked at again there, so a renewed lease never goes ahead of one that expired
+        // before it (redb's rule, `search::next_expired`).
         let now = now(tx, p)?;
-        if record.lease.as_ref().is_some_and(|l| l.expires_at <= now) {
+        let in_place = record
+            .lease
+            .as_ref()
+            .is_some_and(|l| l.indexed_expiry == l.expires_at);
+        if in_place && record.lease.as_ref().is_some_and(|l| l.expires_at <= now) {
             return Ok(Some(record));
         }
         let catch_up = p.get(tx, CATCH_UP)?;
@@ -332,7 +339,7 @@ FROM c, r
 WHERE j.id = r.id AND j.attempt = r.attempt AND j.state = 'running' AND NOT j.cancel_requested
     AND NOT (j.stall_timeout_us IS NOT NULL AND j.progress = r.progress
              AND c.t - j.progress_at >= j.stall_timeout_us * interval '1 microsecond')
-RETURNING j.id, {s}.us(j.lease_expires_at)";
+RETURNING j.id, j.attempt, {s}.us(j.lease_expires_at)";
 
 /// Renews the lease by its length from now if the caller still holds it, storing progress;
 /// a cancel requested meanwhile, or a stall, ends the attempt instead and says so.
@@ -375,14 +382,16 @@ pub(crate) fn heartbeat_batch(
     let ids: Vec<i64> = leases.iter().map(|l| key(l.0)).collect();
     let attempts: Vec<i64> = leases.iter().map(|l| i64::from(l.1.0)).collect();
     let progress: Vec<i64> = leases.iter().map(|l| clamp(l.2)).collect();
-    let renewed: std::collections::HashMap<i64, i64> = tx
+    // Keyed by job and attempt: a batch may hold a stale attempt beside the live one of the
+    // same job, and only the live one was renewed.
+    let renewed: std::collections::HashMap<(i64, i64), i64> = tx
         .query(&renew, &[&ids, &attempts, &progress])?
         .iter()
-        .map(|r| (r.get(0), r.get(1)))
+        .map(|r| ((r.get(0), r.get(1)), r.get(2)))
         .collect();
     let mut answers = Vec::with_capacity(leases.len());
     for &(job, at, progress) in leases {
-        answers.push(match renewed.get(&key(job)) {
+        answers.push(match renewed.get(&(key(job), i64::from(at.0))) {
             Some(us) => Ok(Renewal::Renewed {
                 expires_at: time(*us),
             }),

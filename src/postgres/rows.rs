@@ -86,7 +86,28 @@ pub(crate) fn clamp(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
 }
 
-/// Microseconds as PostgreSQL counts an interval, from a duration (saturating).
+/// The longest span store time has (`u64::MAX` nanoseconds, some 584 years), in
+/// microseconds: longer durations saturate to it, as store time saturates on redb.
+const STORE_SPAN_US: u64 = u64::MAX / 1000;
+
+/// Microseconds as PostgreSQL counts an interval, from a duration, saturated at the span of
+/// store time (a larger interval added to a timestamp would be out of PostgreSQL's range).
 pub(crate) fn micros(d: Duration) -> i64 {
-    i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
+    let us = u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
+    clamp(us.min(STORE_SPAN_US))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_duration_longer_than_store_time_spans_saturates_at_that_span() {
+        assert_eq!(micros(Duration::from_secs(1)), 1_000_000);
+        let span = micros(Duration::from_nanos(u64::MAX));
+        assert_eq!(micros(Duration::MAX), span);
+        assert_eq!(micros(Duration::from_secs(1000 * 365 * 24 * 3600)), span);
+        // not i64::MAX microseconds, an interval PostgreSQL refuses ("interval out of range")
+        assert_eq!(span, i64::try_from(u64::MAX / 1000).unwrap());
+    }
 }
