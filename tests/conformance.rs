@@ -2,129 +2,44 @@
 //! and (where `LEASEHOLD_PG_URL` names a server) the PostgreSQL store, both on a manual
 //! clock: the same calls must give the same answers, to the nanosecond of store time.
 //! Differences between the backends are allowed only where `docs/design.md` ("One protocol,
-//! two backends") lists them, and none of these rules is one.
+//! two backends") lists them, and none of these rules is one. (The lease store's own suite,
+//! `tests/lease_store`, runs its protocol tests on both backends the same way; these rules
+//! are the protocol's summary, each asserted to the nanosecond.)
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 #[path = "support/backends.rs"]
 mod backends;
+#[path = "support/on_both.rs"]
+mod on_both;
 
 use std::time::Duration;
 
-use backends::ModelStore;
 use leasehold::{
-    Error, JobState, LeaseTerms, ManualClock, NewJob, Outcome, ReclaimPath, Renewal, RetryPolicy,
-    StoreTime,
+    Error, JobState, LeaseTerms, NewJob, Outcome, ReclaimPath, Renewal, RetryPolicy, StoreTime,
 };
+use on_both::{Backend, Kind, LEASE, Q, Setup};
 
-const Q: &str = "q";
-const LEASE: Duration = Duration::from_secs(60);
 const SEC: u64 = 1_000_000_000;
 /// Failed attempts wait exactly this long (no jitter), on both backends.
 const BACKOFF: Duration = Duration::from_secs(10);
 const REAP_BATCH: usize = 3;
 
-/// A store on a manual clock, of either kind.
-struct Backend {
-    store: Box<dyn ModelStore>,
-    clock: ManualClock,
-    /// The PostgreSQL schema to drop at the end, and a connection to drop it with.
-    drop_schema: Option<(leasehold::postgres::client::Client, String)>,
+/// A store of `kind` with the rules' settings: backoff without jitter, small reap batches.
+fn conformance(kind: Kind) -> Backend {
+    kind.with(
+        Setup::default()
+            .retry_policy(RetryPolicy {
+                base: BACKOFF,
+                max: BACKOFF,
+                jitter: 0.0,
+            })
+            .reap_batch(REAP_BATCH),
+    )
 }
 
-impl Drop for Backend {
-    fn drop(&mut self) {
-        if !std::thread::panicking() {
-            let report = self.store.check().unwrap();
-            assert!(report.is_clean(), "{:?}", report.problems);
-        }
-        if let Some((admin, schema)) = &mut self.drop_schema {
-            let _ = admin.batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"));
-        }
-    }
-}
+on_both::on_both!(with conformance;
 
-impl std::ops::Deref for Backend {
-    type Target = dyn ModelStore;
-    fn deref(&self) -> &Self::Target {
-        &*self.store
-    }
-}
-
-fn retry_policy() -> RetryPolicy {
-    RetryPolicy {
-        base: BACKOFF,
-        max: BACKOFF,
-        jitter: 0.0,
-    }
-}
-
-fn redb() -> Backend {
-    let dir = tempfile::tempdir().unwrap();
-    let clock = ManualClock::new();
-    let store = leasehold::Store::builder(dir.path().join("c.redb"))
-        .clock(clock.clone())
-        .retry_policy(retry_policy())
-        .reap_batch(REAP_BATCH)
-        .open()
-        .unwrap();
-    // the directory must outlive the store: leak it into the process's temp dir for the test
-    std::mem::forget(dir);
-    Backend {
-        store: Box::new(store),
-        clock,
-        drop_schema: None,
-    }
-}
-
-fn postgres(test: &str) -> Option<Backend> {
-    let url = std::env::var("LEASEHOLD_PG_URL").ok()?;
-    let clock = ManualClock::new();
-    // a name of the test's own, short enough for PostgreSQL (63 bytes)
-    let tag =
-        std::hash::BuildHasher::hash_one(&std::collections::hash_map::RandomState::new(), test);
-    let schema = format!("lh_conf_{}_{tag:016x}", std::process::id());
-    let mut admin =
-        leasehold::postgres::client::Client::connect(&url, leasehold::postgres::client::NoTls)
-            .unwrap();
-    admin
-        .batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
-        .unwrap();
-    let store = leasehold::postgres::PgStore::builder(&url)
-        .schema(&schema)
-        .simulated_clock(clock.clone())
-        .retry_policy(retry_policy())
-        .reap_batch(REAP_BATCH)
-        .open()
-        .unwrap();
-    Some(Backend {
-        store: Box::new(store),
-        clock,
-        drop_schema: Some((admin, schema)),
-    })
-}
-
-/// Each rule as a test on redb, and as a test on PostgreSQL where a server is named.
-macro_rules! on_both {
-    ($($rule:ident),* $(,)?) => {
-        mod redb {
-            $( #[test] fn $rule() { super::$rule(&super::redb()) } )*
-        }
-        mod postgres {
-            $(
-                #[test]
-                fn $rule() {
-                    match super::postgres(stringify!($rule)) {
-                        Some(b) => super::$rule(&b),
-                        None => {} // the PostgreSQL suite says once that it did not run
-                    }
-                }
-            )*
-        }
-    };
-}
-
-on_both!(
     a_claim_takes_the_most_urgent_due_job_and_a_delayed_one_when_its_time_comes,
     an_expired_lease_is_taken_over_on_time_and_every_write_of_the_old_holder_is_refused,
     a_renewal_extends_the_lease_from_now_and_an_expired_lease_is_not_renewed_once_taken,
@@ -144,7 +59,7 @@ fn t(b: &Backend) -> u64 {
     b.now().0
 }
 
-fn a_claim_takes_the_most_urgent_due_job_and_a_delayed_one_when_its_time_comes(b: &Backend) {
+fn a_claim_takes_the_most_urgent_due_job_and_a_delayed_one_when_its_time_comes(b: Backend) {
     let late = b.enqueue(NewJob::new(Q, "late").priority(5)).unwrap();
     let first = b.enqueue(NewJob::new(Q, "first")).unwrap();
     let second = b.enqueue(NewJob::new(Q, "second")).unwrap();
@@ -168,9 +83,7 @@ fn a_claim_takes_the_most_urgent_due_job_and_a_delayed_one_when_its_time_comes(b
     assert_eq!(l.expires_at.0, 90 * SEC);
 }
 
-fn an_expired_lease_is_taken_over_on_time_and_every_write_of_the_old_holder_is_refused(
-    b: &Backend,
-) {
+fn an_expired_lease_is_taken_over_on_time_and_every_write_of_the_old_holder_is_refused(b: Backend) {
     let id = b.enqueue(NewJob::new(Q, "x")).unwrap();
     let old = b.claim(Q, "a", LeaseTerms::new(LEASE)).unwrap().unwrap();
     b.clock.advance(LEASE - Duration::from_nanos(1000));
@@ -215,9 +128,7 @@ fn an_expired_lease_is_taken_over_on_time_and_every_write_of_the_old_holder_is_r
     assert_eq!(b.job(id).unwrap().unwrap().failures(), 1);
 }
 
-fn a_renewal_extends_the_lease_from_now_and_an_expired_lease_is_not_renewed_once_taken(
-    b: &Backend,
-) {
+fn a_renewal_extends_the_lease_from_now_and_an_expired_lease_is_not_renewed_once_taken(b: Backend) {
     let id = b.enqueue(NewJob::new(Q, "x")).unwrap();
     let l = b.claim(Q, "a", LeaseTerms::new(LEASE)).unwrap().unwrap();
     b.clock.advance(Duration::from_secs(20));
@@ -235,7 +146,7 @@ fn a_renewal_extends_the_lease_from_now_and_an_expired_lease_is_not_renewed_once
     assert_eq!(b.history(id).unwrap()[0].progress(), 7);
 }
 
-fn the_reaper_takes_back_exactly_the_expired_leases_in_bounded_batches(b: &Backend) {
+fn the_reaper_takes_back_exactly_the_expired_leases_in_bounded_batches(b: Backend) {
     let ids = b
         .enqueue_batch((0..8).map(|i| NewJob::new(Q, format!("{i}"))).collect())
         .unwrap();
@@ -271,7 +182,7 @@ fn the_reaper_takes_back_exactly_the_expired_leases_in_bounded_batches(b: &Backe
     assert_eq!(b.stats().unwrap().counters.reclaimed_by_reaper, 6);
 }
 
-fn a_failure_backs_off_then_retries_until_the_budget_is_spent(b: &Backend) {
+fn a_failure_backs_off_then_retries_until_the_budget_is_spent(b: Backend) {
     let id = b.enqueue(NewJob::new(Q, "x").max_attempts(2)).unwrap();
     let first = b.claim(Q, "w", LeaseTerms::new(LEASE)).unwrap().unwrap();
     assert_eq!(b.fail(&first, "boom").unwrap(), JobState::RetryWait);
@@ -301,7 +212,7 @@ fn a_failure_backs_off_then_retries_until_the_budget_is_spent(b: &Backend) {
     );
 }
 
-fn a_release_gives_the_job_back_in_its_place_without_spending_budget(b: &Backend) {
+fn a_release_gives_the_job_back_in_its_place_without_spending_budget(b: Backend) {
     let first = b.enqueue(NewJob::new(Q, "first")).unwrap();
     b.clock.advance(Duration::from_secs(1));
     let second = b.enqueue(NewJob::new(Q, "second")).unwrap();
@@ -325,7 +236,7 @@ fn a_release_gives_the_job_back_in_its_place_without_spending_budget(b: &Backend
     assert_eq!(b.stats().unwrap().counters.released, 1);
 }
 
-fn a_cancel_ends_a_waiting_job_and_tells_a_running_one_at_its_next_renewal(b: &Backend) {
+fn a_cancel_ends_a_waiting_job_and_tells_a_running_one_at_its_next_renewal(b: Backend) {
     let waiting = b.enqueue(NewJob::new(Q, "a").priority(1)).unwrap();
     let running = b.enqueue(NewJob::new(Q, "b")).unwrap();
     let l = b.claim(Q, "w", LeaseTerms::new(LEASE)).unwrap().unwrap();
@@ -350,7 +261,7 @@ fn a_cancel_ends_a_waiting_job_and_tells_a_running_one_at_its_next_renewal(b: &B
     );
 }
 
-fn a_lease_without_progress_for_its_stall_timeout_is_revoked(b: &Backend) {
+fn a_lease_without_progress_for_its_stall_timeout_is_revoked(b: Backend) {
     let id = b.enqueue(NewJob::new(Q, "x")).unwrap();
     let terms = LeaseTerms::new(LEASE).stall_timeout(Duration::from_secs(30));
     let l = b.claim(Q, "w", terms).unwrap().unwrap();
@@ -369,12 +280,12 @@ fn a_lease_without_progress_for_its_stall_timeout_is_revoked(b: &Backend) {
     let job = b.job(id).unwrap().unwrap();
     assert_eq!(
         (job.state(), job.failures(), job.run_at().0),
-        (JobState::RetryWait, 1, t(b) + 10 * SEC)
+        (JobState::RetryWait, 1, t(&b) + 10 * SEC)
     );
     assert_eq!(b.stats().unwrap().counters.stalled, 1);
 }
 
-fn a_unique_key_dedupes_live_jobs_only_and_blocks_a_retry_while_held(b: &Backend) {
+fn a_unique_key_dedupes_live_jobs_only_and_blocks_a_retry_while_held(b: Backend) {
     let first = b
         .enqueue(NewJob::new(Q, "a").unique_key("k").max_attempts(1))
         .unwrap();
@@ -400,7 +311,7 @@ fn a_unique_key_dedupes_live_jobs_only_and_blocks_a_retry_while_held(b: &Backend
     ));
 }
 
-fn a_named_job_is_claimed_only_when_claimable(b: &Backend) {
+fn a_named_job_is_claimed_only_when_claimable(b: Backend) {
     let id = b
         .enqueue(NewJob::new(Q, "x").delay(Duration::from_secs(5)))
         .unwrap();
@@ -418,7 +329,7 @@ fn a_named_job_is_claimed_only_when_claimable(b: &Backend) {
     ));
 }
 
-fn a_batch_of_completions_answers_each_alone(b: &Backend) {
+fn a_batch_of_completions_answers_each_alone(b: Backend) {
     let ids = b
         .enqueue_batch((0..3).map(|i| NewJob::new(Q, format!("{i}"))).collect())
         .unwrap();
@@ -437,7 +348,7 @@ fn a_batch_of_completions_answers_each_alone(b: &Backend) {
     assert_eq!(b.stats().unwrap().counters.fenced_writes_rejected, 1);
 }
 
-fn a_renewal_after_the_holders_own_end_is_refused_but_not_counted_as_lost(b: &Backend) {
+fn a_renewal_after_the_holders_own_end_is_refused_but_not_counted_as_lost(b: Backend) {
     b.enqueue(NewJob::new(Q, "x")).unwrap();
     let l = b.claim(Q, "w", LeaseTerms::new(LEASE)).unwrap().unwrap();
     b.complete(&l, b"").unwrap();
@@ -447,7 +358,7 @@ fn a_renewal_after_the_holders_own_end_is_refused_but_not_counted_as_lost(b: &Ba
     assert_eq!((c.leases_lost, c.fenced_writes_rejected), (0, 0));
 }
 
-fn stats_count_every_job_by_queue_and_state(b: &Backend) {
+fn stats_count_every_job_by_queue_and_state(b: Backend) {
     b.enqueue_batch((0..4).map(|i| NewJob::new(Q, format!("{i}"))).collect())
         .unwrap();
     b.enqueue(NewJob::new("other", "x").delay(Duration::from_secs(60)))

@@ -1,19 +1,25 @@
 use leasehold::{Error, JobState, NewJob, Outcome, Renewal};
 
-use crate::common::{Fixture, LEASE, Q};
+use crate::on_both::{Kind, LEASE, Q, lease};
 
-#[test]
-fn cancelling_a_waiting_job_takes_effect_at_once() {
-    let f = Fixture::new();
+crate::on_both::on_both!(
+    cancelling_a_waiting_job_takes_effect_at_once,
+    a_cancelled_running_job_tells_its_holder_at_the_next_heartbeat,
+    a_cancelled_running_job_that_fails_or_is_released_ends_cancelled_not_retried,
+    a_cancelled_job_whose_holder_died_is_not_retried,
+    finished_jobs_cannot_be_cancelled_and_unknown_ids_are_reported,
+);
+
+fn cancelling_a_waiting_job_takes_effect_at_once(kind: Kind) {
+    let f = kind.open();
     let id = f.enqueue_n(1)[0];
     assert_eq!(f.cancel(id).unwrap(), JobState::Cancelled);
-    assert!(f.claim(Q, "w", LEASE).unwrap().is_none());
+    assert!(f.claim(Q, "w", lease()).unwrap().is_none());
     assert_eq!(f.cancel(id).unwrap(), JobState::Cancelled, "idempotent");
 }
 
-#[test]
-fn a_cancelled_running_job_tells_its_holder_at_the_next_heartbeat() {
-    let f = Fixture::new();
+fn a_cancelled_running_job_tells_its_holder_at_the_next_heartbeat(kind: Kind) {
+    let f = kind.open();
     let id = f.enqueue_n(1)[0];
     let l = f.claim_one("w");
     assert_eq!(f.cancel(id).unwrap(), JobState::Running);
@@ -27,9 +33,8 @@ fn a_cancelled_running_job_tells_its_holder_at_the_next_heartbeat() {
     assert!(f.complete(&l, b"too late").unwrap_err().is_lease_lost());
 }
 
-#[test]
-fn a_cancelled_running_job_that_fails_or_is_released_ends_cancelled_not_retried() {
-    let f = Fixture::new();
+fn a_cancelled_running_job_that_fails_or_is_released_ends_cancelled_not_retried(kind: Kind) {
+    let f = kind.open();
     let ids = f.enqueue_n(2);
     let a = f.claim_one("w");
     let b = f.claim_one("w");
@@ -40,9 +45,8 @@ fn a_cancelled_running_job_that_fails_or_is_released_ends_cancelled_not_retried(
     assert_eq!(f.job(ids[1]).unwrap().unwrap().state(), JobState::Cancelled);
 }
 
-#[test]
-fn a_cancelled_job_whose_holder_died_is_not_retried() {
-    let f = Fixture::new();
+fn a_cancelled_job_whose_holder_died_is_not_retried(kind: Kind) {
+    let f = kind.open();
     let id = f.enqueue_n(1)[0];
     f.claim_one("w");
     f.cancel(id).unwrap();
@@ -50,9 +54,8 @@ fn a_cancelled_job_whose_holder_died_is_not_retried() {
     assert_eq!(f.reap().unwrap().reclaimed[0].now, JobState::Cancelled);
 }
 
-#[test]
-fn finished_jobs_cannot_be_cancelled_and_unknown_ids_are_reported() {
-    let f = Fixture::new();
+fn finished_jobs_cannot_be_cancelled_and_unknown_ids_are_reported(kind: Kind) {
+    let f = kind.open();
     let id = f.enqueue(NewJob::new(Q, "x")).unwrap();
     let l = f.claim_one("w");
     f.complete(&l, b"").unwrap();
@@ -68,7 +71,7 @@ fn finished_jobs_cannot_be_cancelled_and_unknown_ids_are_reported() {
         Err(Error::JobNotFound(_))
     ));
     assert!(matches!(
-        f.claim_job(leasehold::JobId(999), "w", LEASE),
+        f.claim_job(leasehold::JobId(999), "w", lease()),
         Err(Error::JobNotFound(_))
     ));
 }

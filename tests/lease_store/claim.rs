@@ -4,11 +4,27 @@ use std::time::Duration;
 
 use leasehold::{Attempt, JobState, NewJob, Outcome, ReclaimPath};
 
-use crate::common::{Fixture, LEASE, Q};
+use crate::on_both::{Kind, LEASE, Q, lease};
 
-#[test]
-fn only_one_of_many_racing_claimers_wins_a_job() {
-    let f = Fixture::new();
+crate::on_both::on_both!(
+    only_one_of_many_racing_claimers_wins_a_job,
+    racing_claimers_take_every_job_exactly_once,
+    lower_priority_number_runs_first_and_fifo_within_a_priority,
+    delayed_job_is_invisible_until_due_even_to_claim_job,
+    a_delayed_urgent_job_does_not_hide_due_jobs_of_lower_urgency,
+    queues_are_separate,
+    expired_lease_is_taken_over_at_claim_with_a_history_record,
+    claim_job_takes_over_an_expired_lease,
+    claim_carries_the_payload_and_fencing_token,
+    claim_batch_takes_the_most_urgent_jobs_in_one_commit,
+    complete_and_claim_commits_the_result_and_takes_the_next_job_in_one_commit,
+    complete_and_claim_with_a_lost_lease_claims_nothing,
+    expired_leases_are_taken_over_in_the_order_they_really_expired,
+    complete_and_claim_with_bad_lease_terms_is_refused_and_writes_nothing,
+);
+
+fn only_one_of_many_racing_claimers_wins_a_job(kind: Kind) {
+    let f = kind.open();
     for round in 0..20 {
         let id = f.enqueue(NewJob::new(Q, format!("r{round}"))).unwrap();
         let threads = 8;
@@ -16,15 +32,15 @@ fn only_one_of_many_racing_claimers_wins_a_job() {
         let winners: Vec<leasehold::Lease> = std::thread::scope(|s| {
             let handles: Vec<_> = (0..threads)
                 .map(|t| {
-                    let store = (*f).clone();
+                    let store = f.handle();
                     let barrier = barrier.clone();
                     s.spawn(move || {
                         barrier.wait();
                         // half race on the named job, half on the queue
                         if t % 2 == 0 {
-                            store.claim_job(id, &format!("w{t}"), LEASE).unwrap()
+                            store.claim_job(id, &format!("w{t}"), lease()).unwrap()
                         } else {
-                            store.claim(Q, &format!("w{t}"), LEASE).unwrap()
+                            store.claim(Q, &format!("w{t}"), lease()).unwrap()
                         }
                     })
                 })
@@ -39,22 +55,21 @@ fn only_one_of_many_racing_claimers_wins_a_job() {
         assert_eq!(job.state(), JobState::Running);
         assert_eq!(job.attempt(), Attempt(1));
         assert_eq!(job.lease().unwrap().owner(), winners[0].worker);
-        assert!(f.claim_job(id, "late", LEASE).unwrap().is_none());
+        assert!(f.claim_job(id, "late", lease()).unwrap().is_none());
         f.complete(&winners[0], b"").unwrap();
     }
 }
 
-#[test]
-fn racing_claimers_take_every_job_exactly_once() {
-    let f = Fixture::new();
+fn racing_claimers_take_every_job_exactly_once(kind: Kind) {
+    let f = kind.open();
     let ids = f.enqueue_n(400);
     let taken: Vec<Vec<u64>> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..6)
             .map(|t| {
-                let store = (*f).clone();
+                let store = f.handle();
                 s.spawn(move || {
                     let mut mine = Vec::new();
-                    while let Some(l) = store.claim(Q, &format!("w{t}"), LEASE).unwrap() {
+                    while let Some(l) = store.claim(Q, &format!("w{t}"), lease()).unwrap() {
                         mine.push(l.job.0);
                     }
                     mine
@@ -69,9 +84,8 @@ fn racing_claimers_take_every_job_exactly_once() {
     assert_eq!(distinct.len(), ids.len(), "every job claimed");
 }
 
-#[test]
-fn lower_priority_number_runs_first_and_fifo_within_a_priority() {
-    let f = Fixture::new();
+fn lower_priority_number_runs_first_and_fifo_within_a_priority(kind: Kind) {
+    let f = kind.open();
     let low1 = f.enqueue(NewJob::new(Q, "low1").priority(5)).unwrap();
     f.advance(Duration::from_millis(1));
     let high1 = f.enqueue(NewJob::new(Q, "high1").priority(-3)).unwrap();
@@ -83,23 +97,21 @@ fn lower_priority_number_runs_first_and_fifo_within_a_priority() {
     assert_eq!(order, vec![high1, high2, low1, low2]);
 }
 
-#[test]
-fn delayed_job_is_invisible_until_due_even_to_claim_job() {
-    let f = Fixture::new();
+fn delayed_job_is_invisible_until_due_even_to_claim_job(kind: Kind) {
+    let f = kind.open();
     let id = f
         .enqueue(NewJob::new(Q, "later").delay(Duration::from_secs(30)))
         .unwrap();
-    assert!(f.claim(Q, "w", LEASE).unwrap().is_none());
-    assert!(f.claim_job(id, "w", LEASE).unwrap().is_none());
+    assert!(f.claim(Q, "w", lease()).unwrap().is_none());
+    assert!(f.claim_job(id, "w", lease()).unwrap().is_none());
     f.advance(Duration::from_secs(29));
-    assert!(f.claim(Q, "w", LEASE).unwrap().is_none());
+    assert!(f.claim(Q, "w", lease()).unwrap().is_none());
     f.advance(Duration::from_secs(1));
     assert_eq!(f.claim_one("w").job, id);
 }
 
-#[test]
-fn a_delayed_urgent_job_does_not_hide_due_jobs_of_lower_urgency() {
-    let f = Fixture::new();
+fn a_delayed_urgent_job_does_not_hide_due_jobs_of_lower_urgency(kind: Kind) {
+    let f = kind.open();
     f.enqueue(
         NewJob::new(Q, "urgent later")
             .priority(-10)
@@ -110,22 +122,20 @@ fn a_delayed_urgent_job_does_not_hide_due_jobs_of_lower_urgency() {
     assert_eq!(f.claim_one("w").job, now);
 }
 
-#[test]
-fn queues_are_separate() {
-    let f = Fixture::new();
+fn queues_are_separate(kind: Kind) {
+    let f = kind.open();
     f.enqueue(NewJob::new("other", "x")).unwrap();
-    assert!(f.claim(Q, "w", LEASE).unwrap().is_none());
-    assert!(f.claim("other", "w", LEASE).unwrap().is_some());
+    assert!(f.claim(Q, "w", lease()).unwrap().is_none());
+    assert!(f.claim("other", "w", lease()).unwrap().is_some());
 }
 
-#[test]
-fn expired_lease_is_taken_over_at_claim_with_a_history_record() {
-    let f = Fixture::new();
+fn expired_lease_is_taken_over_at_claim_with_a_history_record(kind: Kind) {
+    let f = kind.open();
     let id = f.enqueue_n(1)[0];
     let first = f.claim_one("dead-worker");
     f.advance(LEASE - Duration::from_secs(1));
     assert!(
-        f.claim(Q, "w2", LEASE).unwrap().is_none(),
+        f.claim(Q, "w2", lease()).unwrap().is_none(),
         "lease still live"
     );
     f.advance(Duration::from_secs(4));
@@ -147,22 +157,20 @@ fn expired_lease_is_taken_over_at_claim_with_a_history_record() {
     assert_eq!(f.stats().unwrap().counters.reclaimed_by_takeover, 1);
 }
 
-#[test]
-fn claim_job_takes_over_an_expired_lease() {
-    let f = Fixture::new();
+fn claim_job_takes_over_an_expired_lease(kind: Kind) {
+    let f = kind.open();
     let id = f.enqueue_n(1)[0];
     f.claim_one("a");
     f.advance(LEASE);
     let l = f
-        .claim_job(id, "b", LEASE)
+        .claim_job(id, "b", lease())
         .unwrap()
         .expect("expired lease is claimable");
     assert_eq!(l.attempt, Attempt(2));
 }
 
-#[test]
-fn claim_carries_the_payload_and_fencing_token() {
-    let f = Fixture::new();
+fn claim_carries_the_payload_and_fencing_token(kind: Kind) {
+    let f = kind.open();
     let id = f
         .enqueue(NewJob::new(Q, b"\x00\xffbytes".to_vec()))
         .unwrap();
@@ -175,58 +183,55 @@ fn claim_carries_the_payload_and_fencing_token() {
     assert_eq!(job.lease().unwrap().owner(), "w");
 }
 
-#[test]
-fn claim_batch_takes_the_most_urgent_jobs_in_one_commit() {
-    let f = Fixture::new();
+fn claim_batch_takes_the_most_urgent_jobs_in_one_commit(kind: Kind) {
+    let f = kind.open();
     let low = f.enqueue(NewJob::new(Q, "low").priority(9)).unwrap();
     let ids = f.enqueue_n(5);
-    let writes = f.metrics().write_transactions;
-    let leases = f.claim_batch(Q, "w", LEASE, 4).unwrap();
-    assert_eq!(f.metrics().write_transactions, writes + 1);
+    let writes = f.write_transactions();
+    let leases = f.claim_batch(Q, "w", lease(), 4).unwrap();
+    assert_eq!(f.write_transactions(), writes.map(|w| w + 1));
     let got: Vec<_> = leases.iter().map(|l| l.job).collect();
     assert_eq!(got, ids[..4].to_vec());
-    let rest = f.claim_batch(Q, "w", LEASE, 10).unwrap();
+    let rest = f.claim_batch(Q, "w", lease(), 10).unwrap();
     assert_eq!(
         rest.iter().map(|l| l.job).collect::<Vec<_>>(),
         vec![ids[4], low]
     );
-    assert!(f.claim_batch(Q, "w", LEASE, 10).unwrap().is_empty());
+    assert!(f.claim_batch(Q, "w", lease(), 10).unwrap().is_empty());
 }
 
-#[test]
-fn complete_and_claim_commits_the_result_and_takes_the_next_job_in_one_commit() {
-    let f = Fixture::new();
+fn complete_and_claim_commits_the_result_and_takes_the_next_job_in_one_commit(kind: Kind) {
+    let f = kind.open();
     let ids = f.enqueue_n(2);
     let first = f.claim_one("w");
-    let writes = f.metrics().write_transactions;
+    let writes = f.write_transactions();
     let next = f
-        .complete_and_claim(&first, b"one", LEASE)
+        .complete_and_claim(&first, b"one", lease())
         .unwrap()
         .expect("the second job");
-    assert_eq!(f.metrics().write_transactions, writes + 1);
+    assert_eq!(f.write_transactions(), writes.map(|w| w + 1));
     assert_eq!((next.job, next.worker.as_str()), (ids[1], "w"));
     assert_eq!(f.job(ids[0]).unwrap().unwrap().state(), JobState::Succeeded);
     assert_eq!(f.output(ids[0]).unwrap().unwrap(), b"one");
     // Nothing left to claim: the completion still commits.
     assert!(
-        f.complete_and_claim(&next, b"two", LEASE)
+        f.complete_and_claim(&next, b"two", lease())
             .unwrap()
             .is_none()
     );
     assert_eq!(f.job(ids[1]).unwrap().unwrap().state(), JobState::Succeeded);
 }
 
-#[test]
-fn complete_and_claim_with_a_lost_lease_claims_nothing() {
-    let f = Fixture::new();
+fn complete_and_claim_with_a_lost_lease_claims_nothing(kind: Kind) {
+    let f = kind.open();
     let ids = f.enqueue_n(2);
     let stale = f.claim_one("w");
     f.advance(LEASE);
     let taken = f
-        .claim_job(ids[0], "other", LEASE)
+        .claim_job(ids[0], "other", lease())
         .unwrap()
         .expect("takeover");
-    let err = f.complete_and_claim(&stale, b"late", LEASE).unwrap_err();
+    let err = f.complete_and_claim(&stale, b"late", lease()).unwrap_err();
     assert!(err.is_lease_lost(), "{err:?}");
     assert_eq!(
         f.job(ids[1]).unwrap().unwrap().state(),
@@ -237,9 +242,8 @@ fn complete_and_claim_with_a_lost_lease_claims_nothing() {
     assert!(f.output(ids[0]).unwrap().is_none());
 }
 
-#[test]
-fn expired_leases_are_taken_over_in_the_order_they_really_expired() {
-    let f = Fixture::new();
+fn expired_leases_are_taken_over_in_the_order_they_really_expired(kind: Kind) {
+    let f = kind.open();
     let ids = f.enqueue_n(2);
     let renewed = f.claim_one("a"); // expires at LEASE...
     f.advance(LEASE / 4);
@@ -252,17 +256,16 @@ fn expired_leases_are_taken_over_in_the_order_they_really_expired() {
     assert_eq!(f.claim_one("c").job, renewed.job);
 }
 
-#[test]
-fn complete_and_claim_with_bad_lease_terms_is_refused_and_writes_nothing() {
-    let f = Fixture::new();
+fn complete_and_claim_with_bad_lease_terms_is_refused_and_writes_nothing(kind: Kind) {
+    let f = kind.open();
     let ids = f.enqueue_n(2);
     let held = f.claim_one("w");
-    let writes = f.metrics().write_transactions;
+    let writes = f.write_transactions();
     let err = f
-        .complete_and_claim(&held, b"done", Duration::ZERO)
+        .complete_and_claim(&held, b"done", leasehold::LeaseTerms::new(Duration::ZERO))
         .unwrap_err();
     assert!(matches!(err, leasehold::Error::Config(_)), "{err:?}");
-    assert_eq!(f.metrics().write_transactions, writes, "no commit at all");
+    assert_eq!(f.write_transactions(), writes, "no commit at all");
     assert_eq!(f.job(ids[0]).unwrap().unwrap().state(), JobState::Running);
     assert_eq!(f.job(ids[1]).unwrap().unwrap().state(), JobState::Queued);
 }

@@ -57,17 +57,6 @@ impl Fixture {
         self.store = None;
     }
 
-    /// Closes the store without its integrity check (a test that forged records knows it
-    /// would fail).
-    pub fn close_unchecked(&mut self) {
-        self.store = None;
-    }
-
-    /// Opens the store again after [`Fixture::close_unchecked`].
-    pub fn open_again(&mut self) {
-        self.store = Some(self.open().expect("reopen store"));
-    }
-
     /// Opens the store again from a builder the test configures (a new clock, say).
     pub fn reopen_with(&mut self, builder: StoreBuilder) -> leasehold::Result<()> {
         self.close();

@@ -2,11 +2,26 @@ use std::time::Duration;
 
 use leasehold::{Error, InputError, JobState, NewJob};
 
-use crate::common::{Fixture, LEASE, Q};
+use crate::common::Fixture;
+use crate::on_both::{Kind, Q, Setup, lease};
 
-#[test]
-fn job_ids_are_never_reused_even_across_reopen() {
-    let mut f = Fixture::new();
+crate::on_both::on_both!(
+    job_ids_are_never_reused_even_across_reopen,
+    a_unique_key_held_by_a_live_job_returns_that_job_and_creates_nothing,
+    a_unique_key_survives_retry_wait,
+    bad_input_is_refused_with_its_own_error_and_writes_nothing,
+    an_oversized_output_is_refused_and_the_lease_still_holds,
+    enqueue_batch_is_all_or_nothing,
+    huge_delays_saturate_instead_of_wrapping_into_the_past,
+    long_error_messages_are_kept_but_cut,
+    purge_in_a_store_younger_than_the_age_asked_for_deletes_nothing,
+    purge_reaches_old_jobs_behind_any_number_of_kept_ones_in_bounded_batches,
+    purge_deletes_old_finished_jobs_of_the_chosen_states_with_their_history,
+    retry_requeues_a_dead_job_with_a_fresh_budget_and_keeps_its_history,
+);
+
+fn job_ids_are_never_reused_even_across_reopen(kind: Kind) {
+    let mut f = kind.open();
     let a = f.enqueue_n(3);
     f.reopen();
     let b = f.enqueue_n(1);
@@ -14,9 +29,8 @@ fn job_ids_are_never_reused_even_across_reopen() {
     assert_eq!(b[0].0, 4);
 }
 
-#[test]
-fn a_unique_key_held_by_a_live_job_returns_that_job_and_creates_nothing() {
-    let f = Fixture::new();
+fn a_unique_key_held_by_a_live_job_returns_that_job_and_creates_nothing(kind: Kind) {
+    let f = kind.open();
     let first = f
         .enqueue(NewJob::new(Q, "a").unique_key("report-2026-11"))
         .unwrap();
@@ -45,18 +59,16 @@ fn a_unique_key_held_by_a_live_job_returns_that_job_and_creates_nothing() {
     assert_ne!(next, first);
 }
 
-#[test]
-fn a_unique_key_survives_retry_wait() {
-    let f = Fixture::new();
+fn a_unique_key_survives_retry_wait(kind: Kind) {
+    let f = kind.open();
     let id = f.enqueue(NewJob::new(Q, "a").unique_key("k")).unwrap();
     let l = f.claim_one("w");
     f.fail(&l, "again later").unwrap();
     assert_eq!(f.enqueue(NewJob::new(Q, "b").unique_key("k")).unwrap(), id);
 }
 
-#[test]
-fn bad_input_is_refused_with_its_own_error_and_writes_nothing() {
-    let f = Fixture::with(|b| b.max_payload(16));
+fn bad_input_is_refused_with_its_own_error_and_writes_nothing(kind: Kind) {
+    let f = kind.with(Setup::default().max_payload(16));
     let before = f.stats().unwrap();
     let cases: Vec<(NewJob, InputError)> = vec![
         (NewJob::new("", "x"), InputError::EmptyQueueName),
@@ -91,31 +103,29 @@ fn bad_input_is_refused_with_its_own_error_and_writes_nothing() {
     after.now = before.now;
     assert_eq!(after, before);
     assert!(matches!(
-        f.claim("", "w", LEASE),
+        f.claim("", "w", lease()),
         Err(Error::Input(InputError::EmptyQueueName))
     ));
     assert!(matches!(
-        f.claim(Q, "", LEASE),
+        f.claim(Q, "", lease()),
         Err(Error::Input(InputError::BadWorkerId { .. }))
     ));
     assert!(matches!(
-        f.claim(Q, "w", Duration::ZERO),
+        f.claim(Q, "w", leasehold::LeaseTerms::new(Duration::ZERO)),
         Err(Error::Config(leasehold::ConfigError::ZeroLease))
     ));
 }
 
-#[test]
-fn an_oversized_output_is_refused_and_the_lease_still_holds() {
-    let f = Fixture::with(|b| b.max_payload(4));
+fn an_oversized_output_is_refused_and_the_lease_still_holds(kind: Kind) {
+    let f = kind.with(Setup::default().max_payload(4));
     f.enqueue(NewJob::new(Q, "x")).unwrap();
     let l = f.claim_one("w");
     assert!(matches!(f.complete(&l, b"too long"), Err(Error::Input(_))));
     f.complete(&l, b"ok").unwrap();
 }
 
-#[test]
-fn enqueue_batch_is_all_or_nothing() {
-    let f = Fixture::new();
+fn enqueue_batch_is_all_or_nothing(kind: Kind) {
+    let f = kind.open();
     let jobs = vec![
         NewJob::new(Q, "a"),
         NewJob::new("", "bad"),
@@ -126,18 +136,16 @@ fn enqueue_batch_is_all_or_nothing() {
     assert_eq!(f.enqueue_n(2).len(), 2);
 }
 
-#[test]
-fn huge_delays_saturate_instead_of_wrapping_into_the_past() {
-    let f = Fixture::new();
+fn huge_delays_saturate_instead_of_wrapping_into_the_past(kind: Kind) {
+    let f = kind.open();
     f.enqueue(NewJob::new(Q, "never").delay(Duration::MAX))
         .unwrap();
     f.advance(Duration::from_secs(10 * 365 * 24 * 3600));
-    assert!(f.claim(Q, "w", LEASE).unwrap().is_none());
+    assert!(f.claim(Q, "w", lease()).unwrap().is_none());
 }
 
-#[test]
-fn long_error_messages_are_kept_but_cut() {
-    let f = Fixture::new();
+fn long_error_messages_are_kept_but_cut(kind: Kind) {
+    let f = kind.open();
     let id = f.enqueue_n(1)[0];
     let l = f.claim_one("w");
     f.fail(&l, &"é".repeat(20_000)).unwrap();
@@ -145,11 +153,10 @@ fn long_error_messages_are_kept_but_cut() {
     assert!(err.len() < 17_000 && err.ends_with("bytes cut)"));
 }
 
-#[test]
-fn purge_in_a_store_younger_than_the_age_asked_for_deletes_nothing() {
+fn purge_in_a_store_younger_than_the_age_asked_for_deletes_nothing(kind: Kind) {
     // Store time starts at zero here; a cutoff saturated to zero once took the jobs that
     // finished at that first instant.
-    let f = Fixture::new();
+    let f = kind.open();
     let ids = f.enqueue_n(1);
     let l = f.claim_one("w");
     f.complete(&l, b"").unwrap();
@@ -161,11 +168,10 @@ fn purge_in_a_store_younger_than_the_age_asked_for_deletes_nothing() {
     assert!(f.job(ids[0]).unwrap().is_some());
 }
 
-#[test]
-fn purge_reaches_old_jobs_behind_any_number_of_kept_ones_in_bounded_batches() {
+fn purge_reaches_old_jobs_behind_any_number_of_kept_ones_in_bounded_batches(kind: Kind) {
     // Five dead jobs finish first, then three succeed: batches of two must walk past the
     // dead ones (kept) to reach the succeeded ones.
-    let f = Fixture::with(|b| b.reap_batch(2).default_max_attempts(1));
+    let f = kind.with(Setup::default().reap_batch(2).default_max_attempts(1));
     let ids = f.enqueue_n(8);
     for _ in 0..5 {
         let l = f.claim_one("w");
@@ -186,9 +192,8 @@ fn purge_reaches_old_jobs_behind_any_number_of_kept_ones_in_bounded_batches() {
     }
 }
 
-#[test]
-fn purge_deletes_old_finished_jobs_of_the_chosen_states_with_their_history() {
-    let f = Fixture::with(|b| b.reap_batch(3));
+fn purge_deletes_old_finished_jobs_of_the_chosen_states_with_their_history(kind: Kind) {
+    let f = kind.with(Setup::default().reap_batch(3));
     let ids = f.enqueue_n(10);
     for _ in 0..6 {
         let l = f.claim_one("w");
@@ -219,9 +224,8 @@ fn purge_deletes_old_finished_jobs_of_the_chosen_states_with_their_history() {
     assert_eq!(next.0, 11);
 }
 
-#[test]
-fn retry_requeues_a_dead_job_with_a_fresh_budget_and_keeps_its_history() {
-    let f = Fixture::new();
+fn retry_requeues_a_dead_job_with_a_fresh_budget_and_keeps_its_history(kind: Kind) {
+    let f = kind.open();
     let id = f.enqueue(NewJob::new(Q, "x").max_attempts(1)).unwrap();
     let l = f.claim_one("w");
     assert_eq!(f.fail(&l, "boom").unwrap(), JobState::Dead);

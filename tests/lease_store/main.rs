@@ -1,5 +1,9 @@
 //! The lease store's behaviour, one module per part of the protocol. Every test runs on a
-//! manual clock and ends with an integrity check (see `common::Fixture`).
+//! manual clock and ends with an integrity check. The protocol's tests are functions over a
+//! backend ([`on_both::Backend`]), each run on the redb store and on the PostgreSQL store
+//! (`<module>::redb::<test>` and `<module>::postgres::<test>`); the tests of what only the
+//! redb store has (its file, its group commit, its readers and process seats, its tables in
+//! the application's transactions) use the redb [`common::Fixture`].
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -14,7 +18,13 @@ mod reader;
 mod reap;
 mod retry;
 mod stall;
+mod transaction;
 mod wake;
+
+#[path = "../support/backends.rs"]
+mod backends;
+#[path = "../support/on_both.rs"]
+mod on_both;
 
 #[path = "../support/helper_process.rs"]
 mod helper_process;

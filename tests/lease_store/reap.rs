@@ -1,12 +1,22 @@
 use std::time::Duration;
 
-use leasehold::{Attempt, JobState, NewJob, Outcome, Reaper, ReclaimPath};
+use leasehold::{Attempt, JobState, NewJob, Outcome, ReclaimPath};
 
-use crate::common::{Fixture, LEASE, Q, wait_until};
+use crate::common::wait_until;
+use crate::on_both::{Kind, LEASE, Q, Setup, lease};
 
-#[test]
-fn reap_moves_expired_jobs_back_to_queued_and_records_lease_expired() {
-    let f = Fixture::new();
+crate::on_both::on_both!(
+    reap_moves_expired_jobs_back_to_queued_and_records_lease_expired,
+    a_lease_is_reaped_by_the_first_pass_at_or_after_its_expiry,
+    a_whole_dead_pool_is_reclaimed_in_bounded_batches,
+    worst_case_detection_delay_is_lease_plus_reaper_interval,
+    with_a_retention_a_reap_purges_old_succeeded_and_cancelled_jobs_in_batches_and_keeps_dead_ones,
+    the_reaper_thread_reclaims_expired_leases_and_stops_on_request,
+    stopping_a_reaper_does_not_wait_out_its_interval,
+);
+
+fn reap_moves_expired_jobs_back_to_queued_and_records_lease_expired(kind: Kind) {
+    let f = kind.open();
     let ids = f.enqueue_n(3);
     let silent = f.claim_one("silent");
     let alive = f.claim_one("alive");
@@ -49,9 +59,8 @@ fn reap_moves_expired_jobs_back_to_queued_and_records_lease_expired() {
     );
 }
 
-#[test]
-fn a_lease_is_reaped_by_the_first_pass_at_or_after_its_expiry() {
-    let f = Fixture::new();
+fn a_lease_is_reaped_by_the_first_pass_at_or_after_its_expiry(kind: Kind) {
+    let f = kind.open();
     f.enqueue_n(1);
     f.claim_one("w");
     f.advance(LEASE - Duration::from_nanos(1));
@@ -60,11 +69,10 @@ fn a_lease_is_reaped_by_the_first_pass_at_or_after_its_expiry() {
     assert_eq!(f.reap().unwrap().reclaimed.len(), 1);
 }
 
-#[test]
-fn a_whole_dead_pool_is_reclaimed_in_bounded_batches() {
-    let f = Fixture::with(|b| b.reap_batch(100));
+fn a_whole_dead_pool_is_reclaimed_in_bounded_batches(kind: Kind) {
+    let f = kind.with(Setup::default().reap_batch(100));
     f.enqueue_n(1050);
-    while f.claim(Q, "pool", LEASE).unwrap().is_some() {}
+    while f.claim(Q, "pool", lease()).unwrap().is_some() {}
     f.advance(LEASE);
     let report = f.reap().unwrap();
     assert_eq!(report.reclaimed.len(), 1050);
@@ -77,9 +85,8 @@ fn a_whole_dead_pool_is_reclaimed_in_bounded_batches() {
 /// reaper interval` at the latest, whatever the phase of the reaper's ticks. Walks a reaper
 /// ticking every 15 s over deaths at many phases on the manual clock and checks every
 /// detection delay is within the bound and that the worst case comes within a step of it.
-#[test]
-fn worst_case_detection_delay_is_lease_plus_reaper_interval() {
-    let f = Fixture::new();
+fn worst_case_detection_delay_is_lease_plus_reaper_interval(kind: Kind) {
+    let f = kind.open();
     let reaper_every = Duration::from_secs(15);
     let step = Duration::from_millis(500);
     let bound = LEASE + reaper_every;
@@ -114,13 +121,12 @@ fn worst_case_detection_delay_is_lease_plus_reaper_interval() {
     assert_eq!(f.stats().unwrap().counters.worst_detection_delay, worst);
 }
 
-#[test]
-fn the_reaper_thread_reclaims_expired_leases_and_stops_on_request() {
-    let f = Fixture::new();
+fn the_reaper_thread_reclaims_expired_leases_and_stops_on_request(kind: Kind) {
+    let f = kind.open();
     f.enqueue_n(2);
     let l = f.claim_one("silent");
     f.advance(LEASE);
-    let mut reaper = Reaper::start((*f).clone(), Duration::from_millis(5)).unwrap();
+    let mut reaper = f.start_reaper(Duration::from_millis(5)).unwrap();
     wait_until("the reaper to reclaim", || {
         reaper.metrics().reclaimed() == 1
     });
@@ -131,23 +137,22 @@ fn the_reaper_thread_reclaims_expired_leases_and_stops_on_request() {
     assert!(passes >= 1);
 }
 
-#[test]
-fn stopping_a_reaper_does_not_wait_out_its_interval() {
+fn stopping_a_reaper_does_not_wait_out_its_interval(kind: Kind) {
     // With an hour-long interval, a sleep-based loop would hang this test; the channel wakes it.
-    let f = Fixture::new();
-    let reaper = Reaper::start((*f).clone(), Duration::from_secs(3600)).unwrap();
+    let f = kind.open();
+    let reaper = f.start_reaper(Duration::from_secs(3600)).unwrap();
     drop(reaper); // Drop stops and joins
     assert!(
-        Reaper::start((*f).clone(), Duration::ZERO).is_err(),
+        f.start_reaper(Duration::ZERO).is_err(),
         "zero interval refused"
     );
 }
 
-#[test]
-fn with_a_retention_a_reap_purges_old_succeeded_and_cancelled_jobs_in_batches_and_keeps_dead_ones()
-{
+fn with_a_retention_a_reap_purges_old_succeeded_and_cancelled_jobs_in_batches_and_keeps_dead_ones(
+    kind: Kind,
+) {
     const HOUR: Duration = Duration::from_secs(3600);
-    let f = Fixture::with(|b| b.retention(HOUR).reap_batch(2));
+    let f = kind.with(Setup::default().retention(HOUR).reap_batch(2));
     let ids = f.enqueue_n(5);
     for _ in 0..4 {
         let l = f.claim_one("w");
@@ -169,11 +174,11 @@ fn with_a_retention_a_reap_purges_old_succeeded_and_cancelled_jobs_in_batches_an
     );
 
     f.advance(HOUR / 2 + Duration::from_secs(60));
-    let writes = f.metrics().write_transactions;
+    let writes = f.write_transactions();
     let report = f.reap().unwrap();
     assert_eq!(report.purged, 5, "four succeeded and one cancelled");
     assert!(
-        f.metrics().write_transactions >= writes + 3,
+        f.write_transactions() >= writes.map(|w| w + 3),
         "five jobs in batches of two"
     );
     for &id in &ids {

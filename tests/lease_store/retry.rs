@@ -2,19 +2,26 @@ use std::time::Duration;
 
 use leasehold::{Error, JobState, NewJob, RetryPolicy};
 
-use crate::common::{Fixture, LEASE, Q};
+use crate::on_both::{Kind, LEASE, Q, Setup, lease};
 
-fn no_jitter(b: leasehold::StoreBuilder) -> leasehold::StoreBuilder {
-    b.retry_policy(RetryPolicy {
+crate::on_both::on_both!(
+    failure_backs_off_exponentially_then_the_spent_budget_makes_the_job_dead,
+    lost_leases_spend_the_budget_too_so_a_job_that_kills_its_worker_dies,
+    release_does_not_spend_the_budget_but_still_advances_the_attempt,
+    a_released_job_is_claimable_at_once_in_its_old_place,
+    retry_is_refused_while_a_live_job_holds_the_unique_key,
+);
+
+fn no_jitter() -> Setup {
+    Setup::default().retry_policy(RetryPolicy {
         base: Duration::from_secs(10),
         max: Duration::from_secs(60),
         jitter: 0.0,
     })
 }
 
-#[test]
-fn failure_backs_off_exponentially_then_the_spent_budget_makes_the_job_dead() {
-    let f = Fixture::with(no_jitter);
+fn failure_backs_off_exponentially_then_the_spent_budget_makes_the_job_dead(kind: Kind) {
+    let f = kind.with(no_jitter());
     let id = f.enqueue(NewJob::new(Q, "flaky").max_attempts(3)).unwrap();
 
     let l = f.claim_one("w");
@@ -27,7 +34,7 @@ fn failure_backs_off_exponentially_then_the_spent_budget_makes_the_job_dead() {
     assert_eq!(job.last_error(), Some("first"));
     f.advance(Duration::from_secs(9));
     assert!(
-        f.claim(Q, "w", LEASE).unwrap().is_none(),
+        f.claim(Q, "w", lease()).unwrap().is_none(),
         "still backing off"
     );
     f.advance(Duration::from_secs(1));
@@ -46,12 +53,11 @@ fn failure_backs_off_exponentially_then_the_spent_budget_makes_the_job_dead() {
     assert_eq!((job.state(), job.failures()), (JobState::Dead, 3));
     assert_eq!(job.finished_at(), Some(f.now()));
     f.advance(Duration::from_secs(3600));
-    assert!(f.claim(Q, "w", LEASE).unwrap().is_none());
+    assert!(f.claim(Q, "w", lease()).unwrap().is_none());
 }
 
-#[test]
-fn lost_leases_spend_the_budget_too_so_a_job_that_kills_its_worker_dies() {
-    let f = Fixture::new();
+fn lost_leases_spend_the_budget_too_so_a_job_that_kills_its_worker_dies(kind: Kind) {
+    let f = kind.open();
     let id = f.enqueue(NewJob::new(Q, "poison").max_attempts(2)).unwrap();
     f.claim_one("w1");
     f.advance(LEASE);
@@ -59,13 +65,12 @@ fn lost_leases_spend_the_budget_too_so_a_job_that_kills_its_worker_dies() {
     f.claim_one("w2");
     f.advance(LEASE);
     // taken over at claim time with its budget spent: dead, and the claimer gets nothing
-    assert!(f.claim(Q, "w3", LEASE).unwrap().is_none());
+    assert!(f.claim(Q, "w3", lease()).unwrap().is_none());
     assert_eq!(f.job(id).unwrap().unwrap().state(), JobState::Dead);
 }
 
-#[test]
-fn release_does_not_spend_the_budget_but_still_advances_the_attempt() {
-    let f = Fixture::new();
+fn release_does_not_spend_the_budget_but_still_advances_the_attempt(kind: Kind) {
+    let f = kind.open();
     let id = f.enqueue(NewJob::new(Q, "x").max_attempts(1)).unwrap();
     for expected_attempt in 1..=5u32 {
         let l = f.claim_one("w");
@@ -79,9 +84,8 @@ fn release_does_not_spend_the_budget_but_still_advances_the_attempt() {
     assert_eq!(f.stats().unwrap().counters.released, 5);
 }
 
-#[test]
-fn a_released_job_is_claimable_at_once_in_its_old_place() {
-    let f = Fixture::new();
+fn a_released_job_is_claimable_at_once_in_its_old_place(kind: Kind) {
+    let f = kind.open();
     let ids = f.enqueue_n(3);
     let first = f.claim_one("w");
     assert_eq!(first.job, ids[0]);
@@ -89,9 +93,8 @@ fn a_released_job_is_claimable_at_once_in_its_old_place() {
     assert_eq!(f.claim_one("other").job, ids[0]);
 }
 
-#[test]
-fn retry_is_refused_while_a_live_job_holds_the_unique_key() {
-    let f = Fixture::with(|b| b.default_max_attempts(1));
+fn retry_is_refused_while_a_live_job_holds_the_unique_key(kind: Kind) {
+    let f = kind.with(Setup::default().default_max_attempts(1));
     // through a cancelled job
     let first = f.enqueue(NewJob::new(Q, "a").unique_key("k")).unwrap();
     f.cancel(first).unwrap();
@@ -108,7 +111,7 @@ fn retry_is_refused_while_a_live_job_holds_the_unique_key() {
     let dead = f
         .enqueue(NewJob::new("other", "c").unique_key("k"))
         .unwrap();
-    let l = f.claim("other", "w", LEASE).unwrap().unwrap();
+    let l = f.claim("other", "w", lease()).unwrap().unwrap();
     f.fail(&l, "boom").unwrap();
     assert_eq!(f.job(dead).unwrap().unwrap().state(), JobState::Dead);
     let live = f

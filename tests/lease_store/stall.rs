@@ -2,15 +2,20 @@ use std::time::Duration;
 
 use leasehold::{ConfigError, Error, JobState, LeaseTerms, Outcome, Renewal};
 
-use crate::common::{Fixture, LEASE, Q};
+use crate::on_both::{Kind, LEASE, Q};
+
+crate::on_both::on_both!(
+    a_heartbeat_without_progress_past_the_stall_timeout_revokes_the_lease,
+    progress_keeps_a_slow_job_alive_past_the_stall_timeout,
+    a_zero_stall_timeout_is_a_configuration_error,
+);
 
 fn terms() -> LeaseTerms {
     LeaseTerms::new(LEASE).stall_timeout(Duration::from_secs(90))
 }
 
-#[test]
-fn a_heartbeat_without_progress_past_the_stall_timeout_revokes_the_lease() {
-    let f = Fixture::new();
+fn a_heartbeat_without_progress_past_the_stall_timeout_revokes_the_lease(kind: Kind) {
+    let f = kind.open();
     let id = f.enqueue_n(1)[0];
     let l = f.claim(Q, "w", terms()).unwrap().unwrap();
     for _ in 0..4 {
@@ -30,9 +35,8 @@ fn a_heartbeat_without_progress_past_the_stall_timeout_revokes_the_lease() {
     assert!(f.complete(&l, b"").unwrap_err().is_lease_lost());
 }
 
-#[test]
-fn progress_keeps_a_slow_job_alive_past_the_stall_timeout() {
-    let f = Fixture::new();
+fn progress_keeps_a_slow_job_alive_past_the_stall_timeout(kind: Kind) {
+    let f = kind.open();
     f.enqueue_n(1);
     let l = f.claim(Q, "w", terms()).unwrap().unwrap();
     for step in 1..=20u64 {
@@ -45,9 +49,8 @@ fn progress_keeps_a_slow_job_alive_past_the_stall_timeout() {
     f.complete(&l, b"slow but steady").unwrap();
 }
 
-#[test]
-fn a_zero_stall_timeout_is_a_configuration_error() {
-    let f = Fixture::new();
+fn a_zero_stall_timeout_is_a_configuration_error(kind: Kind) {
+    let f = kind.open();
     f.enqueue_n(1);
     let zero = LeaseTerms::new(LEASE).stall_timeout(Duration::ZERO);
     assert!(matches!(

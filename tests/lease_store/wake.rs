@@ -2,12 +2,18 @@ use std::time::Duration;
 
 use leasehold::{NewJob, StoreTime};
 
-use crate::common::{Fixture, LEASE, Q};
+use crate::common::Fixture;
+use crate::on_both::{Kind, LEASE, Q};
 
-#[test]
-fn an_enqueue_wakes_a_waiter_of_its_queue() {
-    let f = Fixture::new();
-    let store = (*f).clone();
+crate::on_both::on_both!(
+    an_enqueue_wakes_a_waiter_of_its_queue,
+    work_that_arrived_before_the_wait_is_not_missed,
+    releases_and_reclaims_wake_waiters_too,
+);
+
+fn an_enqueue_wakes_a_waiter_of_its_queue(kind: Kind) {
+    let f = kind.open();
+    let store = f.handle();
     let seen = f.work_generation(Q);
     let waiter = std::thread::spawn(move || store.wait_for_work(Q, seen, Duration::from_secs(60)));
     f.enqueue_n(1);
@@ -15,9 +21,8 @@ fn an_enqueue_wakes_a_waiter_of_its_queue() {
     assert_ne!(now, seen, "woken by the enqueue, not by the 60 s timeout");
 }
 
-#[test]
-fn work_that_arrived_before_the_wait_is_not_missed() {
-    let f = Fixture::new();
+fn work_that_arrived_before_the_wait_is_not_missed(kind: Kind) {
+    let f = kind.open();
     let seen = f.work_generation(Q);
     f.enqueue_n(1);
     // returns at once: the generation moved before the wait began
@@ -34,9 +39,8 @@ fn other_queues_do_not_move_a_queues_generation_but_wake_all_does() {
     assert_ne!(f.work_generation(Q), seen);
 }
 
-#[test]
-fn releases_and_reclaims_wake_waiters_too() {
-    let f = Fixture::new();
+fn releases_and_reclaims_wake_waiters_too(kind: Kind) {
+    let f = kind.open();
     f.enqueue_n(2);
     let a = f.claim_one("a");
     f.claim_one("b");

@@ -1,14 +1,43 @@
 //! The calls the redb `Store` and the PostgreSQL `PgStore` share, as one trait: what the
 //! model-based test and the simulation drive, so that each runs against both backends.
 
+use std::time::Duration;
+
 use leasehold::{
-    CheckReport, Job, JobId, JobState, Lease, LeaseTerms, NewJob, ReapReport, Renewal, Run, Stats,
-    Store, StoreTime,
+    CheckReport, Job, JobId, JobState, Lease, LeaseTerms, NewJob, ReapReport, Reaper, Renewal, Run,
+    Stats, Store, StoreTime,
 };
+
+/// What the application writes in a store's transaction, for the transactional tests:
+/// `key = value` in its own table (`app_values`), a follow-up job if any, then an error of
+/// its own if `then_fail`. `ran` tells whether the store let it run.
+#[allow(dead_code)] // each test binary uses its part
+#[derive(Default)]
+pub struct AppWrite {
+    pub key: &'static str,
+    pub value: u64,
+    pub follow_up: Option<NewJob>,
+    pub then_fail: bool,
+    pub ran: std::cell::Cell<bool>,
+}
+
+#[allow(dead_code)]
+impl AppWrite {
+    pub fn new(key: &'static str, value: u64) -> AppWrite {
+        AppWrite {
+            key,
+            value,
+            ..AppWrite::default()
+        }
+    }
+
+    /// The error the application's write ends with when `then_fail`.
+    pub const FAILURE: &'static str = "the application's write did not validate";
+}
 
 /// What the harness asks of a store: the calls the redb `Store` and the `PgStore` share.
 #[allow(dead_code)] // each test binary uses its part
-pub trait ModelStore {
+pub trait ModelStore: Send + Sync {
     fn now(&self) -> StoreTime;
     fn enqueue(&self, job: NewJob) -> leasehold::Result<JobId>;
     fn enqueue_batch(&self, jobs: Vec<NewJob>) -> leasehold::Result<Vec<JobId>>;
@@ -34,11 +63,37 @@ pub trait ModelStore {
     fn job(&self, id: JobId) -> leasehold::Result<Option<Job>>;
     fn history(&self, id: JobId) -> leasehold::Result<Vec<Run>>;
     fn output(&self, id: JobId) -> leasehold::Result<Option<Vec<u8>>>;
+    fn complete_and_claim(
+        &self,
+        l: &Lease,
+        output: &[u8],
+        terms: LeaseTerms,
+    ) -> leasehold::Result<Option<Lease>>;
+    fn heartbeat_batch(&self, beats: &[(&Lease, u64)]) -> Vec<leasehold::Result<Renewal>>;
+    fn purge(&self, older_than: Duration, states: &[JobState]) -> leasehold::Result<usize>;
+    fn start_reaper(&self, every: Duration) -> leasehold::Result<Reaper>;
+    fn work_generation(&self, queue: &str) -> u64;
+    fn wait_for_work(&self, queue: &str, seen: u64, timeout: Duration) -> u64;
+    /// Completes `l` and, in the same transaction, makes the application's write; returns
+    /// the follow-up job's id if it enqueued one.
+    fn complete_with_app(
+        &self,
+        l: &Lease,
+        output: &[u8],
+        app: &AppWrite,
+    ) -> leasehold::Result<Option<JobId>>;
+    /// The application's write alone, in one store transaction.
+    fn transaction_app(&self, app: &AppWrite) -> leasehold::Result<Option<JobId>>;
+    /// The application's value under `key`, as committed.
+    fn app_value(&self, key: &str) -> Option<u64>;
+    /// The write transactions committed so far, where the store counts them (redb).
+    fn write_transactions(&self) -> Option<u64>;
 }
 
 macro_rules! model_store {
-    ($store:ty, $now:expr) => {
+    ($store:ty, $now:expr, { $($own:tt)* }) => {
         impl ModelStore for $store {
+            $($own)*
             fn now(&self) -> StoreTime {
                 $now(self)
             }
@@ -107,13 +162,156 @@ macro_rules! model_store {
             fn output(&self, id: JobId) -> leasehold::Result<Option<Vec<u8>>> {
                 <$store>::output(self, id)
             }
+            fn complete_and_claim(
+                &self,
+                l: &Lease,
+                o: &[u8],
+                t: LeaseTerms,
+            ) -> leasehold::Result<Option<Lease>> {
+                <$store>::complete_and_claim(self, l, o, t)
+            }
+            fn heartbeat_batch(&self, beats: &[(&Lease, u64)]) -> Vec<leasehold::Result<Renewal>> {
+                <$store>::heartbeat_batch(self, beats)
+            }
+            fn purge(&self, older: Duration, states: &[JobState]) -> leasehold::Result<usize> {
+                <$store>::purge(self, older, states)
+            }
+            fn start_reaper(&self, every: Duration) -> leasehold::Result<Reaper> {
+                Reaper::start(self.clone(), every)
+            }
+            fn work_generation(&self, queue: &str) -> u64 {
+                <$store>::work_generation(self, queue)
+            }
+            fn wait_for_work(&self, queue: &str, seen: u64, timeout: Duration) -> u64 {
+                <$store>::wait_for_work(self, queue, seen, timeout)
+            }
         }
     };
 }
 
-model_store!(Store, Store::now);
+/// The application's table on redb.
+const APP: redb::TableDefinition<&str, u64> = redb::TableDefinition::new("app_values");
+
+type AppResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
+
+model_store!(Store, Store::now, {
+    fn write_transactions(&self) -> Option<u64> {
+        Some(self.metrics().write_transactions)
+    }
+    fn complete_with_app(
+        &self,
+        l: &Lease,
+        output: &[u8],
+        app: &AppWrite,
+    ) -> leasehold::Result<Option<JobId>> {
+        let mut next = None;
+        self.complete_with(l, output, |t| -> AppResult {
+            app.ran.set(true);
+            t.open_table(APP)?.insert(app.key, app.value)?;
+            if let Some(job) = &app.follow_up {
+                next = Some(t.enqueue(job.clone())?);
+            }
+            match app.then_fail {
+                true => Err(AppWrite::FAILURE.into()),
+                false => Ok(()),
+            }
+        })?;
+        Ok(next)
+    }
+    fn transaction_app(&self, app: &AppWrite) -> leasehold::Result<Option<JobId>> {
+        self.transaction(|t| {
+            app.ran.set(true);
+            let mut next = None;
+            if let Some(job) = &app.follow_up {
+                next = Some(t.enqueue(job.clone())?);
+            }
+            t.open_table(APP)?
+                .insert(app.key, app.value)
+                .map_err(redb::Error::from)?;
+            match app.then_fail {
+                true => Err(leasehold::Error::Application(AppWrite::FAILURE.into())),
+                false => Ok(next),
+            }
+        })
+    }
+    fn app_value(&self, key: &str) -> Option<u64> {
+        let read = self.begin_read().expect("read");
+        match read.open_table(APP) {
+            Ok(table) => table.get(key).expect("read").map(|g| g.value()),
+            Err(redb::TableError::TableDoesNotExist(_)) => None,
+            Err(e) => panic!("{e}"),
+        }
+    }
+});
+
 #[cfg(feature = "postgres")]
 model_store!(
     leasehold::postgres::PgStore,
-    |s: &leasehold::postgres::PgStore| s.now().expect("the database's clock")
+    |s: &leasehold::postgres::PgStore| s.now().expect("the database's clock"),
+    {
+        fn write_transactions(&self) -> Option<u64> {
+            None
+        }
+        fn complete_with_app(
+            &self,
+            l: &Lease,
+            output: &[u8],
+            app: &AppWrite,
+        ) -> leasehold::Result<Option<JobId>> {
+            let mut next = None;
+            let upsert = pg_upsert(self);
+            self.complete_with(l, output, |t| -> AppResult {
+                app.ran.set(true);
+                t.sql()
+                    .execute(&upsert, &[&app.key, &pg_value(app.value)])?;
+                if let Some(job) = &app.follow_up {
+                    next = Some(t.enqueue(job.clone())?);
+                }
+                match app.then_fail {
+                    true => Err(AppWrite::FAILURE.into()),
+                    false => Ok(()),
+                }
+            })?;
+            Ok(next)
+        }
+        fn transaction_app(&self, app: &AppWrite) -> leasehold::Result<Option<JobId>> {
+            let upsert = pg_upsert(self);
+            self.transaction_with(|t| {
+                app.ran.set(true);
+                let mut next = None;
+                if let Some(job) = &app.follow_up {
+                    next = Some(t.enqueue(job.clone())?);
+                }
+                t.sql()
+                    .execute(&upsert, &[&app.key, &pg_value(app.value)])?;
+                match app.then_fail {
+                    true => Err(leasehold::Error::Application(AppWrite::FAILURE.into())),
+                    false => Ok(next),
+                }
+            })
+        }
+        fn app_value(&self, key: &str) -> Option<u64> {
+            let select = format!(
+                "SELECT value FROM {}.app_values WHERE key = $1",
+                self.schema()
+            );
+            self.transaction_with(|t| Ok(t.sql().query_opt(&select, &[&key])?))
+                .expect("read")
+                .map(|row| u64::try_from(row.get::<_, i64>(0)).expect("a stored u64"))
+        }
+    }
 );
+
+#[cfg(feature = "postgres")]
+fn pg_upsert(store: &leasehold::postgres::PgStore) -> String {
+    format!(
+        "INSERT INTO {}.app_values (key, value) VALUES ($1, $2)
+         ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+        store.schema()
+    )
+}
+
+#[cfg(feature = "postgres")]
+fn pg_value(v: u64) -> i64 {
+    i64::try_from(v).expect("a value PostgreSQL's bigint holds")
+}

@@ -1,0 +1,338 @@
+//! A store of either kind on a manual clock, and `on_both!`, which makes each test of a
+//! list a test on the redb store and a test on the PostgreSQL store (where
+//! `LEASEHOLD_PG_URL` names a server; elsewhere that half says once that it did not run).
+//!
+//! A test written once against [`Backend`] holds for both stores, to the nanosecond of store
+//! time: the PostgreSQL store is opened with a simulated clock that its statements read. On
+//! drop a backend asserts that `check()` is clean, and drops its PostgreSQL schema.
+
+#![allow(dead_code)] // each test binary uses its part
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use leasehold::postgres::client::{Client, NoTls};
+use leasehold::{JobId, Lease, LeaseTerms, ManualClock, NewJob, RetryPolicy};
+
+use crate::backends::ModelStore;
+
+/// Which store a test runs on.
+#[derive(Clone, Debug)]
+pub enum Kind {
+    Redb,
+    /// The server's URL.
+    Postgres(String),
+}
+
+impl Kind {
+    /// The PostgreSQL store, if `LEASEHOLD_PG_URL` names a server; says once if not.
+    pub fn postgres() -> Option<Kind> {
+        match std::env::var("LEASEHOLD_PG_URL") {
+            Ok(url) => Some(Kind::Postgres(url)),
+            Err(_) => {
+                static SAID: std::sync::Once = std::sync::Once::new();
+                SAID.call_once(|| {
+                    use std::io::Write;
+                    let _ = writeln!(
+                        std::io::stderr(),
+                        "the PostgreSQL half of these tests did not run: LEASEHOLD_PG_URL is not set"
+                    );
+                });
+                None
+            }
+        }
+    }
+
+    /// A store of this kind with the default settings.
+    pub fn open(self) -> Backend {
+        Backend::open(self, Setup::default())
+    }
+
+    /// A store of this kind with `setup` applied.
+    pub fn with(self, setup: Setup) -> Backend {
+        Backend::open(self, setup)
+    }
+}
+
+/// The settings both stores' builders take; `None` keeps the store's default.
+#[derive(Clone, Debug, Default)]
+pub struct Setup {
+    pub max_payload: Option<usize>,
+    pub reap_batch: Option<usize>,
+    pub default_max_attempts: Option<u32>,
+    pub retry_policy: Option<RetryPolicy>,
+    pub retention: Option<Duration>,
+}
+
+impl Setup {
+    pub fn max_payload(mut self, bytes: usize) -> Setup {
+        self.max_payload = Some(bytes);
+        self
+    }
+    pub fn reap_batch(mut self, n: usize) -> Setup {
+        self.reap_batch = Some(n);
+        self
+    }
+    pub fn default_max_attempts(mut self, n: u32) -> Setup {
+        self.default_max_attempts = Some(n);
+        self
+    }
+    pub fn retry_policy(mut self, policy: RetryPolicy) -> Setup {
+        self.retry_policy = Some(policy);
+        self
+    }
+    pub fn retention(mut self, keep: Duration) -> Setup {
+        self.retention = Some(keep);
+        self
+    }
+}
+
+/// Where a backend's data lives.
+enum Place {
+    Redb(tempfile::TempDir),
+    Postgres {
+        url: String,
+        schema: String,
+        admin: Box<Client>,
+    },
+}
+
+/// A store of either kind on a manual clock. Derefs to the calls both share.
+pub struct Backend {
+    store: Option<Arc<dyn ModelStore>>,
+    pub clock: ManualClock,
+    setup: Setup,
+    place: Place,
+}
+
+pub const Q: &str = "q";
+pub const LEASE: Duration = Duration::from_secs(60);
+
+/// The lease terms of [`LEASE`].
+pub fn lease() -> LeaseTerms {
+    LeaseTerms::new(LEASE)
+}
+
+/// The application's table the transactional tests write, one per backend: a redb table, or
+/// a PostgreSQL table in the store's schema.
+pub const APP_TABLE: &str = "app_values";
+
+impl Backend {
+    pub fn open(kind: Kind, setup: Setup) -> Backend {
+        let clock = ManualClock::new();
+        let place = match kind {
+            Kind::Redb => Place::Redb(tempfile::tempdir().expect("tempdir")),
+            Kind::Postgres(url) => {
+                let mut admin = Client::connect(&url, NoTls).expect("connect as admin");
+                // Random per backend (the hasher's keys are): tests run in parallel, and a
+                // schema left by a killed run must not collide with the next.
+                let random = std::hash::BuildHasher::hash_one(
+                    &std::collections::hash_map::RandomState::new(),
+                    std::thread::current().id(),
+                );
+                let schema = format!("lh_both_{}_{random:016x}", std::process::id());
+                admin
+                    .batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
+                    .expect("drop a stale schema");
+                Place::Postgres {
+                    url,
+                    schema,
+                    admin: Box::new(admin),
+                }
+            }
+        };
+        let mut backend = Backend {
+            store: None,
+            clock,
+            setup,
+            place,
+        };
+        backend.store = Some(backend.connect());
+        if let Place::Postgres { schema, admin, .. } = &mut backend.place {
+            admin
+                .batch_execute(&format!(
+                    "CREATE TABLE {schema}.{APP_TABLE} (key text PRIMARY KEY, value bigint NOT NULL)"
+                ))
+                .expect("the application's table");
+        }
+        backend
+    }
+
+    /// Opens a new handle on the backend's data with its clock and settings.
+    fn connect(&self) -> Arc<dyn ModelStore> {
+        let s = &self.setup;
+        match &self.place {
+            Place::Redb(dir) => {
+                let mut b = leasehold::Store::builder(dir.path().join("store.redb"))
+                    .clock(self.clock.clone());
+                if let Some(n) = s.max_payload {
+                    b = b.max_payload(n);
+                }
+                if let Some(n) = s.reap_batch {
+                    b = b.reap_batch(n);
+                }
+                if let Some(n) = s.default_max_attempts {
+                    b = b.default_max_attempts(n);
+                }
+                if let Some(p) = s.retry_policy {
+                    b = b.retry_policy(p);
+                }
+                if let Some(d) = s.retention {
+                    b = b.retention(d);
+                }
+                Arc::new(b.open().expect("open the redb store"))
+            }
+            Place::Postgres { url, schema, .. } => {
+                let mut b = leasehold::postgres::PgStore::builder(url)
+                    .schema(schema)
+                    .simulated_clock(self.clock.clone());
+                if let Some(n) = s.max_payload {
+                    b = b.max_payload(n);
+                }
+                if let Some(n) = s.reap_batch {
+                    b = b.reap_batch(n);
+                }
+                if let Some(n) = s.default_max_attempts {
+                    b = b.default_max_attempts(n);
+                }
+                if let Some(p) = s.retry_policy {
+                    b = b.retry_policy(p);
+                }
+                if let Some(d) = s.retention {
+                    b = b.retention(d);
+                }
+                Arc::new(b.open().expect("open the PostgreSQL store"))
+            }
+        }
+    }
+
+    pub fn is_postgres(&self) -> bool {
+        matches!(self.place, Place::Postgres { .. })
+    }
+
+    /// Another handle on the same store, for a thread of the test's.
+    pub fn handle(&self) -> Arc<dyn ModelStore> {
+        self.store.clone().expect("store is open")
+    }
+
+    /// Closes the store (after its integrity check) and opens it again with the same clock.
+    pub fn reopen(&mut self) {
+        self.assert_clean();
+        self.store = None;
+        self.store = Some(self.connect());
+    }
+
+    pub fn advance(&self, d: Duration) {
+        self.clock.advance(d);
+    }
+
+    pub fn enqueue_n(&self, n: usize) -> Vec<JobId> {
+        self.enqueue_batch((0..n).map(|i| NewJob::new(Q, format!("job {i}"))).collect())
+            .expect("enqueue")
+    }
+
+    pub fn claim_one(&self, worker: &str) -> Lease {
+        self.claim(Q, worker, lease())
+            .expect("claim")
+            .expect("a claimable job")
+    }
+
+    /// Rewrites job `id`'s attempt counter, as a store that ran that many claims would hold.
+    /// (The history then lacks those attempts: the test must not expect a clean check.)
+    pub fn forge_attempt(&mut self, id: JobId, attempt: u32) {
+        match &mut self.place {
+            Place::Redb(dir) => {
+                const JOBS: redb::TableDefinition<u64, &[u8]> =
+                    redb::TableDefinition::new("leasehold.jobs");
+                self.store = None;
+                let db = redb::Database::open(dir.path().join("store.redb")).unwrap();
+                let txn = db.begin_write().unwrap();
+                {
+                    use redb::ReadableTable;
+                    let mut jobs = txn.open_table(JOBS).unwrap();
+                    let record = jobs.get(id.0).unwrap().unwrap().value().to_vec();
+                    let record = leasehold::__private::with_attempt(&record, attempt).unwrap();
+                    jobs.insert(id.0, record.as_slice()).unwrap();
+                }
+                txn.commit().unwrap();
+                drop(db);
+                self.store = Some(self.connect());
+            }
+            Place::Postgres { schema, admin, .. } => {
+                let id = i64::try_from(id.0).unwrap();
+                admin
+                    .execute(
+                        &format!("UPDATE {schema}.leasehold_jobs SET attempt = $1 WHERE id = $2"),
+                        &[&i64::from(attempt), &id],
+                    )
+                    .unwrap();
+            }
+        }
+    }
+
+    /// Drops the store without its integrity check (a test that forged records knows it
+    /// would fail).
+    pub fn close_unchecked(&mut self) {
+        self.store = None;
+    }
+
+    fn assert_clean(&self) {
+        if let Some(store) = &self.store {
+            let report = store.check().expect("check runs");
+            assert!(
+                report.is_clean(),
+                "integrity check failed: {:#?}",
+                report.problems
+            );
+        }
+    }
+}
+
+impl std::ops::Deref for Backend {
+    type Target = dyn ModelStore;
+    fn deref(&self) -> &Self::Target {
+        &**self.store.as_ref().expect("store is open")
+    }
+}
+
+impl Drop for Backend {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            self.assert_clean();
+        }
+        self.store = None;
+        if let Place::Postgres { schema, admin, .. } = &mut self.place {
+            let _ = admin.batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"));
+        }
+    }
+}
+
+/// Each test of the list, a function taking a [`Kind`], as a test on redb (in a module
+/// `redb`) and on PostgreSQL (in a module `postgres`). With `with f;` first, each test
+/// takes `f(kind)` instead.
+macro_rules! on_both {
+    (with $open:path; $($rule:ident),* $(,)?) => {
+        mod redb {
+            #[allow(unused_imports)]
+            use super::*;
+            $( #[test] fn $rule() { super::$rule($open($crate::on_both::Kind::Redb)) } )*
+        }
+        mod postgres {
+            #[allow(unused_imports)]
+            use super::*;
+            $(
+                #[test]
+                fn $rule() {
+                    if let Some(kind) = $crate::on_both::Kind::postgres() {
+                        super::$rule($open(kind))
+                    }
+                }
+            )*
+        }
+    };
+    ($($rule:ident),* $(,)?) => {
+        $crate::on_both::on_both!(with std::convert::identity; $($rule),*);
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use on_both;
