@@ -46,6 +46,9 @@ pub struct ReapReport {
     /// Finished jobs deleted because they outlived the store's retention (see
     /// [`crate::StoreBuilder::retention`]).
     pub purged: usize,
+    /// The tables whose dead row versions this pass started a vacuum of (PostgreSQL only:
+    /// see `PgStoreBuilder::vacuum_when_dead`; always empty on redb).
+    pub vacuum_started: Vec<String>,
 }
 
 impl ReapReport {

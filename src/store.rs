@@ -118,6 +118,7 @@ impl Store {
             largest_batch: 0,
             remaining: 0,
             purged: 0,
+            vacuum_started: Vec::new(),
         };
         self.inner.recovered.get().unwrap_or(&NONE)
     }

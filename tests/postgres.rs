@@ -1008,6 +1008,76 @@ mod suite {
         assert!(store.check().unwrap().is_clean());
     }
 
+    /// The job table's dead row versions and its vacuums, by PostgreSQL's statistics.
+    fn dead_and_vacuums(db: &mut Db) -> (i64, i64) {
+        let row = db
+            .admin
+            .query_one(
+                "SELECT n_dead_tup, vacuum_count FROM pg_stat_user_tables
+                 WHERE schemaname = $1 AND relname = 'leasehold_jobs'",
+                &[&db.schema],
+            )
+            .unwrap();
+        (row.get(0), row.get(1))
+    }
+
+    /// Churn: `n` jobs enqueued, claimed and completed, two dead row versions each.
+    fn churn(store: &PgStore, n: usize) {
+        store
+            .enqueue_batch((0..n).map(|i| NewJob::new(Q, format!("{i}"))))
+            .unwrap();
+        for l in store.claim_batch(Q, "w", LEASE, n).unwrap() {
+            store.complete(&l, b"").unwrap();
+        }
+    }
+
+    #[test]
+    #[allow(clippy::disallowed_methods)] // a test deadline: statistics arrive when they do
+    fn a_reaper_pass_vacuums_a_table_whose_dead_rows_passed_the_threshold_and_only_then() {
+        let mut db = db!("vacuum");
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        let until = |what: &str| {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "timed out waiting for {what}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        // Left to autovacuum: dead versions pile up past any threshold, and no pass vacuums.
+        let off = db.builder().vacuum_when_dead(None).open().unwrap();
+        churn(&off, 300);
+        while dead_and_vacuums(&mut db).0 < 300 {
+            until("the statistics to count the dead versions");
+        }
+        assert!(off.reap().unwrap().vacuum_started.is_empty());
+        assert!(!off.vacuum_running());
+        drop(off);
+        // With a threshold of 100 (and a fifth of the live rows), a pass starts a vacuum.
+        let store = db.builder().vacuum_when_dead(Some(100)).open().unwrap();
+        let started = loop {
+            let report = store.reap().unwrap();
+            if !report.vacuum_started.is_empty() {
+                break report.vacuum_started;
+            }
+            until("a pass to see the dead versions");
+        };
+        assert!(
+            started.contains(&"leasehold_jobs".to_owned()),
+            "{started:?}"
+        );
+        while store.vacuum_running() {
+            until("the vacuum to end");
+        }
+        while dead_and_vacuums(&mut db).1 == 0 {
+            until("the statistics to count the vacuum");
+        }
+        let (dead, _) = dead_and_vacuums(&mut db);
+        assert!(dead < 300, "{dead} dead versions left after the vacuum");
+        // Below the threshold again: the next pass starts none.
+        assert!(store.reap().unwrap().vacuum_started.is_empty());
+        assert!(store.check().unwrap().is_clean());
+    }
+
     #[test]
     fn a_pool_whose_renewals_stall_on_a_slow_database_sheds_its_expired_lease_and_recovers() {
         let db = db!("slow database");

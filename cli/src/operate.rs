@@ -194,6 +194,7 @@ pub fn reap(db: &Path, json: bool) -> Result<ExitCode, Error> {
             batches: usize,
             reclaimed: Vec<ReclaimView>,
             recovered_at_open: Vec<ReclaimView>,
+            vacuumed: Vec<String>,
         }
         let view = |list: &[leasehold::Reclaim]| -> Vec<ReclaimView> {
             list.iter()
@@ -211,6 +212,7 @@ pub fn reap(db: &Path, json: bool) -> Result<ExitCode, Error> {
             batches: report.batches,
             reclaimed: view(&report.reclaimed),
             recovered_at_open: view(at_open),
+            vacuumed: report.vacuum_started.clone(),
         });
         return Ok(ExitCode::SUCCESS);
     }
@@ -232,6 +234,9 @@ pub fn reap(db: &Path, json: bool) -> Result<ExitCode, Error> {
             format::duration(r.overdue),
             r.now
         );
+    }
+    for table in &report.vacuum_started {
+        println!("vacuumed {table}: its dead row versions had passed the threshold");
     }
     Ok(ExitCode::SUCCESS)
 }

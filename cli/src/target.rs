@@ -205,10 +205,18 @@ impl Writer {
         }
     }
 
+    /// One reaper pass. On a database, a vacuum the pass started is waited for: the server
+    /// would cancel it when this process's connection closes.
     pub fn reap(&self) -> Result<ReapReport, Error> {
         match self {
             Writer::File(s) => s.reap(),
-            Writer::Postgres(p) => p.reap(),
+            Writer::Postgres(p) => {
+                let report = p.reap()?;
+                while p.vacuum_running() {
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                Ok(report)
+            }
         }
     }
 

@@ -21,6 +21,7 @@ mod read;
 mod rows;
 mod schema;
 mod store;
+mod vacuum;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -37,6 +38,10 @@ pub use store::PgTransaction;
 use crate::config::{DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_PAYLOAD, DEFAULT_REAP_BATCH};
 use crate::error::{ConfigError, Error, Result};
 use crate::retry::RetryPolicy;
+
+/// The dead row versions past which a reaper pass vacuums a table (plus a fifth of its live
+/// rows); see [`PgStoreBuilder::vacuum_when_dead`].
+const DEFAULT_VACUUM_WHEN_DEAD: u64 = 20_000;
 
 /// How long opening a connection may take unless the URL says otherwise.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -58,6 +63,7 @@ pub(crate) struct Settings {
     pub(crate) max_payload: usize,
     pub(crate) reap_batch: usize,
     pub(crate) retention: Option<Duration>,
+    pub(crate) vacuum_when_dead: Option<u64>,
     connections: usize,
     statement_timeout: Duration,
 }
@@ -115,6 +121,16 @@ impl PgStoreBuilder {
         self
     }
 
+    /// Each reaper pass ([`PgStore::reap`]) vacuums the store's job or history table itself,
+    /// in the background, once it holds more than `dead` dead row versions plus a fifth of
+    /// its live rows: where autovacuum is off (as on some servers) or behind a churning
+    /// queue, dead versions otherwise grow without bound and claims slow down as they walk
+    /// past them. `None` leaves vacuuming to autovacuum alone. Default: 20,000.
+    pub fn vacuum_when_dead(mut self, dead: Option<u64>) -> PgStoreBuilder {
+        self.settings.vacuum_when_dead = dead;
+        self
+    }
+
     /// The most leases one reaper transaction takes back. Default: 500.
     pub fn reap_batch(mut self, n: usize) -> PgStoreBuilder {
         self.settings.reap_batch = n;
@@ -161,6 +177,7 @@ impl PgStoreBuilder {
                     crate::clock::Stopwatch::start(),
                 )),
                 reading_clock: std::sync::atomic::AtomicBool::new(false),
+                vacuuming: std::sync::atomic::AtomicBool::new(false),
             }),
         };
         store.with_connection(|conn| schema::prepare(&mut conn.client, &store.inner.names))?;
@@ -194,6 +211,8 @@ struct Inner {
     clock: Mutex<(crate::ids::StoreTime, crate::clock::Stopwatch)>,
     /// A thread is reading the database's clock (the others use the estimate meanwhile).
     reading_clock: std::sync::atomic::AtomicBool,
+    /// A vacuum this handle started is running (one at a time).
+    vacuuming: std::sync::atomic::AtomicBool,
 }
 
 /// One connection and the statements prepared on it.
@@ -223,6 +242,7 @@ impl PgStore {
                 max_payload: DEFAULT_MAX_PAYLOAD,
                 reap_batch: DEFAULT_REAP_BATCH,
                 retention: None,
+                vacuum_when_dead: Some(DEFAULT_VACUUM_WHEN_DEAD),
                 connections: 16,
                 statement_timeout: Duration::from_secs(30),
             },

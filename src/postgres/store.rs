@@ -227,12 +227,15 @@ impl PgStore {
 
     /// One reaper pass: takes back every expired lease, in transactions of at most the reap
     /// batch each; then, with a retention set ([`super::PgStoreBuilder::retention`]), purges
-    /// the succeeded and cancelled jobs that outlived it, in batches too.
+    /// the succeeded and cancelled jobs that outlived it, in batches too; then starts a
+    /// vacuum of a table whose dead row versions passed the threshold
+    /// ([`super::PgStoreBuilder::vacuum_when_dead`]).
     pub fn reap(&self) -> Result<ReapReport> {
         let mut report = self.reclaim_expired()?;
         if let Some(keep) = self.settings().retention {
             report.purged = self.purge(keep, &[JobState::Succeeded, JobState::Cancelled])?;
         }
+        report.vacuum_started = self.vacuum_if_needed()?;
         Ok(report)
     }
 
