@@ -7,6 +7,7 @@
 
 mod commit_shape;
 mod measure;
+mod pg_churn;
 mod pool;
 mod postgres;
 mod processes;
@@ -297,6 +298,13 @@ fn scenarios(dir: &Path, scale: f64, only: Option<&str>) -> Result<Vec<Row>, Err
         match std::env::var("LEASEHOLD_PG_URL") {
             Ok(url) => rows.extend(postgres::rows(&url, scale)?),
             Err(_) => eprintln!("postgres: not run (set LEASEHOLD_PG_URL to a server to run it)"),
+        }
+    }
+    // Minutes long, so only when asked for by name.
+    if only == Some("churn") {
+        match std::env::var("LEASEHOLD_PG_URL") {
+            Ok(url) => rows.extend(pg_churn::rows(&url, scale)?),
+            Err(_) => eprintln!("churn: not run (set LEASEHOLD_PG_URL to a server to run it)"),
         }
     }
     Ok(rows)

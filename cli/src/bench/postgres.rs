@@ -17,14 +17,14 @@ use super::LEASE;
 use super::measure::{Row, Samples, timed};
 
 /// A schema of the bench's own on the server, dropped when the bench is done.
-struct Scratch {
-    url: String,
-    schema: String,
-    admin: Client,
+pub(super) struct Scratch {
+    pub(super) url: String,
+    pub(super) schema: String,
+    pub(super) admin: Client,
 }
 
 impl Scratch {
-    fn new(url: &str) -> Result<Scratch, Error> {
+    pub(super) fn new(url: &str) -> Result<Scratch, Error> {
         let admin = Client::connect(url, NoTls).map_err(|e| PgError::Connect(e.to_string()))?;
         Ok(Scratch {
             url: url.to_owned(),
