@@ -106,20 +106,24 @@ impl AttemptState {
     }
 
     /// Interrupts the attempt; the first reason sticks. Returns whether this call set it.
-    pub(crate) fn interrupt(&self, why: Interruption) -> bool {
-        let first = self
-            .interrupted
-            .compare_exchange(0, why.code(), Ordering::SeqCst, Ordering::SeqCst)
-            .is_ok();
-        if first {
-            // Under the sleep lock, so a handler between its check and its wait is not missed.
-            let _guard = self.sleep.lock();
-            self.wake.notify_all();
-            std::mem::take(&mut *self.wakers.lock())
-                .into_iter()
-                .for_each(Waker::wake);
+    pub(crate) fn interrupt(&self, why: Interruption, counter: Option<&AtomicU64>) -> bool {
+        // Under the sleep lock: a handler between its check and its wait is not missed, and
+        // of two interrupters exactly one is first.
+        let _guard = self.sleep.lock();
+        if self.interrupted.load(Ordering::SeqCst) != 0 {
+            return false;
         }
-        first
+        // Counted before the handler can see it: once it sees the interruption its attempt
+        // may end at once, and whoever sees the attempt end must see it counted.
+        if let Some(counter) = counter {
+            counter.fetch_add(1, Ordering::Relaxed);
+        }
+        self.interrupted.store(why.code(), Ordering::SeqCst);
+        self.wake.notify_all();
+        std::mem::take(&mut *self.wakers.lock())
+            .into_iter()
+            .for_each(Waker::wake);
+        true
     }
 
     /// Ready with the interruption once there is one, otherwise pending with `cx`'s waker

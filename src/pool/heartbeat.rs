@@ -78,8 +78,7 @@ fn apply(shared: &Shared, flight: &Flight, result: crate::Result<Renewal>) {
             return;
         }
     };
-    if flight.state.interrupt(why) {
-        bump(counter);
+    if flight.state.interrupt(why, Some(counter)) {
         tracing::warn!(job = %job, attempt = %flight.lease.attempt, reason = %why, "interrupting handler");
     }
 }
