@@ -157,6 +157,7 @@ impl PoolBuilder {
             phase: AtomicU8::new(Phase::Running as u8),
             paused: AtomicBool::new(false),
             beating: Mutex::new(()),
+            claiming: Mutex::new(()),
             last_renewal: AtomicU64::new(0),
             counters: Counters::default(),
             handover: handover::Handover::default(),

@@ -187,6 +187,13 @@ fn commit(
             (h.flight, item)
         })
         .unzip();
+    // Claims only with the permit, held to the end of the transaction (a pause waits it
+    // out); the completions commit either way.
+    let claiming = match want {
+        0 => None,
+        _ => shared.claim_permit(),
+    };
+    let want = if claiming.is_some() { want } else { 0 };
     let (completed, claimed) = shared.store.complete_all_then_claim(
         items,
         &shared.queue,
@@ -194,9 +201,10 @@ fn commit(
         shared.terms,
         want,
     );
+    drop(claiming);
     for (flight, result) in flights.iter().zip(completed) {
         run::completed(shared, flight, result);
-        shared.finish(flight.lease.job);
+        shared.finish((flight.lease.job, flight.lease.attempt));
     }
     let leases = match claimed {
         Ok(leases) => leases,
@@ -212,7 +220,7 @@ fn commit(
         shared.queued.fetch_add(1, Ordering::Relaxed);
         if jobs.send(flight.clone()).is_err() {
             shared.queued.fetch_sub(1, Ordering::Relaxed);
-            shared.finish(flight.lease.job);
+            shared.finish((flight.lease.job, flight.lease.attempt));
             return Err(Closed);
         }
     }

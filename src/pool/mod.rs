@@ -38,7 +38,7 @@ use crate::backend::LeaseBackend;
 use crate::clock::RealDeadline;
 use crate::config::LeaseSettings;
 use crate::error::{Error, Result};
-use crate::ids::{JobId, StoreTime};
+use crate::ids::{Attempt, JobId, StoreTime};
 use crate::job::JobState;
 use crate::lease::{Lease, LeaseTerms};
 pub(crate) use context::{AttemptState, Writes};
@@ -225,7 +225,7 @@ impl WorkerPool {
         let leftover: Vec<Flight> = shared.flights.lock().values().cloned().collect();
         let mut released = 0;
         for flight in &leftover {
-            flight.state.interrupt(Interruption::Shutdown);
+            flight.state.interrupt(Interruption::Shutdown, None);
             let progress = Some(flight.state.progress());
             match shared.store.release(&flight.lease, progress) {
                 Ok(()) => {
@@ -258,7 +258,7 @@ impl WorkerPool {
         let shared = &self.shared;
         shared.set_phase(Phase::Abandoned);
         for flight in shared.flights.lock().values() {
-            flight.state.interrupt(Interruption::Abandoned);
+            flight.state.interrupt(Interruption::Abandoned, None);
         }
         let _ = threads.stop_dispatcher.send(());
         let _ = threads.stop_heartbeat.send(());
@@ -273,11 +273,13 @@ impl WorkerPool {
     /// (code cannot be frozen from outside), so a test's handler blocks by itself. For tests
     /// and demonstrations of a worker that wakes after its lease was taken.
     ///
-    /// When it returns, no renewal is in progress and none starts until `resume`.
+    /// When it returns, no renewal or claim is in progress and none starts until `resume`.
     pub fn pause(&self) {
         self.shared.paused.store(true, Ordering::SeqCst);
-        // Wait out a tick already under way, so no renewal lands after the pause.
+        // Wait out a tick and a claim already under way, so that neither lands after the
+        // pause (a claim that began before it could take over the pool's own expired lease).
         drop(self.shared.beating.lock());
+        drop(self.shared.claiming.lock());
     }
 
     /// Unfreezes a paused pool.
@@ -355,13 +357,17 @@ pub(crate) struct Shared {
     pub terms: LeaseTerms,
     pub handler: Handler,
     pub validator: Option<Validator>,
-    pub flights: Mutex<HashMap<JobId, Flight>>,
+    /// The attempts in flight, by job and attempt: a pool may hold a job's new attempt
+    /// while its worker still runs the old one (taken over after the lease ran out).
+    pub flights: Mutex<HashMap<(JobId, Attempt), Flight>>,
     /// Signalled when a flight ends or a worker exits.
     pub flights_changed: Condvar,
     phase: AtomicU8,
     paused: AtomicBool,
     /// Held by the heartbeat thread for the length of a tick.
     pub(crate) beating: Mutex<()>,
+    /// Held for the length of a claim (see [`Shared::claim_permit`]).
+    claiming: Mutex<()>,
     /// Store time of the last successful renewal batch (or of the first claim after an idle
     /// spell): the heartbeat's health.
     last_renewal: AtomicU64,
@@ -407,7 +413,7 @@ impl Shared {
         if flights.is_empty() {
             self.renewed_at(self.store.now());
         }
-        flights.insert(flight.lease.job, flight.clone());
+        flights.insert((flight.lease.job, flight.lease.attempt), flight.clone());
         flight
     }
 
@@ -417,14 +423,21 @@ impl Shared {
         self.running() && !self.paused() && self.renewals_healthy(self.store.now())
     }
 
+    /// The right to claim now, held for the length of the claim's transaction so that
+    /// [`WorkerPool::pause`] can wait one out; `None` when the pool may not claim.
+    pub(crate) fn claim_permit(&self) -> Option<parking_lot::MutexGuard<'_, ()>> {
+        let permit = self.claiming.lock();
+        self.may_claim().then_some(permit)
+    }
+
     /// Whether workers hand their completions to the dispatcher (see [`handover`]): when
     /// there are several of them to gather.
     pub(crate) fn hands_over(&self) -> bool {
         self.concurrency > 1
     }
 
-    pub(crate) fn finish(&self, job: JobId) {
-        self.flights.lock().remove(&job);
+    pub(crate) fn finish(&self, attempt: (JobId, Attempt)) {
+        self.flights.lock().remove(&attempt);
         self.flights_changed.notify_all();
     }
 
@@ -452,7 +465,7 @@ impl Shared {
     pub(crate) fn shed_expired(&self, now: StoreTime) {
         for flight in self.flights.lock().values() {
             if flight.state.expires_at() <= now
-                && flight.state.interrupt(Interruption::LeaseExpired)
+                && flight.state.interrupt(Interruption::LeaseExpired, None)
             {
                 tracing::warn!(job = %flight.lease.job, "lease expired while renewals were behind; interrupting");
             }

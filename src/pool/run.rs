@@ -20,7 +20,7 @@ pub(crate) fn worker_loop(shared: &Shared, jobs: &Receiver<Flight>, slots: &Send
         // when it found nothing does it hand its slot back to the dispatcher.
         let mut next = Some(flight);
         while let Some(flight) = next.take() {
-            let job = flight.lease.job;
+            let attempt = (flight.lease.job, flight.lease.attempt);
             if !shared.running() && !shared.abandoned() {
                 // Not started when the pool began to shut down (claimed ahead, say): give it
                 // back rather than make the shutdown wait for it (unless the shutdown's own
@@ -28,15 +28,15 @@ pub(crate) fn worker_loop(shared: &Shared, jobs: &Receiver<Flight>, slots: &Send
                 if flight.state.interruption().is_none() {
                     give_back_unstarted(shared, &flight);
                 }
-                shared.finish(job);
+                shared.finish(attempt);
                 continue;
             }
             match run_one(shared, flight) {
-                After::Finished => shared.finish(job),
+                After::Finished => shared.finish(attempt),
                 // Still in flight (and renewed) until the dispatcher commits it.
                 After::HandedOver => {}
                 After::Next(flight) => {
-                    shared.finish(job);
+                    shared.finish(attempt);
                     next = Some(flight);
                 }
             }
@@ -181,20 +181,22 @@ fn commit_success(shared: &Shared, flight: Flight, output: Output) -> After {
                 }
             }
         }
-        None if shared.may_claim() => {
-            match shared
-                .store
-                .complete_and_claim(lease, &bytes, progress, shared.terms)
-            {
-                Ok(Some(next)) => {
-                    bump(&shared.counters.succeeded);
-                    return After::Next(shared.claimed(next));
+        None => match shared.claim_permit() {
+            Some(_claiming) => {
+                match shared
+                    .store
+                    .complete_and_claim(lease, &bytes, progress, shared.terms)
+                {
+                    Ok(Some(next)) => {
+                        bump(&shared.counters.succeeded);
+                        return After::Next(shared.claimed(next));
+                    }
+                    Ok(None) => Ok(()),
+                    Err(e) => Err(e),
                 }
-                Ok(None) => Ok(()),
-                Err(e) => Err(e),
             }
-        }
-        None => shared.store.complete(lease, &bytes, progress),
+            None => shared.store.complete(lease, &bytes, progress),
+        },
     };
     completed(shared, &flight, result);
     After::Finished
