@@ -72,11 +72,21 @@ impl Store {
     /// generation then. Pass the generation seen before the last look for work
     /// ([`Store::work_generation`]), so that a wake-up in between is not lost.
     pub async fn wait_for_work_async(&self, queue: &str, seen: u64, timeout: Duration) -> u64 {
-        let notifier = &self.inner.notifier;
-        let changed = std::future::poll_fn(|cx| notifier.poll_changed(queue, seen, cx));
-        match tokio::time::timeout(timeout, changed).await {
-            Ok(generation) => generation,
-            Err(_elapsed) => self.work_generation(queue),
+        match changed(&self.inner.notifier, queue, seen, timeout).await {
+            Some(generation) => generation,
+            None => self.work_generation(queue),
         }
     }
+}
+
+/// The generation of `queue` once it moves past `seen`, or `None` after `timeout`: a plain
+/// future over the notifier's wakers (no thread, no polling).
+pub(crate) async fn changed(
+    notifier: &crate::notify::Notifier,
+    queue: &str,
+    seen: u64,
+    timeout: Duration,
+) -> Option<u64> {
+    let changed = std::future::poll_fn(|cx| notifier.poll_changed(queue, seen, cx));
+    tokio::time::timeout(timeout, changed).await.ok()
 }

@@ -330,7 +330,7 @@ impl PgStore {
     /// Sets the transaction's store time from the simulated clock, if there is one.
     fn simulate_time(&self, tx: &mut postgres::Transaction<'_>) -> Result<()> {
         if let Some(clock) = &self.inner.simulated_clock {
-            let us = clock.elapsed().as_micros().to_string();
+            let us = (simulated_time(clock).0 / 1000).to_string();
             tx.execute("SELECT set_config('leasehold.now_us', $1, true)", &[&us])
                 .map_err(PgError::from)?;
         }
@@ -354,6 +354,12 @@ impl PgStore {
 
 /// Ends a transaction by what its work returned: commits a success, and also a refusal by
 /// the fence (which wrote nothing but the refusal's counter); rolls back anything else.
+/// Store time on a simulated clock: its reading, in the microseconds PostgreSQL keeps.
+fn simulated_time(clock: &crate::clock::ManualClock) -> crate::ids::StoreTime {
+    let us = u64::try_from(clock.elapsed().as_micros()).unwrap_or(u64::MAX);
+    crate::ids::StoreTime(us.saturating_mul(1000))
+}
+
 fn finish<T>(tx: postgres::Transaction<'_>, value: Result<T>) -> Result<T> {
     match value {
         Ok(v) => {

@@ -294,6 +294,28 @@ impl PgStore {
         crate::backend::LeaseBackend::wait_for_work(self, queue, seen, timeout)
     }
 
+    /// [`PgStore::wait_for_work`] for async code: resolves when a commit here or (heard by
+    /// `LISTEN`) on another machine gives `queue` work, [`PgStore::wake_all`] is called, or
+    /// `timeout` passes, with the generation then (see [`crate::Store::wait_for_work_async`]).
+    #[cfg(feature = "tokio")]
+    pub async fn wait_for_work_async(
+        &self,
+        queue: &str,
+        seen: u64,
+        timeout: std::time::Duration,
+    ) -> u64 {
+        match crate::asynchronous::changed(&self.inner.notifier, queue, seen, timeout).await {
+            Some(generation) => generation,
+            None => self.work_generation(queue),
+        }
+    }
+
+    /// Wakes every waiter of [`PgStore::wait_for_work`] in this process (see
+    /// [`crate::Store::wake_all`]).
+    pub fn wake_all(&self) {
+        self.inner.notifier.notify_all();
+    }
+
     /// Jobs matching `filter` (for operators and tools).
     pub fn jobs(&self, filter: &crate::read::JobFilter) -> Result<Vec<Job>> {
         self.transaction(|tx, p| read::list(tx, p, filter))
