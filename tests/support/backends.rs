@@ -14,18 +14,19 @@ use leasehold::{
 #[allow(dead_code)] // each test binary uses its part
 #[derive(Default)]
 pub struct AppWrite {
-    pub key: &'static str,
+    pub key: String,
     pub value: u64,
     pub follow_up: Option<NewJob>,
     pub then_fail: bool,
+    pub then_panic: bool,
     pub ran: std::cell::Cell<bool>,
 }
 
 #[allow(dead_code)]
 impl AppWrite {
-    pub fn new(key: &'static str, value: u64) -> AppWrite {
+    pub fn new(key: impl Into<String>, value: u64) -> AppWrite {
         AppWrite {
-            key,
+            key: key.into(),
             value,
             ..AppWrite::default()
         }
@@ -33,6 +34,17 @@ impl AppWrite {
 
     /// The error the application's write ends with when `then_fail`.
     pub const FAILURE: &'static str = "the application's write did not validate";
+
+    /// What the write ends with, after its own statements: an error or a panic if asked.
+    fn end(&self) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+        if self.then_panic {
+            panic!("writes exploded");
+        }
+        match self.then_fail {
+            true => Err(AppWrite::FAILURE.into()),
+            false => Ok(()),
+        }
+    }
 }
 
 /// What the harness asks of a store: the calls the redb `Store` and the `PgStore` share.
@@ -63,6 +75,7 @@ pub trait ModelStore: Send + Sync {
     fn job(&self, id: JobId) -> leasehold::Result<Option<Job>>;
     fn history(&self, id: JobId) -> leasehold::Result<Vec<Run>>;
     fn output(&self, id: JobId) -> leasehold::Result<Option<Vec<u8>>>;
+    fn payload(&self, id: JobId) -> leasehold::Result<Option<Vec<u8>>>;
     fn complete_and_claim(
         &self,
         l: &Lease,
@@ -73,6 +86,14 @@ pub trait ModelStore: Send + Sync {
     fn purge(&self, older_than: Duration, states: &[JobState]) -> leasehold::Result<usize>;
     fn start_reaper(&self, every: Duration) -> leasehold::Result<Reaper>;
     fn work_generation(&self, queue: &str) -> u64;
+    fn wake_all(&self);
+    #[cfg(feature = "tokio")]
+    fn wait_for_work_async<'a>(
+        &'a self,
+        queue: &'a str,
+        seen: u64,
+        timeout: Duration,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = u64> + 'a>>;
     fn wait_for_work(&self, queue: &str, seen: u64, timeout: Duration) -> u64;
     /// Completes `l` and, in the same transaction, makes the application's write; returns
     /// the follow-up job's id if it enqueued one.
@@ -88,6 +109,10 @@ pub trait ModelStore: Send + Sync {
     fn app_value(&self, key: &str) -> Option<u64>;
     /// The write transactions committed so far, where the store counts them (redb).
     fn write_transactions(&self) -> Option<u64>;
+    /// A pool on this store.
+    fn pool(&self, queue: &str) -> leasehold::PoolBuilder;
+    /// A handler's output whose application write commits with its completion.
+    fn app_output(&self, output: Vec<u8>, app: AppWrite) -> leasehold::Output;
 }
 
 macro_rules! model_store {
@@ -162,6 +187,9 @@ macro_rules! model_store {
             fn output(&self, id: JobId) -> leasehold::Result<Option<Vec<u8>>> {
                 <$store>::output(self, id)
             }
+            fn payload(&self, id: JobId) -> leasehold::Result<Option<Vec<u8>>> {
+                <$store>::payload(self, id)
+            }
             fn complete_and_claim(
                 &self,
                 l: &Lease,
@@ -179,8 +207,23 @@ macro_rules! model_store {
             fn start_reaper(&self, every: Duration) -> leasehold::Result<Reaper> {
                 Reaper::start(self.clone(), every)
             }
+            fn pool(&self, queue: &str) -> leasehold::PoolBuilder {
+                leasehold::WorkerPool::builder(self.clone(), queue)
+            }
             fn work_generation(&self, queue: &str) -> u64 {
                 <$store>::work_generation(self, queue)
+            }
+            fn wake_all(&self) {
+                <$store>::wake_all(self)
+            }
+            #[cfg(feature = "tokio")]
+            fn wait_for_work_async<'a>(
+                &'a self,
+                queue: &'a str,
+                seen: u64,
+                timeout: Duration,
+            ) -> std::pin::Pin<Box<dyn std::future::Future<Output = u64> + 'a>> {
+                Box::pin(<$store>::wait_for_work_async(self, queue, seen, timeout))
             }
             fn wait_for_work(&self, queue: &str, seen: u64, timeout: Duration) -> u64 {
                 <$store>::wait_for_work(self, queue, seen, timeout)
@@ -207,16 +250,22 @@ model_store!(Store, Store::now, {
         let mut next = None;
         self.complete_with(l, output, |t| -> AppResult {
             app.ran.set(true);
-            t.open_table(APP)?.insert(app.key, app.value)?;
+            t.open_table(APP)?.insert(app.key.as_str(), app.value)?;
             if let Some(job) = &app.follow_up {
                 next = Some(t.enqueue(job.clone())?);
             }
-            match app.then_fail {
-                true => Err(AppWrite::FAILURE.into()),
-                false => Ok(()),
-            }
+            app.end()
         })?;
         Ok(next)
+    }
+    fn app_output(&self, output: Vec<u8>, app: AppWrite) -> leasehold::Output {
+        leasehold::Output::with_writes(output, move |t| -> AppResult {
+            t.open_table(APP)?.insert(app.key.as_str(), app.value)?;
+            if let Some(job) = &app.follow_up {
+                t.enqueue(job.clone())?;
+            }
+            app.end()
+        })
     }
     fn transaction_app(&self, app: &AppWrite) -> leasehold::Result<Option<JobId>> {
         self.transaction(|t| {
@@ -226,7 +275,7 @@ model_store!(Store, Store::now, {
                 next = Some(t.enqueue(job.clone())?);
             }
             t.open_table(APP)?
-                .insert(app.key, app.value)
+                .insert(app.key.as_str(), app.value)
                 .map_err(redb::Error::from)?;
             match app.then_fail {
                 true => Err(leasehold::Error::Application(AppWrite::FAILURE.into())),
@@ -267,12 +316,20 @@ model_store!(
                 if let Some(job) = &app.follow_up {
                     next = Some(t.enqueue(job.clone())?);
                 }
-                match app.then_fail {
-                    true => Err(AppWrite::FAILURE.into()),
-                    false => Ok(()),
-                }
+                app.end()
             })?;
             Ok(next)
+        }
+        fn app_output(&self, output: Vec<u8>, app: AppWrite) -> leasehold::Output {
+            let upsert = pg_upsert(self);
+            leasehold::Output::with_sql(output, move |t| -> AppResult {
+                t.sql()
+                    .execute(&upsert, &[&app.key, &pg_value(app.value)])?;
+                if let Some(job) = &app.follow_up {
+                    t.enqueue(job.clone())?;
+                }
+                app.end()
+            })
         }
         fn transaction_app(&self, app: &AppWrite) -> leasehold::Result<Option<JobId>> {
             let upsert = pg_upsert(self);

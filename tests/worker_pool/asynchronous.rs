@@ -8,8 +8,16 @@ use std::time::Duration;
 
 use leasehold::{Interrupted, Interruption, JobState, NewJob};
 
-use crate::common::{Fixture, Q, wait_until};
+use crate::common::wait_until;
+use crate::on_both::{Kind, Q};
 use crate::pool;
+
+crate::on_both::on_both!(
+    an_async_handler_runs_on_the_runtime_and_its_output_is_committed,
+    an_async_handler_that_panics_fails_its_attempt_and_the_pool_keeps_working,
+    a_cancelled_job_wakes_its_async_handler_from_a_long_sleep,
+    an_async_wait_for_work_is_woken_by_the_enqueue_not_by_its_timeout,
+);
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
@@ -19,10 +27,9 @@ fn runtime() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
-#[test]
-fn an_async_handler_runs_on_the_runtime_and_its_output_is_committed() {
+fn an_async_handler_runs_on_the_runtime_and_its_output_is_committed(kind: Kind) {
     let rt = runtime();
-    let f = Fixture::new();
+    let f = kind.open();
     let ids = f.enqueue_n(8);
     let p = pool(&f, "w")
         .concurrency(4)
@@ -42,10 +49,9 @@ fn an_async_handler_runs_on_the_runtime_and_its_output_is_committed() {
     }
 }
 
-#[test]
-fn an_async_handler_that_panics_fails_its_attempt_and_the_pool_keeps_working() {
+fn an_async_handler_that_panics_fails_its_attempt_and_the_pool_keeps_working(kind: Kind) {
     let rt = runtime();
-    let f = Fixture::new();
+    let f = kind.open();
     let boom = f.enqueue(NewJob::new(Q, "boom").max_attempts(1)).unwrap();
     f.enqueue_n(3);
     let p = pool(&f, "w")
@@ -67,10 +73,9 @@ fn an_async_handler_that_panics_fails_its_attempt_and_the_pool_keeps_working() {
     assert!(job.last_error().unwrap().contains("decoder exploded"));
 }
 
-#[test]
-fn a_cancelled_job_wakes_its_async_handler_from_a_long_sleep() {
+fn a_cancelled_job_wakes_its_async_handler_from_a_long_sleep(kind: Kind) {
     let rt = runtime();
-    let f = Fixture::new();
+    let f = kind.open();
     let id = f.enqueue_n(1)[0];
     let (tx, rx) = crossbeam_channel::bounded(1);
     let p = pool(&f, "w")
@@ -103,11 +108,10 @@ impl Wake for CountingWaker {
     }
 }
 
-#[test]
-fn an_async_wait_for_work_is_woken_by_the_enqueue_not_by_its_timeout() {
+fn an_async_wait_for_work_is_woken_by_the_enqueue_not_by_its_timeout(kind: Kind) {
     let rt = runtime();
     let _in_runtime = rt.enter(); // the wait's timeout needs the runtime's timer
-    let f = Fixture::new();
+    let f = kind.open();
     let seen = f.work_generation(Q);
     let mut wait = Box::pin(f.wait_for_work_async(Q, seen, Duration::from_secs(3600)));
     let counter = Arc::new(CountingWaker::default());

@@ -2,14 +2,28 @@ use std::time::Duration;
 
 use crossbeam_channel::bounded;
 use leasehold::{JobError, JobState, NewJob, Output};
-use redb::TableDefinition;
 
-use crate::common::{Fixture, LEASE, Q, wait_until};
-use crate::pool;
+use crate::backends::AppWrite;
+use crate::common::{Fixture, wait_until};
+use crate::on_both::{Kind, LEASE, Q, Setup};
+use crate::{pool, redb_pool};
 
-#[test]
-fn a_panicking_handler_fails_its_job_and_the_pool_keeps_working() {
-    let f = Fixture::new();
+crate::on_both::on_both!(
+    a_panicking_handler_fails_its_job_and_the_pool_keeps_working,
+    a_handler_error_is_recorded_and_retried,
+    an_output_the_validator_refuses_is_not_committed,
+    a_handler_commits_its_own_writes_with_the_completion,
+    a_handlers_follow_up_job_commits_with_its_completion,
+    any_error_a_handler_meets_can_be_returned_with_the_question_mark,
+    an_attempt_ends_with_the_handlers_last_progress_even_before_any_heartbeat,
+    a_paused_workers_late_commit_is_refused_and_the_other_workers_result_stands,
+    a_late_commit_handed_to_the_dispatcher_is_refused_too,
+    a_panicking_validator_fails_its_attempt_and_the_pool_keeps_working,
+    panicking_writes_fail_their_attempt_and_the_pool_keeps_working,
+);
+
+fn a_panicking_handler_fails_its_job_and_the_pool_keeps_working(kind: Kind) {
+    let f = kind.open();
     let boom = f.enqueue(NewJob::new(Q, "boom").max_attempts(1)).unwrap();
     f.enqueue_n(5);
     let p = pool(&f, "w")
@@ -35,15 +49,12 @@ fn a_panicking_handler_fails_its_job_and_the_pool_keeps_working() {
     assert_eq!((p.stats().panicked, p.stats().succeeded), (1, 5));
 }
 
-#[test]
-fn a_handler_error_is_recorded_and_retried() {
-    let f = Fixture::with(|b| {
-        b.retry_policy(leasehold::RetryPolicy {
-            base: Duration::ZERO,
-            max: Duration::ZERO,
-            jitter: 0.0,
-        })
-    });
+fn a_handler_error_is_recorded_and_retried(kind: Kind) {
+    let f = kind.with(Setup::default().retry_policy(leasehold::RetryPolicy {
+        base: Duration::ZERO,
+        max: Duration::ZERO,
+        jitter: 0.0,
+    }));
     let id = f.enqueue(NewJob::new(Q, "x").max_attempts(3)).unwrap();
     let p = pool(&f, "w")
         .start(|ctx| {
@@ -60,9 +71,8 @@ fn a_handler_error_is_recorded_and_retried() {
     assert_eq!(f.job(id).unwrap().unwrap().last_error(), Some("try #2"));
 }
 
-#[test]
-fn an_output_the_validator_refuses_is_not_committed() {
-    let f = Fixture::new();
+fn an_output_the_validator_refuses_is_not_committed(kind: Kind) {
+    let f = kind.open();
     let id = f.enqueue(NewJob::new(Q, "x").max_attempts(1)).unwrap();
     let p = pool(&f, "w")
         .validate(|_, out| {
@@ -87,20 +97,18 @@ fn an_output_the_validator_refuses_is_not_committed() {
     );
 }
 
-#[test]
-fn a_paused_workers_late_commit_is_refused_and_the_other_workers_result_stands() {
-    late_commit_is_refused(1);
+fn a_paused_workers_late_commit_is_refused_and_the_other_workers_result_stands(kind: Kind) {
+    late_commit_is_refused(kind, 1);
 }
 
 /// With several workers, completions go through the dispatcher's hand-over: the fence holds
 /// there too.
-#[test]
-fn a_late_commit_handed_to_the_dispatcher_is_refused_too() {
-    late_commit_is_refused(4);
+fn a_late_commit_handed_to_the_dispatcher_is_refused_too(kind: Kind) {
+    late_commit_is_refused(kind, 4);
 }
 
-fn late_commit_is_refused(concurrency: usize) {
-    let f = Fixture::new();
+fn late_commit_is_refused(kind: Kind, concurrency: usize) {
+    let f = kind.open();
     let id = f.enqueue_n(1)[0];
     let (gate_tx, gate_rx) = bounded::<()>(0);
     let paused = pool(&f, "paused")
@@ -134,44 +142,36 @@ fn late_commit_is_refused(concurrency: usize) {
     drop(other);
 }
 
-const SENT: TableDefinition<u64, &str> = TableDefinition::new("app.sent");
-
-#[test]
-fn a_handler_commits_its_own_writes_with_the_completion() {
-    let f = Fixture::new();
+fn a_handler_commits_its_own_writes_with_the_completion(kind: Kind) {
+    let f = kind.open();
     let ids = f.enqueue_n(3);
+    let store = f.handle();
     let p = pool(&f, "w")
-        .start(|ctx| {
-            let job = ctx.job().0;
-            Ok(Output::with_writes(b"sent".to_vec(), move |t| {
-                t.open_table(SENT)?.insert(job, "email sent")?;
-                Ok::<(), leasehold::Error>(())
-            }))
+        .start(move |ctx| {
+            let key = format!("sent {}", ctx.job());
+            Ok(store.app_output(b"sent".to_vec(), AppWrite::new(key, ctx.job().0)))
         })
         .unwrap();
     wait_until("all jobs to succeed", || {
         f.stats().unwrap().total(JobState::Succeeded) == 3
     });
-    let read = f.begin_read().unwrap();
-    let table = read.open_table(SENT).unwrap();
     for id in ids {
-        assert_eq!(table.get(id.0).unwrap().unwrap().value(), "email sent");
+        assert_eq!(f.app_value(&format!("sent {id}")), Some(id.0));
     }
     drop(p);
-    let _ = LEASE;
 }
 
-#[test]
-fn a_handlers_follow_up_job_commits_with_its_completion() {
-    let f = Fixture::new();
+fn a_handlers_follow_up_job_commits_with_its_completion(kind: Kind) {
+    let f = kind.open();
     let ids = f.enqueue_n(3);
+    let store = f.handle();
     let p = pool(&f, "w")
-        .start(|ctx| {
-            let job = ctx.job().0;
-            Ok(Output::with_writes(b"thumbnail".to_vec(), move |t| {
-                t.enqueue(NewJob::new("upload", job.to_string()))?;
-                Ok::<(), leasehold::Error>(())
-            }))
+        .start(move |ctx| {
+            let upload = AppWrite {
+                follow_up: Some(NewJob::new("upload", ctx.job().to_string())),
+                ..AppWrite::new(format!("thumbnail {}", ctx.job()), 1)
+            };
+            Ok(store.app_output(b"thumbnail".to_vec(), upload))
         })
         .unwrap();
     wait_until("all jobs to succeed", || {
@@ -187,7 +187,7 @@ fn writes_that_call_the_store_fail_the_attempt_at_once_and_shutdown_returns() {
     let f = Fixture::new();
     let id = f.enqueue_n(1)[0];
     let store = (*f).clone();
-    let p = pool(&f, "w")
+    let p = redb_pool(&f, "w")
         .start(move |_ctx| {
             let store = store.clone();
             Ok(Output::with_writes(b"x".to_vec(), move |_t| {
@@ -210,9 +210,8 @@ fn writes_that_call_the_store_fail_the_attempt_at_once_and_shutdown_returns() {
     );
 }
 
-#[test]
-fn any_error_a_handler_meets_can_be_returned_with_the_question_mark() {
-    let f = Fixture::new();
+fn any_error_a_handler_meets_can_be_returned_with_the_question_mark(kind: Kind) {
+    let f = kind.open();
     let id = f.enqueue_n(1)[0]; // its payload, "job 0", is not a number
     let p = pool(&f, "w")
         .start(|ctx| {
@@ -227,9 +226,8 @@ fn any_error_a_handler_meets_can_be_returned_with_the_question_mark() {
     assert!(error.contains("invalid digit"), "{error}");
 }
 
-#[test]
-fn an_attempt_ends_with_the_handlers_last_progress_even_before_any_heartbeat() {
-    let f = Fixture::new();
+fn an_attempt_ends_with_the_handlers_last_progress_even_before_any_heartbeat(kind: Kind) {
+    let f = kind.open();
     let ids = f.enqueue_n(2);
     let p = pool(&f, "w")
         // no heartbeat comes during these short jobs: only the end can carry the progress
@@ -257,8 +255,8 @@ fn an_attempt_ends_with_the_handlers_last_progress_even_before_any_heartbeat() {
 /// A panic in the validator or in the writes closure is contained like a handler's: the
 /// attempt fails with the message, the worker slot comes back, and after shutdown nothing is
 /// left running (it used to stay running, its lease renewed for nobody).
-fn a_panicking_callback_fails_the_attempt(validator_panics: bool) {
-    let f = Fixture::new();
+fn a_panicking_callback_fails_the_attempt(kind: Kind, validator_panics: bool) {
+    let f = kind.open();
     let boom = f.enqueue(NewJob::new(Q, "boom").max_attempts(1)).unwrap();
     f.enqueue_n(5);
     let mut builder = pool(&f, "w").concurrency(1);
@@ -270,16 +268,15 @@ fn a_panicking_callback_fails_the_attempt(validator_panics: bool) {
             Ok(())
         });
     }
+    let store = f.handle();
     let p = builder
         .start(move |ctx| {
             let boom = !validator_panics && ctx.payload() == b"boom";
-            Ok(Output::with_writes(b"ok".to_vec(), move |t| {
-                if boom {
-                    panic!("writes exploded");
-                }
-                t.open_table(SENT)?.insert(0, "sent")?;
-                Ok::<(), leasehold::Error>(())
-            }))
+            let write = AppWrite {
+                then_panic: boom,
+                ..AppWrite::new("sent", 0)
+            };
+            Ok(store.app_output(b"ok".to_vec(), write))
         })
         .unwrap();
     // one worker: the five others can only run if the slot came back
@@ -300,12 +297,10 @@ fn a_panicking_callback_fails_the_attempt(validator_panics: bool) {
     assert_eq!(f.stats().unwrap().total(JobState::Running), 0);
 }
 
-#[test]
-fn a_panicking_validator_fails_its_attempt_and_the_pool_keeps_working() {
-    a_panicking_callback_fails_the_attempt(true);
+fn a_panicking_validator_fails_its_attempt_and_the_pool_keeps_working(kind: Kind) {
+    a_panicking_callback_fails_the_attempt(kind, true);
 }
 
-#[test]
-fn panicking_writes_fail_their_attempt_and_the_pool_keeps_working() {
-    a_panicking_callback_fails_the_attempt(false);
+fn panicking_writes_fail_their_attempt_and_the_pool_keeps_working(kind: Kind) {
+    a_panicking_callback_fails_the_attempt(kind, false);
 }

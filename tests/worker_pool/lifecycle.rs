@@ -5,12 +5,26 @@ use std::time::Duration;
 use crossbeam_channel::bounded;
 use leasehold::{JobState, NewJob, Outcome, ReclaimPath};
 
-use crate::common::{Fixture, LEASE, Q, wait_until};
+use crate::common::wait_until;
+use crate::on_both::{Kind, LEASE, Q};
 use crate::{pool, until_interrupted};
 
-#[test]
-fn a_pool_runs_every_job_once_and_commits_its_output() {
-    let f = Fixture::new();
+crate::on_both::on_both!(
+    a_pool_runs_every_job_once_and_commits_its_output,
+    an_enqueue_wakes_an_idle_pool,
+    an_abandoned_pools_jobs_are_all_completed_by_a_surviving_pool,
+    graceful_shutdown_releases_and_another_pool_starts_without_waiting_for_expiry,
+    shutdown_lets_in_flight_jobs_finish_within_the_grace_period,
+    dropping_a_pool_shuts_it_down_and_joins_its_threads,
+    bad_pool_settings_are_refused,
+    jobs_claimed_ahead_are_held_under_renewed_leases_and_released_unrun_at_shutdown,
+    by_default_a_pool_claims_ahead_only_once_its_jobs_prove_shorter_than_a_commit,
+    many_workers_commit_every_job_exactly_once_through_shared_commits,
+    wait_idle_returns_once_every_job_of_the_queue_has_ended,
+);
+
+fn a_pool_runs_every_job_once_and_commits_its_output(kind: Kind) {
+    let f = kind.open();
     let ids = f.enqueue_n(50);
     let p = pool(&f, "a")
         .concurrency(4)
@@ -26,12 +40,12 @@ fn a_pool_runs_every_job_once_and_commits_its_output() {
     }
 }
 
-#[test]
-fn an_enqueue_wakes_an_idle_pool() {
-    let f = Fixture::new();
+fn an_enqueue_wakes_an_idle_pool(kind: Kind) {
+    let f = kind.open();
     // Idle dispatchers look again only every 10 minutes of real time on their own, and
     // the manual clock never moves: only the enqueue's wake-up can start this job.
-    let p = leasehold::WorkerPool::builder((*f).clone(), Q)
+    let p = f
+        .pool(Q)
         .lease(Duration::from_secs(3600))
         .heartbeat_every(Duration::from_secs(600))
         .start(|_| Ok(()))
@@ -44,9 +58,8 @@ fn an_enqueue_wakes_an_idle_pool() {
     drop(p);
 }
 
-#[test]
-fn an_abandoned_pools_jobs_are_all_completed_by_a_surviving_pool() {
-    let f = Fixture::new();
+fn an_abandoned_pools_jobs_are_all_completed_by_a_surviving_pool(kind: Kind) {
+    let f = kind.open();
     let ids = f.enqueue_n(12);
     let dying = pool(&f, "dying")
         .concurrency(4)
@@ -102,9 +115,8 @@ fn an_abandoned_pools_jobs_are_all_completed_by_a_surviving_pool() {
     drop(survivor);
 }
 
-#[test]
-fn graceful_shutdown_releases_and_another_pool_starts_without_waiting_for_expiry() {
-    let f = Fixture::new();
+fn graceful_shutdown_releases_and_another_pool_starts_without_waiting_for_expiry(kind: Kind) {
+    let f = kind.open();
     let id = f.enqueue_n(1)[0];
     let (started_tx, started_rx) = bounded::<()>(1);
     let first = pool(&f, "first")
@@ -144,9 +156,8 @@ fn graceful_shutdown_releases_and_another_pool_starts_without_waiting_for_expiry
     drop(second);
 }
 
-#[test]
-fn shutdown_lets_in_flight_jobs_finish_within_the_grace_period() {
-    let f = Fixture::new();
+fn shutdown_lets_in_flight_jobs_finish_within_the_grace_period(kind: Kind) {
+    let f = kind.open();
     let id = f.enqueue_n(1)[0];
     let (gate_tx, gate_rx) = bounded::<()>(0);
     let (started_tx, started_rx) = bounded::<()>(1);
@@ -163,7 +174,7 @@ fn shutdown_lets_in_flight_jobs_finish_within_the_grace_period() {
     // Open the gate only once the shutdown has begun, which wakes the store's waiters (and
     // nothing else here bumps the queue's generation: no enqueue, no release).
     let generation = f.work_generation(Q);
-    let store = (*f).clone();
+    let store = f.handle();
     let opener = std::thread::spawn(move || {
         wait_until("the shutdown to begin", || {
             store.work_generation(Q) != generation
@@ -180,9 +191,8 @@ fn shutdown_lets_in_flight_jobs_finish_within_the_grace_period() {
     assert_eq!(f.job(id).unwrap().unwrap().state(), JobState::Succeeded);
 }
 
-#[test]
-fn dropping_a_pool_shuts_it_down_and_joins_its_threads() {
-    let f = Fixture::new();
+fn dropping_a_pool_shuts_it_down_and_joins_its_threads(kind: Kind) {
+    let f = kind.open();
     f.enqueue_n(2);
     let started = Arc::new(AtomicUsize::new(0));
     let s = started.clone();
@@ -201,9 +211,8 @@ fn dropping_a_pool_shuts_it_down_and_joins_its_threads() {
     assert_eq!(stats.counters.released, 2);
 }
 
-#[test]
-fn bad_pool_settings_are_refused() {
-    let f = Fixture::new();
+fn bad_pool_settings_are_refused(kind: Kind) {
+    let f = kind.open();
     let err = |b: leasehold::PoolBuilder| b.start(|_| Ok(())).err().unwrap();
     assert!(matches!(
         err(pool(&f, "w").concurrency(0)),
@@ -214,7 +223,7 @@ fn bad_pool_settings_are_refused() {
         leasehold::Error::Config(leasehold::ConfigError::HeartbeatNotShorterThanLease { .. })
     ));
     assert!(matches!(
-        err(leasehold::WorkerPool::builder((*f).clone(), "")),
+        err(f.pool("")),
         leasehold::Error::Input(leasehold::InputError::EmptyQueueName)
     ));
 }
@@ -240,9 +249,8 @@ fn a_delayed_job_is_picked_up_when_due_not_at_the_next_poll() {
     drop(p);
 }
 
-#[test]
-fn jobs_claimed_ahead_are_held_under_renewed_leases_and_released_unrun_at_shutdown() {
-    let f = Fixture::new();
+fn jobs_claimed_ahead_are_held_under_renewed_leases_and_released_unrun_at_shutdown(kind: Kind) {
+    let f = kind.open();
     let ids = f.enqueue_n(4);
     let started = Arc::new(AtomicUsize::new(0));
     let s = started.clone();
@@ -290,11 +298,10 @@ fn jobs_claimed_ahead_are_held_under_renewed_leases_and_released_unrun_at_shutdo
     }
 }
 
-#[test]
-fn by_default_a_pool_claims_ahead_only_once_its_jobs_prove_shorter_than_a_commit() {
+fn by_default_a_pool_claims_ahead_only_once_its_jobs_prove_shorter_than_a_commit(kind: Kind) {
     // Jobs that block from the start: nothing is known about their length, so nothing is
     // claimed ahead of the four workers.
-    let f = Fixture::new();
+    let f = kind.clone().open();
     f.enqueue_n(10);
     let started = Arc::new(AtomicUsize::new(0));
     let s = started.clone();
@@ -313,7 +320,7 @@ fn by_default_a_pool_claims_ahead_only_once_its_jobs_prove_shorter_than_a_commit
     // Eight instant jobs, then blocking ones: once jobs are known to take less than a
     // commit, jobs are claimed ahead to wait for the workers, at most two per worker (how
     // many exactly depends on measured times, which a loaded machine may stretch).
-    let f = Fixture::new();
+    let f = kind.open();
     f.enqueue_n(40);
     let started = Arc::new(AtomicUsize::new(0));
     let s = started.clone();
@@ -360,13 +367,12 @@ fn by_default_a_pool_claims_ahead_only_once_its_jobs_prove_shorter_than_a_commit
     );
 }
 
-#[test]
-fn many_workers_commit_every_job_exactly_once_through_shared_commits() {
-    let f = Fixture::new();
+fn many_workers_commit_every_job_exactly_once_through_shared_commits(kind: Kind) {
+    let f = kind.open();
     let ids = f.enqueue_n(300);
     let runs = Arc::new(AtomicUsize::new(0));
     let r = runs.clone();
-    let writes_before = f.metrics().write_transactions;
+    let writes_before = f.write_transactions();
     // Heartbeats would add commits of their own: none ticks during this test.
     let p = pool(&f, "w")
         .lease(Duration::from_secs(3600))
@@ -393,13 +399,14 @@ fn many_workers_commit_every_job_exactly_once_through_shared_commits() {
     // At most one commit per job: every completion shares its commit with a claim (and,
     // under load, with other completions), where claiming and completing apart would take
     // one commit per job for the completions plus the claims' own.
-    let writes = f.metrics().write_transactions - writes_before;
-    assert!(writes <= 300, "{writes} commits for 300 jobs");
+    if let (Some(before), Some(after)) = (writes_before, f.write_transactions()) {
+        let writes = after - before;
+        assert!(writes <= 300, "{writes} commits for 300 jobs");
+    }
 }
 
-#[test]
-fn wait_idle_returns_once_every_job_of_the_queue_has_ended() {
-    let f = Fixture::new();
+fn wait_idle_returns_once_every_job_of_the_queue_has_ended(kind: Kind) {
+    let f = kind.open();
     f.enqueue_n(20);
     let later = f
         .enqueue(NewJob::new(Q, "later").delay(Duration::from_secs(10)))

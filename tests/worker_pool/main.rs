@@ -1,11 +1,18 @@
 //! The worker pool with real threads on a manual store clock: leases expire only when a test
-//! moves time, and every wait is on a condition with a generous deadline.
+//! moves time, and every wait is on a condition with a generous deadline. Most tests are
+//! functions over a backend, run on the redb store and on the PostgreSQL store (see
+//! `on_both`); those of what only redb has use its `Fixture`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 #[path = "../lease_store/common.rs"]
 #[allow(dead_code)]
 mod common;
+
+#[path = "../support/backends.rs"]
+mod backends;
+#[path = "../support/on_both.rs"]
+mod on_both;
 
 #[cfg(feature = "tokio")]
 mod asynchronous;
@@ -19,13 +26,24 @@ use std::time::Duration;
 
 use leasehold::{JobContext, JobError, PoolBuilder, WorkerPool};
 
-use common::{Fixture, LEASE, Q};
+use common::Fixture;
+use on_both::{Backend, LEASE, Q};
 
 /// Heartbeats tick every few real milliseconds, so each test sees many of them.
 pub const BEAT: Duration = Duration::from_millis(5);
 
-pub fn pool(f: &Fixture, id: &str) -> PoolBuilder {
-    WorkerPool::builder((**f).clone(), Q)
+/// A pool of worker `id` on the backend's queue [`Q`], heartbeating every [`BEAT`].
+pub fn pool(f: &Backend, id: &str) -> PoolBuilder {
+    settings(f.pool(Q), id)
+}
+
+/// [`pool`] on the redb fixture, for the tests of what only redb has.
+pub fn redb_pool(f: &Fixture, id: &str) -> PoolBuilder {
+    settings(WorkerPool::builder((**f).clone(), Q), id)
+}
+
+fn settings(builder: PoolBuilder, id: &str) -> PoolBuilder {
+    builder
         .worker_id(id)
         .lease(LEASE)
         .heartbeat_every(BEAT)

@@ -3,8 +3,18 @@ use std::time::Duration;
 
 use leasehold::{Interruption, JobState, NewJob, Outcome};
 
-use crate::common::{Fixture, LEASE, Q, wait_until};
-use crate::{pool, until_interrupted};
+use crate::common::{Fixture, wait_until};
+use crate::on_both::{Kind, LEASE, Q, lease};
+use crate::{pool, redb_pool, until_interrupted};
+
+crate::on_both::on_both!(
+    a_lost_lease_interrupts_the_handler_and_its_result_is_withheld,
+    a_cancel_reaches_the_running_handler_through_its_heartbeat,
+    a_job_that_heartbeats_without_progress_is_revoked_as_stalled,
+    a_job_that_reports_progress_is_not_stalled,
+    when_renewals_fall_behind_the_pool_stops_claiming_and_gives_back_expired_leases,
+    a_job_back_in_the_pool_that_lost_it_is_renewed_as_a_new_attempt_beside_the_old,
+);
 
 type Seen = Arc<Mutex<Vec<Interruption>>>;
 
@@ -33,7 +43,7 @@ fn a_thousand_in_flight_leases_renew_in_one_write_per_tick() {
             })
     });
     f.enqueue_n(1000);
-    let p = pool(&f, "big")
+    let p = redb_pool(&f, "big")
         .concurrency(1000)
         .heartbeat_every(Duration::from_millis(20))
         .start(until_interrupted)
@@ -61,9 +71,8 @@ fn a_thousand_in_flight_leases_renew_in_one_write_per_tick() {
     assert_eq!(p.shutdown(Duration::ZERO).released, 1000);
 }
 
-#[test]
-fn a_lost_lease_interrupts_the_handler_and_its_result_is_withheld() {
-    let f = Fixture::new();
+fn a_lost_lease_interrupts_the_handler_and_its_result_is_withheld(kind: Kind) {
+    let f = kind.open();
     let id = f.enqueue_n(1)[0];
     let (seen, handler) = recording();
     let p = pool(&f, "w").start(handler).unwrap();
@@ -71,7 +80,7 @@ fn a_lost_lease_interrupts_the_handler_and_its_result_is_withheld() {
     p.pause();
     f.advance(LEASE);
     assert_eq!(f.reap().unwrap().reclaimed.len(), 1);
-    let other = f.claim(Q, "other", LEASE).unwrap().unwrap();
+    let other = f.claim(Q, "other", lease()).unwrap().unwrap();
     p.resume();
     wait_until("the handler to stop", || p.stats().in_flight == 0);
     assert_eq!(*seen.lock().unwrap(), vec![Interruption::LeaseLost]);
@@ -85,9 +94,8 @@ fn a_lost_lease_interrupts_the_handler_and_its_result_is_withheld() {
     assert_eq!(f.history(id).unwrap().len(), 2);
 }
 
-#[test]
-fn a_cancel_reaches_the_running_handler_through_its_heartbeat() {
-    let f = Fixture::new();
+fn a_cancel_reaches_the_running_handler_through_its_heartbeat(kind: Kind) {
+    let f = kind.open();
     let id = f.enqueue_n(1)[0];
     let (seen, handler) = recording();
     let p = pool(&f, "w").start(handler).unwrap();
@@ -99,9 +107,8 @@ fn a_cancel_reaches_the_running_handler_through_its_heartbeat() {
     assert_eq!(p.stats().cancelled, 1);
 }
 
-#[test]
-fn a_job_that_heartbeats_without_progress_is_revoked_as_stalled() {
-    let f = Fixture::new();
+fn a_job_that_heartbeats_without_progress_is_revoked_as_stalled(kind: Kind) {
+    let f = kind.open();
     let id = f.enqueue(NewJob::new(Q, "hangs").max_attempts(1)).unwrap();
     let (seen, handler) = recording();
     let p = pool(&f, "w")
@@ -131,9 +138,8 @@ fn a_job_that_heartbeats_without_progress_is_revoked_as_stalled() {
     assert_eq!(p.stats().stalled, 1);
 }
 
-#[test]
-fn a_job_that_reports_progress_is_not_stalled() {
-    let f = Fixture::new();
+fn a_job_that_reports_progress_is_not_stalled(kind: Kind) {
+    let f = kind.open();
     let id = f.enqueue_n(1)[0];
     let (stop_tx, stop_rx) = crossbeam_channel::bounded::<()>(1);
     let p = pool(&f, "w")
@@ -159,9 +165,8 @@ fn a_job_that_reports_progress_is_not_stalled() {
     });
 }
 
-#[test]
-fn when_renewals_fall_behind_the_pool_stops_claiming_and_gives_back_expired_leases() {
-    let f = Fixture::new();
+fn when_renewals_fall_behind_the_pool_stops_claiming_and_gives_back_expired_leases(kind: Kind) {
+    let f = kind.open();
     let first = f.enqueue_n(1)[0];
     // The heartbeat timer fires only every 50 s of real time: in this test it never does,
     // exactly like a heartbeat thread starved on an overloaded machine.
@@ -191,4 +196,78 @@ fn when_renewals_fall_behind_the_pool_stops_claiming_and_gives_back_expired_leas
     wait_until("the pool to claim again", || p.stats().claimed >= 2);
     let _ = second;
     p.shutdown(Duration::ZERO);
+}
+
+/// A pool loses a job (taken over while its heartbeats were held up), the job comes back to
+/// it (released by the other holder) and it claims a new attempt while its worker still runs
+/// the old one. The two attempts are two flights: the old one ending (refused by the fence)
+/// does not end the new one's renewals. (Flights were once keyed by job alone, and the old
+/// attempt's end took the new attempt's heartbeat with it.)
+fn a_job_back_in_the_pool_that_lost_it_is_renewed_as_a_new_attempt_beside_the_old(kind: Kind) {
+    let f = kind.open();
+    let id = f.enqueue_n(1)[0];
+    let (old_tx, old_rx) = crossbeam_channel::bounded::<()>(0);
+    let (new_tx, new_rx) = crossbeam_channel::bounded::<()>(0);
+    let p = pool(&f, "w")
+        .concurrency(2)
+        .start(move |ctx| {
+            // Neither handler looks at its interruption: each runs until its gate opens.
+            match ctx.attempt().0 {
+                1 => old_rx.recv().unwrap(),
+                _ => new_rx.recv().unwrap(),
+            }
+            Ok(format!("attempt {}", ctx.attempt()).into_bytes())
+        })
+        .unwrap();
+    wait_until("the first attempt to start", || p.stats().in_flight == 1);
+    p.pause();
+    f.advance(LEASE);
+    let other = f
+        .claim_job(id, "other", lease())
+        .unwrap()
+        .expect("takeover");
+    p.resume();
+    // Its next renewal finds the lease lost (or the pool, its renewals behind, sheds it);
+    // either way the job, given back by the other holder, is the pool's to claim again.
+    f.release(&other).unwrap();
+    wait_until("the pool to claim the job again", || {
+        p.stats().in_flight == 2
+    });
+    old_tx.send(()).unwrap();
+    wait_until("the old attempt's completion to be refused", || {
+        p.stats().rejected_writes == 1
+    });
+    assert_eq!(p.stats().in_flight, 1, "the new attempt is still in flight");
+    // Its lease is renewed: a whole lease later nothing has expired.
+    for _ in 0..2 {
+        let before = p.stats().heartbeat_batches;
+        f.advance(LEASE / 2);
+        wait_until("a renewal after the clock moved", || {
+            p.stats().heartbeat_batches >= before + 2
+        });
+    }
+    assert!(f.reap().unwrap().reclaimed.is_empty());
+    new_tx.send(()).unwrap();
+    wait_until("the new attempt to commit", || p.stats().succeeded == 1);
+    assert_eq!(f.output(id).unwrap().unwrap(), b"attempt #3");
+    let outcomes: Vec<_> = f
+        .history(id)
+        .unwrap()
+        .iter()
+        .map(|r| (r.attempt().0, r.outcome().cloned()))
+        .collect();
+    assert_eq!(
+        outcomes,
+        vec![
+            (
+                1,
+                Some(Outcome::LeaseExpired {
+                    path: leasehold::ReclaimPath::Takeover,
+                    overdue: Duration::ZERO
+                })
+            ),
+            (2, Some(Outcome::Released)),
+            (3, Some(Outcome::Succeeded)),
+        ]
+    );
 }

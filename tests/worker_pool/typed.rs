@@ -5,8 +5,16 @@ use std::collections::HashMap;
 use leasehold::{Error, InputError, JobState, NewJob, Output};
 use serde::{Deserialize, Serialize};
 
-use crate::common::{Fixture, LEASE, Q, wait_until};
+use crate::common::wait_until;
+use crate::on_both::{Kind, Q, lease};
 use crate::pool;
+
+crate::on_both::on_both!(
+    a_job_enqueued_as_json_reaches_its_handler_typed_and_its_output_reads_back,
+    a_payload_that_is_not_the_json_of_the_type_fails_the_attempt_naming_the_type,
+    a_claim_loop_reads_the_payload_typed_and_a_foreign_payload_is_an_input_error,
+    a_value_json_cannot_hold_is_refused_before_anything_is_enqueued,
+);
 
 #[derive(Debug, PartialEq, Serialize, Deserialize)]
 struct Photo {
@@ -20,9 +28,8 @@ struct Thumbnail {
     width: u32,
 }
 
-#[test]
-fn a_job_enqueued_as_json_reaches_its_handler_typed_and_its_output_reads_back() {
-    let f = Fixture::new();
+fn a_job_enqueued_as_json_reaches_its_handler_typed_and_its_output_reads_back(kind: Kind) {
+    let f = kind.open();
     let photo = Photo {
         path: "photo-1.jpg".into(),
         width: 4000,
@@ -51,9 +58,8 @@ fn a_job_enqueued_as_json_reaches_its_handler_typed_and_its_output_reads_back() 
     assert_eq!(stored, photo);
 }
 
-#[test]
-fn a_payload_that_is_not_the_json_of_the_type_fails_the_attempt_naming_the_type() {
-    let f = Fixture::new();
+fn a_payload_that_is_not_the_json_of_the_type_fails_the_attempt_naming_the_type(kind: Kind) {
+    let f = kind.open();
     let id = f
         .enqueue(NewJob::new(Q, "{\"path\": 7}").max_attempts(1))
         .unwrap();
@@ -73,27 +79,25 @@ fn a_payload_that_is_not_the_json_of_the_type_fails_the_attempt_naming_the_type(
     );
 }
 
-#[test]
-fn a_claim_loop_reads_the_payload_typed_and_a_foreign_payload_is_an_input_error() {
-    let f = Fixture::new();
+fn a_claim_loop_reads_the_payload_typed_and_a_foreign_payload_is_an_input_error(kind: Kind) {
+    let f = kind.open();
     let photo = Photo {
         path: "a.jpg".into(),
         width: 1,
     };
     f.enqueue(NewJob::json(Q, &photo).unwrap()).unwrap();
     f.enqueue(NewJob::new(Q, vec![0xff, 0x00])).unwrap();
-    let lease = f.claim(Q, "w", LEASE).unwrap().unwrap();
-    assert_eq!(lease.json::<Photo>().unwrap(), photo);
-    let foreign = f.claim(Q, "w", LEASE).unwrap().unwrap();
+    let typed = f.claim(Q, "w", lease()).unwrap().unwrap();
+    assert_eq!(typed.json::<Photo>().unwrap(), photo);
+    let foreign = f.claim(Q, "w", lease()).unwrap().unwrap();
     assert!(matches!(
         foreign.json::<Photo>(),
         Err(Error::Input(InputError::Json(_)))
     ));
 }
 
-#[test]
-fn a_value_json_cannot_hold_is_refused_before_anything_is_enqueued() {
-    let f = Fixture::new();
+fn a_value_json_cannot_hold_is_refused_before_anything_is_enqueued(kind: Kind) {
+    let f = kind.open();
     // JSON object keys are strings: a map keyed by pairs has no JSON form
     let value: HashMap<(u8, u8), u8> = HashMap::from([((1, 2), 3)]);
     assert!(matches!(
