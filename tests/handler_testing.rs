@@ -123,3 +123,121 @@ fn a_restart_takes_back_what_the_old_process_held_and_the_directory_goes_with_th
     drop(t);
     assert!(!dir.exists());
 }
+
+/// The same, for handlers whose writes are SQL: `TestPgStore` on the database
+/// `LEASEHOLD_PG_URL` names (skipped, saying so once, where none is set).
+mod on_postgres {
+    use leasehold::testing::{TestPgStore, TestStore, Verdict};
+    use leasehold::{JobError, JobState, NewJob, Output};
+
+    const Q: &str = "mail";
+
+    fn store() -> Option<TestPgStore> {
+        let Ok(url) = std::env::var("LEASEHOLD_PG_URL") else {
+            static SAID: std::sync::Once = std::sync::Once::new();
+            SAID.call_once(|| {
+                use std::io::Write;
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "TestPgStore's tests did not run: LEASEHOLD_PG_URL is not set"
+                );
+            });
+            return None;
+        };
+        let t = TestPgStore::new(&url).unwrap();
+        let schema = t.schema().to_owned();
+        t.transaction_with(|tx| {
+            tx.sql().batch_execute(&format!(
+                "CREATE TABLE {schema}.sent (job bigint PRIMARY KEY, text text NOT NULL)"
+            ))?;
+            Ok(())
+        })
+        .unwrap();
+        Some(t)
+    }
+
+    /// The application's handler under test, SQL version.
+    fn send(schema: String) -> impl FnOnce(&leasehold::JobContext) -> Result<Output, JobError> {
+        move |ctx| {
+            let text = String::from_utf8(ctx.payload().to_vec())?;
+            let job = i64::try_from(ctx.job().0)?;
+            Ok(Output::with_sql(text.clone(), move |tx| {
+                tx.sql().execute(
+                    &format!("INSERT INTO {schema}.sent (job, text) VALUES ($1, $2)"),
+                    &[&job, &text],
+                )?;
+                Ok::<(), leasehold::postgres::client::Error>(())
+            }))
+        }
+    }
+
+    fn sent(t: &TestPgStore) -> Vec<(i64, String)> {
+        let select = format!("SELECT job, text FROM {}.sent ORDER BY job", t.schema());
+        t.transaction_with(|tx| Ok(tx.sql().query(&select, &[])?))
+            .unwrap()
+            .iter()
+            .map(|row| (row.get(0), row.get(1)))
+            .collect()
+    }
+
+    #[test]
+    fn a_handlers_sql_commits_with_its_output_and_a_fenced_ones_does_not() {
+        let Some(t) = store() else { return };
+        let schema = t.schema().to_owned();
+        let id = t.enqueue(NewJob::new(Q, "hello")).unwrap();
+        let ran = t.run_one(Q, send(schema.clone())).unwrap().unwrap();
+        assert_eq!((ran.job, ran.verdict), (id, Verdict::Committed));
+        assert_eq!(sent(&t), vec![(1, "hello".to_owned())]);
+
+        // A handler paused past its lease while another worker takes the job over: its
+        // completion is fenced, and its SQL rolled back with it.
+        let late = t.enqueue(NewJob::new(Q, "late")).unwrap();
+        let ran = t
+            .run_one(Q, |ctx| {
+                t.advance(TestStore::LEASE * 2);
+                t.claim(Q, "other", TestStore::LEASE).unwrap().unwrap();
+                send(schema.clone())(ctx)
+            })
+            .unwrap()
+            .unwrap();
+        assert_eq!((ran.job, ran.verdict), (late, Verdict::Fenced));
+        assert_eq!(sent(&t).len(), 1, "the late SQL rolled back");
+        assert_eq!(t.job(late).unwrap().unwrap().attempt().0, 2);
+    }
+
+    #[test]
+    fn expire_moves_the_test_clock_just_past_a_lease_and_the_reaper_takes_it_back() {
+        let Some(t) = store() else { return };
+        let id = t.enqueue(NewJob::new(Q, "x")).unwrap();
+        let lease = t.claim(Q, "silent", TestStore::LEASE).unwrap().unwrap();
+        t.advance(TestStore::LEASE / 2);
+        t.heartbeat(&lease, 1).unwrap();
+        t.expire(&lease).unwrap();
+        let report = t.reap().unwrap();
+        assert_eq!(report.reclaimed.len(), 1);
+        assert_eq!(
+            report.reclaimed[0].overdue,
+            std::time::Duration::from_millis(1)
+        );
+        assert_eq!(t.job(id).unwrap().unwrap().state(), JobState::Queued);
+    }
+
+    #[test]
+    fn a_test_stores_schema_is_dropped_with_it() {
+        let Some(t) = store() else { return };
+        let url = std::env::var("LEASEHOLD_PG_URL").unwrap();
+        let schema = t.schema().to_owned();
+        drop(t);
+        let mut admin =
+            leasehold::postgres::client::Client::connect(&url, leasehold::postgres::client::NoTls)
+                .unwrap();
+        let left: i64 = admin
+            .query_one(
+                "SELECT count(*) FROM pg_namespace WHERE nspname = $1",
+                &[&schema],
+            )
+            .unwrap()
+            .get(0);
+        assert_eq!(left, 0);
+    }
+}

@@ -37,15 +37,24 @@
 //! # }
 //! ```
 
+#[cfg(feature = "postgres")]
+mod postgres;
+
+#[cfg(feature = "postgres")]
+pub use postgres::TestPgStore;
+
 use std::ops::Deref;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use crate::backend::LeaseBackend;
 use crate::builder::StoreBuilder;
 use crate::clock::ManualClock;
 use crate::error::{OpenError, Result};
+use crate::ids::StoreTime;
 use crate::ids::{Attempt, JobId};
+use crate::job::Job;
 use crate::lease::Lease;
 use crate::pool::{AttemptState, JobContext, JobError, Output, panic_message};
 use crate::report::ReapReport;
@@ -152,12 +161,8 @@ impl TestStore {
     /// Moves store time just past `lease`'s expiry (as its last renewal left it): its holder
     /// has gone silent for a whole lease.
     pub fn expire(&self, lease: &Lease) -> Result<()> {
-        let expires_at = self
-            .job(lease.job)?
-            .and_then(|job| job.lease().map(|l| l.expires_at()))
-            .unwrap_or(lease.expires_at);
-        let left = expires_at.saturating_since(self.now());
-        self.advance(left + Duration::from_millis(1));
+        let job = self.job(lease.job)?;
+        self.advance(past_expiry(job.as_ref(), lease, self.now()));
         Ok(())
     }
 
@@ -173,58 +178,9 @@ impl TestStore {
         H: FnOnce(&JobContext) -> std::result::Result<O, JobError>,
         O: Into<Output>,
     {
-        let Some(lease) = self.claim(queue, TestStore::WORKER, TestStore::LEASE)? else {
-            return Ok(None);
-        };
-        let ctx = JobContext::new(lease.clone(), AttemptState::new(lease.expires_at));
-        let verdict = match catch_unwind(AssertUnwindSafe(|| handler(&ctx))) {
-            Ok(Ok(output)) => self.commit(&lease, output.into())?,
-            Ok(Err(e)) => self.fail_as(&lease, Verdict::Failed(e.message().to_owned()))?,
-            Err(panic) => self.fail_as(
-                &lease,
-                Verdict::Panicked(format!("handler panicked: {}", panic_message(&*panic))),
-            )?,
-        };
-        Ok(Some(Ran {
-            job: lease.job,
-            attempt: lease.attempt,
-            verdict,
-        }))
-    }
-
-    fn commit(&self, lease: &Lease, output: Output) -> Result<Verdict> {
-        let Output { bytes, writes } = output;
-        let committed = match writes {
-            Some(writes) => crate::backend::LeaseBackend::complete_with_writes(
-                self.store(),
-                lease,
-                &bytes,
-                None,
-                writes,
-            ),
-            None => self.complete(lease, &bytes),
-        };
-        match committed {
-            Ok(()) => Ok(Verdict::Committed),
-            Err(e) if e.is_lease_lost() => Ok(Verdict::Fenced),
-            // Rolled back with the lease still held: the attempt fails, as in a pool.
-            Err(e) => match crate::pool::failure_of_rolled_back_completion(&e) {
-                Some(message) => self.fail_as(lease, Verdict::Failed(message)),
-                None => Err(e),
-            },
-        }
-    }
-
-    /// Records `verdict`'s message as the attempt's failure.
-    fn fail_as(&self, lease: &Lease, verdict: Verdict) -> Result<Verdict> {
-        let message = match &verdict {
-            Verdict::Failed(m) | Verdict::Panicked(m) => m.as_str(),
-            Verdict::Committed | Verdict::Fenced => "",
-        };
-        match self.fail(lease, message) {
-            Ok(_) => Ok(verdict),
-            Err(e) if e.is_lease_lost() => Ok(Verdict::Fenced),
-            Err(e) => Err(e),
+        match self.claim(queue, TestStore::WORKER, TestStore::LEASE)? {
+            Some(lease) => run_claimed(self.store(), lease, handler).map(Some),
+            None => Ok(None),
         }
     }
 
@@ -259,5 +215,69 @@ impl Drop for TestStore {
     fn drop(&mut self) {
         self.store = None;
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// How far store time must move from `now` to be just past `lease`'s expiry as the job's
+/// last renewal left it (`job`, if it still exists).
+fn past_expiry(job: Option<&Job>, lease: &Lease, now: StoreTime) -> Duration {
+    let expires_at = job
+        .and_then(|job| job.lease().map(|l| l.expires_at()))
+        .unwrap_or(lease.expires_at);
+    expires_at.saturating_since(now) + Duration::from_millis(1)
+}
+
+/// Runs `handler` on the claimed `lease` on this thread and commits its result through
+/// `store` as a pool does: the output and its writes through the fence, or the error as the
+/// attempt's failure.
+fn run_claimed<H, O>(store: &dyn LeaseBackend, lease: Lease, handler: H) -> Result<Ran>
+where
+    H: FnOnce(&JobContext) -> std::result::Result<O, JobError>,
+    O: Into<Output>,
+{
+    let ctx = JobContext::new(lease.clone(), AttemptState::new(lease.expires_at));
+    let verdict = match catch_unwind(AssertUnwindSafe(|| handler(&ctx))) {
+        Ok(Ok(output)) => commit(store, &lease, output.into())?,
+        Ok(Err(e)) => fail_as(store, &lease, Verdict::Failed(e.message().to_owned()))?,
+        Err(panic) => fail_as(
+            store,
+            &lease,
+            Verdict::Panicked(format!("handler panicked: {}", panic_message(&*panic))),
+        )?,
+    };
+    Ok(Ran {
+        job: lease.job,
+        attempt: lease.attempt,
+        verdict,
+    })
+}
+
+fn commit(store: &dyn LeaseBackend, lease: &Lease, output: Output) -> Result<Verdict> {
+    let Output { bytes, writes } = output;
+    let committed = match writes {
+        Some(writes) => store.complete_with_writes(lease, &bytes, None, writes),
+        None => store.complete(lease, &bytes, None),
+    };
+    match committed {
+        Ok(()) => Ok(Verdict::Committed),
+        Err(e) if e.is_lease_lost() => Ok(Verdict::Fenced),
+        // Rolled back with the lease still held: the attempt fails, as in a pool.
+        Err(e) => match crate::pool::failure_of_rolled_back_completion(&e) {
+            Some(message) => fail_as(store, lease, Verdict::Failed(message)),
+            None => Err(e),
+        },
+    }
+}
+
+/// Records `verdict`'s message as the attempt's failure.
+fn fail_as(store: &dyn LeaseBackend, lease: &Lease, verdict: Verdict) -> Result<Verdict> {
+    let message = match &verdict {
+        Verdict::Failed(m) | Verdict::Panicked(m) => m.as_str(),
+        Verdict::Committed | Verdict::Fenced => "",
+    };
+    match store.fail(lease, message, None) {
+        Ok(_) => Ok(verdict),
+        Err(e) if e.is_lease_lost() => Ok(Verdict::Fenced),
+        Err(e) => Err(e),
     }
 }
