@@ -681,6 +681,49 @@ mod suite {
         );
     }
 
+    /// Where `LISTEN` hears nothing (behind a transaction-mode pooler), an idle pool still
+    /// finds another machine's work by polling: here a handle with its listener turned off.
+    #[test]
+    fn without_listen_an_idle_pool_finds_another_handles_enqueue_by_polling() {
+        let mut db = db!("no listen");
+        let deaf = db.builder().listen(false).open().unwrap();
+        let there = db.store();
+        let runs = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let r = runs.clone();
+        let pool = leasehold::WorkerPool::builder(deaf.clone(), Q)
+            .start(move |_| {
+                r.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                Ok(Vec::new())
+            })
+            .unwrap();
+        wait_until("the pool to go idle", || pool.stats().idle_waits >= 1);
+        for i in 0..3 {
+            there.enqueue(NewJob::new(Q, format!("{i}"))).unwrap();
+        }
+        wait_until("the polling pool to run the other handle's jobs", || {
+            runs.load(std::sync::atomic::Ordering::SeqCst) == 3
+        });
+        assert_eq!(there.stats().unwrap().total(JobState::Succeeded), 3);
+        // No connection of the deaf handle listens; one of a handle with the listener on
+        // (the same query finds it) does once its pool waits for work.
+        let listeners = |db: &mut Db| -> i64 {
+            db.admin
+                .query_one(
+                    "SELECT count(*) FROM pg_stat_activity WHERE query = $1",
+                    &[&format!("LISTEN leasehold_{}", db.schema)],
+                )
+                .unwrap()
+                .get(0)
+        };
+        assert_eq!(listeners(&mut db), 0);
+        let hearing = leasehold::WorkerPool::builder(there.clone(), Q)
+            .start(|_| Ok(Vec::new()))
+            .unwrap();
+        wait_until("the other handle's listener", || listeners(&mut db) == 1);
+        drop(hearing);
+        drop(pool);
+    }
+
     /// The pid of the server backend of a connection of this test's schema that waits for a
     /// lock, once there is one.
     fn waiting_backend(db: &mut Db) -> i32 {

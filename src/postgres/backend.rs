@@ -108,6 +108,9 @@ impl PgStore {
     /// Starts the `LISTEN` thread if it is not running: a pool is about to wait for work.
     fn listening(&self) {
         self.inner.listener.get_or_init(|| {
+            if !self.inner.settings.listen {
+                return None;
+            }
             let started = super::listen::Listener::start(
                 self.inner.config.clone(),
                 self.inner.names.channel.clone(),

@@ -64,6 +64,7 @@ pub(crate) struct Settings {
     pub(crate) reap_batch: usize,
     pub(crate) retention: Option<Duration>,
     pub(crate) vacuum_when_dead: Option<u64>,
+    pub(crate) listen: bool,
     connections: usize,
     statement_timeout: Duration,
 }
@@ -128,6 +129,15 @@ impl PgStoreBuilder {
     /// past them. `None` leaves vacuuming to autovacuum alone. Default: 20,000.
     pub fn vacuum_when_dead(mut self, dead: Option<u64>) -> PgStoreBuilder {
         self.settings.vacuum_when_dead = dead;
+        self
+    }
+
+    /// Whether the handle keeps a `LISTEN` connection to hear other machines' enqueues
+    /// (once a pool waits for work). Turn it off behind a transaction-mode connection
+    /// pooler (PgBouncer, say), where `LISTEN` is accepted but hears nothing: idle pools
+    /// then find work by their jittered polling alone (every 250–500 ms). Default: on.
+    pub fn listen(mut self, listen: bool) -> PgStoreBuilder {
+        self.settings.listen = listen;
         self
     }
 
@@ -243,6 +253,7 @@ impl PgStore {
                 reap_batch: DEFAULT_REAP_BATCH,
                 retention: None,
                 vacuum_when_dead: Some(DEFAULT_VACUUM_WHEN_DEAD),
+                listen: true,
                 connections: 16,
                 statement_timeout: Duration::from_secs(30),
             },
