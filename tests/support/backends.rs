@@ -35,15 +35,70 @@ impl AppWrite {
     /// The error the application's write ends with when `then_fail`.
     pub const FAILURE: &'static str = "the application's write did not validate";
 
-    /// What the write ends with, after its own statements: an error or a panic if asked.
-    fn end(&self) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    /// The write in the store's transaction `t`: `key = value`, the follow-up job if any,
+    /// then the error or panic asked for. Returns the follow-up's id.
+    fn apply(&self, t: &mut dyn AppTx) -> Result<Option<JobId>, BoxError> {
+        self.ran.set(true);
+        t.put(&self.key, self.value)?;
+        let next = match &self.follow_up {
+            Some(job) => Some(t.enqueue(job.clone())?),
+            None => None,
+        };
         if self.then_panic {
             panic!("writes exploded");
         }
         match self.then_fail {
             true => Err(AppWrite::FAILURE.into()),
-            false => Ok(()),
+            false => Ok(next),
         }
+    }
+}
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The application's error as the store returns it from a transaction of its own.
+fn store_error(e: BoxError) -> leasehold::Error {
+    match e.downcast::<leasehold::Error>() {
+        Ok(ours) => *ours,
+        Err(theirs) => leasehold::Error::Application(theirs),
+    }
+}
+
+/// A store's transaction as the application's write sees it: its own table, and enqueues.
+trait AppTx {
+    fn put(&mut self, key: &str, value: u64) -> Result<(), BoxError>;
+    fn enqueue(&mut self, job: NewJob) -> leasehold::Result<JobId>;
+}
+
+/// The application's table on redb.
+const APP: redb::TableDefinition<&str, u64> = redb::TableDefinition::new("app_values");
+
+impl AppTx for leasehold::Transaction<'_, '_> {
+    fn put(&mut self, key: &str, value: u64) -> Result<(), BoxError> {
+        self.open_table(APP)?.insert(key, value)?;
+        Ok(())
+    }
+    fn enqueue(&mut self, job: NewJob) -> leasehold::Result<JobId> {
+        leasehold::Transaction::enqueue(self, job)
+    }
+}
+
+/// A PostgreSQL transaction and the statement that writes the application's table.
+#[cfg(feature = "postgres")]
+struct PgApp<'a, 't, 'c> {
+    t: &'a mut leasehold::postgres::PgTransaction<'t, 'c>,
+    upsert: &'a str,
+}
+
+#[cfg(feature = "postgres")]
+impl AppTx for PgApp<'_, '_, '_> {
+    fn put(&mut self, key: &str, value: u64) -> Result<(), BoxError> {
+        let value = i64::try_from(value)?;
+        self.t.sql().execute(self.upsert, &[&key, &value])?;
+        Ok(())
+    }
+    fn enqueue(&mut self, job: NewJob) -> leasehold::Result<JobId> {
+        self.t.enqueue(job)
     }
 }
 
@@ -232,11 +287,6 @@ macro_rules! model_store {
     };
 }
 
-/// The application's table on redb.
-const APP: redb::TableDefinition<&str, u64> = redb::TableDefinition::new("app_values");
-
-type AppResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
-
 model_store!(Store, Store::now, {
     fn write_transactions(&self) -> Option<u64> {
         Some(self.metrics().write_transactions)
@@ -248,40 +298,17 @@ model_store!(Store, Store::now, {
         app: &AppWrite,
     ) -> leasehold::Result<Option<JobId>> {
         let mut next = None;
-        self.complete_with(l, output, |t| -> AppResult {
-            app.ran.set(true);
-            t.open_table(APP)?.insert(app.key.as_str(), app.value)?;
-            if let Some(job) = &app.follow_up {
-                next = Some(t.enqueue(job.clone())?);
-            }
-            app.end()
+        self.complete_with(l, output, |t| {
+            next = app.apply(t)?;
+            Ok::<(), BoxError>(())
         })?;
         Ok(next)
     }
     fn app_output(&self, output: Vec<u8>, app: AppWrite) -> leasehold::Output {
-        leasehold::Output::with_writes(output, move |t| -> AppResult {
-            t.open_table(APP)?.insert(app.key.as_str(), app.value)?;
-            if let Some(job) = &app.follow_up {
-                t.enqueue(job.clone())?;
-            }
-            app.end()
-        })
+        leasehold::Output::with_writes(output, move |t| app.apply(t).map(|_| ()))
     }
     fn transaction_app(&self, app: &AppWrite) -> leasehold::Result<Option<JobId>> {
-        self.transaction(|t| {
-            app.ran.set(true);
-            let mut next = None;
-            if let Some(job) = &app.follow_up {
-                next = Some(t.enqueue(job.clone())?);
-            }
-            t.open_table(APP)?
-                .insert(app.key.as_str(), app.value)
-                .map_err(redb::Error::from)?;
-            match app.then_fail {
-                true => Err(leasehold::Error::Application(AppWrite::FAILURE.into())),
-                false => Ok(next),
-            }
-        })
+        self.transaction(|t| app.apply(t).map_err(store_error))
     }
     fn app_value(&self, key: &str) -> Option<u64> {
         let read = self.begin_read().expect("read");
@@ -307,44 +334,24 @@ model_store!(
             output: &[u8],
             app: &AppWrite,
         ) -> leasehold::Result<Option<JobId>> {
-            let mut next = None;
-            let upsert = pg_upsert(self);
-            self.complete_with(l, output, |t| -> AppResult {
-                app.ran.set(true);
-                t.sql()
-                    .execute(&upsert, &[&app.key, &pg_value(app.value)])?;
-                if let Some(job) = &app.follow_up {
-                    next = Some(t.enqueue(job.clone())?);
-                }
-                app.end()
+            let (mut next, upsert) = (None, pg_upsert(self));
+            self.complete_with(l, output, |t| {
+                next = app.apply(&mut PgApp { t, upsert: &upsert })?;
+                Ok::<(), BoxError>(())
             })?;
             Ok(next)
         }
         fn app_output(&self, output: Vec<u8>, app: AppWrite) -> leasehold::Output {
             let upsert = pg_upsert(self);
-            leasehold::Output::with_sql(output, move |t| -> AppResult {
-                t.sql()
-                    .execute(&upsert, &[&app.key, &pg_value(app.value)])?;
-                if let Some(job) = &app.follow_up {
-                    t.enqueue(job.clone())?;
-                }
-                app.end()
+            leasehold::Output::with_sql(output, move |t| {
+                app.apply(&mut PgApp { t, upsert: &upsert }).map(|_| ())
             })
         }
         fn transaction_app(&self, app: &AppWrite) -> leasehold::Result<Option<JobId>> {
             let upsert = pg_upsert(self);
             self.transaction_with(|t| {
-                app.ran.set(true);
-                let mut next = None;
-                if let Some(job) = &app.follow_up {
-                    next = Some(t.enqueue(job.clone())?);
-                }
-                t.sql()
-                    .execute(&upsert, &[&app.key, &pg_value(app.value)])?;
-                match app.then_fail {
-                    true => Err(leasehold::Error::Application(AppWrite::FAILURE.into())),
-                    false => Ok(next),
-                }
+                app.apply(&mut PgApp { t, upsert: &upsert })
+                    .map_err(store_error)
             })
         }
         fn app_value(&self, key: &str) -> Option<u64> {
@@ -366,9 +373,4 @@ fn pg_upsert(store: &leasehold::postgres::PgStore) -> String {
          ON CONFLICT (key) DO UPDATE SET value = excluded.value",
         store.schema()
     )
-}
-
-#[cfg(feature = "postgres")]
-fn pg_value(v: u64) -> i64 {
-    i64::try_from(v).expect("a value PostgreSQL's bigint holds")
 }

@@ -87,6 +87,29 @@ impl Setup {
     }
 }
 
+/// A builder of either store with `setup` applied (their setters share names and types).
+macro_rules! configured {
+    ($builder:expr, $setup:expr) => {{
+        let (mut b, s) = ($builder, &$setup);
+        if let Some(n) = s.max_payload {
+            b = b.max_payload(n);
+        }
+        if let Some(n) = s.reap_batch {
+            b = b.reap_batch(n);
+        }
+        if let Some(n) = s.default_max_attempts {
+            b = b.default_max_attempts(n);
+        }
+        if let Some(p) = s.retry_policy {
+            b = b.retry_policy(p);
+        }
+        if let Some(d) = s.retention {
+            b = b.retention(d);
+        }
+        b
+    }};
+}
+
 /// Where a backend's data lives.
 enum Place {
     Redb(tempfile::TempDir),
@@ -160,48 +183,25 @@ impl Backend {
 
     /// Opens a new handle on the backend's data with its clock and settings.
     fn connect(&self) -> Arc<dyn ModelStore> {
-        let s = &self.setup;
         match &self.place {
             Place::Redb(dir) => {
-                let mut b = leasehold::Store::builder(dir.path().join("store.redb"))
+                let b = leasehold::Store::builder(dir.path().join("store.redb"))
                     .clock(self.clock.clone());
-                if let Some(n) = s.max_payload {
-                    b = b.max_payload(n);
-                }
-                if let Some(n) = s.reap_batch {
-                    b = b.reap_batch(n);
-                }
-                if let Some(n) = s.default_max_attempts {
-                    b = b.default_max_attempts(n);
-                }
-                if let Some(p) = s.retry_policy {
-                    b = b.retry_policy(p);
-                }
-                if let Some(d) = s.retention {
-                    b = b.retention(d);
-                }
-                Arc::new(b.open().expect("open the redb store"))
+                Arc::new(
+                    configured!(b, self.setup)
+                        .open()
+                        .expect("open the redb store"),
+                )
             }
             Place::Postgres { url, schema, .. } => {
-                let mut b = leasehold::postgres::PgStore::builder(url)
+                let b = leasehold::postgres::PgStore::builder(url)
                     .schema(schema)
                     .simulated_clock(self.clock.clone());
-                if let Some(n) = s.max_payload {
-                    b = b.max_payload(n);
-                }
-                if let Some(n) = s.reap_batch {
-                    b = b.reap_batch(n);
-                }
-                if let Some(n) = s.default_max_attempts {
-                    b = b.default_max_attempts(n);
-                }
-                if let Some(p) = s.retry_policy {
-                    b = b.retry_policy(p);
-                }
-                if let Some(d) = s.retention {
-                    b = b.retention(d);
-                }
-                Arc::new(b.open().expect("open the PostgreSQL store"))
+                Arc::new(
+                    configured!(b, self.setup)
+                        .open()
+                        .expect("open the PostgreSQL store"),
+                )
             }
         }
     }
