@@ -42,8 +42,27 @@ impl PgStore {
     ) -> (Vec<Result<()>>, Result<Vec<Lease>>) {
         let s = self.settings();
         let outcome = self.transaction(|tx, p| {
+            // The common case in one statement: every completion whose fence holds. Those it
+            // did not complete (refused, too large, or a repeat of one in this batch) go one
+            // by one through the single completion, which says why.
+            let mut seen = std::collections::HashSet::new();
+            let batch: Vec<_> = done
+                .iter()
+                .filter(|(job, at, output, _)| {
+                    output.len() <= s.max_payload && seen.insert((*job, *at))
+                })
+                .map(|(job, at, output, progress)| (*job, *at, output.as_slice(), *progress))
+                .collect();
+            let mut completed = match batch.len() {
+                0 | 1 => Default::default(),
+                _ => protocol::complete_many(tx, p, &batch)?,
+            };
             let mut results = Vec::with_capacity(done.len());
             for (job, attempt, output, progress) in done {
+                if completed.remove(&(*job, *attempt)) {
+                    results.push(Ok(()));
+                    continue;
+                }
                 match protocol::complete(tx, p, s, *job, *attempt, output, *progress) {
                     Err(e) if !e.is_refusal() => return Err(e),
                     result => results.push(result),

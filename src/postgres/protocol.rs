@@ -446,32 +446,6 @@ fn not_renewed(
 
 // ----- ends of an attempt -----
 
-const COMPLETE: &str = "
-WITH c AS MATERIALIZED (SELECT {now} AS t),
-old AS (
-    SELECT id, attempt, lease_owner, lease_claimed_at, progress FROM {s}.leasehold_jobs
-    WHERE id = $1 AND attempt = $2 AND state = 'running'
-    FOR UPDATE
-),
-done AS (
-    UPDATE {s}.leasehold_jobs j
-    SET state = 'succeeded', finished_at = c.t, updated_at = c.t,
-        output = CASE WHEN octet_length($3::bytea) > 0 THEN $3::bytea END,
-        progress = coalesce($4::bigint, j.progress),
-        progress_at = CASE WHEN $4::bigint IS NOT NULL AND $4::bigint <> j.progress
-                           THEN c.t ELSE j.progress_at END,
-        lease_owner = NULL, lease_claimed_at = NULL, lease_expires_at = NULL,
-        lease_indexed_expiry = NULL, lease_length_us = NULL, stall_timeout_us = NULL
-    FROM old, c
-    WHERE j.id = old.id
-    RETURNING j.id, j.attempt, old.lease_owner, old.lease_claimed_at, j.progress
-)
-INSERT INTO {s}.leasehold_runs (job, attempt, worker, claimed_at, ended_at, outcome, progress)
-SELECT done.id, done.attempt, done.lease_owner, done.lease_claimed_at, c.t, 'succeeded',
-    done.progress
-FROM done, c
-RETURNING job";
-
 /// Completes the attempt: the job succeeded and `output` is kept. One statement when the
 /// fence holds (the common case); a refusal takes the slow path, which says why.
 pub(crate) fn complete(
@@ -484,12 +458,7 @@ pub(crate) fn complete(
     progress: Option<u64>,
 ) -> Result<()> {
     input::check_size("output", output.len(), s.max_payload)?;
-    let st = p.get(tx, COMPLETE)?;
-    let progress_i = progress.map(clamp);
-    if tx
-        .query_opt(&st, &[&key(job), &i64::from(at.0), &output, &progress_i])?
-        .is_some()
-    {
+    if !complete_many(tx, p, &[(job, at, output, progress)])?.is_empty() {
         return Ok(());
     }
     let mut record = fence(tx, p, job, at, Refusal::Write)?;
@@ -504,6 +473,58 @@ pub(crate) fn complete(
     }
     end_attempt(tx, p, &record, Outcome::Succeeded, Next::Succeeded, now)?;
     Ok(())
+}
+
+/// Completes attempts whose fence holds, in one statement: locks each row under the fence
+/// (`id AND attempt AND state = 'running'`), in id order so that two batches never wait on
+/// each other in a cycle, ends the attempt and writes its history row.
+const COMPLETE_MANY: &str = "
+WITH c AS MATERIALIZED (SELECT {now} AS t),
+r AS (SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bytea[], $4::bigint[])
+          AS r(id, attempt, output, progress)),
+old AS (
+    SELECT j.id, j.attempt, j.lease_owner, j.lease_claimed_at, r.output, r.progress AS reported
+    FROM {s}.leasehold_jobs j JOIN r ON j.id = r.id AND j.attempt = r.attempt
+    WHERE j.state = 'running'
+    ORDER BY j.id
+    FOR UPDATE OF j
+),
+done AS (
+    UPDATE {s}.leasehold_jobs j
+    SET state = 'succeeded', finished_at = c.t, updated_at = c.t,
+        output = CASE WHEN octet_length(old.output) > 0 THEN old.output END,
+        progress = coalesce(old.reported, j.progress),
+        progress_at = CASE WHEN old.reported IS NOT NULL AND old.reported <> j.progress
+                           THEN c.t ELSE j.progress_at END,
+        lease_owner = NULL, lease_claimed_at = NULL, lease_expires_at = NULL,
+        lease_indexed_expiry = NULL, lease_length_us = NULL, stall_timeout_us = NULL
+    FROM old, c
+    WHERE j.id = old.id
+    RETURNING j.id, j.attempt, old.lease_owner, old.lease_claimed_at, j.progress
+)
+INSERT INTO {s}.leasehold_runs (job, attempt, worker, claimed_at, ended_at, outcome, progress)
+SELECT done.id, done.attempt, done.lease_owner, done.lease_claimed_at, c.t, 'succeeded',
+    done.progress
+FROM done, c
+RETURNING job, attempt";
+
+/// Completes many attempts with one statement where their fences hold; returns those it
+/// completed. The caller completes the others one by one, which says why each was refused.
+/// Each attempt may appear once; its output must be within the size limit.
+pub(crate) fn complete_many(
+    tx: Tx<'_, '_>,
+    p: &mut Prepared<'_>,
+    done: &[(JobId, Attempt, &[u8], Option<u64>)],
+) -> Result<std::collections::HashSet<(JobId, Attempt)>> {
+    let st = p.get(tx, COMPLETE_MANY)?;
+    let ids: Vec<i64> = done.iter().map(|d| key(d.0)).collect();
+    let attempts: Vec<i64> = done.iter().map(|d| i64::from(d.1.0)).collect();
+    let outputs: Vec<&[u8]> = done.iter().map(|d| d.2).collect();
+    let progress: Vec<Option<i64>> = done.iter().map(|d| d.3.map(clamp)).collect();
+    tx.query(&st, &[&ids, &attempts, &outputs, &progress])?
+        .iter()
+        .map(|row| Ok((id(row.get(0)), attempt(row.get(1))?)))
+        .collect()
 }
 
 /// Fails the attempt: retried after a backoff while the budget lasts, else dead.

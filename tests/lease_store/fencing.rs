@@ -26,6 +26,7 @@ crate::on_both::on_both!(
     a_fenced_out_completion_commits_no_follow_up_job,
     a_follow_up_job_that_is_refused_rolls_the_completion_back,
     a_job_whose_attempt_counter_is_exhausted_is_never_leased_with_an_equal_fence,
+    a_completion_repeated_within_one_batch_commits_once_and_the_repeat_is_refused,
 );
 
 /// A job taken from `a` by the reaper and claimed by `b`: returns (stale, live) leases.
@@ -476,4 +477,24 @@ fn a_job_whose_attempt_counter_is_exhausted_is_never_leased_with_an_equal_fence(
         "{problems:?}"
     );
     f.close_unchecked(); // its final check would fail on the forgery
+}
+
+fn a_completion_repeated_within_one_batch_commits_once_and_the_repeat_is_refused(kind: Kind) {
+    let f = kind.open();
+    let ids = f.enqueue_n(3);
+    let leases = f.claim_batch(Q, "w", lease(), 3).unwrap();
+    let results = f.complete_batch(&[
+        (&leases[0], b"first".as_slice()),
+        (&leases[1], b"b".as_slice()),
+        (&leases[0], b"again".as_slice()),
+        (&leases[2], b"c".as_slice()),
+    ]);
+    assert!(results[0].is_ok() && results[1].is_ok() && results[3].is_ok());
+    let repeat = results[2].as_ref().unwrap_err().lease_lost().unwrap();
+    assert!(repeat.ended_by_holder, "{repeat}");
+    assert_eq!(f.output(ids[0]).unwrap().unwrap(), b"first");
+    for id in &ids {
+        assert_eq!(f.history(*id).unwrap().len(), 1, "one history row each");
+    }
+    assert_eq!(f.stats().unwrap().counters.fenced_writes_rejected, 1);
 }
