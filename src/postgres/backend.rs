@@ -43,14 +43,17 @@ impl PgStore {
         let s = self.settings();
         let outcome = self.transaction(|tx, p| {
             // The common case in one statement: every completion whose fence holds. Those it
-            // did not complete (refused, too large, or a repeat of one in this batch) go one
-            // by one through the single completion, which says why.
-            let mut seen = std::collections::HashSet::new();
+            // did not complete (refused or too large) go one by one through the single
+            // completion, which says why; so do all of a job that appears more than once
+            // (a stale attempt beside the live one, a repeat), in their order, since each
+            // one's answer depends on the one before.
+            let mut times = std::collections::HashMap::new();
+            for (job, ..) in done {
+                *times.entry(*job).or_insert(0) += 1;
+            }
             let batch: Vec<_> = done
                 .iter()
-                .filter(|(job, at, output, _)| {
-                    output.len() <= s.max_payload && seen.insert((*job, *at))
-                })
+                .filter(|(job, _, output, _)| output.len() <= s.max_payload && times[job] == 1)
                 .map(|(job, at, output, progress)| (*job, *at, output.as_slice(), *progress))
                 .collect();
             let mut completed = match batch.len() {

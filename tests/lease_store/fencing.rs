@@ -27,6 +27,7 @@ crate::on_both::on_both!(
     a_follow_up_job_that_is_refused_rolls_the_completion_back,
     a_job_whose_attempt_counter_is_exhausted_is_never_leased_with_an_equal_fence,
     a_completion_repeated_within_one_batch_commits_once_and_the_repeat_is_refused,
+    a_stale_completion_before_the_live_one_in_a_batch_is_answered_as_if_alone_and_first,
 );
 
 /// A job taken from `a` by the reaper and claimed by `b`: returns (stale, live) leases.
@@ -497,4 +498,26 @@ fn a_completion_repeated_within_one_batch_commits_once_and_the_repeat_is_refused
         assert_eq!(f.history(*id).unwrap().len(), 1, "one history row each");
     }
     assert_eq!(f.stats().unwrap().counters.fenced_writes_rejected, 1);
+}
+
+/// Found by the model against PostgreSQL, whose batch completed the live attempt before
+/// answering the stale one: each completion of a batch answers as if it came alone, in the
+/// batch's order, so the stale one, first, finds the live attempt still running.
+fn a_stale_completion_before_the_live_one_in_a_batch_is_answered_as_if_alone_and_first(kind: Kind) {
+    let f = kind.open();
+    let (stale, live) = reclaimed_pair(&f);
+    let other = {
+        f.enqueue_n(1);
+        f.claim_one("b")
+    };
+    let results = f.complete_batch(&[
+        (&stale, b"stale".as_slice()),
+        (&other, b"other".as_slice()),
+        (&live, b"live".as_slice()),
+    ]);
+    let refused = results[0].as_ref().unwrap_err().lease_lost().unwrap();
+    assert_eq!(refused.found, Some((live.attempt, JobState::Running)));
+    assert!(!refused.ended_by_holder);
+    assert!(results[1].is_ok() && results[2].is_ok(), "{results:?}");
+    assert_eq!(f.output(live.job).unwrap().unwrap(), b"live");
 }
