@@ -44,7 +44,7 @@ fn dispatch_until_stopped(
     loop {
         if free == 0 && !shared.handover.pending() {
             // Wait for a free worker.
-            if !next_slot(slots, stop) {
+            if !next_slot(shared, slots, stop) {
                 return;
             }
             free = 1;
@@ -87,7 +87,7 @@ fn dispatch_until_stopped(
                     Intake::Claim(_) => {
                         // Every worker is busy and enough is claimed ahead: wait for one to
                         // finish (a finished worker's hand-over comes with its slot).
-                        if !next_slot(slots, stop) {
+                        if !next_slot(shared, slots, stop) {
                             return;
                         }
                         free += 1;
@@ -127,11 +127,22 @@ fn dispatch_until_stopped(
 }
 
 /// Waits for a worker to free its slot: `false` if the pool is stopping (or its workers are
-/// gone) instead.
-fn next_slot(slots: &Receiver<()>, stop: &Receiver<()>) -> bool {
-    select! {
-        recv(slots) -> slot => slot.is_ok(),
-        recv(stop) -> _ => false,
+/// gone) instead. Meanwhile it looks at the renewals as often as a shedding dispatcher does: with every
+/// worker busy, a heartbeat stuck on a database that went silent (a machine cut off) would
+/// otherwise leave leases that ran out on the store clock with handlers still working on
+/// them, which only this look can interrupt.
+fn next_slot(shared: &Shared, slots: &Receiver<()>, stop: &Receiver<()>) -> bool {
+    loop {
+        select! {
+            recv(slots) -> slot => return slot.is_ok(),
+            recv(stop) -> _ => return false,
+            default(recheck(shared)) => {
+                let now = shared.store.now();
+                if !shared.renewals_healthy(now) {
+                    shared.shed_expired(now);
+                }
+            }
+        }
     }
 }
 
