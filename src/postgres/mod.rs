@@ -43,6 +43,12 @@ use crate::retry::RetryPolicy;
 /// rows); see [`PgStoreBuilder::vacuum_when_dead`].
 const DEFAULT_VACUUM_WHEN_DEAD: u64 = 20_000;
 
+/// The client's keepalive idle time when nothing sets it (2 hours), and ours.
+const DEFAULT_KEEPALIVES_IDLE: Duration = Duration::from_secs(2 * 60 * 60);
+const KEEPALIVES_IDLE: Duration = Duration::from_secs(10);
+/// How long sent data may go unacknowledged before the connection is given up.
+const TCP_USER_TIMEOUT: Duration = Duration::from_secs(15);
+
 /// How long opening a connection may take unless the URL says otherwise.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -170,6 +176,23 @@ impl PgStoreBuilder {
         // own minutes (a URL's connect_timeout is kept).
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(CONNECT_TIMEOUT);
+        }
+        // A connection to a database that went silent (a machine cut off, a server gone
+        // without a word) fails in about half a minute rather than TCP's own quarter hour:
+        // keepalives after 10 s idle, and sent data unacknowledged for 15 s ends it (unless
+        // the URL says otherwise). A live server acknowledges at once however long a
+        // statement runs, so this never cuts a slow statement short.
+        if config.get_keepalives_idle() == DEFAULT_KEEPALIVES_IDLE {
+            config.keepalives_idle(KEEPALIVES_IDLE);
+        }
+        if config.get_keepalives_interval().is_none() {
+            config.keepalives_interval(Duration::from_secs(2));
+        }
+        if config.get_keepalives_retries().is_none() {
+            config.keepalives_retries(3);
+        }
+        if config.get_tcp_user_timeout().is_none() {
+            config.tcp_user_timeout(TCP_USER_TIMEOUT);
         }
         let schema = schema::Names::new(&self.schema, self.simulated_clock.is_some())?;
         let store = PgStore {
