@@ -1190,7 +1190,10 @@ mod suite {
     impl Partitionable {
         /// `None` where namespaces cannot be made (not root, no `ip`).
         fn new() -> Option<Partitionable> {
-            let n = std::process::id() % 200 + 20;
+            // Unique per test of this process (they run in parallel), within one octet.
+            static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+            let k = NEXT.fetch_add(1, std::sync::atomic::Ordering::SeqCst) % 4;
+            let n = std::process::id() % 50 * 4 + k + 20;
             let (ns, host_link, ns_link) =
                 (format!("lhns{n}"), format!("lhh{n}"), format!("lhn{n}"));
             let (host_ip, ns_ip) = (format!("10.77.{n}.1"), format!("10.77.{n}.2"));
@@ -1231,6 +1234,19 @@ mod suite {
             made.then_some(net)
         }
 
+        /// The database as the namespace sees it: through the veth, relayed to the server.
+        fn url_of(&self, db: &Db) -> String {
+            let config: postgres::Config = db.url.parse().unwrap();
+            let server = match (config.get_hosts().first(), config.get_ports().first()) {
+                (Some(postgres::config::Host::Tcp(h)), Some(p)) => format!("{h}:{p}"),
+                _ => panic!("LEASEHOLD_PG_URL must name a TCP host and port: {}", db.url),
+            };
+            let port = relay(&self.host_ip, server);
+            let user = config.get_user().unwrap_or("postgres");
+            let dbname = config.get_dbname().unwrap_or("test");
+            format!("postgres://{user}@{}:{port}/{dbname}", self.host_ip)
+        }
+
         fn link(&self, up: bool) {
             let state = if up { "up" } else { "down" };
             let ok = std::process::Command::new("ip")
@@ -1251,6 +1267,30 @@ mod suite {
                 .args(["link", "del", &self.host_link])
                 .stderr(std::process::Stdio::null())
                 .status();
+        }
+    }
+
+    /// A helper process killed when the test ends, however it ends: one left running in a
+    /// namespace would hold the test's pipes (and the harness) open.
+    struct Helper(std::process::Child);
+
+    impl Drop for Helper {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+
+    impl std::ops::Deref for Helper {
+        type Target = std::process::Child;
+        fn deref(&self) -> &std::process::Child {
+            &self.0
+        }
+    }
+
+    impl std::ops::DerefMut for Helper {
+        fn deref_mut(&mut self) -> &mut std::process::Child {
+            &mut self.0
         }
     }
 
@@ -1280,27 +1320,20 @@ mod suite {
             say("the partition test did not run: network namespaces cannot be made here");
             return;
         };
-        // the database as the namespace sees it: through the veth, relayed to the server
-        let config: postgres::Config = db.url.parse().unwrap();
-        let server = match (config.get_hosts().first(), config.get_ports().first()) {
-            (Some(postgres::config::Host::Tcp(h)), Some(p)) => format!("{h}:{p}"),
-            _ => panic!("LEASEHOLD_PG_URL must name a TCP host and port: {}", db.url),
-        };
-        let port = relay(&net.host_ip, server);
-        let user = config.get_user().unwrap_or("postgres");
-        let dbname = config.get_dbname().unwrap_or("test");
-        let url = format!("postgres://{user}@{}:{port}/{dbname}", net.host_ip);
+        let url = net.url_of(&db);
         let store = db.store();
         let id = store.enqueue(NewJob::new("p", "x")).unwrap();
-        let mut worker = super::helper_process::command_under(
-            &["ip", "netns", "exec", &net.ns],
-            "pg-holder",
-            ["--url", &url, "--schema", &db.schema, "--lease-ms", "1500"],
-        )
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+        let mut worker = Helper(
+            super::helper_process::command_under(
+                &["ip", "netns", "exec", &net.ns],
+                "pg-holder",
+                ["--url", &url, "--schema", &db.schema, "--lease-ms", "1500"],
+            )
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap(),
+        );
         let mut said = super::helper_process::stdout_lines(&mut worker);
         let claimed = said.next().unwrap().unwrap();
         assert_eq!(claimed, format!("claimed {id} 1"));
@@ -1352,5 +1385,135 @@ mod suite {
             (history[1].worker(), history[1].outcome()),
             ("survivor", Some(&Outcome::Succeeded))
         );
+    }
+
+    /// A whole worker machine cut off: a pool of four, every worker busy, loses its database
+    /// past its leases. It stops the handlers that listen for it by itself (its renewals
+    /// hang on the silent connection, so its dispatcher must notice), a survivor outside
+    /// takes every job over and commits it, and once the link is back the handlers that never
+    /// listened finish and try to commit with their SQL: every such write is refused, and each
+    /// job's effect exists exactly once, the survivor's.
+    #[test]
+    fn a_whole_pool_cut_off_past_its_leases_stops_its_handlers_and_its_late_writes_are_refused() {
+        let mut db = db!("pool partition");
+        let Some(net) = Partitionable::new() else {
+            say("the pool partition test did not run: network namespaces cannot be made here");
+            return;
+        };
+        let url = net.url_of(&db);
+        let store = db.store();
+        db.sql("CREATE TABLE {s}.effects (job bigint NOT NULL, who text NOT NULL)");
+        let ids: BTreeSet<u64> = store
+            .enqueue_batch((0..4).map(|i| NewJob::new("pp", format!("{i}"))))
+            .unwrap()
+            .iter()
+            .map(|id| id.0)
+            .collect();
+        let dir = tempfile::tempdir().unwrap();
+        let go = dir.path().join("go");
+        let mut pool = Helper(
+            super::helper_process::command_under(
+                &["ip", "netns", "exec", &net.ns],
+                "pg-pool",
+                [
+                    "--url",
+                    &url,
+                    "--schema",
+                    &db.schema,
+                    "--lease-ms",
+                    "2000",
+                    "--workers",
+                    "4",
+                    "--go",
+                    go.to_str().unwrap(),
+                ],
+            )
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap(),
+        );
+        let said = super::helper_process::stdout_channel(&mut pool);
+        // The pool's next line starting with `prefix`; a minute without one fails the test.
+        let next_line = |prefix: &str| -> String {
+            loop {
+                let line = said
+                    .recv_timeout(Duration::from_secs(60))
+                    .unwrap_or_else(|_| panic!("the pool said no \"{prefix}\" line in a minute"));
+                if let Some(rest) = line.strip_prefix(prefix) {
+                    return rest.to_owned();
+                }
+            }
+        };
+        let started: BTreeSet<u64> = (0..4)
+            .map(|_| next_line("started ").parse().unwrap())
+            .collect();
+        assert_eq!(started, ids);
+
+        net.link(false);
+        // the pool stops its obedient handlers itself once their leases run out
+        let stopped: BTreeSet<u64> = (0..2)
+            .map(|_| {
+                let line = next_line("interrupted ");
+                assert!(line.ends_with("Err(Interrupted(LeaseExpired))"), "{line}");
+                line.split(' ').next().unwrap().parse().unwrap()
+            })
+            .collect();
+        assert!(stopped.iter().all(|id| id % 2 == 0), "{stopped:?}");
+        // meanwhile a survivor takes every job over and commits it with its effect
+        let mut taken = BTreeSet::new();
+        wait_until("the survivor to take every job over", || {
+            while let Some(lease) = store.claim("pp", "survivor", LEASE).unwrap() {
+                let sql = format!(
+                    "INSERT INTO {}.effects (job, who) VALUES ($1, 'survivor')",
+                    db.schema
+                );
+                let job = lease.job.0 as i64;
+                store
+                    .complete_with(&lease, b"survivor", |t| {
+                        t.sql().execute(&sql, &[&job])?;
+                        Ok::<(), postgres::Error>(())
+                    })
+                    .unwrap();
+                taken.insert(lease.job.0);
+            }
+            taken.len() == 4
+        });
+
+        // reconnected: the handlers that never listened finish now, and their SQL is refused
+        net.link(true);
+        std::fs::write(&go, b"").unwrap();
+        for _ in 0..2 {
+            next_line("finishing ");
+        }
+        drop(pool.stdin.take());
+        let stats = next_line("stats ");
+        let _ = pool.wait();
+        let rejected: u64 = stats.split(' ').next().unwrap().parse().unwrap();
+        assert!(rejected >= 2, "both late completions refused: {stats}");
+        let effects: Vec<(i64, String)> = db
+            .admin
+            .query(
+                &format!("SELECT job, who FROM {}.effects ORDER BY job", db.schema),
+                &[],
+            )
+            .unwrap()
+            .iter()
+            .map(|row| (row.get(0), row.get(1)))
+            .collect();
+        assert_eq!(
+            effects,
+            ids.iter()
+                .map(|id| (*id as i64, "survivor".to_owned()))
+                .collect::<Vec<_>>(),
+            "one effect per job, the survivor's"
+        );
+        for id in &ids {
+            let history = store.history(leasehold::JobId(*id)).unwrap();
+            assert_eq!(history.len(), 2, "job {id}: {history:?}");
+            assert_eq!(history[1].worker(), "survivor");
+            assert_eq!(history[1].outcome(), Some(&Outcome::Succeeded));
+        }
+        assert!(store.check().unwrap().is_clean());
     }
 }

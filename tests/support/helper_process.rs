@@ -14,6 +14,8 @@
 //!   (`pg_holder.rs`), for partition tests.
 //! - `pg-worker`: the same on the PostgreSQL store at `--url` in `--schema`, the effect a row
 //!   of that schema's `effects` table (`pg_worker.rs`).
+//! - `pg-pool`: a worker pool on a PostgreSQL store, some of whose handlers obey their
+//!   interruption and some do not (`pg_pool.rs`), for the partition test of a whole machine.
 
 #![allow(dead_code)]
 
@@ -29,6 +31,8 @@ use leasehold::{Sharing, Store};
 mod holder;
 #[path = "pg_holder.rs"]
 mod pg_holder;
+#[path = "pg_pool.rs"]
+mod pg_pool;
 #[path = "pg_worker.rs"]
 mod pg_worker;
 #[path = "worker.rs"]
@@ -93,6 +97,21 @@ pub fn stdout_lines(child: &mut Child) -> Lines<BufReader<ChildStdout>> {
     lines
 }
 
+/// The helper's stdout lines as they come, read by a thread of their own, so that a test can
+/// wait for the next with a deadline.
+pub fn stdout_channel(child: &mut Child) -> crossbeam_channel::Receiver<String> {
+    let lines = stdout_lines(child);
+    let (tx, rx) = crossbeam_channel::unbounded();
+    std::thread::spawn(move || {
+        for line in lines.map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    rx
+}
+
 /// Plays the role this process was started for, then exits; returns at once when it was not
 /// started as a helper (the ordinary `--ignored` run of the suite).
 pub fn run() {
@@ -142,6 +161,13 @@ pub fn run() {
             flags.get("schema").expect("--schema"),
             number("threads", 2) as usize,
             lease,
+        ),
+        "pg-pool" => pg_pool::run(
+            flags.get("url").expect("--url"),
+            flags.get("schema").expect("--schema"),
+            number("workers", 4) as usize,
+            lease,
+            flags.get("go").expect("--go"),
         ),
         other => panic!("no helper role {other:?}"),
     };
