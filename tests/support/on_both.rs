@@ -278,14 +278,19 @@ impl Backend {
 
     fn assert_clean(&self) {
         if let Some(store) = &self.store {
-            let report = store.check().expect("check runs");
-            assert!(
-                report.is_clean(),
-                "integrity check failed: {:#?}",
-                report.problems
-            );
+            assert_clean(store.check());
         }
     }
+}
+
+/// Fails the test unless the integrity check ran and found nothing.
+pub fn assert_clean(check: leasehold::Result<leasehold::CheckReport>) {
+    let report = check.expect("check runs");
+    assert!(
+        report.is_clean(),
+        "integrity check failed: {:#?}",
+        report.problems
+    );
 }
 
 impl std::ops::Deref for Backend {
