@@ -159,6 +159,8 @@ impl PoolBuilder {
             beating: Mutex::new(()),
             claiming: Mutex::new(()),
             last_renewal: AtomicU64::new(0),
+            heartbeat_clock: crate::clock::Stopwatch::start(),
+            last_tick: AtomicU64::new(0),
             counters: Counters::default(),
             handover: handover::Handover::default(),
             concurrency: self.concurrency,

@@ -127,22 +127,31 @@ fn dispatch_until_stopped(
 }
 
 /// Waits for a worker to free its slot: `false` if the pool is stopping (or its workers are
-/// gone) instead. Meanwhile it looks at the renewals as often as a shedding dispatcher does: with every
-/// worker busy, a heartbeat stuck on a database that went silent (a machine cut off) would
-/// otherwise leave leases that ran out on the store clock with handlers still working on
-/// them, which only this look can interrupt.
+/// gone) instead. Meanwhile it looks at the renewals as often as a shedding dispatcher does
+/// (see [`look_at_renewals`]).
 fn next_slot(shared: &Shared, slots: &Receiver<()>, stop: &Receiver<()>) -> bool {
     loop {
         select! {
             recv(slots) -> slot => return slot.is_ok(),
             recv(stop) -> _ => return false,
-            default(recheck(shared)) => {
-                let now = shared.store.now();
-                if !shared.renewals_healthy(now) {
-                    shared.shed_expired(now);
-                }
-            }
+            default(recheck(shared)) => look_at_renewals(shared),
         }
+    }
+}
+
+/// With every worker busy, nothing else would notice a heartbeat that stopped: one stuck in
+/// a renewal that does not return (a database gone silent: a machine cut off), or whose
+/// thread is starved. If renewals are behind and the heartbeat is overdue, shed the leases
+/// that ran out on the store clock, whose handlers would otherwise go on with jobs other
+/// workers may now hold. A heartbeat that still ticks judges its own renewals. A paused
+/// pool is frozen, as a stopped process would be: it sheds nothing.
+fn look_at_renewals(shared: &Shared) {
+    if shared.paused() || !shared.heartbeat_overdue() {
+        return;
+    }
+    let now = shared.store.now();
+    if !shared.renewals_healthy(now) {
+        shared.shed_expired(now);
     }
 }
 

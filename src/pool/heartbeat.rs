@@ -17,6 +17,8 @@ pub(crate) fn heartbeat_loop(shared: &Shared, stop: &Receiver<()>) {
             return;
         }
         let _tick = shared.beating.lock();
+        // A paused pool's timer still runs: its heartbeat is not late when it resumes.
+        shared.ticking();
         if shared.paused() {
             continue;
         }

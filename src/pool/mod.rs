@@ -371,6 +371,10 @@ pub(crate) struct Shared {
     /// Store time of the last successful renewal batch (or of the first claim after an idle
     /// spell): the heartbeat's health.
     last_renewal: AtomicU64,
+    /// When the heartbeat last began a tick, on a clock of the pool's own (real time since
+    /// it started): a heartbeat stuck in a tick, or whose timer is late, stops moving it.
+    pub(crate) heartbeat_clock: crate::clock::Stopwatch,
+    last_tick: AtomicU64,
     pub counters: Counters,
     /// Completions workers handed to the dispatcher.
     pub(crate) handover: handover::Handover,
@@ -444,6 +448,25 @@ impl Shared {
     pub(crate) fn worker_exited(&self) {
         *self.live_workers.lock() -= 1;
         self.workers_exited.notify_all();
+    }
+
+    /// The heartbeat begins a tick.
+    pub(crate) fn ticking(&self) {
+        let at = u64::try_from(self.heartbeat_clock.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.last_tick.store(at, Ordering::SeqCst);
+    }
+
+    /// Whether the heartbeat is overdue: no tick begun for a whole interval and a second more
+    /// (at least half an interval more for slow ones): stuck in a store call that does not
+    /// return, or its thread starved. A renewal under load may take long; one stuck for a
+    /// second past its time while the leases run out is treated as gone.
+    pub(crate) fn heartbeat_overdue(&self) -> bool {
+        let since = self
+            .heartbeat_clock
+            .elapsed()
+            .saturating_sub(Duration::from_nanos(self.last_tick.load(Ordering::SeqCst)));
+        let beat = self.settings.heartbeat();
+        since > beat + (beat / 2).max(Duration::from_secs(1))
     }
 
     pub(crate) fn renewed_at(&self, now: StoreTime) {

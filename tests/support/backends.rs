@@ -56,6 +56,41 @@ impl AppWrite {
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
+/// A transaction held open on a thread of its own, and what ends it; see
+/// [`ModelStore::stall_writes_to`].
+pub struct Stall {
+    release: Option<crossbeam_channel::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Stall {
+    /// Runs `hold` (which calls `entered` once it holds what stalls the writes, then waits
+    /// on `released`) on a thread, and returns once it holds.
+    fn start(
+        hold: impl FnOnce(crossbeam_channel::Sender<()>, crossbeam_channel::Receiver<()>)
+        + Send
+        + 'static,
+    ) -> Stall {
+        let (entered_tx, entered_rx) = crossbeam_channel::bounded(1);
+        let (release_tx, release_rx) = crossbeam_channel::bounded(0);
+        let thread = std::thread::spawn(move || hold(entered_tx, release_rx));
+        entered_rx.recv().expect("the stalling transaction began");
+        Stall {
+            release: Some(release_tx),
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for Stall {
+    fn drop(&mut self) {
+        drop(self.release.take());
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
 /// The application's error as the store returns it from a transaction of its own.
 fn store_error(e: BoxError) -> leasehold::Error {
     match e.downcast::<leasehold::Error>() {
@@ -166,6 +201,9 @@ pub trait ModelStore: Send + Sync {
     fn write_transactions(&self) -> Option<u64>;
     /// A pool on this store.
     fn pool(&self, queue: &str) -> leasehold::PoolBuilder;
+    /// Makes writes to job `id` wait (redb: the writer's seat held; PostgreSQL: the job's
+    /// row locked) until the returned guard drops: a store that stopped answering.
+    fn stall_writes_to(&self, id: JobId) -> Stall;
     /// A handler's output whose application write commits with its completion.
     fn app_output(&self, output: Vec<u8>, app: AppWrite) -> leasehold::Output;
 }
@@ -288,6 +326,16 @@ macro_rules! model_store {
 }
 
 model_store!(Store, Store::now, {
+    fn stall_writes_to(&self, _id: JobId) -> Stall {
+        let store = self.clone();
+        Stall::start(move |entered, released| {
+            let _ = store.transaction(|_t| {
+                let _ = entered.send(());
+                let _ = released.recv();
+                Ok(())
+            });
+        })
+    }
     fn write_transactions(&self) -> Option<u64> {
         Some(self.metrics().write_transactions)
     }
@@ -327,6 +375,22 @@ model_store!(
     {
         fn write_transactions(&self) -> Option<u64> {
             None
+        }
+        fn stall_writes_to(&self, id: JobId) -> Stall {
+            let store = self.clone();
+            let lock = format!(
+                "SELECT 1 FROM {}.leasehold_jobs WHERE id = $1 FOR UPDATE",
+                self.schema()
+            );
+            let id = i64::try_from(id.0).expect("a job id PostgreSQL holds");
+            Stall::start(move |entered, released| {
+                let _ = store.transaction_with(|t| {
+                    t.sql().execute(&lock, &[&id])?;
+                    let _ = entered.send(());
+                    let _ = released.recv();
+                    Ok(())
+                });
+            })
         }
         fn complete_with_app(
             &self,

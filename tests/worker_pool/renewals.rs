@@ -274,25 +274,24 @@ fn a_job_back_in_the_pool_that_lost_it_is_renewed_as_a_new_attempt_beside_the_ol
 }
 
 /// The case of a machine cut off from its database: every worker is busy and the heartbeat
-/// is stuck (here its timer never fires, as a renewal hung on a silent connection would
-/// not return). Nobody frees a slot, so the dispatcher must look at the renewals while it
-/// waits for one; it sheds the lease that ran out (the handler is interrupted and the job
-/// given back) instead of letting its handler work on a job another worker may now hold.
+/// is stuck in a renewal that does not return (here the store holds the job's writes).
+/// Nobody frees a slot, so the dispatcher must notice while it waits for one: it sheds the
+/// lease that ran out (the handler is interrupted, and the job given back once the store
+/// answers again) instead of letting its handler work on a job another worker may now hold.
 fn with_every_worker_busy_and_renewals_stopped_the_pool_still_sheds_its_expired_lease(kind: Kind) {
     let f = kind.open();
     let id = f.enqueue_n(1)[0];
     let (seen, handler) = recording();
-    let p = pool(&f, "w")
-        .concurrency(1)
-        .heartbeat_every(Duration::from_secs(50))
-        .start(handler)
-        .unwrap();
+    let p = pool(&f, "w").concurrency(1).start(handler).unwrap();
     wait_until("the job to start", || p.stats().in_flight == 1);
+    let stall = f.stall_writes_to(id);
     f.advance(LEASE + Duration::from_secs(1));
-    wait_until("the pool to shed the expired lease", || {
-        p.stats().released == 1
+    wait_until("the pool to interrupt the handler", || {
+        !seen.lock().unwrap().is_empty()
     });
     assert_eq!(*seen.lock().unwrap(), vec![Interruption::LeaseExpired]);
+    drop(stall);
+    wait_until("the job to be given back", || p.stats().released == 1);
     assert_eq!(
         f.history(id).unwrap()[0].outcome(),
         Some(&Outcome::Released)
