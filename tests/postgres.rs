@@ -628,10 +628,11 @@ mod suite {
         store.claim(Q, "silent", LEASE).unwrap().unwrap();
         db.lapse(id);
         let reaper = leasehold::Reaper::start(store.clone(), Duration::from_millis(20)).unwrap();
-        wait_until("the reaper to take the lease back", || {
-            store.job(id).unwrap().unwrap().state() == JobState::Queued
+        // (the pass counts what it took back once it is over: after its commit is seen)
+        wait_until("the reaper to take the lease back and count it", || {
+            reaper.metrics().reclaimed() >= 1
         });
-        assert!(reaper.metrics().reclaimed() >= 1);
+        assert_eq!(store.job(id).unwrap().unwrap().state(), JobState::Queued);
     }
 
     #[test]
@@ -701,9 +702,9 @@ mod suite {
             there.enqueue(NewJob::new(Q, format!("{i}"))).unwrap();
         }
         wait_until("the polling pool to run the other handle's jobs", || {
-            runs.load(std::sync::atomic::Ordering::SeqCst) == 3
+            there.stats().unwrap().total(JobState::Succeeded) == 3
         });
-        assert_eq!(there.stats().unwrap().total(JobState::Succeeded), 3);
+        assert_eq!(runs.load(std::sync::atomic::Ordering::SeqCst), 3);
         // No connection of the deaf handle listens; one of a handle with the listener on
         // (the same query finds it) does once its pool waits for work.
         let listeners = |db: &mut Db| -> i64 {
@@ -1076,7 +1077,7 @@ mod suite {
 
     #[test]
     #[allow(clippy::disallowed_methods)] // a test deadline: statistics arrive when they do
-    fn a_reaper_pass_vacuums_a_table_whose_dead_rows_passed_the_threshold_and_only_then() {
+    fn a_reaper_pass_vacuums_a_table_whose_dead_rows_passed_the_threshold_not_again_at_once() {
         let mut db = db!("vacuum");
         let deadline = std::time::Instant::now() + Duration::from_secs(60);
         let until = |what: &str| {
@@ -1114,9 +1115,9 @@ mod suite {
         while dead_and_vacuums(&mut db).1 == 0 {
             until("the statistics to count the vacuum");
         }
-        let (dead, _) = dead_and_vacuums(&mut db);
-        assert!(dead < 300, "{dead} dead versions left after the vacuum");
-        // Below the threshold again: the next pass starts none.
+        // (How many dead versions it removed depends on the other tests: a vacuum cannot
+        // remove what a transaction still open elsewhere may see.) Whatever is left, the
+        // next pass, right after, starts no other vacuum.
         assert!(store.reap().unwrap().vacuum_started.is_empty());
         assert!(store.check().unwrap().is_clean());
     }

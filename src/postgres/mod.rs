@@ -130,9 +130,10 @@ impl PgStoreBuilder {
 
     /// Each reaper pass ([`PgStore::reap`]) vacuums the store's job or history table itself,
     /// in the background, once it holds more than `dead` dead row versions plus a fifth of
-    /// its live rows: where autovacuum is off (as on some servers) or behind a churning
-    /// queue, dead versions otherwise grow without bound and claims slow down as they walk
-    /// past them. `None` leaves vacuuming to autovacuum alone. Default: 20,000.
+    /// its live rows (10 s apart at least): where autovacuum is off (as on some servers)
+    /// or behind a churning queue, dead versions otherwise grow without bound and claims
+    /// slow down as they walk past them. `None` leaves vacuuming to autovacuum alone.
+    /// Default: 20,000.
     pub fn vacuum_when_dead(mut self, dead: Option<u64>) -> PgStoreBuilder {
         self.settings.vacuum_when_dead = dead;
         self
@@ -211,6 +212,7 @@ impl PgStoreBuilder {
                 )),
                 reading_clock: std::sync::atomic::AtomicBool::new(false),
                 vacuuming: std::sync::atomic::AtomicBool::new(false),
+                last_vacuum: Mutex::new(None),
             }),
         };
         store.with_connection(|conn| schema::prepare(&mut conn.client, &store.inner.names))?;
@@ -246,6 +248,8 @@ struct Inner {
     reading_clock: std::sync::atomic::AtomicBool,
     /// A vacuum this handle started is running (one at a time).
     vacuuming: std::sync::atomic::AtomicBool,
+    /// When this handle's last vacuum ended, and how long to wait before the next.
+    last_vacuum: Mutex<Option<(crate::clock::Stopwatch, Duration)>>,
 }
 
 /// One connection and the statements prepared on it.

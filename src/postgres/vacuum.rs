@@ -11,9 +11,13 @@
 //! So each reaper pass looks at the statistics PostgreSQL keeps for the store's two tables
 //! and, where the dead versions pass a threshold, vacuums that table in the background, as
 //! Que did for the same reason. `SKIP_LOCKED` makes a vacuum already running there (an
-//! autovacuum, or another machine's reaper) a reason to skip, not to wait.
+//! autovacuum, or another machine's reaper) a reason to skip, not to wait. A handle waits
+//! 10 s after its vacuum before the next, and five minutes after one that removed less than
+//! half of what it found: a vacuum cannot remove versions that a transaction open elsewhere
+//! may still see, and repeating it then would only rescan the table.
 
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use super::{PgError, PgStore};
 use crate::error::Result;
@@ -22,13 +26,18 @@ const DEAD_ROWS: &str = "
 SELECT relname::text, n_live_tup, n_dead_tup FROM pg_stat_user_tables
 WHERE schemaname = $1 AND relname IN ('leasehold_jobs', 'leasehold_runs')";
 
-/// The store's tables that need a vacuum: more dead row versions than `base` plus a fifth
-/// of their live rows.
-fn needing_vacuum(rows: &[(String, i64, i64)], base: u64) -> Vec<String> {
+/// The least time from the end of a handle's vacuum to the start of its next: short while
+/// vacuums work, long once one could not remove the dead versions it found.
+const VACUUM_GAP: Duration = Duration::from_secs(10);
+const VACUUM_GAP_HELD_BACK: Duration = Duration::from_secs(300);
+
+/// The store's tables that need a vacuum, with their dead row versions: more than `base`
+/// plus a fifth of their live rows.
+fn needing_vacuum(rows: &[(String, i64, i64)], base: u64) -> Vec<(String, i64)> {
     let base = i64::try_from(base).unwrap_or(i64::MAX);
     rows.iter()
         .filter(|(_, live, dead)| *dead > base.saturating_add(live / 5))
-        .map(|(table, _, _)| table.clone())
+        .map(|(table, _, dead)| (table.clone(), *dead))
         .collect()
 }
 
@@ -40,6 +49,18 @@ impl PgStore {
         let Some(base) = self.settings().vacuum_when_dead else {
             return Ok(Vec::new());
         };
+        // Not again right after the last one; and not for five minutes after one that could
+        // not remove the dead versions (a transaction open elsewhere may still see them):
+        // every pass would otherwise rescan the table for nothing.
+        if self
+            .inner
+            .last_vacuum
+            .lock()
+            .as_ref()
+            .is_some_and(|(ended, gap)| ended.elapsed() < *gap)
+        {
+            return Ok(Vec::new());
+        }
         if self.inner.vacuuming.swap(true, Ordering::SeqCst) {
             return Ok(Vec::new());
         }
@@ -58,32 +79,38 @@ impl PgStore {
             Ok(tables) if !tables.is_empty() => tables,
             other => {
                 self.inner.vacuuming.store(false, Ordering::SeqCst);
-                return other;
+                return other.map(|_| Vec::new());
             }
         };
         let store = self.clone();
-        let todo = tables.clone();
+        let names = tables.iter().map(|(table, _)| table.clone()).collect();
         let spawned = std::thread::Builder::new()
             .name("leasehold-vacuum".into())
             .spawn(move || {
-                for table in &todo {
-                    if let Err(e) = store.vacuum_table(table) {
-                        tracing::warn!(table, error = %e, "the store's vacuum failed");
+                let mut gap = VACUUM_GAP;
+                for (table, dead) in &tables {
+                    match store.vacuum_table(table) {
+                        // Removed less than half of what it found: held back.
+                        Ok(left) if left.saturating_mul(2) > *dead => gap = VACUUM_GAP_HELD_BACK,
+                        Ok(_) => {}
+                        Err(e) => tracing::warn!(table, error = %e, "the store's vacuum failed"),
                     }
                 }
+                *store.inner.last_vacuum.lock() = Some((crate::clock::Stopwatch::start(), gap));
                 store.inner.vacuuming.store(false, Ordering::SeqCst);
             });
         if let Err(e) = spawned {
             self.inner.vacuuming.store(false, Ordering::SeqCst);
             return Err(crate::Error::ThreadSpawn(e));
         }
-        Ok(tables)
+        Ok(names)
     }
 
     /// `VACUUM (ANALYZE, SKIP_LOCKED)` of one of the store's tables, on a connection of its
     /// own (a vacuum cannot run in a transaction) without the statement timeout (a vacuum
-    /// of a large table may rightly take longer; cancelling one loses nothing).
-    fn vacuum_table(&self, table: &str) -> Result<()> {
+    /// of a large table may rightly take longer; cancelling one loses nothing). Returns the
+    /// dead row versions the statistics count after it.
+    fn vacuum_table(&self, table: &str) -> Result<i64> {
         let mut client = self.connect()?;
         tracing::info!(table, "vacuuming the store's table");
         client
@@ -95,7 +122,14 @@ impl PgStore {
                 self.inner.names.schema
             ))
             .map_err(PgError::from)?;
-        Ok(())
+        let left = client
+            .query_opt(
+                "SELECT n_dead_tup FROM pg_stat_user_tables WHERE schemaname = $1 AND relname = $2",
+                &[&self.inner.names.schema, &table],
+            )
+            .map_err(PgError::from)?
+            .map_or(0, |row| row.get(0));
+        Ok(left)
     }
 
     /// Whether a vacuum this handle's reaper pass started is still running. A short-lived
@@ -116,7 +150,10 @@ mod tests {
             ("leasehold_jobs".to_owned(), 10_000, 22_001),
             ("leasehold_runs".to_owned(), 10_000, 22_000),
         ];
-        assert_eq!(needing_vacuum(&rows, 20_000), vec!["leasehold_jobs"]);
+        assert_eq!(
+            needing_vacuum(&rows, 20_000),
+            vec![("leasehold_jobs".to_owned(), 22_001)]
+        );
         assert!(needing_vacuum(&rows, 30_000).is_empty());
         assert_eq!(needing_vacuum(&rows, 0).len(), 2);
     }
