@@ -130,7 +130,7 @@ impl PgStoreBuilder {
 
     /// Each reaper pass ([`PgStore::reap`]) vacuums the store's job or history table itself,
     /// in the background, once it holds more than `dead` dead row versions plus a fifth of
-    /// its live rows (10 s apart at least): where autovacuum is off (as on some servers)
+    /// its live rows (2 s apart at least): where autovacuum is off (as on some servers)
     /// or behind a churning queue, dead versions otherwise grow without bound and claims
     /// slow down as they walk past them. `None` leaves vacuuming to autovacuum alone.
     /// Default: 20,000.

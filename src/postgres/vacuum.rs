@@ -12,9 +12,9 @@
 //! and, where the dead versions pass a threshold, vacuums that table in the background, as
 //! Que did for the same reason. `SKIP_LOCKED` makes a vacuum already running there (an
 //! autovacuum, or another machine's reaper) a reason to skip, not to wait. A handle waits
-//! 10 s after its vacuum before the next, and five minutes after one that removed less than
-//! half of what it found: a vacuum cannot remove versions that a transaction open elsewhere
-//! may still see, and repeating it then would only rescan the table.
+//! 2 s after its vacuum before the next, and a minute when a transaction older than the
+//! vacuum was still open after it: a vacuum cannot remove versions such a transaction may
+//! still see, and repeating it at once would only rescan the table.
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -28,16 +28,23 @@ WHERE schemaname = $1 AND relname IN ('leasehold_jobs', 'leasehold_runs')";
 
 /// The least time from the end of a handle's vacuum to the start of its next: short while
 /// vacuums work, long once one could not remove the dead versions it found.
-const VACUUM_GAP: Duration = Duration::from_secs(10);
-const VACUUM_GAP_HELD_BACK: Duration = Duration::from_secs(300);
+const VACUUM_GAP: Duration = Duration::from_secs(2);
+const VACUUM_GAP_HELD_BACK: Duration = Duration::from_secs(60);
 
-/// The store's tables that need a vacuum, with their dead row versions: more than `base`
-/// plus a fifth of their live rows.
-fn needing_vacuum(rows: &[(String, i64, i64)], base: u64) -> Vec<(String, i64)> {
+/// Whether a transaction of this database that began before `$1` is still open: it holds
+/// back what a vacuum that began at `$1` could remove.
+const HELD_BACK: &str = "
+SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+               WHERE datname = current_database() AND pid <> pg_backend_pid()
+                   AND backend_xmin IS NOT NULL AND xact_start < $1)";
+
+/// The store's tables that need a vacuum: more dead row versions than `base` plus a fifth
+/// of their live rows.
+fn needing_vacuum(rows: &[(String, i64, i64)], base: u64) -> Vec<String> {
     let base = i64::try_from(base).unwrap_or(i64::MAX);
     rows.iter()
         .filter(|(_, live, dead)| *dead > base.saturating_add(live / 5))
-        .map(|(table, _, dead)| (table.clone(), *dead))
+        .map(|(table, _, _)| table.clone())
         .collect()
 }
 
@@ -83,16 +90,15 @@ impl PgStore {
             }
         };
         let store = self.clone();
-        let names = tables.iter().map(|(table, _)| table.clone()).collect();
+        let names = tables.clone();
         let spawned = std::thread::Builder::new()
             .name("leasehold-vacuum".into())
             .spawn(move || {
                 let mut gap = VACUUM_GAP;
-                for (table, dead) in &tables {
+                for table in &tables {
                     match store.vacuum_table(table) {
-                        // Removed less than half of what it found: held back.
-                        Ok(left) if left.saturating_mul(2) > *dead => gap = VACUUM_GAP_HELD_BACK,
-                        Ok(_) => {}
+                        Ok(true) => gap = VACUUM_GAP_HELD_BACK,
+                        Ok(false) => {}
                         Err(e) => tracing::warn!(table, error = %e, "the store's vacuum failed"),
                     }
                 }
@@ -108,28 +114,36 @@ impl PgStore {
 
     /// `VACUUM (ANALYZE, SKIP_LOCKED)` of one of the store's tables, on a connection of its
     /// own (a vacuum cannot run in a transaction) without the statement timeout (a vacuum
-    /// of a large table may rightly take longer; cancelling one loses nothing). Returns the
-    /// dead row versions the statistics count after it.
-    fn vacuum_table(&self, table: &str) -> Result<i64> {
+    /// of a large table may rightly take longer; cancelling one loses nothing). Returns
+    /// whether a transaction older than the vacuum was still open after it (so that it may
+    /// have removed little).
+    fn vacuum_table(&self, table: &str) -> Result<bool> {
         let mut client = self.connect()?;
         tracing::info!(table, "vacuuming the store's table");
         client
             .batch_execute("SET statement_timeout = 0")
             .map_err(PgError::from)?;
+        let began: std::time::SystemTime = client
+            .query_one("SELECT clock_timestamp()", &[])
+            .map_err(PgError::from)?
+            .get(0);
         client
             .batch_execute(&format!(
                 "VACUUM (ANALYZE, SKIP_LOCKED) {}.{table}",
                 self.inner.names.schema
             ))
             .map_err(PgError::from)?;
-        let left = client
-            .query_opt(
-                "SELECT n_dead_tup FROM pg_stat_user_tables WHERE schemaname = $1 AND relname = $2",
-                &[&self.inner.names.schema, &table],
-            )
+        let held_back = client
+            .query_one(HELD_BACK, &[&began])
             .map_err(PgError::from)?
-            .map_or(0, |row| row.get(0));
-        Ok(left)
+            .get(0);
+        if held_back {
+            tracing::info!(
+                table,
+                "an older transaction is open: the next vacuum waits a minute"
+            );
+        }
+        Ok(held_back)
     }
 
     /// Whether a vacuum this handle's reaper pass started is still running. A short-lived
@@ -150,10 +164,7 @@ mod tests {
             ("leasehold_jobs".to_owned(), 10_000, 22_001),
             ("leasehold_runs".to_owned(), 10_000, 22_000),
         ];
-        assert_eq!(
-            needing_vacuum(&rows, 20_000),
-            vec![("leasehold_jobs".to_owned(), 22_001)]
-        );
+        assert_eq!(needing_vacuum(&rows, 20_000), vec!["leasehold_jobs"]);
         assert!(needing_vacuum(&rows, 30_000).is_empty());
         assert_eq!(needing_vacuum(&rows, 0).len(), 2);
     }
