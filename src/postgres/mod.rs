@@ -211,8 +211,7 @@ impl PgStoreBuilder {
                     crate::clock::Stopwatch::start(),
                 )),
                 reading_clock: std::sync::atomic::AtomicBool::new(false),
-                vacuuming: std::sync::atomic::AtomicBool::new(false),
-                last_vacuum: Mutex::new(None),
+                vacuum: Mutex::new(vacuum::Vacuum::Never),
             }),
         };
         store.with_connection(|conn| schema::prepare(&mut conn.client, &store.inner.names))?;
@@ -246,10 +245,8 @@ struct Inner {
     clock: Mutex<(crate::ids::StoreTime, crate::clock::Stopwatch)>,
     /// A thread is reading the database's clock (the others use the estimate meanwhile).
     reading_clock: std::sync::atomic::AtomicBool,
-    /// A vacuum this handle started is running (one at a time).
-    vacuuming: std::sync::atomic::AtomicBool,
-    /// When this handle's last vacuum ended, and how long to wait before the next.
-    last_vacuum: Mutex<Option<(crate::clock::Stopwatch, Duration)>>,
+    /// Where this handle's vacuum stands (one at a time).
+    vacuum: Mutex<vacuum::Vacuum>,
 }
 
 /// One connection and the statements prepared on it.

@@ -16,7 +16,6 @@
 //! vacuum was still open after it: a vacuum cannot remove versions such a transaction may
 //! still see, and repeating it at once would only rescan the table.
 
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use super::{PgError, PgStore};
@@ -38,6 +37,19 @@ SELECT EXISTS (SELECT 1 FROM pg_stat_activity
                WHERE datname = current_database() AND pid <> pg_backend_pid()
                    AND backend_xmin IS NOT NULL AND xact_start < $1)";
 
+/// Where a handle's vacuum stands.
+pub(super) enum Vacuum {
+    /// None has run.
+    Never,
+    /// One is running, in its own thread.
+    Running,
+    /// The last one ended `at`; the next may start `gap` after.
+    Ended {
+        at: crate::clock::Stopwatch,
+        gap: Duration,
+    },
+}
+
 /// The store's tables that need a vacuum: more dead row versions than `base` plus a fifth
 /// of their live rows.
 fn needing_vacuum(rows: &[(String, i64, i64)], base: u64) -> Vec<String> {
@@ -56,20 +68,17 @@ impl PgStore {
         let Some(base) = self.settings().vacuum_when_dead else {
             return Ok(Vec::new());
         };
-        // Not again right after the last one; and not for five minutes after one that could
-        // not remove the dead versions (a transaction open elsewhere may still see them):
-        // every pass would otherwise rescan the table for nothing.
-        if self
-            .inner
-            .last_vacuum
-            .lock()
-            .as_ref()
-            .is_some_and(|(ended, gap)| ended.elapsed() < *gap)
+        // One at a time, and not again right after the last one; not for a minute after
+        // one that an older open transaction held back (every pass would otherwise rescan
+        // the table for nothing).
         {
-            return Ok(Vec::new());
-        }
-        if self.inner.vacuuming.swap(true, Ordering::SeqCst) {
-            return Ok(Vec::new());
+            let mut state = self.inner.vacuum.lock();
+            match &*state {
+                Vacuum::Running => return Ok(Vec::new()),
+                Vacuum::Ended { at, gap } if at.elapsed() < *gap => return Ok(Vec::new()),
+                _ => {}
+            }
+            *state = Vacuum::Running;
         }
         let tables = self
             .with_connection(|conn| {
@@ -85,7 +94,7 @@ impl PgStore {
         let tables = match tables {
             Ok(tables) if !tables.is_empty() => tables,
             other => {
-                self.inner.vacuuming.store(false, Ordering::SeqCst);
+                self.vacuum_ended(Duration::ZERO);
                 return other.map(|_| Vec::new());
             }
         };
@@ -102,14 +111,21 @@ impl PgStore {
                         Err(e) => tracing::warn!(table, error = %e, "the store's vacuum failed"),
                     }
                 }
-                *store.inner.last_vacuum.lock() = Some((crate::clock::Stopwatch::start(), gap));
-                store.inner.vacuuming.store(false, Ordering::SeqCst);
+                store.vacuum_ended(gap);
             });
         if let Err(e) = spawned {
-            self.inner.vacuuming.store(false, Ordering::SeqCst);
+            self.vacuum_ended(Duration::ZERO);
             return Err(crate::Error::ThreadSpawn(e));
         }
         Ok(names)
+    }
+
+    /// This handle's vacuum is over; the next may start `gap` from now.
+    fn vacuum_ended(&self, gap: Duration) {
+        *self.inner.vacuum.lock() = Vacuum::Ended {
+            at: crate::clock::Stopwatch::start(),
+            gap,
+        };
     }
 
     /// `VACUUM (ANALYZE, SKIP_LOCKED)` of one of the store's tables, on a connection of its
@@ -150,7 +166,7 @@ impl PgStore {
     /// process (a command-line tool) waits for it before it exits: the server cancels a
     /// vacuum whose connection closes.
     pub fn vacuum_running(&self) -> bool {
-        self.inner.vacuuming.load(Ordering::SeqCst)
+        matches!(*self.inner.vacuum.lock(), Vacuum::Running)
     }
 }
 
