@@ -7,7 +7,7 @@ use super::{PgStore, protocol, read};
 use crate::backend::{Backend, LeaseBackend};
 use crate::clock::Stopwatch;
 use crate::error::{ConfigError, Result};
-use crate::ids::StoreTime;
+use crate::ids::{JobId, StoreTime};
 use crate::job::JobState;
 use crate::lease::{Lease, LeaseTerms, Renewal};
 use crate::pool::Writes;
@@ -51,22 +51,29 @@ impl PgStore {
             for (job, ..) in done {
                 *times.entry(*job).or_insert(0) += 1;
             }
+            let batchable =
+                |job: &JobId, output: &[u8]| output.len() <= s.max_payload && times[job] == 1;
             let batch: Vec<_> = done
                 .iter()
-                .filter(|(job, _, output, _)| output.len() <= s.max_payload && times[job] == 1)
+                .filter(|(job, _, output, _)| batchable(job, output))
                 .map(|(job, at, output, progress)| (*job, *at, output.as_slice(), *progress))
                 .collect();
             let mut completed = match batch.len() {
                 0 | 1 => Default::default(),
                 _ => protocol::complete_many(tx, p, &batch)?,
             };
+            let batched = batch.len() > 1;
             let mut results = Vec::with_capacity(done.len());
             for (job, attempt, output, progress) in done {
-                if completed.remove(&(*job, *attempt)) {
-                    results.push(Ok(()));
-                    continue;
-                }
-                match protocol::complete(tx, p, s, *job, *attempt, output, *progress) {
+                let result = if completed.remove(&(*job, *attempt)) {
+                    Ok(())
+                } else if batched && batchable(job, output) {
+                    // In the statement and not completed by it: only the reason is left.
+                    protocol::refused_completion(tx, p, *job, *attempt)
+                } else {
+                    protocol::complete(tx, p, s, *job, *attempt, output, *progress)
+                };
+                match result {
                     Err(e) if !e.is_refusal() => return Err(e),
                     result => results.push(result),
                 }

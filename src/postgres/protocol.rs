@@ -16,7 +16,7 @@ use std::time::Duration;
 use postgres::Transaction;
 use postgres::types::ToSql;
 
-use super::rows::{attempt, clamp, id, job_columns, key, micros, record, time, us};
+use super::rows::{attempt, clamp, id, job_by, job_columns, key, micros, time, us};
 use super::{PgError, Prepared, Settings};
 use crate::error::{Error, InputError, LeaseLost, Result};
 use crate::ids::{Attempt, JobId, StoreTime};
@@ -458,21 +458,25 @@ pub(crate) fn complete(
     progress: Option<u64>,
 ) -> Result<()> {
     input::check_size("output", output.len(), s.max_payload)?;
-    if !complete_many(tx, p, &[(job, at, output, progress)])?.is_empty() {
-        return Ok(());
+    match complete_many(tx, p, &[(job, at, output, progress)])?.is_empty() {
+        true => refused_completion(tx, p, job, at),
+        false => Ok(()),
     }
-    let mut record = fence(tx, p, job, at, Refusal::Write)?;
-    let now = now(tx, p)?;
-    final_progress(&mut record, progress, now);
-    if !output.is_empty() {
-        let st = p.get(
-            tx,
-            "UPDATE {s}.leasehold_jobs SET output = $2 WHERE id = $1",
-        )?;
-        tx.execute(&st, &[&key(job), &output])?;
-    }
-    end_attempt(tx, p, &record, Outcome::Succeeded, Next::Succeeded, now)?;
-    Ok(())
+}
+
+/// Why the completion statement did not complete attempt `at` of `job`: the fence says (and
+/// counts the refusal). It cannot find the attempt running and unlocked, since the
+/// statement waited for the row's lock and would have completed it.
+pub(crate) fn refused_completion(
+    tx: Tx<'_, '_>,
+    p: &mut Prepared<'_>,
+    job: JobId,
+    at: Attempt,
+) -> Result<()> {
+    fence(tx, p, job, at, Refusal::Write)?;
+    Err(Error::Corrupt(format!(
+        "job {job} attempt {at}: a completion of a held lease changed nothing"
+    )))
 }
 
 /// Completes attempts whose fence holds, in one statement: locks each row under the fence
@@ -972,7 +976,5 @@ const JOB_LOCKED: &str = concat!(
 /// The job's record, its row locked for the rest of the transaction (for a write).
 pub(crate) fn load(tx: Tx<'_, '_>, p: &mut Prepared<'_>, job: JobId) -> Result<Option<JobRecord>> {
     let st = p.get(tx, JOB_LOCKED)?;
-    tx.query_opt(&st, &[&key(job)])?
-        .map(|row| record(&row))
-        .transpose()
+    job_by(tx, &st, job)
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use postgres::Transaction;
 
-use super::rows::{attempt, duration, job_columns, key, record, time};
+use super::rows::{attempt, duration, job_by, job_columns, key, record, time};
 use super::{Prepared, protocol::now};
 use crate::error::{Error, Result};
 use crate::ids::{JobId, StoreTime};
@@ -24,9 +24,7 @@ const JOB: &str = concat!(
 /// The job's record as it is now.
 pub(crate) fn job(tx: Tx<'_, '_>, p: &mut Prepared<'_>, id: JobId) -> Result<Option<JobRecord>> {
     let st = p.get(tx, JOB)?;
-    tx.query_opt(&st, &[&key(id)])?
-        .map(|row| record(&row))
-        .transpose()
+    job_by(tx, &st, id)
 }
 
 const LIST: &str = concat!(

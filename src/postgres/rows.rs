@@ -19,6 +19,18 @@ macro_rules! job_columns {
 }
 pub(crate) use job_columns;
 
+/// The record of job `id` by `statement`, a select of [`job_columns`] by id (with or without
+/// a row lock).
+pub(crate) fn job_by(
+    tx: &mut postgres::Transaction<'_>,
+    statement: &postgres::Statement,
+    id: JobId,
+) -> Result<Option<JobRecord>> {
+    tx.query_opt(statement, &[&key(id)])?
+        .map(|row| record(&row))
+        .transpose()
+}
+
 /// A row of [`job_columns`] as the job's record.
 pub(crate) fn record(row: &postgres::Row) -> Result<JobRecord> {
     let state: &str = row.get(2);
