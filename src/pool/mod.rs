@@ -423,7 +423,7 @@ impl Shared {
 
     /// Whether the pool takes new work now: running, not paused, and its renewals keeping up
     /// (an overloaded pool that keeps claiming piles up false reclaims).
-    pub(crate) fn may_claim(&self) -> bool {
+    fn may_claim(&self) -> bool {
         self.running() && !self.paused() && self.renewals_healthy(self.store.now())
     }
 
