@@ -8,7 +8,6 @@
 //! over a marker that says "creation under way", so that an interrupted copy is recognised at
 //! the next open and started again.
 
-use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -42,7 +41,7 @@ pub(crate) fn create_atomically(path: &Path, builder: &redb::Builder) -> Result<
         std::process::id(),
         crate::clock::random_u64()
     ));
-    let made = catch_unwind(AssertUnwindSafe(|| builder.create(&tmp)));
+    let made = crate::contain::quietly(|| builder.create(&tmp));
     let result = match made {
         Ok(Ok(db)) => {
             let init = initialize(&db).map_err(|e| OpenError::Corrupt {
@@ -123,9 +122,7 @@ pub(crate) fn create_in_backend(
         .into()
     };
     let memory = Memory::default();
-    match catch_unwind(AssertUnwindSafe(|| {
-        builder.create_with_backend(memory.clone())
-    })) {
+    match crate::contain::quietly(|| builder.create_with_backend(memory.clone())) {
         Ok(Ok(db)) => {
             initialize(&db).map_err(|e| failed(format!("initializing a new store failed: {e}")))?;
         }

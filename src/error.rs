@@ -121,6 +121,18 @@ impl Error {
         }
     }
 
+    /// Whether the database aborted the transaction for a conflict that running it again
+    /// may not meet (a PostgreSQL serialization failure or deadlock, after the store's own
+    /// retries): nothing of it was committed, and it says nothing about the job.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            #[cfg(feature = "postgres")]
+            Error::Postgres(e) => e.is_transient(),
+            Error::Group(e) => e.is_transient(),
+            _ => false,
+        }
+    }
+
     /// Whether the store refused the operation before writing anything (a lost lease, a bad
     /// argument, an unknown job, a state the operation does not apply to), as opposed to a
     /// failure of the storage underneath.
@@ -344,6 +356,15 @@ pub enum InputError {
     /// Tables whose names start with `leasehold.` belong to the store.
     #[error("table name {0:?} is reserved for the store (prefix \"leasehold.\")")]
     ReservedTableName(String),
+    /// A name or key holds a NUL byte, which no stored text may hold (PostgreSQL's text
+    /// cannot, and a name must mean the same on both engines).
+    #[error("{what} holds a NUL byte (at byte {at})")]
+    NulByte {
+        /// "queue name", "worker id" or "unique key".
+        what: &'static str,
+        /// Where the first one is.
+        at: usize,
+    },
     /// A worker id identifies the holder in history; it must be non-empty and short.
     #[error("worker id must be 1 to {max} bytes, got {len}")]
     BadWorkerId {

@@ -1,9 +1,39 @@
-//! Checks on arguments, applied before a transaction changes anything.
+//! Checks on arguments, applied before a transaction changes anything: one rule for both
+//! engines, so an input refused on one is refused, with the same error, on the other.
+//!
+//! Every string that reaches a stored text (a queue name, a unique key, a worker id) is
+//! refused if it holds a NUL byte: PostgreSQL's text cannot store one, and a name that
+//! works on one engine and not on the other is a trap. An error message is not refused but
+//! cleaned ([`error_message`]), since a failing job must always be able to say that it failed.
 
 use crate::error::InputError;
+use crate::job::NewJob;
 use crate::schema::limits;
 
+/// The checks of a new job, before anything is written: its queue, payload size, retry
+/// budget and unique key.
+pub(crate) fn check_new_job(new: &NewJob, max_payload: usize) -> Result<(), InputError> {
+    check_queue(&new.queue)?;
+    check_size("payload", new.payload.len(), max_payload)?;
+    if new.max_attempts == Some(0) {
+        return Err(InputError::ZeroMaxAttempts);
+    }
+    if let Some(key) = &new.unique_key {
+        check_unique_key(key)?;
+    }
+    Ok(())
+}
+
+/// Refuses a NUL byte in `value`, the `what` of an input.
+fn check_no_nul(what: &'static str, value: &str) -> Result<(), InputError> {
+    match value.find('\0') {
+        Some(at) => Err(InputError::NulByte { what, at }),
+        None => Ok(()),
+    }
+}
+
 pub(crate) fn check_queue(queue: &str) -> Result<(), InputError> {
+    check_no_nul("queue name", queue)?;
     if queue.is_empty() {
         return Err(InputError::EmptyQueueName);
     }
@@ -17,6 +47,7 @@ pub(crate) fn check_queue(queue: &str) -> Result<(), InputError> {
 }
 
 pub(crate) fn check_worker(worker: &str) -> Result<(), InputError> {
+    check_no_nul("worker id", worker)?;
     if worker.is_empty() || worker.len() > limits::MAX_WORKER_ID {
         return Err(InputError::BadWorkerId {
             len: worker.len(),
@@ -27,6 +58,7 @@ pub(crate) fn check_worker(worker: &str) -> Result<(), InputError> {
 }
 
 pub(crate) fn check_unique_key(key: &str) -> Result<(), InputError> {
+    check_no_nul("unique key", key)?;
     if key.is_empty() || key.len() > limits::MAX_UNIQUE_KEY {
         return Err(InputError::BadUniqueKey {
             len: key.len(),
@@ -43,15 +75,69 @@ pub(crate) fn check_size(what: &'static str, len: usize, max: usize) -> Result<(
     Ok(())
 }
 
-/// Error messages are evidence, not payload: a long one is cut (at a character boundary)
-/// rather than refused, so that a failing job can always record that it failed.
-pub(crate) fn truncate_error(message: &str) -> String {
+/// A failure's message as it is stored. Error messages are evidence, not payload: a long
+/// one is cut (at a character boundary) and a NUL byte is written as the two characters
+/// `\0`, rather than refused, so that a failing job can always record that it failed, on
+/// either engine.
+pub(crate) fn error_message(message: &str) -> String {
+    let message = match message.contains('\0') {
+        true => std::borrow::Cow::Owned(message.replace('\0', "\\0")),
+        false => std::borrow::Cow::Borrowed(message),
+    };
     if message.len() <= limits::MAX_ERROR_MESSAGE {
-        return message.to_owned();
+        return message.into_owned();
     }
     let mut end = limits::MAX_ERROR_MESSAGE;
     while !message.is_char_boundary(end) {
         end -= 1;
     }
     format!("{}… ({} bytes cut)", &message[..end], message.len() - end)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_nul_byte_in_any_stored_name_is_refused_with_where_it_is() {
+        assert_eq!(
+            check_queue("a\0b"),
+            Err(InputError::NulByte {
+                what: "queue name",
+                at: 1
+            })
+        );
+        assert!(matches!(
+            check_worker("\0"),
+            Err(InputError::NulByte {
+                what: "worker id",
+                at: 0
+            })
+        ));
+        assert!(matches!(
+            check_unique_key("k\0"),
+            Err(InputError::NulByte {
+                what: "unique key",
+                at: 1
+            })
+        ));
+        assert_eq!(check_queue("plain"), Ok(()));
+    }
+
+    #[test]
+    fn an_error_message_keeps_its_nul_bytes_visible_and_is_cut_when_long() {
+        assert_eq!(
+            error_message("bad byte \0 in input"),
+            "bad byte \\0 in input"
+        );
+        let long = "\0".repeat(limits::MAX_ERROR_MESSAGE);
+        let stored = error_message(&long);
+        assert!(!stored.contains('\0'));
+        assert!(
+            stored.len() < limits::MAX_ERROR_MESSAGE + 64,
+            "{}",
+            stored.len()
+        );
+        assert!(stored.ends_with("bytes cut)"), "{stored}");
+    }
 }

@@ -82,6 +82,7 @@ mod check;
 pub mod clock;
 mod codec;
 mod config;
+mod contain;
 mod create;
 mod error;
 mod group;

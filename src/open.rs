@@ -5,7 +5,6 @@
 //! are made before anything is written.
 
 use std::io::Read;
-use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::Path;
 
 use redb::{
@@ -52,9 +51,7 @@ pub(crate) fn open_database(
             } else {
                 sniff_backend(path, backend.as_ref())?;
             }
-            catch_unwind(AssertUnwindSafe(|| {
-                builder.create_with_backend(Boxed(backend))
-            }))
+            crate::contain::quietly(|| builder.create_with_backend(Boxed(backend)))
         }
         None => {
             if sniff(path)? {
@@ -64,7 +61,7 @@ pub(crate) fn open_database(
             } else {
                 create::create_atomically(path, &builder)?;
             }
-            catch_unwind(AssertUnwindSafe(|| builder.create(path)))
+            crate::contain::quietly(|| builder.create(path))
         }
     };
     match opened {
@@ -233,7 +230,7 @@ fn holder_pid(path: &Path) -> Option<u32> {
     let mut builder = redb::Builder::new();
     builder.set_concurrency_mode(redb::ConcurrencyMode::SingleWriter);
     builder.set_cache_size(1 << 20);
-    let db = catch_unwind(AssertUnwindSafe(|| builder.open_read_only(path)))
+    let db = crate::contain::quietly(|| builder.open_read_only(path))
         .ok()?
         .ok()?;
     let read = db.begin_read().ok()?;
@@ -277,7 +274,7 @@ pub(crate) fn open_read_only(path: &Path) -> Result<ReadView, OpenError> {
     let mut builder = redb::Builder::new();
     builder.set_concurrency_mode(redb::ConcurrencyMode::SingleWriter);
     builder.set_cache_size(READ_CACHE);
-    match catch_unwind(AssertUnwindSafe(|| builder.open_read_only(path))) {
+    match crate::contain::quietly(|| builder.open_read_only(path)) {
         Ok(Ok(db)) => Ok(ReadView::Live(db)),
         Ok(Err(DatabaseError::RepairAborted)) => rescue(path),
         Ok(Err(e)) => Err(map_database_error(path, e)),
@@ -292,7 +289,7 @@ fn rescue(path: &Path) -> Result<ReadView, OpenError> {
     let overlay = crate::rescue::Overlay::open(path).map_err(|e| io_error(path, e))?;
     let mut builder = redb::Builder::new();
     builder.set_cache_size(READ_CACHE);
-    match catch_unwind(AssertUnwindSafe(|| builder.create_with_backend(overlay))) {
+    match crate::contain::quietly(|| builder.create_with_backend(overlay)) {
         Ok(Ok(db)) => Ok(ReadView::Rescued(db)),
         Ok(Err(e)) => Err(map_database_error(path, e)),
         Err(_) => Err(unreadable(path)),

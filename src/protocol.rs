@@ -72,15 +72,7 @@ pub(crate) fn enqueue_batch(tx: &mut Tx<'_>, jobs: &[NewJob]) -> Result<Vec<JobI
 }
 
 fn check_new_job(tx: &Tx<'_>, new: &NewJob) -> Result<()> {
-    input::check_queue(&new.queue)?;
-    input::check_size("payload", new.payload.len(), tx.policy.max_payload)?;
-    if new.max_attempts == Some(0) {
-        return Err(crate::error::InputError::ZeroMaxAttempts.into());
-    }
-    if let Some(key) = &new.unique_key {
-        input::check_unique_key(key)?;
-    }
-    Ok(())
+    Ok(input::check_new_job(new, tx.policy.max_payload)?)
 }
 
 /// Claims the most urgent claimable job of `queue`: the lowest priority among due waiting
@@ -268,7 +260,7 @@ pub(crate) fn fail(
     error: &str,
     progress: Option<u64>,
 ) -> Result<JobState> {
-    let message = input::truncate_error(error);
+    let message = input::error_message(error);
     let mut job = fence(tx, id, attempt, Refusal::Write)?;
     final_progress(tx, &mut job, progress);
     job.last_error = Some(message.clone());

@@ -18,7 +18,7 @@ use crate::tx::decode_job;
 /// was being read: redb panics on some damaged pages, and a damaged file must be an error the
 /// application (and the tool's exit code) can act on, never a crash.
 pub(crate) fn contained<T>(what: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|_| {
+    crate::contain::quietly(f).unwrap_or_else(|_| {
         Err(Error::Corrupt(format!(
             "reading {what}: the storage engine met a damaged page"
         )))

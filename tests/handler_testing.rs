@@ -176,7 +176,7 @@ mod on_postgres {
         t.transaction_with(|tx| Ok(tx.sql().query(&select, &[])?))
             .unwrap()
             .iter()
-            .map(|row| (row.get(0), row.get(1)))
+            .map(|row| (row.try_get(0).unwrap(), row.try_get(1).unwrap()))
             .collect()
     }
 
@@ -237,7 +237,8 @@ mod on_postgres {
                 &[&schema],
             )
             .unwrap()
-            .get(0);
+            .try_get(0)
+            .unwrap();
         assert_eq!(left, 0);
     }
 }

@@ -302,7 +302,9 @@ fn exit_code(e: &Error) -> u8 {
         | Error::LeaseLost(_)
         | Error::InUse(_) => 1,
         Error::Input(_) | Error::Config(_) => 2,
-        Error::Postgres(PgError::BadUrl(_) | PgError::BadSchemaName(_)) => 2,
+        Error::Postgres(
+            PgError::BadUrl(_) | PgError::BadSchemaName(_) | PgError::SystemSchema(_),
+        ) => 2,
         _ => 3,
     }
 }

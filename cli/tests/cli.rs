@@ -474,8 +474,15 @@ fn a_store_with_a_zeroed_page_is_reported_as_corrupt_never_a_panic() {
                 matches!(code, Some(0 | 1 | 3)),
                 "page {page}, {args:?}: exit {code:?}: {stderr}"
             );
+            // the storage engine's panic is contained and not printed: one error, no crash
+            // report beside it (once: redb's message and a backtrace came first)
+            assert!(
+                !stderr.contains("panicked") && !stderr.contains("backtrace"),
+                "page {page}, {args:?}: {stderr}"
+            );
             if code == Some(3) {
                 assert!(stderr.contains("corrupt"), "{stderr}");
+                assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
                 corrupt_seen += 1;
             }
         }
@@ -628,5 +635,38 @@ fn every_command_works_on_a_postgres_database_named_by_url() {
         .output()
         .unwrap();
     assert_eq!(bad.status.code(), Some(2));
+    // a system schema is a usage error; a table altered by hand a store problem, never 101
+    let system = Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args(["--db", &format!("{url}?schema=information_schema"), "stats"])
+        .output()
+        .unwrap();
+    assert_eq!(system.status.code(), Some(2));
+    for (column, ty) in [("attempt", "integer"), ("priority", "bigint")] {
+        admin
+            .batch_execute(&format!(
+                "ALTER TABLE {schema}.leasehold_jobs ALTER COLUMN {column} TYPE {ty}"
+            ))
+            .unwrap();
+        for args in [vec!["jobs"], vec!["stats"], vec!["show", "1"]] {
+            let out = tool(&args);
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(3), "{column} {args:?}: {stderr}");
+            assert!(
+                stderr.contains(column) && !stderr.contains("panicked"),
+                "{stderr}"
+            );
+        }
+        admin
+            .batch_execute(&format!(
+                "ALTER TABLE {schema}.leasehold_jobs ALTER COLUMN {column} TYPE {}",
+                if column == "attempt" {
+                    "bigint"
+                } else {
+                    "integer"
+                }
+            ))
+            .unwrap();
+    }
+    assert_eq!(json(&["check"])["clean"], true);
     admin.batch_execute(&drop_schema).unwrap();
 }

@@ -256,7 +256,7 @@ pub(crate) enum Writes {
     Redb(Box<dyn FnOnce(&mut Transaction<'_, '_>) -> WritesResult + Send>),
     /// SQL in a PostgreSQL store's transaction ([`Output::with_sql`]).
     #[cfg(feature = "postgres")]
-    Sql(Box<dyn FnOnce(&mut crate::postgres::PgTransaction<'_, '_>) -> WritesResult + Send>),
+    Sql(Box<dyn FnMut(&mut crate::postgres::PgTransaction<'_, '_>) -> WritesResult + Send>),
 }
 
 /// What a successful handler commits: its output bytes and, optionally, the application's
@@ -298,10 +298,14 @@ impl Output {
     /// Output bytes plus the application's SQL and follow-up jobs, run in the completion's
     /// PostgreSQL transaction only if the fence holds: [`Output::with_writes`] for a pool on
     /// a [`PgStore`](crate::postgres::PgStore) (the `postgres` feature).
+    ///
+    /// A transaction PostgreSQL aborts for a deadlock or serialization failure runs again,
+    /// `writes` included (so it may run more than once, and only the last run commits); such
+    /// an abort spends no attempt of the job.
     #[cfg(feature = "postgres")]
-    pub fn with_sql<F, E>(bytes: impl Into<Vec<u8>>, writes: F) -> Output
+    pub fn with_sql<F, E>(bytes: impl Into<Vec<u8>>, mut writes: F) -> Output
     where
-        F: FnOnce(&mut crate::postgres::PgTransaction<'_, '_>) -> Result<(), E> + Send + 'static,
+        F: FnMut(&mut crate::postgres::PgTransaction<'_, '_>) -> Result<(), E> + Send + 'static,
         E: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
         Output {

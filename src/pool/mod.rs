@@ -43,7 +43,7 @@ use crate::job::JobState;
 use crate::lease::{Lease, LeaseTerms};
 pub(crate) use context::{AttemptState, Writes};
 #[cfg(feature = "testing")]
-pub(crate) use run::{failure_of_rolled_back_completion, panic_message};
+pub(crate) use run::failure_of_rolled_back_completion;
 use stats::Counters;
 
 pub(crate) type Handler =

@@ -2,6 +2,8 @@
 //! commits through the fence, or withholds the result when the lease is gone.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
+
+use crate::contain::panic_message;
 use std::sync::atomic::Ordering;
 
 use crossbeam_channel::{Receiver, Sender};
@@ -26,7 +28,7 @@ pub(crate) fn worker_loop(shared: &Shared, jobs: &Receiver<Flight>, slots: &Send
                 // back rather than make the shutdown wait for it (unless the shutdown's own
                 // release got to it first).
                 if flight.state.interruption().is_none() {
-                    give_back_unstarted(shared, &flight);
+                    give_back(shared, &flight);
                 }
                 shared.finish(attempt);
                 continue;
@@ -46,8 +48,10 @@ pub(crate) fn worker_loop(shared: &Shared, jobs: &Receiver<Flight>, slots: &Send
     shared.worker_exited();
 }
 
-fn give_back_unstarted(shared: &Shared, flight: &Flight) {
-    match shared.store.release(&flight.lease, None) {
+/// Releases the job: claimable again at once, no budget spent.
+fn give_back(shared: &Shared, flight: &Flight) {
+    let progress = Some(flight.state.progress());
+    match shared.store.release(&flight.lease, progress) {
         Ok(()) => bump(&shared.counters.released),
         Err(e) if e.is_lease_lost() => bump(&shared.counters.rejected_writes),
         Err(e) => tracing::warn!(job = %flight.lease.job, error = %e, "release failed"),
@@ -208,6 +212,12 @@ pub(crate) fn completed(shared: &Shared, flight: &Flight, result: crate::Result<
     match result {
         Ok(()) => bump(&shared.counters.succeeded),
         Err(e) if e.is_lease_lost() => fenced(shared, lease, &e),
+        // The database aborted the transaction (deadlocks) more often than the store runs it
+        // again: no fault of the job's, so it goes back to the queue with no budget spent.
+        Err(e) if e.is_transient() => {
+            tracing::warn!(job = %lease.job, error = %e, "completion aborted by the database; giving the job back");
+            give_back(shared, flight);
+        }
         Err(e) => match failure_of_rolled_back_completion(&e) {
             Some(message) => commit_failure(shared, flight, &message, FailKind::Failed),
             None => {
@@ -247,14 +257,4 @@ fn commit_failure(shared: &Shared, flight: &Flight, message: &str, kind: FailKin
 fn fenced(shared: &Shared, lease: &crate::Lease, e: &Error) {
     bump(&shared.counters.rejected_writes);
     tracing::warn!(job = %lease.job, attempt = %lease.attempt, error = %e, "the fence refused a late result");
-}
-
-pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
-    if let Some(s) = panic.downcast_ref::<&str>() {
-        (*s).to_owned()
-    } else if let Some(s) = panic.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "a non-string panic payload".to_owned()
-    }
 }

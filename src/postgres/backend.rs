@@ -191,6 +191,9 @@ impl LeaseBackend for PgStore {
     }
 
     fn next_due(&self, queue: &str) -> Result<Option<StoreTime>> {
+        if super::store::no_queue_has(queue) {
+            return Ok(None);
+        }
         self.transaction(|tx, p| read::next_due(tx, p, queue))
     }
 

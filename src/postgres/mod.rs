@@ -24,6 +24,7 @@ mod store;
 mod vacuum;
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -211,6 +212,7 @@ impl PgStoreBuilder {
                     crate::clock::Stopwatch::start(),
                 )),
                 reading_clock: std::sync::atomic::AtomicBool::new(false),
+                statements_epoch: std::sync::atomic::AtomicU64::new(0),
                 vacuum: Mutex::new(vacuum::Vacuum::Never),
             }),
         };
@@ -245,6 +247,9 @@ struct Inner {
     clock: Mutex<(crate::ids::StoreTime, crate::clock::Stopwatch)>,
     /// A thread is reading the database's clock (the others use the estimate meanwhile).
     reading_clock: std::sync::atomic::AtomicBool,
+    /// Moves when the server said a prepared statement no longer fits its table (a column
+    /// altered): each connection drops the statements it prepared before, once.
+    statements_epoch: std::sync::atomic::AtomicU64,
     /// Where this handle's vacuum stands (one at a time).
     vacuum: Mutex<vacuum::Vacuum>,
 }
@@ -253,6 +258,8 @@ struct Inner {
 struct Connection {
     client: Client,
     prepared: std::collections::HashMap<&'static str, Statement>,
+    /// The handle's statements epoch when `prepared` was begun.
+    epoch: u64,
 }
 
 impl std::fmt::Debug for PgStore {
@@ -294,15 +301,26 @@ impl PgStore {
     /// A connection that failed is dropped rather than lent again.
     fn with_connection<T>(&self, f: impl FnOnce(&mut Connection) -> Result<T>) -> Result<T> {
         let idle = self.inner.idle.lock().pop();
+        let epoch = self.inner.statements_epoch.load(Ordering::SeqCst);
         let mut conn = match idle {
             Some(conn) if !conn.client.is_closed() => conn,
             _ => Connection {
                 client: self.connect()?,
                 prepared: std::collections::HashMap::new(),
+                epoch,
             },
         };
+        if conn.epoch != epoch {
+            // Dropping a statement closes it on the server; the next use prepares it anew.
+            conn.prepared.clear();
+            conn.epoch = epoch;
+        }
         let result = f(&mut conn);
-        if !conn.client.is_closed() {
+        // A connection that failed is not lent again, even where the client has not yet seen
+        // it close: a backend ended by an operator or a restart resets the socket, and the
+        // next operation on it would fail for nothing. (A refusal is no failure of it.)
+        let failed = matches!(&result, Err(e) if !e.is_refusal());
+        if !failed && !conn.client.is_closed() {
             let mut idle = self.inner.idle.lock();
             if idle.len() < self.inner.settings.connections {
                 idle.push(conn);
@@ -311,19 +329,27 @@ impl PgStore {
         result
     }
 
-    /// A new connection with the store's session settings.
+    /// A new connection with the store's session settings: a statement timeout, and the
+    /// isolation level the protocol is written for. Every statement of the protocol
+    /// re-checks its predicate on the rows it locks, which is what READ COMMITTED gives; a
+    /// role or database whose default is SERIALIZABLE would abort claims and completions
+    /// for conflicts that are none (and the application's SQL with them).
     fn connect(&self) -> Result<Client> {
         let mut client = self.inner.config.connect(NoTls).map_err(PgError::connect)?;
         let timeout = self.inner.settings.statement_timeout.as_millis().max(1);
         client
-            .batch_execute(&format!("SET statement_timeout = {timeout}"))
+            .batch_execute(&format!(
+                "SET statement_timeout = {timeout};
+                 SET default_transaction_isolation = 'read committed'"
+            ))
             .map_err(PgError::from)?;
         Ok(client)
     }
 
     /// Runs `f` in a transaction, retried (from the start) when PostgreSQL aborts it for a
-    /// serialization failure or a deadlock; commits what `f` returns `Ok` for. A connection
-    /// lost while committing leaves the outcome unknown: [`PgError::OutcomeUnknown`].
+    /// serialization failure or a deadlock, or a statement prepared before a column was
+    /// altered; commits what `f` returns `Ok` for. A connection lost or ended while
+    /// committing leaves the outcome unknown: [`PgError::OutcomeUnknown`].
     fn transaction<T>(
         &self,
         mut f: impl FnMut(&mut postgres::Transaction<'_>, &mut Prepared<'_>) -> Result<T>,
@@ -333,22 +359,35 @@ impl PgStore {
         loop {
             tries += 1;
             match self.transaction_once(&mut f) {
+                Err(Error::Postgres(e)) if e.is_stale_statement() && tries < ATTEMPTS => {
+                    self.inner.statements_epoch.fetch_add(1, Ordering::SeqCst);
+                }
                 Err(Error::Postgres(e)) if e.is_transient() && tries < ATTEMPTS => continue,
+                Err(Error::Postgres(PgError::SchemaAltered {
+                    schema: None,
+                    detail,
+                })) => {
+                    return Err(PgError::SchemaAltered {
+                        schema: Some(self.inner.names.schema.clone()),
+                        detail,
+                    }
+                    .into());
+                }
                 other => return other,
             }
         }
     }
 
-    /// One transaction, not retried: for a closure that cannot run twice (the
-    /// application's), whose serialization failure or deadlock is returned to the caller;
-    /// [`PgStore::transaction`] retries through it.
+    /// One transaction, not retried; [`PgStore::transaction`] retries through it.
     fn transaction_once<T>(
         &self,
         f: impl FnMut(&mut postgres::Transaction<'_>, &mut Prepared<'_>) -> Result<T>,
     ) -> Result<T> {
         self.with_connection(|conn| {
-            let Connection { client, prepared } = conn;
-            let mut tx = client.transaction().map_err(PgError::from)?;
+            let Connection {
+                client, prepared, ..
+            } = conn;
+            let mut tx = client.transaction().map_err(PgError::at_begin)?;
             self.simulate_time(&mut tx)?;
             let mut f = f;
             let value = f(

@@ -16,9 +16,9 @@ use std::time::Duration;
 use postgres::Transaction;
 use postgres::types::ToSql;
 
-use super::rows::{attempt, clamp, id, job_by, job_columns, key, micros, time, us};
+use super::rows::{Col, attempt, clamp, id, job_by, job_columns, key, micros, time, us};
 use super::{PgError, Prepared, Settings};
-use crate::error::{Error, InputError, LeaseLost, Result};
+use crate::error::{Error, LeaseLost, Result};
 use crate::ids::{Attempt, JobId, StoreTime};
 use crate::input;
 use crate::job::{JobRecord, JobState, NewJob, Outcome, ReclaimPath};
@@ -33,7 +33,7 @@ const NOW: &str = "SELECT {s}.us({now})";
 /// The store's clock: the database's.
 pub(crate) fn now(tx: Tx<'_, '_>, p: &mut Prepared<'_>) -> Result<StoreTime> {
     let st = p.get(tx, NOW)?;
-    Ok(time(tx.query_one(&st, &[])?.get(0)))
+    Ok(time(tx.query_one(&st, &[])?.col(0)?))
 }
 
 // ----- enqueue -----
@@ -67,7 +67,7 @@ pub(crate) fn enqueue(
     if new.unique_key.is_some() {
         let holder = p.get(tx, LIVE_KEY_HOLDER)?;
         if let Some(row) = tx.query_opt(&holder, &[&new.queue, &new.unique_key])? {
-            return Ok(id(row.get(0)));
+            return Ok(id(row.col(0)?));
         }
     }
     let insert = p.get(tx, INSERT)?;
@@ -82,12 +82,12 @@ pub(crate) fn enqueue(
     ];
     if let Some(row) = tx.query_opt(&insert, &params)? {
         notify(tx, p, &new.queue)?;
-        return Ok(id(row.get(0)));
+        return Ok(id(row.col(0)?));
     }
     // The key is held by a live job: that one is the answer.
     let holder = p.get(tx, LIVE_KEY_HOLDER)?;
     match tx.query_opt(&holder, &[&new.queue, &new.unique_key])? {
-        Some(row) => Ok(id(row.get(0))),
+        Some(row) => Ok(id(row.col(0)?)),
         None => Err(PgError::Database {
             code: None,
             message: "a unique key conflicted with a job that then could not be found".into(),
@@ -98,15 +98,7 @@ pub(crate) fn enqueue(
 }
 
 fn check_new_job(s: &Settings, new: &NewJob) -> Result<()> {
-    input::check_queue(&new.queue)?;
-    input::check_size("payload", new.payload.len(), s.max_payload)?;
-    if new.max_attempts == Some(0) {
-        return Err(InputError::ZeroMaxAttempts.into());
-    }
-    if let Some(key) = &new.unique_key {
-        input::check_unique_key(key)?;
-    }
-    Ok(())
+    Ok(input::check_new_job(new, s.max_payload)?)
 }
 
 // ----- claim -----
@@ -176,9 +168,10 @@ pub(crate) fn claim_batch(
             break;
         };
         let ready = p.get(tx, FIRST_READY)?;
-        let ready = tx
-            .query_opt(&ready, &[&queue])?
-            .map(|r| (r.get::<_, i64>(0), r.get::<_, i32>(1)));
+        let ready = match tx.query_opt(&ready, &[&queue])? {
+            Some(r) => Some((r.col::<i64>(0)?, r.col::<i32>(1)?)),
+            None => None,
+        };
         let take_over = match ready {
             None => true,
             Some((_, priority)) => expired.priority <= priority,
@@ -208,20 +201,24 @@ pub(crate) fn claim_batch(
     let claim = p.get(tx, CLAIM)?;
     let limit = i64::try_from(n - leases.len()).unwrap_or(i64::MAX);
     let (length, stall) = (micros(terms.length), terms.stall_timeout.map(micros));
-    let mut rows = tx.query(&claim, &[&queue, &limit, &worker, &length, &stall])?;
-    rows.sort_by_key(|r| (r.get::<_, i32>(5), r.get::<_, i64>(6), r.get::<_, i64>(0)));
+    let rows = tx.query(&claim, &[&queue, &limit, &worker, &length, &stall])?;
+    let mut claimed = Vec::with_capacity(rows.len());
     for r in &rows {
-        leases.push(Lease {
-            job: id(r.get(0)),
-            attempt: attempt(r.get(1))?,
+        let order = (r.col::<i32>(5)?, r.col::<i64>(6)?, r.col::<i64>(0)?);
+        let lease = Lease {
+            job: id(r.col(0)?),
+            attempt: attempt(r.col(1)?)?,
             queue: queue.to_owned(),
             worker: worker.to_owned(),
-            claimed_at: time(r.get(2)),
-            expires_at: time(r.get(3)),
+            claimed_at: time(r.col(2)?),
+            expires_at: time(r.col(3)?),
             length: terms.length,
-            payload: r.get(4),
-        });
+            payload: r.col(4)?,
+        };
+        claimed.push((order, lease));
     }
+    claimed.sort_by_key(|(order, _)| *order);
+    leases.extend(claimed.into_iter().map(|(_, lease)| lease));
     Ok(leases)
 }
 
@@ -233,7 +230,7 @@ fn first_expired(tx: Tx<'_, '_>, p: &mut Prepared<'_>, queue: &str) -> Result<Op
         let Some(row) = tx.query_opt(&st, &[&queue])? else {
             return Ok(None);
         };
-        let Some(record) = load(tx, p, id(row.get(0)))? else {
+        let Some(record) = load(tx, p, id(row.col(0)?))? else {
             return Ok(None);
         };
         // Only an entry in its real place counts: one that lags a renewal is caught up and
@@ -265,14 +262,14 @@ fn grant(
     tx.query_opt(&st, &[&key(job), &worker, &length, &stall])?
         .map(|r| {
             Ok(Lease {
-                job: id(r.get(0)),
-                attempt: attempt(r.get(1))?,
-                queue: r.get(5),
+                job: id(r.col(0)?),
+                attempt: attempt(r.col(1)?)?,
+                queue: r.col(5)?,
                 worker: worker.to_owned(),
-                claimed_at: time(r.get(2)),
-                expires_at: time(r.get(3)),
+                claimed_at: time(r.col(2)?),
+                expires_at: time(r.col(3)?),
                 length: terms.length,
-                payload: r.get(4),
+                payload: r.col(4)?,
             })
         })
         .transpose()
@@ -366,9 +363,10 @@ fn renew(
     progress: u64,
 ) -> Result<Option<StoreTime>> {
     let st = p.get(tx, RENEW)?;
-    Ok(tx
-        .query_opt(&st, &[&key(job), &i64::from(at.0), &clamp(progress)])?
-        .map(|row| time(row.get(0))))
+    match tx.query_opt(&st, &[&key(job), &i64::from(at.0), &clamp(progress)])? {
+        Some(row) => Ok(Some(time(row.col(0)?))),
+        None => Ok(None),
+    }
 }
 
 /// Renews many leases in one statement; each answer as [`heartbeat`] would give it.
@@ -387,8 +385,8 @@ pub(crate) fn heartbeat_batch(
     let renewed: std::collections::HashMap<(i64, i64), i64> = tx
         .query(&renew, &[&ids, &attempts, &progress])?
         .iter()
-        .map(|r| ((r.get(0), r.get(1)), r.get(2)))
-        .collect();
+        .map(|r| Ok(((r.col(0)?, r.col(1)?), r.col(2)?)))
+        .collect::<Result<_>>()?;
     let mut answers = Vec::with_capacity(leases.len());
     for &(job, at, progress) in leases {
         answers.push(match renewed.get(&(key(job), i64::from(at.0))) {
@@ -527,7 +525,7 @@ pub(crate) fn complete_many(
     let progress: Vec<Option<i64>> = done.iter().map(|d| d.3.map(clamp)).collect();
     tx.query(&st, &[&ids, &attempts, &outputs, &progress])?
         .iter()
-        .map(|row| Ok((id(row.get(0)), attempt(row.get(1))?)))
+        .map(|row| Ok((id(row.col(0)?), attempt(row.col(1)?)?)))
         .collect()
 }
 
@@ -541,7 +539,7 @@ pub(crate) fn fail(
     error: &str,
     progress: Option<u64>,
 ) -> Result<JobState> {
-    let message = input::truncate_error(error);
+    let message = input::error_message(error);
     let mut record = fence(tx, p, job, at, Refusal::Write)?;
     let now = now(tx, p)?;
     final_progress(&mut record, progress, now);
@@ -617,7 +615,7 @@ pub(crate) fn retry(tx: Tx<'_, '_>, p: &mut Prepared<'_>, job: JobId) -> Result<
             return Err(Error::UniqueKeyHeld {
                 job,
                 key: k.clone(),
-                holder: id(row.get(0)),
+                holder: id(row.col(0)?),
             });
         }
     }
@@ -651,7 +649,11 @@ pub(crate) fn reap_batch(
 ) -> Result<(Vec<Reclaim>, usize)> {
     let st = p.get(tx, EXPIRED_ANY)?;
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-    let ids: Vec<i64> = tx.query(&st, &[&limit])?.iter().map(|r| r.get(0)).collect();
+    let ids: Vec<i64> = tx
+        .query(&st, &[&limit])?
+        .iter()
+        .map(|r| r.col(0))
+        .collect::<Result<_>>()?;
     let looked = ids.len();
     let reclaimed = expire_or_catch_up(tx, p, s, &ids, ReclaimPath::Reaper)?;
     if !reclaimed.is_empty() {
@@ -772,10 +774,10 @@ fn fence(
                 tx,
                 "SELECT outcome FROM {s}.leasehold_runs WHERE job = $1 AND attempt = $2",
             )?;
-            tx.query_opt(&st, &[&key(job), &i64::from(at.0)])?
-                .is_some_and(|row| {
-                    matches!(row.get::<_, &str>(0), "succeeded" | "failed" | "released")
-                })
+            match tx.query_opt(&st, &[&key(job), &i64::from(at.0)])? {
+                Some(row) => matches!(row.col(0)?, "succeeded" | "failed" | "released"),
+                None => false,
+            }
         }
         _ => false,
     };
@@ -963,7 +965,7 @@ pub(crate) fn purge_batch(
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
     let n: i64 = tx
         .query_one(&st, &[&micros(older_than), &states, &limit])?
-        .get(0);
+        .col(0)?;
     Ok(usize::try_from(n).unwrap_or(0))
 }
 

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use postgres::Transaction;
 
-use super::rows::{attempt, duration, job_by, job_columns, key, record, time};
+use super::rows::{Col, attempt, duration, job_by, job_columns, key, record, time};
 use super::{Prepared, protocol::now};
 use crate::error::{Error, Result};
 use crate::ids::{JobId, StoreTime};
@@ -75,11 +75,11 @@ pub(crate) fn timing(
 ) -> Result<crate::reader::QueueTiming> {
     let st = p.get(tx, TIMING)?;
     let row = tx.query_one(&st, &[&queue])?;
-    let at = |i: usize| row.get::<_, Option<i64>>(i).map(time);
+    let at = |i: usize| -> Result<Option<StoreTime>> { Ok(row.col::<Option<i64>>(i)?.map(time)) };
     Ok(crate::reader::QueueTiming {
-        earliest_run_at: at(0),
-        earliest_expiry: at(1),
-        next_expiry: at(2),
+        earliest_run_at: at(0)?,
+        earliest_expiry: at(1)?,
+        next_expiry: at(2)?,
     })
 }
 
@@ -121,11 +121,11 @@ const CHECKS: [(&str, &str); 5] = [
 pub(crate) fn check(tx: Tx<'_, '_>, p: &mut Prepared<'_>) -> Result<crate::check::CheckReport> {
     let jobs: i64 = tx
         .query_one(&p.names.sql("SELECT count(*) FROM {s}.leasehold_jobs"), &[])?
-        .get(0);
+        .col(0)?;
     let mut problems = Vec::new();
     for (rule, sql) in CHECKS {
         for row in tx.query(&p.names.sql(sql), &[])? {
-            problems.push(format!("job {}: {rule}", row.get::<_, i64>(0)));
+            problems.push(format!("job {}: {rule}", row.col::<i64>(0)?));
         }
     }
     Ok(crate::check::CheckReport {
@@ -151,7 +151,7 @@ pub(crate) fn next_due(
     let st = p.get(tx, NEXT_DUE)?;
     Ok(tx
         .query_one(&st, &[&queue])?
-        .get::<_, Option<i64>>(0)
+        .col::<Option<i64>>(0)?
         .map(time))
 }
 
@@ -166,31 +166,31 @@ pub(crate) fn history(tx: Tx<'_, '_>, p: &mut Prepared<'_>, job: JobId) -> Resul
     )?;
     let mut runs = Vec::new();
     for row in tx.query(&st, &[&key(job)])? {
-        let outcome = match row.get::<_, &str>(4) {
+        let outcome = match row.col::<&str>(4)? {
             "succeeded" => Outcome::Succeeded,
-            "failed" => Outcome::Failed(row.get::<_, Option<String>>(5).unwrap_or_default()),
+            "failed" => Outcome::Failed(row.col::<Option<String>>(5)?.unwrap_or_default()),
             "released" => Outcome::Released,
             "stalled" => Outcome::Stalled,
             "cancelled" => Outcome::Cancelled,
             "lease_expired" => Outcome::LeaseExpired {
-                path: match row.get::<_, Option<&str>>(6) {
+                path: match row.col::<Option<&str>>(6)? {
                     Some("reaper") => ReclaimPath::Reaper,
                     Some("takeover") => ReclaimPath::Takeover,
                     Some("recovery") => ReclaimPath::Recovery,
                     Some("process_died") => ReclaimPath::ProcessDied,
                     other => return Err(Error::Corrupt(format!("unknown reclaim path {other:?}"))),
                 },
-                overdue: duration(row.get::<_, Option<i64>>(7).unwrap_or(0)),
+                overdue: duration(row.col::<Option<i64>>(7)?.unwrap_or(0)),
             },
             other => return Err(Error::Corrupt(format!("unknown outcome {other:?}"))),
         };
         runs.push(RunRecord {
-            attempt: attempt(row.get(0))?,
-            worker: row.get(1),
-            claimed_at: time(row.get(2)),
-            ended_at: Some(time(row.get(3))),
+            attempt: attempt(row.col(0)?)?,
+            worker: row.col(1)?,
+            claimed_at: time(row.col(2)?),
+            ended_at: Some(time(row.col(3)?)),
             outcome: Some(outcome),
-            progress: u64::try_from(row.get::<_, i64>(8)).unwrap_or(0),
+            progress: u64::try_from(row.col::<i64>(8)?).unwrap_or(0),
         });
     }
     if let Some(running) = self::job(tx, p, job)?.and_then(|j| j.current_run()) {
@@ -211,10 +211,10 @@ pub(crate) fn stats(tx: Tx<'_, '_>, p: &mut Prepared<'_>) -> Result<Stats> {
         "SELECT queue, state, count(*) FROM {s}.leasehold_jobs GROUP BY queue, state",
     )?;
     for row in tx.query(&counts, &[])? {
-        let state: &str = row.get(1);
+        let state: &str = row.col(1)?;
         if let Some(state) = JobState::ALL.into_iter().find(|s| s.name() == state) {
-            let queue: String = row.get(0);
-            let n = u64::try_from(row.get::<_, i64>(2)).unwrap_or(0);
+            let queue: String = row.col(0)?;
+            let n = u64::try_from(row.col::<i64>(2)?).unwrap_or(0);
             stats
                 .queues
                 .entry(queue)
@@ -226,8 +226,8 @@ pub(crate) fn stats(tx: Tx<'_, '_>, p: &mut Prepared<'_>) -> Result<Stats> {
     let counters = p.get(tx, "SELECT name, value FROM {s}.leasehold_counters")?;
     let mut c = Counters::default();
     for row in tx.query(&counters, &[])? {
-        let value = u64::try_from(row.get::<_, i64>(1)).unwrap_or(0);
-        match row.get::<_, &str>(0) {
+        let value = u64::try_from(row.col::<i64>(1)?).unwrap_or(0);
+        match row.col::<&str>(0)? {
             "reclaimed_by_reaper" => c.reclaimed_by_reaper = value,
             "reclaimed_by_takeover" => c.reclaimed_by_takeover = value,
             "reclaimed_at_open" => c.reclaimed_at_open = value,
@@ -254,7 +254,8 @@ pub(crate) fn bytes(
         true => p.get(tx, "SELECT output FROM {s}.leasehold_jobs WHERE id = $1")?,
         false => p.get(tx, "SELECT payload FROM {s}.leasehold_jobs WHERE id = $1")?,
     };
-    Ok(tx
-        .query_opt(&st, &[&key(job)])?
-        .and_then(|row| row.get::<_, Option<Vec<u8>>>(0)))
+    match tx.query_opt(&st, &[&key(job)])? {
+        Some(row) => row.col(0),
+        None => Ok(None),
+    }
 }

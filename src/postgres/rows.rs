@@ -3,9 +3,47 @@
 
 use std::time::Duration;
 
+use postgres::types::FromSql;
+
+use super::PgError;
 use crate::error::{Error, Result};
 use crate::ids::{Attempt, JobId, StoreTime};
 use crate::job::{JobRecord, JobState, LeaseRecord};
+
+/// A column of a row read as the type leasehold made it with: every value read goes through
+/// here, never `Row::get` (which panics), so a table whose column was altered by hand is a
+/// typed error that names the column ([`PgError::SchemaAltered`]), not a crash of the
+/// application or the tool.
+pub(crate) trait Col {
+    /// Column `i` as a `T`.
+    fn col<'a, T: FromSql<'a>>(&'a self, i: usize) -> Result<T>;
+}
+
+impl Col for postgres::Row {
+    fn col<'a, T: FromSql<'a>>(&'a self, i: usize) -> Result<T> {
+        self.try_get(i).map_err(|e| {
+            let column = self
+                .columns()
+                .get(i)
+                .map_or_else(|| format!("column {i}"), |c| format!("column {}", c.name()));
+            let found = self
+                .columns()
+                .get(i)
+                .map_or_else(String::new, |c| format!(" (found {})", c.type_()));
+            let detail = match std::error::Error::source(&e) {
+                Some(why) => format!(
+                    "{column} cannot be read as {}{found}: {why}",
+                    std::any::type_name::<T>()
+                ),
+                None => format!("{column} cannot be read{found}: {e}"),
+            };
+            Error::Postgres(PgError::SchemaAltered {
+                schema: None,
+                detail,
+            })
+        })
+    }
+}
 
 /// The columns [`record`] reads, in its order, for every statement that reads a whole job.
 macro_rules! job_columns {
@@ -33,37 +71,40 @@ pub(crate) fn job_by(
 
 /// A row of [`job_columns`] as the job's record.
 pub(crate) fn record(row: &postgres::Row) -> Result<JobRecord> {
-    let state: &str = row.get(2);
+    let state: &str = row.col(2)?;
     let state = JobState::ALL
         .into_iter()
         .find(|s| s.name() == state)
         .ok_or_else(|| Error::Corrupt(format!("unknown job state {state:?}")))?;
-    let lease = row.get::<_, Option<String>>(10).map(|owner| LeaseRecord {
-        owner,
-        claimed_at: time(row.get::<_, Option<i64>>(11).unwrap_or(0)),
-        expires_at: time(row.get::<_, Option<i64>>(12).unwrap_or(0)),
-        indexed_expiry: time(row.get::<_, Option<i64>>(13).unwrap_or(0)),
-        length: duration(row.get::<_, Option<i64>>(14).unwrap_or(0)),
-        stall_timeout: row.get::<_, Option<i64>>(15).map(duration),
-    });
+    let lease = match row.col::<Option<String>>(10)? {
+        None => None,
+        Some(owner) => Some(LeaseRecord {
+            owner,
+            claimed_at: time(row.col::<Option<i64>>(11)?.unwrap_or(0)),
+            expires_at: time(row.col::<Option<i64>>(12)?.unwrap_or(0)),
+            indexed_expiry: time(row.col::<Option<i64>>(13)?.unwrap_or(0)),
+            length: duration(row.col::<Option<i64>>(14)?.unwrap_or(0)),
+            stall_timeout: row.col::<Option<i64>>(15)?.map(duration),
+        }),
+    };
     Ok(JobRecord {
-        id: id(row.get(0)),
-        queue: row.get(1),
+        id: id(row.col(0)?),
+        queue: row.col(1)?,
         state,
-        priority: row.get(3),
-        attempt: attempt(row.get(4))?,
-        failures: u32::try_from(row.get::<_, i64>(5)).unwrap_or(u32::MAX),
-        max_attempts: u32::try_from(row.get::<_, i64>(6)).unwrap_or(u32::MAX),
-        unique_key: row.get(7),
-        created_at: time(row.get(8)),
-        run_at: time(row.get(9)),
+        priority: row.col(3)?,
+        attempt: attempt(row.col(4)?)?,
+        failures: u32::try_from(row.col::<i64>(5)?).unwrap_or(u32::MAX),
+        max_attempts: u32::try_from(row.col::<i64>(6)?).unwrap_or(u32::MAX),
+        unique_key: row.col(7)?,
+        created_at: time(row.col(8)?),
+        run_at: time(row.col(9)?),
         lease,
-        progress: u64::try_from(row.get::<_, i64>(16)).unwrap_or(0),
-        progress_at: time(row.get(17)),
-        cancel_requested: row.get(18),
-        last_error: row.get(19),
-        finished_at: row.get::<_, Option<i64>>(20).map(time),
-        updated_at: time(row.get(21)),
+        progress: u64::try_from(row.col::<i64>(16)?).unwrap_or(0),
+        progress_at: time(row.col(17)?),
+        cancel_requested: row.col(18)?,
+        last_error: row.col(19)?,
+        finished_at: row.col::<Option<i64>>(20)?.map(time),
+        updated_at: time(row.col(21)?),
     })
 }
 

@@ -11,6 +11,7 @@
 use postgres::Client;
 
 use super::PgError;
+use super::rows::Col;
 use crate::error::Result;
 
 /// The newest schema version this build knows.
@@ -36,6 +37,11 @@ impl Names {
             .is_some_and(|c| c.is_ascii_lowercase() || c == '_')
             && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
             && schema.len() <= 63;
+        // PostgreSQL's own schemas: its catalogs, TOAST, temporary schemas and the SQL
+        // standard's views. `CREATE TABLE` into some of them succeeds.
+        if schema.starts_with("pg_") || schema == "information_schema" {
+            return Err(PgError::SystemSchema(schema.to_owned()));
+        }
         match plain {
             true => Ok(Names {
                 schema: schema.to_owned(),
@@ -142,8 +148,8 @@ pub(crate) fn prepare(client: &mut Client, names: &Names) -> Result<()> {
             &[&names.schema],
         )?
         .iter()
-        .map(|row| row.get(0))
-        .collect();
+        .map(|row| row.col(0))
+        .collect::<Result<_>>()?;
     if found.is_empty() {
         tx.batch_execute(&names.sql(CREATE))?;
         tx.execute(
@@ -167,8 +173,8 @@ pub(crate) fn prepare(client: &mut Client, names: &Names) -> Result<()> {
         .query(&names.sql("SELECT key, value FROM {s}.leasehold_meta"), &[])
         .map_err(|e| foreign(format!("its leasehold_meta cannot be read: {e}")))?
         .iter()
-        .map(|row| (row.get(0), row.get(1)))
-        .collect();
+        .map(|row| Ok((row.col(0)?, row.col(1)?)))
+        .collect::<Result<_>>()?;
     let get = |key: &str| meta.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str());
     if get("format") != Some("leasehold") {
         return Err(foreign("its leasehold_meta does not name the leasehold format".into()).into());
@@ -184,7 +190,136 @@ pub(crate) fn prepare(client: &mut Client, names: &Names) -> Result<()> {
         }
         .into());
     }
+    check_tables(&mut tx, names)?;
     // Version 1 is the only one so far: nothing to migrate.
     tx.commit()?;
+    Ok(())
+}
+
+/// Every column leasehold reads or writes, with the type it made it with (PostgreSQL's
+/// `udt_name`): [`CREATE`] in another form, checked against a fresh schema by the tests.
+pub(crate) const COLUMNS: &[(&str, &[(&str, &str)])] = &[
+    ("leasehold_meta", &[("key", "text"), ("value", "text")]),
+    (
+        "leasehold_jobs",
+        &[
+            ("id", "int8"),
+            ("queue", "text"),
+            ("state", "text"),
+            ("priority", "int4"),
+            ("attempt", "int8"),
+            ("failures", "int8"),
+            ("max_attempts", "int8"),
+            ("unique_key", "text"),
+            ("created_at", "timestamptz"),
+            ("run_at", "timestamptz"),
+            ("lease_owner", "text"),
+            ("lease_claimed_at", "timestamptz"),
+            ("lease_expires_at", "timestamptz"),
+            ("lease_indexed_expiry", "timestamptz"),
+            ("lease_length_us", "int8"),
+            ("stall_timeout_us", "int8"),
+            ("progress", "int8"),
+            ("progress_at", "timestamptz"),
+            ("cancel_requested", "bool"),
+            ("last_error", "text"),
+            ("finished_at", "timestamptz"),
+            ("updated_at", "timestamptz"),
+            ("payload", "bytea"),
+            ("output", "bytea"),
+        ],
+    ),
+    (
+        "leasehold_runs",
+        &[
+            ("job", "int8"),
+            ("attempt", "int8"),
+            ("worker", "text"),
+            ("claimed_at", "timestamptz"),
+            ("ended_at", "timestamptz"),
+            ("outcome", "text"),
+            ("error", "text"),
+            ("reclaim_path", "text"),
+            ("overdue_us", "int8"),
+            ("progress", "int8"),
+        ],
+    ),
+    ("leasehold_counters", &[("name", "text"), ("value", "int8")]),
+];
+
+/// The indexes the protocol relies on: the unique one for correctness (`ON CONFLICT`
+/// names it), the others so that claims and the reaper do not scan the table.
+const INDEXES: &[&str] = &[
+    "leasehold_jobs_pkey",
+    "leasehold_jobs_ready",
+    "leasehold_jobs_expiry",
+    "leasehold_jobs_unique",
+    "leasehold_jobs_finished",
+    "leasehold_runs_pkey",
+];
+
+/// The functions every statement calls.
+const FUNCTIONS: &[&str] = &["us", "at", "clock"];
+
+/// Refuses a store whose tables were altered by hand, naming what changed: a column's type
+/// that a read would fail on (or worse, read wrongly), a missing column, index or function.
+fn check_tables(tx: &mut postgres::Transaction<'_>, names: &Names) -> Result<()> {
+    let altered = |detail: String| PgError::SchemaAltered {
+        schema: Some(names.schema.clone()),
+        detail,
+    };
+    let found: Vec<(String, String, String)> = tx
+        .query(
+            "SELECT c.relname::text, a.attname::text, t.typname::text
+             FROM pg_attribute a
+             JOIN pg_class c ON c.oid = a.attrelid
+             JOIN pg_namespace n ON n.oid = c.relnamespace
+             JOIN pg_type t ON t.oid = a.atttypid
+             WHERE n.nspname = $1 AND c.relkind = 'r' AND a.attnum > 0 AND NOT a.attisdropped",
+            &[&names.schema],
+        )?
+        .iter()
+        .map(|row| Ok((row.col(0)?, row.col(1)?, row.col(2)?)))
+        .collect::<Result<_>>()?;
+    for (table, columns) in COLUMNS {
+        for (column, want) in *columns {
+            match found.iter().find(|(t, c, _)| t == table && c == column) {
+                None => return Err(altered(format!("column {table}.{column} is missing")).into()),
+                Some((_, _, ty)) if ty != want => {
+                    return Err(altered(format!(
+                        "column {table}.{column} is {ty}; leasehold made it {want}"
+                    ))
+                    .into());
+                }
+                Some(_) => {}
+            }
+        }
+    }
+    let indexes: Vec<String> = tx
+        .query(
+            "SELECT indexname::text FROM pg_indexes WHERE schemaname = $1",
+            &[&names.schema],
+        )?
+        .iter()
+        .map(|row| row.col(0))
+        .collect::<Result<_>>()?;
+    if let Some(missing) = INDEXES.iter().find(|i| !indexes.iter().any(|f| f == *i)) {
+        return Err(altered(format!("index {missing} is missing")).into());
+    }
+    let functions: Vec<String> = tx
+        .query(
+            "SELECT p.proname::text FROM pg_proc p
+             JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = $1",
+            &[&names.schema],
+        )?
+        .iter()
+        .map(|row| row.col(0))
+        .collect::<Result<_>>()?;
+    if let Some(missing) = FUNCTIONS
+        .iter()
+        .find(|f| !functions.iter().any(|g| g == *f))
+    {
+        return Err(altered(format!("function {missing}() is missing")).into());
+    }
     Ok(())
 }

@@ -155,53 +155,54 @@ impl PgStore {
     /// Completes the attempt and runs `f`, the application's own statements and follow-up
     /// jobs, in the same transaction: all of it commits only if the fence holds (`f` runs
     /// only then), and an error from `f` rolls all of it back ([`Error::Application`]).
-    pub fn complete_with<F, E>(&self, lease: &Lease, output: &[u8], f: F) -> Result<()>
+    ///
+    /// PostgreSQL may abort a transaction for a deadlock (or, where the application asks
+    /// for it, a serialization failure), in leasehold's statements or in `f`'s: the whole
+    /// transaction then runs again, `f` included, so `f` may run more than once; nothing of
+    /// a run that was aborted is kept. Such an abort is never the job's failure.
+    pub fn complete_with<F, E>(&self, lease: &Lease, output: &[u8], mut f: F) -> Result<()>
     where
-        F: FnOnce(&mut PgTransaction<'_, '_>) -> std::result::Result<(), E>,
+        F: FnMut(&mut PgTransaction<'_, '_>) -> std::result::Result<(), E>,
         E: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
         self.complete_then(lease, output, None, |t| f(t).map_err(Into::into))
     }
 
     /// Completes the attempt and, only if the fence held, runs the application's `writes`
-    /// in the same transaction; their error rolls all of it back.
+    /// in the same transaction; their error rolls all of it back. Run again from the start
+    /// when PostgreSQL aborts the transaction for a deadlock or serialization failure.
     pub(super) fn complete_then(
         &self,
         lease: &Lease,
         output: &[u8],
         progress: Option<u64>,
-        writes: impl FnOnce(
+        mut writes: impl FnMut(
             &mut PgTransaction<'_, '_>,
         )
             -> std::result::Result<(), Box<dyn std::error::Error + Send + Sync>>,
     ) -> Result<()> {
         let s = self.settings();
-        let mut writes = Some(writes);
-        self.transaction_once(|tx, p| {
+        self.transaction(|tx, p| {
             protocol::complete(tx, p, s, lease.job, lease.attempt, output, progress)?;
-            let Some(writes) = writes.take() else {
-                return Err(Error::Corrupt("a completion's writes ran twice".into()));
-            };
-            writes(&mut PgTransaction::new(tx, p.cache, self)).map_err(Error::from_application)
+            let written = writes(&mut PgTransaction::new(tx, p.cache, self));
+            applied(tx, written.map_err(application_error))
         })
     }
 
     /// Runs `f` in one transaction with the application's own statements and enqueues
-    /// (see [`crate::Store::transaction`]).
+    /// (see [`crate::Store::transaction`]). As for [`PgStore::complete_with`], a transaction
+    /// PostgreSQL aborts for a deadlock or serialization failure runs again, `f` included.
     pub fn transaction_with<T>(
         &self,
-        f: impl FnOnce(&mut PgTransaction<'_, '_>) -> Result<T>,
+        mut f: impl FnMut(&mut PgTransaction<'_, '_>) -> Result<T>,
     ) -> Result<T> {
-        let mut f = Some(f);
-        self.transaction_once(|tx, p| {
-            let Some(f) = f.take() else {
-                return Err(Error::Corrupt("a transaction's closure ran twice".into()));
-            };
-            f(&mut PgTransaction {
+        self.transaction(|tx, p| {
+            let value = f(&mut PgTransaction {
                 tx,
                 cache: p.cache,
                 store: self,
-            })
+            });
+            applied(tx, value.map_err(|e| application_error(Box::new(e))))
         })
     }
 
@@ -318,12 +319,18 @@ impl PgStore {
 
     /// Jobs matching `filter` (for operators and tools).
     pub fn jobs(&self, filter: &crate::read::JobFilter) -> Result<Vec<Job>> {
+        if filter.queue.as_deref().is_some_and(no_queue_has) {
+            return Ok(Vec::new());
+        }
         self.transaction(|tx, p| read::list(tx, p, filter))
             .map(|records| records.into_iter().map(Job).collect())
     }
 
     /// When things fall due in `queue`.
     pub fn timing(&self, queue: &str) -> Result<crate::reader::QueueTiming> {
+        if no_queue_has(queue) {
+            return Ok(crate::reader::QueueTiming::default());
+        }
         self.transaction(|tx, p| read::timing(tx, p, queue))
     }
 
@@ -352,6 +359,41 @@ impl PgStore {
     /// Counts per queue and state, and the lifetime counters.
     pub fn stats(&self) -> Result<Stats> {
         self.transaction(read::stats)
+    }
+}
+
+/// A name no queue can have (one with a NUL byte, which enqueue refuses): a read of it
+/// answers "nothing" without asking the database, whose text cannot hold the byte, just as
+/// the redb store answers.
+pub(super) fn no_queue_has(queue: &str) -> bool {
+    queue.contains('\0')
+}
+
+/// The application's error, as the store reports it: a deadlock or serialization failure
+/// anywhere in it is the transaction's (run again), anything else the application's.
+fn application_error(e: Box<dyn std::error::Error + Send + Sync>) -> Error {
+    match super::error::transient_cause(&*e) {
+        Some(transient) => Error::Postgres(transient),
+        None => Error::from_application(e),
+    }
+}
+
+/// What the application's code returned, checked against the transaction it ran in: code
+/// that caught an SQL error and went on returns `Ok` from a transaction PostgreSQL has
+/// aborted, whose `COMMIT` would quietly roll everything back, the completion included. One
+/// statement tells (an aborted transaction refuses every statement).
+fn applied<T>(tx: &mut postgres::Transaction<'_>, value: Result<T>) -> Result<T> {
+    let value = value?;
+    match tx.batch_execute("SELECT") {
+        Ok(()) => Ok(value),
+        Err(e) if e.code() == Some(&postgres::error::SqlState::IN_FAILED_SQL_TRANSACTION) => {
+            Err(Error::Application(
+                "the application's SQL failed and its error was not returned; the transaction \
+                 was aborted, so nothing of it was committed"
+                    .into(),
+            ))
+        }
+        Err(e) => Err(e.into()),
     }
 }
 

@@ -18,6 +18,7 @@
 
 use std::time::Duration;
 
+use super::rows::Col;
 use super::{PgError, PgStore};
 use crate::error::Result;
 
@@ -82,13 +83,12 @@ impl PgStore {
         }
         let tables = self
             .with_connection(|conn| {
-                Ok(conn
-                    .client
+                conn.client
                     .query(DEAD_ROWS, &[&self.inner.names.schema])
                     .map_err(PgError::from)?
                     .iter()
-                    .map(|row| (row.get(0), row.get(1), row.get(2)))
-                    .collect::<Vec<_>>())
+                    .map(|row| Ok((row.col(0)?, row.col(1)?, row.col(2)?)))
+                    .collect::<Result<Vec<_>>>()
             })
             .map(|rows| needing_vacuum(&rows, base));
         let tables = match tables {
@@ -142,7 +142,7 @@ impl PgStore {
         let began: std::time::SystemTime = client
             .query_one("SELECT clock_timestamp()", &[])
             .map_err(PgError::from)?
-            .get(0);
+            .col(0)?;
         client
             .batch_execute(&format!(
                 "VACUUM (ANALYZE, SKIP_LOCKED) {}.{table}",
@@ -152,7 +152,7 @@ impl PgStore {
         let held_back = client
             .query_one(HELD_BACK, &[&began])
             .map_err(PgError::from)?
-            .get(0);
+            .col(0)?;
         if held_back {
             tracing::info!(
                 table,

@@ -51,12 +51,13 @@ use std::time::Duration;
 use crate::backend::LeaseBackend;
 use crate::builder::StoreBuilder;
 use crate::clock::ManualClock;
+use crate::contain::panic_message;
 use crate::error::{OpenError, Result};
 use crate::ids::StoreTime;
 use crate::ids::{Attempt, JobId};
 use crate::job::Job;
 use crate::lease::Lease;
-use crate::pool::{AttemptState, JobContext, JobError, Output, panic_message};
+use crate::pool::{AttemptState, JobContext, JobError, Output};
 use crate::report::ReapReport;
 use crate::store::Store;
 

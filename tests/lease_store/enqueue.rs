@@ -14,6 +14,7 @@ crate::on_both::on_both!(
     enqueue_batch_is_all_or_nothing,
     huge_delays_saturate_instead_of_wrapping_into_the_past,
     long_error_messages_are_kept_but_cut,
+    a_failure_whose_message_holds_a_nul_byte_is_recorded_with_the_byte_shown,
     purge_in_a_store_younger_than_the_age_asked_for_deletes_nothing,
     purge_reaches_old_jobs_behind_any_number_of_kept_ones_in_bounded_batches,
     purge_deletes_old_finished_jobs_of_the_chosen_states_with_their_history,
@@ -92,6 +93,20 @@ fn bad_input_is_refused_with_its_own_error_and_writes_nothing(kind: Kind) {
             NewJob::new(Q, "x").unique_key(""),
             InputError::BadUniqueKey { len: 0, max: 256 },
         ),
+        (
+            NewJob::new("q\0", "x"),
+            InputError::NulByte {
+                what: "queue name",
+                at: 1,
+            },
+        ),
+        (
+            NewJob::new(Q, "x").unique_key("key\0"),
+            InputError::NulByte {
+                what: "unique key",
+                at: 3,
+            },
+        ),
     ];
     for (job, expected) in cases {
         match f.enqueue(job) {
@@ -114,6 +129,29 @@ fn bad_input_is_refused_with_its_own_error_and_writes_nothing(kind: Kind) {
         f.claim(Q, "w", leasehold::LeaseTerms::new(Duration::ZERO)),
         Err(Error::Config(leasehold::ConfigError::ZeroLease))
     ));
+    assert!(matches!(
+        f.claim("q\0", "w", lease()),
+        Err(Error::Input(InputError::NulByte {
+            what: "queue name",
+            ..
+        }))
+    ));
+    let id = f.enqueue(NewJob::new(Q, "x")).unwrap();
+    assert!(matches!(
+        f.claim(Q, "w\0", lease()),
+        Err(Error::Input(InputError::NulByte {
+            what: "worker id",
+            ..
+        }))
+    ));
+    assert!(matches!(
+        f.claim_job(id, "\0", lease()),
+        Err(Error::Input(InputError::NulByte {
+            what: "worker id",
+            ..
+        }))
+    ));
+    assert_eq!(f.job(id).unwrap().unwrap().state(), JobState::Queued);
 }
 
 fn an_oversized_output_is_refused_and_the_lease_still_holds(kind: Kind) {
@@ -151,6 +189,26 @@ fn long_error_messages_are_kept_but_cut(kind: Kind) {
     f.fail(&l, &"é".repeat(20_000)).unwrap();
     let err = f.job(id).unwrap().unwrap().last_error().unwrap().to_owned();
     assert!(err.len() < 17_000 && err.ends_with("bytes cut)"));
+}
+
+fn a_failure_whose_message_holds_a_nul_byte_is_recorded_with_the_byte_shown(kind: Kind) {
+    // PostgreSQL's text cannot hold a NUL byte: such a failure once could not be recorded
+    // there at all, and the job ran until its leases spent its budget.
+    let f = kind.open();
+    let id = f.enqueue(NewJob::new(Q, "x").max_attempts(2)).unwrap();
+    let l = f.claim_one("w");
+    assert_eq!(
+        f.fail(&l, "bad byte \0 in input").unwrap(),
+        JobState::RetryWait
+    );
+    let job = f.job(id).unwrap().unwrap();
+    assert_eq!(job.last_error(), Some("bad byte \\0 in input"));
+    assert_eq!(job.failures(), 1);
+    let history = f.history(id).unwrap();
+    assert_eq!(
+        history[0].outcome(),
+        Some(&leasehold::Outcome::Failed("bad byte \\0 in input".into()))
+    );
 }
 
 fn purge_in_a_store_younger_than_the_age_asked_for_deletes_nothing(kind: Kind) {

@@ -425,7 +425,7 @@ model_store!(
             );
             self.transaction_with(|t| Ok(t.sql().query_opt(&select, &[&key])?))
                 .expect("read")
-                .map(|row| u64::try_from(row.get::<_, i64>(0)).expect("a stored u64"))
+                .map(|row| u64::try_from(row.try_get::<_, i64>(0).unwrap()).expect("a stored u64"))
         }
     }
 );

@@ -1,0 +1,1376 @@
+//! The protocol, pools, partitions and kills on a real server.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use leasehold::postgres::client as postgres;
+use leasehold::postgres::{PgError, PgStore};
+use leasehold::{Error, JobState, LeaseTerms, NewJob, Outcome, ReclaimPath, Renewal};
+
+use crate::db::{Db, Helper, LEASE, Q, wait_until};
+use crate::say;
+
+#[test]
+fn a_job_is_enqueued_claimed_and_completed_with_its_history() {
+    let db = db!("round trip");
+    let store = db.store();
+    let id = store.enqueue(NewJob::new(Q, "photo-1.jpg")).unwrap();
+    let lease = store.claim(Q, "w", LEASE).unwrap().unwrap();
+    assert_eq!((lease.job, lease.attempt.0), (id, 1));
+    assert_eq!(lease.payload, b"photo-1.jpg");
+    assert!(lease.expires_at > lease.claimed_at);
+    assert_eq!(store.job(id).unwrap().unwrap().state(), JobState::Running);
+    assert!(
+        store.claim(Q, "w", LEASE).unwrap().is_none(),
+        "nothing else to claim"
+    );
+    store.complete(&lease, b"thumb").unwrap();
+    let job = store.job(id).unwrap().unwrap();
+    assert_eq!(job.state(), JobState::Succeeded);
+    assert_eq!(store.output(id).unwrap().as_deref(), Some(&b"thumb"[..]));
+    let history = store.history(id).unwrap();
+    assert_eq!(history.len(), 1);
+    assert_eq!(
+        (history[0].worker(), history[0].outcome()),
+        ("w", Some(&Outcome::Succeeded))
+    );
+    assert_eq!(store.stats().unwrap().total(JobState::Succeeded), 1);
+}
+
+#[test]
+fn concurrent_claimers_never_both_win_a_job() {
+    let db = db!("claim race");
+    let store = db.store();
+    let ids = store
+        .enqueue_batch((0..200).map(|i| NewJob::new(Q, format!("{i}"))))
+        .unwrap();
+    let claimed: Vec<Vec<u64>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..8)
+            .map(|w| {
+                let store = store.clone();
+                s.spawn(move || {
+                    let mut mine = Vec::new();
+                    while let Some(l) = store
+                        .claim_batch(Q, &format!("w{w}"), LEASE, 3)
+                        .unwrap()
+                        .pop()
+                    {
+                        mine.push(l.job.0);
+                        // the batch may have claimed more: complete them all
+                        let _ = store.complete(&l, b"");
+                    }
+                    mine
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    // every job was claimed by exactly one claimer, or left claimed by a batch's extras
+    let all: Vec<u64> = claimed.into_iter().flatten().collect();
+    let unique: BTreeSet<u64> = all.iter().copied().collect();
+    assert_eq!(all.len(), unique.len(), "a job was claimed twice");
+    let stats = store.stats().unwrap();
+    assert_eq!(
+        stats.total(JobState::Succeeded) + stats.total(JobState::Running),
+        ids.len() as u64
+    );
+    for id in ids {
+        let job = store.job(id).unwrap().unwrap();
+        assert_eq!(job.attempt().0, 1, "job {id} was claimed more than once");
+    }
+}
+
+#[test]
+fn a_claim_takes_the_most_urgent_job_and_skips_delayed_ones() {
+    let db = db!("urgency");
+    let store = db.store();
+    let late = store.enqueue(NewJob::new(Q, "late").priority(5)).unwrap();
+    let urgent = store
+        .enqueue(NewJob::new(Q, "urgent").priority(-1))
+        .unwrap();
+    let delayed = store
+        .enqueue(
+            NewJob::new(Q, "delayed")
+                .priority(-9)
+                .delay(Duration::from_secs(3600)),
+        )
+        .unwrap();
+    let order: Vec<_> = store
+        .claim_batch(Q, "w", LEASE, 10)
+        .unwrap()
+        .iter()
+        .map(|l| l.job)
+        .collect();
+    assert_eq!(order, vec![urgent, late]);
+    assert_eq!(
+        store.job(delayed).unwrap().unwrap().state(),
+        JobState::Queued
+    );
+}
+
+#[test]
+fn an_expired_lease_is_taken_over_and_the_old_holder_is_fenced() {
+    let mut db = db!("takeover");
+    let store = db.store();
+    let id = store.enqueue(NewJob::new(Q, "x")).unwrap();
+    let old = store.claim(Q, "a", LEASE).unwrap().unwrap();
+    assert!(matches!(
+        store.heartbeat(&old, 1).unwrap(),
+        Renewal::Renewed { .. }
+    ));
+    db.lapse(id);
+    let new = store.claim(Q, "b", LEASE).unwrap().unwrap();
+    assert_eq!((new.job, new.attempt.0), (id, 2));
+    let lost = store.heartbeat(&old, 2).unwrap_err();
+    assert!(lost.is_lease_lost(), "{lost}");
+    assert!(store.complete(&old, b"late").unwrap_err().is_lease_lost());
+    assert!(store.fail(&old, "late").unwrap_err().is_lease_lost());
+    let history = store.history(id).unwrap();
+    assert!(matches!(
+        history[0].outcome(),
+        Some(Outcome::LeaseExpired {
+            path: ReclaimPath::Takeover,
+            ..
+        })
+    ));
+    assert_eq!(history[0].progress(), 1, "the renewal's progress is kept");
+    store.complete(&new, b"").unwrap();
+    let c = store.stats().unwrap().counters;
+    assert_eq!(
+        (
+            c.reclaimed_by_takeover,
+            c.leases_lost,
+            c.fenced_writes_rejected
+        ),
+        (1, 1, 2)
+    );
+    assert_eq!(store.job(id).unwrap().unwrap().failures(), 1);
+}
+
+#[test]
+fn the_reaper_takes_back_expired_leases_in_bounded_batches_and_leaves_renewed_ones() {
+    let mut db = db!("reaper");
+    let store = db.builder().reap_batch(3).open().unwrap();
+    let ids = store
+        .enqueue_batch((0..10).map(|i| NewJob::new(Q, format!("{i}"))))
+        .unwrap();
+    let leases = store.claim_batch(Q, "w", LEASE, 10).unwrap();
+    assert_eq!(leases.len(), 10);
+    for id in &ids[..8] {
+        db.lapse(*id);
+    }
+    // job 9's index entry is in the past but its lease was renewed: caught up, not taken
+    db.sql(&format!(
+    "UPDATE {{s}}.leasehold_jobs SET lease_indexed_expiry = clock_timestamp() - interval '1 second' WHERE id = {}",
+    ids[8].0
+));
+    let report = store.reap().unwrap();
+    assert_eq!(report.reclaimed.len(), 8);
+    assert!(
+        report.largest_batch <= 3 && report.batches >= 3,
+        "{report:?}"
+    );
+    assert!(
+        report
+            .reclaimed
+            .iter()
+            .all(|r| r.path == ReclaimPath::Reaper)
+    );
+    assert_eq!(
+        store.job(ids[8]).unwrap().unwrap().state(),
+        JobState::Running
+    );
+    assert_eq!(
+        store.job(ids[0]).unwrap().unwrap().state(),
+        JobState::Queued
+    );
+    assert!(
+        store.reap().unwrap().reclaimed.is_empty(),
+        "nothing left to take"
+    );
+    assert_eq!(store.stats().unwrap().counters.reclaimed_by_reaper, 8);
+}
+
+#[test]
+fn a_failed_job_is_retried_while_its_budget_lasts_then_dead() {
+    let db = db!("retries");
+    let store = db.store();
+    let id = store.enqueue(NewJob::new(Q, "x").max_attempts(2)).unwrap();
+    let first = store.claim(Q, "w", LEASE).unwrap().unwrap();
+    assert_eq!(store.fail(&first, "boom").unwrap(), JobState::RetryWait);
+    let second = store.claim(Q, "w", LEASE).unwrap().unwrap();
+    assert_eq!(second.attempt.0, 2);
+    assert_eq!(store.fail(&second, "boom again").unwrap(), JobState::Dead);
+    let job = store.job(id).unwrap().unwrap();
+    assert_eq!(
+        (job.state(), job.failures(), job.last_error()),
+        (JobState::Dead, 2, Some("boom again"))
+    );
+    store.retry(id).unwrap();
+    assert_eq!(store.job(id).unwrap().unwrap().state(), JobState::Queued);
+    assert_eq!(store.claim(Q, "w", LEASE).unwrap().unwrap().attempt.0, 3);
+}
+
+#[test]
+fn a_release_gives_the_job_back_without_spending_budget() {
+    let db = db!("release");
+    let store = db.store();
+    let id = store.enqueue(NewJob::new(Q, "x")).unwrap();
+    let l = store.claim(Q, "w", LEASE).unwrap().unwrap();
+    store.release(&l).unwrap();
+    let job = store.job(id).unwrap().unwrap();
+    assert_eq!((job.state(), job.failures()), (JobState::Queued, 0));
+    assert!(store.release(&l).unwrap_err().is_lease_lost());
+    assert_eq!(store.stats().unwrap().counters.released, 1);
+}
+
+#[test]
+fn a_cancel_ends_a_waiting_job_at_once_and_a_running_one_at_its_next_heartbeat() {
+    let db = db!("cancel");
+    let store = db.store();
+    let waiting = store.enqueue(NewJob::new(Q, "a")).unwrap();
+    let running = store.enqueue(NewJob::new(Q, "b").priority(-1)).unwrap();
+    let l = store.claim(Q, "w", LEASE).unwrap().unwrap();
+    assert_eq!(l.job, running);
+    assert_eq!(store.cancel(waiting).unwrap(), JobState::Cancelled);
+    assert_eq!(store.cancel(running).unwrap(), JobState::Running);
+    assert_eq!(store.heartbeat(&l, 0).unwrap(), Renewal::Cancelled);
+    assert_eq!(
+        store.job(running).unwrap().unwrap().state(),
+        JobState::Cancelled
+    );
+    assert!(store.complete(&l, b"").unwrap_err().is_lease_lost());
+    store.enqueue(NewJob::new(Q, "c")).unwrap();
+    let done = store.claim(Q, "w", LEASE).unwrap().unwrap();
+    store.complete(&done, b"").unwrap();
+    assert!(matches!(
+        store.cancel(done.job),
+        Err(Error::Refused {
+            state: JobState::Succeeded,
+            ..
+        })
+    ));
+}
+
+#[test]
+fn a_job_that_makes_no_progress_for_its_stall_timeout_loses_its_lease() {
+    let mut db = db!("stall");
+    let store = db.store();
+    let id = store.enqueue(NewJob::new(Q, "x")).unwrap();
+    let terms = LeaseTerms::new(LEASE).stall_timeout(Duration::from_secs(30));
+    let l = store.claim(Q, "w", terms).unwrap().unwrap();
+    assert!(matches!(
+        store.heartbeat(&l, 0).unwrap(),
+        Renewal::Renewed { .. }
+    ));
+    db.sql(&format!(
+    "UPDATE {{s}}.leasehold_jobs SET progress_at = clock_timestamp() - interval '31 seconds' WHERE id = {}",
+    id.0
+));
+    assert_eq!(store.heartbeat(&l, 0).unwrap(), Renewal::Stalled);
+    let job = store.job(id).unwrap().unwrap();
+    assert_eq!((job.state(), job.failures()), (JobState::RetryWait, 1));
+    assert_eq!(
+        store.history(id).unwrap()[0].outcome(),
+        Some(&Outcome::Stalled)
+    );
+    assert_eq!(store.stats().unwrap().counters.stalled, 1);
+}
+
+#[test]
+fn a_unique_key_deduplicates_live_jobs_and_blocks_a_retry_while_held() {
+    let db = db!("unique keys");
+    let store = db.store();
+    let first = store
+        .enqueue(NewJob::new(Q, "a").unique_key("k").max_attempts(1))
+        .unwrap();
+    let again = store.enqueue(NewJob::new(Q, "b").unique_key("k")).unwrap();
+    assert_eq!(first, again);
+    let l = store.claim(Q, "w", LEASE).unwrap().unwrap();
+    store.fail(&l, "x").unwrap(); // dead: the key is free
+    let second = store.enqueue(NewJob::new(Q, "c").unique_key("k")).unwrap();
+    assert_ne!(second, first);
+    assert!(matches!(
+        store.retry(first),
+        Err(Error::UniqueKeyHeld { holder, .. }) if holder == second
+    ));
+}
+
+#[test]
+fn application_writes_commit_with_the_completion_and_not_after_the_fence_refused_it() {
+    let mut db = db!("complete_with");
+    db.sql("CREATE SCHEMA {s}; CREATE TABLE {s}.sent (job bigint PRIMARY KEY, body text)");
+    let store = db.store();
+    let table = format!("{}.sent", db.schema);
+    let id = store.enqueue(NewJob::new(Q, "hello")).unwrap();
+    let l = store.claim(Q, "w", LEASE).unwrap().unwrap();
+    store
+        .complete_with(&l, b"ok", |t| {
+            t.sql().execute(
+                &format!("INSERT INTO {table} VALUES ($1, 'hello')"),
+                &[&(id.0 as i64)],
+            )?;
+            t.enqueue(NewJob::new("follow-up", "next"))?;
+            Ok::<(), Box<dyn std::error::Error + Send + Sync>>(())
+        })
+        .unwrap();
+    let count = |db: &mut Db| -> i64 {
+        db.admin
+            .query_one(&format!("SELECT count(*) FROM {table}"), &[])
+            .unwrap()
+            .try_get(0)
+            .unwrap()
+    };
+    assert_eq!(count(&mut db), 1);
+    assert_eq!(store.stats().unwrap().queues["follow-up"].total(), 1);
+
+    // a holder whose lease was taken over commits nothing of its own
+    let id2 = store.enqueue(NewJob::new(Q, "again")).unwrap();
+    let stale = store.claim(Q, "a", LEASE).unwrap().unwrap();
+    db.lapse(id2);
+    let _taker = store.claim(Q, "b", LEASE).unwrap().unwrap();
+    let refused = store.complete_with(&stale, b"late", |t| {
+        t.sql()
+            .execute(&format!("INSERT INTO {table} VALUES (999, 'late')"), &[])?;
+        Ok::<(), postgres::Error>(())
+    });
+    assert!(refused.unwrap_err().is_lease_lost());
+    assert_eq!(count(&mut db), 1);
+
+    // an application error rolls the completion back; the lease holds
+    let l3 = store.claim(Q, "b", LEASE).unwrap();
+    assert!(l3.is_none(), "job 2 is held by b");
+    let id3 = store.enqueue(NewJob::new(Q, "third")).unwrap();
+    let l3 = store.claim(Q, "c", LEASE).unwrap().unwrap();
+    assert_eq!(l3.job, id3);
+    let failed = store.complete_with(&l3, b"", |_t| Err("disk full"));
+    assert!(matches!(failed, Err(Error::Application(_))));
+    assert_eq!(store.job(id3).unwrap().unwrap().state(), JobState::Running);
+}
+
+#[test]
+fn a_thousand_leases_renew_in_one_statement_each_with_its_own_answer() {
+    let mut db = db!("heartbeat batch");
+    let store = db.store();
+    store
+        .enqueue_batch((0..1000).map(|i| NewJob::new(Q, format!("{i}"))))
+        .unwrap();
+    let leases = store.claim_batch(Q, "w", LEASE, 1000).unwrap();
+    assert_eq!(leases.len(), 1000);
+    db.lapse(leases[7].job);
+    let _taker = store.claim(Q, "other", LEASE).unwrap().unwrap();
+    let beats: Vec<_> = leases.iter().map(|l| (l, 3)).collect();
+    let answers = store.heartbeat_batch(&beats);
+    assert_eq!(answers.len(), 1000);
+    for (i, answer) in answers.iter().enumerate() {
+        match i {
+            7 => assert!(answer.as_ref().unwrap_err().is_lease_lost()),
+            _ => assert!(
+                matches!(answer, Ok(Renewal::Renewed { .. })),
+                "{i}: {answer:?}"
+            ),
+        }
+    }
+}
+
+#[test]
+fn hostile_databases_and_settings_get_their_own_errors_and_are_left_as_they_were() {
+    let mut db = db!("hostile");
+    let pg = |r: leasehold::Result<PgStore>| match r {
+        Err(Error::Postgres(e)) => e,
+        other => panic!("expected a PostgreSQL error, got {other:?}"),
+    };
+    assert!(matches!(
+        pg(PgStore::open("postgres://no such host:::/")),
+        PgError::BadUrl(_)
+    ));
+    assert!(matches!(
+        pg(PgStore::builder(&db.url)
+            .schema("Robert'); DROP TABLE x;--")
+            .open()),
+        PgError::BadSchemaName(_)
+    ));
+    assert!(matches!(
+        pg(PgStore::open(
+            "postgres://postgres@127.0.0.1:1/test?connect_timeout=5"
+        )),
+        PgError::Connect(_)
+    ));
+    // a schema with a table of leasehold's name that is not leasehold's
+    db.sql("CREATE SCHEMA {s}; CREATE TABLE {s}.leasehold_jobs (x int); INSERT INTO {s}.leasehold_jobs VALUES (1)");
+    assert!(matches!(
+        pg(db.builder().open()),
+        PgError::NotALeaseholdSchema { .. }
+    ));
+    let rows: i64 = db
+        .admin
+        .query_one(
+            &format!("SELECT count(*) FROM {}.leasehold_jobs", db.schema),
+            &[],
+        )
+        .unwrap()
+        .try_get(0)
+        .unwrap();
+    assert_eq!(rows, 1, "the foreign table was left as it was");
+    db.sql("DROP TABLE {s}.leasehold_jobs");
+    // a schema made by a newer leasehold
+    drop(db.store());
+    db.sql("UPDATE {s}.leasehold_meta SET value = '99' WHERE key = 'schema_version'");
+    assert!(matches!(
+        pg(db.builder().open()),
+        PgError::NewerSchema { found: 99, .. }
+    ));
+}
+
+#[test]
+fn a_pool_on_postgres_runs_every_job_once_with_its_sql_in_the_completion() {
+    let mut db = db!("pool");
+    db.sql("CREATE SCHEMA {s}; CREATE TABLE {s}.done (job bigint NOT NULL)");
+    let store = db.store();
+    let table = format!("{}.done", db.schema);
+    let ids = store
+        .enqueue_batch((0..200).map(|i| NewJob::new(Q, format!("{i}"))))
+        .unwrap();
+    let pool = leasehold::WorkerPool::builder(store.clone(), Q)
+        .concurrency(4)
+        .start(move |ctx| {
+            let (job, table) = (ctx.job().0 as i64, table.clone());
+            Ok(leasehold::Output::with_sql(
+                ctx.payload().to_vec(),
+                move |t| {
+                    t.sql()
+                        .execute(&format!("INSERT INTO {table} VALUES ($1)"), &[&job])?;
+                    Ok::<(), postgres::Error>(())
+                },
+            ))
+        })
+        .unwrap();
+    assert!(pool.wait_idle(Duration::from_secs(60)).unwrap());
+    drop(pool);
+    for id in &ids {
+        assert_eq!(
+            store.job(*id).unwrap().unwrap().state(),
+            JobState::Succeeded
+        );
+    }
+    let per_job: Vec<(i64, i64)> = db
+        .admin
+        .query(
+            &format!("SELECT job, count(*) FROM {}.done GROUP BY job", db.schema),
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| (r.try_get(0).unwrap(), r.try_get(1).unwrap()))
+        .collect();
+    assert_eq!(per_job.len(), ids.len());
+    assert!(
+        per_job.iter().all(|(_, n)| *n == 1),
+        "a job's SQL committed twice"
+    );
+}
+
+#[test]
+fn a_pool_whose_lease_is_taken_over_stops_its_handler_and_commits_nothing() {
+    let mut db = db!("pool takeover");
+    let store = db.store();
+    let id = store.enqueue(NewJob::new(Q, "x")).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let pool = leasehold::WorkerPool::builder(store.clone(), Q)
+        .lease(LEASE)
+        .heartbeat_every(Duration::from_millis(20))
+        .start(move |ctx| {
+            let stopped = ctx.sleep(Duration::from_secs(3600));
+            let _ = tx.send(stopped);
+            stopped?;
+            Ok(b"too late".to_vec())
+        })
+        .unwrap();
+    wait_until("the job to run", || pool.stats().in_flight == 1);
+    db.lapse(id);
+    let taker = store.claim(Q, "other", LEASE).unwrap().unwrap();
+    assert_eq!(taker.attempt.0, 2);
+    let stopped = rx.recv_timeout(Duration::from_secs(60)).unwrap();
+    assert_eq!(
+        stopped,
+        Err(leasehold::Interrupted(leasehold::Interruption::LeaseLost))
+    );
+    drop(pool);
+    store.complete(&taker, b"mine").unwrap();
+    assert_eq!(store.output(id).unwrap().as_deref(), Some(&b"mine"[..]));
+}
+
+#[test]
+fn a_reaper_thread_on_postgres_takes_back_an_expired_lease() {
+    let mut db = db!("reaper thread");
+    let store = db.store();
+    let id = store.enqueue(NewJob::new(Q, "x")).unwrap();
+    store.claim(Q, "silent", LEASE).unwrap().unwrap();
+    db.lapse(id);
+    let reaper = leasehold::Reaper::start(store.clone(), Duration::from_millis(20)).unwrap();
+    // (the pass counts what it took back once it is over: after its commit is seen)
+    wait_until("the reaper to take the lease back and count it", || {
+        reaper.metrics().reclaimed() >= 1
+    });
+    assert_eq!(store.job(id).unwrap().unwrap().state(), JobState::Queued);
+}
+
+#[test]
+fn a_pool_on_postgres_refuses_redb_writes_and_fails_the_attempt_saying_why() {
+    let db = db!("wrong writes");
+    let store = db.store();
+    let id = store.enqueue(NewJob::new(Q, "x").max_attempts(1)).unwrap();
+    let pool = leasehold::WorkerPool::builder(store.clone(), Q)
+        .start(|_ctx| {
+            Ok(leasehold::Output::with_writes(Vec::new(), |_txn| {
+                Ok::<(), leasehold::Error>(())
+            }))
+        })
+        .unwrap();
+    wait_until("the attempt to fail", || pool.stats().failed == 1);
+    let job = store.job(id).unwrap().unwrap();
+    assert_eq!(job.state(), JobState::Dead);
+    assert!(
+        job.last_error().unwrap().contains("Output::with_sql"),
+        "{:?}",
+        job.last_error()
+    );
+}
+
+#[test]
+fn an_enqueue_through_one_handle_wakes_a_waiter_of_another_by_notify() {
+    let db = db!("notify");
+    // two handles: two machines, each with its own connections and its own waiters
+    let (here, there) = (db.store(), db.store());
+    // the listener starts with the first look; wait until it hears anything at all
+    wait_until("the listener to hear an enqueue", || {
+        let seen = here.work_generation(Q);
+        there.enqueue(NewJob::new(Q, "probe")).unwrap();
+        here.wait_for_work(Q, seen, Duration::from_millis(200)) != seen
+    });
+    // another queue's enqueue, then this queue's: notifications arrive in commit order,
+    // so once this queue's has woken the waiter, the other's has been heard too
+    let (seen, seen_other) = (here.work_generation(Q), here.work_generation("other"));
+    there.enqueue(NewJob::new("other", "x")).unwrap();
+    there.enqueue(NewJob::new(Q, "x")).unwrap();
+    wait_until("the enqueue on another handle to wake the waiter", || {
+        here.wait_for_work(Q, seen, Duration::from_secs(1)) != seen
+    });
+    assert!(
+        here.work_generation("other") > seen_other,
+        "the other queue's was heard"
+    );
+}
+
+/// Where `LISTEN` hears nothing (behind a transaction-mode pooler), an idle pool still
+/// finds another machine's work by polling: here a handle with its listener turned off.
+#[test]
+fn without_listen_an_idle_pool_finds_another_handles_enqueue_by_polling() {
+    let mut db = db!("no listen");
+    let deaf = db.builder().listen(false).open().unwrap();
+    let there = db.store();
+    let runs = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let r = runs.clone();
+    let pool = leasehold::WorkerPool::builder(deaf.clone(), Q)
+        .start(move |_| {
+            r.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            Ok(Vec::new())
+        })
+        .unwrap();
+    wait_until("the pool to go idle", || pool.stats().idle_waits >= 1);
+    for i in 0..3 {
+        there.enqueue(NewJob::new(Q, format!("{i}"))).unwrap();
+    }
+    wait_until("the polling pool to run the other handle's jobs", || {
+        there.stats().unwrap().total(JobState::Succeeded) == 3
+    });
+    assert_eq!(runs.load(std::sync::atomic::Ordering::SeqCst), 3);
+    // No connection of the deaf handle listens; one of a handle with the listener on
+    // (the same query finds it) does once its pool waits for work.
+    let listeners = |db: &mut Db| -> i64 {
+        db.admin
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE query = $1",
+                &[&format!("LISTEN leasehold_{}", db.schema)],
+            )
+            .unwrap()
+            .try_get(0)
+            .unwrap()
+    };
+    assert_eq!(listeners(&mut db), 0);
+    let hearing = leasehold::WorkerPool::builder(there.clone(), Q)
+        .start(|_| Ok(Vec::new()))
+        .unwrap();
+    wait_until("the other handle's listener", || listeners(&mut db) == 1);
+    drop(hearing);
+    drop(pool);
+}
+
+/// The pid of the server backend of a connection of this test's schema that waits for a
+/// lock, once there is one.
+fn waiting_backend(db: &mut Db) -> i32 {
+    let mut pid = None;
+    let like = format!("%{}%", db.schema);
+    wait_until("a statement to wait for the row lock", || {
+        pid = db
+            .admin
+            .query_opt(
+                "SELECT pid FROM pg_stat_activity
+                 WHERE query LIKE $1 AND wait_event_type = 'Lock' LIMIT 1",
+                &[&like],
+            )
+            .unwrap()
+            .map(|r| r.try_get(0).unwrap());
+        pid.is_some()
+    });
+    pid.unwrap()
+}
+
+#[test]
+fn a_connection_killed_mid_statement_is_a_typed_error_and_loses_nothing() {
+    let mut db = db!("killed backend");
+    let store = db.store();
+    let id = store.enqueue(NewJob::new(Q, "x")).unwrap();
+    let lease = store.claim(Q, "w", LEASE).unwrap().unwrap();
+    // hold the job's row, so that the completion waits inside its statement
+    let locker = format!(
+        "SELECT 1 FROM {}.leasehold_jobs WHERE id = $1 FOR UPDATE",
+        db.schema
+    );
+    let mut holder = postgres::Client::connect(&db.url, postgres::NoTls).unwrap();
+    let mut held = holder.transaction().unwrap();
+    held.execute(&locker, &[&(id.0 as i64)]).unwrap();
+    let completing = std::thread::scope(|s| {
+        let waiting = s.spawn(|| store.complete(&lease, b"done"));
+        let pid = waiting_backend(&mut db);
+        db.admin
+            .execute("SELECT pg_terminate_backend($1)", &[&pid])
+            .unwrap();
+        waiting.join().unwrap()
+    });
+    held.rollback().unwrap();
+    match completing {
+        Err(Error::Postgres(_)) => {}
+        other => panic!("expected a PostgreSQL error, got {other:?}"),
+    }
+    // nothing was applied; the next call reconnects and the lease still holds
+    assert_eq!(store.job(id).unwrap().unwrap().state(), JobState::Running);
+    store.complete(&lease, b"done").unwrap();
+    assert_eq!(store.job(id).unwrap().unwrap().state(), JobState::Succeeded);
+}
+
+#[test]
+fn a_statement_stuck_past_the_timeout_fails_typed_and_changes_nothing() {
+    let mut db = db!("statement timeout");
+    let store = db
+        .builder()
+        .statement_timeout(Duration::from_millis(300))
+        .open()
+        .unwrap();
+    let id = store.enqueue(NewJob::new(Q, "x")).unwrap();
+    let lease = store.claim(Q, "w", LEASE).unwrap().unwrap();
+    let locker = format!(
+        "SELECT 1 FROM {}.leasehold_jobs WHERE id = $1 FOR UPDATE",
+        db.schema
+    );
+    let mut held = db.admin.transaction().unwrap();
+    held.execute(&locker, &[&(id.0 as i64)]).unwrap();
+    let stuck = store.complete(&lease, b"done");
+    held.rollback().unwrap();
+    match stuck {
+        Err(Error::Postgres(PgError::Database {
+            code: Some(code), ..
+        })) => {
+            assert_eq!(code, "57014", "query_canceled")
+        }
+        other => panic!("expected a cancelled statement, got {other:?}"),
+    }
+    assert_eq!(store.job(id).unwrap().unwrap().state(), JobState::Running);
+    store.complete(&lease, b"done").unwrap();
+}
+
+#[test]
+fn a_role_without_rights_is_refused_with_permission_denied() {
+    let mut db = db!("no rights");
+    let role = format!("{}_norights", db.schema);
+    db.sql(&format!("CREATE ROLE {role} LOGIN"));
+    db.sql(&format!("REVOKE CREATE ON DATABASE test FROM {role}"));
+    let url = match db.url.rsplit_once('@') {
+        Some((_, host)) => format!("postgres://{role}@{host}"),
+        None => panic!("LEASEHOLD_PG_URL has no user@host: {}", db.url),
+    };
+    let refused = PgStore::builder(&url).schema(&db.schema).open();
+    db.sql(&format!("DROP ROLE {role}"));
+    match refused {
+        Err(Error::Postgres(PgError::PermissionDenied(why))) => {
+            assert!(why.contains("permission denied"), "{why}")
+        }
+        other => panic!("expected PermissionDenied, got {other:?}"),
+    }
+}
+
+fn kills() -> usize {
+    std::env::var("LEASEHOLD_PG_KILLS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(50)
+}
+
+/// A `pg-worker` helper process and the commits it has reported.
+struct PgWorker {
+    child: std::process::Child,
+    lines: std::sync::mpsc::Receiver<String>,
+}
+
+impl PgWorker {
+    fn start(db: &Db, lease_ms: u64) -> PgWorker {
+        let lease_ms = lease_ms.to_string();
+        let args = [
+            "--url",
+            &db.url,
+            "--schema",
+            &db.schema,
+            "--threads",
+            "2",
+            "--lease-ms",
+            &lease_ms,
+        ];
+        let mut child = super::helper_process::command("pg-worker", args)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let out = super::helper_process::stdout_lines(&mut child);
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in out.map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        PgWorker { child, lines }
+    }
+
+    /// SIGKILL after up to `after` more reported lines (or a short wait); returns the
+    /// commits it reported before it died (those had returned).
+    fn kill_after(mut self, after: usize, committed: &mut Vec<i64>) {
+        for _ in 0..after {
+            match self.lines.recv_timeout(Duration::from_millis(500)) {
+                Ok(line) => record(&line, committed),
+                Err(_) => break,
+            }
+        }
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+        // what it wrote before death is still in the pipe
+        std::thread::sleep(Duration::from_millis(20));
+        for line in self.lines.try_iter() {
+            record(&line, committed);
+        }
+    }
+}
+
+impl Drop for PgWorker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn record(line: &str, committed: &mut Vec<i64>) {
+    match line.split_whitespace().collect::<Vec<_>>().as_slice() {
+        ["committed", id] => committed.push(id.parse().unwrap()),
+        _ => panic!("pg-worker said: {line}"),
+    }
+}
+
+#[test]
+fn worker_processes_on_postgres_killed_at_random_lose_nothing_and_commit_each_job_once() {
+    let mut db = db!("process kills");
+    db.sql("CREATE SCHEMA {s}; CREATE TABLE {s}.effects (job bigint NOT NULL)");
+    let store = db.store();
+    let jobs = 300;
+    let ids = store
+        .enqueue_batch((0..jobs).map(|i| NewJob::new("kills", format!("{i}"))))
+        .unwrap();
+    let lease_ms = 300;
+    let mut workers: Vec<PgWorker> = (0..4).map(|_| PgWorker::start(&db, lease_ms)).collect();
+    let mut committed = Vec::new();
+    let mut rng = 0x2545_F491_4F6C_DD1Du64;
+    let kills = kills();
+    for _ in 0..kills {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        let victim = workers.swap_remove((rng % workers.len() as u64) as usize);
+        victim.kill_after((rng >> 8) as usize % 6, &mut committed);
+        workers.push(PgWorker::start(&db, lease_ms));
+        // some jobs must remain for the next kill to land mid-work
+        if store.stats().unwrap().total(JobState::Succeeded) as usize >= ids.len() {
+            store
+                .enqueue_batch((0..20).map(|i| NewJob::new("kills", format!("more {i}"))))
+                .unwrap();
+        }
+    }
+    // the survivors finish everything, the dead ones' jobs once their leases run out
+    wait_until("every job to succeed", || {
+        let stats = store.stats().unwrap();
+        stats.total(JobState::Queued)
+            + stats.total(JobState::Running)
+            + stats.total(JobState::RetryWait)
+            == 0
+    });
+    for w in workers.drain(..) {
+        w.kill_after(0, &mut committed);
+    }
+    let per_job: std::collections::BTreeMap<i64, i64> = db
+        .admin
+        .query(
+            &format!(
+                "SELECT job, count(*) FROM {}.effects GROUP BY job",
+                db.schema
+            ),
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| (r.try_get(0).unwrap(), r.try_get(1).unwrap()))
+        .collect();
+    let all = store.stats().unwrap().total(JobState::Succeeded);
+    assert_eq!(
+        per_job.len() as u64,
+        all,
+        "every succeeded job has its effect"
+    );
+    assert!(
+        per_job.values().all(|n| *n == 1),
+        "a job's effect was committed twice: {:?}",
+        per_job.iter().filter(|(_, n)| **n > 1).collect::<Vec<_>>()
+    );
+    for id in &committed {
+        assert_eq!(
+            per_job.get(id),
+            Some(&1),
+            "reported commit of job {id} is missing"
+        );
+    }
+    assert_eq!(store.stats().unwrap().total(JobState::Dead), 0);
+    let check = store.check().unwrap();
+    assert!(check.is_clean(), "{:?}", check.problems);
+    say(&format!(
+        "{kills} SIGKILLs of worker processes on PostgreSQL: {all} jobs, each committed once; {} commits reported by the workers",
+        committed.len()
+    ));
+}
+
+#[test]
+fn check_is_clean_after_every_kind_of_end_and_names_a_broken_row() {
+    let mut db = db!("check");
+    let store = db.store();
+    let ids = store
+        .enqueue_batch((0..5).map(|i| NewJob::new(Q, format!("{i}")).max_attempts(1)))
+        .unwrap();
+    let leases = store.claim_batch(Q, "w", LEASE, 4).unwrap();
+    store.complete(&leases[0], b"").unwrap();
+    store.fail(&leases[1], "x").unwrap();
+    store.release(&leases[2]).unwrap();
+    db.lapse(leases[3].job);
+    store.reap().unwrap();
+    store.cancel(ids[4]).unwrap();
+    let report = store.check().unwrap();
+    assert!(report.is_clean(), "{:?}", report.problems);
+    assert_eq!(report.jobs, 5);
+    // a running job whose lease was lost to a bad hand-written UPDATE
+    let l = store.claim(Q, "w", LEASE).unwrap().unwrap();
+    db.sql(&format!(
+        "UPDATE {{s}}.leasehold_jobs SET lease_owner = NULL WHERE id = {}",
+        l.job.0
+    ));
+    let report = store.check().unwrap();
+    assert_eq!(
+        report.problems,
+        vec![format!(
+            "job {}: a running job without a whole lease",
+            l.job
+        )]
+    );
+}
+
+#[test]
+fn purge_deletes_old_finished_jobs_with_their_history_in_batches() {
+    let mut db = db!("purge");
+    let store = db.builder().reap_batch(3).open().unwrap();
+    store
+        .enqueue_batch((0..10).map(|i| NewJob::new(Q, format!("{i}"))))
+        .unwrap();
+    for l in store.claim_batch(Q, "w", LEASE, 8).unwrap() {
+        store.complete(&l, b"").unwrap();
+    }
+    assert_eq!(
+        store
+            .purge(Duration::from_secs(3600), &[JobState::Succeeded])
+            .unwrap(),
+        0,
+        "none is an hour old"
+    );
+    db.sql("UPDATE {s}.leasehold_jobs SET finished_at = finished_at - interval '2 hours'");
+    assert_eq!(
+        store
+            .purge(Duration::from_secs(3600), &[JobState::Succeeded])
+            .unwrap(),
+        8
+    );
+    let runs: i64 = db
+        .admin
+        .query_one(
+            &format!("SELECT count(*) FROM {}.leasehold_runs", db.schema),
+            &[],
+        )
+        .unwrap()
+        .try_get(0)
+        .unwrap();
+    assert_eq!(runs, 0, "their history went with them");
+    assert_eq!(store.stats().unwrap().total(JobState::Queued), 2);
+    assert!(store.check().unwrap().is_clean());
+}
+
+/// The job table's dead row versions and its vacuums, by PostgreSQL's statistics.
+fn dead_and_vacuums(db: &mut Db) -> (i64, i64) {
+    let row = db
+        .admin
+        .query_one(
+            "SELECT n_dead_tup, vacuum_count FROM pg_stat_user_tables
+             WHERE schemaname = $1 AND relname = 'leasehold_jobs'",
+            &[&db.schema],
+        )
+        .unwrap();
+    (row.try_get(0).unwrap(), row.try_get(1).unwrap())
+}
+
+/// Churn: `n` jobs enqueued, claimed and completed, two dead row versions each.
+fn churn(store: &PgStore, n: usize) {
+    store
+        .enqueue_batch((0..n).map(|i| NewJob::new(Q, format!("{i}"))))
+        .unwrap();
+    for l in store.claim_batch(Q, "w", LEASE, n).unwrap() {
+        store.complete(&l, b"").unwrap();
+    }
+}
+
+#[test]
+#[allow(clippy::disallowed_methods)] // a test deadline: statistics arrive when they do
+fn a_reaper_pass_vacuums_a_table_whose_dead_rows_passed_the_threshold_not_again_at_once() {
+    let mut db = db!("vacuum");
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let until = |what: &str| {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    // Left to autovacuum: dead versions pile up past any threshold, and no pass vacuums.
+    let off = db.builder().vacuum_when_dead(None).open().unwrap();
+    churn(&off, 300);
+    while dead_and_vacuums(&mut db).0 < 300 {
+        until("the statistics to count the dead versions");
+    }
+    assert!(off.reap().unwrap().vacuum_started.is_empty());
+    assert!(!off.vacuum_running());
+    drop(off);
+    // With a threshold of 100 (and a fifth of the live rows), a pass starts a vacuum.
+    let store = db.builder().vacuum_when_dead(Some(100)).open().unwrap();
+    let started = loop {
+        let report = store.reap().unwrap();
+        if !report.vacuum_started.is_empty() {
+            break report.vacuum_started;
+        }
+        until("a pass to see the dead versions");
+    };
+    assert!(
+        started.contains(&"leasehold_jobs".to_owned()),
+        "{started:?}"
+    );
+    while store.vacuum_running() {
+        until("the vacuum to end");
+    }
+    while dead_and_vacuums(&mut db).1 == 0 {
+        until("the statistics to count the vacuum");
+    }
+    // (How many dead versions it removed depends on the other tests: a vacuum cannot
+    // remove what a transaction still open elsewhere may see.) Whatever is left, the
+    // next pass, right after, starts no other vacuum.
+    assert!(store.reap().unwrap().vacuum_started.is_empty());
+    assert!(store.check().unwrap().is_clean());
+}
+
+#[test]
+fn a_pool_whose_renewals_stall_on_a_slow_database_sheds_its_expired_lease_and_recovers() {
+    let db = db!("slow database");
+    let store = db
+        .builder()
+        .statement_timeout(Duration::from_millis(300))
+        .open()
+        .unwrap();
+    let first = store.enqueue(NewJob::new(Q, "block")).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let pool = leasehold::WorkerPool::builder(store.clone(), Q)
+        .concurrency(2)
+        .lease(Duration::from_secs(2))
+        .heartbeat_every(Duration::from_millis(100))
+        .start(move |ctx| {
+            if ctx.payload() == b"block" && ctx.attempt().0 == 1 {
+                let stopped = ctx.sleep(Duration::from_secs(3600));
+                let _ = tx.send(stopped);
+                stopped?;
+            }
+            Ok(Vec::new())
+        })
+        .unwrap();
+    wait_until("the first job to run", || pool.stats().in_flight == 1);
+    // The database turns slow for this job's row: every renewal of it waits for a lock
+    // until the statement timeout cancels it.
+    let locker = format!(
+        "SELECT 1 FROM {}.leasehold_jobs WHERE id = $1 FOR UPDATE",
+        db.schema
+    );
+    let mut holder = postgres::Client::connect(&db.url, postgres::NoTls).unwrap();
+    let mut held = holder.transaction().unwrap();
+    held.execute(&locker, &[&(first.0 as i64)]).unwrap();
+    let second = store.enqueue(NewJob::new(Q, "quick")).unwrap();
+    let stopped = rx.recv_timeout(Duration::from_secs(60)).unwrap();
+    assert_eq!(
+        stopped,
+        Err(leasehold::Interrupted(
+            leasehold::Interruption::LeaseExpired
+        ))
+    );
+    let stats = pool.stats();
+    assert!(stats.heartbeat_failures >= 1, "{stats:?}");
+    assert!(
+        stats.intake_paused >= 1,
+        "claims stopped while renewals failed: {stats:?}"
+    );
+    // the database recovers: the expired job is run again and the other one too
+    held.rollback().unwrap();
+    wait_until("both jobs to succeed", || {
+        [first, second]
+            .iter()
+            .all(|id| store.job(*id).unwrap().unwrap().state() == JobState::Succeeded)
+    });
+    drop(pool);
+    assert!(store.check().unwrap().is_clean());
+}
+
+/// A network namespace joined to this one by a veth pair, so that a process inside
+/// reaches the database only over a link the test can cut. Removed when dropped.
+struct Partitionable {
+    ns: String,
+    host_link: String,
+    host_ip: String,
+}
+
+impl Partitionable {
+    /// `None` where namespaces cannot be made (not root, no `ip`).
+    fn new() -> Option<Partitionable> {
+        // Unique per test of this process (they run in parallel), within one octet.
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let k = NEXT.fetch_add(1, std::sync::atomic::Ordering::SeqCst) % 4;
+        let n = std::process::id() % 50 * 4 + k + 20;
+        let (ns, host_link, ns_link) = (format!("lhns{n}"), format!("lhh{n}"), format!("lhn{n}"));
+        let (host_ip, ns_ip) = (format!("10.77.{n}.1"), format!("10.77.{n}.2"));
+        let ip = |args: &[&str]| {
+            std::process::Command::new("ip")
+                .args(args)
+                .stderr(std::process::Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        };
+        let _ = ip(&["netns", "del", &ns]);
+        let _ = ip(&["link", "del", &host_link]);
+        let made = ip(&["netns", "add", &ns])
+            && ip(&[
+                "link", "add", &host_link, "type", "veth", "peer", "name", &ns_link,
+            ])
+            && ip(&["link", "set", &ns_link, "netns", &ns])
+            && ip(&["addr", "add", &format!("{host_ip}/24"), "dev", &host_link])
+            && ip(&["link", "set", &host_link, "up"])
+            && ip(&[
+                "netns",
+                "exec",
+                &ns,
+                "ip",
+                "addr",
+                "add",
+                &format!("{ns_ip}/24"),
+                "dev",
+                &ns_link,
+            ])
+            && ip(&["netns", "exec", &ns, "ip", "link", "set", &ns_link, "up"])
+            && ip(&["netns", "exec", &ns, "ip", "link", "set", "lo", "up"]);
+        let net = Partitionable {
+            ns,
+            host_link,
+            host_ip,
+        };
+        made.then_some(net)
+    }
+
+    /// The database as the namespace sees it: through the veth, relayed to the server.
+    fn url_of(&self, db: &Db) -> String {
+        let config: postgres::Config = db.url.parse().unwrap();
+        let server = match (config.get_hosts().first(), config.get_ports().first()) {
+            (Some(postgres::config::Host::Tcp(h)), Some(p)) => format!("{h}:{p}"),
+            _ => panic!("LEASEHOLD_PG_URL must name a TCP host and port: {}", db.url),
+        };
+        let port = relay(&self.host_ip, server);
+        let user = config.get_user().unwrap_or("postgres");
+        let dbname = config.get_dbname().unwrap_or("test");
+        format!("postgres://{user}@{}:{port}/{dbname}", self.host_ip)
+    }
+
+    fn link(&self, up: bool) {
+        let state = if up { "up" } else { "down" };
+        let ok = std::process::Command::new("ip")
+            .args(["link", "set", &self.host_link, state])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "ip link set {state}");
+    }
+}
+
+impl Drop for Partitionable {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("ip")
+            .args(["netns", "del", &self.ns])
+            .status();
+        let _ = std::process::Command::new("ip")
+            .args(["link", "del", &self.host_link])
+            .stderr(std::process::Stdio::null())
+            .status();
+    }
+}
+
+/// Relays TCP connections from `ip`:(a free port) to `target`; returns the port.
+fn relay(ip: &str, target: String) -> u16 {
+    let listener = std::net::TcpListener::bind((ip, 0)).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for inbound in listener.incoming().map_while(Result::ok) {
+            let Ok(outbound) = std::net::TcpStream::connect(&target) else {
+                continue;
+            };
+            let (mut a, mut b) = (inbound.try_clone().unwrap(), outbound.try_clone().unwrap());
+            let (mut c, mut d) = (inbound, outbound);
+            std::thread::spawn(move || std::io::copy(&mut a, &mut b));
+            std::thread::spawn(move || std::io::copy(&mut d, &mut c));
+        }
+    });
+    port
+}
+
+#[test]
+fn a_worker_cut_off_from_the_database_past_its_lease_loses_its_job_and_its_late_writes() {
+    use std::io::Write;
+    let db = db!("partition");
+    let Some(net) = Partitionable::new() else {
+        say("the partition test did not run: network namespaces cannot be made here");
+        return;
+    };
+    let url = net.url_of(&db);
+    let store = db.store();
+    let id = store.enqueue(NewJob::new("p", "x")).unwrap();
+    let mut worker = Helper(
+        super::helper_process::command_under(
+            &["ip", "netns", "exec", &net.ns],
+            "pg-holder",
+            ["--url", &url, "--schema", &db.schema, "--lease-ms", "1500"],
+        )
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap(),
+    );
+    let mut said = super::helper_process::stdout_lines(&mut worker);
+    let claimed = said.next().unwrap().unwrap();
+    assert_eq!(claimed, format!("claimed {id} 1"));
+    let mut stdin = worker.stdin.take().unwrap();
+    let mut ask = |what: &str| -> String {
+        writeln!(stdin, "{what}").unwrap();
+        stdin.flush().unwrap();
+        said.next().unwrap().unwrap()
+    };
+    assert_eq!(ask("beat"), "beat ok", "renews while connected");
+
+    // cut off: its lease runs out on the database's clock and the job is taken over
+    net.link(false);
+    let mut taker = None;
+    wait_until("the lapsed lease to be taken over", || {
+        taker = store.claim("p", "survivor", LEASE).unwrap();
+        taker.is_some()
+    });
+    let taker = taker.unwrap();
+    assert_eq!(taker.attempt.0, 2);
+    store.complete(&taker, b"mine").unwrap();
+
+    // reconnected: whatever the cut-off worker writes now is refused by the fence
+    net.link(true);
+    for what in ["beat", "complete"] {
+        let mut answer = ask(what);
+        let mut tries = 0;
+        while answer.contains(" error ") && tries < 20 {
+            std::thread::sleep(Duration::from_millis(250));
+            answer = ask(what);
+            tries += 1;
+        }
+        assert_eq!(answer, format!("{what} lost"));
+    }
+    drop(stdin);
+    let _ = worker.wait();
+    let job = store.job(id).unwrap().unwrap();
+    assert_eq!(job.state(), JobState::Succeeded);
+    assert_eq!(store.output(id).unwrap().as_deref(), Some(&b"mine"[..]));
+    let history = store.history(id).unwrap();
+    assert!(matches!(
+        history[0].outcome(),
+        Some(Outcome::LeaseExpired {
+            path: ReclaimPath::Takeover,
+            ..
+        })
+    ));
+    assert_eq!(
+        (history[1].worker(), history[1].outcome()),
+        ("survivor", Some(&Outcome::Succeeded))
+    );
+}
+
+/// A whole worker machine cut off: a pool of four, every worker busy, loses its database
+/// past its leases. It stops the handlers that listen for it by itself (its renewals
+/// hang on the silent connection, so its dispatcher must notice), a survivor outside
+/// takes every job over and commits it, and once the link is back the handlers that never
+/// listened finish and try to commit with their SQL: every such write is refused, and each
+/// job's effect exists exactly once, the survivor's.
+#[test]
+fn a_whole_pool_cut_off_past_its_leases_stops_its_handlers_and_its_late_writes_are_refused() {
+    let mut db = db!("pool partition");
+    let Some(net) = Partitionable::new() else {
+        say("the pool partition test did not run: network namespaces cannot be made here");
+        return;
+    };
+    let url = net.url_of(&db);
+    let store = db.store();
+    db.sql("CREATE TABLE {s}.effects (job bigint NOT NULL, who text NOT NULL)");
+    let ids: BTreeSet<u64> = store
+        .enqueue_batch((0..4).map(|i| NewJob::new("pp", format!("{i}"))))
+        .unwrap()
+        .iter()
+        .map(|id| id.0)
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    let go = dir.path().join("go");
+    let mut pool = Helper(
+        super::helper_process::command_under(
+            &["ip", "netns", "exec", &net.ns],
+            "pg-pool",
+            [
+                "--url",
+                &url,
+                "--schema",
+                &db.schema,
+                "--lease-ms",
+                "2000",
+                "--workers",
+                "4",
+                "--go",
+                go.to_str().unwrap(),
+            ],
+        )
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap(),
+    );
+    let said = super::helper_process::stdout_channel(&mut pool);
+    // The pool's next line starting with `prefix`; a minute without one fails the test.
+    let next_line = |prefix: &str| -> String {
+        loop {
+            let line = said
+                .recv_timeout(Duration::from_secs(60))
+                .unwrap_or_else(|_| panic!("the pool said no \"{prefix}\" line in a minute"));
+            if let Some(rest) = line.strip_prefix(prefix) {
+                return rest.to_owned();
+            }
+        }
+    };
+    let started: BTreeSet<u64> = (0..4)
+        .map(|_| next_line("started ").parse().unwrap())
+        .collect();
+    assert_eq!(started, ids);
+
+    net.link(false);
+    // the pool stops its obedient handlers itself once their leases run out
+    let stopped: BTreeSet<u64> = (0..2)
+        .map(|_| {
+            let line = next_line("interrupted ");
+            assert!(line.ends_with("Err(Interrupted(LeaseExpired))"), "{line}");
+            line.split(' ').next().unwrap().parse().unwrap()
+        })
+        .collect();
+    assert!(stopped.iter().all(|id| id % 2 == 0), "{stopped:?}");
+    // meanwhile a survivor takes every job over and commits it with its effect
+    let mut taken = BTreeSet::new();
+    wait_until("the survivor to take every job over", || {
+        while let Some(lease) = store.claim("pp", "survivor", LEASE).unwrap() {
+            let sql = format!(
+                "INSERT INTO {}.effects (job, who) VALUES ($1, 'survivor')",
+                db.schema
+            );
+            let job = lease.job.0 as i64;
+            store
+                .complete_with(&lease, b"survivor", |t| {
+                    t.sql().execute(&sql, &[&job])?;
+                    Ok::<(), postgres::Error>(())
+                })
+                .unwrap();
+            taken.insert(lease.job.0);
+        }
+        taken.len() == 4
+    });
+
+    // reconnected: the handlers that never listened finish now, and their SQL is refused
+    net.link(true);
+    std::fs::write(&go, b"").unwrap();
+    for _ in 0..2 {
+        next_line("finishing ");
+    }
+    drop(pool.stdin.take());
+    let stats = next_line("stats ");
+    let _ = pool.wait();
+    let rejected: u64 = stats.split(' ').next().unwrap().parse().unwrap();
+    assert!(rejected >= 2, "both late completions refused: {stats}");
+    let effects: Vec<(i64, String)> = db
+        .admin
+        .query(
+            &format!("SELECT job, who FROM {}.effects ORDER BY job", db.schema),
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|row| (row.try_get(0).unwrap(), row.try_get(1).unwrap()))
+        .collect();
+    assert_eq!(
+        effects,
+        ids.iter()
+            .map(|id| (*id as i64, "survivor".to_owned()))
+            .collect::<Vec<_>>(),
+        "one effect per job, the survivor's"
+    );
+    for id in &ids {
+        let history = store.history(leasehold::JobId(*id)).unwrap();
+        assert_eq!(history.len(), 2, "job {id}: {history:?}");
+        assert_eq!(history[1].worker(), "survivor");
+        assert_eq!(history[1].outcome(), Some(&Outcome::Succeeded));
+    }
+    assert!(store.check().unwrap().is_clean());
+}
