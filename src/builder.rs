@@ -157,12 +157,6 @@ impl StoreBuilder {
         if shared && self.backend.is_some() {
             return Err(ConfigError::MultiProcessNeedsAFile.into());
         }
-        // Registered before the file is opened: from its first lease on, a process that shares
-        // the store is known to its neighbours, alive or dead.
-        let neighbours = match shared {
-            true => Some(Neighbours::join(&self.path)?),
-            false => None,
-        };
         let db = open::open_database(
             &self.path,
             self.backend,
@@ -173,7 +167,31 @@ impl StoreBuilder {
             },
         )?;
         open::prepare(&db, &self.path)?;
-        let clock = open::settle(&db, &self.path, self.clock, shared)?;
+        // Only once the store opened: a refused open leaves no instance behind (and makes no
+        // directory). Registered in the store before its first lease, so that from then on a
+        // process that shares the store is known to its neighbours, alive or dead.
+        let neighbours = match shared {
+            true => Some(Neighbours::join(&self.path)?),
+            false => None,
+        };
+        let registration = neighbours
+            .as_ref()
+            .map(|n| (n.instance(), n.registration()));
+        let settled = open::settle(
+            &db,
+            &self.path,
+            self.clock,
+            registration.as_ref().map(|(id, r)| (*id, r)),
+        );
+        let clock = match settled {
+            Ok(clock) => clock,
+            Err(e) => {
+                if let Some(n) = &neighbours {
+                    n.retire();
+                }
+                return Err(e);
+            }
+        };
         let policy = Policy {
             retry: self.retry,
             default_max_attempts: self.default_max_attempts,

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use redb::{ReadTransaction, ReadableTable};
 
 use crate::codec;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::index::entries;
 use crate::job::{JobState, RunRecord};
 use crate::schema;
@@ -277,6 +277,9 @@ fn check_holders(
         Err(redb::TableError::TableDoesNotExist(_)) => return Ok(()),
         Err(e) => return Err(e.into()),
     };
+    if let Err(Error::Corrupt(e)) = crate::read::registrations(read) {
+        problems.push(format!("a registered process instance is unreadable: {e}"));
+    }
     for entry in holders.iter()? {
         let (job, holder) = entry?;
         let (job, (instance, attempt)) = (job.value(), holder.value());

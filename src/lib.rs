@@ -136,7 +136,7 @@ pub use pool::{
     ShutdownReport, WorkerPool,
 };
 pub use read::{JobFilter, JobOrder};
-pub use reader::{QueueTiming, StoreReader};
+pub use reader::{HolderState, QueueTiming, StoreReader};
 pub use reaper::{Reaper, ReaperMetrics};
 pub use report::{ReapReport, Reclaim};
 pub use retry::RetryPolicy;

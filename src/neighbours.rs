@@ -12,15 +12,18 @@
 //!   workers here are woken as for a commit of their own;
 //! * a stop signal from the handle's drop.
 //!
-//! Every [`RESCAN`] it also lists the instance directory: new neighbours get a pidfd, and an
-//! instance whose process ended without a pidfd event (a handle dropped in a live process, a
-//! kernel without pidfds) is found dead there.
+//! Every [`RESCAN`] it also reads the instances the store registers (a read transaction):
+//! new neighbours get a pidfd, and an instance whose process ended without a pidfd event (a
+//! handle dropped in a live process, a kernel without pidfds) is found dead there. A
+//! neighbour whose pidfd says it exited while its lock is still held (a child it forked
+//! without `exec` holds it) is watched by the rescan alone from then on: its pidfd stays
+//! readable, and polling it again would spin. The scan also checks that this process's own
+//! lock file is still in place, and makes it again if someone removed or replaced it.
 
 use std::collections::BTreeMap;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixDatagram};
-use std::path::PathBuf;
 use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -29,15 +32,19 @@ use parking_lot::Mutex;
 
 use crate::error::{Error, OpenError, Result};
 use crate::ids::InstanceId;
-use crate::instance::{self, Instance, Liveness};
+use crate::instance::{self, Instance, Liveness, Registration};
 
 /// How often the instance directory is listed again when nothing else wakes the thread.
 pub(crate) const RESCAN: Duration = Duration::from_millis(100);
 
 /// What the watcher thread needs of the store (implemented by the store's shared state).
 pub(crate) trait Survivor: Send + Sync + 'static {
-    /// Takes back every lease `dead` held; returns how many.
+    /// Takes back every lease `dead` held and forgets it; returns how many.
     fn reclaim_instance(self: Arc<Self>, dead: InstanceId) -> Result<usize>;
+    /// The instances the store registers.
+    fn registrations(self: Arc<Self>) -> Result<Vec<(InstanceId, Registration)>>;
+    /// Records this process's instance again, its lock file made anew.
+    fn reregister(self: Arc<Self>, me: InstanceId, registration: &Registration) -> Result<()>;
     /// Wakes every worker of this process that waits for work.
     fn wake_local(&self);
 }
@@ -45,7 +52,14 @@ pub(crate) trait Survivor: Send + Sync + 'static {
 /// This handle's place among the processes of a shared store.
 #[derive(Debug)]
 pub(crate) struct Neighbours {
-    instance: Instance,
+    /// Shared with the watcher thread, which makes its file again when it must.
+    instance: Arc<Mutex<Instance>>,
+    id: InstanceId,
+    /// The other registered instances as last read: whom a wake-up goes to.
+    peers: Arc<Mutex<Vec<InstanceId>>>,
+    /// How many times the watcher thread has woken (a relaxed count, for tests that show it
+    /// does not spin).
+    wakeups: Arc<std::sync::atomic::AtomicU64>,
     /// Sends wake-ups (and, cloned into the thread, receives them).
     socket: UnixDatagram,
     /// Sending on it stops the watcher thread, which holds the other end.
@@ -59,19 +73,34 @@ fn address(id: InstanceId) -> std::io::Result<SocketAddr> {
 }
 
 impl Neighbours {
-    /// Registers this process's instance for the store at `path` and binds its wake-up socket.
-    /// The watcher thread starts with [`Neighbours::start`], once the store exists.
+    /// Makes this process's instance for the store at `path` (open, so the file exists) and
+    /// binds its wake-up socket; the store registers it ([`Neighbours::registration`]) before
+    /// any lease. The watcher thread starts with [`Neighbours::start`]. A failure leaves no
+    /// instance file behind.
     pub(crate) fn join(path: &std::path::Path) -> std::result::Result<Neighbours, OpenError> {
         let instance = Instance::register(path)?;
         let io = |source| OpenError::Io {
             path: instance.directory().to_owned(),
             source,
         };
-        let socket = UnixDatagram::bind_addr(&address(instance.id()).map_err(io)?).map_err(io)?;
-        socket.set_nonblocking(true).map_err(io)?;
-        let (stop, stop_rx) = UnixDatagram::pair().map_err(io)?;
+        let sockets = (|| {
+            let socket = UnixDatagram::bind_addr(&address(instance.id())?)?;
+            socket.set_nonblocking(true)?;
+            let (stop, stop_rx) = UnixDatagram::pair()?;
+            Ok((socket, stop, stop_rx))
+        })();
+        let (socket, stop, stop_rx) = match sockets {
+            Ok(s) => s,
+            Err(e) => {
+                instance.retire();
+                return Err(io(e));
+            }
+        };
         Ok(Neighbours {
-            instance,
+            id: instance.id(),
+            instance: Arc::new(Mutex::new(instance)),
+            peers: Arc::default(),
+            wakeups: Arc::default(),
             socket,
             stop,
             stop_rx: Mutex::new(Some(stop_rx)),
@@ -80,11 +109,22 @@ impl Neighbours {
     }
 
     pub(crate) fn instance(&self) -> InstanceId {
-        self.instance.id()
+        self.id
     }
 
-    pub(crate) fn directory(&self) -> PathBuf {
-        self.instance.directory().to_owned()
+    /// What the store records of this instance.
+    pub(crate) fn registration(&self) -> Registration {
+        self.instance.lock().registration().clone()
+    }
+
+    /// How many times the watcher thread has woken so far.
+    pub(crate) fn wakeups(&self) -> u64 {
+        self.wakeups.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The other instances the store registers, whom wake-ups go to.
+    pub(crate) fn set_peers(&self, registered: &[(InstanceId, Registration)]) {
+        *self.peers.lock() = others(self.id, registered);
     }
 
     /// Starts the watcher thread; it holds the store weakly.
@@ -94,12 +134,15 @@ impl Neighbours {
         };
         let receive = self.socket.try_clone().map_err(Error::ThreadSpawn)?;
         let watcher = Watcher {
-            dir: self.directory(),
-            me: self.instance(),
+            me: self.instance.clone(),
+            id: self.id,
+            peers: self.peers.clone(),
+            wakeups: self.wakeups.clone(),
             store,
             receive,
             stop,
             pidfds: BTreeMap::new(),
+            exited: std::collections::BTreeSet::new(),
         };
         let handle = std::thread::Builder::new()
             .name("lh-neighbours".into())
@@ -110,9 +153,9 @@ impl Neighbours {
     }
 
     /// Tells every other registered process that a queue has work: one datagram each, to
-    /// the instances listed now (a directory of a few entries), so a process that joined an
-    /// instant ago is not missed. A neighbour that is gone or whose socket is full misses it
-    /// and finds the work by its own timers.
+    /// the instances registered at the last scan (a process that joined since announced
+    /// itself, and every watcher read the registry again then). A neighbour that is gone or
+    /// whose socket is full misses it and finds the work by its own timers.
     pub(crate) fn wake_peers(&self) {
         self.send_to_others(b"w");
     }
@@ -124,11 +167,9 @@ impl Neighbours {
     }
 
     fn send_to_others(&self, message: &[u8]) {
-        let me = self.instance();
-        for peer in instance::list(self.instance.directory()) {
-            if peer != me
-                && let Ok(addr) = address(peer)
-            {
+        let peers = self.peers.lock().clone();
+        for peer in peers {
+            if let Ok(addr) = address(peer) {
                 let _ = self.socket.send_to_addr(message, &addr);
             }
         }
@@ -136,7 +177,7 @@ impl Neighbours {
 
     /// Removes this process's instance file at a clean close, its leases given back.
     pub(crate) fn retire(&self) {
-        self.instance.retire();
+        self.instance.lock().retire();
     }
 
     /// Stops the watcher thread and waits for it (unless this is that thread, which ends
@@ -152,21 +193,36 @@ impl Neighbours {
     }
 }
 
+/// The other instances of `registered`.
+fn others(me: InstanceId, registered: &[(InstanceId, Registration)]) -> Vec<InstanceId> {
+    registered
+        .iter()
+        .map(|(id, _)| *id)
+        .filter(|id| *id != me)
+        .collect()
+}
+
 /// The watcher thread's state.
 struct Watcher<S> {
-    dir: PathBuf,
-    me: InstanceId,
+    me: Arc<Mutex<Instance>>,
+    id: InstanceId,
+    peers: Arc<Mutex<Vec<InstanceId>>>,
+    wakeups: Arc<std::sync::atomic::AtomicU64>,
     store: Weak<S>,
     receive: UnixDatagram,
     stop: UnixDatagram,
     /// A pidfd per live neighbour that has one.
     pidfds: BTreeMap<InstanceId, OwnedFd>,
+    /// Neighbours whose pidfd said their process exited while their lock stayed held (by a
+    /// child forked without `exec`): watched by the rescan alone, never by a pidfd again.
+    exited: std::collections::BTreeSet<InstanceId>,
 }
 
 impl<S: Survivor> Watcher<S> {
     fn run(mut self) {
         self.scan();
         loop {
+            let watched: Vec<InstanceId> = self.pidfds.keys().copied().collect();
             let mut fds: Vec<libc::pollfd> = [self.stop.as_raw_fd(), self.receive.as_raw_fd()]
                 .into_iter()
                 .chain(self.pidfds.values().map(AsRawFd::as_raw_fd))
@@ -180,6 +236,8 @@ impl<S: Survivor> Watcher<S> {
             // SAFETY: `fds` is a valid, writable array of `fds.len()` pollfd structs, and
             // every descriptor in it stays open for the call (owned by `self`).
             let ready = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout) };
+            self.wakeups
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             if ready < 0 {
                 std::thread::sleep(Duration::from_millis(10));
             }
@@ -201,6 +259,14 @@ impl<S: Survivor> Watcher<S> {
                     }
                 }
             }
+            // A neighbour whose pidfd fired has exited: from now on it is the rescan's to
+            // watch, whether its lock is found free below or (held by a forked child) not.
+            for (fd, id) in fds[2..].iter().zip(&watched) {
+                if fd.revents != 0 {
+                    self.pidfds.remove(id);
+                    self.exited.insert(*id);
+                }
+            }
             // A pidfd fired (a neighbour died), or the rescan is due.
             if self.store.strong_count() == 0 {
                 return;
@@ -209,49 +275,96 @@ impl<S: Survivor> Watcher<S> {
         }
     }
 
-    /// Lists the instances: takes back the leases of dead ones, watches the live ones.
+    /// Reads the registered instances: takes back the leases of dead ones, watches the live
+    /// ones, clears stray files, and keeps this process's own file in place.
     fn scan(&mut self) {
+        let Some(store) = self.store.upgrade() else {
+            return;
+        };
+        self.keep_in_place(&store);
+        let registered = match store.clone().registrations() {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!(error = %e, "reading the registered process instances failed");
+                return;
+            }
+        };
+        *self.peers.lock() = others(self.id, &registered);
         let mut alive = Vec::new();
-        for id in instance::list(&self.dir) {
-            if id == self.me {
+        for (id, registration) in &registered {
+            if *id == self.id {
                 continue;
             }
-            match instance::probe(&self.dir, id) {
+            match instance::probe(*id, registration) {
                 Liveness::Alive => {
-                    alive.push(id);
-                    if !self.pidfds.contains_key(&id)
-                        && let Some(fd) = instance::pid_of(&self.dir, id).and_then(pidfd_open)
+                    alive.push(*id);
+                    if !self.pidfds.contains_key(id)
+                        && !self.exited.contains(id)
+                        && let Some(fd) = pidfd_open(registration.pid)
                     {
-                        self.pidfds.insert(id, fd);
+                        self.pidfds.insert(*id, fd);
                     }
                 }
-                Liveness::Dead(dead) => {
-                    let Some(store) = self.store.upgrade() else {
-                        return;
-                    };
-                    match store.reclaim_instance(dead.id) {
-                        Ok(n) => {
-                            if n > 0 {
-                                tracing::warn!(instance = %dead.id, reclaimed = n, "a process sharing the store died; took back its leases");
-                            }
-                            dead.bury();
+                Liveness::Dead(dead) => match store.clone().reclaim_instance(dead.id) {
+                    Ok(n) => {
+                        if n > 0 {
+                            tracing::warn!(instance = %dead.id, reclaimed = n, "a process sharing the store died; took back its leases");
                         }
-                        // Its file stays, so the next scan (here or in another process)
-                        // tries again.
-                        Err(e) => {
-                            tracing::error!(instance = %dead.id, error = %e, "taking back a dead process's leases failed")
-                        }
+                        dead.bury();
                     }
-                }
+                    // Its file and registration stay, so the next scan (here or in another
+                    // process) tries again.
+                    Err(e) => {
+                        tracing::error!(instance = %dead.id, error = %e, "taking back a dead process's leases failed")
+                    }
+                },
+                // Its leases expire; it may yet be found alive (its file made again).
+                Liveness::Unknown(_) => alive.push(*id),
             }
         }
         self.pidfds.retain(|id, _| alive.contains(id));
+        self.exited.retain(|id| alive.contains(id));
+        let dir = self.me.lock().directory().to_owned();
+        let names: Vec<InstanceId> = registered.iter().map(|(id, _)| *id).collect();
+        for stray in instance::strays(&dir, &names) {
+            if stray.id != self.id {
+                stray.bury();
+            }
+        }
+    }
+
+    /// Makes this process's lock file again if someone removed or replaced it: without it,
+    /// no neighbour could tell this process alive or dead, and its leases would wait out
+    /// their expiry if it died.
+    fn keep_in_place(&self, store: &Arc<S>) {
+        let mut me = self.me.lock();
+        if me.in_place() {
+            return;
+        }
+        match me.renew() {
+            Ok(registration) => match store.clone().reregister(self.id, &registration) {
+                Ok(()) => tracing::warn!(
+                    instance = %self.id,
+                    "this process's instance file was removed or replaced; made it again"
+                ),
+                Err(e) => {
+                    tracing::error!(instance = %self.id, error = %e, "registering this process's new instance file failed")
+                }
+            },
+            Err(e) => tracing::error!(
+                instance = %self.id,
+                error = %e,
+                "this process's instance file was removed or replaced and cannot be made again; \
+                 its leases are left to expire if it dies"
+            ),
+        }
     }
 }
 
 /// A descriptor that becomes readable when process `pid` exits (Linux 5.3+); `None` where
 /// the kernel has none, which leaves that neighbour to the rescan.
-fn pidfd_open(pid: i32) -> Option<OwnedFd> {
+fn pidfd_open(pid: u32) -> Option<OwnedFd> {
+    let pid = libc::pid_t::try_from(pid).ok()?;
     // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1; it touches
     // no memory of ours.
     let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };

@@ -8,8 +8,8 @@ use std::io::Read;
 use std::path::Path;
 
 use redb::{
-    Database, DatabaseError, ReadTransaction, ReadableDatabase, StorageBackend, StorageError,
-    TableHandle,
+    Database, DatabaseError, ReadTransaction, ReadableDatabase, ReadableTable, StorageBackend,
+    StorageError, TableHandle,
 };
 
 use crate::clock::{Anchor, StoreClock};
@@ -406,14 +406,16 @@ pub(crate) const MULTI_PROCESS: &[u8] = b"multi-process";
 /// Binds the store clock to the file's timeline and records this writer, in one write
 /// transaction: when several processes write the store, an anchor another one wrote an instant
 /// ago must be read and used, never overwritten (two anchors would put two store times on one
-/// file). Alone on the file, it records this process's pid, so a refused second writer can be
-/// told who holds the seat. Also brings an older schema up to this build's.
+/// file), and this process's instance is registered (`instance`) before it holds any lease.
+/// Alone on the file, it records this process's pid, so a refused second writer can be told
+/// who holds the seat. Also brings an older schema up to this build's.
 pub(crate) fn settle(
     db: &Database,
     path: &Path,
     source: std::sync::Arc<dyn crate::clock::Clock>,
-    shared: bool,
+    instance: Option<(crate::ids::InstanceId, &crate::instance::Registration)>,
 ) -> Result<StoreClock> {
+    let shared = instance.is_some();
     let txn = db.begin_write()?;
     let clock = {
         let mut meta = txn.open_table(schema::META)?;
@@ -431,19 +433,38 @@ pub(crate) fn settle(
                 u64::from(std::process::id()).to_le_bytes().as_slice(),
             )?;
         }
+        let found = meta
+            .get(meta_key::SCHEMA_VERSION)?
+            .and_then(|v| <[u8; 4]>::try_from(v.value()).ok())
+            .map(u32::from_le_bytes);
+        if let Some(older) = found.filter(|v| *v < SCHEMA_VERSION) {
+            tracing::info!(
+                path = %path.display(),
+                from = older,
+                to = SCHEMA_VERSION,
+                "upgrading the store's schema; builds older than this one will refuse it"
+            );
+        }
         meta.insert(
             meta_key::SCHEMA_VERSION,
             SCHEMA_VERSION.to_le_bytes().as_slice(),
         )?;
         clock
     };
-    if shared {
-        // Created here, so readers of a shared store find it (a version 1 store lacks it).
-        txn.open_table(schema::HOLDERS)?;
-    } else {
-        // Alone on the file (the writer's seat proves no other process runs), no lease has
-        // a live holder: entries left from when processes shared the store go.
-        txn.delete_table(schema::HOLDERS)?;
+    match instance {
+        Some((id, registration)) => {
+            // Created here, so readers of a shared store find them (an older store lacks them).
+            txn.open_table(schema::HOLDERS)?;
+            let mut instances = txn.open_table(schema::INSTANCES)?;
+            instances.insert(id.0, codec::encode(registration).as_slice())?;
+        }
+        None => {
+            // Alone on the file (the writer's seat proves no other process runs), no lease
+            // has a live holder and no instance lives: what is left from when processes
+            // shared the store goes.
+            txn.delete_table(schema::HOLDERS)?;
+            txn.delete_table(schema::INSTANCES)?;
+        }
     }
     txn.commit()?;
     Ok(clock)

@@ -223,6 +223,28 @@ pub(crate) fn holders(read: &ReadTransaction) -> Result<Vec<(JobId, crate::ids::
         .collect()
 }
 
+/// Every process instance registered in a store that processes share, with where its lock
+/// file is (see [`crate::instance`]).
+pub(crate) fn registrations(
+    read: &ReadTransaction,
+) -> Result<Vec<(crate::ids::InstanceId, crate::instance::Registration)>> {
+    let instances = match read.open_table(schema::INSTANCES) {
+        Ok(t) => t,
+        Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
+        Err(e) => return Err(e.into()),
+    };
+    instances
+        .iter()?
+        .map(|e| {
+            let (id, bytes) = e?;
+            let registration = codec::decode(bytes.value()).map_err(|e| {
+                Error::Corrupt(format!("process instance {:016x}: {e}", id.value()))
+            })?;
+            Ok((crate::ids::InstanceId(id.value()), registration))
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;

@@ -33,6 +33,41 @@ impl std::fmt::Debug for StoreReader {
     }
 }
 
+/// What is known of the process holding a lease, where processes share a store (see
+/// [`StoreReader::holders`]).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum HolderState {
+    /// Its process holds its instance lock.
+    Alive,
+    /// The lock of the file it registered is free: its process is gone, and the next
+    /// process that notices (or opens the store) takes its leases back.
+    Gone,
+    /// Nothing proves either: it registered no lock file, or its file is missing, was
+    /// replaced or cannot be read. Its leases expire.
+    Unknown,
+}
+
+impl HolderState {
+    /// The name the tool prints: `alive`, `gone` or `unknown`.
+    pub fn name(self) -> &'static str {
+        match self {
+            HolderState::Alive => "alive",
+            HolderState::Gone => "gone",
+            HolderState::Unknown => "unknown",
+        }
+    }
+
+    /// What a look at the registered instance `id` finds (a lock found free is let go at
+    /// once: taking its leases back is a writer's job).
+    fn of(id: InstanceId, registration: &crate::instance::Registration) -> HolderState {
+        match crate::instance::probe(id, registration) {
+            crate::instance::Liveness::Alive => HolderState::Alive,
+            crate::instance::Liveness::Dead(_) => HolderState::Gone,
+            crate::instance::Liveness::Unknown(_) => HolderState::Unknown,
+        }
+    }
+}
+
 /// When things fall due in one queue: for operators' views.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
@@ -156,21 +191,27 @@ impl StoreReader {
         )
     }
 
-    /// Which process instance holds each running job's lease, and whether that process is
-    /// alive (its instance lock is held), when processes share the store. A dead holder's
-    /// leases are taken back by the next process that notices (or opens the store).
-    pub fn holders(&self) -> Result<Vec<(JobId, InstanceId, bool)>> {
-        let dir = crate::instance::directory(&self.path);
-        let holders = self.reading("the lease holders", read::holders)?;
+    /// Which process instance holds each running job's lease, and what is known of that
+    /// process, when processes share the store: alive (its instance lock is held), gone
+    /// (the lock of the file it registered is free: the next process that notices, or opens
+    /// the store, takes its leases back), or unknown (its lock file is missing or was
+    /// replaced: its leases expire).
+    pub fn holders(&self) -> Result<Vec<(JobId, InstanceId, HolderState)>> {
+        let (holders, registered) = self.reading("the lease holders", |read| {
+            Ok((read::holders(read)?, read::registrations(read)?))
+        })?;
         // Each instance looked at once, however many leases it holds.
-        let mut alive = std::collections::BTreeMap::new();
+        let mut seen = std::collections::BTreeMap::new();
         Ok(holders
             .into_iter()
             .map(|(job, id)| {
-                let live = *alive
-                    .entry(id)
-                    .or_insert_with(|| crate::instance::is_alive(&dir, id));
-                (job, id, live)
+                let state = *seen.entry(id).or_insert_with(|| {
+                    match registered.iter().find(|(r, _)| *r == id) {
+                        None => HolderState::Unknown,
+                        Some((_, registration)) => HolderState::of(id, registration),
+                    }
+                });
+                (job, id, state)
             })
             .collect())
     }

@@ -16,15 +16,19 @@
 //! | `counts` | (queue, state) | count | jobs per queue and state |
 //! | `finished` | (finished_at, job) | () | terminal jobs, oldest first (for purging) |
 //! | `holders` | job id | (process instance, attempt) | which process holds a running job's lease, when processes share the store |
+//! | `instances` | process instance | [`Registration`](crate::instance::Registration) record | where each process sharing the store keeps its lock file, and which file that is |
 //!
 //! Every index (`ready`, `expiry`, `unique`, `counts`, `finished`) is a pure function of the
 //! job records, maintained only by [`crate::index`] and verified by [`crate::Store::check`].
 
 use redb::TableDefinition;
 
-/// The schema version this build writes and the newest it reads. Version 2 added `holders`
-/// (a version 1 store is upgraded by the first open that writes).
-pub const SCHEMA_VERSION: u32 = 2;
+/// The schema version this build writes and the newest it reads. Version 2 added `holders`;
+/// version 3 added `instances`, where processes sharing a store find each other's lock
+/// files (an older build, which looked for them by path, must not share a store with this
+/// one: it refuses the newer version). An older store is upgraded by the first open that
+/// writes.
+pub const SCHEMA_VERSION: u32 = 3;
 
 /// The marker that says "this redb file is a leasehold store".
 pub(crate) const MARKER: &[u8] = b"leasehold store";
@@ -47,6 +51,8 @@ pub(crate) const FINISHED: TableDefinition<(u64, u64), ()> =
     TableDefinition::new("leasehold.finished");
 pub(crate) const HOLDERS: TableDefinition<u64, (u64, u32)> =
     TableDefinition::new("leasehold.holders");
+pub(crate) const INSTANCES: TableDefinition<u64, &[u8]> =
+    TableDefinition::new("leasehold.instances");
 
 /// Keys of the `meta` table.
 pub(crate) mod meta_key {

@@ -3,41 +3,60 @@
 //! own at a clean close. The instances themselves are in [`crate::instance`], the watcher
 //! thread in [`crate::neighbours`], the transactions in [`crate::protocol`].
 
-use std::path::Path;
+use std::collections::BTreeSet;
 use std::sync::Arc;
-
-use parking_lot::Mutex;
 
 use crate::error::Result;
 use crate::ids::InstanceId;
-use crate::instance::{self, Liveness};
+use crate::instance::{self, Liveness, Registration};
 use crate::neighbours::{Neighbours, Survivor};
-use crate::protocol;
 use crate::report::ReapReport;
 use crate::store::{Inner, Store};
+use crate::{protocol, read};
 
 impl Store {
     /// Starts watching the other processes, when several share the store: after recovery at
     /// open, so that what opening takes back is reported as such.
     pub(crate) fn start_neighbours(&self) -> Result<()> {
         if let Some(n) = &self.inner.neighbours {
+            n.set_peers(&self.registrations()?);
             n.start(Arc::downgrade(&self.inner))?;
             n.announce();
         }
         Ok(())
     }
 
-    /// Takes back every running lease whose holder is not a live neighbour, in batches; the
-    /// dead instances found on the way are removed once their leases are back.
-    pub(crate) fn reclaim_orphans(&self, me: InstanceId, dir: &Path) -> Result<ReapReport> {
-        let probed: Arc<Mutex<Probed>> = Arc::default();
-        let (dir, seen) = (dir.to_owned(), probed.clone());
+    /// The process instances the store registers.
+    fn registrations(&self) -> Result<Vec<(InstanceId, Registration)>> {
+        self.reading("the registered process instances", read::registrations)
+    }
+
+    /// Takes back every running lease whose holder is provably gone, in batches: a
+    /// registered instance whose lock file's lock is free (forgotten once its leases are
+    /// back), and leases that no instance holds (granted while the store was not shared).
+    /// A live neighbour's lease, and one whose holder cannot be looked at, is never touched.
+    pub(crate) fn reclaim_orphans(&self, me: InstanceId) -> Result<ReapReport> {
+        let mut dead = Vec::new();
+        for (id, registration) in self.registrations()? {
+            if id == me {
+                continue;
+            }
+            match instance::probe(id, &registration) {
+                Liveness::Dead(d) => dead.push(d),
+                Liveness::Alive => {}
+                Liveness::Unknown(why) => {
+                    tracing::info!(instance = %id, why, "cannot tell whether a process sharing the store lives; its leases are left to expire")
+                }
+            }
+        }
+        let gone: Arc<BTreeSet<InstanceId>> = Arc::new(dead.iter().map(|d| d.id).collect());
         let report = self.in_batches(move |tx, batch| {
-            let mut seen = seen.lock();
-            protocol::reclaim_orphans(tx, batch, |id| id == me || seen.alive(&dir, id))
+            protocol::reclaim_orphans(tx, batch, |id| !gone.contains(&id))
         })?;
-        for dead in std::mem::take(&mut probed.lock().dead) {
-            dead.bury();
+        for d in dead {
+            // Its leases are back: forget it, then remove its file.
+            self.reclaim_instance(d.id)?;
+            d.bury();
         }
         Ok(report)
     }
@@ -49,11 +68,34 @@ impl Store {
         self.reclaim_instance(dead)
     }
 
-    /// Takes back every lease a dead neighbour held (its instance lock was free); returns how
-    /// many.
+    /// For the process tests: how many times this handle's watcher of the other processes
+    /// has woken (`None` unless processes share the store).
+    #[doc(hidden)]
+    pub fn watcher_wakeups(&self) -> Option<u64> {
+        self.inner.neighbours.as_ref().map(Neighbours::wakeups)
+    }
+
+    /// Takes back every lease a dead (or retiring) instance held, and forgets it once none
+    /// is left; returns how many.
     pub(crate) fn reclaim_instance(&self, dead: InstanceId) -> Result<usize> {
-        let report = self.in_batches(move |tx, batch| protocol::reclaim_holder(tx, dead, batch))?;
+        let report = self.in_batches(move |tx, batch| {
+            let (reclaimed, remaining) = protocol::reclaim_holder(tx, dead, batch)?;
+            if remaining == 0 {
+                tx.t.forget_instance(dead)?;
+                tx.tally.writes += 1;
+            }
+            Ok((reclaimed, remaining))
+        })?;
         Ok(report.reclaimed.len())
+    }
+
+    /// Records this process's instance again, its lock file made anew.
+    fn reregister(&self, me: InstanceId, registration: Registration) -> Result<()> {
+        self.write(move |tx| {
+            tx.t.register_instance(me, &registration)?;
+            tx.tally.writes += 1;
+            Ok(())
+        })
     }
 
     /// This handle's process instance, when processes share the store.
@@ -67,37 +109,16 @@ impl Survivor for Inner {
         Store { inner: self }.reclaim_instance(dead)
     }
 
+    fn registrations(self: Arc<Self>) -> Result<Vec<(InstanceId, Registration)>> {
+        Store { inner: self }.registrations()
+    }
+
+    fn reregister(self: Arc<Self>, me: InstanceId, registration: &Registration) -> Result<()> {
+        Store { inner: self }.reregister(me, registration.clone())
+    }
+
     fn wake_local(&self) {
         self.notifier.notify_all();
-    }
-}
-
-/// The neighbours [`Store::reclaim_orphans`] looked at: each probed once, the dead ones held
-/// locked until their leases are back.
-#[derive(Default)]
-struct Probed {
-    alive: std::collections::BTreeSet<InstanceId>,
-    dead: Vec<instance::Dead>,
-}
-
-impl Probed {
-    fn alive(&mut self, dir: &Path, id: InstanceId) -> bool {
-        if self.alive.contains(&id) {
-            return true;
-        }
-        if self.dead.iter().any(|d| d.id == id) {
-            return false;
-        }
-        match instance::probe(dir, id) {
-            Liveness::Alive => {
-                self.alive.insert(id);
-                true
-            }
-            Liveness::Dead(dead) => {
-                self.dead.push(dead);
-                false
-            }
-        }
     }
 }
 

@@ -102,7 +102,7 @@ impl Store {
     pub(crate) fn recover(&self) -> Result<&ReapReport> {
         let report = match &self.inner.neighbours {
             None => self.reap_all(ReclaimPath::Recovery)?,
-            Some(n) => self.reclaim_orphans(n.instance(), &n.directory())?,
+            Some(n) => self.reclaim_orphans(n.instance())?,
         };
         Ok(self.inner.recovered.get_or_init(|| report))
     }
@@ -475,10 +475,21 @@ impl Store {
 
     /// Compacts the file, returning freed space to the filesystem (after a large purge, say).
     /// Needs this to be the only handle on the store: clones, readers in this process and
-    /// running pools or reapers must be gone. Returns whether anything was compacted.
+    /// running pools or reapers must be gone, and no other process may share the file (a
+    /// store shared by processes is compacted by one that opens it alone, with
+    /// [`Sharing::SingleWriter`](crate::Sharing), once the others have stopped). Returns
+    /// whether anything was compacted.
     pub fn compact(&mut self) -> Result<bool> {
+        if self.inner.neighbours.is_some() {
+            return Err(Error::InUse(
+                "compact needs the store to itself, and it is open for sharing between \
+                 processes: stop the other processes, then compact from one that opens the \
+                 store alone (Sharing::SingleWriter)",
+            ));
+        }
         let inner = Arc::get_mut(&mut self.inner).ok_or(Error::InUse(
-            "compact needs the only handle on the store; other clones are alive",
+            "compact needs the only handle on the store; other handles in this process \
+             (clones, pools, reapers, readers) are alive",
         ))?;
         Ok(inner.db.compact()?)
     }
@@ -616,7 +627,7 @@ impl Store {
 
     /// Runs `f` on a read snapshot, a damaged page reported as corruption (see
     /// [`read::contained`]).
-    fn reading<T>(
+    pub(crate) fn reading<T>(
         &self,
         what: &str,
         f: impl FnOnce(&redb::ReadTransaction) -> Result<T>,
@@ -625,7 +636,7 @@ impl Store {
     }
 
     /// Runs a store operation in the next group commit (see [`crate::group`]).
-    fn write<T, F>(&self, f: F) -> Result<T>
+    pub(crate) fn write<T, F>(&self, f: F) -> Result<T>
     where
         T: Send + 'static,
         F: FnMut(&mut Tx<'_>) -> Result<T> + Send + 'static,

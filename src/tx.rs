@@ -43,6 +43,8 @@ pub(crate) struct Tables<'t> {
     /// Which process instance holds each running lease: open only where leases record one
     /// (processes share the store), so a store used by one process pays nothing for it.
     pub holders: Option<Table<'t, u64, (u64, u32)>>,
+    /// The registered process instances, open with `holders`.
+    pub instances: Option<Table<'t, u64, &'static [u8]>>,
 }
 
 impl<'t> Tables<'t> {
@@ -63,7 +65,31 @@ impl<'t> Tables<'t> {
                 true => Some(txn.open_table(schema::HOLDERS)?),
                 false => None,
             },
+            instances: match with_holders {
+                true => Some(txn.open_table(schema::INSTANCES)?),
+                false => None,
+            },
         })
+    }
+
+    /// Records where `instance` keeps its lock file (its first registration, or a new file).
+    pub(crate) fn register_instance(
+        &mut self,
+        instance: InstanceId,
+        registration: &crate::instance::Registration,
+    ) -> Result<()> {
+        if let Some(instances) = &mut self.instances {
+            instances.insert(instance.0, codec::encode(registration).as_slice())?;
+        }
+        Ok(())
+    }
+
+    /// Forgets `instance`: it retired, or it died and its leases are back.
+    pub(crate) fn forget_instance(&mut self, instance: InstanceId) -> Result<()> {
+        if let Some(instances) = &mut self.instances {
+            instances.remove(instance.0)?;
+        }
+        Ok(())
     }
 
     /// Records that `instance` holds `job`'s lease at `attempt` (when holders are kept).

@@ -352,11 +352,27 @@ fn xorshift(x: &mut u64) -> u64 {
 
 #[test]
 fn worker_processes_killed_at_random_lose_nothing_and_commit_each_job_once() {
-    let (_dir, path) = store_path();
+    let (dir, path) = store_path();
+    // Half of the processes open the store through a symlink, and the observer now and then
+    // through a hard link in another directory: however a process names the store, it sees
+    // the others (a live process's lease taken is a failure below).
+    let symlink = dir.path().join("alias.redb");
+    std::os::unix::fs::symlink(&path, &symlink).unwrap();
+    std::fs::create_dir(dir.path().join("elsewhere")).unwrap();
+    let hard_link = dir.path().join("elsewhere/hard.redb");
+    let mut started = 0usize;
+    let mut name = || {
+        started += 1;
+        match started % 2 {
+            0 => path.clone(),
+            _ => symlink.clone(),
+        }
+    };
     // An hour-long lease: every reclaim in this test is a process death seen by a survivor
     // (or by an opening process), never an expiry.
     let lease_ms = 3_600_000;
     let mut observer = shared(&path);
+    std::fs::hard_link(&path, &hard_link).unwrap();
     let kills = kills();
     let mut jobs = 0u64;
     // Keeps the workers busy through every kill: a few hundred jobs waiting at all times.
@@ -372,7 +388,7 @@ fn worker_processes_killed_at_random_lose_nothing_and_commit_each_job_once() {
     let mut rng = 0x2545_F491_4F6C_DD1Du64;
     let mut committed = Vec::new();
     let mut killed = std::collections::BTreeSet::new();
-    let mut workers: Vec<Worker> = (0..4).map(|_| Worker::start(&path, lease_ms)).collect();
+    let mut workers: Vec<Worker> = (0..4).map(|_| Worker::start(&name(), lease_ms)).collect();
     for kill in 0..kills {
         top_up(&observer, &mut jobs);
         let victim = (xorshift(&mut rng) % workers.len() as u64) as usize;
@@ -388,10 +404,13 @@ fn worker_processes_killed_at_random_lose_nothing_and_commit_each_job_once() {
                 killed.insert(w.pid());
                 w.kill(&mut committed);
             }
-            observer = shared(&path);
+            observer = shared(match kill % 20 {
+                9 => &hard_link,
+                _ => &path,
+            });
         }
         while workers.len() < 4 {
-            workers.push(Worker::start(&path, lease_ms));
+            workers.push(Worker::start(&name(), lease_ms));
         }
     }
     wait_until("every job to succeed", || {
@@ -505,4 +524,227 @@ fn an_instance_file_nobody_holds_is_treated_as_dead_and_cleared_without_loss() {
     wait_until("the stray instance file to be cleared", || !stray.exists());
     assert_eq!(store.stats().unwrap().total(JobState::Queued), 1);
     assert!(store.check().unwrap().is_clean());
+}
+
+/// The instance file of the one process other than `store`'s that the store registers.
+fn other_instance_file(path: &Path, store: &Store) -> PathBuf {
+    let me = store.instance().unwrap().to_string();
+    let procs = path.with_file_name("shared.redb.procs");
+    let files: Vec<PathBuf> = std::fs::read_dir(&procs)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            let name = p.file_name().unwrap().to_string_lossy().into_owned();
+            name.ends_with(".lock") && !name.starts_with(&me)
+        })
+        .collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+    files.into_iter().next().unwrap()
+}
+
+#[test]
+fn a_live_holders_leases_are_never_taken_through_another_name_of_the_store() {
+    // Once: the instance directory was derived from the path as given, so a process that
+    // opened the store through a symlink or a hard link saw none of its neighbours and took
+    // every live holder's leases "because its process had ended".
+    let (dir, path) = store_path();
+    {
+        let store = shared(&path);
+        store
+            .enqueue_batch((0..3).map(|i| NewJob::new(Q, format!("job {i}"))))
+            .unwrap();
+    }
+    let holder = Holder::start(&path, &["--claim", "3"]);
+    let symlink = dir.path().join("alias.redb");
+    std::os::unix::fs::symlink(&path, &symlink).unwrap();
+    let other_dir = dir.path().join("elsewhere");
+    std::fs::create_dir(&other_dir).unwrap();
+    let hard_link = other_dir.join("hard.redb");
+    std::fs::hard_link(&path, &hard_link).unwrap();
+    for alias in [&symlink, &hard_link] {
+        let store = shared(alias);
+        assert!(
+            store.recovered_at_open().reclaimed.is_empty(),
+            "{alias:?}: {:?}",
+            store.recovered_at_open()
+        );
+        assert!(store.reap().unwrap().reclaimed.is_empty());
+        std::thread::sleep(Duration::from_millis(300)); // several of the watcher's rescans
+        for id in &holder.claimed {
+            assert_eq!(store.job(*id).unwrap().unwrap().state(), JobState::Running);
+        }
+        let reader = leasehold::StoreReader::open(alias).unwrap();
+        let holders = reader.holders().unwrap();
+        assert_eq!(holders.len(), 3);
+        assert!(
+            holders
+                .iter()
+                .all(|(_, _, state)| *state == leasehold::HolderState::Alive),
+            "{alias:?}: {holders:?}"
+        );
+    }
+    // a process that opened the store by its hard link still sees the holder die at once
+    let survivor = shared(&hard_link);
+    let held = holder.claimed.clone();
+    holder.kill();
+    wait_until("the dead holder's jobs to come back", || {
+        held.iter()
+            .all(|id| survivor.job(*id).unwrap().unwrap().state() == JobState::Queued)
+    });
+    for id in held {
+        assert_eq!(died_path(&survivor, id), Some(ReclaimPath::ProcessDied));
+    }
+    assert!(survivor.check().unwrap().is_clean());
+}
+
+#[test]
+fn an_instance_file_removed_or_replaced_by_hand_proves_nothing_and_is_made_again() {
+    let (_dir, path) = store_path();
+    let store = shared(&path);
+    store
+        .enqueue_batch((0..2).map(|i| NewJob::new(Q, format!("job {i}"))))
+        .unwrap();
+    let holder = Holder::start(&path, &["--claim", "2"]);
+    let file = other_instance_file(&path, &store);
+    use std::os::unix::fs::MetadataExt;
+    for replace in [false, true] {
+        let mut not_its = vec![std::fs::metadata(&file).unwrap().ino()];
+        std::fs::remove_file(&file).unwrap();
+        if replace {
+            std::fs::write(&file, b"12345\n").unwrap(); // nobody's lock
+            not_its.push(std::fs::metadata(&file).unwrap().ino());
+        }
+        // a new process opens meanwhile: a missing or foreign file is no proof of death
+        let opened = shared(&path);
+        assert!(opened.recovered_at_open().reclaimed.is_empty());
+        drop(opened);
+        // the live holder makes its file again, locked, and registers it
+        wait_until("the holder to make its instance file again", || {
+            std::fs::metadata(&file).is_ok_and(|m| !not_its.contains(&m.ino()))
+        });
+        // ... and registers it: then it is known alive again
+        wait_until("the holder to be known alive again", || {
+            let reader = leasehold::StoreReader::open(&path).unwrap();
+            reader
+                .holders()
+                .unwrap()
+                .iter()
+                .all(|(_, _, state)| *state == leasehold::HolderState::Alive)
+        });
+        for id in &holder.claimed {
+            assert_eq!(store.job(*id).unwrap().unwrap().state(), JobState::Running);
+        }
+    }
+    // and its death is seen at once through the new file
+    let held = holder.claimed.clone();
+    holder.kill();
+    wait_until("the dead holder's jobs to come back", || {
+        held.iter()
+            .all(|id| store.job(*id).unwrap().unwrap().state() == JobState::Queued)
+    });
+    assert!(store.check().unwrap().is_clean());
+}
+
+#[test]
+fn a_fifo_or_a_directory_among_the_instance_files_stalls_nobody() {
+    // Once: a FIFO named like an instance file blocked every watcher's scan in open(2), so a
+    // killed holder's leases never came back and clean closes hung.
+    let (_dir, path) = store_path();
+    let store = shared(&path);
+    store
+        .enqueue_batch((0..2).map(|i| NewJob::new(Q, format!("job {i}"))))
+        .unwrap();
+    let procs = path.with_file_name("shared.redb.procs");
+    let fifo = procs.join("00000000feedface.lock");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: mkfifo(3) with a valid NUL-terminated path; touches no other memory.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    std::fs::create_dir(procs.join("00000000cafef00d.lock")).unwrap();
+    let holder = Holder::start(&path, &["--claim", "2"]);
+    let held = holder.claimed.clone();
+    holder.kill();
+    wait_until("the dead holder's jobs to come back", || {
+        held.iter()
+            .all(|id| store.job(*id).unwrap().unwrap().state() == JobState::Queued)
+    });
+    // a process that opens and closes cleanly beside them does not hang
+    Holder::start(&path, &[]).end();
+    drop(store);
+    assert!(fifo.exists(), "what is not ours to remove stays");
+}
+
+#[test]
+fn a_forked_child_keeping_a_dead_parents_lock_makes_no_neighbour_spin() {
+    // Once: the dead parent's pidfd stayed readable and was polled again at once, so every
+    // neighbour's watcher spun a core for as long as the child lived.
+    let (_dir, path) = store_path();
+    let store = shared(&path);
+    store.enqueue(NewJob::new(Q, "x")).unwrap();
+    let mut parent = Holder::start(&path, &["--claim", "1"]);
+    let job = parent.claimed[0];
+    let stdin = parent.child.stdin.as_mut().unwrap();
+    stdin.write_all(b"fork\n").unwrap();
+    stdin.flush().unwrap();
+    let line = parent.out.next().unwrap().unwrap();
+    let child: libc::pid_t = line.strip_prefix("forked ").unwrap().parse().unwrap();
+    struct Kill(libc::pid_t);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            // SAFETY: kill(2) on the child the helper forked for this test.
+            unsafe { libc::kill(self.0, libc::SIGKILL) };
+        }
+    }
+    let _child = Kill(child);
+    parent.kill();
+    // the parent is gone, its lock held by the child: its lease stays until it expires
+    std::thread::sleep(Duration::from_millis(500));
+    let before = store.watcher_wakeups().unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+    let woken = store.watcher_wakeups().unwrap() - before;
+    // a rescan every 100 ms is 20; a spinning watcher wakes millions of times
+    assert!(woken < 200, "the watcher woke {woken} times in 2 s");
+    assert_eq!(store.job(job).unwrap().unwrap().state(), JobState::Running);
+    drop(_child);
+    wait_until("the lease to come back once the child died too", || {
+        store.job(job).unwrap().unwrap().state() == JobState::Queued
+    });
+}
+
+#[test]
+fn a_refused_open_leaves_no_instance_file_and_makes_no_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    // a foreign file
+    let foreign = dir.path().join("foreign.redb");
+    std::fs::write(&foreign, b"not a store at all").unwrap();
+    for _ in 0..3 {
+        assert!(
+            Store::builder(&foreign)
+                .sharing(Sharing::MultiProcess)
+                .open()
+                .is_err()
+        );
+    }
+    assert!(!dir.path().join("foreign.redb.procs").exists());
+    // a store held by a single writer
+    let single = dir.path().join("single.redb");
+    let _writer = Store::open(&single).unwrap();
+    for _ in 0..3 {
+        assert!(
+            Store::builder(&single)
+                .sharing(Sharing::MultiProcess)
+                .open()
+                .is_err()
+        );
+    }
+    assert!(!dir.path().join("single.redb.procs").exists());
+    // a directory that does not exist: refused as a single writer's open is, nothing made
+    let missing = dir.path().join("no/such/dir/s.redb");
+    let single_error = Store::open(&missing).unwrap_err().to_string();
+    let shared_error = Store::builder(&missing)
+        .sharing(Sharing::MultiProcess)
+        .open()
+        .unwrap_err()
+        .to_string();
+    assert_eq!(single_error, shared_error);
+    assert!(!dir.path().join("no").exists());
 }

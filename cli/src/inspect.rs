@@ -6,7 +6,7 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use leasehold::{Error, Job, JobFilter, JobId, JobOrder, JobState, Run, StoreTime};
+use leasehold::{Error, HolderState, Job, JobFilter, JobId, JobOrder, JobState, Run, StoreTime};
 
 use super::target::Reader;
 use serde::Serialize;
@@ -50,6 +50,9 @@ struct LeaseView {
 #[derive(Serialize, Clone)]
 struct HolderView {
     instance: String,
+    /// `alive`, `gone` or `unknown` (see `leasehold::HolderState`).
+    state: &'static str,
+    /// Whether its process is known to be alive.
     alive: bool,
 }
 
@@ -60,9 +63,14 @@ fn holders(store: &Reader) -> Result<Holders, Error> {
     Ok(store
         .holders()?
         .into_iter()
-        .map(|(job, id, alive)| {
+        .map(|(job, id, state)| {
             let instance = id.to_string();
-            (job, HolderView { instance, alive })
+            let view = HolderView {
+                instance,
+                state: state.name(),
+                alive: state == HolderState::Alive,
+            };
+            (job, view)
         })
         .collect())
 }
@@ -255,9 +263,10 @@ pub fn stats(db: &Path, json: bool) -> Result<ExitCode, Error> {
     );
     if let Some(p) = processes {
         println!(
-            "processes sharing the store: {} holding leases ({} alive, {} dead); \
-             {} leases held by live processes, {} by dead ones (taken back by the next that notices)",
-            p.holding, p.alive, p.dead, p.leases_alive, p.leases_dead
+            "processes sharing the store: {} holding leases ({} alive, {} dead, {} unknown); \
+             {} leases held by live processes, {} by dead ones (taken back by the next that \
+             notices), {} by processes whose lock file is missing (left to expire)",
+            p.holding, p.alive, p.dead, p.unknown, p.leases_alive, p.leases_dead, p.leases_unknown
         );
     }
     Ok(ExitCode::SUCCESS)
@@ -270,8 +279,11 @@ struct ProcessesView {
     holding: usize,
     alive: usize,
     dead: usize,
+    /// Holders whose liveness cannot be told (their lock file is missing or replaced).
+    unknown: usize,
     leases_alive: usize,
     leases_dead: usize,
+    leases_unknown: usize,
 }
 
 /// `None` unless processes share the store.
@@ -280,16 +292,18 @@ fn processes(store: &Reader) -> Result<Option<ProcessesView>, Error> {
         return Ok(None);
     }
     let mut instances = BTreeMap::new();
-    for (_, id, alive) in store.holders()? {
-        instances.entry(id).or_insert((alive, 0usize)).1 += 1;
+    for (_, id, state) in store.holders()? {
+        instances.entry(id).or_insert((state, 0usize)).1 += 1;
     }
-    let count = |want: bool| instances.values().filter(move |(a, _)| *a == want);
+    let count = |want: HolderState| instances.values().filter(move |(s, _)| *s == want);
     Ok(Some(ProcessesView {
         holding: instances.len(),
-        alive: count(true).count(),
-        dead: count(false).count(),
-        leases_alive: count(true).map(|(_, n)| n).sum(),
-        leases_dead: count(false).map(|(_, n)| n).sum(),
+        alive: count(HolderState::Alive).count(),
+        dead: count(HolderState::Gone).count(),
+        unknown: count(HolderState::Unknown).count(),
+        leases_alive: count(HolderState::Alive).map(|(_, n)| n).sum(),
+        leases_dead: count(HolderState::Gone).map(|(_, n)| n).sum(),
+        leases_unknown: count(HolderState::Unknown).map(|(_, n)| n).sum(),
     }))
 }
 
@@ -347,11 +361,7 @@ pub fn jobs(
             None => "-".into(),
         };
         let lease = match holders.get(&j.id()) {
-            Some(h) => format!(
-                "{lease} in {} ({})",
-                &h.instance[..8],
-                if h.alive { "alive" } else { "dead" }
-            ),
+            Some(h) => format!("{lease} in {} ({})", &h.instance[..8], h.state),
             None => lease,
         };
         t.row(vec![

@@ -242,7 +242,23 @@ pub fn reap(db: &Path, json: bool) -> Result<ExitCode, Error> {
 }
 
 pub fn compact(db: &Path, json: bool) -> Result<ExitCode, Error> {
-    let mut store = open(db, false)?;
+    // A store that processes share is compacted alone: opened as its single writer, which
+    // redb refuses while any other process has it open.
+    let mut store = match postgres_url(db) {
+        Some(_) => open(db, false)?,
+        None if !db.exists() => open(db, false)?,
+        None => match Store::builder(db).open() {
+            Ok(store) => Writer::File(store),
+            Err(Error::Open(OpenError::IncompatibleSharing { .. })) => {
+                eprintln!(
+                    "leasehold: compact needs the store to itself, and other processes share it \
+                     now (Sharing::MultiProcess): stop them first"
+                );
+                return Ok(ExitCode::from(1));
+            }
+            Err(e) => return Err(e),
+        },
+    };
     let before = std::fs::metadata(db).map(|m| m.len()).unwrap_or(0);
     let Some(compacted) = store.compact() else {
         eprintln!(

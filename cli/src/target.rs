@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use leasehold::postgres::PgStore;
 use leasehold::{
-    CheckReport, Error, InstanceId, Job, JobFilter, JobId, JobState, NewJob, QueueTiming,
-    ReapReport, Run, Stats, Store, StoreReader, StoreTime,
+    CheckReport, Error, HolderState, InstanceId, Job, JobFilter, JobId, JobState, NewJob,
+    QueueTiming, ReapReport, Run, Stats, Store, StoreReader, StoreTime,
 };
 
 /// The PostgreSQL URL in `db`, if it is one.
@@ -155,7 +155,7 @@ impl Reader {
     }
 
     /// Who holds each running lease, where processes share a store file.
-    pub fn holders(&self) -> Result<Vec<(JobId, InstanceId, bool)>, Error> {
+    pub fn holders(&self) -> Result<Vec<(JobId, InstanceId, HolderState)>, Error> {
         match self {
             Reader::File(r) if r.sharing()? == leasehold::Sharing::MultiProcess => r.holders(),
             _ => Ok(Vec::new()),

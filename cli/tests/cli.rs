@@ -562,6 +562,20 @@ fn the_tool_writes_beside_running_processes_and_shows_who_holds_each_lease() {
         (&serde_json::json!(1), &serde_json::json!(1)),
         "{stats}"
     );
+    // through another name of the store (once: every holder looked dead there, and `reap`
+    // took their leases)
+    let alias = Tool {
+        _dir: tempfile::tempdir().unwrap(),
+        db: t.db.with_file_name("alias.redb"),
+    };
+    std::os::unix::fs::symlink(&t.db, &alias.db).unwrap();
+    let reap = alias.json(&["reap"]);
+    assert_eq!(reap["recovered_at_open"], serde_json::json!([]), "{reap}");
+    let jobs = alias.json(&["jobs"]);
+    assert_eq!(jobs[0]["lease"]["holder"]["state"], "alive", "{jobs}");
+    // compact needs the store to itself, and says why it does not have it
+    let err = t.fails(&["compact"], 1);
+    assert!(err.contains("other processes share it"), "{err}");
     drop(holder); // SIGKILL
     let jobs = t.json(&["jobs"]);
     let shown = &jobs.as_array().unwrap()[0];

@@ -2,7 +2,8 @@
 //! (`helper_process.rs`), and the tool's hidden `__child`, which its bench kills. It opens a
 //! store, optionally enqueues and claims jobs, reports them on stdout, and holds the store until
 //! killed or its stdin closes (a line `complete` on stdin makes it try to complete what it
-//! holds, and report the verdict).
+//! holds, and report the verdict; a line `fork` makes a child with `fork()` and no `exec`,
+//! which shares the store's instance lock and sleeps until killed, and reports its pid).
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -38,6 +39,19 @@ pub fn run(
     // (a late holder's commit, for fencing tests).
     let mut line = String::new();
     while std::io::stdin().read_line(&mut line).unwrap_or(0) > 0 {
+        if line.trim() == "fork" {
+            // SAFETY: fork(2); the child calls only pause(2), which is async-signal-safe, so
+            // the other threads it did not inherit are never missed.
+            let pid = unsafe { libc::fork() };
+            if pid == 0 {
+                loop {
+                    // SAFETY: pause(2) takes no arguments and touches no memory.
+                    unsafe { libc::pause() };
+                }
+            }
+            let _ = writeln!(out, "forked {pid}");
+            let _ = out.flush();
+        }
         if line.trim() == "complete" {
             for l in &held {
                 let verdict = match store.complete(l, b"late") {
