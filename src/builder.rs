@@ -183,8 +183,11 @@ impl StoreBuilder {
             self.clock,
             registration.as_ref().map(|(id, r)| (*id, r)),
         );
-        let clock = match settled {
-            Ok(clock) => clock,
+        let open::Settled {
+            clock,
+            upgraded_from,
+        } = match settled {
+            Ok(settled) => settled,
             Err(e) => {
                 if let Some(n) = &neighbours {
                     n.retire();
@@ -212,6 +215,9 @@ impl StoreBuilder {
             self.commit_shape,
             neighbours,
         )?;
+        if let Some(older) = upgraded_from {
+            let _ = store.inner.upgraded_from.set(older);
+        }
         if self.recover_on_open {
             let report = store.recover()?;
             if !report.reclaimed.is_empty() {

@@ -398,10 +398,13 @@ fn describe_holder(pid: Option<u32>) -> String {
         Some(p) if p == std::process::id() => "is already open in this process; clone that Store \
              (clones share one file) instead of opening it again"
             .to_owned(),
-        Some(p) => {
-            format!("is being written by another process (pid {p}); only one writer may hold it")
-        }
-        None => "is being written by another process; only one writer may hold it".to_owned(),
+        Some(p) => format!(
+            "is being written by another process (pid {p}); only one writer may hold it \
+             (processes that all open it with Sharing::MultiProcess write it together)"
+        ),
+        None => "is being written by another process; only one writer may hold it \
+                 (processes that all open it with Sharing::MultiProcess write it together)"
+            .to_owned(),
     }
 }
 

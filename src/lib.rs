@@ -73,6 +73,9 @@
 //! [redb]: https://docs.rs/redb
 
 #![warn(missing_docs)]
+// On docs.rs (nightly, `--cfg docsrs`), every item behind a feature says which one it needs,
+// so `NewJob::json` without `serde` has a findable answer.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 #[cfg(feature = "tokio")]
 mod asynchronous;

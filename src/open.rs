@@ -409,14 +409,22 @@ pub(crate) const MULTI_PROCESS: &[u8] = b"multi-process";
 /// file), and this process's instance is registered (`instance`) before it holds any lease.
 /// Alone on the file, it records this process's pid, so a refused second writer can be told
 /// who holds the seat. Also brings an older schema up to this build's.
+/// What [`settle`] found and did.
+pub(crate) struct Settled {
+    pub clock: StoreClock,
+    /// The schema version this open upgraded the store from, if it was older.
+    pub upgraded_from: Option<u32>,
+}
+
 pub(crate) fn settle(
     db: &Database,
     path: &Path,
     source: std::sync::Arc<dyn crate::clock::Clock>,
     instance: Option<(crate::ids::InstanceId, &crate::instance::Registration)>,
-) -> Result<StoreClock> {
+) -> Result<Settled> {
     let shared = instance.is_some();
     let txn = db.begin_write()?;
+    let mut upgraded_from = None;
     let clock = {
         let mut meta = txn.open_table(schema::META)?;
         let timeline = read_timeline(&meta, path)?;
@@ -438,6 +446,7 @@ pub(crate) fn settle(
             .and_then(|v| <[u8; 4]>::try_from(v.value()).ok())
             .map(u32::from_le_bytes);
         if let Some(older) = found.filter(|v| *v < SCHEMA_VERSION) {
+            upgraded_from = Some(older);
             tracing::info!(
                 path = %path.display(),
                 from = older,
@@ -467,5 +476,8 @@ pub(crate) fn settle(
         }
     }
     txn.commit()?;
-    Ok(clock)
+    Ok(Settled {
+        clock,
+        upgraded_from,
+    })
 }

@@ -679,10 +679,8 @@ fn expire(tx: &mut Tx<'_>, job: JobRecord, path: ReclaimPath) -> Result<(JobReco
     match path {
         ReclaimPath::Reaper => tx.tally.counters.reclaimed_by_reaper += 1,
         ReclaimPath::Takeover => tx.tally.counters.reclaimed_by_takeover += 1,
-        // Both mean "its holder's process was gone" (the counter predates the second path).
-        ReclaimPath::Recovery | ReclaimPath::ProcessDied => {
-            tx.tally.counters.reclaimed_at_open += 1
-        }
+        ReclaimPath::Recovery => tx.tally.counters.reclaimed_at_open += 1,
+        ReclaimPath::ProcessDied => tx.tally.counters.reclaimed_process_died += 1,
     }
     if matches!(path, ReclaimPath::Reaper | ReclaimPath::Takeover) {
         tx.tally.detection_delay(detection_delay);

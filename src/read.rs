@@ -88,8 +88,8 @@ pub(crate) fn stats(read: &ReadTransaction, now: StoreTime) -> Result<Stats> {
     }
     let meta = read.open_table(schema::META)?;
     if let Some(b) = meta.get(meta_key::COUNTERS)? {
-        stats.counters = codec::decode::<Counters>(b.value())
-            .map_err(|e| Error::Corrupt(format!("counters: {e}")))?;
+        stats.counters =
+            Counters::decode(b.value()).map_err(|e| Error::Corrupt(format!("counters: {e}")))?;
     }
     Ok(stats)
 }

@@ -45,6 +45,8 @@ pub(crate) struct Inner {
     group: Arc<Group>,
     /// What opening the store took back (see [`Store::recovered_at_open`]).
     recovered: std::sync::OnceLock<ReapReport>,
+    /// The schema version opening upgraded the store from (see [`Store::upgraded_from`]).
+    pub(crate) upgraded_from: std::sync::OnceLock<u32>,
     /// The other processes, when several share the store.
     pub(crate) neighbours: Option<Neighbours>,
     /// The writer thread of [`CommitShape::WriterThread`], joined when the store closes.
@@ -79,6 +81,7 @@ impl Store {
                 writes: AtomicU64::new(0),
                 group: Arc::new(Group::new(shape)),
                 recovered: std::sync::OnceLock::new(),
+                upgraded_from: std::sync::OnceLock::new(),
                 neighbours,
                 writer: Mutex::new(None),
             }),
@@ -105,6 +108,12 @@ impl Store {
             Some(n) => self.reclaim_orphans(n.instance())?,
         };
         Ok(self.inner.recovered.get_or_init(|| report))
+    }
+
+    /// The schema version this handle's open upgraded the store from, if the store was
+    /// written by an older build (which refuses it from now on); `None` if it was current.
+    pub fn upgraded_from(&self) -> Option<u32> {
+        self.inner.upgraded_from.get().copied()
     }
 
     /// The leases opening the store took back: those a process that is gone left running

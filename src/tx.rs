@@ -238,7 +238,7 @@ pub(crate) fn persist_tally(
     if tally.counts_anything() {
         let mut c: Counters = match meta.get(meta_key::COUNTERS)? {
             Some(b) => {
-                codec::decode(b.value()).map_err(|e| Error::Corrupt(format!("counters: {e}")))?
+                Counters::decode(b.value()).map_err(|e| Error::Corrupt(format!("counters: {e}")))?
             }
             None => Counters::default(),
         };
@@ -252,6 +252,7 @@ fn add_counters(total: &mut Counters, d: &Counters) {
     total.reclaimed_by_reaper += d.reclaimed_by_reaper;
     total.reclaimed_by_takeover += d.reclaimed_by_takeover;
     total.reclaimed_at_open += d.reclaimed_at_open;
+    total.reclaimed_process_died += d.reclaimed_process_died;
     total.released += d.released;
     total.leases_lost += d.leases_lost;
     total.fenced_writes_rejected += d.fenced_writes_rejected;

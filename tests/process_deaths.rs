@@ -167,6 +167,12 @@ fn a_killed_processs_leases_are_taken_back_by_a_survivor_at_once() {
         assert_eq!(store.job(id).unwrap().unwrap().attempt().0, 1);
         // the next claim is a new attempt: the dead holder's fence is stale
     }
+    // counted as what happened, not as "at open" (once both were one counter)
+    let counters = store.stats().unwrap().counters;
+    assert_eq!(
+        (counters.reclaimed_process_died, counters.reclaimed_at_open),
+        (3, 0)
+    );
     let again = store.claim(Q, "survivor", Duration::from_secs(60)).unwrap();
     assert_eq!(again.unwrap().attempt.0, 2);
     assert!(store.check().unwrap().is_clean());

@@ -87,6 +87,7 @@ impl Report {
                     "takeover": c.reclaimed_by_takeover,
                     "release": c.released,
                     "at_open": c.reclaimed_at_open,
+                    "process_died": c.reclaimed_process_died,
                 },
                 "stalled": c.stalled,
                 "fenced_writes_rejected": c.fenced_writes_rejected,

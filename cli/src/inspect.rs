@@ -217,6 +217,7 @@ pub fn stats(db: &Path, json: bool) -> Result<ExitCode, Error> {
             ("reclaimed_by_reaper", c.reclaimed_by_reaper),
             ("reclaimed_by_takeover", c.reclaimed_by_takeover),
             ("reclaimed_at_open", c.reclaimed_at_open),
+            ("reclaimed_process_died", c.reclaimed_process_died),
             ("released", c.released),
             ("leases_lost", c.leases_lost),
             ("fenced_writes_rejected", c.fenced_writes_rejected),
@@ -251,8 +252,12 @@ pub fn stats(db: &Path, json: bool) -> Result<ExitCode, Error> {
         println!("{}", t.render());
     }
     println!(
-        "\nreclaims: reaper {}, takeover {}, at open {}, released {}",
-        c.reclaimed_by_reaper, c.reclaimed_by_takeover, c.reclaimed_at_open, c.released
+        "\nreclaims: reaper {}, takeover {}, process died {}, at open {}, released {}",
+        c.reclaimed_by_reaper,
+        c.reclaimed_by_takeover,
+        c.reclaimed_process_died,
+        c.reclaimed_at_open,
+        c.released
     );
     println!(
         "leases lost {}, fenced writes rejected {}, stalled {}, worst detection delay {}",
@@ -323,12 +328,15 @@ pub fn jobs(
         SortArg::Priority => JobOrder::Priority,
         SortArg::Updated => JobOrder::Updated,
     };
-    let list = store.jobs(&JobFilter {
+    // One more than shown, to tell whether the list was cut.
+    let mut list = store.jobs(&JobFilter {
         queue,
         state,
-        limit: Some(limit),
+        limit: Some(limit.saturating_add(1)),
         order,
     })?;
+    let cut = list.len() > limit;
+    list.truncate(limit);
     let holders = holders(&store)?;
     if json {
         let views: Vec<_> = list.iter().map(|j| JobView::of(j, now, &holders)).collect();
@@ -384,6 +392,9 @@ pub fn jobs(
         println!("no jobs");
     } else {
         println!("{}", t.render());
+    }
+    if cut {
+        println!("(the first {limit} shown; more match: --limit N shows more)");
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -575,7 +586,7 @@ pub fn watch(db: &Path, interval: Duration, iterations: u64) -> Result<ExitCode,
             {
                 events.push(format!(
                     "{}  job {id} attempt #{attempt}: lease of {owner} taken back by {path}, {} after expiry",
-                    now,
+                    store.describe_time(now),
                     format::duration(*overdue)
                 ));
             }
@@ -592,10 +603,14 @@ pub fn watch(db: &Path, interval: Duration, iterations: u64) -> Result<ExitCode,
             screen.push_str("\n---\n");
         }
         screen.push_str(&format!(
-            "leasehold watch  {}  store time {now}  (every {})\n\n",
+            "leasehold watch  {}  store time {}  (every {})\n\n",
             super::target::describe(db),
+            store.describe_time(now),
             format::duration(interval)
         ));
+        // Who holds each lease, where processes share the store: a dead process's lease is
+        // not shown as if its holder were working on it.
+        let holders = holders(&store)?;
         let mut t = queue_table(&[]);
         for (name, counts) in &stats.queues {
             t.row(count_cells(name, counts));
@@ -621,6 +636,16 @@ pub fn watch(db: &Path, interval: Duration, iterations: u64) -> Result<ExitCode,
                     ),
                 ),
                 None => ("-".into(), "-".into()),
+            };
+            let (owner, left) = match holders.get(&j.id()) {
+                Some(h) if h.alive => (format!("{owner} ({})", h.state), left),
+                // Its time left means nothing: the holder is gone (its lease comes back at
+                // the next process's look) or cannot be told alive (it expires).
+                Some(h) => (
+                    format!("{owner} ({})", h.state),
+                    format!("{left}, holder {}", h.state),
+                ),
+                None => (owner, left),
             };
             r.row(vec![
                 j.id().to_string(),

@@ -319,7 +319,8 @@ fn explain(e: &Error) -> String {
         }
         Error::Open(OpenError::Locked { pid, .. }) if *pid != Some(std::process::id()) => {
             format!(
-                "the store is being written by another process{}; stop it, or use a read command",
+                "the store is being written by another process{}; stop it, or use a read \
+                 command (processes that all open it with Sharing::MultiProcess write it together)",
                 pid.map(|p| format!(" (pid {p})")).unwrap_or_default()
             )
         }

@@ -16,7 +16,7 @@ use super::target::{Writer, open_postgres, postgres_url};
 /// joined as its sharing says; only `enqueue` may create a missing file.
 fn open(db: &Path, create: bool) -> Result<Writer, Error> {
     if let Some(url) = postgres_url(db) {
-        return Ok(Writer::Postgres(open_postgres(url)?));
+        return Ok(Writer::Postgres(open_postgres(url, create)?));
     }
     if !create && !db.exists() {
         return Err(OpenError::Io {
@@ -33,7 +33,15 @@ fn open(db: &Path, create: bool) -> Result<Writer, Error> {
             .unwrap_or(Sharing::SingleWriter),
         false => Sharing::SingleWriter,
     };
-    let store = Writer::File(Store::builder(db).sharing(sharing).open()?);
+    let opened = Store::builder(db).sharing(sharing).open()?;
+    if let Some(older) = opened.upgraded_from() {
+        eprintln!(
+            "note: upgraded the store from schema version {older} to {}; builds older than \
+             this one refuse it now",
+            leasehold::SCHEMA_VERSION
+        );
+    }
+    let store = Writer::File(opened);
     let took = store.recovered_at_open().reclaimed.len();
     if took > 0 {
         eprintln!(
@@ -218,12 +226,23 @@ pub fn reap(db: &Path, json: bool) -> Result<ExitCode, Error> {
     }
     for r in at_open {
         println!(
-            "job {} attempt {}: took the lease back from {} at open (its process had ended); now {}",
-            r.job, r.attempt, r.worker, r.now
+            "job {} attempt {}: took the lease back from {} at open ({}); now {}",
+            r.job,
+            r.attempt,
+            r.worker,
+            match r.path {
+                leasehold::ReclaimPath::ProcessDied => "its process had died",
+                _ => "it was left running by a process that had ended",
+            },
+            r.now
         );
     }
     if report.reclaimed.is_empty() {
-        println!("no expired leases");
+        // After leases taken back at open, "nothing" would read as a contradiction.
+        match at_open.is_empty() {
+            true => println!("no expired leases"),
+            false => println!("no other lease had expired"),
+        }
     }
     for r in &report.reclaimed {
         println!(

@@ -21,7 +21,7 @@ pub fn postgres_url(db: &Path) -> Option<&str> {
 /// Opens the PostgreSQL store at `url`. A `schema=` parameter of the URL's query names the
 /// schema holding leasehold's tables (default `leasehold`); the rest of the URL is
 /// PostgreSQL's.
-pub fn open_postgres(url: &str) -> Result<PgStore, Error> {
+pub fn open_postgres(url: &str, create: bool) -> Result<PgStore, Error> {
     let (base, query) = url.split_once('?').unwrap_or((url, ""));
     let mut schema = None;
     let rest: Vec<&str> = query
@@ -39,7 +39,7 @@ pub fn open_postgres(url: &str) -> Result<PgStore, Error> {
         true => base.to_owned(),
         false => format!("{base}?{}", rest.join("&")),
     };
-    let builder = PgStore::builder(url);
+    let builder = PgStore::builder(url).create_if_missing(create);
     match schema {
         Some(schema) => builder.schema(schema).open(),
         None => builder.open(),
@@ -71,8 +71,22 @@ impl Reader {
     /// Opens for reading: a file read-only (see [`StoreReader::open`]), a database as is.
     pub fn open(db: &Path) -> Result<Reader, Error> {
         match postgres_url(db) {
-            Some(url) => Ok(Reader::Postgres(open_postgres(url)?)),
+            // A read never makes a store: a mistyped schema is refused, not created empty.
+            Some(url) => Ok(Reader::Postgres(open_postgres(url, false)?)),
             None => Ok(Reader::File(StoreReader::open(db)?)),
+        }
+    }
+
+    /// A store time as an operator reads it: a file's store time counts from the store's
+    /// own start (`t+12.5s`); a database's is its clock, shown as a UTC date (counted from
+    /// the Unix epoch, it read `t+1796171245s`).
+    pub fn describe_time(&self, t: StoreTime) -> String {
+        match self {
+            Reader::File(_) => t.to_string(),
+            Reader::Postgres(_) => {
+                let at = std::time::UNIX_EPOCH + std::time::Duration::from_nanos(t.as_nanos());
+                humantime::format_rfc3339_millis(at).to_string()
+            }
         }
     }
 

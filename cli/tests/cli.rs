@@ -103,6 +103,23 @@ impl Drop for Holder {
 }
 
 #[test]
+fn a_listing_cut_at_its_limit_says_so() {
+    let t = Tool::new();
+    for p in ["a", "b", "c"] {
+        t.ok(&["enqueue", "--queue", "q", p]);
+    }
+    let cut = t.ok(&["jobs", "--limit", "2"]);
+    assert!(cut.contains("the first 2 shown"), "{cut}");
+    assert_eq!(
+        cut.lines().filter(|l| l.contains(" q ")).count(),
+        2,
+        "{cut}"
+    );
+    let whole = t.ok(&["jobs", "--limit", "3"]);
+    assert!(!whole.contains("shown"), "{whole}");
+}
+
+#[test]
 fn enqueue_then_list_show_and_stats_round_trip_through_json() {
     let t = Tool::new();
     assert_eq!(
@@ -308,7 +325,9 @@ fn reads_work_while_the_application_writes_and_writes_say_who_holds_the_seat() {
     ] {
         let err = t.fails(&args, 3);
         assert!(
-            err.contains("being written by another process") && err.contains(&format!("pid {pid}")),
+            err.contains("being written by another process")
+                && err.contains(&format!("pid {pid}"))
+                && err.contains("Sharing::MultiProcess"),
             "{args:?}: {err}"
         );
     }
@@ -577,15 +596,32 @@ fn the_tool_writes_beside_running_processes_and_shows_who_holds_each_lease() {
     let err = t.fails(&["compact"], 1);
     assert!(err.contains("other processes share it"), "{err}");
     drop(holder); // SIGKILL
+    // `watch` shows the dead holder as such (once: "time left 8.5 s" as if it worked on)
+    let watched = t.ok(&["watch", "--iterations", "1"]);
+    assert!(
+        watched.contains("(gone)") && watched.contains("holder gone"),
+        "{watched}"
+    );
     let jobs = t.json(&["jobs"]);
     let shown = &jobs.as_array().unwrap()[0];
     assert_eq!(shown["lease"]["holder"]["alive"], false, "{shown}");
     let stats = t.json(&["stats"]);
     assert_eq!(stats["processes"]["dead"], 1, "{stats}");
     assert_eq!(stats["processes"]["leases_dead"], 1, "{stats}");
-    // the next write command takes the dead holder's lease back
-    let reap = t.json(&["reap"]);
-    assert_eq!(reap["recovered_at_open"][0]["job"], held);
+    // the next write command takes the dead holder's lease back, and says so without
+    // contradicting itself (once: "no expired leases" right after the list)
+    let reap = t.ok(&["reap"]);
+    assert!(
+        reap.contains(&format!("job {held} attempt #1"))
+            && reap.contains("its process had died")
+            && !reap.contains("no expired leases"),
+        "{reap}"
+    );
+    // counted as a death, not as "at open" (once: every process death was "at open")
+    let stats = t.json(&["stats"]);
+    assert_eq!(stats["counters"]["reclaimed_process_died"], 1, "{stats}");
+    assert_eq!(stats["counters"]["reclaimed_at_open"], 0, "{stats}");
+    assert!(t.ok(&["stats"]).contains("process died 1, at open 0"));
 }
 
 #[test]
@@ -642,6 +678,12 @@ fn every_command_works_on_a_postgres_database_named_by_url() {
     assert_eq!(json(&["reap"])["reclaimed"].as_array().unwrap().len(), 0);
     ok(&["purge", "--older-than", "1h"]);
     assert_eq!(json(&["check"])["clean"], true);
+    // `watch` shows the database's clock as a date (once: "store time t+1796171245s")
+    let watched = ok(&["watch", "--iterations", "1"]);
+    assert!(
+        watched.contains("store time 20") && watched.contains('Z') && !watched.contains("t+"),
+        "{watched}"
+    );
     // what has no meaning on a database, and a URL that does not parse
     assert_eq!(tool(&["compact"]).status.code(), Some(2));
     let bad = Command::new(env!("CARGO_BIN_EXE_leasehold"))
@@ -655,6 +697,33 @@ fn every_command_works_on_a_postgres_database_named_by_url() {
         .output()
         .unwrap();
     assert_eq!(system.status.code(), Some(2));
+    // a read of a schema that holds no store makes none (once: a typo made an empty store and
+    // `stats` said "no jobs"); a write other than enqueue makes none either
+    let typo = format!("{schema}_typo");
+    for args in [
+        vec!["stats"],
+        vec!["jobs"],
+        vec!["check"],
+        vec!["cancel", "1"],
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_leasehold"))
+            .args(["--db", &format!("{url}?schema={typo}")])
+            .args(&args)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(3), "{args:?}: {stderr}");
+        assert!(stderr.contains(&typo), "{stderr}");
+    }
+    let made: i64 = admin
+        .query_one(
+            "SELECT count(*) FROM pg_namespace WHERE nspname = $1",
+            &[&typo],
+        )
+        .unwrap()
+        .try_get(0)
+        .unwrap();
+    assert_eq!(made, 0, "no schema was made");
     for (column, ty) in [("attempt", "integer"), ("priority", "bigint")] {
         admin
             .batch_execute(&format!(

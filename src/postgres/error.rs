@@ -35,6 +35,11 @@ pub enum PgError {
         /// The newest this build knows.
         supported: u32,
     },
+    /// The schema holds no leasehold store (it is missing, or has no leasehold tables), and
+    /// the store was opened not to make one ([`super::PgStoreBuilder::create_if_missing`]).
+    /// Nothing was made.
+    #[error("schema {0} holds no leasehold store (is its name right?); nothing was made")]
+    NoStore(String),
     /// The schema is one of PostgreSQL's own (`pg_catalog`, `pg_toast`, any `pg_*`,
     /// `information_schema`): leasehold's tables never go there. Nothing was changed.
     #[error("schema {0:?} is PostgreSQL's own; name a schema for leasehold's tables")]

@@ -72,6 +72,8 @@ pub(crate) struct Settings {
     pub(crate) retention: Option<Duration>,
     pub(crate) vacuum_when_dead: Option<u64>,
     pub(crate) listen: bool,
+    /// Whether opening makes the schema's tables when there are none.
+    create: bool,
     connections: usize,
     statement_timeout: Duration,
 }
@@ -149,6 +151,15 @@ impl PgStoreBuilder {
         self
     }
 
+    /// Whether opening makes leasehold's tables in a schema that has none (and the schema, if
+    /// missing). Off, such a schema is refused with [`PgError::NoStore`] and nothing is made:
+    /// for readers and tools, where a mistyped schema name must not become a new, empty
+    /// store. Default: on.
+    pub fn create_if_missing(mut self, create: bool) -> PgStoreBuilder {
+        self.settings.create = create;
+        self
+    }
+
     /// The most leases one reaper transaction takes back. Default: 500.
     pub fn reap_batch(mut self, n: usize) -> PgStoreBuilder {
         self.settings.reap_batch = n;
@@ -216,7 +227,10 @@ impl PgStoreBuilder {
                 vacuum: Mutex::new(vacuum::Vacuum::Never),
             }),
         };
-        store.with_connection(|conn| schema::prepare(&mut conn.client, &store.inner.names))?;
+        let create = store.inner.settings.create;
+        store.with_connection(|conn| {
+            schema::prepare(&mut conn.client, &store.inner.names, create)
+        })?;
         let now = store.now()?;
         *store.inner.clock.lock() = (now, crate::clock::Stopwatch::start());
         Ok(store)
@@ -285,6 +299,7 @@ impl PgStore {
                 retention: None,
                 vacuum_when_dead: Some(DEFAULT_VACUUM_WHEN_DEAD),
                 listen: true,
+                create: true,
                 connections: 16,
                 statement_timeout: Duration::from_secs(30),
             },

@@ -712,7 +712,8 @@ fn expire(
         match path {
             ReclaimPath::Reaper => "reclaimed_by_reaper",
             ReclaimPath::Takeover => "reclaimed_by_takeover",
-            ReclaimPath::Recovery | ReclaimPath::ProcessDied => "reclaimed_at_open",
+            ReclaimPath::Recovery => "reclaimed_at_open",
+            ReclaimPath::ProcessDied => "reclaimed_process_died",
         },
         1,
     )?;
@@ -924,9 +925,11 @@ pub(crate) fn notify(tx: Tx<'_, '_>, p: &mut Prepared<'_>, queue: &str) -> Resul
 }
 
 fn bump(tx: Tx<'_, '_>, p: &mut Prepared<'_>, counter: &str, by: i64) -> Result<()> {
+    // An upsert: a counter added after a store was made has no row there yet.
     let st = p.get(
         tx,
-        "UPDATE {s}.leasehold_counters SET value = value + $2 WHERE name = $1",
+        "INSERT INTO {s}.leasehold_counters AS c (name, value) VALUES ($1, $2)
+         ON CONFLICT (name) DO UPDATE SET value = c.value + excluded.value",
     )?;
     tx.execute(&st, &[&counter, &by])?;
     Ok(())

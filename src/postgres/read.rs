@@ -231,6 +231,7 @@ pub(crate) fn stats(tx: Tx<'_, '_>, p: &mut Prepared<'_>) -> Result<Stats> {
             "reclaimed_by_reaper" => c.reclaimed_by_reaper = value,
             "reclaimed_by_takeover" => c.reclaimed_by_takeover = value,
             "reclaimed_at_open" => c.reclaimed_at_open = value,
+            "reclaimed_process_died" => c.reclaimed_process_died = value,
             "released" => c.released = value,
             "leases_lost" => c.leases_lost = value,
             "fenced_writes_rejected" => c.fenced_writes_rejected = value,

@@ -128,14 +128,15 @@ CREATE TABLE {s}.leasehold_runs (
 CREATE TABLE {s}.leasehold_counters (name text PRIMARY KEY, value bigint NOT NULL);
 INSERT INTO {s}.leasehold_counters (name, value) VALUES
     ('reclaimed_by_reaper', 0), ('reclaimed_by_takeover', 0), ('reclaimed_at_open', 0),
+    ('reclaimed_process_died', 0),
     ('released', 0), ('leases_lost', 0), ('fenced_writes_rejected', 0), ('stalled', 0),
     ('worst_detection_delay_us', 0);
 "#;
 
-/// Creates the schema's tables if there are none, or checks the ones there: a leasehold
+/// Creates the schema's tables if there are none (when `create`), or checks the ones there: a leasehold
 /// store of a version this build knows. Two processes creating at once are serialized by an
 /// advisory lock, so one creates and the other checks.
-pub(crate) fn prepare(client: &mut Client, names: &Names) -> Result<()> {
+pub(crate) fn prepare(client: &mut Client, names: &Names, create: bool) -> Result<()> {
     let mut tx = client.transaction()?;
     tx.execute(
         "SELECT pg_advisory_xact_lock(hashtext('leasehold schema ' || $1))",
@@ -150,6 +151,9 @@ pub(crate) fn prepare(client: &mut Client, names: &Names) -> Result<()> {
         .iter()
         .map(|row| row.col(0))
         .collect::<Result<_>>()?;
+    if found.is_empty() && !create {
+        return Err(PgError::NoStore(names.schema.clone()).into());
+    }
     if found.is_empty() {
         tx.batch_execute(&names.sql(CREATE))?;
         tx.execute(

@@ -100,6 +100,31 @@ fn a_store_with_a_newer_schema_version_is_refused() {
 }
 
 #[test]
+fn opening_an_older_store_upgrades_it_and_says_so_once() {
+    let mut f = Fixture::new();
+    let ids = f.enqueue_n(2);
+    f.close();
+    {
+        let db = redb::Database::open(f.path()).unwrap();
+        let txn = db.begin_write().unwrap();
+        txn.open_table(META)
+            .unwrap()
+            .insert("schema_version", 2u32.to_le_bytes().as_slice())
+            .unwrap();
+        txn.commit().unwrap();
+    }
+    let store = Store::open(f.path()).unwrap();
+    assert_eq!(store.upgraded_from(), Some(2));
+    assert_eq!(
+        store.job(ids[1]).unwrap().unwrap().state(),
+        JobState::Queued
+    );
+    drop(store);
+    assert_eq!(Store::open(f.path()).unwrap().upgraded_from(), None);
+    f.reopen();
+}
+
+#[test]
 fn a_damaged_store_is_refused_as_corrupt() {
     let mut f = Fixture::new();
     f.enqueue_batch((0..200).map(|i| NewJob::new(Q, vec![i as u8; 300])))

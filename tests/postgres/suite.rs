@@ -487,8 +487,16 @@ fn a_pool_whose_lease_is_taken_over_stops_its_handler_and_commits_nothing() {
         })
         .unwrap();
     wait_until("the job to run", || pool.stats().in_flight == 1);
-    db.lapse(id);
-    let taker = store.claim(Q, "other", LEASE).unwrap().unwrap();
+    // The pool renews every 20 ms, and a renewal between the lapse and the claim puts the
+    // expiry back in the future (once a flaky failure on a loaded machine): lapse and claim
+    // again until a claim falls between two renewals.
+    let mut taker = None;
+    wait_until("a claim to take the lapsed lease over", || {
+        db.lapse(id);
+        taker = store.claim(Q, "other", LEASE).unwrap();
+        taker.is_some()
+    });
+    let taker = taker.unwrap();
     assert_eq!(taker.attempt.0, 2);
     let stopped = rx.recv_timeout(Duration::from_secs(60)).unwrap();
     assert_eq!(

@@ -60,6 +60,7 @@ pub struct MCounters {
     pub reaper: u64,
     pub takeover: u64,
     pub at_open: u64,
+    pub process_died: u64,
     pub released: u64,
     pub leases_lost: u64,
     pub fenced: u64,
@@ -379,7 +380,8 @@ impl Model {
         match path {
             ReclaimPath::Reaper => self.counters.reaper += 1,
             ReclaimPath::Takeover => self.counters.takeover += 1,
-            ReclaimPath::Recovery | ReclaimPath::ProcessDied => self.counters.at_open += 1,
+            ReclaimPath::Recovery => self.counters.at_open += 1,
+            ReclaimPath::ProcessDied => self.counters.process_died += 1,
         }
         if matches!(path, ReclaimPath::Reaper | ReclaimPath::Takeover) {
             self.counters.worst_detection =
