@@ -108,6 +108,7 @@ mod reaper;
 mod report;
 mod rescue;
 mod retry;
+mod rules;
 mod schema;
 mod search;
 mod shared;

@@ -1,5 +1,7 @@
-//! The lease protocol, readable in one place: each step is a function over a write
-//! transaction ([`Tx`]) at one instant of store time (`tx.now`).
+//! The lease protocol on redb, readable in one place: each step is a function over a write
+//! transaction ([`Tx`]) at one instant of store time (`tx.now`). What becomes of a job is the
+//! rule book's ([`crate::rules`]); these functions find the records, apply the rules, and
+//! store what they decide, keeping the indexes in step.
 //!
 //! The rules every function here keeps:
 //! * A claim is one conditional update: a job is taken only if it is waiting and due, or
@@ -18,46 +20,34 @@ use redb::ReadableTable;
 
 use crate::codec;
 use crate::config::check_terms;
-use crate::error::{Error, LeaseLost, Result};
+use crate::error::{Error, Result};
 use crate::ids::{Attempt, InstanceId, JobId, StoreTime};
 use crate::index;
 use crate::input;
-use crate::job::{JobRecord, JobState, LeaseRecord, NewJob, Outcome, ReclaimPath, RunRecord};
+use crate::job::{JobRecord, JobState, NewJob, ReclaimPath, RunRecord};
 use crate::lease::{Lease, LeaseTerms, Renewal};
 use crate::report::Reclaim;
-use crate::retry::{self, Next};
+use crate::rules::{self, Change, Granted, Renewed, Write};
 use crate::search;
 use crate::tx::{Tx, corrupt_running, load};
 
 /// Enqueues a job; with a unique key that a live job holds, returns that job instead.
 pub(crate) fn enqueue(tx: &mut Tx<'_>, new: &NewJob) -> Result<JobId> {
     check_new_job(tx, new)?;
-    let max_attempts = new.max_attempts.unwrap_or(tx.policy.default_max_attempts);
     if let Some(key) = &new.unique_key
         && let Some(existing) = tx.t.unique.get((new.queue.as_str(), key.as_str()))?
     {
         return Ok(JobId(existing.value()));
     }
     let id = tx.next_job_id()?;
-    let job = JobRecord {
+    let policy = tx.policy;
+    let job = rules::new_job(
+        new,
         id,
-        queue: new.queue.clone(),
-        state: JobState::Queued,
-        priority: new.priority,
-        attempt: Attempt(0),
-        failures: 0,
-        max_attempts,
-        unique_key: new.unique_key.clone(),
-        created_at: tx.now,
-        run_at: tx.now.saturating_add(new.delay),
-        lease: None,
-        progress: 0,
-        progress_at: tx.now,
-        cancel_requested: false,
-        last_error: None,
-        finished_at: None,
-        updated_at: tx.now,
-    };
+        policy.default_max_attempts,
+        policy.max_payload,
+        tx.now,
+    )?;
     tx.t.payloads.insert(id.0, new.payload.as_slice())?;
     index::save(tx, None, &job)?;
     Ok(id)
@@ -138,11 +128,9 @@ fn next_claim(
             (Some((_, id)), None) => (id, false),
             (None, Some(id)) => (id, true),
             (Some((p, ready_id)), Some(expired_id)) => {
-                let e = load(tx, expired_id)?;
-                if e.priority <= p {
-                    (expired_id, true)
-                } else {
-                    (ready_id, false)
+                match rules::takes_over(&load(tx, expired_id)?, Some(p)) {
+                    true => (expired_id, true),
+                    false => (ready_id, false),
                 }
             }
         };
@@ -174,10 +162,10 @@ pub(crate) fn claim_job(
     input::check_worker(worker)?;
     check_terms(&terms)?;
     let job = tx.t.job(id)?.ok_or(Error::JobNotFound(id))?;
-    if job.state.is_waiting() && job.run_at <= tx.now {
+    if rules::claimable(&job, tx.now) {
         return grant(tx, job, worker, terms);
     }
-    if search::lease_expired(&job, tx.now) {
+    if rules::lease_expired(&job, tx.now) {
         let (job, _) = expire(tx, job, ReclaimPath::Takeover)?;
         if job.state.is_waiting() {
             return grant(tx, job, worker, terms);
@@ -195,42 +183,27 @@ pub(crate) fn heartbeat(
     attempt: Attempt,
     progress: u64,
 ) -> Result<Renewal> {
-    let job = fence(tx, id, attempt, Refusal::Heartbeat)?;
-    if job.cancel_requested {
-        end_attempt(tx, job, Outcome::Cancelled, Next::Cancelled)?;
-        return Ok(Renewal::Cancelled);
-    }
-    let stalled = job
-        .lease
-        .as_ref()
-        .and_then(|l| l.stall_timeout)
-        .is_some_and(|limit| {
-            progress == job.progress && tx.now.saturating_since(job.progress_at) >= limit
-        });
-    if stalled {
-        tx.tally.counters.stalled += 1;
-        let next = after_failure(tx, &job, true);
-        end_attempt(tx, job, Outcome::Stalled, next)?;
-        return Ok(Renewal::Stalled);
-    }
-    let mut job = job;
-    let expires_at = match job.lease.as_mut() {
-        Some(lease) => {
-            lease.expires_at = lease.expires_at.max(tx.now.saturating_add(lease.length));
-            lease.expires_at
+    let job = fence(tx, id, attempt, Write::Heartbeat)?;
+    match rules::renew(&job, progress, tx.now, &tx.policy.retry) {
+        Renewed::Cancelled(change) => {
+            store_end(tx, &job, change)?;
+            Ok(Renewal::Cancelled)
         }
-        None => return Err(corrupt_running(&job)),
-    };
-    if progress != job.progress {
-        job.progress = progress;
-        job.progress_at = tx.now;
+        Renewed::Stalled(change) => {
+            store_end(tx, &job, change)?;
+            Ok(Renewal::Stalled)
+        }
+        Renewed::Lease(renewed) => {
+            let Some(expires_at) = renewed.lease.as_ref().map(|l| l.expires_at) else {
+                return Err(corrupt_running(&job));
+            };
+            tx.tally.wrote_time(expires_at);
+            // A renewal moves no index entry (the expiry entry catches up later, see
+            // `LeaseRecord::indexed_expiry`), so the record is rewritten in place.
+            index::rewrite(tx, &renewed)?;
+            Ok(Renewal::Renewed { expires_at })
+        }
     }
-    job.updated_at = tx.now;
-    tx.tally.wrote_time(expires_at);
-    // A renewal moves no index entry (the expiry entry catches up later, see
-    // `LeaseRecord::indexed_expiry`), so the record is rewritten in place.
-    index::rewrite(tx, &job)?;
-    Ok(Renewal::Renewed { expires_at })
 }
 
 /// Completes the attempt: the job succeeded and `output` is kept. `progress`, if given, is
@@ -243,12 +216,12 @@ pub(crate) fn complete(
     progress: Option<u64>,
 ) -> Result<()> {
     input::check_size("output", output.len(), tx.policy.max_payload)?;
-    let mut job = fence(tx, id, attempt, Refusal::Write)?;
-    final_progress(tx, &mut job, progress);
+    let job = fence(tx, id, attempt, Write::End)?;
     if !output.is_empty() {
         tx.t.outputs.insert(job.id.0, output)?;
     }
-    end_attempt(tx, job, Outcome::Succeeded, Next::Succeeded)?;
+    let change = rules::complete(&job, progress, tx.now);
+    store_end(tx, &job, change)?;
     Ok(())
 }
 
@@ -260,12 +233,9 @@ pub(crate) fn fail(
     error: &str,
     progress: Option<u64>,
 ) -> Result<JobState> {
-    let message = input::error_message(error);
-    let mut job = fence(tx, id, attempt, Refusal::Write)?;
-    final_progress(tx, &mut job, progress);
-    job.last_error = Some(message.clone());
-    let next = after_failure(tx, &job, true);
-    end_attempt(tx, job, Outcome::Failed(message), next).map(|j| j.state)
+    let job = fence(tx, id, attempt, Write::End)?;
+    let change = rules::fail(&job, error, progress, tx.now, &tx.policy.retry);
+    store_end(tx, &job, change).map(|j| j.state)
 }
 
 /// Gives the job back on purpose: claimable at once, in its old place, no budget spent.
@@ -275,44 +245,20 @@ pub(crate) fn release(
     attempt: Attempt,
     progress: Option<u64>,
 ) -> Result<JobState> {
-    let mut job = fence(tx, id, attempt, Refusal::Write)?;
-    final_progress(tx, &mut job, progress);
-    let next = if job.cancel_requested {
-        Next::Cancelled
-    } else {
-        Next::Queued(job.run_at)
-    };
-    tx.tally.counters.released += 1;
-    end_attempt(tx, job, Outcome::Released, next).map(|j| j.state)
+    let job = fence(tx, id, attempt, Write::End)?;
+    let change = rules::release(&job, progress, tx.now);
+    store_end(tx, &job, change).map(|j| j.state)
 }
 
 /// Cancels a job: a waiting one at once; a running one is flagged, and its holder learns of
 /// it at its next heartbeat (or the attempt's end, whichever comes first).
 pub(crate) fn cancel(tx: &mut Tx<'_>, id: JobId) -> Result<JobState> {
     let job = tx.t.job(id)?.ok_or(Error::JobNotFound(id))?;
-    match job.state {
-        JobState::Queued | JobState::RetryWait => {
-            let mut new = job.clone();
-            new.state = JobState::Cancelled;
-            new.finished_at = Some(tx.now);
-            new.updated_at = tx.now;
-            index::save(tx, Some(&job), &new)?;
-            Ok(JobState::Cancelled)
-        }
-        JobState::Running => {
-            let mut new = job.clone();
-            new.cancel_requested = true;
-            new.updated_at = tx.now;
-            index::save(tx, Some(&job), &new)?;
-            Ok(JobState::Running)
-        }
-        JobState::Cancelled => Ok(JobState::Cancelled),
-        state @ (JobState::Succeeded | JobState::Dead) => Err(Error::Refused {
-            job: id,
-            state,
-            action: "cancel",
-        }),
+    let (new, answer) = rules::cancel(&job, tx.now)?;
+    if let Some(new) = new {
+        index::save(tx, Some(&job), &new)?;
     }
+    Ok(answer)
 }
 
 /// Puts a dead or cancelled job back in the queue with a fresh retry budget (an operator's
@@ -324,29 +270,15 @@ pub(crate) fn cancel(tx: &mut Tx<'_>, id: JobId) -> Result<JobState> {
 /// deduplicates by, and the live job already does the work it names.
 pub(crate) fn retry(tx: &mut Tx<'_>, id: JobId) -> Result<()> {
     let job = tx.t.job(id)?.ok_or(Error::JobNotFound(id))?;
-    if !matches!(job.state, JobState::Dead | JobState::Cancelled) {
-        return Err(Error::Refused {
-            job: id,
-            state: job.state,
-            action: "retry (only dead or cancelled jobs are retried)",
-        });
-    }
-    if let Some(key) = &job.unique_key
-        && let Some(holder) = tx.t.unique.get((job.queue.as_str(), key.as_str()))?
-    {
-        return Err(Error::UniqueKeyHeld {
-            job: id,
-            key: key.clone(),
-            holder: JobId(holder.value()),
-        });
-    }
-    let mut new = job.clone();
-    new.state = JobState::Queued;
-    new.failures = 0;
-    new.cancel_requested = false;
-    new.finished_at = None;
-    new.run_at = tx.now;
-    new.updated_at = tx.now;
+    let key_holder = match &job.unique_key {
+        Some(key) => {
+            tx.t.unique
+                .get((job.queue.as_str(), key.as_str()))?
+                .map(|holder| JobId(holder.value()))
+        }
+        None => None,
+    };
+    let new = rules::retry(&job, key_holder, tx.now)?;
     index::save(tx, Some(&job), &new)
 }
 
@@ -413,7 +345,7 @@ pub(crate) fn reap_batch(
             }
             visited += 1;
             let job = load(tx, id)?;
-            if path == ReclaimPath::Recovery || search::lease_expired(&job, tx.now) {
+            if path == ReclaimPath::Recovery || rules::lease_expired(&job, tx.now) {
                 let (_, reclaim) = expire(tx, job, path)?;
                 reclaimed.push(reclaim);
             } else {
@@ -499,40 +431,19 @@ pub(crate) fn reclaim_orphans(
 
 // ----- the pieces -----
 
-/// Which counter a refused fenced write moves.
-#[derive(Copy, Clone)]
-enum Refusal {
-    Heartbeat,
-    Write,
-}
-
-/// The fence: the job must be `Running` under exactly this attempt.
-///
-/// Every refused end (complete, fail, release) counts in `fenced_writes_rejected`. A refused
-/// renewal counts in `leases_lost` unless the attempt was ended by its own holder: a pool's
-/// heartbeat tick that overlaps the completion it renews lost nothing, and an operator reads
-/// that counter as "workers are losing their jobs".
-fn fence(tx: &mut Tx<'_>, id: JobId, attempt: Attempt, refusal: Refusal) -> Result<JobRecord> {
-    let found = match tx.t.job(id)? {
-        Some(job) if job.state == JobState::Running && job.attempt == attempt => return Ok(job),
-        found => found,
-    };
-    let ended_by_holder = match &found {
-        Some(job) if job.attempt == attempt => ended_by_holder(tx, id, attempt)?,
-        _ => false,
-    };
-    match refusal {
-        Refusal::Heartbeat if ended_by_holder => {}
-        Refusal::Heartbeat => tx.tally.counters.leases_lost += 1,
-        Refusal::Write => tx.tally.counters.fenced_writes_rejected += 1,
+/// The fence ([`rules::fence`]): the job must be `Running` under exactly this attempt. A
+/// refusal changes nothing but its counter.
+fn fence(tx: &mut Tx<'_>, id: JobId, attempt: Attempt, write: Write) -> Result<JobRecord> {
+    let found = tx.t.job(id)?;
+    match rules::fence(found, id, attempt, write, || {
+        ended_by_holder(tx, id, attempt)
+    })? {
+        Ok(job) => Ok(job),
+        Err(refused) => {
+            tx.tally.add(&refused.counts);
+            Err(refused.lost.into())
+        }
     }
-    Err(LeaseLost {
-        job: id,
-        attempt,
-        found: found.map(|j| (j.attempt, j.state)),
-        ended_by_holder,
-    }
-    .into())
 }
 
 /// Whether the attempt's history says its holder ended it (completed, failed or released it),
@@ -543,109 +454,43 @@ fn ended_by_holder(tx: &Tx<'_>, id: JobId, attempt: Attempt) -> Result<bool> {
     };
     let run: RunRecord = codec::decode(bytes.value())
         .map_err(|e| Error::Corrupt(format!("history of job {id} attempt {attempt}: {e}")))?;
-    Ok(matches!(
-        run.outcome,
-        Some(Outcome::Succeeded | Outcome::Failed(_) | Outcome::Released)
-    ))
+    Ok(rules::ended_by_its_holder(run.outcome.as_ref()))
 }
 
-/// Takes the holder's last progress into the record its attempt ends with: a short job ends
-/// before any heartbeat carried its progress, and its history would always show 0.
-fn final_progress(tx: &Tx<'_>, job: &mut JobRecord, progress: Option<u64>) {
-    if let Some(p) = progress
-        && p != job.progress
-    {
-        job.progress = p;
-        job.progress_at = tx.now;
-    }
-}
-
-/// [`retry::after_failure`] at the transaction's time and policy.
-fn after_failure(tx: &Tx<'_>, job: &JobRecord, backoff: bool) -> Next {
-    retry::after_failure(job, tx.now, &tx.policy.retry, backoff)
-}
-
-/// Ends the current attempt of a running job: writes its history record with `outcome` and
-/// moves the job on. The only place an attempt ends.
-fn end_attempt(tx: &mut Tx<'_>, job: JobRecord, outcome: Outcome, next: Next) -> Result<JobRecord> {
-    let now = tx.now;
-    let mut new = job.clone();
-    if matches!(
-        outcome,
-        Outcome::Failed(_) | Outcome::LeaseExpired { .. } | Outcome::Stalled
-    ) {
-        new.failures = new.failures.saturating_add(1);
-    }
-    new.lease = None;
-    new.updated_at = now;
-    match next {
-        Next::Succeeded => terminal(&mut new, JobState::Succeeded, now),
-        Next::Dead => terminal(&mut new, JobState::Dead, now),
-        Next::Cancelled => terminal(&mut new, JobState::Cancelled, now),
-        Next::Queued(run_at) => {
-            new.state = JobState::Queued;
-            new.run_at = run_at;
-        }
-        Next::RetryWait(run_at) => {
-            new.state = JobState::RetryWait;
-            new.run_at = run_at;
-        }
-    }
-    let Some(mut run) = job.current_run() else {
-        return Err(corrupt_running(&job));
+/// Stores the end of an attempt a rule decided: its history record, the job moved on (every
+/// index in step), its holder forgotten, the counters. The only place an attempt ends.
+fn store_end(tx: &mut Tx<'_>, old: &JobRecord, change: Change) -> Result<JobRecord> {
+    let Some(run) = &change.ended else {
+        return Err(corrupt_running(old));
     };
-    run.ended_at = Some(now);
-    run.outcome = Some(outcome);
     tx.t.history
-        .insert((job.id.0, job.attempt.0), codec::encode(&run).as_slice())?;
-    index::save(tx, Some(&job), &new)?;
-    tx.t.unhold(job.id)?;
-    Ok(new)
+        .insert((old.id.0, old.attempt.0), codec::encode(run).as_slice())?;
+    index::save(tx, Some(old), &change.job)?;
+    tx.t.unhold(old.id)?;
+    tx.tally.add(&change.counts);
+    Ok(change.job)
 }
 
-fn terminal(job: &mut JobRecord, state: JobState, now: StoreTime) {
-    job.state = state;
-    job.finished_at = Some(now);
-}
-
-/// Starts a new attempt of a waiting job under a lease for `worker`. A job whose attempt
-/// counter is exhausted cannot be given a fence greater than the last one: it is dead
-/// instead (`None`), with the reason as its last error.
+/// Starts a new attempt of a waiting job under a lease for `worker` ([`rules::grant`]). A
+/// job whose attempt counter is exhausted is dead instead (`None`).
 fn grant(
     tx: &mut Tx<'_>,
     job: JobRecord,
     worker: &str,
     terms: LeaseTerms,
 ) -> Result<Option<Lease>> {
-    let now = tx.now;
-    let Some(attempt) = job.attempt.next() else {
-        let mut dead = job.clone();
-        terminal(&mut dead, JobState::Dead, now);
-        dead.updated_at = now;
-        dead.last_error = Some(ATTEMPTS_EXHAUSTED.to_owned());
-        index::save(tx, Some(&job), &dead)?;
-        return Ok(None);
+    let new = match rules::grant(&job, worker, terms, tx.now) {
+        Granted::Exhausted(dead) => {
+            index::save(tx, Some(&job), &dead)?;
+            return Ok(None);
+        }
+        Granted::Lease(new) => new,
     };
-    let length = terms.length;
-    let expires_at = now.saturating_add(length);
-    let mut new = job.clone();
-    new.state = JobState::Running;
-    new.attempt = attempt;
-    new.lease = Some(LeaseRecord {
-        owner: worker.to_owned(),
-        claimed_at: now,
-        expires_at,
-        indexed_expiry: expires_at,
-        length,
-        stall_timeout: terms.stall_timeout,
-    });
-    new.progress = 0;
-    new.progress_at = now;
-    new.updated_at = now;
     index::save(tx, Some(&job), &new)?;
     if let Some(instance) = tx.policy.instance {
         tx.t.hold(new.id, instance, new.attempt.0)?;
     }
+    let (claimed_at, expires_at) = (tx.now, tx.now.saturating_add(terms.length));
     tx.tally.wrote_time(expires_at);
     let payload =
         tx.t.payloads
@@ -657,47 +502,19 @@ fn grant(
         attempt: new.attempt,
         queue: new.queue,
         worker: worker.to_owned(),
-        claimed_at: now,
+        claimed_at,
         expires_at,
-        length,
+        length: terms.length,
         payload,
     }))
 }
 
-/// Why a job whose attempt counter ran out is dead.
-const ATTEMPTS_EXHAUSTED: &str =
-    "dead: its attempt counter is exhausted, so no new lease could be fenced apart from the last";
-
-/// Takes back the lease of a running job: records `LeaseExpired` and moves the job on.
+/// Takes back the lease of a running job ([`rules::expire`]): records `LeaseExpired` and
+/// moves the job on.
 fn expire(tx: &mut Tx<'_>, job: JobRecord, path: ReclaimPath) -> Result<(JobRecord, Reclaim)> {
-    let Some(lease) = job.lease.clone() else {
+    let Some((change, reclaim)) = rules::expire(&job, path, tx.now, &tx.policy.retry) else {
         return Err(corrupt_running(&job));
     };
-    let now = tx.now;
-    let overdue = now.saturating_since(lease.expires_at);
-    let detection_delay = lease.length + overdue;
-    match path {
-        ReclaimPath::Reaper => tx.tally.counters.reclaimed_by_reaper += 1,
-        ReclaimPath::Takeover => tx.tally.counters.reclaimed_by_takeover += 1,
-        ReclaimPath::Recovery => tx.tally.counters.reclaimed_at_open += 1,
-        ReclaimPath::ProcessDied => tx.tally.counters.reclaimed_process_died += 1,
-    }
-    if matches!(path, ReclaimPath::Reaper | ReclaimPath::Takeover) {
-        tx.tally.detection_delay(detection_delay);
-    }
-    let next = after_failure(tx, &job, false);
-    let attempt = job.attempt;
-    let new = end_attempt(tx, job, Outcome::LeaseExpired { path, overdue }, next)?;
-    let reclaim = Reclaim {
-        job: new.id,
-        attempt,
-        worker: lease.owner,
-        expired_at: lease.expires_at,
-        reclaimed_at: now,
-        overdue,
-        detection_delay,
-        path,
-        now: new.state,
-    };
+    let new = store_end(tx, &job, change)?;
     Ok((new, reclaim))
 }

@@ -1,10 +1,9 @@
-//! When a failed job runs again: a pure function of the failure count and a seed.
+//! How long a failed job waits before it runs again: a pure function of the failure count and
+//! a seed. Whether it runs again at all is the rule book's (`rules::after_failure`).
 
 use std::time::Duration;
 
 use crate::error::ConfigError;
-use crate::ids::StoreTime;
-use crate::job::JobRecord;
 
 /// Exponential backoff with jitter.
 ///
@@ -61,38 +60,6 @@ impl RetryPolicy {
 }
 
 /// SplitMix64: a small, well-mixed hash for jitter seeds.
-/// Where an ended attempt sends its job.
-pub(crate) enum Next {
-    Succeeded,
-    Queued(StoreTime),
-    RetryWait(StoreTime),
-    Dead,
-    Cancelled,
-}
-
-/// Where a failed (or expired, or stalled) attempt sends its job at `now`: one more failure
-/// against its budget, and a backoff only for failures the holder reported (an expired lease
-/// has already waited out the lease, and the holder most likely died rather than the job).
-/// Every backend decides this here, so that they agree.
-pub(crate) fn after_failure(
-    job: &JobRecord,
-    now: StoreTime,
-    policy: &RetryPolicy,
-    backoff: bool,
-) -> Next {
-    let failures = job.failures.saturating_add(1);
-    if job.cancel_requested {
-        Next::Cancelled
-    } else if failures >= job.max_attempts {
-        Next::Dead
-    } else if backoff {
-        let seed = splitmix64(job.id.0 ^ (u64::from(job.attempt.0) << 40));
-        Next::RetryWait(now.saturating_add(policy.backoff(failures, seed)))
-    } else {
-        Next::Queued(job.run_at)
-    }
-}
-
 pub(crate) fn splitmix64(mut x: u64) -> u64 {
     x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
     x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);

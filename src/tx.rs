@@ -164,9 +164,9 @@ impl Tally {
         self.high_water = self.high_water.max(t);
     }
 
-    pub(crate) fn detection_delay(&mut self, d: Duration) {
-        let worst = &mut self.counters.worst_detection_delay;
-        *worst = (*worst).max(d);
+    /// Adds what a rule counted.
+    pub(crate) fn add(&mut self, counts: &Counters) {
+        add_counters(&mut self.counters, counts);
     }
 }
 

@@ -68,8 +68,8 @@ impl PgStore {
                 let result = if completed.remove(&(*job, *attempt)) {
                     Ok(())
                 } else if batched && batchable(job, output) {
-                    // In the statement and not completed by it: only the reason is left.
-                    protocol::refused_completion(tx, p, *job, *attempt)
+                    // In the statement and not completed by it: the fence says why.
+                    protocol::complete_one(tx, p, *job, *attempt, output, *progress)
                 } else {
                     protocol::complete(tx, p, s, *job, *attempt, output, *progress)
                 };

@@ -1,14 +1,15 @@
 //! The lease protocol on PostgreSQL (the `postgres` feature): for users who outgrow one
 //! machine, the same rules on a database their worker machines share.
 //!
-//! The rules are the redb store's, written as SQL (`protocol.rs`): a claim is one statement
-//! (`FOR UPDATE SKIP LOCKED` in a CTE limited to the batch) after a bounded takeover of
-//! expired leases; every renewal and end of an attempt is fenced by `id AND attempt AND
-//! state = 'running'` and must change exactly one row; every time is read and compared on the
-//! database's clock (`clock_timestamp()`, not `now()`, which is the transaction's start); the
-//! reaper works in bounded batches and re-checks its predicate in the `UPDATE`. Where an
-//! attempt ends and where its job goes next is decided by the same Rust code as on redb
-//! (`retry::after_failure`), so the two cannot drift apart.
+//! The rules are the rule book's ([`crate::rules`]), the same Rust as on redb: the slow paths
+//! (`protocol.rs`) load a record under its row lock, apply a rule and store the answer, so the
+//! two engines cannot drift apart. The fast paths are one statement each for what is hot: a
+//! claim (`FOR UPDATE SKIP LOCKED` in a CTE limited to the batch, after a bounded takeover of
+//! expired leases), renewals of a batch, completions of a batch, each fenced by `id AND
+//! attempt AND state = 'running'`, and held to the same answers by the shared suites. Every
+//! time is read and compared on the database's clock (`clock_timestamp()`, not `now()`, which
+//! is the transaction's start); the reaper works in bounded batches and re-checks each lease
+//! under its row lock.
 //!
 //! A `PgStore` is a cheap handle, shared by threads like [`crate::Store`]: it keeps a few
 //! connections of the synchronous `postgres` client and lends one to each operation.

@@ -4,12 +4,15 @@
 //! once per statement (the `c` CTE) so that a statement sees one
 //! instant.
 //!
-//! The rules are [`crate::protocol`]'s: a claim takes a job only if it is waiting and due, or
-//! running with an expired lease (taken over first, its attempt recorded as
-//! `LeaseExpired { Takeover }`); every claim increments `attempt`; a fenced write matches
-//! `id AND attempt AND state = 'running'` and must change exactly one row, and a refusal
-//! changes nothing but a counter; an attempt ends in one place ([`end_attempt`]), which
-//! writes its history row.
+//! What becomes of a job is the rule book's ([`crate::rules`]): the slow paths load a record
+//! under its row lock, apply a rule, and store what it decided ([`save`], [`store_end`]).
+//! The fast paths, one statement for many rows where that pays (a claim of a batch, renewals
+//! of a batch, completions of a batch), compute the same answers in SQL, and the shared
+//! suites (model, conformance, lease store) hold them to the rules: a claim takes a job only
+//! if it is waiting and due, or running with an expired lease (taken over first); every
+//! claim increments `attempt`, and a job whose counter is exhausted is dead instead; a
+//! fenced write matches `id AND attempt AND state = 'running'`, and a refusal changes
+//! nothing but a counter; an attempt ends with exactly one history row.
 
 use std::time::Duration;
 
@@ -18,13 +21,14 @@ use postgres::types::ToSql;
 
 use super::rows::{Col, attempt, clamp, id, job_by, job_columns, key, micros, time, us};
 use super::{PgError, Prepared, Settings};
-use crate::error::{Error, LeaseLost, Result};
+use crate::error::{Error, Result};
 use crate::ids::{Attempt, JobId, StoreTime};
 use crate::input;
 use crate::job::{JobRecord, JobState, NewJob, Outcome, ReclaimPath};
 use crate::lease::{Lease, LeaseTerms, Renewal};
 use crate::report::Reclaim;
-use crate::retry::{self, Next};
+use crate::rules::{self, Change, Granted, Renewed, Write};
+use crate::stats::Counters;
 
 type Tx<'a, 'b> = &'a mut Transaction<'b>;
 
@@ -119,7 +123,6 @@ FOR UPDATE SKIP LOCKED";
 const FIRST_READY: &str = "
 SELECT id, priority FROM {s}.leasehold_jobs
 WHERE queue = $1 AND state IN ('queued', 'retry_wait') AND run_at <= {now}
-    AND attempt < 4294967295
 ORDER BY priority, run_at, id
 LIMIT 1
 FOR UPDATE SKIP LOCKED";
@@ -127,23 +130,35 @@ FOR UPDATE SKIP LOCKED";
 const CLAIM: &str = "
 WITH c AS MATERIALIZED (SELECT {now} AS t),
 picked AS (
-    SELECT id FROM {s}.leasehold_jobs, c
+    SELECT id, attempt FROM {s}.leasehold_jobs, c
     WHERE queue = $1 AND state IN ('queued', 'retry_wait') AND run_at <= c.t
-        AND attempt < 4294967295
     ORDER BY priority, run_at, id
     LIMIT $2
     FOR UPDATE SKIP LOCKED
+),
+granted AS (
+    UPDATE {s}.leasehold_jobs j
+    SET state = 'running', attempt = j.attempt + 1, lease_owner = $3, lease_claimed_at = c.t,
+        lease_expires_at = c.t + $4::bigint * interval '1 microsecond',
+        lease_indexed_expiry = c.t + $4::bigint * interval '1 microsecond',
+        lease_length_us = $4::bigint, stall_timeout_us = $5::bigint, progress = 0,
+        progress_at = c.t, updated_at = c.t
+    FROM picked, c
+    WHERE j.id = picked.id AND picked.attempt < 4294967295
+    RETURNING j.id, j.attempt, {s}.us(c.t) AS t, {s}.us(j.lease_expires_at) AS expires, j.payload,
+        j.priority, {s}.us(j.run_at) AS run_at
+),
+-- rules::grant: a job whose attempt counter is exhausted is dead, never leased again
+exhausted AS (
+    UPDATE {s}.leasehold_jobs j
+    SET state = 'dead', finished_at = c.t, updated_at = c.t, last_error = $6
+    FROM picked, c
+    WHERE j.id = picked.id AND picked.attempt >= 4294967295
+    RETURNING j.id
 )
-UPDATE {s}.leasehold_jobs j
-SET state = 'running', attempt = j.attempt + 1, lease_owner = $3, lease_claimed_at = c.t,
-    lease_expires_at = c.t + $4::bigint * interval '1 microsecond',
-    lease_indexed_expiry = c.t + $4::bigint * interval '1 microsecond',
-    lease_length_us = $4::bigint, stall_timeout_us = $5::bigint, progress = 0, progress_at = c.t,
-    updated_at = c.t
-FROM picked, c
-WHERE j.id = picked.id
-RETURNING j.id, j.attempt, {s}.us(c.t), {s}.us(j.lease_expires_at), j.payload, j.priority,
-    {s}.us(j.run_at)";
+SELECT id, attempt, t, expires, payload, priority, run_at FROM granted
+UNION ALL
+SELECT id, NULL, NULL, NULL, NULL, NULL, NULL FROM exhausted";
 
 /// Claims up to `n` jobs of `queue`, most urgent first, as [`crate::protocol::claim_batch`]
 /// does: a job is taken if it is waiting and due, or running with an expired lease (taken
@@ -172,53 +187,68 @@ pub(crate) fn claim_batch(
             Some(r) => Some((r.col::<i64>(0)?, r.col::<i32>(1)?)),
             None => None,
         };
-        let take_over = match ready {
-            None => true,
-            Some((_, priority)) => expired.priority <= priority,
-        };
-        let job = match (take_over, ready) {
-            (false, Some((ready, _))) => ready,
+        let job = match ready {
+            Some((ready, priority)) if !rules::takes_over(&expired, Some(priority)) => {
+                match load(tx, p, id(ready))? {
+                    Some(job) => job,
+                    None => break,
+                }
+            }
             _ => {
                 let now = now(tx, p)?;
-                if !expire(tx, p, s, &expired, ReclaimPath::Takeover, now)?
-                    .now
-                    .is_waiting()
-                {
+                let (taken, _) = expire(tx, p, s, &expired, ReclaimPath::Takeover, now)?;
+                if !taken.state.is_waiting() {
                     continue; // out of budget or cancelled: now terminal; the next candidate
                 }
-                key(expired.id)
+                taken
             }
         };
-        match grant(tx, p, JobId(job as u64), worker, terms)? {
-            Some(lease) => leases.push(lease),
-            // Due a moment ago by the same predicate: cannot happen; never loop on it.
-            None => break,
+        if let Some(lease) = grant(tx, p, &job, worker, terms)? {
+            leases.push(lease);
+        }
+        // (else its attempt counter was exhausted and it is now dead: the next candidate)
+    }
+    // Then the rest in one statement; jobs it found exhausted (and made dead) leave room for
+    // as many more.
+    let claim = p.get(tx, CLAIM)?;
+    let (length, stall) = (micros(terms.length), terms.stall_timeout.map(micros));
+    while leases.len() < n {
+        let limit = i64::try_from(n - leases.len()).unwrap_or(i64::MAX);
+        let params: [&(dyn ToSql + Sync); 6] = [
+            &queue,
+            &limit,
+            &worker,
+            &length,
+            &stall,
+            &rules::ATTEMPTS_EXHAUSTED,
+        ];
+        let rows = tx.query(&claim, &params)?;
+        let mut claimed = Vec::with_capacity(rows.len());
+        let mut exhausted = 0;
+        for r in &rows {
+            let Some(at) = r.col::<Option<i64>>(1)? else {
+                exhausted += 1;
+                continue;
+            };
+            let order = (r.col::<i32>(5)?, r.col::<i64>(6)?, r.col::<i64>(0)?);
+            let lease = Lease {
+                job: id(r.col(0)?),
+                attempt: attempt(at)?,
+                queue: queue.to_owned(),
+                worker: worker.to_owned(),
+                claimed_at: time(r.col(2)?),
+                expires_at: time(r.col(3)?),
+                length: terms.length,
+                payload: r.col(4)?,
+            };
+            claimed.push((order, lease));
+        }
+        claimed.sort_by_key(|(order, _)| *order);
+        leases.extend(claimed.into_iter().map(|(_, lease)| lease));
+        if exhausted == 0 {
+            break;
         }
     }
-    if leases.len() == n {
-        return Ok(leases);
-    }
-    let claim = p.get(tx, CLAIM)?;
-    let limit = i64::try_from(n - leases.len()).unwrap_or(i64::MAX);
-    let (length, stall) = (micros(terms.length), terms.stall_timeout.map(micros));
-    let rows = tx.query(&claim, &[&queue, &limit, &worker, &length, &stall])?;
-    let mut claimed = Vec::with_capacity(rows.len());
-    for r in &rows {
-        let order = (r.col::<i32>(5)?, r.col::<i64>(6)?, r.col::<i64>(0)?);
-        let lease = Lease {
-            job: id(r.col(0)?),
-            attempt: attempt(r.col(1)?)?,
-            queue: queue.to_owned(),
-            worker: worker.to_owned(),
-            claimed_at: time(r.col(2)?),
-            expires_at: time(r.col(3)?),
-            length: terms.length,
-            payload: r.col(4)?,
-        };
-        claimed.push((order, lease));
-    }
-    claimed.sort_by_key(|(order, _)| *order);
-    leases.extend(claimed.into_iter().map(|(_, lease)| lease));
     Ok(leases)
 }
 
@@ -249,44 +279,41 @@ fn first_expired(tx: Tx<'_, '_>, p: &mut Prepared<'_>, queue: &str) -> Result<Op
     }
 }
 
-/// Starts a new attempt of the waiting job `job` under a lease for `worker`, if it is due.
+/// Starts a new attempt of the waiting `job` (locked) under a lease for `worker`
+/// ([`rules::grant`]); a job whose attempt counter is exhausted is dead instead (`None`).
 fn grant(
     tx: Tx<'_, '_>,
     p: &mut Prepared<'_>,
-    job: JobId,
+    job: &JobRecord,
     worker: &str,
     terms: LeaseTerms,
 ) -> Result<Option<Lease>> {
-    let st = p.get(tx, GRANT)?;
-    let (length, stall) = (micros(terms.length), terms.stall_timeout.map(micros));
-    tx.query_opt(&st, &[&key(job), &worker, &length, &stall])?
-        .map(|r| {
-            Ok(Lease {
-                job: id(r.col(0)?),
-                attempt: attempt(r.col(1)?)?,
-                queue: r.col(5)?,
+    let now = now(tx, p)?;
+    if !rules::claimable(job, now) {
+        return Ok(None);
+    }
+    match rules::grant(job, worker, terms, now) {
+        Granted::Exhausted(dead) => {
+            save(tx, p, &dead)?;
+            Ok(None)
+        }
+        Granted::Lease(new) => {
+            save(tx, p, &new)?;
+            let st = p.get(tx, "SELECT payload FROM {s}.leasehold_jobs WHERE id = $1")?;
+            let payload = tx.query_one(&st, &[&key(new.id)])?.col(0)?;
+            Ok(Some(Lease {
+                job: new.id,
+                attempt: new.attempt,
+                queue: new.queue,
                 worker: worker.to_owned(),
-                claimed_at: time(r.col(2)?),
-                expires_at: time(r.col(3)?),
+                claimed_at: now,
+                expires_at: now.saturating_add(terms.length),
                 length: terms.length,
-                payload: r.col(4)?,
-            })
-        })
-        .transpose()
+                payload,
+            }))
+        }
+    }
 }
-
-const GRANT: &str = "
-WITH c AS MATERIALIZED (SELECT {now} AS t)
-UPDATE {s}.leasehold_jobs j
-SET state = 'running', attempt = j.attempt + 1, lease_owner = $2, lease_claimed_at = c.t,
-    lease_expires_at = c.t + $3::bigint * interval '1 microsecond',
-    lease_indexed_expiry = c.t + $3::bigint * interval '1 microsecond',
-    lease_length_us = $3::bigint, stall_timeout_us = $4::bigint, progress = 0, progress_at = c.t,
-    updated_at = c.t
-FROM c
-WHERE j.id = $1 AND j.state IN ('queued', 'retry_wait') AND j.run_at <= c.t
-    AND j.attempt < 4294967295
-RETURNING j.id, j.attempt, {s}.us(c.t), {s}.us(j.lease_expires_at), j.payload, j.queue";
 
 /// Claims one named job if it is claimable now: waiting and due, or running with an expired
 /// lease (taken over first). The seed design's conditional update.
@@ -300,11 +327,18 @@ pub(crate) fn claim_job(
 ) -> Result<Option<Lease>> {
     input::check_worker(worker)?;
     crate::config::check_terms(&terms)?;
-    if load(tx, p, job)?.is_none() {
-        return Err(Error::JobNotFound(job));
+    let record = load(tx, p, job)?.ok_or(Error::JobNotFound(job))?;
+    let now = now(tx, p)?;
+    if rules::claimable(&record, now) {
+        return grant(tx, p, &record, worker, terms);
     }
-    expire_or_catch_up(tx, p, s, &[key(job)], ReclaimPath::Takeover)?;
-    grant(tx, p, job, worker, terms)
+    if rules::lease_expired(&record, now) {
+        let (taken, _) = expire(tx, p, s, &record, ReclaimPath::Takeover, now)?;
+        if taken.state.is_waiting() {
+            return grant(tx, p, &taken, worker, terms);
+        }
+    }
+    Ok(None)
 }
 
 // ----- heartbeat -----
@@ -404,7 +438,8 @@ pub(crate) fn heartbeat_batch(
 }
 
 /// Why a renewal changed no row: a cancel or a stall (which end the attempt here), or the
-/// fence.
+/// fence. A lease the fence finds held and the rule renews (which the statement would have
+/// renewed: the row cannot change between the two under its lock) is renewed here.
 fn not_renewed(
     tx: Tx<'_, '_>,
     p: &mut Prepared<'_>,
@@ -413,32 +448,24 @@ fn not_renewed(
     at: Attempt,
     progress: u64,
 ) -> Result<Renewal> {
-    let record = fence(tx, p, job, at, Refusal::Heartbeat)?;
+    let record = fence(tx, p, job, at, Write::Heartbeat)?;
     let now = now(tx, p)?;
-    if record.cancel_requested {
-        end_attempt(tx, p, &record, Outcome::Cancelled, Next::Cancelled, now)?;
-        return Ok(Renewal::Cancelled);
-    }
-    let stalled = record
-        .lease
-        .as_ref()
-        .and_then(|l| l.stall_timeout)
-        .is_some_and(|limit| {
-            progress == record.progress && now.saturating_since(record.progress_at) >= limit
-        });
-    if stalled {
-        bump(tx, p, "stalled", 1)?;
-        let next = retry::after_failure(&record, now, &s.retry, true);
-        end_attempt(tx, p, &record, Outcome::Stalled, next, now)?;
-        return Ok(Renewal::Stalled);
-    }
-    // Running under this attempt, neither cancelled nor stalled, yet not renewed: the row
-    // changed between the two statements, which the row lock `fence` took now rules out.
-    match renew(tx, p, job, at, progress)? {
-        Some(expires_at) => Ok(Renewal::Renewed { expires_at }),
-        None => Err(Error::Corrupt(format!(
-            "job {job} attempt {at}: a renewal of a held lease changed nothing"
-        ))),
+    match rules::renew(&record, progress, now, &s.retry) {
+        Renewed::Cancelled(change) => {
+            store_end(tx, p, &record, change)?;
+            Ok(Renewal::Cancelled)
+        }
+        Renewed::Stalled(change) => {
+            store_end(tx, p, &record, change)?;
+            Ok(Renewal::Stalled)
+        }
+        Renewed::Lease(renewed) => {
+            let Some(expires_at) = renewed.lease.as_ref().map(|l| l.expires_at) else {
+                return Err(crate::tx::corrupt_running(&record));
+            };
+            save(tx, p, &renewed)?;
+            Ok(Renewal::Renewed { expires_at })
+        }
     }
 }
 
@@ -457,24 +484,32 @@ pub(crate) fn complete(
 ) -> Result<()> {
     input::check_size("output", output.len(), s.max_payload)?;
     match complete_many(tx, p, &[(job, at, output, progress)])?.is_empty() {
-        true => refused_completion(tx, p, job, at),
+        true => complete_one(tx, p, job, at, output, progress),
         false => Ok(()),
     }
 }
 
-/// Why the completion statement did not complete attempt `at` of `job`: the fence says (and
-/// counts the refusal). It cannot find the attempt running and unlocked, since the
-/// statement waited for the row's lock and would have completed it.
-pub(crate) fn refused_completion(
+/// The completion one job at a time: the fence says why the statement did not complete it
+/// (and counts the refusal), and where it holds after all, [`rules::complete`] ends it.
+pub(crate) fn complete_one(
     tx: Tx<'_, '_>,
     p: &mut Prepared<'_>,
     job: JobId,
     at: Attempt,
+    output: &[u8],
+    progress: Option<u64>,
 ) -> Result<()> {
-    fence(tx, p, job, at, Refusal::Write)?;
-    Err(Error::Corrupt(format!(
-        "job {job} attempt {at}: a completion of a held lease changed nothing"
-    )))
+    let record = fence(tx, p, job, at, Write::End)?;
+    let now = now(tx, p)?;
+    let change = rules::complete(&record, progress, now);
+    store_end(tx, p, &record, change)?;
+    let st = p.get(
+        tx,
+        "UPDATE {s}.leasehold_jobs SET output = CASE WHEN octet_length($2) > 0 THEN $2 END
+         WHERE id = $1",
+    )?;
+    tx.execute(&st, &[&key(job), &output])?;
+    Ok(())
 }
 
 /// Completes attempts whose fence holds, in one statement: locks each row under the fence
@@ -539,13 +574,10 @@ pub(crate) fn fail(
     error: &str,
     progress: Option<u64>,
 ) -> Result<JobState> {
-    let message = input::error_message(error);
-    let mut record = fence(tx, p, job, at, Refusal::Write)?;
+    let record = fence(tx, p, job, at, Write::End)?;
     let now = now(tx, p)?;
-    final_progress(&mut record, progress, now);
-    record.last_error = Some(message.clone());
-    let next = retry::after_failure(&record, now, &s.retry, true);
-    end_attempt(tx, p, &record, Outcome::Failed(message), next, now)
+    let change = rules::fail(&record, error, progress, now, &s.retry);
+    Ok(store_end(tx, p, &record, change)?.state)
 }
 
 /// Gives the job back on purpose: claimable at once, in its old place, no budget spent.
@@ -556,76 +588,42 @@ pub(crate) fn release(
     at: Attempt,
     progress: Option<u64>,
 ) -> Result<JobState> {
-    let mut record = fence(tx, p, job, at, Refusal::Write)?;
+    let record = fence(tx, p, job, at, Write::End)?;
     let now = now(tx, p)?;
-    final_progress(&mut record, progress, now);
-    let next = match record.cancel_requested {
-        true => Next::Cancelled,
-        false => Next::Queued(record.run_at),
-    };
-    bump(tx, p, "released", 1)?;
+    let change = rules::release(&record, progress, now);
     notify(tx, p, &record.queue)?;
-    end_attempt(tx, p, &record, Outcome::Released, next, now)
+    Ok(store_end(tx, p, &record, change)?.state)
 }
 
 /// Cancels a job: a waiting one at once; a running one is flagged, and its holder learns of
 /// it at its next heartbeat.
 pub(crate) fn cancel(tx: Tx<'_, '_>, p: &mut Prepared<'_>, job: JobId) -> Result<JobState> {
     let record = load(tx, p, job)?.ok_or(Error::JobNotFound(job))?;
-    let st = match record.state {
-        JobState::Queued | JobState::RetryWait => {
-            "UPDATE {s}.leasehold_jobs SET state = 'cancelled', finished_at = {now},
-             updated_at = {now} WHERE id = $1"
-        }
-        JobState::Running => {
-            "UPDATE {s}.leasehold_jobs SET cancel_requested = true,
-             updated_at = {now} WHERE id = $1"
-        }
-        JobState::Cancelled => return Ok(JobState::Cancelled),
-        state @ (JobState::Succeeded | JobState::Dead) => {
-            return Err(Error::Refused {
-                job,
-                state,
-                action: "cancel",
-            });
-        }
-    };
-    let st = p.get(tx, st)?;
-    tx.execute(&st, &[&key(job)])?;
-    Ok(match record.state {
-        JobState::Running => JobState::Running,
-        _ => JobState::Cancelled,
-    })
+    let now = now(tx, p)?;
+    let (new, answer) = rules::cancel(&record, now)?;
+    if let Some(new) = new {
+        save(tx, p, &new)?;
+    }
+    Ok(answer)
 }
 
 /// Puts a dead or cancelled job back in the queue with a fresh budget; refused while a live
 /// job holds its unique key.
 pub(crate) fn retry(tx: Tx<'_, '_>, p: &mut Prepared<'_>, job: JobId) -> Result<()> {
     let record = load(tx, p, job)?.ok_or(Error::JobNotFound(job))?;
-    if !matches!(record.state, JobState::Dead | JobState::Cancelled) {
-        return Err(Error::Refused {
-            job,
-            state: record.state,
-            action: "retry (only dead or cancelled jobs are retried)",
-        });
-    }
-    if let Some(k) = &record.unique_key {
-        let holder = p.get(tx, LIVE_KEY_HOLDER)?;
-        if let Some(row) = tx.query_opt(&holder, &[&record.queue, k])? {
-            return Err(Error::UniqueKeyHeld {
-                job,
-                key: k.clone(),
-                holder: id(row.col(0)?),
-            });
+    let key_holder = match &record.unique_key {
+        Some(k) => {
+            let holder = p.get(tx, LIVE_KEY_HOLDER)?;
+            match tx.query_opt(&holder, &[&record.queue, k])? {
+                Some(row) => Some(id(row.col(0)?)),
+                None => None,
+            }
         }
-    }
-    let st = p.get(
-        tx,
-        "UPDATE {s}.leasehold_jobs SET state = 'queued', failures = 0, cancel_requested = false,
-         finished_at = NULL, run_at = {now}, updated_at = {now}
-         WHERE id = $1",
-    )?;
-    tx.execute(&st, &[&key(job)])?;
+        None => None,
+    };
+    let now = now(tx, p)?;
+    let new = rules::retry(&record, key_holder, now)?;
+    save(tx, p, &new)?;
     notify(tx, p, &record.queue)
 }
 
@@ -681,10 +679,8 @@ fn expire_or_catch_up(
         let Some(record) = load(tx, p, id(row_id))? else {
             continue;
         };
-        let expired = record.state == JobState::Running
-            && record.lease.as_ref().is_some_and(|l| l.expires_at <= now);
-        if expired {
-            reclaimed.push(expire(tx, p, s, &record, path, now)?);
+        if rules::lease_expired(&record, now) {
+            reclaimed.push(expire(tx, p, s, &record, path, now)?.1);
         } else if record.state == JobState::Running {
             tx.execute(&catch_up, &[&row_id])?;
         }
@@ -692,7 +688,8 @@ fn expire_or_catch_up(
     Ok(reclaimed)
 }
 
-/// Takes back the lease of a running job: records `LeaseExpired` and moves the job on.
+/// Takes back the lease of a running job ([`rules::expire`]): records `LeaseExpired` and
+/// moves the job on; returns its new record and the reclaim.
 fn expire(
     tx: Tx<'_, '_>,
     p: &mut Prepared<'_>,
@@ -700,187 +697,156 @@ fn expire(
     record: &JobRecord,
     path: ReclaimPath,
     now: StoreTime,
-) -> Result<Reclaim> {
-    let Some(lease) = record.lease.clone() else {
+) -> Result<(JobRecord, Reclaim)> {
+    let Some((change, reclaim)) = rules::expire(record, path, now, &s.retry) else {
         return Err(crate::tx::corrupt_running(record));
     };
-    let overdue = now.saturating_since(lease.expires_at);
-    let detection_delay = lease.length + overdue;
-    bump(
-        tx,
-        p,
-        match path {
-            ReclaimPath::Reaper => "reclaimed_by_reaper",
-            ReclaimPath::Takeover => "reclaimed_by_takeover",
-            ReclaimPath::Recovery => "reclaimed_at_open",
-            ReclaimPath::ProcessDied => "reclaimed_process_died",
-        },
-        1,
-    )?;
-    let worst = p.get(
-        tx,
-        "UPDATE {s}.leasehold_counters SET value = greatest(value, $1)
-         WHERE name = 'worst_detection_delay_us'",
-    )?;
-    tx.execute(&worst, &[&micros(detection_delay)])?;
-    let next = retry::after_failure(record, now, &s.retry, false);
-    let state = end_attempt(
-        tx,
-        p,
-        record,
-        Outcome::LeaseExpired { path, overdue },
-        next,
-        now,
-    )?;
-    Ok(Reclaim {
-        job: record.id,
-        attempt: record.attempt,
-        worker: lease.owner,
-        expired_at: lease.expires_at,
-        reclaimed_at: now,
-        overdue,
-        detection_delay,
-        path,
-        now: state,
-    })
+    let new = store_end(tx, p, record, change)?;
+    Ok((new, reclaim))
 }
 
 // ----- the pieces -----
 
-/// Which counter a refused fenced write moves.
-#[derive(Copy, Clone)]
-enum Refusal {
-    Heartbeat,
-    Write,
-}
-
-/// The fence: the job must be `running` under exactly this attempt. Locks the row.
+/// The fence ([`rules::fence`]): the job must be `running` under exactly this attempt. Locks
+/// the row; a refusal changes nothing but its counter.
 fn fence(
     tx: Tx<'_, '_>,
     p: &mut Prepared<'_>,
     job: JobId,
     at: Attempt,
-    refusal: Refusal,
+    write: Write,
 ) -> Result<JobRecord> {
     let found = load(tx, p, job)?;
-    if let Some(record) = found.as_ref()
-        && record.state == JobState::Running
-        && record.attempt == at
-    {
-        return Ok(record.clone());
-    }
-    let ended_by_holder = match &found {
-        Some(record) if record.attempt == at => {
-            let st = p.get(
-                tx,
-                "SELECT outcome FROM {s}.leasehold_runs WHERE job = $1 AND attempt = $2",
-            )?;
-            match tx.query_opt(&st, &[&key(job), &i64::from(at.0)])? {
-                Some(row) => matches!(row.col(0)?, "succeeded" | "failed" | "released"),
-                None => false,
-            }
+    let verdict = rules::fence(found, job, at, write, || {
+        let st = p.get(
+            tx,
+            "SELECT outcome FROM {s}.leasehold_runs WHERE job = $1 AND attempt = $2",
+        )?;
+        let outcome = match tx.query_opt(&st, &[&key(job), &i64::from(at.0)])? {
+            Some(row) => match row.col::<&str>(0)? {
+                "succeeded" => Some(Outcome::Succeeded),
+                "failed" => Some(Outcome::Failed(String::new())),
+                "released" => Some(Outcome::Released),
+                _ => None,
+            },
+            None => None,
+        };
+        Ok::<_, Error>(rules::ended_by_its_holder(outcome.as_ref()))
+    })?;
+    match verdict {
+        Ok(record) => Ok(record),
+        Err(refused) => {
+            bump_all(tx, p, &refused.counts)?;
+            Err(refused.lost.into())
         }
-        _ => false,
-    };
-    match refusal {
-        Refusal::Heartbeat if ended_by_holder => {}
-        Refusal::Heartbeat => bump(tx, p, "leases_lost", 1)?,
-        Refusal::Write => bump(tx, p, "fenced_writes_rejected", 1)?,
-    }
-    Err(LeaseLost {
-        job,
-        attempt: at,
-        found: found.map(|r| (r.attempt, r.state)),
-        ended_by_holder,
-    }
-    .into())
-}
-
-/// Takes the holder's last progress into the record its attempt ends with.
-fn final_progress(record: &mut JobRecord, progress: Option<u64>, now: StoreTime) {
-    if let Some(p) = progress
-        && p != record.progress
-    {
-        record.progress = p;
-        record.progress_at = now;
     }
 }
 
-/// Ends the current attempt of a running job (locked by the caller): writes its history row
-/// with `outcome` and moves the job to `next`. The only place an attempt ends.
-fn end_attempt(
+/// The columns a rule may change, set from a record (the rest are a job's for life).
+const SAVE: &str = "
+UPDATE {s}.leasehold_jobs
+SET state = $2, attempt = $3, failures = $4, run_at = {s}.at($5), lease_owner = $6,
+    lease_claimed_at = {s}.at($7), lease_expires_at = {s}.at($8),
+    lease_indexed_expiry = {s}.at($9), lease_length_us = $10, stall_timeout_us = $11,
+    progress = $12, progress_at = {s}.at($13), cancel_requested = $14, last_error = $15,
+    finished_at = {s}.at($16), updated_at = {s}.at($17)
+WHERE id = $1";
+
+/// Stores a record a rule decided.
+fn save(tx: Tx<'_, '_>, p: &mut Prepared<'_>, job: &JobRecord) -> Result<()> {
+    let st = p.get(tx, SAVE)?;
+    let lease = job.lease.as_ref();
+    let params: [&(dyn ToSql + Sync); 17] = [
+        &key(job.id),
+        &job.state.name(),
+        &i64::from(job.attempt.0),
+        &i64::from(job.failures),
+        &us(job.run_at),
+        &lease.map(|l| l.owner.as_str()),
+        &lease.map(|l| us(l.claimed_at)),
+        &lease.map(|l| us(l.expires_at)),
+        &lease.map(|l| us(l.indexed_expiry)),
+        &lease.map(|l| micros(l.length)),
+        &lease.and_then(|l| l.stall_timeout).map(micros),
+        &clamp(job.progress),
+        &us(job.progress_at),
+        &job.cancel_requested,
+        &job.last_error,
+        &job.finished_at.map(us),
+        &us(job.updated_at),
+    ];
+    tx.execute(&st, &params)?;
+    Ok(())
+}
+
+/// Stores the end of an attempt a rule decided: its history row, the job moved on, the
+/// counters. The only place an attempt ends on the slow paths.
+fn store_end(
     tx: Tx<'_, '_>,
     p: &mut Prepared<'_>,
-    record: &JobRecord,
-    outcome: Outcome,
-    next: Next,
-    now: StoreTime,
-) -> Result<JobState> {
-    let Some(run) = record.current_run() else {
-        return Err(crate::tx::corrupt_running(record));
+    old: &JobRecord,
+    change: Change,
+) -> Result<JobRecord> {
+    let Some(run) = &change.ended else {
+        return Err(crate::tx::corrupt_running(old));
     };
-    let spends = matches!(
-        outcome,
-        Outcome::Failed(_) | Outcome::LeaseExpired { .. } | Outcome::Stalled
-    );
-    let (state, run_at) = match next {
-        Next::Succeeded => (JobState::Succeeded, None),
-        Next::Dead => (JobState::Dead, None),
-        Next::Cancelled => (JobState::Cancelled, None),
-        Next::Queued(at) => (JobState::Queued, Some(at)),
-        Next::RetryWait(at) => (JobState::RetryWait, Some(at)),
+    let Some(outcome) = &run.outcome else {
+        return Err(crate::tx::corrupt_running(old));
     };
-    let (kind, error, path, overdue) = outcome_columns(&outcome);
+    let (kind, error, path, overdue) = outcome_columns(outcome);
     let insert = p.get(
         tx,
         "INSERT INTO {s}.leasehold_runs
              (job, attempt, worker, claimed_at, ended_at, outcome, error, reclaim_path,
               overdue_us, progress)
-         VALUES ($1, $2, $3, {s}.at($4),
-                 {s}.at($5), $6, $7, $8, $9, $10)",
+         VALUES ($1, $2, $3, {s}.at($4), {s}.at($5), $6, $7, $8, $9, $10)",
     )?;
+    let ended_at = run.ended_at.unwrap_or(change.job.updated_at);
     tx.execute(
         &insert,
         &[
-            &key(record.id),
+            &key(old.id),
             &i64::from(run.attempt.0),
             &run.worker,
             &us(run.claimed_at),
-            &us(now),
+            &us(ended_at),
             &kind,
             &error,
             &path,
             &overdue,
-            &clamp(record.progress),
+            &clamp(run.progress),
         ],
     )?;
-    let update = p.get(
-        tx,
-        "UPDATE {s}.leasehold_jobs
-         SET state = $2, failures = failures + $3,
-             run_at = coalesce({s}.at($4), run_at),
-             finished_at = CASE WHEN $2 IN ('succeeded', 'dead', 'cancelled')
-                                THEN {s}.at($5) END,
-             lease_owner = NULL, lease_claimed_at = NULL, lease_expires_at = NULL,
-             lease_indexed_expiry = NULL, lease_length_us = NULL, stall_timeout_us = NULL,
-             progress = $6, progress_at = {s}.at($7),
-             last_error = $8, updated_at = {s}.at($5)
-         WHERE id = $1",
-    )?;
-    tx.execute(
-        &update,
-        &[
-            &key(record.id),
-            &state.name(),
-            &i64::from(spends),
-            &run_at.map(us),
-            &us(now),
-            &clamp(record.progress),
-            &us(record.progress_at),
-            &record.last_error,
-        ],
-    )?;
-    Ok(state)
+    save(tx, p, &change.job)?;
+    bump_all(tx, p, &change.counts)?;
+    Ok(change.job)
+}
+
+/// Adds what a rule counted to the stored counters.
+fn bump_all(tx: Tx<'_, '_>, p: &mut Prepared<'_>, c: &Counters) -> Result<()> {
+    for (name, by) in [
+        ("reclaimed_by_reaper", c.reclaimed_by_reaper),
+        ("reclaimed_by_takeover", c.reclaimed_by_takeover),
+        ("reclaimed_at_open", c.reclaimed_at_open),
+        ("reclaimed_process_died", c.reclaimed_process_died),
+        ("released", c.released),
+        ("leases_lost", c.leases_lost),
+        ("fenced_writes_rejected", c.fenced_writes_rejected),
+        ("stalled", c.stalled),
+    ] {
+        if by > 0 {
+            bump(tx, p, name, clamp(by))?;
+        }
+    }
+    if !c.worst_detection_delay.is_zero() {
+        let worst = p.get(
+            tx,
+            "UPDATE {s}.leasehold_counters SET value = greatest(value, $1)
+             WHERE name = 'worst_detection_delay_us'",
+        )?;
+        tx.execute(&worst, &[&micros(c.worst_detection_delay)])?;
+    }
+    Ok(())
 }
 
 /// The history row's outcome columns: kind, error, reclaim path, overdue.

@@ -25,7 +25,7 @@ crate::on_both::on_both!(
     a_follow_up_job_commits_with_the_completion,
     a_fenced_out_completion_commits_no_follow_up_job,
     a_follow_up_job_that_is_refused_rolls_the_completion_back,
-    a_job_whose_attempt_counter_is_exhausted_is_never_leased_with_an_equal_fence,
+    a_job_whose_attempt_counter_is_exhausted_is_dead_never_leased_with_an_equal_fence,
     a_completion_repeated_within_one_batch_commits_once_and_the_repeat_is_refused,
     a_stale_completion_before_the_live_one_in_a_batch_is_answered_as_if_alone_and_first,
 );
@@ -423,11 +423,10 @@ fn a_follow_up_job_that_is_refused_rolls_the_completion_back(kind: Kind) {
     assert_eq!(f.app_value("photo-1"), None);
 }
 
-/// The documented difference: a job whose attempt counter is exhausted (four billion claims)
-/// is never leased again with an equal fence on either store, but redb marks it dead at the
-/// claim that finds it while PostgreSQL's claims pass it over, leaving it waiting (its claim
-/// statement stays one plain `UPDATE`). Both are asserted here, each where it holds.
-fn a_job_whose_attempt_counter_is_exhausted_is_never_leased_with_an_equal_fence(kind: Kind) {
+/// A job whose attempt counter is exhausted (four billion claims) is never leased again with
+/// an equal fence: it is dead, with the reason, on both engines (once PostgreSQL's claims
+/// passed it over and left it waiting forever; the rule book decides it once now).
+fn a_job_whose_attempt_counter_is_exhausted_is_dead_never_leased_with_an_equal_fence(kind: Kind) {
     let mut f = kind.with(Setup::default().default_max_attempts(u32::MAX));
     let id = f.enqueue_n(1)[0];
     f.forge_attempt(id, u32::MAX - 1);
@@ -438,30 +437,26 @@ fn a_job_whose_attempt_counter_is_exhausted_is_never_leased_with_an_equal_fence(
     assert!(f.claim(Q, "b", lease()).unwrap().is_none());
     let job = f.job(id).unwrap().unwrap();
     assert_eq!(job.attempt(), Attempt(u32::MAX));
-    match f.is_postgres() {
-        false => {
-            assert_eq!(job.state(), JobState::Dead);
-            assert!(
-                job.last_error()
-                    .unwrap()
-                    .contains("attempt counter is exhausted")
-            );
-        }
-        true => assert_eq!(job.state(), JobState::Queued),
-    }
+    assert_eq!(job.state(), JobState::Dead);
+    assert!(
+        job.last_error()
+            .unwrap()
+            .contains("attempt counter is exhausted")
+    );
     // the last holder's late completion is refused: nobody holds attempt u32::MAX now
     assert!(f.complete(&last, b"late").unwrap_err().is_lease_lost());
-    // a waiting job at the limit is passed over too, and the claim moves on
+    // a waiting job at the limit is made dead by the claim that reaches it, which moves on
     let other = f.enqueue_n(2);
     f.forge_attempt(other[0], u32::MAX);
     let next = f.claim_one("c");
     assert_eq!(next.job, other[1]);
+    assert_eq!(f.job(other[0]).unwrap().unwrap().state(), JobState::Dead);
     assert!(f.claim_job(other[0], "c", lease()).unwrap().is_none());
-    let expected = match f.is_postgres() {
-        false => JobState::Dead,
-        true => JobState::Queued,
-    };
-    assert_eq!(f.job(other[0]).unwrap().unwrap().state(), expected);
+    // and one named by a claim of it alone
+    let named = f.enqueue_n(1)[0];
+    f.forge_attempt(named, u32::MAX);
+    assert!(f.claim_job(named, "c", lease()).unwrap().is_none());
+    assert_eq!(f.job(named).unwrap().unwrap().state(), JobState::Dead);
     // The forged records claim attempts that have no history; the check says exactly that,
     // of those two jobs and no other.
     let problems = f.check().unwrap().problems;
@@ -472,9 +467,8 @@ fn a_job_whose_attempt_counter_is_exhausted_is_never_leased_with_an_equal_fence(
     };
     assert!(!problems.is_empty());
     assert!(
-        problems
-            .iter()
-            .all(|p| p.contains("history") && [Some(id.0), Some(other[0].0)].contains(&job_of(p))),
+        problems.iter().all(|p| p.contains("history")
+            && [Some(id.0), Some(other[0].0), Some(named.0)].contains(&job_of(p))),
         "{problems:?}"
     );
     f.close_unchecked(); // its final check would fail on the forgery

@@ -1,0 +1,643 @@
+//! The rule book: every decision of the lease protocol, once, as a pure function of a job's
+//! record, the input and the store time it acts at.
+//!
+//! Nothing here touches redb or SQL. Each engine loads (and locks) a record, asks a rule what
+//! becomes of it, and stores the answer: the new record, the history record of an attempt
+//! that ended, and the counters that move. So a rule is written once and both engines keep it
+//! (`src/protocol.rs` on redb, `src/postgres/protocol.rs` on PostgreSQL); PostgreSQL's
+//! single-statement fast paths (a claim of many, renewals of many, completions of many)
+//! compute the same answers in SQL, and the shared test suites hold them to it.
+//!
+//! The rules:
+//! * **New job** ([`new_job`]): checked inputs, `Queued`, due after its delay.
+//! * **Fence** ([`fence`]): a write holds only for a job `Running` under the caller's
+//!   attempt; a refusal moves one counter (a renewal after the holder's own end moves none).
+//! * **Claim order** ([`takes_over`]): an expired lease is taken over before the most urgent
+//!   ready job only when it is at least as urgent.
+//! * **Grant** ([`grant`]): a new attempt under a lease; a job whose attempt counter is
+//!   exhausted is dead instead, never leased with a fence equal to the last.
+//! * **Renewal** ([`renew`]): a cancel requested ends the attempt, then a stall does, else the
+//!   lease runs its length from now.
+//! * **End of an attempt** ([`end`]): which outcomes spend the budget, the next state, the
+//!   finish time, the history record. [`complete`], [`fail`], [`release`] and [`expire`]
+//!   choose the outcome and the next state ([`after_failure`]).
+//! * **Cancel** ([`cancel`]) and **retry** ([`retry`]): an operator's decisions.
+
+use crate::error::{Error, LeaseLost};
+use crate::ids::{Attempt, JobId, StoreTime};
+use crate::input;
+use crate::job::{JobRecord, JobState, LeaseRecord, NewJob, Outcome, ReclaimPath, RunRecord};
+use crate::lease::LeaseTerms;
+use crate::report::Reclaim;
+use crate::retry::RetryPolicy;
+use crate::stats::Counters;
+
+/// Why a job whose attempt counter ran out is dead.
+pub(crate) const ATTEMPTS_EXHAUSTED: &str =
+    "dead: its attempt counter is exhausted, so no new lease could be fenced apart from the last";
+
+/// What a rule decided about one job: the record to store, the attempt that ended (its
+/// history record) if one did, and what the counters gain.
+#[derive(Clone, Debug)]
+pub(crate) struct Change {
+    /// The job's record as it is to be stored.
+    pub job: JobRecord,
+    /// The record of the attempt that ended here, for history.
+    pub ended: Option<RunRecord>,
+    /// What the lifetime counters gain.
+    pub counts: Counters,
+}
+
+// ----- a new job -----
+
+/// The record of a new job `id` enqueued at `now`: its inputs checked (the same refusal on
+/// both engines), due once its delay has passed, with the store's default budget unless it
+/// has its own.
+pub(crate) fn new_job(
+    new: &NewJob,
+    id: JobId,
+    default_max_attempts: u32,
+    max_payload: usize,
+    now: StoreTime,
+) -> Result<JobRecord, Error> {
+    input::check_new_job(new, max_payload)?;
+    Ok(JobRecord {
+        id,
+        queue: new.queue.clone(),
+        state: JobState::Queued,
+        priority: new.priority,
+        attempt: Attempt(0),
+        failures: 0,
+        max_attempts: new.max_attempts.unwrap_or(default_max_attempts),
+        unique_key: new.unique_key.clone(),
+        created_at: now,
+        run_at: now.saturating_add(new.delay),
+        lease: None,
+        progress: 0,
+        progress_at: now,
+        cancel_requested: false,
+        last_error: None,
+        finished_at: None,
+        updated_at: now,
+    })
+}
+
+// ----- the fence -----
+
+/// Which kind of fenced write asks.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Write {
+    /// A renewal: refused, it counts as a lost lease unless its holder had ended the attempt.
+    Heartbeat,
+    /// An end of the attempt (complete, fail, release): refused, it counts as a fenced write.
+    End,
+}
+
+/// The fence's verdict on a write by attempt `attempt` of job `id`, given the record found
+/// (`None`: no such job), which it hands back when the write holds. `ended_by_holder` is asked only when the job is at that attempt
+/// but no longer running: whether its history says its holder completed, failed or
+/// released it (a heartbeat tick overlapping the holder's own end lost nothing).
+///
+/// `Ok` when the write holds; else the refusal to return, and what the counters gain.
+pub(crate) fn fence<E>(
+    found: Option<JobRecord>,
+    id: JobId,
+    attempt: Attempt,
+    write: Write,
+    ended_by_holder: impl FnOnce() -> Result<bool, E>,
+) -> Result<Result<JobRecord, Refused>, E> {
+    let found = match found {
+        Some(job) if job.state == JobState::Running && job.attempt == attempt => {
+            return Ok(Ok(job));
+        }
+        found => found,
+    };
+    let ended_by_holder = match &found {
+        Some(job) if job.attempt == attempt => ended_by_holder()?,
+        _ => false,
+    };
+    let mut counts = Counters::default();
+    match write {
+        Write::Heartbeat if ended_by_holder => {}
+        Write::Heartbeat => counts.leases_lost = 1,
+        Write::End => counts.fenced_writes_rejected = 1,
+    }
+    let lost = LeaseLost {
+        job: id,
+        attempt,
+        found: found.map(|j| (j.attempt, j.state)),
+        ended_by_holder,
+    };
+    Ok(Err(Refused { lost, counts }))
+}
+
+/// A write the fence refused: the answer, and what the counters gain (the refusal is
+/// counted even though the write changes nothing else).
+#[derive(Debug)]
+pub(crate) struct Refused {
+    pub lost: LeaseLost,
+    pub counts: Counters,
+}
+
+/// Whether an ended attempt's outcome was its holder's own doing (so a renewal that comes
+/// after it lost nothing).
+pub(crate) fn ended_by_its_holder(outcome: Option<&Outcome>) -> bool {
+    matches!(
+        outcome,
+        Some(Outcome::Succeeded | Outcome::Failed(_) | Outcome::Released)
+    )
+}
+
+// ----- claims -----
+
+/// Whether a lease that expired is taken over before the most urgent due waiting job (of
+/// priority `ready`, if there is one): when it is at least as urgent. An expired lease is a
+/// job that was already due, so at equal priority it goes first.
+pub(crate) fn takes_over(expired: &JobRecord, ready: Option<i32>) -> bool {
+    ready.is_none_or(|priority| expired.priority <= priority)
+}
+
+/// Whether `job` runs under a lease that has expired at `now`.
+pub(crate) fn lease_expired(job: &JobRecord, now: StoreTime) -> bool {
+    job.state == JobState::Running && job.lease.as_ref().is_some_and(|l| l.expires_at <= now)
+}
+
+/// Whether a waiting `job` may be claimed at `now`.
+pub(crate) fn claimable(job: &JobRecord, now: StoreTime) -> bool {
+    job.state.is_waiting() && job.run_at <= now
+}
+
+/// What a grant made of a waiting job.
+pub(crate) enum Granted {
+    /// A new attempt under a lease.
+    Lease(JobRecord),
+    /// Its attempt counter is exhausted: no fence could tell a new attempt from the last, so
+    /// it is dead instead, with the reason as its last error.
+    Exhausted(JobRecord),
+}
+
+/// Starts a new attempt of the waiting `job` under a lease for `worker` at `now`.
+pub(crate) fn grant(job: &JobRecord, worker: &str, terms: LeaseTerms, now: StoreTime) -> Granted {
+    let Some(attempt) = job.attempt.next() else {
+        let mut dead = job.clone();
+        finish(&mut dead, JobState::Dead, now);
+        dead.last_error = Some(ATTEMPTS_EXHAUSTED.to_owned());
+        return Granted::Exhausted(dead);
+    };
+    let expires_at = now.saturating_add(terms.length);
+    let mut new = job.clone();
+    new.state = JobState::Running;
+    new.attempt = attempt;
+    new.lease = Some(LeaseRecord {
+        owner: worker.to_owned(),
+        claimed_at: now,
+        expires_at,
+        indexed_expiry: expires_at,
+        length: terms.length,
+        stall_timeout: terms.stall_timeout,
+    });
+    new.progress = 0;
+    new.progress_at = now;
+    new.updated_at = now;
+    Granted::Lease(new)
+}
+
+// ----- renewals -----
+
+/// What a renewal made of a held lease.
+pub(crate) enum Renewed {
+    /// Renewed: the lease runs its length from now (never shortened).
+    Lease(JobRecord),
+    /// A cancel was requested: the attempt ends here, cancelled.
+    Cancelled(Change),
+    /// No progress for the lease's stall timeout: the attempt ends here, stalled.
+    Stalled(Change),
+}
+
+/// Renews the lease of the held `job` at `now`, recording `progress`. A cancel requested
+/// meanwhile comes first, then a stall (progress unchanged for the stall timeout).
+pub(crate) fn renew(
+    job: &JobRecord,
+    progress: u64,
+    now: StoreTime,
+    retry: &RetryPolicy,
+) -> Renewed {
+    if job.cancel_requested {
+        return Renewed::Cancelled(end(job, Outcome::Cancelled, Next::Cancelled, now));
+    }
+    let stalled = job
+        .lease
+        .as_ref()
+        .and_then(|l| l.stall_timeout)
+        .is_some_and(|limit| {
+            progress == job.progress && now.saturating_since(job.progress_at) >= limit
+        });
+    if stalled {
+        let next = after_failure(job, now, retry, true);
+        let mut change = end(job, Outcome::Stalled, next, now);
+        change.counts.stalled = 1;
+        return Renewed::Stalled(change);
+    }
+    let mut new = job.clone();
+    if let Some(lease) = new.lease.as_mut() {
+        lease.expires_at = lease.expires_at.max(now.saturating_add(lease.length));
+    }
+    if progress != new.progress {
+        new.progress = progress;
+        new.progress_at = now;
+    }
+    new.updated_at = now;
+    Renewed::Lease(new)
+}
+
+// ----- the end of an attempt -----
+
+/// Where an ended attempt sends its job.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Next {
+    Succeeded,
+    Queued(StoreTime),
+    RetryWait(StoreTime),
+    Dead,
+    Cancelled,
+}
+
+/// Whether an attempt that ended so spends the job's retry budget: a failure, a lease taken
+/// back, a stall. A success, a release and a cancel do not.
+pub(crate) fn spends_budget(outcome: &Outcome) -> bool {
+    matches!(
+        outcome,
+        Outcome::Failed(_) | Outcome::LeaseExpired { .. } | Outcome::Stalled
+    )
+}
+
+/// Where a failed (or expired, or stalled) attempt sends its job at `now`: one more failure
+/// against its budget, and a backoff only for failures the holder reported (an expired lease
+/// has already waited out the lease, and the holder most likely died rather than the job). A
+/// cancel requested meanwhile wins.
+pub(crate) fn after_failure(
+    job: &JobRecord,
+    now: StoreTime,
+    policy: &RetryPolicy,
+    backoff: bool,
+) -> Next {
+    let failures = job.failures.saturating_add(1);
+    if job.cancel_requested {
+        Next::Cancelled
+    } else if failures >= job.max_attempts {
+        Next::Dead
+    } else if backoff {
+        let seed = crate::retry::splitmix64(job.id.0 ^ (u64::from(job.attempt.0) << 40));
+        Next::RetryWait(now.saturating_add(policy.backoff(failures, seed)))
+    } else {
+        Next::Queued(job.run_at)
+    }
+}
+
+/// Ends the current attempt of the running `job` at `now` with `outcome`, moving it to
+/// `next`: the budget spent where the outcome spends it, the lease gone, a terminal state's
+/// finish time, and the attempt's history record.
+pub(crate) fn end(job: &JobRecord, outcome: Outcome, next: Next, now: StoreTime) -> Change {
+    let mut new = job.clone();
+    if spends_budget(&outcome) {
+        new.failures = new.failures.saturating_add(1);
+    }
+    new.lease = None;
+    new.updated_at = now;
+    match next {
+        Next::Succeeded => finish(&mut new, JobState::Succeeded, now),
+        Next::Dead => finish(&mut new, JobState::Dead, now),
+        Next::Cancelled => finish(&mut new, JobState::Cancelled, now),
+        Next::Queued(run_at) => {
+            new.state = JobState::Queued;
+            new.run_at = run_at;
+        }
+        Next::RetryWait(run_at) => {
+            new.state = JobState::RetryWait;
+            new.run_at = run_at;
+        }
+    }
+    let ended = job.current_run().map(|mut run| {
+        run.ended_at = Some(now);
+        run.outcome = Some(outcome);
+        run
+    });
+    Change {
+        job: new,
+        ended,
+        counts: Counters::default(),
+    }
+}
+
+fn finish(job: &mut JobRecord, state: JobState, now: StoreTime) {
+    job.state = state;
+    job.finished_at = Some(now);
+    job.updated_at = now;
+}
+
+/// Takes the holder's last progress (carried by its end) into the record: a short job ends
+/// before any heartbeat carried its progress, and its history would always show 0.
+fn with_final_progress(job: &JobRecord, progress: Option<u64>, now: StoreTime) -> JobRecord {
+    let mut job = job.clone();
+    if let Some(p) = progress
+        && p != job.progress
+    {
+        job.progress = p;
+        job.progress_at = now;
+    }
+    job
+}
+
+/// The holder completed the attempt: the job succeeded.
+pub(crate) fn complete(job: &JobRecord, progress: Option<u64>, now: StoreTime) -> Change {
+    let job = with_final_progress(job, progress, now);
+    end(&job, Outcome::Succeeded, Next::Succeeded, now)
+}
+
+/// The holder failed the attempt with `error`: retried after a backoff while the budget
+/// lasts, else dead. The message is stored as [`input::error_message`] cleans it.
+pub(crate) fn fail(
+    job: &JobRecord,
+    error: &str,
+    progress: Option<u64>,
+    now: StoreTime,
+    retry: &RetryPolicy,
+) -> Change {
+    let message = input::error_message(error);
+    let mut job = with_final_progress(job, progress, now);
+    job.last_error = Some(message.clone());
+    let next = after_failure(&job, now, retry, true);
+    end(&job, Outcome::Failed(message), next, now)
+}
+
+/// The holder gave the job back on purpose: claimable at once in its old place, no budget
+/// spent (cancelled instead, if a cancel was requested meanwhile).
+pub(crate) fn release(job: &JobRecord, progress: Option<u64>, now: StoreTime) -> Change {
+    let job = with_final_progress(job, progress, now);
+    let next = match job.cancel_requested {
+        true => Next::Cancelled,
+        false => Next::Queued(job.run_at),
+    };
+    let mut change = end(&job, Outcome::Released, next, now);
+    change.counts.released = 1;
+    change
+}
+
+/// Takes back the lease of the running `job` at `now` on `path`: records `LeaseExpired`
+/// (how long after its expiry), spends the budget, and counts the reclaim by its path. The
+/// detection delay (lease length plus overdue) is recorded for the paths that detect a
+/// silent holder (the reaper, a takeover); a death the kernel reported or a recovery at open
+/// says nothing about it. `None` for a record that is not running under a lease.
+pub(crate) fn expire(
+    job: &JobRecord,
+    path: ReclaimPath,
+    now: StoreTime,
+    retry: &RetryPolicy,
+) -> Option<(Change, Reclaim)> {
+    let lease = job
+        .lease
+        .as_ref()
+        .filter(|_| job.state == JobState::Running)?;
+    let overdue = now.saturating_since(lease.expires_at);
+    let detection_delay = lease.length + overdue;
+    let next = after_failure(job, now, retry, false);
+    let mut change = end(job, Outcome::LeaseExpired { path, overdue }, next, now);
+    let counts = &mut change.counts;
+    match path {
+        ReclaimPath::Reaper => counts.reclaimed_by_reaper = 1,
+        ReclaimPath::Takeover => counts.reclaimed_by_takeover = 1,
+        ReclaimPath::Recovery => counts.reclaimed_at_open = 1,
+        ReclaimPath::ProcessDied => counts.reclaimed_process_died = 1,
+    }
+    if matches!(path, ReclaimPath::Reaper | ReclaimPath::Takeover) {
+        counts.worst_detection_delay = detection_delay;
+    }
+    let reclaim = Reclaim {
+        job: job.id,
+        attempt: job.attempt,
+        worker: lease.owner.clone(),
+        expired_at: lease.expires_at,
+        reclaimed_at: now,
+        overdue,
+        detection_delay,
+        path,
+        now: change.job.state,
+    };
+    Some((change, reclaim))
+}
+
+// ----- an operator's decisions -----
+
+/// Cancels `job` at `now`: a waiting one at once; a running one is flagged, and its holder
+/// learns of it at its next heartbeat (or its attempt's end). Returns the record to store
+/// (`None`: nothing changes) and the state to answer with; a finished job is refused.
+pub(crate) fn cancel(
+    job: &JobRecord,
+    now: StoreTime,
+) -> Result<(Option<JobRecord>, JobState), Error> {
+    match job.state {
+        JobState::Queued | JobState::RetryWait => {
+            let mut new = job.clone();
+            finish(&mut new, JobState::Cancelled, now);
+            Ok((Some(new), JobState::Cancelled))
+        }
+        JobState::Running => {
+            let mut new = job.clone();
+            new.cancel_requested = true;
+            new.updated_at = now;
+            Ok((Some(new), JobState::Running))
+        }
+        JobState::Cancelled => Ok((None, JobState::Cancelled)),
+        state @ (JobState::Succeeded | JobState::Dead) => Err(Error::Refused {
+            job: job.id,
+            state,
+            action: "cancel",
+        }),
+    }
+}
+
+/// Puts a dead or cancelled `job` back in its queue at `now` with a fresh budget (an
+/// operator's decision); its history is kept and its next claim is a new attempt.
+/// `key_holder` is the live job that holds its unique key now, if any: a retry then is
+/// refused rather than make two live jobs hold one key (the key is what the application
+/// deduplicates by, and the live job already does the work it names).
+pub(crate) fn retry(
+    job: &JobRecord,
+    key_holder: Option<JobId>,
+    now: StoreTime,
+) -> Result<JobRecord, Error> {
+    if !matches!(job.state, JobState::Dead | JobState::Cancelled) {
+        return Err(Error::Refused {
+            job: job.id,
+            state: job.state,
+            action: "retry (only dead or cancelled jobs are retried)",
+        });
+    }
+    if let (Some(key), Some(holder)) = (&job.unique_key, key_holder) {
+        return Err(Error::UniqueKeyHeld {
+            job: job.id,
+            key: key.clone(),
+            holder,
+        });
+    }
+    let mut new = job.clone();
+    new.state = JobState::Queued;
+    new.failures = 0;
+    new.cancel_requested = false;
+    new.finished_at = None;
+    new.run_at = now;
+    new.updated_at = now;
+    Ok(new)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn queued(id: u64) -> JobRecord {
+        new_job(
+            &NewJob::new("q", "x").max_attempts(2),
+            JobId(id),
+            25,
+            1024,
+            StoreTime(1_000),
+        )
+        .unwrap()
+    }
+
+    fn running(at: StoreTime) -> JobRecord {
+        match grant(
+            &queued(1),
+            "w",
+            LeaseTerms::new(Duration::from_nanos(100)),
+            at,
+        ) {
+            Granted::Lease(job) => job,
+            Granted::Exhausted(_) => unreachable!("a fresh job has attempts left"),
+        }
+    }
+
+    #[test]
+    fn a_grant_increments_the_attempt_and_an_exhausted_counter_makes_the_job_dead() {
+        let job = running(StoreTime(2_000));
+        assert_eq!((job.state, job.attempt), (JobState::Running, Attempt(1)));
+        let mut worn = queued(2);
+        worn.attempt = Attempt(u32::MAX);
+        match grant(
+            &worn,
+            "w",
+            LeaseTerms::new(Duration::from_secs(1)),
+            StoreTime(5),
+        ) {
+            Granted::Exhausted(dead) => {
+                assert_eq!(
+                    (dead.state, dead.attempt),
+                    (JobState::Dead, Attempt(u32::MAX))
+                );
+                assert_eq!(dead.finished_at, Some(StoreTime(5)));
+                assert_eq!(dead.last_error.as_deref(), Some(ATTEMPTS_EXHAUSTED));
+            }
+            Granted::Lease(_) => panic!("leased with a fence equal to the last"),
+        }
+    }
+
+    #[test]
+    fn the_fence_counts_a_refused_end_and_a_lost_renewal_but_not_one_after_the_holders_end() {
+        let job = running(StoreTime(2_000));
+        let held: Result<_, ()> = fence(Some(job.clone()), job.id, job.attempt, Write::End, || {
+            Ok(false)
+        });
+        assert_eq!(held.unwrap().unwrap(), job);
+        let refused = fence::<()>(Some(job.clone()), job.id, Attempt(9), Write::End, || {
+            Ok(false)
+        })
+        .unwrap()
+        .unwrap_err();
+        assert_eq!(
+            (refused.lost.found, refused.counts.fenced_writes_rejected),
+            (Some((job.attempt, JobState::Running)), 1)
+        );
+        let done = complete(&job, None, StoreTime(2_050)).job;
+        let refused = fence::<()>(
+            Some(done.clone()),
+            done.id,
+            done.attempt,
+            Write::Heartbeat,
+            || Ok(true),
+        )
+        .unwrap()
+        .unwrap_err();
+        assert!(refused.lost.ended_by_holder);
+        assert_eq!(
+            refused.counts,
+            Counters::default(),
+            "a renewal after the holder's own end lost nothing"
+        );
+        let gone = fence::<()>(None, JobId(7), Attempt(1), Write::Heartbeat, || Ok(true))
+            .unwrap()
+            .unwrap_err();
+        assert_eq!((gone.lost.found, gone.counts.leases_lost), (None, 1));
+    }
+
+    #[test]
+    fn the_end_of_an_attempt_spends_the_budget_only_for_failures_expiries_and_stalls() {
+        let policy = RetryPolicy::default();
+        let job = running(StoreTime(2_000));
+        let now = StoreTime(2_050);
+        assert_eq!(complete(&job, Some(3), now).job.failures, 0);
+        assert_eq!(release(&job, None, now).job.failures, 0);
+        let failed = fail(&job, "boom", None, now, &policy);
+        assert_eq!(
+            (failed.job.failures, failed.job.state),
+            (1, JobState::RetryWait)
+        );
+        let (expired, reclaim) =
+            expire(&job, ReclaimPath::Reaper, StoreTime(2_200), &policy).unwrap();
+        assert_eq!(
+            (expired.job.failures, expired.job.state),
+            (1, JobState::Queued)
+        );
+        assert_eq!(reclaim.overdue, Duration::from_nanos(100));
+        assert_eq!(
+            expired.counts.worst_detection_delay,
+            Duration::from_nanos(200)
+        );
+        // the second spend of a budget of two is death
+        let mut again = job.clone();
+        again.failures = 1;
+        assert_eq!(
+            fail(&again, "boom", None, now, &policy).job.state,
+            JobState::Dead
+        );
+    }
+
+    #[test]
+    fn a_renewal_ends_a_cancelled_attempt_before_a_stalled_one_before_renewing() {
+        let policy = RetryPolicy::default();
+        let mut job = running(StoreTime(0));
+        job.lease.as_mut().unwrap().stall_timeout = Some(Duration::from_nanos(10));
+        assert!(matches!(
+            renew(&job, 0, StoreTime(20), &policy),
+            Renewed::Stalled(_)
+        ));
+        assert!(matches!(
+            renew(&job, 1, StoreTime(20), &policy),
+            Renewed::Lease(_)
+        ));
+        job.cancel_requested = true;
+        assert!(matches!(
+            renew(&job, 0, StoreTime(20), &policy),
+            Renewed::Cancelled(_)
+        ));
+    }
+
+    #[test]
+    fn an_expired_lease_goes_first_only_when_at_least_as_urgent() {
+        let job = running(StoreTime(0));
+        assert!(takes_over(&job, None));
+        assert!(takes_over(&job, Some(job.priority)));
+        assert!(!takes_over(&job, Some(job.priority - 1)));
+    }
+}
