@@ -127,11 +127,10 @@ impl LeaseBackend for Store {
         let mut results = Store::heartbeat_batch(self, beats);
         // A failed commit answers every entry alike, with the shared group failure.
         match results.first() {
-            Some(Err(crate::Error::Group(_))) => {
-                Err(results.swap_remove(0).err().unwrap_or_else(|| {
-                    crate::Error::Corrupt("a failed batch without its error".into())
-                }))
-            }
+            Some(Err(crate::Error::Group(_))) => Err(results
+                .swap_remove(0)
+                .err()
+                .unwrap_or_else(|| crate::Error::Internal("a failed batch without its error"))),
             _ => Ok(results),
         }
     }

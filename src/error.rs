@@ -72,6 +72,10 @@ pub enum Error {
     /// A stored record could not be decoded: the file was altered or damaged.
     #[error("store data is corrupt: {0}")]
     Corrupt(String),
+    /// Something leasehold's own code promises did not hold: a bug in leasehold, not a
+    /// damaged store (please report it). The operation wrote nothing it could not undo.
+    #[error("leasehold broke its own invariant ({0}); this is a bug, please report it")]
+    Internal(&'static str),
     /// The storage engine failed (I/O error, closed database, ...). Nothing was committed.
     #[error("storage error: {0}")]
     Storage(#[from] redb::Error),

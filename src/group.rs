@@ -161,7 +161,7 @@ impl Group {
         let mut results = self.run_all(committer, vec![f]);
         results
             .pop()
-            .unwrap_or_else(|| Err(Error::Corrupt("a group commit lost a result".into())))
+            .unwrap_or_else(|| Err(Error::Internal("a group commit lost a result")))
     }
 
     /// Queues several operations at once, in order, each its own unit, and returns each
@@ -219,7 +219,7 @@ impl Group {
                 slot.result
                     .lock()
                     .take()
-                    .unwrap_or_else(|| Err(Error::Corrupt("a group commit lost a result".into())))
+                    .unwrap_or_else(|| Err(Error::Internal("a group commit lost a result")))
             })
             .collect()
     }

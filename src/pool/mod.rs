@@ -111,25 +111,42 @@ impl WorkerPool {
                 Err(e) => {
                     *shared.live_workers.lock() -= 1;
                     drop(job_tx);
-                    for w in workers {
-                        let _ = w.join();
-                    }
+                    join_all(workers);
                     return Err(Error::ThreadSpawn(e));
                 }
             }
         }
+        // A thread that cannot be started fails the start, and every thread started so far
+        // is stopped and joined first: none is left behind.
         let (stop_heartbeat, hb_stop) = bounded::<()>(1);
         let s = shared.clone();
-        let heartbeat = std::thread::Builder::new()
+        let heartbeat = match std::thread::Builder::new()
             .name(name("heartbeat"))
             .spawn(move || heartbeat::heartbeat_loop(&s, &hb_stop))
-            .map_err(Error::ThreadSpawn)?;
+        {
+            Ok(h) => h,
+            Err(e) => {
+                drop(job_tx); // the workers' channel closes: they return
+                join_all(workers);
+                return Err(Error::ThreadSpawn(e));
+            }
+        };
         let (stop_dispatcher, d_stop) = bounded::<()>(1);
         let s = shared.clone();
-        let dispatcher = std::thread::Builder::new()
+        let dispatcher = match std::thread::Builder::new()
             .name(name("dispatch"))
             .spawn(move || dispatch::dispatch_loop(&s, &slot_rx, job_tx, &d_stop))
-            .map_err(Error::ThreadSpawn)?;
+        {
+            Ok(d) => d,
+            Err(e) => {
+                // The closure that was refused a thread is dropped, the workers' channel
+                // (which it owned) with it.
+                let _ = stop_heartbeat.send(());
+                let _ = heartbeat.join();
+                join_all(workers);
+                return Err(Error::ThreadSpawn(e));
+            }
+        };
         Ok(WorkerPool {
             shared,
             threads: Mutex::new(Some(Threads {
@@ -502,5 +519,12 @@ impl Shared {
         }
         let last = StoreTime(self.last_renewal.load(Ordering::SeqCst));
         now.saturating_since(last) <= self.health_limit()
+    }
+}
+
+/// Waits for threads that are ending (their channel closed or their stop sent).
+fn join_all(threads: Vec<std::thread::JoinHandle<()>>) {
+    for t in threads {
+        let _ = t.join();
     }
 }

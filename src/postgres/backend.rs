@@ -88,10 +88,10 @@ impl PgStore {
         });
         match outcome {
             Ok((results, claimed)) => (results, Ok(claimed)),
-            Err(e) => (
-                done.iter().map(|_| Err(super::store::same(&e))).collect(),
-                Err(e),
-            ),
+            Err(e) => {
+                let each = super::store::shared_by_all(e);
+                (done.iter().map(|_| Err(each())).collect(), Err(each()))
+            }
         }
     }
 

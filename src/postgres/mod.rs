@@ -226,6 +226,7 @@ impl PgStoreBuilder {
                 reading_clock: std::sync::atomic::AtomicBool::new(false),
                 statements_epoch: std::sync::atomic::AtomicU64::new(0),
                 vacuum: Mutex::new(vacuum::Vacuum::Never),
+                vacuum_thread: Mutex::new(None),
             }),
         };
         let create = store.inner.settings.create;
@@ -267,6 +268,21 @@ struct Inner {
     statements_epoch: std::sync::atomic::AtomicU64,
     /// Where this handle's vacuum stands (one at a time).
     vacuum: Mutex<vacuum::Vacuum>,
+    /// The thread of the last vacuum, joined before the next one starts and when the handle
+    /// closes.
+    vacuum_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // Unless this is the vacuum thread itself, holding the last handle for a moment (it
+        // returns right after).
+        if let Some(thread) = self.vacuum_thread.get_mut().take()
+            && thread.thread().id() != std::thread::current().id()
+        {
+            let _ = thread.join();
+        }
+    }
 }
 
 /// One connection and the statements prepared on it.

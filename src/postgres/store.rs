@@ -143,7 +143,10 @@ impl PgStore {
     pub fn heartbeat_batch(&self, beats: &[(&Lease, u64)]) -> Vec<Result<Renewal>> {
         match crate::backend::LeaseBackend::heartbeat_batch(self, beats) {
             Ok(answers) => answers,
-            Err(e) => beats.iter().map(|_| Err(same(&e))).collect(),
+            Err(e) => {
+                let each = shared_by_all(e);
+                beats.iter().map(|_| Err(each())).collect()
+            }
         }
     }
 
@@ -397,10 +400,15 @@ fn applied<T>(tx: &mut postgres::Transaction<'_>, value: Result<T>) -> Result<T>
     }
 }
 
-/// The same failure again, for each lease of a batch whose transaction failed as a whole.
-pub(super) fn same(e: &Error) -> Error {
-    match e {
-        Error::Postgres(pg) => Error::Postgres(pg.clone()),
-        other => Error::Corrupt(other.to_string()),
+/// The failure of a batch whose transaction failed as a whole, for each of its members: the
+/// same database error, or (not being one to clone) the shared failure of the group.
+pub(super) fn shared_by_all(e: Error) -> impl Fn() -> Error {
+    let shared = match e {
+        Error::Postgres(pg) => Ok(pg),
+        other => Err(std::sync::Arc::new(other)),
+    };
+    move || match &shared {
+        Ok(pg) => Error::Postgres(pg.clone()),
+        Err(group) => Error::Group(group.clone()),
     }
 }

@@ -98,24 +98,39 @@ impl PgStore {
                 return other.map(|_| Vec::new());
             }
         };
-        let store = self.clone();
+        // The last vacuum's thread has ended (or is past its end): joined before the next.
+        if let Some(last) = self.inner.vacuum_thread.lock().take() {
+            let _ = last.join();
+        }
+        // The thread holds the store weakly, so that the handle closes when the application
+        // drops it (joining the thread, which stops at its next table); it holds a handle
+        // only while it vacuums a table.
+        let weak = std::sync::Arc::downgrade(&self.inner);
         let names = tables.clone();
         let spawned = std::thread::Builder::new()
             .name("leasehold-vacuum".into())
             .spawn(move || {
                 let mut gap = VACUUM_GAP;
                 for table in &tables {
-                    match store.vacuum_table(table) {
+                    let Some(inner) = weak.upgrade() else {
+                        return;
+                    };
+                    match (PgStore { inner }).vacuum_table(table) {
                         Ok(true) => gap = VACUUM_GAP_HELD_BACK,
                         Ok(false) => {}
                         Err(e) => tracing::warn!(table, error = %e, "the store's vacuum failed"),
                     }
                 }
-                store.vacuum_ended(gap);
+                if let Some(inner) = weak.upgrade() {
+                    PgStore { inner }.vacuum_ended(gap);
+                }
             });
-        if let Err(e) = spawned {
-            self.vacuum_ended(Duration::ZERO);
-            return Err(crate::Error::ThreadSpawn(e));
+        match spawned {
+            Ok(thread) => *self.inner.vacuum_thread.lock() = Some(thread),
+            Err(e) => {
+                self.vacuum_ended(Duration::ZERO);
+                return Err(crate::Error::ThreadSpawn(e));
+            }
         }
         Ok(names)
     }
