@@ -13,10 +13,21 @@ use crate::error::Result;
 use crate::ids::StoreTime;
 use crate::job::JobState;
 use crate::lease::{Lease, LeaseTerms, Renewal};
-use crate::pool::Writes;
 use crate::report::ReapReport;
 use crate::stats::Stats;
 use crate::store::{Completion, Store};
+
+/// What the application's writes return: its own error, whatever it is.
+type WritesResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
+
+/// The application's writes of a completion, in the form of the store they run on.
+pub(crate) enum Writes {
+    /// Tables in the redb store's file ([`crate::Output::with_writes`]).
+    Redb(Box<dyn FnOnce(&mut crate::Transaction<'_, '_>) -> WritesResult + Send>),
+    /// SQL in a PostgreSQL store's transaction ([`crate::Output::with_sql`]).
+    #[cfg(feature = "postgres")]
+    Sql(Box<dyn FnMut(&mut crate::postgres::PgTransaction<'_, '_>) -> WritesResult + Send>),
+}
 
 /// What a pool's threads and a reaper call.
 pub(crate) trait LeaseBackend: Send + Sync + 'static {

@@ -15,7 +15,8 @@ use parking_lot::Mutex;
 use redb::{Database, StorageBackend};
 
 use crate::error::{Error, OpenError, Result};
-use crate::open::{self, REDB_MAGIC};
+/// The first bytes of every redb file.
+pub(crate) const REDB_MAGIC: [u8; 9] = [b'r', b'e', b'd', b'b', 0x1A, 0x0A, 0xA9, 0x0D, 0x0A];
 use crate::schema::{MARKER, SCHEMA_VERSION, meta_key};
 use crate::tx::Tables;
 
@@ -27,7 +28,7 @@ use crate::tx::Tables;
 /// creating the same store at once end up sharing one file), a crash leaves at most a stray
 /// temporary file, never a half-made store.
 pub(crate) fn create_atomically(path: &Path, builder: &redb::Builder) -> Result<(), OpenError> {
-    let io = |source| open::io_error(path, source);
+    let io = |source| io_error(path, source);
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d.to_owned(),
         _ => std::path::PathBuf::from("."),
@@ -51,7 +52,7 @@ pub(crate) fn create_atomically(path: &Path, builder: &redb::Builder) -> Result<
             drop(db);
             init.and_then(|()| link_into_place(&tmp, path).map_err(io))
         }
-        Ok(Err(e)) => Err(open::map_database_error(path, e)),
+        Ok(Err(e)) => Err(creating_failed(path, e)),
         Err(_) => Err(OpenError::Corrupt {
             path: path.to_owned(),
             detail: "the storage engine failed creating the file".into(),
@@ -126,7 +127,7 @@ pub(crate) fn create_in_backend(
         Ok(Ok(db)) => {
             initialize(&db).map_err(|e| failed(format!("initializing a new store failed: {e}")))?;
         }
-        Ok(Err(e)) => return Err(open::map_database_error(path, e).into()),
+        Ok(Err(e)) => return Err(creating_failed(path, e).into()),
         Err(_) => {
             return Err(failed(
                 "the storage engine failed creating the store".into(),
@@ -139,7 +140,7 @@ pub(crate) fn create_in_backend(
             "the storage engine made an image without its magic number".into(),
         ));
     }
-    let io = |e| -> Error { open::io_error(path, e).into() };
+    let io = |e| -> Error { io_error(path, e).into() };
     backend.set_len(0).map_err(io)?;
     backend.write(0, &CREATING).map_err(io)?;
     backend
@@ -185,5 +186,24 @@ impl StorageBackend for Memory {
         }
         bytes[start..end].copy_from_slice(data);
         Ok(())
+    }
+}
+
+fn io_error(path: &Path, source: std::io::Error) -> OpenError {
+    OpenError::Io {
+        path: path.to_owned(),
+        source,
+    }
+}
+
+/// Why redb could not make a new database (a fresh file or backend, so never one that is
+/// locked, foreign or of another version): the I/O error, or what redb said.
+fn creating_failed(path: &Path, e: redb::DatabaseError) -> OpenError {
+    match e {
+        redb::DatabaseError::Storage(redb::StorageError::Io(source)) => io_error(path, source),
+        other => OpenError::Corrupt {
+            path: path.to_owned(),
+            detail: format!("creating the store failed: {other}"),
+        },
     }
 }

@@ -14,14 +14,11 @@ use redb::{
 
 use crate::clock::{Anchor, StoreClock};
 use crate::codec;
-use crate::create;
+use crate::create::{self, REDB_MAGIC};
 use crate::error::{Error, OpenError, Result};
 use crate::ids::StoreTime;
 use crate::schema::{self, MARKER, SCHEMA_VERSION, meta_key};
 use crate::tx::read_u64;
-
-/// The first bytes of every redb file.
-pub(crate) const REDB_MAGIC: [u8; 9] = [b'r', b'e', b'd', b'b', 0x1A, 0x0A, 0xA9, 0x0D, 0x0A];
 
 /// Options for the redb open.
 pub(crate) struct EngineOptions {
@@ -400,9 +397,6 @@ fn read_timeline(
     Ok(Timeline { anchor, high_water })
 }
 
-/// The `sharing` meta value of a store that processes share.
-pub(crate) const MULTI_PROCESS: &[u8] = b"multi-process";
-
 /// Binds the store clock to the file's timeline and records this writer, in one write
 /// transaction: when several processes write the store, an anchor another one wrote an instant
 /// ago must be read and used, never overwritten (two anchors would put two store times on one
@@ -433,7 +427,7 @@ pub(crate) fn settle(
             meta.insert(meta_key::ANCHOR, codec::encode(&clock.anchor()).as_slice())?;
         }
         if shared {
-            meta.insert(meta_key::SHARING, MULTI_PROCESS)?;
+            meta.insert(meta_key::SHARING, schema::MULTI_PROCESS)?;
         } else {
             meta.remove(meta_key::SHARING)?;
             meta.insert(

@@ -204,7 +204,7 @@ pub(crate) fn shared_by_processes(read: &ReadTransaction) -> Result<bool> {
     let meta = read.open_table(schema::META)?;
     Ok(meta
         .get(meta_key::SHARING)?
-        .is_some_and(|v| v.value() == crate::open::MULTI_PROCESS))
+        .is_some_and(|v| v.value() == schema::MULTI_PROCESS))
 }
 
 /// The process instance holding each running job's lease, when processes share the store.

@@ -69,6 +69,9 @@ pub(crate) mod meta_key {
     pub const SHARING: &str = "sharing";
 }
 
+/// The `sharing` meta value of a store that processes share.
+pub(crate) const MULTI_PROCESS: &[u8] = b"multi-process";
+
 /// Limits on inputs, which keep index keys short and records bounded.
 pub(crate) mod limits {
     pub const MAX_QUEUE_NAME: usize = 128;

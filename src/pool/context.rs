@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use parking_lot::{Condvar, Mutex};
 
+use crate::backend::Writes;
 use crate::clock::RealDeadline;
 
 use crate::ids::{Attempt, JobId, StoreTime};
@@ -245,18 +246,6 @@ impl JobContext {
             None => Ok(()),
         }
     }
-}
-
-/// What the application's writes return: its own error, whatever it is.
-type WritesResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
-
-/// The application's writes of a completion, in the form of the store they run on.
-pub(crate) enum Writes {
-    /// Tables in the redb store's file ([`Output::with_writes`]).
-    Redb(Box<dyn FnOnce(&mut Transaction<'_, '_>) -> WritesResult + Send>),
-    /// SQL in a PostgreSQL store's transaction ([`Output::with_sql`]).
-    #[cfg(feature = "postgres")]
-    Sql(Box<dyn FnMut(&mut crate::postgres::PgTransaction<'_, '_>) -> WritesResult + Send>),
 }
 
 /// What a successful handler commits: its output bytes and, optionally, the application's

@@ -41,7 +41,7 @@ use crate::error::{Error, Result};
 use crate::ids::{Attempt, JobId, StoreTime};
 use crate::job::JobState;
 use crate::lease::{Lease, LeaseTerms};
-pub(crate) use context::{AttemptState, Writes};
+pub(crate) use context::AttemptState;
 #[cfg(feature = "testing")]
 pub(crate) use run::failure_of_rolled_back_completion;
 use stats::Counters;

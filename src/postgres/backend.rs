@@ -4,13 +4,13 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use super::{PgStore, protocol, read};
+use crate::backend::Writes;
 use crate::backend::{Backend, LeaseBackend};
 use crate::clock::Stopwatch;
 use crate::error::{ConfigError, Result};
 use crate::ids::{JobId, StoreTime};
 use crate::job::JobState;
 use crate::lease::{Lease, LeaseTerms, Renewal};
-use crate::pool::Writes;
 use crate::report::ReapReport;
 use crate::stats::Stats;
 use crate::store::Completion;

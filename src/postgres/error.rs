@@ -1,80 +1,10 @@
-//! What can go wrong talking to PostgreSQL, as one typed enum ([`crate::Error::Postgres`]).
+//! How the PostgreSQL client's errors become [`PgError`]s: at `COMMIT` (where a lost
+//! connection leaves the outcome unknown), at `BEGIN` (where a broken connection is worth
+//! another try), and anywhere else.
 
 use postgres::error::SqlState;
 
-/// A PostgreSQL store's failure.
-#[derive(Clone, Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum PgError {
-    /// The connection URL does not parse.
-    #[error("not a PostgreSQL connection URL: {0}")]
-    BadUrl(String),
-    /// The schema name is not a plain identifier (lowercase letters, digits, `_`).
-    #[error("schema name {0:?} must be 1 to 63 of a-z, 0-9 and _, not starting with a digit")]
-    BadSchemaName(String),
-    /// The server could not be reached or refused the connection.
-    #[error("cannot connect to PostgreSQL: {0}")]
-    Connect(String),
-    /// The schema holds tables that are not a leasehold store's: nothing was changed.
-    #[error("schema {schema} is not a leasehold store ({detail}); nothing was changed")]
-    NotALeaseholdSchema {
-        /// The schema.
-        schema: String,
-        /// What was found.
-        detail: String,
-    },
-    /// The schema was made by a newer leasehold: this build does not know its format.
-    #[error(
-        "schema {schema} has leasehold schema version {found}; this build knows up to {supported}"
-    )]
-    NewerSchema {
-        /// The schema.
-        schema: String,
-        /// Its version.
-        found: u32,
-        /// The newest this build knows.
-        supported: u32,
-    },
-    /// The schema holds no leasehold store (it is missing, or has no leasehold tables), and
-    /// the store was opened not to make one ([`super::PgStoreBuilder::create_if_missing`]).
-    /// Nothing was made.
-    #[error("schema {0} holds no leasehold store (is its name right?); nothing was made")]
-    NoStore(String),
-    /// The schema is one of PostgreSQL's own (`pg_catalog`, `pg_toast`, any `pg_*`,
-    /// `information_schema`): leasehold's tables never go there. Nothing was changed.
-    #[error("schema {0:?} is PostgreSQL's own; name a schema for leasehold's tables")]
-    SystemSchema(String),
-    /// leasehold's tables were altered by hand (a column's type, a missing column or
-    /// index): this build cannot read or write them safely, and refuses rather than guess.
-    /// Nothing was changed.
-    #[error("{}leasehold's tables were altered: {detail}; nothing was changed", match .schema { Some(s) => format!("schema {s}: "), None => String::new() })]
-    SchemaAltered {
-        /// The schema, where known.
-        schema: Option<String>,
-        /// Which column or index, and what was found.
-        detail: String,
-    },
-    /// The role lacks a right the operation needs (creating the schema, writing a table).
-    #[error("permission denied: {0}")]
-    PermissionDenied(String),
-    /// The connection was lost while the transaction committed: it may or may not have been
-    /// applied. Retrying is safe through the fence (a completion that did land is refused as
-    /// already ended by its holder).
-    #[error("the connection was lost while committing; the outcome is unknown: {0}")]
-    OutcomeUnknown(String),
-    /// Any other error the server or the connection reported.
-    #[error("PostgreSQL: {message}")]
-    Database {
-        /// The SQLSTATE, if the server sent one.
-        code: Option<String>,
-        /// The message.
-        message: String,
-        /// Whether running the transaction again may succeed, nothing of it having been
-        /// committed: a serialization failure, a deadlock, or a connection found broken
-        /// before the transaction began.
-        transient: bool,
-    },
-}
+pub use crate::error::PgError;
 
 impl PgError {
     pub(crate) fn connect(e: postgres::Error) -> PgError {
@@ -121,28 +51,6 @@ impl PgError {
             (other, _) => other,
         }
     }
-
-    /// The server no longer accepts a statement prepared before one of its tables was
-    /// altered ("cached plan must not change result type"): prepare it again.
-    pub(crate) fn is_stale_statement(&self) -> bool {
-        matches!(
-            self,
-            PgError::Database { code: Some(code), message, .. }
-                if code == SqlState::FEATURE_NOT_SUPPORTED.code()
-                    && message.starts_with("cached plan must not change result type")
-        )
-    }
-
-    /// Worth running the whole transaction again.
-    pub(crate) fn is_transient(&self) -> bool {
-        matches!(
-            self,
-            PgError::Database {
-                transient: true,
-                ..
-            }
-        )
-    }
 }
 
 impl From<postgres::Error> for PgError {
@@ -157,10 +65,9 @@ impl From<&postgres::Error> for PgError {
         if code == Some(SqlState::INSUFFICIENT_PRIVILEGE) {
             return PgError::PermissionDenied(db_message(e));
         }
-        let transient = matches!(
-            &code,
-            Some(c) if *c == SqlState::T_R_SERIALIZATION_FAILURE || *c == SqlState::T_R_DEADLOCK_DETECTED
-        );
+        let transient = code
+            .as_ref()
+            .is_some_and(|c| crate::error::postgres::transient_code(c.code()));
         PgError::Database {
             code: code.map(|c| c.code().to_owned()),
             message: db_message(e),

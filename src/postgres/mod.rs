@@ -1,7 +1,7 @@
 //! The lease protocol on PostgreSQL (the `postgres` feature): for users who outgrow one
 //! machine, the same rules on a database their worker machines share.
 //!
-//! The rules are the rule book's ([`crate::rules`]), the same Rust as on redb: the slow paths
+//! The rules are the rule book's (`src/rules.rs`), the same Rust as on redb: the slow paths
 //! (`protocol.rs`) load a record under its row lock, apply a rule and store the answer, so the
 //! two engines cannot drift apart. The fast paths are one statement each for what is hot: a
 //! claim (`FOR UPDATE SKIP LOCKED` in a CTE limited to the batch, after a bounded takeover of

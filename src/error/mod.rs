@@ -1,4 +1,10 @@
-//! Errors, one enum per surface, wrapped (not re-listed) by the crate's [`Error`].
+//! Errors, one enum per surface, wrapped (not re-listed) by the crate's [`Error`]: plain
+//! data, at the bottom of the crate (they name no engine's machinery).
+
+#[cfg(feature = "postgres")]
+pub(crate) mod postgres;
+#[cfg(feature = "postgres")]
+pub use self::postgres::PgError;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -97,7 +103,7 @@ pub enum Error {
     /// A PostgreSQL store's failure (the `postgres` feature).
     #[cfg(feature = "postgres")]
     #[error(transparent)]
-    Postgres(#[from] crate::postgres::PgError),
+    Postgres(#[from] PgError),
 }
 
 impl Error {
