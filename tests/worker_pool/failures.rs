@@ -279,10 +279,12 @@ fn a_panicking_callback_fails_the_attempt(kind: Kind, validator_panics: bool) {
             Ok(store.app_output(b"ok".to_vec(), write))
         })
         .unwrap();
-    // one worker: the five others can only run if the slot came back
-    wait_until("every job to end", || {
+    // one worker: the five others can only run if the slot came back. An end is counted a
+    // moment before its worker lets go of the job, so both are waited for (once only the
+    // count was, and on a busy machine the shutdown below found the last job still held).
+    wait_until("every job to end and the pool to hold nothing", || {
         let s = p.stats();
-        s.succeeded + s.panicked == 6
+        s.succeeded + s.panicked == 6 && s.in_flight == 0
     });
     let report = p.shutdown(Duration::from_secs(5));
     assert_eq!(report.in_flight, 0);
