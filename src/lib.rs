@@ -80,6 +80,7 @@
 #[cfg(feature = "tokio")]
 mod asynchronous;
 mod backend;
+mod batches;
 mod builder;
 mod check;
 pub mod clock;

@@ -18,6 +18,7 @@
 
 use redb::ReadableTable;
 
+use crate::batches::Batch;
 use crate::codec;
 use crate::config::check_terms;
 use crate::error::{Error, Result};
@@ -282,30 +283,31 @@ pub(crate) fn retry(tx: &mut Tx<'_>, id: JobId) -> Result<()> {
     index::save(tx, Some(&job), &new)
 }
 
+/// A position in the `finished` index: (finished at, job).
+pub(crate) type FinishedKey = (u64, u64);
+
 /// Deletes the terminal jobs in `states` that finished at or before `cutoff`, with their
-/// history, looking at up to `limit` of them from the `finished` key `from`; returns how many
-/// it deleted, and where to resume if more may remain.
+/// history, looking at up to `limit` of them from the `finished` key `from`; returns the
+/// batch (the jobs it deleted, the entries it looked at) and where the next one resumes.
 pub(crate) fn purge(
     tx: &mut Tx<'_>,
-    from: (u64, u64),
+    from: FinishedKey,
     cutoff: StoreTime,
     states: &[JobState],
     limit: usize,
-) -> Result<(usize, Option<(u64, u64)>)> {
+) -> Result<(Batch<JobId>, Option<FinishedKey>)> {
     let mut due = Vec::new();
     let mut next = None;
+    let mut looked = 0;
     // Every entry looked at counts against the batch, kept ones too (dead jobs, say), so a
-    // batch's work stays bounded; the next batch resumes after the last one looked at.
-    for (visited, entry) in
-        tx.t.finished
-            .range(from..=(cutoff.0, u64::MAX))?
-            .enumerate()
-    {
+    // batch's work stays bounded; the next batch resumes at the first one not looked at.
+    for entry in tx.t.finished.range(from..=(cutoff.0, u64::MAX))? {
         let key = entry?.0.value();
-        if visited == limit {
+        if looked == limit {
             next = Some(key);
             break;
         }
+        looked += 1;
         let job = load(tx, JobId(key.1))?;
         if states.contains(&job.state) {
             due.push(job);
@@ -314,17 +316,17 @@ pub(crate) fn purge(
     for job in &due {
         index::delete(tx, job)?;
     }
-    Ok((due.len(), next))
+    let items = due.iter().map(|j| j.id).collect();
+    Ok((Batch { items, looked }, next))
 }
 
 /// Takes back up to `limit` leases: on the reaper path those expired at or before now, on
-/// the recovery path every lease (their holder's process is known to be gone). Returns the
-/// reclaims and whether more remain.
+/// the recovery path every lease (their holder's process is known to be gone).
 pub(crate) fn reap_batch(
     tx: &mut Tx<'_>,
     limit: usize,
     path: ReclaimPath,
-) -> Result<(Vec<Reclaim>, usize)> {
+) -> Result<Batch<Reclaim>> {
     let bound = match path {
         ReclaimPath::Recovery => u64::MAX,
         _ => tx.now.0,
@@ -333,14 +335,12 @@ pub(crate) fn reap_batch(
     // Index entries looked at (reclaims and catch-ups alike) count against the batch, so a
     // batch's work stays bounded.
     let mut visited = 0usize;
-    let mut remaining = 0usize;
     for queue in search::running_queues(tx)? {
         loop {
             let Some(id) = search::first_indexed_expiry(tx, &queue, bound)? else {
                 break;
             };
             if visited == limit {
-                remaining = 1;
                 break;
             }
             visited += 1;
@@ -353,22 +353,27 @@ pub(crate) fn reap_batch(
             }
         }
     }
-    Ok((reclaimed, remaining))
+    Ok(Batch {
+        items: reclaimed,
+        looked: visited,
+    })
 }
 
 /// Takes back up to `limit` leases held by `instance`, a process that is known to be dead
 /// (its instance lock was free): all of them in one transaction when they fit, recorded as
-/// [`ReclaimPath::ProcessDied`]. Returns the reclaims and whether more remain.
+/// [`ReclaimPath::ProcessDied`].
 pub(crate) fn reclaim_holder(
     tx: &mut Tx<'_>,
     instance: InstanceId,
     limit: usize,
-) -> Result<(Vec<Reclaim>, usize)> {
+) -> Result<Batch<Reclaim>> {
     let Some(holders) = &tx.t.holders else {
-        return Ok((Vec::new(), 0));
+        return Ok(Batch {
+            items: Vec::new(),
+            looked: 0,
+        });
     };
     let mut held = Vec::new();
-    let mut remaining = 0;
     for entry in holders.iter()? {
         let (job, holder) = entry?;
         let (holder, attempt) = holder.value();
@@ -376,11 +381,11 @@ pub(crate) fn reclaim_holder(
             continue;
         }
         if held.len() == limit {
-            remaining = 1;
             break;
         }
         held.push((JobId(job.value()), Attempt(attempt)));
     }
+    let looked = held.len();
     let mut reclaimed = Vec::with_capacity(held.len());
     for (id, attempt) in held {
         let job = load(tx, id)?;
@@ -391,20 +396,22 @@ pub(crate) fn reclaim_holder(
             tx.t.unhold(id)?;
         }
     }
-    Ok((reclaimed, remaining))
+    Ok(Batch {
+        items: reclaimed,
+        looked,
+    })
 }
 
 /// At open in a store shared by processes: takes back up to `limit` running leases whose
 /// holder is not `alive` ([`ReclaimPath::ProcessDied`]), and those no process instance holds
 /// (granted while the store was not shared, by a process that is gone: [`ReclaimPath::Recovery`]).
-/// A live neighbour's lease is never touched. Returns the reclaims and whether more remain.
+/// A live neighbour's lease is never touched.
 pub(crate) fn reclaim_orphans(
     tx: &mut Tx<'_>,
     limit: usize,
     mut alive: impl FnMut(InstanceId) -> bool,
-) -> Result<(Vec<Reclaim>, usize)> {
+) -> Result<Batch<Reclaim>> {
     let mut orphans = Vec::new();
-    let mut remaining = 0;
     for entry in tx.t.expiry.iter()? {
         let (_, _, id) = entry?.0.value();
         let holder = match &tx.t.holders {
@@ -417,16 +424,19 @@ pub(crate) fn reclaim_orphans(
             None => ReclaimPath::Recovery,
         };
         if orphans.len() == limit {
-            remaining = 1;
             break;
         }
         orphans.push((JobId(id), path));
     }
+    let looked = orphans.len();
     let mut reclaimed = Vec::with_capacity(orphans.len());
     for (id, path) in orphans {
         reclaimed.push(expire(tx, load(tx, id)?, path)?.1);
     }
-    Ok((reclaimed, remaining))
+    Ok(Batch {
+        items: reclaimed,
+        looked,
+    })
 }
 
 // ----- the pieces -----

@@ -36,13 +36,11 @@ pub struct Reclaim {
 pub struct ReapReport {
     /// Every lease taken back, in the order they were.
     pub reclaimed: Vec<Reclaim>,
-    /// How many transactions the pass used (each reclaims at most the configured batch).
+    /// How many transactions of the pass looked at leases (each looks at most the configured
+    /// batch; a pass stops at the first that finds fewer).
     pub batches: usize,
     /// The most leases one of those transactions took back.
     pub largest_batch: usize,
-    /// Whether work was left when the pass stopped (non-zero only if a batch hit its limit;
-    /// `reap` then runs another batch).
-    pub remaining: usize,
     /// Finished jobs deleted because they outlived the store's retention (see
     /// [`crate::StoreBuilder::retention`]).
     pub purged: usize,

@@ -78,13 +78,14 @@ impl Store {
     /// Takes back every lease a dead (or retiring) instance held, and forgets it once none
     /// is left; returns how many.
     pub(crate) fn reclaim_instance(&self, dead: InstanceId) -> Result<usize> {
-        let report = self.in_batches(move |tx, batch| {
-            let (reclaimed, remaining) = protocol::reclaim_holder(tx, dead, batch)?;
-            if remaining == 0 {
+        let report = self.in_batches(move |tx, limit| {
+            let batch = protocol::reclaim_holder(tx, dead, limit)?;
+            if batch.looked < limit {
+                // The last of its leases are back.
                 tx.t.forget_instance(dead)?;
                 tx.tally.writes += 1;
             }
-            Ok((reclaimed, remaining))
+            Ok(batch)
         })?;
         Ok(report.reclaimed.len())
     }

@@ -9,6 +9,7 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use redb::{Database, ReadableDatabase, TableHandle, WriteTransaction};
 
+use crate::batches::Batch;
 use crate::clock::StoreClock;
 use crate::config::Durability;
 use crate::error::{Error, Result};
@@ -125,7 +126,6 @@ impl Store {
             reclaimed: Vec::new(),
             batches: 0,
             largest_batch: 0,
-            remaining: 0,
             purged: 0,
             vacuum_started: Vec::new(),
         };
@@ -466,20 +466,17 @@ impl Store {
         let Some(cutoff) = self.now().0.checked_sub(age).map(StoreTime) else {
             return Ok(0);
         };
-        let batch = self.inner.policy.reap_batch;
-        let mut total = 0;
         let mut from = (0, 0);
-        loop {
+        let pass = crate::batches::run(self.inner.policy.reap_batch, |limit| {
             let states = states.to_vec();
-            let (purged, next) =
-                self.write(move |tx| protocol::purge(tx, from, cutoff, &states, batch))?;
-            total += purged;
-            match next {
-                Some(key) => from = key,
-                None => return Ok(total),
+            let (batch, next) =
+                self.write(move |tx| protocol::purge(tx, from, cutoff, &states, limit))?;
+            if let Some(key) = next {
+                from = key;
             }
-            std::thread::yield_now();
-        }
+            Ok::<_, Error>(batch)
+        })?;
+        Ok(pass.items.len())
     }
 
     /// Compacts the file, returning freed space to the filesystem (after a large purge, say).
@@ -519,27 +516,22 @@ impl Store {
         self.in_batches(move |tx, batch| protocol::reap_batch(tx, batch, path))
     }
 
-    /// Takes back leases in transactions of at most the configured batch, yielding the write
-    /// lock between them, until `step` (one batch: the reclaims, and whether more remain)
-    /// finds none left.
+    /// Takes back leases in transactions of at most the configured batch each (see
+    /// [`crate::batches`]), until `step` (one batch) comes back short.
     pub(crate) fn in_batches<F>(&self, step: F) -> Result<ReapReport>
     where
-        F: Fn(&mut Tx<'_>, usize) -> Result<(Vec<Reclaim>, usize)> + Clone + Send + 'static,
+        F: Fn(&mut Tx<'_>, usize) -> Result<Batch<Reclaim>> + Clone + Send + 'static,
     {
-        let mut report = ReapReport::default();
-        loop {
-            let batch = self.inner.policy.reap_batch;
+        let pass = crate::batches::run(self.inner.policy.reap_batch, |limit| {
             let step = step.clone();
-            let (reclaimed, remaining) = self.write(move |tx| step(tx, batch))?;
-            report.batches += 1;
-            report.largest_batch = report.largest_batch.max(reclaimed.len());
-            report.reclaimed.extend(reclaimed);
-            report.remaining = remaining;
-            if remaining == 0 {
-                return Ok(report);
-            }
-            std::thread::yield_now();
-        }
+            self.write(move |tx| step(tx, limit))
+        })?;
+        Ok(ReapReport {
+            reclaimed: pass.items,
+            batches: pass.batches,
+            largest_batch: pass.largest,
+            ..ReapReport::default()
+        })
     }
 
     /// Runs `f` in one write transaction, committed only if it returns `Ok`: enqueue jobs

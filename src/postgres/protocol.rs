@@ -21,6 +21,7 @@ use postgres::types::ToSql;
 
 use super::rows::{Col, attempt, clamp, id, job_by, job_columns, key, micros, time, us};
 use super::{PgError, Prepared, Settings};
+use crate::batches::Batch;
 use crate::error::{Error, Result};
 use crate::ids::{Attempt, JobId, StoreTime};
 use crate::input;
@@ -638,13 +639,12 @@ FOR UPDATE SKIP LOCKED";
 
 /// One reaper batch: takes back up to `limit` expired leases of any queue (the predicate
 /// re-checked on each locked row), moving up the index entry of those renewed meanwhile.
-/// Returns the reclaims and how many index entries it looked at.
 pub(crate) fn reap_batch(
     tx: Tx<'_, '_>,
     p: &mut Prepared<'_>,
     s: &Settings,
     limit: usize,
-) -> Result<(Vec<Reclaim>, usize)> {
+) -> Result<Batch<Reclaim>> {
     let st = p.get(tx, EXPIRED_ANY)?;
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
     let ids: Vec<i64> = tx
@@ -657,7 +657,10 @@ pub(crate) fn reap_batch(
     if !reclaimed.is_empty() {
         notify(tx, p, super::listen::ALL_QUEUES)?;
     }
-    Ok((reclaimed, looked))
+    Ok(Batch {
+        items: reclaimed,
+        looked,
+    })
 }
 
 /// For each locked running job in `ids`: if its lease has really expired, takes it back on
@@ -913,18 +916,18 @@ WITH gone AS (
     RETURNING id
 ),
 runs AS (DELETE FROM {s}.leasehold_runs WHERE job IN (SELECT id FROM gone))
-SELECT count(*) FROM gone";
+SELECT id FROM gone";
 
 /// Deletes up to `limit` terminal jobs in `states` that finished at least `older_than` ago,
-/// with their history; returns how many. Called in batches, so that a purge of a large
-/// backlog holds no lock for long and leaves autovacuum bounded work each time.
+/// with their history (looking at no other row). Called in batches, so that a purge of a
+/// large backlog holds no lock for long and leaves autovacuum bounded work each time.
 pub(crate) fn purge_batch(
     tx: Tx<'_, '_>,
     p: &mut Prepared<'_>,
     older_than: Duration,
     states: &[JobState],
     limit: usize,
-) -> Result<usize> {
+) -> Result<Batch<JobId>> {
     let st = p.get(tx, PURGE)?;
     let states: Vec<&str> = states
         .iter()
@@ -932,10 +935,15 @@ pub(crate) fn purge_batch(
         .map(|s| s.name())
         .collect();
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-    let n: i64 = tx
-        .query_one(&st, &[&micros(older_than), &states, &limit])?
-        .col(0)?;
-    Ok(usize::try_from(n).unwrap_or(0))
+    let gone = tx
+        .query(&st, &[&micros(older_than), &states, &limit])?
+        .iter()
+        .map(|row| Ok(id(row.col(0)?)))
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Batch {
+        looked: gone.len(),
+        items: gone,
+    })
 }
 
 const JOB_LOCKED: &str = concat!(

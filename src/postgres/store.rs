@@ -243,24 +243,22 @@ impl PgStore {
         Ok(report)
     }
 
+    /// Takes back every expired lease in batches (see [`crate::batches`]).
     fn reclaim_expired(&self) -> Result<ReapReport> {
-        let mut report = ReapReport::default();
-        loop {
-            let (reclaimed, looked) = self.transaction(|tx, p| {
-                protocol::reap_batch(tx, p, self.settings(), self.reap_batch())
-            })?;
-            if looked > 0 {
-                report.batches += 1;
-                report.largest_batch = report.largest_batch.max(reclaimed.len());
-            }
-            if !reclaimed.is_empty() {
+        let pass = crate::batches::run(self.reap_batch(), |limit| {
+            let batch =
+                self.transaction(|tx, p| protocol::reap_batch(tx, p, self.settings(), limit))?;
+            if !batch.items.is_empty() {
                 self.inner.notifier.notify_all();
             }
-            report.reclaimed.extend(reclaimed);
-            if looked < self.reap_batch() {
-                return Ok(report);
-            }
-        }
+            Ok::<_, Error>(batch)
+        })?;
+        Ok(ReapReport {
+            reclaimed: pass.items,
+            batches: pass.batches,
+            largest_batch: pass.largest,
+            ..ReapReport::default()
+        })
     }
 
     /// The job, if it exists.
@@ -347,16 +345,10 @@ impl PgStore {
     /// Deletes terminal jobs in `states` that finished at least `older_than` ago, with their
     /// history, in transactions of at most the reap batch; returns how many.
     pub fn purge(&self, older_than: std::time::Duration, states: &[JobState]) -> Result<usize> {
-        let mut total = 0;
-        loop {
-            let n = self.transaction(|tx, p| {
-                protocol::purge_batch(tx, p, older_than, states, self.reap_batch())
-            })?;
-            total += n;
-            if n < self.reap_batch() {
-                return Ok(total);
-            }
-        }
+        let pass = crate::batches::run(self.reap_batch(), |limit| {
+            self.transaction(|tx, p| protocol::purge_batch(tx, p, older_than, states, limit))
+        })?;
+        Ok(pass.items.len())
     }
 
     /// Counts per queue and state, and the lifetime counters.

@@ -1,0 +1,93 @@
+//! Maintenance in bounded batches: one shape for every pass over an unbounded number of
+//! records, on both engines: the reaper's reclaims, the reclaims of a dead process, the
+//! purge of finished jobs.
+//!
+//! A pass runs one transaction per batch. Each batch looks at most `limit` entries from
+//! where the last one stopped (its cursor is the batch's own: an index position, or simply
+//! "the first still due" when each batch removes what it takes) and says how many it looked
+//! at; a batch that looked at fewer than `limit` found the end, and the pass stops. Between
+//! batches the pass pauses a moment, jittered, so that the application's writes (and other
+//! processes' and machines' maintenance) interleave with a long pass instead of queueing
+//! behind it: a pool's mass death is taken back in many short transactions, not one long
+//! one. Both engines count a pass alike: the batches that looked at anything, and the
+//! largest number of items one of them produced.
+
+use std::time::Duration;
+
+/// The longest pause between two batches of a pass.
+const PAUSE: Duration = Duration::from_micros(500);
+
+/// What one batch did.
+pub(crate) struct Batch<T> {
+    /// What it produced (reclaims, say).
+    pub items: Vec<T>,
+    /// How many entries it looked at: fewer than its limit means it found the end.
+    pub looked: usize,
+}
+
+/// What a pass did.
+pub(crate) struct Pass<T> {
+    /// Everything its batches produced, in order.
+    pub items: Vec<T>,
+    /// How many batches looked at anything.
+    pub batches: usize,
+    /// The most items one batch produced.
+    pub largest: usize,
+}
+
+/// Runs `step(limit)` until a batch comes back short, pausing briefly between batches.
+pub(crate) fn run<T, E>(
+    limit: usize,
+    mut step: impl FnMut(usize) -> Result<Batch<T>, E>,
+) -> Result<Pass<T>, E> {
+    let mut pass = Pass {
+        items: Vec::new(),
+        batches: 0,
+        largest: 0,
+    };
+    loop {
+        let batch = step(limit)?;
+        if batch.looked > 0 {
+            pass.batches += 1;
+            pass.largest = pass.largest.max(batch.items.len());
+        }
+        pass.items.extend(batch.items);
+        if batch.looked < limit {
+            return Ok(pass);
+        }
+        let jitter = crate::clock::random_u64() % (PAUSE.as_micros() as u64 + 1);
+        std::thread::sleep(Duration::from_micros(jitter));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pass_stops_at_the_first_short_batch_and_counts_the_batches_that_looked() {
+        let mut left = 25usize;
+        let pass = run::<usize, ()>(10, |limit| {
+            let n = left.min(limit);
+            left -= n;
+            Ok(Batch {
+                items: (0..n).collect(),
+                looked: n,
+            })
+        })
+        .unwrap();
+        assert_eq!((pass.items.len(), pass.batches, pass.largest), (25, 3, 10));
+        // an exact fit takes one more, empty, look, which is not counted
+        let mut left = 20usize;
+        let pass = run::<usize, ()>(10, |limit| {
+            let n = left.min(limit);
+            left -= n;
+            Ok(Batch {
+                items: vec![0; n],
+                looked: n,
+            })
+        })
+        .unwrap();
+        assert_eq!((pass.items.len(), pass.batches), (20, 2));
+    }
+}
