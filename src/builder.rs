@@ -102,8 +102,7 @@ impl StoreBuilder {
     /// to open with [`OpenError::Corrupt`](crate::OpenError::Corrupt) instead of being
     /// trusted; the price is one read of the whole file per open, and the pages read stay in
     /// redb's cache, so a large store's process starts at about [`StoreBuilder::cache_size`]
-    /// of resident memory (a million waiting jobs: 72 MiB with the check, 5 MiB without, as
-    /// measured by `leasehold bench --only depth`).
+    /// of resident memory (BENCHMARKS.md has the figures of `leasehold bench --only depth`).
     pub fn verify_on_open(mut self, on: bool) -> StoreBuilder {
         self.verify_on_open = on;
         self

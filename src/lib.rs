@@ -1,7 +1,9 @@
 //! # leasehold
 //!
-//! An embedded job scheduler in which workers hold jobs on time-limited leases. One crate,
-//! one file (a [redb] database), no server.
+//! An embedded job scheduler in which workers hold jobs on time-limited leases. One crate
+//! and no server of its own: the store is one file (a [redb] database), shared by the
+//! processes of one host if need be ([`Sharing::MultiProcess`]), or (the `postgres`
+//! feature) a PostgreSQL database that worker machines share.
 //!
 //! ## The lease story
 //! A worker that dies rarely says so: it is OOM-killed, loses power, hangs or is cut off. A

@@ -13,9 +13,8 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-/// How many commits' worth of jobs the pool holds ahead (see the module's docs). Measured
-/// with `leasehold bench --only end-to-end --scale 3`, four runs each: one round held 16
-/// durable workers of empty jobs at 30-32 k jobs/s, two rounds at 33-40 k.
+/// How many commits' worth of jobs the pool holds ahead (see the module's docs): two, chosen
+/// with `leasehold bench --only end-to-end` (the figures are in BENCHMARKS.md).
 const ROUNDS: u128 = 2;
 
 /// What the application asked for.

@@ -5,8 +5,8 @@
 //! every job leaves dead versions behind. Only a vacuum takes them away. Autovacuum does it
 //! where it runs (the tables are made with low thresholds), but it can be off (it is on this
 //! project's own test server) or behind; then the dead versions grow without bound, every
-//! claim's index scan walks past more of them, and throughput falls (measured: a 16-worker
-//! pool fell from 4.7 k to 2.1 k jobs/s in one minute, 410 k dead versions, autovacuum off).
+//! claim's index scan walks past more of them, and throughput falls (BENCHMARKS.md, "Churn
+//! over minutes": a pool's rate halved within a minute with autovacuum off).
 //!
 //! So each reaper pass looks at the statistics PostgreSQL keeps for the store's two tables
 //! and, where the dead versions pass a threshold, vacuums that table in the background, as
