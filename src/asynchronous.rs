@@ -19,7 +19,7 @@ use crate::error::Result;
 use crate::pool::{
     Handler, Interrupted, Interruption, JobContext, JobError, Output, PoolBuilder, WorkerPool,
 };
-use crate::store::Store;
+use crate::redb_store::Store;
 
 impl PoolBuilder {
     /// Starts the pool with an async handler, whose futures run on the tokio runtime of

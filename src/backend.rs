@@ -10,12 +10,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::Result;
-use crate::ids::StoreTime;
+use crate::ids::{Attempt, JobId, StoreTime};
 use crate::job::JobState;
 use crate::lease::{Lease, LeaseTerms, Renewal};
 use crate::report::ReapReport;
 use crate::stats::Stats;
-use crate::store::{Completion, Store};
 
 /// What the application's writes return: its own error, whatever it is.
 type WritesResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
@@ -28,6 +27,10 @@ pub(crate) enum Writes {
     #[cfg(feature = "postgres")]
     Sql(Box<dyn FnMut(&mut crate::postgres::PgTransaction<'_, '_>) -> WritesResult + Send>),
 }
+
+/// A completion a pool hands over to be committed with others: job, attempt, output, the
+/// attempt's last progress.
+pub(crate) type Completion = (JobId, Attempt, Vec<u8>, Option<u64>);
 
 /// What a pool's threads and a reaper call.
 pub(crate) trait LeaseBackend: Send + Sync + 'static {
@@ -76,7 +79,7 @@ pub(crate) trait LeaseBackend: Send + Sync + 'static {
 }
 
 /// A store a [`WorkerPool`](crate::WorkerPool) or a [`Reaper`](crate::Reaper) runs on: made
-/// from a [`Store`] or, with the `postgres` feature, a
+/// from a [`Store`](crate::Store) or, with the `postgres` feature, a
 /// `PgStore` (`leasehold::postgres`), by `.into()` (the pool's and the reaper's
 /// constructors take either).
 #[derive(Clone)]
@@ -85,123 +88,5 @@ pub struct Backend(pub(crate) Arc<dyn LeaseBackend>);
 impl std::fmt::Debug for Backend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("Backend")
-    }
-}
-
-impl From<Store> for Backend {
-    fn from(store: Store) -> Backend {
-        Backend(Arc::new(store))
-    }
-}
-
-impl From<&Store> for Backend {
-    fn from(store: &Store) -> Backend {
-        Backend(Arc::new(store.clone()))
-    }
-}
-
-impl LeaseBackend for Store {
-    fn now(&self) -> StoreTime {
-        Store::now(self)
-    }
-
-    fn work_generation(&self, queue: &str) -> u64 {
-        Store::work_generation(self, queue)
-    }
-
-    fn wait_for_work(&self, queue: &str, seen: u64, timeout: Duration) -> u64 {
-        Store::wait_for_work(self, queue, seen, timeout)
-    }
-
-    fn wake_queue(&self, queue: &str) {
-        Store::wake_queue(self, queue)
-    }
-
-    fn wake_all(&self) {
-        Store::wake_all(self)
-    }
-
-    fn idle_poll(&self) -> Option<Duration> {
-        // In-process commits wake the waiters, and other processes' send a datagram.
-        None
-    }
-
-    fn next_due(&self, queue: &str) -> Result<Option<StoreTime>> {
-        Store::next_due(self, queue)
-    }
-
-    fn stats(&self) -> Result<Stats> {
-        Store::stats(self)
-    }
-
-    fn heartbeat_batch(&self, beats: &[(&Lease, u64)]) -> Result<Vec<Result<Renewal>>> {
-        let mut results = Store::heartbeat_batch(self, beats);
-        // A failed commit answers every entry alike, with the shared group failure.
-        match results.first() {
-            Some(Err(crate::Error::Group(_))) => Err(results
-                .swap_remove(0)
-                .err()
-                .unwrap_or_else(|| crate::Error::Internal("a failed batch without its error"))),
-            _ => Ok(results),
-        }
-    }
-
-    fn complete(&self, lease: &Lease, output: &[u8], progress: Option<u64>) -> Result<()> {
-        self.complete_reporting(lease, output, progress)
-    }
-
-    fn complete_and_claim(
-        &self,
-        lease: &Lease,
-        output: &[u8],
-        progress: Option<u64>,
-        terms: LeaseTerms,
-    ) -> Result<Option<Lease>> {
-        self.complete_and_claim_reporting(lease, output, progress, terms)
-    }
-
-    fn complete_with_writes(
-        &self,
-        lease: &Lease,
-        output: &[u8],
-        progress: Option<u64>,
-        writes: Writes,
-    ) -> Result<()> {
-        match writes {
-            Writes::Redb(writes) => self.complete_with_reporting(lease, output, progress, writes),
-            #[cfg(feature = "postgres")]
-            Writes::Sql(_) => Err(crate::error::ConfigError::WritesForAnotherStore {
-                given: "SQL (Output::with_sql)",
-                store: "a redb store, whose writes are Output::with_writes",
-            }
-            .into()),
-        }
-    }
-
-    fn complete_all_then_claim(
-        &self,
-        done: Vec<Completion>,
-        queue: &str,
-        worker: &str,
-        terms: LeaseTerms,
-        n: usize,
-    ) -> (Vec<Result<()>>, Result<Vec<Lease>>) {
-        Store::complete_all_then_claim(self, done, queue, worker, terms, n)
-    }
-
-    fn fail(&self, lease: &Lease, error: &str, progress: Option<u64>) -> Result<JobState> {
-        self.fail_reporting(lease, error, progress)
-    }
-
-    fn release(&self, lease: &Lease, progress: Option<u64>) -> Result<()> {
-        self.release_reporting(lease, progress)
-    }
-
-    fn reap(&self) -> Result<ReapReport> {
-        Store::reap(self)
-    }
-
-    fn flush(&self) -> Result<()> {
-        Store::flush(self)
     }
 }

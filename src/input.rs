@@ -8,7 +8,15 @@
 
 use crate::error::InputError;
 use crate::job::NewJob;
-use crate::schema::limits;
+
+/// Limits on inputs, which keep index keys short and records bounded (on both engines).
+pub(crate) mod limits {
+    pub const MAX_QUEUE_NAME: usize = 128;
+    pub const MAX_UNIQUE_KEY: usize = 256;
+    pub const MAX_WORKER_ID: usize = 256;
+    /// Error messages longer than this are truncated (an error is evidence, not payload).
+    pub const MAX_ERROR_MESSAGE: usize = 16 * 1024;
+}
 
 /// The checks of a new job, before anything is written: its queue, payload size, retry
 /// budget and unique key.

@@ -1,6 +1,6 @@
 //! Plain data: what a job is, the states it moves through, and the record of each attempt.
 //! No machinery lives here; the lease protocol that moves jobs between states is in
-//! [`crate::protocol`].
+//! [`crate::redb_store::protocol`].
 
 use std::fmt;
 use std::time::Duration;

@@ -79,46 +79,39 @@
 // so `NewJob::json` without `serde` has a findable answer.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+// The vocabulary: plain data, errors, settings and the checks of inputs.
+pub mod clock;
+mod config;
+mod error;
+mod ids;
+mod input;
+mod job;
+mod lease;
+mod query;
+mod report;
+mod retry;
+mod stats;
+
+// The rule book, and maintenance in batches.
+mod batches;
+mod rules;
+
+// The seam between the engines and what runs on them, and the wake-ups both use.
+mod backend;
+mod notify;
+
+// What runs on either engine.
 #[cfg(feature = "tokio")]
 mod asynchronous;
-mod backend;
-mod batches;
-mod builder;
-mod check;
-pub mod clock;
-mod codec;
-mod config;
-mod contain;
-mod create;
-mod error;
-mod group;
-mod ids;
-mod index;
-mod input;
-mod instance;
-mod job;
 #[cfg(feature = "serde")]
 mod json;
-mod lease;
-mod neighbours;
-mod notify;
-mod open;
 pub mod pool;
-mod protocol;
-mod read;
-mod reader;
 mod reaper;
-mod report;
-mod rescue;
-mod retry;
-mod rules;
-mod schema;
-mod search;
-mod shared;
-mod stats;
-mod store;
-mod transaction;
-mod tx;
+
+// The engines: a redb file (the folder is `redb/`; the module is named apart from the redb
+// crate, which `leasehold::redb` re-exports), and PostgreSQL.
+#[path = "redb/mod.rs"]
+mod redb_store;
 
 #[cfg(feature = "testing")]
 pub mod testing;
@@ -127,8 +120,6 @@ pub mod testing;
 pub mod postgres;
 
 pub use backend::Backend;
-pub use builder::{Sharing, StoreBuilder};
-pub use check::CheckReport;
 pub use clock::{Clock, ClockReading, ManualClock, MonotonicClock};
 pub use config::{
     DEFAULT_LEASE, DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_PAYLOAD, DEFAULT_REAP_BATCH,
@@ -142,15 +133,15 @@ pub use pool::{
     Interrupted, Interruption, JobContext, JobError, Output, PoolBuilder, PoolStats,
     ShutdownReport, WorkerPool,
 };
-pub use read::{JobFilter, JobOrder};
-pub use reader::{HolderState, QueueTiming, StoreReader};
+pub use query::{JobFilter, JobOrder, QueueTiming};
 pub use reaper::{Reaper, ReaperMetrics};
-pub use report::{ReapReport, Reclaim};
+pub use redb_store::{
+    HolderState, RESERVED_TABLE_PREFIX, SCHEMA_VERSION, Sharing, Store, StoreBuilder, StoreReader,
+    Transaction,
+};
+pub use report::{CheckReport, ReapReport, Reclaim};
 pub use retry::RetryPolicy;
-pub use schema::SCHEMA_VERSION;
 pub use stats::{Counters, QueueCounts, Stats, WriteMetrics};
-pub use store::Store;
-pub use transaction::{RESERVED_TABLE_PREFIX, Transaction};
 
 /// The redb this build stores into: the application's own tables in the store's file
 /// ([`Transaction::open_table`], [`Store::begin_read`], [`StoreReader::begin_read`]) use its
@@ -165,17 +156,17 @@ struct ReadmeDoctests;
 /// For leasehold's own fuzzers, tests and bench; not part of the API.
 #[doc(hidden)]
 pub mod __private {
-    use crate::codec::{decode, encode};
     use crate::job::{JobRecord, RunRecord};
+    use crate::redb_store::codec::{decode, encode};
 
-    pub use crate::group::CommitShape;
+    pub use crate::redb_store::CommitShape;
 
     /// Decodes `data` as every kind of stored record, for the fuzzers: whatever the bytes,
     /// decoding returns an error or a value and never panics.
     pub fn decode_stored_records(data: &[u8]) {
         let _ = decode::<JobRecord>(data);
         let _ = decode::<RunRecord>(data);
-        let _ = decode::<crate::Counters>(data);
+        let _ = crate::redb_store::decode_counters(data);
         let _ = decode::<crate::clock::Anchor>(data);
     }
 

@@ -124,7 +124,7 @@ fn tick(store: &dyn LeaseBackend, metrics: &ReaperMetrics) {
                     attempt = %r.attempt,
                     worker = %r.worker,
                     overdue = ?r.overdue,
-                    now = %r.now,
+                    job_state = %r.job_state,
                     "reclaimed an expired lease"
                 );
             }

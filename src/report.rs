@@ -26,8 +26,8 @@ pub struct Reclaim {
     pub detection_delay: Duration,
     /// Which path took it back.
     pub path: ReclaimPath,
-    /// The state the job moved to (`Queued`, `Dead` or `Cancelled`).
-    pub now: JobState,
+    /// The state the reclaim moved the job to (`Queued`, `Dead` or `Cancelled`).
+    pub job_state: JobState,
 }
 
 /// What one reaper pass did.
@@ -53,5 +53,23 @@ impl ReapReport {
     /// The longest detection delay in this pass.
     pub fn worst_detection_delay(&self) -> Option<Duration> {
         self.reclaimed.iter().map(|r| r.detection_delay).max()
+    }
+}
+
+/// The findings of an integrity check ([`Store::check`](crate::Store::check),
+/// `PgStore::check` with the `postgres` feature).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CheckReport {
+    /// How many job records were checked.
+    pub jobs: u64,
+    /// Every inconsistency found, in words. Empty means the store is sound.
+    pub problems: Vec<String>,
+}
+
+impl CheckReport {
+    /// Whether no problem was found.
+    pub fn is_clean(&self) -> bool {
+        self.problems.is_empty()
     }
 }

@@ -4,7 +4,7 @@
 //! Nothing here touches redb or SQL. Each engine loads (and locks) a record, asks a rule what
 //! becomes of it, and stores the answer: the new record, the history record of an attempt
 //! that ended, and the counters that move. So a rule is written once and both engines keep it
-//! (`src/protocol.rs` on redb, `src/postgres/protocol.rs` on PostgreSQL); PostgreSQL's
+//! (`src/redb/protocol.rs` on redb, `src/postgres/protocol.rs` on PostgreSQL); PostgreSQL's
 //! single-statement fast paths (a claim of many, renewals of many, completions of many)
 //! compute the same answers in SQL, and the shared test suites hold them to it.
 //!
@@ -421,7 +421,7 @@ pub(crate) fn expire(
         overdue,
         detection_delay,
         path,
-        now: change.job.state,
+        job_state: change.job.state,
     };
     Some((change, reclaim))
 }
@@ -488,6 +488,11 @@ pub(crate) fn retry(
     new.run_at = now;
     new.updated_at = now;
     Ok(new)
+}
+
+/// The error for a running job found without its lease.
+pub(crate) fn corrupt_running(job: &JobRecord) -> Error {
+    Error::Corrupt(format!("job {} is running without a lease", job.id))
 }
 
 #[cfg(test)]

@@ -36,43 +36,6 @@ pub struct Counters {
     pub reclaimed_process_died: u64,
 }
 
-/// The counters as builds before `reclaimed_process_died` stored them (that path was
-/// counted in `reclaimed_at_open`): read once, written back in the new shape.
-#[derive(Decode)]
-struct CountersBefore {
-    reclaimed_by_reaper: u64,
-    reclaimed_by_takeover: u64,
-    reclaimed_at_open: u64,
-    released: u64,
-    leases_lost: u64,
-    fenced_writes_rejected: u64,
-    stalled: u64,
-    worst_detection_delay: Duration,
-}
-
-impl Counters {
-    /// The counters stored in `bytes`, in this build's shape or an earlier one's.
-    pub(crate) fn decode(bytes: &[u8]) -> Result<Counters, crate::codec::CodecError> {
-        match crate::codec::decode::<Counters>(bytes) {
-            Ok(c) => Ok(c),
-            Err(now) => match crate::codec::decode::<CountersBefore>(bytes) {
-                Ok(b) => Ok(Counters {
-                    reclaimed_by_reaper: b.reclaimed_by_reaper,
-                    reclaimed_by_takeover: b.reclaimed_by_takeover,
-                    reclaimed_at_open: b.reclaimed_at_open,
-                    released: b.released,
-                    leases_lost: b.leases_lost,
-                    fenced_writes_rejected: b.fenced_writes_rejected,
-                    stalled: b.stalled,
-                    worst_detection_delay: b.worst_detection_delay,
-                    reclaimed_process_died: 0,
-                }),
-                Err(_) => Err(now),
-            },
-        }
-    }
-}
-
 /// Jobs of one queue, by state.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
@@ -118,30 +81,4 @@ impl Stats {
 pub struct WriteMetrics {
     /// Write transactions committed (each is one commit; durable ones one fsync).
     pub write_transactions: u64,
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// What builds before `reclaimed_process_died` wrote.
-    #[derive(Encode)]
-    struct Earlier(u64, u64, u64, u64, u64, u64, u64, Duration);
-
-    #[test]
-    fn counters_stored_by_an_earlier_build_are_read_with_the_new_counter_at_zero() {
-        let bytes = crate::codec::encode(&Earlier(1, 2, 3, 4, 5, 6, 7, Duration::from_secs(8)));
-        let c = Counters::decode(&bytes).unwrap();
-        assert_eq!(
-            (c.reclaimed_at_open, c.stalled, c.reclaimed_process_died),
-            (3, 7, 0)
-        );
-        assert_eq!(c.worst_detection_delay, Duration::from_secs(8));
-        let now = Counters {
-            reclaimed_process_died: 9,
-            ..c.clone()
-        };
-        assert_eq!(Counters::decode(&crate::codec::encode(&now)).unwrap(), now);
-        assert!(Counters::decode(b"\x01garbage").is_err());
-    }
 }

@@ -171,7 +171,7 @@ fn the_reaper_takes_back_exactly_the_expired_leases_in_bounded_batches(b: Backen
             .iter()
             .all(|r| r.path == ReclaimPath::Reaper
                 && r.overdue == Duration::from_secs(1)
-                && r.now == JobState::Queued)
+                && r.job_state == JobState::Queued)
     );
     assert_eq!(
         b.job(short[0].job).unwrap().unwrap().state(),

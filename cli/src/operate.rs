@@ -195,7 +195,7 @@ pub fn reap(db: &Path, json: bool) -> Result<ExitCode, Error> {
             worker: String,
             overdue_ms: u64,
             detection_delay_ms: u64,
-            now: &'static str,
+            state: &'static str,
         }
         #[derive(Serialize)]
         struct ReapView {
@@ -212,7 +212,7 @@ pub fn reap(db: &Path, json: bool) -> Result<ExitCode, Error> {
                     worker: r.worker.clone(),
                     overdue_ms: dms(r.overdue),
                     detection_delay_ms: dms(r.detection_delay),
-                    now: r.now.name(),
+                    state: r.job_state.name(),
                 })
                 .collect()
         };
@@ -234,7 +234,7 @@ pub fn reap(db: &Path, json: bool) -> Result<ExitCode, Error> {
                 leasehold::ReclaimPath::ProcessDied => "its process had died",
                 _ => "it was left running by a process that had ended",
             },
-            r.now
+            r.job_state
         );
     }
     if report.reclaimed.is_empty() {
@@ -251,7 +251,7 @@ pub fn reap(db: &Path, json: bool) -> Result<ExitCode, Error> {
             r.attempt,
             r.worker,
             format::duration(r.overdue),
-            r.now
+            r.job_state
         );
     }
     for table in &report.vacuum_started {

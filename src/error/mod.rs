@@ -430,3 +430,15 @@ fn describe_found(found: &Option<(Attempt, JobState)>, ended_by_holder: bool) ->
 
 /// Shorthand for results of store operations.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// A panic's message, for reports (its payload is a `&str` or a `String` when made by
+/// `panic!`).
+pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = panic.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = panic.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "a non-string panic payload".to_owned()
+    }
+}

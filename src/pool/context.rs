@@ -15,7 +15,7 @@ use crate::clock::RealDeadline;
 
 use crate::ids::{Attempt, JobId, StoreTime};
 use crate::lease::Lease;
-use crate::transaction::Transaction;
+use crate::redb_store::Transaction;
 
 /// Why a handler is asked to stop. Whatever it returns afterwards is not committed (except
 /// where noted): its lease is gone or going.

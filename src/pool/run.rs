@@ -3,7 +3,7 @@
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
-use crate::contain::panic_message;
+use crate::error::panic_message;
 use std::sync::atomic::Ordering;
 
 use crossbeam_channel::{Receiver, Sender};

@@ -4,6 +4,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use super::{PgStore, protocol, read};
+use crate::backend::Completion;
 use crate::backend::Writes;
 use crate::backend::{Backend, LeaseBackend};
 use crate::clock::Stopwatch;
@@ -13,7 +14,6 @@ use crate::job::JobState;
 use crate::lease::{Lease, LeaseTerms, Renewal};
 use crate::report::ReapReport;
 use crate::stats::Stats;
-use crate::store::Completion;
 
 /// How long a reading of the database's clock serves before the next is taken.
 const CLOCK_READING_SERVES: Duration = Duration::from_millis(500);

@@ -161,7 +161,7 @@ SELECT id, attempt, t, expires, payload, priority, run_at FROM granted
 UNION ALL
 SELECT id, NULL, NULL, NULL, NULL, NULL, NULL FROM exhausted";
 
-/// Claims up to `n` jobs of `queue`, most urgent first, as [`crate::protocol::claim_batch`]
+/// Claims up to `n` jobs of `queue`, most urgent first, as [`crate::redb_store::protocol::claim_batch`]
 /// does: a job is taken if it is waiting and due, or running with an expired lease (taken
 /// over), the expired one first when its priority is at least as urgent. While no lease of
 /// the queue has expired (nearly always), the whole batch is one statement.
@@ -462,7 +462,7 @@ fn not_renewed(
         }
         Renewed::Lease(renewed) => {
             let Some(expires_at) = renewed.lease.as_ref().map(|l| l.expires_at) else {
-                return Err(crate::tx::corrupt_running(&record));
+                return Err(crate::rules::corrupt_running(&record));
             };
             save(tx, p, &renewed)?;
             Ok(Renewal::Renewed { expires_at })
@@ -702,7 +702,7 @@ fn expire(
     now: StoreTime,
 ) -> Result<(JobRecord, Reclaim)> {
     let Some((change, reclaim)) = rules::expire(record, path, now, &s.retry) else {
-        return Err(crate::tx::corrupt_running(record));
+        return Err(crate::rules::corrupt_running(record));
     };
     let new = store_end(tx, p, record, change)?;
     Ok((new, reclaim))
@@ -791,10 +791,10 @@ fn store_end(
     change: Change,
 ) -> Result<JobRecord> {
     let Some(run) = &change.ended else {
-        return Err(crate::tx::corrupt_running(old));
+        return Err(crate::rules::corrupt_running(old));
     };
     let Some(outcome) = &run.outcome else {
-        return Err(crate::tx::corrupt_running(old));
+        return Err(crate::rules::corrupt_running(old));
     };
     let (kind, error, path, overdue) = outcome_columns(outcome);
     let insert = p.get(

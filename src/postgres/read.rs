@@ -38,9 +38,9 @@ WHERE ($1::text IS NULL OR queue = $1) AND ($2::text IS NULL OR state = $2)"
 pub(crate) fn list(
     tx: Tx<'_, '_>,
     p: &mut Prepared<'_>,
-    filter: &crate::read::JobFilter,
+    filter: &crate::query::JobFilter,
 ) -> Result<Vec<JobRecord>> {
-    use crate::read::JobOrder;
+    use crate::query::JobOrder;
     let order = match filter.order {
         JobOrder::Oldest => " ORDER BY id",
         JobOrder::Newest => " ORDER BY id DESC",
@@ -72,11 +72,11 @@ pub(crate) fn timing(
     tx: Tx<'_, '_>,
     p: &mut Prepared<'_>,
     queue: &str,
-) -> Result<crate::reader::QueueTiming> {
+) -> Result<crate::query::QueueTiming> {
     let st = p.get(tx, TIMING)?;
     let row = tx.query_one(&st, &[&queue])?;
     let at = |i: usize| -> Result<Option<StoreTime>> { Ok(row.col::<Option<i64>>(i)?.map(time)) };
-    Ok(crate::reader::QueueTiming {
+    Ok(crate::query::QueueTiming {
         earliest_run_at: at(0)?,
         earliest_expiry: at(1)?,
         next_expiry: at(2)?,
@@ -118,7 +118,7 @@ const CHECKS: [(&str, &str); 5] = [
 ];
 
 /// The integrity check: every rule of [`CHECKS`], one problem per job that breaks one.
-pub(crate) fn check(tx: Tx<'_, '_>, p: &mut Prepared<'_>) -> Result<crate::check::CheckReport> {
+pub(crate) fn check(tx: Tx<'_, '_>, p: &mut Prepared<'_>) -> Result<crate::report::CheckReport> {
     let jobs: i64 = tx
         .query_one(&p.names.sql("SELECT count(*) FROM {s}.leasehold_jobs"), &[])?
         .col(0)?;
@@ -128,7 +128,7 @@ pub(crate) fn check(tx: Tx<'_, '_>, p: &mut Prepared<'_>) -> Result<crate::check
             problems.push(format!("job {}: {rule}", row.col::<i64>(0)?));
         }
     }
-    Ok(crate::check::CheckReport {
+    Ok(crate::report::CheckReport {
         jobs: u64::try_from(jobs).unwrap_or(0),
         problems,
     })

@@ -319,7 +319,7 @@ impl PgStore {
     }
 
     /// Jobs matching `filter` (for operators and tools).
-    pub fn jobs(&self, filter: &crate::read::JobFilter) -> Result<Vec<Job>> {
+    pub fn jobs(&self, filter: &crate::query::JobFilter) -> Result<Vec<Job>> {
         if filter.queue.as_deref().is_some_and(no_queue_has) {
             return Ok(Vec::new());
         }
@@ -328,9 +328,9 @@ impl PgStore {
     }
 
     /// When things fall due in `queue`.
-    pub fn timing(&self, queue: &str) -> Result<crate::reader::QueueTiming> {
+    pub fn timing(&self, queue: &str) -> Result<crate::query::QueueTiming> {
         if no_queue_has(queue) {
-            return Ok(crate::reader::QueueTiming::default());
+            return Ok(crate::query::QueueTiming::default());
         }
         self.transaction(|tx, p| read::timing(tx, p, queue))
     }
@@ -338,7 +338,7 @@ impl PgStore {
     /// Proves the rows agree with each other: every running job has a whole lease and no
     /// other job has one, finish times match states, and history has one row per ended
     /// attempt (the indexes are PostgreSQL's to keep).
-    pub fn check(&self) -> Result<crate::check::CheckReport> {
+    pub fn check(&self) -> Result<crate::report::CheckReport> {
         self.transaction(read::check)
     }
 

@@ -49,17 +49,17 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::backend::LeaseBackend;
-use crate::builder::StoreBuilder;
 use crate::clock::ManualClock;
-use crate::contain::panic_message;
+use crate::error::panic_message;
 use crate::error::{OpenError, Result};
 use crate::ids::StoreTime;
 use crate::ids::{Attempt, JobId};
 use crate::job::Job;
 use crate::lease::Lease;
 use crate::pool::{AttemptState, JobContext, JobError, Output};
+use crate::redb_store::Store;
+use crate::redb_store::StoreBuilder;
 use crate::report::ReapReport;
-use crate::store::Store;
 
 /// A store in a temporary directory on a [`ManualClock`]; derefs to the [`Store`]. The
 /// directory is removed when it is dropped.

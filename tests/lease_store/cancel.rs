@@ -51,7 +51,10 @@ fn a_cancelled_job_whose_holder_died_is_not_retried(kind: Kind) {
     f.claim_one("w");
     f.cancel(id).unwrap();
     f.advance(LEASE);
-    assert_eq!(f.reap().unwrap().reclaimed[0].now, JobState::Cancelled);
+    assert_eq!(
+        f.reap().unwrap().reclaimed[0].job_state,
+        JobState::Cancelled
+    );
 }
 
 fn finished_jobs_cannot_be_cancelled_and_unknown_ids_are_reported(kind: Kind) {

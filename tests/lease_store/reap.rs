@@ -33,7 +33,7 @@ fn reap_moves_expired_jobs_back_to_queued_and_records_lease_expired(kind: Kind) 
     );
     assert_eq!(r.overdue, Duration::from_secs(1));
     assert_eq!(r.detection_delay, LEASE + Duration::from_secs(1));
-    assert_eq!(r.now, JobState::Queued);
+    assert_eq!(r.job_state, JobState::Queued);
 
     let job = f.job(silent.job).unwrap().unwrap();
     assert_eq!(job.state(), JobState::Queued);

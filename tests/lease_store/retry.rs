@@ -61,7 +61,7 @@ fn lost_leases_spend_the_budget_too_so_a_job_that_kills_its_worker_dies(kind: Ki
     let id = f.enqueue(NewJob::new(Q, "poison").max_attempts(2)).unwrap();
     f.claim_one("w1");
     f.advance(LEASE);
-    assert_eq!(f.reap().unwrap().reclaimed[0].now, JobState::Queued);
+    assert_eq!(f.reap().unwrap().reclaimed[0].job_state, JobState::Queued);
     f.claim_one("w2");
     f.advance(LEASE);
     // taken over at claim time with its budget spent: dead, and the claimer gets nothing

@@ -26,21 +26,9 @@ pub(crate) fn quietly<T>(f: impl FnOnce() -> T) -> std::thread::Result<T> {
     let result = catch_unwind(AssertUnwindSafe(f));
     DEPTH.with(|d| d.set(d.get().saturating_sub(1)));
     if let Err(panic) = &result {
-        tracing::debug!(panic = %panic_message(&**panic), "the storage engine panicked on a damaged page; reported as corruption");
+        tracing::debug!(panic = %crate::error::panic_message(&**panic), "the storage engine panicked on a damaged page; reported as corruption");
     }
     result
-}
-
-/// A panic's message, for reports (its payload is a `&str` or a `String` when made by
-/// `panic!`).
-pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
-    if let Some(s) = panic.downcast_ref::<&str>() {
-        (*s).to_owned()
-    } else if let Some(s) = panic.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "a non-string panic payload".to_owned()
-    }
 }
 
 fn install_hook() {

@@ -1,18 +1,18 @@
 //! A store shared by processes, as the [`Store`] handle sees it: taking back the leases of
 //! processes that are gone (at open, and when the watcher sees one die), and giving back its
-//! own at a clean close. The instances themselves are in [`crate::instance`], the watcher
-//! thread in [`crate::neighbours`], the transactions in [`crate::protocol`].
+//! own at a clean close. The instances themselves are in [`crate::redb_store::instance`], the watcher
+//! thread in [`crate::redb_store::neighbours`], the transactions in [`crate::redb_store::protocol`].
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use crate::error::Result;
 use crate::ids::InstanceId;
-use crate::instance::{self, Liveness, Registration};
-use crate::neighbours::{Neighbours, Survivor};
+use crate::redb_store::instance::{self, Liveness, Registration};
+use crate::redb_store::neighbours::{Neighbours, Survivor};
+use crate::redb_store::store::{Inner, Store};
 use crate::report::ReapReport;
-use crate::store::{Inner, Store};
-use crate::{protocol, read};
+use crate::{redb_store::protocol, redb_store::reading};
 
 impl Store {
     /// Starts watching the other processes, when several share the store: after recovery at
@@ -28,7 +28,7 @@ impl Store {
 
     /// The process instances the store registers.
     fn registrations(&self) -> Result<Vec<(InstanceId, Registration)>> {
-        self.reading("the registered process instances", read::registrations)
+        self.reading("the registered process instances", reading::registrations)
     }
 
     /// Takes back every running lease whose holder is provably gone, in batches: a
@@ -82,7 +82,7 @@ impl Store {
             let batch = protocol::reclaim_holder(tx, dead, limit)?;
             if batch.looked < limit {
                 // The last of its leases are back.
-                tx.t.forget_instance(dead)?;
+                tx.tables.forget_instance(dead)?;
                 tx.tally.writes += 1;
             }
             Ok(batch)
@@ -93,7 +93,7 @@ impl Store {
     /// Records this process's instance again, its lock file made anew.
     fn reregister(&self, me: InstanceId, registration: Registration) -> Result<()> {
         self.write(move |tx| {
-            tx.t.register_instance(me, &registration)?;
+            tx.tables.register_instance(me, &registration)?;
             tx.tally.writes += 1;
             Ok(())
         })

@@ -9,23 +9,25 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use redb::{Database, ReadableDatabase, TableHandle, WriteTransaction};
 
+use crate::backend::Completion;
 use crate::batches::Batch;
 use crate::clock::StoreClock;
 use crate::config::Durability;
 use crate::error::{Error, Result};
-use crate::group::{CommitShape, Committer, Group, PendingOp};
-use crate::ids::{Attempt, JobId, StoreTime};
+use crate::ids::{JobId, StoreTime};
 use crate::job::{Job, JobState, NewJob, ReclaimPath, Run};
 use crate::lease::{Lease, LeaseTerms, Renewal};
-use crate::neighbours::Neighbours;
 use crate::notify::Notifier;
-use crate::protocol;
-use crate::read::{self, JobFilter};
+use crate::query::JobFilter;
+use crate::redb_store::app_transaction::Transaction;
+use crate::redb_store::group::{CommitShape, Committer, Group, PendingOp};
+use crate::redb_store::neighbours::Neighbours;
+use crate::redb_store::protocol;
+use crate::redb_store::reading;
+use crate::redb_store::schema;
+use crate::redb_store::writing::{Policy, Tally, Tx, persist_tally};
 use crate::report::{ReapReport, Reclaim};
-use crate::schema;
 use crate::stats::{Counters, Stats, WriteMetrics};
-use crate::transaction::Transaction;
-use crate::tx::{Policy, Tally, Tx, persist_tally};
 
 /// A handle on a leasehold store. Cheap to clone; clones share one open file.
 #[derive(Clone, Debug)]
@@ -225,8 +227,8 @@ impl Store {
     /// is scheduled.
     pub fn next_due(&self, queue: &str) -> Result<Option<StoreTime>> {
         self.reading("the queue's schedule", |read| {
-            let run_at = read::earliest_run_at(read, queue)?;
-            let expiry = read::earliest_indexed_expiry(read, queue)?;
+            let run_at = reading::earliest_run_at(read, queue)?;
+            let expiry = reading::earliest_indexed_expiry(read, queue)?;
             Ok(match (run_at, expiry) {
                 (Some(a), Some(b)) => Some(a.min(b)),
                 (a, b) => a.or(b),
@@ -570,7 +572,7 @@ impl Store {
 
     /// The job's record, if it exists.
     pub fn job(&self, id: JobId) -> Result<Option<Job>> {
-        self.reading("a job record", |read| read::job(read, id))
+        self.reading("a job record", |read| reading::job(read, id))
     }
 
     /// A read snapshot of the whole file, for the application's own tables (written with
@@ -600,43 +602,43 @@ impl Store {
         table: redb::TableDefinition<u64, &[u8]>,
         id: JobId,
     ) -> Result<Option<Vec<u8>>> {
-        self.reading(table.name(), |read| read::bytes(read, table, id))
+        self.reading(table.name(), |read| reading::bytes(read, table, id))
     }
 
     /// The job's run history: one record per attempt, oldest first.
     pub fn history(&self, id: JobId) -> Result<Vec<Run>> {
-        self.reading("a job's history", |read| read::history(read, id))
+        self.reading("a job's history", |read| reading::history(read, id))
     }
 
     /// Counts per queue and state, and the lifetime counters. Reads the `counts` index, not
     /// the jobs.
     pub fn stats(&self) -> Result<Stats> {
-        self.reading("the counts", |read| read::stats(read, self.now()))
+        self.reading("the counts", |read| reading::stats(read, self.now()))
     }
 
     /// Jobs matching `filter` (reads every record: for operators and tools).
     pub fn jobs(&self, filter: &JobFilter) -> Result<Vec<Job>> {
-        self.reading("the job records", |read| read::list(read, filter))
+        self.reading("the job records", |read| reading::list(read, filter))
     }
 
     /// Proves the indexes match the records (like SQLite's `PRAGMA integrity_check`): every
     /// index entry is implied by a record, every record has all of its entries, the counts
     /// are right, and history has one record per attempt.
-    pub fn check(&self) -> Result<crate::check::CheckReport> {
-        self.reading("the whole store", crate::check::check)
+    pub fn check(&self) -> Result<crate::report::CheckReport> {
+        self.reading("the whole store", crate::redb_store::check::check)
     }
 
     /// Runs `f` on a read snapshot, a damaged page reported as corruption (see
-    /// [`read::contained`]).
+    /// [`reading::contained`]).
     pub(crate) fn reading<T>(
         &self,
         what: &str,
         f: impl FnOnce(&redb::ReadTransaction) -> Result<T>,
     ) -> Result<T> {
-        read::contained(what, || f(&self.inner.db.begin_read()?))
+        reading::contained(what, || f(&self.inner.db.begin_read()?))
     }
 
-    /// Runs a store operation in the next group commit (see [`crate::group`]).
+    /// Runs a store operation in the next group commit (see [`crate::redb_store::group`]).
     pub(crate) fn write<T, F>(&self, f: F) -> Result<T>
     where
         T: Send + 'static,
@@ -771,9 +773,6 @@ struct Writing {
 
 /// An operation queued into a group commit, returning `T`.
 type Op<T> = Box<dyn FnMut(&mut Tx<'_>) -> Result<T> + Send>;
-
-/// A completion queued into a group: job, attempt, output, the attempt's last progress.
-pub(crate) type Completion = (JobId, Attempt, Vec<u8>, Option<u64>);
 
 /// One group operation per completion, each its own unit; `T` is the result type of the
 /// group they join (a completion returns its default).

@@ -11,13 +11,13 @@ use crate::clock::{Clock, MonotonicClock};
 use crate::config::Durability;
 use crate::config::{DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_PAYLOAD, DEFAULT_REAP_BATCH};
 use crate::error::{ConfigError, Result};
-use crate::group::CommitShape;
 use crate::ids::InstanceId;
-use crate::neighbours::Neighbours;
-use crate::open::{self, EngineOptions};
+use crate::redb_store::group::CommitShape;
+use crate::redb_store::neighbours::Neighbours;
+use crate::redb_store::open::{self, EngineOptions};
+use crate::redb_store::store::Store;
+use crate::redb_store::writing::Policy;
 use crate::retry::RetryPolicy;
-use crate::store::Store;
-use crate::tx::Policy;
 
 /// Configures and opens a [`Store`]. See [`Store::builder`].
 #[derive(Debug)]
@@ -124,7 +124,7 @@ impl StoreBuilder {
     }
 
     /// Who commits concurrent operations. Default: [`CommitShape::LeaderFollower`]; the
-    /// other shape is kept so that `leasehold bench` can show why (see [`crate::group`]).
+    /// other shape is kept so that `leasehold bench` can show why (see [`crate::redb_store::group`]).
     #[doc(hidden)]
     pub fn commit_shape(mut self, shape: CommitShape) -> StoreBuilder {
         self.commit_shape = shape;

@@ -7,8 +7,8 @@ use crate::error::{InputError, Result};
 use crate::ids::{JobId, StoreTime};
 use crate::job::{JobState, NewJob};
 use crate::lease::Lease;
-use crate::protocol;
-use crate::tx::Tx;
+use crate::redb_store::protocol;
+use crate::redb_store::writing::Tx;
 
 /// The prefix of the store's own table names in the file; the application's tables live
 /// beside them under any other name.

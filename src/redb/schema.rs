@@ -16,10 +16,10 @@
 //! | `counts` | (queue, state) | count | jobs per queue and state |
 //! | `finished` | (finished_at, job) | () | terminal jobs, oldest first (for purging) |
 //! | `holders` | job id | (process instance, attempt) | which process holds a running job's lease, when processes share the store |
-//! | `instances` | process instance | [`Registration`](crate::instance::Registration) record | where each process sharing the store keeps its lock file, and which file that is |
+//! | `instances` | process instance | [`Registration`](crate::redb_store::instance::Registration) record | where each process sharing the store keeps its lock file, and which file that is |
 //!
 //! Every index (`ready`, `expiry`, `unique`, `counts`, `finished`) is a pure function of the
-//! job records, maintained only by [`crate::index`] and verified by [`crate::Store::check`].
+//! job records, maintained only by [`crate::redb_store::index`] and verified by [`crate::Store::check`].
 
 use redb::TableDefinition;
 
@@ -71,12 +71,3 @@ pub(crate) mod meta_key {
 
 /// The `sharing` meta value of a store that processes share.
 pub(crate) const MULTI_PROCESS: &[u8] = b"multi-process";
-
-/// Limits on inputs, which keep index keys short and records bounded.
-pub(crate) mod limits {
-    pub const MAX_QUEUE_NAME: usize = 128;
-    pub const MAX_UNIQUE_KEY: usize = 256;
-    pub const MAX_WORKER_ID: usize = 256;
-    /// Error messages longer than this are truncated (an error is evidence, not payload).
-    pub const MAX_ERROR_MESSAGE: usize = 16 * 1024;
-}

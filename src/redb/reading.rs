@@ -6,19 +6,20 @@
 
 use redb::{ReadTransaction, ReadableTable, TableDefinition};
 
-use crate::codec;
 use crate::error::{Error, Result};
 use crate::ids::{JobId, StoreTime};
 use crate::job::{Job, JobRecord, JobState, Run, RunRecord};
-use crate::schema::{self, meta_key};
-use crate::stats::{Counters, Stats};
-use crate::tx::decode_job;
+use crate::query::{JobFilter, JobOrder};
+use crate::redb_store::codec;
+use crate::redb_store::schema::{self, meta_key};
+use crate::redb_store::writing::decode_job;
+use crate::stats::Stats;
 
 /// Runs a read, turning a panic of the storage engine into [`Error::Corrupt`] naming `what`
 /// was being read: redb panics on some damaged pages, and a damaged file must be an error the
 /// application (and the tool's exit code) can act on, never a crash.
 pub(crate) fn contained<T>(what: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
-    crate::contain::quietly(f).unwrap_or_else(|_| {
+    crate::redb_store::contain::quietly(f).unwrap_or_else(|_| {
         Err(Error::Corrupt(format!(
             "reading {what}: the storage engine met a damaged page"
         )))
@@ -88,8 +89,8 @@ pub(crate) fn stats(read: &ReadTransaction, now: StoreTime) -> Result<Stats> {
     }
     let meta = read.open_table(schema::META)?;
     if let Some(b) = meta.get(meta_key::COUNTERS)? {
-        stats.counters =
-            Counters::decode(b.value()).map_err(|e| Error::Corrupt(format!("counters: {e}")))?;
+        stats.counters = codec::decode_counters(b.value())
+            .map_err(|e| Error::Corrupt(format!("counters: {e}")))?;
     }
     Ok(stats)
 }
@@ -98,7 +99,7 @@ pub(crate) fn stats(read: &ReadTransaction, now: StoreTime) -> Result<Stats> {
 pub(crate) fn earliest_run_at(read: &ReadTransaction, queue: &str) -> Result<Option<StoreTime>> {
     let ready = read.open_table(schema::READY)?;
     let mut earliest: Option<u64> = None;
-    crate::search::first_of_each_priority(&ready, queue, |_, run_at, _| {
+    crate::redb_store::search::first_of_each_priority(&ready, queue, |_, run_at, _| {
         earliest = Some(earliest.map_or(run_at, |e| e.min(run_at)));
         true
     })?;
@@ -112,7 +113,7 @@ pub(crate) fn earliest_indexed_expiry(
     queue: &str,
 ) -> Result<Option<StoreTime>> {
     let expiry = read.open_table(schema::EXPIRY)?;
-    Ok(crate::search::first_expiry_entry(&expiry, queue, u64::MAX)?.map(|(at, _)| at))
+    Ok(crate::redb_store::search::first_expiry_entry(&expiry, queue, u64::MAX)?.map(|(at, _)| at))
 }
 
 /// The real earliest lease expiry of `queue`, and the earliest one at or after `now`, from the
@@ -139,33 +140,6 @@ pub(crate) fn lease_expiries(
         }
     }
     Ok((earliest, next))
-}
-
-/// Which jobs to list, and in what order.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct JobFilter {
-    /// Only this queue.
-    pub queue: Option<String>,
-    /// Only this state.
-    pub state: Option<JobState>,
-    /// At most this many (after sorting); `None` for all.
-    pub limit: Option<usize>,
-    /// The order.
-    pub order: JobOrder,
-}
-
-/// The order of a job listing.
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
-pub enum JobOrder {
-    /// Oldest first (by id).
-    #[default]
-    Oldest,
-    /// Newest first.
-    Newest,
-    /// In claim order: lowest priority number, then earliest run-at.
-    Priority,
-    /// Most recently changed first.
-    Updated,
 }
 
 /// Jobs matching `filter`. Reads every record: for operators and tools, not hot paths.
@@ -196,7 +170,10 @@ pub(crate) fn list(read: &ReadTransaction, filter: &JobFilter) -> Result<Vec<Job
 /// The process id of the process that last opened the store for writing.
 pub(crate) fn writer_pid(read: &ReadTransaction) -> Result<Option<u32>> {
     let meta = read.open_table(schema::META)?;
-    Ok(crate::tx::read_u64(&meta, meta_key::WRITER_PID)?.and_then(|p| u32::try_from(p).ok()))
+    Ok(
+        crate::redb_store::writing::read_u64(&meta, meta_key::WRITER_PID)?
+            .and_then(|p| u32::try_from(p).ok()),
+    )
 }
 
 /// Whether the last writing open shared the store between processes.
@@ -224,10 +201,15 @@ pub(crate) fn holders(read: &ReadTransaction) -> Result<Vec<(JobId, crate::ids::
 }
 
 /// Every process instance registered in a store that processes share, with where its lock
-/// file is (see [`crate::instance`]).
+/// file is (see [`crate::redb_store::instance`]).
 pub(crate) fn registrations(
     read: &ReadTransaction,
-) -> Result<Vec<(crate::ids::InstanceId, crate::instance::Registration)>> {
+) -> Result<
+    Vec<(
+        crate::ids::InstanceId,
+        crate::redb_store::instance::Registration,
+    )>,
+> {
     let instances = match read.open_table(schema::INSTANCES) {
         Ok(t) => t,
         Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
@@ -250,7 +232,7 @@ mod tests {
     use std::time::Duration;
 
     use crate::job::Outcome;
-    use crate::{NewJob, Store, codec, schema};
+    use crate::{NewJob, Store, redb_store::codec, redb_store::schema};
 
     /// Builds before this one wrote a running attempt's record at claim time; such a store
     /// must read, check and finish exactly as one written now.

@@ -19,24 +19,25 @@
 use redb::ReadableTable;
 
 use crate::batches::Batch;
-use crate::codec;
 use crate::config::check_terms;
 use crate::error::{Error, Result};
 use crate::ids::{Attempt, InstanceId, JobId, StoreTime};
-use crate::index;
 use crate::input;
 use crate::job::{JobRecord, JobState, NewJob, ReclaimPath, RunRecord};
 use crate::lease::{Lease, LeaseTerms, Renewal};
+use crate::redb_store::codec;
+use crate::redb_store::index;
+use crate::redb_store::search;
+use crate::redb_store::writing::{Tx, load};
 use crate::report::Reclaim;
+use crate::rules::corrupt_running;
 use crate::rules::{self, Change, Granted, Renewed, Write};
-use crate::search;
-use crate::tx::{Tx, corrupt_running, load};
 
 /// Enqueues a job; with a unique key that a live job holds, returns that job instead.
 pub(crate) fn enqueue(tx: &mut Tx<'_>, new: &NewJob) -> Result<JobId> {
     check_new_job(tx, new)?;
     if let Some(key) = &new.unique_key
-        && let Some(existing) = tx.t.unique.get((new.queue.as_str(), key.as_str()))?
+        && let Some(existing) = tx.tables.unique.get((new.queue.as_str(), key.as_str()))?
     {
         return Ok(JobId(existing.value()));
     }
@@ -49,7 +50,7 @@ pub(crate) fn enqueue(tx: &mut Tx<'_>, new: &NewJob) -> Result<JobId> {
         policy.max_payload,
         tx.now,
     )?;
-    tx.t.payloads.insert(id.0, new.payload.as_slice())?;
+    tx.tables.payloads.insert(id.0, new.payload.as_slice())?;
     index::save(tx, None, &job)?;
     Ok(id)
 }
@@ -162,7 +163,7 @@ pub(crate) fn claim_job(
 ) -> Result<Option<Lease>> {
     input::check_worker(worker)?;
     check_terms(&terms)?;
-    let job = tx.t.job(id)?.ok_or(Error::JobNotFound(id))?;
+    let job = tx.tables.job(id)?.ok_or(Error::JobNotFound(id))?;
     if rules::claimable(&job, tx.now) {
         return grant(tx, job, worker, terms);
     }
@@ -219,7 +220,7 @@ pub(crate) fn complete(
     input::check_size("output", output.len(), tx.policy.max_payload)?;
     let job = fence(tx, id, attempt, Write::End)?;
     if !output.is_empty() {
-        tx.t.outputs.insert(job.id.0, output)?;
+        tx.tables.outputs.insert(job.id.0, output)?;
     }
     let change = rules::complete(&job, progress, tx.now);
     store_end(tx, &job, change)?;
@@ -254,7 +255,7 @@ pub(crate) fn release(
 /// Cancels a job: a waiting one at once; a running one is flagged, and its holder learns of
 /// it at its next heartbeat (or the attempt's end, whichever comes first).
 pub(crate) fn cancel(tx: &mut Tx<'_>, id: JobId) -> Result<JobState> {
-    let job = tx.t.job(id)?.ok_or(Error::JobNotFound(id))?;
+    let job = tx.tables.job(id)?.ok_or(Error::JobNotFound(id))?;
     let (new, answer) = rules::cancel(&job, tx.now)?;
     if let Some(new) = new {
         index::save(tx, Some(&job), &new)?;
@@ -270,13 +271,13 @@ pub(crate) fn cancel(tx: &mut Tx<'_>, id: JobId) -> Result<JobState> {
 /// make two live jobs hold one key. Refused, not re-keyed: the key is what the application
 /// deduplicates by, and the live job already does the work it names.
 pub(crate) fn retry(tx: &mut Tx<'_>, id: JobId) -> Result<()> {
-    let job = tx.t.job(id)?.ok_or(Error::JobNotFound(id))?;
+    let job = tx.tables.job(id)?.ok_or(Error::JobNotFound(id))?;
     let key_holder = match &job.unique_key {
-        Some(key) => {
-            tx.t.unique
-                .get((job.queue.as_str(), key.as_str()))?
-                .map(|holder| JobId(holder.value()))
-        }
+        Some(key) => tx
+            .tables
+            .unique
+            .get((job.queue.as_str(), key.as_str()))?
+            .map(|holder| JobId(holder.value())),
         None => None,
     };
     let new = rules::retry(&job, key_holder, tx.now)?;
@@ -301,7 +302,7 @@ pub(crate) fn purge(
     let mut looked = 0;
     // Every entry looked at counts against the batch, kept ones too (dead jobs, say), so a
     // batch's work stays bounded; the next batch resumes at the first one not looked at.
-    for entry in tx.t.finished.range(from..=(cutoff.0, u64::MAX))? {
+    for entry in tx.tables.finished.range(from..=(cutoff.0, u64::MAX))? {
         let key = entry?.0.value();
         if looked == limit {
             next = Some(key);
@@ -367,7 +368,7 @@ pub(crate) fn reclaim_holder(
     instance: InstanceId,
     limit: usize,
 ) -> Result<Batch<Reclaim>> {
-    let Some(holders) = &tx.t.holders else {
+    let Some(holders) = &tx.tables.holders else {
         return Ok(Batch {
             items: Vec::new(),
             looked: 0,
@@ -393,7 +394,7 @@ pub(crate) fn reclaim_holder(
             reclaimed.push(expire(tx, job, ReclaimPath::ProcessDied)?.1);
         } else {
             // An entry its attempt's end did not remove cannot exist; tolerate one anyway.
-            tx.t.unhold(id)?;
+            tx.tables.unhold(id)?;
         }
     }
     Ok(Batch {
@@ -412,9 +413,9 @@ pub(crate) fn reclaim_orphans(
     mut alive: impl FnMut(InstanceId) -> bool,
 ) -> Result<Batch<Reclaim>> {
     let mut orphans = Vec::new();
-    for entry in tx.t.expiry.iter()? {
+    for entry in tx.tables.expiry.iter()? {
         let (_, _, id) = entry?.0.value();
-        let holder = match &tx.t.holders {
+        let holder = match &tx.tables.holders {
             Some(holders) => holders.get(id)?.map(|h| InstanceId(h.value().0)),
             None => None,
         };
@@ -444,7 +445,7 @@ pub(crate) fn reclaim_orphans(
 /// The fence ([`rules::fence`]): the job must be `Running` under exactly this attempt. A
 /// refusal changes nothing but its counter.
 fn fence(tx: &mut Tx<'_>, id: JobId, attempt: Attempt, write: Write) -> Result<JobRecord> {
-    let found = tx.t.job(id)?;
+    let found = tx.tables.job(id)?;
     match rules::fence(found, id, attempt, write, || {
         ended_by_holder(tx, id, attempt)
     })? {
@@ -459,7 +460,7 @@ fn fence(tx: &mut Tx<'_>, id: JobId, attempt: Attempt, write: Write) -> Result<J
 /// Whether the attempt's history says its holder ended it (completed, failed or released it),
 /// rather than the store taking it back.
 fn ended_by_holder(tx: &Tx<'_>, id: JobId, attempt: Attempt) -> Result<bool> {
-    let Some(bytes) = tx.t.history.get((id.0, attempt.0))? else {
+    let Some(bytes) = tx.tables.history.get((id.0, attempt.0))? else {
         return Ok(false);
     };
     let run: RunRecord = codec::decode(bytes.value())
@@ -473,10 +474,11 @@ fn store_end(tx: &mut Tx<'_>, old: &JobRecord, change: Change) -> Result<JobReco
     let Some(run) = &change.ended else {
         return Err(corrupt_running(old));
     };
-    tx.t.history
+    tx.tables
+        .history
         .insert((old.id.0, old.attempt.0), codec::encode(run).as_slice())?;
     index::save(tx, Some(old), &change.job)?;
-    tx.t.unhold(old.id)?;
+    tx.tables.unhold(old.id)?;
     tx.tally.add(&change.counts);
     Ok(change.job)
 }
@@ -498,15 +500,16 @@ fn grant(
     };
     index::save(tx, Some(&job), &new)?;
     if let Some(instance) = tx.policy.instance {
-        tx.t.hold(new.id, instance, new.attempt.0)?;
+        tx.tables.hold(new.id, instance, new.attempt.0)?;
     }
     let (claimed_at, expires_at) = (tx.now, tx.now.saturating_add(terms.length));
     tx.tally.wrote_time(expires_at);
-    let payload =
-        tx.t.payloads
-            .get(new.id.0)?
-            .map(|p| p.value().to_vec())
-            .ok_or_else(|| Error::Corrupt(format!("job {} has no payload", new.id)))?;
+    let payload = tx
+        .tables
+        .payloads
+        .get(new.id.0)?
+        .map(|p| p.value().to_vec())
+        .ok_or_else(|| Error::Corrupt(format!("job {} has no payload", new.id)))?;
     Ok(Some(Lease {
         job: new.id,
         attempt: new.attempt,

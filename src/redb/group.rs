@@ -33,7 +33,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use parking_lot::{Condvar, Mutex, MutexGuard};
 
 use crate::error::{Error, Result};
-use crate::tx::Tx;
+use crate::redb_store::writing::Tx;
 
 thread_local! {
     /// The groups (by address) whose writer seat this thread holds while it runs an

@@ -4,14 +4,15 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::check::CheckReport;
 use crate::clock::{MonotonicClock, StoreClock};
 use crate::error::Result;
 use crate::ids::{InstanceId, JobId, StoreTime};
 use crate::job::{Job, Run};
-use crate::open::{self, ReadView};
-use crate::read::{self, JobFilter};
-use crate::schema;
+use crate::query::{JobFilter, QueueTiming};
+use crate::redb_store::open::{self, ReadView};
+use crate::redb_store::reading;
+use crate::redb_store::schema;
+use crate::report::CheckReport;
 use crate::stats::Stats;
 
 /// A read-only handle on a store file, beside the process that writes it.
@@ -59,25 +60,13 @@ impl HolderState {
 
     /// What a look at the registered instance `id` finds (a lock found free is let go at
     /// once: taking its leases back is a writer's job).
-    fn of(id: InstanceId, registration: &crate::instance::Registration) -> HolderState {
-        match crate::instance::probe(id, registration) {
-            crate::instance::Liveness::Alive => HolderState::Alive,
-            crate::instance::Liveness::Dead(_) => HolderState::Gone,
-            crate::instance::Liveness::Unknown(_) => HolderState::Unknown,
+    fn of(id: InstanceId, registration: &crate::redb_store::instance::Registration) -> HolderState {
+        match crate::redb_store::instance::probe(id, registration) {
+            crate::redb_store::instance::Liveness::Alive => HolderState::Alive,
+            crate::redb_store::instance::Liveness::Dead(_) => HolderState::Gone,
+            crate::redb_store::instance::Liveness::Unknown(_) => HolderState::Unknown,
         }
     }
-}
-
-/// When things fall due in one queue: for operators' views.
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct QueueTiming {
-    /// The earliest run-at of a waiting job: in the past, how long the oldest has waited.
-    pub earliest_run_at: Option<StoreTime>,
-    /// The earliest lease expiry: in the past, the most overdue lease.
-    pub earliest_expiry: Option<StoreTime>,
-    /// The earliest lease expiry that has not passed: the nearest one.
-    pub next_expiry: Option<StoreTime>,
 }
 
 impl StoreReader {
@@ -85,7 +74,7 @@ impl StoreReader {
     pub fn open(path: impl AsRef<Path>) -> Result<StoreReader> {
         let path = path.as_ref().to_owned();
         let db = open::open_read_only(&path)?;
-        let timeline = read::contained("the store's meta table", || {
+        let timeline = reading::contained("the store's meta table", || {
             open::inspect(&db.begin_read()?, &path)
         })?;
         let (clock, _) = StoreClock::resume(
@@ -117,40 +106,44 @@ impl StoreReader {
 
     /// The job's record, if it exists.
     pub fn job(&self, id: JobId) -> Result<Option<Job>> {
-        self.reading("a job record", |read| read::job(read, id))
+        self.reading("a job record", |read| reading::job(read, id))
     }
 
     /// The job's run history, oldest first.
     pub fn history(&self, id: JobId) -> Result<Vec<Run>> {
-        self.reading("a job's history", |read| read::history(read, id))
+        self.reading("a job's history", |read| reading::history(read, id))
     }
 
     /// The job's payload.
     pub fn payload(&self, id: JobId) -> Result<Option<Vec<u8>>> {
-        self.reading("a payload", |read| read::bytes(read, schema::PAYLOADS, id))
+        self.reading("a payload", |read| {
+            reading::bytes(read, schema::PAYLOADS, id)
+        })
     }
 
     /// A succeeded job's output.
     pub fn output(&self, id: JobId) -> Result<Option<Vec<u8>>> {
-        self.reading("an output", |read| read::bytes(read, schema::OUTPUTS, id))
+        self.reading("an output", |read| {
+            reading::bytes(read, schema::OUTPUTS, id)
+        })
     }
 
     /// Counts per queue and state, and the lifetime counters.
     pub fn stats(&self) -> Result<Stats> {
-        self.reading("the counts", |read| read::stats(read, self.now()))
+        self.reading("the counts", |read| reading::stats(read, self.now()))
     }
 
     /// Jobs matching `filter`.
     pub fn jobs(&self, filter: &JobFilter) -> Result<Vec<Job>> {
-        self.reading("the job records", |read| read::list(read, filter))
+        self.reading("the job records", |read| reading::list(read, filter))
     }
 
     /// When things fall due in `queue`.
     pub fn timing(&self, queue: &str) -> Result<QueueTiming> {
         self.reading("the queue's schedule", |read| {
-            let (earliest_expiry, next_expiry) = read::lease_expiries(read, queue, self.now())?;
+            let (earliest_expiry, next_expiry) = reading::lease_expiries(read, queue, self.now())?;
             Ok(QueueTiming {
-                earliest_run_at: read::earliest_run_at(read, queue)?,
+                earliest_run_at: reading::earliest_run_at(read, queue)?,
                 earliest_expiry,
                 next_expiry,
             })
@@ -163,12 +156,12 @@ impl StoreReader {
         what: &str,
         f: impl FnOnce(&redb::ReadTransaction) -> Result<T>,
     ) -> Result<T> {
-        read::contained(what, || f(&self.db.begin_read()?))
+        reading::contained(what, || f(&self.db.begin_read()?))
     }
 
     /// The integrity check (see [`Store::check`](crate::Store::check)).
     pub fn check(&self) -> Result<CheckReport> {
-        self.reading("the whole store", crate::check::check)
+        self.reading("the whole store", crate::redb_store::check::check)
     }
 
     /// A read snapshot of the whole file, for the application's own tables (written with
@@ -184,7 +177,7 @@ impl StoreReader {
     /// beside running processes must use the same.
     pub fn sharing(&self) -> Result<crate::Sharing> {
         Ok(
-            match self.reading("the store's meta table", read::shared_by_processes)? {
+            match self.reading("the store's meta table", reading::shared_by_processes)? {
                 true => crate::Sharing::MultiProcess,
                 false => crate::Sharing::SingleWriter,
             },
@@ -198,7 +191,7 @@ impl StoreReader {
     /// replaced: its leases expire).
     pub fn holders(&self) -> Result<Vec<(JobId, InstanceId, HolderState)>> {
         let (holders, registered) = self.reading("the lease holders", |read| {
-            Ok((read::holders(read)?, read::registrations(read)?))
+            Ok((reading::holders(read)?, reading::registrations(read)?))
         })?;
         // Each instance looked at once, however many leases it holds.
         let mut seen = std::collections::BTreeMap::new();
@@ -218,6 +211,6 @@ impl StoreReader {
 
     /// The process id of the process that last opened the store for writing.
     pub fn writer_pid(&self) -> Result<Option<u32>> {
-        self.reading("the writer's pid", read::writer_pid)
+        self.reading("the writer's pid", reading::writer_pid)
     }
 }

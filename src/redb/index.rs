@@ -4,10 +4,10 @@
 //! through [`save`], which removes the entries of the old version and adds those of the new
 //! one; [`crate::Store::check`] recomputes the same function to prove the indexes match.
 
-use crate::codec;
 use crate::error::Result;
 use crate::job::{JobRecord, JobState};
-use crate::tx::{Tables, Tx};
+use crate::redb_store::codec;
+use crate::redb_store::writing::{Tables, Tx};
 
 /// The index entries one job record implies, borrowing the record's strings (this runs twice
 /// on every write, so it allocates nothing).
@@ -72,10 +72,12 @@ pub(crate) fn save(tx: &mut Tx<'_>, old: Option<&JobRecord>, new: &JobRecord) ->
         tx.tally.count(after.count, 1);
     }
     if let Some(before) = &before {
-        remove_entries(&mut tx.t, before, Some(&after))?;
+        remove_entries(&mut tx.tables, before, Some(&after))?;
     }
-    add_entries(&mut tx.t, &after, before.as_ref())?;
-    tx.t.jobs.insert(new.id.0, codec::encode(new).as_slice())?;
+    add_entries(&mut tx.tables, &after, before.as_ref())?;
+    tx.tables
+        .jobs
+        .insert(new.id.0, codec::encode(new).as_slice())?;
     Ok(())
 }
 
@@ -86,7 +88,9 @@ pub(crate) fn save(tx: &mut Tx<'_>, old: Option<&JobRecord>, new: &JobRecord) ->
 /// [`crate::Store::check`] would find an entry this left behind.
 pub(crate) fn rewrite(tx: &mut Tx<'_>, job: &JobRecord) -> Result<()> {
     tx.tally.writes += 1;
-    tx.t.jobs.insert(job.id.0, codec::encode(job).as_slice())?;
+    tx.tables
+        .jobs
+        .insert(job.id.0, codec::encode(job).as_slice())?;
     Ok(())
 }
 
@@ -94,14 +98,14 @@ pub(crate) fn rewrite(tx: &mut Tx<'_>, job: &JobRecord) -> Result<()> {
 pub(crate) fn delete(tx: &mut Tx<'_>, job: &JobRecord) -> Result<()> {
     tx.tally.writes += 1;
     let e = entries(job);
-    remove_entries(&mut tx.t, &e, None)?;
+    remove_entries(&mut tx.tables, &e, None)?;
     tx.tally.count(e.count, -1);
     let id = job.id.0;
-    tx.t.jobs.remove(id)?;
-    tx.t.payloads.remove(id)?;
-    tx.t.outputs.remove(id)?;
+    tx.tables.jobs.remove(id)?;
+    tx.tables.payloads.remove(id)?;
+    tx.tables.outputs.remove(id)?;
     for attempt in 1..=job.attempt.0 {
-        tx.t.history.remove((id, attempt))?;
+        tx.tables.history.remove((id, attempt))?;
     }
     Ok(())
 }

@@ -17,8 +17,8 @@ use redb::{Database, StorageBackend};
 use crate::error::{Error, OpenError, Result};
 /// The first bytes of every redb file.
 pub(crate) const REDB_MAGIC: [u8; 9] = [b'r', b'e', b'd', b'b', 0x1A, 0x0A, 0xA9, 0x0D, 0x0A];
-use crate::schema::{MARKER, SCHEMA_VERSION, meta_key};
-use crate::tx::Tables;
+use crate::redb_store::schema::{MARKER, SCHEMA_VERSION, meta_key};
+use crate::redb_store::writing::Tables;
 
 /// Creates a new store beside `path` and links it into place only once it is whole.
 ///
@@ -42,7 +42,7 @@ pub(crate) fn create_atomically(path: &Path, builder: &redb::Builder) -> Result<
         std::process::id(),
         crate::clock::random_u64()
     ));
-    let made = crate::contain::quietly(|| builder.create(&tmp));
+    let made = crate::redb_store::contain::quietly(|| builder.create(&tmp));
     let result = match made {
         Ok(Ok(db)) => {
             let init = initialize(&db).map_err(|e| OpenError::Corrupt {
@@ -123,7 +123,7 @@ pub(crate) fn create_in_backend(
         .into()
     };
     let memory = Memory::default();
-    match crate::contain::quietly(|| builder.create_with_backend(memory.clone())) {
+    match crate::redb_store::contain::quietly(|| builder.create_with_backend(memory.clone())) {
         Ok(Ok(db)) => {
             initialize(&db).map_err(|e| failed(format!("initializing a new store failed: {e}")))?;
         }

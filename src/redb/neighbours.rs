@@ -32,7 +32,7 @@ use parking_lot::Mutex;
 
 use crate::error::{Error, OpenError, Result};
 use crate::ids::InstanceId;
-use crate::instance::{self, Instance, Liveness, Registration};
+use crate::redb_store::instance::{self, Instance, Liveness, Registration};
 
 /// How often the instance directory is listed again when nothing else wakes the thread.
 pub(crate) const RESCAN: Duration = Duration::from_millis(100);

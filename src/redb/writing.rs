@@ -6,12 +6,12 @@ use std::time::Duration;
 
 use redb::{ReadableTable, Table, WriteTransaction};
 
-use crate::codec;
 use crate::error::{Error, Result};
 use crate::ids::{InstanceId, JobId, StoreTime};
 use crate::job::JobRecord;
+use crate::redb_store::codec;
+use crate::redb_store::schema::{self, meta_key};
 use crate::retry::RetryPolicy;
-use crate::schema::{self, meta_key};
 use crate::stats::Counters;
 
 /// The store's policy, fixed at open.
@@ -76,7 +76,7 @@ impl<'t> Tables<'t> {
     pub(crate) fn register_instance(
         &mut self,
         instance: InstanceId,
-        registration: &crate::instance::Registration,
+        registration: &crate::redb_store::instance::Registration,
     ) -> Result<()> {
         if let Some(instances) = &mut self.instances {
             instances.insert(instance.0, codec::encode(registration).as_slice())?;
@@ -173,7 +173,7 @@ impl Tally {
 /// A write transaction at one instant of store time.
 pub(crate) struct Tx<'t> {
     pub now: StoreTime,
-    pub t: Tables<'t>,
+    pub tables: Tables<'t>,
     pub policy: &'t Policy,
     pub tally: Tally,
     /// The next job id, once this transaction has read the counter: written back once, at
@@ -191,7 +191,7 @@ impl<'t> Tx<'t> {
         tally.wrote_time(now);
         Ok(Tx {
             now,
-            t: Tables::open(txn, policy.instance.is_some())?,
+            tables: Tables::open(txn, policy.instance.is_some())?,
             policy,
             tally,
             next_id: None,
@@ -201,17 +201,17 @@ impl<'t> Tx<'t> {
     /// Writes what the transaction accumulated: counts, counters, the clock's high-water mark.
     pub(crate) fn persist(&mut self) -> Result<()> {
         if let Some(next) = self.next_id {
-            write_u64(&mut self.t.meta, meta_key::NEXT_JOB_ID, next)?;
+            write_u64(&mut self.tables.meta, meta_key::NEXT_JOB_ID, next)?;
         }
-        apply_counts(&mut self.t, &self.tally.counts)?;
-        persist_tally(&mut self.t.meta, &self.tally)
+        apply_counts(&mut self.tables, &self.tally.counts)?;
+        persist_tally(&mut self.tables.meta, &self.tally)
     }
 
     /// Allocates the next job id from the persisted counter (read once per transaction).
     pub(crate) fn next_job_id(&mut self) -> Result<JobId> {
         let next = match self.next_id {
             Some(next) => next,
-            None => read_u64(&self.t.meta, meta_key::NEXT_JOB_ID)?.unwrap_or(1),
+            None => read_u64(&self.tables.meta, meta_key::NEXT_JOB_ID)?.unwrap_or(1),
         };
         self.next_id = Some(next + 1);
         Ok(JobId(next))
@@ -237,9 +237,8 @@ pub(crate) fn persist_tally(
     }
     if tally.counts_anything() {
         let mut c: Counters = match meta.get(meta_key::COUNTERS)? {
-            Some(b) => {
-                Counters::decode(b.value()).map_err(|e| Error::Corrupt(format!("counters: {e}")))?
-            }
+            Some(b) => codec::decode_counters(b.value())
+                .map_err(|e| Error::Corrupt(format!("counters: {e}")))?,
             None => Counters::default(),
         };
         add_counters(&mut c, &tally.counters);
@@ -307,11 +306,7 @@ fn apply_counts(t: &mut Tables<'_>, deltas: &[(String, u8, i64)]) -> Result<()> 
 
 /// The record of job `id`, which an index named: its absence is corruption.
 pub(crate) fn load(tx: &Tx<'_>, id: JobId) -> Result<JobRecord> {
-    tx.t.job(id)?
+    tx.tables
+        .job(id)?
         .ok_or_else(|| Error::Corrupt(format!("an index names job {id}, which has no record")))
-}
-
-/// The error for a running job found without its lease.
-pub(crate) fn corrupt_running(job: &JobRecord) -> Error {
-    Error::Corrupt(format!("job {} is running without a lease", job.id))
 }

@@ -5,14 +5,14 @@ use redb::ReadableTable;
 
 use crate::error::Result;
 use crate::ids::{JobId, StoreTime};
-use crate::index;
 use crate::job::{JobRecord, JobState};
-use crate::tx::Tx;
+use crate::redb_store::index;
+use crate::redb_store::writing::Tx;
 
 /// The job of `queue` whose index entry says its lease expires first, at or before `bound`.
 /// The entry may lag a renewal (see [`crate::job::LeaseRecord`]), so callers check the record.
 pub(crate) fn first_indexed_expiry(tx: &Tx<'_>, queue: &str, bound: u64) -> Result<Option<JobId>> {
-    Ok(first_expiry_entry(&tx.t.expiry, queue, bound)?.map(|(_, id)| id))
+    Ok(first_expiry_entry(&tx.tables.expiry, queue, bound)?.map(|(_, id)| id))
 }
 
 /// The first entry of `queue` in an expiry index, a writer's or a reader's, at or before
@@ -41,7 +41,7 @@ pub(crate) fn lease_expired(job: &JobRecord, now: StoreTime) -> bool {
 /// not yet due (all of its jobs are later) with one seek.
 pub(crate) fn next_ready(tx: &Tx<'_>, queue: &str) -> Result<Option<(i32, JobId)>> {
     let mut due = None;
-    first_of_each_priority(&tx.t.ready, queue, |priority, run_at, id| {
+    first_of_each_priority(&tx.tables.ready, queue, |priority, run_at, id| {
         if run_at <= tx.now.0 {
             due = Some((priority, JobId(id)));
         }
@@ -84,7 +84,7 @@ pub(crate) fn next_expired(tx: &mut Tx<'_>, queue: &str) -> Result<Option<JobId>
         let Some(id) = first_indexed_expiry(tx, queue, tx.now.0)? else {
             return Ok(None);
         };
-        let job = crate::tx::load(tx, id)?;
+        let job = crate::redb_store::writing::load(tx, id)?;
         let in_place = job
             .lease
             .as_ref()
@@ -101,7 +101,7 @@ pub(crate) fn catch_up(tx: &mut Tx<'_>, job: JobRecord) -> Result<()> {
     let mut moved = job.clone();
     match moved.lease.as_mut() {
         Some(lease) => lease.indexed_expiry = lease.expires_at,
-        None => return Err(crate::tx::corrupt_running(&job)),
+        None => return Err(crate::rules::corrupt_running(&job)),
     }
     index::save(tx, Some(&job), &moved)
 }
@@ -109,7 +109,7 @@ pub(crate) fn catch_up(tx: &mut Tx<'_>, job: JobRecord) -> Result<()> {
 /// Queues that have running jobs, from the `counts` index (no scan of jobs).
 pub(crate) fn running_queues(tx: &Tx<'_>) -> Result<Vec<String>> {
     let mut queues = Vec::new();
-    for entry in tx.t.counts.iter()? {
+    for entry in tx.tables.counts.iter()? {
         let (key, _) = entry?;
         let (queue, state) = key.value();
         if state == JobState::Running.code() {

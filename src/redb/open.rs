@@ -13,12 +13,12 @@ use redb::{
 };
 
 use crate::clock::{Anchor, StoreClock};
-use crate::codec;
-use crate::create::{self, REDB_MAGIC};
 use crate::error::{Error, OpenError, Result};
 use crate::ids::StoreTime;
-use crate::schema::{self, MARKER, SCHEMA_VERSION, meta_key};
-use crate::tx::read_u64;
+use crate::redb_store::codec;
+use crate::redb_store::create::{self, REDB_MAGIC};
+use crate::redb_store::schema::{self, MARKER, SCHEMA_VERSION, meta_key};
+use crate::redb_store::writing::read_u64;
 
 /// Options for the redb open.
 pub(crate) struct EngineOptions {
@@ -48,7 +48,7 @@ pub(crate) fn open_database(
             } else {
                 sniff_backend(path, backend.as_ref())?;
             }
-            crate::contain::quietly(|| builder.create_with_backend(Boxed(backend)))
+            crate::redb_store::contain::quietly(|| builder.create_with_backend(Boxed(backend)))
         }
         None => {
             if sniff(path)? {
@@ -58,7 +58,7 @@ pub(crate) fn open_database(
             } else {
                 create::create_atomically(path, &builder)?;
             }
-            crate::contain::quietly(|| builder.create(path))
+            crate::redb_store::contain::quietly(|| builder.create(path))
         }
     };
     match opened {
@@ -83,7 +83,7 @@ pub(crate) fn open_database(
 /// truncated file. (An empty redb database becomes a store, as an empty file does.)
 fn check_before_writing(path: &Path) -> Result<()> {
     let view = open_read_only(path)?;
-    let checked = crate::read::contained("the store's meta table", || {
+    let checked = crate::redb_store::reading::contained("the store's meta table", || {
         let read = view.begin_read()?;
         if read.list_tables()?.next().is_none() {
             return Ok(());
@@ -227,19 +227,19 @@ fn holder_pid(path: &Path) -> Option<u32> {
     let mut builder = redb::Builder::new();
     builder.set_concurrency_mode(redb::ConcurrencyMode::SingleWriter);
     builder.set_cache_size(1 << 20);
-    let db = crate::contain::quietly(|| builder.open_read_only(path))
+    let db = crate::redb_store::contain::quietly(|| builder.open_read_only(path))
         .ok()?
         .ok()?;
     let read = db.begin_read().ok()?;
-    crate::read::writer_pid(&read).ok().flatten()
+    crate::redb_store::reading::writer_pid(&read).ok().flatten()
 }
 
 /// Whether the store's last writing open shared it between processes, read read-only.
 fn held_shared(path: &Path) -> bool {
     open_read_only(path).ok().is_some_and(|view| {
-        view.begin_read()
-            .ok()
-            .is_some_and(|read| crate::read::shared_by_processes(&read).unwrap_or(false))
+        view.begin_read().ok().is_some_and(|read| {
+            crate::redb_store::reading::shared_by_processes(&read).unwrap_or(false)
+        })
     })
 }
 
@@ -248,7 +248,7 @@ pub(crate) enum ReadView {
     /// Beside a live writer (or none): each read sees the latest commit.
     Live(redb::ReadOnlyDatabase),
     /// The last commit of a store whose writer died, repaired in memory only
-    /// (see [`crate::rescue`]): a snapshot, and the file is left exactly as it was.
+    /// (see [`crate::redb_store::crashed_file`]): a snapshot, and the file is left exactly as it was.
     Rescued(Database),
 }
 
@@ -271,7 +271,7 @@ pub(crate) fn open_read_only(path: &Path) -> Result<ReadView, OpenError> {
     let mut builder = redb::Builder::new();
     builder.set_concurrency_mode(redb::ConcurrencyMode::SingleWriter);
     builder.set_cache_size(READ_CACHE);
-    match crate::contain::quietly(|| builder.open_read_only(path)) {
+    match crate::redb_store::contain::quietly(|| builder.open_read_only(path)) {
         Ok(Ok(db)) => Ok(ReadView::Live(db)),
         Ok(Err(DatabaseError::RepairAborted)) => rescue(path),
         Ok(Err(e)) => Err(map_database_error(path, e)),
@@ -283,10 +283,11 @@ const READ_CACHE: usize = 16 << 20;
 
 /// Opens the last committed state of a store its writer left unclean, repairing it in memory.
 fn rescue(path: &Path) -> Result<ReadView, OpenError> {
-    let overlay = crate::rescue::Overlay::open(path).map_err(|e| io_error(path, e))?;
+    let overlay =
+        crate::redb_store::crashed_file::Overlay::open(path).map_err(|e| io_error(path, e))?;
     let mut builder = redb::Builder::new();
     builder.set_cache_size(READ_CACHE);
-    match crate::contain::quietly(|| builder.create_with_backend(overlay)) {
+    match crate::redb_store::contain::quietly(|| builder.create_with_backend(overlay)) {
         Ok(Ok(db)) => Ok(ReadView::Rescued(db)),
         Ok(Err(e)) => Err(map_database_error(path, e)),
         Err(_) => Err(unreadable(path)),
@@ -414,7 +415,10 @@ pub(crate) fn settle(
     db: &Database,
     path: &Path,
     source: std::sync::Arc<dyn crate::clock::Clock>,
-    instance: Option<(crate::ids::InstanceId, &crate::instance::Registration)>,
+    instance: Option<(
+        crate::ids::InstanceId,
+        &crate::redb_store::instance::Registration,
+    )>,
 ) -> Result<Settled> {
     let shared = instance.is_some();
     let txn = db.begin_write()?;

@@ -4,29 +4,13 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use redb::{ReadTransaction, ReadableTable};
 
-use crate::codec;
 use crate::error::{Error, Result};
-use crate::index::entries;
 use crate::job::{JobState, RunRecord};
-use crate::schema;
-use crate::tx::decode_job;
-
-/// The findings of [`Store::check`](crate::Store::check).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct CheckReport {
-    /// How many job records were checked.
-    pub jobs: u64,
-    /// Every inconsistency found, in words. Empty means the store is sound.
-    pub problems: Vec<String>,
-}
-
-impl CheckReport {
-    /// Whether no problem was found.
-    pub fn is_clean(&self) -> bool {
-        self.problems.is_empty()
-    }
-}
+use crate::redb_store::codec;
+use crate::redb_store::index::entries;
+use crate::redb_store::schema;
+use crate::redb_store::writing::decode_job;
+use crate::report::CheckReport;
 
 type Ready = (String, i32, u64, u64);
 type Expiry = (String, u64, u64);
@@ -277,7 +261,7 @@ fn check_holders(
         Err(redb::TableError::TableDoesNotExist(_)) => return Ok(()),
         Err(e) => return Err(e.into()),
     };
-    if let Err(Error::Corrupt(e)) = crate::read::registrations(read) {
+    if let Err(Error::Corrupt(e)) = crate::redb_store::reading::registrations(read) {
         problems.push(format!("a registered process instance is unreadable: {e}"));
     }
     for entry in holders.iter()? {

@@ -1,0 +1,132 @@
+//! The redb [`Store`] as a worker pool's and a reaper's store (see [`crate::backend`]).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::backend::{Backend, Completion, LeaseBackend, Writes};
+use crate::error::Result;
+use crate::ids::StoreTime;
+use crate::job::JobState;
+use crate::lease::{Lease, LeaseTerms, Renewal};
+use crate::report::ReapReport;
+use crate::stats::Stats;
+
+use super::store::Store;
+
+impl From<Store> for Backend {
+    fn from(store: Store) -> Backend {
+        Backend(Arc::new(store))
+    }
+}
+
+impl From<&Store> for Backend {
+    fn from(store: &Store) -> Backend {
+        Backend(Arc::new(store.clone()))
+    }
+}
+
+impl LeaseBackend for Store {
+    fn now(&self) -> StoreTime {
+        Store::now(self)
+    }
+
+    fn work_generation(&self, queue: &str) -> u64 {
+        Store::work_generation(self, queue)
+    }
+
+    fn wait_for_work(&self, queue: &str, seen: u64, timeout: Duration) -> u64 {
+        Store::wait_for_work(self, queue, seen, timeout)
+    }
+
+    fn wake_queue(&self, queue: &str) {
+        Store::wake_queue(self, queue)
+    }
+
+    fn wake_all(&self) {
+        Store::wake_all(self)
+    }
+
+    fn idle_poll(&self) -> Option<Duration> {
+        // In-process commits wake the waiters, and other processes' send a datagram.
+        None
+    }
+
+    fn next_due(&self, queue: &str) -> Result<Option<StoreTime>> {
+        Store::next_due(self, queue)
+    }
+
+    fn stats(&self) -> Result<Stats> {
+        Store::stats(self)
+    }
+
+    fn heartbeat_batch(&self, beats: &[(&Lease, u64)]) -> Result<Vec<Result<Renewal>>> {
+        let mut results = Store::heartbeat_batch(self, beats);
+        // A failed commit answers every entry alike, with the shared group failure.
+        match results.first() {
+            Some(Err(crate::Error::Group(_))) => Err(results
+                .swap_remove(0)
+                .err()
+                .unwrap_or_else(|| crate::Error::Internal("a failed batch without its error"))),
+            _ => Ok(results),
+        }
+    }
+
+    fn complete(&self, lease: &Lease, output: &[u8], progress: Option<u64>) -> Result<()> {
+        self.complete_reporting(lease, output, progress)
+    }
+
+    fn complete_and_claim(
+        &self,
+        lease: &Lease,
+        output: &[u8],
+        progress: Option<u64>,
+        terms: LeaseTerms,
+    ) -> Result<Option<Lease>> {
+        self.complete_and_claim_reporting(lease, output, progress, terms)
+    }
+
+    fn complete_with_writes(
+        &self,
+        lease: &Lease,
+        output: &[u8],
+        progress: Option<u64>,
+        writes: Writes,
+    ) -> Result<()> {
+        match writes {
+            Writes::Redb(writes) => self.complete_with_reporting(lease, output, progress, writes),
+            #[cfg(feature = "postgres")]
+            Writes::Sql(_) => Err(crate::error::ConfigError::WritesForAnotherStore {
+                given: "SQL (Output::with_sql)",
+                store: "a redb store, whose writes are Output::with_writes",
+            }
+            .into()),
+        }
+    }
+
+    fn complete_all_then_claim(
+        &self,
+        done: Vec<Completion>,
+        queue: &str,
+        worker: &str,
+        terms: LeaseTerms,
+        n: usize,
+    ) -> (Vec<Result<()>>, Result<Vec<Lease>>) {
+        Store::complete_all_then_claim(self, done, queue, worker, terms, n)
+    }
+
+    fn fail(&self, lease: &Lease, error: &str, progress: Option<u64>) -> Result<JobState> {
+        self.fail_reporting(lease, error, progress)
+    }
+
+    fn release(&self, lease: &Lease, progress: Option<u64>) -> Result<()> {
+        self.release_reporting(lease, progress)
+    }
+
+    fn reap(&self) -> Result<ReapReport> {
+        Store::reap(self)
+    }
+
+    fn flush(&self) -> Result<()> {
+        Store::flush(self)
+    }
+}

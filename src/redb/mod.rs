@@ -1,0 +1,53 @@
+//! The redb engine: the lease protocol on one redb file (or a storage backend of the
+//! application's), shared by the processes of one host if need be.
+//!
+//! What leaves this folder is named here and nowhere else: the store and its builder, the
+//! read-only view, the application's transaction, and the few helpers the seam, the pool
+//! and the tests use. Everything else is the engine's own.
+//!
+//! | file | one idea |
+//! |---|---|
+//! | `store.rs`, `builder.rs` | the handle: write transactions at the store's time, durability; its settings |
+//! | `open.rs`, `create.rs` | opening and refusing files; creating one so that a crash leaves nothing half-made |
+//! | `crashed_file.rs` | reading a store whose writer died, its repair kept in memory |
+//! | `protocol.rs` | the lease protocol: the rule book applied over a write transaction |
+//! | `writing.rs` | a write transaction as the protocol sees it: the tables, the time, the tallies |
+//! | `app_transaction.rs` | the application's side of a leasehold transaction |
+//! | `index.rs`, `search.rs` | index maintenance, and finding work in the indexes |
+//! | `reading.rs`, `store_reader.rs`, `check.rs` | the read side, the read-only view, the integrity check |
+//! | `schema.rs`, `codec.rs` | the tables, and records as bytes |
+//! | `group.rs` | group commit |
+//! | `instance.rs`, `neighbours.rs`, `shared.rs` | processes sharing a store |
+//! | `contain.rs` | the engine's panics on a damaged page, kept quiet |
+//! | `backend.rs` | the store as a pool's and a reaper's |
+
+mod app_transaction;
+mod backend;
+mod builder;
+mod check;
+pub(crate) mod codec;
+mod contain;
+mod crashed_file;
+mod create;
+mod group;
+mod index;
+mod instance;
+mod neighbours;
+mod open;
+mod protocol;
+mod reading;
+mod schema;
+mod search;
+mod shared;
+mod store;
+mod store_reader;
+mod writing;
+
+pub use app_transaction::{RESERVED_TABLE_PREFIX, Transaction};
+pub use builder::{Sharing, StoreBuilder};
+pub use group::CommitShape;
+pub use schema::SCHEMA_VERSION;
+pub use store::Store;
+pub use store_reader::{HolderState, StoreReader};
+
+pub(crate) use codec::decode_counters;
