@@ -21,7 +21,7 @@ use crate::pool::{
 };
 use crate::redb_store::Store;
 
-impl PoolBuilder {
+impl<S: crate::backend::Engine> PoolBuilder<S> {
     /// Starts the pool with an async handler, whose futures run on the tokio runtime of
     /// `runtime` (pass `Handle::current()` from inside it). Everything else is as
     /// [`PoolBuilder::start`]: the pool's threads claim, renew and commit; each waits for its
@@ -31,12 +31,12 @@ impl PoolBuilder {
     where
         H: Fn(JobContext) -> F + Send + Sync + 'static,
         F: Future<Output = std::result::Result<O, JobError>> + Send + 'static,
-        O: Into<Output> + Send + 'static,
+        O: Into<Output<S::Writes>> + Send + 'static,
     {
         let handler: Handler = Arc::new(move |ctx: &JobContext| {
             let task = runtime.spawn(handler(ctx.clone()));
             match runtime.block_on(task) {
-                Ok(result) => result.map(Into::into),
+                Ok(result) => result.map(|o| crate::pool::any::<S>(o.into())),
                 // The pool counts the panic and fails the attempt, as for a blocking handler.
                 Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
                 Err(_) => Err(JobError::new(

@@ -12,12 +12,37 @@ use std::time::Duration;
 use crate::error::Result;
 use crate::ids::{Attempt, JobId, StoreTime};
 use crate::job::JobState;
+use crate::job_store::JobStore;
 use crate::lease::{Lease, LeaseTerms, Renewal};
-use crate::report::ReapReport;
-use crate::stats::Stats;
 
 /// What the application's writes return: its own error, whatever it is.
 type WritesResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
+
+/// A store a worker pool runs on, and the kind of application writes its completions carry
+/// ([`Output`](crate::Output)'s type parameter): redb tables on a [`Store`](crate::Store),
+/// SQL on a `PgStore`, either (checked when committed) on a [`Backend`]. Implemented by
+/// those three alone.
+pub trait Engine: Into<Backend> + Send + Sync + 'static + sealed::Sealed {
+    /// The application's writes a completion on this engine carries.
+    type Writes: Send + 'static;
+    /// Writes of this engine's kind as writes of either kind.
+    #[doc(hidden)]
+    fn any(writes: Self::Writes) -> crate::pool::AnyWrites;
+}
+
+pub(crate) mod sealed {
+    /// Only leasehold's stores are engines.
+    pub trait Sealed {}
+}
+
+impl sealed::Sealed for Backend {}
+
+impl Engine for Backend {
+    type Writes = crate::pool::AnyWrites;
+    fn any(writes: crate::pool::AnyWrites) -> crate::pool::AnyWrites {
+        writes
+    }
+}
 
 /// The application's writes of a completion, in the form of the store they run on.
 pub(crate) enum Writes {
@@ -32,24 +57,24 @@ pub(crate) enum Writes {
 /// attempt's last progress.
 pub(crate) type Completion = (JobId, Attempt, Vec<u8>, Option<u64>);
 
-/// What a pool's threads and a reaper call.
-pub(crate) trait LeaseBackend: Send + Sync + 'static {
+/// What a pool's threads and a reaper call: the contract every store keeps ([`JobStore`]),
+/// and the few things only a pool needs on top of it (the holder's last progress carried by
+/// an attempt's end, completions handed over in batches, a clock that never fails).
+pub(crate) trait LeaseBackend: JobStore + 'static {
     /// Store time. Never fails: a backend that cannot read its clock now estimates it from
     /// its last reading (a pool must judge its leases while the store is unreachable).
-    fn now(&self) -> StoreTime;
-    fn work_generation(&self, queue: &str) -> u64;
-    fn wait_for_work(&self, queue: &str, seen: u64, timeout: Duration) -> u64;
+    fn clock(&self) -> StoreTime;
     fn wake_queue(&self, queue: &str);
-    fn wake_all(&self);
     /// How often an idle pool looks for work no wake-up announced (another machine's
     /// enqueue, say): `None` where every commit that readies work wakes the waiters.
     fn idle_poll(&self) -> Option<Duration>;
     fn next_due(&self, queue: &str) -> Result<Option<StoreTime>>;
-    fn stats(&self) -> Result<Stats>;
     /// One answer per lease, or the error that failed the whole batch (nothing renewed).
-    fn heartbeat_batch(&self, beats: &[(&Lease, u64)]) -> Result<Vec<Result<Renewal>>>;
-    fn complete(&self, lease: &Lease, output: &[u8], progress: Option<u64>) -> Result<()>;
-    fn complete_and_claim(
+    fn renew_batch(&self, beats: &[(&Lease, u64)]) -> Result<Vec<Result<Renewal>>>;
+    /// Completes the attempt, recording the holder's last progress with it.
+    fn complete_reporting(&self, lease: &Lease, output: &[u8], progress: Option<u64>)
+    -> Result<()>;
+    fn complete_and_claim_reporting(
         &self,
         lease: &Lease,
         output: &[u8],
@@ -71,9 +96,9 @@ pub(crate) trait LeaseBackend: Send + Sync + 'static {
         terms: LeaseTerms,
         n: usize,
     ) -> (Vec<Result<()>>, Result<Vec<Lease>>);
-    fn fail(&self, lease: &Lease, error: &str, progress: Option<u64>) -> Result<JobState>;
-    fn release(&self, lease: &Lease, progress: Option<u64>) -> Result<()>;
-    fn reap(&self) -> Result<ReapReport>;
+    fn fail_reporting(&self, lease: &Lease, error: &str, progress: Option<u64>)
+    -> Result<JobState>;
+    fn release_reporting(&self, lease: &Lease, progress: Option<u64>) -> Result<()>;
     /// Makes what was committed durable (redb's eventual durability); a no-op elsewhere.
     fn flush(&self) -> Result<()>;
 }

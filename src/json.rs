@@ -46,9 +46,9 @@ impl JobContext {
     }
 }
 
-impl Output {
+impl<W> Output<W> {
     /// Output bytes that are `value` as JSON.
-    pub fn json<T: Serialize + ?Sized>(value: &T) -> std::result::Result<Output, JobError> {
+    pub fn json<T: Serialize + ?Sized>(value: &T) -> std::result::Result<Output<W>, JobError> {
         Ok(Output::new(to_json(value)?))
     }
 }

@@ -96,8 +96,10 @@ mod stats;
 mod batches;
 mod rules;
 
-// The seam between the engines and what runs on them, and the wake-ups both use.
+// The contract both engines keep, the seam between them and what runs on them, and the
+// wake-ups both use.
 mod backend;
+mod job_store;
 mod notify;
 
 // What runs on either engine.
@@ -119,7 +121,7 @@ pub mod testing;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 
-pub use backend::Backend;
+pub use backend::{Backend, Engine};
 pub use clock::{Clock, ClockReading, ManualClock, MonotonicClock};
 pub use config::{
     DEFAULT_LEASE, DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_PAYLOAD, DEFAULT_REAP_BATCH,
@@ -128,10 +130,11 @@ pub use config::{
 pub use error::{ConfigError, Error, InputError, LeaseLost, OpenError, Result};
 pub use ids::{Attempt, InstanceId, JobId, StoreTime};
 pub use job::{Job, JobLease, JobState, NewJob, Outcome, ReclaimPath, Run};
+pub use job_store::{JobStore, ReadJobs};
 pub use lease::{Lease, LeaseTerms, Renewal};
 pub use pool::{
-    Interrupted, Interruption, JobContext, JobError, Output, PoolBuilder, PoolStats,
-    ShutdownReport, WorkerPool,
+    AnyWrites, Interrupted, Interruption, JobContext, JobError, Output, PoolBuilder, PoolStats,
+    RedbWrites, ShutdownReport, WorkerPool,
 };
 pub use query::{JobFilter, JobOrder, QueueTiming};
 pub use reaper::{Reaper, ReaperMetrics};

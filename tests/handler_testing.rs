@@ -146,7 +146,7 @@ mod on_postgres {
         };
         let t = TestPgStore::new(&url).unwrap();
         let schema = t.schema().to_owned();
-        t.transaction_with(|tx| {
+        t.transaction(|tx| {
             tx.sql().batch_execute(&format!(
                 "CREATE TABLE {schema}.sent (job bigint PRIMARY KEY, text text NOT NULL)"
             ))?;
@@ -157,7 +157,10 @@ mod on_postgres {
     }
 
     /// The application's handler under test, SQL version.
-    fn send(schema: String) -> impl FnOnce(&leasehold::JobContext) -> Result<Output, JobError> {
+    fn send(
+        schema: String,
+    ) -> impl FnOnce(&leasehold::JobContext) -> Result<Output<leasehold::postgres::SqlWrites>, JobError>
+    {
         move |ctx| {
             let text = String::from_utf8(ctx.payload().to_vec())?;
             let job = i64::try_from(ctx.job().0)?;
@@ -173,7 +176,7 @@ mod on_postgres {
 
     fn sent(t: &TestPgStore) -> Vec<(i64, String)> {
         let select = format!("SELECT job, text FROM {}.sent ORDER BY job", t.schema());
-        t.transaction_with(|tx| Ok(tx.sql().query(&select, &[])?))
+        t.transaction(|tx| Ok(tx.sql().query(&select, &[])?))
             .unwrap()
             .iter()
             .map(|row| (row.try_get(0).unwrap(), row.try_get(1).unwrap()))

@@ -188,7 +188,7 @@ fn hostile_api_inputs_are_refused_with_their_own_error_and_change_nothing() {
 fn hostile_settings_are_refused_before_anything_runs() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path().join("s.redb")).unwrap();
-    let pool_err = |b: leasehold::PoolBuilder| b.start(|_| Ok(())).err().unwrap();
+    let pool_err = |b: leasehold::PoolBuilder<leasehold::Store>| b.start(|_| Ok(())).err().unwrap();
     let cases: Vec<Refusal> = vec![
         (
             "heartbeat equal to lease",

@@ -321,7 +321,7 @@ pub fn jobs(
     sort: SortArg,
 ) -> Result<ExitCode, Error> {
     let store = open(db)?;
-    let now = store.now();
+    let now = store.now()?;
     let order = match sort {
         SortArg::Oldest => JobOrder::Oldest,
         SortArg::Newest => JobOrder::Newest,
@@ -401,7 +401,7 @@ pub fn jobs(
 
 pub fn show(db: &Path, json: bool, id: u64, raw: bool) -> Result<ExitCode, Error> {
     let store = open(db)?;
-    let now = store.now();
+    let now = store.now()?;
     let job = store.job(JobId(id))?.ok_or(Error::JobNotFound(JobId(id)))?;
     let payload = store.payload(job.id())?.unwrap_or_default();
     if raw {
@@ -559,7 +559,7 @@ pub fn watch(db: &Path, interval: Duration, iterations: u64) -> Result<ExitCode,
             // starts meanwhile is followed.
             store = Reader::open(db)?;
         }
-        let now = store.now();
+        let now = store.now()?;
         let stats = store.stats()?;
         let running = store.jobs(&JobFilter {
             state: Some(JobState::Running),

@@ -16,7 +16,7 @@ use super::target::{Writer, open_postgres, postgres_url};
 /// joined as its sharing says; only `enqueue` may create a missing file.
 fn open(db: &Path, create: bool) -> Result<Writer, Error> {
     if let Some(url) = postgres_url(db) {
-        return Ok(Writer::Postgres(open_postgres(url, create)?));
+        return Ok(Writer::database(open_postgres(url, create)?));
     }
     if !create && !db.exists() {
         return Err(OpenError::Io {
@@ -41,7 +41,7 @@ fn open(db: &Path, create: bool) -> Result<Writer, Error> {
             leasehold::SCHEMA_VERSION
         );
     }
-    let store = Writer::File(opened);
+    let store = Writer::file(opened);
     let took = store.recovered_at_open().reclaimed.len();
     if took > 0 {
         eprintln!(
@@ -185,7 +185,7 @@ pub fn purge(
 
 pub fn reap(db: &Path, json: bool) -> Result<ExitCode, Error> {
     let store = open(db, false)?;
-    let report = store.reap()?;
+    let report = store.reap_pass()?;
     let at_open = &store.recovered_at_open().reclaimed;
     if json {
         #[derive(Serialize)]
@@ -263,11 +263,11 @@ pub fn reap(db: &Path, json: bool) -> Result<ExitCode, Error> {
 pub fn compact(db: &Path, json: bool) -> Result<ExitCode, Error> {
     // A store that processes share is compacted alone: opened as its single writer, which
     // redb refuses while any other process has it open.
-    let mut store = match postgres_url(db) {
+    let store = match postgres_url(db) {
         Some(_) => open(db, false)?,
         None if !db.exists() => open(db, false)?,
         None => match Store::builder(db).open() {
-            Ok(store) => Writer::File(store),
+            Ok(store) => Writer::file(store),
             Err(Error::Open(OpenError::IncompatibleSharing { .. })) => {
                 eprintln!(
                     "leasehold: compact needs the store to itself, and other processes share it \
@@ -286,7 +286,6 @@ pub fn compact(db: &Path, json: bool) -> Result<ExitCode, Error> {
         return Ok(ExitCode::from(2));
     };
     let compacted = compacted?;
-    drop(store);
     let after = std::fs::metadata(db).map(|m| m.len()).unwrap_or(0);
     if json {
         #[derive(Serialize)]

@@ -1,15 +1,16 @@
 //! Where the tool works: a store file, or a PostgreSQL database named by a `postgres://` URL
-//! in `--db` (or `LEASEHOLD_DB`). Each command is written once, against [`Reader`] or
-//! [`Writer`]; what only a file has (a writer's pid, a clean close, processes sharing it)
-//! answers as "none" on PostgreSQL.
+//! in `--db` (or `LEASEHOLD_DB`). Each command is written once, against the contract both
+//! engines keep ([`ReadJobs`], [`JobStore`]) through [`Reader`] or [`Writer`]; what only a
+//! file has (a writer's pid, a clean close, processes sharing it) answers as "none" on
+//! PostgreSQL.
 
 use std::path::Path;
-use std::time::Duration;
+use std::sync::Arc;
 
 use leasehold::postgres::PgStore;
 use leasehold::{
-    CheckReport, Error, HolderState, InstanceId, Job, JobFilter, JobId, JobState, NewJob,
-    QueueTiming, ReapReport, Run, Stats, Store, StoreReader, StoreTime,
+    Error, HolderState, InstanceId, JobId, JobStore, ReadJobs, ReapReport, Store, StoreReader,
+    StoreTime,
 };
 
 /// The PostgreSQL URL in `db`, if it is one.
@@ -61,10 +62,20 @@ pub fn describe(db: &Path) -> String {
     }
 }
 
-/// The read side of a store file or a database.
-pub enum Reader {
-    File(StoreReader),
-    Postgres(PgStore),
+/// The read side of a store file or a database: every read through the contract both
+/// engines keep ([`ReadJobs`]); what only a file has (a writer's pid, a clean close,
+/// processes sharing it) from the file's reader, and answered as "none" on a database.
+pub struct Reader {
+    store: Arc<dyn ReadJobs>,
+    /// The file's reader (`None` for a database).
+    file: Option<Arc<StoreReader>>,
+}
+
+impl std::ops::Deref for Reader {
+    type Target = dyn ReadJobs;
+    fn deref(&self) -> &Self::Target {
+        &*self.store
+    }
 }
 
 impl Reader {
@@ -72,8 +83,17 @@ impl Reader {
     pub fn open(db: &Path) -> Result<Reader, Error> {
         match postgres_url(db) {
             // A read never makes a store: a mistyped schema is refused, not created empty.
-            Some(url) => Ok(Reader::Postgres(open_postgres(url, false)?)),
-            None => Ok(Reader::File(StoreReader::open(db)?)),
+            Some(url) => Ok(Reader {
+                store: Arc::new(open_postgres(url, false)?),
+                file: None,
+            }),
+            None => {
+                let file = Arc::new(StoreReader::open(db)?);
+                Ok(Reader {
+                    store: file.clone(),
+                    file: Some(file),
+                })
+            }
         }
     }
 
@@ -81,173 +101,101 @@ impl Reader {
     /// own start (`t+12.5s`); a database's is its clock, shown as a UTC date (counted from
     /// the Unix epoch, it read `t+1796171245s`).
     pub fn describe_time(&self, t: StoreTime) -> String {
-        match self {
-            Reader::File(_) => t.to_string(),
-            Reader::Postgres(_) => {
+        match &self.file {
+            Some(_) => t.to_string(),
+            None => {
                 let at = std::time::UNIX_EPOCH + std::time::Duration::from_nanos(t.as_nanos());
                 humantime::format_rfc3339_millis(at).to_string()
             }
         }
     }
 
-    pub fn now(&self) -> StoreTime {
-        match self {
-            Reader::File(r) => r.now(),
-            Reader::Postgres(p) => p.now().unwrap_or(StoreTime::ZERO),
-        }
-    }
-
-    pub fn stats(&self) -> Result<Stats, Error> {
-        match self {
-            Reader::File(r) => r.stats(),
-            Reader::Postgres(p) => p.stats(),
-        }
-    }
-
-    pub fn timing(&self, queue: &str) -> Result<QueueTiming, Error> {
-        match self {
-            Reader::File(r) => r.timing(queue),
-            Reader::Postgres(p) => p.timing(queue),
-        }
-    }
-
-    pub fn jobs(&self, filter: &JobFilter) -> Result<Vec<Job>, Error> {
-        match self {
-            Reader::File(r) => r.jobs(filter),
-            Reader::Postgres(p) => p.jobs(filter),
-        }
-    }
-
-    pub fn job(&self, id: JobId) -> Result<Option<Job>, Error> {
-        match self {
-            Reader::File(r) => r.job(id),
-            Reader::Postgres(p) => p.job(id),
-        }
-    }
-
-    pub fn history(&self, id: JobId) -> Result<Vec<Run>, Error> {
-        match self {
-            Reader::File(r) => r.history(id),
-            Reader::Postgres(p) => p.history(id),
-        }
-    }
-
-    pub fn payload(&self, id: JobId) -> Result<Option<Vec<u8>>, Error> {
-        match self {
-            Reader::File(r) => r.payload(id),
-            Reader::Postgres(p) => p.payload(id),
-        }
-    }
-
-    pub fn output(&self, id: JobId) -> Result<Option<Vec<u8>>, Error> {
-        match self {
-            Reader::File(r) => r.output(id),
-            Reader::Postgres(p) => p.output(id),
-        }
-    }
-
-    pub fn check(&self) -> Result<CheckReport, Error> {
-        match self {
-            Reader::File(r) => r.check(),
-            Reader::Postgres(p) => p.check(),
-        }
-    }
-
     /// Whether the last writer closed the file cleanly (a database is always consistent).
     pub fn closed_cleanly(&self) -> bool {
-        match self {
-            Reader::File(r) => r.closed_cleanly(),
-            Reader::Postgres(_) => true,
-        }
+        self.file.as_ref().is_none_or(|r| r.closed_cleanly())
     }
 
     pub fn writer_pid(&self) -> Result<Option<u32>, Error> {
-        match self {
-            Reader::File(r) => r.writer_pid(),
-            Reader::Postgres(_) => Ok(None),
+        match &self.file {
+            Some(r) => r.writer_pid(),
+            None => Ok(None),
         }
     }
 
     /// Who holds each running lease, where processes share a store file.
     pub fn holders(&self) -> Result<Vec<(JobId, InstanceId, HolderState)>, Error> {
-        match self {
-            Reader::File(r) if r.sharing()? == leasehold::Sharing::MultiProcess => r.holders(),
+        match &self.file {
+            Some(r) if r.sharing()? == leasehold::Sharing::MultiProcess => r.holders(),
             _ => Ok(Vec::new()),
         }
     }
 
     pub fn shared_by_processes(&self) -> Result<bool, Error> {
-        match self {
-            Reader::File(r) => Ok(r.sharing()? == leasehold::Sharing::MultiProcess),
-            Reader::Postgres(_) => Ok(false),
+        match &self.file {
+            Some(r) => Ok(r.sharing()? == leasehold::Sharing::MultiProcess),
+            None => Ok(false),
         }
     }
 }
 
-/// The write side of a store file or a database.
-pub enum Writer {
-    File(Store),
-    Postgres(PgStore),
+/// The write side of a store file or a database: every write through [`JobStore`]; what a
+/// file or a database does apart (recovery at open, compaction, a vacuum to wait for) from
+/// its own type.
+pub struct Writer {
+    store: Arc<dyn JobStore>,
+    file: Option<Store>,
+    database: Option<PgStore>,
+}
+
+impl std::ops::Deref for Writer {
+    type Target = dyn JobStore;
+    fn deref(&self) -> &Self::Target {
+        &*self.store
+    }
 }
 
 impl Writer {
-    pub fn enqueue(&self, job: NewJob) -> Result<JobId, Error> {
-        match self {
-            Writer::File(s) => s.enqueue(job),
-            Writer::Postgres(p) => p.enqueue(job),
+    pub fn file(store: Store) -> Writer {
+        Writer {
+            store: Arc::new(store.clone()),
+            file: Some(store),
+            database: None,
         }
     }
 
-    pub fn retry(&self, id: JobId) -> Result<(), Error> {
-        match self {
-            Writer::File(s) => s.retry(id),
-            Writer::Postgres(p) => p.retry(id),
-        }
-    }
-
-    pub fn cancel(&self, id: JobId) -> Result<JobState, Error> {
-        match self {
-            Writer::File(s) => s.cancel(id),
-            Writer::Postgres(p) => p.cancel(id),
-        }
-    }
-
-    pub fn purge(&self, older_than: Duration, states: &[JobState]) -> Result<usize, Error> {
-        match self {
-            Writer::File(s) => s.purge(older_than, states),
-            Writer::Postgres(p) => p.purge(older_than, states),
+    pub fn database(store: PgStore) -> Writer {
+        Writer {
+            store: Arc::new(store.clone()),
+            file: None,
+            database: Some(store),
         }
     }
 
     /// One reaper pass. On a database, a vacuum the pass started is waited for: the server
     /// would cancel it when this process's connection closes.
-    pub fn reap(&self) -> Result<ReapReport, Error> {
-        match self {
-            Writer::File(s) => s.reap(),
-            Writer::Postgres(p) => {
-                let report = p.reap()?;
-                while p.vacuum_running() {
-                    std::thread::sleep(std::time::Duration::from_millis(20));
-                }
-                Ok(report)
+    pub fn reap_pass(&self) -> Result<ReapReport, Error> {
+        let report = self.store.reap()?;
+        if let Some(p) = &self.database {
+            while p.vacuum_running() {
+                std::thread::sleep(std::time::Duration::from_millis(20));
             }
         }
+        Ok(report)
     }
 
     /// What opening took back (a database is never opened by taking leases back).
     pub fn recovered_at_open(&self) -> ReapReport {
-        match self {
-            Writer::File(s) => s.recovered_at_open().clone(),
-            Writer::Postgres(_) => ReapReport::default(),
+        match &self.file {
+            Some(s) => s.recovered_at_open().clone(),
+            None => ReapReport::default(),
         }
     }
 
     /// Compacts a store file; `None` for a database, whose space PostgreSQL's `VACUUM`
-    /// reclaims.
-    pub fn compact(&mut self) -> Option<Result<bool, Error>> {
-        match self {
-            Writer::File(s) => Some(s.compact()),
-            Writer::Postgres(_) => None,
-        }
+    /// reclaims. Needs the only handle on the file, so it takes the writer.
+    pub fn compact(self) -> Option<Result<bool, Error>> {
+        let Writer { store, file, .. } = self;
+        drop(store);
+        file.map(|mut s| s.compact())
     }
 }

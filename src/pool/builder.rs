@@ -8,20 +8,23 @@ use std::time::Duration;
 
 use parking_lot::{Condvar, Mutex};
 
-use super::context::{JobContext, JobError, Output};
+use super::context::{AnyWrites, JobContext, JobError, Output};
 use super::pace::{Pace, Prefetch};
 use super::stats::Counters;
 use super::{DEFAULT_SHUTDOWN_GRACE, Handler, Phase, Shared, Validator, WorkerPool, handover};
-use crate::backend::Backend;
+use crate::backend::{Backend, Engine};
 use crate::config::LeaseSettings;
 use crate::error::{ConfigError, Result};
 use crate::input;
 use crate::lease::LeaseTerms;
 
 impl WorkerPool {
-    /// A builder for a pool that works `queue` of `store`.
-    pub fn builder(store: impl Into<Backend>, queue: impl Into<String>) -> PoolBuilder {
+    /// A builder for a pool that works `queue` of `store`: a [`Store`](crate::Store), a
+    /// `PgStore`, or a [`Backend`] of either. Its handler's [`Output`] carries writes of
+    /// that store's kind (see [`Output`]).
+    pub fn builder<S: Engine>(store: S, queue: impl Into<String>) -> PoolBuilder<S> {
         PoolBuilder {
+            engine: std::marker::PhantomData,
             store: store.into(),
             queue: queue.into(),
             worker_id: None,
@@ -36,8 +39,10 @@ impl WorkerPool {
     }
 }
 
-/// Configures a [`WorkerPool`]; see [`WorkerPool::builder`].
-pub struct PoolBuilder {
+/// Configures a [`WorkerPool`]; see [`WorkerPool::builder`]. `S` is the store's kind, which
+/// decides the kind of writes its handler's outputs carry.
+pub struct PoolBuilder<S: Engine = Backend> {
+    engine: std::marker::PhantomData<fn() -> S>,
     store: Backend,
     queue: String,
     worker_id: Option<String>,
@@ -50,15 +55,15 @@ pub struct PoolBuilder {
     shutdown_grace: Duration,
 }
 
-impl PoolBuilder {
+impl<S: Engine> PoolBuilder<S> {
     /// The id recorded as the holder of this pool's leases. Default: `host-pid-random`.
-    pub fn worker_id(mut self, id: impl Into<String>) -> PoolBuilder {
+    pub fn worker_id(mut self, id: impl Into<String>) -> PoolBuilder<S> {
         self.worker_id = Some(id.into());
         self
     }
 
     /// How many jobs run at once. Default: 1.
-    pub fn concurrency(mut self, n: usize) -> PoolBuilder {
+    pub fn concurrency(mut self, n: usize) -> PoolBuilder<S> {
         self.concurrency = n;
         self
     }
@@ -74,33 +79,33 @@ impl PoolBuilder {
     /// other pools while it waits, and its stall timeout (if any) runs from its claim, which
     /// is why the default claims ahead only what two commits' wait covers. At shutdown,
     /// jobs claimed ahead are released, not run.
-    pub fn prefetch(mut self, n: usize) -> PoolBuilder {
+    pub fn prefetch(mut self, n: usize) -> PoolBuilder<S> {
         self.prefetch = Prefetch::Fixed(n);
         self
     }
 
     /// The lease length. Default: 60 s.
-    pub fn lease(mut self, lease: Duration) -> PoolBuilder {
+    pub fn lease(mut self, lease: Duration) -> PoolBuilder<S> {
         self.lease = lease;
         self
     }
 
     /// How often leases are renewed. Default: a third of the lease. Must be shorter than it.
-    pub fn heartbeat_every(mut self, every: Duration) -> PoolBuilder {
+    pub fn heartbeat_every(mut self, every: Duration) -> PoolBuilder<S> {
         self.heartbeat = Some(every);
         self
     }
 
     /// A job whose progress counter does not move for this long is stuck, not alive: the
     /// store revokes its lease (outcome `Stalled`) and the handler is interrupted.
-    pub fn stall_timeout(mut self, timeout: Duration) -> PoolBuilder {
+    pub fn stall_timeout(mut self, timeout: Duration) -> PoolBuilder<S> {
         self.stall_timeout = Some(timeout);
         self
     }
 
     /// Checks each output before it is committed. A lease detects silence, not wrong
     /// answers; a refused output fails the attempt (and is retried by the retry policy).
-    pub fn validate<V>(mut self, validator: V) -> PoolBuilder
+    pub fn validate<V>(mut self, validator: V) -> PoolBuilder<S>
     where
         V: Fn(&JobContext, &[u8]) -> std::result::Result<(), String> + Send + Sync + 'static,
     {
@@ -109,7 +114,7 @@ impl PoolBuilder {
     }
 
     /// How long dropping the pool lets in-flight jobs finish. Default: 10 s.
-    pub fn shutdown_grace(mut self, grace: Duration) -> PoolBuilder {
+    pub fn shutdown_grace(mut self, grace: Duration) -> PoolBuilder<S> {
         self.shutdown_grace = grace;
         self
     }
@@ -118,9 +123,9 @@ impl PoolBuilder {
     pub fn start<H, O>(self, handler: H) -> Result<WorkerPool>
     where
         H: Fn(&JobContext) -> std::result::Result<O, JobError> + Send + Sync + 'static,
-        O: Into<Output>,
+        O: Into<Output<S::Writes>>,
     {
-        let handler: Handler = Arc::new(move |ctx| handler(ctx).map(Into::into));
+        let handler: Handler = Arc::new(move |ctx| handler(ctx).map(|o| any::<S>(o.into())));
         self.start_handler(handler)
     }
 
@@ -170,6 +175,14 @@ impl PoolBuilder {
             workers_exited: Condvar::new(),
         });
         WorkerPool::spawn(shared, self.shutdown_grace)
+    }
+}
+
+/// An output of an engine's kind as the pool's own form.
+pub(crate) fn any<S: Engine>(output: Output<S::Writes>) -> Output<AnyWrites> {
+    Output {
+        bytes: output.bytes,
+        writes: output.writes.map(S::any),
     }
 }
 

@@ -250,20 +250,60 @@ impl JobContext {
 
 /// What a successful handler commits: its output bytes and, optionally, the application's
 /// own writes, applied in the completion's transaction only if the fence holds.
-pub struct Output {
+///
+/// The writes are of one engine's kind, and the type says which: [`Output::with_writes`]
+/// makes an `Output<RedbWrites>` (redb tables, the default), [`Output::with_sql`] an
+/// `Output<SqlWrites>` (PostgreSQL). A pool on a [`Store`](crate::Store) takes the first, a
+/// pool on a `PgStore` the second, so handing a pool the other engine's writes does not
+/// compile. A pool on a [`Backend`](crate::Backend) (either engine, chosen at run time)
+/// takes `Output<AnyWrites>` ([`Output::into_any`]), and refuses writes of the wrong kind
+/// when it commits them ([`ConfigError::WritesForAnotherStore`](crate::ConfigError)):
+///
+/// ```compile_fail
+/// # fn main() -> Result<(), leasehold::Error> {
+/// # let dir = tempfile::tempdir().unwrap();
+/// let store = leasehold::Store::open(dir.path().join("jobs.redb"))?;
+/// leasehold::WorkerPool::builder(store, "q").start(|_ctx| {
+///     // SQL for a pool on a redb file: a type error, not a failure at run time
+///     Ok(leasehold::Output::with_sql(b"x".to_vec(), |_t| Ok::<(), leasehold::Error>(())))
+/// })?;
+/// # Ok(())
+/// # }
+/// ```
+pub struct Output<W = RedbWrites> {
     pub(crate) bytes: Vec<u8>,
-    pub(crate) writes: Option<Writes>,
+    pub(crate) writes: Option<W>,
 }
 
-impl Output {
+/// The application's writes to its own redb tables, in a completion's transaction (see
+/// [`Output::with_writes`]).
+pub struct RedbWrites(pub(crate) Box<dyn FnOnce(&mut Transaction<'_, '_>) -> WritesResult + Send>);
+
+/// The application's SQL, in a completion's PostgreSQL transaction (see [`Output::with_sql`];
+/// the `postgres` feature).
+#[cfg(feature = "postgres")]
+pub struct SqlWrites(
+    pub(crate) Box<dyn FnMut(&mut crate::postgres::PgTransaction<'_, '_>) -> WritesResult + Send>,
+);
+
+/// Writes of either engine's kind, for a pool on a [`Backend`](crate::Backend) chosen at run
+/// time (see [`Output::into_any`]).
+pub struct AnyWrites(pub(crate) Writes);
+
+/// What the application's writes return: its own error, whatever it is.
+type WritesResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
+
+impl<W> Output<W> {
     /// Output bytes alone.
-    pub fn new(bytes: impl Into<Vec<u8>>) -> Output {
+    pub fn new(bytes: impl Into<Vec<u8>>) -> Output<W> {
         Output {
             bytes: bytes.into(),
             writes: None,
         }
     }
+}
 
+impl Output<RedbWrites> {
     /// Output bytes plus the application's writes, committed with the completion or not at
     /// all (see [`Store::complete_with`](crate::Store::complete_with)): its own tables
     /// ([`Transaction::open_table`]) and follow-up jobs ([`Transaction::enqueue`]). `writes`
@@ -271,19 +311,30 @@ impl Output {
     /// [`Transaction`] and not the store (which refuses it with
     /// [`Error::Reentered`](crate::Error::Reentered)). If it fails, the completion rolls
     /// back and the attempt fails with its error.
-    pub fn with_writes<F, E>(bytes: impl Into<Vec<u8>>, writes: F) -> Output
+    pub fn with_writes<F, E>(bytes: impl Into<Vec<u8>>, writes: F) -> Output<RedbWrites>
     where
         F: FnOnce(&mut Transaction<'_, '_>) -> Result<(), E> + Send + 'static,
         E: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
         Output {
             bytes: bytes.into(),
-            writes: Some(Writes::Redb(Box::new(move |txn| {
+            writes: Some(RedbWrites(Box::new(move |txn| {
                 writes(txn).map_err(Into::into)
             }))),
         }
     }
 
+    /// The same output for a pool on a [`Backend`](crate::Backend) of either engine.
+    pub fn into_any(self) -> Output<AnyWrites> {
+        Output {
+            bytes: self.bytes,
+            writes: self.writes.map(|RedbWrites(w)| AnyWrites(Writes::Redb(w))),
+        }
+    }
+}
+
+#[cfg(feature = "postgres")]
+impl Output<SqlWrites> {
     /// Output bytes plus the application's SQL and follow-up jobs, run in the completion's
     /// PostgreSQL transaction only if the fence holds: [`Output::with_writes`] for a pool on
     /// a [`PgStore`](crate::postgres::PgStore) (the `postgres` feature).
@@ -291,22 +342,29 @@ impl Output {
     /// A transaction PostgreSQL aborts for a deadlock or serialization failure runs again,
     /// `writes` included (so it may run more than once, and only the last run commits); such
     /// an abort spends no attempt of the job.
-    #[cfg(feature = "postgres")]
-    pub fn with_sql<F, E>(bytes: impl Into<Vec<u8>>, mut writes: F) -> Output
+    pub fn with_sql<F, E>(bytes: impl Into<Vec<u8>>, mut writes: F) -> Output<SqlWrites>
     where
         F: FnMut(&mut crate::postgres::PgTransaction<'_, '_>) -> Result<(), E> + Send + 'static,
         E: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
         Output {
             bytes: bytes.into(),
-            writes: Some(Writes::Sql(Box::new(move |txn| {
+            writes: Some(SqlWrites(Box::new(move |txn| {
                 writes(txn).map_err(Into::into)
             }))),
         }
     }
+
+    /// The same output for a pool on a [`Backend`](crate::Backend) of either engine.
+    pub fn into_any(self) -> Output<AnyWrites> {
+        Output {
+            bytes: self.bytes,
+            writes: self.writes.map(|SqlWrites(w)| AnyWrites(Writes::Sql(w))),
+        }
+    }
 }
 
-impl fmt::Debug for Output {
+impl<W> fmt::Debug for Output<W> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Output")
             .field("bytes", &self.bytes.len())
@@ -315,26 +373,26 @@ impl fmt::Debug for Output {
     }
 }
 
-impl From<Vec<u8>> for Output {
-    fn from(bytes: Vec<u8>) -> Output {
+impl<W> From<Vec<u8>> for Output<W> {
+    fn from(bytes: Vec<u8>) -> Output<W> {
         Output::new(bytes)
     }
 }
 
-impl From<&[u8]> for Output {
-    fn from(bytes: &[u8]) -> Output {
+impl<W> From<&[u8]> for Output<W> {
+    fn from(bytes: &[u8]) -> Output<W> {
         Output::new(bytes)
     }
 }
 
-impl From<String> for Output {
-    fn from(text: String) -> Output {
+impl<W> From<String> for Output<W> {
+    fn from(text: String) -> Output<W> {
         Output::new(text)
     }
 }
 
-impl From<()> for Output {
-    fn from((): ()) -> Output {
+impl<W> From<()> for Output<W> {
+    fn from((): ()) -> Output<W> {
         Output::new(Vec::new())
     }
 }

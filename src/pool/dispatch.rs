@@ -62,7 +62,7 @@ fn dispatch_until_stopped(
                 return;
             }
             let done = shared.handover.take();
-            let now = shared.store.now();
+            let now = shared.store.clock();
             let intake = intake(shared, now, free);
             let want = match intake {
                 Intake::Claim(n) => n,
@@ -149,7 +149,7 @@ fn look_at_renewals(shared: &Shared) {
     if shared.paused() || !shared.heartbeat_overdue() {
         return;
     }
-    let now = shared.store.now();
+    let now = shared.store.clock();
     if !shared.renewals_healthy(now) {
         shared.shed_expired(now);
     }

@@ -36,27 +36,27 @@ pub(crate) fn beat(shared: &Shared) {
         .cloned()
         .collect();
     if flights.is_empty() {
-        shared.renewed_at(shared.store.now());
+        shared.renewed_at(shared.store.clock());
         return;
     }
     let beats: Vec<(&Lease, u64)> = flights
         .iter()
         .map(|f| (&f.lease, f.state.progress()))
         .collect();
-    match shared.store.heartbeat_batch(&beats) {
+    match shared.store.renew_batch(&beats) {
         Err(e) => {
             bump(&shared.counters.heartbeat_failures);
             tracing::warn!(queue = %shared.queue, error = %e, leases = flights.len(), "renewal batch failed");
         }
         Ok(results) => {
             bump(&shared.counters.heartbeat_batches);
-            shared.renewed_at(shared.store.now());
+            shared.renewed_at(shared.store.clock());
             for (flight, result) in flights.iter().zip(results) {
                 apply(shared, flight, result);
             }
         }
     }
-    let now = shared.store.now();
+    let now = shared.store.clock();
     if !shared.renewals_healthy(now) {
         shared.shed_expired(now);
     }

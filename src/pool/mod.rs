@@ -31,7 +31,10 @@ use crossbeam_channel::{Sender, bounded, unbounded};
 use parking_lot::{Condvar, Mutex};
 
 pub use builder::PoolBuilder;
-pub use context::{Interrupted, Interruption, JobContext, JobError, Output};
+pub(crate) use builder::any;
+#[cfg(feature = "postgres")]
+pub use context::SqlWrites;
+pub use context::{AnyWrites, Interrupted, Interruption, JobContext, JobError, Output, RedbWrites};
 pub use stats::PoolStats;
 
 use crate::backend::LeaseBackend;
@@ -47,7 +50,7 @@ pub(crate) use run::failure_of_rolled_back_completion;
 use stats::Counters;
 
 pub(crate) type Handler =
-    Arc<dyn Fn(&JobContext) -> std::result::Result<Output, JobError> + Send + Sync>;
+    Arc<dyn Fn(&JobContext) -> std::result::Result<Output<AnyWrites>, JobError> + Send + Sync>;
 type Validator = Arc<dyn Fn(&JobContext, &[u8]) -> std::result::Result<(), String> + Send + Sync>;
 
 /// How often [`WorkerPool::wait_idle`] looks at the store again while none of the pool's own
@@ -244,7 +247,7 @@ impl WorkerPool {
         for flight in &leftover {
             flight.state.interrupt(Interruption::Shutdown, None);
             let progress = Some(flight.state.progress());
-            match shared.store.release(&flight.lease, progress) {
+            match shared.store.release_reporting(&flight.lease, progress) {
                 Ok(()) => {
                     released += 1;
                     stats::bump(&shared.counters.released);
@@ -432,7 +435,7 @@ impl Shared {
         };
         let mut flights = self.flights.lock();
         if flights.is_empty() {
-            self.renewed_at(self.store.now());
+            self.renewed_at(self.store.clock());
         }
         flights.insert((flight.lease.job, flight.lease.attempt), flight.clone());
         flight
@@ -441,7 +444,7 @@ impl Shared {
     /// Whether the pool takes new work now: running, not paused, and its renewals keeping up
     /// (an overloaded pool that keeps claiming piles up false reclaims).
     fn may_claim(&self) -> bool {
-        self.running() && !self.paused() && self.renewals_healthy(self.store.now())
+        self.running() && !self.paused() && self.renewals_healthy(self.store.clock())
     }
 
     /// The right to claim now, held for the length of the claim's transaction so that

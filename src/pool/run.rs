@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 
 use crossbeam_channel::{Receiver, Sender};
 
-use super::context::{Interruption, JobContext, Output};
+use super::context::{AnyWrites, Interruption, JobContext, Output};
 use super::handover::Handed;
 use super::stats::bump;
 use super::{Flight, Shared};
@@ -51,7 +51,7 @@ pub(crate) fn worker_loop(shared: &Shared, jobs: &Receiver<Flight>, slots: &Send
 /// Releases the job: claimable again at once, no budget spent.
 fn give_back(shared: &Shared, flight: &Flight) {
     let progress = Some(flight.state.progress());
-    match shared.store.release(&flight.lease, progress) {
+    match shared.store.release_reporting(&flight.lease, progress) {
         Ok(()) => bump(&shared.counters.released),
         Err(e) if e.is_lease_lost() => bump(&shared.counters.rejected_writes),
         Err(e) => tracing::warn!(job = %flight.lease.job, error = %e, "release failed"),
@@ -70,7 +70,7 @@ enum After {
 
 /// What the handler's run amounts to.
 enum Verdict {
-    Complete(Output),
+    Complete(Output<AnyWrites>),
     Fail { message: String, counter: FailKind },
 }
 
@@ -128,7 +128,10 @@ fn run_one(shared: &Shared, flight: Flight) -> After {
         }
         (Some(Interruption::Shutdown), Verdict::Fail { .. }) => {}
         (Some(Interruption::LeaseExpired), _) => {
-            match shared.store.release(lease, Some(flight.state.progress())) {
+            match shared
+                .store
+                .release_reporting(lease, Some(flight.state.progress()))
+            {
                 Ok(()) => bump(&shared.counters.released),
                 Err(e) if e.is_lease_lost() => bump(&shared.counters.rejected_writes),
                 Err(e) => tracing::warn!(job = %lease.job, error = %e, "release failed"),
@@ -148,7 +151,7 @@ fn run_one(shared: &Shared, flight: Flight) -> After {
 /// refill their workers. A lone worker commits its own and, when the pool may take more work,
 /// claims its next job in the same transaction (a hand-off to another thread would cost more
 /// than the commit).
-fn commit_success(shared: &Shared, flight: Flight, output: Output) -> After {
+fn commit_success(shared: &Shared, flight: Flight, output: Output<AnyWrites>) -> After {
     let Output { bytes, writes } = output;
     let mut handed = Handed {
         flight,
@@ -172,7 +175,7 @@ fn commit_success(shared: &Shared, flight: Flight, output: Output) -> After {
             let commit = || {
                 shared
                     .store
-                    .complete_with_writes(lease, &bytes, progress, writes)
+                    .complete_with_writes(lease, &bytes, progress, writes.0)
             };
             match catch_unwind(AssertUnwindSafe(commit)) {
                 Ok(result) => result,
@@ -187,10 +190,12 @@ fn commit_success(shared: &Shared, flight: Flight, output: Output) -> After {
         }
         None => match shared.claim_permit() {
             Some(_claiming) => {
-                match shared
-                    .store
-                    .complete_and_claim(lease, &bytes, progress, shared.terms)
-                {
+                match shared.store.complete_and_claim_reporting(
+                    lease,
+                    &bytes,
+                    progress,
+                    shared.terms,
+                ) {
                     Ok(Some(next)) => {
                         bump(&shared.counters.succeeded);
                         return After::Next(shared.claimed(next));
@@ -199,7 +204,7 @@ fn commit_success(shared: &Shared, flight: Flight, output: Output) -> After {
                     Err(e) => Err(e),
                 }
             }
-            None => shared.store.complete(lease, &bytes, progress),
+            None => shared.store.complete_reporting(lease, &bytes, progress),
         },
     };
     completed(shared, &flight, result);
@@ -243,7 +248,7 @@ pub(crate) fn failure_of_rolled_back_completion(e: &Error) -> Option<String> {
 fn commit_failure(shared: &Shared, flight: &Flight, message: &str, kind: FailKind) {
     let lease = &flight.lease;
     let progress = Some(flight.state.progress());
-    match shared.store.fail(lease, message, progress) {
+    match shared.store.fail_reporting(lease, message, progress) {
         Ok(_) => bump(match kind {
             FailKind::Failed => &shared.counters.failed,
             FailKind::Panicked => &shared.counters.panicked,

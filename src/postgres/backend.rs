@@ -12,11 +12,18 @@ use crate::error::{ConfigError, Result};
 use crate::ids::{JobId, StoreTime};
 use crate::job::JobState;
 use crate::lease::{Lease, LeaseTerms, Renewal};
-use crate::report::ReapReport;
-use crate::stats::Stats;
 
 /// How long a reading of the database's clock serves before the next is taken.
 const CLOCK_READING_SERVES: Duration = Duration::from_millis(500);
+
+impl crate::backend::sealed::Sealed for PgStore {}
+
+impl crate::backend::Engine for PgStore {
+    type Writes = crate::pool::SqlWrites;
+    fn any(crate::pool::SqlWrites(writes): crate::pool::SqlWrites) -> crate::pool::AnyWrites {
+        crate::pool::AnyWrites(Writes::Sql(writes))
+    }
+}
 
 impl From<PgStore> for Backend {
     fn from(store: PgStore) -> Backend {
@@ -41,7 +48,7 @@ impl PgStore {
         claim: Option<(&str, &str, LeaseTerms, usize)>,
     ) -> (Vec<Result<()>>, Result<Vec<Lease>>) {
         let s = self.settings();
-        let outcome = self.transaction(|tx, p| {
+        let outcome = self.in_transaction(|tx, p| {
             // The common case in one statement: every completion whose fence holds. Those it
             // did not complete (refused or too large) go one by one through the single
             // completion, which says why; so do all of a job that appears more than once
@@ -135,7 +142,7 @@ impl PgStore {
     }
 
     /// Starts the `LISTEN` thread if it is not running: a pool is about to wait for work.
-    fn listening(&self) {
+    pub(super) fn listening(&self) {
         self.inner.listener.get_or_init(|| {
             if !self.inner.settings.listen {
                 return None;
@@ -162,25 +169,12 @@ impl PgStore {
 }
 
 impl LeaseBackend for PgStore {
-    fn now(&self) -> StoreTime {
+    fn clock(&self) -> StoreTime {
         self.estimated_now()
-    }
-
-    fn work_generation(&self, queue: &str) -> u64 {
-        self.listening();
-        self.inner.notifier.generation(queue)
-    }
-
-    fn wait_for_work(&self, queue: &str, seen: u64, timeout: Duration) -> u64 {
-        self.inner.notifier.wait(queue, seen, timeout)
     }
 
     fn wake_queue(&self, queue: &str) {
         self.inner.notifier.notify([&queue.to_owned()]);
-    }
-
-    fn wake_all(&self) {
-        self.inner.notifier.notify_all();
     }
 
     fn idle_poll(&self) -> Option<Duration> {
@@ -194,23 +188,24 @@ impl LeaseBackend for PgStore {
         if super::store::no_queue_has(queue) {
             return Ok(None);
         }
-        self.transaction(|tx, p| read::next_due(tx, p, queue))
+        self.in_transaction(|tx, p| read::next_due(tx, p, queue))
     }
 
-    fn stats(&self) -> Result<Stats> {
-        PgStore::stats(self)
-    }
-
-    fn heartbeat_batch(&self, beats: &[(&Lease, u64)]) -> Result<Vec<Result<Renewal>>> {
+    fn renew_batch(&self, beats: &[(&Lease, u64)]) -> Result<Vec<Result<Renewal>>> {
         let leases: Vec<_> = beats
             .iter()
             .map(|(l, progress)| (l.job, l.attempt, *progress))
             .collect();
-        self.transaction(|tx, p| protocol::heartbeat_batch(tx, p, self.settings(), &leases))
+        self.in_transaction(|tx, p| protocol::heartbeat_batch(tx, p, self.settings(), &leases))
     }
 
-    fn complete(&self, lease: &Lease, output: &[u8], progress: Option<u64>) -> Result<()> {
-        self.transaction(|tx, p| {
+    fn complete_reporting(
+        &self,
+        lease: &Lease,
+        output: &[u8],
+        progress: Option<u64>,
+    ) -> Result<()> {
+        self.in_transaction(|tx, p| {
             protocol::complete(
                 tx,
                 p,
@@ -223,7 +218,7 @@ impl LeaseBackend for PgStore {
         })
     }
 
-    fn complete_and_claim(
+    fn complete_and_claim_reporting(
         &self,
         lease: &Lease,
         output: &[u8],
@@ -231,7 +226,7 @@ impl LeaseBackend for PgStore {
         terms: LeaseTerms,
     ) -> Result<Option<Lease>> {
         let s = self.settings();
-        self.transaction(|tx, p| {
+        self.in_transaction(|tx, p| {
             protocol::complete(tx, p, s, lease.job, lease.attempt, output, progress)?;
             Ok(protocol::claim_batch(tx, p, s, &lease.queue, &lease.worker, terms, 1)?.pop())
         })
@@ -269,8 +264,13 @@ impl LeaseBackend for PgStore {
         self.complete_each_then_claim(&done, claim)
     }
 
-    fn fail(&self, lease: &Lease, error: &str, progress: Option<u64>) -> Result<JobState> {
-        let state = self.transaction(|tx, p| {
+    fn fail_reporting(
+        &self,
+        lease: &Lease,
+        error: &str,
+        progress: Option<u64>,
+    ) -> Result<JobState> {
+        let state = self.in_transaction(|tx, p| {
             protocol::fail(
                 tx,
                 p,
@@ -287,14 +287,10 @@ impl LeaseBackend for PgStore {
         Ok(state)
     }
 
-    fn release(&self, lease: &Lease, progress: Option<u64>) -> Result<()> {
-        self.transaction(|tx, p| protocol::release(tx, p, lease.job, lease.attempt, progress))?;
+    fn release_reporting(&self, lease: &Lease, progress: Option<u64>) -> Result<()> {
+        self.in_transaction(|tx, p| protocol::release(tx, p, lease.job, lease.attempt, progress))?;
         self.readied([&lease.queue]);
         Ok(())
-    }
-
-    fn reap(&self) -> Result<ReapReport> {
-        PgStore::reap(self)
     }
 
     fn flush(&self) -> Result<()> {

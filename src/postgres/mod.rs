@@ -31,6 +31,7 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use postgres::{Client, NoTls, Statement};
 
+pub use crate::pool::SqlWrites;
 /// The PostgreSQL client this build uses: [`PgTransaction::sql`] hands out its types, so
 /// name them through this re-export rather than a separately chosen version.
 pub use ::postgres as client;
@@ -382,7 +383,7 @@ impl PgStore {
     /// serialization failure or a deadlock, or a statement prepared before a column was
     /// altered; commits what `f` returns `Ok` for. A connection lost or ended while
     /// committing leaves the outcome unknown: [`PgError::OutcomeUnknown`].
-    fn transaction<T>(
+    fn in_transaction<T>(
         &self,
         mut f: impl FnMut(&mut postgres::Transaction<'_>, &mut Prepared<'_>) -> Result<T>,
     ) -> Result<T> {

@@ -46,12 +46,12 @@ impl PgStore {
     /// Store time: the database's clock, in nanoseconds since the Unix epoch (PostgreSQL
     /// keeps microseconds).
     pub fn now(&self) -> Result<StoreTime> {
-        self.transaction(protocol::now)
+        self.in_transaction(protocol::now)
     }
 
     /// Enqueues a job (see [`crate::Store::enqueue`]).
     pub fn enqueue(&self, job: NewJob) -> Result<JobId> {
-        let id = self.transaction(|tx, p| protocol::enqueue(tx, p, self.settings(), &job))?;
+        let id = self.in_transaction(|tx, p| protocol::enqueue(tx, p, self.settings(), &job))?;
         self.readied([&job.queue]);
         Ok(id)
     }
@@ -59,7 +59,7 @@ impl PgStore {
     /// Enqueues many jobs in one transaction, all or none.
     pub fn enqueue_batch(&self, jobs: impl IntoIterator<Item = NewJob>) -> Result<Vec<JobId>> {
         let jobs: Vec<NewJob> = jobs.into_iter().collect();
-        let ids = self.transaction(|tx, p| {
+        let ids = self.in_transaction(|tx, p| {
             jobs.iter()
                 .map(|job| protocol::enqueue(tx, p, self.settings(), job))
                 .collect::<Result<Vec<_>>>()
@@ -87,7 +87,7 @@ impl PgStore {
         n: usize,
     ) -> Result<Vec<Lease>> {
         let terms = terms.into();
-        self.transaction(|tx, p| {
+        self.in_transaction(|tx, p| {
             protocol::claim_batch(tx, p, self.settings(), queue, worker, terms, n)
         })
     }
@@ -100,7 +100,7 @@ impl PgStore {
         terms: impl Into<LeaseTerms>,
     ) -> Result<Option<Lease>> {
         let terms = terms.into();
-        self.transaction(|tx, p| protocol::claim_job(tx, p, self.settings(), job, worker, terms))
+        self.in_transaction(|tx, p| protocol::claim_job(tx, p, self.settings(), job, worker, terms))
     }
 
     /// Completes the attempt and claims the next job of the same queue for the same worker
@@ -115,7 +115,7 @@ impl PgStore {
         let terms = terms.into();
         crate::config::check_terms(&terms)?;
         let s = self.settings();
-        let claimed = self.transaction(|tx, p| {
+        let claimed = self.in_transaction(|tx, p| {
             protocol::complete(tx, p, s, lease.job, lease.attempt, output, None)?;
             protocol::claim_batch(tx, p, s, &lease.queue, &lease.worker, terms, 1)
         })?;
@@ -134,14 +134,14 @@ impl PgStore {
 
     /// Renews the lease (see [`crate::Store::heartbeat`]).
     pub fn heartbeat(&self, lease: &Lease, progress: u64) -> Result<Renewal> {
-        self.transaction(|tx, p| {
+        self.in_transaction(|tx, p| {
             protocol::heartbeat(tx, p, self.settings(), lease.job, lease.attempt, progress)
         })
     }
 
     /// Renews many leases with one statement; one answer per lease, in order.
     pub fn heartbeat_batch(&self, beats: &[(&Lease, u64)]) -> Vec<Result<Renewal>> {
-        match crate::backend::LeaseBackend::heartbeat_batch(self, beats) {
+        match <Self as crate::backend::LeaseBackend>::renew_batch(self, beats) {
             Ok(answers) => answers,
             Err(e) => {
                 let each = shared_by_all(e);
@@ -152,7 +152,7 @@ impl PgStore {
 
     /// Completes the attempt (see [`crate::Store::complete`]).
     pub fn complete(&self, lease: &Lease, output: &[u8]) -> Result<()> {
-        crate::backend::LeaseBackend::complete(self, lease, output, None)
+        <Self as crate::backend::LeaseBackend>::complete_reporting(self, lease, output, None)
     }
 
     /// Completes the attempt and runs `f`, the application's own statements and follow-up
@@ -185,7 +185,7 @@ impl PgStore {
             -> std::result::Result<(), Box<dyn std::error::Error + Send + Sync>>,
     ) -> Result<()> {
         let s = self.settings();
-        self.transaction(|tx, p| {
+        self.in_transaction(|tx, p| {
             protocol::complete(tx, p, s, lease.job, lease.attempt, output, progress)?;
             let written = writes(&mut PgTransaction::new(tx, p.cache, self));
             applied(tx, written.map_err(application_error))
@@ -195,11 +195,11 @@ impl PgStore {
     /// Runs `f` in one transaction with the application's own statements and enqueues
     /// (see [`crate::Store::transaction`]). As for [`PgStore::complete_with`], a transaction
     /// PostgreSQL aborts for a deadlock or serialization failure runs again, `f` included.
-    pub fn transaction_with<T>(
+    pub fn transaction<T>(
         &self,
         mut f: impl FnMut(&mut PgTransaction<'_, '_>) -> Result<T>,
     ) -> Result<T> {
-        self.transaction(|tx, p| {
+        self.in_transaction(|tx, p| {
             let value = f(&mut PgTransaction {
                 tx,
                 cache: p.cache,
@@ -211,22 +211,22 @@ impl PgStore {
 
     /// Fails the attempt (see [`crate::Store::fail`]).
     pub fn fail(&self, lease: &Lease, error: &str) -> Result<JobState> {
-        crate::backend::LeaseBackend::fail(self, lease, error, None)
+        <Self as crate::backend::LeaseBackend>::fail_reporting(self, lease, error, None)
     }
 
     /// Gives the job back on purpose (see [`crate::Store::release`]).
     pub fn release(&self, lease: &Lease) -> Result<()> {
-        crate::backend::LeaseBackend::release(self, lease, None)
+        <Self as crate::backend::LeaseBackend>::release_reporting(self, lease, None)
     }
 
     /// Cancels a job (see [`crate::Store::cancel`]).
     pub fn cancel(&self, job: JobId) -> Result<JobState> {
-        self.transaction(|tx, p| protocol::cancel(tx, p, job))
+        self.in_transaction(|tx, p| protocol::cancel(tx, p, job))
     }
 
     /// Puts a dead or cancelled job back in the queue (see [`crate::Store::retry`]).
     pub fn retry(&self, job: JobId) -> Result<()> {
-        self.transaction(|tx, p| protocol::retry(tx, p, job))
+        self.in_transaction(|tx, p| protocol::retry(tx, p, job))
     }
 
     /// One reaper pass: takes back every expired lease, in transactions of at most the reap
@@ -247,7 +247,7 @@ impl PgStore {
     fn reclaim_expired(&self) -> Result<ReapReport> {
         let pass = crate::batches::run(self.reap_batch(), |limit| {
             let batch =
-                self.transaction(|tx, p| protocol::reap_batch(tx, p, self.settings(), limit))?;
+                self.in_transaction(|tx, p| protocol::reap_batch(tx, p, self.settings(), limit))?;
             if !batch.items.is_empty() {
                 self.inner.notifier.notify_all();
             }
@@ -263,37 +263,38 @@ impl PgStore {
 
     /// The job, if it exists.
     pub fn job(&self, job: JobId) -> Result<Option<Job>> {
-        self.transaction(|tx, p| read::job(tx, p, job))
+        self.in_transaction(|tx, p| read::job(tx, p, job))
             .map(|record| record.map(Job))
     }
 
     /// The job's run history, oldest first.
     pub fn history(&self, job: JobId) -> Result<Vec<Run>> {
-        self.transaction(|tx, p| read::history(tx, p, job))
+        self.in_transaction(|tx, p| read::history(tx, p, job))
             .map(|runs| runs.into_iter().map(Run).collect())
     }
 
     /// The job's payload.
     pub fn payload(&self, job: JobId) -> Result<Option<Vec<u8>>> {
-        self.transaction(|tx, p| read::bytes(tx, p, job, false))
+        self.in_transaction(|tx, p| read::bytes(tx, p, job, false))
     }
 
     /// A succeeded job's output (`None` for none or an empty one).
     pub fn output(&self, job: JobId) -> Result<Option<Vec<u8>>> {
-        self.transaction(|tx, p| read::bytes(tx, p, job, true))
+        self.in_transaction(|tx, p| read::bytes(tx, p, job, true))
     }
 
     /// The wake-up generation of `queue`: pass it to [`PgStore::wait_for_work`] after looking
     /// for work. The first call starts this handle's `LISTEN` connection.
     pub fn work_generation(&self, queue: &str) -> u64 {
-        crate::backend::LeaseBackend::work_generation(self, queue)
+        self.listening();
+        self.inner.notifier.generation(queue)
     }
 
     /// Blocks until a commit on any machine gives `queue` work (announced by `NOTIFY` from
     /// its transaction, or by this handle's own commits), or `timeout` passes; returns the
     /// generation then. Notifications are hints: bound `timeout` and look for work anyway.
     pub fn wait_for_work(&self, queue: &str, seen: u64, timeout: std::time::Duration) -> u64 {
-        crate::backend::LeaseBackend::wait_for_work(self, queue, seen, timeout)
+        self.inner.notifier.wait(queue, seen, timeout)
     }
 
     /// [`PgStore::wait_for_work`] for async code: resolves when a commit here or (heard by
@@ -323,7 +324,7 @@ impl PgStore {
         if filter.queue.as_deref().is_some_and(no_queue_has) {
             return Ok(Vec::new());
         }
-        self.transaction(|tx, p| read::list(tx, p, filter))
+        self.in_transaction(|tx, p| read::list(tx, p, filter))
             .map(|records| records.into_iter().map(Job).collect())
     }
 
@@ -332,28 +333,28 @@ impl PgStore {
         if no_queue_has(queue) {
             return Ok(crate::query::QueueTiming::default());
         }
-        self.transaction(|tx, p| read::timing(tx, p, queue))
+        self.in_transaction(|tx, p| read::timing(tx, p, queue))
     }
 
     /// Proves the rows agree with each other: every running job has a whole lease and no
     /// other job has one, finish times match states, and history has one row per ended
     /// attempt (the indexes are PostgreSQL's to keep).
     pub fn check(&self) -> Result<crate::report::CheckReport> {
-        self.transaction(read::check)
+        self.in_transaction(read::check)
     }
 
     /// Deletes terminal jobs in `states` that finished at least `older_than` ago, with their
     /// history, in transactions of at most the reap batch; returns how many.
     pub fn purge(&self, older_than: std::time::Duration, states: &[JobState]) -> Result<usize> {
         let pass = crate::batches::run(self.reap_batch(), |limit| {
-            self.transaction(|tx, p| protocol::purge_batch(tx, p, older_than, states, limit))
+            self.in_transaction(|tx, p| protocol::purge_batch(tx, p, older_than, states, limit))
         })?;
         Ok(pass.items.len())
     }
 
     /// Counts per queue and state, and the lifetime counters.
     pub fn stats(&self) -> Result<Stats> {
-        self.transaction(read::stats)
+        self.in_transaction(read::stats)
     }
 }
 
@@ -404,3 +405,6 @@ pub(super) fn shared_by_all(e: Error) -> impl Fn() -> Error {
         Err(group) => Error::Group(group.clone()),
     }
 }
+
+crate::job_store::read_jobs!(PgStore, PgStore::now);
+crate::job_store::job_store!(PgStore);

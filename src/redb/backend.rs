@@ -8,10 +8,17 @@ use crate::error::Result;
 use crate::ids::StoreTime;
 use crate::job::JobState;
 use crate::lease::{Lease, LeaseTerms, Renewal};
-use crate::report::ReapReport;
-use crate::stats::Stats;
 
 use super::store::Store;
+
+impl crate::backend::sealed::Sealed for Store {}
+
+impl crate::backend::Engine for Store {
+    type Writes = crate::pool::RedbWrites;
+    fn any(crate::pool::RedbWrites(writes): crate::pool::RedbWrites) -> crate::pool::AnyWrites {
+        crate::pool::AnyWrites(Writes::Redb(writes))
+    }
+}
 
 impl From<Store> for Backend {
     fn from(store: Store) -> Backend {
@@ -26,24 +33,12 @@ impl From<&Store> for Backend {
 }
 
 impl LeaseBackend for Store {
-    fn now(&self) -> StoreTime {
+    fn clock(&self) -> StoreTime {
         Store::now(self)
-    }
-
-    fn work_generation(&self, queue: &str) -> u64 {
-        Store::work_generation(self, queue)
-    }
-
-    fn wait_for_work(&self, queue: &str, seen: u64, timeout: Duration) -> u64 {
-        Store::wait_for_work(self, queue, seen, timeout)
     }
 
     fn wake_queue(&self, queue: &str) {
         Store::wake_queue(self, queue)
-    }
-
-    fn wake_all(&self) {
-        Store::wake_all(self)
     }
 
     fn idle_poll(&self) -> Option<Duration> {
@@ -55,11 +50,7 @@ impl LeaseBackend for Store {
         Store::next_due(self, queue)
     }
 
-    fn stats(&self) -> Result<Stats> {
-        Store::stats(self)
-    }
-
-    fn heartbeat_batch(&self, beats: &[(&Lease, u64)]) -> Result<Vec<Result<Renewal>>> {
+    fn renew_batch(&self, beats: &[(&Lease, u64)]) -> Result<Vec<Result<Renewal>>> {
         let mut results = Store::heartbeat_batch(self, beats);
         // A failed commit answers every entry alike, with the shared group failure.
         match results.first() {
@@ -71,11 +62,16 @@ impl LeaseBackend for Store {
         }
     }
 
-    fn complete(&self, lease: &Lease, output: &[u8], progress: Option<u64>) -> Result<()> {
+    fn complete_reporting(
+        &self,
+        lease: &Lease,
+        output: &[u8],
+        progress: Option<u64>,
+    ) -> Result<()> {
         self.complete_reporting(lease, output, progress)
     }
 
-    fn complete_and_claim(
+    fn complete_and_claim_reporting(
         &self,
         lease: &Lease,
         output: &[u8],
@@ -114,16 +110,17 @@ impl LeaseBackend for Store {
         Store::complete_all_then_claim(self, done, queue, worker, terms, n)
     }
 
-    fn fail(&self, lease: &Lease, error: &str, progress: Option<u64>) -> Result<JobState> {
+    fn fail_reporting(
+        &self,
+        lease: &Lease,
+        error: &str,
+        progress: Option<u64>,
+    ) -> Result<JobState> {
         self.fail_reporting(lease, error, progress)
     }
 
-    fn release(&self, lease: &Lease, progress: Option<u64>) -> Result<()> {
+    fn release_reporting(&self, lease: &Lease, progress: Option<u64>) -> Result<()> {
         self.release_reporting(lease, progress)
-    }
-
-    fn reap(&self) -> Result<ReapReport> {
-        Store::reap(self)
     }
 
     fn flush(&self) -> Result<()> {

@@ -9,7 +9,7 @@ use redb::{ReadTransaction, ReadableTable, TableDefinition};
 use crate::error::{Error, Result};
 use crate::ids::{JobId, StoreTime};
 use crate::job::{Job, JobRecord, JobState, Run, RunRecord};
-use crate::query::{JobFilter, JobOrder};
+use crate::query::{JobFilter, JobOrder, QueueTiming};
 use crate::redb_store::codec;
 use crate::redb_store::schema::{self, meta_key};
 use crate::redb_store::writing::decode_job;
@@ -93,6 +93,16 @@ pub(crate) fn stats(read: &ReadTransaction, now: StoreTime) -> Result<Stats> {
             .map_err(|e| Error::Corrupt(format!("counters: {e}")))?;
     }
     Ok(stats)
+}
+
+/// When things fall due in `queue` at `now`.
+pub(crate) fn timing(read: &ReadTransaction, queue: &str, now: StoreTime) -> Result<QueueTiming> {
+    let (earliest_expiry, next_expiry) = lease_expiries(read, queue, now)?;
+    Ok(QueueTiming {
+        earliest_run_at: earliest_run_at(read, queue)?,
+        earliest_expiry,
+        next_expiry,
+    })
 }
 
 /// The earliest `run_at` of a waiting job of `queue` (due or not): one seek per priority.

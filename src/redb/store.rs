@@ -616,6 +616,13 @@ impl Store {
         self.reading("the counts", |read| reading::stats(read, self.now()))
     }
 
+    /// When things fall due in `queue` (see [`StoreReader::timing`](crate::StoreReader::timing)).
+    pub fn timing(&self, queue: &str) -> Result<crate::query::QueueTiming> {
+        self.reading("the queue's schedule", |read| {
+            reading::timing(read, queue, self.now())
+        })
+    }
+
     /// Jobs matching `filter` (reads every record: for operators and tools).
     pub fn jobs(&self, filter: &JobFilter) -> Result<Vec<Job>> {
         self.reading("the job records", |read| reading::list(read, filter))
@@ -839,3 +846,6 @@ impl Drop for Inner {
         }
     }
 }
+
+crate::job_store::read_jobs!(Store, |s: &Store| Ok(s.now()));
+crate::job_store::job_store!(Store);

@@ -141,12 +141,7 @@ impl StoreReader {
     /// When things fall due in `queue`.
     pub fn timing(&self, queue: &str) -> Result<QueueTiming> {
         self.reading("the queue's schedule", |read| {
-            let (earliest_expiry, next_expiry) = reading::lease_expiries(read, queue, self.now())?;
-            Ok(QueueTiming {
-                earliest_run_at: reading::earliest_run_at(read, queue)?,
-                earliest_expiry,
-                next_expiry,
-            })
+            reading::timing(read, queue, self.now())
         })
     }
 
@@ -214,3 +209,5 @@ impl StoreReader {
         self.reading("the writer's pid", reading::writer_pid)
     }
 }
+
+crate::job_store::read_jobs!(StoreReader, |s: &StoreReader| Ok(s.now()));

@@ -180,7 +180,7 @@ impl TestStore {
         O: Into<Output>,
     {
         match self.claim(queue, TestStore::WORKER, TestStore::LEASE)? {
-            Some(lease) => run_claimed(self.store(), lease, handler).map(Some),
+            Some(lease) => run_claimed::<Store, _, _>(self.store(), lease, handler).map(Some),
             None => Ok(None),
         }
     }
@@ -231,14 +231,15 @@ fn past_expiry(job: Option<&Job>, lease: &Lease, now: StoreTime) -> Duration {
 /// Runs `handler` on the claimed `lease` on this thread and commits its result through
 /// `store` as a pool does: the output and its writes through the fence, or the error as the
 /// attempt's failure.
-fn run_claimed<H, O>(store: &dyn LeaseBackend, lease: Lease, handler: H) -> Result<Ran>
+fn run_claimed<S, H, O>(store: &dyn LeaseBackend, lease: Lease, handler: H) -> Result<Ran>
 where
+    S: crate::backend::Engine,
     H: FnOnce(&JobContext) -> std::result::Result<O, JobError>,
-    O: Into<Output>,
+    O: Into<Output<S::Writes>>,
 {
     let ctx = JobContext::new(lease.clone(), AttemptState::new(lease.expires_at));
     let verdict = match catch_unwind(AssertUnwindSafe(|| handler(&ctx))) {
-        Ok(Ok(output)) => commit(store, &lease, output.into())?,
+        Ok(Ok(output)) => commit(store, &lease, crate::pool::any::<S>(output.into()))?,
         Ok(Err(e)) => fail_as(store, &lease, Verdict::Failed(e.message().to_owned()))?,
         Err(panic) => fail_as(
             store,
@@ -253,11 +254,15 @@ where
     })
 }
 
-fn commit(store: &dyn LeaseBackend, lease: &Lease, output: Output) -> Result<Verdict> {
+fn commit(
+    store: &dyn LeaseBackend,
+    lease: &Lease,
+    output: Output<crate::pool::AnyWrites>,
+) -> Result<Verdict> {
     let Output { bytes, writes } = output;
     let committed = match writes {
-        Some(writes) => store.complete_with_writes(lease, &bytes, None, writes),
-        None => store.complete(lease, &bytes, None),
+        Some(writes) => store.complete_with_writes(lease, &bytes, None, writes.0),
+        None => store.complete_reporting(lease, &bytes, None),
     };
     match committed {
         Ok(()) => Ok(Verdict::Committed),
@@ -276,7 +281,7 @@ fn fail_as(store: &dyn LeaseBackend, lease: &Lease, verdict: Verdict) -> Result<
         Verdict::Failed(m) | Verdict::Panicked(m) => m.as_str(),
         Verdict::Committed | Verdict::Fenced => "",
     };
-    match store.fail(lease, message, None) {
+    match store.fail_reporting(lease, message, None) {
         Ok(_) => Ok(verdict),
         Err(e) if e.is_lease_lost() => Ok(Verdict::Fenced),
         Err(e) => Err(e),

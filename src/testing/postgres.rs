@@ -88,11 +88,11 @@ impl TestPgStore {
     pub fn run_one<H, O>(&self, queue: &str, handler: H) -> Result<Option<Ran>>
     where
         H: FnOnce(&JobContext) -> std::result::Result<O, JobError>,
-        O: Into<Output>,
+        O: Into<Output<crate::pool::SqlWrites>>,
     {
         let worker = super::TestStore::WORKER;
         match self.store.claim(queue, worker, super::TestStore::LEASE)? {
-            Some(lease) => run_claimed(&self.store, lease, handler).map(Some),
+            Some(lease) => run_claimed::<PgStore, _, _>(&self.store, lease, handler).map(Some),
             None => Ok(None),
         }
     }
@@ -109,7 +109,7 @@ impl Deref for TestPgStore {
 impl Drop for TestPgStore {
     fn drop(&mut self) {
         let schema = self.store.schema().to_owned();
-        let dropped = self.store.transaction_with(|t| {
+        let dropped = self.store.transaction(|t| {
             t.sql()
                 .batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))?;
             Ok(())

@@ -55,7 +55,9 @@ fn a_pool_handler_failing_with_a_nul_byte_has_its_failure_recorded() {
     let id = store.enqueue(NewJob::new(Q, "x").max_attempts(1)).unwrap();
     let pool = WorkerPool::builder(store.clone(), Q)
         .lease(Duration::from_secs(30))
-        .start(|_ctx| -> Result<Output, leasehold::JobError> { Err("bad byte \0 in input".into()) })
+        .start(|_ctx| -> Result<Vec<u8>, leasehold::JobError> {
+            Err("bad byte \0 in input".into())
+        })
         .unwrap();
     wait_until("the job to be dead", || {
         store.job(id).unwrap().unwrap().state() == JobState::Dead
@@ -265,9 +267,9 @@ fn a_backend_ended_while_committing_leaves_every_write_an_unknown_outcome() {
     });
     unknown("enqueue_batch", e.err());
     let e = ended_while_committing(&mut db, &app, || {
-        store.transaction_with(|t| t.enqueue(NewJob::new(Q, "t")))
+        store.transaction(|t| t.enqueue(NewJob::new(Q, "t")))
     });
-    unknown("transaction_with", e.err());
+    unknown("transaction", e.err());
     let e = ended_while_committing(&mut db, &app, || store.claim(Q, "w", LEASE));
     unknown("claim", e.err());
     let leases: Vec<_> = (0..3)
@@ -326,7 +328,7 @@ fn a_role_whose_default_isolation_is_serializable_runs_pools_as_read_committed()
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         let store = PgStore::builder(&url).schema(&db.schema).open().unwrap();
         let isolation: String = store
-            .transaction_with(|t| {
+            .transaction(|t| {
                 Ok(t.sql()
                     .query_one("SHOW transaction_isolation", &[])?
                     .try_get(0)?)
@@ -335,7 +337,7 @@ fn a_role_whose_default_isolation_is_serializable_runs_pools_as_read_committed()
         assert_eq!(isolation, "read committed");
         let table = format!("{}.done", db.schema);
         store
-            .transaction_with(|t| {
+            .transaction(|t| {
                 let sql = format!("CREATE TABLE {table} (job bigint PRIMARY KEY)");
                 t.sql().batch_execute(&sql)?;
                 Ok(())

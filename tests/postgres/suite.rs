@@ -523,16 +523,20 @@ fn a_reaper_thread_on_postgres_takes_back_an_expired_lease() {
     assert_eq!(store.job(id).unwrap().unwrap().state(), JobState::Queued);
 }
 
+/// On a pool typed by its store (`WorkerPool::builder(pg_store, ..)`) redb writes do not
+/// compile (the `compile_fail` example of `Output`); a pool on a `Backend` chosen at run time
+/// takes either kind, and refuses the wrong one when it commits.
 #[test]
 fn a_pool_on_postgres_refuses_redb_writes_and_fails_the_attempt_saying_why() {
     let db = db!("wrong writes");
     let store = db.store();
     let id = store.enqueue(NewJob::new(Q, "x").max_attempts(1)).unwrap();
-    let pool = leasehold::WorkerPool::builder(store.clone(), Q)
+    let pool = leasehold::WorkerPool::builder(leasehold::Backend::from(store.clone()), Q)
         .start(|_ctx| {
-            Ok(leasehold::Output::with_writes(Vec::new(), |_txn| {
-                Ok::<(), leasehold::Error>(())
-            }))
+            Ok(
+                leasehold::Output::with_writes(Vec::new(), |_txn| Ok::<(), leasehold::Error>(()))
+                    .into_any(),
+            )
         })
         .unwrap();
     wait_until("the attempt to fail", || pool.stats().failed == 1);

@@ -3,10 +3,7 @@
 
 use std::time::Duration;
 
-use leasehold::{
-    CheckReport, Job, JobId, JobState, Lease, LeaseTerms, NewJob, ReapReport, Reaper, Renewal, Run,
-    Stats, Store, StoreTime,
-};
+use leasehold::{JobId, JobStore, Lease, NewJob, Reaper, Store};
 
 /// What the application writes in a store's transaction, for the transactional tests:
 /// `key = value` in its own table (`app_values`), a follow-up job if any, then an error of
@@ -137,46 +134,11 @@ impl AppTx for PgApp<'_, '_, '_> {
     }
 }
 
-/// What the harness asks of a store: the calls the redb `Store` and the `PgStore` share.
+/// What the harness asks of a store: the contract both engines keep ([`JobStore`]), and
+/// what only tests need (the application's writes of each engine's kind, a pool, a stall).
 #[allow(dead_code)] // each test binary uses its part
-pub trait ModelStore: Send + Sync {
-    fn now(&self) -> StoreTime;
-    fn enqueue(&self, job: NewJob) -> leasehold::Result<JobId>;
-    fn enqueue_batch(&self, jobs: Vec<NewJob>) -> leasehold::Result<Vec<JobId>>;
-    fn claim(&self, q: &str, w: &str, terms: LeaseTerms) -> leasehold::Result<Option<Lease>>;
-    fn claim_batch(
-        &self,
-        q: &str,
-        w: &str,
-        terms: LeaseTerms,
-        n: usize,
-    ) -> leasehold::Result<Vec<Lease>>;
-    fn claim_job(&self, id: JobId, w: &str, terms: LeaseTerms) -> leasehold::Result<Option<Lease>>;
-    fn heartbeat(&self, l: &Lease, progress: u64) -> leasehold::Result<Renewal>;
-    fn complete(&self, l: &Lease, output: &[u8]) -> leasehold::Result<()>;
-    fn complete_batch(&self, done: &[(&Lease, &[u8])]) -> Vec<leasehold::Result<()>>;
-    fn fail(&self, l: &Lease, error: &str) -> leasehold::Result<JobState>;
-    fn release(&self, l: &Lease) -> leasehold::Result<()>;
-    fn cancel(&self, id: JobId) -> leasehold::Result<JobState>;
-    fn retry(&self, id: JobId) -> leasehold::Result<()>;
-    fn reap(&self) -> leasehold::Result<ReapReport>;
-    fn check(&self) -> leasehold::Result<CheckReport>;
-    fn stats(&self) -> leasehold::Result<Stats>;
-    fn job(&self, id: JobId) -> leasehold::Result<Option<Job>>;
-    fn history(&self, id: JobId) -> leasehold::Result<Vec<Run>>;
-    fn output(&self, id: JobId) -> leasehold::Result<Option<Vec<u8>>>;
-    fn payload(&self, id: JobId) -> leasehold::Result<Option<Vec<u8>>>;
-    fn complete_and_claim(
-        &self,
-        l: &Lease,
-        output: &[u8],
-        terms: LeaseTerms,
-    ) -> leasehold::Result<Option<Lease>>;
-    fn heartbeat_batch(&self, beats: &[(&Lease, u64)]) -> Vec<leasehold::Result<Renewal>>;
-    fn purge(&self, older_than: Duration, states: &[JobState]) -> leasehold::Result<usize>;
+pub trait ModelStore: JobStore {
     fn start_reaper(&self, every: Duration) -> leasehold::Result<Reaper>;
-    fn work_generation(&self, queue: &str) -> u64;
-    fn wake_all(&self);
     #[cfg(feature = "tokio")]
     fn wait_for_work_async<'a>(
         &'a self,
@@ -184,7 +146,6 @@ pub trait ModelStore: Send + Sync {
         seen: u64,
         timeout: Duration,
     ) -> std::pin::Pin<Box<dyn std::future::Future<Output = u64> + 'a>>;
-    fn wait_for_work(&self, queue: &str, seen: u64, timeout: Duration) -> u64;
     /// Completes `l` and, in the same transaction, makes the application's write; returns
     /// the follow-up job's id if it enqueued one.
     fn complete_with_app(
@@ -205,109 +166,19 @@ pub trait ModelStore: Send + Sync {
     /// row locked) until the returned guard drops: a store that stopped answering.
     fn stall_writes_to(&self, id: JobId) -> Stall;
     /// A handler's output whose application write commits with its completion.
-    fn app_output(&self, output: Vec<u8>, app: AppWrite) -> leasehold::Output;
+    fn app_output(&self, output: Vec<u8>, app: AppWrite)
+    -> leasehold::Output<leasehold::AnyWrites>;
 }
 
 macro_rules! model_store {
-    ($store:ty, $now:expr, { $($own:tt)* }) => {
+    ($store:ty, { $($own:tt)* }) => {
         impl ModelStore for $store {
             $($own)*
-            fn now(&self) -> StoreTime {
-                $now(self)
-            }
-            fn enqueue(&self, job: NewJob) -> leasehold::Result<JobId> {
-                <$store>::enqueue(self, job)
-            }
-            fn enqueue_batch(&self, jobs: Vec<NewJob>) -> leasehold::Result<Vec<JobId>> {
-                <$store>::enqueue_batch(self, jobs)
-            }
-            fn claim(&self, q: &str, w: &str, t: LeaseTerms) -> leasehold::Result<Option<Lease>> {
-                <$store>::claim(self, q, w, t)
-            }
-            fn claim_batch(
-                &self,
-                q: &str,
-                w: &str,
-                t: LeaseTerms,
-                n: usize,
-            ) -> leasehold::Result<Vec<Lease>> {
-                <$store>::claim_batch(self, q, w, t, n)
-            }
-            fn claim_job(
-                &self,
-                id: JobId,
-                w: &str,
-                t: LeaseTerms,
-            ) -> leasehold::Result<Option<Lease>> {
-                <$store>::claim_job(self, id, w, t)
-            }
-            fn heartbeat(&self, l: &Lease, p: u64) -> leasehold::Result<Renewal> {
-                <$store>::heartbeat(self, l, p)
-            }
-            fn complete(&self, l: &Lease, o: &[u8]) -> leasehold::Result<()> {
-                <$store>::complete(self, l, o)
-            }
-            fn complete_batch(&self, done: &[(&Lease, &[u8])]) -> Vec<leasehold::Result<()>> {
-                <$store>::complete_batch(self, done)
-            }
-            fn fail(&self, l: &Lease, e: &str) -> leasehold::Result<JobState> {
-                <$store>::fail(self, l, e)
-            }
-            fn release(&self, l: &Lease) -> leasehold::Result<()> {
-                <$store>::release(self, l)
-            }
-            fn cancel(&self, id: JobId) -> leasehold::Result<JobState> {
-                <$store>::cancel(self, id)
-            }
-            fn retry(&self, id: JobId) -> leasehold::Result<()> {
-                <$store>::retry(self, id)
-            }
-            fn reap(&self) -> leasehold::Result<ReapReport> {
-                <$store>::reap(self)
-            }
-            fn check(&self) -> leasehold::Result<CheckReport> {
-                <$store>::check(self)
-            }
-            fn stats(&self) -> leasehold::Result<Stats> {
-                <$store>::stats(self)
-            }
-            fn job(&self, id: JobId) -> leasehold::Result<Option<Job>> {
-                <$store>::job(self, id)
-            }
-            fn history(&self, id: JobId) -> leasehold::Result<Vec<Run>> {
-                <$store>::history(self, id)
-            }
-            fn output(&self, id: JobId) -> leasehold::Result<Option<Vec<u8>>> {
-                <$store>::output(self, id)
-            }
-            fn payload(&self, id: JobId) -> leasehold::Result<Option<Vec<u8>>> {
-                <$store>::payload(self, id)
-            }
-            fn complete_and_claim(
-                &self,
-                l: &Lease,
-                o: &[u8],
-                t: LeaseTerms,
-            ) -> leasehold::Result<Option<Lease>> {
-                <$store>::complete_and_claim(self, l, o, t)
-            }
-            fn heartbeat_batch(&self, beats: &[(&Lease, u64)]) -> Vec<leasehold::Result<Renewal>> {
-                <$store>::heartbeat_batch(self, beats)
-            }
-            fn purge(&self, older: Duration, states: &[JobState]) -> leasehold::Result<usize> {
-                <$store>::purge(self, older, states)
-            }
             fn start_reaper(&self, every: Duration) -> leasehold::Result<Reaper> {
                 Reaper::start(self.clone(), every)
             }
             fn pool(&self, queue: &str) -> leasehold::PoolBuilder {
-                leasehold::WorkerPool::builder(self.clone(), queue)
-            }
-            fn work_generation(&self, queue: &str) -> u64 {
-                <$store>::work_generation(self, queue)
-            }
-            fn wake_all(&self) {
-                <$store>::wake_all(self)
+                leasehold::WorkerPool::builder(leasehold::Backend::from(self.clone()), queue)
             }
             #[cfg(feature = "tokio")]
             fn wait_for_work_async<'a>(
@@ -318,14 +189,11 @@ macro_rules! model_store {
             ) -> std::pin::Pin<Box<dyn std::future::Future<Output = u64> + 'a>> {
                 Box::pin(<$store>::wait_for_work_async(self, queue, seen, timeout))
             }
-            fn wait_for_work(&self, queue: &str, seen: u64, timeout: Duration) -> u64 {
-                <$store>::wait_for_work(self, queue, seen, timeout)
-            }
         }
     };
 }
 
-model_store!(Store, Store::now, {
+model_store!(Store, {
     fn stall_writes_to(&self, _id: JobId) -> Stall {
         let store = self.clone();
         Stall::start(move |entered, released| {
@@ -352,8 +220,12 @@ model_store!(Store, Store::now, {
         })?;
         Ok(next)
     }
-    fn app_output(&self, output: Vec<u8>, app: AppWrite) -> leasehold::Output {
-        leasehold::Output::with_writes(output, move |t| app.apply(t).map(|_| ()))
+    fn app_output(
+        &self,
+        output: Vec<u8>,
+        app: AppWrite,
+    ) -> leasehold::Output<leasehold::AnyWrites> {
+        leasehold::Output::with_writes(output, move |t| app.apply(t).map(|_| ())).into_any()
     }
     fn transaction_app(&self, app: &AppWrite) -> leasehold::Result<Option<JobId>> {
         self.transaction(|t| app.apply(t).map_err(store_error))
@@ -369,66 +241,67 @@ model_store!(Store, Store::now, {
 });
 
 #[cfg(feature = "postgres")]
-model_store!(
-    leasehold::postgres::PgStore,
-    |s: &leasehold::postgres::PgStore| s.now().expect("the database's clock"),
-    {
-        fn write_transactions(&self) -> Option<u64> {
-            None
-        }
-        fn stall_writes_to(&self, id: JobId) -> Stall {
-            let store = self.clone();
-            let lock = format!(
-                "SELECT 1 FROM {}.leasehold_jobs WHERE id = $1 FOR UPDATE",
-                self.schema()
-            );
-            let id = i64::try_from(id.0).expect("a job id PostgreSQL holds");
-            Stall::start(move |entered, released| {
-                let _ = store.transaction_with(|t| {
-                    t.sql().execute(&lock, &[&id])?;
-                    let _ = entered.send(());
-                    let _ = released.recv();
-                    Ok(())
-                });
-            })
-        }
-        fn complete_with_app(
-            &self,
-            l: &Lease,
-            output: &[u8],
-            app: &AppWrite,
-        ) -> leasehold::Result<Option<JobId>> {
-            let (mut next, upsert) = (None, pg_upsert(self));
-            self.complete_with(l, output, |t| {
-                next = app.apply(&mut PgApp { t, upsert: &upsert })?;
-                Ok::<(), BoxError>(())
-            })?;
-            Ok(next)
-        }
-        fn app_output(&self, output: Vec<u8>, app: AppWrite) -> leasehold::Output {
-            let upsert = pg_upsert(self);
-            leasehold::Output::with_sql(output, move |t| {
-                app.apply(&mut PgApp { t, upsert: &upsert }).map(|_| ())
-            })
-        }
-        fn transaction_app(&self, app: &AppWrite) -> leasehold::Result<Option<JobId>> {
-            let upsert = pg_upsert(self);
-            self.transaction_with(|t| {
-                app.apply(&mut PgApp { t, upsert: &upsert })
-                    .map_err(store_error)
-            })
-        }
-        fn app_value(&self, key: &str) -> Option<u64> {
-            let select = format!(
-                "SELECT value FROM {}.app_values WHERE key = $1",
-                self.schema()
-            );
-            self.transaction_with(|t| Ok(t.sql().query_opt(&select, &[&key])?))
-                .expect("read")
-                .map(|row| u64::try_from(row.try_get::<_, i64>(0).unwrap()).expect("a stored u64"))
-        }
+model_store!(leasehold::postgres::PgStore, {
+    fn write_transactions(&self) -> Option<u64> {
+        None
     }
-);
+    fn stall_writes_to(&self, id: JobId) -> Stall {
+        let store = self.clone();
+        let lock = format!(
+            "SELECT 1 FROM {}.leasehold_jobs WHERE id = $1 FOR UPDATE",
+            self.schema()
+        );
+        let id = i64::try_from(id.0).expect("a job id PostgreSQL holds");
+        Stall::start(move |entered, released| {
+            let _ = store.transaction(|t| {
+                t.sql().execute(&lock, &[&id])?;
+                let _ = entered.send(());
+                let _ = released.recv();
+                Ok(())
+            });
+        })
+    }
+    fn complete_with_app(
+        &self,
+        l: &Lease,
+        output: &[u8],
+        app: &AppWrite,
+    ) -> leasehold::Result<Option<JobId>> {
+        let (mut next, upsert) = (None, pg_upsert(self));
+        self.complete_with(l, output, |t| {
+            next = app.apply(&mut PgApp { t, upsert: &upsert })?;
+            Ok::<(), BoxError>(())
+        })?;
+        Ok(next)
+    }
+    fn app_output(
+        &self,
+        output: Vec<u8>,
+        app: AppWrite,
+    ) -> leasehold::Output<leasehold::AnyWrites> {
+        let upsert = pg_upsert(self);
+        leasehold::Output::with_sql(output, move |t| {
+            app.apply(&mut PgApp { t, upsert: &upsert }).map(|_| ())
+        })
+        .into_any()
+    }
+    fn transaction_app(&self, app: &AppWrite) -> leasehold::Result<Option<JobId>> {
+        let upsert = pg_upsert(self);
+        self.transaction(|t| {
+            app.apply(&mut PgApp { t, upsert: &upsert })
+                .map_err(store_error)
+        })
+    }
+    fn app_value(&self, key: &str) -> Option<u64> {
+        let select = format!(
+            "SELECT value FROM {}.app_values WHERE key = $1",
+            self.schema()
+        );
+        self.transaction(|t| Ok(t.sql().query_opt(&select, &[&key])?))
+            .expect("read")
+            .map(|row| u64::try_from(row.try_get::<_, i64>(0).unwrap()).expect("a stored u64"))
+    }
+});
 
 #[cfg(feature = "postgres")]
 fn pg_upsert(store: &leasehold::postgres::PgStore) -> String {

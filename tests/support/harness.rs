@@ -482,7 +482,7 @@ impl Harness {
     /// Compares every job, its history and the counters, and checks the invariants.
     pub fn check(&mut self) -> Result<(), String> {
         let store = self.backing.store();
-        let now = store.now().0;
+        let now = store.now().expect("store time").0;
         if now != self.model.now {
             return Err(format!("store time {now} != model time {}", self.model.now));
         }

@@ -222,6 +222,12 @@ impl Backend {
         self.store = Some(self.connect());
     }
 
+    /// Store time (the manual clock's, through the store).
+    pub fn now(&self) -> leasehold::StoreTime {
+        leasehold::ReadJobs::now(&**self.store.as_ref().expect("store is open"))
+            .expect("store time")
+    }
+
     pub fn advance(&self, d: Duration) {
         self.clock.advance(d);
     }

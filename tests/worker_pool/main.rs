@@ -38,11 +38,11 @@ pub fn pool(f: &Backend, id: &str) -> PoolBuilder {
 }
 
 /// [`pool`] on the redb fixture, for the tests of what only redb has.
-pub fn redb_pool(f: &Fixture, id: &str) -> PoolBuilder {
+pub fn redb_pool(f: &Fixture, id: &str) -> PoolBuilder<leasehold::Store> {
     settings(WorkerPool::builder((**f).clone(), Q), id)
 }
 
-fn settings(builder: PoolBuilder, id: &str) -> PoolBuilder {
+fn settings<S: leasehold::Engine>(builder: PoolBuilder<S>, id: &str) -> PoolBuilder<S> {
     builder
         .worker_id(id)
         .lease(LEASE)

@@ -1,0 +1,234 @@
+//! What every store does, the same calls with the same answers on each engine: the
+//! contract the redb [`Store`](crate::Store), its read-only [`StoreReader`](crate::StoreReader)
+//! (the read side) and the PostgreSQL `PgStore` (the `postgres` feature) keep.
+//!
+//! A worker pool and a reaper run on it, the `leasehold` tool works through it, and the test
+//! suites run every protocol test on both engines through it. An application that means to
+//! run on either engine can be written against it too (`&dyn JobStore`). What only one
+//! engine has stays on the engine's own type: the application's transaction (redb tables or
+//! SQL), a file's processes and writer, PostgreSQL's schema and vacuum.
+//!
+//! Both traits are object-safe: lease terms are [`LeaseTerms`] here, where the stores' own
+//! methods also take a bare [`Duration`].
+
+use std::time::Duration;
+
+use crate::error::Result;
+use crate::ids::{JobId, StoreTime};
+use crate::job::{Job, JobState, NewJob, Run};
+use crate::lease::{Lease, LeaseTerms, Renewal};
+use crate::query::{JobFilter, QueueTiming};
+use crate::report::{CheckReport, ReapReport};
+use crate::stats::Stats;
+
+/// The read side of a store: what an operator's tools ask.
+pub trait ReadJobs: Send + Sync {
+    /// Store time: the clock every expiry is written and compared on.
+    fn now(&self) -> Result<StoreTime>;
+    /// The job, if it exists.
+    fn job(&self, job: JobId) -> Result<Option<Job>>;
+    /// The job's attempts, oldest first (a running one last).
+    fn history(&self, job: JobId) -> Result<Vec<Run>>;
+    /// The job's payload.
+    fn payload(&self, job: JobId) -> Result<Option<Vec<u8>>>;
+    /// A succeeded job's output (`None` for none or an empty one).
+    fn output(&self, job: JobId) -> Result<Option<Vec<u8>>>;
+    /// The jobs `filter` asks for, in its order.
+    fn jobs(&self, filter: &JobFilter) -> Result<Vec<Job>>;
+    /// When things fall due in `queue`.
+    fn timing(&self, queue: &str) -> Result<QueueTiming>;
+    /// Counts per queue and state, and the lifetime counters.
+    fn stats(&self) -> Result<Stats>;
+    /// The integrity check.
+    fn check(&self) -> Result<CheckReport>;
+}
+
+/// A store: the lease protocol's calls, and the read side.
+pub trait JobStore: ReadJobs {
+    /// Enqueues a job; with a unique key that a live job holds, returns that job instead.
+    fn enqueue(&self, job: NewJob) -> Result<JobId>;
+    /// Enqueues many jobs, all or none.
+    fn enqueue_batch(&self, jobs: Vec<NewJob>) -> Result<Vec<JobId>>;
+    /// Claims the most urgent claimable job of `queue` under a lease for `worker`.
+    fn claim(&self, queue: &str, worker: &str, terms: LeaseTerms) -> Result<Option<Lease>>;
+    /// Claims up to `n` jobs of `queue`, most urgent first, in one transaction.
+    fn claim_batch(
+        &self,
+        queue: &str,
+        worker: &str,
+        terms: LeaseTerms,
+        n: usize,
+    ) -> Result<Vec<Lease>>;
+    /// Claims one named job if it is claimable now.
+    fn claim_job(&self, job: JobId, worker: &str, terms: LeaseTerms) -> Result<Option<Lease>>;
+    /// Renews a lease, recording progress.
+    fn heartbeat(&self, lease: &Lease, progress: u64) -> Result<Renewal>;
+    /// Renews many leases at once; one answer per lease, in order.
+    fn heartbeat_batch(&self, beats: &[(&Lease, u64)]) -> Vec<Result<Renewal>>;
+    /// Completes the attempt.
+    fn complete(&self, lease: &Lease, output: &[u8]) -> Result<()>;
+    /// Completes many attempts at once, each with its own answer.
+    fn complete_batch(&self, done: &[(&Lease, &[u8])]) -> Vec<Result<()>>;
+    /// Completes the attempt and claims the same worker's next job of its queue, at once.
+    fn complete_and_claim(
+        &self,
+        lease: &Lease,
+        output: &[u8],
+        terms: LeaseTerms,
+    ) -> Result<Option<Lease>>;
+    /// Fails the attempt: retried after a backoff while its budget lasts, else dead.
+    fn fail(&self, lease: &Lease, error: &str) -> Result<JobState>;
+    /// Gives the job back on purpose: claimable at once, no budget spent.
+    fn release(&self, lease: &Lease) -> Result<()>;
+    /// Cancels a job (a running one at its holder's next heartbeat).
+    fn cancel(&self, job: JobId) -> Result<JobState>;
+    /// Puts a dead or cancelled job back in its queue with a fresh budget.
+    fn retry(&self, job: JobId) -> Result<()>;
+    /// One reaper pass: takes back expired leases (and applies retention).
+    fn reap(&self) -> Result<ReapReport>;
+    /// Deletes finished jobs in `states` older than `older_than`, with their history.
+    fn purge(&self, older_than: Duration, states: &[JobState]) -> Result<usize>;
+    /// The wake-up generation of `queue`: pass it to [`JobStore::wait_for_work`].
+    fn work_generation(&self, queue: &str) -> u64;
+    /// Waits until a commit gives `queue` work, or `timeout` passes.
+    fn wait_for_work(&self, queue: &str, seen: u64, timeout: Duration) -> u64;
+    /// Wakes every waiter of [`JobStore::wait_for_work`] in this process.
+    fn wake_all(&self);
+}
+
+/// The read side as the type's own methods give it, for each store type.
+macro_rules! read_jobs {
+    ($store:ty, $now:expr) => {
+        impl $crate::job_store::ReadJobs for $store {
+            fn now(&self) -> $crate::Result<$crate::StoreTime> {
+                $now(self)
+            }
+            fn job(&self, job: $crate::JobId) -> $crate::Result<Option<$crate::Job>> {
+                <$store>::job(self, job)
+            }
+            fn history(&self, job: $crate::JobId) -> $crate::Result<Vec<$crate::Run>> {
+                <$store>::history(self, job)
+            }
+            fn payload(&self, job: $crate::JobId) -> $crate::Result<Option<Vec<u8>>> {
+                <$store>::payload(self, job)
+            }
+            fn output(&self, job: $crate::JobId) -> $crate::Result<Option<Vec<u8>>> {
+                <$store>::output(self, job)
+            }
+            fn jobs(&self, filter: &$crate::JobFilter) -> $crate::Result<Vec<$crate::Job>> {
+                <$store>::jobs(self, filter)
+            }
+            fn timing(&self, queue: &str) -> $crate::Result<$crate::QueueTiming> {
+                <$store>::timing(self, queue)
+            }
+            fn stats(&self) -> $crate::Result<$crate::Stats> {
+                <$store>::stats(self)
+            }
+            fn check(&self) -> $crate::Result<$crate::CheckReport> {
+                <$store>::check(self)
+            }
+        }
+    };
+}
+pub(crate) use read_jobs;
+
+/// The protocol's calls as the type's own methods give them, for each store type.
+macro_rules! job_store {
+    ($store:ty) => {
+        impl $crate::job_store::JobStore for $store {
+            fn enqueue(&self, job: $crate::NewJob) -> $crate::Result<$crate::JobId> {
+                <$store>::enqueue(self, job)
+            }
+            fn enqueue_batch(
+                &self,
+                jobs: Vec<$crate::NewJob>,
+            ) -> $crate::Result<Vec<$crate::JobId>> {
+                <$store>::enqueue_batch(self, jobs)
+            }
+            fn claim(
+                &self,
+                queue: &str,
+                worker: &str,
+                terms: $crate::LeaseTerms,
+            ) -> $crate::Result<Option<$crate::Lease>> {
+                <$store>::claim(self, queue, worker, terms)
+            }
+            fn claim_batch(
+                &self,
+                queue: &str,
+                worker: &str,
+                terms: $crate::LeaseTerms,
+                n: usize,
+            ) -> $crate::Result<Vec<$crate::Lease>> {
+                <$store>::claim_batch(self, queue, worker, terms, n)
+            }
+            fn claim_job(
+                &self,
+                job: $crate::JobId,
+                worker: &str,
+                terms: $crate::LeaseTerms,
+            ) -> $crate::Result<Option<$crate::Lease>> {
+                <$store>::claim_job(self, job, worker, terms)
+            }
+            fn heartbeat(
+                &self,
+                lease: &$crate::Lease,
+                progress: u64,
+            ) -> $crate::Result<$crate::Renewal> {
+                <$store>::heartbeat(self, lease, progress)
+            }
+            fn heartbeat_batch(
+                &self,
+                beats: &[(&$crate::Lease, u64)],
+            ) -> Vec<$crate::Result<$crate::Renewal>> {
+                <$store>::heartbeat_batch(self, beats)
+            }
+            fn complete(&self, lease: &$crate::Lease, output: &[u8]) -> $crate::Result<()> {
+                <$store>::complete(self, lease, output)
+            }
+            fn complete_batch(&self, done: &[(&$crate::Lease, &[u8])]) -> Vec<$crate::Result<()>> {
+                <$store>::complete_batch(self, done)
+            }
+            fn complete_and_claim(
+                &self,
+                lease: &$crate::Lease,
+                output: &[u8],
+                terms: $crate::LeaseTerms,
+            ) -> $crate::Result<Option<$crate::Lease>> {
+                <$store>::complete_and_claim(self, lease, output, terms)
+            }
+            fn fail(&self, lease: &$crate::Lease, error: &str) -> $crate::Result<$crate::JobState> {
+                <$store>::fail(self, lease, error)
+            }
+            fn release(&self, lease: &$crate::Lease) -> $crate::Result<()> {
+                <$store>::release(self, lease)
+            }
+            fn cancel(&self, job: $crate::JobId) -> $crate::Result<$crate::JobState> {
+                <$store>::cancel(self, job)
+            }
+            fn retry(&self, job: $crate::JobId) -> $crate::Result<()> {
+                <$store>::retry(self, job)
+            }
+            fn reap(&self) -> $crate::Result<$crate::ReapReport> {
+                <$store>::reap(self)
+            }
+            fn purge(
+                &self,
+                older_than: std::time::Duration,
+                states: &[$crate::JobState],
+            ) -> $crate::Result<usize> {
+                <$store>::purge(self, older_than, states)
+            }
+            fn work_generation(&self, queue: &str) -> u64 {
+                <$store>::work_generation(self, queue)
+            }
+            fn wait_for_work(&self, queue: &str, seen: u64, timeout: std::time::Duration) -> u64 {
+                <$store>::wait_for_work(self, queue, seen, timeout)
+            }
+            fn wake_all(&self) {
+                <$store>::wake_all(self)
+            }
+        }
+    };
+}
+pub(crate) use job_store;
