@@ -229,7 +229,11 @@ fn a_process_that_ends_cleanly_leaves_its_neighbours_leases_alone() {
     assert_eq!(Holder::instance_files(&path), 2);
     Holder::start(&path, &[]).end();
     assert_eq!(Holder::instance_files(&path), 2);
-    std::thread::sleep(Duration::from_millis(300)); // several of the watcher's rescans
+    // several of the watcher's rescans later, the neighbour's lease is still its own
+    let seen = store.watcher_wakeups().unwrap();
+    wait_until("three of the watcher's rescans", || {
+        store.watcher_wakeups().unwrap() >= seen + 3
+    });
     assert_eq!(store.job(job).unwrap().unwrap().state(), JobState::Running);
     neighbour.kill();
     wait_until("the job to come back", || {

@@ -5,6 +5,7 @@
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use crate::error::Result;
 use crate::ids::InstanceId;
@@ -107,15 +108,15 @@ impl Store {
 
 impl Survivor for Inner {
     fn reclaim_instance(self: Arc<Self>, dead: InstanceId) -> Result<usize> {
-        Store { inner: self }.reclaim_instance(dead)
+        Store::borrowed(self).reclaim_instance(dead)
     }
 
     fn registrations(self: Arc<Self>) -> Result<Vec<(InstanceId, Registration)>> {
-        Store { inner: self }.registrations()
+        Store::borrowed(self).registrations()
     }
 
     fn reregister(self: Arc<Self>, me: InstanceId, registration: &Registration) -> Result<()> {
-        Store { inner: self }.reregister(me, registration.clone())
+        Store::borrowed(self).reregister(me, registration.clone())
     }
 
     fn wake_local(&self) {
@@ -125,14 +126,17 @@ impl Survivor for Inner {
 
 impl Drop for Store {
     fn drop(&mut self) {
-        // The last handle of a process that shares the store gives back what it still holds
-        // and retires its instance, so that no neighbour has to find it dead: that costs the
-        // neighbour a write transaction, and a neighbour stopped in one stalls every writer.
-        // (A handle dropped while its watcher briefly holds another reference skips this; its
-        // instance is then found dead as if its process had ended.)
-        if Arc::strong_count(&self.inner) == 1
+        // The application's last handle, in a process that shares the store, gives back what
+        // it still holds and retires its instance, so that no neighbour has to find it dead:
+        // that costs the neighbour a write transaction, and a neighbour stopped in one stalls
+        // every writer. It does so here, on the application's thread, even while the writer
+        // or the watcher holds the store for a moment (their borrowed handles are not counted):
+        // the watcher is stopped first, so that it cannot make the retired file again.
+        if self.counted
+            && self.inner.handles.fetch_sub(1, Ordering::AcqRel) == 1
             && let Some(n) = &self.inner.neighbours
         {
+            n.stop();
             match self.reclaim_instance(n.instance()) {
                 Ok(_) => n.retire(),
                 Err(e) => {
@@ -140,5 +144,51 @@ impl Drop for Store {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{NewJob, Sharing};
+
+    fn lock_files(store_path: &std::path::Path) -> usize {
+        std::fs::read_dir(store_path.with_file_name("jobs.redb.procs"))
+            .map(|dir| {
+                dir.filter_map(|e| e.ok())
+                    .filter(|e| e.file_name().to_string_lossy().ends_with(".lock"))
+                    .count()
+            })
+            .unwrap_or(0)
+    }
+
+    #[test]
+    fn the_last_handle_retires_its_instance_while_a_store_thread_borrows_the_store() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("jobs.redb");
+        let store = Store::builder(&path)
+            .sharing(Sharing::MultiProcess)
+            .open()
+            .unwrap();
+        let id = store.enqueue(NewJob::new("q", "x")).unwrap();
+        store
+            .claim("q", "w", std::time::Duration::from_secs(3600))
+            .unwrap();
+        let copy = store.clone();
+        assert_eq!(lock_files(&path), 1);
+        // As the watcher or the writer thread does, for one task at a time.
+        let borrowed = Store::borrowed(store.inner.clone());
+        drop(store);
+        assert_eq!(lock_files(&path), 1, "a clone is still the application's");
+        drop(copy);
+        assert_eq!(lock_files(&path), 0, "the last handle retired the instance");
+        let job = borrowed.job(id).unwrap().unwrap();
+        assert_eq!(
+            job.state(),
+            crate::JobState::Queued,
+            "and gave back its lease"
+        );
+        drop(borrowed);
+        assert_eq!(lock_files(&path), 0);
     }
 }

@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -30,9 +30,24 @@ use crate::report::{ReapReport, Reclaim};
 use crate::stats::{Counters, Stats, WriteMetrics};
 
 /// A handle on a leasehold store. Cheap to clone; clones share one open file.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct Store {
     pub(crate) inner: Arc<Inner>,
+    /// An application's handle, counted in [`Inner::handles`], rather than one the store's
+    /// own threads (writer, watcher) make for a moment from their weak reference.
+    pub(crate) counted: bool,
+}
+
+impl Clone for Store {
+    fn clone(&self) -> Store {
+        if self.counted {
+            self.inner.handles.fetch_add(1, Ordering::Relaxed);
+        }
+        Store {
+            inner: self.inner.clone(),
+            counted: self.counted,
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -45,6 +60,9 @@ pub(crate) struct Inner {
     flush: Mutex<FlushState>,
     pub(crate) notifier: Notifier,
     writes: AtomicU64,
+    /// The application's handles alive: the last one to go gives back this process's leases
+    /// (see `Drop for Store`), whatever the store's own threads still hold for a moment.
+    pub(crate) handles: AtomicUsize,
     group: Arc<Group>,
     /// What opening the store took back (see [`Store::recovered_at_open`]).
     recovered: std::sync::OnceLock<ReapReport>,
@@ -82,12 +100,14 @@ impl Store {
                 flush: Mutex::new(FlushState::default()),
                 notifier: Notifier::default(),
                 writes: AtomicU64::new(0),
+                handles: AtomicUsize::new(1),
                 group: Arc::new(Group::new(shape)),
                 recovered: std::sync::OnceLock::new(),
                 upgraded_from: std::sync::OnceLock::new(),
                 neighbours,
                 writer: Mutex::new(None),
             }),
+            counted: true,
         };
         if shape == CommitShape::WriterThread {
             // The thread holds the store weakly, so dropping the last handle still closes it.
@@ -95,11 +115,21 @@ impl Store {
             let weak = Arc::downgrade(&store.inner);
             let writer = std::thread::Builder::new()
                 .name("lh-writer".into())
-                .spawn(move || group.writer_loop(|| weak.upgrade().map(|inner| Store { inner })))
+                .spawn(move || group.writer_loop(|| weak.upgrade().map(Store::borrowed)))
                 .map_err(Error::ThreadSpawn)?;
             *store.inner.writer.lock() = Some(writer);
         }
         Ok(store)
+    }
+
+    /// A handle for one of the store's own threads, made from its weak reference for as
+    /// long as one task takes: not counted as the application's, so dropping it never closes
+    /// this process's share of the store.
+    pub(crate) fn borrowed(inner: Arc<Inner>) -> Store {
+        Store {
+            inner,
+            counted: false,
+        }
     }
 
     /// Takes back the leases whose holder's process is gone: at open. Alone on the file (the
