@@ -19,7 +19,6 @@ use crate::error::Result;
 use crate::pool::{
     Handler, Interrupted, Interruption, JobContext, JobError, Output, PoolBuilder, WorkerPool,
 };
-use crate::redb_store::Store;
 
 impl<S: crate::backend::Engine> PoolBuilder<S> {
     /// Starts the pool with an async handler, whose futures run on the tokio runtime of
@@ -62,19 +61,6 @@ impl JobContext {
         match tokio::time::timeout(d, self.interrupted()).await {
             Ok(why) => Err(Interrupted(why)),
             Err(_elapsed) => Ok(()),
-        }
-    }
-}
-
-impl Store {
-    /// [`Store::wait_for_work`] for async code: resolves when a commit in this process gives
-    /// `queue` a waiting job, [`Store::wake_all`] is called, or `timeout` passes, with the
-    /// generation then. Pass the generation seen before the last look for work
-    /// ([`Store::work_generation`]), so that a wake-up in between is not lost.
-    pub async fn wait_for_work_async(&self, queue: &str, seen: u64, timeout: Duration) -> u64 {
-        match changed(&self.inner.notifier, queue, seen, timeout).await {
-            Some(generation) => generation,
-            None => self.work_generation(queue),
         }
     }
 }

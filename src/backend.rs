@@ -16,18 +16,20 @@ use crate::job_store::JobStore;
 use crate::lease::{Lease, LeaseTerms, Renewal};
 
 /// What the application's writes return: its own error, whatever it is.
-type WritesResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
+pub(crate) type WritesResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
 
 /// A store a worker pool runs on, and the kind of application writes its completions carry
-/// ([`Output`](crate::Output)'s type parameter): redb tables on a [`Store`](crate::Store),
-/// SQL on a `PgStore`, either (checked when committed) on a [`Backend`]. Implemented by
-/// those three alone.
+/// ([`Output`](crate::Output)'s type parameter): redb tables ([`RedbWrites`](crate::RedbWrites))
+/// on a [`Store`](crate::Store), SQL (`SqlWrites`) on a `PgStore`, either ([`AnyWrites`],
+/// checked when committed) on a [`Backend`]. Implemented by those three alone.
 pub trait Engine: Into<Backend> + Send + Sync + 'static + sealed::Sealed {
     /// The application's writes a completion on this engine carries.
     type Writes: Send + 'static;
-    /// Writes of this engine's kind as writes of either kind.
+    /// Writes of this engine's kind as writes of any kind.
     #[doc(hidden)]
-    fn any(writes: Self::Writes) -> crate::pool::AnyWrites;
+    fn any(writes: Self::Writes) -> AnyWrites {
+        AnyWrites(Box::new(writes))
+    }
 }
 
 pub(crate) mod sealed {
@@ -35,22 +37,30 @@ pub(crate) mod sealed {
     pub trait Sealed {}
 }
 
-impl sealed::Sealed for Backend {}
+/// Writes of any engine's kind, for a pool on a [`Backend`] chosen at run time: the engine
+/// that commits them takes its own kind and refuses another
+/// ([`ConfigError::WritesForAnotherStore`](crate::ConfigError)). Made by `into_any` on an
+/// [`Output`](crate::Output) of an engine's kind.
+pub struct AnyWrites(pub(crate) Box<dyn std::any::Any + Send>);
 
-impl Engine for Backend {
-    type Writes = crate::pool::AnyWrites;
-    fn any(writes: crate::pool::AnyWrites) -> crate::pool::AnyWrites {
-        writes
+impl AnyWrites {
+    /// The writes, if they are of kind `W`.
+    pub(crate) fn take<W: 'static>(self) -> Option<W> {
+        match self.0.downcast::<W>() {
+            Ok(w) => Some(*w),
+            // (`into_any` of writes already of any kind wraps them once more)
+            Err(other) => other.downcast::<AnyWrites>().ok().and_then(|w| w.take()),
+        }
     }
 }
 
-/// The application's writes of a completion, in the form of the store they run on.
-pub(crate) enum Writes {
-    /// Tables in the redb store's file ([`crate::Output::with_writes`]).
-    Redb(Box<dyn FnOnce(&mut crate::Transaction<'_, '_>) -> WritesResult + Send>),
-    /// SQL in a PostgreSQL store's transaction ([`crate::Output::with_sql`]).
-    #[cfg(feature = "postgres")]
-    Sql(Box<dyn FnMut(&mut crate::postgres::PgTransaction<'_, '_>) -> WritesResult + Send>),
+impl sealed::Sealed for Backend {}
+
+impl Engine for Backend {
+    type Writes = AnyWrites;
+    fn any(writes: AnyWrites) -> AnyWrites {
+        writes
+    }
 }
 
 /// A completion a pool hands over to be committed with others: job, attempt, output, the
@@ -86,7 +96,7 @@ pub(crate) trait LeaseBackend: JobStore + 'static {
         lease: &Lease,
         output: &[u8],
         progress: Option<u64>,
-        writes: Writes,
+        writes: AnyWrites,
     ) -> Result<()>;
     fn complete_all_then_claim(
         &self,

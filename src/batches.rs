@@ -35,6 +35,17 @@ pub(crate) struct Pass<T> {
     pub largest: usize,
 }
 
+impl From<Pass<crate::report::Reclaim>> for crate::report::ReapReport {
+    fn from(pass: Pass<crate::report::Reclaim>) -> crate::report::ReapReport {
+        crate::report::ReapReport {
+            reclaimed: pass.items,
+            batches: pass.batches,
+            largest_batch: pass.largest,
+            ..crate::report::ReapReport::default()
+        }
+    }
+}
+
 /// Runs `step(limit)` until a batch comes back short, pausing briefly between batches.
 pub(crate) fn run<T, E>(
     limit: usize,

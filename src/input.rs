@@ -32,6 +32,18 @@ pub(crate) fn check_new_job(new: &NewJob, max_payload: usize) -> Result<(), Inpu
     Ok(())
 }
 
+/// The checks of a claim: the queue's name, the worker's id, the lease's terms.
+pub(crate) fn check_claim(
+    queue: &str,
+    worker: &str,
+    terms: &crate::lease::LeaseTerms,
+) -> Result<(), crate::Error> {
+    check_queue(queue)?;
+    check_worker(worker)?;
+    crate::config::check_terms(terms)?;
+    Ok(())
+}
+
 /// Refuses a NUL byte in `value`, the `what` of an input.
 fn check_no_nul(what: &'static str, value: &str) -> Result<(), InputError> {
     match value.find('\0') {

@@ -134,13 +134,13 @@ pub use job_store::{JobStore, ReadJobs};
 pub use lease::{Lease, LeaseTerms, Renewal};
 pub use pool::{
     AnyWrites, Interrupted, Interruption, JobContext, JobError, Output, PoolBuilder, PoolStats,
-    RedbWrites, ShutdownReport, WorkerPool,
+    ShutdownReport, WorkerPool,
 };
 pub use query::{JobFilter, JobOrder, QueueTiming};
 pub use reaper::{Reaper, ReaperMetrics};
 pub use redb_store::{
-    HolderState, RESERVED_TABLE_PREFIX, SCHEMA_VERSION, Sharing, Store, StoreBuilder, StoreReader,
-    Transaction,
+    HolderState, RESERVED_TABLE_PREFIX, RedbWrites, SCHEMA_VERSION, Sharing, Store, StoreBuilder,
+    StoreReader, Transaction,
 };
 pub use report::{CheckReport, ReapReport, Reclaim};
 pub use retry::RetryPolicy;

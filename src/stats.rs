@@ -36,6 +36,23 @@ pub struct Counters {
     pub reclaimed_process_died: u64,
 }
 
+impl Counters {
+    /// The counts by the names the tool and the PostgreSQL store keep them under (the worst
+    /// detection delay, a duration, apart).
+    pub fn named(&self) -> [(&'static str, u64); 8] {
+        [
+            ("reclaimed_by_reaper", self.reclaimed_by_reaper),
+            ("reclaimed_by_takeover", self.reclaimed_by_takeover),
+            ("reclaimed_at_open", self.reclaimed_at_open),
+            ("reclaimed_process_died", self.reclaimed_process_died),
+            ("released", self.released),
+            ("leases_lost", self.leases_lost),
+            ("fenced_writes_rejected", self.fenced_writes_rejected),
+            ("stalled", self.stalled),
+        ]
+    }
+}
+
 /// Jobs of one queue, by state.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]

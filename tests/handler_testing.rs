@@ -6,14 +6,14 @@
 
 use leasehold::redb::TableDefinition;
 use leasehold::testing::{TestStore, Verdict};
-use leasehold::{JobError, JobState, NewJob, Outcome, Output, ReclaimPath};
+use leasehold::{JobError, JobState, NewJob, Outcome, Output, ReclaimPath, RedbWrites};
 
 const Q: &str = "thumbs";
 const SENT: TableDefinition<u64, &str> = TableDefinition::new("app.sent");
 
 /// The application's handler under test: records what it sent in its own table, committed
 /// with the completion.
-fn send(ctx: &leasehold::JobContext) -> Result<Output, JobError> {
+fn send(ctx: &leasehold::JobContext) -> Result<Output<RedbWrites>, JobError> {
     let text = String::from_utf8(ctx.payload().to_vec())?;
     if text.is_empty() {
         return Err(JobError::new("nothing to send"));
@@ -56,7 +56,7 @@ fn a_handler_error_or_panic_is_recorded_as_the_attempts_failure() {
 
     t.enqueue(NewJob::new(Q, "x").max_attempts(1)).unwrap();
     let ran = t
-        .run_one(Q, |_ctx| -> Result<Output, JobError> {
+        .run_one(Q, |_ctx| -> Result<Output<RedbWrites>, JobError> {
             panic!("codec bug")
         })
         .unwrap()

@@ -20,7 +20,7 @@ use crossbeam_channel::{Receiver, Sender, bounded};
 use indicatif::{ProgressBar, ProgressStyle};
 use leasehold::{
     Error, JobContext, JobError, JobId, JobState, NewJob, Outcome, Output, Reaper, ReclaimPath,
-    Store, StoreTime, WorkerPool,
+    RedbWrites, Store, StoreTime, WorkerPool,
 };
 use parking_lot::Mutex;
 use redb::{ReadableTable, TableDefinition};
@@ -58,7 +58,9 @@ struct Script {
     gate: Receiver<()>,
 }
 
-fn handler(script: Arc<Script>) -> impl Fn(&JobContext) -> Result<Output, JobError> + Send + Sync {
+fn handler(
+    script: Arc<Script>,
+) -> impl Fn(&JobContext) -> Result<Output<RedbWrites>, JobError> + Send + Sync {
     move |ctx| {
         *script.executions.lock().entry(ctx.job().0).or_default() += 1;
         match (ctx.payload(), ctx.attempt().0) {

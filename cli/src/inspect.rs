@@ -213,17 +213,8 @@ pub fn stats(db: &Path, json: bool) -> Result<ExitCode, Error> {
             queues: Vec<QueueView>,
             counters: BTreeMap<&'static str, u64>,
         }
-        let counters = BTreeMap::from([
-            ("reclaimed_by_reaper", c.reclaimed_by_reaper),
-            ("reclaimed_by_takeover", c.reclaimed_by_takeover),
-            ("reclaimed_at_open", c.reclaimed_at_open),
-            ("reclaimed_process_died", c.reclaimed_process_died),
-            ("released", c.released),
-            ("leases_lost", c.leases_lost),
-            ("fenced_writes_rejected", c.fenced_writes_rejected),
-            ("stalled", c.stalled),
-            ("worst_detection_delay_ms", dms(c.worst_detection_delay)),
-        ]);
+        let mut counters = BTreeMap::from(c.named());
+        counters.insert("worst_detection_delay_ms", dms(c.worst_detection_delay));
         print_json(&StatsView {
             now_ms: ms(now),
             writer_pid: store.writer_pid()?,

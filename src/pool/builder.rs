@@ -8,10 +8,11 @@ use std::time::Duration;
 
 use parking_lot::{Condvar, Mutex};
 
-use super::context::{AnyWrites, JobContext, JobError, Output};
+use super::context::{JobContext, JobError, Output};
 use super::pace::{Pace, Prefetch};
 use super::stats::Counters;
 use super::{DEFAULT_SHUTDOWN_GRACE, Handler, Phase, Shared, Validator, WorkerPool, handover};
+use crate::backend::AnyWrites;
 use crate::backend::{Backend, Engine};
 use crate::config::LeaseSettings;
 use crate::error::{ConfigError, Result};

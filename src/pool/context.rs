@@ -10,12 +10,11 @@ use std::time::Duration;
 
 use parking_lot::{Condvar, Mutex};
 
-use crate::backend::Writes;
+use crate::backend::AnyWrites;
 use crate::clock::RealDeadline;
 
 use crate::ids::{Attempt, JobId, StoreTime};
 use crate::lease::Lease;
-use crate::redb_store::Transaction;
 
 /// Why a handler is asked to stop. Whatever it returns afterwards is not committed (except
 /// where noted): its lease is gone or going.
@@ -251,13 +250,14 @@ impl JobContext {
 /// What a successful handler commits: its output bytes and, optionally, the application's
 /// own writes, applied in the completion's transaction only if the fence holds.
 ///
-/// The writes are of one engine's kind, and the type says which: [`Output::with_writes`]
-/// makes an `Output<RedbWrites>` (redb tables, the default), [`Output::with_sql`] an
-/// `Output<SqlWrites>` (PostgreSQL). A pool on a [`Store`](crate::Store) takes the first, a
-/// pool on a `PgStore` the second, so handing a pool the other engine's writes does not
-/// compile. A pool on a [`Backend`](crate::Backend) (either engine, chosen at run time)
-/// takes `Output<AnyWrites>` ([`Output::into_any`]), and refuses writes of the wrong kind
-/// when it commits them ([`ConfigError::WritesForAnotherStore`](crate::ConfigError)):
+/// The writes are of one engine's kind, and `W` says which: `Output::with_writes` makes an
+/// `Output<RedbWrites>` (redb tables), `Output::with_sql` an `Output<SqlWrites>`
+/// (PostgreSQL; the `postgres` feature). A pool on a [`Store`](crate::Store) takes the first,
+/// a pool on a `PgStore` the second, so handing a pool the other engine's writes does not
+/// compile. A pool on a [`Backend`](crate::Backend) (either engine, chosen at run time) takes
+/// `Output<AnyWrites>` (`into_any`), and refuses writes of the wrong kind when it commits
+/// them ([`ConfigError::WritesForAnotherStore`](crate::ConfigError)). A handler that only
+/// returns bytes (`Output::new`, or bytes, a `String` or `()`) fits every pool.
 ///
 /// ```compile_fail
 /// # fn main() -> Result<(), leasehold::Error> {
@@ -270,28 +270,10 @@ impl JobContext {
 /// # Ok(())
 /// # }
 /// ```
-pub struct Output<W = RedbWrites> {
+pub struct Output<W> {
     pub(crate) bytes: Vec<u8>,
     pub(crate) writes: Option<W>,
 }
-
-/// The application's writes to its own redb tables, in a completion's transaction (see
-/// [`Output::with_writes`]).
-pub struct RedbWrites(pub(crate) Box<dyn FnOnce(&mut Transaction<'_, '_>) -> WritesResult + Send>);
-
-/// The application's SQL, in a completion's PostgreSQL transaction (see [`Output::with_sql`];
-/// the `postgres` feature).
-#[cfg(feature = "postgres")]
-pub struct SqlWrites(
-    pub(crate) Box<dyn FnMut(&mut crate::postgres::PgTransaction<'_, '_>) -> WritesResult + Send>,
-);
-
-/// Writes of either engine's kind, for a pool on a [`Backend`](crate::Backend) chosen at run
-/// time (see [`Output::into_any`]).
-pub struct AnyWrites(pub(crate) Writes);
-
-/// What the application's writes return: its own error, whatever it is.
-type WritesResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
 
 impl<W> Output<W> {
     /// Output bytes alone.
@@ -301,65 +283,23 @@ impl<W> Output<W> {
             writes: None,
         }
     }
-}
 
-impl Output<RedbWrites> {
-    /// Output bytes plus the application's writes, committed with the completion or not at
-    /// all (see [`Store::complete_with`](crate::Store::complete_with)): its own tables
-    /// ([`Transaction::open_table`]) and follow-up jobs ([`Transaction::enqueue`]). `writes`
-    /// runs only if the fence holds, inside the completion's transaction, so it must use the
-    /// [`Transaction`] and not the store (which refuses it with
-    /// [`Error::Reentered`](crate::Error::Reentered)). If it fails, the completion rolls
-    /// back and the attempt fails with its error.
-    pub fn with_writes<F, E>(bytes: impl Into<Vec<u8>>, writes: F) -> Output<RedbWrites>
-    where
-        F: FnOnce(&mut Transaction<'_, '_>) -> Result<(), E> + Send + 'static,
-        E: Into<Box<dyn std::error::Error + Send + Sync>>,
-    {
+    /// Output bytes plus `writes`, for an engine's own constructors.
+    pub(crate) fn with(bytes: impl Into<Vec<u8>>, writes: W) -> Output<W> {
         Output {
             bytes: bytes.into(),
-            writes: Some(RedbWrites(Box::new(move |txn| {
-                writes(txn).map_err(Into::into)
-            }))),
+            writes: Some(writes),
         }
     }
 
     /// The same output for a pool on a [`Backend`](crate::Backend) of either engine.
-    pub fn into_any(self) -> Output<AnyWrites> {
-        Output {
-            bytes: self.bytes,
-            writes: self.writes.map(|RedbWrites(w)| AnyWrites(Writes::Redb(w))),
-        }
-    }
-}
-
-#[cfg(feature = "postgres")]
-impl Output<SqlWrites> {
-    /// Output bytes plus the application's SQL and follow-up jobs, run in the completion's
-    /// PostgreSQL transaction only if the fence holds: [`Output::with_writes`] for a pool on
-    /// a [`PgStore`](crate::postgres::PgStore) (the `postgres` feature).
-    ///
-    /// A transaction PostgreSQL aborts for a deadlock or serialization failure runs again,
-    /// `writes` included (so it may run more than once, and only the last run commits); such
-    /// an abort spends no attempt of the job.
-    pub fn with_sql<F, E>(bytes: impl Into<Vec<u8>>, mut writes: F) -> Output<SqlWrites>
+    pub fn into_any(self) -> Output<AnyWrites>
     where
-        F: FnMut(&mut crate::postgres::PgTransaction<'_, '_>) -> Result<(), E> + Send + 'static,
-        E: Into<Box<dyn std::error::Error + Send + Sync>>,
+        W: Send + 'static,
     {
         Output {
-            bytes: bytes.into(),
-            writes: Some(SqlWrites(Box::new(move |txn| {
-                writes(txn).map_err(Into::into)
-            }))),
-        }
-    }
-
-    /// The same output for a pool on a [`Backend`](crate::Backend) of either engine.
-    pub fn into_any(self) -> Output<AnyWrites> {
-        Output {
             bytes: self.bytes,
-            writes: self.writes.map(|SqlWrites(w)| AnyWrites(Writes::Sql(w))),
+            writes: self.writes.map(|w| AnyWrites(Box::new(w))),
         }
     }
 }

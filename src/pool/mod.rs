@@ -30,11 +30,10 @@ use std::time::Duration;
 use crossbeam_channel::{Sender, bounded, unbounded};
 use parking_lot::{Condvar, Mutex};
 
+pub use crate::backend::AnyWrites;
 pub use builder::PoolBuilder;
 pub(crate) use builder::any;
-#[cfg(feature = "postgres")]
-pub use context::SqlWrites;
-pub use context::{AnyWrites, Interrupted, Interruption, JobContext, JobError, Output, RedbWrites};
+pub use context::{Interrupted, Interruption, JobContext, JobError, Output};
 pub use stats::PoolStats;
 
 use crate::backend::LeaseBackend;

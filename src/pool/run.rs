@@ -8,10 +8,11 @@ use std::sync::atomic::Ordering;
 
 use crossbeam_channel::{Receiver, Sender};
 
-use super::context::{AnyWrites, Interruption, JobContext, Output};
+use super::context::{Interruption, JobContext, Output};
 use super::handover::Handed;
 use super::stats::bump;
 use super::{Flight, Shared};
+use crate::backend::AnyWrites;
 use crate::clock::Stopwatch;
 use crate::error::Error;
 
@@ -175,7 +176,7 @@ fn commit_success(shared: &Shared, flight: Flight, output: Output<AnyWrites>) ->
             let commit = || {
                 shared
                     .store
-                    .complete_with_writes(lease, &bytes, progress, writes.0)
+                    .complete_with_writes(lease, &bytes, progress, writes)
             };
             match catch_unwind(AssertUnwindSafe(commit)) {
                 Ok(result) => result,

@@ -4,8 +4,8 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use super::{PgStore, protocol, read};
+use crate::backend::AnyWrites;
 use crate::backend::Completion;
-use crate::backend::Writes;
 use crate::backend::{Backend, LeaseBackend};
 use crate::clock::Stopwatch;
 use crate::error::{ConfigError, Result};
@@ -19,10 +19,7 @@ const CLOCK_READING_SERVES: Duration = Duration::from_millis(500);
 impl crate::backend::sealed::Sealed for PgStore {}
 
 impl crate::backend::Engine for PgStore {
-    type Writes = crate::pool::SqlWrites;
-    fn any(crate::pool::SqlWrites(writes): crate::pool::SqlWrites) -> crate::pool::AnyWrites {
-        crate::pool::AnyWrites(Writes::Sql(writes))
-    }
+    type Writes = super::store::SqlWrites;
 }
 
 impl From<PgStore> for Backend {
@@ -237,19 +234,16 @@ impl LeaseBackend for PgStore {
         lease: &Lease,
         output: &[u8],
         progress: Option<u64>,
-        writes: Writes,
+        writes: AnyWrites,
     ) -> Result<()> {
-        let writes = match writes {
-            Writes::Sql(writes) => writes,
-            Writes::Redb(_) => {
-                return Err(ConfigError::WritesForAnotherStore {
-                    given: "redb tables (Output::with_writes)",
-                    store: "PostgreSQL, whose writes are Output::with_sql",
-                }
-                .into());
+        let Some(writes) = writes.take::<super::store::SqlWrites>() else {
+            return Err(ConfigError::WritesForAnotherStore {
+                given: "writes of another engine's kind",
+                store: "PostgreSQL, whose writes are Output::with_sql",
             }
+            .into());
         };
-        self.complete_then(lease, output, progress, writes)
+        self.complete_then(lease, output, progress, writes.0)
     }
 
     fn complete_all_then_claim(

@@ -31,12 +31,11 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use postgres::{Client, NoTls, Statement};
 
-pub use crate::pool::SqlWrites;
 /// The PostgreSQL client this build uses: [`PgTransaction::sql`] hands out its types, so
 /// name them through this re-export rather than a separately chosen version.
 pub use ::postgres as client;
 pub use error::PgError;
-pub use store::PgTransaction;
+pub use store::{PgTransaction, SqlWrites};
 
 use crate::config::{DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_PAYLOAD, DEFAULT_REAP_BATCH};
 use crate::error::{ConfigError, Error, Result};

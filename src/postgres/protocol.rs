@@ -174,9 +174,7 @@ pub(crate) fn claim_batch(
     terms: LeaseTerms,
     n: usize,
 ) -> Result<Vec<Lease>> {
-    input::check_queue(queue)?;
-    input::check_worker(worker)?;
-    crate::config::check_terms(&terms)?;
+    input::check_claim(queue, worker, &terms)?;
     let mut leases = Vec::new();
     // One at a time while expired leases are about, each weighed against the ready jobs.
     while leases.len() < n {
@@ -827,16 +825,7 @@ fn store_end(
 
 /// Adds what a rule counted to the stored counters.
 fn bump_all(tx: Tx<'_, '_>, p: &mut Prepared<'_>, c: &Counters) -> Result<()> {
-    for (name, by) in [
-        ("reclaimed_by_reaper", c.reclaimed_by_reaper),
-        ("reclaimed_by_takeover", c.reclaimed_by_takeover),
-        ("reclaimed_at_open", c.reclaimed_at_open),
-        ("reclaimed_process_died", c.reclaimed_process_died),
-        ("released", c.released),
-        ("leases_lost", c.leases_lost),
-        ("fenced_writes_rejected", c.fenced_writes_rejected),
-        ("stalled", c.stalled),
-    ] {
+    for (name, by) in c.named() {
         if by > 0 {
             bump(tx, p, name, clamp(by))?;
         }

@@ -7,6 +7,7 @@ use crate::error::{Error, Result};
 use crate::ids::{JobId, StoreTime};
 use crate::job::{Job, JobState, NewJob, Run};
 use crate::lease::{Lease, LeaseTerms, Renewal};
+use crate::pool::Output;
 use crate::report::ReapReport;
 use crate::stats::Stats;
 
@@ -39,6 +40,33 @@ impl<'t, 'c> PgTransaction<'t, 'c> {
             names: &self.store.inner.names,
         };
         protocol::enqueue(self.tx, &mut p, self.store.settings(), &job)
+    }
+}
+
+/// The application's SQL, in a completion's PostgreSQL transaction (see
+/// [`Output::with_sql`](crate::Output::with_sql)): what an [`Output`] of a pool on a
+/// [`PgStore`] carries.
+pub struct SqlWrites(
+    pub(crate) Box<dyn FnMut(&mut PgTransaction<'_, '_>) -> crate::backend::WritesResult + Send>,
+);
+
+impl Output<SqlWrites> {
+    /// Output bytes plus the application's SQL and follow-up jobs, run in the completion's
+    /// PostgreSQL transaction only if the fence holds: `Output::with_writes` for a pool on
+    /// a [`PgStore`].
+    ///
+    /// A transaction PostgreSQL aborts for a deadlock or serialization failure runs again,
+    /// `writes` included (so it may run more than once, and only the last run commits); such
+    /// an abort spends no attempt of the job.
+    pub fn with_sql<F, E>(bytes: impl Into<Vec<u8>>, mut writes: F) -> Output<SqlWrites>
+    where
+        F: FnMut(&mut PgTransaction<'_, '_>) -> std::result::Result<(), E> + Send + 'static,
+        E: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        Output::with(
+            bytes,
+            SqlWrites(Box::new(move |txn| writes(txn).map_err(Into::into))),
+        )
     }
 }
 
@@ -253,12 +281,7 @@ impl PgStore {
             }
             Ok::<_, Error>(batch)
         })?;
-        Ok(ReapReport {
-            reclaimed: pass.items,
-            batches: pass.batches,
-            largest_batch: pass.largest,
-            ..ReapReport::default()
-        })
+        Ok(pass.into())
     }
 
     /// The job, if it exists.

@@ -7,6 +7,7 @@ use crate::error::{InputError, Result};
 use crate::ids::{JobId, StoreTime};
 use crate::job::{JobState, NewJob};
 use crate::lease::Lease;
+use crate::pool::Output;
 use crate::redb_store::protocol;
 use crate::redb_store::writing::Tx;
 
@@ -75,5 +76,32 @@ impl<'a, 't> Transaction<'a, 't> {
     /// Fails an attempt in this transaction, if its lease still holds.
     pub fn fail(&mut self, lease: &Lease, error: &str) -> Result<JobState> {
         protocol::fail(self.tx, lease.job, lease.attempt, error, None)
+    }
+}
+
+/// The application's writes to its own redb tables, in a completion's transaction (see
+/// [`Output::with_writes`]): what an [`Output`] of a pool on a [`Store`](crate::Store)
+/// carries.
+pub struct RedbWrites(
+    pub(crate) Box<dyn FnOnce(&mut Transaction<'_, '_>) -> crate::backend::WritesResult + Send>,
+);
+
+impl Output<RedbWrites> {
+    /// Output bytes plus the application's writes, committed with the completion or not at
+    /// all (see [`Store::complete_with`](crate::Store::complete_with)): its own tables
+    /// ([`Transaction::open_table`]) and follow-up jobs ([`Transaction::enqueue`]). `writes`
+    /// runs only if the fence holds, inside the completion's transaction, so it must use the
+    /// [`Transaction`] and not the store (which refuses it with
+    /// [`Error::Reentered`](crate::Error::Reentered)). If it fails, the completion rolls
+    /// back and the attempt fails with its error.
+    pub fn with_writes<F, E>(bytes: impl Into<Vec<u8>>, writes: F) -> Output<RedbWrites>
+    where
+        F: FnOnce(&mut Transaction<'_, '_>) -> std::result::Result<(), E> + Send + 'static,
+        E: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        Output::with(
+            bytes,
+            RedbWrites(Box::new(move |txn| writes(txn).map_err(Into::into))),
+        )
     }
 }

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::backend::{Backend, Completion, LeaseBackend, Writes};
+use crate::backend::{AnyWrites, Backend, Completion, LeaseBackend};
 use crate::error::Result;
 use crate::ids::StoreTime;
 use crate::job::JobState;
@@ -14,10 +14,7 @@ use super::store::Store;
 impl crate::backend::sealed::Sealed for Store {}
 
 impl crate::backend::Engine for Store {
-    type Writes = crate::pool::RedbWrites;
-    fn any(crate::pool::RedbWrites(writes): crate::pool::RedbWrites) -> crate::pool::AnyWrites {
-        crate::pool::AnyWrites(Writes::Redb(writes))
-    }
+    type Writes = super::app_transaction::RedbWrites;
 }
 
 impl From<Store> for Backend {
@@ -86,13 +83,12 @@ impl LeaseBackend for Store {
         lease: &Lease,
         output: &[u8],
         progress: Option<u64>,
-        writes: Writes,
+        writes: AnyWrites,
     ) -> Result<()> {
-        match writes {
-            Writes::Redb(writes) => self.complete_with_reporting(lease, output, progress, writes),
-            #[cfg(feature = "postgres")]
-            Writes::Sql(_) => Err(crate::error::ConfigError::WritesForAnotherStore {
-                given: "SQL (Output::with_sql)",
+        match writes.take::<super::app_transaction::RedbWrites>() {
+            Some(writes) => self.complete_with_reporting(lease, output, progress, writes.0),
+            None => Err(crate::error::ConfigError::WritesForAnotherStore {
+                given: "writes of another engine's kind",
                 store: "a redb store, whose writes are Output::with_writes",
             }
             .into()),

@@ -43,7 +43,7 @@ mod store;
 mod store_reader;
 mod writing;
 
-pub use app_transaction::{RESERVED_TABLE_PREFIX, Transaction};
+pub use app_transaction::{RESERVED_TABLE_PREFIX, RedbWrites, Transaction};
 pub use builder::{Sharing, StoreBuilder};
 pub use group::CommitShape;
 pub use schema::SCHEMA_VERSION;

@@ -79,9 +79,7 @@ pub(crate) fn claim(
     worker: &str,
     terms: LeaseTerms,
 ) -> Result<Option<Lease>> {
-    input::check_queue(queue)?;
-    input::check_worker(worker)?;
-    check_terms(&terms)?;
+    input::check_claim(queue, worker, &terms)?;
     next_claim(tx, queue, worker, terms, &mut true)
 }
 
@@ -93,9 +91,7 @@ pub(crate) fn claim_batch(
     terms: LeaseTerms,
     n: usize,
 ) -> Result<Vec<Lease>> {
-    input::check_queue(queue)?;
-    input::check_worker(worker)?;
-    check_terms(&terms)?;
+    input::check_claim(queue, worker, &terms)?;
     let mut leases = Vec::with_capacity(n.min(1024));
     // Once no lease has expired, none will within this transaction (its time stands still
     // and every lease it grants ends later), so the rest of the batch skips that search.

@@ -240,6 +240,18 @@ impl Store {
         self.inner.notifier.wait(queue, seen, timeout)
     }
 
+    /// [`Store::wait_for_work`] for async code: resolves when a commit in this process gives
+    /// `queue` a waiting job, [`Store::wake_all`] is called, or `timeout` passes, with the
+    /// generation then. Pass the generation seen before the last look for work
+    /// ([`Store::work_generation`]), so that a wake-up in between is not lost.
+    #[cfg(feature = "tokio")]
+    pub async fn wait_for_work_async(&self, queue: &str, seen: u64, timeout: Duration) -> u64 {
+        match crate::asynchronous::changed(&self.inner.notifier, queue, seen, timeout).await {
+            Some(generation) => generation,
+            None => self.work_generation(queue),
+        }
+    }
+
     /// Wakes every waiter of [`Store::wait_for_work`]: for time that moved without a commit,
     /// such as a [`ManualClock`](crate::ManualClock) advanced by a test.
     pub fn wake_all(&self) {
@@ -558,12 +570,7 @@ impl Store {
             let step = step.clone();
             self.write(move |tx| step(tx, limit))
         })?;
-        Ok(ReapReport {
-            reclaimed: pass.items,
-            batches: pass.batches,
-            largest_batch: pass.largest,
-            ..ReapReport::default()
-        })
+        Ok(pass.into())
     }
 
     /// Runs `f` in one write transaction, committed only if it returns `Ok`: enqueue jobs

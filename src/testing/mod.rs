@@ -177,7 +177,7 @@ impl TestStore {
     pub fn run_one<H, O>(&self, queue: &str, handler: H) -> Result<Option<Ran>>
     where
         H: FnOnce(&JobContext) -> std::result::Result<O, JobError>,
-        O: Into<Output>,
+        O: Into<Output<crate::RedbWrites>>,
     {
         match self.claim(queue, TestStore::WORKER, TestStore::LEASE)? {
             Some(lease) => run_claimed::<Store, _, _>(self.store(), lease, handler).map(Some),
@@ -257,11 +257,11 @@ where
 fn commit(
     store: &dyn LeaseBackend,
     lease: &Lease,
-    output: Output<crate::pool::AnyWrites>,
+    output: Output<crate::AnyWrites>,
 ) -> Result<Verdict> {
     let Output { bytes, writes } = output;
     let committed = match writes {
-        Some(writes) => store.complete_with_writes(lease, &bytes, None, writes.0),
+        Some(writes) => store.complete_with_writes(lease, &bytes, None, writes),
         None => store.complete_reporting(lease, &bytes, None),
     };
     match committed {

@@ -88,7 +88,7 @@ impl TestPgStore {
     pub fn run_one<H, O>(&self, queue: &str, handler: H) -> Result<Option<Ran>>
     where
         H: FnOnce(&JobContext) -> std::result::Result<O, JobError>,
-        O: Into<Output<crate::pool::SqlWrites>>,
+        O: Into<Output<crate::postgres::SqlWrites>>,
     {
         let worker = super::TestStore::WORKER;
         match self.store.claim(queue, worker, super::TestStore::LEASE)? {

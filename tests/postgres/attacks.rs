@@ -12,7 +12,7 @@ use leasehold::postgres::client as postgres;
 use leasehold::postgres::{PgError, PgStore};
 use leasehold::{Error, InputError, JobState, NewJob, Outcome, Output, WorkerPool};
 
-use crate::db::{Db, Helper, LEASE, Q, wait_until};
+use crate::db::{Db, LEASE, PgPool, Q, effects, survive, wait_until};
 
 /// The PostgreSQL error inside `r`, or a panic saying what came instead.
 fn pg_error<T: std::fmt::Debug>(r: leasehold::Result<T>) -> PgError {
@@ -468,73 +468,29 @@ fn a_stopped_pool_process_past_its_leases_is_taken_over_and_its_late_writes_are_
         .collect();
     let dir = tempfile::tempdir().unwrap();
     let go = dir.path().join("go");
-    let mut pool = Helper(
-        crate::helper_process::command(
-            "pg-pool",
-            [
-                "--url",
-                &db.url,
-                "--schema",
-                &db.schema,
-                "--lease-ms",
-                "1000",
-                "--workers",
-                "2",
-                "--go",
-                go.to_str().unwrap(),
-            ],
-        )
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap(),
-    );
-    let said = crate::helper_process::stdout_channel(&mut pool);
-    let next_line = |prefix: &str| -> String {
-        loop {
-            let line = said
-                .recv_timeout(Duration::from_secs(60))
-                .unwrap_or_else(|_| panic!("the pool said no \"{prefix}\" line in a minute"));
-            if let Some(rest) = line.strip_prefix(prefix) {
-                return rest.to_owned();
-            }
-        }
-    };
+    let mut pool = PgPool::start(&[], &db.url, &db, 1000, 2, &go);
     let started: BTreeSet<u64> = (0..2)
-        .map(|_| next_line("started ").parse().unwrap())
+        .map(|_| pool.next_line("started ").parse().unwrap())
         .collect();
     assert_eq!(started, ids);
     let before = store.stats().unwrap().counters;
-    let pid = libc::pid_t::try_from(pool.id()).unwrap();
+    let pid = libc::pid_t::try_from(pool.process.id()).unwrap();
     // SAFETY: kill(2) with a pid this test started and still owns; no memory is touched.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
     // its leases run out on the database's clock while it is stopped; a survivor takes them
     let mut taken = BTreeSet::new();
     wait_until("the survivor to take both jobs over", || {
-        while let Some(lease) = store.claim("pp", "survivor", LEASE).unwrap() {
-            let sql = format!(
-                "INSERT INTO {}.effects (job, who) VALUES ($1, 'survivor')",
-                db.schema
-            );
-            let job = lease.job.0 as i64;
-            store
-                .complete_with(&lease, b"survivor", |t| {
-                    t.sql().execute(&sql, &[&job])?;
-                    Ok::<(), postgres::Error>(())
-                })
-                .unwrap();
-            taken.insert(lease.job.0);
-        }
+        survive(&store, &db.schema, &mut taken);
         taken.len() == 2
     });
     // woken, the stopped handlers finish and try to commit: refused, and counted
     std::fs::write(&go, b"").unwrap();
     // SAFETY: as above.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0);
-    next_line("finishing ");
-    drop(pool.stdin.take());
-    let stats = next_line("stats ");
-    let _ = pool.wait();
+    pool.next_line("finishing ");
+    drop(pool.process.stdin.take());
+    let stats = pool.next_line("stats ");
+    let _ = pool.process.wait();
     let after = store.stats().unwrap().counters;
     assert_eq!(
         after.reclaimed_by_takeover - before.reclaimed_by_takeover,
@@ -547,16 +503,7 @@ fn a_stopped_pool_process_past_its_leases_is_taken_over_and_its_late_writes_are_
     );
     let rejected: u64 = stats.split(' ').next().unwrap().parse().unwrap();
     assert!(rejected >= 1, "the pool counted its refused write: {stats}");
-    let effects: Vec<(i64, String)> = db
-        .admin
-        .query(
-            &format!("SELECT job, who FROM {}.effects ORDER BY job", db.schema),
-            &[],
-        )
-        .unwrap()
-        .iter()
-        .map(|row| (row.try_get(0).unwrap(), row.try_get(1).unwrap()))
-        .collect();
+    let effects = effects(&mut db);
     assert_eq!(
         effects,
         ids.iter()

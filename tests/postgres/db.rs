@@ -123,3 +123,88 @@ impl std::ops::DerefMut for Helper {
         &mut self.0
     }
 }
+
+/// A `pg-pool` helper process (`tests/support/pg_pool.rs`): a worker pool on queue `pp` of
+/// the test's schema, whose odd jobs never look at their interruption and finish (with an
+/// `effects` row in their SQL) once the file `go` exists; its stdout read line by line.
+pub struct PgPool {
+    pub process: Helper,
+    said: crossbeam_channel::Receiver<String>,
+}
+
+impl PgPool {
+    /// Starts one through `prefix` (`ip netns exec <name>`, say; empty for none).
+    pub fn start(
+        prefix: &[&str],
+        url: &str,
+        db: &Db,
+        lease_ms: u64,
+        workers: usize,
+        go: &std::path::Path,
+    ) -> PgPool {
+        let (lease_ms, workers) = (lease_ms.to_string(), workers.to_string());
+        let args = [
+            "--url",
+            url,
+            "--schema",
+            &db.schema,
+            "--lease-ms",
+            &lease_ms,
+            "--workers",
+            &workers,
+            "--go",
+            go.to_str().unwrap(),
+        ];
+        let mut process = Helper(
+            crate::helper_process::command_under(prefix, "pg-pool", args)
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .unwrap(),
+        );
+        let said = crate::helper_process::stdout_channel(&mut process);
+        PgPool { process, said }
+    }
+
+    /// The pool's next line starting with `prefix`; a minute without one fails the test.
+    pub fn next_line(&self, prefix: &str) -> String {
+        loop {
+            let line = self
+                .said
+                .recv_timeout(Duration::from_secs(60))
+                .unwrap_or_else(|_| panic!("the pool said no \"{prefix}\" line in a minute"));
+            if let Some(rest) = line.strip_prefix(prefix) {
+                return rest.to_owned();
+            }
+        }
+    }
+}
+
+/// Claims every job of queue `pp` it can as `survivor` and completes each with its
+/// `effects` row; adds their ids to `taken`.
+pub fn survive(store: &PgStore, schema: &str, taken: &mut std::collections::BTreeSet<u64>) {
+    let sql = format!("INSERT INTO {schema}.effects (job, who) VALUES ($1, 'survivor')");
+    while let Some(lease) = store.claim("pp", "survivor", LEASE).unwrap() {
+        let job = lease.job.0 as i64;
+        store
+            .complete_with(&lease, b"survivor", |t| {
+                t.sql().execute(&sql, &[&job])?;
+                Ok::<(), postgres::Error>(())
+            })
+            .unwrap();
+        taken.insert(lease.job.0);
+    }
+}
+
+/// The `effects` table's rows, (job, who), by job.
+pub fn effects(db: &mut Db) -> Vec<(i64, String)> {
+    db.admin
+        .query(
+            &format!("SELECT job, who FROM {}.effects ORDER BY job", db.schema),
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|row| (row.try_get(0).unwrap(), row.try_get(1).unwrap()))
+        .collect()
+}

@@ -7,7 +7,7 @@ use leasehold::postgres::client as postgres;
 use leasehold::postgres::{PgError, PgStore};
 use leasehold::{Error, JobState, LeaseTerms, NewJob, Outcome, ReclaimPath, Renewal};
 
-use crate::db::{Db, Helper, LEASE, Q, wait_until};
+use crate::db::{Db, Helper, LEASE, PgPool, Q, effects, survive, wait_until};
 use crate::say;
 
 #[test]
@@ -1281,42 +1281,9 @@ fn a_whole_pool_cut_off_past_its_leases_stops_its_handlers_and_its_late_writes_a
         .collect();
     let dir = tempfile::tempdir().unwrap();
     let go = dir.path().join("go");
-    let mut pool = Helper(
-        super::helper_process::command_under(
-            &["ip", "netns", "exec", &net.ns],
-            "pg-pool",
-            [
-                "--url",
-                &url,
-                "--schema",
-                &db.schema,
-                "--lease-ms",
-                "2000",
-                "--workers",
-                "4",
-                "--go",
-                go.to_str().unwrap(),
-            ],
-        )
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap(),
-    );
-    let said = super::helper_process::stdout_channel(&mut pool);
-    // The pool's next line starting with `prefix`; a minute without one fails the test.
-    let next_line = |prefix: &str| -> String {
-        loop {
-            let line = said
-                .recv_timeout(Duration::from_secs(60))
-                .unwrap_or_else(|_| panic!("the pool said no \"{prefix}\" line in a minute"));
-            if let Some(rest) = line.strip_prefix(prefix) {
-                return rest.to_owned();
-            }
-        }
-    };
+    let mut pool = PgPool::start(&["ip", "netns", "exec", &net.ns], &url, &db, 2000, 4, &go);
     let started: BTreeSet<u64> = (0..4)
-        .map(|_| next_line("started ").parse().unwrap())
+        .map(|_| pool.next_line("started ").parse().unwrap())
         .collect();
     assert_eq!(started, ids);
 
@@ -1324,7 +1291,7 @@ fn a_whole_pool_cut_off_past_its_leases_stops_its_handlers_and_its_late_writes_a
     // the pool stops its obedient handlers itself once their leases run out
     let stopped: BTreeSet<u64> = (0..2)
         .map(|_| {
-            let line = next_line("interrupted ");
+            let line = pool.next_line("interrupted ");
             assert!(line.ends_with("Err(Interrupted(LeaseExpired))"), "{line}");
             line.split(' ').next().unwrap().parse().unwrap()
         })
@@ -1333,20 +1300,7 @@ fn a_whole_pool_cut_off_past_its_leases_stops_its_handlers_and_its_late_writes_a
     // meanwhile a survivor takes every job over and commits it with its effect
     let mut taken = BTreeSet::new();
     wait_until("the survivor to take every job over", || {
-        while let Some(lease) = store.claim("pp", "survivor", LEASE).unwrap() {
-            let sql = format!(
-                "INSERT INTO {}.effects (job, who) VALUES ($1, 'survivor')",
-                db.schema
-            );
-            let job = lease.job.0 as i64;
-            store
-                .complete_with(&lease, b"survivor", |t| {
-                    t.sql().execute(&sql, &[&job])?;
-                    Ok::<(), postgres::Error>(())
-                })
-                .unwrap();
-            taken.insert(lease.job.0);
-        }
+        survive(&store, &db.schema, &mut taken);
         taken.len() == 4
     });
 
@@ -1354,23 +1308,14 @@ fn a_whole_pool_cut_off_past_its_leases_stops_its_handlers_and_its_late_writes_a
     net.link(true);
     std::fs::write(&go, b"").unwrap();
     for _ in 0..2 {
-        next_line("finishing ");
+        pool.next_line("finishing ");
     }
-    drop(pool.stdin.take());
-    let stats = next_line("stats ");
-    let _ = pool.wait();
+    drop(pool.process.stdin.take());
+    let stats = pool.next_line("stats ");
+    let _ = pool.process.wait();
     let rejected: u64 = stats.split(' ').next().unwrap().parse().unwrap();
     assert!(rejected >= 2, "both late completions refused: {stats}");
-    let effects: Vec<(i64, String)> = db
-        .admin
-        .query(
-            &format!("SELECT job, who FROM {}.effects ORDER BY job", db.schema),
-            &[],
-        )
-        .unwrap()
-        .iter()
-        .map(|row| (row.try_get(0).unwrap(), row.try_get(1).unwrap()))
-        .collect();
+    let effects = effects(&mut db);
     assert_eq!(
         effects,
         ids.iter()
