@@ -32,6 +32,7 @@ use parking_lot::{Condvar, Mutex};
 
 pub use crate::backend::AnyWrites;
 pub use builder::PoolBuilder;
+#[cfg(any(feature = "tokio", feature = "testing"))]
 pub(crate) use builder::any;
 pub use context::{Interrupted, Interruption, JobContext, JobError, Output};
 pub use stats::PoolStats;

@@ -512,3 +512,118 @@ fn a_stopped_pool_process_past_its_leases_is_taken_over_and_its_late_writes_are_
         "one effect per job, the survivor's"
     );
 }
+
+/// The command that restarts the server, for the one test that restarts it.
+fn restart_command() -> Option<String> {
+    let command = std::env::var("LEASEHOLD_PG_RESTART").ok();
+    if command.is_none() {
+        crate::say("the restart test did not run: LEASEHOLD_PG_RESTART is not set");
+    }
+    command
+}
+
+/// Run alone (a restart ends every other test's connections), where the server may be
+/// restarted: `LEASEHOLD_PG_RESTART='pg_ctlcluster 15 main restart -m immediate' cargo test
+/// --all-features --test postgres -- --ignored --exact attacks::a_restart_…`.
+#[test]
+#[ignore = "restarts the server: run alone, with LEASEHOLD_PG_RESTART set"]
+fn a_restart_mid_transaction_rolls_it_back_and_a_working_pool_goes_on_with_each_effect_once() {
+    let Some(restart) = restart_command() else {
+        return;
+    };
+    let mut db = db!("restart");
+    let store = db.store();
+    db.sql("CREATE TABLE {s}.effects (job bigint NOT NULL, who text NOT NULL)");
+    let ids = store
+        .enqueue_batch((0..300).map(|i| NewJob::new(Q, format!("{i}"))))
+        .unwrap();
+    let table = format!("{}.effects", db.schema);
+    let done = std::sync::Arc::new(AtomicUsize::new(0));
+    let counted = done.clone();
+    let pool = WorkerPool::builder(store.clone(), Q)
+        .concurrency(4)
+        .lease(Duration::from_secs(2))
+        .start(move |ctx| {
+            std::thread::sleep(Duration::from_millis(20));
+            counted.fetch_add(1, Ordering::Relaxed);
+            let (job, sql) = (
+                ctx.job().0 as i64,
+                format!("INSERT INTO {table} VALUES ($1, 'pool')"),
+            );
+            Ok(Output::with_sql(Vec::new(), move |t| {
+                t.sql().execute(&sql, &[&job])?;
+                Ok::<(), postgres::Error>(())
+            }))
+        })
+        .unwrap();
+    wait_until("the pool to be under way", || {
+        done.load(Ordering::Relaxed) >= 50
+    });
+    // A transaction that enqueued, then waits in the server when it restarts.
+    let answer = std::thread::scope(|s| {
+        let open = s.spawn(|| {
+            store.transaction(|t| {
+                t.enqueue(NewJob::new("in-flight", "x"))?;
+                t.sql().batch_execute("SELECT pg_sleep(30)")?;
+                Ok(())
+            })
+        });
+        wait_until("the transaction sleeping in the server", || {
+            let rows = db
+                .admin
+                .query(
+                    "SELECT 1 FROM pg_stat_activity WHERE wait_event = 'PgSleep'",
+                    &[],
+                )
+                .unwrap();
+            !rows.is_empty()
+        });
+        let status = std::process::Command::new("sh")
+            .args(["-c", &restart])
+            .status()
+            .unwrap();
+        assert!(status.success(), "{restart}: {status}");
+        open.join().unwrap()
+    });
+    let e = answer.expect_err("a transaction the restart ended");
+    assert!(matches!(e, Error::Postgres(_)), "{e:?}");
+    crate::say(&format!("the transaction the restart ended: {e}"));
+    // the pool goes on by itself: every job once, every effect once
+    assert!(pool.wait_idle(Duration::from_secs(120)).unwrap());
+    let stats = pool.stats();
+    drop(pool);
+    crate::say(&format!("the pool across the restart: {stats:?}"));
+    wait_until(
+        "the admin connection back",
+        || match postgres::Client::connect(&db.url, postgres::NoTls) {
+            Ok(c) => {
+                db.admin = c;
+                true
+            }
+            Err(_) => false,
+        },
+    );
+    for id in &ids {
+        assert_eq!(
+            store.job(*id).unwrap().unwrap().state(),
+            JobState::Succeeded
+        );
+    }
+    let effects = effects(&mut db);
+    assert_eq!(
+        effects,
+        ids.iter()
+            .map(|id| (id.0 as i64, "pool".to_owned()))
+            .collect::<Vec<_>>(),
+        "one effect per job"
+    );
+    // and what the ended transaction enqueued is not there
+    let in_flight = store
+        .jobs(&leasehold::JobFilter {
+            queue: Some("in-flight".into()),
+            ..Default::default()
+        })
+        .unwrap();
+    assert!(in_flight.is_empty(), "{in_flight:?}");
+    assert!(store.check().unwrap().is_clean());
+}
