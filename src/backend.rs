@@ -14,6 +14,7 @@ use crate::ids::{Attempt, JobId, StoreTime};
 use crate::job::JobState;
 use crate::job_store::JobStore;
 use crate::lease::{Lease, LeaseTerms, Renewal};
+use crate::rules::Retry;
 
 /// What the application's writes return: its own error, whatever it is.
 pub(crate) type WritesResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
@@ -106,8 +107,13 @@ pub(crate) trait LeaseBackend: JobStore + 'static {
         terms: LeaseTerms,
         n: usize,
     ) -> (Vec<Result<()>>, Result<Vec<Lease>>);
-    fn fail_reporting(&self, lease: &Lease, error: &str, progress: Option<u64>)
-    -> Result<JobState>;
+    fn fail_reporting(
+        &self,
+        lease: &Lease,
+        error: &str,
+        retry: Retry,
+        progress: Option<u64>,
+    ) -> Result<JobState>;
     fn release_reporting(&self, lease: &Lease, progress: Option<u64>) -> Result<()>;
     /// Makes what was committed durable (redb's eventual durability); a no-op elsewhere.
     fn flush(&self) -> Result<()>;

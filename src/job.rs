@@ -212,6 +212,11 @@ pub enum Outcome {
     Stalled,
     /// The job was cancelled while this attempt ran.
     Cancelled,
+    /// The holder reported a failure that running the job again cannot mend (its own
+    /// [`JobError::permanent`](crate::JobError::permanent), a payload that does not decode,
+    /// an output over the size limit): the job is dead at once, whatever budget it had left.
+    /// (Last, so that records written before it decode unchanged.)
+    FailedPermanently(String),
 }
 
 impl fmt::Display for Outcome {
@@ -239,6 +244,7 @@ impl fmt::Display for Outcome {
             ),
             Outcome::Stalled => f.write_str("stalled"),
             Outcome::Cancelled => f.write_str("cancelled"),
+            Outcome::FailedPermanently(e) => write!(f, "failed permanently, not retried: {e}"),
         }
     }
 }

@@ -78,6 +78,8 @@ pub trait JobStore: ReadJobs {
     ) -> Result<Option<Lease>>;
     /// Fails the attempt: retried after a backoff while its budget lasts, else dead.
     fn fail(&self, lease: &Lease, error: &str) -> Result<JobState>;
+    /// Fails the attempt for good: dead at once, whatever budget is left.
+    fn fail_permanently(&self, lease: &Lease, error: &str) -> Result<JobState>;
     /// Gives the job back on purpose: claimable at once, no budget spent.
     fn release(&self, lease: &Lease) -> Result<()>;
     /// Cancels a job (a running one at its holder's next heartbeat).
@@ -199,6 +201,13 @@ macro_rules! job_store {
             }
             fn fail(&self, lease: &$crate::Lease, error: &str) -> $crate::Result<$crate::JobState> {
                 <$store>::fail(self, lease, error)
+            }
+            fn fail_permanently(
+                &self,
+                lease: &$crate::Lease,
+                error: &str,
+            ) -> $crate::Result<$crate::JobState> {
+                <$store>::fail_permanently(self, lease, error)
             }
             fn release(&self, lease: &$crate::Lease) -> $crate::Result<()> {
                 <$store>::release(self, lease)

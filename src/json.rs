@@ -34,11 +34,12 @@ impl Lease {
 
 impl JobContext {
     /// The payload decoded from JSON. A payload that is not the JSON of a `T` fails the
-    /// attempt with `?` like any handler error, naming `T`, and is retried while the budget
-    /// lasts: the build that can read it may be the next one.
+    /// attempt with `?`, naming `T`, and permanently ([`JobError::permanent`]): this build
+    /// would read it the same way every time, so the job is dead at once rather than spend
+    /// its budget. Once a build that reads it runs, an operator's `retry` brings it back.
     pub fn json<T: DeserializeOwned>(&self) -> std::result::Result<T, JobError> {
         serde_json::from_slice(self.payload()).map_err(|e| {
-            JobError::new(format!(
+            JobError::permanent(format!(
                 "payload is not the JSON of {}: {e}",
                 std::any::type_name::<T>()
             ))

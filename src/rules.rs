@@ -20,7 +20,8 @@
 //!   lease runs its length from now.
 //! * **End of an attempt** ([`end`]): which outcomes spend the budget, the next state, the
 //!   finish time, the history record. [`complete`], [`fail`], [`release`] and [`expire`]
-//!   choose the outcome and the next state ([`after_failure`]).
+//!   choose the outcome and the next state ([`after_failure`]); a failure no retry mends
+//!   ([`Retry::Never`]) is dead at once.
 //! * **Cancel** ([`cancel`]) and **retry** ([`retry`]): an operator's decisions.
 
 use crate::error::{Error, LeaseLost};
@@ -144,7 +145,12 @@ pub(crate) struct Refused {
 pub(crate) fn ended_by_its_holder(outcome: Option<&Outcome>) -> bool {
     matches!(
         outcome,
-        Some(Outcome::Succeeded | Outcome::Failed(_) | Outcome::Released)
+        Some(
+            Outcome::Succeeded
+                | Outcome::Failed(_)
+                | Outcome::FailedPermanently(_)
+                | Outcome::Released
+        )
     )
 }
 
@@ -267,7 +273,10 @@ pub(crate) enum Next {
 pub(crate) fn spends_budget(outcome: &Outcome) -> bool {
     matches!(
         outcome,
-        Outcome::Failed(_) | Outcome::LeaseExpired { .. } | Outcome::Stalled
+        Outcome::Failed(_)
+            | Outcome::FailedPermanently(_)
+            | Outcome::LeaseExpired { .. }
+            | Outcome::Stalled
     )
 }
 
@@ -354,20 +363,45 @@ pub(crate) fn complete(job: &JobRecord, progress: Option<u64>, now: StoreTime) -
     end(&job, Outcome::Succeeded, Next::Succeeded, now)
 }
 
+/// Whether a failure may be retried.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Retry {
+    /// After a backoff, while the job's budget lasts (most failures: a timeout, a refused
+    /// connection, a bug the next build fixes).
+    WhileBudgetLasts,
+    /// Never: running the job again would meet the same failure (a payload that does not
+    /// decode, an output over the size limit, the handler's own word).
+    Never,
+}
+
 /// The holder failed the attempt with `error`: retried after a backoff while the budget
-/// lasts, else dead. The message is stored as [`input::error_message`] cleans it.
+/// lasts, else dead; dead at once if the failure is one no retry mends (a cancel requested
+/// meanwhile still wins). Either way one failure is counted. The message is stored as
+/// [`input::error_message`] cleans it.
 pub(crate) fn fail(
     job: &JobRecord,
     error: &str,
+    retry: Retry,
     progress: Option<u64>,
     now: StoreTime,
-    retry: &RetryPolicy,
+    policy: &RetryPolicy,
 ) -> Change {
     let message = input::error_message(error);
     let mut job = with_final_progress(job, progress, now);
     job.last_error = Some(message.clone());
-    let next = after_failure(&job, now, retry, true);
-    end(&job, Outcome::Failed(message), next, now)
+    match retry {
+        Retry::WhileBudgetLasts => {
+            let next = after_failure(&job, now, policy, true);
+            end(&job, Outcome::Failed(message), next, now)
+        }
+        Retry::Never => {
+            let next = match job.cancel_requested {
+                true => Next::Cancelled,
+                false => Next::Dead,
+            };
+            end(&job, Outcome::FailedPermanently(message), next, now)
+        }
+    }
 }
 
 /// The holder gave the job back on purpose: claimable at once in its old place, no budget
@@ -593,7 +627,7 @@ mod tests {
         let now = StoreTime(2_050);
         assert_eq!(complete(&job, Some(3), now).job.failures, 0);
         assert_eq!(release(&job, None, now).job.failures, 0);
-        let failed = fail(&job, "boom", None, now, &policy);
+        let failed = fail(&job, "boom", Retry::WhileBudgetLasts, None, now, &policy);
         assert_eq!(
             (failed.job.failures, failed.job.state),
             (1, JobState::RetryWait)
@@ -613,9 +647,36 @@ mod tests {
         let mut again = job.clone();
         again.failures = 1;
         assert_eq!(
-            fail(&again, "boom", None, now, &policy).job.state,
+            fail(&again, "boom", Retry::WhileBudgetLasts, None, now, &policy)
+                .job
+                .state,
             JobState::Dead
         );
+    }
+
+    #[test]
+    fn a_permanent_failure_is_dead_at_once_with_budget_left_unless_a_cancel_came_first() {
+        let policy = RetryPolicy::default();
+        let mut job = running(StoreTime(2_000));
+        job.max_attempts = 25;
+        let now = StoreTime(2_050);
+        let failed = fail(&job, "no such user", Retry::Never, None, now, &policy);
+        assert_eq!(
+            (
+                failed.job.state,
+                failed.job.failures,
+                failed.job.finished_at
+            ),
+            (JobState::Dead, 1, Some(now))
+        );
+        assert_eq!(
+            failed.ended.unwrap().outcome,
+            Some(Outcome::FailedPermanently("no such user".into()))
+        );
+        assert_eq!(failed.job.last_error.as_deref(), Some("no such user"));
+        job.cancel_requested = true;
+        let cancelled = fail(&job, "no such user", Retry::Never, None, now, &policy);
+        assert_eq!(cancelled.job.state, JobState::Cancelled);
     }
 
     #[test]

@@ -69,6 +69,28 @@ fn a_handler_error_or_panic_is_recorded_as_the_attempts_failure() {
 }
 
 #[test]
+fn a_permanent_failure_is_its_own_verdict_and_the_job_is_dead_at_once() {
+    let t = TestStore::new().unwrap();
+    let id = t.enqueue(NewJob::new(Q, "to a closed account")).unwrap();
+    let ran = t
+        .run_one(Q, |_ctx| -> Result<Output<RedbWrites>, JobError> {
+            Err(JobError::permanent("account closed"))
+        })
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        ran.verdict,
+        Verdict::FailedPermanently("account closed".into())
+    );
+    let job = t.job(id).unwrap().unwrap();
+    assert_eq!((job.state(), job.failures()), (JobState::Dead, 1));
+    assert_eq!(
+        t.history(id).unwrap()[0].outcome(),
+        Some(&Outcome::FailedPermanently("account closed".into()))
+    );
+}
+
+#[test]
 fn a_worker_paused_past_its_lease_commits_nothing_once_another_took_the_job_over() {
     let t = TestStore::new().unwrap();
     let id = t.enqueue(NewJob::new(Q, "hello")).unwrap();

@@ -30,7 +30,8 @@ fn op() -> impl Strategy<Value = Op> {
         3 => (any::<u16>(), any::<bool>()).prop_map(|(lease, progress)| Op::Heartbeat { lease, progress }),
         2 => any::<u16>().prop_map(|lease| Op::Complete { lease }),
         1 => (any::<u16>(), any::<u16>()).prop_map(|leases| Op::CompleteBatch { leases }),
-        2 => any::<u16>().prop_map(|lease| Op::Fail { lease }),
+        2 => (any::<u16>(), proptest::bool::weighted(0.2))
+            .prop_map(|(lease, permanent)| Op::Fail { lease, permanent }),
         1 => any::<u16>().prop_map(|lease| Op::Release { lease }),
         1 => any::<u16>().prop_map(|job| Op::Cancel { job }),
         1 => any::<u16>().prop_map(|job| Op::Retry { job }),

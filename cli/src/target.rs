@@ -41,10 +41,18 @@ pub fn open_postgres(url: &str, create: bool) -> Result<PgStore, Error> {
         false => format!("{base}?{}", rest.join("&")),
     };
     let builder = PgStore::builder(url).create_if_missing(create);
-    match schema {
+    let store = match schema {
         Some(schema) => builder.schema(schema).open(),
         None => builder.open(),
+    }?;
+    if let Some(older) = store.upgraded_from() {
+        eprintln!(
+            "note: upgraded the store from schema version {older} to {}; builds older than \
+             this one refuse it now",
+            leasehold::postgres::SCHEMA_VERSION
+        );
     }
+    Ok(store)
 }
 
 /// `db` as the tool shows it: a URL without its password.

@@ -625,6 +625,39 @@ fn the_tool_writes_beside_running_processes_and_shows_who_holds_each_lease() {
 }
 
 #[test]
+fn the_first_write_to_a_store_an_older_build_made_upgrades_it_and_says_so() {
+    let t = Tool::new();
+    t.ok(&["enqueue", "--queue", "q", "before"]);
+    {
+        const META: redb::TableDefinition<&str, &[u8]> =
+            redb::TableDefinition::new("leasehold.meta");
+        let db = redb::Database::open(&t.db).unwrap();
+        let txn = db.begin_write().unwrap();
+        txn.open_table(META)
+            .unwrap()
+            .insert("schema_version", 2u32.to_le_bytes().as_slice())
+            .unwrap();
+        txn.commit().unwrap();
+    }
+    // a read leaves it as the older build made it
+    let read = t.run(&["stats"]);
+    assert!(read.status.success());
+    assert!(!String::from_utf8_lossy(&read.stderr).contains("upgraded"));
+    let write = t.run(&["enqueue", "--queue", "q", "after"]);
+    assert!(write.status.success());
+    let note = String::from_utf8_lossy(&write.stderr);
+    assert!(
+        note.contains(&format!(
+            "upgraded the store from schema version 2 to {}",
+            leasehold::SCHEMA_VERSION
+        )),
+        "{note}"
+    );
+    let again = t.run(&["enqueue", "--queue", "q", "once"]);
+    assert!(!String::from_utf8_lossy(&again.stderr).contains("upgraded"));
+}
+
+#[test]
 fn every_command_works_on_a_postgres_database_named_by_url() {
     let Ok(url) = std::env::var("LEASEHOLD_PG_URL") else {
         use std::io::Write;
@@ -724,6 +757,23 @@ fn every_command_works_on_a_postgres_database_named_by_url() {
         .try_get(0)
         .unwrap();
     assert_eq!(made, 0, "no schema was made");
+    // a schema an older build made: a read leaves it; the first write upgrades it, saying so
+    admin
+        .batch_execute(&format!(
+            "UPDATE {schema}.leasehold_meta SET value = '1' WHERE key = 'schema_version'"
+        ))
+        .unwrap();
+    let read = tool(&["stats"]);
+    assert!(!String::from_utf8_lossy(&read.stderr).contains("upgraded"));
+    let upgraded = tool(&["enqueue", "--queue", "q", "after the upgrade"]);
+    let note = String::from_utf8_lossy(&upgraded.stderr);
+    assert!(
+        note.contains("upgraded the store from schema version 1 to")
+            && note.contains("older than this one refuse it"),
+        "{note}"
+    );
+    let again = tool(&["enqueue", "--queue", "q", "once"]);
+    assert!(!String::from_utf8_lossy(&again.stderr).contains("upgraded"));
     for (column, ty) in [("attempt", "integer"), ("priority", "bigint")] {
         admin
             .batch_execute(&format!(

@@ -12,9 +12,10 @@ use parking_lot::{Condvar, Mutex};
 
 use crate::backend::AnyWrites;
 use crate::clock::RealDeadline;
-
+use crate::error::Error;
 use crate::ids::{Attempt, JobId, StoreTime};
 use crate::lease::Lease;
+use crate::rules::Retry;
 
 /// Why a handler is asked to stop. Whatever it returns afterwards is not committed (except
 /// where noted): its lease is gone or going.
@@ -338,17 +339,42 @@ impl<W> From<()> for Output<W> {
 }
 
 /// A handler's failure: recorded as the attempt's error, and the job is retried after a
-/// backoff while its budget lasts.
+/// backoff while its budget lasts, unless the failure is permanent: then the job is dead at
+/// once, with [`Outcome::FailedPermanently`](crate::Outcome::FailedPermanently) in its
+/// history.
+///
+/// A failure is permanent when the handler says so ([`JobError::permanent`]: a request the
+/// remote side refuses for good, a record that no longer exists) or when it is one running
+/// the job again would meet again: a payload that is not the JSON the handler asked for
+/// (`JobContext::json`, the `serde` feature), and any leasehold error that says the input is bad
+/// ([`Error::Input`](crate::Error::Input)), that the store was called from inside its own
+/// transaction ([`Error::Reentered`](crate::Error::Reentered)) or that a setting is wrong
+/// ([`Error::Config`](crate::Error::Config)), passed on with `?`. The same holds for a
+/// completion refused for those reasons (an output over the size limit, a follow-up job
+/// with an empty queue name). An operator's `retry` brings a dead job back once the cause
+/// is fixed (a build that reads the payload, say).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JobError {
     message: String,
+    retry: Retry,
 }
 
 impl JobError {
-    /// A failure described by `message`.
+    /// A failure described by `message`, retried while the job's budget lasts.
     pub fn new(message: impl fmt::Display) -> JobError {
         JobError {
             message: message.to_string(),
+            retry: Retry::WhileBudgetLasts,
+        }
+    }
+
+    /// A failure no retry mends, described by `message`: the job is dead at once, whatever
+    /// budget it had left (as Sidekiq's dead set, Oban's `{:discard, reason}`, River's
+    /// `JobCancel`).
+    pub fn permanent(message: impl fmt::Display) -> JobError {
+        JobError {
+            message: message.to_string(),
+            retry: Retry::Never,
         }
     }
 
@@ -356,6 +382,23 @@ impl JobError {
     pub fn message(&self) -> &str {
         &self.message
     }
+
+    /// Whether the failure is permanent (the job is not retried).
+    pub fn is_permanent(&self) -> bool {
+        self.retry == Retry::Never
+    }
+
+    pub(crate) fn retry(&self) -> Retry {
+        self.retry
+    }
+}
+
+/// Whether `e`, met while running or committing a job, would be met again by running the
+/// job again: bad input, a call to the store from inside its own transaction, a wrong
+/// setting. (A failure of the storage, the network or the application's own writes may
+/// pass: those are retried.)
+pub(crate) fn no_retry_mends(e: &Error) -> bool {
+    matches!(e, Error::Input(_) | Error::Reentered | Error::Config(_))
 }
 
 impl fmt::Display for JobError {
@@ -372,6 +415,10 @@ impl fmt::Display for JobError {
 impl<E: Into<Box<dyn std::error::Error + Send + Sync>>> From<E> for JobError {
     fn from(e: E) -> JobError {
         let e: Box<dyn std::error::Error + Send + Sync> = e.into();
+        let retry = match e.downcast_ref::<Error>() {
+            Some(ours) if no_retry_mends(ours) => Retry::Never,
+            _ => Retry::WhileBudgetLasts,
+        };
         let mut message = e.to_string();
         let mut source = e.source();
         while let Some(cause) = source {
@@ -379,6 +426,6 @@ impl<E: Into<Box<dyn std::error::Error + Send + Sync>>> From<E> for JobError {
             message.push_str(&cause.to_string());
             source = cause.source();
         }
-        JobError { message }
+        JobError { message, retry }
     }
 }

@@ -8,13 +8,14 @@ use std::sync::atomic::Ordering;
 
 use crossbeam_channel::{Receiver, Sender};
 
-use super::context::{Interruption, JobContext, Output};
+use super::context::{Interruption, JobContext, JobError, Output, no_retry_mends};
 use super::handover::Handed;
 use super::stats::bump;
 use super::{Flight, Shared};
 use crate::backend::AnyWrites;
 use crate::clock::Stopwatch;
 use crate::error::Error;
+use crate::rules::Retry;
 
 pub(crate) fn worker_loop(shared: &Shared, jobs: &Receiver<Flight>, slots: &Sender<()>) {
     for flight in jobs.iter() {
@@ -72,7 +73,11 @@ enum After {
 /// What the handler's run amounts to.
 enum Verdict {
     Complete(Output<AnyWrites>),
-    Fail { message: String, counter: FailKind },
+    Fail {
+        message: String,
+        retry: Retry,
+        counter: FailKind,
+    },
 }
 
 #[derive(Copy, Clone)]
@@ -97,10 +102,12 @@ fn run_one(shared: &Shared, flight: Flight) -> After {
                     Ok(Ok(())) => Verdict::Complete(output),
                     Ok(Err(why)) => Verdict::Fail {
                         message: format!("output refused by validator: {why}"),
+                        retry: Retry::WhileBudgetLasts,
                         counter: FailKind::Invalid,
                     },
                     Err(panic) => Verdict::Fail {
                         message: format!("validator panicked: {}", panic_message(&*panic)),
+                        retry: Retry::WhileBudgetLasts,
                         counter: FailKind::Panicked,
                     },
                 }
@@ -109,10 +116,12 @@ fn run_one(shared: &Shared, flight: Flight) -> After {
         },
         Ok(Err(e)) => Verdict::Fail {
             message: e.message().to_owned(),
+            retry: e.retry(),
             counter: FailKind::Failed,
         },
         Err(panic) => Verdict::Fail {
             message: format!("handler panicked: {}", panic_message(&*panic)),
+            retry: Retry::WhileBudgetLasts,
             counter: FailKind::Panicked,
         },
     };
@@ -124,9 +133,14 @@ fn run_one(shared: &Shared, flight: Flight) -> After {
         (None | Some(Interruption::Shutdown), Verdict::Complete(output)) => {
             return commit_success(shared, flight, output);
         }
-        (None, Verdict::Fail { message, counter }) => {
-            commit_failure(shared, &flight, &message, counter)
-        }
+        (
+            None,
+            Verdict::Fail {
+                message,
+                retry,
+                counter,
+            },
+        ) => commit_failure(shared, &flight, &message, retry, counter),
         (Some(Interruption::Shutdown), Verdict::Fail { .. }) => {}
         (Some(Interruption::LeaseExpired), _) => {
             match shared
@@ -184,7 +198,8 @@ fn commit_success(shared: &Shared, flight: Flight, output: Output<AnyWrites>) ->
                     // The transaction rolled back as the panic unwound through it; the lease
                     // holds, and the attempt fails like a panicking handler's.
                     let message = format!("writes panicked: {}", panic_message(&*panic));
-                    commit_failure(shared, &flight, &message, FailKind::Panicked);
+                    let retry = Retry::WhileBudgetLasts;
+                    commit_failure(shared, &flight, &message, retry, FailKind::Panicked);
                     return After::Finished;
                 }
             }
@@ -225,7 +240,7 @@ pub(crate) fn completed(shared: &Shared, flight: &Flight, result: crate::Result<
             give_back(shared, flight);
         }
         Err(e) => match failure_of_rolled_back_completion(&e) {
-            Some(message) => commit_failure(shared, flight, &message, FailKind::Failed),
+            Some(f) => commit_failure(shared, flight, f.message(), f.retry(), FailKind::Failed),
             None => {
                 tracing::error!(job = %lease.job, error = %e, "completion failed; the lease will lapse and the job run again");
             }
@@ -234,22 +249,27 @@ pub(crate) fn completed(shared: &Shared, flight: &Flight, result: crate::Result<
 }
 
 /// A completion that rolled back while its lease still holds fails the attempt, with this
-/// message: the application's writes failed, or something was refused before anything was
-/// written (an oversized output, a follow-up job with a bad queue name, a store call from
-/// inside the writes), which running the job again would meet again. `None` for a failure of
-/// the store itself (and for a lost lease, which the caller has handled): the lease lapses.
-pub(crate) fn failure_of_rolled_back_completion(e: &Error) -> Option<String> {
-    match e {
-        Error::Application(_) => Some(e.to_string()),
-        e if e.is_refusal() && !e.is_lease_lost() => Some(format!("completion refused: {e}")),
-        _ => None,
-    }
+/// failure: the application's writes failed (retried), or something was refused before
+/// anything was written (an oversized output, a follow-up job with a bad queue name, a store
+/// call from inside the writes), which running the job again would meet again (permanent,
+/// where [`no_retry_mends`] says so). `None` for a failure of the store itself (and for a
+/// lost lease, which the caller has handled): the lease lapses.
+pub(crate) fn failure_of_rolled_back_completion(e: &Error) -> Option<JobError> {
+    let failure = match e {
+        Error::Application(_) => e.to_string(),
+        e if e.is_refusal() && !e.is_lease_lost() => format!("completion refused: {e}"),
+        _ => return None,
+    };
+    Some(match no_retry_mends(e) {
+        true => JobError::permanent(failure),
+        false => JobError::new(failure),
+    })
 }
 
-fn commit_failure(shared: &Shared, flight: &Flight, message: &str, kind: FailKind) {
+fn commit_failure(shared: &Shared, flight: &Flight, message: &str, retry: Retry, kind: FailKind) {
     let lease = &flight.lease;
     let progress = Some(flight.state.progress());
-    match shared.store.fail_reporting(lease, message, progress) {
+    match shared.store.fail_reporting(lease, message, retry, progress) {
         Ok(_) => bump(match kind {
             FailKind::Failed => &shared.counters.failed,
             FailKind::Panicked => &shared.counters.panicked,

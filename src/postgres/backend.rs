@@ -12,6 +12,7 @@ use crate::error::{ConfigError, Result};
 use crate::ids::{JobId, StoreTime};
 use crate::job::JobState;
 use crate::lease::{Lease, LeaseTerms, Renewal};
+use crate::rules::Retry;
 
 /// How long a reading of the database's clock serves before the next is taken.
 const CLOCK_READING_SERVES: Duration = Duration::from_millis(500);
@@ -262,6 +263,7 @@ impl LeaseBackend for PgStore {
         &self,
         lease: &Lease,
         error: &str,
+        retry: Retry,
         progress: Option<u64>,
     ) -> Result<JobState> {
         let state = self.in_transaction(|tx, p| {
@@ -272,6 +274,7 @@ impl LeaseBackend for PgStore {
                 lease.job,
                 lease.attempt,
                 error,
+                retry,
                 progress,
             )
         })?;

@@ -35,6 +35,7 @@ use postgres::{Client, NoTls, Statement};
 /// name them through this re-export rather than a separately chosen version.
 pub use ::postgres as client;
 pub use error::PgError;
+pub use schema::VERSION as SCHEMA_VERSION;
 pub use store::{PgTransaction, SqlWrites};
 
 use crate::config::{DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_PAYLOAD, DEFAULT_REAP_BATCH};
@@ -227,12 +228,16 @@ impl PgStoreBuilder {
                 statements_epoch: std::sync::atomic::AtomicU64::new(0),
                 vacuum: Mutex::new(vacuum::Vacuum::Never),
                 vacuum_thread: Mutex::new(None),
+                upgraded_from: std::sync::OnceLock::new(),
             }),
         };
         let create = store.inner.settings.create;
-        store.with_connection(|conn| {
+        let upgraded = store.with_connection(|conn| {
             schema::prepare(&mut conn.client, &store.inner.names, create)
         })?;
+        if let Some(older) = upgraded {
+            let _ = store.inner.upgraded_from.set(older);
+        }
         let now = store.now()?;
         *store.inner.clock.lock() = (now, crate::clock::Stopwatch::start());
         Ok(store)
@@ -271,6 +276,8 @@ struct Inner {
     /// The thread of the last vacuum, joined before the next one starts and when the handle
     /// closes.
     vacuum_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// The schema version opening upgraded the store from (see [`PgStore::upgraded_from`]).
+    upgraded_from: std::sync::OnceLock<u32>,
 }
 
 impl Drop for Inner {

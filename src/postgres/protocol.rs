@@ -28,7 +28,7 @@ use crate::input;
 use crate::job::{JobRecord, JobState, NewJob, Outcome, ReclaimPath};
 use crate::lease::{Lease, LeaseTerms, Renewal};
 use crate::report::Reclaim;
-use crate::rules::{self, Change, Granted, Renewed, Write};
+use crate::rules::{self, Change, Granted, Renewed, Retry, Write};
 use crate::stats::Counters;
 
 type Tx<'a, 'b> = &'a mut Transaction<'b>;
@@ -563,7 +563,8 @@ pub(crate) fn complete_many(
         .collect()
 }
 
-/// Fails the attempt: retried after a backoff while the budget lasts, else dead.
+/// Fails the attempt: retried after a backoff while the budget lasts (or never), else dead.
+#[allow(clippy::too_many_arguments)] // the fenced write's coordinates and what it records
 pub(crate) fn fail(
     tx: Tx<'_, '_>,
     p: &mut Prepared<'_>,
@@ -571,11 +572,12 @@ pub(crate) fn fail(
     job: JobId,
     at: Attempt,
     error: &str,
+    retry: Retry,
     progress: Option<u64>,
 ) -> Result<JobState> {
     let record = fence(tx, p, job, at, Write::End)?;
     let now = now(tx, p)?;
-    let change = rules::fail(&record, error, progress, now, &s.retry);
+    let change = rules::fail(&record, error, retry, progress, now, &s.retry);
     Ok(store_end(tx, p, &record, change)?.state)
 }
 
@@ -727,6 +729,7 @@ fn fence(
             Some(row) => match row.col::<&str>(0)? {
                 "succeeded" => Some(Outcome::Succeeded),
                 "failed" => Some(Outcome::Failed(String::new())),
+                "failed_permanently" => Some(Outcome::FailedPermanently(String::new())),
                 "released" => Some(Outcome::Released),
                 _ => None,
             },
@@ -862,6 +865,7 @@ fn outcome_columns(
         ),
         Outcome::Stalled => ("stalled", None, None, None),
         Outcome::Cancelled => ("cancelled", None, None, None),
+        Outcome::FailedPermanently(e) => ("failed_permanently", Some(e.as_str()), None, None),
     }
 }
 

@@ -172,6 +172,9 @@ pub(crate) fn history(tx: Tx<'_, '_>, p: &mut Prepared<'_>, job: JobId) -> Resul
             "released" => Outcome::Released,
             "stalled" => Outcome::Stalled,
             "cancelled" => Outcome::Cancelled,
+            "failed_permanently" => {
+                Outcome::FailedPermanently(row.col::<Option<String>>(5)?.unwrap_or_default())
+            }
             "lease_expired" => Outcome::LeaseExpired {
                 path: match row.col::<Option<&str>>(6)? {
                     Some("reaper") => ReclaimPath::Reaper,

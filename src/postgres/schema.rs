@@ -14,8 +14,12 @@ use super::PgError;
 use super::rows::Col;
 use crate::error::Result;
 
-/// The newest schema version this build knows.
-pub(crate) const VERSION: u32 = 1;
+/// The newest schema version this build knows. Version 2 may record an attempt's outcome
+/// as `failed_permanently`, which version 1 builds cannot read (they refuse the newer
+/// version instead). An older schema is upgraded by the first open that may create
+/// ([`crate::postgres::PgStoreBuilder::create_if_missing`], on by default); a reader's open
+/// leaves it as it is.
+pub const VERSION: u32 = 2;
 
 /// The schema's name, checked, and the SQL made for it.
 #[derive(Debug)]
@@ -134,9 +138,10 @@ INSERT INTO {s}.leasehold_counters (name, value) VALUES
 "#;
 
 /// Creates the schema's tables if there are none (when `create`), or checks the ones there: a leasehold
-/// store of a version this build knows. Two processes creating at once are serialized by an
+/// store of a version this build knows, upgraded to this build's version (when `create`;
+/// returns the version it was). Two processes creating at once are serialized by an
 /// advisory lock, so one creates and the other checks.
-pub(crate) fn prepare(client: &mut Client, names: &Names, create: bool) -> Result<()> {
+pub(crate) fn prepare(client: &mut Client, names: &Names, create: bool) -> Result<Option<u32>> {
     let mut tx = client.transaction()?;
     tx.execute(
         "SELECT pg_advisory_xact_lock(hashtext('leasehold schema ' || $1))",
@@ -164,7 +169,7 @@ pub(crate) fn prepare(client: &mut Client, names: &Names, create: bool) -> Resul
             &[&VERSION.to_string()],
         )?;
         tx.commit()?;
-        return Ok(());
+        return Ok(None);
     }
     let foreign = |detail: String| PgError::NotALeaseholdSchema {
         schema: names.schema.clone(),
@@ -195,9 +200,22 @@ pub(crate) fn prepare(client: &mut Client, names: &Names, create: bool) -> Resul
         .into());
     }
     check_tables(&mut tx, names)?;
-    // Version 1 is the only one so far: nothing to migrate.
+    // From version 1, nothing to migrate: the version says which builds may read it.
+    let upgraded = (version < VERSION && create).then_some(version);
+    if let Some(older) = upgraded {
+        tx.execute(
+            &names.sql("UPDATE {s}.leasehold_meta SET value = $1 WHERE key = 'schema_version'"),
+            &[&VERSION.to_string()],
+        )?;
+        tracing::info!(
+            schema = %names.schema,
+            from = older,
+            to = VERSION,
+            "upgrading the store's schema; builds older than this one will refuse it"
+        );
+    }
     tx.commit()?;
-    Ok(())
+    Ok(upgraded)
 }
 
 /// Every column leasehold reads or writes, with the type it made it with (PostgreSQL's

@@ -9,6 +9,7 @@ use crate::job::{Job, JobState, NewJob, Run};
 use crate::lease::{Lease, LeaseTerms, Renewal};
 use crate::pool::Output;
 use crate::report::ReapReport;
+use crate::rules::Retry;
 use crate::stats::Stats;
 
 /// The application's side of a leasehold transaction on PostgreSQL: its own SQL and
@@ -71,6 +72,12 @@ impl Output<SqlWrites> {
 }
 
 impl PgStore {
+    /// The schema version this handle's open upgraded the store from, if an older build
+    /// made it (which refuses it from now on); `None` if it was current.
+    pub fn upgraded_from(&self) -> Option<u32> {
+        self.inner.upgraded_from.get().copied()
+    }
+
     /// Store time: the database's clock, in nanoseconds since the Unix epoch (PostgreSQL
     /// keeps microseconds).
     pub fn now(&self) -> Result<StoreTime> {
@@ -239,7 +246,24 @@ impl PgStore {
 
     /// Fails the attempt (see [`crate::Store::fail`]).
     pub fn fail(&self, lease: &Lease, error: &str) -> Result<JobState> {
-        <Self as crate::backend::LeaseBackend>::fail_reporting(self, lease, error, None)
+        <Self as crate::backend::LeaseBackend>::fail_reporting(
+            self,
+            lease,
+            error,
+            Retry::WhileBudgetLasts,
+            None,
+        )
+    }
+
+    /// Fails the attempt for good: dead at once (see [`crate::Store::fail_permanently`]).
+    pub fn fail_permanently(&self, lease: &Lease, error: &str) -> Result<JobState> {
+        <Self as crate::backend::LeaseBackend>::fail_reporting(
+            self,
+            lease,
+            error,
+            Retry::Never,
+            None,
+        )
     }
 
     /// Gives the job back on purpose (see [`crate::Store::release`]).

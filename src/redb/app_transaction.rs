@@ -10,6 +10,7 @@ use crate::lease::Lease;
 use crate::pool::Output;
 use crate::redb_store::protocol;
 use crate::redb_store::writing::Tx;
+use crate::rules::Retry;
 
 /// The prefix of the store's own table names in the file; the application's tables live
 /// beside them under any other name.
@@ -75,7 +76,20 @@ impl<'a, 't> Transaction<'a, 't> {
 
     /// Fails an attempt in this transaction, if its lease still holds.
     pub fn fail(&mut self, lease: &Lease, error: &str) -> Result<JobState> {
-        protocol::fail(self.tx, lease.job, lease.attempt, error, None)
+        protocol::fail(
+            self.tx,
+            lease.job,
+            lease.attempt,
+            error,
+            Retry::WhileBudgetLasts,
+            None,
+        )
+    }
+
+    /// Fails an attempt for good in this transaction, if its lease still holds (see
+    /// [`Store::fail_permanently`](crate::Store::fail_permanently)).
+    pub fn fail_permanently(&mut self, lease: &Lease, error: &str) -> Result<JobState> {
+        protocol::fail(self.tx, lease.job, lease.attempt, error, Retry::Never, None)
     }
 }
 

@@ -8,6 +8,7 @@ use crate::error::Result;
 use crate::ids::StoreTime;
 use crate::job::JobState;
 use crate::lease::{Lease, LeaseTerms, Renewal};
+use crate::rules::Retry;
 
 use super::store::Store;
 
@@ -110,9 +111,10 @@ impl LeaseBackend for Store {
         &self,
         lease: &Lease,
         error: &str,
+        retry: Retry,
         progress: Option<u64>,
     ) -> Result<JobState> {
-        self.fail_reporting(lease, error, progress)
+        self.fail_reporting(lease, error, retry, progress)
     }
 
     fn release_reporting(&self, lease: &Lease, progress: Option<u64>) -> Result<()> {

@@ -31,7 +31,7 @@ use crate::redb_store::search;
 use crate::redb_store::writing::{Tx, load};
 use crate::report::Reclaim;
 use crate::rules::corrupt_running;
-use crate::rules::{self, Change, Granted, Renewed, Write};
+use crate::rules::{self, Change, Granted, Renewed, Retry, Write};
 
 /// Enqueues a job; with a unique key that a live job holds, returns that job instead.
 pub(crate) fn enqueue(tx: &mut Tx<'_>, new: &NewJob) -> Result<JobId> {
@@ -223,16 +223,17 @@ pub(crate) fn complete(
     Ok(())
 }
 
-/// Fails the attempt: retry after a backoff while the budget lasts, else dead.
+/// Fails the attempt: retry after a backoff while the budget lasts (or never), else dead.
 pub(crate) fn fail(
     tx: &mut Tx<'_>,
     id: JobId,
     attempt: Attempt,
     error: &str,
+    retry: Retry,
     progress: Option<u64>,
 ) -> Result<JobState> {
     let job = fence(tx, id, attempt, Write::End)?;
-    let change = rules::fail(&job, error, progress, tx.now, &tx.policy.retry);
+    let change = rules::fail(&job, error, retry, progress, tx.now, &tx.policy.retry);
     store_end(tx, &job, change).map(|j| j.state)
 }
 

@@ -26,9 +26,10 @@ use redb::TableDefinition;
 /// The schema version this build writes and the newest it reads. Version 2 added `holders`;
 /// version 3 added `instances`, where processes sharing a store find each other's lock
 /// files (an older build, which looked for them by path, must not share a store with this
-/// one: it refuses the newer version). An older store is upgraded by the first open that
-/// writes.
-pub const SCHEMA_VERSION: u32 = 3;
+/// one: it refuses the newer version); version 4 may record an attempt as
+/// [`Outcome::FailedPermanently`](crate::Outcome::FailedPermanently), which older builds
+/// cannot decode. An older store is upgraded by the first open that writes.
+pub const SCHEMA_VERSION: u32 = 4;
 
 /// The marker that says "this redb file is a leasehold store".
 pub(crate) const MARKER: &[u8] = b"leasehold store";

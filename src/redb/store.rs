@@ -27,6 +27,7 @@ use crate::redb_store::reading;
 use crate::redb_store::schema;
 use crate::redb_store::writing::{Policy, Tally, Tx, persist_tally};
 use crate::report::{ReapReport, Reclaim};
+use crate::rules::Retry;
 use crate::stats::{Counters, Stats, WriteMetrics};
 
 /// A handle on a leasehold store. Cheap to clone; clones share one open file.
@@ -458,18 +459,29 @@ impl Store {
     /// Fails the attempt held by `lease`: the job waits out a backoff and runs again while its
     /// retry budget lasts, else it is dead. Returns the job's new state.
     pub fn fail(&self, lease: &Lease, error: &str) -> Result<JobState> {
-        self.fail_reporting(lease, error, None)
+        self.fail_reporting(lease, error, Retry::WhileBudgetLasts, None)
     }
 
-    /// [`Store::fail`], recording the attempt's last progress.
+    /// Fails the attempt held by `lease` with a failure that running the job again cannot
+    /// mend (a payload this build will never read, a request the remote side refuses for
+    /// good): the job is dead at once, whatever budget it had left, with
+    /// [`Outcome::FailedPermanently`](crate::Outcome::FailedPermanently) in its history
+    /// (cancelled instead, if a cancel was requested meanwhile). [`Store::retry`] brings it
+    /// back once something changed. Returns the job's new state.
+    pub fn fail_permanently(&self, lease: &Lease, error: &str) -> Result<JobState> {
+        self.fail_reporting(lease, error, Retry::Never, None)
+    }
+
+    /// [`Store::fail`] or [`Store::fail_permanently`], recording the attempt's last progress.
     pub(crate) fn fail_reporting(
         &self,
         lease: &Lease,
         error: &str,
+        retry: Retry,
         progress: Option<u64>,
     ) -> Result<JobState> {
         let (job, attempt, error) = (lease.job, lease.attempt, error.to_owned());
-        self.write(move |tx| protocol::fail(tx, job, attempt, &error, progress))
+        self.write(move |tx| protocol::fail(tx, job, attempt, &error, retry, progress))
     }
 
     /// Gives the job back (graceful shutdown): claimable at once, no retry budget spent.

@@ -60,6 +60,7 @@ use crate::pool::{AttemptState, JobContext, JobError, Output};
 use crate::redb_store::Store;
 use crate::redb_store::StoreBuilder;
 use crate::report::ReapReport;
+use crate::rules::Retry;
 
 /// A store in a temporary directory on a [`ManualClock`]; derefs to the [`Store`]. The
 /// directory is removed when it is dropped.
@@ -81,6 +82,9 @@ pub enum Verdict {
     Failed(String),
     /// The handler panicked; recorded as the attempt's failure.
     Panicked(String),
+    /// The handler's failure was permanent ([`JobError::permanent`], a payload that does not
+    /// decode, an output over the size limit): the job is dead at once.
+    FailedPermanently(String),
     /// The lease was gone by the time the result came back: nothing was committed.
     Fenced,
 }
@@ -240,7 +244,7 @@ where
     let ctx = JobContext::new(lease.clone(), AttemptState::new(lease.expires_at));
     let verdict = match catch_unwind(AssertUnwindSafe(|| handler(&ctx))) {
         Ok(Ok(output)) => commit(store, &lease, crate::pool::any::<S>(output.into()))?,
-        Ok(Err(e)) => fail_as(store, &lease, Verdict::Failed(e.message().to_owned()))?,
+        Ok(Err(e)) => fail_as(store, &lease, failed(&e))?,
         Err(panic) => fail_as(
             store,
             &lease,
@@ -269,19 +273,28 @@ fn commit(
         Err(e) if e.is_lease_lost() => Ok(Verdict::Fenced),
         // Rolled back with the lease still held: the attempt fails, as in a pool.
         Err(e) => match crate::pool::failure_of_rolled_back_completion(&e) {
-            Some(message) => fail_as(store, lease, Verdict::Failed(message)),
+            Some(failure) => fail_as(store, lease, failed(&failure)),
             None => Err(e),
         },
     }
 }
 
+/// The verdict on a handler's (or its completion's) failure.
+fn failed(e: &JobError) -> Verdict {
+    match e.is_permanent() {
+        true => Verdict::FailedPermanently(e.message().to_owned()),
+        false => Verdict::Failed(e.message().to_owned()),
+    }
+}
+
 /// Records `verdict`'s message as the attempt's failure.
 fn fail_as(store: &dyn LeaseBackend, lease: &Lease, verdict: Verdict) -> Result<Verdict> {
-    let message = match &verdict {
-        Verdict::Failed(m) | Verdict::Panicked(m) => m.as_str(),
-        Verdict::Committed | Verdict::Fenced => "",
+    let (message, retry) = match &verdict {
+        Verdict::Failed(m) | Verdict::Panicked(m) => (m.as_str(), Retry::WhileBudgetLasts),
+        Verdict::FailedPermanently(m) => (m.as_str(), Retry::Never),
+        Verdict::Committed | Verdict::Fenced => ("", Retry::WhileBudgetLasts),
     };
-    match store.fail_reporting(lease, message, None) {
+    match store.fail_reporting(lease, message, retry, None) {
         Ok(_) => Ok(verdict),
         Err(e) if e.is_lease_lost() => Ok(Verdict::Fenced),
         Err(e) => Err(e),

@@ -1,6 +1,6 @@
 use std::time::Duration;
 
-use leasehold::{Error, JobState, NewJob, RetryPolicy};
+use leasehold::{Error, JobState, NewJob, Outcome, RetryPolicy};
 
 use crate::on_both::{Kind, LEASE, Q, Setup, lease};
 
@@ -10,6 +10,8 @@ crate::on_both::on_both!(
     release_does_not_spend_the_budget_but_still_advances_the_attempt,
     a_released_job_is_claimable_at_once_in_its_old_place,
     retry_is_refused_while_a_live_job_holds_the_unique_key,
+    a_permanent_failure_is_dead_at_once_with_budget_left_and_an_operators_retry_revives_it,
+    a_permanent_failure_by_a_holder_whose_lease_was_taken_is_refused,
 );
 
 fn no_jitter() -> Setup {
@@ -128,4 +130,48 @@ fn retry_is_refused_while_a_live_job_holds_the_unique_key(kind: Kind) {
         f.enqueue(NewJob::new(Q, "again").unique_key("k")).unwrap(),
         first
     );
+}
+
+fn a_permanent_failure_is_dead_at_once_with_budget_left_and_an_operators_retry_revives_it(
+    kind: Kind,
+) {
+    let f = kind.open();
+    let id = f.enqueue(NewJob::new(Q, "x").max_attempts(25)).unwrap();
+    let l = f.claim_one("w");
+    assert_eq!(
+        f.fail_permanently(&l, "account closed").unwrap(),
+        JobState::Dead
+    );
+    let job = f.job(id).unwrap().unwrap();
+    assert_eq!(
+        (job.state(), job.failures(), job.last_error()),
+        (JobState::Dead, 1, Some("account closed"))
+    );
+    assert_eq!(job.finished_at(), Some(f.now()));
+    let history = f.history(id).unwrap();
+    assert_eq!(
+        history.last().and_then(|r| r.outcome()),
+        Some(&Outcome::FailedPermanently("account closed".into()))
+    );
+    f.advance(Duration::from_secs(3600));
+    assert!(f.claim(Q, "w", lease()).unwrap().is_none(), "never retried");
+    // the cause fixed, an operator brings it back with a fresh budget
+    f.retry(id).unwrap();
+    let l = f.claim_one("w");
+    assert_eq!(l.job, id);
+    f.complete(&l, b"done").unwrap();
+    assert_eq!(f.job(id).unwrap().unwrap().state(), JobState::Succeeded);
+}
+
+fn a_permanent_failure_by_a_holder_whose_lease_was_taken_is_refused(kind: Kind) {
+    let f = kind.open();
+    let id = f.enqueue(NewJob::new(Q, "x")).unwrap();
+    let first = f.claim_one("w1");
+    f.advance(LEASE + Duration::from_secs(1));
+    let second = f.claim_one("w2");
+    assert_eq!(second.job, id);
+    let e = f.fail_permanently(&first, "too late").unwrap_err();
+    assert!(e.is_lease_lost(), "{e:?}");
+    assert_eq!(f.job(id).unwrap().unwrap().state(), JobState::Running);
+    f.complete(&second, b"done").unwrap();
 }

@@ -423,6 +423,42 @@ fn hostile_databases_and_settings_get_their_own_errors_and_are_left_as_they_were
 }
 
 #[test]
+fn opening_an_older_schema_upgrades_it_and_says_so_once_and_a_readers_open_leaves_it() {
+    let mut db = db!("upgrade");
+    let id = db.store().enqueue(NewJob::new(Q, "x")).unwrap();
+    db.sql("UPDATE {s}.leasehold_meta SET value = '1' WHERE key = 'schema_version'");
+    let version = |db: &mut crate::db::Db| -> String {
+        db.admin
+            .query_one(
+                &format!(
+                    "SELECT value FROM {}.leasehold_meta WHERE key = 'schema_version'",
+                    db.schema
+                ),
+                &[],
+            )
+            .unwrap()
+            .try_get(0)
+            .unwrap()
+    };
+    // a reader (the tool's read commands) leaves the version as it found it
+    let reader = db.builder().create_if_missing(false).open().unwrap();
+    assert_eq!(reader.upgraded_from(), None);
+    assert_eq!(reader.job(id).unwrap().unwrap().state(), JobState::Queued);
+    drop(reader);
+    assert_eq!(version(&mut db), "1");
+    // a writer's open upgrades it, and says so once
+    let store = db.builder().open().unwrap();
+    assert_eq!(store.upgraded_from(), Some(1));
+    assert_eq!(
+        version(&mut db),
+        leasehold::postgres::SCHEMA_VERSION.to_string()
+    );
+    assert_eq!(store.job(id).unwrap().unwrap().state(), JobState::Queued);
+    drop(store);
+    assert_eq!(db.builder().open().unwrap().upgraded_from(), None);
+}
+
+#[test]
 fn a_pool_on_postgres_runs_every_job_once_with_its_sql_in_the_completion() {
     let mut db = db!("pool");
     db.sql("CREATE SCHEMA {s}; CREATE TABLE {s}.done (job bigint NOT NULL)");

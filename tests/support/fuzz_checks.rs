@@ -70,6 +70,7 @@ fn decode_ops(data: &[u8]) -> Vec<Op> {
             },
             10 => Op::Fail {
                 lease: u16::from(byte()),
+                permanent: byte() % 4 == 0,
             },
             11 => Op::Release {
                 lease: u16::from(byte()),

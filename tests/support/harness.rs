@@ -99,8 +99,10 @@ pub enum Op {
     CompleteBatch {
         leases: (u16, u16),
     },
+    /// A failure, retried while the budget lasts or (`permanent`) never.
     Fail {
         lease: u16,
+        permanent: bool,
     },
     Release {
         lease: u16,
@@ -378,13 +380,16 @@ impl Harness {
                 }
                 Ok(())
             }
-            Op::Fail { lease } => {
+            Op::Fail { lease, permanent } => {
                 let Some(l) = self.lease(*lease) else {
                     return Ok(());
                 };
-                let got = self.store().fail(&l, "boom").map_err(err);
-                let want = self.model.fail(l.job.0, l.attempt.0, "boom");
-                same("fail", got, want)
+                let got = match permanent {
+                    true => self.store().fail_permanently(&l, "boom"),
+                    false => self.store().fail(&l, "boom"),
+                };
+                let want = self.model.fail(l.job.0, l.attempt.0, "boom", *permanent);
+                same("fail", got.map_err(err), want)
             }
             Op::Release { lease } => {
                 let Some(l) = self.lease(*lease) else {

@@ -225,8 +225,28 @@ impl Model {
         Ok(())
     }
 
-    pub fn fail(&mut self, id: u64, attempt: u32, error: &str) -> Result<JobState, MErr> {
+    pub fn fail(
+        &mut self,
+        id: u64,
+        attempt: u32,
+        error: &str,
+        permanent: bool,
+    ) -> Result<JobState, MErr> {
         self.fence(id, attempt, false)?;
+        if permanent {
+            // dead at once, one failure counted; a cancel requested meanwhile wins
+            let state = match self.jobs[&id].cancel_requested {
+                true => JobState::Cancelled,
+                false => JobState::Dead,
+            };
+            self.end(
+                id,
+                Outcome::FailedPermanently(error.to_owned()),
+                state,
+                None,
+            );
+            return Ok(state);
+        }
         let (state, run_at) = self.after_failure(id, true);
         self.end(id, Outcome::Failed(error.to_owned()), state, run_at);
         Ok(state)
@@ -336,7 +356,12 @@ impl Model {
                         self.runs.get(&(id, attempt)),
                         Some((
                             _,
-                            Some(Outcome::Succeeded | Outcome::Failed(_) | Outcome::Released)
+                            Some(
+                                Outcome::Succeeded
+                                    | Outcome::Failed(_)
+                                    | Outcome::FailedPermanently(_)
+                                    | Outcome::Released
+                            )
                         ))
                     );
                 if !heartbeat {
@@ -417,7 +442,10 @@ impl Model {
         let job = self.jobs.get_mut(&id).expect("ended job exists");
         if matches!(
             outcome,
-            Outcome::Failed(_) | Outcome::LeaseExpired { .. } | Outcome::Stalled
+            Outcome::Failed(_)
+                | Outcome::FailedPermanently(_)
+                | Outcome::LeaseExpired { .. }
+                | Outcome::Stalled
         ) {
             job.failures += 1;
         }

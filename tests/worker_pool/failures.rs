@@ -1,7 +1,7 @@
 use std::time::Duration;
 
 use crossbeam_channel::bounded;
-use leasehold::{JobError, JobState, NewJob, Output};
+use leasehold::{JobError, JobState, NewJob, Outcome, Output};
 
 use crate::backends::AppWrite;
 use crate::common::{Fixture, wait_until};
@@ -20,6 +20,8 @@ crate::on_both::on_both!(
     a_late_commit_handed_to_the_dispatcher_is_refused_too,
     a_panicking_validator_fails_its_attempt_and_the_pool_keeps_working,
     panicking_writes_fail_their_attempt_and_the_pool_keeps_working,
+    a_handlers_permanent_failure_makes_the_job_dead_at_once,
+    an_output_over_the_size_limit_fails_its_job_for_good_not_once_per_attempt,
 );
 
 fn a_panicking_handler_fails_its_job_and_the_pool_keeps_working(kind: Kind) {
@@ -199,8 +201,9 @@ fn writes_that_call_the_store_fail_the_attempt_at_once_and_shutdown_returns() {
     wait_until("the attempt to fail", || p.stats().failed == 1);
     let report = p.shutdown(Duration::from_secs(5));
     assert_eq!(report.stuck_handlers, 0);
+    // running it again would meet the same error: dead at once, not retried
     let job = f.job(id).unwrap().unwrap();
-    assert_eq!(job.state(), JobState::RetryWait);
+    assert_eq!((job.state(), job.failures()), (JobState::Dead, 1));
     assert!(
         job.last_error()
             .unwrap_or("")
@@ -305,4 +308,63 @@ fn a_panicking_validator_fails_its_attempt_and_the_pool_keeps_working(kind: Kind
 
 fn panicking_writes_fail_their_attempt_and_the_pool_keeps_working(kind: Kind) {
     a_panicking_callback_fails_the_attempt(kind, false);
+}
+
+fn a_handlers_permanent_failure_makes_the_job_dead_at_once(kind: Kind) {
+    let f = kind.open();
+    let gone = f
+        .enqueue(NewJob::new(Q, "deleted user").max_attempts(25))
+        .unwrap();
+    let fine = f.enqueue(NewJob::new(Q, "user").max_attempts(25)).unwrap();
+    let p = pool(&f, "w")
+        .start(|ctx| match ctx.payload() {
+            b"deleted user" => Err(JobError::permanent("user 42 no longer exists")),
+            _ => Ok(b"sent".to_vec()),
+        })
+        .unwrap();
+    wait_until("both jobs to end", || {
+        let s = p.stats();
+        s.succeeded + s.failed == 2
+    });
+    drop(p);
+    let job = f.job(gone).unwrap().unwrap();
+    assert_eq!(
+        (job.state(), job.failures(), job.attempt().0),
+        (JobState::Dead, 1, 1)
+    );
+    let history = f.history(gone).unwrap();
+    assert_eq!(
+        history[0].outcome(),
+        Some(&Outcome::FailedPermanently(
+            "user 42 no longer exists".into()
+        ))
+    );
+    assert_eq!(f.job(fine).unwrap().unwrap().state(), JobState::Succeeded);
+}
+
+fn an_output_over_the_size_limit_fails_its_job_for_good_not_once_per_attempt(kind: Kind) {
+    let f = kind.with(Setup::default().max_payload(64));
+    let big = f.enqueue(NewJob::new(Q, "big").max_attempts(25)).unwrap();
+    let small = f.enqueue(NewJob::new(Q, "small").max_attempts(25)).unwrap();
+    let p = pool(&f, "w")
+        .concurrency(2)
+        .start(|ctx| match ctx.payload() {
+            b"big" => Ok(vec![7u8; 65]),
+            _ => Ok(vec![7u8; 64]),
+        })
+        .unwrap();
+    wait_until("both jobs to end", || {
+        let s = p.stats();
+        s.succeeded + s.failed == 2
+    });
+    drop(p);
+    let job = f.job(big).unwrap().unwrap();
+    assert_eq!((job.state(), job.failures()), (JobState::Dead, 1));
+    let error = job.last_error().unwrap_or_default();
+    assert!(error.contains("output") && error.contains("65"), "{error}");
+    assert!(matches!(
+        f.history(big).unwrap()[0].outcome(),
+        Some(Outcome::FailedPermanently(_))
+    ));
+    assert_eq!(f.job(small).unwrap().unwrap().state(), JobState::Succeeded);
 }
