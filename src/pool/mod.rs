@@ -437,6 +437,21 @@ impl Shared {
         if flights.is_empty() {
             self.renewed_at(self.store.clock());
         }
+        // A claim may take over this pool's own lease that ran out (a claim round whose look
+        // came just before the expiry): the older attempt is lost for certain now, so its
+        // handler stops at once instead of running beside the new attempt until a renewal
+        // finds out. (Only a job claimed before can have one: the look is off the usual path.)
+        let retried = flight.lease.attempt.0 > 1;
+        for (&(job, attempt), older) in flights.iter().filter(|_| retried) {
+            if job == flight.lease.job
+                && attempt < flight.lease.attempt
+                && older
+                    .state
+                    .interrupt(Interruption::LeaseLost, Some(&self.counters.leases_lost))
+            {
+                tracing::warn!(%job, %attempt, "this pool's own expired lease was taken over by its claim; interrupting the older attempt");
+            }
+        }
         flights.insert((flight.lease.job, flight.lease.attempt), flight.clone());
         flight
     }

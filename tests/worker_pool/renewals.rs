@@ -15,6 +15,7 @@ crate::on_both::on_both!(
     when_renewals_fall_behind_the_pool_stops_claiming_and_gives_back_expired_leases,
     a_job_back_in_the_pool_that_lost_it_is_renewed_as_a_new_attempt_beside_the_old,
     with_every_worker_busy_and_renewals_stopped_the_pool_still_sheds_its_expired_lease,
+    a_pool_whose_claim_takes_over_its_own_expired_lease_stops_the_older_attempt_as_lost,
 );
 
 type Seen = Arc<Mutex<Vec<Interruption>>>;
@@ -178,10 +179,21 @@ fn when_renewals_fall_behind_the_pool_stops_claiming_and_gives_back_expired_leas
         .start(handler)
         .unwrap();
     wait_until("the first job to start", || p.stats().in_flight == 1);
+    // A claim round whose look came before the advance and whose claim after it would take
+    // the expired lease over (the pool then stops the older attempt as lost, not shed). So
+    // the advance waits until the dispatcher found nothing more and sleeps until woken; a
+    // PostgreSQL pool also looks every half second, so there the job's row is locked over
+    // the advance and such a claim skips it.
+    wait_until("the dispatcher to go idle", || p.stats().idle_waits >= 1);
+    let locked = f.is_postgres().then(|| f.stall_writes_to(first));
     // No renewal for longer than a whole lease: the lease has run out, and the heartbeat is
     // further behind than the pool tolerates.
     f.advance(LEASE + Duration::from_secs(1));
     let second = f.enqueue(NewJob::new(Q, "second")).unwrap(); // wakes the dispatcher
+    wait_until("the handler to be stopped", || {
+        !seen.lock().unwrap().is_empty()
+    });
+    drop(locked);
     wait_until("the pool to shed the expired lease", || {
         p.stats().released == 1
     });
@@ -295,6 +307,42 @@ fn with_every_worker_busy_and_renewals_stopped_the_pool_still_sheds_its_expired_
     assert_eq!(
         f.history(id).unwrap()[0].outcome(),
         Some(&Outcome::Released)
+    );
+    p.shutdown(Duration::ZERO);
+}
+
+/// A claim round that looks while the pool's renewals still count as healthy and claims the
+/// instant its own lease runs out takes that job over as a new attempt (here exactly at the
+/// expiry, where both hold). The older attempt is lost for certain then: its handler is
+/// stopped at once, not left running the same job beside the new attempt until a renewal
+/// finds out (the heartbeat here never ticks).
+fn a_pool_whose_claim_takes_over_its_own_expired_lease_stops_the_older_attempt_as_lost(kind: Kind) {
+    let f = kind.open();
+    let id = f.enqueue_n(1)[0];
+    let (seen, handler) = recording();
+    let p = pool(&f, "w")
+        .concurrency(2)
+        .heartbeat_every(Duration::from_secs(50))
+        .start(handler)
+        .unwrap();
+    wait_until("the first attempt to start", || p.stats().in_flight == 1);
+    wait_until("the dispatcher to go idle", || p.stats().idle_waits >= 1);
+    f.advance(LEASE);
+    // less urgent than the expired lease, which goes first; its enqueue wakes the dispatcher
+    f.enqueue(NewJob::new(Q, "later").priority(5)).unwrap();
+    wait_until("the older attempt to be stopped", || {
+        !seen.lock().unwrap().is_empty()
+    });
+    assert_eq!(*seen.lock().unwrap(), vec![Interruption::LeaseLost]);
+    assert_eq!(p.stats().leases_lost, 1);
+    let job = f.job(id).unwrap().unwrap();
+    assert_eq!((job.state(), job.attempt().0), (JobState::Running, 2));
+    assert_eq!(
+        f.history(id).unwrap()[0].outcome(),
+        Some(&Outcome::LeaseExpired {
+            path: leasehold::ReclaimPath::Takeover,
+            overdue: Duration::ZERO
+        })
     );
     p.shutdown(Duration::ZERO);
 }
