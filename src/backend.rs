@@ -115,6 +115,8 @@ pub(crate) trait LeaseBackend: JobStore + 'static {
         progress: Option<u64>,
     ) -> Result<JobState>;
     fn release_reporting(&self, lease: &Lease, progress: Option<u64>) -> Result<()>;
+    /// Ends the attempt as timed out: its handler ran into the attempt's hard time limit.
+    fn time_out_reporting(&self, lease: &Lease, progress: Option<u64>) -> Result<JobState>;
     /// Makes what was committed durable (redb's eventual durability); a no-op elsewhere.
     fn flush(&self) -> Result<()>;
 }

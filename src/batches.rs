@@ -71,6 +71,68 @@ pub(crate) fn run<T, E>(
     }
 }
 
+/// An operator's action on every job `filter` names, page by page: each page of at most
+/// `page` ids (listed after the last page's end) is handed to `apply`, which acts on them
+/// in one transaction and answers each (`Ok(true)`: changed; a refusal: refused; an error
+/// of the store fails the pass). The filter's limit, if any, bounds the whole pass.
+pub(crate) fn bulk(
+    filter: &crate::JobFilter,
+    page: usize,
+    list: impl Fn(&crate::JobFilter) -> crate::Result<Vec<crate::Job>>,
+    mut apply: impl FnMut(Vec<crate::JobId>) -> crate::Result<Vec<crate::Result<bool>>>,
+) -> crate::Result<crate::report::BulkReport> {
+    let mut report = crate::report::BulkReport::default();
+    let mut cursor = filter.after;
+    loop {
+        let left = filter.limit.map_or(usize::MAX, |n| n - report.matched);
+        let want = page.clamp(1, usize::MAX).min(left);
+        if want == 0 {
+            return Ok(report);
+        }
+        let ids: Vec<crate::JobId> = list(&crate::JobFilter {
+            order: crate::JobOrder::Oldest,
+            limit: Some(want),
+            after: cursor,
+            ..filter.clone()
+        })?
+        .iter()
+        .map(crate::Job::id)
+        .collect();
+        let Some(&last) = ids.last() else {
+            return Ok(report);
+        };
+        cursor = Some(last);
+        report.matched += ids.len();
+        let short = ids.len() < want;
+        for (id, answer) in ids.clone().into_iter().zip(apply(ids)?) {
+            match answer {
+                Ok(true) => report.changed += 1,
+                Ok(false) => {}
+                Err(e) if e.is_refusal() => report.refused.push((id, e)),
+                Err(e) => return Err(e),
+            }
+        }
+        if short {
+            return Ok(report);
+        }
+    }
+}
+
+/// Each answer of a bulk action's transaction, or the first error of the store among them
+/// (which must roll the transaction back): a refusal wrote nothing and shares it safely.
+pub(crate) fn answers<T>(
+    results: impl IntoIterator<Item = crate::Result<T>>,
+) -> crate::Result<Vec<crate::Result<T>>> {
+    let mut out = Vec::new();
+    for r in results {
+        match r {
+            Err(e) if !e.is_refusal() => return Err(e),
+            r => out.push(r),
+        }
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

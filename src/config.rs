@@ -91,6 +91,9 @@ pub fn check_terms(terms: &crate::lease::LeaseTerms) -> Result<(), ConfigError> 
     if terms.stall_timeout.is_some_and(|d| d.is_zero()) {
         return Err(ConfigError::ZeroStallTimeout);
     }
+    if terms.time_limit.is_some_and(|d| d.is_zero()) {
+        return Err(ConfigError::ZeroTimeLimit);
+    }
     Ok(())
 }
 

@@ -16,6 +16,9 @@ pub(crate) mod limits {
     pub const MAX_WORKER_ID: usize = 256;
     /// Error messages longer than this are truncated (an error is evidence, not payload).
     pub const MAX_ERROR_MESSAGE: usize = 16 * 1024;
+    pub const MAX_METADATA_KEY: usize = 64;
+    pub const MAX_METADATA_VALUE: usize = 256;
+    pub const MAX_METADATA_PAIRS: usize = 16;
 }
 
 /// The checks of a new job, before anything is written: its queue, payload size, retry
@@ -26,8 +29,43 @@ pub(crate) fn check_new_job(new: &NewJob, max_payload: usize) -> Result<(), Inpu
     if new.max_attempts == Some(0) {
         return Err(InputError::ZeroMaxAttempts);
     }
-    if let Some(key) = &new.unique_key {
-        check_unique_key(key)?;
+    match &new.unique_key {
+        Some(key) => check_unique_key(key)?,
+        None if new.uniqueness != crate::job::Uniqueness::WhileUnfinished => {
+            return Err(InputError::WindowWithoutKey);
+        }
+        None => {}
+    }
+    if new.time_limit.is_some_and(|d| d.is_zero()) {
+        return Err(InputError::ZeroTimeLimit);
+    }
+    check_metadata(&new.metadata)
+}
+
+/// Metadata: a few short tags, each key a name a filter can say (`key=value`).
+pub(crate) fn check_metadata(pairs: &[(String, String)]) -> Result<(), InputError> {
+    if pairs.len() > limits::MAX_METADATA_PAIRS {
+        return Err(InputError::TooMuchMetadata {
+            count: pairs.len(),
+            max: limits::MAX_METADATA_PAIRS,
+        });
+    }
+    for (key, value) in pairs {
+        check_no_nul("metadata key", key)?;
+        check_no_nul("metadata value", value)?;
+        if key.is_empty() || key.len() > limits::MAX_METADATA_KEY || key.contains('=') {
+            return Err(InputError::BadMetadataKey {
+                key: key.clone(),
+                max: limits::MAX_METADATA_KEY,
+            });
+        }
+        if value.len() > limits::MAX_METADATA_VALUE {
+            return Err(InputError::MetadataValueTooLong {
+                key: key.clone(),
+                len: value.len(),
+                max: limits::MAX_METADATA_VALUE,
+            });
+        }
     }
     Ok(())
 }

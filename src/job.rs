@@ -86,6 +86,23 @@ impl fmt::Display for JobState {
     }
 }
 
+/// How long a job's unique key keeps another job with the same key from being enqueued.
+///
+/// A key always deduplicates while its job waits or runs. Beyond that, a job that
+/// *succeeded* may keep its key for a window (as River's `UniqueOpts.ByPeriod` and Oban's
+/// `unique: [period: ...]`): "send this report at most once a day". A dead or cancelled job
+/// never keeps it: its work was not done, and asking for it again must make a new job.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash, Encode, Decode)]
+pub enum Uniqueness {
+    /// While the job waits or runs (the default).
+    #[default]
+    WhileUnfinished,
+    /// Also for this long of store time after the job succeeded.
+    AfterSuccess(Duration),
+    /// Also after the job succeeded, until it is purged.
+    UntilPurged,
+}
+
 /// The lease a running job is held under, as stored (read through [`JobLease`]).
 #[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
 pub(crate) struct LeaseRecord {
@@ -104,6 +121,10 @@ pub(crate) struct LeaseRecord {
     pub length: Duration,
     /// A heartbeat finding no progress for this long revokes the lease.
     pub stall_timeout: Option<Duration>,
+    /// The attempt's hard time limit ends here: a renewal at or after it ends the attempt
+    /// as [`Outcome::TimedOut`] instead of renewing (the claim time plus the job's limit, or
+    /// the claimer's).
+    pub deadline: Option<StoreTime>,
 }
 
 /// A job as stored (without its payload and output, which live apart so that a heartbeat
@@ -145,6 +166,14 @@ pub(crate) struct JobRecord {
     pub finished_at: Option<StoreTime>,
     /// When the record last changed.
     pub updated_at: StoreTime,
+    /// How long its unique key outlives the job (see [`Uniqueness`]).
+    pub uniqueness: Uniqueness,
+    /// A newer job took its unique key after its window ran out: it holds the key no more.
+    pub key_released: bool,
+    /// Its own hard time limit per attempt (else the claimer's, if any).
+    pub time_limit: Option<Duration>,
+    /// Small key/value tags given at enqueue, in the order given.
+    pub metadata: Vec<(String, String)>,
 }
 
 impl JobRecord {
@@ -215,8 +244,14 @@ pub enum Outcome {
     /// The holder reported a failure that running the job again cannot mend (its own
     /// [`JobError::permanent`](crate::JobError::permanent), a payload that does not decode,
     /// an output over the size limit): the job is dead at once, whatever budget it had left.
-    /// (Last, so that records written before it decode unchanged.)
+    /// (After the others, so that records written before it decode unchanged.)
     FailedPermanently(String),
+    /// The attempt ran into its hard time limit and was ended; one unit of retry budget
+    /// spent, retried after a backoff like a failure.
+    TimedOut {
+        /// The limit it ran into.
+        limit: Duration,
+    },
 }
 
 impl fmt::Display for Outcome {
@@ -245,6 +280,13 @@ impl fmt::Display for Outcome {
             Outcome::Stalled => f.write_str("stalled"),
             Outcome::Cancelled => f.write_str("cancelled"),
             Outcome::FailedPermanently(e) => write!(f, "failed permanently, not retried: {e}"),
+            Outcome::TimedOut { limit } => {
+                write!(
+                    f,
+                    "timed out: ran into its limit of {:.3}s",
+                    limit.as_secs_f64()
+                )
+            }
         }
     }
 }
@@ -309,9 +351,34 @@ impl Job {
         self.0.max_attempts
     }
 
-    /// The deduplication key it holds while it is not terminal.
+    /// Its deduplication key: held while it is not terminal, and after it succeeded for
+    /// as long as its [`Uniqueness`] says.
     pub fn unique_key(&self) -> Option<&str> {
         self.0.unique_key.as_deref()
+    }
+
+    /// How long its unique key outlives it.
+    pub fn uniqueness(&self) -> Uniqueness {
+        self.0.uniqueness
+    }
+
+    /// Its own hard time limit per attempt, if it was given one at enqueue.
+    pub fn time_limit(&self) -> Option<Duration> {
+        self.0.time_limit
+    }
+
+    /// Its metadata: the key/value tags given at enqueue, in the order given.
+    pub fn metadata(&self) -> &[(String, String)] {
+        &self.0.metadata
+    }
+
+    /// The value of metadata key `key`, if it has one.
+    pub fn metadata_value(&self, key: &str) -> Option<&str> {
+        self.0
+            .metadata
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
     }
 
     /// When it was enqueued.
@@ -395,6 +462,11 @@ impl<'a> JobLease<'a> {
     pub fn stall_timeout(&self) -> Option<Duration> {
         self.0.stall_timeout
     }
+
+    /// When the attempt's hard time limit ends it, if it has one.
+    pub fn deadline(&self) -> Option<StoreTime> {
+        self.0.deadline
+    }
 }
 
 impl fmt::Debug for JobLease<'_> {
@@ -454,6 +526,9 @@ pub struct NewJob {
     pub(crate) delay: Duration,
     pub(crate) max_attempts: Option<u32>,
     pub(crate) unique_key: Option<String>,
+    pub(crate) uniqueness: Uniqueness,
+    pub(crate) time_limit: Option<Duration>,
+    pub(crate) metadata: Vec<(String, String)>,
 }
 
 impl NewJob {
@@ -467,6 +542,9 @@ impl NewJob {
             delay: Duration::ZERO,
             max_attempts: None,
             unique_key: None,
+            uniqueness: Uniqueness::WhileUnfinished,
+            time_limit: None,
+            metadata: Vec::new(),
         }
     }
 
@@ -490,9 +568,50 @@ impl NewJob {
     }
 
     /// Deduplicate: while a job of this queue holding `key` is not terminal, enqueueing
-    /// another with the same key returns the existing job's id and creates nothing.
+    /// another with the same key returns the existing job's id and creates nothing. With
+    /// [`NewJob::unique_for`] or [`NewJob::unique_until_purged`] a job that succeeded keeps
+    /// the key longer.
     pub fn unique_key(mut self, key: &str) -> NewJob {
         self.unique_key = Some(key.to_owned());
+        self
+    }
+
+    /// Its unique key also deduplicates for `window` of store time after the job succeeded
+    /// (River's `ByPeriod`, Oban's `period`): an enqueue with the key within the window
+    /// returns the finished job. A job that died or was cancelled keeps nothing. Needs
+    /// [`NewJob::unique_key`].
+    pub fn unique_for(mut self, window: Duration) -> NewJob {
+        self.uniqueness = Uniqueness::AfterSuccess(window);
+        self
+    }
+
+    /// Its unique key also deduplicates after the job succeeded, until it is purged ("this
+    /// import runs once, ever"). Needs [`NewJob::unique_key`].
+    pub fn unique_until_purged(mut self) -> NewJob {
+        self.uniqueness = Uniqueness::UntilPurged;
+        self
+    }
+
+    /// A hard limit on each attempt's running time: at `limit` after its claim (store time)
+    /// the attempt is ended as [`Outcome::TimedOut`] (budget spent, retried after a backoff
+    /// while it lasts). A pool interrupts the handler ([`crate::Interruption::TimedOut`])
+    /// at the limit and records it; if the handler does not return, its next renewal ends
+    /// the attempt in the store, and nothing it returns afterwards is committed. Overrides
+    /// the claimer's limit ([`crate::LeaseTerms::time_limit`]).
+    pub fn time_limit(mut self, limit: Duration) -> NewJob {
+        self.time_limit = Some(limit);
+        self
+    }
+
+    /// Tags the job with `key` = `value`, shown by the tool and usable as a filter
+    /// ([`crate::JobFilter::metadata`]). A key given twice keeps its last value. Keys are
+    /// non-empty, at most 64 bytes, without `=`; values at most 256 bytes; at most 16 pairs.
+    pub fn metadata(mut self, key: impl Into<String>, value: impl Into<String>) -> NewJob {
+        let (key, value) = (key.into(), value.into());
+        match self.metadata.iter_mut().find(|(k, _)| *k == key) {
+            Some(pair) => pair.1 = value,
+            None => self.metadata.push((key, value)),
+        }
         self
     }
 }

@@ -18,7 +18,8 @@ use crate::ids::{JobId, StoreTime};
 use crate::job::{Job, JobState, NewJob, Run};
 use crate::lease::{Lease, LeaseTerms, Renewal};
 use crate::query::{JobFilter, QueueTiming};
-use crate::report::{CheckReport, ReapReport};
+use crate::queue::UnservedQueue;
+use crate::report::{BulkReport, CheckReport, ReapReport};
 use crate::stats::Stats;
 
 /// The read side of a store: what an operator's tools ask.
@@ -39,6 +40,9 @@ pub trait ReadJobs: Send + Sync {
     fn timing(&self, queue: &str) -> Result<QueueTiming>;
     /// Counts per queue and state, and the lifetime counters.
     fn stats(&self) -> Result<Stats>;
+    /// The queues whose due work has waited [`crate::UNSERVED_AFTER`] or more with no worker
+    /// asking for it that long (a typo in a queue name, a pool that never started).
+    fn unserved_queues(&self) -> Result<Vec<UnservedQueue>>;
     /// The integrity check.
     fn check(&self) -> Result<CheckReport>;
 }
@@ -80,12 +84,20 @@ pub trait JobStore: ReadJobs {
     fn fail(&self, lease: &Lease, error: &str) -> Result<JobState>;
     /// Fails the attempt for good: dead at once, whatever budget is left.
     fn fail_permanently(&self, lease: &Lease, error: &str) -> Result<JobState>;
+    /// Ends the attempt as timed out (its hard time limit passed): retried after a backoff
+    /// while its budget lasts, else dead.
+    fn time_out(&self, lease: &Lease) -> Result<JobState>;
     /// Gives the job back on purpose: claimable at once, no budget spent.
     fn release(&self, lease: &Lease) -> Result<()>;
     /// Cancels a job (a running one at its holder's next heartbeat).
     fn cancel(&self, job: JobId) -> Result<JobState>;
     /// Puts a dead or cancelled job back in its queue with a fresh budget.
     fn retry(&self, job: JobId) -> Result<()>;
+    /// Retries every dead or cancelled job `filter` names, in bounded batches; the others
+    /// are refused and listed.
+    fn retry_all(&self, filter: &JobFilter) -> Result<BulkReport>;
+    /// Cancels every job `filter` names, in bounded batches; finished ones are refused.
+    fn cancel_all(&self, filter: &JobFilter) -> Result<BulkReport>;
     /// One reaper pass: takes back expired leases (and applies retention).
     fn reap(&self) -> Result<ReapReport>;
     /// Deletes finished jobs in `states` older than `older_than`, with their history.
@@ -125,6 +137,9 @@ macro_rules! read_jobs {
             }
             fn stats(&self) -> $crate::Result<$crate::Stats> {
                 <$store>::stats(self)
+            }
+            fn unserved_queues(&self) -> $crate::Result<Vec<$crate::UnservedQueue>> {
+                <$store>::unserved_queues(self)
             }
             fn check(&self) -> $crate::Result<$crate::CheckReport> {
                 <$store>::check(self)
@@ -209,6 +224,9 @@ macro_rules! job_store {
             ) -> $crate::Result<$crate::JobState> {
                 <$store>::fail_permanently(self, lease, error)
             }
+            fn time_out(&self, lease: &$crate::Lease) -> $crate::Result<$crate::JobState> {
+                <$store>::time_out(self, lease)
+            }
             fn release(&self, lease: &$crate::Lease) -> $crate::Result<()> {
                 <$store>::release(self, lease)
             }
@@ -217,6 +235,12 @@ macro_rules! job_store {
             }
             fn retry(&self, job: $crate::JobId) -> $crate::Result<()> {
                 <$store>::retry(self, job)
+            }
+            fn retry_all(&self, filter: &$crate::JobFilter) -> $crate::Result<$crate::BulkReport> {
+                <$store>::retry_all(self, filter)
+            }
+            fn cancel_all(&self, filter: &$crate::JobFilter) -> $crate::Result<$crate::BulkReport> {
+                <$store>::cancel_all(self, filter)
             }
             fn reap(&self) -> $crate::Result<$crate::ReapReport> {
                 <$store>::reap(self)

@@ -26,6 +26,9 @@ pub struct Lease {
     pub expires_at: StoreTime,
     /// The lease length; each renewal extends by this much.
     pub length: Duration,
+    /// When the attempt's hard time limit ends it, on the store clock (the job's own limit,
+    /// or the claimer's [`LeaseTerms::time_limit`]); `None` without one.
+    pub deadline: Option<StoreTime>,
     /// The job's payload.
     pub payload: Vec<u8>,
 }
@@ -40,20 +43,31 @@ pub struct LeaseTerms {
     /// lease instead of renewing it ([`Renewal::Stalled`]): a hung job cannot hold its lease
     /// forever just because its heartbeat thread is healthy.
     pub stall_timeout: Option<Duration>,
+    /// If set, the hard time limit of an attempt of a job that has none of its own
+    /// ([`crate::NewJob::time_limit`]): a renewal at or after claim time plus the limit
+    /// ends the attempt as timed out ([`Renewal::TimedOut`]) instead of renewing.
+    pub time_limit: Option<Duration>,
 }
 
 impl LeaseTerms {
-    /// A lease of `length` with no stall timeout.
+    /// A lease of `length` with no stall timeout and no time limit.
     pub fn new(length: Duration) -> LeaseTerms {
         LeaseTerms {
             length,
             stall_timeout: None,
+            time_limit: None,
         }
     }
 
     /// Revoke the lease when progress has not advanced for `timeout`.
     pub fn stall_timeout(mut self, timeout: Duration) -> LeaseTerms {
         self.stall_timeout = Some(timeout);
+        self
+    }
+
+    /// End an attempt (of a job without a limit of its own) once it has run for `limit`.
+    pub fn time_limit(mut self, limit: Duration) -> LeaseTerms {
+        self.time_limit = Some(limit);
         self
     }
 }
@@ -78,4 +92,7 @@ pub enum Renewal {
     /// The job made no progress for its stall timeout: the lease is revoked (history outcome
     /// `Stalled`, one unit of retry budget spent). Stop working and commit nothing.
     Stalled,
+    /// The attempt ran into its hard time limit: the lease is over (history outcome
+    /// `TimedOut`, one unit of retry budget spent). Stop working and commit nothing.
+    TimedOut,
 }

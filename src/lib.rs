@@ -88,6 +88,7 @@ mod input;
 mod job;
 mod lease;
 mod query;
+mod queue;
 mod report;
 mod retry;
 mod stats;
@@ -129,7 +130,7 @@ pub use config::{
 };
 pub use error::{ConfigError, Error, InputError, LeaseLost, OpenError, Result};
 pub use ids::{Attempt, InstanceId, JobId, StoreTime};
-pub use job::{Job, JobLease, JobState, NewJob, Outcome, ReclaimPath, Run};
+pub use job::{Job, JobLease, JobState, NewJob, Outcome, ReclaimPath, Run, Uniqueness};
 pub use job_store::{JobStore, ReadJobs};
 pub use lease::{Lease, LeaseTerms, Renewal};
 pub use pool::{
@@ -137,12 +138,13 @@ pub use pool::{
     ShutdownReport, WorkerPool,
 };
 pub use query::{JobFilter, JobOrder, QueueTiming};
+pub use queue::{UNSERVED_AFTER, UnservedQueue};
 pub use reaper::{Reaper, ReaperMetrics};
 pub use redb_store::{
     HolderState, RESERVED_TABLE_PREFIX, RedbWrites, SCHEMA_VERSION, Sharing, Store, StoreBuilder,
     StoreReader, Transaction,
 };
-pub use report::{CheckReport, ReapReport, Reclaim};
+pub use report::{BulkReport, CheckReport, ReapReport, Reclaim};
 pub use retry::RetryPolicy;
 pub use stats::{Counters, QueueCounts, Stats, WriteMetrics};
 
@@ -160,14 +162,14 @@ struct ReadmeDoctests;
 #[doc(hidden)]
 pub mod __private {
     use crate::job::{JobRecord, RunRecord};
-    use crate::redb_store::codec::{decode, encode};
+    use crate::redb_store::codec::{decode, decode_job, encode};
 
     pub use crate::redb_store::CommitShape;
 
     /// Decodes `data` as every kind of stored record, for the fuzzers: whatever the bytes,
     /// decoding returns an error or a value and never panics.
     pub fn decode_stored_records(data: &[u8]) {
-        let _ = decode::<JobRecord>(data);
+        let _ = decode_job(data);
         let _ = decode::<RunRecord>(data);
         let _ = crate::redb_store::decode_counters(data);
         let _ = decode::<crate::clock::Anchor>(data);
@@ -176,7 +178,7 @@ pub mod __private {
     /// A stored job record with its attempt counter replaced, for tests that need a store
     /// that ran that many claims; `None` if `record` is not a job record.
     pub fn with_attempt(record: &[u8], attempt: u32) -> Option<Vec<u8>> {
-        let mut job: JobRecord = decode(record).ok()?;
+        let mut job: JobRecord = decode_job(record).ok()?;
         job.attempt = crate::Attempt(attempt);
         Some(encode(&job))
     }

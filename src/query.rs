@@ -1,10 +1,13 @@
 //! What an operator asks of a store, whatever its engine: which jobs to list and in what
 //! order, and when things fall due in a queue.
 
-use crate::ids::StoreTime;
-use crate::job::JobState;
+use std::time::Duration;
 
-/// Which jobs to list, and in what order.
+use crate::ids::{JobId, StoreTime};
+use crate::job::{JobRecord, JobState};
+
+/// Which jobs to list (or act on in bulk), and in what order. Build it from
+/// `JobFilter::default()` with the fields that matter.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct JobFilter {
     /// Only this queue.
@@ -15,6 +18,31 @@ pub struct JobFilter {
     pub limit: Option<usize>,
     /// The order.
     pub order: JobOrder,
+    /// Only jobs that carry every one of these metadata pairs ([`crate::NewJob::metadata`]).
+    pub metadata: Vec<(String, String)>,
+    /// Only jobs whose record has not changed for at least this long of store time (a dead
+    /// job: how long it has been dead; a waiting one: how long since it was enqueued or
+    /// last failed).
+    pub unchanged_for: Option<Duration>,
+    /// Only jobs with a greater id: the cursor of a listing read page by page.
+    pub after: Option<JobId>,
+}
+
+impl JobFilter {
+    /// Whether `job` passes the filter's conditions (not its order or limit) at `now`: the
+    /// one reading of them, for an engine that filters records itself.
+    pub(crate) fn admits(&self, job: &JobRecord, now: StoreTime) -> bool {
+        self.queue.as_ref().is_none_or(|q| *q == job.queue)
+            && self.state.is_none_or(|s| s == job.state)
+            && self.after.is_none_or(|after| job.id > after)
+            && self
+                .unchanged_for
+                .is_none_or(|d| now.saturating_since(job.updated_at) >= d)
+            && self
+                .metadata
+                .iter()
+                .all(|(k, v)| job.metadata.iter().any(|(jk, jv)| jk == k && jv == v))
+    }
 }
 
 /// The order of a job listing.

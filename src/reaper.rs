@@ -24,6 +24,7 @@ pub struct ReaperMetrics {
     reclaimed: AtomicU64,
     purged: AtomicU64,
     errors: AtomicU64,
+    unserved: AtomicU64,
 }
 
 impl ReaperMetrics {
@@ -45,6 +46,13 @@ impl ReaperMetrics {
     /// Passes that failed (the error is logged; the next pass tries again).
     pub fn errors(&self) -> u64 {
         self.errors.load(Ordering::Relaxed)
+    }
+
+    /// Warnings that a queue had work waiting and nobody serving it (see
+    /// [`JobStore::unserved_queues`](crate::JobStore::unserved_queues)), each also a
+    /// `tracing` warning.
+    pub fn unserved_warnings(&self) -> u64 {
+        self.unserved.load(Ordering::Relaxed)
     }
 }
 
@@ -73,11 +81,13 @@ impl Reaper {
                 // Fixed rate: the next pass is due one interval after the last was due, not
                 // after it ended, so a slow pass does not stretch the detection bound.
                 let mut due = RealDeadline::after(interval);
+                let mut watch = UnservedWatch::default();
                 loop {
                     match stopped.recv_timeout(due.remaining()) {
                         Err(RecvTimeoutError::Timeout) => {
                             due = due.plus(interval);
                             tick(&*store, &m);
+                            watch.look(&*store, &m);
                         }
                         Ok(()) | Err(RecvTimeoutError::Disconnected) => return,
                     }
@@ -150,4 +160,54 @@ fn tick(store: &dyn LeaseBackend, metrics: &ReaperMetrics) {
         tracing::error!(error = %e, "reaper flush failed");
     }
     metrics.passes.fetch_add(1, Ordering::Relaxed);
+}
+
+/// How often (store time) the reaper looks for queues nobody serves.
+const UNSERVED_LOOK_EVERY: Duration = Duration::from_secs(60);
+
+/// The reaper's look for queues with work waiting and nobody serving them: once a minute of
+/// store time, and a warning per queue at most once per [`crate::UNSERVED_AFTER`].
+#[derive(Default)]
+struct UnservedWatch {
+    looked: Option<crate::StoreTime>,
+    warned: std::collections::HashMap<String, crate::StoreTime>,
+}
+
+impl UnservedWatch {
+    fn look(&mut self, store: &dyn LeaseBackend, metrics: &ReaperMetrics) {
+        let now = store.clock();
+        if self
+            .looked
+            .is_some_and(|at| now.saturating_since(at) < UNSERVED_LOOK_EVERY)
+        {
+            return;
+        }
+        self.looked = Some(now);
+        let unserved = match store.unserved_queues() {
+            Ok(unserved) => unserved,
+            Err(e) => {
+                tracing::warn!(error = %e, "looking for queues nobody serves failed");
+                return;
+            }
+        };
+        self.warned
+            .retain(|q, _| unserved.iter().any(|u| u.queue == *q));
+        for u in unserved {
+            let recently = self
+                .warned
+                .get(&u.queue)
+                .is_some_and(|at| now.saturating_since(*at) < crate::UNSERVED_AFTER);
+            if recently {
+                continue;
+            }
+            metrics.unserved.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(
+                queue = %u.queue,
+                waiting_for = ?now.saturating_since(u.waiting_since),
+                served_ago = ?u.served_at.map(|at| now.saturating_since(at)),
+                "a queue has work waiting and no worker has asked for it (a typo in a queue name, or a pool that is not running?)"
+            );
+            self.warned.insert(u.queue, now);
+        }
+    }
 }

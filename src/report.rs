@@ -73,3 +73,17 @@ impl CheckReport {
         self.problems.is_empty()
     }
 }
+
+/// What an operator's action on many jobs did ([`crate::JobStore::retry_all`],
+/// [`crate::JobStore::cancel_all`]).
+#[derive(Debug, Default)]
+#[non_exhaustive]
+pub struct BulkReport {
+    /// How many jobs the filter named.
+    pub matched: usize,
+    /// How many of them the action changed.
+    pub changed: usize,
+    /// Those it refused, with why (a job in a state the action does not apply to, a retry
+    /// whose unique key another job holds); each refusal wrote nothing.
+    pub refused: Vec<(crate::JobId, crate::Error)>,
+}

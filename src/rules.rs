@@ -27,7 +27,9 @@
 use crate::error::{Error, LeaseLost};
 use crate::ids::{Attempt, JobId, StoreTime};
 use crate::input;
-use crate::job::{JobRecord, JobState, LeaseRecord, NewJob, Outcome, ReclaimPath, RunRecord};
+use crate::job::{
+    JobRecord, JobState, LeaseRecord, NewJob, Outcome, ReclaimPath, RunRecord, Uniqueness,
+};
 use crate::lease::LeaseTerms;
 use crate::report::Reclaim;
 use crate::retry::RetryPolicy;
@@ -80,7 +82,50 @@ pub(crate) fn new_job(
         last_error: None,
         finished_at: None,
         updated_at: now,
+        uniqueness: new.uniqueness,
+        key_released: false,
+        time_limit: new.time_limit,
+        metadata: new.metadata.clone(),
     })
+}
+
+// ----- unique keys -----
+
+/// Whether `holder` (a job with the unique key an enqueue or a retry asks for) holds it at
+/// `now`: while it waits or runs, and after it succeeded for its window ([`Uniqueness`]),
+/// unless a newer job has already taken the key after the window.
+pub(crate) fn holds_key(holder: &JobRecord, now: StoreTime) -> bool {
+    if holder.unique_key.is_none() || holder.key_released {
+        return false;
+    }
+    if !holder.state.is_terminal() {
+        return true;
+    }
+    match (holder.state, holder.uniqueness, holder.finished_at) {
+        (JobState::Succeeded, Uniqueness::UntilPurged, _) => true,
+        (JobState::Succeeded, Uniqueness::AfterSuccess(window), Some(at)) => {
+            now < at.saturating_add(window)
+        }
+        _ => false,
+    }
+}
+
+/// Whether `job` keeps its unique key in the index: it may hold it (see [`holds_key`]; a
+/// finished one's window is judged when the key is next asked for, since an index entry
+/// cannot depend on the time).
+pub(crate) fn keeps_key(job: &JobRecord) -> bool {
+    job.unique_key.is_some()
+        && !job.key_released
+        && (!job.state.is_terminal()
+            || (job.state == JobState::Succeeded && job.uniqueness != Uniqueness::WhileUnfinished))
+}
+
+/// A finished `holder` whose window has run out gives its key up to a newer job.
+pub(crate) fn release_key(holder: &JobRecord, now: StoreTime) -> JobRecord {
+    let mut released = holder.clone();
+    released.key_released = true;
+    released.updated_at = now;
+    released
 }
 
 // ----- the fence -----
@@ -190,7 +235,11 @@ pub(crate) fn grant(job: &JobRecord, worker: &str, terms: LeaseTerms, now: Store
         dead.last_error = Some(ATTEMPTS_EXHAUSTED.to_owned());
         return Granted::Exhausted(dead);
     };
-    let expires_at = now.saturating_add(terms.length);
+    let deadline = job
+        .time_limit
+        .or(terms.time_limit)
+        .map(|limit| now.saturating_add(limit));
+    let expires_at = capped(now.saturating_add(terms.length), deadline);
     let mut new = job.clone();
     new.state = JobState::Running;
     new.attempt = attempt;
@@ -201,11 +250,18 @@ pub(crate) fn grant(job: &JobRecord, worker: &str, terms: LeaseTerms, now: Store
         indexed_expiry: expires_at,
         length: terms.length,
         stall_timeout: terms.stall_timeout,
+        deadline,
     });
     new.progress = 0;
     new.progress_at = now;
     new.updated_at = now;
     Granted::Lease(new)
+}
+
+/// A lease's expiry, never past the attempt's deadline: a holder that goes silent after the
+/// deadline loses the job then, not a lease later.
+fn capped(expires_at: StoreTime, deadline: Option<StoreTime>) -> StoreTime {
+    deadline.map_or(expires_at, |d| expires_at.min(d))
 }
 
 // ----- renewals -----
@@ -218,10 +274,13 @@ pub(crate) enum Renewed {
     Cancelled(Change),
     /// No progress for the lease's stall timeout: the attempt ends here, stalled.
     Stalled(Change),
+    /// The attempt's deadline has come: it ends here, timed out.
+    TimedOut(Change),
 }
 
 /// Renews the lease of the held `job` at `now`, recording `progress`. A cancel requested
-/// meanwhile comes first, then a stall (progress unchanged for the stall timeout).
+/// meanwhile comes first, then a stall (progress unchanged for the stall timeout), then the
+/// attempt's hard time limit; else the lease runs its length from now, up to the deadline.
 pub(crate) fn renew(
     job: &JobRecord,
     progress: u64,
@@ -244,9 +303,18 @@ pub(crate) fn renew(
         change.counts.stalled = 1;
         return Renewed::Stalled(change);
     }
+    if job
+        .lease
+        .as_ref()
+        .and_then(|l| l.deadline)
+        .is_some_and(|deadline| deadline <= now)
+    {
+        return Renewed::TimedOut(time_out(job, None, now, retry));
+    }
     let mut new = job.clone();
     if let Some(lease) = new.lease.as_mut() {
-        lease.expires_at = lease.expires_at.max(now.saturating_add(lease.length));
+        let renewed = capped(now.saturating_add(lease.length), lease.deadline);
+        lease.expires_at = lease.expires_at.max(renewed);
     }
     if progress != new.progress {
         new.progress = progress;
@@ -277,6 +345,7 @@ pub(crate) fn spends_budget(outcome: &Outcome) -> bool {
             | Outcome::FailedPermanently(_)
             | Outcome::LeaseExpired { .. }
             | Outcome::Stalled
+            | Outcome::TimedOut { .. }
     )
 }
 
@@ -404,6 +473,29 @@ pub(crate) fn fail(
     }
 }
 
+/// The attempt ran into its hard time limit at `now` (its holder says so, or a renewal found
+/// the deadline passed): `TimedOut`, one failure against the budget, retried after a
+/// backoff while it lasts, counted.
+pub(crate) fn time_out(
+    job: &JobRecord,
+    progress: Option<u64>,
+    now: StoreTime,
+    policy: &RetryPolicy,
+) -> Change {
+    let mut job = with_final_progress(job, progress, now);
+    let limit = job
+        .lease
+        .as_ref()
+        .and_then(|l| Some(l.deadline?.saturating_since(l.claimed_at)))
+        .unwrap_or_default();
+    let outcome = Outcome::TimedOut { limit };
+    job.last_error = Some(outcome.to_string());
+    let next = after_failure(&job, now, policy, true);
+    let mut change = end(&job, outcome, next, now);
+    change.counts.timed_out = 1;
+    change
+}
+
 /// The holder gave the job back on purpose: claimable at once in its old place, no budget
 /// spent (cancelled instead, if a cancel was requested meanwhile).
 pub(crate) fn release(job: &JobRecord, progress: Option<u64>, now: StoreTime) -> Change {
@@ -492,14 +584,15 @@ pub(crate) fn cancel(
 
 /// Puts a dead or cancelled `job` back in its queue at `now` with a fresh budget (an
 /// operator's decision); its history is kept and its next claim is a new attempt.
-/// `key_holder` is the live job that holds its unique key now, if any: a retry then is
-/// refused rather than make two live jobs hold one key (the key is what the application
-/// deduplicates by, and the live job already does the work it names).
+/// `key_holder` is the job the index names for its unique key, if another: while it holds
+/// the key ([`holds_key`]) the retry is refused rather than make two jobs hold one key (the
+/// key is what the application deduplicates by, and the holder already does the work it
+/// names); a holder whose window ran out gives it up (the second record returned, to store).
 pub(crate) fn retry(
     job: &JobRecord,
-    key_holder: Option<JobId>,
+    key_holder: Option<&JobRecord>,
     now: StoreTime,
-) -> Result<JobRecord, Error> {
+) -> Result<(JobRecord, Option<JobRecord>), Error> {
     if !matches!(job.state, JobState::Dead | JobState::Cancelled) {
         return Err(Error::Refused {
             job: job.id,
@@ -507,21 +600,28 @@ pub(crate) fn retry(
             action: "retry (only dead or cancelled jobs are retried)",
         });
     }
-    if let (Some(key), Some(holder)) = (&job.unique_key, key_holder) {
-        return Err(Error::UniqueKeyHeld {
-            job: job.id,
-            key: key.clone(),
-            holder,
-        });
+    let mut released = None;
+    if let (Some(key), Some(holder)) = (&job.unique_key, key_holder)
+        && holder.id != job.id
+    {
+        if holds_key(holder, now) {
+            return Err(Error::UniqueKeyHeld {
+                job: job.id,
+                key: key.clone(),
+                holder: holder.id,
+            });
+        }
+        released = Some(release_key(holder, now));
     }
     let mut new = job.clone();
     new.state = JobState::Queued;
     new.failures = 0;
     new.cancel_requested = false;
     new.finished_at = None;
+    new.key_released = false;
     new.run_at = now;
     new.updated_at = now;
-    Ok(new)
+    Ok((new, released))
 }
 
 /// The error for a running job found without its lease.

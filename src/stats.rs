@@ -3,54 +3,72 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use bincode::{Decode, Encode};
-
 use crate::ids::StoreTime;
 use crate::job::JobState;
 
-/// Lifetime counters, persisted in the store and updated in the same transaction as the
-/// event they count (or, for a refused write, in a transaction of their own right after).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Encode, Decode)]
-#[non_exhaustive]
-pub struct Counters {
-    /// Expired leases taken back by a reaper pass.
-    pub reclaimed_by_reaper: u64,
-    /// Expired leases taken over by a claimer.
-    pub reclaimed_by_takeover: u64,
-    /// Leases taken back when the store was opened that no process instance held (granted
-    /// by a process that was gone: one writing alone, or before processes shared the store).
-    pub reclaimed_at_open: u64,
-    /// Leases given back on purpose by their holder.
-    pub released: u64,
-    /// Heartbeats refused because the lease was lost.
-    pub leases_lost: u64,
-    /// Completions, failures and releases refused by the fence.
-    pub fenced_writes_rejected: u64,
-    /// Leases revoked because the job made no progress.
-    pub stalled: u64,
-    /// The longest time from a lease's last renewal to its reclaim by the reaper or a
-    /// takeover: the detection delay, bounded by lease length + reaper interval.
-    pub worst_detection_delay: Duration,
-    /// Leases taken back because the process holding them died, seen by a process sharing
-    /// the store (its instance lock was free), at once or when a process opened the store.
-    pub reclaimed_process_died: u64,
+macro_rules! lifetime_counters {
+    ($($(#[$doc:meta])* $name:ident),* $(,)?) => {
+        /// Lifetime counters, persisted in the store and updated in the same transaction as
+        /// the event they count (or, for a refused write, in a transaction of their own right
+        /// after). Stored by name on both engines, so a build that counts something new
+        /// reads an older store's counters with the new one at zero.
+        #[derive(Clone, Debug, Default, PartialEq, Eq)]
+        #[non_exhaustive]
+        pub struct Counters {
+            $($(#[$doc])* pub $name: u64,)*
+            /// The longest time from a lease's last renewal to its reclaim by the reaper or
+            /// a takeover: the detection delay, bounded by lease length + reaper interval.
+            pub worst_detection_delay: Duration,
+        }
+
+        impl Counters {
+            /// The counts by the names the tool and both engines keep them under (the worst
+            /// detection delay, a duration, apart).
+            pub fn named(&self) -> Vec<(&'static str, u64)> {
+                vec![$((stringify!($name), self.$name),)*]
+            }
+
+            /// Sets the count named `name`; `false` for a name this build does not know (a
+            /// newer build's counter, kept by it and ignored here).
+            pub(crate) fn set(&mut self, name: &str, value: u64) -> bool {
+                match name {
+                    $(stringify!($name) => self.$name = value,)*
+                    _ => return false,
+                }
+                true
+            }
+
+            /// Adds `other`'s counts (and keeps the worse detection delay).
+            pub(crate) fn add(&mut self, other: &Counters) {
+                $(self.$name = self.$name.saturating_add(other.$name);)*
+                self.worst_detection_delay =
+                    self.worst_detection_delay.max(other.worst_detection_delay);
+            }
+        }
+    };
 }
 
-impl Counters {
-    /// The counts by the names the tool and the PostgreSQL store keep them under (the worst
-    /// detection delay, a duration, apart).
-    pub fn named(&self) -> [(&'static str, u64); 8] {
-        [
-            ("reclaimed_by_reaper", self.reclaimed_by_reaper),
-            ("reclaimed_by_takeover", self.reclaimed_by_takeover),
-            ("reclaimed_at_open", self.reclaimed_at_open),
-            ("reclaimed_process_died", self.reclaimed_process_died),
-            ("released", self.released),
-            ("leases_lost", self.leases_lost),
-            ("fenced_writes_rejected", self.fenced_writes_rejected),
-            ("stalled", self.stalled),
-        ]
-    }
+lifetime_counters! {
+    /// Expired leases taken back by a reaper pass.
+    reclaimed_by_reaper,
+    /// Expired leases taken over by a claimer.
+    reclaimed_by_takeover,
+    /// Leases taken back when the store was opened that no process instance held (granted
+    /// by a process that was gone: one writing alone, or before processes shared the store).
+    reclaimed_at_open,
+    /// Leases taken back because the process holding them died, seen by a process sharing
+    /// the store (its instance lock was free), at once or when a process opened the store.
+    reclaimed_process_died,
+    /// Leases given back on purpose by their holder.
+    released,
+    /// Heartbeats refused because the lease was lost.
+    leases_lost,
+    /// Completions, failures and releases refused by the fence.
+    fenced_writes_rejected,
+    /// Leases revoked because the job made no progress.
+    stalled,
+    /// Attempts ended by their hard time limit.
+    timed_out,
 }
 
 /// Jobs of one queue, by state.
@@ -59,6 +77,9 @@ impl Counters {
 pub struct QueueCounts {
     /// Count per state; states with no jobs are absent.
     pub by_state: BTreeMap<JobState, u64>,
+    /// When a worker last asked the queue for work or renewed one of its leases, as marked
+    /// (at most every half minute per store handle); `None` if none ever has.
+    pub served_at: Option<StoreTime>,
 }
 
 impl QueueCounts {

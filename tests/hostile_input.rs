@@ -35,6 +35,7 @@ fn forged_lease(job: u64, attempt: u32) -> Lease {
         claimed_at: StoreTime::ZERO,
         expires_at: StoreTime::ZERO,
         length: LEASE,
+        deadline: None,
         payload: Vec::new(),
     }
 }

@@ -428,7 +428,9 @@ impl Sim {
                                 stalled,
                             }
                         }
-                        Ok(Renewal::Cancelled | Renewal::Stalled) => Worker::Idle,
+                        Ok(Renewal::Cancelled | Renewal::Stalled | Renewal::TimedOut) => {
+                            Worker::Idle
+                        }
                         Err(e) if e.is_lease_lost() => Worker::Idle,
                         Err(e) => return Err(format!("heartbeat: {e}")),
                     }

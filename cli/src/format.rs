@@ -131,6 +131,18 @@ pub fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
+/// Metadata as the tool shows it: `key=value` pairs, comma-separated; `-` for none.
+pub fn metadata(pairs: &[(String, String)]) -> String {
+    if pairs.is_empty() {
+        return "-".into();
+    }
+    pairs
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

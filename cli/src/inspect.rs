@@ -6,7 +6,9 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use leasehold::{Error, HolderState, Job, JobFilter, JobId, JobOrder, JobState, Run, StoreTime};
+use leasehold::{
+    Error, HolderState, Job, JobFilter, JobId, JobOrder, JobState, Run, StoreTime, Uniqueness,
+};
 
 use super::target::Reader;
 use serde::Serialize;
@@ -34,6 +36,11 @@ pub struct JobView {
     progress_at_ms: u64,
     cancel_requested: bool,
     last_error: Option<String>,
+    /// `while_unfinished`, `after_success` (with `unique_for_ms`) or `until_purged`.
+    uniqueness: &'static str,
+    unique_for_ms: Option<u64>,
+    time_limit_ms: Option<u64>,
+    metadata: BTreeMap<String, String>,
 }
 
 #[derive(Serialize)]
@@ -43,6 +50,8 @@ struct LeaseView {
     expires_at_ms: u64,
     /// Negative once the lease has expired.
     expires_in_ms: i64,
+    /// When the attempt's hard time limit ends it.
+    deadline_ms: Option<u64>,
     /// The process instance holding it, when processes share the store.
     holder: Option<HolderView>,
 }
@@ -95,12 +104,24 @@ impl JobView {
                 claimed_at_ms: ms(l.claimed_at()),
                 expires_at_ms: ms(l.expires_at()),
                 expires_in_ms: ms(l.expires_at()) as i64 - ms(now) as i64,
+                deadline_ms: l.deadline().map(ms),
                 holder: holders.get(&j.id()).cloned(),
             }),
             progress: j.progress(),
             progress_at_ms: ms(j.progress_at()),
             cancel_requested: j.cancel_requested(),
             last_error: j.last_error().map(str::to_owned),
+            uniqueness: match j.uniqueness() {
+                Uniqueness::WhileUnfinished => "while_unfinished",
+                Uniqueness::AfterSuccess(_) => "after_success",
+                Uniqueness::UntilPurged => "until_purged",
+            },
+            unique_for_ms: match j.uniqueness() {
+                Uniqueness::AfterSuccess(d) => Some(d.as_millis() as u64),
+                _ => None,
+            },
+            time_limit_ms: j.time_limit().map(|d| d.as_millis() as u64),
+            metadata: j.metadata().iter().cloned().collect(),
         }
     }
 }
@@ -178,7 +199,13 @@ pub fn stats(db: &Path, json: bool) -> Result<ExitCode, Error> {
         oldest_waiting_ms: Option<u64>,
         most_overdue_lease_ms: Option<u64>,
         next_lease_expiry_in_ms: Option<u64>,
+        /// How long ago a worker last asked the queue for work (or renewed one of its
+        /// leases), as marked at most every half minute.
+        served_ago_ms: Option<u64>,
+        /// Work has waited and nobody asked for it for `UNSERVED_AFTER` or more.
+        unserved: bool,
     }
+    let unserved = store.unserved_queues()?;
     let mut queues = Vec::new();
     for (name, counts) in &stats.queues {
         let timing = store.timing(name)?;
@@ -199,6 +226,8 @@ pub fn stats(db: &Path, json: bool) -> Result<ExitCode, Error> {
                 .filter(|t| *t < now)
                 .map(|t| dms(now.saturating_since(t))),
             next_lease_expiry_in_ms: timing.next_expiry.map(|t| dms(t.saturating_since(now))),
+            served_ago_ms: counts.served_at.map(|t| dms(now.saturating_since(t))),
+            unserved: unserved.iter().any(|u| u.queue == *name),
         });
     }
     let c = &stats.counters;
@@ -213,7 +242,7 @@ pub fn stats(db: &Path, json: bool) -> Result<ExitCode, Error> {
             queues: Vec<QueueView>,
             counters: BTreeMap<&'static str, u64>,
         }
-        let mut counters = BTreeMap::from(c.named());
+        let mut counters: BTreeMap<_, _> = c.named().into_iter().collect();
         counters.insert("worst_detection_delay_ms", dms(c.worst_detection_delay));
         print_json(&StatsView {
             now_ms: ms(now),
@@ -242,6 +271,20 @@ pub fn stats(db: &Path, json: bool) -> Result<ExitCode, Error> {
     } else {
         println!("{}", t.render());
     }
+    for u in &unserved {
+        println!(
+            "warning: queue {} has had work waiting for {} and {}: is its name right, and is a pool running?",
+            u.queue,
+            format::duration(now.saturating_since(u.waiting_since)),
+            match u.served_at {
+                Some(at) => format!(
+                    "no worker has asked for it for {}",
+                    format::duration(now.saturating_since(at))
+                ),
+                None => "no worker has ever asked for it".to_owned(),
+            }
+        );
+    }
     println!(
         "\nreclaims: reaper {}, takeover {}, process died {}, at open {}, released {}",
         c.reclaimed_by_reaper,
@@ -251,10 +294,12 @@ pub fn stats(db: &Path, json: bool) -> Result<ExitCode, Error> {
         c.released
     );
     println!(
-        "leases lost {}, fenced writes rejected {}, stalled {}, worst detection delay {}",
+        "leases lost {}, fenced writes rejected {}, stalled {}, timed out {}, worst detection \
+         delay {}",
         c.leases_lost,
         c.fenced_writes_rejected,
         c.stalled,
+        c.timed_out,
         format::duration(c.worst_detection_delay)
     );
     if let Some(p) = processes {
@@ -306,8 +351,7 @@ fn processes(store: &Reader) -> Result<Option<ProcessesView>, Error> {
 pub fn jobs(
     db: &Path,
     json: bool,
-    queue: Option<String>,
-    state: Option<JobState>,
+    selection: super::Selection,
     limit: usize,
     sort: SortArg,
 ) -> Result<ExitCode, Error> {
@@ -321,10 +365,9 @@ pub fn jobs(
     };
     // One more than shown, to tell whether the list was cut.
     let mut list = store.jobs(&JobFilter {
-        queue,
-        state,
         limit: Some(limit.saturating_add(1)),
         order,
+        ..selection.filter()
     })?;
     let cut = list.len() > limit;
     list.truncate(limit);
@@ -343,6 +386,7 @@ pub fn jobs(
         "run at",
         "lease",
         "progress",
+        "metadata",
         "last error",
     ]);
     for j in &list {
@@ -372,6 +416,7 @@ pub fn jobs(
             format::relative(j.run_at(), now),
             lease,
             j.progress().to_string(),
+            format::metadata(j.metadata()),
             j.last_error()
                 .unwrap_or_default()
                 .chars()
@@ -458,12 +503,31 @@ pub fn show(db: &Path, json: bool, id: u64, raw: bool) -> Result<ExitCode, Error
             l.owner(),
             format::relative(l.expires_at(), now)
         );
+        if let Some(deadline) = l.deadline() {
+            println!(
+                "time limit ends this attempt {}",
+                format::relative(deadline, now)
+            );
+        }
+    }
+    if let Some(limit) = job.time_limit() {
+        println!("time limit {} per attempt", format::duration(limit));
+    }
+    if !job.metadata().is_empty() {
+        println!("metadata {}", format::metadata(job.metadata()));
     }
     if job.cancel_requested() {
         println!("cancel requested: the holder is told at its next heartbeat");
     }
     if let Some(k) = &job.unique_key() {
-        println!("unique key {k}");
+        match job.uniqueness() {
+            Uniqueness::WhileUnfinished => println!("unique key {k}"),
+            Uniqueness::AfterSuccess(d) => println!(
+                "unique key {k}, kept for {} after success",
+                format::duration(d)
+            ),
+            Uniqueness::UntilPurged => println!("unique key {k}, kept until purged"),
+        }
     }
     if let Some(e) = &job.last_error() {
         println!("last error: {e}");

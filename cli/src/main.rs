@@ -83,6 +83,62 @@ enum SortArg {
     Updated,
 }
 
+/// A metadata pair on the command line: `key=value`.
+fn parse_pair(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.to_owned(), v.to_owned())),
+        _ => Err("expected key=value".into()),
+    }
+}
+
+/// Which jobs a command lists or acts on.
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct Selection {
+    /// Only this queue.
+    #[arg(long)]
+    queue: Option<String>,
+    /// Only this state.
+    #[arg(long, value_parser = parse_state)]
+    pub state: Option<JobState>,
+    /// Only jobs with this metadata (`key=value`; repeat for all of several).
+    #[arg(long = "meta", value_parser = parse_pair)]
+    metadata: Vec<(String, String)>,
+    /// Only jobs unchanged for at least this long (a dead job: dead this long).
+    #[arg(long, value_parser = parse_duration)]
+    older_than: Option<Duration>,
+}
+
+impl Selection {
+    /// The library's filter of the same jobs.
+    pub fn filter(&self) -> leasehold::JobFilter {
+        leasehold::JobFilter {
+            queue: self.queue.clone(),
+            state: self.state,
+            metadata: self.metadata.clone(),
+            unchanged_for: self.older_than,
+            ..leasehold::JobFilter::default()
+        }
+    }
+
+    /// How it reads in a confirmation.
+    pub fn describe(&self) -> String {
+        let mut parts = Vec::new();
+        if let Some(q) = &self.queue {
+            parts.push(format!("queue {q}"));
+        }
+        if let Some(s) = self.state {
+            parts.push(format!("state {s}"));
+        }
+        for (k, v) in &self.metadata {
+            parts.push(format!("{k}={v}"));
+        }
+        if let Some(d) = self.older_than {
+            parts.push(format!("unchanged for {}", humantime::format_duration(d)));
+        }
+        parts.join(", ")
+    }
+}
+
 fn parse_duration(s: &str) -> Result<Duration, String> {
     humantime::parse_duration(s).map_err(|e| format!("{e} (try 500ms, 30s, 5m, 2h or 7d)"))
 }
@@ -95,12 +151,8 @@ enum Command {
     Stats,
     /// List jobs.
     Jobs {
-        /// Only this queue.
-        #[arg(long)]
-        queue: Option<String>,
-        /// Only this state.
-        #[arg(long, value_parser = parse_state)]
-        state: Option<JobState>,
+        #[command(flatten)]
+        selection: Selection,
         /// At most this many.
         #[arg(long, default_value_t = 50)]
         limit: usize,
@@ -119,15 +171,26 @@ enum Command {
     /// Enqueue a job. The payload comes from the argument, --file, or stdin (`-`).
     Enqueue(operate::NewJobArgs),
     /// Put a dead or cancelled job back in the queue with a fresh retry budget (its history
-    /// is kept).
+    /// is kept). Without a job id, every job the selection names (by default the dead
+    /// ones), after saying how many and asking (or with --yes).
     Retry {
         /// The job id.
-        job: u64,
+        #[arg(conflicts_with_all = ["queue", "state", "metadata", "older_than", "yes"])]
+        job: Option<u64>,
+        #[command(flatten)]
+        bulk: operate::Bulk,
     },
-    /// Cancel a job: a waiting one at once, a running one at its next heartbeat.
+    /// Cancel a job: a waiting one at once, a running one at its next heartbeat. Without a
+    /// job id, every job the selection names, after saying how many and asking (or with
+    /// --yes).
+    #[command(group(clap::ArgGroup::new("which").required(true).multiple(true)
+        .args(["job", "queue", "state", "metadata", "older_than"])))]
     Cancel {
         /// The job id.
-        job: u64,
+        #[arg(conflicts_with_all = ["queue", "state", "metadata", "older_than", "yes"])]
+        job: Option<u64>,
+        #[command(flatten)]
+        bulk: operate::Bulk,
     },
     /// Delete finished jobs (and their history) older than a retention period.
     Purge {
@@ -229,11 +292,10 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Stats => inspect::stats(&db, json),
         Command::Jobs {
-            queue,
-            state,
+            selection,
             limit,
             sort,
-        } => inspect::jobs(&db, json, queue, state, limit, sort),
+        } => inspect::jobs(&db, json, selection, limit, sort),
         Command::Show { job, raw } => inspect::show(&db, json, job, raw),
         Command::Check => inspect::check(&db, json),
         Command::Watch {
@@ -241,8 +303,8 @@ fn main() -> ExitCode {
             iterations,
         } => inspect::watch(&db, interval, iterations),
         Command::Enqueue(args) => operate::enqueue(&db, json, args),
-        Command::Retry { job } => operate::retry(&db, json, job),
-        Command::Cancel { job } => operate::cancel(&db, json, job),
+        Command::Retry { job, bulk } => operate::retry(&db, json, job, bulk),
+        Command::Cancel { job, bulk } => operate::cancel(&db, json, job, bulk),
         Command::Purge { older_than, state } => operate::purge(&db, json, older_than, state),
         Command::Reap => operate::reap(&db, json),
         Command::Compact => operate::compact(&db, json),

@@ -1,6 +1,6 @@
 //! Write commands: they need the writer's seat.
 
-use std::io::Read;
+use std::io::{IsTerminal, Read};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
@@ -70,6 +70,19 @@ pub struct NewJobArgs {
     /// Deduplicate: a live job with this key is returned instead of a new one.
     #[arg(long)]
     unique_key: Option<String>,
+    /// Keep the unique key this long after the job succeeded (e.g. 24h).
+    #[arg(long, value_parser = super::parse_duration, requires = "unique_key",
+          conflicts_with = "unique_until_purged")]
+    unique_for: Option<Duration>,
+    /// Keep the unique key after the job succeeded, until it is purged.
+    #[arg(long, requires = "unique_key")]
+    unique_until_purged: bool,
+    /// A hard limit on each attempt's running time (e.g. 10m).
+    #[arg(long, value_parser = super::parse_duration)]
+    time_limit: Option<Duration>,
+    /// Metadata (`key=value`; repeat for several).
+    #[arg(long = "meta", value_parser = super::parse_pair)]
+    metadata: Vec<(String, String)>,
     /// Read the payload from this file.
     #[arg(long, conflicts_with = "payload")]
     file: Option<PathBuf>,
@@ -99,14 +112,39 @@ pub fn enqueue(db: &Path, json: bool, a: NewJobArgs) -> Result<ExitCode, Error> 
     if let Some(k) = &a.unique_key {
         job = job.unique_key(k);
     }
+    if let Some(window) = a.unique_for {
+        job = job.unique_for(window);
+    }
+    if a.unique_until_purged {
+        job = job.unique_until_purged();
+    }
+    if let Some(limit) = a.time_limit {
+        job = job.time_limit(limit);
+    }
+    for (k, v) in a.metadata {
+        job = job.metadata(k, v);
+    }
     let store = open(db, true)?;
+    let before = store.now()?;
     let id = store.enqueue(job)?;
+    // A job made before this enqueue is the one that holds the unique key.
+    let existing = match &a.unique_key {
+        Some(_) => store.job(id)?.is_some_and(|j| j.created_at() < before),
+        None => false,
+    };
     if json {
         #[derive(Serialize)]
         struct Enqueued {
             id: u64,
+            /// A job that held the unique key was returned; nothing was made.
+            existing: bool,
         }
-        print_json(&Enqueued { id: id.0 });
+        print_json(&Enqueued { id: id.0, existing });
+    } else if existing {
+        println!(
+            "job {id} already holds unique key {}: nothing new was enqueued",
+            a.unique_key.as_deref().unwrap_or_default()
+        );
     } else {
         println!("enqueued job {id}");
     }
@@ -119,7 +157,37 @@ struct StateView {
     state: &'static str,
 }
 
-pub fn retry(db: &Path, json: bool, id: u64) -> Result<ExitCode, Error> {
+/// How a command that takes a job id acts on many jobs instead.
+#[derive(clap::Args)]
+pub struct Bulk {
+    #[command(flatten)]
+    selection: super::Selection,
+    /// Act on the jobs the selection names without asking (otherwise the tool says how many
+    /// and asks, and refuses where it cannot ask).
+    #[arg(long)]
+    yes: bool,
+}
+
+/// The two actions on many jobs.
+#[derive(Copy, Clone)]
+enum Action {
+    Retry,
+    Cancel,
+}
+
+impl Action {
+    fn verb(self) -> &'static str {
+        match self {
+            Action::Retry => "retry",
+            Action::Cancel => "cancel",
+        }
+    }
+}
+
+pub fn retry(db: &Path, json: bool, job: Option<u64>, bulk: Bulk) -> Result<ExitCode, Error> {
+    let Some(id) = job else {
+        return on_many(db, json, bulk, Action::Retry);
+    };
     let store = open(db, false)?;
     store.retry(JobId(id))?;
     if json {
@@ -133,7 +201,10 @@ pub fn retry(db: &Path, json: bool, id: u64) -> Result<ExitCode, Error> {
     Ok(ExitCode::SUCCESS)
 }
 
-pub fn cancel(db: &Path, json: bool, id: u64) -> Result<ExitCode, Error> {
+pub fn cancel(db: &Path, json: bool, job: Option<u64>, bulk: Bulk) -> Result<ExitCode, Error> {
+    let Some(id) = job else {
+        return on_many(db, json, bulk, Action::Cancel);
+    };
     let store = open(db, false)?;
     let state = store.cancel(JobId(id))?;
     if json {
@@ -147,6 +218,96 @@ pub fn cancel(db: &Path, json: bool, id: u64) -> Result<ExitCode, Error> {
         println!("job {id} is cancelled");
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// A retry or cancel of every job the selection names: how many first, then (asked, or with
+/// `--yes`) the action in bounded batches, and what it did.
+fn on_many(db: &Path, json: bool, bulk: Bulk, action: Action) -> Result<ExitCode, Error> {
+    let mut selection = bulk.selection;
+    // what is retried is dead (or cancelled, when asked for); what is cancelled, the
+    // command line names (clap requires it)
+    if let Action::Retry = action
+        && selection.state.is_none()
+    {
+        selection.state = Some(JobState::Dead);
+    }
+    let store = open(db, false)?;
+    let filter = selection.filter();
+    let matched = store.jobs(&filter)?.len();
+    let what = selection.describe();
+    if matched == 0 {
+        if json {
+            print_json(&BulkView::default());
+        } else {
+            println!("no jobs match ({what})");
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    if !bulk.yes {
+        let question = format!(
+            "{} {matched} job{} ({what})?",
+            action.verb(),
+            if matched == 1 { "" } else { "s" }
+        );
+        if !std::io::stdin().is_terminal() {
+            eprintln!("leasehold: {question} Not without asking: pass --yes to go ahead");
+            return Ok(ExitCode::from(1));
+        }
+        eprint!("{question} [y/N] ");
+        let mut answer = String::new();
+        let _ = std::io::stdin().read_line(&mut answer);
+        if !matches!(answer.trim(), "y" | "Y" | "yes") {
+            eprintln!("nothing done");
+            return Ok(ExitCode::from(1));
+        }
+    }
+    let report = match action {
+        Action::Retry => store.retry_all(&filter)?,
+        Action::Cancel => store.cancel_all(&filter)?,
+    };
+    if json {
+        print_json(&BulkView {
+            matched: report.matched,
+            changed: report.changed,
+            refused: report
+                .refused
+                .iter()
+                .map(|(id, e)| RefusedView {
+                    id: id.0,
+                    error: e.to_string(),
+                })
+                .collect(),
+        });
+    } else {
+        let done = match action {
+            Action::Retry => "queued again",
+            Action::Cancel => "cancelled (running ones at their next heartbeat)",
+        };
+        println!("{} of {} jobs {done}", report.changed, report.matched);
+        if !report.refused.is_empty() {
+            println!("{} refused:", report.refused.len());
+            for (id, e) in report.refused.iter().take(20) {
+                println!("  job {id}: {e}");
+            }
+            if report.refused.len() > 20 {
+                println!("  ... and {} more", report.refused.len() - 20);
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[derive(Serialize, Default)]
+struct BulkView {
+    matched: usize,
+    changed: usize,
+    refused: Vec<RefusedView>,
+}
+
+#[derive(Serialize)]
+struct RefusedView {
+    id: u64,
+    error: String,
 }
 
 pub fn purge(

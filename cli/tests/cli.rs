@@ -9,6 +9,7 @@ mod hostile_files;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
+use std::time::Duration;
 
 use serde_json::Value;
 
@@ -658,6 +659,179 @@ fn the_first_write_to_a_store_an_older_build_made_upgrades_it_and_says_so() {
 }
 
 #[test]
+fn bulk_retry_and_cancel_say_how_many_ask_first_and_act_on_exactly_the_selection() {
+    let t = Tool::new();
+    {
+        let store = leasehold::Store::open(&t.db).unwrap();
+        let dead = |queue: &str, tenant: Option<&str>| {
+            let mut job = leasehold::NewJob::new(queue, "x").max_attempts(1);
+            if let Some(tenant) = tenant {
+                job = job.metadata("tenant", tenant);
+            }
+            let id = store.enqueue(job).unwrap();
+            let lease = store
+                .claim_job(id, "w", Duration::from_secs(60))
+                .unwrap()
+                .unwrap();
+            store.fail(&lease, "boom").unwrap();
+        };
+        dead("up", Some("acme"));
+        dead("up", Some("acme"));
+        dead("up", Some("globex"));
+        dead("other", None);
+        store
+            .enqueue(leasehold::NewJob::new("up", "waiting"))
+            .unwrap();
+        store
+            .enqueue(leasehold::NewJob::new("up", "waiting"))
+            .unwrap();
+    }
+    let count = |state: &str| -> usize {
+        let out = t.ok(&["--json", "jobs", "--state", state]);
+        serde_json::from_str::<Vec<serde_json::Value>>(&out)
+            .unwrap()
+            .len()
+    };
+    // Not a terminal and no --yes: says how many, does nothing.
+    let asked = t.run(&["retry", "--queue", "up"]);
+    let said = String::from_utf8_lossy(&asked.stderr);
+    assert_eq!(asked.status.code(), Some(1), "{said}");
+    assert!(
+        said.contains("retry 3 jobs (queue up, state dead)?"),
+        "{said}"
+    );
+    assert!(said.contains("--yes"), "{said}");
+    assert_eq!(count("dead"), 4);
+    // A selection by metadata takes exactly its jobs.
+    let done = t.ok(&["retry", "--queue", "up", "--meta", "tenant=acme", "--yes"]);
+    assert!(done.contains("2 of 2 jobs queued again"), "{done}");
+    assert_eq!((count("dead"), count("queued")), (2, 4));
+    // Without a state, a retry takes the dead ones: here of every queue.
+    let rest: serde_json::Value =
+        serde_json::from_str(&t.ok(&["--json", "retry", "--yes"])).unwrap();
+    assert_eq!(
+        (rest["matched"].as_u64(), rest["changed"].as_u64()),
+        (Some(2), Some(2))
+    );
+    assert_eq!(count("dead"), 0);
+    // Nothing has been unchanged for an hour.
+    assert!(
+        t.ok(&["cancel", "--older-than", "1h", "--yes"])
+            .contains("no jobs match")
+    );
+    // A cancel of a queue's waiting jobs.
+    let cancelled = t.ok(&["cancel", "--queue", "other", "--state", "queued", "--yes"]);
+    assert!(cancelled.contains("1 of 1 jobs cancelled"), "{cancelled}");
+    assert_eq!((count("cancelled"), count("queued")), (1, 5));
+    // A finished job in a selection is refused, listed, and left as it was.
+    let refused = t.ok(&["cancel", "--queue", "other", "--yes"]);
+    assert!(refused.contains("0 of 1 jobs"), "{refused}");
+    // Usage: a job id and a selection at once, or a cancel naming nothing.
+    assert_eq!(
+        t.run(&["retry", "1", "--queue", "up"]).status.code(),
+        Some(2)
+    );
+    assert_eq!(t.run(&["cancel"]).status.code(), Some(2));
+    assert_eq!(count("cancelled"), 1);
+}
+
+#[test]
+fn stats_warns_of_a_queue_whose_work_waits_with_nobody_asking_for_it() {
+    let t = Tool::new();
+    {
+        // Store time moved on by a manual clock: the tool's clock resumes past it.
+        let clock = leasehold::ManualClock::new();
+        let store = leasehold::Store::builder(&t.db)
+            .clock(clock.clone())
+            .open()
+            .unwrap();
+        store
+            .enqueue(leasehold::NewJob::new("uplaods", "a"))
+            .unwrap();
+        store
+            .enqueue(leasehold::NewJob::new("uploads", "b"))
+            .unwrap();
+        clock.advance(Duration::from_secs(600));
+        let l = store
+            .claim("uploads", "w", Duration::from_secs(60))
+            .unwrap()
+            .unwrap();
+        store.complete(&l, b"").unwrap();
+    }
+    let out = t.ok(&["stats"]);
+    assert!(
+        out.contains("warning: queue uplaods has had work waiting for")
+            && out.contains("no worker has ever asked for it"),
+        "{out}"
+    );
+    assert!(!out.contains("queue uploads has"), "{out}");
+    let json = t.json(&["stats"]);
+    let queues = json["queues"].as_array().unwrap();
+    let unserved =
+        |name: &str| queues.iter().find(|q| q["queue"] == name).unwrap()["unserved"].as_bool();
+    assert_eq!(
+        (unserved("uplaods"), unserved("uploads")),
+        (Some(true), Some(false))
+    );
+}
+
+#[test]
+fn enqueue_says_when_a_unique_key_returned_the_job_that_holds_it() {
+    let t = Tool::new();
+    let first = t.ok(&[
+        "enqueue",
+        "--queue",
+        "q",
+        "--unique-key",
+        "k",
+        "--unique-for",
+        "1h",
+        "a",
+    ]);
+    assert!(first.contains("enqueued job 1"), "{first}");
+    let again = t.ok(&["enqueue", "--queue", "q", "--unique-key", "k", "b"]);
+    assert!(
+        again.contains("job 1 already holds unique key k"),
+        "{again}"
+    );
+    let json: serde_json::Value = serde_json::from_str(&t.ok(&[
+        "--json",
+        "enqueue",
+        "--queue",
+        "q",
+        "--unique-key",
+        "k",
+        "c",
+    ]))
+    .unwrap();
+    assert_eq!(
+        (json["id"].as_u64(), json["existing"].as_bool()),
+        (Some(1), Some(true))
+    );
+    // metadata and a time limit are shown
+    t.ok(&[
+        "enqueue",
+        "--queue",
+        "q",
+        "--meta",
+        "tenant=acme",
+        "--time-limit",
+        "10m",
+        "d",
+    ]);
+    let shown = t.ok(&["show", "2"]);
+    assert!(
+        shown.contains("metadata tenant=acme") && shown.contains("time limit 10m"),
+        "{shown}"
+    );
+    let listed = t.ok(&["jobs", "--meta", "tenant=acme"]);
+    assert!(
+        listed.contains("tenant=acme") && !listed.contains(" 1  q"),
+        "{listed}"
+    );
+}
+
+#[test]
 fn every_command_works_on_a_postgres_database_named_by_url() {
     let Ok(url) = std::env::var("LEASEHOLD_PG_URL") else {
         use std::io::Write;
@@ -757,14 +931,17 @@ fn every_command_works_on_a_postgres_database_named_by_url() {
         .try_get(0)
         .unwrap();
     assert_eq!(made, 0, "no schema was made");
-    // a schema an older build made: a read leaves it; the first write upgrades it, saying so
+    // a schema an older build made: a read is refused, saying how to upgrade, and leaves it;
+    // the first write upgrades it, saying so
     admin
         .batch_execute(&format!(
             "UPDATE {schema}.leasehold_meta SET value = '1' WHERE key = 'schema_version'"
         ))
         .unwrap();
     let read = tool(&["stats"]);
-    assert!(!String::from_utf8_lossy(&read.stderr).contains("upgraded"));
+    let said = String::from_utf8_lossy(&read.stderr);
+    assert_eq!(read.status.code(), Some(3), "{said}");
+    assert!(said.contains("open it once for writing"), "{said}");
     let upgraded = tool(&["enqueue", "--queue", "q", "after the upgrade"]);
     let note = String::from_utf8_lossy(&upgraded.stderr);
     assert!(

@@ -285,6 +285,9 @@ pub enum ConfigError {
     /// A stall timeout of zero would revoke every lease at its first heartbeat.
     #[error("stall timeout must be greater than zero")]
     ZeroStallTimeout,
+    /// A time limit of zero would end every attempt as it began.
+    #[error("time limit must be greater than zero")]
+    ZeroTimeLimit,
     /// A heartbeat interval of zero would spin.
     #[error("heartbeat interval must be greater than zero")]
     ZeroHeartbeat,
@@ -380,6 +383,38 @@ pub enum InputError {
     BadWorkerId {
         /// Its length.
         len: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// A job's time limit of zero would end its every attempt as it began.
+    #[error("a job's time limit must be greater than zero")]
+    ZeroTimeLimit,
+    /// A uniqueness window ([`crate::NewJob::unique_for`]) without a unique key to keep.
+    #[error("a uniqueness window needs a unique key")]
+    WindowWithoutKey,
+    /// A metadata key must be 1 to 64 bytes without `=` (the tool's filters read `key=value`).
+    #[error("metadata key {key:?} must be 1 to {max} bytes without '='")]
+    BadMetadataKey {
+        /// The key.
+        key: String,
+        /// The limit.
+        max: usize,
+    },
+    /// A metadata value is a tag, not a payload.
+    #[error("metadata value of {key:?} is {len} bytes; the limit is {max}")]
+    MetadataValueTooLong {
+        /// Its key.
+        key: String,
+        /// Its length.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// Metadata is a few tags, not a document.
+    #[error("{count} metadata pairs; the limit is {max}")]
+    TooMuchMetadata {
+        /// How many were given.
+        count: usize,
         /// The limit.
         max: usize,
     },

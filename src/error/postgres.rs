@@ -42,6 +42,22 @@ pub enum PgError {
         /// The newest this build knows.
         supported: u32,
     },
+    /// An older build made the store, and this open may not upgrade it (a reader's:
+    /// [`crate::postgres::PgStoreBuilder::create_if_missing`] off). Nothing was changed; the
+    /// first open that may write upgrades it.
+    #[error(
+        "schema {schema} has leasehold schema version {found}, made by an older build; this \
+         build reads version {supported}: open it once for writing (the application, or a \
+         write command of the tool such as `leasehold reap`) to upgrade it"
+    )]
+    OlderSchema {
+        /// The schema.
+        schema: String,
+        /// Its version.
+        found: u32,
+        /// The version this build reads.
+        supported: u32,
+    },
     /// The schema holds no leasehold store (it is missing, or has no leasehold tables), and
     /// the store was opened not to make one ([`crate::postgres::PgStoreBuilder::create_if_missing`]).
     /// Nothing was made.

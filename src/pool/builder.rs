@@ -34,6 +34,7 @@ impl WorkerPool {
             lease: crate::config::DEFAULT_LEASE,
             heartbeat: None,
             stall_timeout: None,
+            time_limit: None,
             validator: None,
             shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
         }
@@ -52,6 +53,7 @@ pub struct PoolBuilder<S: Engine = Backend> {
     lease: Duration,
     heartbeat: Option<Duration>,
     stall_timeout: Option<Duration>,
+    time_limit: Option<Duration>,
     validator: Option<Validator>,
     shutdown_grace: Duration,
 }
@@ -104,6 +106,18 @@ impl<S: Engine> PoolBuilder<S> {
         self
     }
 
+    /// A hard limit on each attempt of a job that has no limit of its own
+    /// ([`crate::NewJob::time_limit`]): at the limit the handler is interrupted
+    /// ([`crate::Interruption::TimedOut`]) and the attempt ends as
+    /// [`Outcome::TimedOut`](crate::Outcome::TimedOut), retried after a backoff while its
+    /// budget lasts. Nothing the handler returns afterwards is committed; a handler that
+    /// does not return is ended in the store by its next renewal, and the lease never
+    /// outlasts the limit, so a pool that died is no obstacle either.
+    pub fn time_limit(mut self, limit: Duration) -> PoolBuilder<S> {
+        self.time_limit = Some(limit);
+        self
+    }
+
     /// Checks each output before it is committed. A lease detects silence, not wrong
     /// answers; a refused output fails the attempt (and is retried by the retry policy).
     pub fn validate<V>(mut self, validator: V) -> PoolBuilder<S>
@@ -143,6 +157,9 @@ impl<S: Engine> PoolBuilder<S> {
         let mut terms = LeaseTerms::new(settings.lease());
         if let Some(stall) = self.stall_timeout {
             terms = terms.stall_timeout(stall);
+        }
+        if let Some(limit) = self.time_limit {
+            terms = terms.time_limit(limit);
         }
         crate::config::check_terms(&terms)?;
         let worker_id = match self.worker_id {

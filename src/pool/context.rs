@@ -34,6 +34,9 @@ pub enum Interruption {
     Shutdown,
     /// The pool was abandoned (a simulated crash): nothing more is written.
     Abandoned,
+    /// The attempt ran into its hard time limit ([`crate::NewJob::time_limit`],
+    /// [`crate::PoolBuilder::time_limit`]): the pool ends it as timed out.
+    TimedOut,
 }
 
 impl Interruption {
@@ -45,10 +48,14 @@ impl Interruption {
             Interruption::LeaseExpired => 4,
             Interruption::Shutdown => 5,
             Interruption::Abandoned => 6,
+            Interruption::TimedOut => 7,
         }
     }
 
     fn from_code(code: u8) -> Option<Interruption> {
+        if code == TIMED_OUT_IN_STORE {
+            return Some(Interruption::TimedOut);
+        }
         [
             Interruption::LeaseLost,
             Interruption::Cancelled,
@@ -56,6 +63,7 @@ impl Interruption {
             Interruption::LeaseExpired,
             Interruption::Shutdown,
             Interruption::Abandoned,
+            Interruption::TimedOut,
         ]
         .into_iter()
         .find(|i| i.code() == code)
@@ -71,6 +79,7 @@ impl fmt::Display for Interruption {
             Interruption::LeaseExpired => "lease expired while renewals failed",
             Interruption::Shutdown => "pool shutting down",
             Interruption::Abandoned => "pool abandoned",
+            Interruption::TimedOut => "ran into its time limit",
         })
     }
 }
@@ -80,6 +89,10 @@ impl fmt::Display for Interruption {
 #[derive(Copy, Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("job interrupted: {0}")]
 pub struct Interrupted(pub Interruption);
+
+/// The code of [`Interruption::TimedOut`] when a renewal found the deadline passed: the
+/// store has ended the attempt already, so the pool writes nothing more for it.
+const TIMED_OUT_IN_STORE: u8 = 8;
 
 /// The live state of one attempt, shared by the handler's context and the pool's threads.
 #[derive(Debug, Default)]
@@ -108,6 +121,22 @@ impl AttemptState {
 
     /// Interrupts the attempt; the first reason sticks. Returns whether this call set it.
     pub(crate) fn interrupt(&self, why: Interruption, counter: Option<&AtomicU64>) -> bool {
+        self.interrupt_with(why.code(), counter)
+    }
+
+    /// Interrupts the attempt as timed out, which a renewal found and the store has ended
+    /// already (see [`AttemptState::ended_in_store`]).
+    pub(crate) fn interrupt_timed_out_in_store(&self, counter: Option<&AtomicU64>) -> bool {
+        self.interrupt_with(TIMED_OUT_IN_STORE, counter)
+    }
+
+    /// Whether the store itself ended the attempt that timed out (a renewal past the
+    /// deadline), rather than the pool's timer noticing first.
+    pub(crate) fn ended_in_store(&self) -> bool {
+        self.interrupted.load(Ordering::SeqCst) == TIMED_OUT_IN_STORE
+    }
+
+    fn interrupt_with(&self, code: u8, counter: Option<&AtomicU64>) -> bool {
         // Under the sleep lock: a handler between its check and its wait is not missed, and
         // of two interrupters exactly one is first.
         let _guard = self.sleep.lock();
@@ -119,7 +148,7 @@ impl AttemptState {
         if let Some(counter) = counter {
             counter.fetch_add(1, Ordering::Relaxed);
         }
-        self.interrupted.store(why.code(), Ordering::SeqCst);
+        self.interrupted.store(code, Ordering::SeqCst);
         self.wake.notify_all();
         std::mem::take(&mut *self.wakers.lock())
             .into_iter()

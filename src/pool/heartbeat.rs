@@ -5,17 +5,33 @@ use crossbeam_channel::{Receiver, RecvTimeoutError};
 use super::context::Interruption;
 use super::stats::bump;
 use super::{Flight, Shared};
+use crate::clock::Stopwatch;
 use crate::lease::{Lease, Renewal};
 
+/// The pool's one timer: a renewal of every lease each heartbeat interval, and between two,
+/// the moment an attempt runs into its time limit.
 pub(crate) fn heartbeat_loop(shared: &Shared, stop: &Receiver<()>) {
+    let mut since_beat = Stopwatch::start();
     loop {
-        match stop.recv_timeout(shared.settings.heartbeat()) {
+        let beat_in = shared
+            .settings
+            .heartbeat()
+            .saturating_sub(since_beat.elapsed());
+        let wait = next_deadline(shared).map_or(beat_in, |d| d.min(beat_in));
+        match stop.recv_timeout(wait) {
             Err(RecvTimeoutError::Timeout) => {}
             Ok(()) | Err(RecvTimeoutError::Disconnected) => return,
         }
         if shared.abandoned() {
             return;
         }
+        if !shared.paused() {
+            time_out_due(shared);
+        }
+        if since_beat.elapsed() < shared.settings.heartbeat() {
+            continue;
+        }
+        since_beat = Stopwatch::start();
         let _tick = shared.beating.lock();
         // A paused pool's timer still runs: its heartbeat is not late when it resumes.
         shared.ticking();
@@ -23,6 +39,35 @@ pub(crate) fn heartbeat_loop(shared: &Shared, stop: &Receiver<()>) {
             continue;
         }
         beat(shared);
+    }
+}
+
+/// How long until the nearest deadline of an attempt still running (store time from now,
+/// taken as real time), if any has one.
+fn next_deadline(shared: &Shared) -> Option<std::time::Duration> {
+    let now = shared.store.clock();
+    shared
+        .flights
+        .lock()
+        .values()
+        .filter(|f| f.state.interruption().is_none())
+        .filter_map(|f| f.lease.deadline)
+        .min()
+        .map(|deadline| deadline.saturating_since(now))
+}
+
+/// Interrupts every attempt whose deadline has come; its worker ends it as timed out. (A
+/// renewal would end it in the store too; interrupted first, it is left out of renewals.)
+fn time_out_due(shared: &Shared) {
+    let now = shared.store.clock();
+    for flight in shared.flights.lock().values() {
+        if flight.lease.deadline.is_some_and(|d| d <= now)
+            && flight
+                .state
+                .interrupt(Interruption::TimedOut, Some(&shared.counters.timed_out))
+        {
+            tracing::warn!(job = %flight.lease.job, attempt = %flight.lease.attempt, "attempt ran into its time limit; interrupting");
+        }
     }
 }
 
@@ -71,6 +116,16 @@ fn apply(shared: &Shared, flight: &Flight, result: crate::Result<Renewal>) {
         }
         Ok(Renewal::Cancelled) => (Interruption::Cancelled, &shared.counters.cancelled),
         Ok(Renewal::Stalled) => (Interruption::Stalled, &shared.counters.stalled),
+        Ok(Renewal::TimedOut) => {
+            // The store ended the attempt itself: the worker has nothing left to write.
+            if flight
+                .state
+                .interrupt_timed_out_in_store(Some(&shared.counters.timed_out))
+            {
+                tracing::warn!(job = %job, attempt = %flight.lease.attempt, "renewal found the attempt past its time limit; interrupting");
+            }
+            return;
+        }
         // The tick took its list before this job's own completion (or failure) committed:
         // the job is done, not lost, and its worker is finishing it.
         Err(e) if e.lease_lost().is_some_and(|l| l.ended_by_holder) => return,

@@ -152,8 +152,22 @@ fn run_one(shared: &Shared, flight: Flight) -> After {
                 Err(e) => tracing::warn!(job = %lease.job, error = %e, "release failed"),
             }
         }
+        (Some(Interruption::TimedOut), _) if !flight.state.ended_in_store() => {
+            // The pool's timer saw the deadline first: the attempt ends here, timed out.
+            match shared
+                .store
+                .time_out_reporting(lease, Some(flight.state.progress()))
+            {
+                Ok(_) => {}
+                Err(e) if e.is_lease_lost() => bump(&shared.counters.rejected_writes),
+                Err(e) => {
+                    tracing::warn!(job = %lease.job, error = %e, "recording the time-out failed; the lease ends at its deadline")
+                }
+            }
+        }
         (Some(why), _) => {
-            // LeaseLost, Cancelled, Stalled: the store would refuse it anyway.
+            // LeaseLost, Cancelled, Stalled, a time-out the store ended: the store would
+            // refuse it anyway.
             bump(&shared.counters.rejected_writes);
             tracing::info!(job = %lease.job, attempt = %lease.attempt, reason = %why, "result withheld: lease is gone");
         }

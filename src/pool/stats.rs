@@ -50,6 +50,8 @@ pool_counters! {
     leases_lost,
     /// Leases revoked for making no progress.
     stalled,
+    /// Attempts ended by their hard time limit.
+    timed_out,
     /// Jobs cancelled while running.
     cancelled,
     /// Results not committed because the lease was gone: refused by the fence, or withheld

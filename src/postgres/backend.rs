@@ -46,6 +46,10 @@ impl PgStore {
         claim: Option<(&str, &str, LeaseTerms, usize)>,
     ) -> (Vec<Result<()>>, Result<Vec<Lease>>) {
         let s = self.settings();
+        let marks = match claim {
+            Some((queue, ..)) => self.marks_due([queue]),
+            None => Vec::new(),
+        };
         let outcome = self.in_transaction(|tx, p| {
             // The common case in one statement: every completion whose fence holds. Those it
             // did not complete (refused or too large) go one by one through the single
@@ -85,7 +89,9 @@ impl PgStore {
             }
             let claimed = match claim {
                 Some((queue, worker, terms, n)) => {
-                    protocol::claim_batch(tx, p, s, queue, worker, terms, n)?
+                    let claimed = protocol::claim_batch(tx, p, s, queue, worker, terms, n)?;
+                    protocol::mark_served(tx, p, &marks)?;
+                    claimed
                 }
                 None => Vec::new(),
             };
@@ -166,6 +172,13 @@ impl PgStore {
     }
 }
 
+impl PgStore {
+    /// The served marks due now for `queues` (see [`crate::queue`]).
+    pub(super) fn marks_due<'q>(&self, queues: impl IntoIterator<Item = &'q str>) -> Vec<String> {
+        self.inner.served.due(queues, self.estimated_now())
+    }
+}
+
 impl LeaseBackend for PgStore {
     fn clock(&self) -> StoreTime {
         self.estimated_now()
@@ -194,7 +207,12 @@ impl LeaseBackend for PgStore {
             .iter()
             .map(|(l, progress)| (l.job, l.attempt, *progress))
             .collect();
-        self.in_transaction(|tx, p| protocol::heartbeat_batch(tx, p, self.settings(), &leases))
+        let marks = self.marks_due(beats.iter().map(|(l, _)| l.queue.as_str()));
+        self.in_transaction(|tx, p| {
+            let renewed = protocol::heartbeat_batch(tx, p, self.settings(), &leases)?;
+            protocol::mark_served(tx, p, &marks)?;
+            Ok(renewed)
+        })
     }
 
     fn complete_reporting(
@@ -224,9 +242,12 @@ impl LeaseBackend for PgStore {
         terms: LeaseTerms,
     ) -> Result<Option<Lease>> {
         let s = self.settings();
+        let marks = self.marks_due([lease.queue.as_str()]);
         self.in_transaction(|tx, p| {
             protocol::complete(tx, p, s, lease.job, lease.attempt, output, progress)?;
-            Ok(protocol::claim_batch(tx, p, s, &lease.queue, &lease.worker, terms, 1)?.pop())
+            let claimed = protocol::claim_batch(tx, p, s, &lease.queue, &lease.worker, terms, 1)?;
+            protocol::mark_served(tx, p, &marks)?;
+            Ok(claimed.into_iter().next())
         })
     }
 
@@ -288,6 +309,17 @@ impl LeaseBackend for PgStore {
         self.in_transaction(|tx, p| protocol::release(tx, p, lease.job, lease.attempt, progress))?;
         self.readied([&lease.queue]);
         Ok(())
+    }
+
+    fn time_out_reporting(&self, lease: &Lease, progress: Option<u64>) -> Result<JobState> {
+        let (job, at) = (lease.job, lease.attempt);
+        let state = self.in_transaction(|tx, p| {
+            protocol::time_out(tx, p, self.settings(), job, at, progress)
+        })?;
+        if state == JobState::RetryWait {
+            self.readied([&lease.queue]);
+        }
+        Ok(state)
     }
 
     fn flush(&self) -> Result<()> {

@@ -229,6 +229,7 @@ impl PgStoreBuilder {
                 vacuum: Mutex::new(vacuum::Vacuum::Never),
                 vacuum_thread: Mutex::new(None),
                 upgraded_from: std::sync::OnceLock::new(),
+                served: crate::queue::ServedMarks::default(),
             }),
         };
         let create = store.inner.settings.create;
@@ -278,6 +279,8 @@ struct Inner {
     vacuum_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// The schema version opening upgraded the store from (see [`PgStore::upgraded_from`]).
     upgraded_from: std::sync::OnceLock<u32>,
+    /// When this handle last marked each queue served (see [`crate::queue`]).
+    served: crate::queue::ServedMarks,
 }
 
 impl Drop for Inner {

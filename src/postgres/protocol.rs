@@ -19,7 +19,11 @@ use std::time::Duration;
 use postgres::Transaction;
 use postgres::types::ToSql;
 
-use super::rows::{Col, attempt, clamp, id, job_by, job_columns, key, micros, time, us};
+use super::rows::{
+    Col, attempt, clamp, id, job_by, job_columns, key, metadata_column, micros, time,
+    unique_for_us, us,
+};
+use super::schema::key_held;
 use super::{PgError, Prepared, Settings};
 use crate::batches::Batch;
 use crate::error::{Error, Result};
@@ -43,22 +47,52 @@ pub(crate) fn now(tx: Tx<'_, '_>, p: &mut Prepared<'_>) -> Result<StoreTime> {
 
 // ----- enqueue -----
 
-const INSERT: &str = "
+const INSERT: &str = concat!(
+    "
 WITH c AS MATERIALIZED (SELECT {now} AS t)
 INSERT INTO {s}.leasehold_jobs
     (queue, state, priority, max_attempts, unique_key, created_at, run_at, progress_at,
-     updated_at, payload)
-SELECT $1, 'queued', $2, $3, $4, c.t, c.t + $5::bigint * interval '1 microsecond', c.t, c.t, $6 FROM c
-ON CONFLICT (queue, unique_key)
-    WHERE unique_key IS NOT NULL AND state IN ('queued', 'running', 'retry_wait')
+     updated_at, payload, time_limit_us, unique_for_us, metadata)
+SELECT $1, 'queued', $2, $3, $4, c.t, c.t + $5::bigint * interval '1 microsecond', c.t, c.t, $6,
+    $7, $8, $9 FROM c
+ON CONFLICT (queue, unique_key) WHERE ",
+    key_held!(),
+    "
     DO NOTHING
-RETURNING id";
+RETURNING id"
+);
 
-const LIVE_KEY_HOLDER: &str = "
-SELECT id FROM {s}.leasehold_jobs
-WHERE queue = $1 AND unique_key = $2 AND state IN ('queued', 'running', 'retry_wait')";
+/// The job the unique index names for a key (it may keep it only by its window).
+const KEY_HOLDER: &str = concat!(
+    "SELECT id FROM {s}.leasehold_jobs WHERE queue = $1 AND unique_key = $2 AND ",
+    key_held!()
+);
 
-/// Enqueues a job; with a unique key that a live job holds, returns that job instead.
+/// The job that holds `key` in `queue` now ([`rules::holds_key`]), its row locked; a
+/// finished one whose window ran out gives the key up here (stored), and is not the answer.
+fn key_holder(
+    tx: Tx<'_, '_>,
+    p: &mut Prepared<'_>,
+    queue: &str,
+    key: &str,
+) -> Result<Option<JobRecord>> {
+    let st = p.get(tx, KEY_HOLDER)?;
+    let Some(row) = tx.query_opt(&st, &[&queue, &key])? else {
+        return Ok(None);
+    };
+    let Some(holder) = load(tx, p, id(row.col(0)?))? else {
+        return Ok(None);
+    };
+    let now = now(tx, p)?;
+    if rules::holds_key(&holder, now) {
+        return Ok(Some(holder));
+    }
+    save(tx, p, &rules::release_key(&holder, now))?;
+    Ok(None)
+}
+
+/// Enqueues a job; with a unique key that another job holds ([`rules::holds_key`]), returns
+/// that job instead.
 pub(crate) fn enqueue(
     tx: Tx<'_, '_>,
     p: &mut Prepared<'_>,
@@ -67,30 +101,36 @@ pub(crate) fn enqueue(
 ) -> Result<JobId> {
     check_new_job(s, new)?;
     let max_attempts = i64::from(new.max_attempts.unwrap_or(s.default_max_attempts));
-    // A live job holding the key is the answer. Looked up first rather than left to the
-    // INSERT's conflict, which would spend a value of the id sequence for nothing.
-    if new.unique_key.is_some() {
-        let holder = p.get(tx, LIVE_KEY_HOLDER)?;
-        if let Some(row) = tx.query_opt(&holder, &[&new.queue, &new.unique_key])? {
-            return Ok(id(row.col(0)?));
-        }
+    // The job holding the key is the answer. Looked up first rather than left to the
+    // INSERT's conflict, which would spend a value of the id sequence for nothing (and
+    // could not judge a finished holder's window).
+    if let Some(key) = &new.unique_key
+        && let Some(holder) = key_holder(tx, p, &new.queue, key)?
+    {
+        return Ok(holder.id);
     }
     let insert = p.get(tx, INSERT)?;
     let delay = micros(new.delay);
-    let params: [&(dyn ToSql + Sync); 6] = [
+    let time_limit = new.time_limit.map(micros);
+    let unique_for = unique_for_us(new.uniqueness);
+    let metadata = metadata_column(&new.metadata);
+    let params: [&(dyn ToSql + Sync); 9] = [
         &new.queue,
         &new.priority,
         &max_attempts,
         &new.unique_key,
         &delay,
         &new.payload,
+        &time_limit,
+        &unique_for,
+        &metadata,
     ];
     if let Some(row) = tx.query_opt(&insert, &params)? {
         notify(tx, p, &new.queue)?;
         return Ok(id(row.col(0)?));
     }
-    // The key is held by a live job: that one is the answer.
-    let holder = p.get(tx, LIVE_KEY_HOLDER)?;
+    // Another transaction's job took the key meanwhile: that one is the answer.
+    let holder = p.get(tx, KEY_HOLDER)?;
     match tx.query_opt(&holder, &[&new.queue, &new.unique_key])? {
         Some(row) => Ok(id(row.col(0)?)),
         None => Err(PgError::Database {
@@ -140,14 +180,19 @@ picked AS (
 granted AS (
     UPDATE {s}.leasehold_jobs j
     SET state = 'running', attempt = j.attempt + 1, lease_owner = $3, lease_claimed_at = c.t,
-        lease_expires_at = c.t + $4::bigint * interval '1 microsecond',
-        lease_indexed_expiry = c.t + $4::bigint * interval '1 microsecond',
+        -- rules::grant: the deadline is the job's own limit or the claimer's; the lease
+        -- never runs past it (least() passes over a NULL deadline)
+        lease_deadline = c.t + coalesce(j.time_limit_us, $7::bigint) * interval '1 microsecond',
+        lease_expires_at = least(c.t + $4::bigint * interval '1 microsecond',
+            c.t + coalesce(j.time_limit_us, $7::bigint) * interval '1 microsecond'),
+        lease_indexed_expiry = least(c.t + $4::bigint * interval '1 microsecond',
+            c.t + coalesce(j.time_limit_us, $7::bigint) * interval '1 microsecond'),
         lease_length_us = $4::bigint, stall_timeout_us = $5::bigint, progress = 0,
         progress_at = c.t, updated_at = c.t
     FROM picked, c
     WHERE j.id = picked.id AND picked.attempt < 4294967295
     RETURNING j.id, j.attempt, {s}.us(c.t) AS t, {s}.us(j.lease_expires_at) AS expires, j.payload,
-        j.priority, {s}.us(j.run_at) AS run_at
+        j.priority, {s}.us(j.run_at) AS run_at, {s}.us(j.lease_deadline) AS deadline
 ),
 -- rules::grant: a job whose attempt counter is exhausted is dead, never leased again
 exhausted AS (
@@ -157,9 +202,9 @@ exhausted AS (
     WHERE j.id = picked.id AND picked.attempt >= 4294967295
     RETURNING j.id
 )
-SELECT id, attempt, t, expires, payload, priority, run_at FROM granted
+SELECT id, attempt, t, expires, payload, priority, run_at, deadline FROM granted
 UNION ALL
-SELECT id, NULL, NULL, NULL, NULL, NULL, NULL FROM exhausted";
+SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM exhausted";
 
 /// Claims up to `n` jobs of `queue`, most urgent first, as [`crate::redb_store::protocol::claim_batch`]
 /// does: a job is taken if it is waiting and due, or running with an expired lease (taken
@@ -211,15 +256,17 @@ pub(crate) fn claim_batch(
     // as many more.
     let claim = p.get(tx, CLAIM)?;
     let (length, stall) = (micros(terms.length), terms.stall_timeout.map(micros));
+    let time_limit = terms.time_limit.map(micros);
     while leases.len() < n {
         let limit = i64::try_from(n - leases.len()).unwrap_or(i64::MAX);
-        let params: [&(dyn ToSql + Sync); 6] = [
+        let params: [&(dyn ToSql + Sync); 7] = [
             &queue,
             &limit,
             &worker,
             &length,
             &stall,
             &rules::ATTEMPTS_EXHAUSTED,
+            &time_limit,
         ];
         let rows = tx.query(&claim, &params)?;
         let mut claimed = Vec::with_capacity(rows.len());
@@ -238,6 +285,7 @@ pub(crate) fn claim_batch(
                 claimed_at: time(r.col(2)?),
                 expires_at: time(r.col(3)?),
                 length: terms.length,
+                deadline: r.col::<Option<i64>>(7)?.map(time),
                 payload: r.col(4)?,
             };
             claimed.push((order, lease));
@@ -300,14 +348,19 @@ fn grant(
             save(tx, p, &new)?;
             let st = p.get(tx, "SELECT payload FROM {s}.leasehold_jobs WHERE id = $1")?;
             let payload = tx.query_one(&st, &[&key(new.id)])?.col(0)?;
+            let Some(granted) = new.lease.as_ref() else {
+                return Err(crate::rules::corrupt_running(&new));
+            };
+            let (expires_at, deadline) = (granted.expires_at, granted.deadline);
             Ok(Some(Lease {
                 job: new.id,
                 attempt: new.attempt,
                 queue: new.queue,
                 worker: worker.to_owned(),
                 claimed_at: now,
-                expires_at: now.saturating_add(terms.length),
+                expires_at,
                 length: terms.length,
+                deadline,
                 payload,
             }))
         }
@@ -346,7 +399,7 @@ const RENEW: &str = "
 WITH c AS MATERIALIZED (SELECT {now} AS t)
 UPDATE {s}.leasehold_jobs j
 SET lease_expires_at = greatest(j.lease_expires_at,
-        c.t + j.lease_length_us * interval '1 microsecond'),
+        least(c.t + j.lease_length_us * interval '1 microsecond', j.lease_deadline)),
     progress = $3,
     progress_at = CASE WHEN j.progress = $3 THEN j.progress_at ELSE c.t END,
     updated_at = c.t
@@ -354,6 +407,7 @@ FROM c
 WHERE j.id = $1 AND j.attempt = $2 AND j.state = 'running' AND NOT j.cancel_requested
     AND NOT (j.stall_timeout_us IS NOT NULL AND j.progress = $3
              AND c.t - j.progress_at >= j.stall_timeout_us * interval '1 microsecond')
+    AND NOT coalesce(j.lease_deadline <= c.t, false)
 RETURNING {s}.us(j.lease_expires_at)";
 
 const RENEW_MANY: &str = "
@@ -361,7 +415,7 @@ WITH c AS MATERIALIZED (SELECT {now} AS t),
 r AS (SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[]) AS r(id, attempt, progress))
 UPDATE {s}.leasehold_jobs j
 SET lease_expires_at = greatest(j.lease_expires_at,
-        c.t + j.lease_length_us * interval '1 microsecond'),
+        least(c.t + j.lease_length_us * interval '1 microsecond', j.lease_deadline)),
     progress = r.progress,
     progress_at = CASE WHEN j.progress = r.progress THEN j.progress_at ELSE c.t END,
     updated_at = c.t
@@ -369,10 +423,12 @@ FROM c, r
 WHERE j.id = r.id AND j.attempt = r.attempt AND j.state = 'running' AND NOT j.cancel_requested
     AND NOT (j.stall_timeout_us IS NOT NULL AND j.progress = r.progress
              AND c.t - j.progress_at >= j.stall_timeout_us * interval '1 microsecond')
+    AND NOT coalesce(j.lease_deadline <= c.t, false)
 RETURNING j.id, j.attempt, {s}.us(j.lease_expires_at)";
 
-/// Renews the lease by its length from now if the caller still holds it, storing progress;
-/// a cancel requested meanwhile, or a stall, ends the attempt instead and says so.
+/// Renews the lease by its length from now (up to the attempt's deadline) if the caller
+/// still holds it, storing progress; a cancel requested meanwhile, a stall or the deadline
+/// ends the attempt instead and says so.
 pub(crate) fn heartbeat(
     tx: Tx<'_, '_>,
     p: &mut Prepared<'_>,
@@ -458,6 +514,10 @@ fn not_renewed(
             store_end(tx, p, &record, change)?;
             Ok(Renewal::Stalled)
         }
+        Renewed::TimedOut(change) => {
+            store_end(tx, p, &record, change)?;
+            Ok(Renewal::TimedOut)
+        }
         Renewed::Lease(renewed) => {
             let Some(expires_at) = renewed.lease.as_ref().map(|l| l.expires_at) else {
                 return Err(crate::rules::corrupt_running(&record));
@@ -533,7 +593,8 @@ done AS (
         progress_at = CASE WHEN old.reported IS NOT NULL AND old.reported <> j.progress
                            THEN c.t ELSE j.progress_at END,
         lease_owner = NULL, lease_claimed_at = NULL, lease_expires_at = NULL,
-        lease_indexed_expiry = NULL, lease_length_us = NULL, stall_timeout_us = NULL
+        lease_indexed_expiry = NULL, lease_length_us = NULL, stall_timeout_us = NULL,
+        lease_deadline = NULL
     FROM old, c
     WHERE j.id = old.id
     RETURNING j.id, j.attempt, old.lease_owner, old.lease_claimed_at, j.progress
@@ -581,6 +642,21 @@ pub(crate) fn fail(
     Ok(store_end(tx, p, &record, change)?.state)
 }
 
+/// Ends the attempt as timed out: its holder found it past its hard time limit.
+pub(crate) fn time_out(
+    tx: Tx<'_, '_>,
+    p: &mut Prepared<'_>,
+    s: &Settings,
+    job: JobId,
+    at: Attempt,
+    progress: Option<u64>,
+) -> Result<JobState> {
+    let record = fence(tx, p, job, at, Write::End)?;
+    let now = now(tx, p)?;
+    let change = rules::time_out(&record, progress, now, &s.retry);
+    Ok(store_end(tx, p, &record, change)?.state)
+}
+
 /// Gives the job back on purpose: claimable at once, in its old place, no budget spent.
 pub(crate) fn release(
     tx: Tx<'_, '_>,
@@ -597,33 +673,29 @@ pub(crate) fn release(
 }
 
 /// Cancels a job: a waiting one at once; a running one is flagged, and its holder learns of
-/// it at its next heartbeat.
-pub(crate) fn cancel(tx: Tx<'_, '_>, p: &mut Prepared<'_>, job: JobId) -> Result<JobState> {
+/// it at its next heartbeat. Returns its state and whether anything changed.
+pub(crate) fn cancel(tx: Tx<'_, '_>, p: &mut Prepared<'_>, job: JobId) -> Result<(JobState, bool)> {
     let record = load(tx, p, job)?.ok_or(Error::JobNotFound(job))?;
     let now = now(tx, p)?;
     let (new, answer) = rules::cancel(&record, now)?;
+    let changed = new.is_some();
     if let Some(new) = new {
         save(tx, p, &new)?;
     }
-    Ok(answer)
+    Ok((answer, changed))
 }
 
 /// Puts a dead or cancelled job back in the queue with a fresh budget; refused while a live
 /// job holds its unique key.
 pub(crate) fn retry(tx: Tx<'_, '_>, p: &mut Prepared<'_>, job: JobId) -> Result<()> {
     let record = load(tx, p, job)?.ok_or(Error::JobNotFound(job))?;
-    let key_holder = match &record.unique_key {
-        Some(k) => {
-            let holder = p.get(tx, LIVE_KEY_HOLDER)?;
-            match tx.query_opt(&holder, &[&record.queue, k])? {
-                Some(row) => Some(id(row.col(0)?)),
-                None => None,
-            }
-        }
+    // A finished holder whose window ran out has given the key up by now.
+    let holder = match &record.unique_key {
+        Some(k) => key_holder(tx, p, &record.queue, k)?,
         None => None,
     };
     let now = now(tx, p)?;
-    let new = rules::retry(&record, key_holder, now)?;
+    let (new, _) = rules::retry(&record, holder.as_ref(), now)?;
     save(tx, p, &new)?;
     notify(tx, p, &record.queue)
 }
@@ -708,6 +780,23 @@ fn expire(
     Ok((new, reclaim))
 }
 
+/// Marks `queues` as served now: a worker asked them for work or renewed one of their
+/// leases (see [`crate::queue`]).
+pub(crate) fn mark_served(tx: Tx<'_, '_>, p: &mut Prepared<'_>, queues: &[String]) -> Result<()> {
+    if queues.is_empty() {
+        return Ok(());
+    }
+    let st = p.get(
+        tx,
+        "INSERT INTO {s}.leasehold_queues AS q (queue, served_at)
+         SELECT unnest($1::text[]), {now}
+         ON CONFLICT (queue) DO UPDATE
+         SET served_at = greatest(q.served_at, excluded.served_at)",
+    )?;
+    tx.execute(&st, &[&queues])?;
+    Ok(())
+}
+
 // ----- the pieces -----
 
 /// The fence ([`rules::fence`]): the job must be `running` under exactly this attempt. Locks
@@ -753,14 +842,15 @@ SET state = $2, attempt = $3, failures = $4, run_at = {s}.at($5), lease_owner = 
     lease_claimed_at = {s}.at($7), lease_expires_at = {s}.at($8),
     lease_indexed_expiry = {s}.at($9), lease_length_us = $10, stall_timeout_us = $11,
     progress = $12, progress_at = {s}.at($13), cancel_requested = $14, last_error = $15,
-    finished_at = {s}.at($16), updated_at = {s}.at($17)
+    finished_at = {s}.at($16), updated_at = {s}.at($17), lease_deadline = {s}.at($18),
+    key_released = $19
 WHERE id = $1";
 
 /// Stores a record a rule decided.
 fn save(tx: Tx<'_, '_>, p: &mut Prepared<'_>, job: &JobRecord) -> Result<()> {
     let st = p.get(tx, SAVE)?;
     let lease = job.lease.as_ref();
-    let params: [&(dyn ToSql + Sync); 17] = [
+    let params: [&(dyn ToSql + Sync); 19] = [
         &key(job.id),
         &job.state.name(),
         &i64::from(job.attempt.0),
@@ -778,6 +868,8 @@ fn save(tx: Tx<'_, '_>, p: &mut Prepared<'_>, job: &JobRecord) -> Result<()> {
         &job.last_error,
         &job.finished_at.map(us),
         &us(job.updated_at),
+        &lease.and_then(|l| l.deadline).map(us),
+        &job.key_released,
     ];
     tx.execute(&st, &params)?;
     Ok(())
@@ -798,12 +890,16 @@ fn store_end(
         return Err(crate::rules::corrupt_running(old));
     };
     let (kind, error, path, overdue) = outcome_columns(outcome);
+    let limit = match outcome {
+        Outcome::TimedOut { limit } => Some(micros(*limit)),
+        _ => None,
+    };
     let insert = p.get(
         tx,
         "INSERT INTO {s}.leasehold_runs
              (job, attempt, worker, claimed_at, ended_at, outcome, error, reclaim_path,
-              overdue_us, progress)
-         VALUES ($1, $2, $3, {s}.at($4), {s}.at($5), $6, $7, $8, $9, $10)",
+              overdue_us, progress, time_limit_us)
+         VALUES ($1, $2, $3, {s}.at($4), {s}.at($5), $6, $7, $8, $9, $10, $11)",
     )?;
     let ended_at = run.ended_at.unwrap_or(change.job.updated_at);
     tx.execute(
@@ -819,6 +915,7 @@ fn store_end(
             &path,
             &overdue,
             &clamp(run.progress),
+            &limit,
         ],
     )?;
     save(tx, p, &change.job)?;
@@ -844,7 +941,8 @@ fn bump_all(tx: Tx<'_, '_>, p: &mut Prepared<'_>, c: &Counters) -> Result<()> {
     Ok(())
 }
 
-/// The history row's outcome columns: kind, error, reclaim path, overdue.
+/// The history row's outcome columns: kind, error, reclaim path, overdue (a time limit has
+/// its own column, `time_limit_us`).
 fn outcome_columns(
     outcome: &Outcome,
 ) -> (
@@ -866,6 +964,7 @@ fn outcome_columns(
         Outcome::Stalled => ("stalled", None, None, None),
         Outcome::Cancelled => ("cancelled", None, None, None),
         Outcome::FailedPermanently(e) => ("failed_permanently", Some(e.as_str()), None, None),
+        Outcome::TimedOut { .. } => ("timed_out", None, None, None),
     }
 }
 

@@ -31,7 +31,10 @@ const LIST: &str = concat!(
     "SELECT ",
     job_columns!(),
     " FROM {s}.leasehold_jobs
-WHERE ($1::text IS NULL OR queue = $1) AND ($2::text IS NULL OR state = $2)"
+WHERE ($1::text IS NULL OR queue = $1) AND ($2::text IS NULL OR state = $2)
+    AND metadata @> $4::text[]
+    AND ($5::bigint IS NULL OR updated_at <= {now} - $5::bigint * interval '1 microsecond')
+    AND ($6::bigint IS NULL OR id > $6)"
 );
 
 /// Jobs matching `filter`, in its order (for operators and tools).
@@ -52,10 +55,16 @@ pub(crate) fn list(
         .map_or(i64::MAX, |n| i64::try_from(n).unwrap_or(i64::MAX));
     let sql = format!("{}{order} LIMIT $3", p.names.sql(LIST));
     let state = filter.state.map(|s| s.name());
-    tx.query(&sql, &[&filter.queue, &state, &limit])?
-        .iter()
-        .map(record)
-        .collect()
+    let metadata = super::rows::metadata_column(&filter.metadata);
+    let unchanged = filter.unchanged_for.map(super::rows::micros);
+    let after = filter.after.map(super::rows::key);
+    tx.query(
+        &sql,
+        &[&filter.queue, &state, &limit, &metadata, &unchanged, &after],
+    )?
+    .iter()
+    .map(record)
+    .collect()
 }
 
 const TIMING: &str = "
@@ -161,7 +170,7 @@ pub(crate) fn history(tx: Tx<'_, '_>, p: &mut Prepared<'_>, job: JobId) -> Resul
     let st = p.get(
         tx,
         "SELECT attempt, worker, {s}.us(claimed_at), {s}.us(ended_at), outcome, error,
-             reclaim_path, overdue_us, progress
+             reclaim_path, overdue_us, progress, time_limit_us
          FROM {s}.leasehold_runs WHERE job = $1 ORDER BY attempt",
     )?;
     let mut runs = Vec::new();
@@ -175,6 +184,9 @@ pub(crate) fn history(tx: Tx<'_, '_>, p: &mut Prepared<'_>, job: JobId) -> Resul
             "failed_permanently" => {
                 Outcome::FailedPermanently(row.col::<Option<String>>(5)?.unwrap_or_default())
             }
+            "timed_out" => Outcome::TimedOut {
+                limit: duration(row.col::<Option<i64>>(9)?.unwrap_or(0)),
+            },
             "lease_expired" => Outcome::LeaseExpired {
                 path: match row.col::<Option<&str>>(6)? {
                     Some("reaper") => ReclaimPath::Reaper,
@@ -226,25 +238,56 @@ pub(crate) fn stats(tx: Tx<'_, '_>, p: &mut Prepared<'_>) -> Result<Stats> {
                 .insert(state, n);
         }
     }
+    let served = p.get(
+        tx,
+        "SELECT queue, {s}.us(served_at) FROM {s}.leasehold_queues",
+    )?;
+    for row in tx.query(&served, &[])? {
+        stats.queues.entry(row.col(0)?).or_default().served_at =
+            row.col::<Option<i64>>(1)?.map(time);
+    }
     let counters = p.get(tx, "SELECT name, value FROM {s}.leasehold_counters")?;
     let mut c = Counters::default();
     for row in tx.query(&counters, &[])? {
         let value = u64::try_from(row.col::<i64>(1)?).unwrap_or(0);
         match row.col::<&str>(0)? {
-            "reclaimed_by_reaper" => c.reclaimed_by_reaper = value,
-            "reclaimed_by_takeover" => c.reclaimed_by_takeover = value,
-            "reclaimed_at_open" => c.reclaimed_at_open = value,
-            "reclaimed_process_died" => c.reclaimed_process_died = value,
-            "released" => c.released = value,
-            "leases_lost" => c.leases_lost = value,
-            "fenced_writes_rejected" => c.fenced_writes_rejected = value,
-            "stalled" => c.stalled = value,
             "worst_detection_delay_us" => c.worst_detection_delay = Duration::from_micros(value),
-            _ => {}
+            name => {
+                c.set(name, value);
+            }
         }
     }
     stats.counters = c;
     Ok(stats)
+}
+
+/// The queues whose due work has waited [`crate::UNSERVED_AFTER`] with nobody serving them.
+pub(crate) fn unserved_queues(
+    tx: Tx<'_, '_>,
+    p: &mut Prepared<'_>,
+) -> Result<Vec<crate::UnservedQueue>> {
+    let st = p.get(
+        tx,
+        "SELECT w.queue, {s}.us(w.since), {s}.us(q.served_at)
+         FROM (SELECT queue, min(run_at) AS since FROM {s}.leasehold_jobs
+               WHERE state IN ('queued', 'retry_wait')
+                 AND run_at <= {now} - $1::bigint * interval '1 microsecond'
+               GROUP BY queue) w
+         LEFT JOIN {s}.leasehold_queues q ON q.queue = w.queue
+         WHERE q.served_at IS NULL
+            OR q.served_at <= {now} - $1::bigint * interval '1 microsecond'
+         ORDER BY w.queue",
+    )?;
+    tx.query(&st, &[&super::rows::micros(crate::UNSERVED_AFTER)])?
+        .iter()
+        .map(|row| {
+            Ok(crate::UnservedQueue {
+                queue: row.col(0)?,
+                waiting_since: time(row.col(1)?),
+                served_at: row.col::<Option<i64>>(2)?.map(time),
+            })
+        })
+        .collect()
 }
 
 /// The job's payload or output.

@@ -8,7 +8,7 @@ use postgres::types::FromSql;
 use super::PgError;
 use crate::error::{Error, Result};
 use crate::ids::{Attempt, JobId, StoreTime};
-use crate::job::{JobRecord, JobState, LeaseRecord};
+use crate::job::{JobRecord, JobState, LeaseRecord, Uniqueness};
 
 /// A column of a row read as the type leasehold made it with: every value read goes through
 /// here, never `Row::get` (which panics), so a table whose column was altered by hand is a
@@ -52,7 +52,8 @@ macro_rules! job_columns {
     {s}.us(created_at), {s}.us(run_at), lease_owner, {s}.us(lease_claimed_at),
     {s}.us(lease_expires_at), {s}.us(lease_indexed_expiry), lease_length_us, stall_timeout_us,
     progress, {s}.us(progress_at), cancel_requested, last_error, {s}.us(finished_at),
-    {s}.us(updated_at)"
+    {s}.us(updated_at), {s}.us(lease_deadline), time_limit_us, unique_for_us, key_released,
+    metadata"
     };
 }
 pub(crate) use job_columns;
@@ -85,6 +86,7 @@ pub(crate) fn record(row: &postgres::Row) -> Result<JobRecord> {
             indexed_expiry: time(row.col::<Option<i64>>(13)?.unwrap_or(0)),
             length: duration(row.col::<Option<i64>>(14)?.unwrap_or(0)),
             stall_timeout: row.col::<Option<i64>>(15)?.map(duration),
+            deadline: row.col::<Option<i64>>(22)?.map(time),
         }),
     };
     Ok(JobRecord {
@@ -105,7 +107,41 @@ pub(crate) fn record(row: &postgres::Row) -> Result<JobRecord> {
         last_error: row.col(19)?,
         finished_at: row.col::<Option<i64>>(20)?.map(time),
         updated_at: time(row.col(21)?),
+        time_limit: row.col::<Option<i64>>(23)?.map(duration),
+        uniqueness: uniqueness(row.col(24)?),
+        key_released: row.col(25)?,
+        metadata: row
+            .col::<Vec<String>>(26)?
+            .into_iter()
+            .map(|pair| match pair.split_once('=') {
+                Some((k, v)) => (k.to_owned(), v.to_owned()),
+                None => (pair, String::new()),
+            })
+            .collect(),
     })
+}
+
+/// `unique_for_us` as it reads: `NULL` while unfinished, `-1` until purged, else the window.
+pub(crate) fn uniqueness(us: Option<i64>) -> Uniqueness {
+    match us {
+        None => Uniqueness::WhileUnfinished,
+        Some(-1) => Uniqueness::UntilPurged,
+        Some(us) => Uniqueness::AfterSuccess(duration(us)),
+    }
+}
+
+/// A [`Uniqueness`] as `unique_for_us` keeps it.
+pub(crate) fn unique_for_us(u: Uniqueness) -> Option<i64> {
+    match u {
+        Uniqueness::WhileUnfinished => None,
+        Uniqueness::UntilPurged => Some(-1),
+        Uniqueness::AfterSuccess(window) => Some(micros(window)),
+    }
+}
+
+/// Metadata as the `metadata` column keeps it: `key=value` (a key holds no `=`).
+pub(crate) fn metadata_column(pairs: &[(String, String)]) -> Vec<String> {
+    pairs.iter().map(|(k, v)| format!("{k}={v}")).collect()
 }
 
 pub(crate) fn key(job: JobId) -> i64 {

@@ -15,11 +15,24 @@ use super::rows::Col;
 use crate::error::Result;
 
 /// The newest schema version this build knows. Version 2 may record an attempt's outcome
-/// as `failed_permanently`, which version 1 builds cannot read (they refuse the newer
-/// version instead). An older schema is upgraded by the first open that may create
-/// ([`crate::postgres::PgStoreBuilder::create_if_missing`], on by default); a reader's open
-/// leaves it as it is.
+/// as `failed_permanently` or `timed_out`, which version 1 builds cannot read (they refuse
+/// the newer version instead), and adds the columns of time limits, uniqueness windows and
+/// metadata ([`MIGRATE_FROM_1`]). An older schema is upgraded by the first open that may
+/// create ([`crate::postgres::PgStoreBuilder::create_if_missing`], on by default); a reader's
+/// open leaves it as it is.
 pub const VERSION: u32 = 2;
+
+/// The unique index's predicate: a key is held while its job waits or runs, and after
+/// success for a window (`unique_for_us`), until a newer job takes it (`key_released`).
+/// Every `ON CONFLICT` on the key names the same predicate.
+macro_rules! key_held {
+    () => {
+        "unique_key IS NOT NULL AND NOT key_released
+        AND (state IN ('queued', 'running', 'retry_wait')
+             OR (state = 'succeeded' AND unique_for_us IS NOT NULL))"
+    };
+}
+pub(crate) use key_held;
 
 /// The schema's name, checked, and the SQL made for it.
 #[derive(Debug)]
@@ -68,7 +81,8 @@ impl Names {
     }
 }
 
-const CREATE: &str = r#"
+const CREATE: &str = concat!(
+    r#"
 CREATE SCHEMA IF NOT EXISTS {s};
 CREATE TABLE {s}.leasehold_meta (key text PRIMARY KEY, value text NOT NULL);
 CREATE FUNCTION {s}.us(t timestamptz) RETURNS bigint LANGUAGE sql STABLE PARALLEL SAFE
@@ -105,7 +119,12 @@ CREATE TABLE {s}.leasehold_jobs (
     finished_at timestamptz,
     updated_at timestamptz NOT NULL,
     payload bytea NOT NULL,
-    output bytea
+    output bytea,
+    lease_deadline timestamptz,
+    time_limit_us bigint,
+    unique_for_us bigint,
+    key_released boolean NOT NULL DEFAULT false,
+    metadata text[] NOT NULL DEFAULT '{}'
 ) WITH (fillfactor = 70, autovacuum_vacuum_scale_factor = 0.02,
         autovacuum_vacuum_insert_scale_factor = 0.05);
 CREATE INDEX leasehold_jobs_ready ON {s}.leasehold_jobs (queue, priority, run_at, id)
@@ -113,7 +132,9 @@ CREATE INDEX leasehold_jobs_ready ON {s}.leasehold_jobs (queue, priority, run_at
 CREATE INDEX leasehold_jobs_expiry ON {s}.leasehold_jobs (lease_indexed_expiry)
     WHERE state = 'running';
 CREATE UNIQUE INDEX leasehold_jobs_unique ON {s}.leasehold_jobs (queue, unique_key)
-    WHERE unique_key IS NOT NULL AND state IN ('queued', 'running', 'retry_wait');
+    WHERE "#,
+    key_held!(),
+    r#";
 CREATE INDEX leasehold_jobs_finished ON {s}.leasehold_jobs (finished_at)
     WHERE finished_at IS NOT NULL;
 CREATE TABLE {s}.leasehold_runs (
@@ -127,15 +148,37 @@ CREATE TABLE {s}.leasehold_runs (
     reclaim_path text,
     overdue_us bigint,
     progress bigint NOT NULL,
+    time_limit_us bigint,
     PRIMARY KEY (job, attempt)
 );
 CREATE TABLE {s}.leasehold_counters (name text PRIMARY KEY, value bigint NOT NULL);
+CREATE TABLE {s}.leasehold_queues (queue text PRIMARY KEY, served_at timestamptz);
 INSERT INTO {s}.leasehold_counters (name, value) VALUES
     ('reclaimed_by_reaper', 0), ('reclaimed_by_takeover', 0), ('reclaimed_at_open', 0),
     ('reclaimed_process_died', 0),
     ('released', 0), ('leases_lost', 0), ('fenced_writes_rejected', 0), ('stalled', 0),
     ('worst_detection_delay_us', 0);
-"#;
+"#
+);
+
+/// From version 1 to 2: the columns of time limits, uniqueness windows and metadata, and
+/// the unique index over the keys that outlive their job's success.
+const MIGRATE_FROM_1: &str = concat!(
+    r#"
+ALTER TABLE {s}.leasehold_jobs
+    ADD COLUMN IF NOT EXISTS lease_deadline timestamptz,
+    ADD COLUMN IF NOT EXISTS time_limit_us bigint,
+    ADD COLUMN IF NOT EXISTS unique_for_us bigint,
+    ADD COLUMN IF NOT EXISTS key_released boolean NOT NULL DEFAULT false,
+    ADD COLUMN IF NOT EXISTS metadata text[] NOT NULL DEFAULT '{}';
+ALTER TABLE {s}.leasehold_runs ADD COLUMN IF NOT EXISTS time_limit_us bigint;
+CREATE TABLE IF NOT EXISTS {s}.leasehold_queues (queue text PRIMARY KEY, served_at timestamptz);
+DROP INDEX IF EXISTS {s}.leasehold_jobs_unique;
+CREATE UNIQUE INDEX leasehold_jobs_unique ON {s}.leasehold_jobs (queue, unique_key)
+    WHERE "#,
+    key_held!(),
+    ";"
+);
 
 /// Creates the schema's tables if there are none (when `create`), or checks the ones there: a leasehold
 /// store of a version this build knows, upgraded to this build's version (when `create`;
@@ -199,9 +242,21 @@ pub(crate) fn prepare(client: &mut Client, names: &Names, create: bool) -> Resul
         }
         .into());
     }
+    if version < VERSION && !create {
+        // A reader of a store an older build made reads columns it lacks: refused, and left
+        // as it is; the first open that may write upgrades it.
+        return Err(PgError::OlderSchema {
+            schema: names.schema.clone(),
+            found: version,
+            supported: VERSION,
+        }
+        .into());
+    }
+    let upgraded = (version < VERSION).then_some(version);
+    if upgraded == Some(1) {
+        tx.batch_execute(&names.sql(MIGRATE_FROM_1))?;
+    }
     check_tables(&mut tx, names)?;
-    // From version 1, nothing to migrate: the version says which builds may read it.
-    let upgraded = (version < VERSION && create).then_some(version);
     if let Some(older) = upgraded {
         tx.execute(
             &names.sql("UPDATE {s}.leasehold_meta SET value = $1 WHERE key = 'schema_version'"),
@@ -249,6 +304,11 @@ pub(crate) const COLUMNS: &[(&str, &[(&str, &str)])] = &[
             ("updated_at", "timestamptz"),
             ("payload", "bytea"),
             ("output", "bytea"),
+            ("lease_deadline", "timestamptz"),
+            ("time_limit_us", "int8"),
+            ("unique_for_us", "int8"),
+            ("key_released", "bool"),
+            ("metadata", "_text"),
         ],
     ),
     (
@@ -264,9 +324,14 @@ pub(crate) const COLUMNS: &[(&str, &[(&str, &str)])] = &[
             ("reclaim_path", "text"),
             ("overdue_us", "int8"),
             ("progress", "int8"),
+            ("time_limit_us", "int8"),
         ],
     ),
     ("leasehold_counters", &[("name", "text"), ("value", "int8")]),
+    (
+        "leasehold_queues",
+        &[("queue", "text"), ("served_at", "timestamptz")],
+    ),
 ];
 
 /// The indexes the protocol relies on: the unique one for correctness (`ON CONFLICT`
@@ -278,6 +343,7 @@ const INDEXES: &[&str] = &[
     "leasehold_jobs_unique",
     "leasehold_jobs_finished",
     "leasehold_runs_pkey",
+    "leasehold_queues_pkey",
 ];
 
 /// The functions every statement calls.

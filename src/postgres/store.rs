@@ -122,8 +122,11 @@ impl PgStore {
         n: usize,
     ) -> Result<Vec<Lease>> {
         let terms = terms.into();
+        let marks = self.marks_due([queue]);
         self.in_transaction(|tx, p| {
-            protocol::claim_batch(tx, p, self.settings(), queue, worker, terms, n)
+            let claimed = protocol::claim_batch(tx, p, self.settings(), queue, worker, terms, n)?;
+            protocol::mark_served(tx, p, &marks)?;
+            Ok(claimed)
         })
     }
 
@@ -150,9 +153,12 @@ impl PgStore {
         let terms = terms.into();
         crate::config::check_terms(&terms)?;
         let s = self.settings();
+        let marks = self.marks_due([lease.queue.as_str()]);
         let claimed = self.in_transaction(|tx, p| {
             protocol::complete(tx, p, s, lease.job, lease.attempt, output, None)?;
-            protocol::claim_batch(tx, p, s, &lease.queue, &lease.worker, terms, 1)
+            let claimed = protocol::claim_batch(tx, p, s, &lease.queue, &lease.worker, terms, 1)?;
+            protocol::mark_served(tx, p, &marks)?;
+            Ok(claimed)
         })?;
         Ok(claimed.into_iter().next())
     }
@@ -169,8 +175,12 @@ impl PgStore {
 
     /// Renews the lease (see [`crate::Store::heartbeat`]).
     pub fn heartbeat(&self, lease: &Lease, progress: u64) -> Result<Renewal> {
+        let marks = self.marks_due([lease.queue.as_str()]);
         self.in_transaction(|tx, p| {
-            protocol::heartbeat(tx, p, self.settings(), lease.job, lease.attempt, progress)
+            let renewal =
+                protocol::heartbeat(tx, p, self.settings(), lease.job, lease.attempt, progress)?;
+            protocol::mark_served(tx, p, &marks)?;
+            Ok(renewal)
         })
     }
 
@@ -266,6 +276,11 @@ impl PgStore {
         )
     }
 
+    /// Ends the attempt as timed out (see [`crate::Store::time_out`]).
+    pub fn time_out(&self, lease: &Lease) -> Result<JobState> {
+        <Self as crate::backend::LeaseBackend>::time_out_reporting(self, lease, None)
+    }
+
     /// Gives the job back on purpose (see [`crate::Store::release`]).
     pub fn release(&self, lease: &Lease) -> Result<()> {
         <Self as crate::backend::LeaseBackend>::release_reporting(self, lease, None)
@@ -274,6 +289,43 @@ impl PgStore {
     /// Cancels a job (see [`crate::Store::cancel`]).
     pub fn cancel(&self, job: JobId) -> Result<JobState> {
         self.in_transaction(|tx, p| protocol::cancel(tx, p, job))
+            .map(|(state, _)| state)
+    }
+
+    /// Retries every dead or cancelled job `filter` names (see [`crate::Store::retry_all`]).
+    pub fn retry_all(&self, filter: &crate::query::JobFilter) -> Result<crate::BulkReport> {
+        crate::batches::bulk(
+            filter,
+            self.settings().reap_batch,
+            |f| self.jobs(f),
+            |ids| {
+                self.in_transaction(|tx, p| {
+                    crate::batches::answers(
+                        ids.iter()
+                            .map(|&id| protocol::retry(tx, p, id).map(|()| true))
+                            .collect::<Vec<_>>(),
+                    )
+                })
+            },
+        )
+    }
+
+    /// Cancels every job `filter` names (see [`crate::Store::cancel_all`]).
+    pub fn cancel_all(&self, filter: &crate::query::JobFilter) -> Result<crate::BulkReport> {
+        crate::batches::bulk(
+            filter,
+            self.settings().reap_batch,
+            |f| self.jobs(f),
+            |ids| {
+                self.in_transaction(|tx, p| {
+                    crate::batches::answers(
+                        ids.iter()
+                            .map(|&id| protocol::cancel(tx, p, id).map(|(_, changed)| changed))
+                            .collect::<Vec<_>>(),
+                    )
+                })
+            },
+        )
     }
 
     /// Puts a dead or cancelled job back in the queue (see [`crate::Store::retry`]).
@@ -402,6 +454,12 @@ impl PgStore {
     /// Counts per queue and state, and the lifetime counters.
     pub fn stats(&self) -> Result<Stats> {
         self.in_transaction(read::stats)
+    }
+
+    /// The queues with due work and nobody serving them (see
+    /// [`JobStore::unserved_queues`](crate::JobStore::unserved_queues)).
+    pub fn unserved_queues(&self) -> Result<Vec<crate::UnservedQueue>> {
+        self.in_transaction(read::unserved_queues)
     }
 }
 

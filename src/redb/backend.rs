@@ -121,6 +121,11 @@ impl LeaseBackend for Store {
         self.release_reporting(lease, progress)
     }
 
+    fn time_out_reporting(&self, lease: &Lease, progress: Option<u64>) -> Result<JobState> {
+        let (job, attempt) = (lease.job, lease.attempt);
+        self.write(move |tx| crate::redb_store::protocol::time_out(tx, job, attempt, progress))
+    }
+
     fn flush(&self) -> Result<()> {
         Store::flush(self)
     }

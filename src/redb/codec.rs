@@ -11,8 +11,16 @@
 use bincode::config::{self, Configuration, Limit};
 use bincode::{Decode, Encode};
 
-/// The current format version byte.
-pub const FORMAT_VERSION: u8 = 1;
+use crate::ids::{Attempt, JobId, StoreTime};
+use crate::job::{JobRecord, JobState, LeaseRecord, Uniqueness};
+
+/// The current format version byte. Version 2 changed the job record (a lease's deadline,
+/// the key's uniqueness window, a job's own time limit, its metadata); every other record
+/// is encoded as in version 1, so for them both versions decode alike.
+pub const FORMAT_VERSION: u8 = 2;
+
+/// The first format version, still read.
+const FIRST_VERSION: u8 = 1;
 
 /// The most a single decoded record may allocate.
 pub const DECODE_LIMIT: usize = 64 << 20;
@@ -54,10 +62,20 @@ pub fn encode<T: Encode>(value: &T) -> Vec<u8> {
 
 /// Decodes a record written by [`encode`].
 pub fn decode<T: Decode<()>>(bytes: &[u8]) -> Result<T, CodecError> {
+    let (_, body) = split(bytes)?;
+    decode_body(body)
+}
+
+/// The version byte, known to this build, and the body after it.
+fn split(bytes: &[u8]) -> Result<(u8, &[u8]), CodecError> {
     let (&version, body) = bytes.split_first().ok_or(CodecError::Empty)?;
-    if version != FORMAT_VERSION {
+    if !(FIRST_VERSION..=FORMAT_VERSION).contains(&version) {
         return Err(CodecError::UnknownVersion(version));
     }
+    Ok((version, body))
+}
+
+fn decode_body<T: Decode<()>>(body: &[u8]) -> Result<T, CodecError> {
     let (value, used) = bincode::decode_from_slice(body, config())
         .map_err(|e| CodecError::Malformed(e.to_string()))?;
     if used != body.len() {
@@ -66,8 +84,123 @@ pub fn decode<T: Decode<()>>(bytes: &[u8]) -> Result<T, CodecError> {
     Ok(value)
 }
 
-/// The counters as builds before `reclaimed_process_died` stored them (that path was
-/// counted in `reclaimed_at_open`): read once, written back in the new shape.
+/// A job record, in this build's shape or in version 1's (read, and written back in this
+/// shape the next time the job changes).
+pub(crate) fn decode_job(bytes: &[u8]) -> Result<JobRecord, CodecError> {
+    match split(bytes)? {
+        (FIRST_VERSION, body) => decode_body::<JobRecordV1>(body).map(JobRecord::from),
+        (_, body) => decode_body(body),
+    }
+}
+
+/// A lease as version 1 stored it: no deadline.
+#[derive(Decode)]
+#[cfg_attr(test, derive(Encode))]
+struct LeaseRecordV1 {
+    owner: String,
+    claimed_at: StoreTime,
+    expires_at: StoreTime,
+    indexed_expiry: StoreTime,
+    length: std::time::Duration,
+    stall_timeout: Option<std::time::Duration>,
+}
+
+/// A job as version 1 stored it: no uniqueness window, time limit or metadata.
+#[derive(Decode)]
+#[cfg_attr(test, derive(Encode))]
+struct JobRecordV1 {
+    id: JobId,
+    queue: String,
+    state: JobState,
+    priority: i32,
+    attempt: Attempt,
+    failures: u32,
+    max_attempts: u32,
+    unique_key: Option<String>,
+    created_at: StoreTime,
+    run_at: StoreTime,
+    lease: Option<LeaseRecordV1>,
+    progress: u64,
+    progress_at: StoreTime,
+    cancel_requested: bool,
+    last_error: Option<String>,
+    finished_at: Option<StoreTime>,
+    updated_at: StoreTime,
+}
+
+impl From<JobRecordV1> for JobRecord {
+    fn from(v1: JobRecordV1) -> JobRecord {
+        JobRecord {
+            id: v1.id,
+            queue: v1.queue,
+            state: v1.state,
+            priority: v1.priority,
+            attempt: v1.attempt,
+            failures: v1.failures,
+            max_attempts: v1.max_attempts,
+            unique_key: v1.unique_key,
+            created_at: v1.created_at,
+            run_at: v1.run_at,
+            lease: v1.lease.map(|l| LeaseRecord {
+                owner: l.owner,
+                claimed_at: l.claimed_at,
+                expires_at: l.expires_at,
+                indexed_expiry: l.indexed_expiry,
+                length: l.length,
+                stall_timeout: l.stall_timeout,
+                deadline: None,
+            }),
+            progress: v1.progress,
+            progress_at: v1.progress_at,
+            cancel_requested: v1.cancel_requested,
+            last_error: v1.last_error,
+            finished_at: v1.finished_at,
+            updated_at: v1.updated_at,
+            uniqueness: Uniqueness::WhileUnfinished,
+            key_released: false,
+            time_limit: None,
+            metadata: Vec::new(),
+        }
+    }
+}
+
+/// The counters as stored since format version 2: by name, so that a counter added later
+/// reads as zero from an older store and a newer build's counters survive this one.
+#[derive(Encode, Decode)]
+struct StoredCounters {
+    named: Vec<(String, u64)>,
+    worst_detection_delay: std::time::Duration,
+}
+
+/// The counters, encoded as stored.
+pub(crate) fn encode_counters(c: &crate::Counters) -> Vec<u8> {
+    encode(&StoredCounters {
+        named: c
+            .named()
+            .into_iter()
+            .map(|(name, value)| (name.to_owned(), value))
+            .collect(),
+        worst_detection_delay: c.worst_detection_delay,
+    })
+}
+
+/// The counters as format version 1 stored them: a fixed shape...
+#[derive(Decode)]
+#[cfg_attr(test, derive(Encode))]
+struct CountersV1 {
+    reclaimed_by_reaper: u64,
+    reclaimed_by_takeover: u64,
+    reclaimed_at_open: u64,
+    released: u64,
+    leases_lost: u64,
+    fenced_writes_rejected: u64,
+    stalled: u64,
+    worst_detection_delay: std::time::Duration,
+    reclaimed_process_died: u64,
+}
+
+/// ...and, before `reclaimed_process_died` (counted in `reclaimed_at_open` then), a shorter
+/// one.
 #[derive(Decode)]
 struct CountersBefore {
     reclaimed_by_reaper: u64,
@@ -82,23 +215,45 @@ struct CountersBefore {
 
 /// The counters stored in `bytes`, in this build's shape or an earlier one's.
 pub(crate) fn decode_counters(bytes: &[u8]) -> Result<crate::Counters, CodecError> {
-    match decode::<crate::Counters>(bytes) {
-        Ok(c) => Ok(c),
-        Err(now) => match decode::<CountersBefore>(bytes) {
-            Ok(b) => Ok(crate::Counters {
-                reclaimed_by_reaper: b.reclaimed_by_reaper,
-                reclaimed_by_takeover: b.reclaimed_by_takeover,
-                reclaimed_at_open: b.reclaimed_at_open,
-                released: b.released,
-                leases_lost: b.leases_lost,
-                fenced_writes_rejected: b.fenced_writes_rejected,
-                stalled: b.stalled,
-                worst_detection_delay: b.worst_detection_delay,
-                reclaimed_process_died: 0,
-            }),
-            Err(_) => Err(now),
-        },
+    let mut c = crate::Counters::default();
+    match split(bytes)? {
+        (FIRST_VERSION, body) => {
+            let v1 = match decode_body::<CountersV1>(body) {
+                Ok(v1) => v1,
+                Err(e) => match decode_body::<CountersBefore>(body) {
+                    Ok(b) => CountersV1 {
+                        reclaimed_by_reaper: b.reclaimed_by_reaper,
+                        reclaimed_by_takeover: b.reclaimed_by_takeover,
+                        reclaimed_at_open: b.reclaimed_at_open,
+                        released: b.released,
+                        leases_lost: b.leases_lost,
+                        fenced_writes_rejected: b.fenced_writes_rejected,
+                        stalled: b.stalled,
+                        worst_detection_delay: b.worst_detection_delay,
+                        reclaimed_process_died: 0,
+                    },
+                    Err(_) => return Err(e),
+                },
+            };
+            c.reclaimed_by_reaper = v1.reclaimed_by_reaper;
+            c.reclaimed_by_takeover = v1.reclaimed_by_takeover;
+            c.reclaimed_at_open = v1.reclaimed_at_open;
+            c.reclaimed_process_died = v1.reclaimed_process_died;
+            c.released = v1.released;
+            c.leases_lost = v1.leases_lost;
+            c.fenced_writes_rejected = v1.fenced_writes_rejected;
+            c.stalled = v1.stalled;
+            c.worst_detection_delay = v1.worst_detection_delay;
+        }
+        (_, body) => {
+            let stored = decode_body::<StoredCounters>(body)?;
+            for (name, value) in &stored.named {
+                c.set(name, *value);
+            }
+            c.worst_detection_delay = stored.worst_detection_delay;
+        }
     }
+    Ok(c)
 }
 
 #[cfg(test)]
@@ -127,6 +282,56 @@ mod tests {
         let bytes = encode(&run());
         assert_eq!(bytes[0], FORMAT_VERSION);
         assert_eq!(decode::<RunRecord>(&bytes), Ok(run()));
+    }
+
+    #[test]
+    fn a_job_record_of_format_version_1_reads_with_the_new_fields_at_their_defaults() {
+        let v1 = JobRecordV1 {
+            id: JobId(7),
+            queue: "q".into(),
+            state: JobState::Running,
+            priority: -2,
+            attempt: Attempt(3),
+            failures: 1,
+            max_attempts: 5,
+            unique_key: Some("k".into()),
+            created_at: StoreTime(1),
+            run_at: StoreTime(2),
+            lease: Some(LeaseRecordV1 {
+                owner: "w".into(),
+                claimed_at: StoreTime(3),
+                expires_at: StoreTime(9),
+                indexed_expiry: StoreTime(8),
+                length: Duration::from_secs(6),
+                stall_timeout: Some(Duration::from_secs(4)),
+            }),
+            progress: 11,
+            progress_at: StoreTime(4),
+            cancel_requested: true,
+            last_error: Some("e".into()),
+            finished_at: None,
+            updated_at: StoreTime(5),
+        };
+        let mut bytes = vec![FIRST_VERSION];
+        bincode::encode_into_std_write(&v1, &mut bytes, config()).unwrap();
+        let job = decode_job(&bytes).unwrap();
+        assert_eq!((job.id, job.priority, job.failures), (JobId(7), -2, 1));
+        let lease = job.lease.as_ref().unwrap();
+        assert_eq!(
+            (lease.indexed_expiry, lease.stall_timeout, lease.deadline),
+            (StoreTime(8), Some(Duration::from_secs(4)), None)
+        );
+        assert_eq!(
+            (job.uniqueness, job.key_released, job.time_limit),
+            (Uniqueness::WhileUnfinished, false, None)
+        );
+        assert!(job.metadata.is_empty());
+        // written back in this build's shape, it reads the same
+        assert_eq!(decode_job(&encode(&job)), Ok(job));
+        // a version 1 record of any other kind reads as before
+        let mut run_v1 = encode(&run());
+        run_v1[0] = FIRST_VERSION;
+        assert_eq!(decode::<RunRecord>(&run_v1), Ok(run()));
     }
 
     #[test]
@@ -170,20 +375,52 @@ mod tests {
     #[derive(Encode)]
     struct Earlier(u64, u64, u64, u64, u64, u64, u64, Duration);
 
+    fn with_version(version: u8, value: &impl Encode) -> Vec<u8> {
+        let mut bytes = vec![version];
+        bincode::encode_into_std_write(value, &mut bytes, config()).unwrap();
+        bytes
+    }
+
     #[test]
-    fn counters_stored_by_an_earlier_build_are_read_with_the_new_counter_at_zero() {
-        let bytes = encode(&Earlier(1, 2, 3, 4, 5, 6, 7, Duration::from_secs(8)));
-        let c = decode_counters(&bytes).unwrap();
+    fn counters_stored_by_earlier_builds_are_read_with_the_new_counters_at_zero() {
+        let before = with_version(
+            FIRST_VERSION,
+            &Earlier(1, 2, 3, 4, 5, 6, 7, Duration::from_secs(8)),
+        );
+        let c = decode_counters(&before).unwrap();
         assert_eq!(
             (c.reclaimed_at_open, c.stalled, c.reclaimed_process_died),
             (3, 7, 0)
         );
         assert_eq!(c.worst_detection_delay, Duration::from_secs(8));
+        let v1 = with_version(
+            FIRST_VERSION,
+            &CountersV1 {
+                reclaimed_by_reaper: 1,
+                reclaimed_by_takeover: 2,
+                reclaimed_at_open: 3,
+                released: 4,
+                leases_lost: 5,
+                fenced_writes_rejected: 6,
+                stalled: 7,
+                worst_detection_delay: Duration::from_secs(8),
+                reclaimed_process_died: 9,
+            },
+        );
+        let c = decode_counters(&v1).unwrap();
+        assert_eq!((c.reclaimed_process_died, c.timed_out), (9, 0));
         let now = crate::Counters {
-            reclaimed_process_died: 9,
+            timed_out: 10,
             ..c.clone()
         };
-        assert_eq!(decode_counters(&encode(&now)).unwrap(), now);
+        assert_eq!(decode_counters(&encode_counters(&now)).unwrap(), now);
+        // a counter this build does not know (a newer build's) is passed over
+        let newer = encode(&StoredCounters {
+            named: vec![("stalled".into(), 3), ("from_the_future".into(), 4)],
+            worst_detection_delay: Duration::ZERO,
+        });
+        assert_eq!(decode_counters(&newer).unwrap().stalled, 3);
         assert!(decode_counters(b"\x01garbage").is_err());
+        assert!(decode_counters(b"\x02garbage").is_err());
     }
 }

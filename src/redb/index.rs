@@ -19,7 +19,8 @@ pub(crate) struct Entries<'a> {
     pub ready: Option<(&'a str, i32, u64, u64)>,
     /// `expiry`: (queue, expires_at, job) while running.
     pub expiry: Option<(&'a str, u64, u64)>,
-    /// `unique`: (queue, key) while not terminal.
+    /// `unique`: (queue, key) while not terminal, and after success for a window
+    /// ([`crate::rules::keeps_key`]).
     pub unique: Option<(&'a str, &'a str)>,
     /// `finished`: (finished_at, job) once terminal.
     pub finished: Option<(u64, u64)>,
@@ -42,7 +43,7 @@ pub(crate) fn entries(job: &JobRecord) -> Entries<'_> {
             _ => None,
         },
         unique: match &job.unique_key {
-            Some(k) if !job.state.is_terminal() => Some((q, k.as_str())),
+            Some(k) if crate::rules::keeps_key(job) => Some((q, k.as_str())),
             _ => None,
         },
         finished: match job.finished_at {

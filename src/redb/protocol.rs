@@ -25,6 +25,7 @@ use crate::ids::{Attempt, InstanceId, JobId, StoreTime};
 use crate::input;
 use crate::job::{JobRecord, JobState, NewJob, ReclaimPath, RunRecord};
 use crate::lease::{Lease, LeaseTerms, Renewal};
+use crate::queue::QueueRecord;
 use crate::redb_store::codec;
 use crate::redb_store::index;
 use crate::redb_store::search;
@@ -33,13 +34,17 @@ use crate::report::Reclaim;
 use crate::rules::corrupt_running;
 use crate::rules::{self, Change, Granted, Renewed, Retry, Write};
 
-/// Enqueues a job; with a unique key that a live job holds, returns that job instead.
+/// Enqueues a job; with a unique key that another job holds ([`rules::holds_key`]), returns
+/// that job instead.
 pub(crate) fn enqueue(tx: &mut Tx<'_>, new: &NewJob) -> Result<JobId> {
     check_new_job(tx, new)?;
     if let Some(key) = &new.unique_key
-        && let Some(existing) = tx.tables.unique.get((new.queue.as_str(), key.as_str()))?
+        && let Some(holder) = key_holder(tx, &new.queue, key)?
     {
-        return Ok(JobId(existing.value()));
+        if rules::holds_key(&holder, tx.now) {
+            return Ok(holder.id);
+        }
+        index::save(tx, Some(&holder), &rules::release_key(&holder, tx.now))?;
     }
     let id = tx.next_job_id()?;
     let policy = tx.policy;
@@ -191,6 +196,10 @@ pub(crate) fn heartbeat(
             store_end(tx, &job, change)?;
             Ok(Renewal::Stalled)
         }
+        Renewed::TimedOut(change) => {
+            store_end(tx, &job, change)?;
+            Ok(Renewal::TimedOut)
+        }
         Renewed::Lease(renewed) => {
             let Some(expires_at) = renewed.lease.as_ref().map(|l| l.expires_at) else {
                 return Err(corrupt_running(&job));
@@ -237,6 +246,18 @@ pub(crate) fn fail(
     store_end(tx, &job, change).map(|j| j.state)
 }
 
+/// Ends the attempt as timed out: its holder found it past its hard time limit.
+pub(crate) fn time_out(
+    tx: &mut Tx<'_>,
+    id: JobId,
+    attempt: Attempt,
+    progress: Option<u64>,
+) -> Result<JobState> {
+    let job = fence(tx, id, attempt, Write::End)?;
+    let change = rules::time_out(&job, progress, tx.now, &tx.policy.retry);
+    store_end(tx, &job, change).map(|j| j.state)
+}
+
 /// Gives the job back on purpose: claimable at once, in its old place, no budget spent.
 pub(crate) fn release(
     tx: &mut Tx<'_>,
@@ -250,14 +271,16 @@ pub(crate) fn release(
 }
 
 /// Cancels a job: a waiting one at once; a running one is flagged, and its holder learns of
-/// it at its next heartbeat (or the attempt's end, whichever comes first).
-pub(crate) fn cancel(tx: &mut Tx<'_>, id: JobId) -> Result<JobState> {
+/// it at its next heartbeat (or the attempt's end, whichever comes first). Returns its state
+/// and whether anything changed (a cancelled job stays as it is).
+pub(crate) fn cancel(tx: &mut Tx<'_>, id: JobId) -> Result<(JobState, bool)> {
     let job = tx.tables.job(id)?.ok_or(Error::JobNotFound(id))?;
     let (new, answer) = rules::cancel(&job, tx.now)?;
+    let changed = new.is_some();
     if let Some(new) = new {
         index::save(tx, Some(&job), &new)?;
     }
-    Ok(answer)
+    Ok((answer, changed))
 }
 
 /// Puts a dead or cancelled job back in the queue with a fresh retry budget (an operator's
@@ -269,16 +292,23 @@ pub(crate) fn cancel(tx: &mut Tx<'_>, id: JobId) -> Result<JobState> {
 /// deduplicates by, and the live job already does the work it names.
 pub(crate) fn retry(tx: &mut Tx<'_>, id: JobId) -> Result<()> {
     let job = tx.tables.job(id)?.ok_or(Error::JobNotFound(id))?;
-    let key_holder = match &job.unique_key {
-        Some(key) => tx
-            .tables
-            .unique
-            .get((job.queue.as_str(), key.as_str()))?
-            .map(|holder| JobId(holder.value())),
+    let holder = match &job.unique_key {
+        Some(key) => key_holder(tx, &job.queue, key)?,
         None => None,
     };
-    let new = rules::retry(&job, key_holder, tx.now)?;
+    let (new, released) = rules::retry(&job, holder.as_ref(), tx.now)?;
+    if let (Some(holder), Some(released)) = (&holder, &released) {
+        index::save(tx, Some(holder), released)?;
+    }
     index::save(tx, Some(&job), &new)
+}
+
+/// The job the `unique` index names for `key` in `queue`, if any.
+fn key_holder(tx: &Tx<'_>, queue: &str, key: &str) -> Result<Option<JobRecord>> {
+    match tx.tables.unique.get((queue, key))? {
+        Some(id) => Ok(Some(load(tx, JobId(id.value()))?)),
+        None => Ok(None),
+    }
 }
 
 /// A position in the `finished` index: (finished at, job).
@@ -437,6 +467,22 @@ pub(crate) fn reclaim_orphans(
     })
 }
 
+/// Marks `queue` as served at this transaction's time: a worker asked it for work or
+/// renewed one of its leases (see [`crate::queue`]).
+pub(crate) fn mark_served(tx: &mut Tx<'_>, queue: &str) -> Result<()> {
+    let now = tx.now;
+    let table = tx.tables.queues()?;
+    let mut record: QueueRecord = match table.get(queue)? {
+        Some(b) => codec::decode(b.value())
+            .map_err(|e| Error::Corrupt(format!("the record of queue {queue:?}: {e}")))?,
+        None => QueueRecord::default(),
+    };
+    record.served_at = Some(record.served_at.map_or(now, |at| at.max(now)));
+    table.insert(queue, codec::encode(&record).as_slice())?;
+    tx.tally.writes += 1;
+    Ok(())
+}
+
 // ----- the pieces -----
 
 /// The fence ([`rules::fence`]): the job must be `Running` under exactly this attempt. A
@@ -499,7 +545,10 @@ fn grant(
     if let Some(instance) = tx.policy.instance {
         tx.tables.hold(new.id, instance, new.attempt.0)?;
     }
-    let (claimed_at, expires_at) = (tx.now, tx.now.saturating_add(terms.length));
+    let Some(granted) = new.lease.as_ref() else {
+        return Err(corrupt_running(&new));
+    };
+    let (claimed_at, expires_at, deadline) = (tx.now, granted.expires_at, granted.deadline);
     tx.tally.wrote_time(expires_at);
     let payload = tx
         .tables
@@ -515,6 +564,7 @@ fn grant(
         claimed_at,
         expires_at,
         length: terms.length,
+        deadline,
         payload,
     }))
 }

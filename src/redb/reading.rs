@@ -10,6 +10,7 @@ use crate::error::{Error, Result};
 use crate::ids::{JobId, StoreTime};
 use crate::job::{Job, JobRecord, JobState, Run, RunRecord};
 use crate::query::{JobFilter, JobOrder, QueueTiming};
+use crate::queue::{QueueRecord, UnservedQueue};
 use crate::redb_store::codec;
 use crate::redb_store::schema::{self, meta_key};
 use crate::redb_store::writing::decode_job;
@@ -87,12 +88,59 @@ pub(crate) fn stats(read: &ReadTransaction, now: StoreTime) -> Result<Stats> {
             .by_state
             .insert(state, v.value());
     }
+    for (queue, record) in queue_records(read)? {
+        stats.queues.entry(queue).or_default().served_at = record.served_at;
+    }
     let meta = read.open_table(schema::META)?;
     if let Some(b) = meta.get(meta_key::COUNTERS)? {
         stats.counters = codec::decode_counters(b.value())
             .map_err(|e| Error::Corrupt(format!("counters: {e}")))?;
     }
     Ok(stats)
+}
+
+/// Every queue's record (none in a store no worker has served yet).
+fn queue_records(read: &ReadTransaction) -> Result<Vec<(String, QueueRecord)>> {
+    let queues = match read.open_table(schema::QUEUES) {
+        Ok(t) => t,
+        Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
+        Err(e) => return Err(e.into()),
+    };
+    queues
+        .iter()?
+        .map(|e| {
+            let (queue, bytes) = e?;
+            let record = codec::decode(bytes.value()).map_err(|e| {
+                Error::Corrupt(format!("the record of queue {:?}: {e}", queue.value()))
+            })?;
+            Ok((queue.value().to_owned(), record))
+        })
+        .collect()
+}
+
+/// The queues with due work waiting and no worker asking for it ([`crate::queue`]) at `now`.
+pub(crate) fn unserved_queues(
+    read: &ReadTransaction,
+    now: StoreTime,
+) -> Result<Vec<UnservedQueue>> {
+    let stats = stats(read, now)?;
+    let mut unserved = Vec::new();
+    for (queue, counts) in &stats.queues {
+        if counts.get(JobState::Queued) + counts.get(JobState::RetryWait) == 0 {
+            continue;
+        }
+        let Some(waiting_since) = earliest_run_at(read, queue)?.filter(|t| *t <= now) else {
+            continue;
+        };
+        if crate::queue::unserved(waiting_since, counts.served_at, now) {
+            unserved.push(UnservedQueue {
+                queue: queue.clone(),
+                waiting_since,
+                served_at: counts.served_at,
+            });
+        }
+    }
+    Ok(unserved)
 }
 
 /// When things fall due in `queue` at `now`.
@@ -152,18 +200,20 @@ pub(crate) fn lease_expiries(
     Ok((earliest, next))
 }
 
-/// Jobs matching `filter`. Reads every record: for operators and tools, not hot paths.
-pub(crate) fn list(read: &ReadTransaction, filter: &JobFilter) -> Result<Vec<Job>> {
+/// Jobs matching `filter` at `now`. Reads every record (from the cursor on): for operators
+/// and tools, not hot paths.
+pub(crate) fn list(read: &ReadTransaction, filter: &JobFilter, now: StoreTime) -> Result<Vec<Job>> {
     let jobs = read.open_table(schema::JOBS)?;
+    let from = filter.after.map_or(0, |after| after.0.saturating_add(1));
     let mut out = Vec::new();
-    for entry in jobs.iter()? {
+    for entry in jobs.range(from..)? {
         let job = decode_job(entry?.1.value())?;
-        if filter.queue.as_ref().is_some_and(|q| *q != job.queue)
-            || filter.state.is_some_and(|s| s != job.state)
-        {
-            continue;
+        if filter.admits(&job, now) {
+            out.push(job);
         }
-        out.push(job);
+        if filter.order == JobOrder::Oldest && filter.limit.is_some_and(|n| out.len() >= n) {
+            break;
+        }
     }
     match filter.order {
         JobOrder::Oldest => {}

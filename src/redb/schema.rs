@@ -17,6 +17,7 @@
 //! | `finished` | (finished_at, job) | () | terminal jobs, oldest first (for purging) |
 //! | `holders` | job id | (process instance, attempt) | which process holds a running job's lease, when processes share the store |
 //! | `instances` | process instance | [`Registration`](crate::redb_store::instance::Registration) record | where each process sharing the store keeps its lock file, and which file that is |
+//! | `queues` | queue | [`QueueRecord`](crate::queue::QueueRecord) record | what the store knows of a queue beside its jobs: when a worker last served it |
 //!
 //! Every index (`ready`, `expiry`, `unique`, `counts`, `finished`) is a pure function of the
 //! job records, maintained only by [`crate::redb_store::index`] and verified by [`crate::Store::check`].
@@ -27,8 +28,11 @@ use redb::TableDefinition;
 /// version 3 added `instances`, where processes sharing a store find each other's lock
 /// files (an older build, which looked for them by path, must not share a store with this
 /// one: it refuses the newer version); version 4 may record an attempt as
-/// [`Outcome::FailedPermanently`](crate::Outcome::FailedPermanently), which older builds
-/// cannot decode. An older store is upgraded by the first open that writes.
+/// [`Outcome::FailedPermanently`](crate::Outcome::FailedPermanently) or
+/// [`Outcome::TimedOut`](crate::Outcome::TimedOut), writes records in format version 2
+/// (time limits, uniqueness windows, metadata; see the codec) and adds `queues`, none of
+/// which older builds can read. An older store is upgraded by the first open that writes
+/// (its records are read in either format and rewritten as they change).
 pub const SCHEMA_VERSION: u32 = 4;
 
 /// The marker that says "this redb file is a leasehold store".
@@ -54,6 +58,7 @@ pub(crate) const HOLDERS: TableDefinition<u64, (u64, u32)> =
     TableDefinition::new("leasehold.holders");
 pub(crate) const INSTANCES: TableDefinition<u64, &[u8]> =
     TableDefinition::new("leasehold.instances");
+pub(crate) const QUEUES: TableDefinition<&str, &[u8]> = TableDefinition::new("leasehold.queues");
 
 /// Keys of the `meta` table.
 pub(crate) mod meta_key {

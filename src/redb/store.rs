@@ -19,6 +19,7 @@ use crate::job::{Job, JobState, NewJob, ReclaimPath, Run};
 use crate::lease::{Lease, LeaseTerms, Renewal};
 use crate::notify::Notifier;
 use crate::query::JobFilter;
+use crate::queue::ServedMarks;
 use crate::redb_store::app_transaction::Transaction;
 use crate::redb_store::group::{CommitShape, Committer, Group, PendingOp};
 use crate::redb_store::neighbours::Neighbours;
@@ -71,6 +72,8 @@ pub(crate) struct Inner {
     pub(crate) upgraded_from: std::sync::OnceLock<u32>,
     /// The other processes, when several share the store.
     pub(crate) neighbours: Option<Neighbours>,
+    /// When this handle last marked each queue served (see [`crate::queue`]).
+    served: ServedMarks,
     /// The writer thread of [`CommitShape::WriterThread`], joined when the store closes.
     writer: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
@@ -106,6 +109,7 @@ impl Store {
                 recovered: std::sync::OnceLock::new(),
                 upgraded_from: std::sync::OnceLock::new(),
                 neighbours,
+                served: ServedMarks::default(),
                 writer: Mutex::new(None),
             }),
             counted: true,
@@ -197,8 +201,18 @@ impl Store {
         terms: impl Into<LeaseTerms>,
     ) -> Result<Option<Lease>> {
         let terms = terms.into();
+        let marks = self.marks_due([queue]);
         let (queue, worker) = (queue.to_owned(), worker.to_owned());
-        self.write(move |tx| protocol::claim(tx, &queue, &worker, terms))
+        self.write(move |tx| {
+            let claimed = protocol::claim(tx, &queue, &worker, terms)?;
+            mark_all(tx, &marks)?;
+            Ok(claimed)
+        })
+    }
+
+    /// The served marks due now for `queues` (see [`crate::queue`]).
+    fn marks_due<'q>(&self, queues: impl IntoIterator<Item = &'q str>) -> Vec<String> {
+        self.inner.served.due(queues, self.now())
     }
 
     /// Claims up to `n` jobs of `queue` in one transaction (one commit, one fsync), most
@@ -211,8 +225,13 @@ impl Store {
         n: usize,
     ) -> Result<Vec<Lease>> {
         let terms = terms.into();
+        let marks = self.marks_due([queue]);
         let (queue, worker) = (queue.to_owned(), worker.to_owned());
-        self.write(move |tx| protocol::claim_batch(tx, &queue, &worker, terms, n))
+        self.write(move |tx| {
+            let claimed = protocol::claim_batch(tx, &queue, &worker, terms, n)?;
+            mark_all(tx, &marks)?;
+            Ok(claimed)
+        })
     }
 
     /// Claims one named job if it is claimable now (see [`Store::claim`]).
@@ -290,7 +309,12 @@ impl Store {
     /// [`Error::LeaseLost`] means stop working and commit nothing.
     pub fn heartbeat(&self, lease: &Lease, progress: u64) -> Result<Renewal> {
         let (job, attempt) = (lease.job, lease.attempt);
-        self.write(move |tx| protocol::heartbeat(tx, job, attempt, progress))
+        let marks = self.marks_due([lease.queue.as_str()]);
+        self.write(move |tx| {
+            let renewal = protocol::heartbeat(tx, job, attempt, progress)?;
+            mark_all(tx, &marks)?;
+            Ok(renewal)
+        })
     }
 
     /// Renews many leases in one write transaction; one result per lease, in order. A lost
@@ -305,7 +329,9 @@ impl Store {
             .map(|(at, (l, progress))| (l.job, l.attempt, *progress, at))
             .collect();
         order.sort_unstable_by_key(|&(job, ..)| job);
+        let marks = self.marks_due(beats.iter().map(|(l, _)| l.queue.as_str()));
         let renewed = self.write(move |tx| {
+            mark_all(tx, &marks)?;
             let mut renewed: Vec<_> = order
                 .iter()
                 .map(|&(job, attempt, progress, at)| {
@@ -369,10 +395,13 @@ impl Store {
         // completion wrote would poison the shared commit and re-run its neighbours alone.
         crate::config::check_terms(&terms)?;
         let (job, attempt, output) = (lease.job, lease.attempt, output.to_vec());
+        let marks = self.marks_due([lease.queue.as_str()]);
         let (queue, worker) = (lease.queue.clone(), lease.worker.clone());
         self.write(move |tx| {
             protocol::complete(tx, job, attempt, &output, progress)?;
-            protocol::claim(tx, &queue, &worker, terms)
+            let claimed = protocol::claim(tx, &queue, &worker, terms)?;
+            mark_all(tx, &marks)?;
+            Ok(claimed)
         })
     }
 
@@ -404,9 +433,12 @@ impl Store {
         let count = done.len();
         let mut ops = completions::<Vec<Lease>>(done);
         if n > 0 {
+            let marks = self.marks_due([queue]);
             let (queue, worker) = (queue.to_owned(), worker.to_owned());
             ops.push(Box::new(move |tx| {
-                protocol::claim_batch(tx, &queue, &worker, terms, n)
+                let claimed = protocol::claim_batch(tx, &queue, &worker, terms, n)?;
+                mark_all(tx, &marks)?;
+                Ok(claimed)
             }));
         }
         let mut results = self.inner.group.run_all(self, ops);
@@ -472,6 +504,14 @@ impl Store {
         self.fail_reporting(lease, error, Retry::Never, None)
     }
 
+    /// Ends the attempt held by `lease` as timed out ([`Outcome::TimedOut`](crate::Outcome::TimedOut)):
+    /// for a claim loop that keeps its job's hard time limit itself ([`Lease::deadline`]; a
+    /// pool does it for its handlers). Retried after a backoff while the budget lasts, else
+    /// dead. Returns the job's new state.
+    pub fn time_out(&self, lease: &Lease) -> Result<JobState> {
+        <Self as crate::backend::LeaseBackend>::time_out_reporting(self, lease, None)
+    }
+
     /// [`Store::fail`] or [`Store::fail_permanently`], recording the attempt's last progress.
     pub(crate) fn fail_reporting(
         &self,
@@ -502,7 +542,7 @@ impl Store {
     /// the work: the job then succeeds, since its effects are already committed. Returns the
     /// job's state: `Cancelled`, or `Running` for a flagged one.
     pub fn cancel(&self, job: JobId) -> Result<JobState> {
-        self.write(move |tx| protocol::cancel(tx, job))
+        self.write(move |tx| protocol::cancel(tx, job).map(|(state, _)| state))
     }
 
     /// Puts a dead or cancelled job back in the queue with a fresh retry budget; its history
@@ -510,6 +550,48 @@ impl Store {
     /// live job that took the job's unique key after it finished still holds it.
     pub fn retry(&self, job: JobId) -> Result<()> {
         self.write(move |tx| protocol::retry(tx, job))
+    }
+
+    /// Retries every job `filter` names that is dead or cancelled (an operator's bulk
+    /// action: "everything that died in queue `uploads` in the last hour"), in transactions
+    /// of at most the reap batch each, oldest first (the filter's order is not used; its
+    /// limit bounds the whole action). Jobs in other states, and those whose unique key
+    /// another job holds, are refused, each listed in the report; nothing of theirs changes.
+    pub fn retry_all(&self, filter: &JobFilter) -> Result<crate::BulkReport> {
+        crate::batches::bulk(
+            filter,
+            self.inner.policy.reap_batch,
+            |f| self.jobs(f),
+            |ids| {
+                self.write(move |tx| {
+                    crate::batches::answers(
+                        ids.iter()
+                            .map(|&id| protocol::retry(tx, id).map(|()| true))
+                            .collect::<Vec<_>>(),
+                    )
+                })
+            },
+        )
+    }
+
+    /// Cancels every job `filter` names (waiting ones at once, running ones at their next
+    /// heartbeat), in batches as [`Store::retry_all`] does. Finished jobs are refused (a
+    /// cancelled one is left as it is, and not counted as changed).
+    pub fn cancel_all(&self, filter: &JobFilter) -> Result<crate::BulkReport> {
+        crate::batches::bulk(
+            filter,
+            self.inner.policy.reap_batch,
+            |f| self.jobs(f),
+            |ids| {
+                self.write(move |tx| {
+                    crate::batches::answers(
+                        ids.iter()
+                            .map(|&id| protocol::cancel(tx, id).map(|(_, changed)| changed))
+                            .collect::<Vec<_>>(),
+                    )
+                })
+            },
+        )
     }
 
     /// Deletes terminal jobs in `states` (succeeded, dead, cancelled) that finished at least
@@ -665,6 +747,14 @@ impl Store {
         self.reading("the counts", |read| reading::stats(read, self.now()))
     }
 
+    /// The queues with due work and nobody serving them (see
+    /// [`JobStore::unserved_queues`](crate::JobStore::unserved_queues)).
+    pub fn unserved_queues(&self) -> Result<Vec<crate::UnservedQueue>> {
+        self.reading("the queues", |read| {
+            reading::unserved_queues(read, self.now())
+        })
+    }
+
     /// When things fall due in `queue` (see [`StoreReader::timing`](crate::StoreReader::timing)).
     pub fn timing(&self, queue: &str) -> Result<crate::query::QueueTiming> {
         self.reading("the queue's schedule", |read| {
@@ -674,7 +764,8 @@ impl Store {
 
     /// Jobs matching `filter` (reads every record: for operators and tools).
     pub fn jobs(&self, filter: &JobFilter) -> Result<Vec<Job>> {
-        self.reading("the job records", |read| reading::list(read, filter))
+        let now = self.now();
+        self.reading("the job records", |read| reading::list(read, filter, now))
     }
 
     /// Proves the indexes match the records (like SQLite's `PRAGMA integrity_check`): every
@@ -867,6 +958,15 @@ impl Committer for Store {
         self.finish(w, &tally.readied)?;
         Ok(true)
     }
+}
+
+/// Writes the served marks that were due (see [`crate::queue`]), after the operation they
+/// ride on succeeded: a refusal then has written nothing, and shares its commit safely.
+fn mark_all(tx: &mut Tx<'_>, queues: &[String]) -> Result<()> {
+    for queue in queues {
+        protocol::mark_served(tx, queue)?;
+    }
+    Ok(())
 }
 
 impl Drop for Inner {

@@ -133,9 +133,18 @@ impl StoreReader {
         self.reading("the counts", |read| reading::stats(read, self.now()))
     }
 
+    /// The queues with due work and nobody serving them (see
+    /// [`JobStore::unserved_queues`](crate::JobStore::unserved_queues)).
+    pub fn unserved_queues(&self) -> Result<Vec<crate::UnservedQueue>> {
+        self.reading("the queues", |read| {
+            reading::unserved_queues(read, self.now())
+        })
+    }
+
     /// Jobs matching `filter`.
     pub fn jobs(&self, filter: &JobFilter) -> Result<Vec<Job>> {
-        self.reading("the job records", |read| reading::list(read, filter))
+        let now = self.now();
+        self.reading("the job records", |read| reading::list(read, filter, now))
     }
 
     /// When things fall due in `queue`.

@@ -45,6 +45,9 @@ pub(crate) struct Tables<'t> {
     pub holders: Option<Table<'t, u64, (u64, u32)>>,
     /// The registered process instances, open with `holders`.
     pub instances: Option<Table<'t, u64, &'static [u8]>>,
+    /// The queues' records, opened by the first operation that needs one ([`Tables::queues`]).
+    queues: Option<Table<'t, &'static str, &'static [u8]>>,
+    txn: &'t WriteTransaction,
 }
 
 impl<'t> Tables<'t> {
@@ -69,7 +72,20 @@ impl<'t> Tables<'t> {
                 true => Some(txn.open_table(schema::INSTANCES)?),
                 false => None,
             },
+            queues: None,
+            txn,
         })
+    }
+
+    /// The queues' records, open for writing (opened on first use: most transactions touch
+    /// none).
+    pub(crate) fn queues(&mut self) -> Result<&mut Table<'t, &'static str, &'static [u8]>> {
+        if self.queues.is_none() {
+            self.queues = Some(self.txn.open_table(schema::QUEUES)?);
+        }
+        self.queues
+            .as_mut()
+            .ok_or(Error::Internal("the queues table did not open"))
     }
 
     /// Records where `instance` keeps its lock file (its first registration, or a new file).
@@ -118,7 +134,7 @@ impl<'t> Tables<'t> {
 }
 
 pub(crate) fn decode_job(bytes: &[u8]) -> Result<JobRecord> {
-    codec::decode(bytes).map_err(|e| Error::Corrupt(format!("job record: {e}")))
+    codec::decode_job(bytes).map_err(|e| Error::Corrupt(format!("job record: {e}")))
 }
 
 /// What a transaction adds to the persisted counters and clock high-water mark.
@@ -166,7 +182,7 @@ impl Tally {
 
     /// Adds what a rule counted.
     pub(crate) fn add(&mut self, counts: &Counters) {
-        add_counters(&mut self.counters, counts);
+        self.counters.add(counts);
     }
 }
 
@@ -241,22 +257,10 @@ pub(crate) fn persist_tally(
                 .map_err(|e| Error::Corrupt(format!("counters: {e}")))?,
             None => Counters::default(),
         };
-        add_counters(&mut c, &tally.counters);
-        meta.insert(meta_key::COUNTERS, codec::encode(&c).as_slice())?;
+        c.add(&tally.counters);
+        meta.insert(meta_key::COUNTERS, codec::encode_counters(&c).as_slice())?;
     }
     Ok(())
-}
-
-fn add_counters(total: &mut Counters, d: &Counters) {
-    total.reclaimed_by_reaper += d.reclaimed_by_reaper;
-    total.reclaimed_by_takeover += d.reclaimed_by_takeover;
-    total.reclaimed_at_open += d.reclaimed_at_open;
-    total.reclaimed_process_died += d.reclaimed_process_died;
-    total.released += d.released;
-    total.leases_lost += d.leases_lost;
-    total.fenced_writes_rejected += d.fenced_writes_rejected;
-    total.stalled += d.stalled;
-    total.worst_detection_delay = total.worst_detection_delay.max(d.worst_detection_delay);
 }
 
 pub(crate) fn read_u64(

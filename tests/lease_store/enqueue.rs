@@ -19,7 +19,43 @@ crate::on_both::on_both!(
     purge_reaches_old_jobs_behind_any_number_of_kept_ones_in_bounded_batches,
     purge_deletes_old_finished_jobs_of_the_chosen_states_with_their_history,
     retry_requeues_a_dead_job_with_a_fresh_budget_and_keeps_its_history,
+    metadata_given_at_enqueue_reads_back_in_its_order_with_a_repeated_key_set_once,
 );
+
+fn metadata_given_at_enqueue_reads_back_in_its_order_with_a_repeated_key_set_once(kind: Kind) {
+    let f = kind.open();
+    let id = f
+        .enqueue(
+            NewJob::new(Q, "x")
+                .metadata("tenant", "acme")
+                .metadata("kind", "thumbnail")
+                .metadata("tenant", "globex")
+                .metadata("note", "a = b, c"),
+        )
+        .unwrap();
+    let job = f.job(id).unwrap().unwrap();
+    let pairs: Vec<(&str, &str)> = job
+        .metadata()
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    assert_eq!(
+        pairs,
+        vec![
+            ("tenant", "globex"),
+            ("kind", "thumbnail"),
+            ("note", "a = b, c")
+        ]
+    );
+    assert_eq!(job.metadata_value("kind"), Some("thumbnail"));
+    assert_eq!(job.metadata_value("absent"), None);
+    // kept through the job's life
+    let l = f.claim_one("w");
+    f.complete(&l, b"").unwrap();
+    assert_eq!(f.job(id).unwrap().unwrap().metadata(), job.metadata());
+    let plain = f.enqueue(NewJob::new(Q, "y")).unwrap();
+    assert!(f.job(plain).unwrap().unwrap().metadata().is_empty());
+}
 
 fn job_ids_are_never_reused_even_across_reopen(kind: Kind) {
     let mut f = kind.open();
@@ -106,6 +142,39 @@ fn bad_input_is_refused_with_its_own_error_and_writes_nothing(kind: Kind) {
                 what: "unique key",
                 at: 3,
             },
+        ),
+        (
+            NewJob::new(Q, "x").metadata("a=b", "c"),
+            InputError::BadMetadataKey {
+                key: "a=b".into(),
+                max: 64,
+            },
+        ),
+        (
+            NewJob::new(Q, "x").metadata("", "c"),
+            InputError::BadMetadataKey {
+                key: String::new(),
+                max: 64,
+            },
+        ),
+        (
+            NewJob::new(Q, "x").metadata("k", "v".repeat(257)),
+            InputError::MetadataValueTooLong {
+                key: "k".into(),
+                len: 257,
+                max: 256,
+            },
+        ),
+        (
+            NewJob::new(Q, "x").metadata("k", "v\0"),
+            InputError::NulByte {
+                what: "metadata value",
+                at: 1,
+            },
+        ),
+        (
+            (0..17).fold(NewJob::new(Q, "x"), |j, i| j.metadata(format!("k{i}"), "v")),
+            InputError::TooMuchMetadata { count: 17, max: 16 },
         ),
     ];
     for (job, expected) in cases {

@@ -7,6 +7,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod bulk;
 mod cancel;
 mod claim;
 mod common;
@@ -17,8 +18,11 @@ mod open;
 mod reader;
 mod reap;
 mod retry;
+mod served;
 mod stall;
+mod time_limit;
 mod transaction;
+mod unique;
 mod wake;
 
 #[path = "../support/backends.rs"]

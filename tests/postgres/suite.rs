@@ -425,8 +425,20 @@ fn hostile_databases_and_settings_get_their_own_errors_and_are_left_as_they_were
 #[test]
 fn opening_an_older_schema_upgrades_it_and_says_so_once_and_a_readers_open_leaves_it() {
     let mut db = db!("upgrade");
-    let id = db.store().enqueue(NewJob::new(Q, "x")).unwrap();
-    db.sql("UPDATE {s}.leasehold_meta SET value = '1' WHERE key = 'schema_version'");
+    let id = db
+        .store()
+        .enqueue(NewJob::new(Q, "x").unique_key("k"))
+        .unwrap();
+    // What a version 1 build made: no columns of time limits, windows or metadata, and the
+    // unique index over live jobs only.
+    db.sql(
+        "ALTER TABLE {s}.leasehold_jobs DROP COLUMN lease_deadline, DROP COLUMN time_limit_us,
+             DROP COLUMN unique_for_us, DROP COLUMN key_released, DROP COLUMN metadata;
+         ALTER TABLE {s}.leasehold_runs DROP COLUMN time_limit_us;
+         CREATE UNIQUE INDEX leasehold_jobs_unique ON {s}.leasehold_jobs (queue, unique_key)
+             WHERE unique_key IS NOT NULL AND state IN ('queued', 'running', 'retry_wait');
+         UPDATE {s}.leasehold_meta SET value = '1' WHERE key = 'schema_version'",
+    );
     let version = |db: &mut crate::db::Db| -> String {
         db.admin
             .query_one(
@@ -440,11 +452,20 @@ fn opening_an_older_schema_upgrades_it_and_says_so_once_and_a_readers_open_leave
             .try_get(0)
             .unwrap()
     };
-    // a reader (the tool's read commands) leaves the version as it found it
-    let reader = db.builder().create_if_missing(false).open().unwrap();
-    assert_eq!(reader.upgraded_from(), None);
-    assert_eq!(reader.job(id).unwrap().unwrap().state(), JobState::Queued);
-    drop(reader);
+    // a reader (the tool's read commands) is refused, naming the remedy, and changes nothing
+    let e = db.builder().create_if_missing(false).open().unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::Postgres(PgError::OlderSchema {
+                found: 1,
+                supported: 2,
+                ..
+            })
+        ),
+        "{e:?}"
+    );
+    assert!(e.to_string().contains("open it once for writing"), "{e}");
     assert_eq!(version(&mut db), "1");
     // a writer's open upgrades it, and says so once
     let store = db.builder().open().unwrap();
@@ -453,7 +474,26 @@ fn opening_an_older_schema_upgrades_it_and_says_so_once_and_a_readers_open_leave
         version(&mut db),
         leasehold::postgres::SCHEMA_VERSION.to_string()
     );
-    assert_eq!(store.job(id).unwrap().unwrap().state(), JobState::Queued);
+    let job = store.job(id).unwrap().unwrap();
+    assert_eq!(
+        (job.state(), job.unique_key()),
+        (JobState::Queued, Some("k"))
+    );
+    assert_eq!(job.uniqueness(), leasehold::Uniqueness::WhileUnfinished);
+    // the old job keeps its key under the new index, and the new columns work
+    assert_eq!(
+        store
+            .enqueue(NewJob::new(Q, "again").unique_key("k"))
+            .unwrap(),
+        id
+    );
+    let tagged = store
+        .enqueue(NewJob::new(Q, "y").metadata("tenant", "7"))
+        .unwrap();
+    assert_eq!(
+        store.job(tagged).unwrap().unwrap().metadata_value("tenant"),
+        Some("7")
+    );
     drop(store);
     assert_eq!(db.builder().open().unwrap().upgraded_from(), None);
 }

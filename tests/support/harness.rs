@@ -355,6 +355,7 @@ impl Harness {
                     Renewal::Renewed { expires_at } => MRenewal::Renewed(expires_at.0),
                     Renewal::Cancelled => MRenewal::Cancelled,
                     Renewal::Stalled => MRenewal::Stalled,
+                    Renewal::TimedOut => MRenewal::TimedOut,
                 });
                 let want = self.model.heartbeat(l.job.0, l.attempt.0, p);
                 same("heartbeat", got, want)

@@ -53,6 +53,7 @@ pub enum MRenewal {
     Renewed(u64),
     Cancelled,
     Stalled,
+    TimedOut,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -16,6 +16,8 @@ crate::on_both::on_both!(
     a_job_back_in_the_pool_that_lost_it_is_renewed_as_a_new_attempt_beside_the_old,
     with_every_worker_busy_and_renewals_stopped_the_pool_still_sheds_its_expired_lease,
     a_pool_whose_claim_takes_over_its_own_expired_lease_stops_the_older_attempt_as_lost,
+    a_handler_past_its_time_limit_is_interrupted_and_its_attempt_ends_timed_out,
+    a_handler_that_ignores_its_time_limit_commits_nothing_and_its_attempt_ends_timed_out,
 );
 
 type Seen = Arc<Mutex<Vec<Interruption>>>;
@@ -344,5 +346,69 @@ fn a_pool_whose_claim_takes_over_its_own_expired_lease_stops_the_older_attempt_a
             overdue: Duration::ZERO
         })
     );
+    p.shutdown(Duration::ZERO);
+}
+
+/// The pool's own timer (its heartbeat thread) interrupts a handler at its job's deadline,
+/// and the worker ends the attempt as timed out; the next attempt runs in time.
+fn a_handler_past_its_time_limit_is_interrupted_and_its_attempt_ends_timed_out(kind: Kind) {
+    let f = kind.open();
+    let limit = Duration::from_secs(10);
+    let id = f.enqueue(NewJob::new(Q, "slow").time_limit(limit)).unwrap();
+    let (seen, handler) = recording();
+    let p = pool(&f, "w").start(handler).unwrap();
+    wait_until("the job to start", || p.stats().in_flight == 1);
+    f.advance(limit);
+    wait_until("the attempt to end", || {
+        f.job(id).unwrap().unwrap().state() != JobState::Running
+    });
+    assert_eq!(*seen.lock().unwrap(), vec![Interruption::TimedOut]);
+    let job = f.job(id).unwrap().unwrap();
+    assert_eq!((job.state(), job.failures()), (JobState::RetryWait, 1));
+    assert_eq!(
+        f.history(id).unwrap()[0].outcome(),
+        Some(&Outcome::TimedOut { limit })
+    );
+    assert_eq!(p.stats().timed_out, 1);
+    assert_eq!(f.stats().unwrap().counters.timed_out, 1);
+    p.shutdown(Duration::ZERO);
+}
+
+/// A handler that never looks at its interruption: its result, when it comes, is withheld
+/// and the attempt ends timed out. (Its lease stops at the deadline too: had the pool died
+/// meanwhile, the job would be back then, not a lease later.)
+fn a_handler_that_ignores_its_time_limit_commits_nothing_and_its_attempt_ends_timed_out(
+    kind: Kind,
+) {
+    let f = kind.open();
+    let id = f.enqueue_n(1)[0];
+    let (gate_tx, gate_rx) = crossbeam_channel::bounded::<()>(0);
+    let p = pool(&f, "w")
+        .time_limit(Duration::from_secs(30))
+        .start(move |_ctx| {
+            gate_rx.recv().unwrap();
+            Ok(b"late".to_vec())
+        })
+        .unwrap();
+    wait_until("the job to start", || p.stats().in_flight == 1);
+    let claimed = f.job(id).unwrap().unwrap();
+    let lease = claimed.lease().unwrap();
+    assert_eq!(
+        lease.deadline(),
+        Some(lease.claimed_at().saturating_add(Duration::from_secs(30)))
+    );
+    f.advance(Duration::from_secs(30));
+    wait_until("the pool to see the deadline", || p.stats().timed_out == 1);
+    gate_tx.send(()).unwrap();
+    wait_until("the worker to let go", || p.stats().in_flight == 0);
+    let job = f.job(id).unwrap().unwrap();
+    assert_ne!(job.state(), JobState::Succeeded);
+    assert_eq!(
+        f.history(id).unwrap()[0].outcome(),
+        Some(&Outcome::TimedOut {
+            limit: Duration::from_secs(30)
+        })
+    );
+    assert_eq!(f.output(id).unwrap(), None);
     p.shutdown(Duration::ZERO);
 }

@@ -1,0 +1,112 @@
+//! What a store knows of each queue apart from its jobs: when a worker last asked it for
+//! work (a claim) or held its jobs (a renewal), so that a queue with work and nobody serving
+//! it (a typo in a queue name, a pool that never started) is seen, not silent.
+//!
+//! The mark is written by claims and renewals themselves, in their own transaction, but at
+//! most once every [`MARK_EVERY`] of store time per handle and queue: a busy pool's hot
+//! path writes nothing extra, and an idle pool (which looks at least once a heartbeat
+//! interval) keeps its queue marked at the cost of one small write every half minute.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use bincode::{Decode, Encode};
+use parking_lot::Mutex;
+
+use crate::ids::StoreTime;
+
+/// How often a handle writes that a queue is served, at most.
+pub(crate) const MARK_EVERY: Duration = Duration::from_secs(30);
+
+/// How long a queue's work may wait with no worker asking for it before it counts as
+/// unserved ([`UnservedQueue`]). Well above how often a pool marks its queue (every
+/// [`MARK_EVERY`], or its heartbeat interval if that is longer: a pool whose heartbeat is
+/// slower than this would be reported falsely).
+pub const UNSERVED_AFTER: Duration = Duration::from_secs(5 * 60);
+
+/// A queue's record, as stored on redb (PostgreSQL keeps the same in columns).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Encode, Decode)]
+pub(crate) struct QueueRecord {
+    /// The last time a claim or a renewal of this queue marked it.
+    pub served_at: Option<StoreTime>,
+}
+
+/// A queue with work waiting and nobody asking for it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct UnservedQueue {
+    /// The queue.
+    pub queue: String,
+    /// Since when its oldest due job has waited.
+    pub waiting_since: StoreTime,
+    /// When a worker last asked it for work or renewed one of its leases; `None` if none
+    /// ever has.
+    pub served_at: Option<StoreTime>,
+}
+
+/// Whether a queue whose oldest due job has waited since `waiting_since` and which was last
+/// served at `served_at` counts as unserved at `now`.
+pub(crate) fn unserved(
+    waiting_since: StoreTime,
+    served_at: Option<StoreTime>,
+    now: StoreTime,
+) -> bool {
+    now.saturating_since(waiting_since) >= UNSERVED_AFTER
+        && served_at.is_none_or(|at| now.saturating_since(at) >= UNSERVED_AFTER)
+}
+
+/// The marks one store handle (and its clones) wrote last, by queue: the throttle.
+#[derive(Debug, Default)]
+pub(crate) struct ServedMarks(Mutex<HashMap<String, StoreTime>>);
+
+impl ServedMarks {
+    /// The queues of `queues` whose mark is due at `now` (taken as written: a transaction
+    /// that then fails merely leaves the next mark half a minute later).
+    pub(crate) fn due<'q>(
+        &self,
+        queues: impl IntoIterator<Item = &'q str>,
+        now: StoreTime,
+    ) -> Vec<String> {
+        let mut marks = self.0.lock();
+        let mut due = Vec::new();
+        for queue in queues {
+            let fresh = marks
+                .get(queue)
+                .is_some_and(|at| now.saturating_since(*at) < MARK_EVERY);
+            if !fresh && !due.iter().any(|q| q == queue) {
+                marks.insert(queue.to_owned(), now);
+                due.push(queue.to_owned());
+            }
+        }
+        due
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_mark_is_due_once_per_interval_per_queue() {
+        let marks = ServedMarks::default();
+        let t = StoreTime(1_000_000_000);
+        assert_eq!(marks.due(["a", "b", "a"], t), vec!["a", "b"]);
+        assert!(
+            marks
+                .due(["a"], t.saturating_add(MARK_EVERY / 2))
+                .is_empty()
+        );
+        assert_eq!(marks.due(["a"], t.saturating_add(MARK_EVERY)), vec!["a"]);
+    }
+
+    #[test]
+    fn a_queue_is_unserved_only_when_its_work_and_its_silence_are_both_old() {
+        let now = StoreTime(3_600_000_000_000);
+        let old = StoreTime(now.0 - UNSERVED_AFTER.as_nanos() as u64);
+        let recent = StoreTime(now.0 - 1);
+        assert!(unserved(old, None, now));
+        assert!(unserved(old, Some(old), now));
+        assert!(!unserved(old, Some(recent), now), "served a moment ago");
+        assert!(!unserved(recent, None, now), "its work only just arrived");
+    }
+}

@@ -1,0 +1,170 @@
+use std::time::Duration;
+
+use leasehold::{Error, JobFilter, JobId, JobState, NewJob};
+
+use crate::on_both::{Backend, Kind, Q, Setup, lease};
+
+crate::on_both::on_both!(
+    retry_all_retries_the_dead_jobs_a_filter_names_in_batches_and_lists_the_refused,
+    cancel_all_cancels_waiting_flags_running_and_refuses_finished,
+    a_listing_filters_by_metadata_age_and_cursor,
+);
+
+/// A job that failed its only attempt, tagged with `tenant` if given.
+fn dead(f: &Backend, queue: &str, tenant: Option<&str>) -> JobId {
+    let mut job = NewJob::new(queue, "x").max_attempts(1);
+    if let Some(t) = tenant {
+        job = job.metadata("tenant", t);
+    }
+    let id = f.enqueue(job).unwrap();
+    let l = f.claim_job(id, "w", lease()).unwrap().unwrap();
+    assert_eq!(f.fail(&l, "boom").unwrap(), JobState::Dead);
+    id
+}
+
+fn retry_all_retries_the_dead_jobs_a_filter_names_in_batches_and_lists_the_refused(kind: Kind) {
+    // batches of two, so that five jobs take three transactions
+    let f = kind.with(Setup::default().reap_batch(2));
+    let acme: Vec<JobId> = (0..3).map(|_| dead(&f, Q, Some("acme"))).collect();
+    let globex = dead(&f, Q, Some("globex"));
+    let elsewhere = dead(&f, "other", Some("acme"));
+    let waiting = f.enqueue(NewJob::new(Q, "waiting")).unwrap();
+    let report = f
+        .retry_all(&JobFilter {
+            queue: Some(Q.into()),
+            state: Some(JobState::Dead),
+            metadata: vec![("tenant".into(), "acme".into())],
+            ..JobFilter::default()
+        })
+        .unwrap();
+    assert_eq!((report.matched, report.changed), (3, 3));
+    assert!(report.refused.is_empty());
+    for id in &acme {
+        assert_eq!(f.job(*id).unwrap().unwrap().state(), JobState::Queued);
+    }
+    assert_eq!(f.job(globex).unwrap().unwrap().state(), JobState::Dead);
+    assert_eq!(f.job(elsewhere).unwrap().unwrap().state(), JobState::Dead);
+    // A filter that also names jobs a retry does not apply to: they are refused and listed,
+    // and nothing of theirs changes.
+    let report = f
+        .retry_all(&JobFilter {
+            queue: Some(Q.into()),
+            ..JobFilter::default()
+        })
+        .unwrap();
+    assert_eq!((report.matched, report.changed), (5, 1));
+    let refused: Vec<JobId> = report.refused.iter().map(|(id, _)| *id).collect();
+    assert_eq!(refused, vec![acme[0], acme[1], acme[2], waiting]);
+    assert!(
+        report
+            .refused
+            .iter()
+            .all(|(_, e)| matches!(e, Error::Refused { .. }))
+    );
+    assert_eq!(f.job(globex).unwrap().unwrap().state(), JobState::Queued);
+    // a limit bounds the whole action
+    let report = f
+        .retry_all(&JobFilter {
+            state: Some(JobState::Dead),
+            limit: Some(0),
+            ..JobFilter::default()
+        })
+        .unwrap();
+    assert_eq!(report.matched, 0);
+}
+
+fn cancel_all_cancels_waiting_flags_running_and_refuses_finished(kind: Kind) {
+    let f = kind.with(Setup::default().reap_batch(2));
+    let waiting = f.enqueue_n(3);
+    let running = f.claim_one("w");
+    let finished = dead(&f, Q, None);
+    let report = f
+        .cancel_all(&JobFilter {
+            queue: Some(Q.into()),
+            ..JobFilter::default()
+        })
+        .unwrap();
+    assert_eq!((report.matched, report.changed), (4, 3));
+    assert_eq!(report.refused.len(), 1);
+    assert_eq!(report.refused[0].0, finished);
+    for id in &waiting {
+        let state = f.job(*id).unwrap().unwrap().state();
+        match *id == running.job {
+            true => assert_eq!(state, JobState::Running),
+            false => assert_eq!(state, JobState::Cancelled),
+        }
+    }
+    assert!(f.job(running.job).unwrap().unwrap().cancel_requested());
+    // again: the cancelled ones are left as they are, not counted as changed
+    let again = f
+        .cancel_all(&JobFilter {
+            state: Some(JobState::Cancelled),
+            ..JobFilter::default()
+        })
+        .unwrap();
+    assert_eq!((again.matched, again.changed), (2, 0));
+    assert!(again.refused.is_empty());
+}
+
+fn a_listing_filters_by_metadata_age_and_cursor(kind: Kind) {
+    let f = kind.open();
+    let old = f
+        .enqueue(
+            NewJob::new(Q, "a")
+                .metadata("tenant", "acme")
+                .metadata("kind", "x"),
+        )
+        .unwrap();
+    f.advance(Duration::from_secs(3600));
+    let new = f
+        .enqueue(NewJob::new(Q, "b").metadata("tenant", "acme"))
+        .unwrap();
+    let other = f
+        .enqueue(NewJob::new(Q, "c").metadata("tenant", "globex"))
+        .unwrap();
+    let ids = |filter: JobFilter| -> Vec<JobId> {
+        f.jobs(&filter).unwrap().iter().map(|j| j.id()).collect()
+    };
+    let acme = vec![("tenant".to_owned(), "acme".to_owned())];
+    assert_eq!(
+        ids(JobFilter {
+            metadata: acme.clone(),
+            ..JobFilter::default()
+        }),
+        vec![old, new]
+    );
+    assert_eq!(
+        ids(JobFilter {
+            metadata: vec![
+                ("tenant".into(), "acme".into()),
+                ("kind".into(), "x".into())
+            ],
+            ..JobFilter::default()
+        }),
+        vec![old],
+        "every pair must match"
+    );
+    assert_eq!(
+        ids(JobFilter {
+            unchanged_for: Some(Duration::from_secs(3600)),
+            ..JobFilter::default()
+        }),
+        vec![old]
+    );
+    assert_eq!(
+        ids(JobFilter {
+            after: Some(old),
+            ..JobFilter::default()
+        }),
+        vec![new, other]
+    );
+    assert_eq!(
+        ids(JobFilter {
+            after: Some(old),
+            metadata: acme,
+            limit: Some(1),
+            ..JobFilter::default()
+        }),
+        vec![new]
+    );
+}
