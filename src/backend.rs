@@ -117,6 +117,13 @@ pub(crate) trait LeaseBackend: JobStore + 'static {
     fn release_reporting(&self, lease: &Lease, progress: Option<u64>) -> Result<()>;
     /// Ends the attempt as timed out: its handler ran into the attempt's hard time limit.
     fn time_out_reporting(&self, lease: &Lease, progress: Option<u64>) -> Result<JobState>;
+    /// Puts the job off by `delay` ([`crate::JobStore::snooze`]).
+    fn snooze_reporting(
+        &self,
+        lease: &Lease,
+        delay: Duration,
+        progress: Option<u64>,
+    ) -> Result<JobState>;
     /// Makes what was committed durable (redb's eventual durability); a no-op elsewhere.
     fn flush(&self) -> Result<()>;
 }

@@ -42,6 +42,24 @@ pub(crate) fn check_new_job(new: &NewJob, max_payload: usize) -> Result<(), Inpu
     check_metadata(&new.metadata)
 }
 
+/// A queue's limits: a concurrency of at least one (none at all is a pause), a rate of 1 to
+/// [`crate::queue::MAX_RATE_CLAIMS`] claims in a period longer than zero.
+pub(crate) fn check_limits(limits: &crate::queue::QueueLimits) -> Result<(), InputError> {
+    if limits.concurrency == Some(0) {
+        return Err(InputError::ZeroConcurrency);
+    }
+    if let Some(rate) = limits.rate
+        && (rate.claims == 0 || rate.claims > crate::queue::MAX_RATE_CLAIMS || rate.per.is_zero())
+    {
+        return Err(InputError::BadRate {
+            claims: rate.claims,
+            per: rate.per,
+            max: crate::queue::MAX_RATE_CLAIMS,
+        });
+    }
+    Ok(())
+}
+
 /// Metadata: a few short tags, each key a name a filter can say (`key=value`).
 pub(crate) fn check_metadata(pairs: &[(String, String)]) -> Result<(), InputError> {
     if pairs.len() > limits::MAX_METADATA_PAIRS {

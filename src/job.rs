@@ -252,6 +252,12 @@ pub enum Outcome {
         /// The limit it ran into.
         limit: Duration,
     },
+    /// The holder asked for the job to run again later ("not yet": River's `JobSnooze`,
+    /// Oban's `{:snooze, n}`); no retry budget spent.
+    Snoozed {
+        /// How long the job was put off.
+        delay: Duration,
+    },
 }
 
 impl fmt::Display for Outcome {
@@ -287,6 +293,7 @@ impl fmt::Display for Outcome {
                     limit.as_secs_f64()
                 )
             }
+            Outcome::Snoozed { delay } => write!(f, "snoozed for {:.3}s", delay.as_secs_f64()),
         }
     }
 }

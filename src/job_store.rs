@@ -18,7 +18,7 @@ use crate::ids::{JobId, StoreTime};
 use crate::job::{Job, JobState, NewJob, Run};
 use crate::lease::{Lease, LeaseTerms, Renewal};
 use crate::query::{JobFilter, QueueTiming};
-use crate::queue::UnservedQueue;
+use crate::queue::{QueueLimits, QueueSettings, UnservedQueue};
 use crate::report::{BulkReport, CheckReport, ReapReport};
 use crate::stats::Stats;
 
@@ -43,6 +43,8 @@ pub trait ReadJobs: Send + Sync {
     /// The queues whose due work has waited [`crate::UNSERVED_AFTER`] or more with no worker
     /// asking for it that long (a typo in a queue name, a pool that never started).
     fn unserved_queues(&self) -> Result<Vec<UnservedQueue>>;
+    /// A queue's settings: whether it is paused, and its limits.
+    fn queue_settings(&self, queue: &str) -> Result<QueueSettings>;
     /// The integrity check.
     fn check(&self) -> Result<CheckReport>;
 }
@@ -87,6 +89,9 @@ pub trait JobStore: ReadJobs {
     /// Ends the attempt as timed out (its hard time limit passed): retried after a backoff
     /// while its budget lasts, else dead.
     fn time_out(&self, lease: &Lease) -> Result<JobState>;
+    /// Puts the job off by `delay` ("not yet"): the attempt ends, no budget spent, and the
+    /// job waits until `delay` from now.
+    fn snooze(&self, lease: &Lease, delay: Duration) -> Result<JobState>;
     /// Gives the job back on purpose: claimable at once, no budget spent.
     fn release(&self, lease: &Lease) -> Result<()>;
     /// Cancels a job (a running one at its holder's next heartbeat).
@@ -98,6 +103,12 @@ pub trait JobStore: ReadJobs {
     fn retry_all(&self, filter: &JobFilter) -> Result<BulkReport>;
     /// Cancels every job `filter` names, in bounded batches; finished ones are refused.
     fn cancel_all(&self, filter: &JobFilter) -> Result<BulkReport>;
+    /// Pauses a queue: no claim of any process or machine takes its jobs until it resumes.
+    fn pause_queue(&self, queue: &str) -> Result<()>;
+    /// Resumes a paused queue.
+    fn resume_queue(&self, queue: &str) -> Result<()>;
+    /// Sets a queue's limits across every process and machine.
+    fn set_queue_limits(&self, queue: &str, limits: QueueLimits) -> Result<()>;
     /// One reaper pass: takes back expired leases (and applies retention).
     fn reap(&self) -> Result<ReapReport>;
     /// Deletes finished jobs in `states` older than `older_than`, with their history.
@@ -140,6 +151,9 @@ macro_rules! read_jobs {
             }
             fn unserved_queues(&self) -> $crate::Result<Vec<$crate::UnservedQueue>> {
                 <$store>::unserved_queues(self)
+            }
+            fn queue_settings(&self, queue: &str) -> $crate::Result<$crate::QueueSettings> {
+                <$store>::queue_settings(self, queue)
             }
             fn check(&self) -> $crate::Result<$crate::CheckReport> {
                 <$store>::check(self)
@@ -227,6 +241,13 @@ macro_rules! job_store {
             fn time_out(&self, lease: &$crate::Lease) -> $crate::Result<$crate::JobState> {
                 <$store>::time_out(self, lease)
             }
+            fn snooze(
+                &self,
+                lease: &$crate::Lease,
+                delay: std::time::Duration,
+            ) -> $crate::Result<$crate::JobState> {
+                <$store>::snooze(self, lease, delay)
+            }
             fn release(&self, lease: &$crate::Lease) -> $crate::Result<()> {
                 <$store>::release(self, lease)
             }
@@ -241,6 +262,19 @@ macro_rules! job_store {
             }
             fn cancel_all(&self, filter: &$crate::JobFilter) -> $crate::Result<$crate::BulkReport> {
                 <$store>::cancel_all(self, filter)
+            }
+            fn pause_queue(&self, queue: &str) -> $crate::Result<()> {
+                <$store>::pause_queue(self, queue)
+            }
+            fn resume_queue(&self, queue: &str) -> $crate::Result<()> {
+                <$store>::resume_queue(self, queue)
+            }
+            fn set_queue_limits(
+                &self,
+                queue: &str,
+                limits: $crate::QueueLimits,
+            ) -> $crate::Result<()> {
+                <$store>::set_queue_limits(self, queue, limits)
             }
             fn reap(&self) -> $crate::Result<$crate::ReapReport> {
                 <$store>::reap(self)

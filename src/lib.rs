@@ -138,7 +138,7 @@ pub use pool::{
     ShutdownReport, WorkerPool,
 };
 pub use query::{JobFilter, JobOrder, QueueTiming};
-pub use queue::{UNSERVED_AFTER, UnservedQueue};
+pub use queue::{MAX_RATE_CLAIMS, QueueLimits, QueueSettings, Rate, UNSERVED_AFTER, UnservedQueue};
 pub use reaper::{Reaper, ReaperMetrics};
 pub use redb_store::{
     HolderState, RESERVED_TABLE_PREFIX, RedbWrites, SCHEMA_VERSION, Sharing, Store, StoreBuilder,

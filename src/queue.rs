@@ -1,6 +1,9 @@
-//! What a store knows of each queue apart from its jobs: when a worker last asked it for
-//! work (a claim) or held its jobs (a renewal), so that a queue with work and nobody serving
-//! it (a typo in a queue name, a pool that never started) is seen, not silent.
+//! What a store knows of each queue apart from its jobs: whether it is paused, its limits
+//! across every process and machine (how many of its jobs may be held at once, how many
+//! claimed per period), and when a worker last asked it for work (a claim) or held its jobs
+//! (a renewal), so that a queue with work and nobody serving it (a typo in a queue name, a
+//! pool that never started) is seen, not silent. What a claim may take of a queue is the
+//! rule book's ([`crate::rules::claim_room`]).
 //!
 //! The mark is written by claims and renewals themselves, in their own transaction, but at
 //! most once every [`MARK_EVERY`] of store time per handle and queue: a busy pool's hot
@@ -29,6 +32,71 @@ pub const UNSERVED_AFTER: Duration = Duration::from_secs(5 * 60);
 pub(crate) struct QueueRecord {
     /// The last time a claim or a renewal of this queue marked it.
     pub served_at: Option<StoreTime>,
+    /// No claim takes its jobs while it is paused; running ones finish.
+    pub paused: bool,
+    /// Its limits.
+    pub limits: QueueLimits,
+    /// The times of the claims within the rate limit's period, oldest first (empty without
+    /// a rate limit).
+    pub recent_claims: Vec<StoreTime>,
+}
+
+/// Limits on a queue that hold across every process and machine sharing the store, kept
+/// by the claims themselves (`Store::set_queue_limits`).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash, Encode, Decode)]
+#[non_exhaustive]
+pub struct QueueLimits {
+    /// At most this many of the queue's jobs held under a lease at once ("two uploads at a
+    /// time on this device"). A lease that expires frees its slot: a claim takes it back.
+    pub concurrency: Option<u32>,
+    /// At most this many claims in any period of store time.
+    pub rate: Option<Rate>,
+}
+
+impl QueueLimits {
+    /// No limits.
+    pub fn none() -> QueueLimits {
+        QueueLimits::default()
+    }
+
+    /// At most `n` jobs held at once.
+    pub fn concurrency(mut self, n: u32) -> QueueLimits {
+        self.concurrency = Some(n);
+        self
+    }
+
+    /// At most `claims` claims in any `per`.
+    pub fn rate(mut self, claims: u32, per: Duration) -> QueueLimits {
+        self.rate = Some(Rate { claims, per });
+        self
+    }
+
+    /// Whether any limit is set.
+    pub fn is_limited(&self) -> bool {
+        self.concurrency.is_some() || self.rate.is_some()
+    }
+}
+
+/// A rate limit: at most `claims` claims in any `per` of store time (a sliding window).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Encode, Decode)]
+pub struct Rate {
+    /// How many claims.
+    pub claims: u32,
+    /// In how long.
+    pub per: Duration,
+}
+
+/// The largest rate limit's count: the store keeps the time of each claim in its window.
+pub const MAX_RATE_CLAIMS: u32 = 10_000;
+
+/// A queue's settings as operators see them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct QueueSettings {
+    /// Whether it is paused.
+    pub paused: bool,
+    /// Its limits.
+    pub limits: QueueLimits,
 }
 
 /// A queue with work waiting and nobody asking for it.

@@ -31,6 +31,7 @@ use crate::job::{
     JobRecord, JobState, LeaseRecord, NewJob, Outcome, ReclaimPath, RunRecord, Uniqueness,
 };
 use crate::lease::LeaseTerms;
+use crate::queue::{QueueLimits, QueueRecord};
 use crate::report::Reclaim;
 use crate::retry::RetryPolicy;
 use crate::stats::Counters;
@@ -128,6 +129,109 @@ pub(crate) fn release_key(holder: &JobRecord, now: StoreTime) -> JobRecord {
     released
 }
 
+// ----- queues -----
+
+/// What a claim may take of a queue now.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Room {
+    /// How many of its jobs (`usize::MAX`: no limit).
+    pub allowed: usize,
+    /// When there is none, when to look again: the end of a rate window, or soon for a full
+    /// queue (a holder in another process or machine may finish any moment); `None` while
+    /// paused (a resume wakes the waiters).
+    pub more_at: Option<StoreTime>,
+}
+
+/// How soon a waiting pool looks again at a queue whose concurrency limit is full.
+pub(crate) const FULL_QUEUE_LOOK: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// What a claim may take at `now` of a queue with `record` (`None`: never paused or
+/// limited) and `running` of its jobs held: nothing while it is paused; else what its
+/// concurrency limit leaves (the engine takes back its expired leases first, so a lease
+/// that ran out holds no slot) and what its rate limit's window leaves.
+pub(crate) fn claim_room(record: Option<&QueueRecord>, running: u64, now: StoreTime) -> Room {
+    let mut room = Room {
+        allowed: usize::MAX,
+        more_at: None,
+    };
+    let Some(record) = record else {
+        return room;
+    };
+    if record.paused {
+        room.allowed = 0;
+        return room;
+    }
+    if let Some(limit) = record.limits.concurrency {
+        let free = u64::from(limit).saturating_sub(running);
+        room.allowed = room
+            .allowed
+            .min(usize::try_from(free).unwrap_or(usize::MAX));
+        if free == 0 {
+            room.more_at = Some(now.saturating_add(FULL_QUEUE_LOOK));
+        }
+    }
+    if let Some(rate) = record.limits.rate {
+        let in_window: Vec<StoreTime> = record
+            .recent_claims
+            .iter()
+            .copied()
+            .filter(|t| t.saturating_add(rate.per) > now)
+            .collect();
+        let free = (rate.claims as usize).saturating_sub(in_window.len());
+        room.allowed = room.allowed.min(free);
+        if free == 0 {
+            let ends = in_window
+                .first()
+                .map_or(now, |oldest| oldest.saturating_add(rate.per));
+            room.more_at = Some(room.more_at.map_or(ends, |at| at.max(ends)));
+        }
+    }
+    room
+}
+
+/// The queue's record after `n` claims at `now`: with a rate limit, each claim's time is
+/// kept while its window lasts.
+pub(crate) fn note_claims(record: &QueueRecord, n: usize, now: StoreTime) -> QueueRecord {
+    let mut new = record.clone();
+    if let Some(rate) = record.limits.rate {
+        new.recent_claims
+            .retain(|t| t.saturating_add(rate.per) > now);
+        new.recent_claims.extend(std::iter::repeat_n(now, n));
+    }
+    new
+}
+
+/// When a waiting pool should look at the queue again, given its room and when its next job
+/// (or lease expiry) is due: the room's time while there is no room, else the job's.
+pub(crate) fn next_look(room: Room, next_due: Option<StoreTime>) -> Option<StoreTime> {
+    match room.allowed {
+        0 => room.more_at,
+        _ => next_due,
+    }
+}
+
+/// The record of a queue paused (or resumed).
+pub(crate) fn paused(record: Option<&QueueRecord>, paused: bool) -> QueueRecord {
+    let mut new = record.cloned().unwrap_or_default();
+    new.paused = paused;
+    new
+}
+
+/// The record of a queue with new limits (checked); the rate window's claims are kept, so
+/// a new rate counts the claims already made in its window.
+pub(crate) fn limited(
+    record: Option<&QueueRecord>,
+    limits: QueueLimits,
+) -> Result<QueueRecord, Error> {
+    input::check_limits(&limits)?;
+    let mut new = record.cloned().unwrap_or_default();
+    new.limits = limits;
+    if limits.rate.is_none() {
+        new.recent_claims.clear();
+    }
+    Ok(new)
+}
+
 // ----- the fence -----
 
 /// Which kind of fenced write asks.
@@ -195,6 +299,7 @@ pub(crate) fn ended_by_its_holder(outcome: Option<&Outcome>) -> bool {
                 | Outcome::Failed(_)
                 | Outcome::FailedPermanently(_)
                 | Outcome::Released
+                | Outcome::Snoozed { .. }
         )
     )
 }
@@ -493,6 +598,25 @@ pub(crate) fn time_out(
     let next = after_failure(&job, now, policy, true);
     let mut change = end(&job, outcome, next, now);
     change.counts.timed_out = 1;
+    change
+}
+
+/// The holder put the job off by `delay` ("not yet"): the attempt ends as `Snoozed`, no
+/// budget spent, and the job waits until `delay` from now (cancelled instead, if a cancel was
+/// requested meanwhile). Counted.
+pub(crate) fn snooze(
+    job: &JobRecord,
+    delay: std::time::Duration,
+    progress: Option<u64>,
+    now: StoreTime,
+) -> Change {
+    let job = with_final_progress(job, progress, now);
+    let next = match job.cancel_requested {
+        true => Next::Cancelled,
+        false => Next::Queued(now.saturating_add(delay)),
+    };
+    let mut change = end(&job, Outcome::Snoozed { delay }, next, now);
+    change.counts.snoozed = 1;
     change
 }
 

@@ -69,6 +69,8 @@ lifetime_counters! {
     stalled,
     /// Attempts ended by their hard time limit.
     timed_out,
+    /// Attempts whose holder put the job off ("not yet"), no budget spent.
+    snoozed,
 }
 
 /// Jobs of one queue, by state.
@@ -80,6 +82,10 @@ pub struct QueueCounts {
     /// When a worker last asked the queue for work or renewed one of its leases, as marked
     /// (at most every half minute per store handle); `None` if none ever has.
     pub served_at: Option<StoreTime>,
+    /// Whether the queue is paused (no claim takes its jobs).
+    pub paused: bool,
+    /// Its limits across every process and machine.
+    pub limits: crate::queue::QueueLimits,
 }
 
 impl QueueCounts {

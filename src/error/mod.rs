@@ -389,6 +389,21 @@ pub enum InputError {
     /// A job's time limit of zero would end its every attempt as it began.
     #[error("a job's time limit must be greater than zero")]
     ZeroTimeLimit,
+    /// A concurrency limit of zero would hold every job forever: pause the queue instead.
+    #[error("a concurrency limit must be at least 1 (pause the queue to stop its claims)")]
+    ZeroConcurrency,
+    /// A rate limit counts 1 to `max` claims in a period longer than zero.
+    #[error(
+        "a rate limit of {claims} claims per {per:?}: it must be 1 to {max} claims per a period longer than zero"
+    )]
+    BadRate {
+        /// The claims asked for.
+        claims: u32,
+        /// The period asked for.
+        per: std::time::Duration,
+        /// The most claims a window holds.
+        max: u32,
+    },
     /// A uniqueness window ([`crate::NewJob::unique_for`]) without a unique key to keep.
     #[error("a uniqueness window needs a unique key")]
     WindowWithoutKey,

@@ -386,6 +386,8 @@ impl<W> From<()> for Output<W> {
 pub struct JobError {
     message: String,
     retry: Retry,
+    /// "Not yet": put the job off by this much instead of failing it.
+    snooze: Option<Duration>,
 }
 
 impl JobError {
@@ -394,7 +396,26 @@ impl JobError {
         JobError {
             message: message.to_string(),
             retry: Retry::WhileBudgetLasts,
+            snooze: None,
         }
+    }
+
+    /// Not a failure: "not yet, try again in `delay`" (River's `JobSnooze`, Oban's
+    /// `{:snooze, n}`). The attempt ends as [`Outcome::Snoozed`](crate::Outcome::Snoozed)
+    /// with no retry budget spent, and the job runs again once `delay` has passed (store
+    /// time). For a remote side that asked to be called back later, or a resource that is
+    /// busy: `return Err(JobError::snooze(Duration::from_secs(30)))`.
+    pub fn snooze(delay: Duration) -> JobError {
+        JobError {
+            message: format!("snoozed for {:.3}s", delay.as_secs_f64()),
+            retry: Retry::WhileBudgetLasts,
+            snooze: Some(delay),
+        }
+    }
+
+    /// How long the handler put its job off, if this is a snooze ([`JobError::snooze`]).
+    pub fn snoozed_for(&self) -> Option<Duration> {
+        self.snooze
     }
 
     /// A failure no retry mends, described by `message`: the job is dead at once, whatever
@@ -404,6 +425,7 @@ impl JobError {
         JobError {
             message: message.to_string(),
             retry: Retry::Never,
+            snooze: None,
         }
     }
 
@@ -455,6 +477,10 @@ impl<E: Into<Box<dyn std::error::Error + Send + Sync>>> From<E> for JobError {
             message.push_str(&cause.to_string());
             source = cause.source();
         }
-        JobError { message, retry }
+        JobError {
+            message,
+            retry,
+            snooze: None,
+        }
     }
 }

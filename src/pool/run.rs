@@ -73,6 +73,7 @@ enum After {
 /// What the handler's run amounts to.
 enum Verdict {
     Complete(Output<AnyWrites>),
+    Snooze(std::time::Duration),
     Fail {
         message: String,
         retry: Retry,
@@ -114,10 +115,13 @@ fn run_one(shared: &Shared, flight: Flight) -> After {
             }
             None => Verdict::Complete(output),
         },
-        Ok(Err(e)) => Verdict::Fail {
-            message: e.message().to_owned(),
-            retry: e.retry(),
-            counter: FailKind::Failed,
+        Ok(Err(e)) => match e.snoozed_for() {
+            Some(delay) => Verdict::Snooze(delay),
+            None => Verdict::Fail {
+                message: e.message().to_owned(),
+                retry: e.retry(),
+                counter: FailKind::Failed,
+            },
         },
         Err(panic) => Verdict::Fail {
             message: format!("handler panicked: {}", panic_message(&*panic)),
@@ -141,7 +145,17 @@ fn run_one(shared: &Shared, flight: Flight) -> After {
                 counter,
             },
         ) => commit_failure(shared, &flight, &message, retry, counter),
-        (Some(Interruption::Shutdown), Verdict::Fail { .. }) => {}
+        (None, Verdict::Snooze(delay)) => {
+            let progress = Some(flight.state.progress());
+            match shared.store.snooze_reporting(lease, delay, progress) {
+                Ok(_) => bump(&shared.counters.snoozed),
+                Err(e) if e.is_lease_lost() => bump(&shared.counters.rejected_writes),
+                Err(e) => {
+                    tracing::warn!(job = %lease.job, error = %e, "snooze failed; the lease will lapse and the job run again");
+                }
+            }
+        }
+        (Some(Interruption::Shutdown), Verdict::Fail { .. } | Verdict::Snooze(_)) => {}
         (Some(Interruption::LeaseExpired), _) => {
             match shared
                 .store

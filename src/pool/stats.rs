@@ -52,6 +52,8 @@ pool_counters! {
     stalled,
     /// Attempts ended by their hard time limit.
     timed_out,
+    /// Jobs their handler put off ([`crate::JobError::snooze`]).
+    snoozed,
     /// Jobs cancelled while running.
     cancelled,
     /// Results not committed because the lease was gone: refused by the fence, or withheld

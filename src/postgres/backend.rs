@@ -311,6 +311,19 @@ impl LeaseBackend for PgStore {
         Ok(())
     }
 
+    fn snooze_reporting(
+        &self,
+        lease: &Lease,
+        delay: Duration,
+        progress: Option<u64>,
+    ) -> Result<JobState> {
+        let (job, at) = (lease.job, lease.attempt);
+        let state =
+            self.in_transaction(|tx, p| protocol::snooze(tx, p, job, at, delay, progress))?;
+        self.readied([&lease.queue]);
+        Ok(state)
+    }
+
     fn time_out_reporting(&self, lease: &Lease, progress: Option<u64>) -> Result<JobState> {
         let (job, at) = (lease.job, lease.attempt);
         let state = self.in_transaction(|tx, p| {

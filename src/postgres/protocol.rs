@@ -31,6 +31,7 @@ use crate::ids::{Attempt, JobId, StoreTime};
 use crate::input;
 use crate::job::{JobRecord, JobState, NewJob, Outcome, ReclaimPath};
 use crate::lease::{Lease, LeaseTerms, Renewal};
+use crate::queue::QueueRecord;
 use crate::report::Reclaim;
 use crate::rules::{self, Change, Granted, Renewed, Retry, Write};
 use crate::stats::Counters;
@@ -220,6 +221,8 @@ pub(crate) fn claim_batch(
     n: usize,
 ) -> Result<Vec<Lease>> {
     input::check_claim(queue, worker, &terms)?;
+    let (record, room) = room(tx, p, s, queue)?;
+    let n = n.min(room.allowed);
     let mut leases = Vec::new();
     // One at a time while expired leases are about, each weighed against the ready jobs.
     while leases.len() < n {
@@ -296,7 +299,173 @@ pub(crate) fn claim_batch(
             break;
         }
     }
+    noted(tx, p, queue, record, leases.len())?;
     Ok(leases)
+}
+
+/// A queue's record by name.
+macro_rules! queue_record {
+    () => {
+        "SELECT {s}.us(served_at), paused, concurrency, rate_claims, rate_per_us, recent_claims
+         FROM {s}.leasehold_queues WHERE queue = $1"
+    };
+}
+const QUEUE_RECORD: &str = queue_record!();
+const QUEUE_RECORD_LOCKED: &str = concat!(queue_record!(), " FOR UPDATE");
+
+/// The record of `queue`, if it has one; its row locked with `lock` (which serializes the
+/// claims of a limited queue, so that two never count the same free slot).
+pub(crate) fn queue_record(
+    tx: Tx<'_, '_>,
+    p: &mut Prepared<'_>,
+    queue: &str,
+    lock: bool,
+) -> Result<Option<QueueRecord>> {
+    let st = p.get(
+        tx,
+        if lock {
+            QUEUE_RECORD_LOCKED
+        } else {
+            QUEUE_RECORD
+        },
+    )?;
+    let Some(row) = tx.query_opt(&st, &[&queue])? else {
+        return Ok(None);
+    };
+    let rate = match (row.col::<Option<i32>>(3)?, row.col::<Option<i64>>(4)?) {
+        (Some(claims), Some(per)) => Some(crate::queue::Rate {
+            claims: u32::try_from(claims).unwrap_or(0),
+            per: super::rows::duration(per),
+        }),
+        _ => None,
+    };
+    Ok(Some(QueueRecord {
+        served_at: row.col::<Option<i64>>(0)?.map(time),
+        paused: row.col(1)?,
+        limits: crate::queue::QueueLimits {
+            concurrency: row
+                .col::<Option<i32>>(2)?
+                .map(|n| u32::try_from(n).unwrap_or(0)),
+            rate,
+        },
+        recent_claims: row.col::<Vec<i64>>(5)?.into_iter().map(time).collect(),
+    }))
+}
+
+/// What a claim of `queue` may take now ([`rules::claim_room`]), and its record: as on redb,
+/// a queue with a concurrency limit has its expired leases taken back first, under the
+/// queue's row lock (so that the claims of every machine count its slots one at a time).
+fn room(
+    tx: Tx<'_, '_>,
+    p: &mut Prepared<'_>,
+    s: &Settings,
+    queue: &str,
+) -> Result<(Option<QueueRecord>, rules::Room)> {
+    let mut record = queue_record(tx, p, queue, false)?;
+    if record
+        .as_ref()
+        .is_some_and(|r| !r.paused && r.limits.is_limited())
+    {
+        record = queue_record(tx, p, queue, true)?;
+    }
+    let limited = record
+        .as_ref()
+        .is_some_and(|r| !r.paused && r.limits.concurrency.is_some());
+    let now = now(tx, p)?;
+    let mut running = 0;
+    if limited {
+        while let Some(expired) = first_expired(tx, p, queue)? {
+            expire(tx, p, s, &expired, ReclaimPath::Takeover, now)?;
+        }
+        let st = p.get(
+            tx,
+            "SELECT count(*) FROM {s}.leasehold_jobs WHERE queue = $1 AND state = 'running'",
+        )?;
+        running = u64::try_from(tx.query_one(&st, &[&queue])?.col::<i64>(0)?).unwrap_or(0);
+    }
+    let room = rules::claim_room(record.as_ref(), running, now);
+    Ok((record, room))
+}
+
+/// Keeps `claimed` claims of `queue` in its rate window, if it has a rate limit.
+fn noted(
+    tx: Tx<'_, '_>,
+    p: &mut Prepared<'_>,
+    queue: &str,
+    record: Option<QueueRecord>,
+    claimed: usize,
+) -> Result<()> {
+    let Some(record) = record.filter(|r| claimed > 0 && r.limits.rate.is_some()) else {
+        return Ok(());
+    };
+    let now = now(tx, p)?;
+    let new = rules::note_claims(&record, claimed, now);
+    save_queue(tx, p, queue, &new)
+}
+
+/// Stores a queue's record (its served mark apart, which [`mark_served`] keeps).
+fn save_queue(tx: Tx<'_, '_>, p: &mut Prepared<'_>, queue: &str, r: &QueueRecord) -> Result<()> {
+    let st = p.get(
+        tx,
+        "INSERT INTO {s}.leasehold_queues AS q
+             (queue, paused, concurrency, rate_claims, rate_per_us, recent_claims)
+         VALUES ($1, $2, $3, $4, $5, $6)
+         ON CONFLICT (queue) DO UPDATE SET paused = excluded.paused,
+             concurrency = excluded.concurrency, rate_claims = excluded.rate_claims,
+             rate_per_us = excluded.rate_per_us, recent_claims = excluded.recent_claims",
+    )?;
+    let concurrency = r
+        .limits
+        .concurrency
+        .map(|n| i32::try_from(n).unwrap_or(i32::MAX));
+    let rate_claims = r
+        .limits
+        .rate
+        .map(|x| i32::try_from(x.claims).unwrap_or(i32::MAX));
+    let rate_per = r.limits.rate.map(|x| micros(x.per));
+    let recent: Vec<i64> = r.recent_claims.iter().map(|t| us(*t)).collect();
+    tx.execute(
+        &st,
+        &[
+            &queue,
+            &r.paused,
+            &concurrency,
+            &rate_claims,
+            &rate_per,
+            &recent,
+        ],
+    )?;
+    Ok(())
+}
+
+/// Pauses (or resumes) `queue` ([`rules::paused`]); a resume wakes waiting workers on every
+/// machine.
+pub(crate) fn pause_queue(
+    tx: Tx<'_, '_>,
+    p: &mut Prepared<'_>,
+    queue: &str,
+    pause: bool,
+) -> Result<()> {
+    input::check_queue(queue)?;
+    let record = queue_record(tx, p, queue, true)?;
+    save_queue(tx, p, queue, &rules::paused(record.as_ref(), pause))?;
+    if !pause {
+        notify(tx, p, queue)?;
+    }
+    Ok(())
+}
+
+/// Sets `queue`'s limits ([`rules::limited`]), waking its waiters on every machine.
+pub(crate) fn set_queue_limits(
+    tx: Tx<'_, '_>,
+    p: &mut Prepared<'_>,
+    queue: &str,
+    limits: crate::queue::QueueLimits,
+) -> Result<()> {
+    input::check_queue(queue)?;
+    let record = queue_record(tx, p, queue, true)?;
+    save_queue(tx, p, queue, &rules::limited(record.as_ref(), limits)?)?;
+    notify(tx, p, queue)
 }
 
 /// The queue's running job with the earliest indexed expiry that has really expired (its
@@ -381,16 +550,31 @@ pub(crate) fn claim_job(
     crate::config::check_terms(&terms)?;
     let record = load(tx, p, job)?.ok_or(Error::JobNotFound(job))?;
     let now = now(tx, p)?;
-    if rules::claimable(&record, now) {
-        return grant(tx, p, &record, worker, terms);
+    if !rules::claimable(&record, now) && !rules::lease_expired(&record, now) {
+        return Ok(None);
     }
-    if rules::lease_expired(&record, now) {
-        let (taken, _) = expire(tx, p, s, &record, ReclaimPath::Takeover, now)?;
-        if taken.state.is_waiting() {
-            return grant(tx, p, &taken, worker, terms);
-        }
+    let (queue_record, room) = room(tx, p, s, &record.queue)?;
+    if room.allowed == 0 {
+        return Ok(None);
     }
-    Ok(None)
+    // (taking back the queue's expired leases may have made this one claimable)
+    let record = load(tx, p, job)?.ok_or(Error::JobNotFound(job))?;
+    let record = match rules::lease_expired(&record, now) {
+        true => expire(tx, p, s, &record, ReclaimPath::Takeover, now)?.0,
+        false => record,
+    };
+    if !rules::claimable(&record, now) {
+        return Ok(None);
+    }
+    let lease = grant(tx, p, &record, worker, terms)?;
+    noted(
+        tx,
+        p,
+        &record.queue,
+        queue_record,
+        usize::from(lease.is_some()),
+    )?;
+    Ok(lease)
 }
 
 // ----- heartbeat -----
@@ -657,6 +841,21 @@ pub(crate) fn time_out(
     Ok(store_end(tx, p, &record, change)?.state)
 }
 
+/// Puts the job off by `delay`: the attempt ends, no budget spent ([`rules::snooze`]).
+pub(crate) fn snooze(
+    tx: Tx<'_, '_>,
+    p: &mut Prepared<'_>,
+    job: JobId,
+    at: Attempt,
+    delay: Duration,
+    progress: Option<u64>,
+) -> Result<JobState> {
+    let record = fence(tx, p, job, at, Write::End)?;
+    let now = now(tx, p)?;
+    let change = rules::snooze(&record, delay, progress, now);
+    Ok(store_end(tx, p, &record, change)?.state)
+}
+
 /// Gives the job back on purpose: claimable at once, in its old place, no budget spent.
 pub(crate) fn release(
     tx: Tx<'_, '_>,
@@ -820,6 +1019,9 @@ fn fence(
                 "failed" => Some(Outcome::Failed(String::new())),
                 "failed_permanently" => Some(Outcome::FailedPermanently(String::new())),
                 "released" => Some(Outcome::Released),
+                "snoozed" => Some(Outcome::Snoozed {
+                    delay: Duration::ZERO,
+                }),
                 _ => None,
             },
             None => None,
@@ -890,16 +1092,17 @@ fn store_end(
         return Err(crate::rules::corrupt_running(old));
     };
     let (kind, error, path, overdue) = outcome_columns(outcome);
-    let limit = match outcome {
-        Outcome::TimedOut { limit } => Some(micros(*limit)),
-        _ => None,
+    let (limit, snoozed_for) = match outcome {
+        Outcome::TimedOut { limit } => (Some(micros(*limit)), None),
+        Outcome::Snoozed { delay } => (None, Some(micros(*delay))),
+        _ => (None, None),
     };
     let insert = p.get(
         tx,
         "INSERT INTO {s}.leasehold_runs
              (job, attempt, worker, claimed_at, ended_at, outcome, error, reclaim_path,
-              overdue_us, progress, time_limit_us)
-         VALUES ($1, $2, $3, {s}.at($4), {s}.at($5), $6, $7, $8, $9, $10, $11)",
+              overdue_us, progress, time_limit_us, snoozed_for_us)
+         VALUES ($1, $2, $3, {s}.at($4), {s}.at($5), $6, $7, $8, $9, $10, $11, $12)",
     )?;
     let ended_at = run.ended_at.unwrap_or(change.job.updated_at);
     tx.execute(
@@ -916,6 +1119,7 @@ fn store_end(
             &overdue,
             &clamp(run.progress),
             &limit,
+            &snoozed_for,
         ],
     )?;
     save(tx, p, &change.job)?;
@@ -965,6 +1169,7 @@ fn outcome_columns(
         Outcome::Cancelled => ("cancelled", None, None, None),
         Outcome::FailedPermanently(e) => ("failed_permanently", Some(e.as_str()), None, None),
         Outcome::TimedOut { .. } => ("timed_out", None, None, None),
+        Outcome::Snoozed { .. } => ("snoozed", None, None, None),
     }
 }
 

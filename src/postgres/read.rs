@@ -158,10 +158,35 @@ pub(crate) fn next_due(
     queue: &str,
 ) -> Result<Option<StoreTime>> {
     let st = p.get(tx, NEXT_DUE)?;
-    Ok(tx
+    let due = tx
         .query_one(&st, &[&queue])?
         .col::<Option<i64>>(0)?
-        .map(time))
+        .map(time);
+    // No room for a claim (paused, full, its rate spent): when there may be.
+    let Some(record) = super::protocol::queue_record(tx, p, queue, false)? else {
+        return Ok(due);
+    };
+    let st = p.get(
+        tx,
+        "SELECT count(*) FROM {s}.leasehold_jobs WHERE queue = $1 AND state = 'running'",
+    )?;
+    let running = u64::try_from(tx.query_one(&st, &[&queue])?.col::<i64>(0)?).unwrap_or(0);
+    let room = crate::rules::claim_room(Some(&record), running, now(tx, p)?);
+    Ok(crate::rules::next_look(room, due))
+}
+
+/// A queue's settings: whether it is paused, and its limits.
+pub(crate) fn queue_settings(
+    tx: Tx<'_, '_>,
+    p: &mut Prepared<'_>,
+    queue: &str,
+) -> Result<crate::QueueSettings> {
+    Ok(super::protocol::queue_record(tx, p, queue, false)?
+        .map(|r| crate::QueueSettings {
+            paused: r.paused,
+            limits: r.limits,
+        })
+        .unwrap_or_default())
 }
 
 /// Every attempt of the job, oldest first: the ended ones from history, and a running one
@@ -170,7 +195,7 @@ pub(crate) fn history(tx: Tx<'_, '_>, p: &mut Prepared<'_>, job: JobId) -> Resul
     let st = p.get(
         tx,
         "SELECT attempt, worker, {s}.us(claimed_at), {s}.us(ended_at), outcome, error,
-             reclaim_path, overdue_us, progress, time_limit_us
+             reclaim_path, overdue_us, progress, time_limit_us, snoozed_for_us
          FROM {s}.leasehold_runs WHERE job = $1 ORDER BY attempt",
     )?;
     let mut runs = Vec::new();
@@ -186,6 +211,9 @@ pub(crate) fn history(tx: Tx<'_, '_>, p: &mut Prepared<'_>, job: JobId) -> Resul
             }
             "timed_out" => Outcome::TimedOut {
                 limit: duration(row.col::<Option<i64>>(9)?.unwrap_or(0)),
+            },
+            "snoozed" => Outcome::Snoozed {
+                delay: duration(row.col::<Option<i64>>(10)?.unwrap_or(0)),
             },
             "lease_expired" => Outcome::LeaseExpired {
                 path: match row.col::<Option<&str>>(6)? {
@@ -238,13 +266,19 @@ pub(crate) fn stats(tx: Tx<'_, '_>, p: &mut Prepared<'_>) -> Result<Stats> {
                 .insert(state, n);
         }
     }
-    let served = p.get(
-        tx,
-        "SELECT queue, {s}.us(served_at) FROM {s}.leasehold_queues",
-    )?;
-    for row in tx.query(&served, &[])? {
-        stats.queues.entry(row.col(0)?).or_default().served_at =
-            row.col::<Option<i64>>(1)?.map(time);
+    let queues = p.get(tx, "SELECT queue FROM {s}.leasehold_queues")?;
+    let names: Vec<String> = tx
+        .query(&queues, &[])?
+        .iter()
+        .map(|row| row.col(0))
+        .collect::<Result<_>>()?;
+    for name in names {
+        if let Some(record) = super::protocol::queue_record(tx, p, &name, false)? {
+            let counts = stats.queues.entry(name).or_default();
+            counts.served_at = record.served_at;
+            counts.paused = record.paused;
+            counts.limits = record.limits;
+        }
     }
     let counters = p.get(tx, "SELECT name, value FROM {s}.leasehold_counters")?;
     let mut c = Counters::default();

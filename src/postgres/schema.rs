@@ -149,10 +149,19 @@ CREATE TABLE {s}.leasehold_runs (
     overdue_us bigint,
     progress bigint NOT NULL,
     time_limit_us bigint,
+    snoozed_for_us bigint,
     PRIMARY KEY (job, attempt)
 );
 CREATE TABLE {s}.leasehold_counters (name text PRIMARY KEY, value bigint NOT NULL);
-CREATE TABLE {s}.leasehold_queues (queue text PRIMARY KEY, served_at timestamptz);
+CREATE TABLE {s}.leasehold_queues (
+    queue text PRIMARY KEY,
+    served_at timestamptz,
+    paused boolean NOT NULL DEFAULT false,
+    concurrency integer,
+    rate_claims integer,
+    rate_per_us bigint,
+    recent_claims bigint[] NOT NULL DEFAULT '{}'
+);
 INSERT INTO {s}.leasehold_counters (name, value) VALUES
     ('reclaimed_by_reaper', 0), ('reclaimed_by_takeover', 0), ('reclaimed_at_open', 0),
     ('reclaimed_process_died', 0),
@@ -171,8 +180,17 @@ ALTER TABLE {s}.leasehold_jobs
     ADD COLUMN IF NOT EXISTS unique_for_us bigint,
     ADD COLUMN IF NOT EXISTS key_released boolean NOT NULL DEFAULT false,
     ADD COLUMN IF NOT EXISTS metadata text[] NOT NULL DEFAULT '{}';
-ALTER TABLE {s}.leasehold_runs ADD COLUMN IF NOT EXISTS time_limit_us bigint;
-CREATE TABLE IF NOT EXISTS {s}.leasehold_queues (queue text PRIMARY KEY, served_at timestamptz);
+ALTER TABLE {s}.leasehold_runs ADD COLUMN IF NOT EXISTS time_limit_us bigint,
+    ADD COLUMN IF NOT EXISTS snoozed_for_us bigint;
+CREATE TABLE IF NOT EXISTS {s}.leasehold_queues (
+    queue text PRIMARY KEY,
+    served_at timestamptz,
+    paused boolean NOT NULL DEFAULT false,
+    concurrency integer,
+    rate_claims integer,
+    rate_per_us bigint,
+    recent_claims bigint[] NOT NULL DEFAULT '{}'
+);
 DROP INDEX IF EXISTS {s}.leasehold_jobs_unique;
 CREATE UNIQUE INDEX leasehold_jobs_unique ON {s}.leasehold_jobs (queue, unique_key)
     WHERE "#,
@@ -325,12 +343,21 @@ pub(crate) const COLUMNS: &[(&str, &[(&str, &str)])] = &[
             ("overdue_us", "int8"),
             ("progress", "int8"),
             ("time_limit_us", "int8"),
+            ("snoozed_for_us", "int8"),
         ],
     ),
     ("leasehold_counters", &[("name", "text"), ("value", "int8")]),
     (
         "leasehold_queues",
-        &[("queue", "text"), ("served_at", "timestamptz")],
+        &[
+            ("queue", "text"),
+            ("served_at", "timestamptz"),
+            ("paused", "bool"),
+            ("concurrency", "int4"),
+            ("rate_claims", "int4"),
+            ("rate_per_us", "int8"),
+            ("recent_claims", "_int8"),
+        ],
     ),
 ];
 

@@ -276,6 +276,11 @@ impl PgStore {
         )
     }
 
+    /// Puts the job off by `delay` (see [`crate::Store::snooze`]).
+    pub fn snooze(&self, lease: &Lease, delay: std::time::Duration) -> Result<JobState> {
+        <Self as crate::backend::LeaseBackend>::snooze_reporting(self, lease, delay, None)
+    }
+
     /// Ends the attempt as timed out (see [`crate::Store::time_out`]).
     pub fn time_out(&self, lease: &Lease) -> Result<JobState> {
         <Self as crate::backend::LeaseBackend>::time_out_reporting(self, lease, None)
@@ -454,6 +459,33 @@ impl PgStore {
     /// Counts per queue and state, and the lifetime counters.
     pub fn stats(&self) -> Result<Stats> {
         self.in_transaction(read::stats)
+    }
+
+    /// Pauses `queue` on every machine (see [`crate::Store::pause_queue`]).
+    pub fn pause_queue(&self, queue: &str) -> Result<()> {
+        self.in_transaction(|tx, p| protocol::pause_queue(tx, p, queue, true))
+    }
+
+    /// Resumes a paused `queue` (see [`crate::Store::resume_queue`]).
+    pub fn resume_queue(&self, queue: &str) -> Result<()> {
+        self.in_transaction(|tx, p| protocol::pause_queue(tx, p, queue, false))?;
+        self.readied([&queue.to_owned()]);
+        Ok(())
+    }
+
+    /// Sets `queue`'s limits on every machine (see [`crate::Store::set_queue_limits`]).
+    pub fn set_queue_limits(&self, queue: &str, limits: crate::QueueLimits) -> Result<()> {
+        self.in_transaction(|tx, p| protocol::set_queue_limits(tx, p, queue, limits))?;
+        self.readied([&queue.to_owned()]);
+        Ok(())
+    }
+
+    /// `queue`'s settings (see [`crate::Store::queue_settings`]).
+    pub fn queue_settings(&self, queue: &str) -> Result<crate::QueueSettings> {
+        if no_queue_has(queue) {
+            return Ok(crate::QueueSettings::default());
+        }
+        self.in_transaction(|tx, p| read::queue_settings(tx, p, queue))
     }
 
     /// The queues with due work and nobody serving them (see

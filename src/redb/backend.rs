@@ -121,6 +121,16 @@ impl LeaseBackend for Store {
         self.release_reporting(lease, progress)
     }
 
+    fn snooze_reporting(
+        &self,
+        lease: &Lease,
+        delay: std::time::Duration,
+        progress: Option<u64>,
+    ) -> Result<JobState> {
+        let (job, attempt) = (lease.job, lease.attempt);
+        self.write(move |tx| crate::redb_store::protocol::snooze(tx, job, attempt, delay, progress))
+    }
+
     fn time_out_reporting(&self, lease: &Lease, progress: Option<u64>) -> Result<JobState> {
         let (job, attempt) = (lease.job, lease.attempt);
         self.write(move |tx| crate::redb_store::protocol::time_out(tx, job, attempt, progress))

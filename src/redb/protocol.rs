@@ -84,8 +84,7 @@ pub(crate) fn claim(
     worker: &str,
     terms: LeaseTerms,
 ) -> Result<Option<Lease>> {
-    input::check_claim(queue, worker, &terms)?;
-    next_claim(tx, queue, worker, terms, &mut true)
+    Ok(claim_batch(tx, queue, worker, terms, 1)?.pop())
 }
 
 /// Claims up to `n` jobs of `queue` in one transaction, most urgent first.
@@ -97,6 +96,8 @@ pub(crate) fn claim_batch(
     n: usize,
 ) -> Result<Vec<Lease>> {
     input::check_claim(queue, worker, &terms)?;
+    let (record, room) = room(tx, queue)?;
+    let n = n.min(room.allowed);
     let mut leases = Vec::with_capacity(n.min(1024));
     // Once no lease has expired, none will within this transaction (its time stands still
     // and every lease it grants ends later), so the rest of the batch skips that search.
@@ -107,7 +108,38 @@ pub(crate) fn claim_batch(
             None => break,
         }
     }
+    noted(tx, queue, record, leases.len())?;
     Ok(leases)
+}
+
+/// What a claim of `queue` may take now ([`rules::claim_room`]), and the queue's record. A
+/// queue with a concurrency limit has its expired leases taken back first: a lease that ran
+/// out holds no slot, and its holder's late renewal must not take one back from the claim
+/// that filled it.
+fn room(tx: &mut Tx<'_>, queue: &str) -> Result<(Option<QueueRecord>, rules::Room)> {
+    let record = queue_record(tx, queue)?;
+    if record
+        .as_ref()
+        .is_some_and(|r| !r.paused && r.limits.concurrency.is_some())
+    {
+        while let Some(id) = search::next_expired(tx, queue)? {
+            let job = load(tx, id)?;
+            expire(tx, job, ReclaimPath::Takeover)?;
+        }
+    }
+    let running = tx.count(queue, JobState::Running)?;
+    let room = rules::claim_room(record.as_ref(), running, tx.now);
+    Ok((record, room))
+}
+
+/// Keeps `claimed` claims of `queue` in its rate window, if it has a rate limit.
+fn noted(tx: &mut Tx<'_>, queue: &str, record: Option<QueueRecord>, claimed: usize) -> Result<()> {
+    match record {
+        Some(r) if claimed > 0 && r.limits.rate.is_some() => {
+            save_queue(tx, queue, &rules::note_claims(&r, claimed, tx.now))
+        }
+        _ => Ok(()),
+    }
 }
 
 /// The claim itself, inputs checked: see [`claim`]. Looks for expired leases only while
@@ -165,16 +197,26 @@ pub(crate) fn claim_job(
     input::check_worker(worker)?;
     check_terms(&terms)?;
     let job = tx.tables.job(id)?.ok_or(Error::JobNotFound(id))?;
-    if rules::claimable(&job, tx.now) {
-        return grant(tx, job, worker, terms);
+    if !rules::claimable(&job, tx.now) && !rules::lease_expired(&job, tx.now) {
+        return Ok(None);
     }
-    if rules::lease_expired(&job, tx.now) {
-        let (job, _) = expire(tx, job, ReclaimPath::Takeover)?;
-        if job.state.is_waiting() {
-            return grant(tx, job, worker, terms);
-        }
+    let queue = job.queue.clone();
+    let (record, room) = room(tx, &queue)?;
+    // (taking back the queue's expired leases may have made this one claimable)
+    let job = tx.tables.job(id)?.ok_or(Error::JobNotFound(id))?;
+    if room.allowed == 0 {
+        return Ok(None);
     }
-    Ok(None)
+    let job = match rules::lease_expired(&job, tx.now) {
+        true => expire(tx, job, ReclaimPath::Takeover)?.0,
+        false => job,
+    };
+    if !rules::claimable(&job, tx.now) {
+        return Ok(None);
+    }
+    let lease = grant(tx, job, worker, terms)?;
+    noted(tx, &queue, record, usize::from(lease.is_some()))?;
+    Ok(lease)
 }
 
 /// Renews the lease by its length from now, if the caller still holds it; stores progress.
@@ -255,6 +297,20 @@ pub(crate) fn time_out(
 ) -> Result<JobState> {
     let job = fence(tx, id, attempt, Write::End)?;
     let change = rules::time_out(&job, progress, tx.now, &tx.policy.retry);
+    store_end(tx, &job, change).map(|j| j.state)
+}
+
+/// Puts the job off by `delay`: the attempt ends, no budget spent ([`rules::snooze`]).
+pub(crate) fn snooze(
+    tx: &mut Tx<'_>,
+    id: JobId,
+    attempt: Attempt,
+    delay: std::time::Duration,
+    progress: Option<u64>,
+) -> Result<JobState> {
+    let job = fence(tx, id, attempt, Write::End)?;
+    let change = rules::snooze(&job, delay, progress, tx.now);
+    tx.tally.wrote_time(change.job.run_at);
     store_end(tx, &job, change).map(|j| j.state)
 }
 
@@ -471,14 +527,50 @@ pub(crate) fn reclaim_orphans(
 /// renewed one of its leases (see [`crate::queue`]).
 pub(crate) fn mark_served(tx: &mut Tx<'_>, queue: &str) -> Result<()> {
     let now = tx.now;
-    let table = tx.tables.queues()?;
-    let mut record: QueueRecord = match table.get(queue)? {
-        Some(b) => codec::decode(b.value())
-            .map_err(|e| Error::Corrupt(format!("the record of queue {queue:?}: {e}")))?,
-        None => QueueRecord::default(),
-    };
+    let mut record = queue_record(tx, queue)?.unwrap_or_default();
     record.served_at = Some(record.served_at.map_or(now, |at| at.max(now)));
-    table.insert(queue, codec::encode(&record).as_slice())?;
+    save_queue(tx, queue, &record)
+}
+
+/// Pauses `queue` (or resumes it): claims take none of its jobs while it is paused, in any
+/// process; running jobs finish. A resume wakes its waiting workers.
+pub(crate) fn pause_queue(tx: &mut Tx<'_>, queue: &str, pause: bool) -> Result<()> {
+    input::check_queue(queue)?;
+    let record = queue_record(tx, queue)?;
+    save_queue(tx, queue, &rules::paused(record.as_ref(), pause))?;
+    if !pause {
+        tx.tally.readied.insert(queue.to_owned());
+    }
+    Ok(())
+}
+
+/// Sets `queue`'s limits ([`rules::limited`]); waking its waiters, which may have more room.
+pub(crate) fn set_queue_limits(
+    tx: &mut Tx<'_>,
+    queue: &str,
+    limits: crate::queue::QueueLimits,
+) -> Result<()> {
+    input::check_queue(queue)?;
+    let record = queue_record(tx, queue)?;
+    save_queue(tx, queue, &rules::limited(record.as_ref(), limits)?)?;
+    tx.tally.readied.insert(queue.to_owned());
+    Ok(())
+}
+
+/// The record of `queue`, if it has one.
+fn queue_record(tx: &mut Tx<'_>, queue: &str) -> Result<Option<QueueRecord>> {
+    match tx.tables.queues()?.get(queue)? {
+        Some(b) => codec::decode(b.value())
+            .map(Some)
+            .map_err(|e| Error::Corrupt(format!("the record of queue {queue:?}: {e}"))),
+        None => Ok(None),
+    }
+}
+
+fn save_queue(tx: &mut Tx<'_>, queue: &str, record: &QueueRecord) -> Result<()> {
+    tx.tables
+        .queues()?
+        .insert(queue, codec::encode(record).as_slice())?;
     tx.tally.writes += 1;
     Ok(())
 }

@@ -89,7 +89,10 @@ pub(crate) fn stats(read: &ReadTransaction, now: StoreTime) -> Result<Stats> {
             .insert(state, v.value());
     }
     for (queue, record) in queue_records(read)? {
-        stats.queues.entry(queue).or_default().served_at = record.served_at;
+        let counts = stats.queues.entry(queue).or_default();
+        counts.served_at = record.served_at;
+        counts.paused = record.paused;
+        counts.limits = record.limits;
     }
     let meta = read.open_table(schema::META)?;
     if let Some(b) = meta.get(meta_key::COUNTERS)? {
@@ -97,6 +100,46 @@ pub(crate) fn stats(read: &ReadTransaction, now: StoreTime) -> Result<Stats> {
             .map_err(|e| Error::Corrupt(format!("counters: {e}")))?;
     }
     Ok(stats)
+}
+
+/// The record of `queue`, if it has one.
+pub(crate) fn queue_record(read: &ReadTransaction, queue: &str) -> Result<Option<QueueRecord>> {
+    let queues = match read.open_table(schema::QUEUES) {
+        Ok(t) => t,
+        Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
+        Err(e) => return Err(e.into()),
+    };
+    match queues.get(queue)? {
+        Some(b) => codec::decode(b.value())
+            .map(Some)
+            .map_err(|e| Error::Corrupt(format!("the record of queue {queue:?}: {e}"))),
+        None => Ok(None),
+    }
+}
+
+/// When a waiting worker of `queue` should look again at `now`: its next due job or lease
+/// expiry, unless the queue has no room for a claim (paused, full, its rate spent).
+pub(crate) fn next_look(
+    read: &ReadTransaction,
+    queue: &str,
+    now: StoreTime,
+) -> Result<Option<StoreTime>> {
+    let due = match (
+        earliest_run_at(read, queue)?,
+        earliest_indexed_expiry(read, queue)?,
+    ) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
+    let Some(record) = queue_record(read, queue)? else {
+        return Ok(due);
+    };
+    let counts = read.open_table(schema::COUNTS)?;
+    let running = counts
+        .get((queue, JobState::Running.code()))?
+        .map_or(0, |v| v.value());
+    let room = crate::rules::claim_room(Some(&record), running, now);
+    Ok(crate::rules::next_look(room, due))
 }
 
 /// Every queue's record (none in a store no worker has served yet).

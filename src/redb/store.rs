@@ -288,13 +288,9 @@ impl Store {
     /// index holds it (which may be earlier than the real one, never later). `None` if nothing
     /// is scheduled.
     pub fn next_due(&self, queue: &str) -> Result<Option<StoreTime>> {
+        let now = self.now();
         self.reading("the queue's schedule", |read| {
-            let run_at = reading::earliest_run_at(read, queue)?;
-            let expiry = reading::earliest_indexed_expiry(read, queue)?;
-            Ok(match (run_at, expiry) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            })
+            reading::next_look(read, queue, now)
         })
     }
 
@@ -510,6 +506,51 @@ impl Store {
     /// dead. Returns the job's new state.
     pub fn time_out(&self, lease: &Lease) -> Result<JobState> {
         <Self as crate::backend::LeaseBackend>::time_out_reporting(self, lease, None)
+    }
+
+    /// Pauses `queue`: from the next claim on, in every process sharing the store, no claim
+    /// takes its jobs (pools stop claiming within one wait; running jobs finish, and are
+    /// renewed, completed and reaped as ever). Recorded in the store, so it outlasts the
+    /// process that paused it.
+    pub fn pause_queue(&self, queue: &str) -> Result<()> {
+        let queue = queue.to_owned();
+        self.write(move |tx| protocol::pause_queue(tx, &queue, true))
+    }
+
+    /// Resumes a paused `queue`, waking its idle workers in this process (other processes'
+    /// find out within one wait).
+    pub fn resume_queue(&self, queue: &str) -> Result<()> {
+        let queue = queue.to_owned();
+        self.write(move |tx| protocol::pause_queue(tx, &queue, false))
+    }
+
+    /// Sets `queue`'s limits, which every claim of every process keeps
+    /// ([`QueueLimits`](crate::QueueLimits)): at most so many of its jobs held at once, at
+    /// most so many claims per period. `QueueLimits::none()` lifts them.
+    pub fn set_queue_limits(&self, queue: &str, limits: crate::QueueLimits) -> Result<()> {
+        let queue = queue.to_owned();
+        self.write(move |tx| protocol::set_queue_limits(tx, &queue, limits))
+    }
+
+    /// `queue`'s settings: whether it is paused, and its limits.
+    pub fn queue_settings(&self, queue: &str) -> Result<crate::QueueSettings> {
+        self.reading("the queue's record", |read| {
+            Ok(reading::queue_record(read, queue)?
+                .map(|r| crate::QueueSettings {
+                    paused: r.paused,
+                    limits: r.limits,
+                })
+                .unwrap_or_default())
+        })
+    }
+
+    /// Puts the job held by `lease` off by `delay` ("not yet": a remote side asked to be
+    /// called back later, a resource is busy): the attempt ends as
+    /// [`Outcome::Snoozed`](crate::Outcome::Snoozed) with no retry budget spent, and the job
+    /// is claimable again `delay` from now, behind jobs that were due earlier. A cancel
+    /// requested meanwhile wins. Returns the job's new state.
+    pub fn snooze(&self, lease: &Lease, delay: Duration) -> Result<JobState> {
+        <Self as crate::backend::LeaseBackend>::snooze_reporting(self, lease, delay, None)
     }
 
     /// [`Store::fail`] or [`Store::fail_permanently`], recording the attempt's last progress.

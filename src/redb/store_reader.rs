@@ -133,6 +133,18 @@ impl StoreReader {
         self.reading("the counts", |read| reading::stats(read, self.now()))
     }
 
+    /// `queue`'s settings: whether it is paused, and its limits.
+    pub fn queue_settings(&self, queue: &str) -> Result<crate::QueueSettings> {
+        self.reading("the queue's record", |read| {
+            Ok(reading::queue_record(read, queue)?
+                .map(|r| crate::QueueSettings {
+                    paused: r.paused,
+                    limits: r.limits,
+                })
+                .unwrap_or_default())
+        })
+    }
+
     /// The queues with due work and nobody serving them (see
     /// [`JobStore::unserved_queues`](crate::JobStore::unserved_queues)).
     pub fn unserved_queues(&self) -> Result<Vec<crate::UnservedQueue>> {

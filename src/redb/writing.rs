@@ -175,6 +175,16 @@ impl Tally {
         }
     }
 
+    /// What this transaction has changed so far of the count of (queue, state) (applied to
+    /// the `counts` table only when it commits).
+    pub(crate) fn pending(&self, queue: &str, state: u8) -> i64 {
+        self.counts
+            .iter()
+            .filter(|(q, s, _)| *s == state && q == queue)
+            .map(|(_, _, delta)| *delta)
+            .sum()
+    }
+
     /// Notes a time the store wrote, so the clock never resumes below it.
     pub(crate) fn wrote_time(&mut self, t: StoreTime) {
         self.high_water = self.high_water.max(t);
@@ -221,6 +231,17 @@ impl<'t> Tx<'t> {
         }
         apply_counts(&mut self.tables, &self.tally.counts)?;
         persist_tally(&mut self.tables.meta, &self.tally)
+    }
+
+    /// How many jobs of `queue` are in `state` as of this transaction (the table, and what
+    /// the transaction changed so far).
+    pub(crate) fn count(&self, queue: &str, state: crate::job::JobState) -> Result<u64> {
+        let stored = self
+            .tables
+            .counts
+            .get((queue, state.code()))?
+            .map_or(0, |v| v.value());
+        Ok(stored.saturating_add_signed(self.tally.pending(queue, state.code())))
     }
 
     /// Allocates the next job id from the persisted counter (read once per transaction).

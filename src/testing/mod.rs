@@ -87,6 +87,9 @@ pub enum Verdict {
     FailedPermanently(String),
     /// The lease was gone by the time the result came back: nothing was committed.
     Fenced,
+    /// The handler put the job off ([`JobError::snooze`]): it runs again after the delay,
+    /// no budget spent.
+    Snoozed(std::time::Duration),
 }
 
 /// One job run by [`TestStore::run_one`].
@@ -244,7 +247,14 @@ where
     let ctx = JobContext::new(lease.clone(), AttemptState::new(lease.expires_at));
     let verdict = match catch_unwind(AssertUnwindSafe(|| handler(&ctx))) {
         Ok(Ok(output)) => commit(store, &lease, crate::pool::any::<S>(output.into()))?,
-        Ok(Err(e)) => fail_as(store, &lease, failed(&e))?,
+        Ok(Err(e)) => match e.snoozed_for() {
+            Some(delay) => match store.snooze_reporting(&lease, delay, None) {
+                Ok(_) => Verdict::Snoozed(delay),
+                Err(e) if e.is_lease_lost() => Verdict::Fenced,
+                Err(e) => return Err(e),
+            },
+            None => fail_as(store, &lease, failed(&e))?,
+        },
         Err(panic) => fail_as(
             store,
             &lease,
@@ -292,7 +302,7 @@ fn fail_as(store: &dyn LeaseBackend, lease: &Lease, verdict: Verdict) -> Result<
     let (message, retry) = match &verdict {
         Verdict::Failed(m) | Verdict::Panicked(m) => (m.as_str(), Retry::WhileBudgetLasts),
         Verdict::FailedPermanently(m) => (m.as_str(), Retry::Never),
-        Verdict::Committed | Verdict::Fenced => ("", Retry::WhileBudgetLasts),
+        Verdict::Committed | Verdict::Fenced | Verdict::Snoozed(_) => ("", Retry::WhileBudgetLasts),
     };
     match store.fail_reporting(lease, message, retry, None) {
         Ok(_) => Ok(verdict),

@@ -15,6 +15,7 @@ mod enqueue;
 mod fencing;
 mod group;
 mod open;
+mod queues;
 mod reader;
 mod reap;
 mod retry;

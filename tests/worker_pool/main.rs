@@ -18,6 +18,7 @@ mod on_both;
 mod asynchronous;
 mod failures;
 mod lifecycle;
+mod queues;
 mod renewals;
 #[cfg(feature = "serde")]
 mod typed;
