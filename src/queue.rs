@@ -99,7 +99,7 @@ pub struct QueueSettings {
     pub limits: QueueLimits,
 }
 
-/// A queue with work waiting and nobody asking for it.
+/// A queue with work waiting and nobody asking for it (a paused queue is never one).
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct UnservedQueue {

@@ -131,6 +131,25 @@ pub fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
+/// A queue's limits as the tool shows them.
+pub fn limits(l: &leasehold::QueueLimits) -> String {
+    let mut parts = Vec::new();
+    if let Some(n) = l.concurrency {
+        parts.push(format!("at most {n} at once"));
+    }
+    if let Some(r) = l.rate {
+        parts.push(format!(
+            "at most {} claims per {}",
+            r.claims,
+            duration(r.per)
+        ));
+    }
+    match parts.is_empty() {
+        true => "no limits".into(),
+        false => parts.join(", "),
+    }
+}
+
 /// Metadata as the tool shows it: `key=value` pairs, comma-separated; `-` for none.
 pub fn metadata(pairs: &[(String, String)]) -> String {
     if pairs.is_empty() {

@@ -204,6 +204,13 @@ pub fn stats(db: &Path, json: bool) -> Result<ExitCode, Error> {
         served_ago_ms: Option<u64>,
         /// Work has waited and nobody asked for it for `UNSERVED_AFTER` or more.
         unserved: bool,
+        /// No claim takes its jobs.
+        paused: bool,
+        /// At most this many held at once.
+        concurrency_limit: Option<u32>,
+        /// At most `rate_limit_claims` claims per `rate_limit_per_ms`.
+        rate_limit_claims: Option<u32>,
+        rate_limit_per_ms: Option<u64>,
     }
     let unserved = store.unserved_queues()?;
     let mut queues = Vec::new();
@@ -228,6 +235,10 @@ pub fn stats(db: &Path, json: bool) -> Result<ExitCode, Error> {
             next_lease_expiry_in_ms: timing.next_expiry.map(|t| dms(t.saturating_since(now))),
             served_ago_ms: counts.served_at.map(|t| dms(now.saturating_since(t))),
             unserved: unserved.iter().any(|u| u.queue == *name),
+            paused: counts.paused,
+            concurrency_limit: counts.limits.concurrency,
+            rate_limit_claims: counts.limits.rate.map(|r| r.claims),
+            rate_limit_per_ms: counts.limits.rate.map(|r| dms(r.per)),
         });
     }
     let c = &stats.counters;
@@ -270,6 +281,14 @@ pub fn stats(db: &Path, json: bool) -> Result<ExitCode, Error> {
         println!("no jobs");
     } else {
         println!("{}", t.render());
+    }
+    for (name, counts) in &stats.queues {
+        if counts.paused {
+            println!("queue {name} is paused (`leasehold resume {name}`)");
+        }
+        if counts.limits.is_limited() {
+            println!("queue {name}: {}", format::limits(&counts.limits));
+        }
     }
     for u in &unserved {
         println!(

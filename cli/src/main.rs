@@ -139,6 +139,18 @@ impl Selection {
     }
 }
 
+/// A rate limit on the command line: `N/PERIOD` (`10/1m`, `100/1h`).
+fn parse_rate(s: &str) -> Result<(u32, Duration), String> {
+    let (n, per) = s
+        .split_once('/')
+        .ok_or_else(|| "expected N/PERIOD (e.g. 10/1m)".to_owned())?;
+    let n = n
+        .trim()
+        .parse()
+        .map_err(|e| format!("{e} in the count {n:?}"))?;
+    Ok((n, parse_duration(per.trim())?))
+}
+
 fn parse_duration(s: &str) -> Result<Duration, String> {
     humantime::parse_duration(s).map_err(|e| format!("{e} (try 500ms, 30s, 5m, 2h or 7d)"))
 }
@@ -191,6 +203,32 @@ enum Command {
         job: Option<u64>,
         #[command(flatten)]
         bulk: operate::Bulk,
+    },
+    /// Pause a queue: no claim of any process or machine takes its jobs until it resumes
+    /// (running jobs finish).
+    Pause {
+        /// The queue.
+        queue: String,
+    },
+    /// Resume a paused queue.
+    Resume {
+        /// The queue.
+        queue: String,
+    },
+    /// Set a queue's limits across every process and machine: at most N of its jobs held at
+    /// once, at most N claims per period. `--none` lifts them.
+    Limit {
+        /// The queue.
+        queue: String,
+        /// At most this many of its jobs held at once.
+        #[arg(long)]
+        concurrency: Option<u32>,
+        /// At most this many claims per period, as N/PERIOD (e.g. 10/1m).
+        #[arg(long, value_parser = parse_rate)]
+        rate: Option<(u32, Duration)>,
+        /// Lift every limit.
+        #[arg(long, conflicts_with_all = ["concurrency", "rate"])]
+        none: bool,
     },
     /// Delete finished jobs (and their history) older than a retention period.
     Purge {
@@ -307,6 +345,14 @@ fn main() -> ExitCode {
         Command::Cancel { job, bulk } => operate::cancel(&db, json, job, bulk),
         Command::Purge { older_than, state } => operate::purge(&db, json, older_than, state),
         Command::Reap => operate::reap(&db, json),
+        Command::Pause { queue } => operate::pause(&db, json, &queue, true),
+        Command::Resume { queue } => operate::pause(&db, json, &queue, false),
+        Command::Limit {
+            queue,
+            concurrency,
+            rate,
+            none,
+        } => operate::limit(&db, json, &queue, concurrency, rate, none),
         Command::Compact => operate::compact(&db, json),
         Command::Demo { jobs } => demo::run(json, jobs),
         Command::Bench { scale, only } => bench::run(json, scale, only.as_deref()),

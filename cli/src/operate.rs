@@ -310,6 +310,73 @@ struct RefusedView {
     error: String,
 }
 
+pub fn pause(db: &Path, json: bool, queue: &str, pause: bool) -> Result<ExitCode, Error> {
+    let store = open(db, false)?;
+    match pause {
+        true => store.pause_queue(queue)?,
+        false => store.resume_queue(queue)?,
+    }
+    if json {
+        #[derive(Serialize)]
+        struct Paused<'a> {
+            queue: &'a str,
+            paused: bool,
+        }
+        print_json(&Paused {
+            queue,
+            paused: pause,
+        });
+    } else if pause {
+        println!(
+            "queue {queue} is paused: no claim takes its jobs until `leasehold resume {queue}` \
+             (running jobs finish)"
+        );
+    } else {
+        println!("queue {queue} is resumed");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn limit(
+    db: &Path,
+    json: bool,
+    queue: &str,
+    concurrency: Option<u32>,
+    rate: Option<(u32, Duration)>,
+    none: bool,
+) -> Result<ExitCode, Error> {
+    let store = open(db, false)?;
+    let mut limits = match none {
+        true => leasehold::QueueLimits::none(),
+        false => store.queue_settings(queue)?.limits,
+    };
+    if let Some(n) = concurrency {
+        limits = limits.concurrency(n);
+    }
+    if let Some((claims, per)) = rate {
+        limits = limits.rate(claims, per);
+    }
+    store.set_queue_limits(queue, limits)?;
+    if json {
+        #[derive(Serialize)]
+        struct Limits<'a> {
+            queue: &'a str,
+            concurrency: Option<u32>,
+            rate_claims: Option<u32>,
+            rate_per_ms: Option<u64>,
+        }
+        print_json(&Limits {
+            queue,
+            concurrency: limits.concurrency,
+            rate_claims: limits.rate.map(|r| r.claims),
+            rate_per_ms: limits.rate.map(|r| r.per.as_millis() as u64),
+        });
+    } else {
+        println!("queue {queue}: {}", format::limits(&limits));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 pub fn purge(
     db: &Path,
     json: bool,

@@ -776,6 +776,45 @@ fn stats_warns_of_a_queue_whose_work_waits_with_nobody_asking_for_it() {
 }
 
 #[test]
+fn pause_resume_and_limits_are_set_from_the_tool_and_shown_by_stats() {
+    let t = Tool::new();
+    t.ok(&["enqueue", "--queue", "uploads", "a"]);
+    let paused = t.ok(&["pause", "uploads"]);
+    assert!(paused.contains("queue uploads is paused"), "{paused}");
+    assert!(t.ok(&["stats"]).contains("queue uploads is paused"));
+    assert_eq!(t.json(&["stats"])["queues"][0]["paused"], true);
+    t.ok(&["resume", "uploads"]);
+    assert!(!t.ok(&["stats"]).contains("is paused"));
+    let limited = t.ok(&["limit", "uploads", "--concurrency", "2", "--rate", "10/1m"]);
+    assert!(
+        limited.contains("at most 2 at once, at most 10 claims per 1m"),
+        "{limited}"
+    );
+    // a second limit keeps the first
+    t.ok(&["limit", "uploads", "--concurrency", "3"]);
+    let q = &t.json(&["stats"])["queues"][0];
+    assert_eq!(
+        (
+            q["concurrency_limit"].as_u64(),
+            q["rate_limit_claims"].as_u64(),
+            q["rate_limit_per_ms"].as_u64()
+        ),
+        (Some(3), Some(10), Some(60_000))
+    );
+    assert!(t.ok(&["limit", "uploads", "--none"]).contains("no limits"));
+    // refusals: exit 2, nothing changed
+    let zero = t.run(&["limit", "uploads", "--concurrency", "0"]);
+    assert_eq!(zero.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&zero.stderr).contains("pause the queue"));
+    assert_eq!(
+        t.run(&["limit", "uploads", "--rate", "ten"]).status.code(),
+        Some(2)
+    );
+    assert_eq!(t.run(&["pause", ""]).status.code(), Some(2));
+    assert!(t.json(&["stats"])["queues"][0]["concurrency_limit"].is_null());
+}
+
+#[test]
 fn enqueue_says_when_a_unique_key_returned_the_job_that_holds_it() {
     let t = Tool::new();
     let first = t.ok(&[

@@ -308,8 +308,9 @@ pub(crate) fn unserved_queues(
                  AND run_at <= {now} - $1::bigint * interval '1 microsecond'
                GROUP BY queue) w
          LEFT JOIN {s}.leasehold_queues q ON q.queue = w.queue
-         WHERE q.served_at IS NULL
-            OR q.served_at <= {now} - $1::bigint * interval '1 microsecond'
+         WHERE NOT coalesce(q.paused, false)
+           AND (q.served_at IS NULL
+                OR q.served_at <= {now} - $1::bigint * interval '1 microsecond')
          ORDER BY w.queue",
     )?;
     tx.query(&st, &[&super::rows::micros(crate::UNSERVED_AFTER)])?

@@ -169,7 +169,8 @@ pub(crate) fn unserved_queues(
     let stats = stats(read, now)?;
     let mut unserved = Vec::new();
     for (queue, counts) in &stats.queues {
-        if counts.get(JobState::Queued) + counts.get(JobState::RetryWait) == 0 {
+        // (a paused queue is left alone on purpose)
+        if counts.paused || counts.get(JobState::Queued) + counts.get(JobState::RetryWait) == 0 {
             continue;
         }
         let Some(waiting_since) = earliest_run_at(read, queue)?.filter(|t| *t <= now) else {

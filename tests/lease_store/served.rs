@@ -29,6 +29,10 @@ fn a_queue_whose_work_waits_with_nobody_asking_is_unserved_until_a_claim_asks(ki
     assert_eq!(unserved[0].queue, "uplaods");
     assert_eq!(unserved[0].waiting_since, enqueued);
     assert_eq!(unserved[0].served_at, None);
+    // A paused queue is left alone on purpose: not reported.
+    f.pause_queue("uplaods").unwrap();
+    assert!(f.unserved_queues().unwrap().is_empty());
+    f.resume_queue("uplaods").unwrap();
     // A worker asks: served now, though one job still waits.
     let l = f.claim("uplaods", "w", lease()).unwrap().unwrap();
     let asked = f.now();
