@@ -35,6 +35,11 @@ fn op() -> impl Strategy<Value = Op> {
         1 => any::<u16>().prop_map(|lease| Op::Release { lease }),
         1 => any::<u16>().prop_map(|job| Op::Cancel { job }),
         1 => any::<u16>().prop_map(|job| Op::Retry { job }),
+        1 => (any::<u16>(), any::<u8>()).prop_map(|(lease, secs)| Op::Snooze { lease, secs }),
+        1 => (any::<u8>(), proptest::bool::weighted(0.6))
+            .prop_map(|(queue, pause)| Op::Pause { queue, pause }),
+        1 => (any::<u8>(), proptest::option::weighted(0.7, any::<u8>()), proptest::option::weighted(0.4, any::<u8>()))
+            .prop_map(|(queue, concurrency, rate)| Op::Limit { queue, concurrency, rate }),
         3 => prop_oneof![1u16..30, 55u16..130].prop_map(|secs| Op::Advance { secs }),
         2 => Just(Op::Reap),
         1 => Just(Op::Reopen),

@@ -42,47 +42,64 @@ fn decode_ops(data: &[u8]) -> Vec<Op> {
     let mut next = move || b.next();
     while let Some(kind) = next() {
         let mut byte = || next().unwrap_or(0);
-        let op = match kind % 16 {
-            0..=2 => Op::Enqueue {
+        // The operations added later are the top of the byte range, so that the corpus
+        // written before them still decodes mostly as it did.
+        let op = match kind {
+            240..=244 => Op::Snooze {
+                lease: u16::from(byte()),
+                secs: byte(),
+            },
+            245..=249 => Op::Pause {
                 queue: byte(),
-                priority: byte() as i8,
-                delay_s: byte(),
-                max_attempts: Some(byte()).filter(|m| m % 2 == 0),
-                unique: Some(byte()).filter(|u| u % 3 == 0),
+                pause: byte() % 2 == 0,
             },
-            3..=5 => Op::Claim {
+            250..=255 => Op::Limit {
                 queue: byte(),
-                worker: byte(),
-                lease_s: byte(),
-                stall_s: Some(byte()).filter(|s| s % 4 == 0),
+                concurrency: Some(byte()).filter(|c| c % 3 != 0),
+                rate: Some(byte()).filter(|r| r % 3 == 0),
             },
-            6 => Op::ClaimJob {
-                job: u16::from(byte()),
-                worker: byte(),
-                lease_s: byte(),
+            kind => match kind % 16 {
+                0..=2 => Op::Enqueue {
+                    queue: byte(),
+                    priority: byte() as i8,
+                    delay_s: byte(),
+                    max_attempts: Some(byte()).filter(|m| m % 2 == 0),
+                    unique: Some(byte()).filter(|u| u % 3 == 0),
+                },
+                3..=5 => Op::Claim {
+                    queue: byte(),
+                    worker: byte(),
+                    lease_s: byte(),
+                    stall_s: Some(byte()).filter(|s| s % 4 == 0),
+                },
+                6 => Op::ClaimJob {
+                    job: u16::from(byte()),
+                    worker: byte(),
+                    lease_s: byte(),
+                },
+                7 | 8 => Op::Heartbeat {
+                    lease: u16::from(byte()),
+                    progress: byte() % 2 == 0,
+                },
+                9 => Op::Complete {
+                    lease: u16::from(byte()),
+                },
+                10 => Op::Fail {
+                    lease: u16::from(byte()),
+                    permanent: byte() % 4 == 0,
+                },
+                11 => Op::Release {
+                    lease: u16::from(byte()),
+                },
+                12 => Op::Cancel {
+                    job: u16::from(byte()),
+                },
+                13 => Op::Advance {
+                    secs: u16::from(byte()),
+                },
+                14 => Op::Reap,
+                _ => Op::Reopen,
             },
-            7 | 8 => Op::Heartbeat {
-                lease: u16::from(byte()),
-                progress: byte() % 2 == 0,
-            },
-            9 => Op::Complete {
-                lease: u16::from(byte()),
-            },
-            10 => Op::Fail {
-                lease: u16::from(byte()),
-                permanent: byte() % 4 == 0,
-            },
-            11 => Op::Release {
-                lease: u16::from(byte()),
-            },
-            12 => Op::Cancel {
-                job: u16::from(byte()),
-            },
-            13 => Op::Advance {
-                secs: u16::from(byte()),
-            },
-            14 => Op::Reap,
-            _ => Op::Reopen,
         };
         ops.push(op);
         if ops.len() >= 64 {

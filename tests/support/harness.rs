@@ -114,6 +114,23 @@ pub enum Op {
     Retry {
         job: u16,
     },
+    /// The holder puts its job off ("not yet").
+    Snooze {
+        lease: u16,
+        secs: u8,
+    },
+    /// An operator pauses or resumes a queue.
+    Pause {
+        queue: u8,
+        pause: bool,
+    },
+    /// An operator sets a queue's limits: at most `concurrency % 3 + 1` held at once, at
+    /// most `rate % 3 + 1` claims per 30 s.
+    Limit {
+        queue: u8,
+        concurrency: Option<u8>,
+        rate: Option<u8>,
+    },
     Advance {
         secs: u16,
     },
@@ -232,13 +249,21 @@ impl Harness {
     /// expired lease is left); the first divergence, with its step.
     pub fn run(&mut self, ops: &[Op]) -> Result<(), String> {
         for (i, op) in ops.iter().enumerate() {
-            let step = self.apply(op).and_then(|()| self.check()).and_then(|()| {
-                if matches!(op, Op::Reap) {
-                    self.no_expired_lease_left()
-                } else {
-                    Ok(())
-                }
-            });
+            let before: BTreeMap<String, u64> = QUEUES
+                .iter()
+                .map(|q| (q.to_string(), self.model.running(q)))
+                .collect();
+            let step = self
+                .apply(op)
+                .and_then(|()| self.check())
+                .and_then(|()| self.within_limits(&before))
+                .and_then(|()| {
+                    if matches!(op, Op::Reap) {
+                        self.no_expired_lease_left()
+                    } else {
+                        Ok(())
+                    }
+                });
             if let Err(why) = step {
                 return Err(format!("step {i} {op:?}: {why}"));
             }
@@ -412,6 +437,49 @@ impl Harness {
                 let want = self.model.retry(id);
                 same("retry", got, want)
             }
+            Op::Snooze { lease, secs } => {
+                let Some(l) = self.lease(*lease) else {
+                    return Ok(());
+                };
+                let delay = u64::from(*secs % 60) * SEC;
+                let got = self
+                    .store()
+                    .snooze(&l, Duration::from_nanos(delay))
+                    .map_err(err);
+                let want = self.model.snooze(l.job.0, l.attempt.0, delay);
+                same("snooze", got, want)
+            }
+            Op::Pause { queue, pause } => {
+                let q = QUEUES[usize::from(*queue) % QUEUES.len()];
+                match pause {
+                    true => self.store().pause_queue(q),
+                    false => self.store().resume_queue(q),
+                }
+                .map_err(|e| format!("pause: {e}"))?;
+                self.model.pause(q, *pause);
+                Ok(())
+            }
+            Op::Limit {
+                queue,
+                concurrency,
+                rate,
+            } => {
+                let q = QUEUES[usize::from(*queue) % QUEUES.len()];
+                let concurrency = concurrency.map(|c| u32::from(c % 3) + 1);
+                let rate = rate.map(|r| (u32::from(r % 3) + 1, 30 * SEC));
+                let mut limits = leasehold::QueueLimits::none();
+                if let Some(c) = concurrency {
+                    limits = limits.concurrency(c);
+                }
+                if let Some((claims, per)) = rate {
+                    limits = limits.rate(claims, Duration::from_nanos(per));
+                }
+                self.store()
+                    .set_queue_limits(q, limits)
+                    .map_err(|e| format!("limit: {e}"))?;
+                self.model.limit(q, concurrency, rate);
+                Ok(())
+            }
             Op::Advance { secs } => {
                 let d = u64::from(*secs % 200) * SEC;
                 self.clock.advance(Duration::from_nanos(d));
@@ -574,6 +642,7 @@ impl Harness {
             c.leases_lost,
             c.fenced_writes_rejected,
             c.stalled,
+            c.snoozed,
             c.worst_detection_delay.as_nanos() as u64,
         );
         let m = &self.model.counters;
@@ -586,10 +655,45 @@ impl Harness {
             m.leases_lost,
             m.fenced,
             m.stalled,
+            m.snoozed,
             m.worst_detection,
         );
         if got != want {
             return Err(format!("counters: store {got:?}, model {want:?}"));
+        }
+        for q in QUEUES {
+            let settings = store
+                .queue_settings(q)
+                .map_err(|e| format!("queue settings: {e}"))?;
+            let m = self.model.queues.get(q).cloned().unwrap_or_default();
+            let got = (
+                settings.paused,
+                settings.limits.concurrency,
+                settings
+                    .limits
+                    .rate
+                    .map(|r| (r.claims, r.per.as_nanos() as u64)),
+            );
+            if got != (m.paused, m.concurrency, m.rate) {
+                return Err(format!("queue {q}: store {got:?}, model {m:?}"));
+            }
+        }
+        Ok(())
+    }
+
+    /// After a claim: no claim took a queue past its concurrency limit (the limit holds at
+    /// every instant, but for a limit lowered below what already ran).
+    fn within_limits(&self, before: &BTreeMap<String, u64>) -> Result<(), String> {
+        for q in QUEUES {
+            let Some(limit) = self.model.queues.get(q).and_then(|m| m.concurrency) else {
+                continue;
+            };
+            let (was, now) = (before[q], self.model.running(q));
+            if now > was && now > u64::from(limit) {
+                return Err(format!(
+                    "queue {q}: a claim took it to {now} running, past its limit of {limit}"
+                ));
+            }
         }
         Ok(())
     }

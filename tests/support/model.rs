@@ -66,7 +66,19 @@ pub struct MCounters {
     pub leases_lost: u64,
     pub fenced: u64,
     pub stalled: u64,
+    pub snoozed: u64,
     pub worst_detection: u64,
+}
+
+/// What the model knows of a queue beside its jobs.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MQueue {
+    pub paused: bool,
+    pub concurrency: Option<u32>,
+    /// (claims, per)
+    pub rate: Option<(u32, u64)>,
+    /// The claims of the rate window, their times.
+    pub recent: Vec<u64>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -77,6 +89,7 @@ pub struct Model {
     /// (job, attempt) -> (worker, outcome once ended)
     pub runs: BTreeMap<(u64, u32), (String, Option<Outcome>)>,
     pub counters: MCounters,
+    pub queues: BTreeMap<String, MQueue>,
 }
 
 impl Model {
@@ -129,7 +142,89 @@ impl Model {
         Ok(id)
     }
 
+    /// Whether a claim of `queue` may take a job now: not while it is paused, not past its
+    /// limits. A queue with a concurrency limit has its expired leases taken back first (a
+    /// lease that ran out holds no slot).
+    fn room(&mut self, queue: &str) -> bool {
+        let Some(q) = self.queues.get(queue).cloned() else {
+            return true;
+        };
+        if q.paused {
+            return false;
+        }
+        let now = self.now;
+        if let Some(limit) = q.concurrency {
+            let expired: Vec<u64> = self
+                .jobs
+                .iter()
+                .filter(|(_, j)| j.queue == queue && expired(j, now))
+                .map(|(id, _)| *id)
+                .collect();
+            for id in expired {
+                self.expire(id, ReclaimPath::Takeover);
+            }
+            if self.running(queue) >= u64::from(limit) {
+                return false;
+            }
+        }
+        if let Some((claims, per)) = q.rate
+            && q.recent.iter().filter(|t| **t + per > now).count() >= claims as usize
+        {
+            return false;
+        }
+        true
+    }
+
+    /// How many of `queue`'s jobs run now.
+    pub fn running(&self, queue: &str) -> u64 {
+        self.jobs
+            .values()
+            .filter(|j| j.queue == queue && j.state == JobState::Running)
+            .count() as u64
+    }
+
+    /// A claim of `queue` granted: kept in its rate window.
+    fn noted(&mut self, queue: &str) {
+        let now = self.now;
+        if let Some(q) = self.queues.get_mut(queue)
+            && let Some((_, per)) = q.rate
+        {
+            q.recent.retain(|t| *t + per > now);
+            q.recent.push(now);
+        }
+    }
+
+    pub fn pause(&mut self, queue: &str, paused: bool) {
+        self.queues.entry(queue.to_owned()).or_default().paused = paused;
+    }
+
+    pub fn limit(&mut self, queue: &str, concurrency: Option<u32>, rate: Option<(u32, u64)>) {
+        let q = self.queues.entry(queue.to_owned()).or_default();
+        q.concurrency = concurrency;
+        q.rate = rate;
+        if rate.is_none() {
+            q.recent.clear();
+        }
+    }
+
     pub fn claim(
+        &mut self,
+        queue: &str,
+        worker: &str,
+        length: u64,
+        stall: Option<u64>,
+    ) -> Option<(u64, u32)> {
+        if !self.room(queue) {
+            return None;
+        }
+        let granted = self.claim_one(queue, worker, length, stall);
+        if granted.is_some() {
+            self.noted(queue);
+        }
+        granted
+    }
+
+    fn claim_one(
         &mut self,
         queue: &str,
         worker: &str,
@@ -181,16 +276,41 @@ impl Model {
     ) -> Result<Option<(u64, u32)>, MErr> {
         let job = self.jobs.get(&id).ok_or(MErr::NotFound)?;
         let now = self.now;
-        if waiting(job.state) && job.run_at <= now {
-            return Ok(Some(self.grant(id, worker, length, stall)));
+        let claimable = |j: &MJob| waiting(j.state) && j.run_at <= now;
+        if !claimable(job) && !expired(job, now) {
+            return Ok(None);
         }
-        if expired(job, now) {
+        let queue = job.queue.clone();
+        if !self.room(&queue) {
+            return Ok(None);
+        }
+        if expired(&self.jobs[&id], now) {
             self.expire(id, ReclaimPath::Takeover);
-            if waiting(self.jobs[&id].state) {
-                return Ok(Some(self.grant(id, worker, length, stall)));
-            }
         }
-        Ok(None)
+        if !claimable(&self.jobs[&id]) {
+            return Ok(None);
+        }
+        self.noted(&queue);
+        Ok(Some(self.grant(id, worker, length, stall)))
+    }
+
+    /// The holder puts its job off by `delay`: no budget spent.
+    pub fn snooze(&mut self, id: u64, attempt: u32, delay: u64) -> Result<JobState, MErr> {
+        self.fence(id, attempt, false)?;
+        self.counters.snoozed += 1;
+        let (state, run_at) = match self.jobs[&id].cancel_requested {
+            true => (JobState::Cancelled, None),
+            false => (JobState::Queued, Some(self.now.saturating_add(delay))),
+        };
+        self.end(
+            id,
+            Outcome::Snoozed {
+                delay: std::time::Duration::from_nanos(delay),
+            },
+            state,
+            run_at,
+        );
+        Ok(state)
     }
 
     pub fn heartbeat(&mut self, id: u64, attempt: u32, progress: u64) -> Result<MRenewal, MErr> {
@@ -362,6 +482,7 @@ impl Model {
                                     | Outcome::Failed(_)
                                     | Outcome::FailedPermanently(_)
                                     | Outcome::Released
+                                    | Outcome::Snoozed { .. }
                             )
                         ))
                     );
