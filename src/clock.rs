@@ -165,6 +165,22 @@ fn boot_id() -> Option<u128> {
     u128::from_str_radix(&hex, 16).ok()
 }
 
+/// The wall clock, in whole seconds since the Unix epoch: read only to find a cron
+/// schedule's ticks ([`crate::schedule`]), never to judge a lease.
+#[allow(clippy::disallowed_methods)] // the one clock module; wall time for cron ticks only
+pub(crate) fn wall_seconds(at: std::time::SystemTime) -> i64 {
+    match at.duration_since(std::time::UNIX_EPOCH) {
+        Ok(d) => i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
+        Err(before) => -i64::try_from(before.duration().as_secs()).unwrap_or(i64::MAX),
+    }
+}
+
+/// The wall clock now (see [`wall_seconds`]).
+#[allow(clippy::disallowed_methods)] // the one clock module; wall time for cron ticks only
+pub(crate) fn wall_now() -> std::time::SystemTime {
+    std::time::SystemTime::now()
+}
+
 /// A random number from the standard library's per-process hash keys; enough for epochs,
 /// worker ids and jitter, none of which need cryptographic quality.
 pub(crate) fn random_u64() -> u64 {

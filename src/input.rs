@@ -42,6 +42,30 @@ pub(crate) fn check_new_job(new: &NewJob, max_payload: usize) -> Result<(), Inpu
     check_metadata(&new.metadata)
 }
 
+/// A schedule as declared: its name, its job, its timing.
+pub(crate) fn check_schedule(
+    s: &crate::schedule::Schedule,
+    max_payload: usize,
+) -> Result<(), InputError> {
+    check_no_nul("schedule name", &s.name)?;
+    if s.name.is_empty() || s.name.len() > limits::MAX_QUEUE_NAME {
+        return Err(InputError::BadScheduleName {
+            len: s.name.len(),
+            max: limits::MAX_QUEUE_NAME,
+        });
+    }
+    check_new_job(&s.job, max_payload)?;
+    match &s.when {
+        crate::schedule::When::Every(d) if d.is_zero() => Err(InputError::ZeroInterval),
+        crate::schedule::When::Every(_) => Ok(()),
+        crate::schedule::When::Cron { expr, zone } => {
+            check_no_nul("cron expression", expr)?;
+            check_no_nul("time zone", zone)?;
+            crate::schedule::cron::check(expr, zone)
+        }
+    }
+}
+
 /// A queue's limits: a concurrency of at least one (none at all is a pause), a rate of 1 to
 /// [`crate::queue::MAX_RATE_CLAIMS`] claims in a period longer than zero.
 pub(crate) fn check_limits(limits: &crate::queue::QueueLimits) -> Result<(), InputError> {

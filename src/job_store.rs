@@ -20,6 +20,7 @@ use crate::lease::{Lease, LeaseTerms, Renewal};
 use crate::query::{JobFilter, QueueTiming};
 use crate::queue::{QueueLimits, QueueSettings, UnservedQueue};
 use crate::report::{BulkReport, CheckReport, ReapReport};
+use crate::schedule::{Schedule, ScheduleInfo};
 use crate::stats::Stats;
 
 /// The read side of a store: what an operator's tools ask.
@@ -45,6 +46,8 @@ pub trait ReadJobs: Send + Sync {
     fn unserved_queues(&self) -> Result<Vec<UnservedQueue>>;
     /// A queue's settings: whether it is paused, and its limits.
     fn queue_settings(&self, queue: &str) -> Result<QueueSettings>;
+    /// Every schedule, by name.
+    fn schedules(&self) -> Result<Vec<ScheduleInfo>>;
     /// The integrity check.
     fn check(&self) -> Result<CheckReport>;
 }
@@ -109,6 +112,16 @@ pub trait JobStore: ReadJobs {
     fn resume_queue(&self, queue: &str) -> Result<()>;
     /// Sets a queue's limits across every process and machine.
     fn set_queue_limits(&self, queue: &str, limits: QueueLimits) -> Result<()>;
+    /// Declares a periodic job (new, or as it was but for its job and catch-up).
+    fn declare_schedule(&self, schedule: Schedule) -> Result<()>;
+    /// Fires every schedule whose tick has come by store time and by `wall` (cron).
+    fn fire_schedules_at(&self, wall: std::time::SystemTime) -> Result<Vec<JobId>>;
+    /// Pauses a schedule.
+    fn pause_schedule(&self, name: &str) -> Result<()>;
+    /// Resumes a paused schedule.
+    fn resume_schedule(&self, name: &str) -> Result<()>;
+    /// Removes a schedule; `false` if there was none.
+    fn remove_schedule(&self, name: &str) -> Result<bool>;
     /// One reaper pass: takes back expired leases (and applies retention).
     fn reap(&self) -> Result<ReapReport>;
     /// Deletes finished jobs in `states` older than `older_than`, with their history.
@@ -154,6 +167,9 @@ macro_rules! read_jobs {
             }
             fn queue_settings(&self, queue: &str) -> $crate::Result<$crate::QueueSettings> {
                 <$store>::queue_settings(self, queue)
+            }
+            fn schedules(&self) -> $crate::Result<Vec<$crate::ScheduleInfo>> {
+                <$store>::schedules(self)
             }
             fn check(&self) -> $crate::Result<$crate::CheckReport> {
                 <$store>::check(self)
@@ -275,6 +291,24 @@ macro_rules! job_store {
                 limits: $crate::QueueLimits,
             ) -> $crate::Result<()> {
                 <$store>::set_queue_limits(self, queue, limits)
+            }
+            fn declare_schedule(&self, schedule: $crate::Schedule) -> $crate::Result<()> {
+                <$store>::declare_schedule(self, schedule)
+            }
+            fn fire_schedules_at(
+                &self,
+                wall: std::time::SystemTime,
+            ) -> $crate::Result<Vec<$crate::JobId>> {
+                <$store>::fire_schedules_at(self, wall)
+            }
+            fn pause_schedule(&self, name: &str) -> $crate::Result<()> {
+                <$store>::pause_schedule(self, name)
+            }
+            fn resume_schedule(&self, name: &str) -> $crate::Result<()> {
+                <$store>::resume_schedule(self, name)
+            }
+            fn remove_schedule(&self, name: &str) -> $crate::Result<bool> {
+                <$store>::remove_schedule(self, name)
             }
             fn reap(&self) -> $crate::Result<$crate::ReapReport> {
                 <$store>::reap(self)

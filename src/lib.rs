@@ -79,8 +79,10 @@
 // so `NewJob::json` without `serde` has a findable answer.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-// The vocabulary: plain data, errors, settings and the checks of inputs.
+// The vocabulary: plain data, errors, settings and the checks of inputs, and the one place
+// records become bytes.
 pub mod clock;
+mod codec;
 mod config;
 mod error;
 mod ids;
@@ -91,6 +93,7 @@ mod query;
 mod queue;
 mod report;
 mod retry;
+mod schedule;
 mod stats;
 
 // The rule book, and maintenance in batches.
@@ -110,6 +113,7 @@ mod asynchronous;
 mod json;
 pub mod pool;
 mod reaper;
+mod scheduler;
 
 // The engines: a redb file (the folder is `redb/`; the module is named apart from the redb
 // crate, which `leasehold::redb` re-exports), and PostgreSQL.
@@ -146,6 +150,8 @@ pub use redb_store::{
 };
 pub use report::{BulkReport, CheckReport, ReapReport, Reclaim};
 pub use retry::RetryPolicy;
+pub use schedule::{CatchUp, MAX_TICKS_PER_PASS, ON_TIME, Schedule, ScheduleInfo, Tick, When};
+pub use scheduler::{Scheduler, SchedulerMetrics};
 pub use stats::{Counters, QueueCounts, Stats, WriteMetrics};
 
 /// The redb this build stores into: the application's own tables in the store's file
@@ -161,8 +167,8 @@ struct ReadmeDoctests;
 /// For leasehold's own fuzzers, tests and bench; not part of the API.
 #[doc(hidden)]
 pub mod __private {
+    use crate::codec::{decode, decode_job, encode};
     use crate::job::{JobRecord, RunRecord};
-    use crate::redb_store::codec::{decode, decode_job, encode};
 
     pub use crate::redb_store::CommitShape;
 

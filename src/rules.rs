@@ -34,6 +34,9 @@ use crate::lease::LeaseTerms;
 use crate::queue::{QueueLimits, QueueRecord};
 use crate::report::Reclaim;
 use crate::retry::RetryPolicy;
+use crate::schedule::{
+    CatchUp, JobTemplate, MAX_TICKS_PER_PASS, Schedule, ScheduleRecord, Tick, When,
+};
 use crate::stats::Counters;
 
 /// Why a job whose attempt counter ran out is dead.
@@ -230,6 +233,143 @@ pub(crate) fn limited(
         new.recent_claims.clear();
     }
     Ok(new)
+}
+
+// ----- schedules -----
+
+/// The record of schedule `s` declared at `now` (store time) and `wall` (seconds since the
+/// epoch), its inputs checked. Every process declares its schedules when it starts, so a
+/// declaration that leaves the timing as it was keeps the record's cursor, pause and counts
+/// (and takes the new job and catch-up policy); a new schedule, or one whose timing
+/// changed, ticks first one interval (or the expression's next tick) from now.
+pub(crate) fn declare(
+    existing: Option<&ScheduleRecord>,
+    s: &Schedule,
+    max_payload: usize,
+    now: StoreTime,
+    wall: i64,
+) -> Result<ScheduleRecord, Error> {
+    input::check_schedule(s, max_payload)?;
+    let template = JobTemplate::of(&s.job);
+    if let Some(old) = existing.filter(|old| old.when == s.when) {
+        let mut kept = old.clone();
+        kept.template = template;
+        kept.catch_up = s.catch_up;
+        return Ok(kept);
+    }
+    let next = first_tick(&s.when, now, wall)?;
+    Ok(ScheduleRecord {
+        name: s.name.clone(),
+        template,
+        when: s.when.clone(),
+        catch_up: s.catch_up,
+        paused: existing.is_some_and(|old| old.paused),
+        next,
+        last_fired: existing.and_then(|old| old.last_fired),
+        fired: existing.map_or(0, |old| old.fired),
+        skipped: existing.map_or(0, |old| old.skipped),
+    })
+}
+
+/// The first tick of `when` after `now` / `wall`.
+fn first_tick(when: &When, now: StoreTime, wall: i64) -> Result<Tick, Error> {
+    Ok(match when {
+        When::Every(every) => Tick::Store(now.saturating_add(*every)),
+        When::Cron { expr, zone } => {
+            Tick::Wall(crate::schedule::cron::next_after(expr, zone, wall)?)
+        }
+    })
+}
+
+/// The tick of `when` after `tick`.
+fn tick_after(when: &When, tick: Tick) -> Result<Tick, Error> {
+    Ok(match (when, tick) {
+        (When::Every(every), Tick::Store(t)) => Tick::Store(t.saturating_add(*every)),
+        (When::Cron { expr, zone }, Tick::Wall(s)) => {
+            Tick::Wall(crate::schedule::cron::next_after(expr, zone, s)?)
+        }
+        // A cursor of the other kind than the timing: a record no build writes.
+        (when, tick) => {
+            return Err(Error::Corrupt(format!(
+                "a schedule timed {when:?} has its next tick at {tick:?}"
+            )));
+        }
+    })
+}
+
+/// Whether `tick` has come at `now` / `wall`.
+fn has_come(tick: Tick, now: StoreTime, wall: i64) -> bool {
+    match tick {
+        Tick::Store(t) => t <= now,
+        Tick::Wall(s) => s <= wall,
+    }
+}
+
+/// How long ago `tick` was at `now` / `wall`.
+fn age(tick: Tick, now: StoreTime, wall: i64) -> std::time::Duration {
+    match tick {
+        Tick::Store(t) => now.saturating_since(t),
+        Tick::Wall(s) => std::time::Duration::from_secs(u64::try_from(wall - s).unwrap_or(0)),
+    }
+}
+
+/// How many ticks one pass steps through for a schedule at most before it jumps to now (a
+/// long downtime of a schedule every second).
+const STEPS_PER_PASS: usize = 100_000;
+
+/// What firing `record` at `now` / `wall` does: the ticks whose jobs to enqueue, oldest
+/// first, and the record with its cursor past every tick that has come (or, for
+/// [`CatchUp::All`], past the ticks fired, at most [`MAX_TICKS_PER_PASS`] a pass). A paused
+/// schedule fires nothing and keeps its cursor: when it resumes, the ticks that passed are
+/// missed ticks, handled by its catch-up policy. Missed ticks: [`CatchUp::Once`] fires the
+/// latest of them, [`CatchUp::All`] each, [`CatchUp::Skip`] only one fired within
+/// [`ON_TIME`](crate::schedule::ON_TIME) of its time.
+pub(crate) fn fire(
+    record: &ScheduleRecord,
+    now: StoreTime,
+    wall: i64,
+) -> Result<(Vec<Tick>, ScheduleRecord), Error> {
+    let mut new = record.clone();
+    if record.paused || !has_come(record.next, now, wall) {
+        return Ok((Vec::new(), new));
+    }
+    let mut fired = Vec::new();
+    let mut cursor = record.next;
+    let mut latest = None;
+    let mut passed = 0u64;
+    let mut steps = 0;
+    while has_come(cursor, now, wall) {
+        if record.catch_up == CatchUp::All {
+            if fired.len() == MAX_TICKS_PER_PASS {
+                break;
+            }
+            fired.push(cursor);
+        } else {
+            passed += 1;
+            latest = Some(cursor);
+        }
+        steps += 1;
+        if steps == STEPS_PER_PASS && record.catch_up != CatchUp::All {
+            // Not every tick of a long downtime is looked at: the rest are missed too.
+            cursor = first_tick(&record.when, now, wall)?;
+            break;
+        }
+        cursor = tick_after(&record.when, cursor)?;
+    }
+    if let Some(latest) = latest {
+        let on_time = age(latest, now, wall) < crate::schedule::ON_TIME;
+        if record.catch_up == CatchUp::Once || on_time {
+            fired.push(latest);
+            passed -= 1;
+        }
+    }
+    new.next = cursor;
+    new.skipped += passed;
+    new.fired += fired.len() as u64;
+    if let Some(last) = fired.last() {
+        new.last_fired = Some(*last);
+    }
+    Ok((fired, new))
 }
 
 // ----- the fence -----
@@ -929,5 +1069,119 @@ mod tests {
         assert!(takes_over(&job, None));
         assert!(takes_over(&job, Some(job.priority)));
         assert!(!takes_over(&job, Some(job.priority - 1)));
+    }
+
+    /// The wall ticks a cron schedule declared at `from` fires, one pass per tick, up to
+    /// `until` (seconds since the epoch), rendered in `zone` as "YYYY-MM-DD HH:MM+OFFSET".
+    #[cfg(feature = "cron")]
+    fn cron_ticks(expr: &str, zone: &str, from: i64, until: i64) -> Vec<String> {
+        let s = Schedule::cron("c", expr, zone, NewJob::new("q", "x")).catch_up(CatchUp::All);
+        let mut record = declare(None, &s, 1024, StoreTime(0), from).unwrap();
+        let mut fired = Vec::new();
+        while let Tick::Wall(next) = record.next {
+            if next > until {
+                break;
+            }
+            let (ticks, new) = fire(&record, StoreTime(0), next).unwrap();
+            record = new;
+            for tick in ticks {
+                let Tick::Wall(at) = tick else { unreachable!() };
+                let zoned = jiff::Timestamp::from_second(at)
+                    .unwrap()
+                    .in_tz(zone)
+                    .unwrap();
+                fired.push(zoned.strftime("%Y-%m-%d %H:%M%:z").to_string());
+            }
+        }
+        fired
+    }
+
+    #[cfg(feature = "cron")]
+    #[test]
+    fn a_cron_tick_in_the_hour_a_spring_day_skips_fires_right_after_it() {
+        // Berlin, 2026-03-29: 02:00 CET becomes 03:00 CEST
+        let from = 1_774_659_600; // 2026-03-28 01:00 UTC (02:00 CET)
+        let until = 1_774_836_000; // 2026-03-30 02:00 UTC
+        assert_eq!(
+            cron_ticks("30 2 * * *", "Europe/Berlin", from, until),
+            vec![
+                "2026-03-28 02:30+01:00",
+                "2026-03-29 03:00+02:00",
+                "2026-03-30 02:30+02:00"
+            ]
+        );
+    }
+
+    #[cfg(feature = "cron")]
+    #[test]
+    fn in_the_hour_an_autumn_day_repeats_a_fixed_tick_fires_once_and_a_stepped_one_twice() {
+        // Berlin, 2026-10-25: 03:00 CEST becomes 02:00 CET
+        let from = 1_792_836_000; // 2026-10-24 12:00 CEST
+        let until = 1_792_900_800; // 2026-10-25 04:00 UTC (05:00 CET)
+        assert_eq!(
+            cron_ticks("30 2 * * *", "Europe/Berlin", from, until),
+            vec!["2026-10-25 02:30+02:00"]
+        );
+        let half_hours = cron_ticks("*/30 1-3 * * *", "Europe/Berlin", from, until);
+        assert_eq!(
+            half_hours,
+            vec![
+                "2026-10-25 01:00+02:00",
+                "2026-10-25 01:30+02:00",
+                "2026-10-25 02:00+02:00",
+                "2026-10-25 02:30+02:00",
+                "2026-10-25 02:00+01:00",
+                "2026-10-25 02:30+01:00",
+                "2026-10-25 03:00+01:00",
+                "2026-10-25 03:30+01:00",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_schedule_fires_each_due_tick_once_and_its_policy_decides_the_missed_ones() {
+        let every = Duration::from_secs(10);
+        let make = |policy| {
+            let s = Schedule::every("s", every, NewJob::new("q", "x")).catch_up(policy);
+            declare(None, &s, 1024, StoreTime(0), 0).unwrap()
+        };
+        let at = |secs: u64| StoreTime(secs * 1_000_000_000);
+        // on time: one tick each pass, whatever the policy
+        for policy in [CatchUp::Once, CatchUp::All, CatchUp::Skip] {
+            let (ticks, r) = fire(&make(policy), at(10), 0).unwrap();
+            assert_eq!(ticks, vec![Tick::Store(at(10))], "{policy:?}");
+            assert_eq!((r.next, r.fired, r.skipped), (Tick::Store(at(20)), 1, 0));
+            assert!(
+                fire(&r, at(19), 0).unwrap().0.is_empty(),
+                "a tick fires once"
+            );
+        }
+        // 100 s late: ten ticks have come
+        let (all, r) = fire(&make(CatchUp::All), at(100), 0).unwrap();
+        assert_eq!(all.len(), 10);
+        assert_eq!((r.next, r.skipped), (Tick::Store(at(110)), 0));
+        let (once, r) = fire(&make(CatchUp::Once), at(100), 0).unwrap();
+        assert_eq!((once, r.skipped), (vec![Tick::Store(at(100))], 9));
+        // a tick fired within ON_TIME of its time is on time, for Skip too
+        let (skip, r) = fire(&make(CatchUp::Skip), at(105), 0).unwrap();
+        assert_eq!((skip, r.skipped), (vec![Tick::Store(at(100))], 9));
+        // ...but a tick more than ON_TIME late is dropped
+        let two_minutes = Schedule::every("s", Duration::from_secs(120), NewJob::new("q", "x"))
+            .catch_up(CatchUp::Skip);
+        let late = declare(None, &two_minutes, 1024, StoreTime(0), 0).unwrap();
+        let (skip, r) = fire(&late, at(3 * 120 + 90), 0).unwrap();
+        assert_eq!((skip.len(), r.skipped), (0, 3));
+        // All fires at most MAX_TICKS_PER_PASS a pass, the rest in the next
+        let (first, r) = fire(&make(CatchUp::All), at(20_000), 0).unwrap();
+        assert_eq!(first.len(), MAX_TICKS_PER_PASS);
+        let (second, _) = fire(&r, at(20_000), 0).unwrap();
+        assert_eq!(second.len(), 1000);
+        assert_eq!(second[0], Tick::Store(at(10 * 1001)));
+        // a paused schedule fires nothing and keeps its cursor
+        let mut paused = make(CatchUp::All);
+        paused.paused = true;
+        let (none, r) = fire(&paused, at(100), 0).unwrap();
+        assert!(none.is_empty());
+        assert_eq!(r.next, Tick::Store(at(10)));
     }
 }

@@ -7,7 +7,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use leasehold::{
-    Error, HolderState, Job, JobFilter, JobId, JobOrder, JobState, Run, StoreTime, Uniqueness,
+    CatchUp, Error, HolderState, Job, JobFilter, JobId, JobOrder, JobState, Run, StoreTime, Tick,
+    Uniqueness, When,
 };
 
 use super::target::Reader;
@@ -451,6 +452,96 @@ pub fn jobs(
     if cut {
         println!("(the first {limit} shown; more match: --limit N shows more)");
     }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn schedules(db: &Path, json: bool) -> Result<ExitCode, Error> {
+    let store = open(db)?;
+    let now = store.now()?;
+    // Shown to an operator: a cron schedule's next tick is a wall-clock time.
+    #[allow(clippy::disallowed_methods)]
+    let wall = std::time::SystemTime::now();
+    let list = store.schedules()?;
+    #[derive(Serialize)]
+    struct ScheduleView {
+        name: String,
+        queue: String,
+        /// `every 5m`, or `cron "0 3 * * *" in Europe/Berlin`.
+        when: String,
+        catch_up: &'static str,
+        paused: bool,
+        /// How long until its next tick (negative: it has come, and waits for a scheduler).
+        next_in_ms: i64,
+        fired: u64,
+        skipped: u64,
+    }
+    let views: Vec<ScheduleView> = list
+        .iter()
+        .map(|s| ScheduleView {
+            name: s.name().to_owned(),
+            queue: s.queue().to_owned(),
+            when: match s.when() {
+                When::Every(d) => format!("every {}", format::duration(*d)),
+                When::Cron { expr, zone } => format!("cron {expr:?} in {zone}"),
+            },
+            catch_up: match s.catch_up() {
+                CatchUp::Once => "once",
+                CatchUp::All => "all",
+                CatchUp::Skip => "skip",
+            },
+            paused: s.paused(),
+            next_in_ms: match s.next_tick() {
+                Tick::Store(t) => ms(t) as i64 - ms(now) as i64,
+                Tick::Wall(secs) => {
+                    let wall = wall
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map_or(0, |d| d.as_millis() as i64);
+                    secs.saturating_mul(1000) - wall
+                }
+            },
+            fired: s.fired(),
+            skipped: s.skipped(),
+        })
+        .collect();
+    if json {
+        print_json(&views);
+        return Ok(ExitCode::SUCCESS);
+    }
+    if views.is_empty() {
+        println!("no schedules");
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut t = Table::new(&[
+        "name",
+        "queue",
+        "when",
+        "catch up",
+        "next tick",
+        "fired",
+        "skipped",
+    ]);
+    for v in &views {
+        let next = match (v.paused, v.next_in_ms) {
+            (true, _) => "paused".to_owned(),
+            (false, n) if n >= 0 => {
+                format!("in {}", format::duration(Duration::from_millis(n as u64)))
+            }
+            (false, n) => format!(
+                "due {} ago",
+                format::duration(Duration::from_millis(n.unsigned_abs()))
+            ),
+        };
+        t.row(vec![
+            v.name.clone(),
+            v.queue.clone(),
+            v.when.clone(),
+            v.catch_up.into(),
+            next,
+            v.fired.to_string(),
+            v.skipped.to_string(),
+        ]);
+    }
+    println!("{}", t.render());
     Ok(ExitCode::SUCCESS)
 }
 

@@ -69,6 +69,26 @@ fn parse_state(s: &str) -> Result<JobState, String> {
         })
 }
 
+/// What `leasehold schedules` does to one schedule.
+#[derive(Subcommand)]
+enum ScheduleAction {
+    /// Pause it: none of its ticks fire until it resumes.
+    Pause {
+        /// The schedule.
+        name: String,
+    },
+    /// Resume it (missed ticks as its catch-up policy says).
+    Resume {
+        /// The schedule.
+        name: String,
+    },
+    /// Remove it (the jobs it enqueued stay).
+    Remove {
+        /// The schedule.
+        name: String,
+    },
+}
+
 /// The order of `jobs`.
 #[derive(Copy, Clone, Debug, Default, ValueEnum)]
 enum SortArg {
@@ -203,6 +223,12 @@ enum Command {
         job: Option<u64>,
         #[command(flatten)]
         bulk: operate::Bulk,
+    },
+    /// The store's periodic jobs: each schedule, when it ticks, its next tick, how many jobs
+    /// it enqueued; or pause, resume or remove one.
+    Schedules {
+        #[command(subcommand)]
+        action: Option<ScheduleAction>,
     },
     /// Pause a queue: no claim of any process or machine takes its jobs until it resumes
     /// (running jobs finish).
@@ -345,6 +371,14 @@ fn main() -> ExitCode {
         Command::Cancel { job, bulk } => operate::cancel(&db, json, job, bulk),
         Command::Purge { older_than, state } => operate::purge(&db, json, older_than, state),
         Command::Reap => operate::reap(&db, json),
+        Command::Schedules { action: None } => inspect::schedules(&db, json),
+        Command::Schedules {
+            action: Some(action),
+        } => match action {
+            ScheduleAction::Pause { name } => operate::schedule(&db, json, &name, "pause"),
+            ScheduleAction::Resume { name } => operate::schedule(&db, json, &name, "resume"),
+            ScheduleAction::Remove { name } => operate::schedule(&db, json, &name, "remove"),
+        },
         Command::Pause { queue } => operate::pause(&db, json, &queue, true),
         Command::Resume { queue } => operate::pause(&db, json, &queue, false),
         Command::Limit {
@@ -407,6 +441,7 @@ fn exit_code(e: &Error) -> u8 {
         Error::Refused { .. }
         | Error::UniqueKeyHeld { .. }
         | Error::JobNotFound(_)
+        | Error::ScheduleNotFound(_)
         | Error::LeaseLost(_)
         | Error::InUse(_) => 1,
         Error::Input(_) | Error::Config(_) => 2,

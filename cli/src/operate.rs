@@ -310,6 +310,38 @@ struct RefusedView {
     error: String,
 }
 
+pub fn schedule(db: &Path, json: bool, name: &str, action: &str) -> Result<ExitCode, Error> {
+    let store = open(db, false)?;
+    let said = match action {
+        "pause" => {
+            store.pause_schedule(name)?;
+            format!("schedule {name} is paused: none of its ticks fire until it resumes")
+        }
+        "resume" => {
+            store.resume_schedule(name)?;
+            format!("schedule {name} is resumed")
+        }
+        _ => match store.remove_schedule(name)? {
+            true => format!("schedule {name} is removed (the jobs it enqueued stay)"),
+            false => return Err(Error::ScheduleNotFound(name.to_owned())),
+        },
+    };
+    if json {
+        #[derive(Serialize)]
+        struct Done<'a> {
+            schedule: &'a str,
+            action: &'a str,
+        }
+        print_json(&Done {
+            schedule: name,
+            action,
+        });
+    } else {
+        println!("{said}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 pub fn pause(db: &Path, json: bool, queue: &str, pause: bool) -> Result<ExitCode, Error> {
     let store = open(db, false)?;
     match pause {

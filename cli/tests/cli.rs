@@ -815,6 +815,61 @@ fn pause_resume_and_limits_are_set_from_the_tool_and_shown_by_stats() {
 }
 
 #[test]
+fn schedules_are_listed_paused_resumed_and_removed_from_the_tool() {
+    let t = Tool::new();
+    {
+        let store = leasehold::Store::open(&t.db).unwrap();
+        let job = leasehold::NewJob::new("reports", "daily");
+        store
+            .declare_schedule(leasehold::Schedule::every(
+                "heartbeat",
+                Duration::from_secs(300),
+                job.clone(),
+            ))
+            .unwrap();
+        store
+            .declare_schedule(
+                leasehold::Schedule::cron("nightly", "0 3 * * *", "Europe/Berlin", job)
+                    .catch_up(leasehold::CatchUp::Skip),
+            )
+            .unwrap();
+    }
+    let listed = t.ok(&["schedules"]);
+    assert!(
+        listed.contains("heartbeat") && listed.contains("every 5m"),
+        "{listed}"
+    );
+    assert!(
+        listed.contains("cron \"0 3 * * *\" in Europe/Berlin") && listed.contains("skip"),
+        "{listed}"
+    );
+    let json = t.json(&["schedules"]);
+    let nightly = json
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "nightly")
+        .unwrap();
+    let next = nightly["next_in_ms"].as_i64().unwrap();
+    assert!(next > 0 && next <= 25 * 3600 * 1000, "{nightly}");
+    assert!(
+        t.ok(&["schedules", "pause", "nightly"])
+            .contains("is paused")
+    );
+    assert!(t.ok(&["schedules"]).contains("paused"));
+    t.ok(&["schedules", "resume", "nightly"]);
+    assert_eq!(t.json(&["schedules"])[1]["paused"], false);
+    assert!(
+        t.ok(&["schedules", "remove", "heartbeat"])
+            .contains("removed")
+    );
+    let gone = t.run(&["schedules", "remove", "heartbeat"]);
+    assert_eq!(gone.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&gone.stderr).contains("no schedule named"));
+    assert_eq!(t.json(&["schedules"]).as_array().unwrap().len(), 1);
+}
+
+#[test]
 fn enqueue_says_when_a_unique_key_returned_the_job_that_holds_it() {
     let t = Tool::new();
     let first = t.ok(&[

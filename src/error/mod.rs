@@ -32,6 +32,9 @@ pub enum Error {
     /// No job has this id.
     #[error("job {0} does not exist")]
     JobNotFound(JobId),
+    /// No schedule of this name.
+    #[error("no schedule named {0:?}")]
+    ScheduleNotFound(String),
     /// The job is in a state in which the operation does not apply; nothing changed.
     #[error("job {job} is {state}: cannot {action}")]
     Refused {
@@ -153,6 +156,7 @@ impl Error {
                 | Error::Input(_)
                 | Error::Config(_)
                 | Error::JobNotFound(_)
+                | Error::ScheduleNotFound(_)
                 | Error::Refused { .. }
                 | Error::UniqueKeyHeld { .. }
                 | Error::InUse(_)
@@ -291,6 +295,9 @@ pub enum ConfigError {
     /// A heartbeat interval of zero would spin.
     #[error("heartbeat interval must be greater than zero")]
     ZeroHeartbeat,
+    /// A scheduler interval of zero would spin.
+    #[error("scheduler interval must be greater than zero")]
+    ZeroSchedulerInterval,
     /// A reaper interval of zero would spin.
     #[error("reaper interval must be greater than zero")]
     ZeroReaperInterval,
@@ -389,6 +396,33 @@ pub enum InputError {
     /// A job's time limit of zero would end its every attempt as it began.
     #[error("a job's time limit must be greater than zero")]
     ZeroTimeLimit,
+    /// A schedule's name identifies it in the store and in its jobs' unique keys.
+    #[error("schedule name must be 1 to {max} bytes, got {len}")]
+    BadScheduleName {
+        /// Its length.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// A schedule every zero seconds would enqueue without end.
+    #[error("a schedule's interval must be greater than zero")]
+    ZeroInterval,
+    /// A cron expression that does not parse (or a build without the `cron` feature).
+    #[error("cron expression {expr:?}: {why}")]
+    BadCron {
+        /// The expression.
+        expr: String,
+        /// Why.
+        why: String,
+    },
+    /// A time zone the zone database does not know.
+    #[error("time zone {zone:?}: {why}")]
+    BadTimeZone {
+        /// The zone.
+        zone: String,
+        /// Why.
+        why: String,
+    },
     /// A concurrency limit of zero would hold every job forever: pause the queue instead.
     #[error("a concurrency limit must be at least 1 (pause the queue to stop its claims)")]
     ZeroConcurrency,

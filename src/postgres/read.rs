@@ -175,6 +175,25 @@ pub(crate) fn next_due(
     Ok(crate::rules::next_look(room, due))
 }
 
+/// Every schedule, by name.
+pub(crate) fn schedules(
+    tx: Tx<'_, '_>,
+    p: &mut Prepared<'_>,
+) -> Result<Vec<crate::schedule::ScheduleInfo>> {
+    let st = p.get(
+        tx,
+        "SELECT name, record FROM {s}.leasehold_schedules
+         WHERE octet_length(record) > 0 ORDER BY name",
+    )?;
+    tx.query(&st, &[])?
+        .iter()
+        .map(|row| {
+            super::protocol::decode_schedule(row.col(0)?, row.col(1)?)
+                .map(crate::schedule::ScheduleInfo)
+        })
+        .collect()
+}
+
 /// A queue's settings: whether it is paused, and its limits.
 pub(crate) fn queue_settings(
     tx: Tx<'_, '_>,

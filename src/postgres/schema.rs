@@ -162,6 +162,9 @@ CREATE TABLE {s}.leasehold_queues (
     rate_per_us bigint,
     recent_claims bigint[] NOT NULL DEFAULT '{}'
 );
+-- Each periodic job's declaration and the cursor of its next tick, as the crate's codec
+-- encodes it (a format-version byte, then bincode): the rule book reads and writes it whole.
+CREATE TABLE {s}.leasehold_schedules (name text PRIMARY KEY, record bytea NOT NULL);
 INSERT INTO {s}.leasehold_counters (name, value) VALUES
     ('reclaimed_by_reaper', 0), ('reclaimed_by_takeover', 0), ('reclaimed_at_open', 0),
     ('reclaimed_process_died', 0),
@@ -191,6 +194,7 @@ CREATE TABLE IF NOT EXISTS {s}.leasehold_queues (
     rate_per_us bigint,
     recent_claims bigint[] NOT NULL DEFAULT '{}'
 );
+CREATE TABLE IF NOT EXISTS {s}.leasehold_schedules (name text PRIMARY KEY, record bytea NOT NULL);
 DROP INDEX IF EXISTS {s}.leasehold_jobs_unique;
 CREATE UNIQUE INDEX leasehold_jobs_unique ON {s}.leasehold_jobs (queue, unique_key)
     WHERE "#,
@@ -359,6 +363,10 @@ pub(crate) const COLUMNS: &[(&str, &[(&str, &str)])] = &[
             ("recent_claims", "_int8"),
         ],
     ),
+    (
+        "leasehold_schedules",
+        &[("name", "text"), ("record", "bytea")],
+    ),
 ];
 
 /// The indexes the protocol relies on: the unique one for correctness (`ON CONFLICT`
@@ -371,6 +379,7 @@ const INDEXES: &[&str] = &[
     "leasehold_jobs_finished",
     "leasehold_runs_pkey",
     "leasehold_queues_pkey",
+    "leasehold_schedules_pkey",
 ];
 
 /// The functions every statement calls.

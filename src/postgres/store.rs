@@ -461,6 +461,46 @@ impl PgStore {
         self.in_transaction(read::stats)
     }
 
+    /// Declares a periodic job (see [`crate::Store::declare_schedule`]).
+    pub fn declare_schedule(&self, schedule: crate::Schedule) -> Result<()> {
+        let wall = crate::clock::wall_seconds(crate::clock::wall_now());
+        let s = self.settings();
+        self.in_transaction(|tx, p| protocol::declare_schedule(tx, p, s, &schedule, wall))
+    }
+
+    /// Fires every schedule whose tick has come, at the wall clock's time now.
+    pub fn fire_schedules(&self) -> Result<Vec<JobId>> {
+        self.fire_schedules_at(crate::clock::wall_now())
+    }
+
+    /// Fires every schedule whose tick has come (see [`crate::Store::fire_schedules_at`]).
+    pub fn fire_schedules_at(&self, wall: std::time::SystemTime) -> Result<Vec<JobId>> {
+        let wall = crate::clock::wall_seconds(wall);
+        let s = self.settings();
+        let fired = self.in_transaction(|tx, p| protocol::fire_schedules(tx, p, s, wall))?;
+        Ok(fired)
+    }
+
+    /// Pauses a schedule (see [`crate::Store::pause_schedule`]).
+    pub fn pause_schedule(&self, name: &str) -> Result<()> {
+        self.in_transaction(|tx, p| protocol::pause_schedule(tx, p, name, true))
+    }
+
+    /// Resumes a paused schedule.
+    pub fn resume_schedule(&self, name: &str) -> Result<()> {
+        self.in_transaction(|tx, p| protocol::pause_schedule(tx, p, name, false))
+    }
+
+    /// Removes a schedule; `false` if there was none.
+    pub fn remove_schedule(&self, name: &str) -> Result<bool> {
+        self.in_transaction(|tx, p| protocol::remove_schedule(tx, p, name))
+    }
+
+    /// Every schedule, by name.
+    pub fn schedules(&self) -> Result<Vec<crate::ScheduleInfo>> {
+        self.in_transaction(read::schedules)
+    }
+
     /// Pauses `queue` on every machine (see [`crate::Store::pause_queue`]).
     pub fn pause_queue(&self, queue: &str) -> Result<()> {
         self.in_transaction(|tx, p| protocol::pause_queue(tx, p, queue, true))

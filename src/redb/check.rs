@@ -4,9 +4,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use redb::{ReadTransaction, ReadableTable};
 
+use crate::codec;
 use crate::error::{Error, Result};
 use crate::job::{JobState, RunRecord};
-use crate::redb_store::codec;
 use crate::redb_store::index::entries;
 use crate::redb_store::schema;
 use crate::redb_store::writing::decode_job;

@@ -4,9 +4,9 @@
 //! through [`save`], which removes the entries of the old version and adds those of the new
 //! one; [`crate::Store::check`] recomputes the same function to prove the indexes match.
 
+use crate::codec;
 use crate::error::Result;
 use crate::job::{JobRecord, JobState};
-use crate::redb_store::codec;
 use crate::redb_store::writing::{Tables, Tx};
 
 /// The index entries one job record implies, borrowing the record's strings (this runs twice

@@ -15,7 +15,7 @@
 //! | `app_transaction.rs` | the application's side of a leasehold transaction |
 //! | `index.rs`, `search.rs` | index maintenance, and finding work in the indexes |
 //! | `reading.rs`, `store_reader.rs`, `check.rs` | the read side, the read-only view, the integrity check |
-//! | `schema.rs`, `codec.rs` | the tables, and records as bytes |
+//! | `schema.rs` | the tables (records become bytes in the crate's one codec, `src/codec.rs`) |
 //! | `group.rs` | group commit |
 //! | `instance.rs`, `neighbours.rs`, `shared.rs` | processes sharing a store |
 //! | `contain.rs` | the engine's panics on a damaged page, kept quiet |
@@ -25,7 +25,7 @@ mod app_transaction;
 mod backend;
 mod builder;
 mod check;
-pub(crate) mod codec;
+
 mod contain;
 mod crashed_file;
 mod create;
@@ -50,4 +50,4 @@ pub use schema::SCHEMA_VERSION;
 pub use store::Store;
 pub use store_reader::{HolderState, StoreReader};
 
-pub(crate) use codec::decode_counters;
+pub(crate) use crate::codec::decode_counters;

@@ -13,9 +13,9 @@ use redb::{
 };
 
 use crate::clock::{Anchor, StoreClock};
+use crate::codec;
 use crate::error::{Error, OpenError, Result};
 use crate::ids::StoreTime;
-use crate::redb_store::codec;
 use crate::redb_store::create::{self, REDB_MAGIC};
 use crate::redb_store::schema::{self, MARKER, SCHEMA_VERSION, meta_key};
 use crate::redb_store::writing::read_u64;

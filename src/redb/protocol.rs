@@ -19,6 +19,7 @@
 use redb::ReadableTable;
 
 use crate::batches::Batch;
+use crate::codec;
 use crate::config::check_terms;
 use crate::error::{Error, Result};
 use crate::ids::{Attempt, InstanceId, JobId, StoreTime};
@@ -26,13 +27,13 @@ use crate::input;
 use crate::job::{JobRecord, JobState, NewJob, ReclaimPath, RunRecord};
 use crate::lease::{Lease, LeaseTerms, Renewal};
 use crate::queue::QueueRecord;
-use crate::redb_store::codec;
 use crate::redb_store::index;
 use crate::redb_store::search;
 use crate::redb_store::writing::{Tx, load};
 use crate::report::Reclaim;
 use crate::rules::corrupt_running;
 use crate::rules::{self, Change, Granted, Renewed, Retry, Write};
+use crate::schedule::{Schedule, ScheduleRecord};
 
 /// Enqueues a job; with a unique key that another job holds ([`rules::holds_key`]), returns
 /// that job instead.
@@ -554,6 +555,77 @@ pub(crate) fn set_queue_limits(
     let record = queue_record(tx, queue)?;
     save_queue(tx, queue, &rules::limited(record.as_ref(), limits)?)?;
     tx.tally.readied.insert(queue.to_owned());
+    Ok(())
+}
+
+/// Declares a schedule ([`rules::declare`]): new, or as it was but for its job and catch-up.
+pub(crate) fn declare_schedule(tx: &mut Tx<'_>, s: &Schedule, wall: i64) -> Result<()> {
+    let existing = schedule_record(tx, s.name())?;
+    let record = rules::declare(existing.as_ref(), s, tx.policy.max_payload, tx.now, wall)?;
+    if existing.as_ref() != Some(&record) {
+        save_schedule(tx, &record)?;
+    }
+    Ok(())
+}
+
+/// Fires every schedule whose tick has come ([`rules::fire`]): each tick's job enqueued in
+/// this transaction, which also moves the schedule's cursor past it, so a tick fires once
+/// whichever process's scheduler comes first. Returns the jobs enqueued.
+pub(crate) fn fire_schedules(tx: &mut Tx<'_>, wall: i64) -> Result<Vec<JobId>> {
+    let mut records = Vec::new();
+    for entry in tx.tables.schedules()?.iter()? {
+        let (name, bytes) = entry?;
+        records.push(decode_schedule(name.value(), bytes.value())?);
+    }
+    let mut enqueued = Vec::new();
+    for record in records {
+        let (ticks, new) = rules::fire(&record, tx.now, wall)?;
+        for tick in ticks {
+            enqueued.push(enqueue(tx, &record.template.job(&record.name, tick))?);
+        }
+        if new != record {
+            save_schedule(tx, &new)?;
+        }
+    }
+    Ok(enqueued)
+}
+
+/// Pauses (or resumes) a schedule: no tick of a paused one fires.
+pub(crate) fn pause_schedule(tx: &mut Tx<'_>, name: &str, paused: bool) -> Result<()> {
+    let mut record =
+        schedule_record(tx, name)?.ok_or_else(|| Error::ScheduleNotFound(name.to_owned()))?;
+    if record.paused != paused {
+        record.paused = paused;
+        save_schedule(tx, &record)?;
+    }
+    Ok(())
+}
+
+/// Removes a schedule; its jobs already enqueued stay. `false` if there was none.
+pub(crate) fn remove_schedule(tx: &mut Tx<'_>, name: &str) -> Result<bool> {
+    let removed = tx.tables.schedules()?.remove(name)?.is_some();
+    if removed {
+        tx.tally.writes += 1;
+    }
+    Ok(removed)
+}
+
+fn schedule_record(tx: &mut Tx<'_>, name: &str) -> Result<Option<ScheduleRecord>> {
+    match tx.tables.schedules()?.get(name)? {
+        Some(b) => decode_schedule(name, b.value()).map(Some),
+        None => Ok(None),
+    }
+}
+
+pub(crate) fn decode_schedule(name: &str, bytes: &[u8]) -> Result<ScheduleRecord> {
+    codec::decode(bytes).map_err(|e| Error::Corrupt(format!("schedule {name:?}: {e}")))
+}
+
+fn save_schedule(tx: &mut Tx<'_>, record: &ScheduleRecord) -> Result<()> {
+    tx.tables
+        .schedules()?
+        .insert(record.name.as_str(), codec::encode(record).as_slice())?;
+    tx.tally.writes += 1;
     Ok(())
 }
 

@@ -6,12 +6,12 @@
 
 use redb::{ReadTransaction, ReadableTable, TableDefinition};
 
+use crate::codec;
 use crate::error::{Error, Result};
 use crate::ids::{JobId, StoreTime};
 use crate::job::{Job, JobRecord, JobState, Run, RunRecord};
 use crate::query::{JobFilter, JobOrder, QueueTiming};
 use crate::queue::{QueueRecord, UnservedQueue};
-use crate::redb_store::codec;
 use crate::redb_store::schema::{self, meta_key};
 use crate::redb_store::writing::decode_job;
 use crate::stats::Stats;
@@ -140,6 +140,23 @@ pub(crate) fn next_look(
         .map_or(0, |v| v.value());
     let room = crate::rules::claim_room(Some(&record), running, now);
     Ok(crate::rules::next_look(room, due))
+}
+
+/// Every schedule, by name.
+pub(crate) fn schedules(read: &ReadTransaction) -> Result<Vec<crate::schedule::ScheduleInfo>> {
+    let table = match read.open_table(schema::SCHEDULES) {
+        Ok(t) => t,
+        Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
+        Err(e) => return Err(e.into()),
+    };
+    table
+        .iter()?
+        .map(|e| {
+            let (name, bytes) = e?;
+            crate::redb_store::protocol::decode_schedule(name.value(), bytes.value())
+                .map(crate::schedule::ScheduleInfo)
+        })
+        .collect()
 }
 
 /// Every queue's record (none in a store no worker has served yet).
@@ -336,7 +353,7 @@ mod tests {
     use std::time::Duration;
 
     use crate::job::Outcome;
-    use crate::{NewJob, Store, redb_store::codec, redb_store::schema};
+    use crate::{NewJob, Store, codec, redb_store::schema};
 
     /// Builds before this one wrote a running attempt's record at claim time; such a store
     /// must read, check and finish exactly as one written now.

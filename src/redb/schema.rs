@@ -17,7 +17,8 @@
 //! | `finished` | (finished_at, job) | () | terminal jobs, oldest first (for purging) |
 //! | `holders` | job id | (process instance, attempt) | which process holds a running job's lease, when processes share the store |
 //! | `instances` | process instance | [`Registration`](crate::redb_store::instance::Registration) record | where each process sharing the store keeps its lock file, and which file that is |
-//! | `queues` | queue | [`QueueRecord`](crate::queue::QueueRecord) record | what the store knows of a queue beside its jobs: when a worker last served it |
+//! | `queues` | queue | [`QueueRecord`](crate::queue::QueueRecord) record | what the store knows of a queue beside its jobs: paused, its limits, its rate window, when a worker last served it |
+//! | `schedules` | name | [`ScheduleRecord`](crate::schedule::ScheduleRecord) record | each periodic job's declaration and the cursor of its next tick |
 //!
 //! Every index (`ready`, `expiry`, `unique`, `counts`, `finished`) is a pure function of the
 //! job records, maintained only by [`crate::redb_store::index`] and verified by [`crate::Store::check`].
@@ -32,7 +33,8 @@ use redb::TableDefinition;
 /// [`Outcome::TimedOut`](crate::Outcome::TimedOut), writes records in format version 2
 /// (time limits, uniqueness windows, metadata; see the codec) and adds `queues`, none of
 /// which older builds can read. An older store is upgraded by the first open that writes
-/// (its records are read in either format and rewritten as they change).
+/// (its records are read in either format and rewritten as they change); it also adds
+/// `schedules`.
 pub const SCHEMA_VERSION: u32 = 4;
 
 /// The marker that says "this redb file is a leasehold store".
@@ -59,6 +61,8 @@ pub(crate) const HOLDERS: TableDefinition<u64, (u64, u32)> =
 pub(crate) const INSTANCES: TableDefinition<u64, &[u8]> =
     TableDefinition::new("leasehold.instances");
 pub(crate) const QUEUES: TableDefinition<&str, &[u8]> = TableDefinition::new("leasehold.queues");
+pub(crate) const SCHEDULES: TableDefinition<&str, &[u8]> =
+    TableDefinition::new("leasehold.schedules");
 
 /// Keys of the `meta` table.
 pub(crate) mod meta_key {

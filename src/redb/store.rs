@@ -508,6 +508,53 @@ impl Store {
         <Self as crate::backend::LeaseBackend>::time_out_reporting(self, lease, None)
     }
 
+    /// Declares a periodic job ([`Schedule`](crate::Schedule)): new, or (every process declares
+    /// its schedules at start) as it was, keeping its cursor, unless its timing changed. A
+    /// [`Scheduler`](crate::Scheduler) fires its ticks.
+    pub fn declare_schedule(&self, schedule: crate::Schedule) -> Result<()> {
+        let wall = crate::clock::wall_seconds(crate::clock::wall_now());
+        self.write(move |tx| protocol::declare_schedule(tx, &schedule, wall))
+    }
+
+    /// Fires every schedule whose tick has come, at the wall clock's time now (see
+    /// [`Store::fire_schedules_at`]).
+    pub fn fire_schedules(&self) -> Result<Vec<JobId>> {
+        self.fire_schedules_at(crate::clock::wall_now())
+    }
+
+    /// Fires every schedule whose tick has come by store time (every interval) and by `wall`
+    /// (cron), each tick's job enqueued once however many processes fire (the cursor moves
+    /// in the same transaction); missed ticks as each schedule's catch-up policy says.
+    /// Returns the jobs enqueued. A [`Scheduler`](crate::Scheduler) calls it on a timer.
+    pub fn fire_schedules_at(&self, wall: std::time::SystemTime) -> Result<Vec<JobId>> {
+        let wall = crate::clock::wall_seconds(wall);
+        self.write(move |tx| protocol::fire_schedules(tx, wall))
+    }
+
+    /// Pauses a schedule: none of its ticks fire until it resumes (those that pass meanwhile
+    /// are missed ticks then, handled by its catch-up policy).
+    pub fn pause_schedule(&self, name: &str) -> Result<()> {
+        let name = name.to_owned();
+        self.write(move |tx| protocol::pause_schedule(tx, &name, true))
+    }
+
+    /// Resumes a paused schedule.
+    pub fn resume_schedule(&self, name: &str) -> Result<()> {
+        let name = name.to_owned();
+        self.write(move |tx| protocol::pause_schedule(tx, &name, false))
+    }
+
+    /// Removes a schedule (its jobs already enqueued stay); `false` if there was none.
+    pub fn remove_schedule(&self, name: &str) -> Result<bool> {
+        let name = name.to_owned();
+        self.write(move |tx| protocol::remove_schedule(tx, &name))
+    }
+
+    /// Every schedule, by name.
+    pub fn schedules(&self) -> Result<Vec<crate::ScheduleInfo>> {
+        self.reading("the schedules", reading::schedules)
+    }
+
     /// Pauses `queue`: from the next claim on, in every process sharing the store, no claim
     /// takes its jobs (pools stop claiming within one wait; running jobs finish, and are
     /// renewed, completed and reaped as ever). Recorded in the store, so it outlasts the

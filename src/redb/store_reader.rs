@@ -133,6 +133,11 @@ impl StoreReader {
         self.reading("the counts", |read| reading::stats(read, self.now()))
     }
 
+    /// Every schedule, by name.
+    pub fn schedules(&self) -> Result<Vec<crate::ScheduleInfo>> {
+        self.reading("the schedules", reading::schedules)
+    }
+
     /// `queue`'s settings: whether it is paused, and its limits.
     pub fn queue_settings(&self, queue: &str) -> Result<crate::QueueSettings> {
         self.reading("the queue's record", |read| {

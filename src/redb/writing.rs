@@ -6,10 +6,10 @@ use std::time::Duration;
 
 use redb::{ReadableTable, Table, WriteTransaction};
 
+use crate::codec;
 use crate::error::{Error, Result};
 use crate::ids::{InstanceId, JobId, StoreTime};
 use crate::job::JobRecord;
-use crate::redb_store::codec;
 use crate::redb_store::schema::{self, meta_key};
 use crate::retry::RetryPolicy;
 use crate::stats::Counters;
@@ -47,6 +47,8 @@ pub(crate) struct Tables<'t> {
     pub instances: Option<Table<'t, u64, &'static [u8]>>,
     /// The queues' records, opened by the first operation that needs one ([`Tables::queues`]).
     queues: Option<Table<'t, &'static str, &'static [u8]>>,
+    /// The schedules, opened likewise ([`Tables::schedules`]).
+    schedules: Option<Table<'t, &'static str, &'static [u8]>>,
     txn: &'t WriteTransaction,
 }
 
@@ -73,6 +75,7 @@ impl<'t> Tables<'t> {
                 false => None,
             },
             queues: None,
+            schedules: None,
             txn,
         })
     }
@@ -86,6 +89,16 @@ impl<'t> Tables<'t> {
         self.queues
             .as_mut()
             .ok_or(Error::Internal("the queues table did not open"))
+    }
+
+    /// The schedules, open for writing (opened on first use).
+    pub(crate) fn schedules(&mut self) -> Result<&mut Table<'t, &'static str, &'static [u8]>> {
+        if self.schedules.is_none() {
+            self.schedules = Some(self.txn.open_table(schema::SCHEDULES)?);
+        }
+        self.schedules
+            .as_mut()
+            .ok_or(Error::Internal("the schedules table did not open"))
     }
 
     /// Records where `instance` keeps its lock file (its first registration, or a new file).

@@ -19,6 +19,7 @@ mod queues;
 mod reader;
 mod reap;
 mod retry;
+mod schedules;
 mod served;
 mod stall;
 mod time_limit;

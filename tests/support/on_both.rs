@@ -215,6 +215,16 @@ impl Backend {
         self.store.clone().expect("store is open")
     }
 
+    /// A handle of its own on the same data, as another machine would open it: a new
+    /// PostgreSQL handle (its own connections); `None` on redb, whose file one writer (this
+    /// process) holds.
+    pub fn another_machine(&self) -> Option<Arc<dyn ModelStore>> {
+        match self.place {
+            Place::Postgres { .. } => Some(self.connect()),
+            Place::Redb(_) => None,
+        }
+    }
+
     /// Closes the store (after its integrity check) and opens it again with the same clock.
     pub fn reopen(&mut self) {
         self.assert_clean();

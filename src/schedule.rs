@@ -1,0 +1,311 @@
+//! Periodic jobs: what an application declares (a [`Schedule`]), what the store keeps of it
+//! (its record, with the cursor of its next tick), and how a cron expression's ticks are
+//! found in a named time zone. When a tick fires, and what it enqueues, is the rule book's
+//! ([`crate::rules::fire`]).
+//!
+//! A schedule runs *every interval* of store time, or on a *cron expression* in a named
+//! time zone (the `cron` feature). Wall time is read only to find a cron schedule's next
+//! tick; every lease and expiry stays on the store clock. Each tick enqueues exactly one
+//! job, however many processes or machines run a [`crate::Scheduler`]: the schedule's
+//! cursor moves past the tick in the same transaction that enqueues its job, and the job
+//! carries the tick's unique key (`schedule:<name>:<tick>`, kept until purged), so a
+//! second scheduler finds the tick taken.
+
+use std::time::Duration;
+
+use bincode::{Decode, Encode};
+
+use crate::ids::StoreTime;
+use crate::job::NewJob;
+
+/// At most this many ticks are fired for one schedule in one pass ([`CatchUp::All`] after a
+/// long downtime): the rest follow in the next passes.
+pub const MAX_TICKS_PER_PASS: usize = 1000;
+
+/// How late a tick may fire and still count as on time for [`CatchUp::Skip`].
+pub const ON_TIME: Duration = Duration::from_secs(60);
+
+/// When a schedule ticks.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Encode, Decode)]
+pub enum When {
+    /// Every interval of store time, from when it was declared.
+    Every(Duration),
+    /// On a cron expression (five fields, or six with seconds) in a named time zone
+    /// (`"0 3 * * *"`, `"Europe/Berlin"`): wall-clock time, with daylight-saving days
+    /// handled as Vixie cron does (a tick in the skipped hour fires right after it; a
+    /// fixed-time tick in the repeated hour fires once).
+    Cron {
+        /// The expression.
+        expr: String,
+        /// The IANA time zone it is read in.
+        zone: String,
+    },
+}
+
+/// What a schedule does about ticks it missed while no scheduler ran.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash, Encode, Decode)]
+pub enum CatchUp {
+    /// One job for all the missed ticks, now (the latest tick's).
+    #[default]
+    Once,
+    /// One job for every missed tick (at most [`MAX_TICKS_PER_PASS`] a pass).
+    All,
+    /// None for missed ticks: only a tick fired within [`ON_TIME`] of its time enqueues.
+    Skip,
+}
+
+/// A periodic job, as an application declares it ([`crate::Store::declare_schedule`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Schedule {
+    pub(crate) name: String,
+    pub(crate) job: NewJob,
+    pub(crate) when: When,
+    pub(crate) catch_up: CatchUp,
+}
+
+impl Schedule {
+    /// A schedule named `name` that enqueues `job` every `interval` of store time, the first
+    /// one interval after it is first declared.
+    pub fn every(name: impl Into<String>, interval: Duration, job: NewJob) -> Schedule {
+        Schedule {
+            name: name.into(),
+            job,
+            when: When::Every(interval),
+            catch_up: CatchUp::Once,
+        }
+    }
+
+    /// A schedule named `name` that enqueues `job` on the cron expression `expr` read in
+    /// the IANA time zone `zone` (`"0 3 * * *"`, `"Europe/Berlin"`: at three every night,
+    /// Berlin time). The expression and the zone are checked when it is declared.
+    #[cfg(feature = "cron")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "cron")))]
+    pub fn cron(
+        name: impl Into<String>,
+        expr: impl Into<String>,
+        zone: impl Into<String>,
+        job: NewJob,
+    ) -> Schedule {
+        Schedule {
+            name: name.into(),
+            job,
+            when: When::Cron {
+                expr: expr.into(),
+                zone: zone.into(),
+            },
+            catch_up: CatchUp::Once,
+        }
+    }
+
+    /// What to do about ticks missed while no scheduler ran (default [`CatchUp::Once`]).
+    pub fn catch_up(mut self, catch_up: CatchUp) -> Schedule {
+        self.catch_up = catch_up;
+        self
+    }
+
+    /// Its name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+/// Where a schedule's next tick is: on the store clock (every interval) or on the wall
+/// clock (cron), in whole seconds since the Unix epoch.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Encode, Decode)]
+pub enum Tick {
+    /// A store time.
+    Store(StoreTime),
+    /// A wall-clock time, seconds since the Unix epoch (UTC).
+    Wall(i64),
+}
+
+impl Tick {
+    /// The tick's part of its job's unique key.
+    pub(crate) fn key(&self) -> String {
+        match self {
+            Tick::Store(t) => format!("t{}", t.0),
+            Tick::Wall(s) => format!("w{s}"),
+        }
+    }
+}
+
+/// The job a schedule enqueues at each tick, as stored.
+#[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
+pub(crate) struct JobTemplate {
+    pub queue: String,
+    pub payload: Vec<u8>,
+    pub priority: i32,
+    pub max_attempts: Option<u32>,
+    pub time_limit: Option<Duration>,
+    pub metadata: Vec<(String, String)>,
+}
+
+impl JobTemplate {
+    pub(crate) fn of(job: &NewJob) -> JobTemplate {
+        JobTemplate {
+            queue: job.queue.clone(),
+            payload: job.payload.clone(),
+            priority: job.priority,
+            max_attempts: job.max_attempts,
+            time_limit: job.time_limit,
+            metadata: job.metadata.clone(),
+        }
+    }
+
+    /// The job of schedule `name`'s `tick`: the template, tagged with the schedule, under the
+    /// tick's unique key (kept until purged, so that no tick is enqueued twice).
+    pub(crate) fn job(&self, name: &str, tick: Tick) -> NewJob {
+        let mut job = NewJob::new(self.queue.clone(), self.payload.clone())
+            .priority(self.priority)
+            .unique_key(&format!("schedule:{name}:{}", tick.key()))
+            .unique_until_purged();
+        if let Some(m) = self.max_attempts {
+            job = job.max_attempts(m);
+        }
+        if let Some(limit) = self.time_limit {
+            job = job.time_limit(limit);
+        }
+        for (k, v) in &self.metadata {
+            job = job.metadata(k.clone(), v.clone());
+        }
+        job.metadata("schedule", name.to_owned())
+    }
+}
+
+/// A schedule as the store keeps it: its declaration, whether it is paused, and the cursor
+/// of its next tick.
+#[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
+pub(crate) struct ScheduleRecord {
+    pub name: String,
+    pub template: JobTemplate,
+    pub when: When,
+    pub catch_up: CatchUp,
+    pub paused: bool,
+    /// The next tick not fired yet.
+    pub next: Tick,
+    /// The last tick that enqueued a job, if any.
+    pub last_fired: Option<Tick>,
+    /// How many jobs it has enqueued.
+    pub fired: u64,
+    /// How many ticks it skipped ([`CatchUp::Once`] folds, [`CatchUp::Skip`] drops).
+    pub skipped: u64,
+}
+
+/// A schedule as the store reports it ([`crate::ReadJobs::schedules`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ScheduleInfo(pub(crate) ScheduleRecord);
+
+impl ScheduleInfo {
+    /// Its name.
+    pub fn name(&self) -> &str {
+        &self.0.name
+    }
+
+    /// The queue its jobs go to.
+    pub fn queue(&self) -> &str {
+        &self.0.template.queue
+    }
+
+    /// When it ticks.
+    pub fn when(&self) -> &When {
+        &self.0.when
+    }
+
+    /// What it does about missed ticks.
+    pub fn catch_up(&self) -> CatchUp {
+        self.0.catch_up
+    }
+
+    /// Whether it is paused (no tick fires; ticks that pass meanwhile are missed).
+    pub fn paused(&self) -> bool {
+        self.0.paused
+    }
+
+    /// Its next tick.
+    pub fn next_tick(&self) -> Tick {
+        self.0.next
+    }
+
+    /// The last tick that enqueued a job.
+    pub fn last_fired(&self) -> Option<Tick> {
+        self.0.last_fired
+    }
+
+    /// How many jobs it has enqueued.
+    pub fn fired(&self) -> u64 {
+        self.0.fired
+    }
+
+    /// How many ticks it let pass without a job of their own (folded into one by
+    /// [`CatchUp::Once`], dropped by [`CatchUp::Skip`]).
+    pub fn skipped(&self) -> u64 {
+        self.0.skipped
+    }
+}
+
+/// A cron expression's ticks in its zone (the `cron` feature): the first strictly after
+/// `after`, and the last at or before `at`.
+#[cfg(feature = "cron")]
+pub(crate) mod cron {
+    use std::str::FromStr;
+
+    use crate::error::InputError;
+
+    fn parse(expr: &str, zone: &str) -> Result<(croner::Cron, jiff::tz::TimeZone), InputError> {
+        let cron = croner::Cron::from_str(expr).map_err(|e| InputError::BadCron {
+            expr: expr.to_owned(),
+            why: e.to_string(),
+        })?;
+        let tz = jiff::tz::TimeZone::get(zone).map_err(|e| InputError::BadTimeZone {
+            zone: zone.to_owned(),
+            why: e.to_string(),
+        })?;
+        Ok((cron, tz))
+    }
+
+    fn at(second: i64, tz: &jiff::tz::TimeZone) -> Result<jiff::Zoned, InputError> {
+        jiff::Timestamp::from_second(second)
+            .map(|t| t.to_zoned(tz.clone()))
+            .map_err(|e| InputError::BadCron {
+                expr: String::new(),
+                why: e.to_string(),
+            })
+    }
+
+    /// Checks an expression and its zone.
+    pub(crate) fn check(expr: &str, zone: &str) -> Result<(), InputError> {
+        parse(expr, zone).map(|_| ())
+    }
+
+    /// The first tick strictly after `after` (seconds since the epoch).
+    pub(crate) fn next_after(expr: &str, zone: &str, after: i64) -> Result<i64, InputError> {
+        let (cron, tz) = parse(expr, zone)?;
+        let next = cron
+            .find_next_occurrence(&at(after, &tz)?, false)
+            .map_err(|e| InputError::BadCron {
+                expr: expr.to_owned(),
+                why: e.to_string(),
+            })?;
+        Ok(next.timestamp().as_second())
+    }
+}
+
+#[cfg(not(feature = "cron"))]
+pub(crate) mod cron {
+    use crate::error::InputError;
+
+    fn missing(expr: &str) -> InputError {
+        InputError::BadCron {
+            expr: expr.to_owned(),
+            why: "this build of leasehold has no cron support (the `cron` feature)".into(),
+        }
+    }
+
+    pub(crate) fn check(expr: &str, _zone: &str) -> Result<(), InputError> {
+        Err(missing(expr))
+    }
+
+    pub(crate) fn next_after(expr: &str, _zone: &str, _after: i64) -> Result<i64, InputError> {
+        Err(missing(expr))
+    }
+}

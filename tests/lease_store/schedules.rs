@@ -1,0 +1,406 @@
+use std::time::{Duration, SystemTime};
+
+use leasehold::{CatchUp, Error, InputError, JobFilter, JobState, NewJob, Schedule, Tick};
+
+use crate::on_both::{Backend, Kind, Q};
+
+use proptest::prelude::*;
+use std::sync::Arc;
+
+crate::on_both::on_both!(
+    an_interval_schedule_enqueues_one_job_per_tick_from_its_declaration,
+    declaring_again_keeps_the_cursor_and_a_new_interval_starts_over,
+    missed_ticks_follow_each_schedules_catch_up_policy,
+    a_paused_schedule_fires_nothing_and_is_caught_up_when_it_resumes,
+    schedulers_racing_on_one_store_fire_each_tick_once,
+    a_cron_schedule_ticks_on_the_wall_clock_of_its_zone,
+    bad_schedules_are_refused_and_unknown_names_are_not_found,
+    schedulers_that_race_die_and_come_back_enqueue_every_tick_once_as_its_policy_says,
+);
+
+const MINUTE: Duration = Duration::from_secs(60);
+
+/// Some wall-clock time: schedules every interval do not read it.
+fn wall() -> SystemTime {
+    SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000)
+}
+
+fn fire(f: &Backend) -> usize {
+    f.fire_schedules_at(wall()).unwrap().len()
+}
+
+fn scheduled(f: &Backend) -> Vec<leasehold::Job> {
+    f.jobs(&JobFilter {
+        queue: Some(Q.into()),
+        ..JobFilter::default()
+    })
+    .unwrap()
+}
+
+fn an_interval_schedule_enqueues_one_job_per_tick_from_its_declaration(kind: Kind) {
+    let f = kind.open();
+    let declared = f.now();
+    let report = NewJob::new(Q, "report")
+        .priority(-1)
+        .metadata("kind", "daily");
+    f.declare_schedule(Schedule::every("report", MINUTE, report))
+        .unwrap();
+    f.advance(MINUTE - Duration::from_secs(1));
+    assert_eq!(fire(&f), 0, "not yet");
+    f.advance(Duration::from_secs(1));
+    assert_eq!(fire(&f), 1);
+    assert_eq!(fire(&f), 0, "a tick fires once");
+    let jobs = scheduled(&f);
+    assert_eq!(jobs.len(), 1);
+    let tick = declared.saturating_add(MINUTE);
+    assert_eq!(
+        (
+            jobs[0].priority(),
+            jobs[0].metadata_value("schedule"),
+            jobs[0].metadata_value("kind")
+        ),
+        (-1, Some("report"), Some("daily"))
+    );
+    assert_eq!(
+        jobs[0].unique_key(),
+        Some(format!("schedule:report:t{}", tick.0).as_str())
+    );
+    assert_eq!(f.payload(jobs[0].id()).unwrap().unwrap(), b"report");
+    f.advance(MINUTE);
+    assert_eq!(fire(&f), 1);
+    let info = &f.schedules().unwrap()[0];
+    assert_eq!((info.name(), info.queue(), info.fired()), ("report", Q, 2));
+    assert_eq!(
+        info.next_tick(),
+        Tick::Store(tick.saturating_add(MINUTE * 2))
+    );
+    assert_eq!(
+        info.last_fired(),
+        Some(Tick::Store(tick.saturating_add(MINUTE)))
+    );
+}
+
+fn declaring_again_keeps_the_cursor_and_a_new_interval_starts_over(kind: Kind) {
+    let f = kind.open();
+    let job = || NewJob::new(Q, "x");
+    f.declare_schedule(Schedule::every("s", MINUTE, job()))
+        .unwrap();
+    let first = f.schedules().unwrap()[0].next_tick();
+    f.advance(Duration::from_secs(30));
+    // every process declares its schedules at start: the same timing keeps its cursor
+    f.declare_schedule(Schedule::every("s", MINUTE, NewJob::new(Q, "y")))
+        .unwrap();
+    assert_eq!(f.schedules().unwrap()[0].next_tick(), first);
+    f.advance(Duration::from_secs(30));
+    assert_eq!(fire(&f), 1);
+    assert_eq!(f.payload(scheduled(&f)[0].id()).unwrap().unwrap(), b"y");
+    // a new timing starts over from now
+    f.declare_schedule(Schedule::every("s", MINUTE * 10, job()))
+        .unwrap();
+    assert_eq!(
+        f.schedules().unwrap()[0].next_tick(),
+        Tick::Store(f.now().saturating_add(MINUTE * 10))
+    );
+}
+
+fn missed_ticks_follow_each_schedules_catch_up_policy(kind: Kind) {
+    let f = kind.open();
+    let five = MINUTE * 5;
+    for (name, policy) in [
+        ("once", CatchUp::Once),
+        ("all", CatchUp::All),
+        ("skip", CatchUp::Skip),
+    ] {
+        let job = NewJob::new(Q, name);
+        f.declare_schedule(Schedule::every(name, five, job).catch_up(policy))
+            .unwrap();
+    }
+    // 4 ticks pass with no scheduler, and it comes back 90 s after the last one
+    f.advance(five * 4 + Duration::from_secs(90));
+    assert_eq!(fire(&f), 1 + 4);
+    let fired = |name: &str| {
+        scheduled(&f)
+            .iter()
+            .filter(|j| j.metadata_value("schedule") == Some(name))
+            .count()
+    };
+    assert_eq!((fired("once"), fired("all"), fired("skip")), (1, 4, 0));
+    let infos = f.schedules().unwrap();
+    let info = |name: &str| infos.iter().find(|i| i.name() == name).unwrap();
+    assert_eq!((info("once").skipped(), info("skip").skipped()), (3, 4));
+    // all three are past now: the next tick is the fifth, for each
+    for name in ["once", "all", "skip"] {
+        assert_eq!(info(name).next_tick(), info("once").next_tick());
+    }
+    // on time, every policy fires its tick
+    f.advance(Duration::from_secs(210));
+    assert_eq!(fire(&f), 3);
+}
+
+fn a_paused_schedule_fires_nothing_and_is_caught_up_when_it_resumes(kind: Kind) {
+    let f = kind.open();
+    let all = Schedule::every("all", MINUTE, NewJob::new(Q, "x")).catch_up(CatchUp::All);
+    f.declare_schedule(all.clone()).unwrap();
+    f.pause_schedule("all").unwrap();
+    assert!(f.schedules().unwrap()[0].paused());
+    // declaring it again does not resume it
+    f.declare_schedule(all).unwrap();
+    f.advance(MINUTE * 3);
+    assert_eq!(fire(&f), 0);
+    f.resume_schedule("all").unwrap();
+    assert_eq!(fire(&f), 3, "its missed ticks, as its policy says");
+    assert!(f.remove_schedule("all").unwrap());
+    assert!(!f.remove_schedule("all").unwrap());
+    f.advance(MINUTE);
+    assert_eq!(fire(&f), 0);
+    assert_eq!(scheduled(&f).len(), 3, "its jobs stay");
+}
+
+/// Four threads fire the same store's schedules at once while time moves: every tick of
+/// every schedule is enqueued exactly once (on PostgreSQL each through its own connection).
+fn schedulers_racing_on_one_store_fire_each_tick_once(kind: Kind) {
+    let f = kind.open();
+    for n in 0..3 {
+        let job = NewJob::new(Q, format!("s{n}"));
+        let every = Duration::from_secs(10 + n);
+        f.declare_schedule(Schedule::every(format!("s{n}"), every, job).catch_up(CatchUp::All))
+            .unwrap();
+    }
+    let start = f.now();
+    let store = f.handle();
+    let mut fired = 0;
+    for _ in 0..20 {
+        f.advance(Duration::from_secs(7));
+        fired += std::thread::scope(|scope| {
+            let racers: Vec<_> = (0..4)
+                .map(|_| {
+                    let store = store.clone();
+                    scope.spawn(move || store.fire_schedules_at(wall()).unwrap().len())
+                })
+                .collect();
+            racers.into_iter().map(|r| r.join().unwrap()).sum::<usize>()
+        });
+    }
+    let elapsed = f.now().saturating_since(start).as_secs();
+    let ticks: u64 = (0..3).map(|n| elapsed / (10 + n)).sum();
+    let jobs = scheduled(&f);
+    assert_eq!((fired, jobs.len()), (ticks as usize, ticks as usize));
+    let mut keys: Vec<_> = jobs
+        .iter()
+        .map(|j| j.unique_key().unwrap().to_owned())
+        .collect();
+    keys.sort();
+    keys.dedup();
+    assert_eq!(keys.len(), jobs.len(), "no tick twice");
+    assert!(jobs.iter().all(|j| j.state() == JobState::Queued));
+}
+
+fn a_cron_schedule_ticks_on_the_wall_clock_of_its_zone(kind: Kind) {
+    let f = kind.open();
+    // Declared now: its first tick is the next 03:00 in Berlin after the wall clock's now.
+    f.declare_schedule(Schedule::cron(
+        "nightly",
+        "0 3 * * *",
+        "Europe/Berlin",
+        NewJob::new(Q, "x"),
+    ))
+    .unwrap();
+    let Tick::Wall(first) = f.schedules().unwrap()[0].next_tick() else {
+        panic!("a cron schedule's tick is on the wall clock");
+    };
+    let at = |s: i64| SystemTime::UNIX_EPOCH + Duration::from_secs(s as u64);
+    assert!(f.fire_schedules_at(at(first - 1)).unwrap().is_empty());
+    assert_eq!(f.fire_schedules_at(at(first)).unwrap().len(), 1);
+    // a day later the next; it is 03:00 Berlin time, whatever the offset that day
+    let Tick::Wall(second) = f.schedules().unwrap()[0].next_tick() else {
+        panic!("a wall tick");
+    };
+    assert!([23, 24, 25].contains(&((second - first) / 3600)));
+    assert_eq!(f.fire_schedules_at(at(second + 30)).unwrap().len(), 1);
+    let job = &scheduled(&f)[1];
+    assert_eq!(
+        job.unique_key(),
+        Some(format!("schedule:nightly:w{second}").as_str())
+    );
+}
+
+fn bad_schedules_are_refused_and_unknown_names_are_not_found(kind: Kind) {
+    let f = kind.open();
+    let job = || NewJob::new(Q, "x");
+    let refused = |s: Schedule| match f.declare_schedule(s) {
+        Err(Error::Input(e)) => e,
+        other => panic!("expected an input error, got {other:?}"),
+    };
+    assert_eq!(
+        refused(Schedule::every("s", Duration::ZERO, job())),
+        InputError::ZeroInterval
+    );
+    assert!(matches!(
+        refused(Schedule::every("", MINUTE, job())),
+        InputError::BadScheduleName { len: 0, .. }
+    ));
+    assert!(matches!(
+        refused(Schedule::every("s", MINUTE, NewJob::new("", "x"))),
+        InputError::EmptyQueueName
+    ));
+    assert!(matches!(
+        refused(Schedule::cron("c", "61 * * * *", "Europe/Berlin", job())),
+        InputError::BadCron { .. }
+    ));
+    assert!(matches!(
+        refused(Schedule::cron("c", "0 3 * * *", "Mars/Olympus_Mons", job())),
+        InputError::BadTimeZone { .. }
+    ));
+    assert!(f.schedules().unwrap().is_empty(), "nothing was declared");
+    assert!(matches!(
+        f.pause_schedule("nope"),
+        Err(Error::ScheduleNotFound(name)) if name == "nope"
+    ));
+}
+
+/// What a property run does: time passes, a scheduler fires, a scheduler's process dies (on
+/// redb the one process of them all, whose store is opened again), a dead one comes back.
+#[derive(Clone, Debug)]
+enum Step {
+    Advance(u16),
+    Fire(u8),
+    Die(u8),
+    Revive(u8),
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        4 => (1u16..400).prop_map(Step::Advance),
+        6 => any::<u8>().prop_map(Step::Fire),
+        1 => any::<u8>().prop_map(Step::Die),
+        2 => any::<u8>().prop_map(Step::Revive),
+    ]
+}
+
+/// The three schedules of the property: (name, interval in seconds, policy). Skip's
+/// interval is longer than ON_TIME, so that a late pass drops its tick.
+const RACED: [(&str, u64, CatchUp); 3] = [
+    ("all", 50, CatchUp::All),
+    ("once", 70, CatchUp::Once),
+    ("skip", 90, CatchUp::Skip),
+];
+
+/// K = 3 schedulers over simulated time, racing (each pass of each live one fires what has
+/// come), dying and coming back: every tick of every schedule is enqueued at most once, and
+/// exactly as its catch-up policy says given the moments some scheduler fired: All, every
+/// tick up to the last pass; Once, the latest tick at each pass; Skip, the latest tick at
+/// each pass that came within ON_TIME of it, and no other.
+fn schedulers_that_race_die_and_come_back_enqueue_every_tick_once_as_its_policy_says(kind: Kind) {
+    let cases = match kind {
+        Kind::Redb => 48,
+        Kind::Postgres(_) => 12,
+    };
+    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
+        cases,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    });
+    let outcome = runner.run(&proptest::collection::vec(step(), 1..60), |steps| {
+        race(kind.clone(), &steps).map_err(TestCaseError::fail)
+    });
+    if let Err(e) = outcome {
+        panic!("{e}");
+    }
+}
+
+fn race(kind: Kind, steps: &[Step]) -> Result<(), String> {
+    let mut f = kind.open();
+    let t0 = f.now();
+    for (name, secs, policy) in RACED {
+        let every = Duration::from_secs(secs);
+        let job = NewJob::new(Q, name);
+        f.declare_schedule(Schedule::every(name, every, job).catch_up(policy))
+            .map_err(|e| e.to_string())?;
+    }
+    // Each scheduler's handle: a machine of its own on PostgreSQL, the one store on redb.
+    let own = |f: &Backend| f.another_machine().unwrap_or_else(|| f.handle());
+    let mut schedulers: Vec<Option<Arc<dyn crate::backends::ModelStore>>> =
+        (0..3).map(|_| Some(own(&f))).collect();
+    let mut passes = Vec::new();
+    for step in steps {
+        match *step {
+            Step::Advance(secs) => f.advance(Duration::from_secs(u64::from(secs))),
+            Step::Fire(k) => {
+                if let Some(s) = &schedulers[usize::from(k % 3)] {
+                    s.fire_schedules_at(wall()).map_err(|e| e.to_string())?;
+                    passes.push(f.now());
+                }
+            }
+            Step::Die(k) => match f.is_postgres() {
+                true => schedulers[usize::from(k % 3)] = None,
+                // the process of every scheduler dies: its store is opened again
+                false => {
+                    schedulers.iter_mut().for_each(|s| *s = None);
+                    f.reopen();
+                    schedulers = (0..3).map(|_| Some(own(&f))).collect();
+                }
+            },
+            Step::Revive(k) => {
+                let s = &mut schedulers[usize::from(k % 3)];
+                if s.is_none() {
+                    *s = Some(own(&f));
+                }
+            }
+        }
+    }
+    drop(schedulers);
+    let jobs = scheduled(&f);
+    let mut keys: Vec<&str> = jobs.iter().filter_map(|j| j.unique_key()).collect();
+    keys.sort_unstable();
+    keys.dedup();
+    if keys.len() != jobs.len() {
+        return Err(format!(
+            "{} jobs for {} distinct ticks",
+            jobs.len(),
+            keys.len()
+        ));
+    }
+    for (name, secs, policy) in RACED {
+        let every = secs * 1_000_000_000;
+        let tick = |k: u64| t0.0 + k * every;
+        // The latest tick at or before `t`, if one has come.
+        let latest = |t: leasehold::StoreTime| {
+            let k = (t.0 - t0.0) / every;
+            (k >= 1).then(|| tick(k))
+        };
+        let mut fired: Vec<u64> = jobs
+            .iter()
+            .filter(|j| j.metadata_value("schedule") == Some(name))
+            .map(|j| {
+                let key = j.unique_key().unwrap_or_default();
+                key.rsplit(":t")
+                    .next()
+                    .unwrap_or_default()
+                    .parse()
+                    .unwrap_or(0)
+            })
+            .collect();
+        fired.sort_unstable();
+        let mut want: Vec<u64> = match policy {
+            CatchUp::All => {
+                let last = passes
+                    .last()
+                    .map_or(0, |p: &leasehold::StoreTime| (p.0 - t0.0) / every);
+                (1..=last).map(tick).collect()
+            }
+            CatchUp::Once => passes.iter().filter_map(|p| latest(*p)).collect(),
+            CatchUp::Skip => passes
+                .iter()
+                .filter_map(|p| latest(*p).filter(|t| p.0 - t < 60_000_000_000))
+                .collect(),
+        };
+        want.sort_unstable();
+        want.dedup();
+        if fired != want {
+            return Err(format!(
+                "schedule {name} ({policy:?}): fired {fired:?}, the passes {passes:?} call for {want:?}"
+            ));
+        }
+    }
+    Ok(())
+}
