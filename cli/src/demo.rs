@@ -295,11 +295,13 @@ impl Demo {
             None => std::path::PathBuf::from("."),
         };
         let act = super::demo_processes::act(&dir, 60, |line| self.say(line))?;
+        let schedules = super::demo_schedules::act(&dir, |line| self.say(line))?;
         self.summary(
             &script,
             &[&a, &b, &c, &special, &sleeper],
             worst_kill_delay,
             act,
+            schedules,
         )
     }
 
@@ -309,6 +311,7 @@ impl Demo {
         pools: &[&WorkerPool],
         worst_kill_delay: Duration,
         processes: super::demo_processes::ProcessAct,
+        schedules: super::demo_schedules::ScheduleAct,
     ) -> Result<ExitCode, Error> {
         let stats = self.store.stats()?;
         let (mut committed_once, mut duplicate_commits) = (0u64, 0u64);
@@ -345,6 +348,7 @@ impl Demo {
             check_problems: self.store.check()?.problems,
             elapsed: self.elapsed(),
             processes,
+            schedules,
         };
         for broken in report.broken() {
             self.fail(broken);

@@ -6,6 +6,7 @@ use std::time::Duration;
 use leasehold::Counters;
 
 use super::demo_processes::ProcessAct;
+use super::demo_schedules::ScheduleAct;
 
 /// What the demo measured once every pool had stopped.
 pub(super) struct Report {
@@ -30,6 +31,8 @@ pub(super) struct Report {
     pub elapsed: Duration,
     /// The second act: worker processes that die alone.
     pub processes: ProcessAct,
+    /// The third act: a periodic job and a limit across processes.
+    pub schedules: ScheduleAct,
 }
 
 impl Report {
@@ -67,6 +70,7 @@ impl Report {
             broken.push(format!("integrity check: {:?}", self.check_problems));
         }
         broken.extend(self.processes.broken());
+        broken.extend(self.schedules.failures.iter().cloned());
         broken
     }
 
@@ -97,6 +101,7 @@ impl Report {
                 "elapsed_ms": self.elapsed.as_secs_f64() * 1000.0,
                 "integrity_check_clean": clean,
                 "processes": self.processes.json(),
+                "schedules": self.schedules.json(),
                 "invariants_held": held,
                 "failures": failures,
                 "events": events.iter().map(|(ms, text)| serde_json::json!({"t_ms": ms, "text": text})).collect::<Vec<_>>(),
@@ -166,6 +171,16 @@ impl Report {
                 "act 2: committed exactly once",
                 format!("{}/{}", self.processes.committed_once, self.processes.jobs),
                 "must be all".into(),
+            ),
+            (
+                "act 3: ticks, each enqueued once",
+                format!("{}/{}", self.schedules.ticks, self.schedules.jobs),
+                format!("two schedulers fired {:?}", self.schedules.fired_by),
+            ),
+            (
+                "act 3: most held at once",
+                self.schedules.most_at_once.to_string(),
+                format!("limit across both processes: {}", self.schedules.limit),
             ),
             (
                 "elapsed",

@@ -56,6 +56,17 @@ impl Helper {
         let _ = self.child.wait();
     }
 
+    /// Ends the process as [`Helper::end`] does, and returns the words after `word` in the
+    /// line it printed last that starts so, if any.
+    pub(super) fn finish(mut self, word: &str) -> Option<Vec<String>> {
+        if let Some(mut stdin) = self.child.stdin.take() {
+            let _ = stdin.write_all(b"\n");
+        }
+        let found = self.until(word).ok();
+        let _ = self.child.wait();
+        found
+    }
+
     pub(super) fn pid(&self) -> u32 {
         self.child.id()
     }

@@ -14,6 +14,7 @@ mod child;
 mod demo;
 mod demo_processes;
 mod demo_report;
+mod demo_schedules;
 mod format;
 mod helper;
 mod inspect;
@@ -346,6 +347,9 @@ enum Command {
         /// Jobs to claim ahead of free workers (default: the pool's own pacing).
         #[arg(long)]
         prefetch: Option<usize>,
+        /// Declare a schedule of the queue ticking this often, and run a scheduler.
+        #[arg(long)]
+        schedule_every_ms: Option<u64>,
     },
 }
 
@@ -417,6 +421,7 @@ fn main() -> ExitCode {
             work_ms,
             report,
             prefetch,
+            schedule_every_ms,
         } => pool_process::run(
             db,
             queue,
@@ -424,6 +429,7 @@ fn main() -> ExitCode {
             Duration::from_millis(work_ms),
             report,
             prefetch,
+            schedule_every_ms.map(Duration::from_millis),
         ),
     };
     match result {

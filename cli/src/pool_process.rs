@@ -17,8 +17,21 @@ pub fn run(
     work: Duration,
     report: bool,
     prefetch: Option<usize>,
+    schedule_every: Option<Duration>,
 ) -> Result<ExitCode, leasehold::Error> {
     let store = Store::builder(db).sharing(Sharing::MultiProcess).open()?;
+    // Every process declares the schedule and runs a scheduler: the store fires each tick once.
+    let scheduler = match schedule_every {
+        Some(every) => {
+            let job = leasehold::NewJob::new(queue.clone(), "tick");
+            store.declare_schedule(leasehold::Schedule::every("tick", every, job))?;
+            Some(leasehold::Scheduler::start(
+                store.clone(),
+                Duration::from_millis(20),
+            )?)
+        }
+        None => None,
+    };
     let clock = store.clone();
     let mut builder = WorkerPool::builder(store, &queue)
         .concurrency(workers)
@@ -44,5 +57,9 @@ pub fn run(
         sink.clear();
     }
     pool.shutdown(Duration::from_secs(5));
+    if let Some(mut scheduler) = scheduler {
+        scheduler.stop();
+        println!("fired {}", scheduler.metrics().fired());
+    }
     Ok(ExitCode::SUCCESS)
 }

@@ -47,4 +47,20 @@ fn the_demo_commits_every_job_exactly_once_through_kills_pauses_stalls_and_shutd
         act["kill_to_claimable_ms"].as_f64().unwrap()
             < act["lease_plus_reaper_bound_ms"].as_f64().unwrap()
     );
+    // act 3: a schedule in two processes, a limit across them
+    let act = &report["schedules"];
+    assert!(act["jobs"].as_u64().unwrap() >= 4);
+    assert_eq!(act["distinct_ticks"], act["jobs"]);
+    let fired: u64 = act["fired_by_each_scheduler"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n.as_u64().unwrap())
+        .sum();
+    assert_eq!(
+        fired,
+        act["jobs"].as_u64().unwrap(),
+        "each tick fired by one scheduler"
+    );
+    assert!(act["most_held_at_once"].as_u64().unwrap() <= act["limit"].as_u64().unwrap());
 }
