@@ -16,7 +16,8 @@ mod on_both;
 use std::time::Duration;
 
 use leasehold::{
-    Error, JobState, LeaseTerms, NewJob, Outcome, ReclaimPath, Renewal, RetryPolicy, StoreTime,
+    Error, JobState, LeaseTerms, NewJob, Outcome, QueueLimits, ReclaimPath, Renewal, RetryPolicy,
+    Schedule, StoreTime,
 };
 use on_both::{Backend, Kind, LEASE, Q, Setup};
 
@@ -53,6 +54,11 @@ on_both::on_both!(with conformance;
     a_batch_of_completions_answers_each_alone,
     a_renewal_after_the_holders_own_end_is_refused_but_not_counted_as_lost,
     stats_count_every_job_by_queue_and_state,
+    a_hard_time_limit_caps_the_lease_and_a_renewal_at_the_deadline_ends_the_attempt,
+    a_permanent_failure_is_dead_at_once_and_a_snooze_spends_no_budget,
+    a_unique_key_kept_after_success_is_given_up_the_instant_its_window_ends,
+    a_paused_queue_grants_nothing_and_its_limits_bound_every_claim,
+    a_schedule_fires_each_tick_once_at_its_exact_store_time,
 );
 
 fn t(b: &Backend) -> u64 {
@@ -380,4 +386,155 @@ fn stats_count_every_job_by_queue_and_state(b: Backend) {
     );
     assert_eq!(stats.queues["other"].get(JobState::Queued), 1);
     assert_eq!(stats.now, b.now());
+}
+
+fn a_hard_time_limit_caps_the_lease_and_a_renewal_at_the_deadline_ends_the_attempt(b: Backend) {
+    let limit = Duration::from_secs(30);
+    let id = b.enqueue(NewJob::new(Q, "x").time_limit(limit)).unwrap();
+    let l = b.claim(Q, "w", LeaseTerms::new(LEASE)).unwrap().unwrap();
+    assert_eq!(
+        (l.expires_at.0, l.deadline.map(|d| d.0)),
+        (30 * SEC, Some(30 * SEC))
+    );
+    b.clock.advance(Duration::from_secs(20));
+    assert_eq!(
+        b.heartbeat(&l, 1).unwrap(),
+        Renewal::Renewed {
+            expires_at: StoreTime(30 * SEC)
+        }
+    );
+    b.clock.advance(Duration::from_nanos(10 * SEC - 1));
+    assert!(matches!(
+        b.heartbeat(&l, 2).unwrap(),
+        Renewal::Renewed { .. }
+    ));
+    b.clock.advance(Duration::from_nanos(1));
+    assert_eq!(b.heartbeat(&l, 3).unwrap(), Renewal::TimedOut);
+    let job = b.job(id).unwrap().unwrap();
+    assert_eq!(
+        (job.state(), job.failures(), job.run_at().0),
+        (JobState::RetryWait, 1, 40 * SEC)
+    );
+    assert_eq!(
+        b.history(id).unwrap()[0].outcome(),
+        Some(&Outcome::TimedOut { limit })
+    );
+    assert_eq!(b.stats().unwrap().counters.timed_out, 1);
+}
+
+fn a_permanent_failure_is_dead_at_once_and_a_snooze_spends_no_budget(b: Backend) {
+    let doomed = b.enqueue(NewJob::new(Q, "a").max_attempts(5)).unwrap();
+    let l = b.claim(Q, "w", LeaseTerms::new(LEASE)).unwrap().unwrap();
+    assert_eq!(b.fail_permanently(&l, "gone").unwrap(), JobState::Dead);
+    let job = b.job(doomed).unwrap().unwrap();
+    assert_eq!(
+        (job.failures(), job.finished_at().map(|t| t.0)),
+        (1, Some(0))
+    );
+    let later = b.enqueue(NewJob::new(Q, "b")).unwrap();
+    let l = b.claim(Q, "w", LeaseTerms::new(LEASE)).unwrap().unwrap();
+    b.clock.advance(Duration::from_secs(5));
+    assert_eq!(
+        b.snooze(&l, Duration::from_secs(7)).unwrap(),
+        JobState::Queued
+    );
+    let job = b.job(later).unwrap().unwrap();
+    assert_eq!((job.failures(), job.run_at().0), (0, 12 * SEC));
+    assert_eq!(
+        b.history(later).unwrap()[0].outcome(),
+        Some(&Outcome::Snoozed {
+            delay: Duration::from_secs(7)
+        })
+    );
+    b.clock.advance(Duration::from_nanos(7 * SEC - 1));
+    assert!(b.claim(Q, "w", LeaseTerms::new(LEASE)).unwrap().is_none());
+    b.clock.advance(Duration::from_nanos(1));
+    assert_eq!(
+        b.claim(Q, "w", LeaseTerms::new(LEASE))
+            .unwrap()
+            .unwrap()
+            .job,
+        later
+    );
+    assert_eq!(b.stats().unwrap().counters.snoozed, 1);
+}
+
+fn a_unique_key_kept_after_success_is_given_up_the_instant_its_window_ends(b: Backend) {
+    let kept = || {
+        NewJob::new(Q, "r")
+            .unique_key("k")
+            .unique_for(Duration::from_secs(100))
+    };
+    let first = b.enqueue(kept()).unwrap();
+    let l = b.claim(Q, "w", LeaseTerms::new(LEASE)).unwrap().unwrap();
+    b.complete(&l, b"").unwrap();
+    b.clock.advance(Duration::from_nanos(100 * SEC - 1));
+    assert_eq!(b.enqueue(kept()).unwrap(), first);
+    b.clock.advance(Duration::from_nanos(1));
+    let second = b.enqueue(kept()).unwrap();
+    assert_ne!(second, first);
+    assert_eq!(b.enqueue(kept()).unwrap(), second);
+}
+
+fn a_paused_queue_grants_nothing_and_its_limits_bound_every_claim(b: Backend) {
+    b.enqueue_n(6);
+    // (leases that outlast the test: none frees its slot by running out)
+    let terms = LeaseTerms::new(Duration::from_secs(3600));
+    b.pause_queue(Q).unwrap();
+    assert!(b.claim_batch(Q, "w", terms, 5).unwrap().is_empty());
+    b.resume_queue(Q).unwrap();
+    b.set_queue_limits(
+        Q,
+        QueueLimits::none()
+            .concurrency(2)
+            .rate(3, Duration::from_secs(60)),
+    )
+    .unwrap();
+    let two = b.claim_batch(Q, "w", terms, 5).unwrap();
+    assert_eq!(two.len(), 2, "the concurrency limit");
+    b.complete(&two[0], b"").unwrap();
+    let third = b.claim_batch(Q, "w", terms, 5).unwrap();
+    assert_eq!(third.len(), 1);
+    b.complete(&two[1], b"").unwrap();
+    assert!(
+        b.claim_batch(Q, "w", terms, 5).unwrap().is_empty(),
+        "three claims in the window: the rate limit"
+    );
+    b.clock.advance(Duration::from_nanos(60 * SEC - 1));
+    assert!(b.claim_batch(Q, "w", terms, 5).unwrap().is_empty());
+    b.clock.advance(Duration::from_nanos(1));
+    assert_eq!(
+        b.claim_batch(Q, "w", terms, 5).unwrap().len(),
+        1,
+        "one slot free"
+    );
+}
+
+fn a_schedule_fires_each_tick_once_at_its_exact_store_time(b: Backend) {
+    let wall = std::time::SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+    let every = Duration::from_secs(10);
+    b.declare_schedule(Schedule::every("s", every, NewJob::new(Q, "tick")))
+        .unwrap();
+    b.clock.advance(Duration::from_nanos(10 * SEC - 1));
+    assert!(b.fire_schedules_at(wall).unwrap().is_empty());
+    b.clock.advance(Duration::from_nanos(1));
+    let fired = b.fire_schedules_at(wall).unwrap();
+    assert_eq!(fired.len(), 1);
+    assert!(b.fire_schedules_at(wall).unwrap().is_empty());
+    let job = b.job(fired[0]).unwrap().unwrap();
+    assert_eq!(
+        (job.unique_key(), job.created_at().0),
+        (Some(format!("schedule:s:t{}", 10 * SEC).as_str()), 10 * SEC)
+    );
+    b.clock.advance(Duration::from_secs(25));
+    assert_eq!(
+        b.fire_schedules_at(wall).unwrap().len(),
+        1,
+        "two missed, one job"
+    );
+    let info = &b.schedules().unwrap()[0];
+    assert_eq!(
+        (info.fired(), info.skipped(), info.next_tick()),
+        (2, 1, leasehold::Tick::Store(StoreTime(40 * SEC)))
+    );
 }
