@@ -114,6 +114,7 @@ mod json;
 pub mod pool;
 mod reaper;
 mod scheduler;
+mod ticker;
 
 // The engines: a redb file (the folder is `redb/`; the module is named apart from the redb
 // crate, which `leasehold::redb` re-exports), and PostgreSQL.

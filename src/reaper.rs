@@ -6,15 +6,12 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crossbeam_channel::{RecvTimeoutError, Sender, bounded};
-
 use crate::backend::{Backend, LeaseBackend};
-use crate::clock::RealDeadline;
 use crate::config::check_reaper_interval;
-use crate::error::{Error, Result};
+use crate::error::Result;
+use crate::ticker::Ticker;
 
 /// Counters of a running reaper (relaxed atomics: they are for observation, not control).
 #[derive(Debug, Default)]
@@ -59,8 +56,7 @@ impl ReaperMetrics {
 /// A running reaper thread. Stopped and joined by [`Reaper::stop`] or on drop.
 #[derive(Debug)]
 pub struct Reaper {
-    stop: Option<Sender<()>>,
-    thread: Option<JoinHandle<()>>,
+    ticker: Ticker,
     metrics: Arc<ReaperMetrics>,
 }
 
@@ -72,33 +68,16 @@ impl Reaper {
     pub fn start(store: impl Into<Backend>, interval: Duration) -> Result<Reaper> {
         check_reaper_interval(interval)?;
         let store = store.into().0;
-        let (stop, stopped) = bounded::<()>(1);
         let metrics = Arc::new(ReaperMetrics::default());
         let m = metrics.clone();
-        let thread = std::thread::Builder::new()
-            .name("leasehold-reaper".into())
-            .spawn(move || {
-                // Fixed rate: the next pass is due one interval after the last was due, not
-                // after it ended, so a slow pass does not stretch the detection bound.
-                let mut due = RealDeadline::after(interval);
-                let mut watch = UnservedWatch::default();
-                loop {
-                    match stopped.recv_timeout(due.remaining()) {
-                        Err(RecvTimeoutError::Timeout) => {
-                            due = due.plus(interval);
-                            tick(&*store, &m);
-                            watch.look(&*store, &m);
-                        }
-                        Ok(()) | Err(RecvTimeoutError::Disconnected) => return,
-                    }
-                }
-            })
-            .map_err(Error::ThreadSpawn)?;
-        Ok(Reaper {
-            stop: Some(stop),
-            thread: Some(thread),
-            metrics,
-        })
+        let mut watch = UnservedWatch::default();
+        // Fixed rate: the next pass is due one interval after the last was due, not after
+        // it ended, so a slow pass does not stretch the detection bound.
+        let ticker = Ticker::start("leasehold-reaper", interval, interval, move || {
+            tick(&*store, &m);
+            watch.look(&*store, &m);
+        })?;
+        Ok(Reaper { ticker, metrics })
     }
 
     /// The reaper's counters.
@@ -108,20 +87,7 @@ impl Reaper {
 
     /// Stops the thread and waits for it. Idempotent; a pass in progress finishes first.
     pub fn stop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(thread) = self.thread.take()
-            && thread.join().is_err()
-        {
-            tracing::error!("the reaper thread panicked");
-        }
-    }
-}
-
-impl Drop for Reaper {
-    fn drop(&mut self) {
-        self.stop();
+        self.ticker.stop();
     }
 }
 

@@ -8,14 +8,11 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crossbeam_channel::{RecvTimeoutError, Sender, bounded};
-
 use crate::backend::{Backend, LeaseBackend};
-use crate::clock::RealDeadline;
-use crate::error::{ConfigError, Error, Result};
+use crate::error::{ConfigError, Result};
+use crate::ticker::Ticker;
 
 /// Counters of a running scheduler (relaxed atomics: for observation).
 #[derive(Debug, Default)]
@@ -46,42 +43,24 @@ impl SchedulerMetrics {
 /// A running scheduler thread, stopped and joined by [`Scheduler::stop`] or on drop.
 #[derive(Debug)]
 pub struct Scheduler {
-    stop: Option<Sender<()>>,
-    thread: Option<JoinHandle<()>>,
+    ticker: Ticker,
     metrics: Arc<SchedulerMetrics>,
 }
 
 impl Scheduler {
     /// Starts a scheduler that fires due ticks every `interval` (a second is right for
-    /// cron's minutes; a tick fires at most one interval late).
+    /// cron's minutes; a tick fires at most one interval late), the first pass at once.
     pub fn start(store: impl Into<Backend>, interval: Duration) -> Result<Scheduler> {
         if interval.is_zero() {
             return Err(ConfigError::ZeroSchedulerInterval.into());
         }
         let store = store.into().0;
-        let (stop, stopped) = bounded::<()>(1);
         let metrics = Arc::new(SchedulerMetrics::default());
         let m = metrics.clone();
-        let thread = std::thread::Builder::new()
-            .name("leasehold-scheduler".into())
-            .spawn(move || {
-                let mut due = RealDeadline::after(Duration::ZERO);
-                loop {
-                    match stopped.recv_timeout(due.remaining()) {
-                        Err(RecvTimeoutError::Timeout) => {
-                            due = due.plus(interval);
-                            pass(&*store, &m);
-                        }
-                        Ok(()) | Err(RecvTimeoutError::Disconnected) => return,
-                    }
-                }
-            })
-            .map_err(Error::ThreadSpawn)?;
-        Ok(Scheduler {
-            stop: Some(stop),
-            thread: Some(thread),
-            metrics,
-        })
+        let ticker = Ticker::start("leasehold-scheduler", Duration::ZERO, interval, move || {
+            pass(&*store, &m)
+        })?;
+        Ok(Scheduler { ticker, metrics })
     }
 
     /// The scheduler's counters.
@@ -91,20 +70,7 @@ impl Scheduler {
 
     /// Stops the thread and waits for it. Idempotent; a pass in progress finishes first.
     pub fn stop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(thread) = self.thread.take()
-            && thread.join().is_err()
-        {
-            tracing::error!("the scheduler thread panicked");
-        }
-    }
-}
-
-impl Drop for Scheduler {
-    fn drop(&mut self) {
-        self.stop();
+        self.ticker.stop();
     }
 }
 

@@ -22,6 +22,27 @@ use crate::error::Result;
 /// open leaves it as it is.
 pub const VERSION: u32 = 2;
 
+/// The tables version 2 added, made by a new store and by the upgrade from version 1 alike:
+/// each queue's record (pause, limits, the rate window, the served mark) and each periodic
+/// job's declaration with the cursor of its next tick, as the crate's codec encodes it (a
+/// format-version byte, then bincode: the rule book reads and writes it whole).
+macro_rules! tables_since_2 {
+    () => {
+        "
+CREATE TABLE IF NOT EXISTS {s}.leasehold_queues (
+    queue text PRIMARY KEY,
+    served_at timestamptz,
+    paused boolean NOT NULL DEFAULT false,
+    concurrency integer,
+    rate_claims integer,
+    rate_per_us bigint,
+    recent_claims bigint[] NOT NULL DEFAULT '{}'
+);
+CREATE TABLE IF NOT EXISTS {s}.leasehold_schedules (name text PRIMARY KEY, record bytea NOT NULL);
+"
+    };
+}
+
 /// The unique index's predicate: a key is held while its job waits or runs, and after
 /// success for a window (`unique_for_us`), until a newer job takes it (`key_released`).
 /// Every `ON CONFLICT` on the key names the same predicate.
@@ -153,18 +174,9 @@ CREATE TABLE {s}.leasehold_runs (
     PRIMARY KEY (job, attempt)
 );
 CREATE TABLE {s}.leasehold_counters (name text PRIMARY KEY, value bigint NOT NULL);
-CREATE TABLE {s}.leasehold_queues (
-    queue text PRIMARY KEY,
-    served_at timestamptz,
-    paused boolean NOT NULL DEFAULT false,
-    concurrency integer,
-    rate_claims integer,
-    rate_per_us bigint,
-    recent_claims bigint[] NOT NULL DEFAULT '{}'
-);
--- Each periodic job's declaration and the cursor of its next tick, as the crate's codec
--- encodes it (a format-version byte, then bincode): the rule book reads and writes it whole.
-CREATE TABLE {s}.leasehold_schedules (name text PRIMARY KEY, record bytea NOT NULL);
+"#,
+    tables_since_2!(),
+    r#"
 INSERT INTO {s}.leasehold_counters (name, value) VALUES
     ('reclaimed_by_reaper', 0), ('reclaimed_by_takeover', 0), ('reclaimed_at_open', 0),
     ('reclaimed_process_died', 0),
@@ -185,16 +197,9 @@ ALTER TABLE {s}.leasehold_jobs
     ADD COLUMN IF NOT EXISTS metadata text[] NOT NULL DEFAULT '{}';
 ALTER TABLE {s}.leasehold_runs ADD COLUMN IF NOT EXISTS time_limit_us bigint,
     ADD COLUMN IF NOT EXISTS snoozed_for_us bigint;
-CREATE TABLE IF NOT EXISTS {s}.leasehold_queues (
-    queue text PRIMARY KEY,
-    served_at timestamptz,
-    paused boolean NOT NULL DEFAULT false,
-    concurrency integer,
-    rate_claims integer,
-    rate_per_us bigint,
-    recent_claims bigint[] NOT NULL DEFAULT '{}'
-);
-CREATE TABLE IF NOT EXISTS {s}.leasehold_schedules (name text PRIMARY KEY, record bytea NOT NULL);
+"#,
+    tables_since_2!(),
+    r#"
 DROP INDEX IF EXISTS {s}.leasehold_jobs_unique;
 CREATE UNIQUE INDEX leasehold_jobs_unique ON {s}.leasehold_jobs (queue, unique_key)
     WHERE "#,

@@ -299,24 +299,25 @@ impl PgStore {
 
     /// Retries every dead or cancelled job `filter` names (see [`crate::Store::retry_all`]).
     pub fn retry_all(&self, filter: &crate::query::JobFilter) -> Result<crate::BulkReport> {
-        crate::batches::bulk(
-            filter,
-            self.settings().reap_batch,
-            |f| self.jobs(f),
-            |ids| {
-                self.in_transaction(|tx, p| {
-                    crate::batches::answers(
-                        ids.iter()
-                            .map(|&id| protocol::retry(tx, p, id).map(|()| true))
-                            .collect::<Vec<_>>(),
-                    )
-                })
-            },
-        )
+        self.bulk(filter, |tx, p, id| {
+            protocol::retry(tx, p, id).map(|()| true)
+        })
     }
 
     /// Cancels every job `filter` names (see [`crate::Store::cancel_all`]).
     pub fn cancel_all(&self, filter: &crate::query::JobFilter) -> Result<crate::BulkReport> {
+        self.bulk(filter, |tx, p, id| {
+            protocol::cancel(tx, p, id).map(|(_, changed)| changed)
+        })
+    }
+
+    /// `act` on every job `filter` names, a page of them per transaction (see
+    /// [`crate::batches::bulk`]).
+    fn bulk(
+        &self,
+        filter: &crate::query::JobFilter,
+        act: fn(&mut ::postgres::Transaction<'_>, &mut super::Prepared<'_>, JobId) -> Result<bool>,
+    ) -> Result<crate::BulkReport> {
         crate::batches::bulk(
             filter,
             self.settings().reap_batch,
@@ -324,9 +325,7 @@ impl PgStore {
             |ids| {
                 self.in_transaction(|tx, p| {
                     crate::batches::answers(
-                        ids.iter()
-                            .map(|&id| protocol::cancel(tx, p, id).map(|(_, changed)| changed))
-                            .collect::<Vec<_>>(),
+                        ids.iter().map(|&id| act(tx, p, id)).collect::<Vec<_>>(),
                     )
                 })
             },

@@ -311,7 +311,6 @@ pub(crate) fn snooze(
 ) -> Result<JobState> {
     let job = fence(tx, id, attempt, Write::End)?;
     let change = rules::snooze(&job, delay, progress, tx.now);
-    tx.tally.wrote_time(change.job.run_at);
     store_end(tx, &job, change).map(|j| j.state)
 }
 

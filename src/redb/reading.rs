@@ -117,6 +117,16 @@ pub(crate) fn queue_record(read: &ReadTransaction, queue: &str) -> Result<Option
     }
 }
 
+/// `queue`'s settings (the defaults for a queue without a record).
+pub(crate) fn queue_settings(read: &ReadTransaction, queue: &str) -> Result<crate::QueueSettings> {
+    Ok(queue_record(read, queue)?
+        .map(|r| crate::QueueSettings {
+            paused: r.paused,
+            limits: r.limits,
+        })
+        .unwrap_or_default())
+}
+
 /// When a waiting worker of `queue` should look again at `now`: its next due job or lease
 /// expiry, unless the queue has no room for a claim (paused, full, its rate spent).
 pub(crate) fn next_look(

@@ -582,12 +582,7 @@ impl Store {
     /// `queue`'s settings: whether it is paused, and its limits.
     pub fn queue_settings(&self, queue: &str) -> Result<crate::QueueSettings> {
         self.reading("the queue's record", |read| {
-            Ok(reading::queue_record(read, queue)?
-                .map(|r| crate::QueueSettings {
-                    paused: r.paused,
-                    limits: r.limits,
-                })
-                .unwrap_or_default())
+            reading::queue_settings(read, queue)
         })
     }
 
@@ -646,37 +641,32 @@ impl Store {
     /// limit bounds the whole action). Jobs in other states, and those whose unique key
     /// another job holds, are refused, each listed in the report; nothing of theirs changes.
     pub fn retry_all(&self, filter: &JobFilter) -> Result<crate::BulkReport> {
-        crate::batches::bulk(
-            filter,
-            self.inner.policy.reap_batch,
-            |f| self.jobs(f),
-            |ids| {
-                self.write(move |tx| {
-                    crate::batches::answers(
-                        ids.iter()
-                            .map(|&id| protocol::retry(tx, id).map(|()| true))
-                            .collect::<Vec<_>>(),
-                    )
-                })
-            },
-        )
+        self.bulk(filter, |tx, id| protocol::retry(tx, id).map(|()| true))
     }
 
     /// Cancels every job `filter` names (waiting ones at once, running ones at their next
     /// heartbeat), in batches as [`Store::retry_all`] does. Finished jobs are refused (a
     /// cancelled one is left as it is, and not counted as changed).
     pub fn cancel_all(&self, filter: &JobFilter) -> Result<crate::BulkReport> {
+        self.bulk(filter, |tx, id| {
+            protocol::cancel(tx, id).map(|(_, changed)| changed)
+        })
+    }
+
+    /// `act` on every job `filter` names, a page of them per transaction (see
+    /// [`crate::batches::bulk`]).
+    fn bulk(
+        &self,
+        filter: &JobFilter,
+        act: fn(&mut Tx<'_>, JobId) -> Result<bool>,
+    ) -> Result<crate::BulkReport> {
         crate::batches::bulk(
             filter,
             self.inner.policy.reap_batch,
             |f| self.jobs(f),
             |ids| {
                 self.write(move |tx| {
-                    crate::batches::answers(
-                        ids.iter()
-                            .map(|&id| protocol::cancel(tx, id).map(|(_, changed)| changed))
-                            .collect::<Vec<_>>(),
-                    )
+                    crate::batches::answers(ids.iter().map(|&id| act(tx, id)).collect::<Vec<_>>())
                 })
             },
         )

@@ -141,12 +141,7 @@ impl StoreReader {
     /// `queue`'s settings: whether it is paused, and its limits.
     pub fn queue_settings(&self, queue: &str) -> Result<crate::QueueSettings> {
         self.reading("the queue's record", |read| {
-            Ok(reading::queue_record(read, queue)?
-                .map(|r| crate::QueueSettings {
-                    paused: r.paused,
-                    limits: r.limits,
-                })
-                .unwrap_or_default())
+            reading::queue_settings(read, queue)
         })
     }
 
