@@ -23,7 +23,7 @@ pub(crate) const MARK_EVERY: Duration = Duration::from_secs(30);
 
 /// How long a queue's work may wait with no worker asking for it before it counts as
 /// unserved ([`UnservedQueue`]). Well above how often a pool marks its queue (every
-/// [`MARK_EVERY`], or its heartbeat interval if that is longer: a pool whose heartbeat is
+/// half minute, or its heartbeat interval if that is longer: a pool whose heartbeat is
 /// slower than this would be reported falsely).
 pub const UNSERVED_AFTER: Duration = Duration::from_secs(5 * 60);
 

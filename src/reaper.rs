@@ -46,7 +46,7 @@ impl ReaperMetrics {
     }
 
     /// Warnings that a queue had work waiting and nobody serving it (see
-    /// [`JobStore::unserved_queues`](crate::JobStore::unserved_queues)), each also a
+    /// [`ReadJobs::unserved_queues`](crate::ReadJobs::unserved_queues)), each also a
     /// `tracing` warning.
     pub fn unserved_warnings(&self) -> u64 {
         self.unserved.load(Ordering::Relaxed)

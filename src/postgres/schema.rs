@@ -15,11 +15,12 @@ use super::rows::Col;
 use crate::error::Result;
 
 /// The newest schema version this build knows. Version 2 may record an attempt's outcome
-/// as `failed_permanently` or `timed_out`, which version 1 builds cannot read (they refuse
-/// the newer version instead), and adds the columns of time limits, uniqueness windows and
-/// metadata ([`MIGRATE_FROM_1`]). An older schema is upgraded by the first open that may
-/// create ([`crate::postgres::PgStoreBuilder::create_if_missing`], on by default); a reader's
-/// open leaves it as it is.
+/// as `failed_permanently`, `timed_out` or `snoozed`, which version 1 builds cannot read
+/// (they refuse the newer version instead), and adds the columns of time limits, uniqueness
+/// windows and metadata and the tables of queues and schedules. An older schema is upgraded
+/// by the first open that may create
+/// ([`crate::postgres::PgStoreBuilder::create_if_missing`], on by default); a reader's open
+/// is refused ([`PgError::OlderSchema`]) and leaves it as it is.
 pub const VERSION: u32 = 2;
 
 /// The tables version 2 added, made by a new store and by the upgrade from version 1 alike:

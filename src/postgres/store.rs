@@ -528,7 +528,7 @@ impl PgStore {
     }
 
     /// The queues with due work and nobody serving them (see
-    /// [`JobStore::unserved_queues`](crate::JobStore::unserved_queues)).
+    /// [`ReadJobs::unserved_queues`](crate::ReadJobs::unserved_queues)).
     pub fn unserved_queues(&self) -> Result<Vec<crate::UnservedQueue>> {
         self.in_transaction(read::unserved_queues)
     }

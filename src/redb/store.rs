@@ -826,7 +826,7 @@ impl Store {
     }
 
     /// The queues with due work and nobody serving them (see
-    /// [`JobStore::unserved_queues`](crate::JobStore::unserved_queues)).
+    /// [`ReadJobs::unserved_queues`](crate::ReadJobs::unserved_queues)).
     pub fn unserved_queues(&self) -> Result<Vec<crate::UnservedQueue>> {
         self.reading("the queues", |read| {
             reading::unserved_queues(read, self.now())
