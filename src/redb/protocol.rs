@@ -119,16 +119,17 @@ pub(crate) fn claim_batch(
 /// that filled it.
 fn room(tx: &mut Tx<'_>, queue: &str) -> Result<(Option<QueueRecord>, rules::Room)> {
     let record = queue_record(tx, queue)?;
-    if record
+    let limited = record
         .as_ref()
-        .is_some_and(|r| !r.paused && r.limits.concurrency.is_some())
-    {
+        .is_some_and(|r| !r.paused && r.limits.concurrency.is_some());
+    let mut running = 0;
+    if limited {
         while let Some(id) = search::next_expired(tx, queue)? {
             let job = load(tx, id)?;
             expire(tx, job, ReclaimPath::Takeover)?;
         }
+        running = tx.count(queue, JobState::Running)?;
     }
-    let running = tx.count(queue, JobState::Running)?;
     let room = rules::claim_room(record.as_ref(), running, tx.now);
     Ok((record, room))
 }
