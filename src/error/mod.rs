@@ -304,6 +304,22 @@ pub enum ConfigError {
     /// A pool must run at least one job at a time.
     #[error("concurrency must be at least 1")]
     ZeroConcurrency,
+    /// A pool's window bounds how many jobs it claims ahead; one of zero would be a pool that
+    /// never claims ahead, which `prefetch(0)` says plainly.
+    #[error("window must be at least 1 (prefetch(0) claims nothing ahead)")]
+    ZeroWindow,
+    /// A pool's batch must carry at least one completion or claim.
+    #[error("a pool's largest batch must be at least 1")]
+    ZeroMaxBatch,
+    /// A completion that waits for its batch as long as a heartbeat interval holds its lease
+    /// through a renewal for nothing, and a dead pool loses what it kept waiting.
+    #[error("batch delay {delay:?} must be shorter than the heartbeat interval {heartbeat:?}")]
+    BatchDelayNotShorterThanHeartbeat {
+        /// The batch delay.
+        delay: Duration,
+        /// The heartbeat interval.
+        heartbeat: Duration,
+    },
     /// A reap batch must reclaim at least one lease.
     #[error("reap batch size must be at least 1")]
     ZeroBatch,

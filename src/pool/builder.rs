@@ -9,9 +9,11 @@ use std::time::Duration;
 use parking_lot::{Condvar, Mutex};
 
 use super::context::{JobContext, JobError, Output};
-use super::pace::{Pace, Prefetch};
+use super::pace::{DEFAULT_WINDOW, Pace, Prefetch};
 use super::stats::Counters;
-use super::{DEFAULT_SHUTDOWN_GRACE, Handler, Phase, Shared, Validator, WorkerPool, handover};
+use super::{
+    Batching, DEFAULT_SHUTDOWN_GRACE, Handler, Phase, Shared, Validator, WorkerPool, handover,
+};
 use crate::backend::AnyWrites;
 use crate::backend::{Backend, Engine};
 use crate::config::LeaseSettings;
@@ -30,7 +32,10 @@ impl WorkerPool {
             queue: queue.into(),
             worker_id: None,
             concurrency: 1,
-            prefetch: Prefetch::Auto,
+            prefetch: Prefetch::Auto {
+                window: DEFAULT_WINDOW,
+            },
+            batch: Batching::default(),
             lease: crate::config::DEFAULT_LEASE,
             heartbeat: None,
             stall_timeout: None,
@@ -50,6 +55,7 @@ pub struct PoolBuilder<S: Engine = Backend> {
     worker_id: Option<String>,
     concurrency: usize,
     prefetch: Prefetch,
+    batch: Batching,
     lease: Duration,
     heartbeat: Option<Duration>,
     stall_timeout: Option<Duration>,
@@ -71,19 +77,52 @@ impl<S: Engine> PoolBuilder<S> {
         self
     }
 
-    /// Claims exactly `n` jobs ahead of free workers (0: none). Default: as many as the
-    /// workers finish during two commits (a claim lands a commit after it is decided and
-    /// must last until the next lands), measured as the pool runs: none for long jobs, up to
-    /// two per worker for jobs shorter than a commit, none for a single worker.
+    /// The most jobs the pool claims ahead of its free workers. Default:
+    /// [`DEFAULT_WINDOW`](crate::DEFAULT_WINDOW). Within it, the pool claims ahead as many
+    /// jobs as its workers finish during two commits (a claim lands a commit after it is
+    /// decided and must last until the next lands), measured as it runs: none for jobs
+    /// longer than a commit, the whole window for jobs of microseconds. A lone worker of
+    /// short jobs then goes from job to job while the dispatcher commits its completions and
+    /// claims in batches.
     ///
-    /// A claimed-ahead job waits, under a renewed lease, for a worker to finish its current
-    /// one: the workers of a pool of short jobs then never wait for a claim's commit, and
-    /// more completions and claims share each commit. But a job claimed ahead is held from
-    /// other pools while it waits, and its stall timeout (if any) runs from its claim, which
-    /// is why the default claims ahead only what two commits' wait covers. At shutdown,
-    /// jobs claimed ahead are released, not run.
+    /// A claimed-ahead job waits, under a renewed lease, for a worker: it is held from other
+    /// pools while it waits, its stall timeout (if any) runs from its claim, and if the pool
+    /// dies it waits out its lease before another pool takes it (the process-death path of a
+    /// shared redb store takes it back at once). At shutdown, and when the pool's renewals
+    /// fall behind, jobs claimed ahead are given back, not run; one whose lease ran out
+    /// before a worker took it is not run either. A window of 0 is refused
+    /// ([`ConfigError::ZeroWindow`]): [`prefetch(0)`](PoolBuilder::prefetch) claims nothing
+    /// ahead.
+    pub fn window(mut self, n: usize) -> PoolBuilder<S> {
+        self.prefetch = Prefetch::Auto { window: n };
+        self
+    }
+
+    /// Claims exactly `n` jobs ahead of free workers, however long the jobs take (0: none,
+    /// each worker waits for the claim of its next job), instead of pacing within the
+    /// [`window`](PoolBuilder::window).
     pub fn prefetch(mut self, n: usize) -> PoolBuilder<S> {
         self.prefetch = Prefetch::Fixed(n);
+        self
+    }
+
+    /// How long a finished job's completion may wait for others to share its commit, when
+    /// no claim is due to carry it. Default: none: a completion is committed with whatever
+    /// else finished while the previous commit ran (under load that is a batch by itself).
+    /// A delay makes fewer, larger commits where jobs finish one by one, at the price of that
+    /// much latency for each, and of that much more work run twice if the pool dies with
+    /// completions waiting (they were never committed). Must be shorter than the heartbeat
+    /// interval ([`ConfigError::BatchDelayNotShorterThanHeartbeat`]).
+    pub fn batch_delay(mut self, delay: Duration) -> PoolBuilder<S> {
+        self.batch.delay = delay;
+        self
+    }
+
+    /// The most completions, and the most claims, one commit of the pool carries. Default:
+    /// [`DEFAULT_MAX_BATCH`](crate::DEFAULT_MAX_BATCH). Must be at least 1
+    /// ([`ConfigError::ZeroMaxBatch`]).
+    pub fn max_batch(mut self, n: usize) -> PoolBuilder<S> {
+        self.batch.max = n;
         self
     }
 
@@ -154,6 +193,19 @@ impl<S: Engine> PoolBuilder<S> {
             Some(every) => LeaseSettings::new(self.lease, every)?,
             None => LeaseSettings::with_lease(self.lease)?,
         };
+        if self.prefetch == (Prefetch::Auto { window: 0 }) {
+            return Err(ConfigError::ZeroWindow.into());
+        }
+        if self.batch.max == 0 {
+            return Err(ConfigError::ZeroMaxBatch.into());
+        }
+        if self.batch.delay >= settings.heartbeat() {
+            return Err(ConfigError::BatchDelayNotShorterThanHeartbeat {
+                delay: self.batch.delay,
+                heartbeat: settings.heartbeat(),
+            }
+            .into());
+        }
         let mut terms = LeaseTerms::new(settings.lease());
         if let Some(stall) = self.stall_timeout {
             terms = terms.stall_timeout(stall);
@@ -188,6 +240,7 @@ impl<S: Engine> PoolBuilder<S> {
             handover: handover::Handover::default(),
             concurrency: self.concurrency,
             pace: Pace::new(self.prefetch, self.concurrency),
+            batch: self.batch,
             queued: AtomicU64::new(0),
             live_workers: Mutex::new(0),
             workers_exited: Condvar::new(),

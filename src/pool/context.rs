@@ -3,7 +3,7 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::task::{Context, Poll, Waker};
 
 use std::time::Duration;
@@ -101,6 +101,8 @@ pub(crate) struct AttemptState {
     interrupted: AtomicU8,
     /// The lease's latest known expiry (store time, nanoseconds).
     expires_at: AtomicU64,
+    /// A worker took the job (until then it was claimed ahead, waiting for one).
+    started: AtomicBool,
     /// Wakes a handler sleeping in [`JobContext::sleep`] when it is interrupted.
     sleep: Mutex<()>,
     wake: Condvar,
@@ -174,6 +176,15 @@ impl AttemptState {
 
     pub(crate) fn interruption(&self) -> Option<Interruption> {
         Interruption::from_code(self.interrupted.load(Ordering::SeqCst))
+    }
+
+    /// A worker takes the job: from now on it is run, not given back unstarted.
+    pub(crate) fn start(&self) {
+        self.started.store(true, Ordering::SeqCst);
+    }
+
+    pub(crate) fn started(&self) -> bool {
+        self.started.load(Ordering::SeqCst)
     }
 
     pub(crate) fn expires_at(&self) -> StoreTime {

@@ -61,13 +61,28 @@ fn dispatch_until_stopped(
             if !shared.running() {
                 return;
             }
-            let done = shared.handover.take();
             let now = shared.store.clock();
             let intake = intake(shared, now, free);
             let want = match intake {
-                Intake::Claim(n) => n,
+                Intake::Claim(n) => n.min(shared.batch.max),
                 _ => 0,
             };
+            // Completions with no claim to ride on may wait for others to share their
+            // commit (the batch delay); a free worker's claim never waits.
+            if want == 0
+                && let Some(wait) = shared.handover.may_wait(shared.batch)
+            {
+                select! {
+                    recv(slots) -> slot => match slot {
+                        Ok(()) => free += 1,
+                        Err(_) => return,
+                    },
+                    recv(stop) -> _ => return,
+                    default(wait) => {}
+                }
+                continue;
+            }
+            let done = shared.handover.take(shared.batch.max);
             if done.is_empty() && want == 0 {
                 if free == 0 {
                     break;

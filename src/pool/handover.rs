@@ -10,7 +10,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use parking_lot::Mutex;
 
-use super::{Flight, Shared};
+use super::{Batching, Flight, Shared};
+use crate::clock::Stopwatch;
 
 /// A finished job whose completion the dispatcher is to commit.
 pub(crate) struct Handed {
@@ -30,6 +31,8 @@ pub(crate) struct Handover {
 struct State {
     closed: bool,
     done: Vec<Handed>,
+    /// Since the oldest of `done` was handed over.
+    oldest: Option<Stopwatch>,
 }
 
 impl Handover {
@@ -41,6 +44,9 @@ impl Handover {
             if state.closed {
                 return Some(handed);
             }
+            if state.done.is_empty() {
+                state.oldest = Some(Stopwatch::start());
+            }
             state.done.push(handed);
         }
         if self.idle.load(Ordering::SeqCst) {
@@ -49,9 +55,25 @@ impl Handover {
         None
     }
 
-    /// Everything handed over so far.
-    pub(crate) fn take(&self) -> Vec<Handed> {
-        std::mem::take(&mut self.state.lock().done)
+    /// The oldest `max` of what was handed over (the rest keep their place, and their age).
+    pub(crate) fn take(&self, max: usize) -> Vec<Handed> {
+        let mut state = self.state.lock();
+        let at = max.min(state.done.len());
+        let rest = state.done.split_off(at);
+        let taken = std::mem::replace(&mut state.done, rest);
+        if state.done.is_empty() {
+            state.oldest = None;
+        }
+        taken
+    }
+
+    /// How much longer what was handed over may wait for more to share its commit (`None`:
+    /// nothing waits, or it is to be committed now: the oldest has waited the delay, or a
+    /// whole batch is there).
+    pub(crate) fn may_wait(&self, batch: Batching) -> Option<std::time::Duration> {
+        let state = self.state.lock();
+        let waited = state.oldest.as_ref()?.elapsed();
+        (state.done.len() < batch.max && waited < batch.delay).then(|| batch.delay - waited)
     }
 
     /// Whether completions wait to be committed.
@@ -63,6 +85,7 @@ impl Handover {
     pub(crate) fn close(&self) -> Vec<Handed> {
         let mut state = self.state.lock();
         state.closed = true;
+        state.oldest = None;
         std::mem::take(&mut state.done)
     }
 

@@ -60,6 +60,30 @@ pub const IDLE_RECHECK: Duration = Duration::from_millis(20);
 /// The default time [`WorkerPool::drop`] gives in-flight jobs to finish.
 pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
+pub use pace::DEFAULT_WINDOW;
+
+/// The most completions, and the most claims, one of a pool's commits carries unless told
+/// otherwise ([`PoolBuilder::max_batch`]): more than a default [`DEFAULT_WINDOW`] refills.
+pub const DEFAULT_MAX_BATCH: usize = 1024;
+
+/// How a pool gathers its completions into commits.
+#[derive(Copy, Clone, Debug)]
+pub(crate) struct Batching {
+    /// How long a completion may wait for others to share its commit.
+    pub delay: Duration,
+    /// The most completions (and claims) in one commit.
+    pub max: usize,
+}
+
+impl Default for Batching {
+    fn default() -> Batching {
+        Batching {
+            delay: Duration::ZERO,
+            max: DEFAULT_MAX_BATCH,
+        }
+    }
+}
+
 /// A running pool of workers for one queue. See the [module docs](self).
 ///
 /// Dropping it shuts it down gracefully (see [`WorkerPool::shutdown`]).
@@ -401,6 +425,8 @@ pub(crate) struct Shared {
     concurrency: usize,
     /// How many jobs to claim ahead of free workers.
     pub(crate) pace: pace::Pace,
+    /// How completions are gathered into commits.
+    pub(crate) batch: Batching,
     /// Jobs claimed and queued for a worker, not yet started.
     pub(crate) queued: AtomicU64,
     live_workers: Mutex<usize>,
@@ -469,12 +495,6 @@ impl Shared {
         self.may_claim().then_some(permit)
     }
 
-    /// Whether workers hand their completions to the dispatcher (see [`handover`]): when
-    /// there are several of them to gather.
-    pub(crate) fn hands_over(&self) -> bool {
-        self.concurrency > 1
-    }
-
     pub(crate) fn finish(&self, attempt: (JobId, Attempt)) {
         self.flights.lock().remove(&attempt);
         self.flights_changed.notify_all();
@@ -517,15 +537,20 @@ impl Shared {
     }
 
     /// Renewals are behind: a lease that has run out on the store clock may be taken any
-    /// moment. Stop its handler rather than race the reclaim; its worker gives it back.
-    /// Called by the heartbeat after a failed batch and by the dispatcher when it finds the
-    /// heartbeat behind (a starved heartbeat thread cannot notice by itself).
+    /// moment. Stop its handler rather than race the reclaim; its worker gives it back. Jobs
+    /// claimed ahead that no worker has started are given back too, whatever their leases:
+    /// a pool that cannot renew should not hold work another pool could do. Called by the
+    /// heartbeat after a failed batch and by the dispatcher when it finds the heartbeat
+    /// behind (a starved heartbeat thread cannot notice by itself).
     pub(crate) fn shed_expired(&self, now: StoreTime) {
         for flight in self.flights.lock().values() {
-            if flight.state.expires_at() <= now
-                && flight.state.interrupt(Interruption::LeaseExpired, None)
+            let expired = flight.state.expires_at() <= now;
+            if (expired || !flight.state.started())
+                && flight
+                    .state
+                    .interrupt(Interruption::LeaseExpired, Some(&self.counters.shed))
             {
-                tracing::warn!(job = %flight.lease.job, "lease expired while renewals were behind; interrupting");
+                tracing::warn!(job = %flight.lease.job, expired, "renewals are behind; interrupting");
             }
         }
     }

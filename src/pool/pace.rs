@@ -1,14 +1,17 @@
 //! How many jobs a pool claims ahead of its free workers.
 //!
-//! A worker that finishes a job hands its result to the dispatcher and waits for the next
-//! claim to commit. For long jobs that wait is nothing; for short ones it is most of a
-//! worker's time, and claiming ahead (a job waiting, under a renewed lease, for the next
-//! free worker) removes it. But a job claimed ahead is held from other pools while it waits,
-//! so the pool claims ahead only as many jobs as its workers finish during two commits: a
-//! claim decided now lands when its commit ends, and must last the workers until the next
-//! one lands. That is `2 × concurrency × commit time / job time`, measured as it runs, at
-//! most two per worker. Pools of long jobs then claim nothing ahead, and a claimed-ahead job
-//! waits about two commits.
+//! A worker that finishes a job hands its result to the dispatcher (which commits it with
+//! the others finished meanwhile) and goes on to the next job claimed ahead, if there is
+//! one, or waits for the next claim to commit. For long jobs that wait is nothing; for
+//! short ones it is most of a worker's time, and claiming ahead (a job waiting, under a
+//! renewed lease, for the next free worker) removes it: a lone worker of short jobs then
+//! never waits on a commit, and each commit carries many completions. But a job claimed
+//! ahead is held from other pools while it waits, so the pool claims ahead only as many
+//! jobs as its workers finish during two commits: a claim decided now lands when its commit
+//! ends, and must last the workers until the next one lands. That is
+//! `2 × concurrency × commit time / job time`, measured as it runs, at most the window
+//! ([`DEFAULT_WINDOW`] unless set). Pools of long jobs then claim nothing ahead, and a
+//! claimed-ahead job waits about two commits.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -17,11 +20,17 @@ use std::time::Duration;
 /// with `leasehold bench --only end-to-end` (the figures are in BENCHMARKS.md).
 const ROUNDS: u128 = 2;
 
+/// The most jobs a pool claims ahead of its workers unless told otherwise
+/// ([`crate::PoolBuilder::window`]): enough for a lone worker of empty jobs to fill each
+/// commit with hundreds of completions and claims; the cost is that a pool that dies leaves
+/// that many jobs under leases nobody renews (measured in BENCHMARKS.md).
+pub const DEFAULT_WINDOW: usize = 512;
+
 /// What the application asked for.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Prefetch {
-    /// As many as the workers finish during two commits, at most two per worker.
-    Auto,
+    /// As many as the workers finish during two commits, at most `window`.
+    Auto { window: usize },
     /// Exactly this many (0: none).
     Fixed(usize),
 }
@@ -47,16 +56,13 @@ impl Pace {
     /// The most jobs the pool may ever hold ahead of its workers.
     pub(crate) fn most_ahead(&self) -> usize {
         match self.prefetch {
-            Prefetch::Fixed(n) => n,
-            // A lone worker claims its next job in the commit of its last one already.
-            Prefetch::Auto if self.concurrency == 1 => 0,
-            Prefetch::Auto => self.concurrency * ROUNDS as usize,
+            Prefetch::Fixed(n) | Prefetch::Auto { window: n } => n,
         }
     }
 
     /// How many jobs to hold ahead now.
     pub(crate) fn ahead(&self) -> usize {
-        let Prefetch::Auto = self.prefetch else {
+        let Prefetch::Auto { .. } = self.prefetch else {
             return self.most_ahead();
         };
         let job = self.job_ns.load(Ordering::Relaxed);
@@ -101,30 +107,49 @@ mod tests {
     use super::*;
 
     const MS: Duration = Duration::from_millis(1);
+    const AUTO: Prefetch = Prefetch::Auto {
+        window: DEFAULT_WINDOW,
+    };
 
     #[test]
     fn short_jobs_are_claimed_ahead_as_many_as_finish_during_two_commits() {
-        let pace = Pace::new(Prefetch::Auto, 16);
+        let pace = Pace::new(AUTO, 16);
         assert_eq!(pace.ahead(), 0, "nothing known yet");
         pace.committed(MS);
         pace.job_ran(4 * MS);
         assert_eq!(pace.ahead(), 8, "two commits: 2 x 16 workers x 1 ms / 4 ms");
-        let tiny = Pace::new(Prefetch::Auto, 16);
+        let tiny = Pace::new(AUTO, 16);
         tiny.committed(MS);
-        tiny.job_ran(Duration::from_micros(10));
-        assert_eq!(tiny.ahead(), 32, "at most two per worker");
+        tiny.job_ran(Duration::from_micros(100));
+        assert_eq!(tiny.ahead(), 320, "2 x 16 x 1 ms / 100 us");
+        let lone = Pace::new(AUTO, 1);
+        lone.committed(MS);
+        lone.job_ran(Duration::from_micros(10));
+        assert_eq!(lone.ahead(), 200, "a lone worker too: 2 x 1 ms / 10 us");
     }
 
     #[test]
-    fn long_jobs_and_lone_workers_claim_nothing_ahead() {
-        let pace = Pace::new(Prefetch::Auto, 16);
+    fn however_short_the_jobs_no_more_than_the_window_is_claimed_ahead() {
+        let pace = Pace::new(AUTO, 16);
+        pace.committed(MS);
+        pace.job_ran(Duration::from_micros(1));
+        assert_eq!((pace.most_ahead(), pace.ahead()), (512, 512));
+        let narrow = Pace::new(Prefetch::Auto { window: 3 }, 1);
+        narrow.committed(MS);
+        narrow.job_ran(Duration::from_micros(1));
+        assert_eq!((narrow.most_ahead(), narrow.ahead()), (3, 3));
+    }
+
+    #[test]
+    fn long_jobs_claim_nothing_ahead_even_for_a_lone_worker() {
+        let pace = Pace::new(AUTO, 16);
         pace.committed(MS);
         pace.job_ran(Duration::from_secs(10));
         assert_eq!(pace.ahead(), 0);
-        let lone = Pace::new(Prefetch::Auto, 1);
+        let lone = Pace::new(AUTO, 1);
         lone.committed(MS);
-        lone.job_ran(Duration::from_micros(1));
-        assert_eq!((lone.most_ahead(), lone.ahead()), (0, 0));
+        lone.job_ran(Duration::from_millis(10));
+        assert_eq!(lone.ahead(), 0, "2 x 1 ms / 10 ms rounds to none");
     }
 
     #[test]
@@ -137,13 +162,14 @@ mod tests {
 
     #[test]
     fn the_average_follows_a_change_in_job_length() {
-        let pace = Pace::new(Prefetch::Auto, 8);
+        let pace = Pace::new(AUTO, 8);
         pace.committed(MS);
         pace.job_ran(Duration::from_secs(1));
         assert_eq!(pace.ahead(), 0);
-        for _ in 0..64 {
+        // (a weight of 1/8 forgets the second within 200 samples)
+        for _ in 0..200 {
             pace.job_ran(Duration::from_micros(100));
         }
-        assert_eq!(pace.ahead(), 16);
+        assert_eq!(pace.ahead(), 160, "2 x 8 x 1 ms / 100 us");
     }
 }

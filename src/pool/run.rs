@@ -90,6 +90,19 @@ enum FailKind {
 
 /// Runs one job and commits its verdict (or hands it over to be committed).
 fn run_one(shared: &Shared, flight: Flight) -> After {
+    flight.state.start();
+    // A job claimed ahead may have waited past its lease (renewals behind, a stopped
+    // process): another pool may hold it now, so it is not run.
+    if flight.state.expires_at() <= shared.store.clock() {
+        let shed = &shared.counters.shed;
+        flight
+            .state
+            .interrupt(Interruption::LeaseExpired, Some(shed));
+    }
+    if let Some(why) = flight.state.interruption() {
+        unstarted(shared, &flight, why);
+        return After::Finished;
+    }
     let ctx = JobContext::new(flight.lease.clone(), flight.state.clone());
     let watch = Stopwatch::start();
     let ran = catch_unwind(AssertUnwindSafe(|| (shared.handler)(&ctx)));
@@ -189,18 +202,40 @@ fn run_one(shared: &Shared, flight: Flight) -> After {
     After::Finished
 }
 
-/// Commits a success. With several workers, the completion is handed to the dispatcher,
-/// which commits it together with the others that finished meanwhile and the claims that
-/// refill their workers. A lone worker commits its own and, when the pool may take more work,
-/// claims its next job in the same transaction (a hand-off to another thread would cost more
-/// than the commit).
+/// A job claimed ahead that was interrupted while it waited for a worker is not run: one
+/// whose lease ran out, or that renewals falling behind took from the queue, is given back
+/// (a refusal if another pool took it meanwhile); a deadline that passed ends the attempt
+/// as timed out; a shutdown has released it, and a lost lease, a cancel or a stall the
+/// store has ended already.
+fn unstarted(shared: &Shared, flight: &Flight, why: Interruption) {
+    let lease = &flight.lease;
+    tracing::info!(job = %lease.job, attempt = %lease.attempt, reason = %why, "claimed ahead and interrupted before it started: not run");
+    match why {
+        Interruption::LeaseExpired => give_back(shared, flight),
+        Interruption::TimedOut if !flight.state.ended_in_store() => {
+            if let Err(e) = shared.store.time_out_reporting(lease, None)
+                && !e.is_lease_lost()
+            {
+                tracing::warn!(job = %lease.job, error = %e, "recording the time-out failed; the lease ends at its deadline");
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Commits a success. A completion without writes of the application's is handed to the
+/// dispatcher, which commits it together with the others that finished meanwhile and the
+/// claims that refill their workers, while the worker goes on to a job claimed ahead (a lone
+/// worker too: see [`super::pace`]). One with writes commits here, in a transaction of its
+/// own, as does any once the dispatcher has stopped (then claiming its worker's next job in
+/// the same transaction while the pool may take more work).
 fn commit_success(shared: &Shared, flight: Flight, output: Output<AnyWrites>) -> After {
     let Output { bytes, writes } = output;
     let mut handed = Handed {
         flight,
         output: bytes,
     };
-    if writes.is_none() && shared.hands_over() && shared.running() {
+    if writes.is_none() && shared.running() {
         match shared.handover.hand_over(shared, handed) {
             None => return After::HandedOver,
             // The dispatcher has stopped: commit it here.

@@ -46,6 +46,11 @@ pool_counters! {
     invalid,
     /// Jobs given back: at shutdown, or when their lease expired while renewals failed.
     released,
+    /// Jobs stopped because the pool's renewals fell behind: a lease that ran out on the
+    /// store clock, or a job claimed ahead that no worker had started (never run, no longer
+    /// renewed, given back when a worker reaches it); and jobs claimed ahead whose lease had
+    /// run out when a worker took them.
+    shed,
     /// Leases found lost by a renewal.
     leases_lost,
     /// Leases revoked for making no progress.

@@ -18,7 +18,7 @@ crate::on_both::on_both!(
     dropping_a_pool_shuts_it_down_and_joins_its_threads,
     bad_pool_settings_are_refused,
     jobs_claimed_ahead_are_held_under_renewed_leases_and_released_unrun_at_shutdown,
-    by_default_a_pool_claims_ahead_only_once_its_jobs_prove_shorter_than_a_commit,
+    a_pool_claims_ahead_only_once_its_jobs_prove_shorter_than_a_commit_and_never_past_its_window,
     many_workers_commit_every_job_exactly_once_through_shared_commits,
     wait_idle_returns_once_every_job_of_the_queue_has_ended,
 );
@@ -226,6 +226,25 @@ fn bad_pool_settings_are_refused(kind: Kind) {
         err(f.pool("")),
         leasehold::Error::Input(leasehold::InputError::EmptyQueueName)
     ));
+    assert!(matches!(
+        err(pool(&f, "w").window(0)),
+        leasehold::Error::Config(leasehold::ConfigError::ZeroWindow)
+    ));
+    assert!(matches!(
+        err(pool(&f, "w").max_batch(0)),
+        leasehold::Error::Config(leasehold::ConfigError::ZeroMaxBatch)
+    ));
+    // (the pool's heartbeat is a few milliseconds here)
+    assert!(matches!(
+        err(pool(&f, "w").batch_delay(Duration::from_secs(1))),
+        leasehold::Error::Config(leasehold::ConfigError::BatchDelayNotShorterThanHeartbeat { .. })
+    ));
+    assert!(matches!(
+        err(pool(&f, "w")
+            .heartbeat_every(Duration::from_secs(1))
+            .batch_delay(LEASE * 2)),
+        leasehold::Error::Config(leasehold::ConfigError::BatchDelayNotShorterThanHeartbeat { .. })
+    ));
 }
 
 #[test]
@@ -298,7 +317,9 @@ fn jobs_claimed_ahead_are_held_under_renewed_leases_and_released_unrun_at_shutdo
     }
 }
 
-fn by_default_a_pool_claims_ahead_only_once_its_jobs_prove_shorter_than_a_commit(kind: Kind) {
+fn a_pool_claims_ahead_only_once_its_jobs_prove_shorter_than_a_commit_and_never_past_its_window(
+    kind: Kind,
+) {
     // Jobs that block from the start: nothing is known about their length, so nothing is
     // claimed ahead of the four workers.
     let f = kind.clone().open();
@@ -318,14 +339,15 @@ fn by_default_a_pool_claims_ahead_only_once_its_jobs_prove_shorter_than_a_commit
     p.shutdown(Duration::ZERO);
 
     // Eight instant jobs, then blocking ones: once jobs are known to take less than a
-    // commit, jobs are claimed ahead to wait for the workers, at most two per worker (how
-    // many exactly depends on measured times, which a loaded machine may stretch).
+    // commit, jobs are claimed ahead to wait for the workers, never more than the window
+    // (how many exactly depends on measured times, which a loaded machine may stretch).
     let f = kind.open();
-    f.enqueue_n(40);
+    f.enqueue_n(100);
     let started = Arc::new(AtomicUsize::new(0));
     let s = started.clone();
     let p = pool(&f, "w")
         .concurrency(4)
+        .window(20)
         .start(move |ctx| {
             if s.fetch_add(1, Ordering::SeqCst) < 8 {
                 return Ok(Vec::new());
@@ -346,20 +368,17 @@ fn by_default_a_pool_claims_ahead_only_once_its_jobs_prove_shorter_than_a_commit
         },
     );
     let stats = p.stats();
-    assert!(
-        stats.claimed_ahead <= 8,
-        "two per worker at most: {stats:?}"
-    );
+    assert!(stats.claimed_ahead <= 20, "the window at most: {stats:?}");
     let held = stats.in_flight;
     let report = p.shutdown(Duration::ZERO);
     // A claim round may still land between that look and the shutdown (a loaded machine
-    // stretches the measured times): never fewer, never past two per worker.
+    // stretches the measured times): never fewer, never past the window.
     let at_shutdown = report.in_flight as u64;
     assert!(
-        (held..=4 + 8).contains(&at_shutdown),
+        (held..=4 + 20).contains(&at_shutdown),
         "{at_shutdown} in flight at shutdown, {held} before"
     );
-    assert_eq!(f.stats().unwrap().total(JobState::Queued), 40 - 8);
+    assert_eq!(f.stats().unwrap().total(JobState::Queued), 100 - 8);
     assert_eq!(
         started.load(Ordering::SeqCst),
         12,

@@ -15,6 +15,8 @@ crate::on_both::on_both!(
     when_renewals_fall_behind_the_pool_stops_claiming_and_gives_back_expired_leases,
     a_job_back_in_the_pool_that_lost_it_is_renewed_as_a_new_attempt_beside_the_old,
     with_every_worker_busy_and_renewals_stopped_the_pool_still_sheds_its_expired_lease,
+    a_job_claimed_ahead_whose_lease_ran_out_before_a_worker_took_it_is_given_back_unrun,
+    when_renewals_stop_jobs_claimed_ahead_are_not_run_though_their_leases_have_not_run_out,
     a_pool_whose_claim_takes_over_its_own_expired_lease_stops_the_older_attempt_as_lost,
     a_handler_past_its_time_limit_is_interrupted_and_its_attempt_ends_timed_out,
     a_handler_that_ignores_its_time_limit_commits_nothing_and_its_attempt_ends_timed_out,
@@ -311,6 +313,108 @@ fn with_every_worker_busy_and_renewals_stopped_the_pool_still_sheds_its_expired_
         f.history(id).unwrap()[0].outcome(),
         Some(&Outcome::Released)
     );
+    p.shutdown(Duration::ZERO);
+}
+
+type Started = Arc<Mutex<Vec<(leasehold::JobId, u32)>>>;
+
+/// A handler that records each attempt it starts and holds `first`'s until `gate` opens.
+fn gated(
+    first: leasehold::JobId,
+    gate: crossbeam_channel::Receiver<()>,
+) -> (
+    Started,
+    impl Fn(&leasehold::JobContext) -> Result<Vec<u8>, leasehold::JobError> + Send + Sync + 'static,
+) {
+    let started: Started = Arc::default();
+    let s = started.clone();
+    let handler = move |ctx: &leasehold::JobContext| {
+        s.lock().unwrap().push((ctx.job(), ctx.attempt().0));
+        if ctx.job() == first {
+            gate.recv().unwrap();
+        }
+        Ok(Vec::new())
+    };
+    (started, handler)
+}
+
+/// A job claimed ahead waits for a worker under a lease only the heartbeat renews. Here the
+/// heartbeat never ticks and the lease runs out while the job waits: another pool may hold
+/// it by now, so the worker that reaches it does not run it but gives it back.
+fn a_job_claimed_ahead_whose_lease_ran_out_before_a_worker_took_it_is_given_back_unrun(kind: Kind) {
+    let f = kind.open();
+    let ids = f.enqueue_n(2);
+    let (gate_tx, gate_rx) = crossbeam_channel::bounded::<()>(0);
+    let (started, handler) = gated(ids[0], gate_rx);
+    let p = pool(&f, "w")
+        .prefetch(1)
+        .heartbeat_every(Duration::from_secs(50))
+        .start(handler)
+        .unwrap();
+    wait_until("one job running and one claimed ahead", || {
+        p.stats().in_flight == 2 && started.lock().unwrap().len() == 1
+    });
+    f.advance(LEASE + Duration::from_secs(1));
+    gate_tx.send(()).unwrap();
+    wait_until("the job claimed ahead to be given back", || {
+        p.stats().released == 1
+    });
+    // (the first job's expired lease may be counted shed too: its completion, handed over,
+    // still commits, since nobody took the job)
+    assert!(p.stats().shed >= 1);
+    assert!(
+        !started.lock().unwrap().contains(&(ids[1], 1)),
+        "its first attempt never ran"
+    );
+    let second = f.job(ids[1]).unwrap().unwrap();
+    assert_eq!(second.failures(), 0);
+    assert_eq!(
+        f.history(ids[1]).unwrap()[0].outcome(),
+        Some(&Outcome::Released)
+    );
+    p.shutdown(Duration::ZERO);
+}
+
+/// Renewals stop (the heartbeat is stuck in a write the store holds) for longer than the
+/// pool tolerates, while no lease has run out yet. The running job goes on (its lease still
+/// holds), but the jobs claimed ahead are not run: a pool that cannot renew should not start
+/// work, and its renewals no longer cover them.
+fn when_renewals_stop_jobs_claimed_ahead_are_not_run_though_their_leases_have_not_run_out(
+    kind: Kind,
+) {
+    let f = kind.open();
+    let ids = f.enqueue_n(3);
+    let (gate_tx, gate_rx) = crossbeam_channel::bounded::<()>(0);
+    let (started, handler) = gated(ids[0], gate_rx);
+    let p = pool(&f, "w").prefetch(2).start(handler).unwrap();
+    wait_until("one job running and two claimed ahead", || {
+        p.stats().in_flight == 3 && started.lock().unwrap().len() == 1
+    });
+    let stall = f.stall_writes_to(ids[0]);
+    // Past the pool's tolerance (half a lease), short of the lease.
+    f.advance(LEASE / 2 + Duration::from_secs(1));
+    wait_until("the jobs claimed ahead to be shed", || p.stats().shed == 2);
+    drop(stall);
+    gate_tx.send(()).unwrap();
+    wait_until(
+        "the first job to succeed and the others to be given back",
+        || {
+            let stats = p.stats();
+            stats.succeeded >= 1 && stats.released == 2
+        },
+    );
+    assert_eq!(
+        f.history(ids[0]).unwrap()[0].outcome(),
+        Some(&Outcome::Succeeded),
+        "the running job's lease held: it was not stopped"
+    );
+    for &id in &ids[1..] {
+        assert!(!started.lock().unwrap().contains(&(id, 1)));
+        assert_eq!(
+            f.history(id).unwrap()[0].outcome(),
+            Some(&Outcome::Released)
+        );
+    }
     p.shutdown(Duration::ZERO);
 }
 
