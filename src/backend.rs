@@ -68,6 +68,33 @@ impl Engine for Backend {
 /// attempt's last progress.
 pub(crate) type Completion = (JobId, Attempt, Vec<u8>, Option<u64>);
 
+/// The answers of a round: one per completion, in order, then the claim's.
+pub(crate) type RoundResults = (Vec<Result<()>>, Result<Vec<Lease>>);
+
+/// A round as a pool's dispatcher makes it, for the stores' `complete_batch_and_claim`:
+/// the claim's input checked before anything is written (a refusal answers every part, as
+/// on both engines a whole round would fail), then [`LeaseBackend::complete_all_then_claim`].
+pub(crate) fn round(
+    store: &dyn LeaseBackend,
+    done: &[(&Lease, &[u8])],
+    claim: (&str, &str, LeaseTerms, usize),
+) -> RoundResults {
+    let (queue, worker, terms, n) = claim;
+    if let Err(e) = crate::input::check_claim(queue, worker, &terms) {
+        let each = || match &e {
+            crate::Error::Input(i) => crate::Error::Input(i.clone()),
+            crate::Error::Config(c) => crate::Error::Config(c.clone()),
+            _ => crate::Error::Internal("a claim's check failed otherwise"),
+        };
+        return (done.iter().map(|_| Err(each())).collect(), Err(each()));
+    }
+    let done = done
+        .iter()
+        .map(|(lease, output)| (lease.job, lease.attempt, output.to_vec(), None))
+        .collect();
+    store.complete_all_then_claim(done, queue, worker, terms, n)
+}
+
 /// What a pool's threads and a reaper call: the contract every store keeps ([`JobStore`]),
 /// and the few things only a pool needs on top of it (the holder's last progress carried by
 /// an attempt's end, completions handed over in batches, a clock that never fails).
@@ -106,7 +133,7 @@ pub(crate) trait LeaseBackend: JobStore + 'static {
         worker: &str,
         terms: LeaseTerms,
         n: usize,
-    ) -> (Vec<Result<()>>, Result<Vec<Lease>>);
+    ) -> RoundResults;
     fn fail_reporting(
         &self,
         lease: &Lease,

@@ -85,6 +85,18 @@ pub trait JobStore: ReadJobs {
         output: &[u8],
         terms: LeaseTerms,
     ) -> Result<Option<Lease>>;
+    /// Completes each of `done` as its own unit and claims up to `n` jobs of `queue` for
+    /// `worker`, as if the completions committed first: what a pipelined worker does between
+    /// batches, and what a worker pool's dispatcher does. One answer per completion, in
+    /// order, then the claim's.
+    fn complete_batch_and_claim(
+        &self,
+        done: &[(&Lease, &[u8])],
+        queue: &str,
+        worker: &str,
+        terms: LeaseTerms,
+        n: usize,
+    ) -> (Vec<Result<()>>, Result<Vec<Lease>>);
     /// Fails the attempt: retried after a backoff while its budget lasts, else dead.
     fn fail(&self, lease: &Lease, error: &str) -> Result<JobState>;
     /// Fails the attempt for good: dead at once, whatever budget is left.
@@ -243,6 +255,16 @@ macro_rules! job_store {
                 terms: $crate::LeaseTerms,
             ) -> $crate::Result<Option<$crate::Lease>> {
                 <$store>::complete_and_claim(self, lease, output, terms)
+            }
+            fn complete_batch_and_claim(
+                &self,
+                done: &[(&$crate::Lease, &[u8])],
+                queue: &str,
+                worker: &str,
+                terms: $crate::LeaseTerms,
+                n: usize,
+            ) -> (Vec<$crate::Result<()>>, $crate::Result<Vec<$crate::Lease>>) {
+                <$store>::complete_batch_and_claim(self, done, queue, worker, terms, n)
             }
             fn fail(&self, lease: &$crate::Lease, error: &str) -> $crate::Result<$crate::JobState> {
                 <$store>::fail(self, lease, error)

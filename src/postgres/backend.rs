@@ -37,13 +37,57 @@ impl From<&PgStore> for Backend {
 
 impl PgStore {
     /// Completes each of `done` as its own unit, then claims (queue, worker, terms, how
-    /// many) if asked, all in one transaction: a refusal by the fence answers its own
-    /// completion (writing only its counter) and the others go on; a failure of the database
-    /// fails them all.
+    /// many) if asked: a refusal by the fence answers its own completion (writing only its
+    /// counter) and the others go on; a failure of the database fails them all.
+    ///
+    /// One transaction, or, for a round with at least
+    /// [`side_by_side_from`](super::PgStoreBuilder::side_by_side_from) jobs in each half, two
+    /// at once on two connections: each half of a big round is milliseconds of one
+    /// backend's work, and two backends use two cores. The claim then decides as if the
+    /// completions had committed first: it waits for them before deciding what they could
+    /// change (see [`protocol::claim_batch`]).
     pub(super) fn complete_each_then_claim(
         &self,
         done: &[Completion],
         claim: Option<(&str, &str, LeaseTerms, usize)>,
+    ) -> (Vec<Result<()>>, Result<Vec<Lease>>) {
+        let from = self.settings().side_by_side_from;
+        let Some(claim) = claim.filter(|c| done.len() >= from && c.3 >= from) else {
+            return self.complete_each_and_claim(done, claim, None);
+        };
+        std::thread::scope(|scope| {
+            // Dropped when the completions' transaction has ended (or its thread unwound):
+            // the claim's `settle` then returns.
+            let (committed, settled) = crossbeam_channel::bounded::<()>(0);
+            let completing = scope.spawn(move || {
+                let _committed = committed;
+                self.complete_each_and_claim(done, None, None)
+            });
+            let settle = || {
+                let _ = settled.recv();
+            };
+            let beside = protocol::Beside {
+                jobs: done
+                    .iter()
+                    .map(|(job, ..)| super::rows::key(*job))
+                    .collect(),
+                settle: &settle,
+            };
+            let (_, claimed) = self.complete_each_and_claim(&[], Some(claim), Some(&beside));
+            match completing.join() {
+                Ok((completed, _)) => (completed, claimed),
+                Err(panic) => std::panic::resume_unwind(panic),
+            }
+        })
+    }
+
+    /// [`PgStore::complete_each_then_claim`] in one transaction, the claim running beside
+    /// completions in another if `beside` says so.
+    fn complete_each_and_claim(
+        &self,
+        done: &[Completion],
+        claim: Option<(&str, &str, LeaseTerms, usize)>,
+        beside: Option<&protocol::Beside<'_>>,
     ) -> (Vec<Result<()>>, Result<Vec<Lease>>) {
         let s = self.settings();
         let marks = match claim {
@@ -89,7 +133,7 @@ impl PgStore {
             }
             let claimed = match claim {
                 Some((queue, worker, terms, n)) => {
-                    let claimed = protocol::claim_batch(tx, p, s, queue, worker, terms, n)?;
+                    let claimed = protocol::claim_batch(tx, p, s, queue, worker, terms, n, beside)?;
                     protocol::mark_served(tx, p, &marks)?;
                     claimed
                 }
@@ -245,7 +289,8 @@ impl LeaseBackend for PgStore {
         let marks = self.marks_due([lease.queue.as_str()]);
         self.in_transaction(|tx, p| {
             protocol::complete(tx, p, s, lease.job, lease.attempt, output, progress)?;
-            let claimed = protocol::claim_batch(tx, p, s, &lease.queue, &lease.worker, terms, 1)?;
+            let claimed =
+                protocol::claim_batch(tx, p, s, &lease.queue, &lease.worker, terms, 1, None)?;
             protocol::mark_served(tx, p, &marks)?;
             Ok(claimed.into_iter().next())
         })

@@ -78,6 +78,7 @@ pub(crate) struct Settings {
     create: bool,
     connections: usize,
     statement_timeout: Duration,
+    pub(crate) side_by_side_from: usize,
 }
 
 impl PgStoreBuilder {
@@ -165,6 +166,16 @@ impl PgStoreBuilder {
     /// The most leases one reaper transaction takes back. Default: 500.
     pub fn reap_batch(mut self, n: usize) -> PgStoreBuilder {
         self.settings.reap_batch = n;
+        self
+    }
+
+    /// The size from which a worker pool's commit round (its completions, and the claim
+    /// that refills its workers) runs its two halves at once, in two transactions on two
+    /// connections, rather than one after the other in one: both halves must hold at least
+    /// this many jobs. Default: 64. Below it a round is small, and one commit serves it
+    /// better than two. `usize::MAX`: never.
+    pub fn side_by_side_from(mut self, n: usize) -> PgStoreBuilder {
+        self.settings.side_by_side_from = n.max(1);
         self
     }
 
@@ -329,6 +340,7 @@ impl PgStore {
                 create: true,
                 connections: 16,
                 statement_timeout: Duration::from_secs(30),
+                side_by_side_from: 64,
             },
             simulated_clock: None,
         }

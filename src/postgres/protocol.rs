@@ -101,6 +101,104 @@ pub(crate) fn enqueue(
     s: &Settings,
     new: &NewJob,
 ) -> Result<JobId> {
+    let (id, made) = insert(tx, p, s, new)?;
+    if made {
+        notify(tx, p, &new.queue)?;
+    }
+    Ok(id)
+}
+
+/// Plain jobs (no unique key, no metadata) in one statement, their ids given in their
+/// order (rows are made, and take their ids from the sequence, in the order of the array).
+const INSERT_MANY: &str = "
+WITH c AS MATERIALIZED (SELECT {now} AS t)
+INSERT INTO {s}.leasehold_jobs
+    (queue, state, priority, max_attempts, created_at, run_at, progress_at, updated_at,
+     payload, time_limit_us)
+SELECT r.queue, 'queued', r.priority, r.max_attempts, c.t,
+    c.t + r.delay_us * interval '1 microsecond', c.t, c.t, r.payload, r.time_limit_us
+FROM c, unnest($1::text[], $2::integer[], $3::bigint[], $4::bigint[], $5::bytea[],
+               $6::bigint[]) WITH ORDINALITY
+    AS r(queue, priority, max_attempts, delay_us, payload, time_limit_us, n)
+ORDER BY r.n
+RETURNING id";
+
+/// Enqueues many jobs, all or none (a refused one rolls the transaction back), waking each
+/// queue that gained one once. Each run of plain jobs is one statement; a job with a unique
+/// key (which may answer with the key's holder) or metadata is inserted alone.
+pub(crate) fn enqueue_batch(
+    tx: Tx<'_, '_>,
+    p: &mut Prepared<'_>,
+    s: &Settings,
+    jobs: &[NewJob],
+) -> Result<Vec<JobId>> {
+    for job in jobs {
+        check_new_job(s, job)?;
+    }
+    let plain = |job: &NewJob| job.unique_key.is_none() && job.metadata.is_empty();
+    let mut ids = Vec::with_capacity(jobs.len());
+    // Queues that gained a job (not those whose only answer was a key's holder).
+    let mut gained = std::collections::BTreeSet::new();
+    let mut rest = jobs;
+    while let Some(job) = rest.first() {
+        let run = rest.iter().take_while(|j| plain(j)).count();
+        if run > 1 {
+            ids.extend(insert_many(tx, p, s, &rest[..run])?);
+            gained.extend(rest[..run].iter().map(|j| j.queue.as_str()));
+            rest = &rest[run..];
+        } else {
+            let (id, made) = insert(tx, p, s, job)?;
+            if made {
+                gained.insert(job.queue.as_str());
+            }
+            ids.push(id);
+            rest = &rest[1..];
+        }
+    }
+    for queue in gained {
+        notify(tx, p, queue)?;
+    }
+    Ok(ids)
+}
+
+/// Inserts plain jobs (see [`INSERT_MANY`]), returning their ids in order.
+fn insert_many(
+    tx: Tx<'_, '_>,
+    p: &mut Prepared<'_>,
+    s: &Settings,
+    jobs: &[NewJob],
+) -> Result<Vec<JobId>> {
+    let st = p.get(tx, INSERT_MANY)?;
+    let queues: Vec<&str> = jobs.iter().map(|j| j.queue.as_str()).collect();
+    let priorities: Vec<i32> = jobs.iter().map(|j| j.priority).collect();
+    let budgets: Vec<i64> = jobs
+        .iter()
+        .map(|j| i64::from(j.max_attempts.unwrap_or(s.default_max_attempts)))
+        .collect();
+    let delays: Vec<i64> = jobs.iter().map(|j| micros(j.delay)).collect();
+    let payloads: Vec<&[u8]> = jobs.iter().map(|j| j.payload.as_slice()).collect();
+    let limits: Vec<Option<i64>> = jobs.iter().map(|j| j.time_limit.map(micros)).collect();
+    let params: [&(dyn ToSql + Sync); 6] =
+        [&queues, &priorities, &budgets, &delays, &payloads, &limits];
+    let mut ids = tx
+        .query(&st, &params)?
+        .iter()
+        .map(|row| row.col::<i64>(0).map(id))
+        .collect::<Result<Vec<JobId>>>()?;
+    ids.sort();
+    if ids.len() != jobs.len() {
+        return Err(Error::Internal("a batch insert made another count of rows"));
+    }
+    Ok(ids)
+}
+
+/// The job `new` makes, or the one that holds its unique key; and whether it was made.
+fn insert(
+    tx: Tx<'_, '_>,
+    p: &mut Prepared<'_>,
+    s: &Settings,
+    new: &NewJob,
+) -> Result<(JobId, bool)> {
     check_new_job(s, new)?;
     let max_attempts = i64::from(new.max_attempts.unwrap_or(s.default_max_attempts));
     // The job holding the key is the answer. Looked up first rather than left to the
@@ -109,7 +207,7 @@ pub(crate) fn enqueue(
     if let Some(key) = &new.unique_key
         && let Some(holder) = key_holder(tx, p, &new.queue, key)?
     {
-        return Ok(holder.id);
+        return Ok((holder.id, false));
     }
     let insert = p.get(tx, INSERT)?;
     let delay = micros(new.delay);
@@ -128,13 +226,12 @@ pub(crate) fn enqueue(
         &metadata,
     ];
     if let Some(row) = tx.query_opt(&insert, &params)? {
-        notify(tx, p, &new.queue)?;
-        return Ok(id(row.col(0)?));
+        return Ok((id(row.col(0)?), true));
     }
     // Another transaction's job took the key meanwhile: that one is the answer.
     let holder = p.get(tx, KEY_HOLDER)?;
     match tx.query_opt(&holder, &[&new.queue, &new.unique_key])? {
-        Some(row) => Ok(id(row.col(0)?)),
+        Some(row) => Ok((id(row.col(0)?), false)),
         None => Err(PgError::Database {
             code: None,
             message: "a unique key conflicted with a job that then could not be found".into(),
@@ -212,6 +309,13 @@ SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM exhausted";
 /// does: a job is taken if it is waiting and due, or running with an expired lease (taken
 /// over), the expired one first when its priority is at least as urgent. While no lease of
 /// the queue has expired (nearly always), the whole batch is one statement.
+///
+/// With `beside`, the claim runs while completions of the same round commit in another
+/// transaction, and decides as if they had committed first: before anything they could
+/// change is decided (a takeover, a limited queue's room, a job being completed that waits
+/// in the queue: its completion is to be refused), it waits for them to commit
+/// ([`Beside::settle`]). Taking other waiting jobs does not depend on them.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn claim_batch(
     tx: Tx<'_, '_>,
     p: &mut Prepared<'_>,
@@ -220,13 +324,33 @@ pub(crate) fn claim_batch(
     worker: &str,
     terms: LeaseTerms,
     n: usize,
+    beside: Option<&Beside<'_>>,
 ) -> Result<Vec<Lease>> {
     input::check_claim(queue, worker, &terms)?;
-    let (record, room) = room(tx, p, s, queue)?;
+    // One statement for the common case: is a lease of the queue expired, is the queue
+    // paused or limited? (A queue with neither needs no more.)
+    let look = p.get(tx, LOOK)?;
+    let completing: &[i64] = beside.map_or(&[], |b| b.jobs.as_slice());
+    let row = tx.query_one(&look, &[&queue, &completing])?;
+    let expired_left = row.col::<Option<i64>>(0)?.is_some();
+    let record = queue_from(&row, 2)?;
+    let limited = record
+        .as_ref()
+        .is_some_and(|r| r.paused || r.limits.is_limited());
+    if let Some(beside) = beside
+        && (expired_left || limited || row.col::<bool>(1)?)
+    {
+        // (each statement from here on sees what committed before it began)
+        (beside.settle)();
+    }
+    let (record, room) = match record {
+        Some(r) if r.paused || r.limits.is_limited() => room(tx, p, s, queue)?,
+        record => (record, rules::claim_room(None, 0, StoreTime::ZERO)),
+    };
     let n = n.min(room.allowed);
     let mut leases = Vec::new();
     // One at a time while expired leases are about, each weighed against the ready jobs.
-    while leases.len() < n {
+    while expired_left && leases.len() < n {
         let Some(expired) = first_expired(tx, p, queue)? else {
             break;
         };
@@ -304,15 +428,47 @@ pub(crate) fn claim_batch(
     Ok(leases)
 }
 
-/// A queue's record by name.
-macro_rules! queue_record {
+/// Completions committing beside a claim, in a transaction of their own (see
+/// [`claim_batch`]).
+pub(crate) struct Beside<'a> {
+    /// The jobs being completed.
+    pub jobs: Vec<i64>,
+    /// Returns once their transaction has ended.
+    pub settle: &'a dyn Fn(),
+}
+
+/// The columns of a queue's record, in the order [`queue_from`] reads them.
+macro_rules! queue_columns {
     () => {
-        "SELECT {s}.us(served_at), paused, concurrency, rate_claims, rate_per_us, recent_claims
-         FROM {s}.leasehold_queues WHERE queue = $1"
+        "{s}.us(q.served_at), q.paused, q.concurrency, q.rate_claims, q.rate_per_us,
+         q.recent_claims"
     };
 }
-const QUEUE_RECORD: &str = queue_record!();
-const QUEUE_RECORD_LOCKED: &str = concat!(queue_record!(), " FOR UPDATE");
+const QUEUE_RECORD: &str = concat!(
+    "SELECT ",
+    queue_columns!(),
+    " FROM {s}.leasehold_queues q WHERE q.queue = $1"
+);
+const QUEUE_RECORD_LOCKED: &str = concat!(
+    "SELECT ",
+    queue_columns!(),
+    " FROM {s}.leasehold_queues q WHERE q.queue = $1 FOR UPDATE"
+);
+
+/// A claim's first look, in one statement: whether a lease of the queue has expired, whether
+/// a job of `$2` waits in it, and the queue's record (all null without one). It locks
+/// nothing: a takeover locks its row when it takes it ([`FIRST_EXPIRED`]), after the claim
+/// has settled (see [`claim_batch`]); a lock taken here could be the row a completion
+/// committing beside the claim waits for.
+const LOOK: &str = concat!(
+    "SELECT (SELECT id FROM {s}.leasehold_jobs
+             WHERE queue = $1 AND state = 'running' AND lease_indexed_expiry <= {now}
+             LIMIT 1),
+         EXISTS (SELECT 1 FROM {s}.leasehold_jobs
+                 WHERE id = ANY($2) AND queue = $1 AND state IN ('queued', 'retry_wait')), ",
+    queue_columns!(),
+    " FROM (SELECT 1) one LEFT JOIN {s}.leasehold_queues q ON q.queue = $1"
+);
 
 /// The record of `queue`, if it has one; its row locked with `lock` (which serializes the
 /// claims of a limited queue, so that two never count the same free slot).
@@ -330,10 +486,22 @@ pub(crate) fn queue_record(
             QUEUE_RECORD
         },
     )?;
-    let Some(row) = tx.query_opt(&st, &[&queue])? else {
+    match tx.query_opt(&st, &[&queue])? {
+        Some(row) => queue_from(&row, 0),
+        None => Ok(None),
+    }
+}
+
+/// The queue's record in `row`'s [`queue_columns`] from column `at` on; `None` where they
+/// are null (a queue without a record, left-joined).
+fn queue_from(row: &postgres::Row, at: usize) -> Result<Option<QueueRecord>> {
+    let Some(paused) = row.col::<Option<bool>>(at + 1)? else {
         return Ok(None);
     };
-    let rate = match (row.col::<Option<i32>>(3)?, row.col::<Option<i64>>(4)?) {
+    let rate = match (
+        row.col::<Option<i32>>(at + 3)?,
+        row.col::<Option<i64>>(at + 4)?,
+    ) {
         (Some(claims), Some(per)) => Some(crate::queue::Rate {
             claims: u32::try_from(claims).unwrap_or(0),
             per: super::rows::duration(per),
@@ -341,15 +509,20 @@ pub(crate) fn queue_record(
         _ => None,
     };
     Ok(Some(QueueRecord {
-        served_at: row.col::<Option<i64>>(0)?.map(time),
-        paused: row.col(1)?,
+        served_at: row.col::<Option<i64>>(at)?.map(time),
+        paused,
         limits: crate::queue::QueueLimits {
             concurrency: row
-                .col::<Option<i32>>(2)?
+                .col::<Option<i32>>(at + 2)?
                 .map(|n| u32::try_from(n).unwrap_or(0)),
             rate,
         },
-        recent_claims: row.col::<Vec<i64>>(5)?.into_iter().map(time).collect(),
+        recent_claims: row
+            .col::<Option<Vec<i64>>>(at + 5)?
+            .unwrap_or_default()
+            .into_iter()
+            .map(time)
+            .collect(),
     }))
 }
 

@@ -94,11 +94,8 @@ impl PgStore {
     /// Enqueues many jobs in one transaction, all or none.
     pub fn enqueue_batch(&self, jobs: impl IntoIterator<Item = NewJob>) -> Result<Vec<JobId>> {
         let jobs: Vec<NewJob> = jobs.into_iter().collect();
-        let ids = self.in_transaction(|tx, p| {
-            jobs.iter()
-                .map(|job| protocol::enqueue(tx, p, self.settings(), job))
-                .collect::<Result<Vec<_>>>()
-        })?;
+        let ids =
+            self.in_transaction(|tx, p| protocol::enqueue_batch(tx, p, self.settings(), &jobs))?;
         self.readied(jobs.iter().map(|j| &j.queue));
         Ok(ids)
     }
@@ -124,7 +121,8 @@ impl PgStore {
         let terms = terms.into();
         let marks = self.marks_due([queue]);
         self.in_transaction(|tx, p| {
-            let claimed = protocol::claim_batch(tx, p, self.settings(), queue, worker, terms, n)?;
+            let claimed =
+                protocol::claim_batch(tx, p, self.settings(), queue, worker, terms, n, None)?;
             protocol::mark_served(tx, p, &marks)?;
             Ok(claimed)
         })
@@ -156,7 +154,8 @@ impl PgStore {
         let marks = self.marks_due([lease.queue.as_str()]);
         let claimed = self.in_transaction(|tx, p| {
             protocol::complete(tx, p, s, lease.job, lease.attempt, output, None)?;
-            let claimed = protocol::claim_batch(tx, p, s, &lease.queue, &lease.worker, terms, 1)?;
+            let claimed =
+                protocol::claim_batch(tx, p, s, &lease.queue, &lease.worker, terms, 1, None)?;
             protocol::mark_served(tx, p, &marks)?;
             Ok(claimed)
         })?;
@@ -171,6 +170,21 @@ impl PgStore {
             .map(|(l, output)| (l.job, l.attempt, output.to_vec(), None))
             .collect();
         self.complete_each_then_claim(&done, None).0
+    }
+
+    /// Completes each of `done` and claims up to `n` jobs of `queue` for `worker` (see
+    /// [`crate::Store::complete_batch_and_claim`]): one transaction, or for a big round two
+    /// at once ([`PgStoreBuilder::side_by_side_from`](super::PgStoreBuilder::side_by_side_from)),
+    /// the claim deciding as if the completions had committed first.
+    pub fn complete_batch_and_claim(
+        &self,
+        done: &[(&Lease, &[u8])],
+        queue: &str,
+        worker: &str,
+        terms: impl Into<LeaseTerms>,
+        n: usize,
+    ) -> (Vec<Result<()>>, Result<Vec<Lease>>) {
+        crate::backend::round(self, done, (queue, worker, terms.into(), n))
     }
 
     /// Renews the lease (see [`crate::Store::heartbeat`]).

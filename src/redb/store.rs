@@ -414,6 +414,22 @@ impl Store {
         self.inner.group.run_all(self, completions::<()>(done))
     }
 
+    /// Completes each of `done` as its own unit and, in the same commit, claims up to `n`
+    /// jobs of `queue` for `worker` under `terms`: what a pipelined worker of the
+    /// application's own does between batches (a worker pool's dispatcher does the same).
+    /// The claim decides as if the completions came first. One answer per completion, in
+    /// order, then the claim's; bad claim input answers every part, and nothing is written.
+    pub fn complete_batch_and_claim(
+        &self,
+        done: &[(&Lease, &[u8])],
+        queue: &str,
+        worker: &str,
+        terms: impl Into<LeaseTerms>,
+        n: usize,
+    ) -> (Vec<Result<()>>, Result<Vec<Lease>>) {
+        crate::backend::round(self, done, (queue, worker, terms.into(), n))
+    }
+
     /// For a pool's dispatcher: completes each of `done` (job, attempt, output, last
     /// progress) as its own
     /// unit, then claims up to `n` jobs of `queue` for `worker`, all queued into the group

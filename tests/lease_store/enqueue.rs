@@ -12,6 +12,7 @@ crate::on_both::on_both!(
     bad_input_is_refused_with_its_own_error_and_writes_nothing,
     an_oversized_output_is_refused_and_the_lease_still_holds,
     enqueue_batch_is_all_or_nothing,
+    a_batch_of_plain_keyed_and_tagged_jobs_answers_each_in_its_order,
     huge_delays_saturate_instead_of_wrapping_into_the_past,
     long_error_messages_are_kept_but_cut,
     a_failure_whose_message_holds_a_nul_byte_is_recorded_with_the_byte_shown,
@@ -241,6 +242,52 @@ fn enqueue_batch_is_all_or_nothing(kind: Kind) {
     assert!(f.enqueue_batch(jobs).is_err());
     assert_eq!(f.stats().unwrap().total(JobState::Queued), 0);
     assert_eq!(f.enqueue_n(2).len(), 2);
+}
+
+/// A batch mixes plain jobs (PostgreSQL inserts each run of them in one statement) with
+/// jobs that carry a unique key or metadata (inserted alone): each answer is its own job's,
+/// in the batch's order, and a key given twice answers with the job that took it first.
+fn a_batch_of_plain_keyed_and_tagged_jobs_answers_each_in_its_order(kind: Kind) {
+    let f = kind.open();
+    let jobs = vec![
+        NewJob::new(Q, "a").priority(3),
+        NewJob::new(Q, "b").delay(Duration::from_secs(5)),
+        NewJob::new(Q, "keyed").unique_key("k"),
+        NewJob::new("other", "c").max_attempts(7),
+        NewJob::new(Q, "keyed again").unique_key("k"),
+        NewJob::new(Q, "tagged").metadata("tenant", "acme"),
+        NewJob::new(Q, "d"),
+        NewJob::new(Q, "e").time_limit(Duration::from_secs(9)),
+    ];
+    let ids = f.enqueue_batch(jobs).unwrap();
+    assert_eq!(ids.len(), 8);
+    assert_eq!(ids[4], ids[2], "the key's first job answers for it");
+    let payload = |i: usize| f.payload(ids[i]).unwrap().unwrap();
+    let expected = ["a", "b", "keyed", "c", "keyed", "tagged", "d", "e"];
+    for (i, want) in expected.iter().enumerate() {
+        assert_eq!(payload(i), want.as_bytes(), "answer {i}");
+    }
+    let made: Vec<u64> = [0, 1, 2, 3, 5, 6, 7].iter().map(|&i| ids[i].0).collect();
+    assert!(
+        made.windows(2).all(|w| w[1] == w[0] + 1),
+        "dense and in order: {made:?}"
+    );
+    let job = |i: usize| f.job(ids[i]).unwrap().unwrap();
+    let now = f.now();
+    assert_eq!(job(0).priority(), 3);
+    assert_eq!(job(1).run_at(), now.saturating_add(Duration::from_secs(5)));
+    assert_eq!((job(3).queue(), job(3).max_attempts()), ("other", 7));
+    assert_eq!(job(5).metadata_value("tenant"), Some("acme"));
+    assert_eq!(f.stats().unwrap().total(JobState::Queued), 7);
+    // the time limit holds: a claim's lease ends at it (five jobs of the queue are due)
+    let lease = (0..5)
+        .map(|_| f.claim_one("w"))
+        .find(|l| l.job == ids[7])
+        .unwrap();
+    assert_eq!(
+        lease.deadline,
+        Some(f.now().saturating_add(Duration::from_secs(9)))
+    );
 }
 
 fn huge_delays_saturate_instead_of_wrapping_into_the_past(kind: Kind) {
