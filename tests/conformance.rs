@@ -26,7 +26,8 @@ const SEC: u64 = 1_000_000_000;
 const BACKOFF: Duration = Duration::from_secs(10);
 const REAP_BATCH: usize = 3;
 
-/// A store of `kind` with the rules' settings: backoff without jitter, small reap batches.
+/// A store of `kind` with the rules' settings: backoff without jitter, small reap batches,
+/// and (PostgreSQL) every round's completions and claim run at once, in two transactions.
 fn conformance(kind: Kind) -> Backend {
     kind.with(
         Setup::default()
@@ -35,7 +36,8 @@ fn conformance(kind: Kind) -> Backend {
                 max: BACKOFF,
                 jitter: 0.0,
             })
-            .reap_batch(REAP_BATCH),
+            .reap_batch(REAP_BATCH)
+            .side_by_side_from(1),
     )
 }
 
@@ -52,6 +54,7 @@ on_both::on_both!(with conformance;
     a_unique_key_dedupes_live_jobs_only_and_blocks_a_retry_while_held,
     a_named_job_is_claimed_only_when_claimable,
     a_batch_of_completions_answers_each_alone,
+    a_round_completes_each_alone_and_claims_as_if_the_completions_came_first,
     a_renewal_after_the_holders_own_end_is_refused_but_not_counted_as_lost,
     stats_count_every_job_by_queue_and_state,
     a_hard_time_limit_caps_the_lease_and_a_renewal_at_the_deadline_ends_the_attempt,
@@ -352,6 +355,55 @@ fn a_batch_of_completions_answers_each_alone(b: Backend) {
     assert_eq!(b.output(ids[1]).unwrap().as_deref(), Some(&b"first"[..]));
     assert_eq!(b.output(ids[2]).unwrap().as_deref(), Some(&b"c"[..]));
     assert_eq!(b.stats().unwrap().counters.fenced_writes_rejected, 1);
+}
+
+/// A pool's round: its completions, then a claim. Two of the completions are of leases that
+/// ran out unnoticed (nobody took them: the fence holds, so they complete), one is a stale
+/// repeat (refused). The claim must not take over the leases its own round completes: it
+/// takes the one waiting job, at the round's store time.
+fn a_round_completes_each_alone_and_claims_as_if_the_completions_came_first(b: Backend) {
+    let ids = b
+        .enqueue_batch((0..4).map(|i| NewJob::new(Q, format!("{i}"))).collect())
+        .unwrap();
+    let leases = b.claim_batch(Q, "w", LeaseTerms::new(LEASE), 3).unwrap();
+    b.complete(&leases[1], b"first").unwrap();
+    b.advance(LEASE);
+    let done = [
+        (&leases[0], b"a".as_slice()),
+        (&leases[1], b"again".as_slice()),
+        (&leases[2], b"c".as_slice()),
+    ];
+    let (completed, claimed) = b.complete_batch_and_claim(&done, Q, "v", LeaseTerms::new(LEASE), 3);
+    assert!(
+        completed[0].is_ok() && completed[2].is_ok(),
+        "{completed:?}"
+    );
+    assert!(
+        completed[1]
+            .as_ref()
+            .unwrap_err()
+            .lease_lost()
+            .unwrap()
+            .ended_by_holder
+    );
+    let claimed = claimed.unwrap();
+    let got: Vec<_> = claimed.iter().map(|l| (l.job, l.attempt.0)).collect();
+    assert_eq!(got, vec![(ids[3], 1)]);
+    assert_eq!(claimed[0].expires_at.0, t(&b) + 60 * SEC);
+    assert_eq!(b.output(ids[0]).unwrap().as_deref(), Some(&b"a"[..]));
+    assert_eq!(b.output(ids[2]).unwrap().as_deref(), Some(&b"c"[..]));
+    let c = b.stats().unwrap().counters;
+    assert_eq!((c.fenced_writes_rejected, c.reclaimed_by_takeover), (1, 0));
+    // Bad claim input writes nothing: the completions are refused with it.
+    let fresh = b.claim(Q, "w", LeaseTerms::new(LEASE)).unwrap();
+    assert!(fresh.is_none());
+    let (completed, claimed) =
+        b.complete_batch_and_claim(&[(&claimed[0], b"x")], "", "v", LeaseTerms::new(LEASE), 1);
+    assert!(claimed.is_err() && completed[0].is_err());
+    assert_eq!(
+        b.job(ids[3]).unwrap().unwrap().state(),
+        leasehold::JobState::Running
+    );
 }
 
 fn a_renewal_after_the_holders_own_end_is_refused_but_not_counted_as_lost(b: Backend) {

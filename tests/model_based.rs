@@ -30,6 +30,8 @@ fn op() -> impl Strategy<Value = Op> {
         3 => (any::<u16>(), any::<bool>()).prop_map(|(lease, progress)| Op::Heartbeat { lease, progress }),
         2 => any::<u16>().prop_map(|lease| Op::Complete { lease }),
         1 => (any::<u16>(), any::<u16>()).prop_map(|leases| Op::CompleteBatch { leases }),
+        2 => ((any::<u16>(), any::<u16>()), any::<u8>(), any::<u8>(), any::<u8>(), any::<u8>())
+            .prop_map(|(leases, queue, worker, lease_s, n)| Op::Round { leases, queue, worker, lease_s, n }),
         2 => (any::<u16>(), proptest::bool::weighted(0.2))
             .prop_map(|(lease, permanent)| Op::Fail { lease, permanent }),
         1 => any::<u16>().prop_map(|lease| Op::Release { lease }),

@@ -1,11 +1,15 @@
 //! Deterministic simulation of worker pools that die.
 //!
 //! Simulated workers (state machines stepped once per simulated second, not threads) claim,
-//! heartbeat, progress and complete jobs on a manual clock, while a fault schedule drawn from
+//! heartbeat, progress and complete jobs on a manual clock, beside a pipelined pool (a window
+//! of jobs claimed ahead, completions handed to rounds that commit them with the next claim,
+//! one batch of renewals for all it holds), while a fault schedule drawn from
 //! the seed crashes workers, pauses them past their lease (they wake and try to commit),
 //! stalls jobs (heartbeat alive, no progress), kills the whole pool at once, kills the worker
 //! process while a neighbour survives it (its leases taken back at once, as a store shared by
-//! processes does when the kernel frees the dead process's lock), and restarts the store.
+//! processes does when the kernel frees the dead process's lock), and restarts the store; the
+//! pipelined pool crashes with completions waiting for their round (never committed: those
+//! jobs run again) and pauses past its leases (its round's completions then meet the fence).
 //! Each seed ends with every job succeeded and committed exactly once, every reclaim within
 //! lease + reaper interval of the holder's last renewal, and every lease of a dead process
 //! taken back the moment it died.
@@ -33,6 +37,11 @@ const HEARTBEAT: u64 = 20;
 const REAPER: u64 = 15;
 const STALL: u64 = 90;
 const BATCH: usize = 3;
+/// The pipelined pool: its workers, the most it claims ahead, and how often its rounds
+/// commit (simulated seconds).
+const PIPE_WORKERS: usize = 3;
+const PIPE_WINDOW: usize = 4;
+const PIPE_ROUND: u64 = 2;
 const QUEUE: &str = "sim";
 /// A seed that has not finished by then has lost jobs.
 const SIM_LIMIT: u64 = 200_000;
@@ -93,6 +102,38 @@ struct Tally {
     stalls: u64,
     crashes: u64,
     late_commits_refused: u64,
+    /// The pipelined pool: rounds committed, crashes with completions waiting for one, and
+    /// jobs claimed ahead whose lease ran out before a worker took them.
+    rounds: u64,
+    pipe_crashes: u64,
+    given_back_unrun: u64,
+}
+
+/// The pipelined pool (see the module's docs).
+#[derive(Default)]
+struct Pipeline {
+    /// Claimed ahead, waiting for a worker; each with its lease's known expiry.
+    ahead: Vec<(Lease, leasehold::StoreTime)>,
+    /// Running: the lease, its expiry, work left, progress.
+    running: Vec<(Lease, leasehold::StoreTime, u64, u64)>,
+    /// Finished, waiting for the next round to commit them.
+    finished: Vec<Lease>,
+    next_beat: u64,
+    /// Down (crashed) or frozen (paused) until then.
+    crashed_until: Option<u64>,
+    paused_until: Option<u64>,
+    name: String,
+}
+
+impl Pipeline {
+    /// Everything it holds a lease for.
+    fn held(&self) -> impl Iterator<Item = &Lease> {
+        self.ahead
+            .iter()
+            .map(|(l, _)| l)
+            .chain(self.running.iter().map(|(l, ..)| l))
+            .chain(self.finished.iter())
+    }
 }
 
 /// The store a simulation runs on, and how to open it again.
@@ -124,6 +165,7 @@ struct Sim {
     clock: ManualClock,
     t: u64,
     workers: Vec<(String, Worker)>,
+    pipe: Pipeline,
     generation: u32,
     /// The process instance the workers' leases are granted to; a new one after each death.
     instance: u64,
@@ -166,7 +208,9 @@ impl Sim {
             .schema(&schema)
             .simulated_clock(clock.clone())
             .default_max_attempts(1000)
-            .reap_batch(BATCH);
+            .reap_batch(BATCH)
+            // the pipelined pool's rounds run their two halves at once
+            .side_by_side_from(1);
         let mut admin =
             leasehold::postgres::client::Client::connect(url, leasehold::postgres::client::NoTls)
                 .unwrap();
@@ -193,6 +237,10 @@ impl Sim {
             clock,
             t: 0,
             workers,
+            pipe: Pipeline {
+                name: "pipe.0".into(),
+                ..Pipeline::default()
+            },
             generation: 0,
             instance: 1,
             tally: Tally::default(),
@@ -236,6 +284,7 @@ impl Sim {
             for i in 0..self.workers.len() {
                 self.step(i)?;
             }
+            self.step_pipeline()?;
             if self.t.is_multiple_of(REAPER) {
                 self.reap()?;
             }
@@ -259,6 +308,7 @@ impl Sim {
             for (_, w) in &mut self.workers {
                 *w = Worker::Crashed { until: t + 30 };
             }
+            self.crash_pipeline(t + 30);
             return Ok(());
         }
         if self.rng.chance(2) {
@@ -274,6 +324,7 @@ impl Sim {
                 for (_, w) in &mut self.workers {
                     *w = Worker::Crashed { until: t + 30 };
                 }
+                self.crash_pipeline(t + 30);
                 return Ok(());
             };
             self.tally.process_deaths += 1;
@@ -295,6 +346,7 @@ impl Sim {
             for (_, w) in &mut self.workers {
                 *w = Worker::Crashed { until: t + 30 };
             }
+            self.crash_pipeline(t + 30);
             return Ok(());
         }
         if self.rng.chance(1) {
@@ -304,6 +356,21 @@ impl Sim {
             for (_, w) in &mut self.workers {
                 *w = Worker::Idle;
             }
+            self.crash_pipeline(t);
+            return Ok(());
+        }
+        if self.rng.chance(3) {
+            // the pipelined pool alone crashes, completions waiting for their round
+            if !self.pipe.finished.is_empty() {
+                self.tally.pipe_crashes += 1;
+            }
+            self.crash_pipeline(t + 30);
+            return Ok(());
+        }
+        if self.rng.chance(3) && self.pipe.paused_until.is_none() {
+            // the pipelined pool is frozen past its leases, then wakes and goes on
+            self.tally.pauses += 1;
+            self.pipe.paused_until = Some(t + LEASE + 1 + self.rng.below(60));
             return Ok(());
         }
         let i = self.rng.below(self.workers.len() as u64) as usize;
@@ -449,6 +516,153 @@ impl Sim {
         Ok(())
     }
 
+    /// The pipelined pool dies: what it held is lost, its waiting completions never
+    /// committed; it comes back at `until` as a new worker.
+    fn crash_pipeline(&mut self, until: u64) {
+        let generation = self.generation + 1;
+        self.generation = generation;
+        self.pipe = Pipeline {
+            name: format!("pipe.{generation}"),
+            crashed_until: Some(until),
+            ..Pipeline::default()
+        };
+    }
+
+    fn step_pipeline(&mut self) -> Result<(), String> {
+        let t = self.t;
+        if self.pipe.crashed_until.is_some_and(|u| t < u) {
+            return Ok(());
+        }
+        self.pipe.crashed_until = None;
+        match self.pipe.paused_until {
+            Some(u) if t < u => return Ok(()),
+            Some(_) => {
+                self.pipe.paused_until = None;
+                // It wakes and renews at once, or (its heartbeat thread starved) its workers
+                // go on first and find the leases of what waited in the window run out.
+                self.pipe.next_beat = match self.rng.chance(500) {
+                    true => t,
+                    false => t + HEARTBEAT,
+                };
+            }
+            None => {}
+        }
+        if t >= self.pipe.next_beat {
+            self.renew_pipeline()?;
+            self.pipe.next_beat = t + HEARTBEAT;
+        }
+        // The workers: a finished job is handed over; a free worker takes the next job
+        // claimed ahead, unless its lease ran out while it waited (given back, not run).
+        let mut running = std::mem::take(&mut self.pipe.running);
+        for job in &mut running {
+            job.2 = job.2.saturating_sub(1);
+            job.3 += 1;
+        }
+        let (done, mut running): (Vec<_>, Vec<_>) = running.into_iter().partition(|j| j.2 == 0);
+        self.pipe.finished.extend(done.into_iter().map(|j| j.0));
+        let now = self.store().now().map_err(|e| e.to_string())?;
+        while running.len() < PIPE_WORKERS && !self.pipe.ahead.is_empty() {
+            let (lease, expires) = self.pipe.ahead.remove(0);
+            if expires <= now {
+                self.tally.given_back_unrun += 1;
+                match self.store().release(&lease) {
+                    Ok(()) => {}
+                    Err(e) if e.is_lease_lost() => self.tally.late_commits_refused += 1,
+                    Err(e) => return Err(format!("release: {e}")),
+                }
+                continue;
+            }
+            let runs = self.tally.executions.entry(lease.job.0).or_default();
+            *runs += 1;
+            if *runs == 2 {
+                self.tally.duplicates += 1;
+            }
+            let left = 1 + self.rng.below(10);
+            running.push((lease, expires, left, 0));
+        }
+        self.pipe.running = running;
+        if t.is_multiple_of(PIPE_ROUND) {
+            self.round()?;
+        }
+        Ok(())
+    }
+
+    /// One batch of renewals for every lease the pipelined pool holds; lost ones are let
+    /// go (a finished one stays: its completion meets the fence at the round).
+    fn renew_pipeline(&mut self) -> Result<(), String> {
+        let t = self.t;
+        let pipe = &self.pipe;
+        let progress = |lease: &Lease| {
+            pipe.running
+                .iter()
+                .find(|j| j.0.job == lease.job && j.0.attempt == lease.attempt)
+                .map_or(0, |j| j.3)
+        };
+        let held: Vec<Lease> = pipe.held().cloned().collect();
+        if held.is_empty() {
+            return Ok(());
+        }
+        let beats: Vec<(&Lease, u64)> = held.iter().map(|l| (l, progress(l))).collect();
+        let answers = self.store().heartbeat_batch(&beats);
+        let mut live = std::collections::BTreeMap::new();
+        for (lease, answer) in held.iter().zip(answers) {
+            match answer {
+                Ok(Renewal::Renewed { expires_at }) => {
+                    self.tally.renewed.insert((lease.job.0, lease.attempt.0), t);
+                    live.insert((lease.job, lease.attempt), expires_at);
+                }
+                Ok(_) => {}
+                Err(e) if e.is_lease_lost() => {}
+                Err(e) => return Err(format!("heartbeat_batch: {e}")),
+            }
+        }
+        let key = |l: &Lease| (l.job, l.attempt);
+        self.pipe.ahead = std::mem::take(&mut self.pipe.ahead)
+            .into_iter()
+            .filter_map(|(l, _)| live.get(&key(&l)).map(|&e| (l, e)))
+            .collect();
+        self.pipe.running = std::mem::take(&mut self.pipe.running)
+            .into_iter()
+            .filter_map(|(l, _, left, p)| live.get(&key(&l)).map(|&e| (l, e, left, p)))
+            .collect();
+        Ok(())
+    }
+
+    /// A round: every finished job's completion, and a claim that fills the window.
+    fn round(&mut self) -> Result<(), String> {
+        let t = self.t;
+        let want = (PIPE_WINDOW + PIPE_WORKERS)
+            .saturating_sub(self.pipe.ahead.len() + self.pipe.running.len());
+        if self.pipe.finished.is_empty() && want == 0 {
+            return Ok(());
+        }
+        let finished = std::mem::take(&mut self.pipe.finished);
+        let done: Vec<(&Lease, &[u8])> = finished.iter().map(|l| (l, b"done".as_slice())).collect();
+        let terms =
+            LeaseTerms::new(Duration::from_secs(LEASE)).stall_timeout(Duration::from_secs(STALL));
+        let (completed, claimed) = self.store().complete_batch_and_claim(
+            &done,
+            QUEUE,
+            &self.pipe.name,
+            terms,
+            want.max(1),
+        );
+        self.tally.rounds += 1;
+        for (lease, answer) in finished.iter().zip(completed) {
+            match answer {
+                Ok(()) => *self.tally.commits.entry(lease.job.0).or_default() += 1,
+                Err(e) if e.is_lease_lost() => self.tally.late_commits_refused += 1,
+                Err(e) => return Err(format!("round: complete: {e}")),
+            }
+        }
+        for lease in claimed.map_err(|e| format!("round: claim: {e}"))? {
+            self.tally.renewed.insert((lease.job.0, lease.attempt.0), t);
+            let expires = lease.expires_at;
+            self.pipe.ahead.push((lease, expires));
+        }
+        Ok(())
+    }
+
     fn finish(&mut self, lease: &Lease) -> Result<(), String> {
         match self.store().complete(lease, b"done") {
             Ok(()) => {
@@ -537,6 +751,7 @@ fn pools_that_crash_pause_stall_and_restart_still_commit_every_job_exactly_once(
         assert!(totals.duplicates > 0 && totals.pool_deaths > 0 && totals.restarts > 0);
         assert!(totals.process_deaths > 0);
         assert!(totals.pauses > 0 && totals.stalls > 0 && totals.late_commits_refused > 0);
+        assert!(totals.rounds > 0 && totals.pipe_crashes > 0 && totals.given_back_unrun > 0);
     }
 }
 
@@ -590,6 +805,9 @@ fn simulate(seeds: &[u64], make: impl Fn(u64) -> Sim, replay: &str) -> Tally {
         totals.stalls += t.stalls;
         totals.crashes += t.crashes;
         totals.late_commits_refused += t.late_commits_refused;
+        totals.rounds += t.rounds;
+        totals.pipe_crashes += t.pipe_crashes;
+        totals.given_back_unrun += t.given_back_unrun;
     }
     totals
 }
@@ -597,13 +815,16 @@ fn simulate(seeds: &[u64], make: impl Fn(u64) -> Sim, replay: &str) -> Tally {
 impl Tally {
     fn summary(&self, seeds: usize) -> String {
         format!(
-            "{seeds} seeds: {} crashes, {} pauses, {} stalls, {} pool deaths, {} process deaths, {} restarts; {} jobs ran twice, {} late commits refused, 0 duplicate commits",
+            "{seeds} seeds: {} crashes, {} pauses, {} stalls, {} pool deaths, {} process deaths, {} restarts; a pipelined pool's {} rounds, {} crashes with completions waiting, {} jobs claimed ahead given back unrun; {} jobs ran twice, {} late commits refused, 0 duplicate commits",
             self.crashes,
             self.pauses,
             self.stalls,
             self.pool_deaths,
             self.process_deaths,
             self.restarts,
+            self.rounds,
+            self.pipe_crashes,
+            self.given_back_unrun,
             self.duplicates,
             self.late_commits_refused
         )

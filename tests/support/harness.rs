@@ -99,6 +99,15 @@ pub enum Op {
     CompleteBatch {
         leases: (u16, u16),
     },
+    /// A pool's round: two leases completed and up to `n % 4 + 1` jobs claimed, as if the
+    /// completions came first (on PostgreSQL the two halves run at once in the harness).
+    Round {
+        leases: (u16, u16),
+        queue: u8,
+        worker: u8,
+        lease_s: u8,
+        n: u8,
+    },
     /// A failure, retried while the budget lasts or (`permanent`) never.
     Fail {
         lease: u16,
@@ -208,7 +217,9 @@ impl Harness {
                 jitter: 0.0,
             })
             .default_max_attempts(model::DEFAULT_MAX_ATTEMPTS)
-            .reap_batch(REAP_BATCH);
+            .reap_batch(REAP_BATCH)
+            // every round's completions and claim at once, in two transactions
+            .side_by_side_from(1);
         let admin =
             leasehold::postgres::client::Client::connect(url, leasehold::postgres::client::NoTls)
                 .expect("connect as admin");
@@ -404,6 +415,41 @@ impl Harness {
                     let want = self.model.complete(l.job.0, l.attempt.0);
                     same("complete_batch", got.map_err(err), want)?;
                 }
+                Ok(())
+            }
+            Op::Round {
+                leases,
+                queue,
+                worker,
+                lease_s,
+                n,
+            } => {
+                let (Some(a), Some(b)) = (self.lease(leases.0), self.lease(leases.1)) else {
+                    return Ok(());
+                };
+                let q = QUEUES[usize::from(*queue) % QUEUES.len()];
+                let w = WORKERS[usize::from(*worker) % WORKERS.len()];
+                let length = lease_len(*lease_s);
+                let n = usize::from(*n % 4) + 1;
+                let terms = LeaseTerms::new(Duration::from_nanos(length));
+                let done = [(&a, b"out".as_slice()), (&b, b"out".as_slice())];
+                let (completed, claimed) =
+                    self.store().complete_batch_and_claim(&done, q, w, terms, n);
+                for (l, got) in [&a, &b].into_iter().zip(completed) {
+                    let want = self.model.complete(l.job.0, l.attempt.0);
+                    same("round: complete", got.map_err(err), want)?;
+                }
+                let got = claimed.map_err(|e| format!("round: claim: {e}"))?;
+                let got_keys: Vec<_> = got.iter().map(|l| (l.job.0, l.attempt.0)).collect();
+                let want: Vec<_> = (0..n)
+                    .map_while(|_| self.model.claim(q, w, length, None))
+                    .collect();
+                if got_keys != want {
+                    return Err(format!(
+                        "round: the claim granted {got_keys:?}, the model {want:?}"
+                    ));
+                }
+                self.leases.extend(got);
                 Ok(())
             }
             Op::Fail { lease, permanent } => {

@@ -62,6 +62,8 @@ pub struct Setup {
     pub default_max_attempts: Option<u32>,
     pub retry_policy: Option<RetryPolicy>,
     pub retention: Option<Duration>,
+    /// PostgreSQL's: the round size from which a round's two halves run at once.
+    pub side_by_side_from: Option<usize>,
 }
 
 impl Setup {
@@ -83,6 +85,10 @@ impl Setup {
     }
     pub fn retention(mut self, keep: Duration) -> Setup {
         self.retention = Some(keep);
+        self
+    }
+    pub fn side_by_side_from(mut self, n: usize) -> Setup {
+        self.side_by_side_from = Some(n);
         self
     }
 }
@@ -194,9 +200,12 @@ impl Backend {
                 )
             }
             Place::Postgres { url, schema, .. } => {
-                let b = leasehold::postgres::PgStore::builder(url)
+                let mut b = leasehold::postgres::PgStore::builder(url)
                     .schema(schema)
                     .simulated_clock(self.clock.clone());
+                if let Some(n) = self.setup.side_by_side_from {
+                    b = b.side_by_side_from(n);
+                }
                 Arc::new(
                     configured!(b, self.setup)
                         .open()
