@@ -6,6 +6,7 @@
 #![allow(clippy::disallowed_methods)]
 
 mod commit_shape;
+mod drain;
 mod measure;
 mod pg_churn;
 mod pool;
@@ -293,6 +294,33 @@ fn scenarios(dir: &Path, scale: f64, only: Option<&str>) -> Result<Vec<Row>, Err
     }
     if want("reap") {
         rows.push(reap_under_load(dir, sized(100_000))?);
+    }
+    // What the peer harness does (../shared/peers/): enqueue, then drain, 1 and 16 workers,
+    // on a durable single-writer file and (where a server is named) on PostgreSQL.
+    let drained = n(2000);
+    if want("drain-redb") {
+        for workers in [1, 16] {
+            let name = format!("drain-{workers}.redb");
+            let store = store(dir, &name, true)?;
+            rows.extend(drain::drain(
+                "redb, single-writer file",
+                store,
+                workers,
+                drained,
+            )?);
+        }
+    }
+    if want("drain-postgres") {
+        match std::env::var("LEASEHOLD_PG_URL") {
+            Ok(url) => {
+                let scratch = postgres::Scratch::new(&url)?;
+                for workers in [1, 16] {
+                    let store = scratch.store(&format!("drain{workers}"))?;
+                    rows.extend(drain::drain("PostgreSQL", store, workers, drained)?);
+                }
+            }
+            Err(_) => eprintln!("drain-postgres: not run (set LEASEHOLD_PG_URL to a server)"),
+        }
     }
     if want("postgres") {
         match std::env::var("LEASEHOLD_PG_URL") {

@@ -33,7 +33,7 @@ impl Scratch {
         })
     }
 
-    fn store(&self, name: &str) -> Result<PgStore, Error> {
+    pub(super) fn store(&self, name: &str) -> Result<PgStore, Error> {
         PgStore::builder(&self.url)
             .schema(format!("{}_{name}", self.schema))
             .open()
