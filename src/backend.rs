@@ -45,6 +45,15 @@ pub(crate) mod sealed {
 pub struct AnyWrites(pub(crate) Box<dyn std::any::Any + Send>);
 
 impl AnyWrites {
+    /// The writes, if they are of kind `W`, borrowed (a transaction that runs again runs
+    /// them again).
+    pub(crate) fn as_mut<W: 'static>(&mut self) -> Option<&mut W> {
+        if self.0.is::<W>() {
+            return self.0.downcast_mut::<W>();
+        }
+        self.0.downcast_mut::<AnyWrites>().and_then(|w| w.as_mut())
+    }
+
     /// The writes, if they are of kind `W`.
     pub(crate) fn take<W: 'static>(self) -> Option<W> {
         match self.0.downcast::<W>() {
@@ -64,9 +73,30 @@ impl Engine for Backend {
     }
 }
 
-/// A completion a pool hands over to be committed with others: job, attempt, output, the
-/// attempt's last progress.
-pub(crate) type Completion = (JobId, Attempt, Vec<u8>, Option<u64>);
+/// A completion a pool hands over to be committed with others.
+pub(crate) struct Completion {
+    pub job: JobId,
+    pub attempt: Attempt,
+    pub output: Vec<u8>,
+    /// The attempt's last progress.
+    pub progress: Option<u64>,
+    /// The application's writes, on an engine that commits them in the round
+    /// ([`LeaseBackend::writes_in_rounds`]).
+    pub writes: Option<AnyWrites>,
+}
+
+/// The application's writes panicked while a round committed them: the attempt fails as
+/// a handler's panic does (the engine rolled back what they wrote).
+#[derive(Debug)]
+pub(crate) struct WritesPanicked(pub String);
+
+impl std::fmt::Display for WritesPanicked {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "writes panicked: {}", self.0)
+    }
+}
+
+impl std::error::Error for WritesPanicked {}
 
 /// The answers of a round: one per completion, in order, then the claim's.
 pub(crate) type RoundResults = (Vec<Result<()>>, Result<Vec<Lease>>);
@@ -88,11 +118,20 @@ pub(crate) fn round(
         };
         return (done.iter().map(|_| Err(each())).collect(), Err(each()));
     }
-    let done = done
-        .iter()
-        .map(|(lease, output)| (lease.job, lease.attempt, output.to_vec(), None))
-        .collect();
-    store.complete_all_then_claim(done, queue, worker, terms, n)
+    store.complete_all_then_claim(completions(done), queue, worker, terms, n)
+}
+
+/// Completions as the application gives them to a store: no progress, no writes.
+pub(crate) fn completions(done: &[(&Lease, &[u8])]) -> Vec<Completion> {
+    done.iter()
+        .map(|(lease, output)| Completion {
+            job: lease.job,
+            attempt: lease.attempt,
+            output: output.to_vec(),
+            progress: None,
+            writes: None,
+        })
+        .collect()
 }
 
 /// What a pool's threads and a reaper call: the contract every store keeps ([`JobStore`]),
@@ -134,6 +173,12 @@ pub(crate) trait LeaseBackend: JobStore + 'static {
         terms: LeaseTerms,
         n: usize,
     ) -> RoundResults;
+    /// Whether a round commits completions that carry the application's writes (each under
+    /// its own fence, its writes alone rolled back on a failure); elsewhere they commit in a
+    /// transaction of their own.
+    fn writes_in_rounds(&self) -> bool {
+        false
+    }
     fn fail_reporting(
         &self,
         lease: &Lease,

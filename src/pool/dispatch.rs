@@ -9,6 +9,7 @@ use crossbeam_channel::{Receiver, Sender, select};
 use super::handover::Handed;
 use super::stats::bump;
 use super::{Flight, Shared, run};
+use crate::backend::Completion;
 use crate::clock::Stopwatch;
 
 /// How long an idle dispatcher sleeps at most: commits by *other processes* do not wake it,
@@ -217,8 +218,13 @@ fn commit(
         .into_iter()
         .map(|h| {
             let lease = &h.flight.lease;
-            let progress = Some(h.flight.state.progress());
-            let item = (lease.job, lease.attempt, h.output, progress);
+            let item = Completion {
+                job: lease.job,
+                attempt: lease.attempt,
+                output: h.output,
+                progress: Some(h.flight.state.progress()),
+                writes: h.writes,
+            };
             (h.flight, item)
         })
         .unzip();

@@ -17,6 +17,8 @@ use crate::clock::Stopwatch;
 pub(crate) struct Handed {
     pub flight: Flight,
     pub output: Vec<u8>,
+    /// The application's writes (only where the engine commits them in its rounds).
+    pub writes: Option<crate::backend::AnyWrites>,
 }
 
 #[derive(Default)]

@@ -19,10 +19,11 @@ use crate::rules::Retry;
 
 pub(crate) fn worker_loop(shared: &Shared, jobs: &Receiver<Flight>, slots: &Sender<()>) {
     for flight in jobs.iter() {
-        shared.queued.fetch_sub(1, Ordering::Relaxed);
         // A worker whose completion also claimed its next job goes straight on to it; only
-        // when it found nothing does it hand its slot back to the dispatcher.
+        // when it found nothing does it hand its slot back to the dispatcher. (Only the job
+        // from the channel was counted as waiting for a worker.)
         let mut next = Some(flight);
+        let mut waited = true;
         while let Some(flight) = next.take() {
             let attempt = (flight.lease.job, flight.lease.attempt);
             if !shared.running() && !shared.abandoned() {
@@ -32,10 +33,13 @@ pub(crate) fn worker_loop(shared: &Shared, jobs: &Receiver<Flight>, slots: &Send
                 if flight.state.interruption().is_none() {
                     give_back(shared, &flight);
                 }
+                if std::mem::take(&mut waited) {
+                    shared.queued.fetch_sub(1, Ordering::Relaxed);
+                }
                 shared.finish(attempt);
                 continue;
             }
-            match run_one(shared, flight) {
+            match run_one(shared, flight, std::mem::take(&mut waited)) {
                 After::Finished => shared.finish(attempt),
                 // Still in flight (and renewed) until the dispatcher commits it.
                 After::HandedOver => {}
@@ -88,8 +92,9 @@ enum FailKind {
     Invalid,
 }
 
-/// Runs one job and commits its verdict (or hands it over to be committed).
-fn run_one(shared: &Shared, flight: Flight) -> After {
+/// Runs one job and commits its verdict (or hands it over to be committed). `waited`: the
+/// job was counted as claimed ahead, waiting for a worker, until now.
+fn run_one(shared: &Shared, flight: Flight, waited: bool) -> After {
     flight.state.start();
     // A job claimed ahead may have waited past its lease (renewals behind, a stopped
     // process): another pool may hold it now, so it is not run.
@@ -98,6 +103,10 @@ fn run_one(shared: &Shared, flight: Flight) -> After {
         flight
             .state
             .interrupt(Interruption::LeaseExpired, Some(shed));
+    }
+    // From here on it is started (or given back): no longer claimed ahead.
+    if waited {
+        shared.queued.fetch_sub(1, Ordering::Relaxed);
     }
     if let Some(why) = flight.state.interruption() {
         unstarted(shared, &flight, why);
@@ -223,19 +232,22 @@ fn unstarted(shared: &Shared, flight: &Flight, why: Interruption) {
     }
 }
 
-/// Commits a success. A completion without writes of the application's is handed to the
-/// dispatcher, which commits it together with the others that finished meanwhile and the
-/// claims that refill their workers, while the worker goes on to a job claimed ahead (a lone
-/// worker too: see [`super::pace`]). One with writes commits here, in a transaction of its
-/// own, as does any once the dispatcher has stopped (then claiming its worker's next job in
-/// the same transaction while the pool may take more work).
+/// Commits a success. The completion is handed to the dispatcher, which commits it together
+/// with the others that finished meanwhile and the claims that refill their workers, while
+/// the worker goes on to a job claimed ahead (a lone worker too: see [`super::pace`]). On an
+/// engine that commits the application's writes in its rounds (PostgreSQL) those go too,
+/// each under its own fence; elsewhere (redb, whose application transaction has the writer's
+/// seat to itself) a completion with writes commits here, in a transaction of its own. Any
+/// commits here once the dispatcher has stopped (then claiming its worker's next job in the
+/// same transaction while the pool may take more work).
 fn commit_success(shared: &Shared, flight: Flight, output: Output<AnyWrites>) -> After {
     let Output { bytes, writes } = output;
     let mut handed = Handed {
         flight,
         output: bytes,
+        writes,
     };
-    if writes.is_none() && shared.running() {
+    if (handed.writes.is_none() || shared.store.writes_in_rounds()) && shared.running() {
         match shared.handover.hand_over(shared, handed) {
             None => return After::HandedOver,
             // The dispatcher has stopped: commit it here.
@@ -245,6 +257,7 @@ fn commit_success(shared: &Shared, flight: Flight, output: Output<AnyWrites>) ->
     let Handed {
         flight,
         output: bytes,
+        writes,
     } = handed;
     let lease = &flight.lease;
     let progress = Some(flight.state.progress());
@@ -303,7 +316,18 @@ pub(crate) fn completed(shared: &Shared, flight: &Flight, result: crate::Result<
             give_back(shared, flight);
         }
         Err(e) => match failure_of_rolled_back_completion(&e) {
-            Some(f) => commit_failure(shared, flight, f.message(), f.retry(), FailKind::Failed),
+            Some(f) => {
+                // The application's writes panicked in the dispatcher's round: counted as a
+                // handler's panic is.
+                let panicked = matches!(&e, Error::Application(source)
+                    if source.is::<crate::backend::WritesPanicked>());
+                let kind = if panicked {
+                    FailKind::Panicked
+                } else {
+                    FailKind::Failed
+                };
+                commit_failure(shared, flight, f.message(), f.retry(), kind)
+            }
             None => {
                 tracing::error!(job = %lease.job, error = %e, "completion failed; the lease will lapse and the job run again");
             }

@@ -12,7 +12,8 @@ macro_rules! pool_counters {
             /// Jobs the pool holds now: running, or claimed and waiting for a worker.
             pub in_flight: u64,
             /// Of those, jobs claimed ahead of a free worker and not started yet (see
-            /// [`crate::PoolBuilder::prefetch`]).
+            /// [`crate::PoolBuilder::window`]): a job counts here until its worker has
+            /// checked that its lease still holds and begun it.
             pub claimed_ahead: u64,
         }
 

@@ -48,13 +48,14 @@ impl PgStore {
     /// change (see [`protocol::claim_batch`]).
     pub(super) fn complete_each_then_claim(
         &self,
-        done: &[Completion],
+        done: &mut [Completion],
         claim: Option<(&str, &str, LeaseTerms, usize)>,
     ) -> (Vec<Result<()>>, Result<Vec<Lease>>) {
         let from = self.settings().side_by_side_from;
         let Some(claim) = claim.filter(|c| done.len() >= from && c.3 >= from) else {
             return self.complete_each_and_claim(done, claim, None);
         };
+        let jobs = done.iter().map(|c| super::rows::key(c.job)).collect();
         std::thread::scope(|scope| {
             // Dropped when the completions' transaction has ended (or its thread unwound):
             // the claim's `settle` then returns.
@@ -67,13 +68,10 @@ impl PgStore {
                 let _ = settled.recv();
             };
             let beside = protocol::Beside {
-                jobs: done
-                    .iter()
-                    .map(|(job, ..)| super::rows::key(*job))
-                    .collect(),
+                jobs,
                 settle: &settle,
             };
-            let (_, claimed) = self.complete_each_and_claim(&[], Some(claim), Some(&beside));
+            let (_, claimed) = self.complete_each_and_claim(&mut [], Some(claim), Some(&beside));
             match completing.join() {
                 Ok((completed, _)) => (completed, claimed),
                 Err(panic) => std::panic::resume_unwind(panic),
@@ -85,7 +83,7 @@ impl PgStore {
     /// completions in another if `beside` says so.
     fn complete_each_and_claim(
         &self,
-        done: &[Completion],
+        done: &mut [Completion],
         claim: Option<(&str, &str, LeaseTerms, usize)>,
         beside: Option<&protocol::Beside<'_>>,
     ) -> (Vec<Result<()>>, Result<Vec<Lease>>) {
@@ -99,17 +97,19 @@ impl PgStore {
             // did not complete (refused or too large) go one by one through the single
             // completion, which says why; so do all of a job that appears more than once
             // (a stale attempt beside the live one, a repeat), in their order, since each
-            // one's answer depends on the one before.
+            // one's answer depends on the one before; and each with the application's
+            // writes, under a savepoint of its own.
             let mut times = std::collections::HashMap::new();
-            for (job, ..) in done {
-                *times.entry(*job).or_insert(0) += 1;
+            for c in done.iter() {
+                *times.entry(c.job).or_insert(0) += 1;
             }
-            let batchable =
-                |job: &JobId, output: &[u8]| output.len() <= s.max_payload && times[job] == 1;
+            let batchable = |c: &Completion| {
+                c.writes.is_none() && c.output.len() <= s.max_payload && times[&c.job] == 1
+            };
             let batch: Vec<_> = done
                 .iter()
-                .filter(|(job, _, output, _)| batchable(job, output))
-                .map(|(job, at, output, progress)| (*job, *at, output.as_slice(), *progress))
+                .filter(|c| batchable(c))
+                .map(|c| (c.job, c.attempt, c.output.as_slice(), c.progress))
                 .collect();
             let mut completed = match batch.len() {
                 0 | 1 => Default::default(),
@@ -117,17 +117,23 @@ impl PgStore {
             };
             let batched = batch.len() > 1;
             let mut results = Vec::with_capacity(done.len());
-            for (job, attempt, output, progress) in done {
-                let result = if completed.remove(&(*job, *attempt)) {
+            for c in done.iter_mut() {
+                let (job, attempt, progress) = (c.job, c.attempt, c.progress);
+                let result = if completed.remove(&(job, attempt)) {
                     Ok(())
-                } else if batched && batchable(job, output) {
+                } else if batched && batchable(c) {
                     // In the statement and not completed by it: the fence says why.
-                    protocol::complete_one(tx, p, *job, *attempt, output, *progress)
+                    protocol::complete_one(tx, p, job, attempt, &c.output, progress)
+                } else if let Some(writes) = &mut c.writes {
+                    let end = (job, attempt, c.output.as_slice(), progress);
+                    self.complete_with_writes_in(tx, p, end, writes)
                 } else {
-                    protocol::complete(tx, p, s, *job, *attempt, output, *progress)
+                    protocol::complete(tx, p, s, job, attempt, &c.output, progress)
                 };
                 match result {
-                    Err(e) if !e.is_refusal() => return Err(e),
+                    Err(e) if !e.is_refusal() && !matches!(e, crate::Error::Application(_)) => {
+                        return Err(e);
+                    }
                     result => results.push(result),
                 }
             }
@@ -146,6 +152,62 @@ impl PgStore {
             Err(e) => {
                 let each = super::store::shared_by_all(e);
                 (done.iter().map(|_| Err(each())).collect(), Err(each()))
+            }
+        }
+    }
+
+    /// One completion of a round with the application's writes (job, attempt, output,
+    /// progress), under a savepoint: the fence first (a refusal keeps only its counter),
+    /// then the writes; if they fail, panic, or swallowed an SQL error, the savepoint is
+    /// rolled back and this completion alone answers the failure, the round going on. A
+    /// conflict the database aborts for (deadlock, serialization) fails the whole round,
+    /// which runs again from the start, the writes with it.
+    fn complete_with_writes_in(
+        &self,
+        tx: &mut postgres::Transaction<'_>,
+        p: &mut super::Prepared<'_>,
+        (job, attempt, output, progress): (JobId, crate::ids::Attempt, &[u8], Option<u64>),
+        writes: &mut AnyWrites,
+    ) -> Result<()> {
+        let Some(writes) = writes.as_mut::<super::store::SqlWrites>() else {
+            return Err(ConfigError::WritesForAnotherStore {
+                given: "writes of another engine's kind",
+                store: "PostgreSQL, whose writes are Output::with_sql",
+            }
+            .into());
+        };
+        let mut sp = tx
+            .savepoint("leasehold_completion")
+            .map_err(super::PgError::from)?;
+        let s = self.settings();
+        if let Err(e) = protocol::complete(&mut sp, p, s, job, attempt, output, progress) {
+            if e.is_refusal() {
+                sp.commit().map_err(super::PgError::from)?;
+            }
+            return Err(e);
+        }
+        let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            (writes.0)(&mut super::store::PgTransaction::new(
+                &mut sp, p.cache, self,
+            ))
+        }));
+        let written = match ran {
+            Ok(written) => {
+                let written = written.map_err(super::store::application_error);
+                super::store::applied(&mut sp, written)
+            }
+            Err(panic) => {
+                let message = crate::error::panic_message(&*panic);
+                let panicked = crate::backend::WritesPanicked(message);
+                Err(crate::Error::Application(Box::new(panicked)))
+            }
+        };
+        match written {
+            Ok(()) => Ok(sp.commit().map_err(super::PgError::from)?),
+            Err(e) if e.is_transient() => Err(e),
+            Err(e) => {
+                sp.rollback().map_err(super::PgError::from)?;
+                Err(e)
             }
         }
     }
@@ -315,14 +377,18 @@ impl LeaseBackend for PgStore {
 
     fn complete_all_then_claim(
         &self,
-        done: Vec<Completion>,
+        mut done: Vec<Completion>,
         queue: &str,
         worker: &str,
         terms: LeaseTerms,
         n: usize,
     ) -> (Vec<Result<()>>, Result<Vec<Lease>>) {
         let claim = (n > 0).then_some((queue, worker, terms, n));
-        self.complete_each_then_claim(&done, claim)
+        self.complete_each_then_claim(&mut done, claim)
+    }
+
+    fn writes_in_rounds(&self) -> bool {
+        true
     }
 
     fn fail_reporting(
@@ -382,5 +448,131 @@ impl LeaseBackend for PgStore {
 
     fn flush(&self) -> Result<()> {
         Ok(())
+    }
+}
+
+/// A round's completions with the application's writes, against the server named by
+/// `LEASEHOLD_PG_URL` (skipped without one; `.ci/run` sets it). A crate test, since the
+/// round with writes is the pool's own call (the suites drive it through pools).
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+    use crate::{NewJob, Output};
+
+    type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+    /// Writes a row naming `job` and the transaction they ran in (`txid_current()`), then
+    /// answers `then`.
+    fn effect(schema: &str, job: &str, then: Result<(), &'static str>) -> Completion {
+        let sql = format!("INSERT INTO {schema}.effects (job, xid) VALUES ($1, txid_current())");
+        let job = job.to_owned();
+        let output = Output::with_sql(Vec::new(), move |t| -> Result<(), BoxError> {
+            t.sql().execute(&sql, &[&job])?;
+            then.map_err(Into::into)
+        });
+        Completion {
+            job: JobId(0),
+            attempt: crate::ids::Attempt(0),
+            output: output.bytes,
+            progress: None,
+            writes: output.writes.map(|w| AnyWrites(Box::new(w))),
+        }
+    }
+
+    fn of(lease: &Lease, c: Completion) -> Completion {
+        Completion {
+            job: lease.job,
+            attempt: lease.attempt,
+            ..c
+        }
+    }
+
+    #[test]
+    fn a_rounds_writes_commit_together_each_under_its_own_fence_and_a_failure_undoes_its_own_alone()
+    {
+        let Ok(url) = std::env::var("LEASEHOLD_PG_URL") else {
+            eprintln!("the PostgreSQL round test did not run: LEASEHOLD_PG_URL is not set");
+            return;
+        };
+        let schema = format!("lh_unit_round_{}", std::process::id());
+        let mut admin = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+        admin
+            .batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
+            .unwrap();
+        let store = PgStore::builder(&url).schema(&schema).open().unwrap();
+        admin
+            .batch_execute(&format!(
+                "CREATE TABLE {schema}.effects (job text, xid bigint)"
+            ))
+            .unwrap();
+        let ids = store
+            .enqueue_batch((0..6).map(|i| NewJob::new("q", format!("{i}"))))
+            .unwrap();
+        let terms = LeaseTerms::new(Duration::from_secs(60));
+        let leases = store.claim_batch("q", "w", terms, 5).unwrap();
+        // The fourth is taken by another holder: its completion is stale.
+        store.release(&leases[3]).unwrap();
+        let other = store.claim_job(ids[3], "other", terms).unwrap().unwrap();
+        let mut panicking = effect(&schema, "panicking", Ok(()));
+        let boom = Output::with_sql(Vec::new(), |_| -> Result<(), BoxError> {
+            panic!("writes exploded")
+        });
+        panicking.writes = boom.writes.map(|w| AnyWrites(Box::new(w)));
+        let done = vec![
+            of(&leases[0], effect(&schema, "a", Ok(()))),
+            of(
+                &leases[1],
+                effect(&schema, "failing", Err("the application refused")),
+            ),
+            of(&leases[2], effect(&schema, "c", Ok(()))),
+            of(&leases[3], effect(&schema, "stale", Ok(()))),
+            of(&leases[4], panicking),
+        ];
+        let (results, claimed) = store.complete_all_then_claim(done, "q", "w", terms, 1);
+        assert!(results[0].is_ok() && results[2].is_ok(), "{results:?}");
+        match &results[1] {
+            Err(crate::Error::Application(e)) => {
+                assert_eq!(e.to_string(), "the application refused")
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(results[3].as_ref().unwrap_err().is_lease_lost());
+        match &results[4] {
+            Err(crate::Error::Application(e)) => {
+                assert_eq!(e.to_string(), "writes panicked: writes exploded");
+            }
+            other => panic!("{other:?}"),
+        }
+        // The round's claim took the one waiting job.
+        assert_eq!(claimed.unwrap()[0].job, ids[5]);
+        // Only the live, successful writes committed, and in one transaction.
+        let rows = admin
+            .query(
+                &format!("SELECT job, xid FROM {schema}.effects ORDER BY job"),
+                &[],
+            )
+            .unwrap();
+        let jobs: Vec<String> = rows.iter().map(|r| r.try_get(0).unwrap()).collect();
+        assert_eq!(jobs, ["a", "c"]);
+        assert_eq!(
+            rows[0].try_get::<_, i64>(1).unwrap(),
+            rows[1].try_get::<_, i64>(1).unwrap()
+        );
+        let state = |i: usize| store.job(ids[i]).unwrap().unwrap().state();
+        assert_eq!(
+            (state(0), state(2)),
+            (JobState::Succeeded, JobState::Succeeded)
+        );
+        // The failing and the panicking ones still run under their leases (the pool then
+        // fails their attempts); the stale one is the other holder's.
+        assert_eq!((state(1), state(4)), (JobState::Running, JobState::Running));
+        assert_eq!(store.job(ids[3]).unwrap().unwrap().attempt(), other.attempt);
+        assert_eq!(store.stats().unwrap().counters.fenced_writes_rejected, 1);
+        drop(store);
+        admin
+            .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
+            .unwrap();
     }
 }

@@ -165,11 +165,8 @@ impl PgStore {
     /// Completes many attempts in one transaction, each with its own answer (see
     /// [`crate::Store::complete_batch`]).
     pub fn complete_batch(&self, done: &[(&Lease, &[u8])]) -> Vec<Result<()>> {
-        let done: Vec<_> = done
-            .iter()
-            .map(|(l, output)| (l.job, l.attempt, output.to_vec(), None))
-            .collect();
-        self.complete_each_then_claim(&done, None).0
+        let mut done = crate::backend::completions(done);
+        self.complete_each_then_claim(&mut done, None).0
     }
 
     /// Completes each of `done` and claims up to `n` jobs of `queue` for `worker` (see
@@ -557,7 +554,7 @@ pub(super) fn no_queue_has(queue: &str) -> bool {
 
 /// The application's error, as the store reports it: a deadlock or serialization failure
 /// anywhere in it is the transaction's (run again), anything else the application's.
-fn application_error(e: Box<dyn std::error::Error + Send + Sync>) -> Error {
+pub(super) fn application_error(e: Box<dyn std::error::Error + Send + Sync>) -> Error {
     match super::error::transient_cause(&*e) {
         Some(transient) => Error::Postgres(transient),
         None => Error::from_application(e),
@@ -568,7 +565,7 @@ fn application_error(e: Box<dyn std::error::Error + Send + Sync>) -> Error {
 /// that caught an SQL error and went on returns `Ok` from a transaction PostgreSQL has
 /// aborted, whose `COMMIT` would quietly roll everything back, the completion included. One
 /// statement tells (an aborted transaction refuses every statement).
-fn applied<T>(tx: &mut postgres::Transaction<'_>, value: Result<T>) -> Result<T> {
+pub(super) fn applied<T>(tx: &mut postgres::Transaction<'_>, value: Result<T>) -> Result<T> {
     let value = value?;
     match tx.batch_execute("SELECT") {
         Ok(()) => Ok(value),

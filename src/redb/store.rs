@@ -407,10 +407,7 @@ impl Store {
     /// One result per entry, in order; if the commit itself fails, every entry says so (see
     /// [`Error::Commit`] for what a failed commit may still have written).
     pub fn complete_batch(&self, done: &[(&Lease, &[u8])]) -> Vec<Result<()>> {
-        let done = done
-            .iter()
-            .map(|(lease, output)| (lease.job, lease.attempt, output.to_vec(), None))
-            .collect();
+        let done = crate::backend::completions(done);
         self.inner.group.run_all(self, completions::<()>(done))
     }
 
@@ -1017,9 +1014,25 @@ type Op<T> = Box<dyn FnMut(&mut Tx<'_>) -> Result<T> + Send>;
 
 /// One group operation per completion, each its own unit; `T` is the result type of the
 /// group they join (a completion returns its default).
+/// The group's operations for `done` (a pool never hands this engine completions with
+/// writes: see [`crate::backend::LeaseBackend::writes_in_rounds`]).
 fn completions<T: Default + Send + 'static>(done: Vec<Completion>) -> Vec<Op<T>> {
     done.into_iter()
-        .map(|(job, attempt, output, progress)| -> Op<T> {
+        .map(|c| -> Op<T> {
+            let Completion {
+                job,
+                attempt,
+                output,
+                progress,
+                writes,
+            } = c;
+            if writes.is_some() {
+                return Box::new(|_| {
+                    Err(crate::Error::Internal(
+                        "a redb round was given the application's writes",
+                    ))
+                });
+            }
             Box::new(move |tx| {
                 protocol::complete(tx, job, attempt, &output, progress).map(|()| T::default())
             })

@@ -89,7 +89,7 @@ fn a_cancelled_job_wakes_its_async_handler_from_a_long_sleep(kind: Kind) {
             }
         })
         .unwrap();
-    wait_until("the job to run", || p.stats().in_flight == 1);
+    wait_until("the job to run", || crate::started(&p, 1));
     f.cancel(id).unwrap();
     // the next heartbeat brings the cancel; the hour-long sleep ends with it
     let slept = rx.recv_timeout(Duration::from_secs(60)).unwrap();

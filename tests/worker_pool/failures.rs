@@ -120,7 +120,7 @@ fn late_commit_is_refused(kind: Kind, concurrency: usize) {
             Ok(b"from the paused worker".to_vec())
         })
         .unwrap();
-    wait_until("the job to start", || paused.stats().in_flight == 1);
+    wait_until("the job to start", || crate::started(&paused, 1));
     paused.pause(); // and its heartbeats stop with it
 
     f.advance(LEASE);

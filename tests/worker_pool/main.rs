@@ -51,6 +51,14 @@ fn settings<S: leasehold::Engine>(builder: PoolBuilder<S>, id: &str) -> PoolBuil
         .shutdown_grace(Duration::from_secs(5))
 }
 
+/// Whether `p` holds `n` jobs and has started every one: none waits claimed ahead (a job
+/// interrupted before its worker takes it is never run, so a test that means to interrupt a
+/// running handler waits for this, not for the claim alone).
+pub fn started(p: &WorkerPool, n: u64) -> bool {
+    let stats = p.stats();
+    stats.in_flight == n && stats.claimed_ahead == 0
+}
+
 /// A handler that works until its job is interrupted, then reports the interruption.
 pub fn until_interrupted(ctx: &JobContext) -> Result<Vec<u8>, JobError> {
     loop {

@@ -82,7 +82,7 @@ fn a_lost_lease_interrupts_the_handler_and_its_result_is_withheld(kind: Kind) {
     let id = f.enqueue_n(1)[0];
     let (seen, handler) = recording();
     let p = pool(&f, "w").start(handler).unwrap();
-    wait_until("the job to start", || p.stats().in_flight == 1);
+    wait_until("the job to start", || crate::started(&p, 1));
     p.pause();
     f.advance(LEASE);
     assert_eq!(f.reap().unwrap().reclaimed.len(), 1);
@@ -105,7 +105,7 @@ fn a_cancel_reaches_the_running_handler_through_its_heartbeat(kind: Kind) {
     let id = f.enqueue_n(1)[0];
     let (seen, handler) = recording();
     let p = pool(&f, "w").start(handler).unwrap();
-    wait_until("the job to start", || p.stats().in_flight == 1);
+    wait_until("the job to start", || crate::started(&p, 1));
     f.cancel(id).unwrap();
     wait_until("the handler to stop", || p.stats().in_flight == 0);
     assert_eq!(*seen.lock().unwrap(), vec![Interruption::Cancelled]);
@@ -121,7 +121,7 @@ fn a_job_that_heartbeats_without_progress_is_revoked_as_stalled(kind: Kind) {
         .stall_timeout(Duration::from_secs(90))
         .start(handler)
         .unwrap();
-    wait_until("the job to start", || p.stats().in_flight == 1);
+    wait_until("the job to start", || crate::started(&p, 1));
     // Move time in steps shorter than the lease; the heartbeat stays healthy throughout.
     for _ in 0..10 {
         let before = p.stats().heartbeat_batches;
@@ -159,7 +159,7 @@ fn a_job_that_reports_progress_is_not_stalled(kind: Kind) {
             Ok(b"steady".to_vec())
         })
         .unwrap();
-    wait_until("the job to start", || p.stats().in_flight == 1);
+    wait_until("the job to start", || crate::started(&p, 1));
     for _ in 0..10 {
         let before = p.stats().heartbeat_batches;
         f.advance(Duration::from_secs(15));
@@ -182,7 +182,7 @@ fn when_renewals_fall_behind_the_pool_stops_claiming_and_gives_back_expired_leas
         .heartbeat_every(Duration::from_secs(50))
         .start(handler)
         .unwrap();
-    wait_until("the first job to start", || p.stats().in_flight == 1);
+    wait_until("the first job to start", || crate::started(&p, 1));
     // A claim round whose look came before the advance and whose claim after it would take
     // the expired lease over (the pool then stops the older attempt as lost, not shed). So
     // the advance waits until the dispatcher found nothing more and sleeps until woken; a
@@ -236,7 +236,7 @@ fn a_job_back_in_the_pool_that_lost_it_is_renewed_as_a_new_attempt_beside_the_ol
             Ok(format!("attempt {}", ctx.attempt()).into_bytes())
         })
         .unwrap();
-    wait_until("the first attempt to start", || p.stats().in_flight == 1);
+    wait_until("the first attempt to start", || crate::started(&p, 1));
     p.pause();
     f.advance(LEASE);
     let other = f
@@ -300,7 +300,7 @@ fn with_every_worker_busy_and_renewals_stopped_the_pool_still_sheds_its_expired_
     let id = f.enqueue_n(1)[0];
     let (seen, handler) = recording();
     let p = pool(&f, "w").concurrency(1).start(handler).unwrap();
-    wait_until("the job to start", || p.stats().in_flight == 1);
+    wait_until("the job to start", || crate::started(&p, 1));
     let stall = f.stall_writes_to(id);
     f.advance(LEASE + Duration::from_secs(1));
     wait_until("the pool to interrupt the handler", || {
@@ -432,7 +432,7 @@ fn a_pool_whose_claim_takes_over_its_own_expired_lease_stops_the_older_attempt_a
         .heartbeat_every(Duration::from_secs(50))
         .start(handler)
         .unwrap();
-    wait_until("the first attempt to start", || p.stats().in_flight == 1);
+    wait_until("the first attempt to start", || crate::started(&p, 1));
     wait_until("the dispatcher to go idle", || p.stats().idle_waits >= 1);
     f.advance(LEASE);
     // less urgent than the expired lease, which goes first; its enqueue wakes the dispatcher
@@ -462,7 +462,7 @@ fn a_handler_past_its_time_limit_is_interrupted_and_its_attempt_ends_timed_out(k
     let id = f.enqueue(NewJob::new(Q, "slow").time_limit(limit)).unwrap();
     let (seen, handler) = recording();
     let p = pool(&f, "w").start(handler).unwrap();
-    wait_until("the job to start", || p.stats().in_flight == 1);
+    wait_until("the job to start", || crate::started(&p, 1));
     f.advance(limit);
     wait_until("the attempt to end", || {
         f.job(id).unwrap().unwrap().state() != JobState::Running
@@ -495,7 +495,7 @@ fn a_handler_that_ignores_its_time_limit_commits_nothing_and_its_attempt_ends_ti
             Ok(b"late".to_vec())
         })
         .unwrap();
-    wait_until("the job to start", || p.stats().in_flight == 1);
+    wait_until("the job to start", || crate::started(&p, 1));
     let claimed = f.job(id).unwrap().unwrap();
     let lease = claimed.lease().unwrap();
     assert_eq!(
