@@ -300,7 +300,8 @@ enum Command {
         /// claim-complete, heartbeat, end-to-end-durable, end-to-end-non-durable
         /// (both: end-to-end), commit-shape, wake, processes, depth, reap, drain-redb and
         /// drain-postgres (both: drain; enqueue, then drain with 1 and 16 workers, as the peer
-        /// harness does; PostgreSQL where LEASEHOLD_PG_URL is set), postgres (needs LEASEHOLD_PG_URL). One more runs only when named in full: churn (dead rows of a
+        /// harness does; PostgreSQL where LEASEHOLD_PG_URL is set), window (what the window
+        /// and the batch delay trade, on both), postgres (needs LEASEHOLD_PG_URL). One more runs only when named in full: churn (dead rows of a
         /// PostgreSQL job table over minutes of sustained work).
         #[arg(long)]
         only: Option<String>,

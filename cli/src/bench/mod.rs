@@ -15,6 +15,7 @@ mod processes;
 mod raw;
 mod scale;
 mod seat;
+mod window;
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -320,6 +321,22 @@ fn scenarios(dir: &Path, scale: f64, only: Option<&str>) -> Result<Vec<Row>, Err
                 }
             }
             Err(_) => eprintln!("drain-postgres: not run (set LEASEHOLD_PG_URL to a server)"),
+        }
+    }
+    // What the window and the batch delay trade (speed against what a dead pool leaves).
+    if want("window") {
+        let open = |name: &str| store(dir, &format!("{name}.redb"), true);
+        rows.extend(window::rows("redb", open, n(2000))?);
+        match std::env::var("LEASEHOLD_PG_URL") {
+            Ok(url) => {
+                let scratch = postgres::Scratch::new(&url)?;
+                rows.extend(window::rows(
+                    "PostgreSQL",
+                    |name| scratch.store(name),
+                    n(2000),
+                )?);
+            }
+            Err(_) => eprintln!("window: PostgreSQL not run (set LEASEHOLD_PG_URL to a server)"),
         }
     }
     if want("postgres") {
