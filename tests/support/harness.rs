@@ -346,17 +346,7 @@ impl Harness {
                     .store()
                     .claim_batch(q, w, LeaseTerms::new(Duration::from_nanos(length)), n)
                     .map_err(|e| format!("claim_batch: {e}"))?;
-                let got_keys: Vec<_> = got.iter().map(|l| (l.job.0, l.attempt.0)).collect();
-                let want: Vec<_> = (0..n)
-                    .map_while(|_| self.model.claim(q, w, length, None))
-                    .collect();
-                if got_keys != want {
-                    return Err(format!(
-                        "claim_batch: store granted {got_keys:?}, model {want:?}"
-                    ));
-                }
-                self.leases.extend(got);
-                Ok(())
+                self.granted_batch("claim_batch", got, (q, w, length, n))
             }
             Op::ClaimJob {
                 job,
@@ -440,17 +430,7 @@ impl Harness {
                     same("round: complete", got.map_err(err), want)?;
                 }
                 let got = claimed.map_err(|e| format!("round: claim: {e}"))?;
-                let got_keys: Vec<_> = got.iter().map(|l| (l.job.0, l.attempt.0)).collect();
-                let want: Vec<_> = (0..n)
-                    .map_while(|_| self.model.claim(q, w, length, None))
-                    .collect();
-                if got_keys != want {
-                    return Err(format!(
-                        "round: the claim granted {got_keys:?}, the model {want:?}"
-                    ));
-                }
-                self.leases.extend(got);
-                Ok(())
+                self.granted_batch("round: claim", got, (q, w, length, n))
             }
             Op::Fail { lease, permanent } => {
                 let Some(l) = self.lease(*lease) else {
@@ -581,6 +561,27 @@ impl Harness {
                 }
             },
         }
+    }
+
+    /// Compares a batch the store granted with up to `n` claims of the model (queue,
+    /// worker, lease length, n), and keeps the leases.
+    fn granted_batch(
+        &mut self,
+        what: &str,
+        got: Vec<leasehold::Lease>,
+        (queue, worker, length, n): (&str, &str, u64, usize),
+    ) -> Result<(), String> {
+        let got_keys: Vec<_> = got.iter().map(|l| (l.job.0, l.attempt.0)).collect();
+        let want: Vec<_> = (0..n)
+            .map_while(|_| self.model.claim(queue, worker, length, None))
+            .collect();
+        if got_keys != want {
+            return Err(format!(
+                "{what}: store granted {got_keys:?}, model {want:?}"
+            ));
+        }
+        self.leases.extend(got);
+        Ok(())
     }
 
     fn granted(
