@@ -47,6 +47,7 @@ pub struct AnyWrites(pub(crate) Box<dyn std::any::Any + Send>);
 impl AnyWrites {
     /// The writes, if they are of kind `W`, borrowed (a transaction that runs again runs
     /// them again).
+    #[cfg(feature = "postgres")]
     pub(crate) fn as_mut<W: 'static>(&mut self) -> Option<&mut W> {
         if self.0.is::<W>() {
             return self.0.downcast_mut::<W>();
