@@ -45,7 +45,7 @@ fn dispatch_until_stopped(
     loop {
         if free == 0 && !shared.handover.pending() {
             // Wait for a free worker.
-            if !next_slot(shared, slots, stop) {
+            if !next_slot(slots, stop) {
                 return;
             }
             free = 1;
@@ -103,7 +103,7 @@ fn dispatch_until_stopped(
                     Intake::Claim(_) => {
                         // Every worker is busy and enough is claimed ahead: wait for one to
                         // finish (a finished worker's hand-over comes with its slot).
-                        if !next_slot(shared, slots, stop) {
+                        if !next_slot(slots, stop) {
                             return;
                         }
                         free += 1;
@@ -143,31 +143,11 @@ fn dispatch_until_stopped(
 }
 
 /// Waits for a worker to free its slot: `false` if the pool is stopping (or its workers are
-/// gone) instead. Meanwhile it looks at the renewals as often as a shedding dispatcher does
-/// (see [`look_at_renewals`]).
-fn next_slot(shared: &Shared, slots: &Receiver<()>, stop: &Receiver<()>) -> bool {
-    loop {
-        select! {
-            recv(slots) -> slot => return slot.is_ok(),
-            recv(stop) -> _ => return false,
-            default(recheck(shared)) => look_at_renewals(shared),
-        }
-    }
-}
-
-/// With every worker busy, nothing else would notice a heartbeat that stopped: one stuck in
-/// a renewal that does not return (a database gone silent: a machine cut off), or whose
-/// thread is starved. If renewals are behind and the heartbeat is overdue, shed the leases
-/// that ran out on the store clock, whose handlers would otherwise go on with jobs other
-/// workers may now hold. A heartbeat that still ticks judges its own renewals. A paused
-/// pool is frozen, as a stopped process would be: it sheds nothing.
-fn look_at_renewals(shared: &Shared) {
-    if shared.paused() || !shared.heartbeat_overdue() {
-        return;
-    }
-    let now = shared.store.clock();
-    if !shared.renewals_healthy(now) {
-        shared.shed_expired(now);
+/// gone) instead.
+fn next_slot(slots: &Receiver<()>, stop: &Receiver<()>) -> bool {
+    select! {
+        recv(slots) -> slot => slot.is_ok(),
+        recv(stop) -> _ => false,
     }
 }
 
@@ -268,9 +248,9 @@ fn commit(
     Ok(claimed)
 }
 
-/// How soon a paused or shedding dispatcher looks again: often enough to resume promptly once
-/// renewals recover, rarely enough not to spin.
-fn recheck(shared: &Shared) -> Duration {
+/// How soon a paused or shedding dispatcher (and the heartbeat's watch) looks again: often
+/// enough to resume promptly once renewals recover, rarely enough not to spin.
+pub(crate) fn recheck(shared: &Shared) -> Duration {
     (shared.settings.heartbeat() / 4).min(Duration::from_millis(100))
 }
 

@@ -1,4 +1,5 @@
-//! The heartbeat: renews every in-flight lease of the pool in one write per tick.
+//! The heartbeat: renews every in-flight lease of the pool in one write per tick; and the
+//! watch over it, which notices when it stops.
 
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 
@@ -137,5 +138,29 @@ fn apply(shared: &Shared, flight: &Flight, result: crate::Result<Renewal>) {
     };
     if flight.state.interrupt(why, Some(counter)) {
         tracing::warn!(job = %job, attempt = %flight.lease.attempt, reason = %why, "interrupting handler");
+    }
+}
+
+/// The watch over the heartbeat: nothing else notices a heartbeat that stopped, stuck in a
+/// renewal that does not return (a database gone silent: a machine cut off; a redb writer
+/// held by another process) or starved of its thread, since the dispatcher may be stuck in a
+/// claim on the same store. If renewals are behind and the heartbeat is overdue, it sheds
+/// the leases that ran out on the store clock (and the jobs claimed ahead), whose handlers
+/// would otherwise go on with jobs other workers may now hold. It never writes to the store.
+/// A heartbeat that still ticks judges its own renewals; a paused pool is frozen, as a
+/// stopped process would be, and sheds nothing.
+pub(crate) fn watch_loop(shared: &Shared, stop: &Receiver<()>) {
+    loop {
+        match stop.recv_timeout(super::dispatch::recheck(shared)) {
+            Err(RecvTimeoutError::Timeout) => {}
+            Ok(()) | Err(RecvTimeoutError::Disconnected) => return,
+        }
+        if shared.paused() || !shared.heartbeat_overdue() {
+            continue;
+        }
+        let now = shared.store.clock();
+        if !shared.renewals_healthy(now) {
+            shared.shed_expired(now);
+        }
     }
 }

@@ -9,6 +9,9 @@
 //! * one **heartbeat** thread renews every in-flight lease in one `heartbeat_batch` write per
 //!   tick, carrying each job's progress counter, and interrupts jobs whose lease was lost,
 //!   cancelled or revoked as stalled;
+//! * one **watch** thread, which never touches the store's writes, sheds the leases that ran
+//!   out when the heartbeat itself is stuck (a store gone silent holds the heartbeat and the
+//!   dispatcher alike);
 //! * `concurrency` **workers** run the handler, catch its panics, validate its output and
 //!   commit through the fence.
 
@@ -98,6 +101,8 @@ struct Threads {
     stop_dispatcher: Sender<()>,
     heartbeat: JoinHandle<()>,
     stop_heartbeat: Sender<()>,
+    watch: JoinHandle<()>,
+    stop_watch: Sender<()>,
     workers: Vec<JoinHandle<()>>,
 }
 
@@ -158,6 +163,21 @@ impl WorkerPool {
                 return Err(Error::ThreadSpawn(e));
             }
         };
+        let (stop_watch, w_stop) = bounded::<()>(1);
+        let s = shared.clone();
+        let watch = match std::thread::Builder::new()
+            .name(name("watch"))
+            .spawn(move || heartbeat::watch_loop(&s, &w_stop))
+        {
+            Ok(w) => w,
+            Err(e) => {
+                drop(job_tx);
+                let _ = stop_heartbeat.send(());
+                let _ = heartbeat.join();
+                join_all(workers);
+                return Err(Error::ThreadSpawn(e));
+            }
+        };
         let (stop_dispatcher, d_stop) = bounded::<()>(1);
         let s = shared.clone();
         let dispatcher = match std::thread::Builder::new()
@@ -168,6 +188,8 @@ impl WorkerPool {
             Err(e) => {
                 // The closure that was refused a thread is dropped, the workers' channel
                 // (which it owned) with it.
+                let _ = stop_watch.send(());
+                let _ = watch.join();
                 let _ = stop_heartbeat.send(());
                 let _ = heartbeat.join();
                 join_all(workers);
@@ -181,6 +203,8 @@ impl WorkerPool {
                 stop_dispatcher,
                 heartbeat,
                 stop_heartbeat,
+                watch,
+                stop_watch,
                 workers,
             })),
             shutdown_grace,
@@ -282,7 +306,9 @@ impl WorkerPool {
             }
         }
         let _ = threads.stop_heartbeat.send(());
+        let _ = threads.stop_watch.send(());
         join(threads.heartbeat, "heartbeat");
+        join(threads.watch, "watch");
         let stuck_handlers = self.join_workers(threads.workers, grace);
         shared.set_phase(Phase::Stopped);
         ShutdownReport {
@@ -306,9 +332,11 @@ impl WorkerPool {
         }
         let _ = threads.stop_dispatcher.send(());
         let _ = threads.stop_heartbeat.send(());
+        let _ = threads.stop_watch.send(());
         shared.store.wake_all();
         join(threads.dispatcher, "dispatcher");
         join(threads.heartbeat, "heartbeat");
+        join(threads.watch, "watch");
         let _ = self.join_workers(threads.workers, self.shutdown_grace);
     }
 
@@ -540,8 +568,8 @@ impl Shared {
     /// moment. Stop its handler rather than race the reclaim; its worker gives it back. Jobs
     /// claimed ahead that no worker has started are given back too, whatever their leases:
     /// a pool that cannot renew should not hold work another pool could do. Called by the
-    /// heartbeat after a failed batch and by the dispatcher when it finds the heartbeat
-    /// behind (a starved heartbeat thread cannot notice by itself).
+    /// heartbeat after a failed batch, by the dispatcher before it claims, and by the watch
+    /// when it finds the heartbeat stuck (a stuck heartbeat cannot notice by itself).
     pub(crate) fn shed_expired(&self, now: StoreTime) {
         for flight in self.flights.lock().values() {
             let expired = flight.state.expires_at() <= now;
