@@ -89,6 +89,10 @@ pub(crate) fn beat(shared: &Shared) {
         .iter()
         .map(|f| (&f.lease, f.state.progress()))
         .collect();
+    // The renewals are dated from before they were made: a clock read after their commit
+    // could be past the leases they renewed (a thread descheduled between the two), and the
+    // pool would count itself healthy while its leases ran out.
+    let began = shared.store.clock();
     match shared.store.renew_batch(&beats) {
         Err(e) => {
             bump(&shared.counters.heartbeat_failures);
@@ -96,7 +100,7 @@ pub(crate) fn beat(shared: &Shared) {
         }
         Ok(results) => {
             bump(&shared.counters.heartbeat_batches);
-            shared.renewed_at(shared.store.clock());
+            shared.renewed_at(began);
             for (flight, result) in flights.iter().zip(results) {
                 apply(shared, flight, result);
             }

@@ -489,7 +489,8 @@ impl Shared {
         };
         let mut flights = self.flights.lock();
         if flights.is_empty() {
-            self.renewed_at(self.store.clock());
+            // Dated from the claim, as renewals are from before they were made.
+            self.renewed_at(flight.lease.claimed_at);
         }
         // A claim may take over this pool's own lease that ran out (a claim round whose look
         // came just before the expiry): the older attempt is lost for certain now, so its
