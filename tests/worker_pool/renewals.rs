@@ -464,8 +464,10 @@ fn a_handler_past_its_time_limit_is_interrupted_and_its_attempt_ends_timed_out(k
     let p = pool(&f, "w").start(handler).unwrap();
     wait_until("the job to start", || crate::started(&p, 1));
     f.advance(limit);
-    wait_until("the attempt to end", || {
-        f.job(id).unwrap().unwrap().state() != JobState::Running
+    // (a renewal past the deadline ends the attempt in the store a moment before the
+    // interrupted handler records what it saw: both are waited for)
+    wait_until("the attempt to end and the handler to see why", || {
+        f.job(id).unwrap().unwrap().state() != JobState::Running && !seen.lock().unwrap().is_empty()
     });
     assert_eq!(*seen.lock().unwrap(), vec![Interruption::TimedOut]);
     let job = f.job(id).unwrap().unwrap();
