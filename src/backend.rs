@@ -187,7 +187,9 @@ pub(crate) trait LeaseBackend: JobStore + 'static {
         retry: Retry,
         progress: Option<u64>,
     ) -> Result<JobState>;
-    fn release_reporting(&self, lease: &Lease, progress: Option<u64>) -> Result<()>;
+    /// Gives the job back ([`crate::JobStore::release`]); returns its state after (`Queued`,
+    /// or `Cancelled` if a cancel was requested meanwhile).
+    fn release_reporting(&self, lease: &Lease, progress: Option<u64>) -> Result<JobState>;
     /// Ends the attempt as timed out: its handler ran into the attempt's hard time limit.
     fn time_out_reporting(&self, lease: &Lease, progress: Option<u64>) -> Result<JobState>;
     /// Puts the job off by `delay` ([`crate::JobStore::snooze`]).

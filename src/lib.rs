@@ -139,8 +139,8 @@ pub use job::{Job, JobLease, JobState, NewJob, Outcome, ReclaimPath, Run, Unique
 pub use job_store::{JobStore, ReadJobs};
 pub use lease::{Lease, LeaseTerms, Renewal};
 pub use pool::{
-    AnyWrites, DEFAULT_MAX_BATCH, DEFAULT_WINDOW, Interrupted, Interruption, JobContext, JobError,
-    Output, PoolBuilder, PoolStats, ShutdownReport, WorkerPool,
+    AnyWrites, AttemptEnded, DEFAULT_MAX_BATCH, DEFAULT_WINDOW, Interrupted, Interruption,
+    JobContext, JobError, Output, PoolBuilder, PoolStats, ShutdownReport, WorkerPool,
 };
 pub use query::{JobFilter, JobOrder, QueueTiming};
 pub use queue::{MAX_RATE_CLAIMS, QueueLimits, QueueSettings, Rate, UNSERVED_AFTER, UnservedQueue};

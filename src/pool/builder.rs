@@ -41,6 +41,7 @@ impl WorkerPool {
             stall_timeout: None,
             time_limit: None,
             validator: None,
+            on_ended: None,
             shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
         }
     }
@@ -61,6 +62,7 @@ pub struct PoolBuilder<S: Engine = Backend> {
     stall_timeout: Option<Duration>,
     time_limit: Option<Duration>,
     validator: Option<Validator>,
+    on_ended: Option<super::ended::Hook>,
     shutdown_grace: Duration,
 }
 
@@ -167,6 +169,23 @@ impl<S: Engine> PoolBuilder<S> {
         self
     }
 
+    /// Calls `hook` after each end of an attempt that this pool wrote has committed: a
+    /// completion (also one committed in a batch by another thread, which is why a handler
+    /// cannot know this itself), a failure, a snooze, a time-out, a release. Never before the
+    /// commit, never for a write the fence refused, never for an end the store decided
+    /// alone (a cancel or stall found by a renewal, a lease taken over). It runs on the thread
+    /// that committed (a worker, or the pool's dispatcher, whose next commit waits for it):
+    /// keep it short, hand anything slow to a channel. A panic in it is logged and ignored.
+    ///
+    /// Use it to answer a caller only once its job's result is durable.
+    pub fn on_ended<F>(mut self, hook: F) -> PoolBuilder<S>
+    where
+        F: Fn(&super::AttemptEnded) + Send + Sync + 'static,
+    {
+        self.on_ended = Some(Arc::new(hook));
+        self
+    }
+
     /// How long dropping the pool lets in-flight jobs finish. Default: 10 s.
     pub fn shutdown_grace(mut self, grace: Duration) -> PoolBuilder<S> {
         self.shutdown_grace = grace;
@@ -227,6 +246,7 @@ impl<S: Engine> PoolBuilder<S> {
             terms,
             handler,
             validator: self.validator,
+            on_ended: self.on_ended,
             flights: Mutex::new(HashMap::new()),
             flights_changed: Condvar::new(),
             phase: AtomicU8::new(Phase::Running as u8),

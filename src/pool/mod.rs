@@ -18,6 +18,7 @@
 mod builder;
 mod context;
 mod dispatch;
+mod ended;
 mod handover;
 mod heartbeat;
 mod pace;
@@ -38,6 +39,7 @@ pub use builder::PoolBuilder;
 #[cfg(any(feature = "tokio", feature = "testing"))]
 pub(crate) use builder::any;
 pub use context::{Interrupted, Interruption, JobContext, JobError, Output};
+pub use ended::AttemptEnded;
 pub use stats::PoolStats;
 
 use crate::backend::LeaseBackend;
@@ -296,10 +298,11 @@ impl WorkerPool {
             flight.state.interrupt(Interruption::Shutdown, None);
             let progress = Some(flight.state.progress());
             match shared.store.release_reporting(&flight.lease, progress) {
-                Ok(()) => {
+                Ok(state) => {
                     released += 1;
                     stats::bump(&shared.counters.released);
                     tracing::info!(job = %flight.lease.job, "released at shutdown");
+                    shared.ended(&flight.lease, crate::Outcome::Released, state);
                 }
                 Err(e) if e.is_lease_lost() => {} // it finished (or was taken) meanwhile
                 Err(e) => tracing::warn!(job = %flight.lease.job, error = %e, "release failed"),
@@ -429,6 +432,8 @@ pub(crate) struct Shared {
     pub terms: LeaseTerms,
     pub handler: Handler,
     pub validator: Option<Validator>,
+    /// Told of each end this pool committed ([`PoolBuilder::on_ended`]).
+    pub(crate) on_ended: Option<ended::Hook>,
     /// The attempts in flight, by job and attempt: a pool may hold a job's new attempt
     /// while its worker still runs the old one (taken over after the lease ran out).
     pub flights: Mutex<HashMap<(JobId, Attempt), Flight>>,
@@ -462,6 +467,12 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
+    /// Tells the application's hook, if any, that `lease`'s attempt ended in the store with
+    /// `outcome`, leaving the job in `state`. Called only after the write committed.
+    pub(crate) fn ended(&self, lease: &Lease, outcome: crate::Outcome, state: JobState) {
+        ended::tell(self.on_ended.as_ref(), lease, outcome, state);
+    }
+
     fn set_phase(&self, phase: Phase) {
         self.phase.store(phase as u8, Ordering::SeqCst);
     }

@@ -9,12 +9,14 @@ use std::sync::atomic::Ordering;
 use crossbeam_channel::{Receiver, Sender};
 
 use super::context::{Interruption, JobContext, JobError, Output, no_retry_mends};
+use super::ended;
 use super::handover::Handed;
 use super::stats::bump;
 use super::{Flight, Shared};
 use crate::backend::AnyWrites;
 use crate::clock::Stopwatch;
 use crate::error::Error;
+use crate::job::{JobState, Outcome};
 use crate::rules::Retry;
 
 pub(crate) fn worker_loop(shared: &Shared, jobs: &Receiver<Flight>, slots: &Sender<()>) {
@@ -58,7 +60,10 @@ pub(crate) fn worker_loop(shared: &Shared, jobs: &Receiver<Flight>, slots: &Send
 fn give_back(shared: &Shared, flight: &Flight) {
     let progress = Some(flight.state.progress());
     match shared.store.release_reporting(&flight.lease, progress) {
-        Ok(()) => bump(&shared.counters.released),
+        Ok(state) => {
+            bump(&shared.counters.released);
+            shared.ended(&flight.lease, Outcome::Released, state);
+        }
         Err(e) if e.is_lease_lost() => bump(&shared.counters.rejected_writes),
         Err(e) => tracing::warn!(job = %flight.lease.job, error = %e, "release failed"),
     }
@@ -170,7 +175,10 @@ fn run_one(shared: &Shared, flight: Flight, waited: bool) -> After {
         (None, Verdict::Snooze(delay)) => {
             let progress = Some(flight.state.progress());
             match shared.store.snooze_reporting(lease, delay, progress) {
-                Ok(_) => bump(&shared.counters.snoozed),
+                Ok(state) => {
+                    bump(&shared.counters.snoozed);
+                    shared.ended(lease, Outcome::Snoozed { delay }, state);
+                }
                 Err(e) if e.is_lease_lost() => bump(&shared.counters.rejected_writes),
                 Err(e) => {
                     tracing::warn!(job = %lease.job, error = %e, "snooze failed; the lease will lapse and the job run again");
@@ -183,7 +191,10 @@ fn run_one(shared: &Shared, flight: Flight, waited: bool) -> After {
                 .store
                 .release_reporting(lease, Some(flight.state.progress()))
             {
-                Ok(()) => bump(&shared.counters.released),
+                Ok(state) => {
+                    bump(&shared.counters.released);
+                    shared.ended(lease, Outcome::Released, state);
+                }
                 Err(e) if e.is_lease_lost() => bump(&shared.counters.rejected_writes),
                 Err(e) => tracing::warn!(job = %lease.job, error = %e, "release failed"),
             }
@@ -194,7 +205,7 @@ fn run_one(shared: &Shared, flight: Flight, waited: bool) -> After {
                 .store
                 .time_out_reporting(lease, Some(flight.state.progress()))
             {
-                Ok(_) => {}
+                Ok(state) => shared.ended(lease, ended::timed_out(lease), state),
                 Err(e) if e.is_lease_lost() => bump(&shared.counters.rejected_writes),
                 Err(e) => {
                     tracing::warn!(job = %lease.job, error = %e, "recording the time-out failed; the lease ends at its deadline")
@@ -222,10 +233,12 @@ fn unstarted(shared: &Shared, flight: &Flight, why: Interruption) {
     match why {
         Interruption::LeaseExpired => give_back(shared, flight),
         Interruption::TimedOut if !flight.state.ended_in_store() => {
-            if let Err(e) = shared.store.time_out_reporting(lease, None)
-                && !e.is_lease_lost()
-            {
-                tracing::warn!(job = %lease.job, error = %e, "recording the time-out failed; the lease ends at its deadline");
+            match shared.store.time_out_reporting(lease, None) {
+                Ok(state) => shared.ended(lease, ended::timed_out(lease), state),
+                Err(e) if e.is_lease_lost() => {}
+                Err(e) => {
+                    tracing::warn!(job = %lease.job, error = %e, "recording the time-out failed; the lease ends at its deadline");
+                }
             }
         }
         _ => {}
@@ -290,6 +303,7 @@ fn commit_success(shared: &Shared, flight: Flight, output: Output<AnyWrites>) ->
                 ) {
                     Ok(Some(next)) => {
                         bump(&shared.counters.succeeded);
+                        shared.ended(lease, Outcome::Succeeded, JobState::Succeeded);
                         return After::Next(shared.claimed(next));
                     }
                     Ok(None) => Ok(()),
@@ -307,7 +321,10 @@ fn commit_success(shared: &Shared, flight: Flight, output: Output<AnyWrites>) ->
 pub(crate) fn completed(shared: &Shared, flight: &Flight, result: crate::Result<()>) {
     let lease = &flight.lease;
     match result {
-        Ok(()) => bump(&shared.counters.succeeded),
+        Ok(()) => {
+            bump(&shared.counters.succeeded);
+            shared.ended(lease, Outcome::Succeeded, JobState::Succeeded);
+        }
         Err(e) if e.is_lease_lost() => fenced(shared, lease, &e),
         // The database aborted the transaction (deadlocks) more often than the store runs it
         // again: no fault of the job's, so it goes back to the queue with no budget spent.
@@ -357,11 +374,14 @@ fn commit_failure(shared: &Shared, flight: &Flight, message: &str, retry: Retry,
     let lease = &flight.lease;
     let progress = Some(flight.state.progress());
     match shared.store.fail_reporting(lease, message, retry, progress) {
-        Ok(_) => bump(match kind {
-            FailKind::Failed => &shared.counters.failed,
-            FailKind::Panicked => &shared.counters.panicked,
-            FailKind::Invalid => &shared.counters.invalid,
-        }),
+        Ok(state) => {
+            bump(match kind {
+                FailKind::Failed => &shared.counters.failed,
+                FailKind::Panicked => &shared.counters.panicked,
+                FailKind::Invalid => &shared.counters.invalid,
+            });
+            shared.ended(lease, ended::failure(message, retry), state);
+        }
         Err(e) if e.is_lease_lost() => fenced(shared, lease, &e),
         Err(e) => tracing::error!(job = %lease.job, error = %e, "recording the failure failed"),
     }

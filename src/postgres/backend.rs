@@ -416,10 +416,11 @@ impl LeaseBackend for PgStore {
         Ok(state)
     }
 
-    fn release_reporting(&self, lease: &Lease, progress: Option<u64>) -> Result<()> {
-        self.in_transaction(|tx, p| protocol::release(tx, p, lease.job, lease.attempt, progress))?;
+    fn release_reporting(&self, lease: &Lease, progress: Option<u64>) -> Result<JobState> {
+        let state = self
+            .in_transaction(|tx, p| protocol::release(tx, p, lease.job, lease.attempt, progress))?;
         self.readied([&lease.queue]);
-        Ok(())
+        Ok(state)
     }
 
     fn snooze_reporting(

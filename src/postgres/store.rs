@@ -299,7 +299,7 @@ impl PgStore {
 
     /// Gives the job back on purpose (see [`crate::Store::release`]).
     pub fn release(&self, lease: &Lease) -> Result<()> {
-        <Self as crate::backend::LeaseBackend>::release_reporting(self, lease, None)
+        <Self as crate::backend::LeaseBackend>::release_reporting(self, lease, None).map(|_| ())
     }
 
     /// Cancels a job (see [`crate::Store::cancel`]).

@@ -117,7 +117,7 @@ impl LeaseBackend for Store {
         self.fail_reporting(lease, error, retry, progress)
     }
 
-    fn release_reporting(&self, lease: &Lease, progress: Option<u64>) -> Result<()> {
+    fn release_reporting(&self, lease: &Lease, progress: Option<u64>) -> Result<JobState> {
         self.release_reporting(lease, progress)
     }
 

@@ -622,14 +622,17 @@ impl Store {
 
     /// Gives the job back (graceful shutdown): claimable at once, no retry budget spent.
     pub fn release(&self, lease: &Lease) -> Result<()> {
-        self.release_reporting(lease, None)
+        self.release_reporting(lease, None).map(|_| ())
     }
 
-    /// [`Store::release`], recording the attempt's last progress.
-    pub(crate) fn release_reporting(&self, lease: &Lease, progress: Option<u64>) -> Result<()> {
+    /// [`Store::release`], recording the attempt's last progress; the job's state after.
+    pub(crate) fn release_reporting(
+        &self,
+        lease: &Lease,
+        progress: Option<u64>,
+    ) -> Result<JobState> {
         let (job, attempt) = (lease.job, lease.attempt);
         self.write(move |tx| protocol::release(tx, job, attempt, progress))
-            .map(|_| ())
     }
 
     /// Cancels a job. A waiting job is cancelled at once; a running one is flagged, its

@@ -16,6 +16,7 @@ mod on_both;
 
 #[cfg(feature = "tokio")]
 mod asynchronous;
+mod ended;
 mod failures;
 mod lifecycle;
 mod queues;
