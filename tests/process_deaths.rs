@@ -292,11 +292,15 @@ impl Drop for Worker {
 }
 
 impl Worker {
-    fn start(path: &Path, lease_ms: u64) -> Worker {
+    /// `pooled`: a `WorkerPool` (claims ahead, batched completions) rather than claim loops.
+    fn start(path: &Path, lease_ms: u64, pooled: bool) -> Worker {
         let lease_ms = lease_ms.to_string();
         let db = path.to_str().unwrap();
         let args = ["--shared", "--queue", SOAK_QUEUE, "--threads", "2"];
-        let args = [&args[..], &["--lease-ms", &lease_ms, "--db", db]].concat();
+        let mut args = [&args[..], &["--lease-ms", &lease_ms, "--db", db]].concat();
+        if pooled {
+            args.push("--pool");
+        }
         let mut child = helper_process::command("worker", args)
             .stdout(Stdio::piped())
             .spawn()
@@ -370,13 +374,16 @@ fn worker_processes_killed_at_random_lose_nothing_and_commit_each_job_once() {
     std::os::unix::fs::symlink(&path, &symlink).unwrap();
     std::fs::create_dir(dir.path().join("elsewhere")).unwrap();
     let hard_link = dir.path().join("elsewhere/hard.redb");
+    // Half of the processes are worker pools (claims ahead, completions committed in
+    // batches), half claim loops, crossed with the two names.
     let mut started = 0usize;
-    let mut name = || {
+    let mut next = || {
         started += 1;
-        match started % 2 {
+        let name = match started % 2 {
             0 => path.clone(),
             _ => symlink.clone(),
-        }
+        };
+        (name, started % 4 >= 2)
     };
     // An hour-long lease: every reclaim in this test is a process death seen by a survivor
     // (or by an opening process), never an expiry.
@@ -398,7 +405,11 @@ fn worker_processes_killed_at_random_lose_nothing_and_commit_each_job_once() {
     let mut rng = 0x2545_F491_4F6C_DD1Du64;
     let mut committed = Vec::new();
     let mut killed = std::collections::BTreeSet::new();
-    let mut workers: Vec<Worker> = (0..4).map(|_| Worker::start(&name(), lease_ms)).collect();
+    let mut start = || {
+        let (name, pooled) = next();
+        Worker::start(&name, lease_ms, pooled)
+    };
+    let mut workers: Vec<Worker> = (0..4).map(|_| start()).collect();
     for kill in 0..kills {
         top_up(&observer, &mut jobs);
         let victim = (xorshift(&mut rng) % workers.len() as u64) as usize;
@@ -420,7 +431,7 @@ fn worker_processes_killed_at_random_lose_nothing_and_commit_each_job_once() {
             });
         }
         while workers.len() < 4 {
-            workers.push(Worker::start(&name(), lease_ms));
+            workers.push(start());
         }
     }
     wait_until("every job to succeed", || {
@@ -433,15 +444,30 @@ fn worker_processes_killed_at_random_lose_nothing_and_commit_each_job_once() {
     assert!(check.is_clean(), "{:?}", check.problems);
     let read = observer.begin_read().unwrap();
     let effects = read.open_table(EFFECTS).unwrap();
-    let mut taken_back = 0;
+    let (mut taken_back, mut by_pools) = (0, 0);
     for id in 1..=jobs {
+        let history = observer.history(JobId(id)).unwrap();
+        let successes: Vec<_> = history
+            .iter()
+            .filter(|run| run.outcome() == Some(&Outcome::Succeeded))
+            .collect();
+        assert_eq!(
+            successes.len(),
+            1,
+            "job {id}: succeeded {} times",
+            successes.len()
+        );
+        // A pool's even jobs commit their output alone, in its batches (worker.rs).
+        let pooled = successes[0].worker().starts_with("pooled-");
+        by_pools += usize::from(pooled);
+        let with_effect = !(pooled && id % 2 == 0);
         let effect = effects.get(id).unwrap().map(|v| v.value());
         assert_eq!(
             effect,
-            Some(1),
+            with_effect.then_some(1),
             "job {id}: its effect was committed {effect:?} times"
         );
-        for run in observer.history(JobId(id)).unwrap() {
+        for run in history {
             if let Some(Outcome::LeaseExpired { path, .. }) = run.outcome() {
                 assert!(
                     matches!(path, ReclaimPath::ProcessDied | ReclaimPath::Recovery),
@@ -466,10 +492,11 @@ fn worker_processes_killed_at_random_lose_nothing_and_commit_each_job_once() {
     eprintln!(
         "{kills} kills of worker processes (and every 10th, all of them at once): \
          {taken_back} leases taken back, {} commits reported, all {jobs} jobs committed \
-         exactly once",
+         exactly once ({by_pools} by worker pools)",
         committed.len()
     );
     assert!(taken_back > 0);
+    assert!(by_pools > 0, "no worker pool committed a job");
 }
 
 #[test]

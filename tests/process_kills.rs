@@ -1,6 +1,7 @@
 //! Real process kills: a child process works a store with several threads, committing an
 //! effect with every completion, and is killed with SIGKILL at a random moment, often in the
-//! middle of a commit. After every kill the store must reopen clean with nothing lost.
+//! middle of a commit. After every kill the store must reopen clean with nothing lost. Every
+//! other child is a `WorkerPool` (jobs claimed ahead, completions committed in batches).
 //!
 //! `LEASEHOLD_KILLS=300 cargo test --release --test process_kills` for a soak.
 
@@ -41,9 +42,9 @@ struct Heard {
     last_now: StoreTime,
 }
 
-fn run_and_kill(path: &std::path::Path, after_lines: usize) -> Heard {
+fn run_and_kill(path: &std::path::Path, after_lines: usize, pooled: bool) -> Heard {
     let (lease_ms, db) = (LEASE_MS.to_string(), path.to_str().unwrap());
-    let args = [
+    let mut args = vec![
         "--queue",
         QUEUE,
         "--threads",
@@ -53,6 +54,9 @@ fn run_and_kill(path: &std::path::Path, after_lines: usize) -> Heard {
         "--db",
         db,
     ];
+    if pooled {
+        args.push("--pool");
+    }
     let mut child = helper_process::command("worker", args)
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -110,6 +114,7 @@ fn a_store_killed_at_random_moments_reopens_clean_with_every_reported_commit() {
     let path = dir.path().join("killed.redb");
     let mut enqueued = 0u64;
     let mut all_committed: BTreeSet<u64> = BTreeSet::new();
+    let mut pooled_commits = 0;
     let mut last_now = StoreTime::ZERO;
     let mut rng = 0x2545_F491_4F6C_DD1Du64;
     let kills = kills();
@@ -127,7 +132,11 @@ fn a_store_killed_at_random_moments_reopens_clean_with_every_reported_commit() {
         rng ^= rng << 13;
         rng ^= rng >> 7;
         rng ^= rng << 17;
-        let heard = run_and_kill(&path, 1 + (rng % 12) as usize);
+        let pooled = kill % 2 == 1;
+        let heard = run_and_kill(&path, 1 + (rng % 12) as usize, pooled);
+        if pooled {
+            pooled_commits += heard.committed.len();
+        }
 
         // The file opens (taking back the dead child's leases), and nothing is lost.
         let store =
@@ -152,13 +161,23 @@ fn a_store_killed_at_random_moments_reopens_clean_with_every_reported_commit() {
         );
         last_now = store.now();
 
-        // Every commit the child reported is there, and no effect was committed twice.
+        // Every commit the child reported is there, once, and no effect was committed twice.
         for id in &heard.committed {
             let job = store.job(JobId(*id)).unwrap().unwrap();
             assert_eq!(
                 job.state(),
                 JobState::Succeeded,
                 "kill {kill}: reported commit of job {id} lost"
+            );
+            let successes = store
+                .history(JobId(*id))
+                .unwrap()
+                .iter()
+                .filter(|run| run.outcome() == Some(&leasehold::Outcome::Succeeded))
+                .count();
+            assert_eq!(
+                successes, 1,
+                "kill {kill}: job {id} succeeded {successes} times"
             );
         }
         all_committed.extend(&heard.committed);
@@ -183,10 +202,15 @@ fn a_store_killed_at_random_moments_reopens_clean_with_every_reported_commit() {
         }
     }
     eprintln!(
-        "{kills} kills survived; {} commits reported before kills, all present; {enqueued} jobs, none lost",
+        "{kills} kills survived; {} commits reported before kills ({pooled_commits} by pools), \
+         all present; {enqueued} jobs, none lost",
         all_committed.len()
     );
     assert!(!all_committed.is_empty());
+    assert!(
+        pooled_commits > 0,
+        "no pool reported a commit before its kill"
+    );
 }
 
 #[test]
@@ -197,7 +221,7 @@ fn without_recovery_an_orphaned_lease_is_due_within_one_lease_of_reopening() {
         .unwrap()
         .enqueue_batch((0..20).map(|i| NewJob::new(QUEUE, format!("{i}"))))
         .unwrap();
-    let heard = run_and_kill(&path, 3);
+    let heard = run_and_kill(&path, 3, false);
     let store = Store::builder(&path).recover_on_open(false).open().unwrap();
     assert!(store.now() >= heard.last_now);
     let lease = Duration::from_millis(LEASE_MS);

@@ -831,9 +831,10 @@ struct PgWorker {
 }
 
 impl PgWorker {
-    fn start(db: &Db, lease_ms: u64) -> PgWorker {
+    /// `pooled`: a `WorkerPool` (claims ahead, batched completions) rather than claim loops.
+    fn start(db: &Db, lease_ms: u64, pooled: bool) -> PgWorker {
         let lease_ms = lease_ms.to_string();
-        let args = [
+        let mut args = vec![
             "--url",
             &db.url,
             "--schema",
@@ -843,6 +844,9 @@ impl PgWorker {
             "--lease-ms",
             &lease_ms,
         ];
+        if pooled {
+            args.push("--pool");
+        }
         let mut child = super::helper_process::command("pg-worker", args)
             .stdout(std::process::Stdio::piped())
             .spawn()
@@ -902,7 +906,14 @@ fn worker_processes_on_postgres_killed_at_random_lose_nothing_and_commit_each_jo
         .enqueue_batch((0..jobs).map(|i| NewJob::new("kills", format!("{i}"))))
         .unwrap();
     let lease_ms = 300;
-    let mut workers: Vec<PgWorker> = (0..4).map(|_| PgWorker::start(&db, lease_ms)).collect();
+    // Half of the processes are worker pools (claims ahead, completions and their effect
+    // rows committed in batches), half claim loops.
+    let mut started = 0usize;
+    let mut start = || {
+        started += 1;
+        PgWorker::start(&db, lease_ms, started.is_multiple_of(2))
+    };
+    let mut workers: Vec<PgWorker> = (0..4).map(|_| start()).collect();
     let mut committed = Vec::new();
     let mut rng = 0x2545_F491_4F6C_DD1Du64;
     let kills = kills();
@@ -912,7 +923,7 @@ fn worker_processes_on_postgres_killed_at_random_lose_nothing_and_commit_each_jo
         rng ^= rng << 17;
         let victim = workers.swap_remove((rng % workers.len() as u64) as usize);
         victim.kill_after((rng >> 8) as usize % 6, &mut committed);
-        workers.push(PgWorker::start(&db, lease_ms));
+        workers.push(start());
         // some jobs must remain for the next kill to land mid-work
         if store.stats().unwrap().total(JobState::Succeeded) as usize >= ids.len() {
             store
@@ -965,8 +976,25 @@ fn worker_processes_on_postgres_killed_at_random_lose_nothing_and_commit_each_jo
     assert_eq!(store.stats().unwrap().total(JobState::Dead), 0);
     let check = store.check().unwrap();
     assert!(check.is_clean(), "{:?}", check.problems);
+    let mut by_pools = 0;
+    for &job in per_job.keys() {
+        let history = store.history(leasehold::JobId(job as u64)).unwrap();
+        let successes: Vec<_> = history
+            .iter()
+            .filter(|run| run.outcome() == Some(&leasehold::Outcome::Succeeded))
+            .collect();
+        assert_eq!(
+            successes.len(),
+            1,
+            "job {job} succeeded {} times",
+            successes.len()
+        );
+        by_pools += usize::from(successes[0].worker().starts_with("pg-pooled-"));
+    }
+    assert!(by_pools > 0, "no worker pool committed a job");
     say(&format!(
-        "{kills} SIGKILLs of worker processes on PostgreSQL: {all} jobs, each committed once; {} commits reported by the workers",
+        "{kills} SIGKILLs of worker processes on PostgreSQL: {all} jobs, each committed once \
+         ({by_pools} by worker pools); {} commits reported by the workers",
         committed.len()
     ));
 }

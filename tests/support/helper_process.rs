@@ -9,11 +9,13 @@
 //!   `--lease-ms` lease, prints `claimed <job> <attempt>` for each and `ready <now>`, then holds
 //!   them until killed or stdin closes (`holder.rs`).
 //! - `worker`: `--threads` threads claim, renew and complete with an effect row in the same
-//!   transaction, printing each commit after it returned (`worker.rs`).
+//!   transaction, printing each commit after it returned (`worker.rs`); with `--pool`, a
+//!   `WorkerPool` of that many workers does, claiming ahead and committing in batches, and
+//!   its `on_ended` hook prints each commit.
 //! - `pg-holder`: claims one job on a PostgreSQL store and writes as its holder when told
 //!   (`pg_holder.rs`), for partition tests.
 //! - `pg-worker`: the same on the PostgreSQL store at `--url` in `--schema`, the effect a row
-//!   of that schema's `effects` table (`pg_worker.rs`).
+//!   of that schema's `effects` table (`pg_worker.rs`), also with `--pool`.
 //! - `pg-pool`: a worker pool on a PostgreSQL store, some of whose handlers obey their
 //!   interruption and some do not (`pg_pool.rs`), for the partition test of a whole machine.
 
@@ -124,7 +126,7 @@ pub fn run() {
     while let Some(flag) = words.next() {
         let flag = flag.trim_start_matches("--");
         let value = match flag {
-            "shared" | "no-verify" => "",
+            "shared" | "no-verify" | "pool" => "",
             _ => words.next().unwrap_or_default(),
         };
         flags.insert(flag.to_owned(), value.to_owned());
@@ -150,7 +152,14 @@ pub fn run() {
             number("claim", 0) as usize,
             lease,
         ),
-        "worker" => worker::run(db, queue, number("threads", 4) as usize, lease, sharing),
+        "worker" => worker::run(
+            db,
+            queue,
+            number("threads", 4) as usize,
+            lease,
+            sharing,
+            flags.contains_key("pool"),
+        ),
         "pg-holder" => pg_holder::run(
             flags.get("url").expect("--url"),
             flags.get("schema").expect("--schema"),
@@ -161,6 +170,7 @@ pub fn run() {
             flags.get("schema").expect("--schema"),
             number("threads", 2) as usize,
             lease,
+            flags.contains_key("pool"),
         ),
         "pg-pool" => pg_pool::run(
             flags.get("url").expect("--url"),

@@ -2,6 +2,12 @@
 //! threads that claim, renew, and complete jobs, each completion committing an effect row in
 //! the same transaction, and reports every commit on stdout only *after* it returned. The
 //! test kills it with SIGKILL at a random moment and checks what survived.
+//!
+//! Pooled (`--pool`), a `WorkerPool` does the same work the way an application's would:
+//! jobs claimed ahead, completions handed to its dispatcher and committed in batches with
+//! the claims that refill the workers. Odd jobs commit an effect row with their completion
+//! (on redb in a transaction of their own), even ones an output alone (in the batches); the
+//! pool's `on_ended` hook reports each commit, which it calls only after the commit.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -9,8 +15,8 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use leasehold::Store;
 use leasehold::redb::{ReadableTable, TableDefinition};
+use leasehold::{Output, Store, WorkerPool};
 use parking_lot::Mutex;
 
 /// The application's table in kill tests: job id -> how many times its effect was committed.
@@ -22,10 +28,14 @@ pub fn run(
     threads: usize,
     lease: Duration,
     sharing: leasehold::Sharing,
+    pooled: bool,
 ) -> Result<ExitCode, leasehold::Error> {
     let store = Store::builder(db).sharing(sharing).open()?;
     let out = Arc::new(Mutex::new(std::io::stdout()));
     report(&out, &format!("now {}", store.now().as_nanos()));
+    if pooled {
+        return run_pool(store, out, queue, threads, lease);
+    }
     let handles: Vec<_> = (0..threads.max(1))
         .map(|i| {
             let (store, out, queue) = (store.clone(), out.clone(), queue.clone());
@@ -36,6 +46,50 @@ pub fn run(
         let _ = h.join();
     }
     Ok(ExitCode::SUCCESS)
+}
+
+fn run_pool(
+    store: Store,
+    out: Arc<Mutex<std::io::Stdout>>,
+    queue: String,
+    threads: usize,
+    lease: Duration,
+) -> Result<ExitCode, leasehold::Error> {
+    let told = store.clone();
+    let _pool = WorkerPool::builder(store, queue)
+        .worker_id(format!("pooled-{}", std::process::id()))
+        .concurrency(threads.max(1))
+        .lease(lease)
+        .heartbeat_every(lease / 4)
+        .on_ended(move |ended| {
+            if ended.outcome == leasehold::Outcome::Succeeded {
+                let now = told.now().as_nanos();
+                report(&out, &format!("committed {} {now}", ended.job.0));
+            }
+        })
+        .start(|ctx| {
+            let job = ctx.job().0;
+            // Some jobs take a few milliseconds, most none: the pool claims ahead of its
+            // workers only for jobs shorter than a commit.
+            let steps = job.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 62;
+            for _ in 0..steps {
+                ctx.sleep(Duration::from_millis(2))?;
+                ctx.tick();
+            }
+            if job % 2 == 0 {
+                return Ok(Output::new(b"done".to_vec()));
+            }
+            Ok(Output::with_writes(b"done".to_vec(), move |txn| {
+                let mut effects = txn.open_table(EFFECTS)?;
+                let n = effects.get(job)?.map(|v| v.value()).unwrap_or(0);
+                effects.insert(job, n + 1)?;
+                Ok::<(), leasehold::Error>(())
+            }))
+        })?;
+    // Works until killed.
+    loop {
+        std::thread::park();
+    }
 }
 
 fn report(out: &Mutex<std::io::Stdout>, line: &str) {
