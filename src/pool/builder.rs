@@ -110,9 +110,15 @@ impl<S: Engine> PoolBuilder<S> {
 
     /// How long a finished job's completion may wait for others to share its commit, when
     /// no claim is due to carry it. Default: none: a completion is committed with whatever
-    /// else finished while the previous commit ran (under load that is a batch by itself).
-    /// A delay makes fewer, larger commits where jobs finish one by one, at the price of that
-    /// much latency for each, and of that much more work run twice if the pool dies with
+    /// else finished while the previous commit ran (under load that is a batch by itself),
+    /// together with the claim that refills its worker.
+    ///
+    /// A claim is not due while the pool is paused, while its free slots are held back, or
+    /// once a claim has found the queue drained (until one finds work again): then the
+    /// completions of jobs finishing one by one wait up to the delay, or until
+    /// [`max_batch`](PoolBuilder::max_batch) of them are there, and commit together. The
+    /// price: that much latency for each, that much for new work arriving meanwhile (its
+    /// claim rides the same commit), and that much more work run twice if the pool dies with
     /// completions waiting (they were never committed). Must be shorter than the heartbeat
     /// interval ([`ConfigError::BatchDelayNotShorterThanHeartbeat`]).
     pub fn batch_delay(mut self, delay: Duration) -> PoolBuilder<S> {
@@ -259,7 +265,7 @@ impl<S: Engine> PoolBuilder<S> {
             counters: Counters::default(),
             handover: handover::Handover::default(),
             concurrency: self.concurrency,
-            pace: Pace::new(self.prefetch, self.concurrency),
+            pace: Pace::new(self.prefetch, self.concurrency, settings.lease()),
             batch: self.batch,
             queued: AtomicU64::new(0),
             live_workers: Mutex::new(0),

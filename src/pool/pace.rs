@@ -12,6 +12,15 @@
 //! `2 × concurrency × commit time / job time`, measured as it runs, at most the window
 //! ([`DEFAULT_WINDOW`] unless set). Pools of long jobs then claim nothing ahead, and a
 //! claimed-ahead job waits about two commits.
+//!
+//! And never more than the workers start within a quarter of a lease: commits slow down
+//! under load, which by the rule above would claim more ahead, which makes each renewal
+//! larger and the commits slower still. Pools with short leases (hundreds of
+//! milliseconds) then held more than they could start before a faltering renewal let the
+//! leases run out, took each other's jobs over, and spent the jobs' budgets without
+//! running them (a soak of pooled processes on PostgreSQL, killed every half second with a
+//! 300 ms lease, left 2,900 jobs undone and 18 dead). The cap also bounds what a killed
+//! pool leaves under leases nobody renews.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -19,6 +28,9 @@ use std::time::Duration;
 /// How many commits' worth of jobs the pool holds ahead (see the module's docs): two, chosen
 /// with `leasehold bench --only end-to-end` (the figures are in BENCHMARKS.md).
 const ROUNDS: u128 = 2;
+
+/// The share of a lease within which the workers reach every job claimed ahead: a quarter.
+const LEASE_SHARE: u128 = 4;
 
 /// The most jobs a pool claims ahead of its workers unless told otherwise
 /// ([`crate::PoolBuilder::window`]): enough for a lone worker of empty jobs to fill each
@@ -38,16 +50,18 @@ pub(crate) enum Prefetch {
 pub(crate) struct Pace {
     prefetch: Prefetch,
     concurrency: usize,
+    lease: Duration,
     /// Moving averages, in nanoseconds (0: nothing measured yet).
     job_ns: AtomicU64,
     commit_ns: AtomicU64,
 }
 
 impl Pace {
-    pub(crate) fn new(prefetch: Prefetch, concurrency: usize) -> Pace {
+    pub(crate) fn new(prefetch: Prefetch, concurrency: usize, lease: Duration) -> Pace {
         Pace {
             prefetch,
             concurrency,
+            lease,
             job_ns: AtomicU64::new(0),
             commit_ns: AtomicU64::new(0),
         }
@@ -71,10 +85,12 @@ impl Pace {
             // Nothing has run yet: claim nothing ahead until jobs are known to be short.
             return 0;
         }
-        let finishing = (ROUNDS * self.concurrency as u128 * u128::from(commit)
-            + u128::from(job) / 2)
-            / u128::from(job);
-        usize::try_from(finishing).map_or(self.most_ahead(), |n| n.min(self.most_ahead()))
+        let workers = self.concurrency as u128;
+        let finishing =
+            (ROUNDS * workers * u128::from(commit) + u128::from(job) / 2) / u128::from(job);
+        let within_lease = workers * self.lease.as_nanos() / LEASE_SHARE / u128::from(job);
+        let ahead = finishing.min(within_lease);
+        usize::try_from(ahead).map_or(self.most_ahead(), |n| n.min(self.most_ahead()))
     }
 
     /// A handler ran for `d`.
@@ -107,22 +123,24 @@ mod tests {
     use super::*;
 
     const MS: Duration = Duration::from_millis(1);
+    /// The default lease: long enough never to be the limit in these tests.
+    const LONG: Duration = Duration::from_secs(60);
     const AUTO: Prefetch = Prefetch::Auto {
         window: DEFAULT_WINDOW,
     };
 
     #[test]
     fn short_jobs_are_claimed_ahead_as_many_as_finish_during_two_commits() {
-        let pace = Pace::new(AUTO, 16);
+        let pace = Pace::new(AUTO, 16, LONG);
         assert_eq!(pace.ahead(), 0, "nothing known yet");
         pace.committed(MS);
         pace.job_ran(4 * MS);
         assert_eq!(pace.ahead(), 8, "two commits: 2 x 16 workers x 1 ms / 4 ms");
-        let tiny = Pace::new(AUTO, 16);
+        let tiny = Pace::new(AUTO, 16, LONG);
         tiny.committed(MS);
         tiny.job_ran(Duration::from_micros(100));
         assert_eq!(tiny.ahead(), 320, "2 x 16 x 1 ms / 100 us");
-        let lone = Pace::new(AUTO, 1);
+        let lone = Pace::new(AUTO, 1, LONG);
         lone.committed(MS);
         lone.job_ran(Duration::from_micros(10));
         assert_eq!(lone.ahead(), 200, "a lone worker too: 2 x 1 ms / 10 us");
@@ -130,11 +148,11 @@ mod tests {
 
     #[test]
     fn however_short_the_jobs_no_more_than_the_window_is_claimed_ahead() {
-        let pace = Pace::new(AUTO, 16);
+        let pace = Pace::new(AUTO, 16, LONG);
         pace.committed(MS);
         pace.job_ran(Duration::from_micros(1));
         assert_eq!((pace.most_ahead(), pace.ahead()), (512, 512));
-        let narrow = Pace::new(Prefetch::Auto { window: 3 }, 1);
+        let narrow = Pace::new(Prefetch::Auto { window: 3 }, 1, LONG);
         narrow.committed(MS);
         narrow.job_ran(Duration::from_micros(1));
         assert_eq!((narrow.most_ahead(), narrow.ahead()), (3, 3));
@@ -142,19 +160,33 @@ mod tests {
 
     #[test]
     fn long_jobs_claim_nothing_ahead_even_for_a_lone_worker() {
-        let pace = Pace::new(AUTO, 16);
+        let pace = Pace::new(AUTO, 16, LONG);
         pace.committed(MS);
         pace.job_ran(Duration::from_secs(10));
         assert_eq!(pace.ahead(), 0);
-        let lone = Pace::new(AUTO, 1);
+        let lone = Pace::new(AUTO, 1, LONG);
         lone.committed(MS);
         lone.job_ran(Duration::from_millis(10));
         assert_eq!(lone.ahead(), 0, "2 x 1 ms / 10 ms rounds to none");
     }
 
     #[test]
+    fn no_more_is_claimed_ahead_than_the_workers_start_within_a_quarter_lease() {
+        // Commits slowed to 50 ms under load: two commits' worth of 3 ms jobs for 2 workers
+        // would be 67 held ahead; a 300 ms lease lets them start 2 x 75 ms / 3 ms = 50.
+        let short = Pace::new(AUTO, 2, Duration::from_millis(300));
+        short.committed(50 * MS);
+        short.job_ran(3 * MS);
+        assert_eq!(short.ahead(), 50);
+        let long = Pace::new(AUTO, 2, LONG);
+        long.committed(50 * MS);
+        long.job_ran(3 * MS);
+        assert_eq!(long.ahead(), 67, "the lease is no limit here");
+    }
+
+    #[test]
     fn a_fixed_setting_is_kept_whatever_the_jobs_take() {
-        let pace = Pace::new(Prefetch::Fixed(5), 16);
+        let pace = Pace::new(Prefetch::Fixed(5), 16, LONG);
         pace.committed(MS);
         pace.job_ran(Duration::from_secs(10));
         assert_eq!((pace.most_ahead(), pace.ahead()), (5, 5));
@@ -162,7 +194,7 @@ mod tests {
 
     #[test]
     fn the_average_follows_a_change_in_job_length() {
-        let pace = Pace::new(AUTO, 8);
+        let pace = Pace::new(AUTO, 8, LONG);
         pace.committed(MS);
         pace.job_ran(Duration::from_secs(1));
         assert_eq!(pace.ahead(), 0);
