@@ -932,13 +932,52 @@ fn worker_processes_on_postgres_killed_at_random_lose_nothing_and_commit_each_jo
         }
     }
     // the survivors finish everything, the dead ones' jobs once their leases run out
-    wait_until("every job to succeed", || {
+    let unfinished = || {
         let stats = store.stats().unwrap();
         stats.total(JobState::Queued)
             + stats.total(JobState::Running)
             + stats.total(JobState::RetryWait)
-            == 0
-    });
+    };
+    #[allow(clippy::disallowed_methods)] // a test deadline, not store time
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    #[allow(clippy::disallowed_methods)]
+    while unfinished() > 0 {
+        if std::time::Instant::now() > deadline {
+            // Say what is left and who holds it: a bare timeout tells nothing.
+            let now = store.now().unwrap();
+            let left: Vec<String> = [JobState::Running, JobState::Queued, JobState::RetryWait]
+                .into_iter()
+                .flat_map(|state| {
+                    let filter = leasehold::JobFilter {
+                        state: Some(state),
+                        limit: Some(5),
+                        ..Default::default()
+                    };
+                    store.jobs(&filter).unwrap()
+                })
+                .map(|job| {
+                    let lease = job.lease().map(|l| {
+                        let left = l.expires_at().as_nanos() as i128 - now.as_nanos() as i128;
+                        format!("held by {} for {} ms more", l.owner(), left / 1_000_000)
+                    });
+                    format!(
+                        "job {} {:?} attempt {} failures {} run at +{} ms {:?}",
+                        job.id(),
+                        job.state(),
+                        job.attempt(),
+                        job.failures(),
+                        (job.run_at().as_nanos() as i128 - now.as_nanos() as i128) / 1_000_000,
+                        lease
+                    )
+                })
+                .collect();
+            panic!(
+                "timed out waiting for every job to succeed: {:?}; {left:#?}",
+                store.stats().unwrap()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
     for w in workers.drain(..) {
         w.kill_after(0, &mut committed);
     }
@@ -976,7 +1015,7 @@ fn worker_processes_on_postgres_killed_at_random_lose_nothing_and_commit_each_jo
     assert_eq!(store.stats().unwrap().total(JobState::Dead), 0);
     let check = store.check().unwrap();
     assert!(check.is_clean(), "{:?}", check.problems);
-    let mut by_pools = 0;
+    let (mut by_pools, mut most_attempts) = (0, 0);
     for &job in per_job.keys() {
         let history = store.history(leasehold::JobId(job as u64)).unwrap();
         let successes: Vec<_> = history
@@ -990,11 +1029,13 @@ fn worker_processes_on_postgres_killed_at_random_lose_nothing_and_commit_each_jo
             successes.len()
         );
         by_pools += usize::from(successes[0].worker().starts_with("pg-pooled-"));
+        most_attempts = most_attempts.max(history.len());
     }
     assert!(by_pools > 0, "no worker pool committed a job");
     say(&format!(
         "{kills} SIGKILLs of worker processes on PostgreSQL: {all} jobs, each committed once \
-         ({by_pools} by worker pools); {} commits reported by the workers",
+         ({by_pools} by worker pools, at most {most_attempts} attempts for one job); {} commits \
+         reported by the workers",
         committed.len()
     ));
 }
