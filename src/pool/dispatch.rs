@@ -42,6 +42,9 @@ fn dispatch_until_stopped(
 ) {
     // Free workers the dispatcher knows of (each a token from the slots channel).
     let mut free = 0usize;
+    // The last claim found the queue empty (and none has found work since): a claim is not
+    // worth committing a completion for at once, which may then wait for company.
+    let mut found_none = false;
     loop {
         if free == 0 && !shared.handover.pending() {
             // Wait for a free worker.
@@ -69,10 +72,11 @@ fn dispatch_until_stopped(
                 _ => 0,
             };
             // Completions with no claim to ride on may wait for others to share their
-            // commit (the batch delay); a free worker's claim never waits.
-            if want == 0
-                && let Some(wait) = shared.handover.may_wait(shared.batch)
-            {
+            // commit (the batch delay); a free worker's claim never waits, unless the last
+            // one found nothing: jobs finishing one by one on a drained queue then share
+            // commits too, and new work waits at most the delay for its claim.
+            let claim_due = want > 0 && !found_none;
+            if !claim_due && let Some(wait) = shared.handover.may_wait(shared.batch) {
                 select! {
                     recv(slots) -> slot => match slot {
                         Ok(()) => free += 1,
@@ -119,10 +123,12 @@ fn dispatch_until_stopped(
             }
             match result {
                 Ok(claimed) if claimed > 0 || want == 0 => {
+                    found_none &= claimed == 0;
                     free -= claimed;
                     break;
                 }
                 Ok(_) => {
+                    found_none = true;
                     bump(&shared.counters.idle_waits);
                     let timeout = idle_timeout(shared, now);
                     shared.handover.set_idle(true);
@@ -223,6 +229,9 @@ fn commit(
         want,
     );
     drop(claiming);
+    if !flights.is_empty() {
+        bump(&shared.counters.completion_commits);
+    }
     for (flight, result) in flights.iter().zip(completed) {
         run::completed(shared, flight, result);
         shared.finish((flight.lease.job, flight.lease.attempt));

@@ -39,6 +39,10 @@ pool_counters! {
     claimed,
     /// Jobs completed (committed).
     succeeded,
+    /// Commits of the pool's dispatcher that carried completions: `succeeded` over this is
+    /// about how many completions share a commit (a worker commits its own when its output
+    /// carries writes the engine cannot batch, or the pool is stopping).
+    completion_commits,
     /// Attempts failed by their handler (committed as failures).
     failed,
     /// Handlers that panicked (failed with the panic message).

@@ -21,6 +21,7 @@ crate::on_both::on_both!(
     a_pool_claims_ahead_only_once_its_jobs_prove_shorter_than_a_commit_and_never_past_its_window,
     many_workers_commit_every_job_exactly_once_through_shared_commits,
     wait_idle_returns_once_every_job_of_the_queue_has_ended,
+    on_a_drained_queue_completions_wait_out_the_batch_delay_for_company_and_no_longer,
 );
 
 fn a_pool_runs_every_job_once_and_commits_its_output(kind: Kind) {
@@ -448,4 +449,58 @@ fn wait_idle_returns_once_every_job_of_the_queue_has_ended(kind: Kind) {
     assert!(p.wait_idle(Duration::from_secs(30)).unwrap());
     assert_eq!(f.job(later).unwrap().unwrap().state(), JobState::Succeeded);
     assert_eq!(f.stats().unwrap().total(JobState::Succeeded), 21);
+}
+
+fn on_a_drained_queue_completions_wait_out_the_batch_delay_for_company_and_no_longer(kind: Kind) {
+    let f = kind.open();
+    f.enqueue_n(2);
+    let (go_tx, go_rx) = crossbeam_channel::unbounded::<()>();
+    let returned = Arc::new(AtomicUsize::new(0));
+    let r = returned.clone();
+    // A delay far longer than any stall between two lines of this test, and a batch of two.
+    let p = pool(&f, "w")
+        .concurrency(3)
+        .heartbeat_every(Duration::from_secs(30))
+        .batch_delay(Duration::from_secs(10))
+        .max_batch(2)
+        .start(move |_| {
+            go_rx.recv().unwrap();
+            r.fetch_add(1, Ordering::SeqCst);
+            Ok(b"done".to_vec())
+        })
+        .unwrap();
+    // Both jobs run, and the third worker's claim has found the queue drained.
+    wait_until("both jobs running and the queue found empty", || {
+        crate::started(&p, 2) && p.stats().idle_waits > 0
+    });
+    go_tx.send(()).unwrap();
+    wait_until("the first handler to return", || {
+        returned.load(Ordering::SeqCst) == 1
+    });
+    // With no claim worth making, its completion waits for company rather than commit alone.
+    let stats = p.stats();
+    assert_eq!(
+        (stats.succeeded, stats.completion_commits),
+        (0, 0),
+        "committed alone"
+    );
+    go_tx.send(()).unwrap();
+    // The second fills the batch: both commit at once, together.
+    wait_until("both to commit", || p.stats().succeeded == 2);
+    assert_eq!(p.stats().completion_commits, 1, "they shared one commit");
+    drop(p);
+
+    // Alone, a completion commits once the delay has passed: it never waits for company
+    // that does not come.
+    let id = f.enqueue(NewJob::new(Q, "alone")).unwrap();
+    let p = pool(&f, "w")
+        .concurrency(2)
+        .heartbeat_every(Duration::from_secs(1))
+        .batch_delay(Duration::from_millis(300))
+        .start(|_| Ok(b"done".to_vec()))
+        .unwrap();
+    wait_until("the lone job to commit", || {
+        f.job(id).unwrap().unwrap().state() == JobState::Succeeded
+    });
+    assert_eq!(p.stats().completion_commits, 1);
 }

@@ -339,6 +339,20 @@ fn scenarios(dir: &Path, scale: f64, only: Option<&str>) -> Result<Vec<Row>, Err
             Err(_) => eprintln!("window: PostgreSQL not run (set LEASEHOLD_PG_URL to a server)"),
         }
     }
+    // What the batch delay buys where work trickles in.
+    if want("trickle") {
+        let open = |name: &str| store(dir, &format!("{name}.redb"), true);
+        let every = Duration::from_micros(500);
+        rows.extend(window::trickle_rows("redb", open, n(1000), every)?);
+        match std::env::var("LEASEHOLD_PG_URL") {
+            Ok(url) => {
+                let scratch = postgres::Scratch::new(&url)?;
+                let open = |name: &str| scratch.store(name);
+                rows.extend(window::trickle_rows("PostgreSQL", open, n(1000), every)?);
+            }
+            Err(_) => eprintln!("trickle: PostgreSQL not run (set LEASEHOLD_PG_URL to a server)"),
+        }
+    }
     if want("postgres") {
         match std::env::var("LEASEHOLD_PG_URL") {
             Ok(url) => rows.extend(postgres::rows(&url, scale)?),

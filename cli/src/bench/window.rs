@@ -2,13 +2,15 @@
 //! leaves behind when it dies mid-drain (`WorkerPool::abandon`, as a killed process would):
 //! leases it held (jobs nobody can run until those leases run out, or at once where a
 //! shared redb store sees the process die), and jobs it ran whose completions were never
-//! committed (they run again).
+//! committed (they run again). And what the batch delay buys where jobs arrive one by one
+//! on a drained queue: completions per commit, against the latency from enqueue to commit.
 
-use std::sync::Arc;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use leasehold::{Engine, Error, JobState, JobStore, NewJob, PoolBuilder, WorkerPool};
+use leasehold::{Engine, Error, JobId, JobState, JobStore, NewJob, PoolBuilder, WorkerPool};
 
 use super::measure::{Row, Samples};
 
@@ -120,4 +122,80 @@ fn abandon_mid_drain<S: Engine + JobStore + Clone>(
     let held = stats.total(JobState::Running);
     let committed = stats.total(JobState::Succeeded);
     Ok((held, ran.load(Ordering::SeqCst).saturating_sub(committed)))
+}
+
+/// The batch delays compared on a trickle.
+const TRICKLE_DELAYS: [Duration; 3] = [
+    Duration::ZERO,
+    Duration::from_millis(2),
+    Duration::from_millis(10),
+];
+
+/// One row per batch delay: `jobs` enqueued one at a time (a commit each, one every
+/// `every` at most) to a pool of four workers whose jobs take a millisecond, each row
+/// timing enqueue to committed completion (as the pool's `on_ended` hook hears of it) and
+/// saying how many completions shared a commit.
+pub(super) fn trickle_rows<S>(
+    label: &str,
+    open: impl Fn(&str) -> Result<S, Error>,
+    jobs: usize,
+    every: Duration,
+) -> Result<Vec<Row>, Error>
+where
+    S: Engine + JobStore + Clone,
+{
+    let mut rows = Vec::new();
+    for (i, delay) in TRICKLE_DELAYS.into_iter().enumerate() {
+        let store = open(&format!("trickle{i}"))?;
+        // When each job's end was heard of; matched with its enqueue afterwards, so that the
+        // hook (on the pool's dispatcher) never waits for the producer.
+        let done: Arc<Mutex<HashMap<JobId, Instant>>> = Arc::default();
+        let d = done.clone();
+        let pool = WorkerPool::builder(store.clone(), "t")
+            .concurrency(4)
+            .batch_delay(delay)
+            .on_ended(move |ended| {
+                lock(&d).insert(ended.job, Instant::now());
+            })
+            .start(|_| {
+                std::thread::sleep(Duration::from_millis(1));
+                Ok(Vec::new())
+            })?;
+        let start = Instant::now();
+        let mut enqueued = Vec::with_capacity(jobs);
+        for _ in 0..jobs {
+            let at = Instant::now();
+            enqueued.push((store.enqueue(NewJob::new("t", Vec::new()))?, at));
+            std::thread::sleep((at + every).saturating_duration_since(Instant::now()));
+        }
+        while pool.stats().succeeded < jobs as u64 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let took = start.elapsed();
+        let stats = pool.stats();
+        pool.shutdown(Duration::from_secs(5));
+        let per_commit = stats.succeeded as f64 / stats.completion_commits.max(1) as f64;
+        let done = lock(&done);
+        let samples = enqueued
+            .iter()
+            .filter_map(|(id, at)| Some(done.get(id)?.saturating_duration_since(*at)))
+            .collect();
+        rows.push(Samples(samples).row(
+            &format!(
+                "trickle ({label}), batch delay {delay:?}: enqueue to committed completion, \
+                 4 workers of 1 ms jobs, one enqueue every {every:?}; {per_commit:.1} \
+                 completions per commit"
+            ),
+            "durable",
+            4,
+            took,
+            jobs as u64,
+        ));
+    }
+    Ok(rows)
+}
+
+/// A lock whose holder cannot panic while holding it (a map insert, a push).
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
