@@ -2,8 +2,9 @@
 //! machine, the same rules on a database their worker machines share.
 //!
 //! The rules are the rule book's (`src/rules.rs`), the same Rust as on redb: the slow paths
-//! (`protocol.rs`) load a record under its row lock, apply a rule and store the answer, so the
-//! two engines cannot drift apart. The fast paths are one statement each for what is hot: a
+//! (`protocol.rs`; a queue's own record in `queues.rs`, periodic jobs in `schedules.rs`) load a
+//! record under its row lock, apply a rule and store the answer, so the two engines cannot
+//! drift apart. The fast paths are one statement each for what is hot: a
 //! claim (`FOR UPDATE SKIP LOCKED` in a CTE limited to the batch, after a bounded takeover of
 //! expired leases), renewals of a batch, completions of a batch, each fenced by `id AND
 //! attempt AND state = 'running'`, and held to the same answers by the shared suites. Every
@@ -18,8 +19,10 @@ mod backend;
 mod error;
 mod listen;
 mod protocol;
+mod queues;
 mod read;
 mod rows;
+mod schedules;
 mod schema;
 mod store;
 mod vacuum;

@@ -19,6 +19,7 @@ use std::time::Duration;
 use postgres::Transaction;
 use postgres::types::ToSql;
 
+use super::queues::{noted, queue_columns, queue_from, queue_record};
 use super::rows::{
     Col, attempt, clamp, id, job_by, job_columns, key, metadata_column, micros, time,
     unique_for_us, us,
@@ -34,10 +35,9 @@ use crate::lease::{Lease, LeaseTerms, Renewal};
 use crate::queue::QueueRecord;
 use crate::report::Reclaim;
 use crate::rules::{self, Change, Granted, Renewed, Retry, Write};
-use crate::schedule::{Schedule, ScheduleRecord};
 use crate::stats::Counters;
 
-type Tx<'a, 'b> = &'a mut Transaction<'b>;
+pub(crate) type Tx<'a, 'b> = &'a mut Transaction<'b>;
 
 const NOW: &str = "SELECT {s}.us({now})";
 
@@ -437,24 +437,6 @@ pub(crate) struct Beside<'a> {
     pub settle: &'a dyn Fn(),
 }
 
-/// The columns of a queue's record, in the order [`queue_from`] reads them.
-macro_rules! queue_columns {
-    () => {
-        "{s}.us(q.served_at), q.paused, q.concurrency, q.rate_claims, q.rate_per_us,
-         q.recent_claims"
-    };
-}
-const QUEUE_RECORD: &str = concat!(
-    "SELECT ",
-    queue_columns!(),
-    " FROM {s}.leasehold_queues q WHERE q.queue = $1"
-);
-const QUEUE_RECORD_LOCKED: &str = concat!(
-    "SELECT ",
-    queue_columns!(),
-    " FROM {s}.leasehold_queues q WHERE q.queue = $1 FOR UPDATE"
-);
-
 /// A claim's first look, in one statement: whether a lease of the queue has expired, whether
 /// a job of `$2` waits in it, and the queue's record (all null without one). It locks
 /// nothing: a takeover locks its row when it takes it ([`FIRST_EXPIRED`]), after the claim
@@ -469,62 +451,6 @@ const LOOK: &str = concat!(
     queue_columns!(),
     " FROM (SELECT 1) one LEFT JOIN {s}.leasehold_queues q ON q.queue = $1"
 );
-
-/// The record of `queue`, if it has one; its row locked with `lock` (which serializes the
-/// claims of a limited queue, so that two never count the same free slot).
-pub(crate) fn queue_record(
-    tx: Tx<'_, '_>,
-    p: &mut Prepared<'_>,
-    queue: &str,
-    lock: bool,
-) -> Result<Option<QueueRecord>> {
-    let st = p.get(
-        tx,
-        if lock {
-            QUEUE_RECORD_LOCKED
-        } else {
-            QUEUE_RECORD
-        },
-    )?;
-    match tx.query_opt(&st, &[&queue])? {
-        Some(row) => queue_from(&row, 0),
-        None => Ok(None),
-    }
-}
-
-/// The queue's record in `row`'s [`queue_columns`] from column `at` on; `None` where they
-/// are null (a queue without a record, left-joined).
-fn queue_from(row: &postgres::Row, at: usize) -> Result<Option<QueueRecord>> {
-    let Some(paused) = row.col::<Option<bool>>(at + 1)? else {
-        return Ok(None);
-    };
-    let rate = match (
-        row.col::<Option<i32>>(at + 3)?,
-        row.col::<Option<i64>>(at + 4)?,
-    ) {
-        (Some(claims), Some(per)) => Some(crate::queue::Rate {
-            claims: u32::try_from(claims).unwrap_or(0),
-            per: super::rows::duration(per),
-        }),
-        _ => None,
-    };
-    Ok(Some(QueueRecord {
-        served_at: row.col::<Option<i64>>(at)?.map(time),
-        paused,
-        limits: crate::queue::QueueLimits {
-            concurrency: row
-                .col::<Option<i32>>(at + 2)?
-                .map(|n| u32::try_from(n).unwrap_or(0)),
-            rate,
-        },
-        recent_claims: row
-            .col::<Option<Vec<i64>>>(at + 5)?
-            .unwrap_or_default()
-            .into_iter()
-            .map(time)
-            .collect(),
-    }))
-}
 
 /// What a claim of `queue` may take now ([`rules::claim_room`]), and its record: as on redb,
 /// a queue with a concurrency limit has its expired leases taken back first, under the
@@ -559,196 +485,6 @@ fn room(
     }
     let room = rules::claim_room(record.as_ref(), running, now);
     Ok((record, room))
-}
-
-/// Keeps `claimed` claims of `queue` in its rate window, if it has a rate limit.
-fn noted(
-    tx: Tx<'_, '_>,
-    p: &mut Prepared<'_>,
-    queue: &str,
-    record: Option<QueueRecord>,
-    claimed: usize,
-) -> Result<()> {
-    let Some(record) = record.filter(|r| claimed > 0 && r.limits.rate.is_some()) else {
-        return Ok(());
-    };
-    let now = now(tx, p)?;
-    let new = rules::note_claims(&record, claimed, now);
-    save_queue(tx, p, queue, &new)
-}
-
-/// Stores a queue's record (its served mark apart, which [`mark_served`] keeps).
-fn save_queue(tx: Tx<'_, '_>, p: &mut Prepared<'_>, queue: &str, r: &QueueRecord) -> Result<()> {
-    let st = p.get(
-        tx,
-        "INSERT INTO {s}.leasehold_queues AS q
-             (queue, paused, concurrency, rate_claims, rate_per_us, recent_claims)
-         VALUES ($1, $2, $3, $4, $5, $6)
-         ON CONFLICT (queue) DO UPDATE SET paused = excluded.paused,
-             concurrency = excluded.concurrency, rate_claims = excluded.rate_claims,
-             rate_per_us = excluded.rate_per_us, recent_claims = excluded.recent_claims",
-    )?;
-    let concurrency = r
-        .limits
-        .concurrency
-        .map(|n| i32::try_from(n).unwrap_or(i32::MAX));
-    let rate_claims = r
-        .limits
-        .rate
-        .map(|x| i32::try_from(x.claims).unwrap_or(i32::MAX));
-    let rate_per = r.limits.rate.map(|x| micros(x.per));
-    let recent: Vec<i64> = r.recent_claims.iter().map(|t| us(*t)).collect();
-    tx.execute(
-        &st,
-        &[
-            &queue,
-            &r.paused,
-            &concurrency,
-            &rate_claims,
-            &rate_per,
-            &recent,
-        ],
-    )?;
-    Ok(())
-}
-
-/// Declares a schedule ([`rules::declare`]), its row locked (two processes declaring it at
-/// once are one after the other).
-pub(crate) fn declare_schedule(
-    tx: Tx<'_, '_>,
-    p: &mut Prepared<'_>,
-    s: &Settings,
-    schedule: &Schedule,
-    wall: i64,
-) -> Result<()> {
-    let st = p.get(
-        tx,
-        "INSERT INTO {s}.leasehold_schedules (name, record) VALUES ($1, '') ON CONFLICT DO NOTHING",
-    )?;
-    tx.execute(&st, &[&schedule.name()])?;
-    let existing = schedule_record(tx, p, schedule.name())?;
-    let now = now(tx, p)?;
-    let record = rules::declare(existing.as_ref(), schedule, s.max_payload, now, wall)?;
-    if existing.as_ref() != Some(&record) {
-        save_schedule(tx, p, &record)?;
-    }
-    Ok(())
-}
-
-/// Fires every schedule whose tick has come ([`rules::fire`]), each row locked and its
-/// cursor moved in the transaction that enqueues its ticks' jobs; a row another machine's
-/// scheduler holds is passed over (that one fires it). Returns the jobs enqueued.
-pub(crate) fn fire_schedules(
-    tx: Tx<'_, '_>,
-    p: &mut Prepared<'_>,
-    s: &Settings,
-    wall: i64,
-) -> Result<Vec<JobId>> {
-    let st = p.get(
-        tx,
-        "SELECT name, record FROM {s}.leasehold_schedules
-         WHERE octet_length(record) > 0 ORDER BY name FOR UPDATE SKIP LOCKED",
-    )?;
-    let records = tx
-        .query(&st, &[])?
-        .iter()
-        .map(|row| decode_schedule(row.col(0)?, row.col(1)?))
-        .collect::<Result<Vec<_>>>()?;
-    let now = now(tx, p)?;
-    let mut enqueued = Vec::new();
-    for record in records {
-        let (ticks, new) = rules::fire(&record, now, wall)?;
-        for tick in ticks {
-            enqueued.push(enqueue(tx, p, s, &record.template.job(&record.name, tick))?);
-        }
-        if new != record {
-            save_schedule(tx, p, &new)?;
-        }
-    }
-    Ok(enqueued)
-}
-
-/// Pauses (or resumes) a schedule.
-pub(crate) fn pause_schedule(
-    tx: Tx<'_, '_>,
-    p: &mut Prepared<'_>,
-    name: &str,
-    paused: bool,
-) -> Result<()> {
-    let mut record =
-        schedule_record(tx, p, name)?.ok_or_else(|| Error::ScheduleNotFound(name.to_owned()))?;
-    if record.paused != paused {
-        record.paused = paused;
-        save_schedule(tx, p, &record)?;
-    }
-    Ok(())
-}
-
-/// Removes a schedule; `false` if there was none.
-pub(crate) fn remove_schedule(tx: Tx<'_, '_>, p: &mut Prepared<'_>, name: &str) -> Result<bool> {
-    let st = p.get(tx, "DELETE FROM {s}.leasehold_schedules WHERE name = $1")?;
-    Ok(tx.execute(&st, &[&name])? > 0)
-}
-
-/// The record of schedule `name`, its row locked.
-fn schedule_record(
-    tx: Tx<'_, '_>,
-    p: &mut Prepared<'_>,
-    name: &str,
-) -> Result<Option<ScheduleRecord>> {
-    let st = p.get(
-        tx,
-        "SELECT record FROM {s}.leasehold_schedules
-         WHERE name = $1 AND octet_length(record) > 0 FOR UPDATE",
-    )?;
-    match tx.query_opt(&st, &[&name])? {
-        Some(row) => decode_schedule(name, row.col(0)?).map(Some),
-        None => Ok(None),
-    }
-}
-
-pub(crate) fn decode_schedule(name: &str, bytes: &[u8]) -> Result<ScheduleRecord> {
-    crate::codec::decode(bytes).map_err(|e| Error::Corrupt(format!("schedule {name:?}: {e}")))
-}
-
-fn save_schedule(tx: Tx<'_, '_>, p: &mut Prepared<'_>, record: &ScheduleRecord) -> Result<()> {
-    let st = p.get(
-        tx,
-        "UPDATE {s}.leasehold_schedules SET record = $2 WHERE name = $1",
-    )?;
-    let bytes = crate::codec::encode(record);
-    tx.execute(&st, &[&record.name, &bytes])?;
-    Ok(())
-}
-
-/// Pauses (or resumes) `queue` ([`rules::paused`]); a resume wakes waiting workers on every
-/// machine.
-pub(crate) fn pause_queue(
-    tx: Tx<'_, '_>,
-    p: &mut Prepared<'_>,
-    queue: &str,
-    pause: bool,
-) -> Result<()> {
-    input::check_queue(queue)?;
-    let record = queue_record(tx, p, queue, true)?;
-    save_queue(tx, p, queue, &rules::paused(record.as_ref(), pause))?;
-    if !pause {
-        notify(tx, p, queue)?;
-    }
-    Ok(())
-}
-
-/// Sets `queue`'s limits ([`rules::limited`]), waking its waiters on every machine.
-pub(crate) fn set_queue_limits(
-    tx: Tx<'_, '_>,
-    p: &mut Prepared<'_>,
-    queue: &str,
-    limits: crate::queue::QueueLimits,
-) -> Result<()> {
-    input::check_queue(queue)?;
-    let record = queue_record(tx, p, queue, true)?;
-    save_queue(tx, p, queue, &rules::limited(record.as_ref(), limits)?)?;
-    notify(tx, p, queue)
 }
 
 /// The queue's running job with the earliest indexed expiry that has really expired (its

@@ -163,7 +163,7 @@ pub(crate) fn next_due(
         .col::<Option<i64>>(0)?
         .map(time);
     // No room for a claim (paused, full, its rate spent): when there may be.
-    let Some(record) = super::protocol::queue_record(tx, p, queue, false)? else {
+    let Some(record) = super::queues::queue_record(tx, p, queue, false)? else {
         return Ok(due);
     };
     let st = p.get(
@@ -188,7 +188,7 @@ pub(crate) fn schedules(
     tx.query(&st, &[])?
         .iter()
         .map(|row| {
-            super::protocol::decode_schedule(row.col(0)?, row.col(1)?)
+            super::schedules::decode_schedule(row.col(0)?, row.col(1)?)
                 .map(crate::schedule::ScheduleInfo)
         })
         .collect()
@@ -200,7 +200,7 @@ pub(crate) fn queue_settings(
     p: &mut Prepared<'_>,
     queue: &str,
 ) -> Result<crate::QueueSettings> {
-    Ok(super::protocol::queue_record(tx, p, queue, false)?
+    Ok(super::queues::queue_record(tx, p, queue, false)?
         .map(|r| crate::QueueSettings {
             paused: r.paused,
             limits: r.limits,
@@ -292,7 +292,7 @@ pub(crate) fn stats(tx: Tx<'_, '_>, p: &mut Prepared<'_>) -> Result<Stats> {
         .map(|row| row.col(0))
         .collect::<Result<_>>()?;
     for name in names {
-        if let Some(record) = super::protocol::queue_record(tx, p, &name, false)? {
+        if let Some(record) = super::queues::queue_record(tx, p, &name, false)? {
             let counts = stats.queues.entry(name).or_default();
             counts.served_at = record.served_at;
             counts.paused = record.paused;

@@ -2,7 +2,7 @@
 //! [`crate::Store`]'s, each one transaction of [`protocol`].
 
 use super::{PgStore, Prepared};
-use super::{protocol, read};
+use super::{protocol, queues, read, schedules};
 use crate::error::{Error, Result};
 use crate::ids::{JobId, StoreTime};
 use crate::job::{Job, JobState, NewJob, Run};
@@ -475,7 +475,7 @@ impl PgStore {
     pub fn declare_schedule(&self, schedule: crate::Schedule) -> Result<()> {
         let wall = crate::clock::wall_seconds(crate::clock::wall_now());
         let s = self.settings();
-        self.in_transaction(|tx, p| protocol::declare_schedule(tx, p, s, &schedule, wall))
+        self.in_transaction(|tx, p| schedules::declare_schedule(tx, p, s, &schedule, wall))
     }
 
     /// Fires every schedule whose tick has come, at the wall clock's time now.
@@ -487,23 +487,23 @@ impl PgStore {
     pub fn fire_schedules_at(&self, wall: std::time::SystemTime) -> Result<Vec<JobId>> {
         let wall = crate::clock::wall_seconds(wall);
         let s = self.settings();
-        let fired = self.in_transaction(|tx, p| protocol::fire_schedules(tx, p, s, wall))?;
+        let fired = self.in_transaction(|tx, p| schedules::fire_schedules(tx, p, s, wall))?;
         Ok(fired)
     }
 
     /// Pauses a schedule (see [`crate::Store::pause_schedule`]).
     pub fn pause_schedule(&self, name: &str) -> Result<()> {
-        self.in_transaction(|tx, p| protocol::pause_schedule(tx, p, name, true))
+        self.in_transaction(|tx, p| schedules::pause_schedule(tx, p, name, true))
     }
 
     /// Resumes a paused schedule.
     pub fn resume_schedule(&self, name: &str) -> Result<()> {
-        self.in_transaction(|tx, p| protocol::pause_schedule(tx, p, name, false))
+        self.in_transaction(|tx, p| schedules::pause_schedule(tx, p, name, false))
     }
 
     /// Removes a schedule; `false` if there was none.
     pub fn remove_schedule(&self, name: &str) -> Result<bool> {
-        self.in_transaction(|tx, p| protocol::remove_schedule(tx, p, name))
+        self.in_transaction(|tx, p| schedules::remove_schedule(tx, p, name))
     }
 
     /// Every schedule, by name.
@@ -513,19 +513,19 @@ impl PgStore {
 
     /// Pauses `queue` on every machine (see [`crate::Store::pause_queue`]).
     pub fn pause_queue(&self, queue: &str) -> Result<()> {
-        self.in_transaction(|tx, p| protocol::pause_queue(tx, p, queue, true))
+        self.in_transaction(|tx, p| queues::pause_queue(tx, p, queue, true))
     }
 
     /// Resumes a paused `queue` (see [`crate::Store::resume_queue`]).
     pub fn resume_queue(&self, queue: &str) -> Result<()> {
-        self.in_transaction(|tx, p| protocol::pause_queue(tx, p, queue, false))?;
+        self.in_transaction(|tx, p| queues::pause_queue(tx, p, queue, false))?;
         self.readied([&queue.to_owned()]);
         Ok(())
     }
 
     /// Sets `queue`'s limits on every machine (see [`crate::Store::set_queue_limits`]).
     pub fn set_queue_limits(&self, queue: &str, limits: crate::QueueLimits) -> Result<()> {
-        self.in_transaction(|tx, p| protocol::set_queue_limits(tx, p, queue, limits))?;
+        self.in_transaction(|tx, p| queues::set_queue_limits(tx, p, queue, limits))?;
         self.readied([&queue.to_owned()]);
         Ok(())
     }
