@@ -700,21 +700,33 @@ pub(crate) fn fail(
     now: StoreTime,
     policy: &RetryPolicy,
 ) -> Change {
-    let message = input::error_message(error);
     let mut job = with_final_progress(job, progress, now);
-    job.last_error = Some(message.clone());
+    job.last_error = Some(input::error_message(error));
+    let next = match retry {
+        Retry::WhileBudgetLasts => after_failure(&job, now, policy, true),
+        Retry::Never => match job.cancel_requested {
+            true => Next::Cancelled,
+            false => Next::Dead,
+        },
+    };
+    end(&job, failure_outcome(error, retry), next, now)
+}
+
+/// What a failure with `error` records in the history: the message as
+/// [`input::error_message`] cleans it, permanent where no retry mends it.
+pub(crate) fn failure_outcome(error: &str, retry: Retry) -> Outcome {
+    let message = input::error_message(error);
     match retry {
-        Retry::WhileBudgetLasts => {
-            let next = after_failure(&job, now, policy, true);
-            end(&job, Outcome::Failed(message), next, now)
-        }
-        Retry::Never => {
-            let next = match job.cancel_requested {
-                true => Next::Cancelled,
-                false => Next::Dead,
-            };
-            end(&job, Outcome::FailedPermanently(message), next, now)
-        }
+        Retry::WhileBudgetLasts => Outcome::Failed(message),
+        Retry::Never => Outcome::FailedPermanently(message),
+    }
+}
+
+/// What a time-out of an attempt claimed at `claimed_at` records: the limit it ran into.
+pub(crate) fn time_out_outcome(claimed_at: StoreTime, deadline: Option<StoreTime>) -> Outcome {
+    let limit = deadline.map(|d| d.saturating_since(claimed_at));
+    Outcome::TimedOut {
+        limit: limit.unwrap_or_default(),
     }
 }
 
@@ -728,12 +740,10 @@ pub(crate) fn time_out(
     policy: &RetryPolicy,
 ) -> Change {
     let mut job = with_final_progress(job, progress, now);
-    let limit = job
-        .lease
-        .as_ref()
-        .and_then(|l| Some(l.deadline?.saturating_since(l.claimed_at)))
-        .unwrap_or_default();
-    let outcome = Outcome::TimedOut { limit };
+    let outcome = match &job.lease {
+        Some(l) => time_out_outcome(l.claimed_at, l.deadline),
+        None => time_out_outcome(now, None),
+    };
     job.last_error = Some(outcome.to_string());
     let next = after_failure(&job, now, policy, true);
     let mut change = end(&job, outcome, next, now);

@@ -48,21 +48,3 @@ pub(crate) fn tell(hook: Option<&Hook>, lease: &Lease, outcome: Outcome, state: 
         tracing::error!(job = %lease.job, panic = %crate::error::panic_message(&*panic), "the pool's on_ended hook panicked");
     }
 }
-
-/// The outcome a failure with `message` records (as [`crate::rules`] writes it).
-pub(crate) fn failure(message: &str, retry: crate::rules::Retry) -> Outcome {
-    let message = crate::input::error_message(message);
-    match retry {
-        crate::rules::Retry::WhileBudgetLasts => Outcome::Failed(message),
-        crate::rules::Retry::Never => Outcome::FailedPermanently(message),
-    }
-}
-
-/// The outcome a time-out of `lease` records: the limit it ran into.
-pub(crate) fn timed_out(lease: &Lease) -> Outcome {
-    let limit = lease
-        .deadline
-        .map(|d| d.saturating_since(lease.claimed_at))
-        .unwrap_or_default();
-    Outcome::TimedOut { limit }
-}

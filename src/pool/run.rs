@@ -9,7 +9,6 @@ use std::sync::atomic::Ordering;
 use crossbeam_channel::{Receiver, Sender};
 
 use super::context::{Interruption, JobContext, JobError, Output, no_retry_mends};
-use super::ended;
 use super::handover::Handed;
 use super::stats::bump;
 use super::{Flight, Shared};
@@ -17,7 +16,7 @@ use crate::backend::AnyWrites;
 use crate::clock::Stopwatch;
 use crate::error::Error;
 use crate::job::{JobState, Outcome};
-use crate::rules::Retry;
+use crate::rules::{self, Retry};
 
 pub(crate) fn worker_loop(shared: &Shared, jobs: &Receiver<Flight>, slots: &Sender<()>) {
     for flight in jobs.iter() {
@@ -205,7 +204,11 @@ fn run_one(shared: &Shared, flight: Flight, waited: bool) -> After {
                 .store
                 .time_out_reporting(lease, Some(flight.state.progress()))
             {
-                Ok(state) => shared.ended(lease, ended::timed_out(lease), state),
+                Ok(state) => shared.ended(
+                    lease,
+                    rules::time_out_outcome(lease.claimed_at, lease.deadline),
+                    state,
+                ),
                 Err(e) if e.is_lease_lost() => bump(&shared.counters.rejected_writes),
                 Err(e) => {
                     tracing::warn!(job = %lease.job, error = %e, "recording the time-out failed; the lease ends at its deadline")
@@ -234,7 +237,11 @@ fn unstarted(shared: &Shared, flight: &Flight, why: Interruption) {
         Interruption::LeaseExpired => give_back(shared, flight),
         Interruption::TimedOut if !flight.state.ended_in_store() => {
             match shared.store.time_out_reporting(lease, None) {
-                Ok(state) => shared.ended(lease, ended::timed_out(lease), state),
+                Ok(state) => shared.ended(
+                    lease,
+                    rules::time_out_outcome(lease.claimed_at, lease.deadline),
+                    state,
+                ),
                 Err(e) if e.is_lease_lost() => {}
                 Err(e) => {
                     tracing::warn!(job = %lease.job, error = %e, "recording the time-out failed; the lease ends at its deadline");
@@ -380,7 +387,7 @@ fn commit_failure(shared: &Shared, flight: &Flight, message: &str, retry: Retry,
                 FailKind::Panicked => &shared.counters.panicked,
                 FailKind::Invalid => &shared.counters.invalid,
             });
-            shared.ended(lease, ended::failure(message, retry), state);
+            shared.ended(lease, rules::failure_outcome(message, retry), state);
         }
         Err(e) if e.is_lease_lost() => fenced(shared, lease, &e),
         Err(e) => tracing::error!(job = %lease.job, error = %e, "recording the failure failed"),
