@@ -185,19 +185,7 @@ fn run_one(shared: &Shared, flight: Flight, waited: bool) -> After {
             }
         }
         (Some(Interruption::Shutdown), Verdict::Fail { .. } | Verdict::Snooze(_)) => {}
-        (Some(Interruption::LeaseExpired), _) => {
-            match shared
-                .store
-                .release_reporting(lease, Some(flight.state.progress()))
-            {
-                Ok(state) => {
-                    bump(&shared.counters.released);
-                    shared.ended(lease, Outcome::Released, state);
-                }
-                Err(e) if e.is_lease_lost() => bump(&shared.counters.rejected_writes),
-                Err(e) => tracing::warn!(job = %lease.job, error = %e, "release failed"),
-            }
-        }
+        (Some(Interruption::LeaseExpired), _) => give_back(shared, &flight),
         (Some(Interruption::TimedOut), _) if !flight.state.ended_in_store() => {
             // The pool's timer saw the deadline first: the attempt ends here, timed out.
             match shared
