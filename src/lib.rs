@@ -127,6 +127,10 @@ pub mod testing;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 
+// What a person and a scraper see of a store: the status page and /metrics.
+#[cfg(feature = "web")]
+pub mod web;
+
 pub use backend::{Backend, Engine};
 pub use clock::{Clock, ClockReading, ManualClock, MonotonicClock};
 pub use config::{

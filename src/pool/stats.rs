@@ -17,6 +17,14 @@ macro_rules! pool_counters {
             pub claimed_ahead: u64,
         }
 
+        impl PoolStats {
+            /// The counts by name (`in_flight` and `claimed_ahead`, which are levels and not
+            /// counts, apart): what the status page's metrics export.
+            pub fn named(&self) -> Vec<(&'static str, u64)> {
+                vec![$((stringify!($name), self.$name),)*]
+            }
+        }
+
         #[derive(Debug, Default)]
         pub(crate) struct Counters {
             $(pub(crate) $name: AtomicU64,)*

@@ -1,0 +1,169 @@
+//! The page's actions: cancel or retry a job, pause or resume a queue. Each is a POST that
+//! carries the page's form secret, asks for confirmation first (the first POST answers
+//! with a question; only the confirming one changes anything), runs one of the store's own
+//! operations, and answers a refusal with the store's typed error.
+
+use crate::ids::JobId;
+use crate::job::JobState;
+use crate::web::{Inner, PageResult, WebError, pages, params, redirect};
+
+/// What can be done to a job.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum JobAction {
+    Cancel,
+    Retry,
+}
+
+impl JobAction {
+    pub(crate) fn parse(name: &str) -> Result<JobAction, WebError> {
+        match name {
+            "cancel" => Ok(JobAction::Cancel),
+            "retry" => Ok(JobAction::Retry),
+            _ => Err(WebError::NotFound(format!("no job action {name:?}"))),
+        }
+    }
+}
+
+/// What can be done to a queue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum QueueAction {
+    Pause,
+    Resume,
+}
+
+impl QueueAction {
+    pub(crate) fn parse(name: &str) -> Result<QueueAction, WebError> {
+        match name {
+            "pause" => Ok(QueueAction::Pause),
+            "resume" => Ok(QueueAction::Resume),
+            _ => Err(WebError::NotFound(format!("no queue action {name:?}"))),
+        }
+    }
+}
+
+/// Checks the form secret; `Ok(true)` when the form confirms the action.
+fn checked(inner: &Inner, form: &[(String, String)]) -> Result<bool, WebError> {
+    let secret = params::field(form, "csrf")
+        .map_err(|_| WebError::Forbidden("the form secret is missing"))?;
+    if !inner.access.is_form_secret(secret) {
+        return Err(WebError::Forbidden(
+            "the form secret does not match (the page is stale, or another site sent this): reload the page",
+        ));
+    }
+    match form.iter().find(|(k, _)| k == "confirm") {
+        None => Ok(false),
+        Some((_, v)) if v == "yes" => Ok(true),
+        Some((_, v)) => Err(WebError::BadRequest(format!("confirm {v:?} is not yes"))),
+    }
+}
+
+pub(crate) fn on_job(
+    inner: &Inner,
+    id: JobId,
+    action: JobAction,
+    form: &[(String, String)],
+) -> PageResult {
+    let path = match action {
+        JobAction::Cancel => format!("/jobs/{}/cancel", id.0),
+        JobAction::Retry => format!("/jobs/{}/retry", id.0),
+    };
+    if !checked(inner, form)? {
+        let (question, yes) = match action {
+            JobAction::Cancel => (
+                format!(
+                    "Cancel job {}? A waiting job is cancelled at once; a running one when its \
+                     holder next renews its lease.",
+                    id.0
+                ),
+                format!("Yes, cancel job {}", id.0),
+            ),
+            JobAction::Retry => (
+                format!("Queue job {} again, with a fresh retry budget?", id.0),
+                format!("Yes, retry job {}", id.0),
+            ),
+        };
+        return Ok(pages::confirm(
+            inner,
+            &path,
+            &question,
+            &yes,
+            &format!("/jobs/{}", id.0),
+        ));
+    }
+    let store = inner.writer()?;
+    let did = match action {
+        JobAction::Cancel => match store.cancel(id)? {
+            JobState::Running => "cancel_requested",
+            _ => "cancelled",
+        },
+        JobAction::Retry => {
+            store.retry(id)?;
+            "retried"
+        }
+    };
+    redirect(&format!("{}/jobs/{}?did={did}", inner.base, id.0))
+}
+
+pub(crate) fn on_queue(
+    inner: &Inner,
+    queue: &str,
+    action: QueueAction,
+    form: &[(String, String)],
+) -> PageResult {
+    let name = crate::web::html::url_component(queue);
+    if !checked(inner, form)? {
+        let (path, question, yes) = match action {
+            QueueAction::Pause => (
+                format!("/queues/{name}/pause"),
+                format!(
+                    "Pause queue {queue}? No claim takes its jobs until it is resumed; running \
+                     jobs finish."
+                ),
+                format!("Yes, pause {queue}"),
+            ),
+            QueueAction::Resume => (
+                format!("/queues/{name}/resume"),
+                format!("Resume queue {queue}?"),
+                format!("Yes, resume {queue}"),
+            ),
+        };
+        return Ok(pages::confirm(inner, &path, &question, &yes, "/"));
+    }
+    let store = inner.writer()?;
+    let did = match action {
+        QueueAction::Pause => {
+            store.pause_queue(queue)?;
+            "paused"
+        }
+        QueueAction::Resume => {
+            store.resume_queue(queue)?;
+            "resumed"
+        }
+    };
+    redirect(&format!("{}/?did={did}&refresh=0", inner.base))
+}
+
+/// A login: the token given in the form, answered with the cookie that carries it.
+pub(crate) fn login(inner: &Inner, form: &[(String, String)]) -> PageResult {
+    if !inner.access.needs_token() {
+        return redirect(&format!("{}/", inner.base));
+    }
+    let given = params::field(form, "token").unwrap_or("");
+    if !inner.access.is_token(given) {
+        return Ok(pages::login(inner, Some("That is not the token.")));
+    }
+    let mut r = redirect(&format!("{}/", inner.base))?;
+    let path = if inner.base.is_empty() {
+        "/"
+    } else {
+        inner.base.as_str()
+    };
+    let cookie = format!(
+        "{}={given}; HttpOnly; SameSite=Strict; Path={path}",
+        crate::web::access::COOKIE
+    );
+    let value = http::HeaderValue::from_str(&cookie)
+        .map_err(|_| WebError::BadRequest("the token cannot be set as a cookie".into()))?;
+    r.headers_mut().insert(http::header::SET_COOKIE, value);
+    Ok(r)
+}

@@ -1,0 +1,214 @@
+//! Throughput and failures over the last minutes, from samples of the store's counts.
+//!
+//! The store keeps no time series (a counter bumped by every completion would be one hot
+//! row every worker of a database writes), so the page keeps one: each request that finds
+//! the latest sample a second old or more takes a new one from the counts the page reads
+//! anyway. What finished between two samples is the growth of the terminal counts: jobs
+//! succeeded, jobs dead. A purge shrinks them; an interval with a purge in it counts
+//! nothing rather than a negative rate. The chart fills while someone watches (the overview
+//! reloads itself, and a Prometheus scrape samples too) and costs nothing while nobody does.
+
+use std::collections::VecDeque;
+use std::fmt::Write;
+use std::time::Duration;
+
+use crate::ids::StoreTime;
+use crate::job::JobState;
+use crate::stats::Stats;
+
+/// How far back the chart looks.
+pub(crate) const WINDOW: Duration = Duration::from_secs(15 * 60);
+/// The least time between two samples.
+const EVERY: Duration = Duration::from_secs(1);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Sample {
+    at: StoreTime,
+    succeeded: u64,
+    dead: u64,
+}
+
+/// Jobs finished per second over an interval.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct Rate {
+    pub until: StoreTime,
+    pub succeeded: f64,
+    pub dead: f64,
+}
+
+#[derive(Default)]
+pub(crate) struct Samples {
+    samples: VecDeque<Sample>,
+}
+
+impl Samples {
+    /// Records `stats` if the last sample is a second old or more (or the clock went back:
+    /// another store).
+    pub(crate) fn record(&mut self, stats: &Stats) {
+        let sample = Sample {
+            at: stats.now,
+            succeeded: stats.total(JobState::Succeeded),
+            dead: stats.total(JobState::Dead),
+        };
+        match self.samples.back() {
+            Some(last) if last.at <= sample.at && sample.at.saturating_since(last.at) < EVERY => {
+                return;
+            }
+            Some(last) if last.at > sample.at => self.samples.clear(),
+            _ => {}
+        }
+        self.samples.push_back(sample);
+        while self
+            .samples
+            .front()
+            .is_some_and(|f| sample.at.saturating_since(f.at) > WINDOW)
+        {
+            self.samples.pop_front();
+        }
+    }
+
+    /// The rate between each pair of samples, oldest first.
+    pub(crate) fn rates(&self) -> Vec<Rate> {
+        let s = &self.samples;
+        s.iter()
+            .zip(s.iter().skip(1))
+            .map(|(a, b)| {
+                let secs = b.at.saturating_since(a.at).as_secs_f64().max(1e-9);
+                let growth = |x: u64, y: u64| y.saturating_sub(x) as f64 / secs;
+                let purged = b.succeeded < a.succeeded || b.dead < a.dead;
+                Rate {
+                    until: b.at,
+                    succeeded: if purged {
+                        0.0
+                    } else {
+                        growth(a.succeeded, b.succeeded)
+                    },
+                    dead: if purged { 0.0 } else { growth(a.dead, b.dead) },
+                }
+            })
+            .collect()
+    }
+
+    /// The rates averaged over the last `span` (`None` until two samples that far apart).
+    pub(crate) fn recent(&self, span: Duration) -> Option<Rate> {
+        let last = self.samples.back()?;
+        let first = self
+            .samples
+            .iter()
+            .find(|s| last.at.saturating_since(s.at) <= span)?;
+        if first == last {
+            return None;
+        }
+        let secs = last.at.saturating_since(first.at).as_secs_f64();
+        let growth = |x: u64, y: u64| y.saturating_sub(x) as f64 / secs;
+        Some(Rate {
+            until: last.at,
+            succeeded: growth(first.succeeded, last.succeeded),
+            dead: growth(first.dead, last.dead),
+        })
+    }
+}
+
+/// The rates as a small SVG chart: succeeded per second as a line, dead per second as a
+/// second line, over the chart's window ending at `now`.
+pub(crate) fn svg(rates: &[Rate], now: StoreTime) -> String {
+    const W: f64 = 600.0;
+    const H: f64 = 120.0;
+    let top = rates
+        .iter()
+        .map(|r| r.succeeded.max(r.dead))
+        .fold(1.0, f64::max);
+    let x = |t: StoreTime| {
+        let back = now.saturating_since(t).as_secs_f64();
+        W - (back / WINDOW.as_secs_f64() * W)
+    };
+    let y = |v: f64| H - v / top * (H - 10.0);
+    let line = |value: fn(&Rate) -> f64| {
+        let mut points = String::new();
+        for r in rates {
+            let _ = write!(points, "{:.1},{:.1} ", x(r.until), y(value(r)));
+        }
+        points
+    };
+    format!(
+        "<svg id=\"throughput\" viewBox=\"0 0 {W} {H}\" width=\"{W}\" height=\"{H}\" \
+         role=\"img\" aria-label=\"jobs finished per second over the last 15 minutes\">\
+         <text x=\"4\" y=\"12\" font-size=\"10\" fill=\"#6b7280\">{top:.1}/s</text>\
+         <text x=\"4\" y=\"{H}\" font-size=\"10\" fill=\"#6b7280\" dy=\"-2\">-15 min</text>\
+         <polyline fill=\"none\" stroke=\"#2a7\" stroke-width=\"1.5\" points=\"{ok}\"/>\
+         <polyline fill=\"none\" stroke=\"#c22\" stroke-width=\"1.5\" points=\"{dead}\"/></svg>",
+        ok = line(|r| r.succeeded),
+        dead = line(|r| r.dead),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stats::QueueCounts;
+
+    fn stats(at_secs: u64, succeeded: u64, dead: u64) -> Stats {
+        let mut q = QueueCounts::default();
+        q.by_state.insert(JobState::Succeeded, succeeded);
+        q.by_state.insert(JobState::Dead, dead);
+        let mut s = Stats {
+            now: StoreTime(at_secs * 1_000_000_000),
+            ..Stats::default()
+        };
+        s.queues.insert("q".into(), q);
+        s
+    }
+
+    #[test]
+    fn rates_are_the_growth_of_the_terminal_counts_per_second() {
+        let mut s = Samples::default();
+        s.record(&stats(10, 0, 0));
+        s.record(&stats(12, 100, 4));
+        let r = s.rates();
+        assert_eq!(r.len(), 1);
+        assert_eq!((r[0].succeeded, r[0].dead), (50.0, 2.0));
+        assert_eq!(
+            s.recent(Duration::from_secs(60)).map(|r| r.succeeded),
+            Some(50.0)
+        );
+    }
+
+    #[test]
+    fn samples_closer_than_a_second_are_not_kept_and_old_ones_leave_the_window() {
+        let mut s = Samples::default();
+        s.record(&stats(10, 0, 0));
+        s.record(&stats(10, 5, 0));
+        assert_eq!(s.samples.len(), 1);
+        s.record(&stats(10 + WINDOW.as_secs() + 5, 10, 0));
+        assert_eq!(s.samples.len(), 1, "the first sample is out of the window");
+    }
+
+    #[test]
+    fn a_purge_counts_as_nothing_finished_not_a_negative_rate() {
+        let mut s = Samples::default();
+        s.record(&stats(10, 1000, 0));
+        s.record(&stats(11, 10, 0));
+        s.record(&stats(12, 30, 0));
+        let r = s.rates();
+        assert_eq!(r[0].succeeded, 0.0);
+        assert_eq!(r[1].succeeded, 20.0);
+    }
+
+    #[test]
+    fn the_chart_draws_one_point_per_interval() {
+        let mut s = Samples::default();
+        for i in 0..5 {
+            s.record(&stats(100 + i, i * 10, 0));
+        }
+        let svg = svg(&s.rates(), StoreTime(104 * 1_000_000_000));
+        assert_eq!(svg.matches("polyline").count(), 2);
+        let points = svg
+            .split("points=\"")
+            .nth(1)
+            .unwrap()
+            .split('"')
+            .next()
+            .unwrap();
+        assert_eq!(points.split_whitespace().count(), 4);
+    }
+}

@@ -1,0 +1,170 @@
+//! `/metrics`: the store's counts and lifetime counters, and the counters of the pools the
+//! page was given, in the Prometheus (OpenMetrics) text format through `prometheus-client`.
+//!
+//! The metrics are read from the store at each scrape and registered afresh: the store,
+//! not this process, holds the truth (a scrape of `leasehold serve` sees what every process
+//! sharing the store did), so there is nothing to keep in step between scrapes.
+
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+use crate::job::JobState;
+use crate::pool::PoolStats;
+use crate::query::QueueTiming;
+use crate::stats::{Stats, WriteMetrics};
+
+/// The content type of the text `render` makes.
+pub(crate) const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+type Labels = Vec<(&'static str, String)>;
+
+/// What one scrape reports.
+pub(crate) struct Scrape<'a> {
+    pub stats: &'a Stats,
+    pub timings: &'a [(String, QueueTiming)],
+    pub pools: &'a [(String, PoolStats)],
+    pub writes: Option<WriteMetrics>,
+}
+
+pub(crate) fn render(s: &Scrape<'_>) -> Result<String, std::fmt::Error> {
+    let mut registry = Registry::with_prefix("leasehold");
+    let now = s.stats.now;
+
+    let jobs = Family::<Labels, Gauge>::default();
+    let paused = Family::<Labels, Gauge>::default();
+    let oldest = Family::<Labels, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
+    let overdue = Family::<Labels, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
+    for (queue, counts) in &s.stats.queues {
+        for state in JobState::ALL {
+            let labels = vec![("queue", queue.clone()), ("state", state.name().to_owned())];
+            jobs.get_or_create(&labels).set(gauge(counts.get(state)));
+        }
+        let q = vec![("queue", queue.clone())];
+        paused.get_or_create(&q).set(i64::from(counts.paused));
+        if let Some((_, t)) = s.timings.iter().find(|(name, _)| name == queue) {
+            let waited = t.earliest_run_at.filter(|t| *t <= now);
+            oldest
+                .get_or_create(&q)
+                .set(waited.map_or(0.0, |t| now.saturating_since(t).as_secs_f64()));
+            let late = t.earliest_expiry.filter(|t| *t < now);
+            overdue
+                .get_or_create(&q)
+                .set(late.map_or(0.0, |t| now.saturating_since(t).as_secs_f64()));
+        }
+    }
+    registry.register("jobs", "Jobs by queue and state", jobs);
+    registry.register("queue_paused", "1 if the queue is paused", paused);
+    registry.register(
+        "queue_oldest_waiting_seconds",
+        "How long the queue's oldest due job has waited (0: none waits)",
+        oldest,
+    );
+    registry.register(
+        "queue_most_overdue_lease_seconds",
+        "How long past its expiry the queue's most overdue lease is (0: none; a reaper keeps it below its interval)",
+        overdue,
+    );
+
+    let c = &s.stats.counters;
+    let reclaims = Family::<Labels, Counter>::default();
+    for (path, n) in [
+        ("reaper", c.reclaimed_by_reaper),
+        ("takeover", c.reclaimed_by_takeover),
+        ("process_died", c.reclaimed_process_died),
+        ("at_open", c.reclaimed_at_open),
+    ] {
+        reclaims
+            .get_or_create(&vec![("path", path.to_owned())])
+            .inc_by(n);
+    }
+    registry.register(
+        "reclaims",
+        "Expired or orphaned leases taken back, by path",
+        reclaims,
+    );
+    for (name, help, n) in [
+        (
+            "released",
+            "Leases given back on purpose by their holder",
+            c.released,
+        ),
+        (
+            "leases_lost",
+            "Heartbeats refused because the lease was lost",
+            c.leases_lost,
+        ),
+        (
+            "fenced_writes_rejected",
+            "Completions, failures and releases refused by the fence",
+            c.fenced_writes_rejected,
+        ),
+        (
+            "stalled",
+            "Leases revoked because the job made no progress",
+            c.stalled,
+        ),
+        (
+            "timed_out",
+            "Attempts ended by their hard time limit",
+            c.timed_out,
+        ),
+        ("snoozed", "Attempts put off by their holder", c.snoozed),
+    ] {
+        let counter = Counter::<u64>::default();
+        counter.inc_by(n);
+        registry.register(name, help, counter);
+    }
+    let delay = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
+    delay.set(c.worst_detection_delay.as_secs_f64());
+    registry.register(
+        "worst_detection_delay_seconds",
+        "The longest time from a lease's last renewal to its reclaim",
+        delay,
+    );
+
+    if let Some(w) = s.writes {
+        let commits = Counter::<u64>::default();
+        commits.inc_by(w.write_transactions);
+        registry.register(
+            "store_write_transactions",
+            "Write transactions this process committed to the store",
+            commits,
+        );
+    }
+
+    if !s.pools.is_empty() {
+        let sub = registry.sub_registry_with_prefix("pool");
+        let mut names: Vec<&'static str> = Vec::new();
+        let mut families: Vec<Family<Labels, Counter>> = Vec::new();
+        let in_flight = Family::<Labels, Gauge>::default();
+        let ahead = Family::<Labels, Gauge>::default();
+        for (pool, stats) in s.pools {
+            let labels = vec![("pool", pool.clone())];
+            for (i, (name, n)) in stats.named().into_iter().enumerate() {
+                if names.len() <= i {
+                    names.push(name);
+                    families.push(Family::default());
+                }
+                families[i].get_or_create(&labels).inc_by(n);
+            }
+            in_flight.get_or_create(&labels).set(gauge(stats.in_flight));
+            ahead.get_or_create(&labels).set(gauge(stats.claimed_ahead));
+        }
+        for (name, family) in names.into_iter().zip(families) {
+            sub.register(name, format!("Pool counter {name} (see PoolStats)"), family);
+        }
+        sub.register("in_flight", "Jobs the pool holds now", in_flight);
+        sub.register("claimed_ahead", "Jobs claimed ahead and not started", ahead);
+    }
+
+    let mut text = String::new();
+    encode(&mut text, &registry)?;
+    Ok(text)
+}
+
+fn gauge(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}

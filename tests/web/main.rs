@@ -1,0 +1,86 @@
+//! The status page and `/metrics` (feature `web`), driven through `StatusPage::handle` as
+//! any server would call it, on both engines: what the page shows matches what the store
+//! says, its actions reach the store only when confirmed with the form secret, and hostile
+//! requests get clear HTTP errors and change nothing. (The page in a real browser, served by
+//! `leasehold serve`, is tested in the tool's `serve` tests.)
+
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+#[path = "../support/backends.rs"]
+mod backends;
+#[path = "../support/on_both.rs"]
+mod on_both;
+
+mod actions;
+mod hostile;
+mod metrics;
+mod pages;
+
+use std::sync::Arc;
+
+use http::{Method, StatusCode};
+use leasehold::web::{Response, StatusPage, StatusPageBuilder};
+use leasehold::{JobStore, ReadJobs};
+
+use on_both::Backend;
+
+/// A page that reads and acts on the backend's store.
+pub fn page_of(f: &Backend) -> StatusPageBuilder {
+    let store: Arc<dyn JobStore> = f.handle();
+    let reads: Arc<dyn ReadJobs> = f.handle();
+    StatusPage::builder(reads).writes(store)
+}
+
+pub fn request(method: Method, uri: &str, body: &str) -> leasehold::web::Request {
+    let mut r = http::Request::builder().method(method).uri(uri);
+    if !body.is_empty() {
+        r = r.header(
+            http::header::CONTENT_TYPE,
+            "application/x-www-form-urlencoded",
+        );
+    }
+    r.body(body.as_bytes().to_vec()).unwrap()
+}
+
+pub fn get(page: &StatusPage, uri: &str) -> Response {
+    page.handle(&request(Method::GET, uri, ""))
+}
+
+pub fn post(page: &StatusPage, uri: &str, form: &str) -> Response {
+    page.handle(&request(Method::POST, uri, form))
+}
+
+pub fn text(r: &Response) -> String {
+    String::from_utf8(r.body().clone()).unwrap()
+}
+
+/// The page's body, after checking that it answered `status`.
+pub fn expect(r: Response, status: StatusCode) -> String {
+    let body = text(&r);
+    assert_eq!(r.status(), status, "{body}");
+    body
+}
+
+/// The form secret the page's forms carry.
+pub fn form_secret(html: &str) -> String {
+    let at = html
+        .find("name=\"csrf\" value=\"")
+        .expect("a form with the secret")
+        + 19;
+    html[at..at + 32].to_owned()
+}
+
+/// The count the overview shows for `queue` in `state`.
+pub fn shown_count(html: &str, queue: &str, state: &str) -> u64 {
+    let marker = format!("data-count=\"{queue}/{state}\"");
+    let at = html
+        .find(&marker)
+        .unwrap_or_else(|| panic!("no cell {marker}"))
+        + marker.len();
+    let rest = &html[at..];
+    let digits: String = rest[rest.find('>').unwrap() + 1..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    digits.parse().unwrap()
+}

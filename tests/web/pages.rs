@@ -1,0 +1,200 @@
+//! What the pages show, checked against what the store says.
+
+use std::time::Duration;
+
+use http::StatusCode;
+use leasehold::{JobFilter, JobState, NewJob};
+
+use crate::on_both::{Kind, Q};
+use crate::{expect, get, page_of, shown_count};
+
+crate::on_both::on_both!(
+    the_overview_shows_each_queues_counts_as_the_store_counts_them,
+    the_overview_lists_the_leases_held_with_their_worker_and_attempt,
+    a_jobs_page_shows_its_run_history_attempt_by_attempt,
+    the_job_list_filters_by_queue_state_and_metadata_and_pages_by_id,
+    throughput_is_drawn_from_samples_of_the_finished_counts,
+    a_page_under_a_prefix_links_under_it_and_finds_nothing_outside_it,
+);
+
+fn the_overview_shows_each_queues_counts_as_the_store_counts_them(kind: Kind) {
+    let f = kind.open();
+    f.enqueue_n(5);
+    f.enqueue(NewJob::new("mail", "m")).unwrap();
+    let l = f.claim_one("w1");
+    f.complete(&l, b"").unwrap();
+    let l = f.claim_one("w1");
+    f.fail(&l, "boom").unwrap();
+    f.claim_one("w2");
+    let page = page_of(&f).build();
+    let html = expect(get(&page, "/"), StatusCode::OK);
+    let stats = f.stats().unwrap();
+    for (queue, counts) in &stats.queues {
+        for state in JobState::ALL {
+            assert_eq!(
+                shown_count(&html, queue, state.name()),
+                counts.get(state),
+                "{queue}/{state}"
+            );
+        }
+    }
+    assert_eq!(shown_count(&html, Q, "succeeded"), 1);
+    assert_eq!(shown_count(&html, Q, "running"), 1);
+    assert_eq!(shown_count(&html, "mail", "queued"), 1);
+    assert!(html.contains("<meta http-equiv=\"refresh\" content=\"5\">"));
+    let still = expect(get(&page, "/?refresh=0"), StatusCode::OK);
+    assert!(!still.contains("http-equiv=\"refresh\""));
+}
+
+fn the_overview_lists_the_leases_held_with_their_worker_and_attempt(kind: Kind) {
+    let f = kind.open();
+    f.enqueue_n(3);
+    let held = f.claim_one("worker-<b>7</b>");
+    let page = page_of(&f).build();
+    let html = expect(get(&page, "/"), StatusCode::OK);
+    let leases = &html[html.find("id=\"leases\"").expect("a leases table")..];
+    let leases = &leases[..leases.find("</table>").unwrap()];
+    assert!(leases.contains(&format!("/jobs/{}\"", held.job.0)));
+    assert!(
+        leases.contains("worker-&lt;b&gt;7&lt;/b&gt;"),
+        "the worker's name, escaped: {leases}"
+    );
+    assert!(
+        !html.contains("<b>7</b>"),
+        "no markup from the store reaches the page"
+    );
+    assert_eq!(leases.matches("<tr>").count(), 2, "a heading and one lease");
+}
+
+fn a_jobs_page_shows_its_run_history_attempt_by_attempt(kind: Kind) {
+    let f = kind.open();
+    let id = f
+        .enqueue(NewJob::new(Q, "p").metadata("tenant", "acme"))
+        .unwrap();
+    let l = f.claim_one("w1");
+    f.fail(&l, "the <disk> is full").unwrap();
+    f.advance(Duration::from_secs(3600));
+    let l = f.claim_one("w2");
+    f.advance(Duration::from_secs(2));
+    f.complete(&l, b"ok").unwrap();
+    let page = page_of(&f).build();
+    let html = expect(get(&page, &format!("/jobs/{}", id.0)), StatusCode::OK);
+    let runs = &html[html.find("id=\"runs\"").expect("a runs table")..];
+    assert_eq!(
+        runs.matches("<tr>").count(),
+        3,
+        "a heading and two attempts"
+    );
+    assert!(runs.contains("the &lt;disk&gt; is full"), "{runs}");
+    assert!(runs.contains("succeeded"));
+    assert!(runs.contains("w1") && runs.contains("w2"));
+    assert!(html.contains("tenant") && html.contains("acme"));
+    assert!(
+        html.contains("2.0 s"),
+        "the second attempt ran for two seconds of store time"
+    );
+    // A succeeded job offers neither cancel nor retry.
+    assert!(!html.contains("/cancel\"") && !html.contains("/retry\""));
+}
+
+fn the_job_list_filters_by_queue_state_and_metadata_and_pages_by_id(kind: Kind) {
+    let f = kind.open();
+    let mut acme = Vec::new();
+    for i in 0..7 {
+        let tenant = if i % 2 == 0 { "acme" } else { "other" };
+        let id = f
+            .enqueue(NewJob::new(Q, "p").metadata("tenant", tenant))
+            .unwrap();
+        if tenant == "acme" {
+            acme.push(id);
+        }
+    }
+    f.enqueue(NewJob::new("mail", "m").metadata("tenant", "acme"))
+        .unwrap();
+    let page = page_of(&f).build();
+    let ids_on = |html: &str| -> Vec<u64> {
+        let table = match html.find("id=\"jobs\"") {
+            Some(at) => &html[at..],
+            None => return Vec::new(),
+        };
+        table
+            .split("<a href=\"/jobs/")
+            .skip(1)
+            .map(|s| s[..s.find('"').unwrap()].parse().unwrap())
+            .collect()
+    };
+    let first = expect(
+        get(&page, "/jobs?queue=q&meta=tenant%3Dacme&limit=3"),
+        StatusCode::OK,
+    );
+    assert_eq!(
+        ids_on(&first),
+        acme[..3].iter().map(|j| j.0).collect::<Vec<_>>()
+    );
+    let next = &first[first.find("id=\"next\" href=\"").expect("a next page") + 16..];
+    let next = next[..next.find('"').unwrap()].replace("&amp;", "&");
+    let second = expect(get(&page, &next), StatusCode::OK);
+    assert_eq!(ids_on(&second), vec![acme[3].0]);
+    let store_says: Vec<u64> = f
+        .jobs(&JobFilter {
+            state: Some(JobState::Queued),
+            metadata: vec![("tenant".into(), "acme".into())],
+            ..JobFilter::default()
+        })
+        .unwrap()
+        .iter()
+        .map(|j| j.id().0)
+        .collect();
+    let all = expect(
+        get(&page, "/jobs?state=queued&meta=tenant%3Dacme"),
+        StatusCode::OK,
+    );
+    assert_eq!(ids_on(&all), store_says);
+    assert_eq!(store_says.len(), 5, "four in q and one in mail");
+    let none = expect(get(&page, "/jobs?state=dead"), StatusCode::OK);
+    assert!(ids_on(&none).is_empty() && none.contains("No job matches."));
+}
+
+fn throughput_is_drawn_from_samples_of_the_finished_counts(kind: Kind) {
+    let f = kind.open();
+    f.enqueue_n(30);
+    let page = page_of(&f).build();
+    expect(get(&page, "/"), StatusCode::OK);
+    for _ in 0..20 {
+        let l = f.claim_one("w");
+        f.complete(&l, b"").unwrap();
+    }
+    for _ in 0..2 {
+        let l = f.claim_one("w");
+        f.fail_permanently(&l, "bad").unwrap();
+    }
+    f.advance(Duration::from_secs(10));
+    let html = expect(get(&page, "/"), StatusCode::OK);
+    let card = |id: &str| {
+        let at = html.find(&format!("id=\"{id}\"><b>")).unwrap() + id.len() + 9;
+        html[at..at + html[at..].find('<').unwrap()].to_owned()
+    };
+    assert_eq!(
+        card("card-succeeded-rate"),
+        "2.0/s",
+        "20 in 10 s of store time"
+    );
+    assert_eq!(card("card-dead-rate"), "0.2/s");
+    assert_eq!(card("card-failure-rate"), "9.1 %");
+    assert!(html.contains("<svg id=\"throughput\""));
+}
+
+fn a_page_under_a_prefix_links_under_it_and_finds_nothing_outside_it(kind: Kind) {
+    let f = kind.open();
+    let id = f.enqueue(NewJob::new(Q, "p")).unwrap();
+    let page = page_of(&f).base_path("/ops/jobs/").build();
+    let html = expect(get(&page, "/ops/jobs/"), StatusCode::OK);
+    assert!(html.contains("href=\"/ops/jobs/jobs?queue=q\""));
+    assert!(!html.contains("href=\"/jobs"));
+    expect(
+        get(&page, &format!("/ops/jobs/jobs/{}", id.0)),
+        StatusCode::OK,
+    );
+    expect(get(&page, "/jobs"), StatusCode::NOT_FOUND);
+    expect(get(&page, "/ops/jobsx"), StatusCode::NOT_FOUND);
+}
