@@ -20,6 +20,7 @@ mod helper;
 mod inspect;
 mod operate;
 mod pool_process;
+mod serve;
 mod target;
 
 use std::path::PathBuf;
@@ -283,6 +284,19 @@ enum Command {
         #[arg(long, default_value_t = 0)]
         iterations: u64,
     },
+    /// Serve the status page and Prometheus /metrics of the store over HTTP, beside the
+    /// application that runs it. Prints `serving http://ADDR/` first.
+    Serve {
+        /// Where to listen. Anything but a loopback address needs --token.
+        #[arg(long, default_value = "127.0.0.1:8470")]
+        listen: std::net::SocketAddr,
+        /// A token every request must carry (`Authorization: Bearer`, or the page's sign-in).
+        #[arg(long, env = "LEASEHOLD_TOKEN", hide_env_values = true)]
+        token: Option<String>,
+        /// Threads answering requests.
+        #[arg(long, default_value_t = 4)]
+        threads: usize,
+    },
     /// Run three worker pools on a real store file and show leases at work: a killed pool's
     /// jobs reclaimed, a paused worker fenced, a hung job caught, a graceful release.
     Demo {
@@ -394,6 +408,18 @@ fn main() -> ExitCode {
             none,
         } => operate::limit(&db, json, &queue, concurrency, rate, none),
         Command::Compact => operate::compact(&db, json),
+        Command::Serve {
+            listen,
+            token,
+            threads,
+        } => serve::run(
+            &db,
+            serve::Settings {
+                listen,
+                token,
+                threads,
+            },
+        ),
         Command::Demo { jobs } => demo::run(json, jobs),
         Command::Bench { scale, only } => bench::run(json, scale, only.as_deref()),
         Command::Child {

@@ -14,7 +14,7 @@ use super::target::{Writer, open_postgres, postgres_url};
 
 /// Opens the store for writing: a database by its URL (its tables made if missing), a file
 /// joined as its sharing says; only `enqueue` may create a missing file.
-fn open(db: &Path, create: bool) -> Result<Writer, Error> {
+pub fn open(db: &Path, create: bool) -> Result<Writer, Error> {
     if let Some(url) = postgres_url(db) {
         return Ok(Writer::database(open_postgres(url, create)?));
     }

@@ -179,6 +179,12 @@ impl Writer {
         }
     }
 
+    /// The store as the contract both engines keep, to hand to what takes one (the status
+    /// page's actions); the store stays open while any handle on it lives.
+    pub fn shared(&self) -> Arc<dyn JobStore> {
+        self.store.clone()
+    }
+
     /// One reaper pass. On a database, a vacuum the pass started is waited for: the server
     /// would cancel it when this process's connection closes.
     pub fn reap_pass(&self) -> Result<ReapReport, Error> {

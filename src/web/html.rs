@@ -93,12 +93,17 @@ pub(crate) struct Table {
 }
 
 impl Table {
+    /// A table with these headings (none if every one is empty: a table of fields).
     pub(crate) fn new(id: &str, headings: &[&str]) -> Table {
-        let mut html = format!("<table id=\"{id}\"><thead><tr>");
-        for h in headings {
-            let _ = write!(html, "<th>{}</th>", escape(h));
+        let mut html = format!("<table id=\"{id}\">");
+        if headings.iter().any(|h| !h.is_empty()) {
+            html.push_str("<thead><tr>");
+            for h in headings {
+                let _ = write!(html, "<th>{}</th>", escape(h));
+            }
+            html.push_str("</tr></thead>");
         }
-        html.push_str("</tr></thead><tbody>");
+        html.push_str("<tbody>");
         Table { html, rows: 0 }
     }
 

@@ -16,8 +16,9 @@
 //! | `GET /metrics` | the Prometheus text format |
 //! | `GET /login`, `POST /login` | where a person gives the token, when there is one |
 //!
-//! Safe by default: no action is a GET; every action needs the page's form secret (see
-//! [`access`](self) docs) and, with a token set, the token; every parameter is checked before
+//! Safe by default: no action is a GET; every action needs the page's form secret (made at
+//! start and known only to the page's own forms, so another site cannot post one) and, with
+//! a token set ([`StatusPageBuilder::token`]), the token; every parameter is checked before
 //! the store is read; a page only ever reads (reads never hold the writer, on either
 //! engine), and an action is one of the store's own operations, refused with the store's
 //! typed error.
