@@ -271,24 +271,55 @@ pub(crate) fn lease_expiries(
     Ok((earliest, next))
 }
 
-/// Jobs matching `filter` at `now`. Reads every record (from the cursor on): for operators
-/// and tools, not hot paths.
+/// Jobs matching `filter` at `now`: for operators and tools, not hot paths.
+///
+/// Running and waiting jobs are found through their index (`expiry`, `ready`), so listing
+/// them reads only them, however many finished jobs the store keeps; other listings read
+/// the records in id order from the cursor on (newest first from the end, for
+/// [`JobOrder::Newest`]), and stop at the limit where the order allows it.
 pub(crate) fn list(read: &ReadTransaction, filter: &JobFilter, now: StoreTime) -> Result<Vec<Job>> {
     let jobs = read.open_table(schema::JOBS)?;
     let from = filter.after.map_or(0, |after| after.0.saturating_add(1));
+    let stops_early = matches!(filter.order, JobOrder::Oldest | JobOrder::Newest);
     let mut out = Vec::new();
-    for entry in jobs.range(from..)? {
-        let job = decode_job(entry?.1.value())?;
+    let mut take = |job: JobRecord| {
         if filter.admits(&job, now) {
             out.push(job);
         }
-        if filter.order == JobOrder::Oldest && filter.limit.is_some_and(|n| out.len() >= n) {
-            break;
+        !(stops_early && filter.limit.is_some_and(|n| out.len() >= n))
+    };
+    match indexed_candidates(read, filter)? {
+        Some(mut ids) => {
+            ids.retain(|id| *id >= from);
+            ids.sort_unstable();
+            ids.dedup();
+            if filter.order == JobOrder::Newest {
+                ids.reverse();
+            }
+            for id in ids {
+                let Some(bytes) = jobs.get(id)? else { continue };
+                if !take(decode_job(bytes.value())?) {
+                    break;
+                }
+            }
+        }
+        None if filter.order == JobOrder::Newest => {
+            for entry in jobs.range(from..)?.rev() {
+                if !take(decode_job(entry?.1.value())?) {
+                    break;
+                }
+            }
+        }
+        None => {
+            for entry in jobs.range(from..)? {
+                if !take(decode_job(entry?.1.value())?) {
+                    break;
+                }
+            }
         }
     }
     match filter.order {
-        JobOrder::Oldest => {}
-        JobOrder::Newest => out.reverse(),
+        JobOrder::Oldest | JobOrder::Newest => {}
         JobOrder::Priority => out.sort_by_key(|j| (j.priority, j.run_at, j.id)),
         JobOrder::Updated => out.sort_by_key(|j| std::cmp::Reverse((j.updated_at, j.id))),
     }
@@ -296,6 +327,39 @@ pub(crate) fn list(read: &ReadTransaction, filter: &JobFilter, now: StoreTime) -
         out.truncate(n);
     }
     Ok(out.into_iter().map(Job).collect())
+}
+
+/// The ids of every job that can pass `filter`, from an index, where its state has one that
+/// holds only jobs in that state: `expiry` for running jobs, `ready` for waiting ones (both
+/// keyed by queue first). `None`: no index narrows it; read the records.
+fn indexed_candidates(read: &ReadTransaction, filter: &JobFilter) -> Result<Option<Vec<u64>>> {
+    let queue = filter.queue.as_deref();
+    let ids = match filter.state {
+        Some(JobState::Running) => {
+            let expiry = read.open_table(schema::EXPIRY)?;
+            let entries = match queue {
+                Some(q) => expiry.range((q, 0u64, 0u64)..=(q, u64::MAX, u64::MAX))?,
+                None => expiry.range::<(&str, u64, u64)>(..)?,
+            };
+            entries
+                .map(|e| Ok(e?.0.value().2))
+                .collect::<Result<Vec<_>>>()?
+        }
+        Some(JobState::Queued | JobState::RetryWait) => {
+            let ready = read.open_table(schema::READY)?;
+            let entries = match queue {
+                Some(q) => {
+                    ready.range((q, i32::MIN, 0u64, 0u64)..=(q, i32::MAX, u64::MAX, u64::MAX))?
+                }
+                None => ready.range::<(&str, i32, u64, u64)>(..)?,
+            };
+            entries
+                .map(|e| Ok(e?.0.value().3))
+                .collect::<Result<Vec<_>>>()?
+        }
+        _ => return Ok(None),
+    };
+    Ok(Some(ids))
 }
 
 /// The process id of the process that last opened the store for writing.

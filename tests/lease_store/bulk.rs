@@ -8,6 +8,7 @@ crate::on_both::on_both!(
     retry_all_retries_the_dead_jobs_a_filter_names_in_batches_and_lists_the_refused,
     cancel_all_cancels_waiting_flags_running_and_refuses_finished,
     a_listing_filters_by_metadata_age_and_cursor,
+    every_listing_agrees_with_the_records_whatever_its_state_queue_order_limit_and_cursor,
 );
 
 /// A job that failed its only attempt, tagged with `tenant` if given.
@@ -167,4 +168,94 @@ fn a_listing_filters_by_metadata_age_and_cursor(kind: Kind) {
         }),
         vec![new]
     );
+}
+
+/// The listings of running and waiting jobs come from their indexes on redb, the rest from
+/// the records (and on PostgreSQL from SQL): each must list exactly what a reading of every
+/// record would, in the order asked, for every state, queue, order, limit and cursor.
+fn every_listing_agrees_with_the_records_whatever_its_state_queue_order_limit_and_cursor(
+    kind: Kind,
+) {
+    let f = kind.open();
+    for i in 0..40u32 {
+        let queue = if i % 3 == 0 { "other" } else { Q };
+        let job = NewJob::new(queue, "x")
+            .priority((i % 4) as i32)
+            .max_attempts(1 + i % 2)
+            .metadata("tenant", format!("t{}", i % 2));
+        f.enqueue(job).unwrap();
+    }
+    // Claim, end and leave jobs across both queues: running, retry_wait, succeeded, dead,
+    // cancelled, queued.
+    for (n, queue) in [(14, Q), (6, "other")] {
+        for k in 0..n {
+            let l = f.claim(queue, "w", lease()).unwrap().unwrap();
+            match k % 5 {
+                0 => {} // left running
+                1 => f.complete(&l, b"").map(|_| ()).unwrap(),
+                2 => f.fail(&l, "boom").map(|_| ()).unwrap(),
+                3 => f.cancel(l.job).map(|_| ()).unwrap(),
+                _ => f.release(&l).unwrap(),
+            }
+        }
+    }
+    f.cancel(JobId(40)).unwrap();
+    let now = f.now();
+    let all = f.jobs(&JobFilter::default()).unwrap();
+    assert_eq!(all.len(), 40);
+    let states: std::collections::BTreeSet<_> = all.iter().map(|j| j.state()).collect();
+    assert!(
+        states.len() >= 5,
+        "the setup reaches most states: {states:?}"
+    );
+    let mut state_choices: Vec<Option<JobState>> = JobState::ALL.map(Some).to_vec();
+    state_choices.push(None);
+    for state in state_choices {
+        for queue in [None, Some(Q), Some("other"), Some("none")] {
+            for order in [
+                leasehold::JobOrder::Oldest,
+                leasehold::JobOrder::Newest,
+                leasehold::JobOrder::Priority,
+            ] {
+                for (after, limit) in [(None, None), (None, Some(3)), (Some(JobId(17)), Some(4))] {
+                    for tenant in [None, Some("t1")] {
+                        let filter = JobFilter {
+                            queue: queue.map(str::to_owned),
+                            state,
+                            order,
+                            after,
+                            limit,
+                            metadata: tenant
+                                .map(|t| vec![("tenant".to_owned(), t.to_owned())])
+                                .unwrap_or_default(),
+                            ..JobFilter::default()
+                        };
+                        let mut want: Vec<_> = all
+                            .iter()
+                            .filter(|j| queue.is_none_or(|q| j.queue() == q))
+                            .filter(|j| state.is_none_or(|s| j.state() == s))
+                            .filter(|j| after.is_none_or(|a| j.id() > a))
+                            .filter(|j| {
+                                tenant.is_none_or(|t| j.metadata_value("tenant") == Some(t))
+                            })
+                            .collect();
+                        match order {
+                            leasehold::JobOrder::Newest => want.reverse(),
+                            leasehold::JobOrder::Priority => {
+                                want.sort_by_key(|j| (j.priority(), j.run_at(), j.id()))
+                            }
+                            _ => {}
+                        }
+                        if let Some(n) = limit {
+                            want.truncate(n);
+                        }
+                        let want: Vec<JobId> = want.iter().map(|j| j.id()).collect();
+                        let got: Vec<JobId> =
+                            f.jobs(&filter).unwrap().iter().map(|j| j.id()).collect();
+                        assert_eq!(got, want, "{filter:?} at {now:?}");
+                    }
+                }
+            }
+        }
+    }
 }
