@@ -53,7 +53,26 @@ pub(crate) fn list(
     let limit = filter
         .limit
         .map_or(i64::MAX, |n| i64::try_from(n).unwrap_or(i64::MAX));
-    let sql = format!("{}{order} LIMIT $3", p.names.sql(LIST));
+    // Running and waiting jobs have partial indexes (`leasehold_jobs_expiry`, `_ready`):
+    // their ids are taken from the index first, or the planner, expecting matches to be
+    // spread evenly, walks the primary key in order and filters every finished row on the
+    // way (1.7 s on a million bloated rows, against 24 ms this way).
+    let narrow = match filter.state {
+        Some(JobState::Running) => {
+            " AND id = ANY(ARRAY(SELECT id FROM {s}.leasehold_jobs WHERE state = 'running' \
+             AND ($1::text IS NULL OR queue = $1)))"
+        }
+        Some(JobState::Queued | JobState::RetryWait) => {
+            " AND id = ANY(ARRAY(SELECT id FROM {s}.leasehold_jobs \
+             WHERE state IN ('queued', 'retry_wait') AND ($1::text IS NULL OR queue = $1)))"
+        }
+        _ => "",
+    };
+    let sql = format!(
+        "{}{}{order} LIMIT $3",
+        p.names.sql(LIST),
+        p.names.sql(narrow)
+    );
     let state = filter.state.map(|s| s.name());
     let metadata = super::rows::metadata_column(&filter.metadata);
     let unchanged = filter.unchanged_for.map(super::rows::micros);

@@ -27,6 +27,8 @@ pub(crate) struct Scrape<'a> {
     pub timings: &'a [(String, QueueTiming)],
     pub pools: &'a [(String, PoolStats)],
     pub writes: Option<WriteMetrics>,
+    /// How old the counts are (zero: counted for this scrape).
+    pub counts_age: std::time::Duration,
 }
 
 pub(crate) fn render(s: &Scrape<'_>) -> Result<String, std::fmt::Error> {
@@ -123,6 +125,14 @@ pub(crate) fn render(s: &Scrape<'_>) -> Result<String, std::fmt::Error> {
         "worst_detection_delay_seconds",
         "The longest time from a lease's last renewal to its reclaim",
         delay,
+    );
+
+    let age = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
+    age.set(s.counts_age.as_secs_f64());
+    registry.register(
+        "counts_age_seconds",
+        "How old the job counts of this scrape are (a slow count is repeated in the background)",
+        age,
     );
 
     if let Some(w) = s.writes {

@@ -26,6 +26,7 @@
 mod access;
 mod actions;
 mod chart;
+mod counts;
 mod error;
 mod html;
 mod metrics;
@@ -38,6 +39,9 @@ use http::{Method, StatusCode, header};
 use parking_lot::Mutex;
 
 pub use error::WebError;
+/// The `http` crate the page's [`Request`] and [`Response`] come from, for an application to
+/// build them with the same version.
+pub use http;
 
 use crate::error::Result;
 use crate::ids::{InstanceId, JobId};
@@ -86,6 +90,7 @@ pub(crate) struct Inner {
     base: String,
     name: String,
     samples: Mutex<chart::Samples>,
+    counts: Arc<counts::Counts>,
 }
 
 /// Builds a [`StatusPage`]: what it reads, how it acts, who may use it.
@@ -108,6 +113,7 @@ impl StatusPage {
                 base: String::new(),
                 name: String::new(),
                 samples: Mutex::new(chart::Samples::default()),
+                counts: counts::Counts::new(std::time::Duration::from_secs(1)),
             },
         }
     }
@@ -342,6 +348,15 @@ impl StatusPageBuilder {
         self
     }
 
+    /// How long the page shows the same counts before it counts again (default 1 s). A
+    /// count that takes long (a database of many jobs counts its rows) is also repeated no
+    /// more often than ten times its own length, in the background, and the page says how
+    /// old the counts it shows are. Zero counts on every request, however long it takes.
+    pub fn counts_fresh_for(mut self, fresh_for: std::time::Duration) -> Self {
+        self.inner.counts = counts::Counts::new(fresh_for);
+        self
+    }
+
     /// The page.
     pub fn build(self) -> StatusPage {
         StatusPage {
@@ -351,6 +366,13 @@ impl StatusPageBuilder {
 }
 
 impl Inner {
+    /// The store's counts (see [`counts`]), sampled for the chart.
+    fn counts(&self) -> std::result::Result<counts::Snapshot, WebError> {
+        let snapshot = self.counts.get(&self.reads)?;
+        self.samples.lock().record(&snapshot.stats);
+        Ok(snapshot)
+    }
+
     /// A handle to write through for one action.
     fn writer(&self) -> std::result::Result<Arc<dyn JobStore>, WebError> {
         match &self.writes {

@@ -107,11 +107,11 @@ pub(crate) fn overview(inner: &Inner, query: &[(String, String)]) -> PageResult 
         },
     };
     let store = &inner.reads;
-    let stats = store.stats()?;
-    let now = stats.now;
+    let counted = inner.counts()?;
+    let stats = counted.stats;
+    let now = store.now()?;
     let (rates, recent) = {
-        let mut samples = inner.samples.lock();
-        samples.record(&stats);
+        let samples = inner.samples.lock();
         (samples.rates(), samples.recent(Duration::from_secs(60)))
     };
     let unserved = store.unserved_queues()?;
@@ -309,15 +309,20 @@ pub(crate) fn overview(inner: &Inner, query: &[(String, String)]) -> PageResult 
         }
         body.push_str(&t.finish(""));
     }
+    let counted_when = match counted.age.is_zero() {
+        true => "taken now".to_owned(),
+        false => format!(
+            "as of {} ago (counting this store takes a while, so it runs apart)",
+            duration(counted.age)
+        ),
+    };
+    let reloads = match refresh {
+        Some(_) => "; the page reloads itself every few seconds",
+        None => "",
+    };
     let _ = write!(
         body,
-        "<p class=\"note\">Store time {}; read {}.</p>",
-        now,
-        if refresh.is_some() {
-            "and reloaded every few seconds"
-        } else {
-            "once"
-        }
+        "<p class=\"note\" id=\"as-of\">Store time {now}; counts {counted_when}{reloads}.</p>"
     );
     ok(inner.frame("Overview", refresh).render(&body))
 }
@@ -543,8 +548,8 @@ pub(crate) fn job(inner: &Inner, id: JobId, query: &[(String, String)]) -> PageR
 
 pub(crate) fn metrics(inner: &Inner, query: &[(String, String)]) -> PageResult {
     known(query, &[])?;
-    let stats = inner.reads.stats()?;
-    inner.samples.lock().record(&stats);
+    let counted = inner.counts()?;
+    let stats = counted.stats;
     let mut timings = Vec::new();
     for queue in stats.queues.keys() {
         timings.push((queue.clone(), inner.reads.timing(queue)?));
@@ -555,6 +560,7 @@ pub(crate) fn metrics(inner: &Inner, query: &[(String, String)]) -> PageResult {
         timings: &timings,
         pools: &pools,
         writes: inner.write_metrics.as_ref().map(|m| m()),
+        counts_age: counted.age,
     })
     .map_err(|_| WebError::Store(crate::Error::Internal("encoding the metrics")))?;
     Ok(crate::web::respond(

@@ -24,11 +24,14 @@ use leasehold::{JobStore, ReadJobs};
 
 use on_both::Backend;
 
-/// A page that reads and acts on the backend's store.
+/// A page that reads and acts on the backend's store, counting its jobs for every request
+/// (the tests move store time between requests faster than any cache would notice).
 pub fn page_of(f: &Backend) -> StatusPageBuilder {
     let store: Arc<dyn JobStore> = f.handle();
     let reads: Arc<dyn ReadJobs> = f.handle();
-    StatusPage::builder(reads).writes(store)
+    StatusPage::builder(reads)
+        .writes(store)
+        .counts_fresh_for(std::time::Duration::ZERO)
 }
 
 pub fn request(method: Method, uri: &str, body: &str) -> leasehold::web::Request {
@@ -83,4 +86,17 @@ pub fn shown_count(html: &str, queue: &str, state: &str) -> u64 {
         .take_while(char::is_ascii_digit)
         .collect();
     digits.parse().unwrap()
+}
+
+/// Waits for `done`, with a generous deadline (the machine may be loaded).
+#[allow(clippy::disallowed_methods)] // a test deadline, not store time
+pub fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !done() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
 }

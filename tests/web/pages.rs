@@ -2,8 +2,12 @@
 
 use std::time::Duration;
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 use http::StatusCode;
-use leasehold::{JobFilter, JobState, NewJob};
+use leasehold::web::StatusPage;
+use leasehold::{JobFilter, JobState, NewJob, ReadJobs};
 
 use crate::on_both::{Kind, Q};
 use crate::{expect, get, page_of, shown_count};
@@ -15,6 +19,7 @@ crate::on_both::on_both!(
     the_job_list_filters_by_queue_state_and_metadata_and_pages_by_id,
     throughput_is_drawn_from_samples_of_the_finished_counts,
     a_page_under_a_prefix_links_under_it_and_finds_nothing_outside_it,
+    a_slow_count_is_repeated_apart_from_the_requests_and_the_page_says_how_old_it_is,
 );
 
 fn the_overview_shows_each_queues_counts_as_the_store_counts_them(kind: Kind) {
@@ -197,4 +202,70 @@ fn a_page_under_a_prefix_links_under_it_and_finds_nothing_outside_it(kind: Kind)
     );
     expect(get(&page, "/jobs"), StatusCode::NOT_FOUND);
     expect(get(&page, "/ops/jobsx"), StatusCode::NOT_FOUND);
+}
+
+/// A store whose counting takes 30 ms (as a database of many rows does), counting its counts.
+struct SlowCounts {
+    store: Arc<dyn ReadJobs>,
+    counted: AtomicUsize,
+}
+
+macro_rules! delegate {
+    ($($name:ident($($arg:ident: $t:ty),*) -> $r:ty;)*) => {
+        $(fn $name(&self, $($arg: $t),*) -> leasehold::Result<$r> { self.store.$name($($arg),*) })*
+    };
+}
+
+impl ReadJobs for SlowCounts {
+    fn stats(&self) -> leasehold::Result<leasehold::Stats> {
+        std::thread::sleep(Duration::from_millis(30));
+        self.counted.fetch_add(1, Ordering::SeqCst);
+        self.store.stats()
+    }
+    delegate! {
+        now() -> leasehold::StoreTime;
+        job(job: leasehold::JobId) -> Option<leasehold::Job>;
+        history(job: leasehold::JobId) -> Vec<leasehold::Run>;
+        payload(job: leasehold::JobId) -> Option<Vec<u8>>;
+        output(job: leasehold::JobId) -> Option<Vec<u8>>;
+        jobs(filter: &JobFilter) -> Vec<leasehold::Job>;
+        timing(queue: &str) -> leasehold::QueueTiming;
+        unserved_queues() -> Vec<leasehold::UnservedQueue>;
+        queue_settings(queue: &str) -> leasehold::QueueSettings;
+        schedules() -> Vec<leasehold::ScheduleInfo>;
+        check() -> leasehold::CheckReport;
+    }
+}
+
+fn a_slow_count_is_repeated_apart_from_the_requests_and_the_page_says_how_old_it_is(kind: Kind) {
+    let f = kind.open();
+    f.enqueue_n(2);
+    let slow = Arc::new(SlowCounts {
+        store: f.handle(),
+        counted: AtomicUsize::new(0),
+    });
+    let page = StatusPage::builder(slow.clone())
+        .counts_fresh_for(Duration::from_millis(1))
+        .build();
+    let first = expect(get(&page, "/?refresh=0"), StatusCode::OK);
+    assert_eq!(shown_count(&first, Q, "queued"), 2);
+    assert!(first.contains("counts taken now"));
+    assert_eq!(slow.counted.load(Ordering::SeqCst), 1);
+    f.enqueue_n(1);
+    let (mut requests, mut stale_seen) = (0, false);
+    crate::wait_until("the page to show the third job", || {
+        let html = expect(get(&page, "/?refresh=0"), StatusCode::OK);
+        requests += 1;
+        stale_seen |= html.contains("counts as of");
+        shown_count(&html, Q, "queued") == 3
+    });
+    assert!(
+        stale_seen,
+        "a page answered from the last count said how old it was"
+    );
+    let counted = slow.counted.load(Ordering::SeqCst);
+    assert!(
+        counted * 4 < requests.max(8),
+        "{counted} counts for {requests} requests: a slow count is not repeated per request"
+    );
 }

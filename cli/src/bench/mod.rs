@@ -8,6 +8,7 @@
 mod commit_shape;
 mod drain;
 mod measure;
+mod page;
 mod pg_churn;
 mod pool;
 mod postgres;
@@ -19,7 +20,7 @@ mod window;
 
 use std::path::Path;
 use std::process::ExitCode;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use leasehold::__private::CommitShape;
 use leasehold::{Durability, Error, NewJob, Sharing, Store, StoreBuilder};
@@ -360,6 +361,63 @@ fn scenarios(dir: &Path, scale: f64, only: Option<&str>) -> Result<Vec<Row>, Err
         }
     }
     // Minutes long, so only when asked for by name.
+    // The status page on a million jobs, and its cost to workers beside it: only when asked
+    // for by name (filling the store takes minutes).
+    if only == Some("page") {
+        let jobs = ((1_000_000.0 * scale) as usize).max(1000);
+        let rounds = n(20);
+        let drained = n(2000);
+        let file = store(dir, "page.redb", false)?;
+        let start = Instant::now();
+        page::fill(&file, jobs)?;
+        eprintln!(
+            "page: filled the file with {jobs} jobs in {:.0?}",
+            start.elapsed()
+        );
+        let view = leasehold::web::StatusPage::builder(std::sync::Arc::new(file.clone())).build();
+        rows.extend(page::pages(&format!("redb, {jobs} jobs"), &view, rounds)?);
+        drop((view, file));
+        let live = store(dir, "page-drain.redb", true)?;
+        for watched in [false, true, false, true] {
+            rows.push(page::cost_to_workers(
+                "redb",
+                live.clone(),
+                4,
+                drained,
+                watched,
+            )?);
+        }
+        match std::env::var("LEASEHOLD_PG_URL") {
+            Ok(url) => {
+                let scratch = postgres::Scratch::new(&url)?;
+                let db = scratch.store("page")?;
+                let start = Instant::now();
+                page::fill(&db, jobs)?;
+                eprintln!(
+                    "page: filled the database with {jobs} jobs in {:.0?}",
+                    start.elapsed()
+                );
+                let view =
+                    leasehold::web::StatusPage::builder(std::sync::Arc::new(db.clone())).build();
+                rows.extend(page::pages(
+                    &format!("PostgreSQL, {jobs} jobs"),
+                    &view,
+                    rounds,
+                )?);
+                let live = scratch.store("pagedrain")?;
+                for watched in [false, true, false, true] {
+                    rows.push(page::cost_to_workers(
+                        "PostgreSQL",
+                        live.clone(),
+                        4,
+                        drained,
+                        watched,
+                    )?);
+                }
+            }
+            Err(_) => eprintln!("page: PostgreSQL not run (set LEASEHOLD_PG_URL to a server)"),
+        }
+    }
     if only == Some("churn") {
         match std::env::var("LEASEHOLD_PG_URL") {
             Ok(url) => rows.extend(pg_churn::rows(&url, scale)?),
