@@ -39,7 +39,7 @@ impl Scratch {
             .open()
     }
 
-    fn sql(&mut self, sql: &str) -> Result<(), Error> {
+    pub(super) fn sql(&mut self, sql: &str) -> Result<(), Error> {
         Ok(self
             .admin
             .batch_execute(&sql.replace("{s}", &self.schema))?)
