@@ -303,15 +303,13 @@ pub(crate) fn list(read: &ReadTransaction, filter: &JobFilter, now: StoreTime) -
                 }
             }
         }
-        None if filter.order == JobOrder::Newest => {
-            for entry in jobs.range(from..)?.rev() {
-                if !take(decode_job(entry?.1.value())?) {
-                    break;
-                }
-            }
-        }
         None => {
-            for entry in jobs.range(from..)? {
+            let range = jobs.range(from..)?;
+            let records: Box<dyn Iterator<Item = _>> = match filter.order {
+                JobOrder::Newest => Box::new(range.rev()),
+                _ => Box::new(range),
+            };
+            for entry in records {
                 if !take(decode_job(entry?.1.value())?) {
                     break;
                 }

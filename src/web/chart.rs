@@ -72,20 +72,7 @@ impl Samples {
         let s = &self.samples;
         s.iter()
             .zip(s.iter().skip(1))
-            .map(|(a, b)| {
-                let secs = b.at.saturating_since(a.at).as_secs_f64().max(1e-9);
-                let growth = |x: u64, y: u64| y.saturating_sub(x) as f64 / secs;
-                let purged = b.succeeded < a.succeeded || b.dead < a.dead;
-                Rate {
-                    until: b.at,
-                    succeeded: if purged {
-                        0.0
-                    } else {
-                        growth(a.succeeded, b.succeeded)
-                    },
-                    dead: if purged { 0.0 } else { growth(a.dead, b.dead) },
-                }
-            })
+            .map(|(a, b)| between(a, b))
             .collect()
     }
 
@@ -96,16 +83,23 @@ impl Samples {
             .samples
             .iter()
             .find(|s| last.at.saturating_since(s.at) <= span)?;
-        if first == last {
-            return None;
-        }
-        let secs = last.at.saturating_since(first.at).as_secs_f64();
-        let growth = |x: u64, y: u64| y.saturating_sub(x) as f64 / secs;
-        Some(Rate {
-            until: last.at,
-            succeeded: growth(first.succeeded, last.succeeded),
-            dead: growth(first.dead, last.dead),
-        })
+        (first != last).then(|| between(first, last))
+    }
+}
+
+/// Jobs finished per second from sample `a` to a later sample `b`; nothing, rather than a
+/// negative rate, where a purge shrank the counts between them.
+fn between(a: &Sample, b: &Sample) -> Rate {
+    let secs = b.at.saturating_since(a.at).as_secs_f64().max(1e-9);
+    let purged = b.succeeded < a.succeeded || b.dead < a.dead;
+    let growth = |x: u64, y: u64| match purged {
+        true => 0.0,
+        false => (y - x) as f64 / secs,
+    };
+    Rate {
+        until: b.at,
+        succeeded: growth(a.succeeded, b.succeeded),
+        dead: growth(a.dead, b.dead),
     }
 }
 

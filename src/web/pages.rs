@@ -62,21 +62,6 @@ fn ok(body: String) -> PageResult {
     Ok(crate::web::html(StatusCode::OK, body))
 }
 
-/// Only the parameters a page knows; the rest is refused by name.
-fn known<'a>(
-    query: &'a [(String, String)],
-    names: &[&str],
-) -> Result<BTreeMap<&'a str, &'a str>, WebError> {
-    let mut out = BTreeMap::new();
-    for (k, v) in query {
-        if !names.contains(&k.as_str()) {
-            return Err(WebError::BadRequest(format!("unknown parameter {k:?}")));
-        }
-        out.insert(k.as_str(), v.as_str());
-    }
-    Ok(out)
-}
-
 /// What an action that went through says on the page it returns to.
 fn done_banner(did: Option<&str>) -> String {
     let text = match did {
@@ -93,18 +78,10 @@ fn done_banner(did: Option<&str>) -> String {
 }
 
 pub(crate) fn overview(inner: &Inner, query: &[(String, String)]) -> PageResult {
-    let q = known(query, &["refresh", "did"])?;
+    let q = params::known(query, &["refresh", "did"])?;
     let refresh = match q.get("refresh") {
         None => Some(REFRESH_SECS),
-        Some(s) => match s.parse::<u32>() {
-            Ok(0) => None,
-            Ok(n) if n <= 3600 => Some(n),
-            _ => {
-                return Err(WebError::BadRequest(format!(
-                    "refresh {s:?} is not 0 to 3600"
-                )));
-            }
-        },
+        Some(s) => params::refresh(s)?,
     };
     let store = &inner.reads;
     let counted = inner.counts()?;
@@ -418,7 +395,7 @@ pub(crate) fn jobs(inner: &Inner, query: &[(String, String)]) -> PageResult {
 }
 
 pub(crate) fn job(inner: &Inner, id: JobId, query: &[(String, String)]) -> PageResult {
-    let q = known(query, &["did"])?;
+    let q = params::known(query, &["did"])?;
     let store = &inner.reads;
     let Some(job) = store.job(id)? else {
         return Err(WebError::NotFound(format!("job {id}")));
@@ -547,7 +524,7 @@ pub(crate) fn job(inner: &Inner, id: JobId, query: &[(String, String)]) -> PageR
 }
 
 pub(crate) fn metrics(inner: &Inner, query: &[(String, String)]) -> PageResult {
-    known(query, &[])?;
+    params::known(query, &[])?;
     let counted = inner.counts()?;
     let stats = counted.stats;
     let mut timings = Vec::new();
@@ -616,12 +593,13 @@ pub(crate) fn confirm(
 /// A refusal, as a page (or as text for a scraper).
 pub(crate) fn error_page(inner: &Inner, request: &Request, e: &WebError) -> Response {
     let status = e.status();
-    if matches!(e, WebError::Unauthorized) && !request.uri().path().ends_with("/metrics") {
+    let scraper = request.uri().path().ends_with("/metrics");
+    if matches!(e, WebError::Unauthorized) && !scraper {
         let mut r = login(inner, None);
         *r.status_mut() = status;
         return r;
     }
-    if request.uri().path().ends_with("/metrics") {
+    if scraper {
         return crate::web::respond(
             status,
             "text/plain; charset=utf-8",

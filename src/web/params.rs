@@ -3,6 +3,8 @@
 //! [`WebError::BadRequest`] that names it; unknown parameters are refused too, so a typo in a
 //! filter never silently lists everything.
 
+use std::collections::BTreeMap;
+
 use crate::ids::JobId;
 use crate::job::JobState;
 use crate::query::{JobFilter, JobOrder};
@@ -155,6 +157,33 @@ impl Listing {
             q.append_pair("order", "newest");
         }
         q.finish()
+    }
+}
+
+/// The parameters of a page that takes only `names`, by name; any other is refused by
+/// name (a listing has its own reader, [`Listing::parse`]).
+pub(crate) fn known<'a>(
+    query: &'a [(String, String)],
+    names: &[&str],
+) -> Result<BTreeMap<&'a str, &'a str>, WebError> {
+    let mut out = BTreeMap::new();
+    for (k, v) in query {
+        if !names.contains(&k.as_str()) {
+            return Err(WebError::BadRequest(format!("unknown parameter {k:?}")));
+        }
+        out.insert(k.as_str(), v.as_str());
+    }
+    Ok(out)
+}
+
+/// How often the overview reloads itself, in seconds: 0 (never) to 3600.
+pub(crate) fn refresh(value: &str) -> Result<Option<u32>, WebError> {
+    match value.parse::<u32>() {
+        Ok(0) => Ok(None),
+        Ok(n) if n <= 3600 => Ok(Some(n)),
+        _ => Err(WebError::BadRequest(format!(
+            "refresh {value:?} is not 0 to 3600"
+        ))),
     }
 }
 

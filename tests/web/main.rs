@@ -10,6 +10,8 @@
 mod backends;
 #[path = "../support/on_both.rs"]
 mod on_both;
+#[path = "../support/status_page.rs"]
+mod status_page;
 
 mod actions;
 mod hostile;
@@ -23,6 +25,7 @@ use leasehold::web::{Response, StatusPage, StatusPageBuilder};
 use leasehold::{JobStore, ReadJobs};
 
 use on_both::Backend;
+pub use status_page::{form_secret, shown_count};
 
 /// A page that reads and acts on the backend's store, counting its jobs for every request
 /// (the tests move store time between requests faster than any cache would notice).
@@ -62,30 +65,6 @@ pub fn expect(r: Response, status: StatusCode) -> String {
     let body = text(&r);
     assert_eq!(r.status(), status, "{body}");
     body
-}
-
-/// The form secret the page's forms carry.
-pub fn form_secret(html: &str) -> String {
-    let at = html
-        .find("name=\"csrf\" value=\"")
-        .expect("a form with the secret")
-        + 19;
-    html[at..at + 32].to_owned()
-}
-
-/// The count the overview shows for `queue` in `state`.
-pub fn shown_count(html: &str, queue: &str, state: &str) -> u64 {
-    let marker = format!("data-count=\"{queue}/{state}\"");
-    let at = html
-        .find(&marker)
-        .unwrap_or_else(|| panic!("no cell {marker}"))
-        + marker.len();
-    let rest = &html[at..];
-    let digits: String = rest[rest.find('>').unwrap() + 1..]
-        .chars()
-        .take_while(char::is_ascii_digit)
-        .collect();
-    digits.parse().unwrap()
 }
 
 /// Waits for `done`, with a generous deadline (the machine may be loaded).
