@@ -16,6 +16,10 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+#[path = "../../tests/support/status_page.rs"]
+mod status_page;
+use status_page::{form_secret, shown_count};
+
 const TOOL: &str = env!("CARGO_BIN_EXE_leasehold");
 
 fn tool(db: &Path, args: &[&str]) -> String {
@@ -214,21 +218,6 @@ fn http(addr: SocketAddr, method: &str, path: &str, body: &str) -> (u16, String,
     )
 }
 
-/// The counts the overview shows for `queue` in `state`.
-fn shown_count(html: &str, queue: &str, state: &str) -> u64 {
-    let marker = format!("data-count=\"{queue}/{state}\"");
-    let at = html
-        .find(&marker)
-        .unwrap_or_else(|| panic!("no cell {marker}"))
-        + marker.len();
-    let rest = &html[at..];
-    let digits: String = rest[rest.find('>').unwrap() + 1..]
-        .chars()
-        .take_while(char::is_ascii_digit)
-        .collect();
-    digits.parse().unwrap()
-}
-
 /// Every count of `stats --json` against the page (while the two agree with themselves:
 /// read before and after the page, and looked at again if a count moved between).
 fn assert_counts_match(s: &Served, page: impl Fn() -> String) {
@@ -319,10 +308,7 @@ fn serve_shows_a_store_beside_its_workers_and_its_actions_reach_the_store() {
     // A queued job cancelled from the page, while the worker process holds the file.
     let queued = s.stats();
     assert!(queued["queues"][1]["counts"]["queued"].as_u64().unwrap() >= 1);
-    let secret = {
-        let at = html.find("name=\"csrf\" value=\"").unwrap() + 19;
-        html[at..at + 32].to_owned()
-    };
+    let secret = form_secret(&html);
     let jobs: Value =
         serde_json::from_str(&tool(&s.db, &["jobs", "--state", "queued", "--json"])).unwrap();
     let id = jobs[0]["id"].as_u64().unwrap();

@@ -20,7 +20,7 @@ mod window;
 
 use std::path::Path;
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use leasehold::__private::CommitShape;
 use leasehold::{Durability, Error, NewJob, Sharing, Store, StoreBuilder};
@@ -365,66 +365,24 @@ fn scenarios(dir: &Path, scale: f64, only: Option<&str>) -> Result<Vec<Row>, Err
     // for by name (filling the store takes minutes).
     if only == Some("page") {
         let jobs = ((1_000_000.0 * scale) as usize).max(1000);
-        let rounds = n(20);
-        let drained = n(2000);
+        let (rounds, drained) = (n(20), n(2000));
         let file = store(dir, "page.redb", false)?;
-        let start = Instant::now();
-        page::fill(&file, jobs)?;
-        eprintln!(
-            "page: filled the file with {jobs} jobs in {:.0?}",
-            start.elapsed()
-        );
-        let view = leasehold::web::StatusPage::builder(std::sync::Arc::new(file.clone())).build();
-        rows.extend(page::pages(&format!("redb, {jobs} jobs"), &view, rounds)?);
-        drop((view, file));
+        rows.extend(page::filled_pages("redb", &file, jobs, rounds)?);
+        drop(file);
         let live = store(dir, "page-drain.redb", true)?;
-        for watched in [false, true, false, true] {
-            rows.push(page::cost_to_workers(
-                "redb",
-                live.clone(),
-                4,
-                drained,
-                watched,
-            )?);
-        }
+        rows.extend(page::cost_to_workers("redb", &live, drained)?);
         match std::env::var("LEASEHOLD_PG_URL") {
             Ok(url) => {
-                let scratch = postgres::Scratch::new(&url)?;
+                let mut scratch = postgres::Scratch::new(&url)?;
                 let db = scratch.store("page")?;
-                let start = Instant::now();
-                page::fill(&db, jobs)?;
-                eprintln!(
-                    "page: filled the database with {jobs} jobs in {:.0?}",
-                    start.elapsed()
-                );
-                let view =
-                    leasehold::web::StatusPage::builder(std::sync::Arc::new(db.clone())).build();
-                rows.extend(page::pages(
-                    &format!("PostgreSQL, {jobs} jobs, before autovacuum"),
-                    &view,
-                    rounds,
-                )?);
+                rows.extend(page::filled_pages("PostgreSQL", &db, jobs, rounds)?);
                 // Right after a million jobs ran through, every index holds the entries of
                 // rows since updated until a vacuum: the same pages once one has run.
-                let mut scratch = scratch;
                 scratch.sql("VACUUM (ANALYZE) {s}_page.leasehold_jobs")?;
-                let view =
-                    leasehold::web::StatusPage::builder(std::sync::Arc::new(db.clone())).build();
-                rows.extend(page::pages(
-                    &format!("PostgreSQL, {jobs} jobs, after VACUUM"),
-                    &view,
-                    rounds,
-                )?);
+                let label = format!("PostgreSQL, {jobs} jobs, after VACUUM");
+                rows.extend(page::pages(&label, &page::view(&db), rounds)?);
                 let live = scratch.store("pagedrain")?;
-                for watched in [false, true, false, true] {
-                    rows.push(page::cost_to_workers(
-                        "PostgreSQL",
-                        live.clone(),
-                        4,
-                        drained,
-                        watched,
-                    )?);
-                }
+                rows.extend(page::cost_to_workers("PostgreSQL", &live, drained)?);
             }
             Err(_) => eprintln!("page: PostgreSQL not run (set LEASEHOLD_PG_URL to a server)"),
         }

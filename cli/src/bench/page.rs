@@ -57,9 +57,38 @@ pub(super) fn fill<S: JobStore>(store: &S, jobs: usize) -> Result<(), Error> {
     Ok(())
 }
 
+/// A read-only page over `store`, as `leasehold serve` makes one.
+pub(super) fn view<S: ReadJobs + Clone + 'static>(store: &S) -> StatusPage {
+    StatusPage::builder(Arc::new(store.clone())).build()
+}
+
+/// `store` filled with `jobs` jobs (see [`fill`]), then its pages timed: the rows of
+/// [`pages`], labelled with the engine and, on PostgreSQL, as taken before autovacuum.
+pub(super) fn filled_pages<S>(
+    engine: &str,
+    store: &S,
+    jobs: usize,
+    rounds: usize,
+) -> Result<Vec<Row>, Error>
+where
+    S: JobStore + Engine + Clone + 'static,
+{
+    let start = Instant::now();
+    fill(store, jobs)?;
+    eprintln!(
+        "page: filled the {engine} store with {jobs} jobs in {:.0?}",
+        start.elapsed()
+    );
+    let label = match engine {
+        "PostgreSQL" => format!("{engine}, {jobs} jobs, before autovacuum"),
+        _ => format!("{engine}, {jobs} jobs"),
+    };
+    pages(&label, &view(store), rounds)
+}
+
 /// Each page `rounds` times (after one unmeasured request): a row per page.
 pub(super) fn pages(label: &str, page: &StatusPage, rounds: usize) -> Result<Vec<Row>, Error> {
-    let some_job = "/jobs/12345";
+    let some_job = "/jobs/1"; // the first job: it failed, so it has a history
     let paths = [
         ("overview", "/?refresh=0"),
         ("job list, first page", "/jobs"),
@@ -101,11 +130,21 @@ pub(super) fn pages(label: &str, page: &StatusPage, rounds: usize) -> Result<Vec
     Ok(rows)
 }
 
-/// A pool of `workers` draining `jobs` empty jobs, with or without a page reloading its
-/// overview every second beside it: jobs per second, one row each.
-pub(super) fn cost_to_workers<S>(
+/// A pool of four workers draining `jobs` empty jobs, alone and with a page reloading its
+/// overview every second beside it, interleaved twice: jobs per second, a row each.
+pub(super) fn cost_to_workers<S>(label: &str, store: &S, jobs: usize) -> Result<Vec<Row>, Error>
+where
+    S: Engine + JobStore + ReadJobs + Clone + 'static,
+{
+    [false, true, false, true]
+        .into_iter()
+        .map(|watched| drain_beside_a_page(label, store, 4, jobs, watched))
+        .collect()
+}
+
+fn drain_beside_a_page<S>(
     label: &str,
-    store: S,
+    store: &S,
     workers: usize,
     jobs: usize,
     watched: bool,
@@ -114,17 +153,15 @@ where
     S: Engine + JobStore + ReadJobs + Clone + 'static,
 {
     let queue = if watched { "watched" } else { "unwatched" };
-    for chunk in (0..jobs).collect::<Vec<_>>().chunks(1000) {
-        store.enqueue_batch(
-            chunk
-                .iter()
-                .map(|_| NewJob::new(queue, Vec::new()))
-                .collect(),
-        )?;
+    let mut left = jobs;
+    while left > 0 {
+        let k = left.min(1000);
+        store.enqueue_batch((0..k).map(|_| NewJob::new(queue, Vec::new())).collect())?;
+        left -= k;
     }
     let stop = Arc::new(AtomicBool::new(false));
     let watcher = watched.then(|| {
-        let page = StatusPage::builder(Arc::new(store.clone())).build();
+        let page = view(store);
         let stop = stop.clone();
         std::thread::spawn(move || {
             let request = http::Request::builder()
