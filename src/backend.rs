@@ -201,6 +201,8 @@ pub(crate) trait LeaseBackend: JobStore + 'static {
     ) -> Result<JobState>;
     /// Makes what was committed durable (redb's eventual durability); a no-op elsewhere.
     fn flush(&self) -> Result<()>;
+    /// A reaper thread's pass ([`JobStore::reap`]), recorded with how often it runs.
+    fn reap_every(&self, every: Duration) -> Result<crate::ReapReport>;
 }
 
 /// A store a [`WorkerPool`](crate::WorkerPool) or a [`Reaper`](crate::Reaper) runs on: made

@@ -144,7 +144,8 @@ pub use job_store::{JobStore, ReadJobs};
 pub use lease::{Lease, LeaseTerms, Renewal};
 pub use pool::{
     AnyWrites, AttemptEnded, DEFAULT_MAX_BATCH, DEFAULT_WINDOW, Interrupted, Interruption,
-    JobContext, JobError, Output, PoolBuilder, PoolStats, ShutdownReport, WorkerPool,
+    JobContext, JobError, LATENCY_BOUNDS, LATENCY_BUCKETS, Latencies, Output, PoolBuilder,
+    PoolStats, ShutdownReport, WorkerPool,
 };
 pub use query::{JobFilter, JobOrder, QueueTiming};
 pub use queue::{MAX_RATE_CLAIMS, QueueLimits, QueueSettings, Rate, UNSERVED_AFTER, UnservedQueue};
@@ -153,7 +154,7 @@ pub use redb_store::{
     HolderState, RESERVED_TABLE_PREFIX, RedbWrites, SCHEMA_VERSION, Sharing, Store, StoreBuilder,
     StoreReader, Transaction,
 };
-pub use report::{BulkReport, CheckReport, ReapReport, Reclaim};
+pub use report::{BulkReport, CheckReport, ReapReport, ReaperPass, Reclaim};
 pub use retry::RetryPolicy;
 pub use schedule::{CatchUp, MAX_TICKS_PER_PASS, ON_TIME, Schedule, ScheduleInfo, Tick, When};
 pub use scheduler::{Scheduler, SchedulerMetrics};

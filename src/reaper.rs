@@ -74,7 +74,7 @@ impl Reaper {
         // Fixed rate: the next pass is due one interval after the last was due, not after
         // it ended, so a slow pass does not stretch the detection bound.
         let ticker = Ticker::start("leasehold-reaper", interval, interval, move || {
-            tick(&*store, &m);
+            tick(&*store, interval, &m);
             watch.look(&*store, &m);
         })?;
         Ok(Reaper { ticker, metrics })
@@ -91,8 +91,8 @@ impl Reaper {
     }
 }
 
-fn tick(store: &dyn LeaseBackend, metrics: &ReaperMetrics) {
-    match store.reap() {
+fn tick(store: &dyn LeaseBackend, every: Duration, metrics: &ReaperMetrics) {
+    match store.reap_every(every) {
         Ok(report) => {
             for r in &report.reclaimed {
                 tracing::info!(

@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use bincode::{Decode, Encode};
+
 use crate::ids::{Attempt, JobId, StoreTime};
 use crate::job::{JobState, ReclaimPath};
 
@@ -53,6 +55,58 @@ impl ReapReport {
     /// The longest detection delay in this pass.
     pub fn worst_detection_delay(&self) -> Option<Duration> {
         self.reclaimed.iter().map(|r| r.detection_delay).max()
+    }
+}
+
+/// The last reaper pass made on a store, by any process or machine: recorded by each pass
+/// in a small transaction of its own after its work, and read with the store's counts
+/// ([`Stats::last_reaper_pass`](crate::Stats::last_reaper_pass)), so an operator sees that
+/// something is taking back expired leases, and a pass that has not happened for a while
+/// ([`ReaperPass::late`]) is seen as a reaper that died or was never started.
+#[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
+#[non_exhaustive]
+pub struct ReaperPass {
+    /// When the pass ended.
+    pub at: StoreTime,
+    /// How long it took (store time, its purge included).
+    pub took: Duration,
+    /// Leases it took back.
+    pub reclaimed: u64,
+    /// Finished jobs it purged under the store's retention.
+    pub purged: u64,
+    /// How often the reaper that made it runs (`None` for a pass called directly, such as
+    /// `leasehold reap`).
+    pub every: Option<Duration>,
+}
+
+impl ReaperPass {
+    /// The record of a pass that began at `began`, ended at `ended` and did `report`.
+    pub(crate) fn of(
+        report: &ReapReport,
+        began: StoreTime,
+        ended: StoreTime,
+        every: Option<Duration>,
+    ) -> ReaperPass {
+        ReaperPass {
+            at: ended,
+            took: ended.saturating_since(began),
+            reclaimed: report.reclaimed.len() as u64,
+            purged: report.purged as u64,
+            every,
+        }
+    }
+
+    /// How long ago the pass ended, as of `now`.
+    pub fn age(&self, now: StoreTime) -> Duration {
+        now.saturating_since(self.at)
+    }
+
+    /// Whether, as of `now`, its reaper has missed at least two passes in a row: a reaper
+    /// that stopped (its process gone, its thread never started again). A pass called
+    /// directly (no interval) is never late; the age says how old it is.
+    pub fn late(&self, now: StoreTime) -> bool {
+        self.every
+            .is_some_and(|every| self.age(now) > every.saturating_mul(3))
     }
 }
 

@@ -110,6 +110,8 @@ pub struct Stats {
     pub queues: BTreeMap<String, QueueCounts>,
     /// Lifetime counters.
     pub counters: Counters,
+    /// The last reaper pass any process made on the store (`None` before the first).
+    pub last_reaper_pass: Option<crate::report::ReaperPass>,
 }
 
 impl Stats {

@@ -253,6 +253,16 @@ pub fn stats(db: &Path, json: bool) -> Result<ExitCode, Error> {
             processes: Option<ProcessesView>,
             queues: Vec<QueueView>,
             counters: BTreeMap<&'static str, u64>,
+            last_reaper_pass: Option<ReaperPassView>,
+        }
+        #[derive(Serialize)]
+        struct ReaperPassView {
+            ago_ms: u64,
+            took_ms: u64,
+            reclaimed: u64,
+            purged: u64,
+            every_ms: Option<u64>,
+            late: bool,
         }
         let mut counters: BTreeMap<_, _> = c.named().into_iter().collect();
         counters.insert("worst_detection_delay_ms", dms(c.worst_detection_delay));
@@ -263,6 +273,14 @@ pub fn stats(db: &Path, json: bool) -> Result<ExitCode, Error> {
             processes,
             queues,
             counters,
+            last_reaper_pass: stats.last_reaper_pass.as_ref().map(|p| ReaperPassView {
+                ago_ms: dms(p.age(now)),
+                took_ms: dms(p.took),
+                reclaimed: p.reclaimed,
+                purged: p.purged,
+                every_ms: p.every.map(dms),
+                late: p.late(now),
+            }),
         });
         return Ok(ExitCode::SUCCESS);
     }
@@ -322,6 +340,27 @@ pub fn stats(db: &Path, json: bool) -> Result<ExitCode, Error> {
         c.timed_out,
         format::duration(c.worst_detection_delay)
     );
+    match &stats.last_reaper_pass {
+        Some(pass) => println!(
+            "last reaper pass {} ago{}: took {}, reclaimed {}, purged {}{}",
+            format::duration(pass.age(now)),
+            pass.every
+                .map(|e| format!(" (runs every {})", format::duration(e)))
+                .unwrap_or_default(),
+            format::duration(pass.took),
+            pass.reclaimed,
+            pass.purged,
+            if pass.late(now) {
+                "; LATE: it has missed passes, is its process running?"
+            } else {
+                ""
+            }
+        ),
+        None => println!(
+            "no reaper pass recorded: expired leases are taken back only by claims (is a \
+             Reaper running beside the pools?)"
+        ),
+    }
     if let Some(p) = processes {
         println!(
             "processes sharing the store: {} holding leases ({} alive, {} dead, {} unknown); \

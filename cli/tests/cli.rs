@@ -222,8 +222,17 @@ fn cancel_retry_purge_reap_check_and_compact() {
         1
     );
     t.fails(&["show", "2"], 1);
+    assert_eq!(t.json(&["stats"])["last_reaper_pass"], Value::Null);
+    assert!(t.ok(&["stats"]).contains("no reaper pass recorded"));
     assert_eq!(t.json(&["reap"])["reclaimed"].as_array().unwrap().len(), 0);
     assert!(t.ok(&["reap"]).contains("no expired leases"));
+    let pass = &t.json(&["stats"])["last_reaper_pass"];
+    assert_eq!(
+        (&pass["reclaimed"], &pass["every_ms"], &pass["late"]),
+        (&0.into(), &Value::Null, &false.into()),
+        "{pass}"
+    );
+    assert!(t.ok(&["stats"]).contains("last reaper pass "));
     let check = t.json(&["check"]);
     assert_eq!(check["clean"], true);
     assert_eq!(check["jobs_checked"], 1);

@@ -221,13 +221,20 @@ fn commit(
         _ => shared.claim_permit(),
     };
     let want = if claiming.is_some() { want } else { 0 };
-    let (completed, claimed) = shared.store.complete_all_then_claim(
-        items,
-        &shared.queue,
-        &shared.worker_id,
-        shared.terms,
-        want,
-    );
+    let round = || {
+        shared.store.complete_all_then_claim(
+            items,
+            &shared.queue,
+            &shared.worker_id,
+            shared.terms,
+            want,
+        )
+    };
+    // A round that only claims is not a commit that ends attempts: not timed.
+    let (completed, claimed) = match flights.is_empty() {
+        true => round(),
+        false => shared.counters.commit_latency.time(round),
+    };
     drop(claiming);
     if !flights.is_empty() {
         bump(&shared.counters.completion_commits);

@@ -21,6 +21,7 @@ mod dispatch;
 mod ended;
 mod handover;
 mod heartbeat;
+mod latency;
 mod pace;
 mod run;
 mod stats;
@@ -40,6 +41,7 @@ pub use builder::PoolBuilder;
 pub(crate) use builder::any;
 pub use context::{Interrupted, Interruption, JobContext, JobError, Output};
 pub use ended::AttemptEnded;
+pub use latency::{LATENCY_BOUNDS, LATENCY_BUCKETS, Latencies};
 pub use stats::PoolStats;
 
 use crate::backend::LeaseBackend;

@@ -272,9 +272,11 @@ fn commit_success(shared: &Shared, flight: Flight, output: Output<AnyWrites>) ->
     let result = match writes {
         Some(writes) => {
             let commit = || {
-                shared
-                    .store
-                    .complete_with_writes(lease, &bytes, progress, writes)
+                shared.counters.commit_latency.time(|| {
+                    shared
+                        .store
+                        .complete_with_writes(lease, &bytes, progress, writes)
+                })
             };
             match catch_unwind(AssertUnwindSafe(commit)) {
                 Ok(result) => result,
@@ -290,12 +292,12 @@ fn commit_success(shared: &Shared, flight: Flight, output: Output<AnyWrites>) ->
         }
         None => match shared.claim_permit() {
             Some(_claiming) => {
-                match shared.store.complete_and_claim_reporting(
-                    lease,
-                    &bytes,
-                    progress,
-                    shared.terms,
-                ) {
+                let commit = || {
+                    shared
+                        .store
+                        .complete_and_claim_reporting(lease, &bytes, progress, shared.terms)
+                };
+                match shared.counters.commit_latency.time(commit) {
                     Ok(Some(next)) => {
                         bump(&shared.counters.succeeded);
                         shared.ended(lease, Outcome::Succeeded, JobState::Succeeded);
@@ -305,7 +307,10 @@ fn commit_success(shared: &Shared, flight: Flight, output: Output<AnyWrites>) ->
                     Err(e) => Err(e),
                 }
             }
-            None => shared.store.complete_reporting(lease, &bytes, progress),
+            None => shared
+                .counters
+                .commit_latency
+                .time(|| shared.store.complete_reporting(lease, &bytes, progress)),
         },
     };
     completed(shared, &flight, result);
@@ -368,7 +373,8 @@ pub(crate) fn failure_of_rolled_back_completion(e: &Error) -> Option<JobError> {
 fn commit_failure(shared: &Shared, flight: &Flight, message: &str, retry: Retry, kind: FailKind) {
     let lease = &flight.lease;
     let progress = Some(flight.state.progress());
-    match shared.store.fail_reporting(lease, message, retry, progress) {
+    let commit = || shared.store.fail_reporting(lease, message, retry, progress);
+    match shared.counters.commit_latency.time(commit) {
         Ok(state) => {
             bump(match kind {
                 FailKind::Failed => &shared.counters.failed,

@@ -15,11 +15,14 @@ macro_rules! pool_counters {
             /// [`crate::PoolBuilder::window`]): a job counts here until its worker has
             /// checked that its lease still holds and begun it.
             pub claimed_ahead: u64,
+            /// How long the pool's commits that end attempts took (see
+            /// [`Latencies`](crate::Latencies)).
+            pub commit_latency: super::latency::Latencies,
         }
 
         impl PoolStats {
             /// The counts by name (`in_flight` and `claimed_ahead`, which are levels and not
-            /// counts, apart): what the status page's metrics export.
+            /// counts, and the commit latency apart): what the status page's metrics export.
             pub fn named(&self) -> Vec<(&'static str, u64)> {
                 vec![$((stringify!($name), self.$name),)*]
             }
@@ -28,6 +31,7 @@ macro_rules! pool_counters {
         #[derive(Debug, Default)]
         pub(crate) struct Counters {
             $(pub(crate) $name: AtomicU64,)*
+            pub(crate) commit_latency: super::latency::LatencyRecorder,
         }
 
         impl Counters {
@@ -36,6 +40,7 @@ macro_rules! pool_counters {
                     $($name: self.$name.load(Ordering::Relaxed),)*
                     in_flight,
                     claimed_ahead: claimed_ahead.min(in_flight),
+                    commit_latency: self.commit_latency.snapshot(),
                 }
             }
         }

@@ -450,6 +450,10 @@ impl LeaseBackend for PgStore {
     fn flush(&self) -> Result<()> {
         Ok(())
     }
+
+    fn reap_every(&self, every: Duration) -> Result<crate::ReapReport> {
+        PgStore::reap_every(self, Some(every))
+    }
 }
 
 /// A round's completions with the application's writes, against the server named by

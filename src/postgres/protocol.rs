@@ -1201,6 +1201,28 @@ fn path_name(path: ReclaimPath) -> &'static str {
     }
 }
 
+/// The `leasehold_meta` key of the last reaper pass.
+pub(crate) const REAPER_PASS: &str = "reaper.last_pass";
+
+/// Records the reaper pass that began at `began` and did `report` as the store's last (the
+/// crate's codec, hex in the meta table's text).
+pub(crate) fn note_reaper_pass(
+    tx: Tx<'_, '_>,
+    p: &mut Prepared<'_>,
+    report: &crate::ReapReport,
+    began: StoreTime,
+    every: Option<Duration>,
+) -> Result<()> {
+    let pass = crate::ReaperPass::of(report, began, now(tx, p)?, every);
+    let st = p.get(
+        tx,
+        "INSERT INTO {s}.leasehold_meta (key, value) VALUES ($1, encode($2, 'hex'))
+         ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+    )?;
+    tx.execute(&st, &[&REAPER_PASS, &crate::codec::encode(&pass)])?;
+    Ok(())
+}
+
 /// Tells listening stores on every machine that `queue` has work, when this transaction
 /// commits (PostgreSQL folds repeats of one payload within a transaction into one).
 pub(crate) fn notify(tx: Tx<'_, '_>, p: &mut Prepared<'_>, queue: &str) -> Result<()> {

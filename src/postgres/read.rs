@@ -330,6 +330,17 @@ pub(crate) fn stats(tx: Tx<'_, '_>, p: &mut Prepared<'_>) -> Result<Stats> {
         }
     }
     stats.counters = c;
+    let pass = p.get(
+        tx,
+        "SELECT decode(value, 'hex') FROM {s}.leasehold_meta WHERE key = $1",
+    )?;
+    if let Some(row) = tx.query_opt(&pass, &[&super::protocol::REAPER_PASS])? {
+        let bytes: Vec<u8> = row.col(0)?;
+        stats.last_reaper_pass = Some(
+            crate::codec::decode(&bytes)
+                .map_err(|e| Error::Corrupt(format!("the last reaper pass: {e}")))?,
+        );
+    }
     Ok(stats)
 }
 

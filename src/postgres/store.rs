@@ -354,11 +354,19 @@ impl PgStore {
     /// vacuum of a table whose dead row versions passed the threshold
     /// ([`super::PgStoreBuilder::vacuum_when_dead`]).
     pub fn reap(&self) -> Result<ReapReport> {
+        self.reap_every(None)
+    }
+
+    /// A reaper pass, recorded as the store's last ([`crate::Stats::last_reaper_pass`]) with
+    /// how often its reaper runs (`None` for one called directly).
+    pub(crate) fn reap_every(&self, every: Option<std::time::Duration>) -> Result<ReapReport> {
+        let began = self.now()?;
         let mut report = self.reclaim_expired()?;
         if let Some(keep) = self.settings().retention {
             report.purged = self.purge(keep, &[JobState::Succeeded, JobState::Cancelled])?;
         }
         report.vacuum_started = self.vacuum_if_needed()?;
+        self.in_transaction(|tx, p| protocol::note_reaper_pass(tx, p, &report, began, every))?;
         Ok(report)
     }
 

@@ -139,4 +139,8 @@ impl LeaseBackend for Store {
     fn flush(&self) -> Result<()> {
         Store::flush(self)
     }
+
+    fn reap_every(&self, every: Duration) -> Result<crate::ReapReport> {
+        Store::reap_every(self, Some(every))
+    }
 }

@@ -99,6 +99,12 @@ pub(crate) fn stats(read: &ReadTransaction, now: StoreTime) -> Result<Stats> {
         stats.counters = codec::decode_counters(b.value())
             .map_err(|e| Error::Corrupt(format!("counters: {e}")))?;
     }
+    if let Some(b) = meta.get(meta_key::REAPER_PASS)? {
+        stats.last_reaper_pass = Some(
+            codec::decode(b.value())
+                .map_err(|e| Error::Corrupt(format!("the last reaper pass: {e}")))?,
+        );
+    }
     Ok(stats)
 }
 

@@ -5,7 +5,7 @@
 //!
 //! | table | key | value | holds |
 //! |---|---|---|---|
-//! | `meta` | name | bytes | schema version, id counter, clock anchor and high-water mark, counters |
+//! | `meta` | name | bytes | schema version, id counter, clock anchor and high-water mark, counters, the last reaper pass |
 //! | `jobs` | job id | [`JobRecord`](crate::job::JobRecord) record | every job |
 //! | `payloads` | job id | bytes | each job's payload, apart so heartbeats do not rewrite it |
 //! | `outputs` | job id | bytes | a succeeded job's output |
@@ -72,6 +72,8 @@ pub(crate) mod meta_key {
     pub const HIGH_WATER: &str = "clock.high_water";
     pub const ANCHOR: &str = "clock.anchor";
     pub const COUNTERS: &str = "counters";
+    /// The last reaper pass ([`crate::ReaperPass`]), rewritten by each.
+    pub const REAPER_PASS: &str = "reaper.last_pass";
     /// The process id of the last process that opened the store for writing.
     pub const WRITER_PID: &str = "writer.pid";
     /// How the last writing open shared the file: absent for one writer, `multi-process`

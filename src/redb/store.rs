@@ -26,7 +26,7 @@ use crate::redb_store::neighbours::Neighbours;
 use crate::redb_store::protocol;
 use crate::redb_store::reading;
 use crate::redb_store::schema;
-use crate::redb_store::writing::{Policy, Tally, Tx, persist_tally};
+use crate::redb_store::writing::{Policy, Tally, Tx, note_reaper_pass, persist_tally};
 use crate::report::{ReapReport, Reclaim};
 use crate::rules::Retry;
 use crate::stats::{Counters, Stats, WriteMetrics};
@@ -736,11 +736,21 @@ impl Store {
     /// transactions of at most the configured batch, yielding the write lock between them;
     /// then, with a retention set ([`crate::StoreBuilder::retention`]), purges the succeeded and
     /// cancelled jobs that outlived it, in batches too.
+    /// The pass is recorded as the store's last ([`Stats::last_reaper_pass`]).
     pub fn reap(&self) -> Result<ReapReport> {
+        self.reap_every(None)
+    }
+
+    /// A reaper pass, recorded with how often its reaper runs (`None` for one called
+    /// directly).
+    pub(crate) fn reap_every(&self, every: Option<Duration>) -> Result<ReapReport> {
+        let began = self.now();
         let mut report = self.reap_all(ReclaimPath::Reaper)?;
         if let Some(keep) = self.inner.policy.retention {
             report.purged = self.purge(keep, &[JobState::Succeeded, JobState::Cancelled])?;
         }
+        let pass = crate::ReaperPass::of(&report, began, self.now(), every);
+        self.write(move |tx| note_reaper_pass(tx, &pass))?;
         Ok(report)
     }
 

@@ -268,6 +268,15 @@ impl<'t> Tx<'t> {
     }
 }
 
+/// Records the reaper pass `pass` as the store's last.
+pub(crate) fn note_reaper_pass(tx: &mut Tx<'_>, pass: &crate::ReaperPass) -> Result<()> {
+    tx.tables
+        .meta
+        .insert(meta_key::REAPER_PASS, codec::encode(pass).as_slice())?;
+    tx.tally.writes += 1;
+    Ok(())
+}
+
 /// How far ahead of what it must cover the high-water mark is written.
 pub(crate) const HIGH_WATER_MARGIN: Duration = Duration::from_secs(10);
 

@@ -5,14 +5,19 @@
 //! not this process, holds the truth (a scrape of `leasehold serve` sees what every process
 //! sharing the store did), so there is nothing to keep in step between scrapes.
 
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 use prometheus_client::encoding::text::encode;
+use prometheus_client::encoding::{EncodeMetric, MetricEncoder, NoLabelSet};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::{MetricType, TypedMetric};
 use prometheus_client::registry::Registry;
 
 use crate::job::JobState;
-use crate::pool::PoolStats;
+use crate::pool::{LATENCY_BOUNDS, Latencies, PoolStats};
 use crate::query::QueueTiming;
 use crate::stats::{Stats, WriteMetrics};
 
@@ -127,6 +132,44 @@ pub(crate) fn render(s: &Scrape<'_>) -> Result<String, std::fmt::Error> {
         delay,
     );
 
+    if let Some(pass) = &s.stats.last_reaper_pass {
+        for (name, help, value) in [
+            (
+                "reaper_last_pass_age_seconds",
+                "How long ago the last reaper pass on the store ended (by any process)",
+                pass.age(now).as_secs_f64(),
+            ),
+            (
+                "reaper_last_pass_duration_seconds",
+                "How long the last reaper pass took",
+                pass.took.as_secs_f64(),
+            ),
+            (
+                "reaper_last_pass_reclaimed",
+                "Leases the last reaper pass took back",
+                pass.reclaimed as f64,
+            ),
+            (
+                "reaper_late",
+                "1 if the reaper that made the last pass has missed two passes since",
+                f64::from(u8::from(pass.late(now))),
+            ),
+        ] {
+            let g = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
+            g.set(value);
+            registry.register(name, help, g);
+        }
+        if let Some(every) = pass.every {
+            let g = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
+            g.set(every.as_secs_f64());
+            registry.register(
+                "reaper_interval_seconds",
+                "How often the reaper that made the last pass runs",
+                g,
+            );
+        }
+    }
+
     let age = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
     age.set(s.counts_age.as_secs_f64());
     registry.register(
@@ -166,6 +209,18 @@ pub(crate) fn render(s: &Scrape<'_>) -> Result<String, std::fmt::Error> {
         for (name, family) in names.into_iter().zip(families) {
             sub.register(name, format!("Pool counter {name} (see PoolStats)"), family);
         }
+        let latency = Family::<Labels, Histogram>::default();
+        for (pool, stats) in s.pools {
+            *latency
+                .get_or_create(&vec![("pool", pool.clone())])
+                .0
+                .lock() = stats.commit_latency;
+        }
+        sub.register(
+            "commit_latency_seconds",
+            "How long the pool's commits that end attempts take (a round of completions is one)",
+            latency,
+        );
         sub.register("in_flight", "Jobs the pool holds now", in_flight);
         sub.register("claimed_ahead", "Jobs claimed ahead and not started", ahead);
     }
@@ -173,6 +228,28 @@ pub(crate) fn render(s: &Scrape<'_>) -> Result<String, std::fmt::Error> {
     let mut text = String::new();
     encode(&mut text, &registry)?;
     Ok(text)
+}
+
+/// A pool's commit latencies as a Prometheus histogram: the pool keeps the buckets, this
+/// only encodes them.
+#[derive(Clone, Debug, Default)]
+struct Histogram(Arc<Mutex<Latencies>>);
+
+impl TypedMetric for Histogram {
+    const TYPE: MetricType = MetricType::Histogram;
+}
+
+impl EncodeMetric for Histogram {
+    fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        let l = *self.0.lock();
+        let bounds = LATENCY_BOUNDS.iter().map(|b| b.as_secs_f64());
+        let buckets: Vec<(f64, u64)> = bounds.chain([f64::INFINITY]).zip(l.buckets).collect();
+        encoder.encode_histogram::<NoLabelSet>(l.sum.as_secs_f64(), l.count(), &buckets, None)
+    }
+
+    fn metric_type(&self) -> MetricType {
+        Self::TYPE
+    }
 }
 
 fn gauge(n: u64) -> i64 {

@@ -369,7 +369,7 @@ impl Inner {
     /// The store's counts (see [`counts`]), sampled for the chart.
     fn counts(&self) -> std::result::Result<counts::Snapshot, WebError> {
         let snapshot = self.counts.get(&self.reads)?;
-        self.samples.lock().record(&snapshot.stats);
+        self.samples.lock().record(&snapshot.reading.stats);
         Ok(snapshot)
     }
 

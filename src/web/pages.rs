@@ -85,13 +85,14 @@ pub(crate) fn overview(inner: &Inner, query: &[(String, String)]) -> PageResult 
     };
     let store = &inner.reads;
     let counted = inner.counts()?;
-    let stats = counted.stats;
+    let reading = &counted.reading;
+    let stats = &reading.stats;
     let now = store.now()?;
     let (rates, recent) = {
         let samples = inner.samples.lock();
         (samples.rates(), samples.recent(Duration::from_secs(60)))
     };
-    let unserved = store.unserved_queues()?;
+    let unserved = &reading.unserved;
     let mut body = done_banner(q.get("did").copied());
 
     // At a glance.
@@ -131,7 +132,16 @@ pub(crate) fn overview(inner: &Inner, query: &[(String, String)]) -> PageResult 
         stats.total(JobState::Dead).to_string(),
         "card-dead",
     ));
+    body.push_str(&card(
+        "since the reaper's last pass",
+        stats
+            .last_reaper_pass
+            .as_ref()
+            .map_or("never".to_owned(), |p| duration(p.age(now))),
+        "card-reaper",
+    ));
     body.push_str("</div>");
+    body.push_str(&reaper_line(stats.last_reaper_pass.as_ref(), now));
 
     body.push_str("<h2>Jobs finished per second, last 15 minutes</h2>");
     body.push_str(&chart::svg(&rates, now));
@@ -153,7 +163,7 @@ pub(crate) fn overview(inner: &Inner, query: &[(String, String)]) -> PageResult 
     ]);
     let mut t = Table::new("queues", &headings);
     for (name, counts) in &stats.queues {
-        let timing = store.timing(name)?;
+        let timing = reading.timing(name);
         let qn = url_component(name);
         let mut cells = vec![format!(
             "<a href=\"{}/jobs?queue={qn}\">{}</a>{}{}",
@@ -270,10 +280,18 @@ pub(crate) fn overview(inner: &Inner, query: &[(String, String)]) -> PageResult 
                 "failed",
                 "released",
                 "leases lost",
+                "commits ending attempts",
+                "commit p50 / p99 (at most)",
             ],
         );
         for (name, stats) in &inner.pools {
             let s = stats();
+            let latency = &s.commit_latency;
+            let at_most = |q: f64| match latency.quantile(q) {
+                None => "–".to_owned(),
+                Some(Duration::MAX) => "over 10 s".to_owned(),
+                Some(d) => duration(d),
+            };
             t.row([
                 escape(name),
                 s.in_flight.to_string(),
@@ -282,6 +300,8 @@ pub(crate) fn overview(inner: &Inner, query: &[(String, String)]) -> PageResult 
                 s.failed.to_string(),
                 s.released.to_string(),
                 s.leases_lost.to_string(),
+                latency.count().to_string(),
+                format!("{} / {}", at_most(0.5), at_most(0.99)),
             ]);
         }
         body.push_str(&t.finish(""));
@@ -302,6 +322,37 @@ pub(crate) fn overview(inner: &Inner, query: &[(String, String)]) -> PageResult 
         "<p class=\"note\" id=\"as-of\">Store time {now}; counts {counted_when}{reloads}.</p>"
     );
     ok(inner.frame("Overview", refresh).render(&body))
+}
+
+/// What the last reaper pass did, and a warning when none has run for a while: without a
+/// reaper, an expired lease is taken back only when a claim passes by.
+fn reaper_line(pass: Option<&crate::ReaperPass>, now: StoreTime) -> String {
+    match pass {
+        None => "<p class=\"error\" id=\"reaper\">No reaper pass is recorded in this store: \
+                 expired leases are taken back only by claims. Is a Reaper running beside \
+                 the pools?</p>"
+            .to_owned(),
+        Some(p) => {
+            let every = p.every.map_or(String::new(), |e| {
+                format!(" (it runs every {})", duration(e))
+            });
+            let line = format!(
+                "The reaper's last pass ended {}{every}: it took {}; leases taken back: {}; \
+                 finished jobs purged: {}.",
+                relative(p.at, now),
+                duration(p.took),
+                p.reclaimed,
+                p.purged
+            );
+            match p.late(now) {
+                true => format!(
+                    "<p class=\"error\" id=\"reaper\">{line} It has missed passes since: is \
+                     its process running?</p>"
+                ),
+                false => format!("<p class=\"note\" id=\"reaper\">{line}</p>"),
+            }
+        }
+    }
 }
 
 fn job_link(inner: &Inner, id: JobId) -> String {
@@ -526,15 +577,10 @@ pub(crate) fn job(inner: &Inner, id: JobId, query: &[(String, String)]) -> PageR
 pub(crate) fn metrics(inner: &Inner, query: &[(String, String)]) -> PageResult {
     params::known(query, &[])?;
     let counted = inner.counts()?;
-    let stats = counted.stats;
-    let mut timings = Vec::new();
-    for queue in stats.queues.keys() {
-        timings.push((queue.clone(), inner.reads.timing(queue)?));
-    }
     let pools: Vec<_> = inner.pools.iter().map(|(n, s)| (n.clone(), s())).collect();
     let text = metrics::render(&metrics::Scrape {
-        stats: &stats,
-        timings: &timings,
+        stats: &counted.reading.stats,
+        timings: &counted.reading.timings,
         pools: &pools,
         writes: inner.write_metrics.as_ref().map(|m| m()),
         counts_age: counted.age,

@@ -13,6 +13,8 @@ crate::on_both::on_both!(
     with_a_retention_a_reap_purges_old_succeeded_and_cancelled_jobs_in_batches_and_keeps_dead_ones,
     the_reaper_thread_reclaims_expired_leases_and_stops_on_request,
     stopping_a_reaper_does_not_wait_out_its_interval,
+    each_reaper_pass_is_recorded_with_when_it_ended_and_what_it_did,
+    a_reaper_thread_records_its_interval_and_is_late_once_it_misses_two_passes,
 );
 
 fn reap_moves_expired_jobs_back_to_queued_and_records_lease_expired(kind: Kind) {
@@ -145,6 +147,63 @@ fn stopping_a_reaper_does_not_wait_out_its_interval(kind: Kind) {
         f.start_reaper(Duration::ZERO).is_err(),
         "zero interval refused"
     );
+}
+
+fn each_reaper_pass_is_recorded_with_when_it_ended_and_what_it_did(kind: Kind) {
+    let f = kind.open();
+    assert_eq!(f.stats().unwrap().last_reaper_pass, None, "no pass yet");
+    f.enqueue_n(3);
+    f.claim_one("a");
+    f.claim_one("b");
+    f.advance(LEASE);
+    f.reap().unwrap();
+    let at = f.now();
+    let pass = f
+        .stats()
+        .unwrap()
+        .last_reaper_pass
+        .expect("the pass is recorded");
+    assert_eq!(
+        (pass.at, pass.reclaimed, pass.purged, pass.every),
+        (at, 2, 0, None)
+    );
+    assert_eq!(pass.took, Duration::ZERO, "the manual clock stood still");
+
+    // a later pass replaces it, though it found nothing
+    f.advance(Duration::from_secs(7));
+    f.reap().unwrap();
+    let later = f.stats().unwrap().last_reaper_pass.unwrap();
+    assert_eq!((later.at, later.reclaimed), (f.now(), 0));
+    assert_eq!(later.age(f.now()), Duration::ZERO);
+    f.advance(Duration::from_secs(3600));
+    assert_eq!(later.age(f.now()), Duration::from_secs(3600));
+    assert!(
+        !later.late(f.now()),
+        "a pass called directly has no interval to miss"
+    );
+}
+
+fn a_reaper_thread_records_its_interval_and_is_late_once_it_misses_two_passes(kind: Kind) {
+    let f = kind.open();
+    let every = Duration::from_millis(5);
+    let mut reaper = f.start_reaper(every).unwrap();
+    wait_until("the reaper thread to record a pass", || {
+        f.stats()
+            .unwrap()
+            .last_reaper_pass
+            .is_some_and(|p| p.every == Some(every))
+    });
+    reaper.stop();
+    // the store's clock is the manual one: it stands until the test moves it
+    let pass = f.stats().unwrap().last_reaper_pass.unwrap();
+    assert!(!pass.late(f.now()));
+    f.advance(every * 3);
+    assert!(
+        !pass.late(f.now()),
+        "two missed passes are not yet three intervals"
+    );
+    f.advance(Duration::from_micros(1)); // PostgreSQL's clock counts microseconds
+    assert!(pass.late(f.now()));
 }
 
 fn with_a_retention_a_reap_purges_old_succeeded_and_cancelled_jobs_in_batches_and_keeps_dead_ones(

@@ -3,34 +3,50 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use std::sync::Arc;
+
 use http::StatusCode;
 use leasehold::{JobState, NewJob};
 
 use crate::on_both::{Kind, Q};
 use crate::{get, page_of, text};
 
-crate::on_both::on_both!(metrics_parse_and_match_the_stores_counts_and_counters,);
+crate::on_both::on_both!(
+    metrics_parse_and_match_the_stores_counts_and_counters,
+    the_reapers_last_pass_is_a_metric_once_one_is_recorded,
+    an_embedded_pools_counters_and_commit_latency_are_exported_under_its_name,
+);
 
 /// The samples of a scrape by metric name and labels (sorted `k=v` joined by commas).
 fn scrape(body: &str) -> HashMap<(String, String), f64> {
     let lines = body.lines().map(|l| Ok(l.to_owned()));
     let parsed = prometheus_parse::Scrape::parse(lines).expect("the text format parses");
-    parsed
-        .samples
-        .into_iter()
-        .map(|s| {
+    let mut samples = HashMap::new();
+    for s in parsed.samples {
+        let labels = |extra: Option<String>| {
             let mut labels: Vec<String> =
                 s.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            labels.extend(extra);
             labels.sort();
-            let value = match s.value {
-                prometheus_parse::Value::Counter(v)
-                | prometheus_parse::Value::Gauge(v)
-                | prometheus_parse::Value::Untyped(v) => v,
-                other => panic!("unexpected {other:?}"),
-            };
-            ((s.metric, labels.join(",")), value)
-        })
-        .collect()
+            labels.join(",")
+        };
+        match &s.value {
+            prometheus_parse::Value::Counter(v)
+            | prometheus_parse::Value::Gauge(v)
+            | prometheus_parse::Value::Untyped(v) => {
+                samples.insert((s.metric.clone(), labels(None)), *v);
+            }
+            // A histogram's buckets, as `<name>_bucket` with their `le` label.
+            prometheus_parse::Value::Histogram(buckets) => {
+                for b in buckets {
+                    let le = Some(format!("le={}", b.less_than));
+                    samples.insert((format!("{}_bucket", s.metric), labels(le)), b.count);
+                }
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    samples
 }
 
 fn metrics_parse_and_match_the_stores_counts_and_counters(kind: Kind) {
@@ -106,5 +122,85 @@ fn metrics_parse_and_match_the_stores_counts_and_counters(kind: Kind) {
     assert_eq!(
         m[&("leasehold_queue_paused".to_owned(), format!("queue={Q}"))],
         0.0
+    );
+}
+
+fn the_reapers_last_pass_is_a_metric_once_one_is_recorded(kind: Kind) {
+    let f = kind.open();
+    let page = page_of(&f).build();
+    let none = scrape(&text(&get(&page, "/metrics")));
+    assert!(
+        !none
+            .keys()
+            .any(|(name, _)| name.starts_with("leasehold_reaper")),
+        "no pass, no reaper metrics: {none:?}"
+    );
+    f.enqueue_n(3);
+    f.claim_one("a");
+    f.claim_one("b");
+    f.advance(crate::on_both::LEASE);
+    f.reap().unwrap();
+    f.advance(Duration::from_secs(4));
+    let m = scrape(&text(&get(&page, "/metrics")));
+    let value = |name: &str| m.get(&(name.to_owned(), String::new())).copied();
+    assert_eq!(value("leasehold_reaper_last_pass_age_seconds"), Some(4.0));
+    assert_eq!(value("leasehold_reaper_last_pass_reclaimed"), Some(2.0));
+    assert_eq!(
+        value("leasehold_reaper_last_pass_duration_seconds"),
+        Some(0.0)
+    );
+    assert_eq!(value("leasehold_reaper_late"), Some(0.0));
+    assert_eq!(
+        value("leasehold_reaper_interval_seconds"),
+        None,
+        "a pass called directly has no interval"
+    );
+}
+
+fn an_embedded_pools_counters_and_commit_latency_are_exported_under_its_name(kind: Kind) {
+    let f = kind.open();
+    let ids = f.enqueue_n(20);
+    let pool = Arc::new(f.pool(Q).concurrency(4).start(|_| Ok(())).unwrap());
+    crate::wait_until("the pool to finish every job", || {
+        ids.iter()
+            .all(|id| f.job(*id).unwrap().unwrap().state() == JobState::Succeeded)
+    });
+    let stats_of = pool.clone();
+    let page = page_of(&f).pool("mail", move || stats_of.stats()).build();
+    let m = scrape(&text(&get(&page, "/metrics")));
+    let stats = pool.stats();
+    let value = |name: &str| m.get(&(name.to_owned(), "pool=mail".to_owned())).copied();
+    assert_eq!(stats.succeeded, 20);
+    for (name, n) in stats.named() {
+        assert_eq!(
+            value(&format!("leasehold_pool_{name}_total")),
+            Some(n as f64),
+            "{name}"
+        );
+    }
+    let latency = stats.commit_latency;
+    assert!(
+        (1..=20).contains(&latency.count()),
+        "one observation per commit that ended attempts: {latency:?}"
+    );
+    assert_eq!(
+        value("leasehold_pool_commit_latency_seconds_count"),
+        Some(latency.count() as f64)
+    );
+    let sum = value("leasehold_pool_commit_latency_seconds_sum").unwrap();
+    assert!((sum - latency.sum.as_secs_f64()).abs() < 1e-9, "{sum}");
+    let bucket = |le: &str| {
+        m.get(&(
+            "leasehold_pool_commit_latency_seconds_bucket".to_owned(),
+            format!("le={le},pool=mail"),
+        ))
+        .copied()
+    };
+    assert_eq!(bucket("inf"), Some(latency.count() as f64), "{m:?}");
+    let within_10ms: u64 = latency.buckets[..8].iter().sum();
+    assert_eq!(
+        bucket("0.01"),
+        Some(within_10ms as f64),
+        "cumulative buckets"
     );
 }

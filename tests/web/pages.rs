@@ -20,6 +20,7 @@ crate::on_both::on_both!(
     throughput_is_drawn_from_samples_of_the_finished_counts,
     a_page_under_a_prefix_links_under_it_and_finds_nothing_outside_it,
     a_slow_count_is_repeated_apart_from_the_requests_and_the_page_says_how_old_it_is,
+    the_overview_shows_the_reapers_last_pass_and_warns_when_there_is_none_or_it_is_late,
 );
 
 fn the_overview_shows_each_queues_counts_as_the_store_counts_them(kind: Kind) {
@@ -267,5 +268,50 @@ fn a_slow_count_is_repeated_apart_from_the_requests_and_the_page_says_how_old_it
     assert!(
         counted * 4 < requests.max(8),
         "{counted} counts for {requests} requests: a slow count is not repeated per request"
+    );
+}
+
+fn the_overview_shows_the_reapers_last_pass_and_warns_when_there_is_none_or_it_is_late(kind: Kind) {
+    let f = kind.open();
+    f.enqueue_n(2);
+    f.claim_one("silent");
+    let page = page_of(&f).build();
+    let html = expect(get(&page, "/"), StatusCode::OK);
+    assert!(
+        html.contains("<p class=\"error\" id=\"reaper\">No reaper pass is recorded"),
+        "{html}"
+    );
+
+    f.advance(crate::on_both::LEASE);
+    f.reap().unwrap();
+    f.advance(Duration::from_secs(5));
+    let html = expect(get(&page, "/"), StatusCode::OK);
+    assert!(
+        html.contains(
+            "<p class=\"note\" id=\"reaper\">The reaper's last pass ended 5.0 s ago: it took \
+             0 ms; leases taken back: 1; finished jobs purged: 0.</p>"
+        ),
+        "{html}"
+    );
+    assert!(html.contains("<div class=\"card\" id=\"card-reaper\"><b>5.0 s</b>"));
+
+    // A reaper thread's pass carries its interval; once it stops, the page says it is late.
+    let every = Duration::from_millis(5);
+    let mut reaper = f.start_reaper(every).unwrap();
+    crate::wait_until("the reaper thread to record a pass", || {
+        f.stats()
+            .unwrap()
+            .last_reaper_pass
+            .is_some_and(|p| p.every == Some(every))
+    });
+    reaper.stop();
+    let html = expect(get(&page, "/"), StatusCode::OK);
+    assert!(html.contains("(it runs every 5 ms)"), "{html}");
+    assert!(!html.contains("missed passes"), "{html}");
+    f.advance(Duration::from_secs(1));
+    let html = expect(get(&page, "/"), StatusCode::OK);
+    assert!(
+        html.contains("It has missed passes since: is its process running?</p>"),
+        "{html}"
     );
 }
