@@ -8,7 +8,7 @@
 //! nothing rather than a negative rate. The chart fills while someone watches (the overview
 //! reloads itself, and a Prometheus scrape samples too) and costs nothing while nobody does.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::fmt::Write;
 use std::time::Duration;
 
@@ -21,11 +21,19 @@ pub(crate) const WINDOW: Duration = Duration::from_secs(15 * 60);
 /// The least time between two samples.
 const EVERY: Duration = Duration::from_secs(1);
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Sample {
-    at: StoreTime,
+/// Jobs finished so far, as a sample counts them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Finished {
     succeeded: u64,
     dead: u64,
+}
+
+#[derive(Clone, Debug)]
+struct Sample {
+    at: StoreTime,
+    all: Finished,
+    /// The same per queue.
+    queues: BTreeMap<String, Finished>,
 }
 
 /// Jobs finished per second over an interval.
@@ -45,23 +53,35 @@ impl Samples {
     /// Records `stats` if the last sample is a second old or more (or the clock went back:
     /// another store).
     pub(crate) fn record(&mut self, stats: &Stats) {
-        let sample = Sample {
-            at: stats.now,
-            succeeded: stats.total(JobState::Succeeded),
-            dead: stats.total(JobState::Dead),
-        };
+        let at = stats.now;
         match self.samples.back() {
-            Some(last) if last.at <= sample.at && sample.at.saturating_since(last.at) < EVERY => {
-                return;
-            }
-            Some(last) if last.at > sample.at => self.samples.clear(),
+            Some(last) if last.at <= at && at.saturating_since(last.at) < EVERY => return,
+            Some(last) if last.at > at => self.samples.clear(),
             _ => {}
         }
-        self.samples.push_back(sample);
+        let queues = stats
+            .queues
+            .iter()
+            .map(|(name, q)| {
+                let finished = Finished {
+                    succeeded: q.get(JobState::Succeeded),
+                    dead: q.get(JobState::Dead),
+                };
+                (name.clone(), finished)
+            })
+            .collect();
+        self.samples.push_back(Sample {
+            at,
+            all: Finished {
+                succeeded: stats.total(JobState::Succeeded),
+                dead: stats.total(JobState::Dead),
+            },
+            queues,
+        });
         while self
             .samples
             .front()
-            .is_some_and(|f| sample.at.saturating_since(f.at) > WINDOW)
+            .is_some_and(|f| at.saturating_since(f.at) > WINDOW)
         {
             self.samples.pop_front();
         }
@@ -72,32 +92,53 @@ impl Samples {
         let s = &self.samples;
         s.iter()
             .zip(s.iter().skip(1))
-            .map(|(a, b)| between(a, b))
+            .map(|(a, b)| between((a.at, a.all), (b.at, b.all)))
             .collect()
     }
 
     /// The rates averaged over the last `span` (`None` until two samples that far apart).
     pub(crate) fn recent(&self, span: Duration) -> Option<Rate> {
+        let (first, last) = self.span(span)?;
+        Some(between((first.at, first.all), (last.at, last.all)))
+    }
+
+    /// Each queue's rates averaged over the last `span` (empty until two samples that far
+    /// apart). A queue the first sample lacks had finished nothing then.
+    pub(crate) fn recent_by_queue(&self, span: Duration) -> BTreeMap<String, Rate> {
+        let Some((first, last)) = self.span(span) else {
+            return BTreeMap::new();
+        };
+        last.queues
+            .iter()
+            .map(|(name, now)| {
+                let then = first.queues.get(name).copied().unwrap_or_default();
+                (name.clone(), between((first.at, then), (last.at, *now)))
+            })
+            .collect()
+    }
+
+    /// The oldest sample within `span` of the last, and the last, if they differ.
+    fn span(&self, span: Duration) -> Option<(&Sample, &Sample)> {
         let last = self.samples.back()?;
         let first = self
             .samples
             .iter()
             .find(|s| last.at.saturating_since(s.at) <= span)?;
-        (first != last).then(|| between(first, last))
+        (first.at != last.at).then_some((first, last))
     }
 }
 
-/// Jobs finished per second from sample `a` to a later sample `b`; nothing, rather than a
-/// negative rate, where a purge shrank the counts between them.
-fn between(a: &Sample, b: &Sample) -> Rate {
-    let secs = b.at.saturating_since(a.at).as_secs_f64().max(1e-9);
+/// Jobs finished per second from a sample at `a` to a later one at `b`; nothing, rather
+/// than a negative rate, where a purge shrank the counts between them.
+fn between((from, a): (StoreTime, Finished), (until, b): (StoreTime, Finished)) -> Rate {
+    let secs = until.saturating_since(from).as_secs_f64().max(1e-9);
     let purged = b.succeeded < a.succeeded || b.dead < a.dead;
     let growth = |x: u64, y: u64| match purged {
         true => 0.0,
         false => (y - x) as f64 / secs,
     };
     Rate {
-        until: b.at,
+        until,
         succeeded: growth(a.succeeded, b.succeeded),
         dead: growth(a.dead, b.dead),
     }
@@ -165,6 +206,26 @@ mod tests {
             s.recent(Duration::from_secs(60)).map(|r| r.succeeded),
             Some(50.0)
         );
+    }
+
+    #[test]
+    fn each_queue_has_its_own_rate_and_a_new_queue_counts_from_nothing() {
+        let mut s = Samples::default();
+        s.record(&stats(10, 0, 0));
+        let mut later = stats(14, 40, 0);
+        let mut other = QueueCounts::default();
+        other.by_state.insert(JobState::Dead, 8);
+        later.queues.insert("new".into(), other);
+        s.record(&later);
+        let by_queue = s.recent_by_queue(Duration::from_secs(60));
+        assert_eq!(
+            by_queue
+                .iter()
+                .map(|(q, r)| (q.as_str(), r.succeeded, r.dead))
+                .collect::<Vec<_>>(),
+            [("new", 0.0, 2.0), ("q", 10.0, 0.0)]
+        );
+        assert_eq!(s.recent(Duration::from_secs(60)).map(|r| r.dead), Some(2.0));
     }
 
     #[test]

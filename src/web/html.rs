@@ -147,6 +147,8 @@ th{font-weight:600;background:#eef0f3}td.n,th.n{text-align:right;font-variant-nu
 form.inline{display:inline}button{cursor:pointer}\
 .cards{display:flex;gap:1em;flex-wrap:wrap}.card{background:#fff;padding:.6em 1em;border:1px solid #e3e6ea}\
 .card b{display:block;font-size:1.3em}svg{background:#fff;border:1px solid #e3e6ea}\
+rect.run{fill:#9ca3af}rect.running{fill:#3b82f6}rect.succeeded{fill:#2a7}rect.failed{fill:#c22}\
+rect.lost{fill:#f59e0b}\
 pre{white-space:pre-wrap;background:#fff;padding:.6em;border:1px solid #e3e6ea;max-height:20em;overflow:auto}";
 
 #[cfg(test)]

@@ -32,6 +32,7 @@ mod html;
 mod metrics;
 mod pages;
 mod params;
+mod timeline;
 
 use std::sync::Arc;
 

@@ -11,7 +11,9 @@ use crate::ids::{InstanceId, JobId, StoreTime};
 use crate::job::JobState;
 use crate::redb_store::HolderState;
 use crate::web::html::{Frame, Table, duration, escape, relative, state_badge, url_component};
-use crate::web::{Inner, PageResult, Request, Response, WebError, chart, metrics, params};
+use crate::web::{
+    Inner, PageResult, Request, Response, WebError, chart, metrics, params, timeline,
+};
 
 /// The overview reloads itself this often unless told otherwise (`?refresh=0` stops it).
 const REFRESH_SECS: u32 = 5;
@@ -88,9 +90,14 @@ pub(crate) fn overview(inner: &Inner, query: &[(String, String)]) -> PageResult 
     let reading = &counted.reading;
     let stats = &reading.stats;
     let now = store.now()?;
-    let (rates, recent) = {
+    let (rates, recent, by_queue) = {
         let samples = inner.samples.lock();
-        (samples.rates(), samples.recent(Duration::from_secs(60)))
+        let minute = Duration::from_secs(60);
+        (
+            samples.rates(),
+            samples.recent(minute),
+            samples.recent_by_queue(minute),
+        )
     };
     let unserved = &reading.unserved;
     let mut body = done_banner(q.get("did").copied());
@@ -158,6 +165,7 @@ pub(crate) fn overview(inner: &Inner, query: &[(String, String)]) -> PageResult 
         "oldest waiting",
         "nearest lease",
         "most overdue lease",
+        "finished, last minute",
         "last served",
         "",
     ]);
@@ -204,6 +212,17 @@ pub(crate) fn overview(inner: &Inner, query: &[(String, String)]) -> PageResult 
                     format!("by {}", duration(now.saturating_since(t)))
                 }),
         );
+        cells.push(by_queue.get(name).map_or("–".to_owned(), |r| {
+            let died = match r.dead > 0.0 {
+                true => format!(", {:.1}/s died", r.dead),
+                false => String::new(),
+            };
+            format!(
+                "<span data-rate=\"{}\">{:.1}/s{died}</span>",
+                escape(name),
+                r.succeeded
+            )
+        }));
         cells.push(opt(counts.served_at));
         let (action, label) = match counts.paused {
             true => ("resume", "Resume"),
@@ -546,6 +565,15 @@ pub(crate) fn job(inner: &Inner, id: JobId, query: &[(String, String)]) -> PageR
     body.push_str("</p>");
 
     body.push_str("<h2>Runs</h2>");
+    body.push_str(&timeline::svg(&job, &history, now));
+    if !history.is_empty() {
+        body.push_str(
+            "<p class=\"note\">Each attempt from its claim to its end (blue: running, its \
+             lease dashed to its expiry; green: succeeded; red: failed or timed out; amber: \
+             its lease was lost or it stalled; grey: given back, put off or cancelled). Gaps \
+             are the job waiting.</p>",
+        );
+    }
     let mut t = Table::new(
         "runs",
         &[

@@ -21,6 +21,7 @@ crate::on_both::on_both!(
     a_page_under_a_prefix_links_under_it_and_finds_nothing_outside_it,
     a_slow_count_is_repeated_apart_from_the_requests_and_the_page_says_how_old_it_is,
     the_overview_shows_the_reapers_last_pass_and_warns_when_there_is_none_or_it_is_late,
+    a_jobs_lease_timeline_draws_each_attempt_where_it_ran_and_the_held_lease_to_its_expiry,
 );
 
 fn the_overview_shows_each_queues_counts_as_the_store_counts_them(kind: Kind) {
@@ -164,6 +165,7 @@ fn the_job_list_filters_by_queue_state_and_metadata_and_pages_by_id(kind: Kind) 
 fn throughput_is_drawn_from_samples_of_the_finished_counts(kind: Kind) {
     let f = kind.open();
     f.enqueue_n(30);
+    f.enqueue(NewJob::new("mail", "m")).unwrap();
     let page = page_of(&f).build();
     expect(get(&page, "/"), StatusCode::OK);
     for _ in 0..20 {
@@ -188,6 +190,15 @@ fn throughput_is_drawn_from_samples_of_the_finished_counts(kind: Kind) {
     assert_eq!(card("card-dead-rate"), "0.2/s");
     assert_eq!(card("card-failure-rate"), "9.1 %");
     assert!(html.contains("<svg id=\"throughput\""));
+    // Each queue's own rate: all of it was the one queue's; the other finished nothing.
+    assert!(
+        html.contains(&format!("<span data-rate=\"{Q}\">2.0/s, 0.2/s died</span>")),
+        "{html}"
+    );
+    assert!(
+        html.contains("<span data-rate=\"mail\">0.0/s</span>"),
+        "{html}"
+    );
 }
 
 fn a_page_under_a_prefix_links_under_it_and_finds_nothing_outside_it(kind: Kind) {
@@ -314,4 +325,48 @@ fn the_overview_shows_the_reapers_last_pass_and_warns_when_there_is_none_or_it_i
         html.contains("It has missed passes since: is its process running?</p>"),
         "{html}"
     );
+}
+
+fn a_jobs_lease_timeline_draws_each_attempt_where_it_ran_and_the_held_lease_to_its_expiry(
+    kind: Kind,
+) {
+    let f = kind.open();
+    let id = f.enqueue(NewJob::new(Q, "p")).unwrap();
+    let page = page_of(&f).build();
+    let html = expect(get(&page, &format!("/jobs/{}", id.0)), StatusCode::OK);
+    assert!(
+        !html.contains("id=\"timeline\""),
+        "never claimed: nothing to draw"
+    );
+
+    // Attempt 1 from 0 s to its reclaim at 60 s; the job waits 10 s; attempt 2 claimed at
+    // 70 s runs at 75 s (now), its lease held to 130 s: the axis spans 130 s over 600 units.
+    assert_eq!(crate::on_both::LEASE, Duration::from_secs(60));
+    f.claim_one("w1");
+    f.advance(crate::on_both::LEASE);
+    assert_eq!(f.reap().unwrap().reclaimed.len(), 1);
+    f.advance(Duration::from_secs(10));
+    f.claim_one("w<2>");
+    f.advance(Duration::from_secs(5));
+    let html = expect(get(&page, &format!("/jobs/{}", id.0)), StatusCode::OK);
+    let svg = &html[html.find("<svg id=\"timeline\"").expect("a timeline")..];
+    let svg = &svg[..svg.find("</svg>").unwrap()];
+    assert!(
+        svg.contains("<rect class=\"run lost\" x=\"0.0\" y=\"16.0\" width=\"276.9\""),
+        "{svg}"
+    );
+    assert!(
+        svg.contains("<rect class=\"run running\" x=\"323.1\" y=\"32.0\" width=\"23.1\""),
+        "{svg}"
+    );
+    assert!(
+        svg.contains("<line class=\"lease\" x1=\"346.2\" y1=\"38.0\" x2=\"600.0\""),
+        "{svg}"
+    );
+    assert!(svg.contains("lease expires in 55.0 s"), "{svg}");
+    assert!(
+        svg.contains("attempt 2 by w&lt;2&gt;: 5.0 s, running"),
+        "{svg}"
+    );
+    assert!(!svg.contains("w<2>"), "the worker's name is escaped");
 }
