@@ -226,6 +226,23 @@ impl ScheduleInfo {
         self.0.next
     }
 
+    /// How long until its next tick, in milliseconds, as of store time `now` (an interval's
+    /// tick) and wall-clock time `wall` (a cron tick); negative where the tick has come and
+    /// waits for a scheduler to fire it.
+    pub fn next_in_ms(&self, now: StoreTime, wall: std::time::SystemTime) -> i64 {
+        let ms = |d: Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
+        match self.0.next {
+            Tick::Store(t) if t >= now => ms(t.saturating_since(now)),
+            Tick::Store(t) => -ms(now.saturating_since(t)),
+            Tick::Wall(secs) => {
+                let wall = wall
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, ms);
+                secs.saturating_mul(1000).saturating_sub(wall)
+            }
+        }
+    }
+
     /// The last tick that enqueued a job.
     pub fn last_fired(&self) -> Option<Tick> {
         self.0.last_fired

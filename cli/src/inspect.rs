@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use leasehold::{
-    CatchUp, Error, HolderState, Job, JobFilter, JobId, JobOrder, JobState, Run, StoreTime, Tick,
+    CatchUp, Error, HolderState, Job, JobFilter, JobId, JobOrder, JobState, Run, StoreTime,
     Uniqueness, When,
 };
 
@@ -529,15 +529,7 @@ pub fn schedules(db: &Path, json: bool) -> Result<ExitCode, Error> {
                 CatchUp::Skip => "skip",
             },
             paused: s.paused(),
-            next_in_ms: match s.next_tick() {
-                Tick::Store(t) => ms(t) as i64 - ms(now) as i64,
-                Tick::Wall(secs) => {
-                    let wall = wall
-                        .duration_since(std::time::UNIX_EPOCH)
-                        .map_or(0, |d| d.as_millis() as i64);
-                    secs.saturating_mul(1000) - wall
-                }
-            },
+            next_in_ms: s.next_in_ms(now, wall),
             fired: s.fired(),
             skipped: s.skipped(),
         })

@@ -1,4 +1,5 @@
-//! The page's actions: cancel or retry a job, pause or resume a queue. Each is a POST that
+//! The page's actions: cancel or retry a job, pause or resume a queue, retry every dead job
+//! of a queue. Each is a POST that
 //! carries the page's form secret, asks for confirmation first (the first POST answers
 //! with a question; only the confirming one changes anything), runs one of the store's own
 //! operations, and answers a refusal with the store's typed error.
@@ -29,6 +30,8 @@ impl JobAction {
 pub(crate) enum QueueAction {
     Pause,
     Resume,
+    /// Every dead job of the queue queued again ([`crate::JobStore::retry_all`]).
+    RetryDead,
 }
 
 impl QueueAction {
@@ -36,6 +39,7 @@ impl QueueAction {
         match name {
             "pause" => Ok(QueueAction::Pause),
             "resume" => Ok(QueueAction::Resume),
+            "retry-dead" => Ok(QueueAction::RetryDead),
             _ => Err(WebError::NotFound(format!("no queue action {name:?}"))),
         }
     }
@@ -126,6 +130,14 @@ pub(crate) fn on_queue(
                 format!("Resume queue {queue}?"),
                 format!("Yes, resume {queue}"),
             ),
+            QueueAction::RetryDead => (
+                format!("/queues/{name}/retry-dead"),
+                format!(
+                    "Queue every dead job of queue {queue} again, each with a fresh retry \
+                     budget? They run again: their handlers must be safe to repeat."
+                ),
+                format!("Yes, retry the dead jobs of {queue}"),
+            ),
         };
         return Ok(pages::confirm(inner, &path, &question, &yes, "/"));
     }
@@ -138,6 +150,19 @@ pub(crate) fn on_queue(
         QueueAction::Resume => {
             store.resume_queue(queue)?;
             "resumed"
+        }
+        QueueAction::RetryDead => {
+            let report = store.retry_all(&crate::JobFilter {
+                queue: Some(queue.to_owned()),
+                state: Some(JobState::Dead),
+                ..crate::JobFilter::default()
+            })?;
+            return redirect(&format!(
+                "{}/?did=retried_dead&n={}&refused={}&refresh=0",
+                inner.base,
+                report.changed,
+                report.refused.len()
+            ));
         }
     };
     redirect(&format!("{}/?did={did}&refresh=0", inner.base))

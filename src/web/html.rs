@@ -75,7 +75,10 @@ impl Frame<'_> {
              <header><a class=\"brand\" href=\"{base}/\">leasehold</a>\
              <span class=\"store\">{store}</span>\
              <nav><a href=\"{base}/\">Overview</a><a href=\"{base}/jobs\">Jobs</a>\
-             <a href=\"{base}/metrics\">Metrics</a></nav></header><main>\
+             <a href=\"{base}/metrics\">Metrics</a></nav>\
+             <form class=\"find\" method=\"get\" action=\"{base}/jobs\"><input name=\"id\" \
+             placeholder=\"job id\" size=\"8\" inputmode=\"numeric\" aria-label=\"go to job\">\
+             </form></header><main>\
              <h1>{title}</h1>{body}</main></body></html>",
             title = escape(self.title),
             store = escape(self.store),
@@ -134,6 +137,7 @@ const STYLE: &str = "\
 body{font:14px/1.45 system-ui,sans-serif;margin:0;color:#1d2330;background:#f6f7f9}\
 header{display:flex;gap:1.5em;align-items:center;padding:.6em 1.5em;background:#1d2330;color:#fff}\
 header a{color:#fff;text-decoration:none}header nav a{margin-right:1em}\
+header form.find{margin-left:auto}\
 .brand{font-weight:700}.store{opacity:.7;font-family:monospace}\
 main{padding:1em 1.5em;max-width:80em}h1{font-size:1.4em}h2{font-size:1.1em;margin-top:1.6em}\
 table{border-collapse:collapse;background:#fff;margin:.4em 0}\

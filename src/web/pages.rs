@@ -65,8 +65,8 @@ fn ok(body: String) -> PageResult {
 }
 
 /// What an action that went through says on the page it returns to.
-fn done_banner(did: Option<&str>) -> String {
-    let text = match did {
+fn done_banner(q: &BTreeMap<&str, &str>) -> String {
+    let text = match q.get("did").copied() {
         Some("cancelled") => "Cancelled.",
         Some("cancel_requested") => {
             "Cancel requested: the job is running, and its holder is told at its next heartbeat."
@@ -74,13 +74,33 @@ fn done_banner(did: Option<&str>) -> String {
         Some("retried") => "Queued again with a fresh retry budget.",
         Some("paused") => "Paused: no claim takes the queue's jobs until it is resumed.",
         Some("resumed") => "Resumed.",
+        Some("retried_dead") => {
+            let n = |k: &str| q.get(k).copied().unwrap_or("0");
+            let refused = match n("refused") {
+                "0" => String::new(),
+                r => format!(
+                    " {r} could not be (another job holds its unique key, or it changed \
+                     meanwhile)."
+                ),
+            };
+            return format!(
+                "<p class=\"done\" id=\"done\">Queued {} dead jobs again with a fresh retry \
+                 budget.{refused}</p>",
+                n("n")
+            );
+        }
         _ => return String::new(),
     };
     format!("<p class=\"done\" id=\"done\">{text}</p>")
 }
 
 pub(crate) fn overview(inner: &Inner, query: &[(String, String)]) -> PageResult {
-    let q = params::known(query, &["refresh", "did"])?;
+    let q = params::known(query, &["refresh", "did", "n", "refused"])?;
+    for k in ["n", "refused"] {
+        if let Some(v) = q.get(k) {
+            params::count(k, v)?;
+        }
+    }
     let refresh = match q.get("refresh") {
         None => Some(REFRESH_SECS),
         Some(s) => params::refresh(s)?,
@@ -100,7 +120,7 @@ pub(crate) fn overview(inner: &Inner, query: &[(String, String)]) -> PageResult 
         )
     };
     let unserved = &reading.unserved;
-    let mut body = done_banner(q.get("did").copied());
+    let mut body = done_banner(&q);
 
     // At a glance.
     let waiting = stats.total(JobState::Queued) + stats.total(JobState::RetryWait);
@@ -228,10 +248,20 @@ pub(crate) fn overview(inner: &Inner, query: &[(String, String)]) -> PageResult 
             true => ("resume", "Resume"),
             false => ("pause", "Pause"),
         };
-        cells.push(inner.action_button(&format!("/queues/{qn}/{action}"), label));
+        let mut buttons = inner.action_button(&format!("/queues/{qn}/{action}"), label);
+        match counts.get(JobState::Dead) {
+            0 => {}
+            dead => buttons.push_str(&inner.action_button(
+                &format!("/queues/{qn}/retry-dead"),
+                &format!("Retry {dead} dead"),
+            )),
+        }
+        cells.push(buttons);
         t.row(cells);
     }
     body.push_str(&t.finish("No jobs yet."));
+
+    body.push_str(&schedules(store.as_ref(), now)?);
 
     // Leases.
     body.push_str("<h2>Leases held</h2>");
@@ -343,6 +373,46 @@ pub(crate) fn overview(inner: &Inner, query: &[(String, String)]) -> PageResult 
     ok(inner.frame("Overview", refresh).render(&body))
 }
 
+/// The periodic jobs: when each ticks, its next tick, what it has fired; nothing where the
+/// store has none.
+fn schedules(store: &dyn crate::ReadJobs, now: StoreTime) -> Result<String, WebError> {
+    let list = store.schedules()?;
+    if list.is_empty() {
+        return Ok(String::new());
+    }
+    // A cron schedule's next tick is a wall-clock time: shown to a person, read off the host.
+    #[allow(clippy::disallowed_methods)]
+    let wall = std::time::SystemTime::now();
+    let mut out = "<h2>Schedules</h2>".to_owned();
+    let mut t = Table::new(
+        "schedules",
+        &["name", "queue", "when", "next tick", "fired", "skipped"],
+    );
+    for s in &list {
+        let next = s.next_in_ms(now, wall);
+        let magnitude = Duration::from_millis(next.unsigned_abs());
+        t.row([
+            escape(s.name()),
+            escape(s.queue()),
+            match s.when() {
+                crate::When::Every(d) => format!("every {}", duration(*d)),
+                crate::When::Cron { expr, zone } => {
+                    format!("cron <code>{}</code> in {}", escape(expr), escape(zone))
+                }
+            },
+            match (s.paused(), next >= 0) {
+                (true, _) => "<span class=\"state dead\">paused</span>".to_owned(),
+                (false, true) => format!("in {}", duration(magnitude)),
+                (false, false) => format!("due {} ago", duration(magnitude)),
+            },
+            s.fired().to_string(),
+            s.skipped().to_string(),
+        ]);
+    }
+    out.push_str(&t.finish(""));
+    Ok(out)
+}
+
 /// What the last reaper pass did, and a warning when none has run for a while: without a
 /// reaper, an expired lease is taken back only when a claim passes by.
 fn reaper_line(pass: Option<&crate::ReaperPass>, now: StoreTime) -> String {
@@ -380,6 +450,9 @@ fn job_link(inner: &Inner, id: JobId) -> String {
 
 pub(crate) fn jobs(inner: &Inner, query: &[(String, String)]) -> PageResult {
     let listing = params::Listing::parse(query)?;
+    if let Some(id) = listing.id {
+        return crate::web::redirect(&format!("{}/jobs/{}", inner.base, id.0));
+    }
     let store = &inner.reads;
     let now = store.now()?;
     let found = store.jobs(&listing.filter())?;
@@ -474,7 +547,7 @@ pub(crate) fn job(inner: &Inner, id: JobId, query: &[(String, String)]) -> PageR
     let history = store.history(id)?;
     let payload = store.payload(id)?.map_or(0, |p| p.len());
     let output = store.output(id)?.map(|o| o.len());
-    let mut body = done_banner(q.get("did").copied());
+    let mut body = done_banner(&q);
 
     let mut t = Table::new("job", &["", ""]);
     let mut row = |k: &str, v: String| t.row([escape(k), v]);

@@ -64,6 +64,8 @@ pub(crate) struct Listing {
     pub after: Option<JobId>,
     pub limit: usize,
     pub newest_first: bool,
+    /// A job asked for by its id (the search box): the page goes to it.
+    pub id: Option<JobId>,
 }
 
 impl Listing {
@@ -86,6 +88,7 @@ impl Listing {
                     l.meta.push((key.to_owned(), value.to_owned()));
                 }
                 "after" => l.after = Some(job_id(v)?),
+                "id" => l.id = Some(job_id(v.trim())?),
                 "limit" => {
                     l.limit = v
                         .parse::<usize>()
@@ -174,6 +177,13 @@ pub(crate) fn known<'a>(
         out.insert(k.as_str(), v.as_str());
     }
     Ok(out)
+}
+
+/// A count given back to the page after an action (`n=12`).
+pub(crate) fn count(name: &str, value: &str) -> Result<u64, WebError> {
+    value
+        .parse::<u64>()
+        .map_err(|_| WebError::BadRequest(format!("{name} {value:?} is not a count")))
 }
 
 /// How often the overview reloads itself, in seconds: 0 (never) to 3600.

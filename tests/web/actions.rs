@@ -14,6 +14,8 @@ crate::on_both::on_both!(
     a_refused_retry_answers_the_stores_error_and_changes_nothing,
     a_queue_paused_from_the_page_is_paused_in_the_store_until_resumed,
     a_page_without_a_writer_refuses_actions,
+    every_dead_job_of_one_queue_is_retried_from_the_page_and_no_other,
+    the_job_id_box_goes_to_that_job,
 );
 
 fn a_cancel_from_the_page_asks_first_then_reaches_the_store(kind: Kind) {
@@ -180,4 +182,73 @@ fn a_page_without_a_writer_refuses_actions(kind: Kind) {
     );
     assert!(refused.contains("read-only"));
     assert_eq!(f.job(id).unwrap().unwrap().state(), JobState::Queued);
+}
+
+fn every_dead_job_of_one_queue_is_retried_from_the_page_and_no_other(kind: Kind) {
+    let f = kind.open();
+    for _ in 0..3 {
+        f.enqueue(NewJob::new(Q, "p").max_attempts(1)).unwrap();
+        let l = f.claim_one("w");
+        assert_eq!(f.fail(&l, "boom").unwrap(), JobState::Dead);
+    }
+    let other = f.enqueue(NewJob::new("mail", "m").max_attempts(1)).unwrap();
+    let l = f
+        .claim("mail", "w", crate::on_both::lease())
+        .unwrap()
+        .unwrap();
+    assert_eq!(f.fail(&l, "boom").unwrap(), JobState::Dead);
+
+    let page = page_of(&f).build();
+    let html = expect(get(&page, "/"), StatusCode::OK);
+    let path = format!("/queues/{Q}/retry-dead");
+    assert!(html.contains(&format!("action=\"{path}\"")), "{html}");
+    assert!(html.contains("Retry 3 dead"), "{html}");
+    let secret = form_secret(&html);
+    let question = expect(
+        post(&page, &path, &format!("csrf={secret}")),
+        StatusCode::OK,
+    );
+    assert!(
+        question.contains("Queue every dead job of queue"),
+        "{question}"
+    );
+    assert_eq!(
+        f.stats().unwrap().total(JobState::Dead),
+        4,
+        "asking changes nothing"
+    );
+
+    let done = post(&page, &path, &format!("csrf={secret}&confirm=yes"));
+    assert_eq!(done.status(), StatusCode::SEE_OTHER);
+    let to = done.headers()["location"].to_str().unwrap().to_owned();
+    assert_eq!(to, "/?did=retried_dead&n=3&refused=0&refresh=0");
+    let stats = f.stats().unwrap();
+    assert_eq!(stats.queues[Q].get(JobState::Dead), 0);
+    assert_eq!(stats.queues[Q].get(JobState::Queued), 3);
+    assert_eq!(
+        f.job(other).unwrap().unwrap().state(),
+        JobState::Dead,
+        "another queue's"
+    );
+    let after = expect(get(&page, &to), StatusCode::OK);
+    assert!(after.contains("Queued 3 dead jobs again"), "{after}");
+    expect(
+        get(&page, "/?did=retried_dead&n=lots"),
+        StatusCode::BAD_REQUEST,
+    );
+}
+
+fn the_job_id_box_goes_to_that_job(kind: Kind) {
+    let f = kind.open();
+    let id = f.enqueue(NewJob::new(Q, "p")).unwrap();
+    let page = page_of(&f).build();
+    let html = expect(get(&page, "/"), StatusCode::OK);
+    assert!(
+        html.contains("<form class=\"find\" method=\"get\" action=\"/jobs\"><input name=\"id\"")
+    );
+    let r = get(&page, &format!("/jobs?id=+{}+", id.0));
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    assert_eq!(r.headers()["location"], format!("/jobs/{}", id.0).as_str());
+    expect(get(&page, "/jobs?id=1%3Bdrop"), StatusCode::BAD_REQUEST);
+    expect(get(&page, "/jobs/999999"), StatusCode::NOT_FOUND);
 }

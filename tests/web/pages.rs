@@ -22,6 +22,7 @@ crate::on_both::on_both!(
     a_slow_count_is_repeated_apart_from_the_requests_and_the_page_says_how_old_it_is,
     the_overview_shows_the_reapers_last_pass_and_warns_when_there_is_none_or_it_is_late,
     a_jobs_lease_timeline_draws_each_attempt_where_it_ran_and_the_held_lease_to_its_expiry,
+    the_overview_lists_the_schedules_with_their_next_tick,
 );
 
 fn the_overview_shows_each_queues_counts_as_the_store_counts_them(kind: Kind) {
@@ -369,4 +370,39 @@ fn a_jobs_lease_timeline_draws_each_attempt_where_it_ran_and_the_held_lease_to_i
         "{svg}"
     );
     assert!(!svg.contains("w<2>"), "the worker's name is escaped");
+}
+
+fn the_overview_lists_the_schedules_with_their_next_tick(kind: Kind) {
+    let f = kind.open();
+    let page = page_of(&f).build();
+    let html = expect(get(&page, "/"), StatusCode::OK);
+    assert!(!html.contains("id=\"schedules\""), "no schedules, no table");
+
+    let every = Duration::from_secs(300);
+    f.declare_schedule(leasehold::Schedule::every(
+        "nightly<1>",
+        every,
+        NewJob::new(Q, "s"),
+    ))
+    .unwrap();
+    let next_in = |html: &str| {
+        let table = &html[html.find("id=\"schedules\"").expect("a schedules table")..];
+        let row = &table[table
+            .find("nightly&lt;1&gt;")
+            .expect("the schedule, escaped")..];
+        row[..row.find("</tr>").unwrap()].to_owned()
+    };
+    let row = next_in(&expect(get(&page, "/"), StatusCode::OK));
+    assert!(row.contains("every 5 min 0 s"), "{row}");
+    assert!(row.contains("<td>in 5 min 0 s</td>"), "{row}");
+
+    f.advance(every + Duration::from_secs(60));
+    let row = next_in(&expect(get(&page, "/"), StatusCode::OK));
+    assert!(
+        row.contains("<td>due 1 min 0 s ago</td>"),
+        "no scheduler fired it: {row}"
+    );
+    f.pause_schedule("nightly<1>").unwrap();
+    let row = next_in(&expect(get(&page, "/"), StatusCode::OK));
+    assert!(row.contains("paused"), "{row}");
 }
