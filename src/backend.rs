@@ -81,8 +81,8 @@ pub(crate) struct Completion {
     pub output: Vec<u8>,
     /// The attempt's last progress.
     pub progress: Option<u64>,
-    /// The application's writes, on an engine that commits them in the round
-    /// ([`LeaseBackend::writes_in_rounds`]).
+    /// The application's writes, committed in the round under the completion's own fence
+    /// (a failure of theirs fails this completion alone).
     pub writes: Option<AnyWrites>,
 }
 
@@ -174,12 +174,6 @@ pub(crate) trait LeaseBackend: JobStore + 'static {
         terms: LeaseTerms,
         n: usize,
     ) -> RoundResults;
-    /// Whether a round commits completions that carry the application's writes (each under
-    /// its own fence, its writes alone rolled back on a failure); elsewhere they commit in a
-    /// transaction of their own.
-    fn writes_in_rounds(&self) -> bool {
-        false
-    }
     fn fail_reporting(
         &self,
         lease: &Lease,

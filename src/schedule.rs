@@ -235,9 +235,7 @@ impl ScheduleInfo {
             Tick::Store(t) if t >= now => ms(t.saturating_since(now)),
             Tick::Store(t) => -ms(now.saturating_since(t)),
             Tick::Wall(secs) => {
-                let wall = wall
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(0, ms);
+                let wall = wall.duration_since(std::time::UNIX_EPOCH).map_or(0, ms);
                 secs.saturating_mul(1000).saturating_sub(wall)
             }
         }

@@ -312,11 +312,14 @@ enum Command {
         scale: f64,
         /// Runs only the scenario groups whose name contains this: raw, enqueue,
         /// claim-complete, heartbeat, end-to-end-durable, end-to-end-non-durable
-        /// (both: end-to-end), commit-shape, wake, processes, depth, reap, drain-redb and
-        /// drain-postgres (both: drain; enqueue, then drain with 1 and 16 workers, as the peer
-        /// harness does; PostgreSQL where LEASEHOLD_PG_URL is set), window (what the window
-        /// and the batch delay trade, on both), postgres (needs LEASEHOLD_PG_URL). One more runs only when named in full: churn (dead rows of a
-        /// PostgreSQL job table over minutes of sustained work).
+        /// (both: end-to-end), commit-shape, wake, processes, depth, reap, drain-redb,
+        /// drain-writes-redb (every completion writes a row of the application's) and
+        /// drain-postgres (all three: drain; enqueue, then drain with 1 and 16 workers, as the
+        /// peer harness does; PostgreSQL where LEASEHOLD_PG_URL is set), window (what the window
+        /// and the batch delay trade, on both), trickle (jobs enqueued one by one: latency and
+        /// completions per commit by batch delay), postgres (needs LEASEHOLD_PG_URL). Two more run
+        /// only when named in full: churn (dead rows of a PostgreSQL job table over minutes of
+        /// sustained work) and page (the status page on a million jobs, and its cost to a pool).
         #[arg(long)]
         only: Option<String>,
     },

@@ -17,7 +17,7 @@ use crate::clock::Stopwatch;
 pub(crate) struct Handed {
     pub flight: Flight,
     pub output: Vec<u8>,
-    /// The application's writes (only where the engine commits them in its rounds).
+    /// The application's writes, committed in the round under this completion's fence.
     pub writes: Option<crate::backend::AnyWrites>,
 }
 

@@ -242,12 +242,12 @@ fn unstarted(shared: &Shared, flight: &Flight, why: Interruption) {
 
 /// Commits a success. The completion is handed to the dispatcher, which commits it together
 /// with the others that finished meanwhile and the claims that refill their workers, while
-/// the worker goes on to a job claimed ahead (a lone worker too: see [`super::pace`]). On an
-/// engine that commits the application's writes in its rounds (PostgreSQL) those go too,
-/// each under its own fence; elsewhere (redb, whose application transaction has the writer's
-/// seat to itself) a completion with writes commits here, in a transaction of its own. Any
-/// commits here once the dispatcher has stopped (then claiming its worker's next job in the
-/// same transaction while the pool may take more work).
+/// the worker goes on to a job claimed ahead (a lone worker too: see [`super::pace`]). The
+/// application's writes go too, each under its own fence: writes that fail fail their own
+/// completion alone (PostgreSQL rolls back to a savepoint; redb, which takes none once a
+/// table is open, runs the round's operations again one by one). Any completion commits
+/// here once the dispatcher has stopped (then claiming its worker's next job in the same
+/// transaction while the pool may take more work).
 fn commit_success(shared: &Shared, flight: Flight, output: Output<AnyWrites>) -> After {
     let Output { bytes, writes } = output;
     let mut handed = Handed {
@@ -255,7 +255,7 @@ fn commit_success(shared: &Shared, flight: Flight, output: Output<AnyWrites>) ->
         output: bytes,
         writes,
     };
-    if (handed.writes.is_none() || shared.store.writes_in_rounds()) && shared.running() {
+    if shared.running() {
         match shared.handover.hand_over(shared, handed) {
             None => return After::HandedOver,
             // The dispatcher has stopped: commit it here.

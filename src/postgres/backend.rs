@@ -387,10 +387,6 @@ impl LeaseBackend for PgStore {
         self.complete_each_then_claim(&mut done, claim)
     }
 
-    fn writes_in_rounds(&self) -> bool {
-        true
-    }
-
     fn fail_reporting(
         &self,
         lease: &Lease,

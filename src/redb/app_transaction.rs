@@ -97,8 +97,36 @@ impl<'a, 't> Transaction<'a, 't> {
 /// [`Output::with_writes`]): what an [`Output`] of a pool on a [`Store`](crate::Store)
 /// carries.
 pub struct RedbWrites(
-    pub(crate) Box<dyn FnOnce(&mut Transaction<'_, '_>) -> crate::backend::WritesResult + Send>,
+    pub(crate) Box<dyn FnMut(&mut Transaction<'_, '_>) -> crate::backend::WritesResult + Send>,
 );
+
+impl RedbWrites {
+    /// Completes the attempt in `tx` and runs the writes after it, only if the fence held:
+    /// one unit of a group commit. A panic in the writes is their failure (the group rolls
+    /// the transaction back and runs its other operations again without them).
+    pub(crate) fn complete(
+        &mut self,
+        tx: &mut Tx<'_>,
+        lease: (JobId, crate::ids::Attempt),
+        output: &[u8],
+        progress: Option<u64>,
+    ) -> Result<()> {
+        protocol::complete(tx, lease.0, lease.1, output, progress)?;
+        let txn = tx.tables.txn();
+        let writes = &mut self.0;
+        let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            writes(&mut Transaction::new(tx, txn))
+        }));
+        match ran {
+            Ok(written) => written.map_err(crate::Error::from_application),
+            Err(panic) => {
+                let message = crate::error::panic_message(&*panic);
+                let panicked = crate::backend::WritesPanicked(message);
+                Err(crate::Error::Application(Box::new(panicked)))
+            }
+        }
+    }
+}
 
 impl Output<RedbWrites> {
     /// Output bytes plus the application's writes, committed with the completion or not at
@@ -108,9 +136,15 @@ impl Output<RedbWrites> {
     /// [`Transaction`] and not the store (which refuses it with
     /// [`Error::Reentered`](crate::Error::Reentered)). If it fails, the completion rolls
     /// back and the attempt fails with its error.
-    pub fn with_writes<F, E>(bytes: impl Into<Vec<u8>>, writes: F) -> Output<RedbWrites>
+    ///
+    /// A pool commits many completions in one transaction. Where one of them fails after
+    /// writing (its writes return an error, or panic), that transaction is rolled back and
+    /// each completion of it runs again in a transaction of its own, `writes` included: so
+    /// `writes` may run more than once, and only the last run commits (as
+    /// `Output::with_sql`'s on PostgreSQL).
+    pub fn with_writes<F, E>(bytes: impl Into<Vec<u8>>, mut writes: F) -> Output<RedbWrites>
     where
-        F: FnOnce(&mut Transaction<'_, '_>) -> std::result::Result<(), E> + Send + 'static,
+        F: FnMut(&mut Transaction<'_, '_>) -> std::result::Result<(), E> + Send + 'static,
         E: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
         Output::with(

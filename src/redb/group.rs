@@ -258,7 +258,16 @@ impl Group {
     ) -> MutexGuard<'g, State> {
         let mut batch = state.take_group();
         drop(state);
+        // The application's writes a completion carries run here, on the leader's thread: a
+        // store call from them is refused (Reentered) rather than queued behind itself.
+        SEATS_HELD.with(|held| held.borrow_mut().push(self.address()));
         commit(&mut batch);
+        SEATS_HELD.with(|held| {
+            let mut held = held.borrow_mut();
+            if let Some(at) = held.iter().rposition(|&a| a == self.address()) {
+                held.remove(at);
+            }
+        });
         let mut state = self.state.lock();
         state.leading = false;
         self.cond.notify_all();

@@ -20,7 +20,7 @@ use crate::lease::{Lease, LeaseTerms, Renewal};
 use crate::notify::Notifier;
 use crate::query::JobFilter;
 use crate::queue::ServedMarks;
-use crate::redb_store::app_transaction::Transaction;
+use crate::redb_store::app_transaction::{RedbWrites, Transaction};
 use crate::redb_store::group::{CommitShape, Committer, Group, PendingOp};
 use crate::redb_store::neighbours::Neighbours;
 use crate::redb_store::protocol;
@@ -1026,9 +1026,10 @@ struct Writing {
 type Op<T> = Box<dyn FnMut(&mut Tx<'_>) -> Result<T> + Send>;
 
 /// One group operation per completion, each its own unit; `T` is the result type of the
-/// group they join (a completion returns its default).
-/// The group's operations for `done` (a pool never hands this engine completions with
-/// writes: see [`crate::backend::LeaseBackend::writes_in_rounds`]).
+/// group they join (a completion returns its default). A completion that carries the
+/// application's writes runs them after its fence held; if they fail, having written, the
+/// group runs every operation again alone (see [`crate::redb_store::group`]), so only that
+/// completion fails.
 fn completions<T: Default + Send + 'static>(done: Vec<Completion>) -> Vec<Op<T>> {
     done.into_iter()
         .map(|c| -> Op<T> {
@@ -1039,16 +1040,23 @@ fn completions<T: Default + Send + 'static>(done: Vec<Completion>) -> Vec<Op<T>>
                 progress,
                 writes,
             } = c;
-            if writes.is_some() {
-                return Box::new(|_| {
-                    Err(crate::Error::Internal(
-                        "a redb round was given the application's writes",
-                    ))
-                });
+            match writes.map(|w| w.take::<RedbWrites>()) {
+                None => Box::new(move |tx| {
+                    protocol::complete(tx, job, attempt, &output, progress).map(|()| T::default())
+                }),
+                Some(Some(mut writes)) => Box::new(move |tx| {
+                    writes
+                        .complete(tx, (job, attempt), &output, progress)
+                        .map(|()| T::default())
+                }),
+                Some(None) => Box::new(|_| {
+                    Err(crate::error::ConfigError::WritesForAnotherStore {
+                        given: "writes of another engine's kind",
+                        store: "a redb store, whose writes are Output::with_writes",
+                    }
+                    .into())
+                }),
             }
-            Box::new(move |tx| {
-                protocol::complete(tx, job, attempt, &output, progress).map(|()| T::default())
-            })
         })
         .collect()
 }

@@ -80,6 +80,12 @@ impl<'t> Tables<'t> {
         })
     }
 
+    /// The write transaction the tables are open in: for the application's writes that a
+    /// completion in a group carries ([`crate::redb_store::app_transaction::Transaction`]).
+    pub(crate) fn txn(&self) -> &'t WriteTransaction {
+        self.txn
+    }
+
     /// The queues' records, open for writing (opened on first use: most transactions touch
     /// none).
     pub(crate) fn queues(&mut self) -> Result<&mut Table<'t, &'static str, &'static [u8]>> {

@@ -22,6 +22,7 @@ crate::on_both::on_both!(
     panicking_writes_fail_their_attempt_and_the_pool_keeps_working,
     a_handlers_permanent_failure_makes_the_job_dead_at_once,
     an_output_over_the_size_limit_fails_its_job_for_good_not_once_per_attempt,
+    completions_with_writes_share_a_commit_and_one_whose_writes_fail_fails_alone,
 );
 
 fn a_panicking_handler_fails_its_job_and_the_pool_keeps_working(kind: Kind) {
@@ -367,4 +368,79 @@ fn an_output_over_the_size_limit_fails_its_job_for_good_not_once_per_attempt(kin
         Some(Outcome::FailedPermanently(_))
     ));
     assert_eq!(f.job(small).unwrap().unwrap().state(), JobState::Succeeded);
+}
+
+/// Completions carrying the application's writes commit in the dispatcher's round, many in
+/// one transaction, each under its own fence: one whose writes fail (after writing) fails
+/// alone, and what the others wrote (their follow-up jobs too) commits exactly once.
+fn completions_with_writes_share_a_commit_and_one_whose_writes_fail_fails_alone(kind: Kind) {
+    let f = kind.open();
+    for payload in ["a", "bad", "c"] {
+        f.enqueue(NewJob::new(Q, payload).max_attempts(1)).unwrap();
+    }
+    let store = f.handle();
+    let go = std::sync::Arc::new(std::sync::Barrier::new(4));
+    let release = go.clone();
+    // A batch of three and a delay longer than the three take to finish: once the spare
+    // fourth worker's claim has found the queue drained (a free worker's claim would not
+    // wait), the round waits for all three completions and commits them together.
+    let p = pool(&f, "w")
+        .concurrency(4)
+        .heartbeat_every(Duration::from_secs(30))
+        .batch_delay(Duration::from_secs(2))
+        .max_batch(3)
+        .start(move |ctx| {
+            go.wait();
+            let payload = String::from_utf8_lossy(ctx.payload()).into_owned();
+            let write = AppWrite {
+                follow_up: Some(NewJob::new("upload", payload.clone())),
+                then_fail: payload == "bad",
+                ..AppWrite::new(format!("sent {payload}"), ctx.job().0)
+            };
+            Ok(store.app_output(b"sent".to_vec(), write))
+        })
+        .unwrap();
+    wait_until("three jobs running and the queue found empty", || {
+        crate::started(&p, 3) && p.stats().idle_waits > 0
+    });
+    release.wait();
+    wait_until("every job to end", || {
+        let s = p.stats();
+        s.succeeded + s.failed == 3 && s.in_flight == 0
+    });
+    let stats = p.stats();
+    assert_eq!((stats.succeeded, stats.failed), (2, 1));
+    // On redb the round waits for all three; a PostgreSQL pool also looks for other
+    // machines' work every few hundred ms, and such a look commits what it holds.
+    assert!(
+        stats.completion_commits < 3,
+        "completions shared the dispatcher's round: {} commits",
+        stats.completion_commits
+    );
+    assert!(f.app_value("sent a").is_some() && f.app_value("sent c").is_some());
+    assert_eq!(
+        f.app_value("sent bad"),
+        None,
+        "the failed writes rolled back"
+    );
+    let counts = f.stats().unwrap();
+    assert_eq!(
+        counts.queues["upload"].get(JobState::Queued),
+        2,
+        "one follow-up per succeeded job, though their round ran again"
+    );
+    let bad = f
+        .jobs(&leasehold::JobFilter {
+            state: Some(JobState::Dead),
+            ..leasehold::JobFilter::default()
+        })
+        .unwrap();
+    assert_eq!(bad.len(), 1);
+    assert_eq!(f.payload(bad[0].id()).unwrap().unwrap(), b"bad");
+    assert!(
+        bad[0].last_error().unwrap().contains(AppWrite::FAILURE),
+        "{:?}",
+        bad[0].last_error()
+    );
+    drop(p);
 }

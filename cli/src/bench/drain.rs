@@ -25,25 +25,83 @@ pub(super) fn drain<S>(
 where
     S: Engine + JobStore + Clone,
 {
-    let queue = "drain";
+    let enqueued = enqueue(label, &store, jobs)?;
+    let pool = WorkerPool::builder(store.clone(), QUEUE)
+        .concurrency(workers)
+        .start(|_| Ok(Vec::new()))?;
+    let drained = drained(
+        &format!("{jobs} empty jobs enqueued, then drained ({label})"),
+        &store,
+        pool,
+        workers,
+        jobs,
+    )?;
+    Ok([enqueued, drained])
+}
+
+/// The application's table a drain with writes fills: a row per job.
+const DONE: leasehold::redb::TableDefinition<u64, u64> =
+    leasehold::redb::TableDefinition::new("bench.done");
+
+/// [`drain`] on redb where every completion also writes a row of the application's own
+/// table in its transaction (`Output::with_writes`): a row for the drain.
+pub(super) fn drain_with_writes(
+    label: &str,
+    store: leasehold::Store,
+    workers: usize,
+    jobs: usize,
+) -> Result<Row, Error> {
+    enqueue(label, &store, jobs)?;
+    let pool = WorkerPool::builder(store.clone(), QUEUE)
+        .concurrency(workers)
+        .start(|ctx| {
+            let job = ctx.job().0;
+            Ok(leasehold::Output::with_writes(Vec::new(), move |t| {
+                t.open_table(DONE)?.insert(job, 1)?;
+                Ok::<(), Error>(())
+            }))
+        })?;
+    let name = format!("{jobs} jobs, each writing a row of the application's, drained ({label})");
+    let row = drained(&name, &store, pool, workers, jobs)?;
+    let read = store.begin_read()?;
+    let table = read.open_table(DONE).map_err(super::io)?;
+    let rows = leasehold::redb::ReadableTableMetadata::len(&table).map_err(super::io)?;
+    if rows != jobs as u64 {
+        eprintln!("drain with writes: {rows} rows for {jobs} jobs");
+        return Err(Error::Internal("a drain's writes did not all commit"));
+    }
+    Ok(row)
+}
+
+const QUEUE: &str = "drain";
+
+/// Enqueues `jobs` empty jobs, [`ENQUEUE_BATCH`] per call: a row for it.
+fn enqueue<S: JobStore>(label: &str, store: &S, jobs: usize) -> Result<Row, Error> {
     let mut left = jobs;
     let start = Instant::now();
     while left > 0 {
         let k = left.min(ENQUEUE_BATCH);
-        store.enqueue_batch((0..k).map(|_| NewJob::new(queue, Vec::new())).collect())?;
+        store.enqueue_batch((0..k).map(|_| NewJob::new(QUEUE, Vec::new())).collect())?;
         left -= k;
     }
-    let enqueued = Samples(Vec::new()).row(
+    Ok(Samples(Vec::new()).row(
         &format!("drain: enqueue {jobs} empty jobs, {ENQUEUE_BATCH} per call ({label})"),
         "durable",
         1,
         start.elapsed(),
         jobs as u64,
-    );
+    ))
+}
+
+/// Times `pool` until it has committed `jobs` completions, then checks the store agrees.
+fn drained<S: JobStore>(
+    name: &str,
+    store: &S,
+    pool: WorkerPool,
+    workers: usize,
+    jobs: usize,
+) -> Result<Row, Error> {
     let start = Instant::now();
-    let pool = WorkerPool::builder(store.clone(), queue)
-        .concurrency(workers)
-        .start(|_| Ok(Vec::new()))?;
     while pool.stats().succeeded < jobs as u64 {
         std::thread::sleep(Duration::from_micros(500));
     }
@@ -52,18 +110,17 @@ where
     let succeeded = store
         .stats()?
         .queues
-        .get(queue)
+        .get(QUEUE)
         .map_or(0, |c| c.get(JobState::Succeeded));
     if succeeded != jobs as u64 {
         eprintln!("drain: {succeeded} of {jobs} jobs succeeded in the store");
         return Err(Error::Internal("a drain left jobs unfinished"));
     }
-    let drained = Samples(Vec::new()).row(
-        &format!("drain: {jobs} empty jobs enqueued, then drained ({label})"),
+    Ok(Samples(Vec::new()).row(
+        &format!("drain: {name}"),
         "durable",
         workers,
         total,
         jobs as u64,
-    );
-    Ok([enqueued, drained])
+    ))
 }

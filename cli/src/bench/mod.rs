@@ -312,6 +312,18 @@ fn scenarios(dir: &Path, scale: f64, only: Option<&str>) -> Result<Vec<Row>, Err
             )?);
         }
     }
+    if want("drain-writes-redb") {
+        for workers in [1, 16] {
+            let name = format!("drain-writes-{workers}.redb");
+            let store = store(dir, &name, true)?;
+            rows.push(drain::drain_with_writes(
+                "redb, single-writer file",
+                store,
+                workers,
+                drained,
+            )?);
+        }
+    }
     if want("drain-postgres") {
         match std::env::var("LEASEHOLD_PG_URL") {
             Ok(url) => {
