@@ -369,6 +369,9 @@ enum Command {
         /// Declare a schedule of the queue ticking this often, and run a scheduler.
         #[arg(long)]
         schedule_every_ms: Option<u64>,
+        /// Run a reaper this often.
+        #[arg(long)]
+        reap_every_ms: Option<u64>,
     },
 }
 
@@ -453,14 +456,18 @@ fn main() -> ExitCode {
             report,
             prefetch,
             schedule_every_ms,
+            reap_every_ms,
         } => pool_process::run(
             db,
-            queue,
-            workers,
-            Duration::from_millis(work_ms),
-            report,
-            prefetch,
-            schedule_every_ms.map(Duration::from_millis),
+            pool_process::Settings {
+                queue,
+                workers,
+                work: Duration::from_millis(work_ms),
+                report,
+                prefetch,
+                schedule_every: schedule_every_ms.map(Duration::from_millis),
+                reap_every: reap_every_ms.map(Duration::from_millis),
+            },
         ),
     };
     match result {

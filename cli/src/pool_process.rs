@@ -10,16 +10,36 @@ use std::time::Duration;
 
 use leasehold::{Sharing, Store, WorkerPool};
 
-pub fn run(
-    db: PathBuf,
-    queue: String,
-    workers: usize,
-    work: Duration,
-    report: bool,
-    prefetch: Option<usize>,
-    schedule_every: Option<Duration>,
-) -> Result<ExitCode, leasehold::Error> {
+/// What the process runs.
+pub struct Settings {
+    pub queue: String,
+    pub workers: usize,
+    /// How long each job takes.
+    pub work: Duration,
+    /// Report each handler's start on stdout.
+    pub report: bool,
+    pub prefetch: Option<usize>,
+    /// Declare a schedule of the queue ticking this often, and run a scheduler.
+    pub schedule_every: Option<Duration>,
+    /// Run a reaper this often, as an application beside its pools does.
+    pub reap_every: Option<Duration>,
+}
+
+pub fn run(db: PathBuf, settings: Settings) -> Result<ExitCode, leasehold::Error> {
+    let Settings {
+        queue,
+        workers,
+        work,
+        report,
+        prefetch,
+        schedule_every,
+        reap_every,
+    } = settings;
     let store = Store::builder(db).sharing(Sharing::MultiProcess).open()?;
+    let _reaper = match reap_every {
+        Some(every) => Some(leasehold::Reaper::start(store.clone(), every)?),
+        None => None,
+    };
     // Every process declares the schedule and runs a scheduler: the store fires each tick once.
     let scheduler = match schedule_every {
         Some(every) => {
