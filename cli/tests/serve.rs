@@ -410,6 +410,12 @@ impl Browser {
     }
 
     fn call(&self, method: &str, path: &str, body: Value) -> Value {
+        self.try_call(method, path, body)
+            .unwrap_or_else(|v| panic!("{method} {path}: {v}"))
+    }
+
+    /// The answer's value, or the whole answer where it is an error.
+    fn try_call(&self, method: &str, path: &str, body: Value) -> Result<Value, Value> {
         let body = match method {
             "GET" | "DELETE" => String::new(),
             _ => body.to_string(),
@@ -417,8 +423,10 @@ impl Browser {
         let (_, _, body) = exchange(self.addr, method, path, "application/json", &body);
         let body = body.as_str();
         let v: Value = serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {body}"));
-        assert!(v["value"]["error"].is_null(), "{method} {path}: {v}");
-        v["value"].clone()
+        match v["value"]["error"].is_null() {
+            true => Ok(v["value"].clone()),
+            false => Err(v),
+        }
     }
 
     fn go(&self, url: &str) {
@@ -429,26 +437,45 @@ impl Browser {
         );
     }
 
+    /// The element `css` names, waited for (the page may still be loading after a click).
     fn find(&self, css: &str) -> String {
-        let v = self.call(
-            "POST",
-            &format!("/session/{}/element", self.session),
-            json!({"using": "css selector", "value": css}),
-        );
-        v["element-6066-11e4-a52e-4f735466cecf"]
-            .as_str()
-            .unwrap_or_else(|| panic!("{css}: {v}"))
-            .to_owned()
+        let path = format!("/session/{}/element", self.session);
+        let mut found = None;
+        wait_until(&format!("an element {css}"), || {
+            match self.try_call(
+                "POST",
+                &path,
+                json!({"using": "css selector", "value": css}),
+            ) {
+                Ok(v) => {
+                    found = v["element-6066-11e4-a52e-4f735466cecf"]
+                        .as_str()
+                        .map(str::to_owned)
+                }
+                Err(v) if v["value"]["error"] == "no such element" => {}
+                Err(v) => panic!("POST {path}: {v}"),
+            }
+            found.is_some()
+        });
+        found.unwrap_or_default()
     }
 
+    /// The text of the element `css` names. A click that submits a form returns before the
+    /// next page has loaded, so the element found may belong to the page going away (a
+    /// stale reference): then it is looked for again.
     fn text(&self, css: &str) -> String {
-        let e = self.find(css);
-        let v = self.call(
-            "GET",
-            &format!("/session/{}/element/{e}/text", self.session),
-            json!({}),
-        );
-        v.as_str().unwrap().to_owned()
+        let mut text = None;
+        wait_until(&format!("the text of {css}"), || {
+            let e = self.find(css);
+            let path = format!("/session/{}/element/{e}/text", self.session);
+            match self.try_call("GET", &path, json!({})) {
+                Ok(v) => text = v.as_str().map(str::to_owned),
+                Err(v) if v["value"]["error"] == "stale element reference" => {}
+                Err(v) => panic!("GET {path}: {v}"),
+            }
+            text.is_some()
+        });
+        text.unwrap_or_default()
     }
 
     fn click(&self, css: &str) {
@@ -546,10 +573,13 @@ fn the_page_in_a_real_browser_matches_the_store_and_its_cancel_reaches_it() {
     });
     assert_eq!(browser.text("#card-running b"), "2");
     // (The page counts at most once a second: it may show the store before the first pass.)
-    s.wait_until("the page to show the worker process's reaper's pass", || {
-        browser.go(&s.url("/?refresh=0"));
-        browser.text("#reaper").contains("(it runs every 1.0 s)")
-    });
+    s.wait_until(
+        "the page to show the worker process's reaper's pass",
+        || {
+            browser.go(&s.url("/?refresh=0"));
+            browser.text("#reaper").contains("(it runs every 1.0 s)")
+        },
+    );
     browser.screenshot("overview");
 
     // A running job's page: its attempt on the timeline, the lease dashed to its expiry.
@@ -575,13 +605,17 @@ fn the_page_in_a_real_browser_matches_the_store_and_its_cancel_reaches_it() {
     assert!(listed.starts_with(&id.to_string()), "{listed}");
     browser.screenshot("jobs");
     browser.click("#jobs tbody a");
-    assert!(browser.current_url().ends_with(&format!("/jobs/{id}")));
+    s.wait_until("the job's page", || {
+        browser.current_url().ends_with(&format!("/jobs/{id}"))
+    });
     assert!(browser.text("#job").contains("queued"));
     browser.screenshot("job");
 
     // Cancel: the page asks, the browser confirms, the store has it.
     browser.click("form[action$='/cancel'] button");
-    assert!(browser.text("main").contains(&format!("Cancel job {id}?")));
+    s.wait_until("the confirmation page", || {
+        browser.text("main").contains(&format!("Cancel job {id}?"))
+    });
     browser.screenshot("confirm");
     let before: Value =
         serde_json::from_str(&tool(&s.db, &["show", &id.to_string(), "--json"])).unwrap();
