@@ -53,6 +53,7 @@ pub fn run(db: PathBuf, settings: Settings) -> Result<ExitCode, leasehold::Error
         None => None,
     };
     let clock = store.clone();
+    let metrics = store.clone();
     let mut builder = WorkerPool::builder(store, &queue)
         .concurrency(workers)
         .worker_id(format!("proc-{}", std::process::id()));
@@ -77,6 +78,15 @@ pub fn run(db: PathBuf, settings: Settings) -> Result<ExitCode, leasehold::Error
         sink.clear();
     }
     pool.shutdown(Duration::from_secs(5));
+    // What the process did, for the bench: jobs, the rounds that committed them, and every
+    // write transaction the process committed (its renewals' too).
+    let stats = pool.stats();
+    println!(
+        "pool {} {} {}",
+        stats.succeeded,
+        stats.completion_commits,
+        metrics.metrics().write_transactions
+    );
     if let Some(mut scheduler) = scheduler {
         scheduler.stop();
         println!("fired {}", scheduler.metrics().fired());

@@ -281,9 +281,16 @@ fn scenarios(dir: &Path, scale: f64, only: Option<&str>) -> Result<Vec<Row>, Err
         };
         rows.push(end_to_end(dir, true, one, jobs)?);
         rows.push(processes::one_process_shared(dir, 16, jobs)?);
+        // The same producer for both: this process enqueues, worker processes drain.
+        rows.push(processes::processes_end_to_end(dir, 1, 16, None, jobs)?);
         rows.push(processes::processes_end_to_end(dir, 4, 4, None, jobs)?);
         rows.push(processes::processes_end_to_end(dir, 4, 4, Some(16), jobs)?);
         rows.push(seat::seat_end_to_end(dir, 4, 4, jobs)?);
+        // The drain alone (no producer process competing for commits), both ways.
+        let burst = n(10_000) * 2;
+        rows.push(processes::burst(dir, 0, 16, burst, Sharing::SingleWriter)?);
+        rows.push(processes::burst(dir, 0, 16, burst, Sharing::MultiProcess)?);
+        rows.push(processes::burst(dir, 4, 4, burst, Sharing::MultiProcess)?);
         rows.push(processes::kill_to_claimable(dir, n(34).max(100), 4)?);
         rows.push(processes::cross_process_wake(dir, n(100))?);
     }

@@ -46,19 +46,98 @@ pub(super) fn processes_end_to_end(
         std::thread::sleep(Duration::from_millis(2));
     }
     let total = start.elapsed();
+    // Each process says how many jobs it completed in how many write transactions.
+    let (mut done, mut commits) = (0u64, 0u64);
     for h in helpers {
-        h.end();
+        if let Some(words) = h.finish("pool") {
+            let n = |i: usize| {
+                words
+                    .get(i)
+                    .and_then(|w| w.parse::<u64>().ok())
+                    .unwrap_or(0)
+            };
+            done += n(0);
+            commits += n(2);
+        }
     }
+    // The enqueues are this process's own commits, of 64 jobs each.
+    let enqueues = jobs.div_ceil(64) as u64;
     Ok(Samples(Vec::new()).row(
         &format!(
-            "end to end: {processes} worker processes x {workers} workers (shared file{})",
+            "end to end: {processes} worker process{} x {workers} workers (shared file{}; {:.1} jobs/commit)",
+            if processes == 1 { "" } else { "es" },
             match prefetch {
                 Some(n) => format!(", {n} claimed ahead each"),
                 None => String::new(),
-            }
+            },
+            done as f64 / (commits + enqueues).max(1) as f64
         ),
         "durable",
         processes * workers,
+        total,
+        jobs as u64,
+    ))
+}
+
+/// The drain alone, without a producer competing for commits: `processes` worker processes
+/// of `workers` each (or, with `processes` 0, one pool of `workers` in this process) wait on
+/// an empty shared file; `jobs` jobs arrive in one commit; the rate is jobs over the time
+/// from that commit until the last one succeeded. In [`processes_end_to_end`] the producer
+/// is a process of its own, whose every enqueue is a commit (an fsync) among the pools'
+/// while one process's enqueues ride its pool's commits: there the producer is the bound.
+pub(super) fn burst(
+    dir: &Path,
+    processes: usize,
+    workers: usize,
+    jobs: usize,
+    sharing: Sharing,
+) -> Result<Row, Error> {
+    let path = dir.join(format!("burst-{processes}x{workers}-{sharing:?}.redb"));
+    let store = Store::builder(&path).sharing(sharing).open()?;
+    let workers_arg = workers.to_string();
+    let args = ["__pool", "--queue", "burst", "--workers", &workers_arg];
+    let helpers = (0..processes)
+        .map(|_| Helper::start(&path, &args))
+        .collect::<Result<Vec<_>, _>>()?;
+    let pool = match processes {
+        0 => Some(
+            leasehold::WorkerPool::builder(store.clone(), "burst")
+                .concurrency(workers)
+                .start(|_| Ok(Vec::new()))?,
+        ),
+        _ => None,
+    };
+    let batch: Vec<NewJob> = (0..jobs)
+        .map(|i| NewJob::new("burst", format!("{i}")))
+        .collect();
+    let start = Instant::now();
+    store.enqueue_batch(batch)?;
+    let enqueued = start.elapsed();
+    while store.stats()?.total(JobState::Succeeded) < jobs as u64 {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let total = start.elapsed();
+    if let Some(pool) = pool {
+        pool.shutdown(Duration::from_secs(5));
+    }
+    for h in helpers {
+        h.end();
+    }
+    let who = match processes {
+        0 => format!("1 process x {workers} workers"),
+        n => format!("{n} worker processes x {workers} workers"),
+    };
+    let file = match sharing {
+        Sharing::MultiProcess => "shared file",
+        _ => "single-writer file",
+    };
+    Ok(Samples(Vec::new()).row(
+        &format!(
+            "burst: {jobs} jobs enqueued in one commit ({} ms), drained by {who} ({file})",
+            enqueued.as_millis()
+        ),
+        "durable",
+        processes.max(1) * workers,
         total,
         jobs as u64,
     ))
