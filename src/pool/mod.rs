@@ -298,13 +298,10 @@ impl WorkerPool {
         let mut released = 0;
         for flight in &leftover {
             flight.state.interrupt(Interruption::Shutdown, None);
-            let progress = Some(flight.state.progress());
-            match shared.store.release_reporting(&flight.lease, progress) {
-                Ok(state) => {
+            match run::release(shared, flight) {
+                Ok(()) => {
                     released += 1;
-                    stats::bump(&shared.counters.released);
                     tracing::info!(job = %flight.lease.job, "released at shutdown");
-                    shared.ended(&flight.lease, crate::Outcome::Released, state);
                 }
                 Err(e) if e.is_lease_lost() => {} // it finished (or was taken) meanwhile
                 Err(e) => tracing::warn!(job = %flight.lease.job, error = %e, "release failed"),

@@ -57,15 +57,30 @@ pub(crate) fn worker_loop(shared: &Shared, jobs: &Receiver<Flight>, slots: &Send
 
 /// Releases the job: claimable again at once, no budget spent.
 fn give_back(shared: &Shared, flight: &Flight) {
-    let progress = Some(flight.state.progress());
-    match shared.store.release_reporting(&flight.lease, progress) {
-        Ok(state) => {
-            bump(&shared.counters.released);
-            shared.ended(&flight.lease, Outcome::Released, state);
-        }
+    match release(shared, flight) {
+        Ok(()) => {}
         Err(e) if e.is_lease_lost() => bump(&shared.counters.rejected_writes),
         Err(e) => tracing::warn!(job = %flight.lease.job, error = %e, "release failed"),
     }
+}
+
+/// Releases the job and counts it (the caller judges a refusal: a lease lost meanwhile is a
+/// refused write to a worker, and nothing at shutdown, where the job may have finished).
+pub(crate) fn release(shared: &Shared, flight: &Flight) -> crate::Result<()> {
+    let progress = Some(flight.state.progress());
+    let state = shared.store.release_reporting(&flight.lease, progress)?;
+    bump(&shared.counters.released);
+    shared.ended(&flight.lease, Outcome::Released, state);
+    Ok(())
+}
+
+/// Ends the attempt as timed out in the store, with the holder's last progress if it ran.
+fn time_out(shared: &Shared, flight: &Flight, progress: Option<u64>) -> crate::Result<()> {
+    let lease = &flight.lease;
+    let state = shared.store.time_out_reporting(lease, progress)?;
+    let outcome = rules::time_out_outcome(lease.claimed_at, lease.deadline);
+    shared.ended(lease, outcome, state);
+    Ok(())
 }
 
 /// Where a worker stands once a job's verdict is dealt with.
@@ -188,15 +203,8 @@ fn run_one(shared: &Shared, flight: Flight, waited: bool) -> After {
         (Some(Interruption::LeaseExpired), _) => give_back(shared, &flight),
         (Some(Interruption::TimedOut), _) if !flight.state.ended_in_store() => {
             // The pool's timer saw the deadline first: the attempt ends here, timed out.
-            match shared
-                .store
-                .time_out_reporting(lease, Some(flight.state.progress()))
-            {
-                Ok(state) => shared.ended(
-                    lease,
-                    rules::time_out_outcome(lease.claimed_at, lease.deadline),
-                    state,
-                ),
+            match time_out(shared, &flight, Some(flight.state.progress())) {
+                Ok(()) => {}
                 Err(e) if e.is_lease_lost() => bump(&shared.counters.rejected_writes),
                 Err(e) => {
                     tracing::warn!(job = %lease.job, error = %e, "recording the time-out failed; the lease ends at its deadline")
@@ -224,12 +232,8 @@ fn unstarted(shared: &Shared, flight: &Flight, why: Interruption) {
     match why {
         Interruption::LeaseExpired => give_back(shared, flight),
         Interruption::TimedOut if !flight.state.ended_in_store() => {
-            match shared.store.time_out_reporting(lease, None) {
-                Ok(state) => shared.ended(
-                    lease,
-                    rules::time_out_outcome(lease.claimed_at, lease.deadline),
-                    state,
-                ),
+            match time_out(shared, flight, None) {
+                Ok(()) => {}
                 Err(e) if e.is_lease_lost() => {}
                 Err(e) => {
                     tracing::warn!(job = %lease.job, error = %e, "recording the time-out failed; the lease ends at its deadline");
