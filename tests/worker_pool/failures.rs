@@ -18,6 +18,7 @@ crate::on_both::on_both!(
     an_attempt_ends_with_the_handlers_last_progress_even_before_any_heartbeat,
     a_paused_workers_late_commit_is_refused_and_the_other_workers_result_stands,
     a_late_commit_handed_to_the_dispatcher_is_refused_too,
+    a_late_commit_with_writes_in_the_dispatchers_round_writes_nothing,
     a_panicking_validator_fails_its_attempt_and_the_pool_keeps_working,
     panicking_writes_fail_their_attempt_and_the_pool_keeps_working,
     a_handlers_permanent_failure_makes_the_job_dead_at_once,
@@ -101,24 +102,41 @@ fn an_output_the_validator_refuses_is_not_committed(kind: Kind) {
 }
 
 fn a_paused_workers_late_commit_is_refused_and_the_other_workers_result_stands(kind: Kind) {
-    late_commit_is_refused(kind, 1);
+    late_commit_is_refused(kind, 1, false);
 }
 
 /// With several workers, completions go through the dispatcher's hand-over: the fence holds
 /// there too.
 fn a_late_commit_handed_to_the_dispatcher_is_refused_too(kind: Kind) {
-    late_commit_is_refused(kind, 4);
+    late_commit_is_refused(kind, 4, false);
 }
 
-fn late_commit_is_refused(kind: Kind, concurrency: usize) {
+/// The fence refuses a late completion inside the dispatcher's round before its writes run:
+/// neither its row nor its follow-up job is written.
+fn a_late_commit_with_writes_in_the_dispatchers_round_writes_nothing(kind: Kind) {
+    late_commit_is_refused(kind, 4, true);
+}
+
+fn late_commit_is_refused(kind: Kind, concurrency: usize, with_writes: bool) {
     let f = kind.open();
     let id = f.enqueue_n(1)[0];
     let (gate_tx, gate_rx) = bounded::<()>(0);
+    let store = f.handle();
     let paused = pool(&f, "paused")
         .concurrency(concurrency)
         .start(move |_| {
             gate_rx.recv().unwrap(); // the "pause": this worker stops here
-            Ok(b"from the paused worker".to_vec())
+            let output = b"from the paused worker".to_vec();
+            Ok(match with_writes {
+                true => store.app_output(
+                    output,
+                    AppWrite {
+                        follow_up: Some(NewJob::new("upload", "late")),
+                        ..AppWrite::new("late", 1)
+                    },
+                ),
+                false => Output::<leasehold::AnyWrites>::new(output),
+            })
         })
         .unwrap();
     wait_until("the job to start", || crate::started(&paused, 1));
@@ -142,6 +160,12 @@ fn late_commit_is_refused(kind: Kind, concurrency: usize) {
     let history = f.history(id).unwrap();
     assert_eq!(history.len(), 2);
     assert_eq!(history[1].worker(), "other");
+    assert_eq!(
+        f.app_value("late"),
+        None,
+        "the refused completion's writes never ran"
+    );
+    assert!(!f.stats().unwrap().queues.contains_key("upload"));
     drop(other);
 }
 
