@@ -258,16 +258,13 @@ impl Group {
     ) -> MutexGuard<'g, State> {
         let mut batch = state.take_group();
         drop(state);
-        // The application's writes a completion carries run here, on the leader's thread: a
-        // store call from them is refused (Reentered) rather than queued behind itself.
-        SEATS_HELD.with(|held| held.borrow_mut().push(self.address()));
-        commit(&mut batch);
-        SEATS_HELD.with(|held| {
-            let mut held = held.borrow_mut();
-            if let Some(at) = held.iter().rposition(|&a| a == self.address()) {
-                held.remove(at);
-            }
-        });
+        {
+            // The application's writes a completion carries run here, on the leader's
+            // thread: a store call from them is refused (Reentered) rather than queued
+            // behind itself.
+            let _seat = Seat::held(self);
+            commit(&mut batch);
+        }
         let mut state = self.state.lock();
         state.leading = false;
         self.cond.notify_all();
@@ -295,7 +292,7 @@ impl Group {
         state.leading = true;
         drop(state);
         let _release = Release(self);
-        SEATS_HELD.with(|held| held.borrow_mut().push(self.address()));
+        let _seat = Seat::held(self);
         f()
     }
 
@@ -308,13 +305,29 @@ impl Group {
     }
 }
 
+/// This thread's mark that it holds a group's writer seat (see [`SEATS_HELD`]), taken off
+/// when dropped, also if the holder unwinds.
+struct Seat(usize);
+
+impl Seat {
+    fn held(group: &Group) -> Seat {
+        let address = group.address();
+        SEATS_HELD.with(|held| held.borrow_mut().push(address));
+        Seat(address)
+    }
+}
+
+impl Drop for Seat {
+    fn drop(&mut self) {
+        SEATS_HELD.with(|held| held.borrow_mut().retain(|&a| a != self.0));
+    }
+}
+
 /// Gives up the leader's seat, also if the holder unwinds.
 struct Release<'a>(&'a Group);
 
 impl Drop for Release<'_> {
     fn drop(&mut self) {
-        let address = self.0.address();
-        SEATS_HELD.with(|held| held.borrow_mut().retain(|&a| a != address));
         self.0.state.lock().leading = false;
         self.0.cond.notify_all();
         self.0.work.notify_all();
