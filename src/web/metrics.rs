@@ -124,16 +124,15 @@ pub(crate) fn render(s: &Scrape<'_>) -> Result<String, std::fmt::Error> {
         counter.inc_by(n);
         registry.register(name, help, counter);
     }
-    let delay = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
-    delay.set(c.worst_detection_delay.as_secs_f64());
-    registry.register(
+    value(
+        &mut registry,
         "worst_detection_delay_seconds",
         "The longest time from a lease's last renewal to its reclaim",
-        delay,
+        c.worst_detection_delay.as_secs_f64(),
     );
 
     if let Some(pass) = &s.stats.last_reaper_pass {
-        for (name, help, value) in [
+        for (name, help, v) in [
             (
                 "reaper_last_pass_age_seconds",
                 "How long ago the last reaper pass on the store ended (by any process)",
@@ -155,27 +154,23 @@ pub(crate) fn render(s: &Scrape<'_>) -> Result<String, std::fmt::Error> {
                 f64::from(u8::from(pass.late(now))),
             ),
         ] {
-            let g = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
-            g.set(value);
-            registry.register(name, help, g);
+            value(&mut registry, name, help, v);
         }
         if let Some(every) = pass.every {
-            let g = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
-            g.set(every.as_secs_f64());
-            registry.register(
+            value(
+                &mut registry,
                 "reaper_interval_seconds",
                 "How often the reaper that made the last pass runs",
-                g,
+                every.as_secs_f64(),
             );
         }
     }
 
-    let age = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
-    age.set(s.counts_age.as_secs_f64());
-    registry.register(
+    value(
+        &mut registry,
         "counts_age_seconds",
         "How old the job counts of this scrape are (a slow count is repeated in the background)",
-        age,
+        s.counts_age.as_secs_f64(),
     );
 
     if let Some(w) = s.writes {
@@ -250,6 +245,13 @@ impl EncodeMetric for Histogram {
     fn metric_type(&self) -> MetricType {
         Self::TYPE
     }
+}
+
+/// Registers a gauge that holds `v` (seconds, mostly): one value, read at this scrape.
+fn value(registry: &mut Registry, name: &str, help: &str, v: f64) {
+    let g = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
+    g.set(v);
+    registry.register(name, help, g);
 }
 
 fn gauge(n: u64) -> i64 {
