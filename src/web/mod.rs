@@ -30,6 +30,7 @@ mod counts;
 mod error;
 mod html;
 mod metrics;
+mod overview;
 mod pages;
 mod params;
 mod timeline;
@@ -211,7 +212,7 @@ impl StatusPage {
             _ => Err(not_allowed(method, "GET")),
         };
         match segments.as_slice() {
-            [] => get(pages::overview),
+            [] => get(overview::overview),
             ["metrics"] => get(pages::metrics),
             ["jobs"] => get(pages::jobs),
             ["jobs", id] => {
