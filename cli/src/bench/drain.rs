@@ -26,16 +26,12 @@ where
     S: Engine + JobStore + Clone,
 {
     let enqueued = enqueue(label, &store, jobs)?;
-    let pool = WorkerPool::builder(store.clone(), QUEUE)
-        .concurrency(workers)
-        .start(|_| Ok(Vec::new()))?;
-    let drained = drained(
-        &format!("{jobs} empty jobs enqueued, then drained ({label})"),
-        &store,
-        pool,
-        workers,
-        jobs,
-    )?;
+    let name = format!("{jobs} empty jobs enqueued, then drained ({label})");
+    let drained = drained(&name, &store, workers, jobs, || {
+        WorkerPool::builder(store.clone(), QUEUE)
+            .concurrency(workers)
+            .start(|_| Ok(Vec::new()))
+    })?;
     Ok([enqueued, drained])
 }
 
@@ -52,17 +48,18 @@ pub(super) fn drain_with_writes(
     jobs: usize,
 ) -> Result<Row, Error> {
     enqueue(label, &store, jobs)?;
-    let pool = WorkerPool::builder(store.clone(), QUEUE)
-        .concurrency(workers)
-        .start(|ctx| {
-            let job = ctx.job().0;
-            Ok(leasehold::Output::with_writes(Vec::new(), move |t| {
-                t.open_table(DONE)?.insert(job, 1)?;
-                Ok::<(), Error>(())
-            }))
-        })?;
     let name = format!("{jobs} jobs, each writing a row of the application's, drained ({label})");
-    let row = drained(&name, &store, pool, workers, jobs)?;
+    let row = drained(&name, &store, workers, jobs, || {
+        WorkerPool::builder(store.clone(), QUEUE)
+            .concurrency(workers)
+            .start(|ctx| {
+                let job = ctx.job().0;
+                Ok(leasehold::Output::with_writes(Vec::new(), move |t| {
+                    t.open_table(DONE)?.insert(job, 1)?;
+                    Ok::<(), Error>(())
+                }))
+            })
+    })?;
     let read = store.begin_read()?;
     let table = read.open_table(DONE).map_err(super::io)?;
     let rows = leasehold::redb::ReadableTableMetadata::len(&table).map_err(super::io)?;
@@ -93,15 +90,17 @@ fn enqueue<S: JobStore>(label: &str, store: &S, jobs: usize) -> Result<Row, Erro
     ))
 }
 
-/// Times `pool` until it has committed `jobs` completions, then checks the store agrees.
+/// Starts a pool with `start` and times it (its start included) until it has committed
+/// `jobs` completions, then checks the store agrees.
 fn drained<S: JobStore>(
     name: &str,
     store: &S,
-    pool: WorkerPool,
     workers: usize,
     jobs: usize,
+    start_pool: impl FnOnce() -> Result<WorkerPool, Error>,
 ) -> Result<Row, Error> {
     let start = Instant::now();
+    let pool = start_pool()?;
     while pool.stats().succeeded < jobs as u64 {
         std::thread::sleep(Duration::from_micros(500));
     }
