@@ -146,6 +146,12 @@ pub(crate) trait LeaseBackend: JobStore + 'static {
     /// How often an idle pool looks for work no wake-up announced (another machine's
     /// enqueue, say): `None` where every commit that readies work wakes the waiters.
     fn idle_poll(&self) -> Option<Duration>;
+    /// Whether another process is writing the store now, so that a write begun now would
+    /// queue behind its transaction (a redb file processes share): a pool's round then gives
+    /// way ([`crate::pool`]'s `give_way`). `false` where writers do not take turns.
+    fn another_process_writes(&self) -> bool {
+        false
+    }
     fn next_due(&self, queue: &str) -> Result<Option<StoreTime>>;
     /// One answer per lease, or the error that failed the whole batch (nothing renewed).
     fn renew_batch(&self, beats: &[(&Lease, u64)]) -> Result<Vec<Result<Renewal>>>;

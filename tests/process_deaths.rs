@@ -116,6 +116,15 @@ impl Holder {
             .collect()
     }
 
+    /// Sends `line` and waits for the holder to answer `reply`.
+    fn tell(&mut self, line: &str, reply: &str) {
+        let stdin = self.child.stdin.as_mut().unwrap();
+        stdin.write_all(format!("{line}\n").as_bytes()).unwrap();
+        stdin.flush().unwrap();
+        let heard = self.out.next().unwrap().unwrap();
+        assert_eq!(heard, reply, "the holder's answer to {line}");
+    }
+
     fn kill(mut self) {
         self.child.kill().unwrap();
         self.child.wait().unwrap();
@@ -262,6 +271,38 @@ fn an_enqueue_in_one_process_wakes_an_idle_pool_in_another() {
         "the pool was not woken by the other process's enqueue"
     );
     drop(pool);
+}
+
+#[test]
+fn a_pool_gives_way_to_another_process_writing_and_commits_everything_once_it_is_done() {
+    let (_dir, path) = store_path();
+    let store = shared(&path);
+    store
+        .enqueue_batch((0..20).map(|i| NewJob::new(Q, format!("{i}"))))
+        .unwrap();
+    // Declared first so that it is dropped last: if an assertion fails while the other
+    // process writes, the holder (dropped, so killed) lets the pool's round end first.
+    let pool: WorkerPool;
+    let mut writer = Holder::start(&path, &[]);
+    writer.tell("write", "writing");
+    pool = WorkerPool::builder(store.clone(), Q)
+        .concurrency(4)
+        .lease(Duration::from_secs(3600))
+        .start(|_| Ok(()))
+        .unwrap();
+    // Its first claim finds the writer's lock taken: the round gives way, then (after the
+    // bound) waits its turn, and nothing can commit while the other process writes.
+    wait_until("the pool to give way", || pool.stats().gave_way >= 1);
+    assert_eq!(pool.stats().claimed, 0, "nothing claimed past the writer");
+    writer.tell("", "wrote");
+    wait_until("every job to be done", || pool.stats().succeeded == 20);
+    assert_eq!(
+        store.stats().unwrap().total(JobState::Succeeded),
+        20,
+        "each committed once, by the pool that gave way"
+    );
+    drop(pool);
+    writer.end();
 }
 
 // ----- the soak: worker processes SIGKILLed at random moments beside each other -----

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use crossbeam_channel::{Receiver, Sender, select};
 
+use super::give_way::{self, GiveWay};
 use super::handover::Handed;
 use super::stats::bump;
 use super::{Flight, Shared, run};
@@ -45,6 +46,8 @@ fn dispatch_until_stopped(
     // The last claim found the queue empty (and none has found work since): a claim is not
     // worth committing a completion for at once, which may then wait for company.
     let mut found_none = false;
+    // Since when rounds have given way to another process writing the store.
+    let mut way = GiveWay::default();
     loop {
         if free == 0 && !shared.handover.pending() {
             // Wait for a free worker.
@@ -84,6 +87,22 @@ fn dispatch_until_stopped(
                     },
                     recv(stop) -> _ => return,
                     default(wait) => {}
+                }
+                continue;
+            }
+            // Another process writing the file: gather more for a round that begins once
+            // it is done, rather than queue behind it with what there is now.
+            if (want > 0 || shared.handover.pending())
+                && way.now(|| shared.store.another_process_writes())
+            {
+                bump(&shared.counters.gave_way);
+                select! {
+                    recv(slots) -> slot => match slot {
+                        Ok(()) => free += 1,
+                        Err(_) => return,
+                    },
+                    recv(stop) -> _ => return,
+                    default(give_way::RECHECK) => {}
                 }
                 continue;
             }

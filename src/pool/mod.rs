@@ -19,6 +19,7 @@ mod builder;
 mod context;
 mod dispatch;
 mod ended;
+mod give_way;
 mod handover;
 mod heartbeat;
 mod latency;

@@ -44,6 +44,10 @@ impl LeaseBackend for Store {
         None
     }
 
+    fn another_process_writes(&self) -> bool {
+        Store::another_process_writes(self)
+    }
+
     fn next_due(&self, queue: &str) -> Result<Option<StoreTime>> {
         Store::next_due(self, queue)
     }

@@ -152,6 +152,11 @@ impl Group {
         }
     }
 
+    /// Whether a group transaction is under way (its leader, or the writer thread, at work).
+    pub(crate) fn leading(&self) -> bool {
+        self.state.lock().leading
+    }
+
     /// Runs `op` in the next group transaction and returns its own result.
     pub(crate) fn run<T, F>(&self, committer: &dyn Committer, f: F) -> Result<T>
     where

@@ -463,6 +463,19 @@ impl Store {
         )
     }
 
+    /// Whether another process holds the file's writer lock now (always `false` unless
+    /// processes share the store). Asking takes the lock if it is free and lets it go at
+    /// once. A write of this process's own group does not count: what this process queues
+    /// joins it.
+    pub(crate) fn another_process_writes(&self) -> bool {
+        self.inner.neighbours.is_some()
+            && !self.inner.group.leading()
+            && matches!(
+                self.inner.db.try_begin_write(),
+                Err(redb::TransactionError::WouldBlock)
+            )
+    }
+
     /// Completes the job and, in the same transaction, runs `f`: the application's own
     /// writes ([`Transaction::open_table`]) and follow-up jobs ([`Transaction::enqueue`]),
     /// committed together with the completion only if the fence holds. If the lease was lost,

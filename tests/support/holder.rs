@@ -2,7 +2,8 @@
 //! (`helper_process.rs`), and the tool's hidden `__child`, which its bench kills. It opens a
 //! store, optionally enqueues and claims jobs, reports them on stdout, and holds the store until
 //! killed or its stdin closes (a line `complete` on stdin makes it try to complete what it
-//! holds, and report the verdict; a line `fork` makes a child with `fork()` and no `exec`,
+//! holds, and report the verdict; a line `write` makes it hold the store's writer seat, in a
+//! transaction, until the next line; a line `fork` makes a child with `fork()` and no `exec`,
 //! which shares the store's instance lock and sleeps until killed, and reports its pid).
 
 use std::io::Write;
@@ -50,6 +51,18 @@ pub fn run(
                 }
             }
             let _ = writeln!(out, "forked {pid}");
+            let _ = out.flush();
+        }
+        if line.trim() == "write" {
+            // Holds the store's writer seat (the file's writer lock) until the next line.
+            store.transaction(|_| {
+                let _ = writeln!(out, "writing");
+                let _ = out.flush();
+                let mut next = String::new();
+                let _ = std::io::stdin().read_line(&mut next);
+                Ok(())
+            })?;
+            let _ = writeln!(out, "wrote");
             let _ = out.flush();
         }
         if line.trim() == "complete" {
