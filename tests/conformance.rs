@@ -342,12 +342,16 @@ fn a_batch_of_completions_answers_each_alone(b: Backend) {
     let ids = b
         .enqueue_batch((0..3).map(|i| NewJob::new(Q, format!("{i}"))).collect())
         .unwrap();
-    let leases = b.claim_batch(Q, "w", LeaseTerms::new(LEASE), 3).unwrap();
+    let mut leases = b.claim_batch(Q, "w", LeaseTerms::new(LEASE), 2).unwrap();
+    b.advance(Duration::from_secs(1));
+    leases.push(b.claim(Q, "v", LeaseTerms::new(LEASE)).unwrap().unwrap());
     b.complete(&leases[1], b"first").unwrap(); // the second one will be a stale repeat
+    b.advance(Duration::from_secs(1));
+    // Not in the jobs' order: each answer is still its own.
     let answers = b.complete_batch(&[
-        (&leases[0], b"a".as_slice()),
-        (&leases[1], b"again".as_slice()),
         (&leases[2], b"c".as_slice()),
+        (&leases[1], b"again".as_slice()),
+        (&leases[0], b"a".as_slice()),
     ]);
     assert!(answers[0].is_ok() && answers[2].is_ok(), "{answers:?}");
     let refused = answers[1].as_ref().unwrap_err().lease_lost().unwrap();
@@ -355,6 +359,30 @@ fn a_batch_of_completions_answers_each_alone(b: Backend) {
     assert_eq!(b.output(ids[1]).unwrap().as_deref(), Some(&b"first"[..]));
     assert_eq!(b.output(ids[2]).unwrap().as_deref(), Some(&b"c"[..]));
     assert_eq!(b.stats().unwrap().counters.fenced_writes_rejected, 1);
+    // Each history row names its own attempt's holder and claim, ended at the batch's time.
+    for (i, lease) in [(0, &leases[0]), (2, &leases[2])] {
+        let history = b.history(ids[i]).unwrap();
+        let run = &history[0];
+        assert_eq!(
+            (
+                run.worker(),
+                run.claimed_at(),
+                run.ended_at(),
+                run.outcome()
+            ),
+            (
+                lease.worker.as_str(),
+                lease.claimed_at,
+                Some(
+                    lease
+                        .claimed_at
+                        .saturating_add(Duration::from_secs(if i == 0 { 2 } else { 1 }))
+                ),
+                Some(&Outcome::Succeeded)
+            ),
+            "job {i}"
+        );
+    }
 }
 
 /// A pool's round: its completions, then a claim. Two of the completions are of leases that

@@ -679,9 +679,13 @@ pub(crate) fn heartbeat_batch(
     leases: &[(JobId, Attempt, u64)],
 ) -> Result<Vec<Result<Renewal>>> {
     let renew = p.get(tx, RENEW_MANY)?;
-    let ids: Vec<i64> = leases.iter().map(|l| key(l.0)).collect();
-    let attempts: Vec<i64> = leases.iter().map(|l| i64::from(l.1.0)).collect();
-    let progress: Vec<i64> = leases.iter().map(|l| clamp(l.2)).collect();
+    // In id order, as a batch of completions locks its rows (see [`COMPLETE_MANY`]): a
+    // pool renews the jobs it is also completing.
+    let mut sorted = leases.to_vec();
+    sorted.sort_by_key(|l| l.0);
+    let ids: Vec<i64> = sorted.iter().map(|l| key(l.0)).collect();
+    let attempts: Vec<i64> = sorted.iter().map(|l| i64::from(l.1.0)).collect();
+    let progress: Vec<i64> = sorted.iter().map(|l| clamp(l.2)).collect();
     // Keyed by job and attempt: a batch may hold a stale attempt beside the live one of the
     // same job, and only the live one was renewed.
     let renewed: std::collections::HashMap<(i64, i64), i64> = tx
@@ -784,33 +788,37 @@ pub(crate) fn complete_one(
     Ok(())
 }
 
-/// Completes attempts whose fence holds, in one statement: locks each row under the fence
-/// (`id AND attempt AND state = 'running'`), in id order so that two batches never wait on
-/// each other in a cycle, ends the attempt and writes its history row.
+/// Completes attempts whose fence holds, in one statement: updates each row under the fence
+/// (`id AND attempt AND state = 'running'`), which locks it, ends the attempt and writes its
+/// history row, the holder and claim time read beside the update from the attempt's own
+/// row (a lookup by key, no lock: for the attempt the fence admits, they cannot change).
+///
+/// Every row is found by its key, whatever the planner knows of the table: an earlier form
+/// locked the rows first in a CTE (`FOR UPDATE`, sorted by id), which the planner joined
+/// by hashing every running job of the table (all of them, for every round: `EXPLAIN
+/// ANALYZE`, 16 ms of 25 for 400 completions beside 20,000 running jobs), and each row was
+/// then touched twice, its lock and its update (BENCHMARKS.md, session 13, measures both). The rows are passed in id order ([`complete_many`]), the
+/// order the join takes them, so that two batches lock overlapping rows alike.
 const COMPLETE_MANY: &str = "
 WITH c AS MATERIALIZED (SELECT {now} AS t),
-r AS (SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bytea[], $4::bigint[])
-          AS r(id, attempt, output, progress)),
-old AS (
-    SELECT j.id, j.attempt, j.lease_owner, j.lease_claimed_at, r.output, r.progress AS reported
-    FROM {s}.leasehold_jobs j JOIN r ON j.id = r.id AND j.attempt = r.attempt
-    WHERE j.state = 'running'
-    ORDER BY j.id
-    FOR UPDATE OF j
-),
+r AS (SELECT r.id, r.attempt, r.output, r.progress, o.lease_owner, o.lease_claimed_at
+      FROM unnest($1::bigint[], $2::bigint[], $3::bytea[], $4::bigint[])
+           AS r(id, attempt, output, progress)
+      JOIN LATERAL (SELECT o.lease_owner, o.lease_claimed_at FROM {s}.leasehold_jobs o
+                    WHERE o.id = r.id AND o.attempt = r.attempt) o ON true),
 done AS (
     UPDATE {s}.leasehold_jobs j
     SET state = 'succeeded', finished_at = c.t, updated_at = c.t,
-        output = CASE WHEN octet_length(old.output) > 0 THEN old.output END,
-        progress = coalesce(old.reported, j.progress),
-        progress_at = CASE WHEN old.reported IS NOT NULL AND old.reported <> j.progress
+        output = CASE WHEN octet_length(r.output) > 0 THEN r.output END,
+        progress = coalesce(r.progress, j.progress),
+        progress_at = CASE WHEN r.progress IS NOT NULL AND r.progress <> j.progress
                            THEN c.t ELSE j.progress_at END,
         lease_owner = NULL, lease_claimed_at = NULL, lease_expires_at = NULL,
         lease_indexed_expiry = NULL, lease_length_us = NULL, stall_timeout_us = NULL,
         lease_deadline = NULL
-    FROM old, c
-    WHERE j.id = old.id
-    RETURNING j.id, j.attempt, old.lease_owner, old.lease_claimed_at, j.progress
+    FROM r, c
+    WHERE j.id = r.id AND j.attempt = r.attempt AND j.state = 'running'
+    RETURNING j.id, j.attempt, r.lease_owner, r.lease_claimed_at, j.progress
 )
 INSERT INTO {s}.leasehold_runs (job, attempt, worker, claimed_at, ended_at, outcome, progress)
 SELECT done.id, done.attempt, done.lease_owner, done.lease_claimed_at, c.t, 'succeeded',
@@ -827,6 +835,8 @@ pub(crate) fn complete_many(
     done: &[(JobId, Attempt, &[u8], Option<u64>)],
 ) -> Result<std::collections::HashSet<(JobId, Attempt)>> {
     let st = p.get(tx, COMPLETE_MANY)?;
+    let mut done = done.to_vec();
+    done.sort_by_key(|d| d.0);
     let ids: Vec<i64> = done.iter().map(|d| key(d.0)).collect();
     let attempts: Vec<i64> = done.iter().map(|d| i64::from(d.1.0)).collect();
     let outputs: Vec<&[u8]> = done.iter().map(|d| d.2).collect();
