@@ -793,12 +793,15 @@ pub(crate) fn complete_one(
 /// history row, the holder and claim time read beside the update from the attempt's own
 /// row (a lookup by key, no lock: for the attempt the fence admits, they cannot change).
 ///
-/// Every row is found by its key, whatever the planner knows of the table: an earlier form
-/// locked the rows first in a CTE (`FOR UPDATE`, sorted by id), which the planner joined
-/// by hashing every running job of the table (all of them, for every round: `EXPLAIN
-/// ANALYZE`, 16 ms of 25 for 400 completions beside 20,000 running jobs), and each row was
-/// then touched twice, its lock and its update (BENCHMARKS.md, session 13, measures both). The rows are passed in id order ([`complete_many`]), the
-/// order the join takes them, so that two batches lock overlapping rows alike.
+/// An earlier form locked the rows first in a CTE (`FOR UPDATE`, sorted by id), which the
+/// planner joined by hashing every running job of the table, in every statement of a drain
+/// (`EXPLAIN ANALYZE`: 16 ms of 25 for 400 completions beside 20,000 running jobs), and then
+/// touched each row again to update it. This one touches each row once, and the planner
+/// mostly looks each up by key (98 of 121 statements of one drain, `auto_explain`; on a
+/// young table it still hashes the running jobs for some: no worse than before). Either way
+/// the rows come in the order of the ids passed, which [`complete_many`] sorts, and are
+/// locked in it, so that two batches lock overlapping rows alike (BENCHMARKS.md, session
+/// 13, measures both forms).
 const COMPLETE_MANY: &str = "
 WITH c AS MATERIALIZED (SELECT {now} AS t),
 r AS (SELECT r.id, r.attempt, r.output, r.progress, o.lease_owner, o.lease_claimed_at
