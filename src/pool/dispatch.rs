@@ -80,13 +80,8 @@ fn dispatch_until_stopped(
             // commits too, and new work waits at most the delay for its claim.
             let claim_due = want > 0 && !found_none;
             if !claim_due && let Some(wait) = shared.handover.may_wait(shared.batch) {
-                select! {
-                    recv(slots) -> slot => match slot {
-                        Ok(()) => free += 1,
-                        Err(_) => return,
-                    },
-                    recv(stop) -> _ => return,
-                    default(wait) => {}
+                if !wait_a_while(slots, stop, wait, &mut free) {
+                    return;
                 }
                 continue;
             }
@@ -96,13 +91,8 @@ fn dispatch_until_stopped(
                 && way.now(|| shared.store.another_process_writes())
             {
                 bump(&shared.counters.gave_way);
-                select! {
-                    recv(slots) -> slot => match slot {
-                        Ok(()) => free += 1,
-                        Err(_) => return,
-                    },
-                    recv(stop) -> _ => return,
-                    default(give_way::RECHECK) => {}
+                if !wait_a_while(slots, stop, give_way::RECHECK, &mut free) {
+                    return;
                 }
                 continue;
             }
@@ -173,6 +163,27 @@ fn next_slot(slots: &Receiver<()>, stop: &Receiver<()>) -> bool {
     select! {
         recv(slots) -> slot => slot.is_ok(),
         recv(stop) -> _ => false,
+    }
+}
+
+/// Waits up to `wait`, or until a worker frees its slot (counted in `free`): `false` if the
+/// pool is stopping (or its workers are gone) instead.
+fn wait_a_while(
+    slots: &Receiver<()>,
+    stop: &Receiver<()>,
+    wait: Duration,
+    free: &mut usize,
+) -> bool {
+    select! {
+        recv(slots) -> slot => match slot {
+            Ok(()) => {
+                *free += 1;
+                true
+            }
+            Err(_) => false,
+        },
+        recv(stop) -> _ => false,
+        default(wait) => true,
     }
 }
 
