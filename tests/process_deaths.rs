@@ -108,9 +108,7 @@ impl Holder {
 
     /// Asks the holder to complete what it holds; returns its verdict for each job.
     fn complete(&mut self) -> Vec<String> {
-        let stdin = self.child.stdin.as_mut().unwrap();
-        stdin.write_all(b"complete\n").unwrap();
-        stdin.flush().unwrap();
+        self.send("complete");
         (0..self.claimed.len())
             .map(|_| self.out.next().unwrap().unwrap())
             .collect()
@@ -118,11 +116,16 @@ impl Holder {
 
     /// Sends `line` and waits for the holder to answer `reply`.
     fn tell(&mut self, line: &str, reply: &str) {
+        self.send(line);
+        let heard = self.out.next().unwrap().unwrap();
+        assert_eq!(heard, reply, "the holder's answer to {line}");
+    }
+
+    /// Writes `line` to the holder's stdin.
+    fn send(&mut self, line: &str) {
         let stdin = self.child.stdin.as_mut().unwrap();
         stdin.write_all(format!("{line}\n").as_bytes()).unwrap();
         stdin.flush().unwrap();
-        let heard = self.out.next().unwrap().unwrap();
-        assert_eq!(heard, reply, "the holder's answer to {line}");
     }
 
     fn kill(mut self) {
