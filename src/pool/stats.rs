@@ -92,8 +92,9 @@ pool_counters! {
     intake_paused,
     /// Times the dispatcher found no work and went to sleep.
     idle_waits,
-    /// Times the dispatcher put a round off because another process was writing the store
-    /// (a redb file processes share; see [`crate::WorkerPool`]'s tuning notes).
+    /// Times the dispatcher put a round off, a millisecond at a time, because another
+    /// process was writing the store (a redb file processes share: the round then carries
+    /// what finished meanwhile; README, "Several processes").
     gave_way,
 }
 
