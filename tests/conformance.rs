@@ -55,6 +55,7 @@ on_both::on_both!(with conformance;
     a_named_job_is_claimed_only_when_claimable,
     a_batch_of_completions_answers_each_alone,
     a_round_completes_each_alone_and_claims_as_if_the_completions_came_first,
+    a_round_whose_batch_refuses_a_job_given_back_still_claims_that_job,
     a_renewal_after_the_holders_own_end_is_refused_but_not_counted_as_lost,
     stats_count_every_job_by_queue_and_state,
     a_hard_time_limit_caps_the_lease_and_a_renewal_at_the_deadline_ends_the_attempt,
@@ -432,6 +433,47 @@ fn a_round_completes_each_alone_and_claims_as_if_the_completions_came_first(b: B
         b.job(ids[3]).unwrap().unwrap().state(),
         leasehold::JobState::Running
     );
+}
+
+/// A round whose batch of completions holds a stale one, of a job its holder gave back and
+/// that waits in the queue: the claim beside it still takes that job first, as if the
+/// completions had committed first, and the stale completion alone is refused. (No lease
+/// has expired, so nothing else makes the claim wait: on PostgreSQL it goes ahead beside
+/// the completions, hears that their batch refused one, and decides again once they have
+/// committed.)
+fn a_round_whose_batch_refuses_a_job_given_back_still_claims_that_job(b: Backend) {
+    let ids = b
+        .enqueue_batch((0..4).map(|i| NewJob::new(Q, format!("{i}"))).collect())
+        .unwrap();
+    let leases = b.claim_batch(Q, "w", LeaseTerms::new(LEASE), 3).unwrap();
+    b.release(&leases[0]).unwrap();
+    let done = [
+        (&leases[0], b"a".as_slice()),
+        (&leases[1], b"b".as_slice()),
+        (&leases[2], b"c".as_slice()),
+    ];
+    let (completed, claimed) = b.complete_batch_and_claim(&done, Q, "v", LeaseTerms::new(LEASE), 2);
+    assert!(
+        completed[1].is_ok() && completed[2].is_ok(),
+        "{completed:?}"
+    );
+    assert!(
+        completed[0]
+            .as_ref()
+            .unwrap_err()
+            .lease_lost()
+            .unwrap()
+            .ended_by_holder
+    );
+    let got: Vec<_> = claimed
+        .unwrap()
+        .iter()
+        .map(|l| (l.job, l.attempt.0))
+        .collect();
+    assert_eq!(got, vec![(ids[0], 2), (ids[3], 1)]);
+    assert_eq!(b.output(ids[1]).unwrap().as_deref(), Some(&b"b"[..]));
+    assert_eq!(b.output(ids[0]).unwrap(), None);
+    assert_eq!(b.stats().unwrap().counters.fenced_writes_rejected, 1);
 }
 
 fn a_renewal_after_the_holders_own_end_is_refused_but_not_counted_as_lost(b: Backend) {
