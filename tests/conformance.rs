@@ -438,9 +438,8 @@ fn a_round_completes_each_alone_and_claims_as_if_the_completions_came_first(b: B
 /// A round whose batch of completions holds a stale one, of a job its holder gave back and
 /// that waits in the queue: the claim beside it still takes that job first, as if the
 /// completions had committed first, and the stale completion alone is refused. (No lease
-/// has expired, so nothing else makes the claim wait: on PostgreSQL it goes ahead beside
-/// the completions, hears that their batch refused one, and decides again once they have
-/// committed.)
+/// has expired, so on PostgreSQL only finding the job among those being completed makes
+/// the claim wait for them to commit before it decides.)
 fn a_round_whose_batch_refuses_a_job_given_back_still_claims_that_job(b: Backend) {
     let ids = b
         .enqueue_batch((0..4).map(|i| NewJob::new(Q, format!("{i}"))).collect())

@@ -17,11 +17,6 @@ use crate::rules::Retry;
 /// How long a reading of the database's clock serves before the next is taken.
 const CLOCK_READING_SERVES: Duration = Duration::from_millis(500);
 
-/// How long a claim beside completions waits for their batch statement's word before it
-/// takes the answer as no (it then undoes itself and waits for them to commit): a batch
-/// statement takes milliseconds, so this is reached only when it waits on a lock.
-const BATCH_TELLS_WITHIN: Duration = Duration::from_secs(1);
-
 impl crate::backend::sealed::Sealed for PgStore {}
 
 impl crate::backend::Engine for PgStore {
@@ -58,49 +53,25 @@ impl PgStore {
     ) -> (Vec<Result<()>>, Result<Vec<Lease>>) {
         let from = self.settings().side_by_side_from;
         let Some(claim) = claim.filter(|c| done.len() >= from && c.3 >= from) else {
-            return self.complete_each_and_claim(done, claim, None, None);
+            return self.complete_each_and_claim(done, claim, None);
         };
-        // The jobs the batch statement does not answer for (all, if it does not run).
-        let batchable = self.batchable(done);
-        let in_batch = batchable.iter().filter(|b| **b).count();
-        let jobs = done
-            .iter()
-            .zip(&batchable)
-            .filter(|(_, b)| in_batch < 2 || !**b)
-            .map(|(c, _)| super::rows::key(c.job))
-            .collect();
+        let jobs = done.iter().map(|c| super::rows::key(c.job)).collect();
         std::thread::scope(|scope| {
             // Dropped when the completions' transaction has ended (or its thread unwound):
-            // the claim's `settle` then returns, and `all_completed` says false if the
-            // batch statement never told.
+            // the claim's `settle` then returns.
             let (committed, settled) = crossbeam_channel::bounded::<()>(0);
-            let (tell, told) = crossbeam_channel::bounded::<bool>(1);
             let completing = scope.spawn(move || {
                 let _committed = committed;
-                let tell = |all: bool| {
-                    // (a retried transaction tells again: its first word stands, true
-                    // included, since a job the batch completed was running until then)
-                    let _ = tell.try_send(all);
-                };
-                self.complete_each_and_claim(done, None, None, Some(&tell))
+                self.complete_each_and_claim(done, None, None)
             });
             let settle = || {
                 let _ = settled.recv();
             };
-            // Bounded: the batch statement could wait on a lock held by a transaction of
-            // the application's that waits on a row the claim took, a cycle through this
-            // process the database cannot see. The claim then undoes itself (see
-            // `Beside::all_completed`).
-            let answer = std::sync::OnceLock::new();
-            let all_completed =
-                || *answer.get_or_init(|| told.recv_timeout(BATCH_TELLS_WITHIN).unwrap_or(false));
             let beside = protocol::Beside {
                 jobs,
                 settle: &settle,
-                all_completed: &all_completed,
             };
-            let (_, claimed) =
-                self.complete_each_and_claim(&mut [], Some(claim), Some(&beside), None);
+            let (_, claimed) = self.complete_each_and_claim(&mut [], Some(claim), Some(&beside));
             match completing.join() {
                 Ok((completed, _)) => (completed, claimed),
                 Err(panic) => std::panic::resume_unwind(panic),
@@ -108,30 +79,13 @@ impl PgStore {
         })
     }
 
-    /// Which of `done` go in the batch statement: not those with the application's writes,
-    /// nor an output over the size limit, nor any of a job that appears more than once (a
-    /// stale attempt beside the live one, a repeat), since each one's answer depends on the
-    /// one before.
-    fn batchable(&self, done: &[Completion]) -> Vec<bool> {
-        let max_payload = self.settings().max_payload;
-        let mut times = std::collections::HashMap::new();
-        for c in done {
-            *times.entry(c.job).or_insert(0) += 1;
-        }
-        done.iter()
-            .map(|c| c.writes.is_none() && c.output.len() <= max_payload && times[&c.job] == 1)
-            .collect()
-    }
-
     /// [`PgStore::complete_each_then_claim`] in one transaction, the claim running beside
-    /// completions in another if `beside` says so; `tell` hears whether the batch
-    /// statement completed all it was given (see [`protocol::Beside::all_completed`]).
+    /// completions in another if `beside` says so.
     fn complete_each_and_claim(
         &self,
         done: &mut [Completion],
         claim: Option<(&str, &str, LeaseTerms, usize)>,
         beside: Option<&protocol::Beside<'_>>,
-        tell: Option<&dyn Fn(bool)>,
     ) -> (Vec<Result<()>>, Result<Vec<Lease>>) {
         let s = self.settings();
         let marks = match claim {
@@ -141,29 +95,33 @@ impl PgStore {
         let outcome = self.in_transaction(|tx, p| {
             // The common case in one statement: every completion whose fence holds. Those it
             // did not complete (refused or too large) go one by one through the single
-            // completion, which says why; so do those not batchable, in their order, each
-            // with the application's writes under a savepoint of its own.
-            let batchable = self.batchable(done);
+            // completion, which says why; so do all of a job that appears more than once
+            // (a stale attempt beside the live one, a repeat), in their order, since each
+            // one's answer depends on the one before; and each with the application's
+            // writes, under a savepoint of its own.
+            let mut times = std::collections::HashMap::new();
+            for c in done.iter() {
+                *times.entry(c.job).or_insert(0) += 1;
+            }
+            let batchable = |c: &Completion| {
+                c.writes.is_none() && c.output.len() <= s.max_payload && times[&c.job] == 1
+            };
             let batch: Vec<_> = done
                 .iter()
-                .zip(&batchable)
-                .filter(|(_, b)| **b)
-                .map(|(c, _)| (c.job, c.attempt, c.output.as_slice(), c.progress))
+                .filter(|c| batchable(c))
+                .map(|c| (c.job, c.attempt, c.output.as_slice(), c.progress))
                 .collect();
             let mut completed = match batch.len() {
                 0 | 1 => Default::default(),
                 _ => protocol::complete_many(tx, p, &batch)?,
             };
             let batched = batch.len() > 1;
-            if let Some(tell) = tell {
-                tell(!batched || completed.len() == batch.len());
-            }
             let mut results = Vec::with_capacity(done.len());
-            for (c, in_batch) in done.iter_mut().zip(batchable) {
+            for c in done.iter_mut() {
                 let (job, attempt, progress) = (c.job, c.attempt, c.progress);
                 let result = if completed.remove(&(job, attempt)) {
                     Ok(())
-                } else if batched && in_batch {
+                } else if batched && batchable(c) {
                     // In the statement and not completed by it: the fence says why.
                     protocol::complete_one(tx, p, job, attempt, &c.output, progress)
                 } else if let Some(writes) = &mut c.writes {

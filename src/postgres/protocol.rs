@@ -315,16 +315,6 @@ SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM exhausted";
 /// change is decided (a takeover, a limited queue's room, a job being completed that waits
 /// in the queue: its completion is to be refused), it waits for them to commit
 /// ([`Beside::settle`]). Taking other waiting jobs does not depend on them.
-///
-/// To know whether a job being completed waits in the queue, the claim would read each
-/// of them (1-6 ms a round of 400, on the claim's path: BENCHMARKS.md, session 14); the
-/// completions' batch statement knows it for its own jobs: a job it completed was
-/// running under the attempt it completed until then, so it never waited. So the claim
-/// goes ahead under a savepoint and asks the batch's word ([`Beside::all_completed`]) only
-/// before it ends; in the rare round where the batch refused one (or did not tell in
-/// time), the claim is undone, waits for the completions to commit and decides again. Its
-/// first look reads only the jobs the batch does not answer for (completions with the
-/// application's writes, repeats).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn claim_batch(
     tx: Tx<'_, '_>,
@@ -337,32 +327,6 @@ pub(crate) fn claim_batch(
     beside: Option<&Beside<'_>>,
 ) -> Result<Vec<Lease>> {
     input::check_claim(queue, worker, &terms)?;
-    let Some(beside) = beside else {
-        return Ok(decide_claim(tx, p, s, queue, worker, terms, n, None)?.0);
-    };
-    let mut ahead = tx.savepoint("leasehold_claim").map_err(PgError::from)?;
-    let (leases, settled) = decide_claim(&mut ahead, p, s, queue, worker, terms, n, Some(beside))?;
-    if settled || (beside.all_completed)() {
-        ahead.commit().map_err(PgError::from)?;
-        return Ok(leases);
-    }
-    ahead.rollback().map_err(PgError::from)?;
-    (beside.settle)();
-    Ok(decide_claim(tx, p, s, queue, worker, terms, n, None)?.0)
-}
-
-/// [`claim_batch`]'s decisions; also says whether it waited for the completions beside it.
-#[allow(clippy::too_many_arguments)]
-fn decide_claim(
-    tx: Tx<'_, '_>,
-    p: &mut Prepared<'_>,
-    s: &Settings,
-    queue: &str,
-    worker: &str,
-    terms: LeaseTerms,
-    n: usize,
-    beside: Option<&Beside<'_>>,
-) -> Result<(Vec<Lease>, bool)> {
     // One statement for the common case: is a lease of the queue expired, is the queue
     // paused or limited? (A queue with neither needs no more.)
     let look = p.get(tx, LOOK)?;
@@ -373,13 +337,11 @@ fn decide_claim(
     let limited = record
         .as_ref()
         .is_some_and(|r| r.paused || r.limits.is_limited());
-    let mut settled = false;
     if let Some(beside) = beside
         && (expired_left || limited || row.col::<bool>(1)?)
     {
         // (each statement from here on sees what committed before it began)
         (beside.settle)();
-        settled = true;
     }
     let (record, room) = match record {
         Some(r) if r.paused || r.limits.is_limited() => room(tx, p, s, queue)?,
@@ -463,21 +425,16 @@ fn decide_claim(
         }
     }
     noted(tx, p, queue, record, leases.len())?;
-    Ok((leases, settled))
+    Ok(leases)
 }
 
 /// Completions committing beside a claim, in a transaction of their own (see
 /// [`claim_batch`]).
 pub(crate) struct Beside<'a> {
-    /// The jobs being completed that [`all_completed`](Beside::all_completed) does not
-    /// answer for (not in the batch statement).
+    /// The jobs being completed.
     pub jobs: Vec<i64>,
     /// Returns once their transaction has ended.
     pub settle: &'a dyn Fn(),
-    /// Whether the completions' batch statement completed every job it was given (true if
-    /// there was none): waits for the statement, not for its commit, and says no if it
-    /// does not answer within a bound (it may wait on a lock the claim's rows hold up).
-    pub all_completed: &'a dyn Fn() -> bool,
 }
 
 /// A claim's first look, in one statement: whether a lease of the queue has expired, whether
