@@ -3,7 +3,14 @@
 //! Heartbeats are the hottest write, so a renewal must be able to be a HOT update (rewriting
 //! the row in place, touching no index): it writes only `lease_expires_at`, `progress`,
 //! `progress_at` and `updated_at`, none of them indexed, and the table leaves room in each
-//! page for the new version (`fillfactor`). The expiry index is on `lease_indexed_expiry`,
+//! page for the new version (`fillfactor`). A claim and a completion cannot be HOT (each
+//! moves the state the partial indexes name), but each writes a new version of the row,
+//! and one written on its own page costs less than one sent to another (no free-space
+//! search, a smaller WAL record): pages are filled to 40 % on insert, about 18 waiting rows
+//! of some 180 bytes with room for 22 new versions, where 70 % left about 31 rows room for
+//! 11. (40 % drained 20,000 jobs faster than 70 % in 18 of 23 interleaved pairs; 25 % was
+//! slower, the table being larger: BENCHMARKS.md, session 14. Stores made before keep the
+//! fill they were made with.) The expiry index is on `lease_indexed_expiry`,
 //! which a renewal does not move; it is at or before the real expiry, and the reaper or a
 //! claimer that finds a renewed lease there moves it up (the redb store's rule, see
 //! `LeaseRecord::indexed_expiry`).
@@ -147,7 +154,7 @@ CREATE TABLE {s}.leasehold_jobs (
     unique_for_us bigint,
     key_released boolean NOT NULL DEFAULT false,
     metadata text[] NOT NULL DEFAULT '{}'
-) WITH (fillfactor = 70, autovacuum_vacuum_scale_factor = 0.02,
+) WITH (fillfactor = 40, autovacuum_vacuum_scale_factor = 0.02,
         autovacuum_vacuum_insert_scale_factor = 0.05);
 CREATE INDEX leasehold_jobs_ready ON {s}.leasehold_jobs (queue, priority, run_at, id)
     WHERE state IN ('queued', 'retry_wait');
