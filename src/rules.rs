@@ -403,6 +403,9 @@ pub(crate) fn fence<E>(
         found => found,
     };
     let ended_by_holder = match &found {
+        // Only its holder's completion makes a job succeed (an engine may keep no history
+        // row of that attempt: the PostgreSQL one keeps it in the job's row).
+        Some(job) if job.attempt == attempt && job.state == JobState::Succeeded => true,
         Some(job) if job.attempt == attempt => ended_by_holder()?,
         _ => false,
     };

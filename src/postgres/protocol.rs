@@ -789,9 +789,10 @@ pub(crate) fn complete_one(
 }
 
 /// Completes attempts whose fence holds, in one statement: updates each row under the fence
-/// (`id AND attempt AND state = 'running'`), which locks it, ends the attempt and writes its
-/// history row, the holder and claim time read beside the update from the attempt's own
-/// row (a lookup by key, no lock: for the attempt the fence admits, they cannot change).
+/// (`id AND attempt AND state = 'running'`), which locks it and ends the attempt, moving its
+/// holder and claim time from the lease to the row's last attempt (`last_worker`,
+/// `last_claimed_at`: the history of a succeeded job reads its last attempt there, and no
+/// history row is written; see `MIGRATE_FROM_2` in the schema).
 ///
 /// An earlier form locked the rows first in a CTE (`FOR UPDATE`, sorted by id), which the
 /// planner joined by hashing every running job of the table, in every statement of a drain
@@ -803,31 +804,21 @@ pub(crate) fn complete_one(
 /// locked in it, so that two batches lock overlapping rows alike (BENCHMARKS.md, session
 /// 13, measures both forms).
 const COMPLETE_MANY: &str = "
-WITH c AS MATERIALIZED (SELECT {now} AS t),
-r AS (SELECT r.id, r.attempt, r.output, r.progress, o.lease_owner, o.lease_claimed_at
-      FROM unnest($1::bigint[], $2::bigint[], $3::bytea[], $4::bigint[])
-           AS r(id, attempt, output, progress)
-      JOIN LATERAL (SELECT o.lease_owner, o.lease_claimed_at FROM {s}.leasehold_jobs o
-                    WHERE o.id = r.id AND o.attempt = r.attempt) o ON true),
-done AS (
-    UPDATE {s}.leasehold_jobs j
-    SET state = 'succeeded', finished_at = c.t, updated_at = c.t,
-        output = CASE WHEN octet_length(r.output) > 0 THEN r.output END,
-        progress = coalesce(r.progress, j.progress),
-        progress_at = CASE WHEN r.progress IS NOT NULL AND r.progress <> j.progress
-                           THEN c.t ELSE j.progress_at END,
-        lease_owner = NULL, lease_claimed_at = NULL, lease_expires_at = NULL,
-        lease_indexed_expiry = NULL, lease_length_us = NULL, stall_timeout_us = NULL,
-        lease_deadline = NULL
-    FROM r, c
-    WHERE j.id = r.id AND j.attempt = r.attempt AND j.state = 'running'
-    RETURNING j.id, j.attempt, r.lease_owner, r.lease_claimed_at, j.progress
-)
-INSERT INTO {s}.leasehold_runs (job, attempt, worker, claimed_at, ended_at, outcome, progress)
-SELECT done.id, done.attempt, done.lease_owner, done.lease_claimed_at, c.t, 'succeeded',
-    done.progress
-FROM done, c
-RETURNING job, attempt";
+WITH c AS MATERIALIZED (SELECT {now} AS t)
+UPDATE {s}.leasehold_jobs j
+SET state = 'succeeded', finished_at = c.t, updated_at = c.t,
+    output = CASE WHEN octet_length(r.output) > 0 THEN r.output END,
+    progress = coalesce(r.progress, j.progress),
+    progress_at = CASE WHEN r.progress IS NOT NULL AND r.progress <> j.progress
+                       THEN c.t ELSE j.progress_at END,
+    last_worker = j.lease_owner, last_claimed_at = j.lease_claimed_at,
+    lease_owner = NULL, lease_claimed_at = NULL, lease_expires_at = NULL,
+    lease_indexed_expiry = NULL, lease_length_us = NULL, stall_timeout_us = NULL,
+    lease_deadline = NULL
+FROM unnest($1::bigint[], $2::bigint[], $3::bytea[], $4::bigint[]) AS r(id, attempt, output, progress),
+     c
+WHERE j.id = r.id AND j.attempt = r.attempt AND j.state = 'running'
+RETURNING j.id, j.attempt";
 
 /// Completes many attempts with one statement where their fences hold; returns those it
 /// completed. The caller completes the others one by one, which says why each was refused.

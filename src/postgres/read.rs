@@ -123,7 +123,7 @@ pub(crate) fn timing(
 
 /// What must hold between the columns and the history of every job, as SQL that returns
 /// one row per violation.
-const CHECKS: [(&str, &str); 5] = [
+const CHECKS: [(&str, &str); 6] = [
     (
         "a running job without a whole lease",
         "SELECT id FROM {s}.leasehold_jobs WHERE state = 'running' AND (lease_owner IS NULL
@@ -141,12 +141,19 @@ const CHECKS: [(&str, &str); 5] = [
          WHERE (state IN ('succeeded', 'dead', 'cancelled')) <> (finished_at IS NOT NULL)",
     ),
     (
+        "a last attempt kept in the row of a job that did not succeed, or kept by halves",
+        "SELECT id FROM {s}.leasehold_jobs
+         WHERE (last_worker IS NOT NULL OR last_claimed_at IS NOT NULL)
+           AND (state <> 'succeeded' OR last_worker IS NULL OR last_claimed_at IS NULL)",
+    ),
+    (
         "history that does not have one record per ended attempt",
         "SELECT j.id FROM {s}.leasehold_jobs j
          LEFT JOIN (SELECT job, count(*) AS n, max(attempt) AS top FROM {s}.leasehold_runs
                     GROUP BY job) r ON r.job = j.id
-         WHERE coalesce(r.n, 0) <> j.attempt - CASE WHEN j.state = 'running' THEN 1 ELSE 0 END
-            OR coalesce(r.top, 0) > j.attempt",
+         WHERE coalesce(r.n, 0) + CASE WHEN j.last_worker IS NOT NULL THEN 1 ELSE 0 END
+               <> j.attempt - CASE WHEN j.state = 'running' THEN 1 ELSE 0 END
+            OR coalesce(r.top, 0) > j.attempt - CASE WHEN j.last_worker IS NOT NULL THEN 1 ELSE 0 END",
     ),
     (
         "history of a job that does not exist",
@@ -237,14 +244,21 @@ pub(crate) fn queue_settings(
         .unwrap_or_default())
 }
 
-/// Every attempt of the job, oldest first: the ended ones from history, and a running one
-/// from the job's lease.
+/// Every attempt of the job, oldest first: the ended ones from history, the last one of a
+/// job that succeeded from its row where the completion kept it there (ended when the job
+/// finished, with the job's progress), and a running one from the job's lease.
 pub(crate) fn history(tx: Tx<'_, '_>, p: &mut Prepared<'_>, job: JobId) -> Result<Vec<RunRecord>> {
     let st = p.get(
         tx,
         "SELECT attempt, worker, {s}.us(claimed_at), {s}.us(ended_at), outcome, error,
              reclaim_path, overdue_us, progress, time_limit_us, snoozed_for_us
-         FROM {s}.leasehold_runs WHERE job = $1 ORDER BY attempt",
+         FROM {s}.leasehold_runs WHERE job = $1
+         UNION ALL
+         SELECT attempt, last_worker, {s}.us(last_claimed_at), {s}.us(finished_at), 'succeeded',
+             NULL, NULL, NULL, progress, NULL, NULL
+         FROM {s}.leasehold_jobs
+         WHERE id = $1 AND state = 'succeeded' AND last_worker IS NOT NULL
+         ORDER BY attempt",
     )?;
     let mut runs = Vec::new();
     for row in tx.query(&st, &[&key(job)])? {

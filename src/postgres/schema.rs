@@ -24,11 +24,13 @@ use crate::error::Result;
 /// The newest schema version this build knows. Version 2 may record an attempt's outcome
 /// as `failed_permanently`, `timed_out` or `snoozed`, which version 1 builds cannot read
 /// (they refuse the newer version instead), and adds the columns of time limits, uniqueness
-/// windows and metadata and the tables of queues and schedules. An older schema is upgraded
+/// windows and metadata and the tables of queues and schedules. Version 3 keeps the last
+/// attempt of a job that succeeded in its row (`last_worker`, `last_claimed_at`) instead of
+/// a history row, which version 2 builds would not show. An older schema is upgraded
 /// by the first open that may create
 /// ([`crate::postgres::PgStoreBuilder::create_if_missing`], on by default); a reader's open
 /// is refused ([`PgError::OlderSchema`]) and leaves it as it is.
-pub const VERSION: u32 = 2;
+pub const VERSION: u32 = 3;
 
 /// The tables version 2 added, made by a new store and by the upgrade from version 1 alike:
 /// each queue's record (pause, limits, the rate window, the served mark) and each periodic
@@ -153,7 +155,9 @@ CREATE TABLE {s}.leasehold_jobs (
     time_limit_us bigint,
     unique_for_us bigint,
     key_released boolean NOT NULL DEFAULT false,
-    metadata text[] NOT NULL DEFAULT '{}'
+    metadata text[] NOT NULL DEFAULT '{}',
+    last_worker text,
+    last_claimed_at timestamptz
 ) WITH (fillfactor = 40, autovacuum_vacuum_scale_factor = 0.02,
         autovacuum_vacuum_insert_scale_factor = 0.05);
 CREATE INDEX leasehold_jobs_ready ON {s}.leasehold_jobs (queue, priority, run_at, id)
@@ -214,6 +218,18 @@ CREATE UNIQUE INDEX leasehold_jobs_unique ON {s}.leasehold_jobs (queue, unique_k
     key_held!(),
     ";"
 );
+
+/// From version 2 to 3: the columns of a succeeded job's last attempt, which a completion
+/// moves there from the lease instead of writing a history row (that attempt ended when the
+/// job finished, with the job's progress). A history row is a fourth heap tuple and an
+/// eighth index entry per job; leaving it out drained 20,000 jobs faster in 7 of 8
+/// interleaved pairs (BENCHMARKS.md, session 16). A job that succeeded before the upgrade,
+/// or on the slow path, has its history row instead and these empty: the history reads
+/// both ([`super::read::history`]).
+const MIGRATE_FROM_2: &str = "
+ALTER TABLE {s}.leasehold_jobs ADD COLUMN IF NOT EXISTS last_worker text,
+    ADD COLUMN IF NOT EXISTS last_claimed_at timestamptz;
+";
 
 /// Creates the schema's tables if there are none (when `create`), or checks the ones there: a leasehold
 /// store of a version this build knows, upgraded to this build's version (when `create`;
@@ -291,6 +307,9 @@ pub(crate) fn prepare(client: &mut Client, names: &Names, create: bool) -> Resul
     if upgraded == Some(1) {
         tx.batch_execute(&names.sql(MIGRATE_FROM_1))?;
     }
+    if upgraded.is_some_and(|v| v <= 2) {
+        tx.batch_execute(&names.sql(MIGRATE_FROM_2))?;
+    }
     check_tables(&mut tx, names)?;
     if let Some(older) = upgraded {
         tx.execute(
@@ -344,6 +363,8 @@ pub(crate) const COLUMNS: &[(&str, &[(&str, &str)])] = &[
             ("unique_for_us", "int8"),
             ("key_released", "bool"),
             ("metadata", "_text"),
+            ("last_worker", "text"),
+            ("last_claimed_at", "timestamptz"),
         ],
     ),
     (

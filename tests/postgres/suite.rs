@@ -423,6 +423,45 @@ fn hostile_databases_and_settings_get_their_own_errors_and_are_left_as_they_were
 }
 
 #[test]
+fn a_job_that_succeeded_before_the_upgrade_to_version_3_keeps_its_history_and_one_after_it_too() {
+    let mut db = db!("upgrade from 2");
+    let store = db.store();
+    let before = store.enqueue(NewJob::new(Q, "before")).unwrap();
+    let lease = store.claim(Q, "old", LEASE).unwrap().unwrap();
+    store.complete(&lease, b"").unwrap();
+    drop(store);
+    // What a version 2 build made and left: no columns of the last attempt, and the
+    // succeeded attempt's history row.
+    db.sql(
+        "INSERT INTO {s}.leasehold_runs (job, attempt, worker, claimed_at, ended_at, outcome, progress)
+         SELECT id, attempt, last_worker, last_claimed_at, finished_at, 'succeeded', progress
+         FROM {s}.leasehold_jobs;
+         ALTER TABLE {s}.leasehold_jobs DROP COLUMN last_worker, DROP COLUMN last_claimed_at;
+         UPDATE {s}.leasehold_meta SET value = '2' WHERE key = 'schema_version'",
+    );
+    let store = db.builder().open().unwrap();
+    assert_eq!(store.upgraded_from(), Some(2));
+    let after = store.enqueue(NewJob::new(Q, "after")).unwrap();
+    let lease = store.claim(Q, "new", LEASE).unwrap().unwrap();
+    store.heartbeat(&lease, 5).unwrap();
+    store.complete(&lease, b"").unwrap();
+    for (job, worker, progress) in [(before, "old", 0), (after, "new", 5)] {
+        let history = store.history(job).unwrap();
+        assert_eq!(history.len(), 1, "job {job}: {history:?}");
+        let run = &history[0];
+        let finished = store.job(job).unwrap().unwrap().finished_at();
+        assert_eq!(
+            (run.attempt().0, run.worker(), run.outcome(), run.progress()),
+            (1, worker, Some(&Outcome::Succeeded), progress),
+            "job {job}"
+        );
+        assert_eq!(run.ended_at(), finished, "job {job}");
+    }
+    let report = store.check().unwrap();
+    assert!(report.is_clean(), "{report:?}");
+}
+
+#[test]
 fn opening_an_older_schema_upgrades_it_and_says_so_once_and_a_readers_open_leaves_it() {
     let mut db = db!("upgrade");
     let id = db
@@ -433,7 +472,8 @@ fn opening_an_older_schema_upgrades_it_and_says_so_once_and_a_readers_open_leave
     // unique index over live jobs only.
     db.sql(
         "ALTER TABLE {s}.leasehold_jobs DROP COLUMN lease_deadline, DROP COLUMN time_limit_us,
-             DROP COLUMN unique_for_us, DROP COLUMN key_released, DROP COLUMN metadata;
+             DROP COLUMN unique_for_us, DROP COLUMN key_released, DROP COLUMN metadata,
+             DROP COLUMN last_worker, DROP COLUMN last_claimed_at;
          ALTER TABLE {s}.leasehold_runs DROP COLUMN time_limit_us;
          CREATE UNIQUE INDEX leasehold_jobs_unique ON {s}.leasehold_jobs (queue, unique_key)
              WHERE unique_key IS NOT NULL AND state IN ('queued', 'running', 'retry_wait');
@@ -459,7 +499,7 @@ fn opening_an_older_schema_upgrades_it_and_says_so_once_and_a_readers_open_leave
             e,
             Error::Postgres(PgError::OlderSchema {
                 found: 1,
-                supported: 2,
+                supported: leasehold::postgres::SCHEMA_VERSION,
                 ..
             })
         ),
