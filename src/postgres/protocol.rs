@@ -270,8 +270,13 @@ FOR UPDATE SKIP LOCKED";
 const CLAIM: &str = "
 WITH c AS MATERIALIZED (SELECT {now} AS t),
 picked AS (
-    SELECT id, attempt FROM {s}.leasehold_jobs, c
-    WHERE queue = $1 AND state IN ('queued', 'retry_wait') AND run_at <= c.t
+    -- The time as a scalar (an InitPlan), not a join with c: the ready index's order then
+    -- serves the ORDER BY and the scan stops at the LIMIT. Joined, the rows came out of the
+    -- join's inner side, whose order the planner does not keep, and every claim read and
+    -- sorted every waiting job of the queue (48,000 of them, on disk, to take 496:
+    -- auto_explain; BENCHMARKS.md, session 16).
+    SELECT id, attempt FROM {s}.leasehold_jobs
+    WHERE queue = $1 AND state IN ('queued', 'retry_wait') AND run_at <= (SELECT t FROM c)
     ORDER BY priority, run_at, id
     LIMIT $2
     FOR UPDATE SKIP LOCKED
