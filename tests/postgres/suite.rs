@@ -38,6 +38,44 @@ fn a_job_is_enqueued_claimed_and_completed_with_its_history() {
 }
 
 #[test]
+fn a_claim_reads_the_jobs_it_takes_not_every_waiting_job_of_the_queue() {
+    let mut db = db!("claim reads");
+    let store = db.store();
+    // A queue as deep as the drain where the claim's plan sorted every waiting job (from
+    // about this depth the planner put the index scan on the inner side of the join with
+    // the time, whose order it does not keep).
+    for chunk in 0..120 {
+        store
+            .enqueue_batch((0..500).map(|i| NewJob::new(Q, format!("{chunk}.{i}"))))
+            .unwrap();
+    }
+    // What the claims read of the ready index, from the server's statistics (which a
+    // backend reports once idle, within seconds): nothing read it before them.
+    let read = |db: &mut Db| -> i64 {
+        db.admin
+            .query_one(
+                "SELECT coalesce(sum(idx_tup_read), 0)::bigint FROM pg_stat_user_indexes
+                 WHERE schemaname = $1 AND indexrelname = 'leasehold_jobs_ready'",
+                &[&db.schema],
+            )
+            .unwrap()
+            .try_get(0)
+            .unwrap()
+    };
+    for _ in 0..8 {
+        assert_eq!(store.claim_batch(Q, "w", LEASE, 10).unwrap().len(), 10);
+    }
+    let mut tuples = 0;
+    wait_until("the claims' reads in the statistics", || {
+        tuples = read(&mut db);
+        tuples > 0
+    });
+    // The ready index's order serves each claim, which stops at its tenth job (150 entries
+    // read for the eight); the plan that sorted read every waiting job each time (479,790).
+    assert!(tuples < 2_000, "8 claims of 10 read {tuples} index entries");
+}
+
+#[test]
 fn concurrent_claimers_never_both_win_a_job() {
     let db = db!("claim race");
     let store = db.store();
