@@ -315,7 +315,8 @@ enum Command {
         /// (both: end-to-end), commit-shape, wake, processes, depth, reap, drain-redb,
         /// drain-writes-redb (every completion writes a row of the application's) and
         /// drain-postgres (all three: drain; enqueue, then drain with 1 and 16 workers, as the
-        /// peer harness does; PostgreSQL where LEASEHOLD_PG_URL is set), window (what the window
+        /// peer harness does, and on PostgreSQL 16 workers again on three times the jobs;
+        /// PostgreSQL where LEASEHOLD_PG_URL is set), window (what the window
         /// and the batch delay trade, on both), trickle (jobs enqueued one by one: latency and
         /// completions per commit by batch delay), postgres (needs LEASEHOLD_PG_URL). Two more run
         /// only when named in full: churn (dead rows of a PostgreSQL job table over minutes of

@@ -339,6 +339,10 @@ fn scenarios(dir: &Path, scale: f64, only: Option<&str>) -> Result<Vec<Row>, Err
                     let store = scratch.store(&format!("drain{workers}"))?;
                     rows.extend(drain::drain("PostgreSQL", store, workers, drained)?);
                 }
+                // Three times as deep: a claim whose cost grows with the waiting jobs (as
+                // one that sorted them all did until session 16) shows here first.
+                let store = scratch.store("draindeep")?;
+                rows.extend(drain::drain("PostgreSQL", store, 16, 3 * drained)?);
             }
             Err(_) => eprintln!("drain-postgres: not run (set LEASEHOLD_PG_URL to a server)"),
         }
