@@ -576,4 +576,55 @@ mod tests {
             .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
             .unwrap();
     }
+
+    /// The slow path's completion (where the fence holds after the batch statement did not
+    /// complete the job) keeps the attempt in the job's row, as the batch statement does.
+    #[test]
+    fn a_success_on_the_slow_path_is_kept_in_the_jobs_row_as_the_batchs_is() {
+        let Ok(url) = std::env::var("LEASEHOLD_PG_URL") else {
+            eprintln!("the PostgreSQL slow-path test did not run: LEASEHOLD_PG_URL is not set");
+            return;
+        };
+        let schema = format!("lh_unit_slow_{}", std::process::id());
+        let mut admin = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+        admin
+            .batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
+            .unwrap();
+        let store = PgStore::builder(&url).schema(&schema).open().unwrap();
+        let id = store.enqueue(NewJob::new("q", "x")).unwrap();
+        let terms = LeaseTerms::new(Duration::from_secs(60));
+        let lease = store.claim("q", "w", terms).unwrap().unwrap();
+        store
+            .in_transaction(|tx, p| {
+                super::protocol::complete_one(tx, p, id, lease.attempt, b"out", Some(3))
+            })
+            .unwrap();
+        let history = store.history(id).unwrap();
+        assert_eq!(history.len(), 1, "{history:?}");
+        let job = store.job(id).unwrap().unwrap();
+        assert_eq!(
+            (
+                history[0].worker(),
+                history[0].outcome(),
+                history[0].progress(),
+                history[0].ended_at()
+            ),
+            ("w", Some(&crate::Outcome::Succeeded), 3, job.finished_at())
+        );
+        let rows: i64 = admin
+            .query_one(
+                &format!("SELECT count(*) FROM {schema}.leasehold_runs"),
+                &[],
+            )
+            .unwrap()
+            .try_get(0)
+            .unwrap();
+        assert_eq!(rows, 0, "no history row: the attempt is in the job's row");
+        assert_eq!(store.output(id).unwrap().as_deref(), Some(&b"out"[..]));
+        assert!(store.check().unwrap().is_clean());
+        drop(store);
+        admin
+            .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
+            .unwrap();
+    }
 }

@@ -786,7 +786,7 @@ pub(crate) fn complete_one(
     store_end(tx, p, &record, change)?;
     let st = p.get(
         tx,
-        "UPDATE {s}.leasehold_jobs SET output = CASE WHEN octet_length($2) > 0 THEN $2 END
+        "UPDATE {s}.leasehold_jobs SET output = CASE WHEN octet_length($2::bytea) > 0 THEN $2::bytea END
          WHERE id = $1",
     )?;
     tx.execute(&st, &[&key(job), &output])?;
@@ -1115,8 +1115,9 @@ fn save(tx: Tx<'_, '_>, p: &mut Prepared<'_>, job: &JobRecord) -> Result<()> {
     Ok(())
 }
 
-/// Stores the end of an attempt a rule decided: its history row, the job moved on, the
-/// counters. The only place an attempt ends on the slow paths.
+/// Stores the end of an attempt a rule decided: the job moved on, the counters, and its
+/// history row (a success's is kept in the job's row instead, as the batch completion keeps
+/// it). The only place an attempt ends on the slow paths.
 fn store_end(
     tx: Tx<'_, '_>,
     p: &mut Prepared<'_>,
@@ -1129,6 +1130,19 @@ fn store_end(
     let Some(outcome) = &run.outcome else {
         return Err(crate::rules::corrupt_running(old));
     };
+    save(tx, p, &change.job)?;
+    bump_all(tx, p, &change.counts)?;
+    if *outcome == Outcome::Succeeded {
+        // Kept in the job's row, as the batch completion keeps it ([`COMPLETE_MANY`]): it
+        // ended when the job finished, with the job's progress.
+        let keep = p.get(
+            tx,
+            "UPDATE {s}.leasehold_jobs SET last_worker = $2, last_claimed_at = {s}.at($3)
+             WHERE id = $1",
+        )?;
+        tx.execute(&keep, &[&key(old.id), &run.worker, &us(run.claimed_at)])?;
+        return Ok(change.job);
+    }
     let (kind, error, path, overdue) = outcome_columns(outcome);
     let (limit, snoozed_for) = match outcome {
         Outcome::TimedOut { limit } => (Some(micros(*limit)), None),
@@ -1160,8 +1174,6 @@ fn store_end(
             &snoozed_for,
         ],
     )?;
-    save(tx, p, &change.job)?;
-    bump_all(tx, p, &change.counts)?;
     Ok(change.job)
 }
 

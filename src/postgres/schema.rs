@@ -223,9 +223,9 @@ CREATE UNIQUE INDEX leasehold_jobs_unique ON {s}.leasehold_jobs (queue, unique_k
 /// moves there from the lease instead of writing a history row (that attempt ended when the
 /// job finished, with the job's progress). A history row is a fourth heap tuple and a
 /// seventh index entry per job; leaving it out drained 20,000 jobs faster in 7 of 8
-/// interleaved pairs (BENCHMARKS.md, session 16). A job that succeeded before the upgrade,
-/// or on the slow path, has its history row instead and these empty: the history reads
-/// both ([`super::read::history`]).
+/// interleaved pairs (BENCHMARKS.md, session 16). A job that succeeded before the upgrade has
+/// its history row instead and these empty: the history reads both
+/// ([`super::read::history`]).
 const MIGRATE_FROM_2: &str = "
 ALTER TABLE {s}.leasehold_jobs ADD COLUMN IF NOT EXISTS last_worker text,
     ADD COLUMN IF NOT EXISTS last_claimed_at timestamptz;
