@@ -482,6 +482,22 @@ mod tests {
         }
     }
 
+    /// A store in a schema of its own on the server named by `LEASEHOLD_PG_URL`, with an
+    /// admin connection to look behind it; `None` (and a line saying so) without a server.
+    fn scratch(test: &str) -> Option<(String, postgres::Client, PgStore)> {
+        let Ok(url) = std::env::var("LEASEHOLD_PG_URL") else {
+            eprintln!("the PostgreSQL {test} test did not run: LEASEHOLD_PG_URL is not set");
+            return None;
+        };
+        let schema = format!("lh_unit_{test}_{}", std::process::id());
+        let mut admin = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+        admin
+            .batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
+            .unwrap();
+        let store = PgStore::builder(&url).schema(&schema).open().unwrap();
+        Some((schema, admin, store))
+    }
+
     fn of(lease: &Lease, c: Completion) -> Completion {
         Completion {
             job: lease.job,
@@ -493,16 +509,9 @@ mod tests {
     #[test]
     fn a_rounds_writes_commit_together_each_under_its_own_fence_and_a_failure_undoes_its_own_alone()
     {
-        let Ok(url) = std::env::var("LEASEHOLD_PG_URL") else {
-            eprintln!("the PostgreSQL round test did not run: LEASEHOLD_PG_URL is not set");
+        let Some((schema, mut admin, store)) = scratch("round") else {
             return;
         };
-        let schema = format!("lh_unit_round_{}", std::process::id());
-        let mut admin = postgres::Client::connect(&url, postgres::NoTls).unwrap();
-        admin
-            .batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
-            .unwrap();
-        let store = PgStore::builder(&url).schema(&schema).open().unwrap();
         admin
             .batch_execute(&format!(
                 "CREATE TABLE {schema}.effects (job text, xid bigint)"
@@ -581,16 +590,9 @@ mod tests {
     /// complete the job) keeps the attempt in the job's row, as the batch statement does.
     #[test]
     fn a_success_on_the_slow_path_is_kept_in_the_jobs_row_as_the_batchs_is() {
-        let Ok(url) = std::env::var("LEASEHOLD_PG_URL") else {
-            eprintln!("the PostgreSQL slow-path test did not run: LEASEHOLD_PG_URL is not set");
+        let Some((schema, mut admin, store)) = scratch("slow") else {
             return;
         };
-        let schema = format!("lh_unit_slow_{}", std::process::id());
-        let mut admin = postgres::Client::connect(&url, postgres::NoTls).unwrap();
-        admin
-            .batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
-            .unwrap();
-        let store = PgStore::builder(&url).schema(&schema).open().unwrap();
         let id = store.enqueue(NewJob::new("q", "x")).unwrap();
         let terms = LeaseTerms::new(Duration::from_secs(60));
         let lease = store.claim("q", "w", terms).unwrap().unwrap();
