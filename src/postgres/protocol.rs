@@ -317,9 +317,13 @@ SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM exhausted";
 ///
 /// With `beside`, the claim runs while completions of the same round commit in another
 /// transaction, and decides as if they had committed first: before anything they could
-/// change is decided (a takeover, a limited queue's room, a job being completed that waits
-/// in the queue: its completion is to be refused), it waits for them to commit
-/// ([`Beside::settle`]). Taking other waiting jobs does not depend on them.
+/// change is decided (a takeover, a limited queue's room), it waits for them to commit
+/// ([`Beside::settle`]). Taking waiting jobs does not depend on them, with one exception: a
+/// job being completed that waits in the queue (given back or taken back since), whose
+/// completion is to be refused. Asking first which of them wait took a lookup per
+/// completion on the claim's critical path (1-3 ms of a 6-8 ms round); so the claim takes
+/// what it would anyway, under a savepoint, and only if it took one of them rolls back,
+/// waits, and claims again.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn claim_batch(
     tx: Tx<'_, '_>,
@@ -335,18 +339,20 @@ pub(crate) fn claim_batch(
     // One statement for the common case: is a lease of the queue expired, is the queue
     // paused or limited? (A queue with neither needs no more.)
     let look = p.get(tx, LOOK)?;
-    let completing: &[i64] = beside.map_or(&[], |b| b.jobs.as_slice());
-    let row = tx.query_one(&look, &[&queue, &completing])?;
+    let row = tx.query_one(&look, &[&queue])?;
     let expired_left = row.col::<Option<i64>>(0)?.is_some();
-    let record = queue_from(&row, 2)?;
+    let record = queue_from(&row, 1)?;
     let limited = record
         .as_ref()
         .is_some_and(|r| r.paused || r.limits.is_limited());
+    // Completions still committing beside this claim, which it has not waited for.
+    let mut unsettled = beside.filter(|b| !b.jobs.is_empty());
     if let Some(beside) = beside
-        && (expired_left || limited || row.col::<bool>(1)?)
+        && (expired_left || limited)
     {
         // (each statement from here on sees what committed before it began)
         (beside.settle)();
+        unsettled = None;
     }
     let (record, room) = match record {
         Some(r) if r.paused || r.limits.is_limited() => room(tx, p, s, queue)?,
@@ -385,11 +391,43 @@ pub(crate) fn claim_batch(
         }
         // (else its attempt counter was exhausted and it is now dead: the next candidate)
     }
-    // Then the rest in one statement; jobs it found exhausted (and made dead) leave room for
-    // as many more.
+    // Then the rest in one statement, as if the completions beside had committed.
+    if unsettled.is_some() {
+        tx.batch_execute("SAVEPOINT leasehold_claim")?;
+    }
+    let before = leases.len();
+    let touched = claim_waiting(tx, p, queue, worker, terms, n, &mut leases)?;
+    if let Some(beside) = unsettled
+        && touched.iter().any(|job| beside.jobs.contains(job))
+    {
+        // It took (or found exhausted) a job whose completion beside it is to be refused:
+        // as if that completion came first, it is refused before the job is taken again.
+        // Rolling back releases the row, which that completion may be waiting to lock.
+        tx.batch_execute("ROLLBACK TO SAVEPOINT leasehold_claim")?;
+        leases.truncate(before);
+        (beside.settle)();
+        claim_waiting(tx, p, queue, worker, terms, n, &mut leases)?;
+    }
+    noted(tx, p, queue, record, leases.len())?;
+    Ok(leases)
+}
+
+/// Claims waiting jobs of `queue` with one statement until `leases` holds `n` (or none is
+/// left); jobs it found exhausted (and made dead) leave room for as many more. Returns the
+/// ids of every job it took or made dead.
+fn claim_waiting(
+    tx: Tx<'_, '_>,
+    p: &mut Prepared<'_>,
+    queue: &str,
+    worker: &str,
+    terms: LeaseTerms,
+    n: usize,
+    leases: &mut Vec<Lease>,
+) -> Result<Vec<i64>> {
     let claim = p.get(tx, CLAIM)?;
     let (length, stall) = (micros(terms.length), terms.stall_timeout.map(micros));
     let time_limit = terms.time_limit.map(micros);
+    let mut touched = Vec::new();
     while leases.len() < n {
         let limit = i64::try_from(n - leases.len()).unwrap_or(i64::MAX);
         let params: [&(dyn ToSql + Sync); 7] = [
@@ -405,6 +443,7 @@ pub(crate) fn claim_batch(
         let mut claimed = Vec::with_capacity(rows.len());
         let mut exhausted = 0;
         for r in &rows {
+            touched.push(r.col::<i64>(0)?);
             let Some(at) = r.col::<Option<i64>>(1)? else {
                 exhausted += 1;
                 continue;
@@ -429,40 +468,32 @@ pub(crate) fn claim_batch(
             break;
         }
     }
-    noted(tx, p, queue, record, leases.len())?;
-    Ok(leases)
+    Ok(touched)
 }
 
 /// Completions committing beside a claim, in a transaction of their own (see
 /// [`claim_batch`]).
 pub(crate) struct Beside<'a> {
     /// The jobs being completed.
-    pub jobs: Vec<i64>,
+    pub jobs: std::collections::HashSet<i64>,
     /// Returns once their transaction has ended.
     pub settle: &'a dyn Fn(),
 }
 
-/// A claim's first look, in one statement: whether a lease of the queue has expired, whether
-/// a job of `$2` waits in it, and the queue's record (all null without one). It locks
-/// nothing: a takeover locks its row when it takes it ([`FIRST_EXPIRED`]), after the claim
-/// has settled (see [`claim_batch`]); a lock taken here could be the row a completion
-/// committing beside the claim waits for.
+/// A claim's first look, in one statement: whether a lease of the queue has expired, and the
+/// queue's record (all null without one). It locks nothing: a takeover locks its row when
+/// it takes it ([`FIRST_EXPIRED`]), after the claim has settled (see [`claim_batch`]); a
+/// lock taken here could be the row a completion committing beside the claim waits for.
 ///
-/// It runs before every claim, so both looks must stay index lookups whatever the planner
-/// knows of the table (a fresh one, before its first ANALYZE, it knows nothing of): the
-/// time is read once (`(SELECT {now})`: a volatile call in the condition could not bound
-/// the expiry index's range, so every entry the index holds was visited), and each job of
-/// `$2` is looked up by its id in a subquery of its own (`id = ANY($2)`, or a join with the
-/// array, let the planner walk the queue's whole ready index instead: 3-5 ms a claim at
-/// 17,000 waiting jobs, `auto_explain`).
+/// It runs before every claim, so it must stay an index lookup whatever the planner knows
+/// of the table (a fresh one, before its first ANALYZE, it knows nothing of): the time is
+/// read once (`(SELECT {now})`: a volatile call in the condition could not bound the expiry
+/// index's range, so every entry the index holds was visited).
 const LOOK: &str = concat!(
     "SELECT (SELECT id FROM {s}.leasehold_jobs
              WHERE queue = $1 AND state = 'running' AND lease_indexed_expiry <= (SELECT {now})
              ORDER BY lease_indexed_expiry
-             LIMIT 1),
-         EXISTS (SELECT 1 FROM unnest($2::bigint[]) AS w(id)
-                 WHERE (SELECT j.state FROM {s}.leasehold_jobs j WHERE j.id = w.id AND j.queue = $1)
-                       IN ('queued', 'retry_wait')), ",
+             LIMIT 1), ",
     queue_columns!(),
     " FROM (SELECT 1) one LEFT JOIN {s}.leasehold_queues q ON q.queue = $1"
 );
