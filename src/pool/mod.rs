@@ -6,6 +6,9 @@
 //!   commit in this process gives the queue work or the next delayed job or lease expiry
 //!   comes due ([`Store::next_due`](crate::Store::next_due)): no busy polling, and one claimer per pool, so an
 //!   enqueue wakes one thread rather than a herd;
+//! * on a store whose rounds wait on a database server, with more than one worker, one
+//!   **deliver** thread acknowledges a committed round's completions and hands its claims
+//!   to the workers while the dispatcher's next round runs;
 //! * one **heartbeat** thread renews every in-flight lease in one `heartbeat_batch` write per
 //!   tick, carrying each job's progress counter, and interrupts jobs whose lease was lost,
 //!   cancelled or revoked as stalled;

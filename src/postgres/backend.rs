@@ -294,6 +294,10 @@ impl LeaseBackend for PgStore {
         self.inner.notifier.notify([&queue.to_owned()]);
     }
 
+    fn rounds_wait_on_a_server(&self) -> bool {
+        true
+    }
+
     fn idle_poll(&self) -> Option<Duration> {
         // Other machines' enqueues wake nobody here: poll, with jitter so that many idle
         // pools do not look in step.
