@@ -56,6 +56,7 @@ on_both::on_both!(with conformance;
     a_batch_of_completions_answers_each_alone,
     a_round_completes_each_alone_and_claims_as_if_the_completions_came_first,
     a_round_whose_batch_refuses_a_job_given_back_still_claims_that_job,
+    a_round_whose_batch_refuses_a_job_given_back_at_its_attempt_limit_then_makes_it_dead,
     a_renewal_after_the_holders_own_end_is_refused_but_not_counted_as_lost,
     stats_count_every_job_by_queue_and_state,
     a_hard_time_limit_caps_the_lease_and_a_renewal_at_the_deadline_ends_the_attempt,
@@ -473,6 +474,41 @@ fn a_round_whose_batch_refuses_a_job_given_back_still_claims_that_job(b: Backend
     assert_eq!(b.output(ids[1]).unwrap().as_deref(), Some(&b"b"[..]));
     assert_eq!(b.output(ids[0]).unwrap(), None);
     assert_eq!(b.stats().unwrap().counters.fenced_writes_rejected, 1);
+}
+
+/// As above, but the job given back is at its attempt limit: the claim beside the batch
+/// makes it dead rather than taking it, and the stale completion is refused finding it
+/// waiting, as if the completions had committed first (on PostgreSQL, a claim that made one
+/// of the round's jobs dead rolls back, waits for them, and claims again).
+fn a_round_whose_batch_refuses_a_job_given_back_at_its_attempt_limit_then_makes_it_dead(
+    mut b: Backend,
+) {
+    let ids = b
+        .enqueue_batch((0..3).map(|i| NewJob::new(Q, format!("{i}"))).collect())
+        .unwrap();
+    b.forge_attempt(ids[0], u32::MAX - 1);
+    let leases = b.claim_batch(Q, "w", LeaseTerms::new(LEASE), 2).unwrap();
+    assert_eq!(leases[0].attempt.0, u32::MAX);
+    b.release(&leases[0]).unwrap();
+    let done = [(&leases[0], b"a".as_slice()), (&leases[1], b"b".as_slice())];
+    let (completed, claimed) = b.complete_batch_and_claim(&done, Q, "v", LeaseTerms::new(LEASE), 2);
+    assert!(completed[1].is_ok(), "{completed:?}");
+    let refused = completed[0].as_ref().unwrap_err().lease_lost().unwrap();
+    assert_eq!(
+        (refused.found, refused.ended_by_holder),
+        (Some((leases[0].attempt, JobState::Queued)), true),
+        "{refused:?}"
+    );
+    let got: Vec<_> = claimed
+        .unwrap()
+        .iter()
+        .map(|l| (l.job, l.attempt.0))
+        .collect();
+    assert_eq!(got, vec![(ids[2], 1)]);
+    assert_eq!(b.job(ids[0]).unwrap().unwrap().state(), JobState::Dead);
+    assert_eq!(b.output(ids[0]).unwrap(), None);
+    assert_eq!(b.stats().unwrap().counters.fenced_writes_rejected, 1);
+    b.close_unchecked();
 }
 
 fn a_renewal_after_the_holders_own_end_is_refused_but_not_counted_as_lost(b: Backend) {
