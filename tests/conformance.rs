@@ -57,6 +57,7 @@ on_both::on_both!(with conformance;
     a_round_completes_each_alone_and_claims_as_if_the_completions_came_first,
     a_round_whose_batch_refuses_a_job_given_back_still_claims_that_job,
     a_round_whose_batch_refuses_a_job_given_back_at_its_attempt_limit_then_makes_it_dead,
+    a_round_whose_only_completion_is_refused_still_claims_its_job_given_back_first,
     a_renewal_after_the_holders_own_end_is_refused_but_not_counted_as_lost,
     stats_count_every_job_by_queue_and_state,
     a_hard_time_limit_caps_the_lease_and_a_renewal_at_the_deadline_ends_the_attempt,
@@ -509,6 +510,36 @@ fn a_round_whose_batch_refuses_a_job_given_back_at_its_attempt_limit_then_makes_
     assert_eq!(b.output(ids[0]).unwrap(), None);
     assert_eq!(b.stats().unwrap().counters.fenced_writes_rejected, 1);
     b.close_unchecked();
+}
+
+/// A round whose one completion (written alone, not in the batch statement) is refused, its
+/// job given back since, beside a claim of one from that job's queue: the claim takes that
+/// job, the most urgent, as if the completion had come first. (On PostgreSQL the refusal
+/// locks the job's row; taken before the claim has taken its jobs, the claim would pass
+/// over it to the next. Whichever transaction is first is a race, so it runs many times.)
+fn a_round_whose_only_completion_is_refused_still_claims_its_job_given_back_first(b: Backend) {
+    for round in 0..25 {
+        let q = format!("given-back-{round}");
+        let first = b.enqueue(NewJob::new(&q, "first")).unwrap();
+        let next = b.enqueue(NewJob::new(&q, "next")).unwrap();
+        let stale = b.claim(&q, "w", LeaseTerms::new(LEASE)).unwrap().unwrap();
+        b.release(&stale).unwrap();
+        let done = [(&stale, b"a".as_slice())];
+        let (completed, claimed) =
+            b.complete_batch_and_claim(&done, &q, "v", LeaseTerms::new(LEASE), 1);
+        assert!(completed[0].as_ref().unwrap_err().lease_lost().is_some());
+        let got: Vec<_> = claimed
+            .unwrap()
+            .iter()
+            .map(|l| (l.job, l.attempt.0))
+            .collect();
+        assert_eq!(
+            got,
+            vec![(first, 2)],
+            "round {round}; {next:?} waits behind it"
+        );
+    }
+    assert_eq!(b.stats().unwrap().counters.fenced_writes_rejected, 25);
 }
 
 fn a_renewal_after_the_holders_own_end_is_refused_but_not_counted_as_lost(b: Backend) {

@@ -35,6 +35,26 @@ impl From<&PgStore> for Backend {
     }
 }
 
+/// What one transaction of a round does besides its completions.
+#[derive(Clone, Copy)]
+enum Side<'a> {
+    /// Nothing more: a round without a claim.
+    Alone,
+    /// The claim (queue, worker, terms, how many), beside completions in another
+    /// transaction if given.
+    Claim(
+        (&'a str, &'a str, LeaseTerms, usize),
+        Option<&'a protocol::Beside<'a>>,
+    ),
+    /// Only completions, beside a claim in another transaction: one written one by one
+    /// locks its job's row with the fence, and a job given back since, which waits, is one
+    /// the claim could take; locked, the claim would pass over it (`SKIP LOCKED`) instead
+    /// of taking it, as if the completions had not come first. So before the first, this
+    /// waits until the claim has taken what it takes. (The batch statement locks only the
+    /// running rows it completes, which no claim takes.)
+    BesideClaim(&'a dyn Fn()),
+}
+
 impl PgStore {
     /// Completes each of `done` as its own unit, then claims (queue, worker, terms, how
     /// many) if asked: a refusal by the fence answers its own completion (writing only its
@@ -53,25 +73,41 @@ impl PgStore {
     ) -> (Vec<Result<()>>, Result<Vec<Lease>>) {
         let from = self.settings().side_by_side_from;
         let Some(claim) = claim.filter(|c| done.len() >= from && c.3 >= from) else {
-            return self.complete_each_and_claim(done, claim, None);
+            return match claim {
+                Some(claim) => self.complete_each_and_claim(done, Side::Claim(claim, None)),
+                None => self.complete_each_and_claim(done, Side::Alone),
+            };
         };
         let jobs = done.iter().map(|c| super::rows::key(c.job)).collect();
         std::thread::scope(|scope| {
             // Dropped when the completions' transaction has ended (or its thread unwound):
             // the claim's `settle` then returns.
             let (committed, settled) = crossbeam_channel::bounded::<()>(0);
+            // Dropped when the claim has taken what it takes without waiting (or is about to
+            // wait, or has ended or unwound): the completions' one-by-one writes, which lock
+            // rows the claim could take, then go on (see [`protocol::Beside`]).
+            let (taking, taken) = crossbeam_channel::bounded::<()>(0);
+            let taking = parking_lot::Mutex::new(Some(taking));
             let completing = scope.spawn(move || {
                 let _committed = committed;
-                self.complete_each_and_claim(done, None, None)
+                let claim_has_taken = || {
+                    let _ = taken.recv();
+                };
+                self.complete_each_and_claim(done, Side::BesideClaim(&claim_has_taken))
             });
+            let has_taken = || drop(taking.lock().take());
             let settle = || {
+                has_taken();
                 let _ = settled.recv();
             };
             let beside = protocol::Beside {
                 jobs,
+                has_taken: &has_taken,
                 settle: &settle,
             };
-            let (_, claimed) = self.complete_each_and_claim(&mut [], Some(claim), Some(&beside));
+            let (_, claimed) =
+                self.complete_each_and_claim(&mut [], Side::Claim(claim, Some(&beside)));
+            has_taken();
             match completing.join() {
                 Ok((completed, _)) => (completed, claimed),
                 Err(panic) => std::panic::resume_unwind(panic),
@@ -79,15 +115,18 @@ impl PgStore {
         })
     }
 
-    /// [`PgStore::complete_each_then_claim`] in one transaction, the claim running beside
-    /// completions in another if `beside` says so.
+    /// [`PgStore::complete_each_then_claim`] in one transaction: `done`, then the claim
+    /// `side` asks for, if any.
     fn complete_each_and_claim(
         &self,
         done: &mut [Completion],
-        claim: Option<(&str, &str, LeaseTerms, usize)>,
-        beside: Option<&protocol::Beside<'_>>,
+        side: Side<'_>,
     ) -> (Vec<Result<()>>, Result<Vec<Lease>>) {
         let s = self.settings();
+        let (claim, beside) = match side {
+            Side::Claim(claim, beside) => (Some(claim), beside),
+            Side::Alone | Side::BesideClaim(_) => (None, None),
+        };
         let marks = match claim {
             Some((queue, ..)) => self.marks_due([queue]),
             None => Vec::new(),
@@ -119,6 +158,10 @@ impl PgStore {
             let mut results = Vec::with_capacity(done.len());
             for c in done.iter_mut() {
                 let (job, attempt, progress) = (c.job, c.attempt, c.progress);
+                let one_by_one = !completed.contains(&(job, attempt));
+                if let (true, Side::BesideClaim(claim_has_taken)) = (one_by_one, &side) {
+                    claim_has_taken();
+                }
                 let result = if completed.remove(&(job, attempt)) {
                     Ok(())
                 } else if batched && batchable(c) {

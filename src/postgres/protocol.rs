@@ -397,6 +397,9 @@ pub(crate) fn claim_batch(
     }
     let before = leases.len();
     let touched = claim_waiting(tx, p, queue, worker, terms, n, &mut leases)?;
+    if let Some(beside) = beside {
+        (beside.has_taken)();
+    }
     if let Some(beside) = unsettled
         && touched.iter().any(|job| beside.jobs.contains(job))
     {
@@ -476,7 +479,11 @@ fn claim_waiting(
 pub(crate) struct Beside<'a> {
     /// The jobs being completed.
     pub jobs: std::collections::HashSet<i64>,
-    /// Returns once their transaction has ended.
+    /// Says the claim has taken the waiting jobs it takes: until then the completions
+    /// lock no row it could take (one refused would be passed over, not taken first).
+    pub has_taken: &'a dyn Fn(),
+    /// Returns once their transaction has ended (saying first that the claim has taken
+    /// what it takes: it waits for them now).
     pub settle: &'a dyn Fn(),
 }
 
