@@ -158,11 +158,11 @@ impl PgStore {
             let mut results = Vec::with_capacity(done.len());
             for c in done.iter_mut() {
                 let (job, attempt, progress) = (c.job, c.attempt, c.progress);
-                let one_by_one = !completed.contains(&(job, attempt));
-                if let (true, Side::BesideClaim(claim_has_taken)) = (one_by_one, &side) {
+                let in_batch = completed.remove(&(job, attempt));
+                if let (false, Side::BesideClaim(claim_has_taken)) = (in_batch, &side) {
                     claim_has_taken();
                 }
-                let result = if completed.remove(&(job, attempt)) {
+                let result = if in_batch {
                     Ok(())
                 } else if batched && batchable(c) {
                     // In the statement and not completed by it: the fence says why.
