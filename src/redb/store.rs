@@ -716,9 +716,7 @@ impl Store {
             let states = states.to_vec();
             let (batch, next) =
                 self.write(move |tx| protocol::purge(tx, from, cutoff, &states, limit))?;
-            if let Some(key) = next {
-                from = key;
-            }
+            from = next;
             Ok::<_, Error>(batch)
         })?;
         Ok(pass.items.len())
@@ -1139,3 +1137,54 @@ impl Drop for Inner {
 
 crate::job_store::read_jobs!(Store, |s: &Store| Ok(s.now()));
 crate::job_store::job_store!(Store);
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+
+        /// The purge's batches, driven as `Store::purge` drives them: whatever the number
+        /// of finished jobs, the batch size and which of them the states asked for keep,
+        /// the pass ends after at most ⌈n / batch⌉ + 1 batches and looks at each entry once.
+        #[test]
+        fn a_purge_pass_looks_at_each_finished_entry_once_in_at_most_n_over_batch_plus_one_batches(
+            kept in proptest::collection::vec(any::<bool>(), 0..24),
+            batch in 1usize..6,
+        ) {
+            let dir = tempfile::tempdir().unwrap();
+            let clock = crate::ManualClock::new();
+            let store = Store::builder(dir.path().join("s.redb"))
+                .clock(clock.clone())
+                .default_max_attempts(1)
+                .open()
+                .unwrap();
+            for &keep in &kept {
+                let id = store.enqueue(NewJob::new("q", "x")).unwrap();
+                match keep {
+                    true => { store.cancel(id).unwrap(); }
+                    false => {
+                        let lease = store.claim("q", "w", LeaseTerms::new(Duration::from_secs(9))).unwrap().unwrap();
+                        store.fail(&lease, "x").unwrap();
+                    }
+                }
+            }
+            clock.advance(Duration::from_secs(1));
+            let (mut from, mut batches, mut looked) = ((0, 0), 0usize, 0usize);
+            let cutoff = store.now();
+            let pass = crate::batches::run(batch, |limit| {
+                let (b, next) = store.write(move |tx| {
+                    protocol::purge(tx, from, cutoff, &[JobState::Dead], limit)
+                })?;
+                (from, batches, looked) = (next, batches + 1, looked + b.looked);
+                prop_assert!(batches <= kept.len().div_ceil(batch) + 1, "{batches} batches");
+                Ok(b)
+            })?;
+            prop_assert_eq!(looked, kept.len());
+            prop_assert_eq!(pass.items.len(), kept.iter().filter(|k| !**k).count());
+        }
+    }
+}

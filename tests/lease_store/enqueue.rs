@@ -18,6 +18,7 @@ crate::on_both::on_both!(
     a_failure_whose_message_holds_a_nul_byte_is_recorded_with_the_byte_shown,
     purge_in_a_store_younger_than_the_age_asked_for_deletes_nothing,
     purge_reaches_old_jobs_behind_any_number_of_kept_ones_in_bounded_batches,
+    purge_and_a_reap_with_a_retention_end_for_any_count_batch_and_mix_of_states,
     purge_deletes_old_finished_jobs_of_the_chosen_states_with_their_history,
     retry_requeues_a_dead_job_with_a_fresh_budget_and_keeps_its_history,
     metadata_given_at_enqueue_reads_back_in_its_order_with_a_repeated_key_set_once,
@@ -363,6 +364,71 @@ fn purge_reaches_old_jobs_behind_any_number_of_kept_ones_in_bounded_batches(kind
     assert_eq!(n, 3);
     for (i, id) in ids.iter().enumerate() {
         assert_eq!(f.job(*id).unwrap().is_some(), i < 5, "job {i}");
+    }
+}
+
+fn purge_and_a_reap_with_a_retention_end_for_any_count_batch_and_mix_of_states(kind: Kind) {
+    // A full batch that ends exactly at the end of what is due once made the next batch
+    // start again where it had, for ever (2 jobs, batches of 2). Every count of finished
+    // jobs, batch size and mix of kept and deleted ones must end, with the right jobs gone:
+    // by a purge, and by the reaper's pass that purges past the retention.
+    for batch in 1..=4 {
+        for by_reap in [false, true] {
+            let setup = Setup::default()
+                .reap_batch(batch)
+                .default_max_attempts(1)
+                .retention(Duration::from_secs(1));
+            let f = kind.clone().with(setup);
+            let mut ended: Vec<(leasehold::JobId, JobState)> = Vec::new();
+            let mut seed = batch as u64 * 7919 + u64::from(by_reap);
+            for n in 0..=9usize {
+                for _ in 0..n {
+                    seed = seed
+                        .wrapping_mul(6364136223846793005)
+                        .wrapping_add(1442695040888963407);
+                    let id = f.enqueue_n(1)[0];
+                    let state = match (seed >> 33) % 3 {
+                        0 => {
+                            f.complete(&f.claim_one("w"), b"").unwrap();
+                            JobState::Succeeded
+                        }
+                        1 => f.fail(&f.claim_one("w"), "x").unwrap(),
+                        _ => f.cancel(id).unwrap(),
+                    };
+                    ended.push((id, state));
+                }
+                f.advance(Duration::from_secs(2));
+                let states = match (by_reap, n % 2) {
+                    (true, _) => vec![JobState::Succeeded, JobState::Cancelled],
+                    (false, 0) => vec![JobState::Dead],
+                    (false, _) => vec![JobState::Succeeded, JobState::Cancelled],
+                };
+                let h = f.handle();
+                let asked = states.clone();
+                let (tx, rx) = std::sync::mpsc::channel();
+                std::thread::spawn(move || {
+                    let purged = match by_reap {
+                        true => h.reap().map(|r| r.purged),
+                        false => h.purge(Duration::ZERO, &asked),
+                    };
+                    let _ = tx.send(purged);
+                });
+                let purged = rx
+                    .recv_timeout(Duration::from_secs(60))
+                    .unwrap_or_else(|_| panic!("batch {batch}, {n} jobs: the pass never ended"))
+                    .unwrap();
+                let (gone, kept): (Vec<_>, Vec<_>) =
+                    ended.into_iter().partition(|(_, s)| states.contains(s));
+                assert_eq!(purged, gone.len(), "batch {batch}, {n} jobs");
+                for (id, _) in &gone {
+                    assert!(f.job(*id).unwrap().is_none(), "batch {batch}: {id} purged");
+                }
+                for (id, state) in &kept {
+                    assert_eq!(f.job(*id).unwrap().unwrap().state(), *state, "{id} kept");
+                }
+                ended = kept;
+            }
+        }
     }
 }
 
