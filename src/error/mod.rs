@@ -252,6 +252,16 @@ pub enum OpenError {
         /// The file.
         path: PathBuf,
     },
+    /// Processes that share a store register in a directory beside it, `<store>.procs`, and
+    /// something other than a directory is in its place. Nothing was created: move it away
+    /// (the directory belongs to the store; leasehold makes it).
+    #[error(
+        "{path} must be the directory in which the processes sharing the store register, and it is not a directory: move it away; leasehold makes the directory itself"
+    )]
+    ProcessDirectoryTaken {
+        /// The path where the directory belongs.
+        path: PathBuf,
+    },
     /// The file could not be read or created.
     #[error("cannot open {path}: {source}")]
     Io {

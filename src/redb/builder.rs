@@ -156,6 +156,9 @@ impl StoreBuilder {
         if shared && self.backend.is_some() {
             return Err(ConfigError::MultiProcessNeedsAFile.into());
         }
+        if shared {
+            crate::redb_store::instance::check_directory(&self.path)?;
+        }
         let db = open::open_database(
             &self.path,
             self.backend,

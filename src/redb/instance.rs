@@ -120,6 +120,28 @@ pub(crate) fn directory(store: &Path) -> std::io::Result<PathBuf> {
     Ok(real.with_file_name(format!("{name}.procs")))
 }
 
+/// Refuses a store whose instance directory's place holds something that is not a
+/// directory, before the open creates or writes anything (registering comes after the
+/// store opened, and a refusal then would leave a new store behind).
+pub(crate) fn check_directory(store: &Path) -> Result<(), OpenError> {
+    let place = match std::fs::canonicalize(store) {
+        Ok(_) => directory(store),
+        // A store still to be made: its directory goes beside the name given.
+        Err(_) => Ok(store.with_file_name(format!(
+            "{}.procs",
+            store
+                .file_name()
+                .map_or("store".into(), |n| n.to_string_lossy())
+        ))),
+    };
+    match place.map(|dir| (std::fs::metadata(&dir), dir)) {
+        Ok((Ok(meta), dir)) if !meta.is_dir() => {
+            Err(OpenError::ProcessDirectoryTaken { path: dir })
+        }
+        _ => Ok(()),
+    }
+}
+
 impl Instance {
     /// Registers this process with the store at `store` (which exists): a new instance
     /// file, locked. The store records it ([`Instance::registration`]) before any lease.

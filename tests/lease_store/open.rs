@@ -30,6 +30,29 @@ fn a_missing_file_is_created_and_an_empty_file_becomes_a_store() {
 }
 
 #[test]
+fn a_shared_open_whose_process_directory_is_a_plain_file_is_refused_and_creates_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("pf.redb");
+    let procs = dir.path().join("pf.redb.procs");
+    std::fs::write(&procs, b"not a directory").unwrap();
+    let shared = || Store::builder(&path).sharing(leasehold::Sharing::MultiProcess);
+    match open_err(shared()) {
+        OpenError::ProcessDirectoryTaken { path } => assert_eq!(path, procs),
+        other => panic!("expected ProcessDirectoryTaken, got {other:?}"),
+    }
+    assert!(!path.exists(), "a refused open made a store");
+    // and a store that exists is left as it was
+    drop(Store::open(&path).unwrap());
+    let before = std::fs::read(&path).unwrap();
+    assert!(matches!(
+        open_err(shared()),
+        OpenError::ProcessDirectoryTaken { .. }
+    ));
+    assert_eq!(std::fs::read(&path).unwrap(), before);
+    assert_eq!(std::fs::read(&procs).unwrap(), b"not a directory");
+}
+
+#[test]
 fn a_file_that_is_not_redb_is_refused_and_left_untouched() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("notes.txt");
