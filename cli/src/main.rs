@@ -376,8 +376,23 @@ enum Command {
     },
 }
 
+/// A reader that stops early (`leasehold stats | head -6`) closes the tool's output: the tool
+/// then ends quietly, as Unix tools do, instead of panicking in `println!` (Rust ignores
+/// SIGPIPE, so a write to a closed pipe is an error, and `println!` panics on it). The
+/// status page keeps Rust's default: a browser that hangs up is an error on its socket, not
+/// the end of the server.
+fn end_quietly_on_a_closed_pipe() {
+    // SAFETY: restores one signal's default disposition, before the tool starts a thread.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if !matches!(cli.command, Command::Serve { .. }) {
+        end_quietly_on_a_closed_pipe();
+    }
     let db = cli.db;
     let json = cli.json;
     let result = match cli.command {

@@ -1083,3 +1083,31 @@ fn every_command_works_on_a_postgres_database_named_by_url() {
     assert_eq!(json(&["check"])["clean"], true);
     admin.batch_execute(&drop_schema).unwrap();
 }
+
+#[test]
+fn a_reader_that_closes_the_pipe_early_ends_the_tool_quietly() {
+    // `leasehold stats | head -6`: the tool's output closes before it is all written.
+    use std::os::unix::process::ExitStatusExt;
+    let t = Tool::new();
+    t.ok(&["enqueue", "--queue", "q", "x"]);
+    for _ in 0..5 {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_leasehold"))
+            .arg("--db")
+            .arg(&t.db)
+            .arg("stats")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(child.stdout.take()); // closed before the tool has opened the store
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!stderr.contains("panicked"), "{stderr}");
+        assert!(
+            out.status.success() || out.status.signal() == Some(13), // SIGPIPE
+            "{:?}: {stderr}",
+            out.status
+        );
+    }
+}
