@@ -379,8 +379,11 @@ pub(crate) fn fire(
 pub(crate) enum Write {
     /// A renewal: refused, it counts as a lost lease unless its holder had ended the attempt.
     Heartbeat,
-    /// An end of the attempt (complete, fail, release): refused, it counts as a fenced write.
+    /// An end of the attempt (complete, fail, snooze, release): refused, it counts as a
+    /// fenced write. After the attempt's deadline it is refused too ([`before_deadline`]).
     End,
+    /// The holder ends the attempt as timed out: the one end its deadline allows.
+    TimeOut,
 }
 
 /// The fence's verdict on a write by attempt `attempt` of job `id`, given the record found
@@ -413,7 +416,7 @@ pub(crate) fn fence<E>(
     match write {
         Write::Heartbeat if ended_by_holder => {}
         Write::Heartbeat => counts.leases_lost = 1,
-        Write::End => counts.fenced_writes_rejected = 1,
+        Write::End | Write::TimeOut => counts.fenced_writes_rejected = 1,
     }
     let lost = LeaseLost {
         job: id,
@@ -422,6 +425,45 @@ pub(crate) fn fence<E>(
         ended_by_holder,
     };
     Ok(Err(Refused { lost, counts }))
+}
+
+/// The deadline's part of the fence, asked of a write the fence let through: an end its
+/// holder writes at or after the attempt's deadline (the claim time plus its hard time limit)
+/// is refused, found still running. The attempt ran into its limit, and ends as timed out
+/// whoever meets it first: its holder's time-out ([`Write::TimeOut`]), a renewal, the reaper
+/// or a claim's takeover ([`expire`]); never as its holder says, so a result that came late
+/// is never committed.
+pub(crate) fn before_deadline(
+    job: JobRecord,
+    write: Write,
+    now: StoreTime,
+) -> Result<JobRecord, Refused> {
+    let passed = job
+        .lease
+        .as_ref()
+        .and_then(|l| l.deadline)
+        .is_some_and(|deadline| deadline <= now);
+    if write != Write::End || !passed {
+        return Ok(job);
+    }
+    Err(Refused {
+        lost: LeaseLost {
+            job: job.id,
+            attempt: job.attempt,
+            found: Some((job.attempt, job.state)),
+            ended_by_holder: false,
+        },
+        counts: Counters {
+            fenced_writes_rejected: 1,
+            ..Counters::default()
+        },
+    })
+}
+
+/// Whether the attempt of the running `job` has a deadline (so an end of it asks
+/// [`before_deadline`], which needs the time).
+pub(crate) fn has_deadline(job: &JobRecord) -> bool {
+    job.lease.as_ref().is_some_and(|l| l.deadline.is_some())
 }
 
 /// A write the fence refused: the answer, and what the counters gain (the refusal is
@@ -787,7 +829,8 @@ pub(crate) fn release(job: &JobRecord, progress: Option<u64>, now: StoreTime) ->
 }
 
 /// Takes back the lease of the running `job` at `now` on `path`: records `LeaseExpired`
-/// (how long after its expiry), spends the budget, and counts the reclaim by its path. The
+/// (how long after its expiry), or `TimedOut` past the attempt's deadline, spends the
+/// budget, and counts the reclaim by its path. The
 /// detection delay (lease length plus overdue) is recorded for the paths that detect a
 /// silent holder (the reaper, a takeover); a death the kernel reported or a recovery at open
 /// says nothing about it. `None` for a record that is not running under a lease.
@@ -803,8 +846,15 @@ pub(crate) fn expire(
         .filter(|_| job.state == JobState::Running)?;
     let overdue = now.saturating_since(lease.expires_at);
     let detection_delay = lease.length + overdue;
-    let next = after_failure(job, now, retry, false);
-    let mut change = end(job, Outcome::LeaseExpired { path, overdue }, next, now);
+    let mut change = match lease.deadline.is_some_and(|deadline| deadline <= now) {
+        // Past its deadline the attempt ran into its hard time limit, whoever finds it: it
+        // ends timed out (retried after a backoff), not as a silent holder's.
+        true => time_out(job, None, now, retry),
+        false => {
+            let next = after_failure(job, now, retry, false);
+            end(job, Outcome::LeaseExpired { path, overdue }, next, now)
+        }
+    };
     let counts = &mut change.counts;
     match path {
         ReclaimPath::Reaper => counts.reclaimed_by_reaper = 1,

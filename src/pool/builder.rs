@@ -270,6 +270,7 @@ impl<S: Engine> PoolBuilder<S> {
             queued: AtomicU64::new(0),
             live_workers: Mutex::new(0),
             workers_exited: Condvar::new(),
+            deadline_added: crossbeam_channel::bounded(1),
         });
         WorkerPool::spawn(shared, self.shutdown_grace)
     }

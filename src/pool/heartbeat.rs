@@ -19,9 +19,11 @@ pub(crate) fn heartbeat_loop(shared: &Shared, stop: &Receiver<()>) {
             .heartbeat()
             .saturating_sub(since_beat.elapsed());
         let wait = next_deadline(shared).map_or(beat_in, |d| d.min(beat_in));
-        match stop.recv_timeout(wait) {
-            Err(RecvTimeoutError::Timeout) => {}
-            Ok(()) | Err(RecvTimeoutError::Disconnected) => return,
+        crossbeam_channel::select! {
+            recv(stop) -> _ => return,
+            // An attempt with a deadline started: the wait is measured again.
+            recv(shared.deadline_added.1) -> _ => {}
+            default(wait) => {}
         }
         if shared.abandoned() {
             return;

@@ -467,6 +467,10 @@ pub(crate) struct Shared {
     pub(crate) queued: AtomicU64,
     live_workers: Mutex<usize>,
     workers_exited: Condvar,
+    /// Wakes the pool's timer when an attempt with a deadline starts, so that it sleeps no
+    /// longer than until that deadline (a timer asleep until the next heartbeat would let
+    /// the handler run past its limit).
+    pub(crate) deadline_added: (Sender<()>, crossbeam_channel::Receiver<()>),
 }
 
 impl Shared {
@@ -522,6 +526,10 @@ impl Shared {
             }
         }
         flights.insert((flight.lease.job, flight.lease.attempt), flight.clone());
+        if flight.lease.deadline.is_some() {
+            // Full means the timer has a wake-up waiting already.
+            let _ = self.deadline_added.0.try_send(());
+        }
         flight
     }
 

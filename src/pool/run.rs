@@ -329,7 +329,7 @@ pub(crate) fn completed(shared: &Shared, flight: &Flight, result: crate::Result<
             bump(&shared.counters.succeeded);
             shared.ended(lease, Outcome::Succeeded, JobState::Succeeded);
         }
-        Err(e) if e.is_lease_lost() => fenced(shared, lease, &e),
+        Err(e) if e.is_lease_lost() => fenced(shared, flight, &e),
         // The database aborted the transaction (deadlocks) more often than the store runs it
         // again: no fault of the job's, so it goes back to the queue with no budget spent.
         Err(e) if e.is_transient() => {
@@ -387,12 +387,26 @@ fn commit_failure(shared: &Shared, flight: &Flight, message: &str, retry: Retry,
             });
             shared.ended(lease, rules::failure_outcome(message, retry), state);
         }
-        Err(e) if e.is_lease_lost() => fenced(shared, lease, &e),
+        Err(e) if e.is_lease_lost() => fenced(shared, flight, &e),
         Err(e) => tracing::error!(job = %lease.job, error = %e, "recording the failure failed"),
     }
 }
 
-fn fenced(shared: &Shared, lease: &crate::Lease, e: &Error) {
+fn fenced(shared: &Shared, flight: &Flight, e: &Error) {
+    let lease = &flight.lease;
     bump(&shared.counters.rejected_writes);
     tracing::warn!(job = %lease.job, attempt = %lease.attempt, error = %e, "the fence refused a late result");
+    // Refused with the attempt still running: it came at or after the attempt's deadline
+    // (`rules::before_deadline`), so the attempt ran into its limit and ends here as timed
+    // out, rather than when the reaper finds it.
+    let running = Some((lease.attempt, JobState::Running));
+    if e.lease_lost().is_some_and(|l| l.found == running) {
+        match time_out(shared, flight, Some(flight.state.progress())) {
+            Ok(()) => bump(&shared.counters.timed_out),
+            Err(e) if e.is_lease_lost() => {}
+            Err(e) => {
+                tracing::warn!(job = %lease.job, error = %e, "recording the time-out failed; the lease ends at its deadline");
+            }
+        }
+    }
 }

@@ -380,8 +380,10 @@ pub(crate) fn claim_batch(
             _ => {
                 let now = now(tx, p)?;
                 let (taken, _) = expire(tx, p, s, &expired, ReclaimPath::Takeover, now)?;
-                if !taken.state.is_waiting() {
-                    continue; // out of budget or cancelled: now terminal; the next candidate
+                if !rules::claimable(&taken, now) {
+                    // out of budget or cancelled (now terminal), or timed out and waiting
+                    // out its backoff: the next candidate
+                    continue;
                 }
                 taken
             }
@@ -861,6 +863,9 @@ SET state = 'succeeded', finished_at = c.t, updated_at = c.t,
 FROM unnest($1::bigint[], $2::bigint[], $3::bytea[], $4::bigint[]) AS r(id, attempt, output, progress),
      c
 WHERE j.id = r.id AND j.attempt = r.attempt AND j.state = 'running'
+    -- rules::before_deadline: an attempt past its deadline is left to the one-by-one path,
+    -- which refuses the completion
+    AND NOT coalesce(j.lease_deadline <= c.t, false)
 RETURNING j.id, j.attempt";
 
 /// Completes many attempts with one statement where their fences hold; returns those it
@@ -911,7 +916,7 @@ pub(crate) fn time_out(
     at: Attempt,
     progress: Option<u64>,
 ) -> Result<JobState> {
-    let record = fence(tx, p, job, at, Write::End)?;
+    let record = fence(tx, p, job, at, Write::TimeOut)?;
     let now = now(tx, p)?;
     let change = rules::time_out(&record, progress, now, &s.retry);
     Ok(store_end(tx, p, &record, change)?.state)
@@ -1104,6 +1109,12 @@ fn fence(
         };
         Ok::<_, Error>(rules::ended_by_its_holder(outcome.as_ref()))
     })?;
+    let verdict = match verdict {
+        Ok(record) if rules::has_deadline(&record) => {
+            rules::before_deadline(record, write, now(tx, p)?)
+        }
+        verdict => verdict,
+    };
     match verdict {
         Ok(record) => Ok(record),
         Err(refused) => {

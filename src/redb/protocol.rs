@@ -174,8 +174,9 @@ fn next_claim(
         let mut job = load(tx, id)?;
         if takeover {
             job = expire(tx, job, ReclaimPath::Takeover)?.0;
-            if !job.state.is_waiting() {
-                // Out of budget or cancelled: it is now terminal; look for the next candidate.
+            if !rules::claimable(&job, tx.now) {
+                // Out of budget or cancelled (now terminal), or timed out and waiting out
+                // its backoff: look for the next candidate.
                 continue;
             }
         }
@@ -297,7 +298,7 @@ pub(crate) fn time_out(
     attempt: Attempt,
     progress: Option<u64>,
 ) -> Result<JobState> {
-    let job = fence(tx, id, attempt, Write::End)?;
+    let job = fence(tx, id, attempt, Write::TimeOut)?;
     let change = rules::time_out(&job, progress, tx.now, &tx.policy.retry);
     store_end(tx, &job, change).map(|j| j.state)
 }
@@ -664,9 +665,10 @@ fn save_queue(tx: &mut Tx<'_>, queue: &str, record: &QueueRecord) -> Result<()> 
 /// refusal changes nothing but its counter.
 fn fence(tx: &mut Tx<'_>, id: JobId, attempt: Attempt, write: Write) -> Result<JobRecord> {
     let found = tx.tables.job(id)?;
-    match rules::fence(found, id, attempt, write, || {
+    let verdict = rules::fence(found, id, attempt, write, || {
         ended_by_holder(tx, id, attempt)
-    })? {
+    })?;
+    match verdict.and_then(|job| rules::before_deadline(job, write, tx.now)) {
         Ok(job) => Ok(job),
         Err(refused) => {
             tx.tally.add(&refused.counts);

@@ -19,6 +19,7 @@ crate::on_both::on_both!(
     when_renewals_stop_jobs_claimed_ahead_are_not_run_though_their_leases_have_not_run_out,
     a_pool_whose_claim_takes_over_its_own_expired_lease_stops_the_older_attempt_as_lost,
     a_handler_past_its_time_limit_is_interrupted_and_its_attempt_ends_timed_out,
+    a_time_limit_interrupts_the_handler_at_its_deadline_not_at_the_next_heartbeat,
     a_handler_that_ignores_its_time_limit_commits_nothing_and_its_attempt_ends_timed_out,
 );
 
@@ -487,6 +488,36 @@ fn a_handler_past_its_time_limit_is_interrupted_and_its_attempt_ends_timed_out(k
     );
     assert_eq!(p.stats().timed_out, 1);
     assert_eq!(f.stats().unwrap().counters.timed_out, 1);
+    p.shutdown(Duration::ZERO);
+}
+
+/// The pool's timer sleeps until the next heartbeat or the nearest deadline; a job that
+/// starts while it sleeps brings the deadline nearer, and the timer must wake for it: with
+/// an hour's lease (a heartbeat every 20 minutes), a 300 ms limit still stops the handler
+/// at 300 ms.
+fn a_time_limit_interrupts_the_handler_at_its_deadline_not_at_the_next_heartbeat(kind: Kind) {
+    let f = kind.open();
+    let limit = Duration::from_millis(300);
+    let (seen, handler) = recording();
+    let p = f
+        .pool(Q)
+        .worker_id("w")
+        .lease(Duration::from_secs(3600))
+        .start(handler)
+        .unwrap();
+    // The pool's timer has gone to sleep with nothing in flight before the job comes.
+    wait_until("the pool to find no work", || p.stats().idle_waits > 0);
+    let id = f.enqueue(NewJob::new(Q, "slow").time_limit(limit)).unwrap();
+    wait_until("the job to start", || crate::started(&p, 1));
+    f.advance(limit);
+    wait_until("the attempt to end at its deadline", || {
+        f.job(id).unwrap().unwrap().state() != JobState::Running && !seen.lock().unwrap().is_empty()
+    });
+    assert_eq!(*seen.lock().unwrap(), vec![Interruption::TimedOut]);
+    assert_eq!(
+        f.history(id).unwrap()[0].outcome(),
+        Some(&Outcome::TimedOut { limit })
+    );
     p.shutdown(Duration::ZERO);
 }
 
