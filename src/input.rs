@@ -55,8 +55,38 @@ pub(crate) fn check_schedule(
         });
     }
     check_new_job(&s.job, max_payload)?;
+    if s.job.unique_key.is_some() || s.job.uniqueness != crate::job::Uniqueness::WhileUnfinished {
+        return Err(InputError::ScheduleJobOption(
+            "a unique key of its own (each tick's job is kept unique by its tick)",
+        ));
+    }
+    if !s.job.delay.is_zero() {
+        return Err(InputError::ScheduleJobOption(
+            "a delay (each tick's job is due at its tick)",
+        ));
+    }
+    if s.job
+        .metadata
+        .iter()
+        .any(|(k, _)| k == crate::schedule::SCHEDULE_KEY)
+    {
+        return Err(InputError::ScheduleJobOption(
+            "the metadata key \"schedule\" (each tick's job carries its schedule's name there)",
+        ));
+    }
+    // Checked as its ticks' jobs will be (the schedule's pair added, the tick's unique key
+    // at its longest), so that no tick can be refused at firing.
+    let tick =
+        crate::schedule::JobTemplate::of(&s.job).job(&s.name, crate::schedule::Tick::LONGEST);
+    check_new_job(&tick, max_payload)?;
     match &s.when {
         crate::schedule::When::Every(d) if d.is_zero() => Err(InputError::ZeroInterval),
+        crate::schedule::When::Every(d) if *d < crate::schedule::MIN_INTERVAL => {
+            Err(InputError::IntervalTooShort {
+                every: *d,
+                min: crate::schedule::MIN_INTERVAL,
+            })
+        }
         crate::schedule::When::Every(_) => Ok(()),
         crate::schedule::When::Cron { expr, zone } => {
             check_no_nul("cron expression", expr)?;

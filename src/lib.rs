@@ -156,7 +156,9 @@ pub use redb_store::{
 };
 pub use report::{BulkReport, CheckReport, ReapReport, ReaperPass, Reclaim};
 pub use retry::RetryPolicy;
-pub use schedule::{CatchUp, MAX_TICKS_PER_PASS, ON_TIME, Schedule, ScheduleInfo, Tick, When};
+pub use schedule::{
+    CatchUp, MAX_TICKS_PER_PASS, MIN_INTERVAL, ON_TIME, Schedule, ScheduleInfo, Tick, When,
+};
 pub use scheduler::{Scheduler, SchedulerMetrics};
 pub use stats::{Counters, QueueCounts, Stats, WriteMetrics};
 

@@ -372,6 +372,34 @@ pub(crate) fn fire(
     Ok((fired, new))
 }
 
+/// The jobs firing `record` at `now` / `wall` enqueues ([`fire`]), each checked as an
+/// enqueue checks it, and the record to save. An `Err` is this schedule's alone: the pass
+/// leaves it as it was, keeps the error beside it ([`schedule_failure_key`]) until a pass
+/// fires it, and goes on with the others.
+pub(crate) fn fire_jobs(
+    record: &ScheduleRecord,
+    now: StoreTime,
+    wall: i64,
+    max_payload: usize,
+) -> Result<(Vec<NewJob>, ScheduleRecord), Error> {
+    let (ticks, new) = fire(record, now, wall)?;
+    let jobs: Vec<NewJob> = ticks
+        .into_iter()
+        .map(|tick| record.template.job(&record.name, tick))
+        .collect();
+    for job in &jobs {
+        input::check_new_job(job, max_payload)?;
+    }
+    Ok((jobs, new))
+}
+
+/// Where a store keeps the last failure of schedule `name` (a key of its meta table, as
+/// the reaper's last pass is): written when a pass could not fire it, removed when one
+/// does, when it is declared again and when it is removed.
+pub(crate) fn schedule_failure_key(name: &str) -> String {
+    format!("schedule.failure:{name}")
+}
+
 // ----- the fence -----
 
 /// Which kind of fenced write asks.
@@ -458,12 +486,6 @@ pub(crate) fn before_deadline(
             ..Counters::default()
         },
     })
-}
-
-/// Whether the attempt of the running `job` has a deadline (so an end of it asks
-/// [`before_deadline`], which needs the time).
-pub(crate) fn has_deadline(job: &JobRecord) -> bool {
-    job.lease.as_ref().is_some_and(|l| l.deadline.is_some())
 }
 
 /// A write the fence refused: the answer, and what the counters gain (the refusal is

@@ -25,6 +25,15 @@ pub const MAX_TICKS_PER_PASS: usize = 1000;
 /// How late a tick may fire and still count as on time for [`CatchUp::Skip`].
 pub const ON_TIME: Duration = Duration::from_secs(60);
 
+/// The shortest interval a schedule may have. Each tick is a job whose unique key is kept
+/// until the job is purged, and a [`crate::Scheduler`] fires about once a second (a
+/// second is cron's finest step too): an interval under it would pile up jobs and keys
+/// faster than any scheduler fires them, a tick at a time.
+pub const MIN_INTERVAL: Duration = Duration::from_secs(1);
+
+/// The metadata key under which each tick's job carries its schedule's name.
+pub(crate) const SCHEDULE_KEY: &str = "schedule";
+
 /// When a schedule ticks.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Encode, Decode)]
 pub enum When {
@@ -121,6 +130,10 @@ pub enum Tick {
 
 impl Tick {
     /// The tick's part of its job's unique key.
+    /// The tick whose key is the longest any tick has (for checking a declaration as its
+    /// ticks' jobs will be).
+    pub(crate) const LONGEST: Tick = Tick::Wall(i64::MIN);
+
     pub(crate) fn key(&self) -> String {
         match self {
             Tick::Store(t) => format!("t{}", t.0),
@@ -168,7 +181,7 @@ impl JobTemplate {
         for (k, v) in &self.metadata {
             job = job.metadata(k.clone(), v.clone());
         }
-        job.metadata("schedule", name.to_owned())
+        job.metadata(SCHEDULE_KEY, name.to_owned())
     }
 }
 
@@ -193,7 +206,7 @@ pub(crate) struct ScheduleRecord {
 
 /// A schedule as the store reports it ([`crate::ReadJobs::schedules`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ScheduleInfo(pub(crate) ScheduleRecord);
+pub struct ScheduleInfo(pub(crate) ScheduleRecord, pub(crate) Option<String>);
 
 impl ScheduleInfo {
     /// Its name.
@@ -255,6 +268,12 @@ impl ScheduleInfo {
     /// [`CatchUp::Once`], dropped by [`CatchUp::Skip`]).
     pub fn skipped(&self) -> u64 {
         self.0.skipped
+    }
+
+    /// Why the last scheduler pass could not fire it, if it could not: kept until a pass
+    /// fires it or it is declared again or removed (the other schedules fire meanwhile).
+    pub fn failure(&self) -> Option<&str> {
+        self.1.as_deref()
     }
 }
 

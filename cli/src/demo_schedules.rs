@@ -18,8 +18,8 @@ use super::helper::Helper;
 
 const QUEUE: &str = "uploads";
 const LIMIT: u32 = 2;
-const TICK_MS: u64 = 500;
-const RUN: Duration = Duration::from_secs(4);
+const TICK_MS: u64 = 1000;
+const RUN: Duration = Duration::from_secs(6);
 
 /// What the act measured.
 pub(super) struct ScheduleAct {

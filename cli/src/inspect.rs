@@ -244,6 +244,11 @@ pub fn stats(db: &Path, json: bool) -> Result<ExitCode, Error> {
     }
     let c = &stats.counters;
     let processes = processes(&store)?;
+    let failing_schedules: BTreeMap<String, String> = store
+        .schedules()?
+        .iter()
+        .filter_map(|s| Some((s.name().to_owned(), s.failure()?.to_owned())))
+        .collect();
     if json {
         #[derive(Serialize)]
         struct StatsView {
@@ -254,6 +259,8 @@ pub fn stats(db: &Path, json: bool) -> Result<ExitCode, Error> {
             queues: Vec<QueueView>,
             counters: BTreeMap<&'static str, u64>,
             last_reaper_pass: Option<ReaperPassView>,
+            /// Schedules the last scheduler pass could not fire, with why.
+            failing_schedules: BTreeMap<String, String>,
         }
         #[derive(Serialize)]
         struct ReaperPassView {
@@ -281,6 +288,7 @@ pub fn stats(db: &Path, json: bool) -> Result<ExitCode, Error> {
                 every_ms: p.every.map(dms),
                 late: p.late(now),
             }),
+            failing_schedules,
         });
         return Ok(ExitCode::SUCCESS);
     }
@@ -308,6 +316,11 @@ pub fn stats(db: &Path, json: bool) -> Result<ExitCode, Error> {
         if counts.limits.is_limited() {
             println!("queue {name}: {}", format::limits(&counts.limits));
         }
+    }
+    for (name, failure) in &failing_schedules {
+        println!(
+            "warning: schedule {name:?} cannot fire (the others do): {failure} (`leasehold schedules`)"
+        );
     }
     for u in &unserved {
         println!(
@@ -513,6 +526,8 @@ pub fn schedules(db: &Path, json: bool) -> Result<ExitCode, Error> {
         next_in_ms: i64,
         fired: u64,
         skipped: u64,
+        /// Why the last scheduler pass could not fire it (the others fired).
+        failure: Option<String>,
     }
     let views: Vec<ScheduleView> = list
         .iter()
@@ -532,6 +547,7 @@ pub fn schedules(db: &Path, json: bool) -> Result<ExitCode, Error> {
             next_in_ms: s.next_in_ms(now, wall),
             fired: s.fired(),
             skipped: s.skipped(),
+            failure: s.failure().map(str::to_owned),
         })
         .collect();
     if json {
@@ -573,6 +589,10 @@ pub fn schedules(db: &Path, json: bool) -> Result<ExitCode, Error> {
         ]);
     }
     println!("{}", t.render());
+    for v in views.iter().filter(|v| v.failure.is_some()) {
+        let failure = v.failure.as_deref().unwrap_or_default();
+        println!("schedule {:?} cannot fire: {failure}", v.name);
+    }
     Ok(ExitCode::SUCCESS)
 }
 

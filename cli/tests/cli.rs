@@ -824,6 +824,54 @@ fn pause_resume_and_limits_are_set_from_the_tool_and_shown_by_stats() {
 }
 
 #[test]
+#[allow(clippy::disallowed_methods)] // a test deadline, not store time
+fn a_schedule_that_cannot_fire_is_named_with_its_failure_by_schedules_and_stats() {
+    let t = Tool::new();
+    {
+        // declared by a process whose payloads may be large, fired by one whose may not
+        let store = leasehold::Store::builder(&t.db)
+            .max_payload(4096)
+            .open()
+            .unwrap();
+        let big = leasehold::NewJob::new("reports", vec![7u8; 2048]);
+        store
+            .declare_schedule(leasehold::Schedule::every(
+                "big",
+                Duration::from_secs(1),
+                big,
+            ))
+            .unwrap();
+    }
+    {
+        let store = leasehold::Store::builder(&t.db)
+            .max_payload(1024)
+            .open()
+            .unwrap();
+        // fired until its tick has come on the store's own clock and been refused
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while store.schedules().unwrap()[0].failure().is_none() {
+            assert!(std::time::Instant::now() < deadline, "the tick never came");
+            assert!(store.fire_schedules().unwrap().is_empty());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    let listed = t.ok(&["schedules"]);
+    assert!(listed.contains("schedule \"big\" cannot fire"), "{listed}");
+    assert!(listed.contains("payload"), "{listed}");
+    let json = t.json(&["schedules"]);
+    assert!(
+        json[0]["failure"].as_str().unwrap().contains("payload"),
+        "{json}"
+    );
+    assert!(t.ok(&["stats"]).contains("schedule \"big\" cannot fire"));
+    let failing = &t.json(&["stats"])["failing_schedules"];
+    assert!(
+        failing["big"].as_str().unwrap().contains("payload"),
+        "{failing}"
+    );
+}
+
+#[test]
 fn schedules_are_listed_paused_resumed_and_removed_from_the_tool() {
     let t = Tool::new();
     {

@@ -433,6 +433,20 @@ pub enum InputError {
     /// A schedule every zero seconds would enqueue without end.
     #[error("a schedule's interval must be greater than zero")]
     ZeroInterval,
+    /// A schedule's interval under [`crate::schedule::MIN_INTERVAL`]: each tick is a job
+    /// whose unique key is kept until purged, and a scheduler fires about once a second.
+    #[error("a schedule's interval of {every:?} is shorter than the {min:?} minimum")]
+    IntervalTooShort {
+        /// The interval asked for.
+        every: std::time::Duration,
+        /// The shortest allowed.
+        min: std::time::Duration,
+    },
+    /// A schedule's job asks for what a schedule cannot honour: its own unique key or
+    /// window (each tick's job is kept unique by the tick), a delay (it runs at its tick), or
+    /// the metadata key `schedule` (each tick's job carries its schedule's name under it).
+    #[error("a schedule's job cannot have {0}")]
+    ScheduleJobOption(&'static str),
     /// A cron expression that does not parse (or a build without the `cron` feature).
     #[error("cron expression {expr:?}: {why}")]
     BadCron {

@@ -1110,7 +1110,8 @@ fn fence(
         Ok::<_, Error>(rules::ended_by_its_holder(outcome.as_ref()))
     })?;
     let verdict = match verdict {
-        Ok(record) if rules::has_deadline(&record) => {
+        // (the time is read only for an attempt that has a deadline)
+        Ok(record) if record.lease.as_ref().is_some_and(|l| l.deadline.is_some()) => {
             rules::before_deadline(record, write, now(tx, p)?)
         }
         verdict => verdict,

@@ -218,14 +218,16 @@ pub(crate) fn schedules(
 ) -> Result<Vec<crate::schedule::ScheduleInfo>> {
     let st = p.get(
         tx,
-        "SELECT name, record FROM {s}.leasehold_schedules
-         WHERE octet_length(record) > 0 ORDER BY name",
+        "SELECT s.name, s.record, m.value FROM {s}.leasehold_schedules s
+         LEFT JOIN {s}.leasehold_meta m ON m.key = $1 || s.name
+         WHERE octet_length(s.record) > 0 ORDER BY s.name",
     )?;
-    tx.query(&st, &[])?
+    let prefix = crate::rules::schedule_failure_key("");
+    tx.query(&st, &[&prefix])?
         .iter()
         .map(|row| {
-            super::schedules::decode_schedule(row.col(0)?, row.col(1)?)
-                .map(crate::schedule::ScheduleInfo)
+            let record = super::schedules::decode_schedule(row.col(0)?, row.col(1)?)?;
+            Ok(crate::schedule::ScheduleInfo(record, row.col(2)?))
         })
         .collect()
 }

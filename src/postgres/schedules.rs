@@ -32,12 +32,16 @@ pub(crate) fn declare_schedule(
     if existing.as_ref() != Some(&record) {
         save_schedule(tx, p, &record)?;
     }
-    Ok(())
+    // Declared anew, it is checked anew: a failure it had is the next pass's to find.
+    note_schedule_failure(tx, p, schedule.name(), None)
 }
 
-/// Fires every schedule whose tick has come ([`rules::fire`]), each row locked and its
+/// Fires every schedule whose tick has come ([`rules::fire_jobs`]), each row locked and its
 /// cursor moved in the transaction that enqueues its ticks' jobs; a row another machine's
-/// scheduler holds is passed over (that one fires it). Returns the jobs enqueued.
+/// scheduler holds is passed over (that one fires it). A schedule that cannot fire (its
+/// record unreadable, its ticks refused: found before any statement of its own runs) is
+/// passed over with its failure kept beside it, and the others fire. Returns the jobs
+/// enqueued.
 pub(crate) fn fire_schedules(
     tx: Tx<'_, '_>,
     p: &mut Prepared<'_>,
@@ -46,26 +50,73 @@ pub(crate) fn fire_schedules(
 ) -> Result<Vec<JobId>> {
     let st = p.get(
         tx,
-        "SELECT name, record FROM {s}.leasehold_schedules
-         WHERE octet_length(record) > 0 ORDER BY name FOR UPDATE SKIP LOCKED",
+        "SELECT s.name, s.record, m.value FROM {s}.leasehold_schedules s
+         LEFT JOIN {s}.leasehold_meta m ON m.key = $1 || s.name
+         WHERE octet_length(s.record) > 0 ORDER BY s.name FOR UPDATE OF s SKIP LOCKED",
     )?;
+    let prefix = rules::schedule_failure_key("");
     let records = tx
-        .query(&st, &[])?
+        .query(&st, &[&prefix])?
         .iter()
-        .map(|row| decode_schedule(row.col(0)?, row.col(1)?))
+        .map(|row| {
+            let name: String = row.col(0)?;
+            let record = decode_schedule(&name, row.col(1)?);
+            Ok((name, record, row.col::<Option<String>>(2)?))
+        })
         .collect::<Result<Vec<_>>>()?;
     let now = now(tx, p)?;
     let mut enqueued = Vec::new();
-    for record in records {
-        let (ticks, new) = rules::fire(&record, now, wall)?;
-        for tick in ticks {
-            enqueued.push(enqueue(tx, p, s, &record.template.job(&record.name, tick))?);
-        }
-        if new != record {
-            save_schedule(tx, p, &new)?;
+    for (name, record, kept) in records {
+        let planned = record.and_then(|record| {
+            let fired = rules::fire_jobs(&record, now, wall, s.max_payload)?;
+            Ok((record, fired))
+        });
+        let failure = match planned {
+            Ok((record, (jobs, new))) => {
+                for job in &jobs {
+                    enqueued.push(enqueue(tx, p, s, job)?);
+                }
+                if new != record {
+                    save_schedule(tx, p, &new)?;
+                }
+                None
+            }
+            Err(e) => {
+                tracing::warn!(schedule = %name, error = %e, "a schedule could not fire; the others did");
+                Some(crate::input::error_message(&e.to_string()))
+            }
+        };
+        if failure != kept {
+            note_schedule_failure(tx, p, &name, failure.as_deref())?;
         }
     }
     Ok(enqueued)
+}
+
+/// Keeps schedule `name`'s failure beside it in the meta table (`None`: it has none).
+fn note_schedule_failure(
+    tx: Tx<'_, '_>,
+    p: &mut Prepared<'_>,
+    name: &str,
+    failure: Option<&str>,
+) -> Result<()> {
+    let key = rules::schedule_failure_key(name);
+    match failure {
+        Some(failure) => {
+            let st = p.get(
+                tx,
+                "INSERT INTO {s}.leasehold_meta (key, value) VALUES ($1, $2)
+                 ON CONFLICT (key) DO UPDATE SET value = excluded.value
+                 WHERE {s}.leasehold_meta.value IS DISTINCT FROM excluded.value",
+            )?;
+            tx.execute(&st, &[&key, &failure])?
+        }
+        None => {
+            let st = p.get(tx, "DELETE FROM {s}.leasehold_meta WHERE key = $1")?;
+            tx.execute(&st, &[&key])?
+        }
+    };
+    Ok(())
 }
 
 /// Pauses (or resumes) a schedule.
@@ -87,7 +138,9 @@ pub(crate) fn pause_schedule(
 /// Removes a schedule; `false` if there was none.
 pub(crate) fn remove_schedule(tx: Tx<'_, '_>, p: &mut Prepared<'_>, name: &str) -> Result<bool> {
     let st = p.get(tx, "DELETE FROM {s}.leasehold_schedules WHERE name = $1")?;
-    Ok(tx.execute(&st, &[&name])? > 0)
+    let removed = tx.execute(&st, &[&name])? > 0;
+    note_schedule_failure(tx, p, name, None)?;
+    Ok(removed)
 }
 
 /// The record of schedule `name`, its row locked.

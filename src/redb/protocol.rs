@@ -577,29 +577,66 @@ pub(crate) fn declare_schedule(tx: &mut Tx<'_>, s: &Schedule, wall: i64) -> Resu
     if existing.as_ref() != Some(&record) {
         save_schedule(tx, &record)?;
     }
-    Ok(())
+    // Declared anew, it is checked anew: a failure it had is the next pass's to find.
+    note_schedule_failure(tx, s.name(), None)
 }
 
-/// Fires every schedule whose tick has come ([`rules::fire`]): each tick's job enqueued in
-/// this transaction, which also moves the schedule's cursor past it, so a tick fires once
-/// whichever process's scheduler comes first. Returns the jobs enqueued.
+/// Fires every schedule whose tick has come ([`rules::fire_jobs`]): each tick's job enqueued
+/// in this transaction, which also moves the schedule's cursor past it, so a tick fires once
+/// whichever process's scheduler comes first. A schedule that cannot fire (its record
+/// unreadable, its ticks refused) is passed over with its failure kept beside it, and the
+/// others fire. Returns the jobs enqueued.
 pub(crate) fn fire_schedules(tx: &mut Tx<'_>, wall: i64) -> Result<Vec<JobId>> {
     let mut records = Vec::new();
     for entry in tx.tables.schedules()?.iter()? {
         let (name, bytes) = entry?;
-        records.push(decode_schedule(name.value(), bytes.value())?);
+        let name = name.value().to_owned();
+        let record = decode_schedule(&name, bytes.value());
+        records.push((name, record));
     }
     let mut enqueued = Vec::new();
-    for record in records {
-        let (ticks, new) = rules::fire(&record, tx.now, wall)?;
-        for tick in ticks {
-            enqueued.push(enqueue(tx, &record.template.job(&record.name, tick))?);
-        }
-        if new != record {
-            save_schedule(tx, &new)?;
-        }
+    for (name, record) in records {
+        let planned = record.and_then(|record| {
+            let fired = rules::fire_jobs(&record, tx.now, wall, tx.policy.max_payload)?;
+            Ok((record, fired))
+        });
+        let failure = match planned {
+            Ok((record, (jobs, new))) => {
+                for job in &jobs {
+                    enqueued.push(enqueue(tx, job)?);
+                }
+                if new != record {
+                    save_schedule(tx, &new)?;
+                }
+                None
+            }
+            Err(e) => {
+                tracing::warn!(schedule = %name, error = %e, "a schedule could not fire; the others did");
+                Some(crate::input::error_message(&e.to_string()))
+            }
+        };
+        note_schedule_failure(tx, &name, failure.as_deref())?;
     }
     Ok(enqueued)
+}
+
+/// Keeps schedule `name`'s failure beside it (`None`: it has none), writing only a change.
+fn note_schedule_failure(tx: &mut Tx<'_>, name: &str, failure: Option<&str>) -> Result<()> {
+    let key = rules::schedule_failure_key(name);
+    let kept = tx
+        .tables
+        .meta
+        .get(key.as_str())?
+        .map(|v| v.value().to_vec());
+    if kept.as_deref() == failure.map(str::as_bytes) {
+        return Ok(());
+    }
+    match failure {
+        Some(failure) => tx.tables.meta.insert(key.as_str(), failure.as_bytes())?,
+        None => tx.tables.meta.remove(key.as_str())?,
+    };
+    tx.tally.writes += 1;
+    Ok(())
 }
 
 /// Pauses (or resumes) a schedule: no tick of a paused one fires.
@@ -619,6 +656,7 @@ pub(crate) fn remove_schedule(tx: &mut Tx<'_>, name: &str) -> Result<bool> {
     if removed {
         tx.tally.writes += 1;
     }
+    note_schedule_failure(tx, name, None)?;
     Ok(removed)
 }
 

@@ -165,12 +165,17 @@ pub(crate) fn schedules(read: &ReadTransaction) -> Result<Vec<crate::schedule::S
         Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
         Err(e) => return Err(e.into()),
     };
+    let meta = read.open_table(schema::META)?;
     table
         .iter()?
         .map(|e| {
             let (name, bytes) = e?;
-            crate::redb_store::protocol::decode_schedule(name.value(), bytes.value())
-                .map(crate::schedule::ScheduleInfo)
+            let key = crate::rules::schedule_failure_key(name.value());
+            let failure = meta
+                .get(key.as_str())?
+                .map(|v| String::from_utf8_lossy(v.value()).into_owned());
+            let record = crate::redb_store::protocol::decode_schedule(name.value(), bytes.value())?;
+            Ok(crate::schedule::ScheduleInfo(record, failure))
         })
         .collect()
 }

@@ -30,6 +30,7 @@ type Labels = Vec<(&'static str, String)>;
 pub(crate) struct Scrape<'a> {
     pub stats: &'a Stats,
     pub timings: &'a [(String, QueueTiming)],
+    pub schedules: &'a [crate::ScheduleInfo],
     pub pools: &'a [(String, PoolStats)],
     pub writes: Option<WriteMetrics>,
     /// How old the counts are (zero: counted for this scrape).
@@ -164,6 +165,22 @@ pub(crate) fn render(s: &Scrape<'_>) -> Result<String, std::fmt::Error> {
                 every.as_secs_f64(),
             );
         }
+    }
+
+    if !s.schedules.is_empty() {
+        let failing = Family::<Labels, Gauge>::default();
+        for schedule in s.schedules {
+            let labels = vec![("schedule", schedule.name().to_owned())];
+            failing
+                .get_or_create(&labels)
+                .set(i64::from(schedule.failure().is_some()));
+        }
+        registry.register(
+            "schedule_failing",
+            "1 if the last scheduler pass could not fire the schedule (the others fire; the \
+             reason is on the status page and in `leasehold schedules`)",
+            failing,
+        );
     }
 
     value(

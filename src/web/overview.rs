@@ -365,6 +365,14 @@ fn schedules(store: &dyn crate::ReadJobs, now: StoreTime) -> Result<String, WebE
         ]);
     }
     out.push_str(&t.finish(""));
+    for s in list.iter().filter(|s| s.failure().is_some()) {
+        out.push_str(&format!(
+            "<p class=\"error\" id=\"schedule-failure\">Schedule {} cannot fire: {} (the \
+             others fire; declare it again once mended).</p>",
+            escape(s.name()),
+            escape(s.failure().unwrap_or_default())
+        ));
+    }
     Ok(out)
 }
 

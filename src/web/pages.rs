@@ -324,9 +324,11 @@ pub(crate) fn metrics(inner: &Inner, query: &[(String, String)]) -> PageResult {
     params::known(query, &[])?;
     let counted = inner.counts()?;
     let pools: Vec<_> = inner.pools.iter().map(|(n, s)| (n.clone(), s())).collect();
+    let schedules = inner.reads.schedules()?;
     let text = metrics::render(&metrics::Scrape {
         stats: &counted.reading.stats,
         timings: &counted.reading.timings,
+        schedules: &schedules,
         pools: &pools,
         writes: inner.write_metrics.as_ref().map(|m| m()),
         counts_age: counted.age,

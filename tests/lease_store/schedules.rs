@@ -2,7 +2,7 @@ use std::time::{Duration, SystemTime};
 
 use leasehold::{CatchUp, Error, InputError, JobFilter, JobState, NewJob, Schedule, Tick};
 
-use crate::on_both::{Backend, Kind, Q};
+use crate::on_both::{Backend, Kind, Q, Setup};
 
 use proptest::prelude::*;
 use std::sync::Arc;
@@ -15,6 +15,8 @@ crate::on_both::on_both!(
     schedulers_racing_on_one_store_fire_each_tick_once,
     a_cron_schedule_ticks_on_the_wall_clock_of_its_zone,
     bad_schedules_are_refused_and_unknown_names_are_not_found,
+    a_declaration_is_checked_as_its_ticks_jobs_will_be_and_options_it_cannot_honour_are_refused,
+    a_schedule_that_cannot_fire_is_passed_over_shown_with_its_failure_and_the_others_fire,
     schedulers_that_race_die_and_come_back_enqueue_every_tick_once_as_its_policy_says,
 );
 
@@ -256,6 +258,103 @@ fn bad_schedules_are_refused_and_unknown_names_are_not_found(kind: Kind) {
         f.pause_schedule("nope"),
         Err(Error::ScheduleNotFound(name)) if name == "nope"
     ));
+}
+
+fn a_declaration_is_checked_as_its_ticks_jobs_will_be_and_options_it_cannot_honour_are_refused(
+    kind: Kind,
+) {
+    let f = kind.open();
+    let refused = |s: Schedule| match f.declare_schedule(s) {
+        Err(Error::Input(e)) => e,
+        other => panic!("expected an input error, got {other:?}"),
+    };
+    // sixteen pairs are a job's limit; each tick's job carries a seventeenth, `schedule`
+    let full = (0..16).fold(NewJob::new(Q, "x"), |j, i| j.metadata(format!("k{i}"), "v"));
+    assert!(matches!(
+        refused(Schedule::every("full", MINUTE, full)),
+        InputError::TooMuchMetadata { count: 17, max: 16 }
+    ));
+    for job in [
+        NewJob::new(Q, "x").metadata("schedule", "mine"),
+        NewJob::new(Q, "x").unique_key("k"),
+        NewJob::new(Q, "x").delay(MINUTE),
+    ] {
+        assert!(matches!(
+            refused(Schedule::every("s", MINUTE, job)),
+            InputError::ScheduleJobOption(_)
+        ));
+    }
+    assert_eq!(
+        refused(Schedule::every(
+            "s",
+            Duration::from_millis(1),
+            NewJob::new(Q, "x")
+        )),
+        InputError::IntervalTooShort {
+            every: Duration::from_millis(1),
+            min: leasehold::MIN_INTERVAL
+        }
+    );
+    assert!(f.schedules().unwrap().is_empty(), "nothing was declared");
+    f.declare_schedule(Schedule::every(
+        "s",
+        leasehold::MIN_INTERVAL,
+        NewJob::new(Q, "x"),
+    ))
+    .unwrap();
+}
+
+fn a_schedule_that_cannot_fire_is_passed_over_shown_with_its_failure_and_the_others_fire(
+    kind: Kind,
+) {
+    // Declared by a process whose payloads may be large; fired by one whose may not: the big
+    // schedule's ticks are refused, and its sibling fires all the same.
+    let mut f = kind.with(Setup::default().max_payload(4096));
+    f.declare_schedule(Schedule::every(
+        "big",
+        MINUTE,
+        NewJob::new(Q, vec![7u8; 2048]),
+    ))
+    .unwrap();
+    f.declare_schedule(Schedule::every("small", MINUTE, NewJob::new(Q, "x")))
+        .unwrap();
+    f.reopen_with(Setup::default().max_payload(1024));
+    f.advance(MINUTE);
+    assert_eq!(fire(&f), 1, "the sibling fired");
+    let big = shown(&f, "big");
+    assert!(
+        big.failure().unwrap().contains("payload"),
+        "{:?}",
+        big.failure()
+    );
+    assert_eq!(big.fired(), 0);
+    assert_eq!(shown(&f, "small").failure(), None);
+    f.advance(MINUTE);
+    assert_eq!(fire(&f), 1, "and again");
+    // a process that can take its payload fires it, and the failure is gone
+    f.reopen_with(Setup::default().max_payload(4096));
+    assert_eq!(fire(&f), 1, "the big one's latest tick");
+    assert_eq!(shown(&f, "big").failure(), None);
+    assert_eq!(shown(&f, "big").fired(), 1);
+    // declaring again clears a failure too, and removing a schedule removes its failure
+    f.reopen_with(Setup::default().max_payload(1024));
+    f.advance(MINUTE);
+    fire(&f);
+    assert!(shown(&f, "big").failure().is_some());
+    f.declare_schedule(Schedule::every("big", MINUTE, NewJob::new(Q, "now small")))
+        .unwrap();
+    assert_eq!(shown(&f, "big").failure(), None);
+    f.advance(MINUTE);
+    assert_eq!(fire(&f), 2);
+    assert!(f.remove_schedule("big").unwrap());
+}
+
+fn shown(f: &Backend, name: &str) -> leasehold::ScheduleInfo {
+    f.schedules()
+        .unwrap()
+        .into_iter()
+        .find(|s| s.name() == name)
+        .unwrap()
 }
 
 /// What a property run does: time passes, a scheduler fires, a scheduler's process dies (on

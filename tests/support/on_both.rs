@@ -234,6 +234,13 @@ impl Backend {
         }
     }
 
+    /// Closes the store and opens it again with the same clock and `setup` (a process that
+    /// opens it with other settings).
+    pub fn reopen_with(&mut self, setup: Setup) {
+        self.setup = setup;
+        self.reopen();
+    }
+
     /// Closes the store (after its integrity check) and opens it again with the same clock.
     pub fn reopen(&mut self) {
         self.assert_clean();

@@ -8,13 +8,14 @@ use std::sync::Arc;
 use http::StatusCode;
 use leasehold::{JobState, NewJob};
 
-use crate::on_both::{Kind, Q};
+use crate::on_both::{Kind, Q, Setup};
 use crate::{get, page_of, text};
 
 crate::on_both::on_both!(
     metrics_parse_and_match_the_stores_counts_and_counters,
     the_reapers_last_pass_is_a_metric_once_one_is_recorded,
     an_embedded_pools_counters_and_commit_latency_are_exported_under_its_name,
+    a_schedule_that_cannot_fire_is_on_the_page_and_a_metric_until_it_fires,
 );
 
 /// The samples of a scrape by metric name and labels (sorted `k=v` joined by commas).
@@ -211,4 +212,52 @@ fn an_embedded_pools_counters_and_commit_latency_are_exported_under_its_name(kin
         Some(within_10ms as f64),
         "cumulative buckets"
     );
+}
+
+fn a_schedule_that_cannot_fire_is_on_the_page_and_a_metric_until_it_fires(kind: Kind) {
+    let minute = Duration::from_secs(60);
+    let mut f = kind.with(Setup::default().max_payload(4096));
+    for (name, payload) in [("big<1>", vec![7u8; 2048]), ("small", b"x".to_vec())] {
+        f.declare_schedule(leasehold::Schedule::every(
+            name,
+            minute,
+            NewJob::new(Q, payload),
+        ))
+        .unwrap();
+    }
+    // a process whose payloads may not be that large runs the scheduler
+    f.reopen_with(Setup::default().max_payload(1024));
+    f.advance(minute);
+    f.fire_schedules_at(std::time::SystemTime::UNIX_EPOCH)
+        .unwrap();
+    let page = page_of(&f).build();
+    let failing = |m: &HashMap<(String, String), f64>, name: &str| {
+        m.get(&(
+            "leasehold_schedule_failing".to_owned(),
+            format!("schedule={name}"),
+        ))
+        .copied()
+    };
+    let m = scrape(&text(&get(&page, "/metrics")));
+    assert_eq!(failing(&m, "big<1>"), Some(1.0));
+    assert_eq!(failing(&m, "small"), Some(0.0));
+    let html = text(&get(&page, "/"));
+    let shown = &html[html
+        .find("id=\"schedule-failure\"")
+        .expect("the failure shown")..];
+    assert!(shown.contains("big&lt;1&gt;"), "{shown}");
+    assert!(shown.contains("payload"), "{shown}");
+    // declared again with a payload it can take, it fires, and the failure is gone
+    f.declare_schedule(leasehold::Schedule::every(
+        "big<1>",
+        minute,
+        NewJob::new(Q, "x"),
+    ))
+    .unwrap();
+    f.advance(minute);
+    f.fire_schedules_at(std::time::SystemTime::UNIX_EPOCH)
+        .unwrap();
+    let m = scrape(&text(&get(&page, "/metrics")));
+    assert_eq!(failing(&m, "big<1>"), Some(0.0));
+    assert!(!text(&get(&page, "/")).contains("schedule-failure"));
 }
