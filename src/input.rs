@@ -122,22 +122,28 @@ pub(crate) fn check_metadata(pairs: &[(String, String)]) -> Result<(), InputErro
             max: limits::MAX_METADATA_PAIRS,
         });
     }
-    for (key, value) in pairs {
-        check_no_nul("metadata key", key)?;
-        check_no_nul("metadata value", value)?;
-        if key.is_empty() || key.len() > limits::MAX_METADATA_KEY || key.contains('=') {
-            return Err(InputError::BadMetadataKey {
-                key: key.clone(),
-                max: limits::MAX_METADATA_KEY,
-            });
-        }
-        if value.len() > limits::MAX_METADATA_VALUE {
-            return Err(InputError::MetadataValueTooLong {
-                key: key.clone(),
-                len: value.len(),
-                max: limits::MAX_METADATA_VALUE,
-            });
-        }
+    pairs
+        .iter()
+        .try_for_each(|(key, value)| check_metadata_pair(key, value))
+}
+
+/// One metadata pair: a key of 1 to [`limits::MAX_METADATA_KEY`] bytes without `=` (so that
+/// `key=value` names one pair), a value of at most [`limits::MAX_METADATA_VALUE`], no NUL.
+pub(crate) fn check_metadata_pair(key: &str, value: &str) -> Result<(), InputError> {
+    check_no_nul("metadata key", key)?;
+    check_no_nul("metadata value", value)?;
+    if key.is_empty() || key.len() > limits::MAX_METADATA_KEY || key.contains('=') {
+        return Err(InputError::BadMetadataKey {
+            key: key.to_owned(),
+            max: limits::MAX_METADATA_KEY,
+        });
+    }
+    if value.len() > limits::MAX_METADATA_VALUE {
+        return Err(InputError::MetadataValueTooLong {
+            key: key.to_owned(),
+            len: value.len(),
+            max: limits::MAX_METADATA_VALUE,
+        });
     }
     Ok(())
 }

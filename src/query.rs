@@ -29,6 +29,18 @@ pub struct JobFilter {
 }
 
 impl JobFilter {
+    /// Whether any job could pass the filter: not if it names a queue or a metadata pair no
+    /// job can have (a NUL byte, a key with `=`: an enqueue refuses them). Such a filter
+    /// answers nothing on every engine, rather than match by accident where an engine
+    /// stores pairs as `key=value` text, or fail where it cannot store a NUL.
+    pub(crate) fn can_match(&self) -> bool {
+        !self.queue.as_deref().is_some_and(|q| q.contains('\0'))
+            && self
+                .metadata
+                .iter()
+                .all(|(k, v)| crate::input::check_metadata_pair(k, v).is_ok())
+    }
+
     /// Whether `job` passes the filter's conditions (not its order or limit) at `now`: the
     /// one reading of them, for an engine that filters records itself.
     pub(crate) fn admits(&self, job: &JobRecord, now: StoreTime) -> bool {

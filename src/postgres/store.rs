@@ -443,7 +443,7 @@ impl PgStore {
 
     /// Jobs matching `filter` (for operators and tools).
     pub fn jobs(&self, filter: &crate::query::JobFilter) -> Result<Vec<Job>> {
-        if filter.queue.as_deref().is_some_and(no_queue_has) {
+        if !filter.can_match() {
             return Ok(Vec::new());
         }
         self.in_transaction(|tx, p| read::list(tx, p, filter))

@@ -289,6 +289,9 @@ pub(crate) fn lease_expiries(
 /// the records in id order from the cursor on (newest first from the end, for
 /// [`JobOrder::Newest`]), and stop at the limit where the order allows it.
 pub(crate) fn list(read: &ReadTransaction, filter: &JobFilter, now: StoreTime) -> Result<Vec<Job>> {
+    if !filter.can_match() {
+        return Ok(Vec::new());
+    }
     let jobs = read.open_table(schema::JOBS)?;
     let from = filter.after.map_or(0, |after| after.0.saturating_add(1));
     let stops_early = matches!(filter.order, JobOrder::Oldest | JobOrder::Newest);

@@ -9,7 +9,43 @@ crate::on_both::on_both!(
     cancel_all_cancels_waiting_flags_running_and_refuses_finished,
     a_listing_filters_by_metadata_age_and_cursor,
     every_listing_agrees_with_the_records_whatever_its_state_queue_order_limit_and_cursor,
+    a_filter_pair_no_job_can_carry_matches_nothing_and_a_bulk_cancel_from_it_changes_nothing,
 );
+
+fn a_filter_pair_no_job_can_carry_matches_nothing_and_a_bulk_cancel_from_it_changes_nothing(
+    kind: Kind,
+) {
+    // Stored as `key=value` text, ("k", "a=b=c") once matched the filter ("k=a", "b=c").
+    let f = kind.open();
+    let id = f
+        .enqueue(NewJob::new(Q, "x").metadata("k", "a=b=c"))
+        .unwrap();
+    let by = |key: &str, value: &str| JobFilter {
+        metadata: vec![(key.to_owned(), value.to_owned())],
+        ..JobFilter::default()
+    };
+    assert_eq!(
+        f.jobs(&by("k", "a=b=c")).unwrap().len(),
+        1,
+        "the pair it carries"
+    );
+    for filter in [
+        by("k=a", "b=c"),
+        by("k=a=b", "c"),
+        by("k\0", "a=b=c"),
+        by("k", "a=b=c\0"),
+        by("", "x"),
+        JobFilter {
+            queue: Some("q\0".into()),
+            ..JobFilter::default()
+        },
+    ] {
+        assert!(f.jobs(&filter).unwrap().is_empty(), "{filter:?}");
+        let report = f.cancel_all(&filter).unwrap();
+        assert_eq!((report.matched, report.changed), (0, 0), "{filter:?}");
+    }
+    assert_eq!(f.job(id).unwrap().unwrap().state(), JobState::Queued);
+}
 
 /// A job that failed its only attempt, tagged with `tenant` if given.
 fn dead(f: &Backend, queue: &str, tenant: Option<&str>) -> JobId {
