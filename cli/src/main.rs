@@ -27,6 +27,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use clap::builder::NonEmptyStringValueParser;
 use clap::{Parser, Subcommand, ValueEnum};
 use leasehold::postgres::PgError;
 use leasehold::{Error, JobState, Store};
@@ -56,6 +57,11 @@ struct Cli {
     /// Print JSON instead of tables (read commands and results).
     #[arg(long, global = true)]
     json: bool,
+    /// Make what a write names if it does not exist yet: the store (a file, or the URL's
+    /// schema) for `enqueue`; a queue no job has used for `pause` and `limit`. Without it a
+    /// mistyped path, schema or queue name is refused, not made anew.
+    #[arg(long, global = true)]
+    create: bool,
     #[command(subcommand)]
     command: Command,
 }
@@ -236,26 +242,36 @@ enum Command {
     /// (running jobs finish).
     Pause {
         /// The queue.
+        #[arg(value_parser = NonEmptyStringValueParser::new())]
         queue: String,
     },
     /// Resume a paused queue.
     Resume {
         /// The queue.
+        #[arg(value_parser = NonEmptyStringValueParser::new())]
         queue: String,
     },
     /// Set a queue's limits across every process and machine: at most N of its jobs held at
-    /// once, at most N claims per period. `--none` lifts them.
+    /// once, at most N claims per period. A limit not named is kept; each change is one
+    /// write, so no claim ever sees a moment between two limits. `--none` lifts them all.
     Limit {
         /// The queue.
+        #[arg(value_parser = NonEmptyStringValueParser::new())]
         queue: String,
         /// At most this many of its jobs held at once.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "no_concurrency")]
         concurrency: Option<u32>,
         /// At most this many claims per period, as N/PERIOD (e.g. 10/1m).
-        #[arg(long, value_parser = parse_rate)]
+        #[arg(long, value_parser = parse_rate, conflicts_with = "no_rate")]
         rate: Option<(u32, Duration)>,
+        /// Lift the concurrency limit (a rate limit stays).
+        #[arg(long)]
+        no_concurrency: bool,
+        /// Lift the rate limit (a concurrency limit stays).
+        #[arg(long)]
+        no_rate: bool,
         /// Lift every limit.
-        #[arg(long, conflicts_with_all = ["concurrency", "rate"])]
+        #[arg(long, conflicts_with_all = ["concurrency", "rate", "no_concurrency", "no_rate"])]
         none: bool,
     },
     /// Delete finished jobs (and their history) older than a retention period.
@@ -378,9 +394,11 @@ enum Command {
 
 /// A reader that stops early (`leasehold stats | head -6`) closes the tool's output: the tool
 /// then ends quietly, as Unix tools do, instead of panicking in `println!` (Rust ignores
-/// SIGPIPE, so a write to a closed pipe is an error, and `println!` panics on it). The
-/// status page keeps Rust's default: a browser that hangs up is an error on its socket, not
-/// the end of the server.
+/// SIGPIPE, so a write to a closed pipe is an error, and `println!` panics on it). Only for
+/// the commands that read or write the store and print what they did: the others keep
+/// Rust's default, since they talk to sockets and child processes whose ends may close (a
+/// browser that hangs up, a helper that exits), which must be an error on that one pipe,
+/// not the end of the tool.
 fn end_quietly_on_a_closed_pipe() {
     // SAFETY: restores one signal's default disposition, before the tool starts a thread.
     unsafe {
@@ -388,13 +406,30 @@ fn end_quietly_on_a_closed_pipe() {
     }
 }
 
+impl Command {
+    /// Whether the command only acts on the store and prints (see
+    /// [`end_quietly_on_a_closed_pipe`]).
+    fn only_prints(&self) -> bool {
+        !matches!(
+            self,
+            Command::Serve { .. }
+                | Command::Demo { .. }
+                | Command::Bench { .. }
+                | Command::Child { .. }
+                | Command::SeatClient { .. }
+                | Command::Pool { .. }
+        )
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    if !matches!(cli.command, Command::Serve { .. }) {
+    if cli.command.only_prints() {
         end_quietly_on_a_closed_pipe();
     }
     let db = cli.db;
     let json = cli.json;
+    let create = cli.create;
     let result = match cli.command {
         Command::Stats => inspect::stats(&db, json),
         Command::Jobs {
@@ -408,7 +443,7 @@ fn main() -> ExitCode {
             interval,
             iterations,
         } => inspect::watch(&db, interval, iterations),
-        Command::Enqueue(args) => operate::enqueue(&db, json, args),
+        Command::Enqueue(args) => operate::enqueue(&db, json, create, args),
         Command::Retry { job, bulk } => operate::retry(&db, json, job, bulk),
         Command::Cancel { job, bulk } => operate::cancel(&db, json, job, bulk),
         Command::Purge { older_than, state } => operate::purge(&db, json, older_than, state),
@@ -421,14 +456,28 @@ fn main() -> ExitCode {
             ScheduleAction::Resume { name } => operate::schedule(&db, json, &name, "resume"),
             ScheduleAction::Remove { name } => operate::schedule(&db, json, &name, "remove"),
         },
-        Command::Pause { queue } => operate::pause(&db, json, &queue, true),
-        Command::Resume { queue } => operate::pause(&db, json, &queue, false),
+        Command::Pause { queue } => operate::pause(&db, json, create, &queue, true),
+        Command::Resume { queue } => operate::pause(&db, json, create, &queue, false),
         Command::Limit {
             queue,
             concurrency,
             rate,
+            no_concurrency,
+            no_rate,
             none,
-        } => operate::limit(&db, json, &queue, concurrency, rate, none),
+        } => {
+            let change = operate::LimitChange {
+                concurrency: match no_concurrency || none {
+                    true => Some(None),
+                    false => concurrency.map(Some),
+                },
+                rate: match no_rate || none {
+                    true => Some(None),
+                    false => rate.map(Some),
+                },
+            };
+            operate::limit(&db, json, create, &queue, change)
+        }
         Command::Compact => operate::compact(&db, json),
         Command::Serve {
             listen,
@@ -504,6 +553,12 @@ fn exit_code(e: &Error) -> u8 {
         | Error::ScheduleNotFound(_)
         | Error::LeaseLost(_)
         | Error::InUse(_) => 1,
+        Error::Open(leasehold::OpenError::Io { source, .. })
+            if source.kind() == std::io::ErrorKind::NotFound =>
+        {
+            1
+        }
+        Error::Postgres(PgError::NoStore(_)) => 1,
         Error::Input(_) | Error::Config(_) => 2,
         Error::Postgres(
             PgError::BadUrl(_) | PgError::BadSchemaName(_) | PgError::SystemSchema(_),
@@ -518,8 +573,16 @@ fn explain(e: &Error) -> String {
         Error::Open(OpenError::Io { path, source })
             if source.kind() == std::io::ErrorKind::NotFound =>
         {
-            format!("no store at {} (set --db or LEASEHOLD_DB)", path.display())
+            format!(
+                "no store at {} (set --db or LEASEHOLD_DB; `leasehold --create enqueue ...` \
+                 makes one)",
+                path.display()
+            )
         }
+        Error::Postgres(PgError::NoStore(schema)) => format!(
+            "no leasehold store in schema {schema} of that database (is `?schema=` right? \
+             `leasehold --create enqueue ...` makes one)"
+        ),
         Error::Open(OpenError::Locked { pid, .. }) if *pid != Some(std::process::id()) => {
             format!(
                 "the store is being written by another process{}; stop it, or use a read \

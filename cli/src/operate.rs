@@ -16,7 +16,14 @@ use super::target::{Writer, open_postgres, postgres_url};
 /// joined as its sharing says; only `enqueue` may create a missing file.
 pub fn open(db: &Path, create: bool) -> Result<Writer, Error> {
     if let Some(url) = postgres_url(db) {
-        return Ok(Writer::database(open_postgres(url, create)?));
+        let opened = match open_postgres(url, create) {
+            // A write upgrades a schema an older build made (it makes none without --create).
+            Err(Error::Postgres(leasehold::postgres::PgError::OlderSchema { .. })) => {
+                open_postgres(url, true)
+            }
+            opened => opened,
+        };
+        return Ok(Writer::database(opened?));
     }
     if !create && !db.exists() {
         return Err(OpenError::Io {
@@ -50,6 +57,22 @@ pub fn open(db: &Path, create: bool) -> Result<Writer, Error> {
         );
     }
     Ok(store)
+}
+
+/// Whether the store knows `queue`: a job has used it, or it has settings. (Its name is
+/// checked first: an empty one is a usage error, not an unknown queue.)
+fn known_queue(store: &Writer, queue: &str) -> Result<bool, Error> {
+    store.queue_settings(queue)?;
+    Ok(store.stats()?.queues.iter().any(|(name, _)| name == queue))
+}
+
+/// Refuses a queue the store does not know (a typo would otherwise make a new one).
+fn unknown_queue(queue: &str) -> ExitCode {
+    eprintln!(
+        "leasehold: no job has used queue {queue:?} and it has no settings: is the name \
+         right? (`--create` sets it anyway)"
+    );
+    ExitCode::from(1)
 }
 
 /// The arguments of `leasehold enqueue`.
@@ -90,7 +113,7 @@ pub struct NewJobArgs {
     payload: Option<String>,
 }
 
-pub fn enqueue(db: &Path, json: bool, a: NewJobArgs) -> Result<ExitCode, Error> {
+pub fn enqueue(db: &Path, json: bool, create: bool, a: NewJobArgs) -> Result<ExitCode, Error> {
     let io = |e: std::io::Error| Error::Storage(redb::Error::Io(e));
     let payload: Vec<u8> = match (&a.file, a.payload.as_deref()) {
         (Some(f), _) => std::fs::read(f).map_err(io)?,
@@ -124,7 +147,7 @@ pub fn enqueue(db: &Path, json: bool, a: NewJobArgs) -> Result<ExitCode, Error> 
     for (k, v) in a.metadata {
         job = job.metadata(k, v);
     }
-    let store = open(db, true)?;
+    let store = open(db, create)?;
     let before = store.now()?;
     let id = store.enqueue(job)?;
     // A job made before this enqueue is the one that holds the unique key.
@@ -342,8 +365,17 @@ pub fn schedule(db: &Path, json: bool, name: &str, action: &str) -> Result<ExitC
     Ok(ExitCode::SUCCESS)
 }
 
-pub fn pause(db: &Path, json: bool, queue: &str, pause: bool) -> Result<ExitCode, Error> {
+pub fn pause(
+    db: &Path,
+    json: bool,
+    create: bool,
+    queue: &str,
+    pause: bool,
+) -> Result<ExitCode, Error> {
     let store = open(db, false)?;
+    if !create && !known_queue(&store, queue)? {
+        return Ok(unknown_queue(queue));
+    }
     match pause {
         true => store.pause_queue(queue)?,
         false => store.resume_queue(queue)?,
@@ -369,24 +401,30 @@ pub fn pause(db: &Path, json: bool, queue: &str, pause: bool) -> Result<ExitCode
     Ok(ExitCode::SUCCESS)
 }
 
+/// What `leasehold limit` changes: each limit set (`Some(Some(_))`), lifted (`Some(None)`)
+/// or kept as it is (`None`).
+pub struct LimitChange {
+    pub concurrency: Option<Option<u32>>,
+    pub rate: Option<Option<(u32, Duration)>>,
+}
+
 pub fn limit(
     db: &Path,
     json: bool,
+    create: bool,
     queue: &str,
-    concurrency: Option<u32>,
-    rate: Option<(u32, Duration)>,
-    none: bool,
+    change: LimitChange,
 ) -> Result<ExitCode, Error> {
     let store = open(db, false)?;
-    let mut limits = match none {
-        true => leasehold::QueueLimits::none(),
-        false => store.queue_settings(queue)?.limits,
-    };
-    if let Some(n) = concurrency {
-        limits = limits.concurrency(n);
+    if !create && !known_queue(&store, queue)? {
+        return Ok(unknown_queue(queue));
     }
-    if let Some((claims, per)) = rate {
-        limits = limits.rate(claims, per);
+    let mut limits = store.queue_settings(queue)?.limits;
+    if let Some(concurrency) = change.concurrency {
+        limits.concurrency = concurrency;
+    }
+    if let Some(rate) = change.rate {
+        limits.rate = rate.map(|(claims, per)| leasehold::Rate { claims, per });
     }
     store.set_queue_limits(queue, limits)?;
     if json {

@@ -19,7 +19,15 @@ struct Tool {
 }
 
 impl Tool {
+    /// A new store, made as an operator makes one (`leasehold --create enqueue` would too).
     fn new() -> Tool {
+        let t = Tool::without_store();
+        drop(leasehold::Store::open(&t.db).unwrap());
+        t
+    }
+
+    /// A path where no store is yet.
+    fn without_store() -> Tool {
         let dir = tempfile::tempdir().unwrap();
         let db = dir.path().join("ops.redb");
         Tool { _dir: dir, db }
@@ -347,12 +355,20 @@ fn reads_work_while_the_application_writes_and_writes_say_who_holds_the_seat() {
 
 #[test]
 fn every_error_has_its_exit_code_and_says_what_is_wrong() {
-    let t = Tool::new();
-    // missing store: read and write commands alike, and nothing is created
-    let err = t.fails(&["stats"], 3);
-    assert!(err.contains("no store at"), "{err}");
-    t.fails(&["cancel", "1"], 3);
+    let t = Tool::without_store();
+    // missing store: read and write commands alike refuse, say how to make one on purpose,
+    // and nothing is created (a mistyped --db once made a new, empty store)
+    let err = t.fails(&["stats"], 1);
+    assert!(
+        err.contains("no store at") && err.contains("--create"),
+        "{err}"
+    );
+    t.fails(&["cancel", "1"], 1);
+    t.fails(&["enqueue", "--queue", "q", "x"], 1);
+    t.fails(&["pause", "q"], 1);
     assert!(!t.db.exists());
+    t.ok(&["--create", "enqueue", "--queue", "q", "x"]);
+    assert!(t.db.exists());
     // usage errors
     let err = t.fails(&["purge", "--older-than", "7x"], 2);
     assert!(err.contains("7x"), "{err}");
@@ -788,10 +804,29 @@ fn stats_warns_of_a_queue_whose_work_waits_with_nobody_asking_for_it() {
 fn pause_resume_and_limits_are_set_from_the_tool_and_shown_by_stats() {
     let t = Tool::new();
     t.ok(&["enqueue", "--queue", "uploads", "a"]);
+    // a queue no job has used is refused (a typo would make a new one), unless on purpose
+    let typo = t.fails(&["pause", "uplods"], 1);
+    assert!(
+        typo.contains("uplods") && typo.contains("--create"),
+        "{typo}"
+    );
+    t.fails(&["limit", "uplods", "--concurrency", "2"], 1);
+    assert_eq!(t.json(&["stats"])["queues"].as_array().unwrap().len(), 1);
+    t.ok(&["--create", "pause", "later"]);
+    t.ok(&["resume", "later"]);
+    let uploads = || {
+        let stats = t.json(&["stats"]);
+        let queues = stats["queues"].as_array().unwrap();
+        queues
+            .iter()
+            .find(|q| q["queue"] == "uploads")
+            .unwrap()
+            .clone()
+    };
     let paused = t.ok(&["pause", "uploads"]);
     assert!(paused.contains("queue uploads is paused"), "{paused}");
     assert!(t.ok(&["stats"]).contains("queue uploads is paused"));
-    assert_eq!(t.json(&["stats"])["queues"][0]["paused"], true);
+    assert_eq!(uploads()["paused"], true);
     t.ok(&["resume", "uploads"]);
     assert!(!t.ok(&["stats"]).contains("is paused"));
     let limited = t.ok(&["limit", "uploads", "--concurrency", "2", "--rate", "10/1m"]);
@@ -801,7 +836,7 @@ fn pause_resume_and_limits_are_set_from_the_tool_and_shown_by_stats() {
     );
     // a second limit keeps the first
     t.ok(&["limit", "uploads", "--concurrency", "3"]);
-    let q = &t.json(&["stats"])["queues"][0];
+    let q = &uploads();
     assert_eq!(
         (
             q["concurrency_limit"].as_u64(),
@@ -809,6 +844,25 @@ fn pause_resume_and_limits_are_set_from_the_tool_and_shown_by_stats() {
             q["rate_limit_per_ms"].as_u64()
         ),
         (Some(3), Some(10), Some(60_000))
+    );
+    // one limit lifted, the other kept
+    t.ok(&["limit", "uploads", "--no-concurrency"]);
+    let q = &uploads();
+    assert_eq!(
+        (
+            q["concurrency_limit"].as_u64(),
+            q["rate_limit_claims"].as_u64()
+        ),
+        (None, Some(10))
+    );
+    t.ok(&["limit", "uploads", "--concurrency", "2", "--no-rate"]);
+    let q = &uploads();
+    assert_eq!(
+        (
+            q["concurrency_limit"].as_u64(),
+            q["rate_limit_claims"].as_u64()
+        ),
+        (Some(2), None)
     );
     assert!(t.ok(&["limit", "uploads", "--none"]).contains("no limits"));
     // refusals: exit 2, nothing changed
@@ -820,7 +874,7 @@ fn pause_resume_and_limits_are_set_from_the_tool_and_shown_by_stats() {
         Some(2)
     );
     assert_eq!(t.run(&["pause", ""]).status.code(), Some(2));
-    assert!(t.json(&["stats"])["queues"][0]["concurrency_limit"].is_null());
+    assert!(uploads()["concurrency_limit"].is_null());
 }
 
 #[test]
@@ -1021,7 +1075,7 @@ fn every_command_works_on_a_postgres_database_named_by_url() {
         all.push("--json");
         serde_json::from_str(&ok(&all)).unwrap()
     };
-    let enqueued = json(&["enqueue", "--queue", "q", "hello"]);
+    let enqueued = json(&["--create", "enqueue", "--queue", "q", "hello"]);
     assert_eq!(enqueued["id"], 1, "{enqueued}");
     json(&["enqueue", "--queue", "q", "--priority", "-1", "world"]);
     let jobs = json(&["jobs", "--sort", "priority"]);
@@ -1056,13 +1110,15 @@ fn every_command_works_on_a_postgres_database_named_by_url() {
         .unwrap();
     assert_eq!(system.status.code(), Some(2));
     // a read of a schema that holds no store makes none (once: a typo made an empty store and
-    // `stats` said "no jobs"); a write other than enqueue makes none either
+    // `stats` said "no jobs"); nor does a write, enqueue included, without --create: each is
+    // refused (exit 1) and says how to make one on purpose
     let typo = format!("{schema}_typo");
     for args in [
         vec!["stats"],
         vec!["jobs"],
         vec!["check"],
         vec!["cancel", "1"],
+        vec!["enqueue", "--queue", "q", "x"],
     ] {
         let out = Command::new(env!("CARGO_BIN_EXE_leasehold"))
             .args(["--db", &format!("{url}?schema={typo}")])
@@ -1070,8 +1126,11 @@ fn every_command_works_on_a_postgres_database_named_by_url() {
             .output()
             .unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(3), "{args:?}: {stderr}");
-        assert!(stderr.contains(&typo), "{stderr}");
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains(&typo) && stderr.contains("--create"),
+            "{stderr}"
+        );
     }
     let made: i64 = admin
         .query_one(

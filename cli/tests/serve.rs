@@ -91,10 +91,18 @@ impl Served {
         for i in 0..jobs {
             tool(
                 &db,
-                &["enqueue", "--queue", "q", "--meta", &format!("n={i}"), "x"],
+                &[
+                    "--create",
+                    "enqueue",
+                    "--queue",
+                    "q",
+                    "--meta",
+                    &format!("n={i}"),
+                    "x",
+                ],
             );
         }
-        tool(&db, &["enqueue", "--queue", "mail", "m"]);
+        tool(&db, &["--create", "enqueue", "--queue", "mail", "m"]);
         let (workers, _) = Running::start(
             &db,
             &[
@@ -265,7 +273,7 @@ fn assert_counts_match(s: &Served, page: impl Fn() -> String) {
 fn serve_refuses_to_listen_beyond_loopback_without_a_token() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("s.redb");
-    tool(&db, &["enqueue", "--queue", "q", "x"]);
+    tool(&db, &["--create", "enqueue", "--queue", "q", "x"]);
     let out = Command::new(TOOL)
         .arg("--db")
         .arg(&db)
