@@ -306,12 +306,21 @@ enum Command {
         /// Where to listen. Anything but a loopback address needs --token.
         #[arg(long, default_value = "127.0.0.1:8470")]
         listen: std::net::SocketAddr,
-        /// A token every request must carry (`Authorization: Bearer`, or the page's sign-in).
+        /// A token every request must carry (`Authorization: Bearer`, or the page's sign-in);
+        /// at least 16 characters beyond loopback.
         #[arg(long, env = "LEASEHOLD_TOKEN", hide_env_values = true)]
         token: Option<String>,
         /// Threads answering requests.
         #[arg(long, default_value_t = 4)]
         threads: usize,
+        /// A host name the page may be reached by (repeat for several). Without one it
+        /// answers only to an IP address and localhost, against DNS rebinding.
+        #[arg(long = "allow-host")]
+        allow_hosts: Vec<String>,
+        /// TLS terminates in front of the page (a reverse proxy): the session cookie is
+        /// marked Secure.
+        #[arg(long)]
+        tls_in_front: bool,
     },
     /// Run three worker pools on a real store file and show leases at work: a killed pool's
     /// jobs reclaimed, a paused worker fenced, a hung job caught, a graceful release.
@@ -483,9 +492,13 @@ fn main() -> ExitCode {
             listen,
             token,
             threads,
+            allow_hosts,
+            tls_in_front,
         } => serve::run(
             &db,
             serve::Settings {
+                allow_hosts,
+                tls_in_front,
                 listen,
                 token,
                 threads,

@@ -24,18 +24,29 @@ pub struct Settings {
     pub listen: SocketAddr,
     pub token: Option<String>,
     pub threads: usize,
+    pub allow_hosts: Vec<String>,
+    pub tls_in_front: bool,
 }
 
 pub fn run(db: &Path, settings: Settings) -> Result<ExitCode, Error> {
-    if !settings.listen.ip().is_loopback() && settings.token.is_none() {
+    let min = leasehold::web::MIN_TOKEN_OFF_LOOPBACK;
+    if !settings.listen.ip().is_loopback() && settings.token.as_ref().is_none_or(|t| t.len() < min)
+    {
         eprintln!(
-            "leasehold: {} is reachable from other machines: give a token (--token or \
-             LEASEHOLD_TOKEN) that every request must carry, or listen on 127.0.0.1",
+            "leasehold: {} is reachable from other machines: give a token of at least {min} \
+             characters (--token or LEASEHOLD_TOKEN) that every request must carry, or listen \
+             on 127.0.0.1",
             settings.listen
         );
         return Ok(ExitCode::from(2));
     }
-    let page = page(db)?.name(describe(db));
+    let mut page = page(db)?.name(describe(db));
+    for host in &settings.allow_hosts {
+        page = page.allow_host(host);
+    }
+    if settings.tls_in_front {
+        page = page.tls_in_front();
+    }
     let page = match settings.token {
         Some(t) => match page.token(t) {
             Ok(p) => p,

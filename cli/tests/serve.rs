@@ -295,6 +295,16 @@ fn serve_refuses_to_listen_beyond_loopback_without_a_token() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // a token anyone could guess is no guard beyond loopback
+    let out = Command::new(TOOL)
+        .arg("--db")
+        .arg(&db)
+        .args(["serve", "--listen", "0.0.0.0:0", "--token", "x"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("at least 16 characters"), "{err}");
 }
 
 #[test]

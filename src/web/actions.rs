@@ -174,21 +174,46 @@ pub(crate) fn login(inner: &Inner, form: &[(String, String)]) -> PageResult {
         return redirect(&format!("{}/", inner.base));
     }
     let given = params::field(form, "token").unwrap_or("");
-    if !inner.access.is_token(given) {
+    let Some(session) = inner.access.sign_in(given) else {
         return Ok(pages::login(inner, Some("That is not the token.")));
-    }
+    };
     let mut r = redirect(&format!("{}/", inner.base))?;
+    set_cookie(inner, &mut r, &session, "")?;
+    Ok(r)
+}
+
+/// Signs out: the session ends here, and the browser forgets its cookie.
+pub(crate) fn logout(
+    inner: &Inner,
+    headers: &http::HeaderMap,
+    form: &[(String, String)],
+) -> PageResult {
+    checked(inner, form)?;
+    inner.access.sign_out(headers);
+    let mut r = redirect(&format!("{}/login", inner.base))?;
+    set_cookie(inner, &mut r, "", "; Max-Age=0")?;
+    Ok(r)
+}
+
+/// Sets the session cookie to `value` on `r`, scoped to the page's path.
+fn set_cookie(
+    inner: &Inner,
+    r: &mut crate::web::Response,
+    value: &str,
+    extra: &str,
+) -> Result<(), WebError> {
     let path = if inner.base.is_empty() {
         "/"
     } else {
         inner.base.as_str()
     };
+    let secure = if inner.access.secure { "; Secure" } else { "" };
     let cookie = format!(
-        "{}={given}; HttpOnly; SameSite=Strict; Path={path}",
+        "{}={value}; HttpOnly; SameSite=Strict; Path={path}{secure}{extra}",
         crate::web::access::COOKIE
     );
     let value = http::HeaderValue::from_str(&cookie)
-        .map_err(|_| WebError::BadRequest("the token cannot be set as a cookie".into()))?;
+        .map_err(|_| WebError::BadRequest("the session cannot be set as a cookie".into()))?;
     r.headers_mut().insert(http::header::SET_COOKIE, value);
-    Ok(r)
+    Ok(())
 }

@@ -45,6 +45,14 @@ pub enum WebError {
         /// The most the page accepts.
         max: usize,
     },
+    /// The request names a host the page does not answer to (see
+    /// [`StatusPageBuilder::allow_host`](crate::web::StatusPageBuilder::allow_host)): a page
+    /// of another site whose name was pointed at this machine (DNS rebinding), or a name the
+    /// operator has not allowed.
+    #[error(
+        "this page does not answer to host {0:?}: add it with --allow-host (StatusPageBuilder::allow_host)"
+    )]
+    HostNotAllowed(String),
     /// The page was built without a way to write, so actions are off.
     #[error("this page is read-only: it was started without a way to change the store")]
     ReadOnly,
@@ -65,6 +73,7 @@ impl WebError {
             WebError::UriTooLong { .. } => StatusCode::URI_TOO_LONG,
             WebError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             WebError::ReadOnly => StatusCode::CONFLICT,
+            WebError::HostNotAllowed(_) => StatusCode::MISDIRECTED_REQUEST,
             WebError::Store(e) => store_status(e),
         }
     }

@@ -58,6 +58,8 @@ pub(crate) struct Frame<'a> {
     pub title: &'a str,
     pub store: &'a str,
     pub refresh: Option<u32>,
+    /// The sign-out form, where the page has a token.
+    pub sign_out: Option<String>,
 }
 
 impl Frame<'_> {
@@ -78,11 +80,12 @@ impl Frame<'_> {
              <a href=\"{base}/metrics\">Metrics</a></nav>\
              <form class=\"find\" method=\"get\" action=\"{base}/jobs\"><input name=\"id\" \
              placeholder=\"job id\" size=\"8\" inputmode=\"numeric\" aria-label=\"go to job\">\
-             </form></header><main>\
+             </form>{sign_out}</header><main>\
              <h1>{title}</h1>{body}</main></body></html>",
             title = escape(self.title),
             store = escape(self.store),
             base = self.base,
+            sign_out = self.sign_out.as_deref().unwrap_or(""),
         );
         page
     }

@@ -14,7 +14,7 @@
 //! | `POST /jobs/{id}/cancel`, `/jobs/{id}/retry` | actions: each asks for confirmation first |
 //! | `POST /queues/{name}/pause`, `/queues/{name}/resume` | |
 //! | `GET /metrics` | the Prometheus text format |
-//! | `GET /login`, `POST /login` | where a person gives the token, when there is one |
+//! | `GET /login`, `POST /login`, `POST /logout` | where a person signs in with the token, when there is one, and out |
 //!
 //! Safe by default: no action is a GET; every action needs the page's form secret (made at
 //! start and known only to the page's own forms, so another site cannot post one) and, with
@@ -40,6 +40,7 @@ use std::sync::Arc;
 use http::{Method, StatusCode, header};
 use parking_lot::Mutex;
 
+pub use access::MIN_TOKEN_OFF_LOOPBACK;
 pub use error::WebError;
 /// The `http` crate the page's [`Request`] and [`Response`] come from, for an application to
 /// build them with the same version.
@@ -150,9 +151,12 @@ impl StatusPage {
             header::X_CONTENT_TYPE_OPTIONS,
             header::HeaderValue::from_static("nosniff"),
         );
+        // Nothing of the page's addresses reaches another site, while the page's own forms
+        // still say where they come from (a stricter policy makes a browser send
+        // `Origin: null` with them, which the origin check refuses).
         h.insert(
             header::REFERRER_POLICY,
-            header::HeaderValue::from_static("no-referrer"),
+            header::HeaderValue::from_static("same-origin"),
         );
         h.insert(
             header::CONTENT_SECURITY_POLICY,
@@ -196,6 +200,20 @@ impl StatusPage {
         let segments: Vec<&str> = segments.iter().map(String::as_str).collect();
         let query = params::pairs(uri.query().unwrap_or("").as_bytes());
         let method = request.method();
+        let headers = request.headers();
+        if !inner.access.host_allowed(headers) {
+            let host = headers
+                .get(header::HOST)
+                .map(|h| String::from_utf8_lossy(h.as_bytes()));
+            return Err(WebError::HostNotAllowed(
+                host.unwrap_or_default().into_owned(),
+            ));
+        }
+        if *method == Method::POST && !access::Access::same_origin(headers) {
+            return Err(WebError::Forbidden(
+                "the request came from another site's page (its Origin or Referer names another host)",
+            ));
+        }
 
         if segments == ["login"] {
             return match *method {
@@ -204,7 +222,13 @@ impl StatusPage {
                 _ => Err(not_allowed(method, "GET, POST")),
             };
         }
-        if !inner.access.admits(request.headers()) {
+        if segments == ["logout"] {
+            return match *method {
+                Method::POST => actions::logout(inner, headers, &params::pairs(request.body())),
+                _ => Err(not_allowed(method, "POST")),
+            };
+        }
+        if !inner.access.admits(headers) {
             return Err(WebError::Unauthorized);
         }
         let get = |answer: fn(&Inner, &[(String, String)]) -> PageResult| match *method {
@@ -322,9 +346,10 @@ impl StatusPageBuilder {
         self
     }
 
-    /// Requires `token` on every request (as `Authorization: Bearer`, or the cookie the
-    /// login form sets). Needed wherever anyone but the device's own user can reach the
-    /// page; an empty token is refused.
+    /// Requires `token` on every request (as `Authorization: Bearer`, or the session cookie
+    /// a sign-in with it sets). Needed wherever anyone but the device's own user can reach
+    /// the page; an empty token is refused, and off loopback use one of at least
+    /// [`MIN_TOKEN_OFF_LOOPBACK`] characters (`leasehold serve` insists).
     pub fn token(mut self, token: impl Into<String>) -> std::result::Result<Self, WebError> {
         let token = token.into();
         let allowed = |c: char| c.is_ascii_alphanumeric() || "._~+/=-".contains(c);
@@ -333,8 +358,25 @@ impl StatusPageBuilder {
                 "the token must be 1 to 256 characters of A-Z a-z 0-9 . _ ~ + / = -".into(),
             ));
         }
-        self.inner.access = access::Access::new(Some(token));
+        self.inner.access.set_token(token);
         Ok(self)
+    }
+
+    /// Lets requests name `host` (a DNS name, as in the browser's address bar) in their
+    /// `Host` header. Without it the page answers only to an IP address and `localhost`,
+    /// which keeps a page of another site whose name an attacker points at this machine
+    /// (DNS rebinding) from reading or acting on it. Call once per name the page is
+    /// reached by (a reverse proxy's public name, say).
+    pub fn allow_host(mut self, host: &str) -> Self {
+        self.inner.access.allow_host(host);
+        self
+    }
+
+    /// Marks the session cookie `Secure`: the page is reached through TLS (a reverse proxy
+    /// in front of it), so the browser never sends the cookie in the clear.
+    pub fn tls_in_front(mut self) -> Self {
+        self.inner.access.secure = true;
+        self
     }
 
     /// Serves the page under `prefix` (like `/leasehold`) in an application's own router:

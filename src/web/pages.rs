@@ -17,11 +17,20 @@ use crate::web::{Inner, PageResult, Request, Response, WebError, metrics, params
 
 impl Inner {
     pub(super) fn frame<'a>(&'a self, title: &'a str, refresh: Option<u32>) -> Frame<'a> {
+        let sign_out = self.access.needs_token().then(|| {
+            format!(
+                "<form class=\"inline\" method=\"post\" action=\"{}/logout\">{}\
+                 <button type=\"submit\" id=\"sign-out\">Sign out</button></form>",
+                self.base,
+                self.secret_field()
+            )
+        });
         Frame {
             base: &self.base,
             title,
             store: &self.name,
             refresh,
+            sign_out,
         }
     }
 

@@ -74,7 +74,12 @@ impl Listing {
             limit: DEFAULT_LIMIT,
             ..Listing::default()
         };
-        for (k, v) in query {
+        for (i, (k, v)) in query.iter().enumerate() {
+            // Only `meta` may be given more than once: any other, repeated, would silently
+            // take one of its values.
+            if k != "meta" && query[..i].iter().any(|(seen, _)| seen == k) {
+                return Err(twice(k));
+            }
             if v.is_empty() {
                 continue; // an empty field of the filter form: no condition
             }
@@ -174,9 +179,15 @@ pub(crate) fn known<'a>(
         if !names.contains(&k.as_str()) {
             return Err(WebError::BadRequest(format!("unknown parameter {k:?}")));
         }
-        out.insert(k.as_str(), v.as_str());
+        if out.insert(k.as_str(), v.as_str()).is_some() {
+            return Err(twice(k));
+        }
     }
     Ok(out)
+}
+
+fn twice(name: &str) -> WebError {
+    WebError::BadRequest(format!("parameter {name:?} is given more than once"))
 }
 
 /// A count given back to the page after an action (`n=12`).

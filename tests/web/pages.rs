@@ -159,6 +159,12 @@ fn the_job_list_filters_by_queue_state_and_metadata_and_pages_by_id(kind: Kind) 
     );
     assert_eq!(ids_on(&all), store_says);
     assert_eq!(store_says.len(), 5, "four in q and one in mail");
+    // `meta` alone may repeat: every pair must hold
+    let both = expect(
+        get(&page, "/jobs?meta=tenant%3Dacme&meta=tenant%3Dother"),
+        StatusCode::OK,
+    );
+    assert!(ids_on(&both).is_empty(), "no job carries both");
     let none = expect(get(&page, "/jobs?state=dead"), StatusCode::OK);
     assert!(ids_on(&none).is_empty() && none.contains("No job matches."));
 }
