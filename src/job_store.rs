@@ -50,6 +50,11 @@ pub trait ReadJobs: Send + Sync {
     fn schedules(&self) -> Result<Vec<ScheduleInfo>>;
     /// The integrity check.
     fn check(&self) -> Result<CheckReport>;
+    /// Whether store time counts from the Unix epoch (a database's clock, shown to a person
+    /// as a date) rather than from the store's own start (a file's, shown as `t+…`).
+    fn time_is_wall_clock(&self) -> bool {
+        false
+    }
 }
 
 /// A store: the lease protocol's calls, and the read side.
@@ -148,7 +153,7 @@ pub trait JobStore: ReadJobs {
 
 /// The read side as the type's own methods give it, for each store type.
 macro_rules! read_jobs {
-    ($store:ty, $now:expr) => {
+    ($store:ty, $now:expr $(, wall_clock = $wall:expr)?) => {
         impl $crate::job_store::ReadJobs for $store {
             fn now(&self) -> $crate::Result<$crate::StoreTime> {
                 $now(self)
@@ -186,6 +191,11 @@ macro_rules! read_jobs {
             fn check(&self) -> $crate::Result<$crate::CheckReport> {
                 <$store>::check(self)
             }
+            $(
+                fn time_is_wall_clock(&self) -> bool {
+                    $wall
+                }
+            )?
         }
     };
 }

@@ -103,7 +103,9 @@ fn page(db: &Path) -> Result<leasehold::web::StatusPageBuilder, Error> {
     }
     let reads: Arc<dyn ReadJobs> = reader.clone();
     let path = db.to_owned();
+    let closed = reader.clone();
     Ok(StatusPage::builder(reads)
+        .closed_cleanly(move || closed.closed_cleanly())
         .holders(move || match reader.sharing()? {
             leasehold::Sharing::MultiProcess => reader.holders(),
             _ => Ok(Vec::new()),

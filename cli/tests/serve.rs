@@ -270,6 +270,32 @@ fn assert_counts_match(s: &Served, page: impl Fn() -> String) {
 }
 
 #[test]
+fn the_page_of_a_store_whose_writer_was_killed_says_its_leases_are_held_by_no_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("killed.redb");
+    for p in ["a", "b"] {
+        tool(&db, &["--create", "enqueue", "--queue", "q", p]);
+    }
+    // A writer claims both and is SIGKILLed: the file is left unclean.
+    drop(Running::start(
+        &db,
+        &["__child", "--queue", "q", "--claim", "2"],
+        "ready",
+    ));
+    let (_server, line) = Running::start(&db, &["serve", "--listen", "127.0.0.1:0"], "serving");
+    let addr: SocketAddr = line
+        .trim_start_matches("serving http://")
+        .trim_end_matches('/')
+        .parse()
+        .unwrap();
+    let (status, _, page) = http(addr, "GET", "/?refresh=0", "");
+    assert_eq!(status, 200);
+    let leases = &page[page.find("id=\"leases\"").unwrap()..];
+    assert!(leases.contains("id=\"not-closed-cleanly\""), "{leases}");
+    assert!(leases.contains("no process holds them now"), "{leases}");
+}
+
+#[test]
 fn serve_refuses_to_listen_beyond_loopback_without_a_token() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("s.redb");

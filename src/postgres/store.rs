@@ -601,5 +601,5 @@ pub(super) fn shared_by_all(e: Error) -> impl Fn() -> Error {
     }
 }
 
-crate::job_store::read_jobs!(PgStore, PgStore::now);
+crate::job_store::read_jobs!(PgStore, PgStore::now, wall_clock = true);
 crate::job_store::job_store!(PgStore);

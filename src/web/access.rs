@@ -288,7 +288,10 @@ mod tests {
     fn a_state_changing_request_from_another_origin_is_told_apart() {
         let at = |pairs: &[(http::HeaderName, &str)]| Access::same_origin(&headers(pairs));
         let host = (http::header::HOST, "127.0.0.1:8470");
-        assert!(at(std::slice::from_ref(&host)), "no Origin nor Referer: not a browser");
+        assert!(
+            at(std::slice::from_ref(&host)),
+            "no Origin nor Referer: not a browser"
+        );
         assert!(at(&[
             host.clone(),
             (http::header::ORIGIN, "http://127.0.0.1:8470")

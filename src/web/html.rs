@@ -52,6 +52,33 @@ pub(crate) fn relative(t: StoreTime, now: StoreTime) -> String {
     }
 }
 
+/// Store time `t` as a person reads it: a date in UTC where store time is the Unix
+/// epoch's (a database's clock: `2026-12-05 08:45:39 UTC`), else time since the store's
+/// own start (`t+12.500s`).
+pub(crate) fn store_time(t: StoreTime, wall_clock: bool) -> String {
+    if !wall_clock {
+        return t.to_string();
+    }
+    let secs = t.as_nanos() / 1_000_000_000;
+    let (days, rest) = (secs / 86_400, secs % 86_400);
+    // Days since 1970-01-01 to a civil date (Howard Hinnant's algorithm, for days >= 0).
+    let z = days + 719_468;
+    let era = z / 146_097;
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + u64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02} UTC",
+        rest / 3600,
+        rest % 3600 / 60,
+        rest % 60
+    )
+}
+
 /// A page: its title, the navigation, the body, and (for the overview) a refresh.
 pub(crate) struct Frame<'a> {
     pub base: &'a str,
@@ -161,6 +188,18 @@ pre{white-space:pre-wrap;background:#fff;padding:.6em;border:1px solid #e3e6ea;m
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_wall_clock_store_time_reads_as_a_utc_date_and_a_files_as_time_since_its_start() {
+        let at = |secs: u64| StoreTime(secs * 1_000_000_000 + 250_000_000);
+        assert_eq!(store_time(at(0), true), "1970-01-01 00:00:00 UTC");
+        assert_eq!(store_time(at(951_782_400), true), "2000-02-29 00:00:00 UTC");
+        assert_eq!(
+            store_time(at(1_796_455_015), true),
+            "2026-12-05 08:36:55 UTC"
+        );
+        assert_eq!(store_time(at(12), false), "t+12.250s");
+    }
 
     #[test]
     fn escaping_leaves_no_markup_and_no_attribute_breakout() {

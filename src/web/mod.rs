@@ -87,6 +87,7 @@ pub(crate) struct Inner {
     reads: Arc<dyn ReadJobs>,
     writes: Option<Writes>,
     holders: Option<Box<Holders>>,
+    closed_cleanly: Option<Box<dyn Fn() -> bool + Send + Sync>>,
     pools: Vec<(String, Box<dyn Fn() -> PoolStats + Send + Sync>)>,
     write_metrics: Option<Box<dyn Fn() -> WriteMetrics + Send + Sync>>,
     access: access::Access,
@@ -110,6 +111,7 @@ impl StatusPage {
                 reads: store,
                 writes: None,
                 holders: None,
+                closed_cleanly: None,
                 pools: Vec::new(),
                 write_metrics: None,
                 access: access::Access::new(None),
@@ -322,6 +324,14 @@ impl StatusPageBuilder {
         holders: impl Fn() -> Result<Vec<(JobId, InstanceId, HolderState)>> + Send + Sync + 'static,
     ) -> Self {
         self.inner.holders = Some(Box::new(holders));
+        self
+    }
+
+    /// Where the page learns whether the file's last writer closed it (a file read beside
+    /// its application: [`crate::StoreReader::closed_cleanly`]). When it did not, the page
+    /// says that the leases it shows are the last commit's, held by no process now.
+    pub fn closed_cleanly(mut self, closed: impl Fn() -> bool + Send + Sync + 'static) -> Self {
+        self.inner.closed_cleanly = Some(Box::new(closed));
         self
     }
 

@@ -13,7 +13,7 @@ use crate::job::JobState;
 use crate::stats::Stats;
 use crate::web::chart::Rate;
 use crate::web::counts::Reading;
-use crate::web::html::{Table, duration, escape, relative, url_component};
+use crate::web::html::{Table, duration, escape, relative, store_time, url_component};
 use crate::web::pages::{done_banner, job_link, ok};
 use crate::web::{Inner, PageResult, WebError, chart, params};
 
@@ -36,6 +36,9 @@ pub(crate) fn overview(inner: &Inner, query: &[(String, String)]) -> PageResult 
     let counted = inner.counts()?;
     let reading = &counted.reading;
     let stats = &reading.stats;
+    // What the counts show is aged by their own time (they may have been taken a while
+    // ago, in the background); what is read now (leases, schedules, the chart) by now.
+    let counted_at = stats.now;
     let now = inner.reads.now()?;
     let (rates, recent, by_queue) = {
         let samples = inner.samples.lock();
@@ -48,15 +51,15 @@ pub(crate) fn overview(inner: &Inner, query: &[(String, String)]) -> PageResult 
     };
 
     let mut body = done_banner(&q);
-    body.push_str(&cards(stats, recent, now));
-    body.push_str(&reaper_line(stats.last_reaper_pass.as_ref(), now));
+    body.push_str(&cards(stats, recent, counted_at));
+    body.push_str(&reaper_line(stats.last_reaper_pass.as_ref(), counted_at));
     body.push_str("<h2>Jobs finished per second, last 15 minutes</h2>");
     body.push_str(&chart::svg(&rates, now));
     body.push_str(
         "<p class=\"note\">Green: succeeded; red: died. Sampled while this page or /metrics \
          is read (at most once a second).</p>",
     );
-    body.push_str(&queues(inner, reading, &by_queue, now));
+    body.push_str(&queues(inner, reading, &by_queue, counted_at));
     body.push_str(&schedules(inner.reads.as_ref(), now)?);
     body.push_str(&leases(inner, stats, now)?);
     body.push_str(&counters(stats));
@@ -64,17 +67,19 @@ pub(crate) fn overview(inner: &Inner, query: &[(String, String)]) -> PageResult 
     let counted_when = match counted.age.is_zero() {
         true => "taken now".to_owned(),
         false => format!(
-            "as of {} ago (counting this store takes a while, so it runs apart)",
-            duration(counted.age)
+            "as of {} ago (counting this store takes a while, so it runs apart; the \
+             queues, the cards and the reaper's line are as of then)",
+            duration(now.saturating_since(counted_at))
         ),
     };
+    let now_shown = store_time(now, inner.reads.time_is_wall_clock());
     let reloads = match refresh {
         Some(_) => "; the page reloads itself every few seconds",
         None => "",
     };
     let _ = write!(
         body,
-        "<p class=\"note\" id=\"as-of\">Store time {now}; counts {counted_when}{reloads}.</p>"
+        "<p class=\"note\" id=\"as-of\">Store time {now_shown}; counts {counted_when}{reloads}.</p>"
     );
     ok(inner.frame("Overview", refresh).render(&body))
 }
@@ -254,6 +259,18 @@ fn leases(inner: &Inner, stats: &Stats, now: StoreTime) -> Result<String, WebErr
         ]);
     }
     out.push_str(&t.finish("No job is running."));
+    if !running.is_empty()
+        && inner
+            .closed_cleanly
+            .as_ref()
+            .is_some_and(|closed| !closed())
+    {
+        out.push_str(
+            "<p class=\"error\" id=\"not-closed-cleanly\">This store was not closed cleanly \
+             (its writer was killed or lost power): these leases are its last commit's, no \
+             process holds them now, and the next writer to open it takes them back.</p>",
+        );
+    }
     let shown = running.len() as u64;
     if shown < stats.total(JobState::Running) {
         let _ = write!(

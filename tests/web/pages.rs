@@ -23,6 +23,7 @@ crate::on_both::on_both!(
     the_overview_shows_the_reapers_last_pass_and_warns_when_there_is_none_or_it_is_late,
     a_jobs_lease_timeline_draws_each_attempt_where_it_ran_and_the_held_lease_to_its_expiry,
     the_overview_lists_the_schedules_with_their_next_tick,
+    counts_kept_a_while_are_aged_by_their_own_time_and_say_how_old_they_are,
 );
 
 fn the_overview_shows_each_queues_counts_as_the_store_counts_them(kind: Kind) {
@@ -376,6 +377,39 @@ fn a_jobs_lease_timeline_draws_each_attempt_where_it_ran_and_the_held_lease_to_i
         "{svg}"
     );
     assert!(!svg.contains("w<2>"), "the worker's name is escaped");
+}
+
+/// Counts kept a while (a database that counts slowly) are aged by their own time: a
+/// lease that had not run out when they were taken is not shown overdue against a later
+/// now (the page once showed red "overdue" warnings that `stats` at the same moment did
+/// not), and the page says how old they are.
+fn counts_kept_a_while_are_aged_by_their_own_time_and_say_how_old_they_are(kind: Kind) {
+    let f = kind.open();
+    f.enqueue_n(1);
+    let lease = f.claim_one("w");
+    let page = page_of(&f)
+        .counts_fresh_for(Duration::from_secs(3600))
+        .build();
+    let first = expect(get(&page, "/"), StatusCode::OK);
+    assert!(first.contains("counts taken now"), "{first}");
+    f.advance(lease.expires_at.saturating_since(f.now()) + Duration::from_secs(60));
+    let later = expect(get(&page, "/"), StatusCode::OK);
+    let queues = &later[later.find("id=\"queues\"").unwrap()..];
+    let queues = &queues[..queues.find("</table>").unwrap()];
+    assert!(
+        !queues.contains("by 1 min"),
+        "overdue against a later now: {queues}"
+    );
+    let as_of = &later[later.find("id=\"as-of\"").unwrap()..];
+    assert!(as_of.contains("as of 2 min 0 s ago"), "{as_of}");
+    // a database's store time is its clock, read as a date; a file's, from its start
+    let footer = &as_of[..as_of.find("</p>").unwrap()];
+    assert_eq!(f.is_postgres(), footer.contains(" UTC;"), "{footer}");
+    assert_eq!(
+        !f.is_postgres(),
+        footer.contains("Store time t+"),
+        "{footer}"
+    );
 }
 
 fn the_overview_lists_the_schedules_with_their_next_tick(kind: Kind) {
