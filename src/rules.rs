@@ -239,9 +239,11 @@ pub(crate) fn limited(
 
 /// The record of schedule `s` declared at `now` (store time) and `wall` (seconds since the
 /// epoch), its inputs checked. Every process declares its schedules when it starts, so a
-/// declaration that leaves the timing as it was keeps the record's cursor, pause and counts
-/// (and takes the new job and catch-up policy); a new schedule, or one whose timing
-/// changed, ticks first one interval (or the expression's next tick) from now.
+/// declaration that changes nothing keeps the record as it is. One that differs (timing,
+/// job, catch-up policy) is refused unless it says [`Schedule::replace`]: then, if the
+/// timing is unchanged it keeps the cursor, pause and counts and takes the new job and
+/// policy, and a new timing ticks first one interval (or the expression's next tick) from
+/// now, as a new schedule does.
 pub(crate) fn declare(
     existing: Option<&ScheduleRecord>,
     s: &Schedule,
@@ -251,6 +253,12 @@ pub(crate) fn declare(
 ) -> Result<ScheduleRecord, Error> {
     input::check_schedule(s, max_payload)?;
     let template = JobTemplate::of(&s.job);
+    if let Some(old) = existing {
+        let same = old.when == s.when && old.template == template && old.catch_up == s.catch_up;
+        if !same && !s.replace {
+            return Err(Error::ScheduleConflict(s.name.clone()));
+        }
+    }
     if let Some(old) = existing.filter(|old| old.when == s.when) {
         let mut kept = old.clone();
         kept.template = template;

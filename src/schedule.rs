@@ -70,6 +70,7 @@ pub struct Schedule {
     pub(crate) job: NewJob,
     pub(crate) when: When,
     pub(crate) catch_up: CatchUp,
+    pub(crate) replace: bool,
 }
 
 impl Schedule {
@@ -81,6 +82,7 @@ impl Schedule {
             job,
             when: When::Every(interval),
             catch_up: CatchUp::Once,
+            replace: false,
         }
     }
 
@@ -103,12 +105,23 @@ impl Schedule {
                 zone: zone.into(),
             },
             catch_up: CatchUp::Once,
+            replace: false,
         }
     }
 
     /// What to do about ticks missed while no scheduler ran (default [`CatchUp::Once`]).
     pub fn catch_up(mut self, catch_up: CatchUp) -> Schedule {
         self.catch_up = catch_up;
+        self
+    }
+
+    /// This declaration wins over a different one stored under its name (a new version of
+    /// the application changing a schedule's timing, job or catch-up policy). Without it a
+    /// different declaration is refused with [`Error::ScheduleConflict`](crate::Error), so
+    /// that two versions of an application running at once do not take the schedule from
+    /// each other at every start. A declaration that changes nothing is always accepted.
+    pub fn replace(mut self) -> Schedule {
+        self.replace = true;
         self
     }
 
@@ -318,7 +331,14 @@ pub(crate) mod cron {
             .find_next_occurrence(&at(after, &tz)?, false)
             .map_err(|e| InputError::BadCron {
                 expr: expr.to_owned(),
-                why: e.to_string(),
+                why: match e {
+                    croner::errors::CronError::TimeSearchLimitExceeded => {
+                        "no date matches it, so it would never fire (a day no month has, \
+                         such as the 30th of February?)"
+                            .to_owned()
+                    }
+                    e => e.to_string(),
+                },
             })?;
         Ok(next.timestamp().as_second())
     }

@@ -345,7 +345,12 @@ pub fn schedule(db: &Path, json: bool, name: &str, action: &str) -> Result<ExitC
             format!("schedule {name} is resumed")
         }
         _ => match store.remove_schedule(name)? {
-            true => format!("schedule {name} is removed (the jobs it enqueued stay)"),
+            true => format!(
+                "schedule {name} is removed (the jobs it enqueued stay); an application that \
+                 declares it when it starts will declare it again then: remove it from the \
+                 application's declarations too, or `schedules pause {name}` to keep it from \
+                 firing"
+            ),
             false => return Err(Error::ScheduleNotFound(name.to_owned())),
         },
     };

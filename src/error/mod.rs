@@ -35,6 +35,14 @@ pub enum Error {
     /// No schedule of this name.
     #[error("no schedule named {0:?}")]
     ScheduleNotFound(String),
+    /// A schedule of this name is declared with another timing, job or catch-up policy.
+    /// Nothing changed: the declaration that should win says
+    /// [`Schedule::replace`](crate::Schedule::replace) (a new version of the application),
+    /// or the old one is removed first.
+    #[error(
+        "schedule {0:?} is declared already, with another timing, job or catch-up policy: declare it with .replace() for this one to win, or remove it first"
+    )]
+    ScheduleConflict(String),
     /// The job is in a state in which the operation does not apply; nothing changed.
     #[error("job {job} is {state}: cannot {action}")]
     Refused {
@@ -157,6 +165,7 @@ impl Error {
                 | Error::Config(_)
                 | Error::JobNotFound(_)
                 | Error::ScheduleNotFound(_)
+                | Error::ScheduleConflict(_)
                 | Error::Refused { .. }
                 | Error::UniqueKeyHeld { .. }
                 | Error::InUse(_)

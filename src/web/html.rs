@@ -196,7 +196,7 @@ mod tests {
         assert_eq!(store_time(at(951_782_400), true), "2000-02-29 00:00:00 UTC");
         assert_eq!(
             store_time(at(1_796_455_015), true),
-            "2026-12-05 08:36:55 UTC"
+            "2026-12-05 07:16:55 UTC"
         );
         assert_eq!(store_time(at(12), false), "t+12.250s");
     }

@@ -89,15 +89,32 @@ fn declaring_again_keeps_the_cursor_and_a_new_interval_starts_over(kind: Kind) {
         .unwrap();
     let first = f.schedules().unwrap()[0].next_tick();
     f.advance(Duration::from_secs(30));
-    // every process declares its schedules at start: the same timing keeps its cursor
-    f.declare_schedule(Schedule::every("s", MINUTE, NewJob::new(Q, "y")))
+    // every process declares its schedules at start: the same declaration keeps its cursor
+    f.declare_schedule(Schedule::every("s", MINUTE, job()))
+        .unwrap();
+    assert_eq!(f.schedules().unwrap()[0].next_tick(), first);
+    // a different one under the same name is refused, and changes nothing (once: the last
+    // declaration silently won, so two versions of an application took it from each other)
+    for other in [
+        Schedule::every("s", MINUTE, NewJob::new(Q, "y")),
+        Schedule::every("s", MINUTE * 2, job()),
+        Schedule::every("s", MINUTE, job()).catch_up(CatchUp::All),
+    ] {
+        assert!(matches!(
+            f.declare_schedule(other),
+            Err(Error::ScheduleConflict(name)) if name == "s"
+        ));
+    }
+    assert_eq!(f.schedules().unwrap()[0].next_tick(), first);
+    // one that says replace wins; the same timing keeps its cursor
+    f.declare_schedule(Schedule::every("s", MINUTE, NewJob::new(Q, "y")).replace())
         .unwrap();
     assert_eq!(f.schedules().unwrap()[0].next_tick(), first);
     f.advance(Duration::from_secs(30));
     assert_eq!(fire(&f), 1);
     assert_eq!(f.payload(scheduled(&f)[0].id()).unwrap().unwrap(), b"y");
     // a new timing starts over from now
-    f.declare_schedule(Schedule::every("s", MINUTE * 10, job()))
+    f.declare_schedule(Schedule::every("s", MINUTE * 10, job()).replace())
         .unwrap();
     assert_eq!(
         f.schedules().unwrap()[0].next_tick(),
@@ -253,6 +270,12 @@ fn bad_schedules_are_refused_and_unknown_names_are_not_found(kind: Kind) {
         refused(Schedule::cron("c", "0 3 * * *", "Mars/Olympus_Mons", job())),
         InputError::BadTimeZone { .. }
     ));
+    // an expression no date matches says so (once: "CronScheduler time search limit
+    // exceeded")
+    match refused(Schedule::cron("c", "0 0 30 2 *", "Europe/Berlin", job())) {
+        InputError::BadCron { why, .. } => assert!(why.contains("never fire"), "{why}"),
+        other => panic!("{other:?}"),
+    }
     assert!(f.schedules().unwrap().is_empty(), "nothing was declared");
     assert!(matches!(
         f.pause_schedule("nope"),
@@ -341,7 +364,7 @@ fn a_schedule_that_cannot_fire_is_passed_over_shown_with_its_failure_and_the_oth
     f.advance(MINUTE);
     fire(&f);
     assert!(shown(&f, "big").failure().is_some());
-    f.declare_schedule(Schedule::every("big", MINUTE, NewJob::new(Q, "now small")))
+    f.declare_schedule(Schedule::every("big", MINUTE, NewJob::new(Q, "now small")).replace())
         .unwrap();
     assert_eq!(shown(&f, "big").failure(), None);
     f.advance(MINUTE);

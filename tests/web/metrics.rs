@@ -248,12 +248,8 @@ fn a_schedule_that_cannot_fire_is_on_the_page_and_a_metric_until_it_fires(kind: 
     assert!(shown.contains("big&lt;1&gt;"), "{shown}");
     assert!(shown.contains("payload"), "{shown}");
     // declared again with a payload it can take, it fires, and the failure is gone
-    f.declare_schedule(leasehold::Schedule::every(
-        "big<1>",
-        minute,
-        NewJob::new(Q, "x"),
-    ))
-    .unwrap();
+    f.declare_schedule(leasehold::Schedule::every("big<1>", minute, NewJob::new(Q, "x")).replace())
+        .unwrap();
     f.advance(minute);
     f.fire_schedules_at(std::time::SystemTime::UNIX_EPOCH)
         .unwrap();
