@@ -1218,3 +1218,37 @@ fn a_reader_that_closes_the_pipe_early_ends_the_tool_quietly() {
         );
     }
 }
+
+#[test]
+#[allow(clippy::disallowed_methods)] // a test deadline, not store time
+fn a_worker_process_stops_a_job_at_its_time_limit_not_at_its_next_heartbeat() {
+    // A job limited to 300 ms whose handler would work two minutes, run by a pool in a
+    // process of its own on a 60 s lease (a heartbeat every 20 s): the attempt ends timed
+    // out at its deadline, long before the pool's next heartbeat.
+    let t = Tool::new();
+    t.ok(&["enqueue", "--queue", "q", "--time-limit", "300ms", "slow"]);
+    let mut pool = Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .arg("--db")
+        .arg(&t.db)
+        .args(["__pool", "--queue", "q", "--workers", "1", "--work-ms", "120000"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    let outcome = loop {
+        let shown = t.json(&["show", "1"]);
+        if shown["job"]["state"] != "running" && shown["job"]["state"] != "queued" {
+            break shown["history"][0]["outcome"].as_str().unwrap().to_owned();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "still {} after 15 s: the limit waited for a heartbeat",
+            shown["job"]["state"]
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let _ = pool.kill();
+    let _ = pool.wait();
+    assert!(outcome.contains("timed out"), "{outcome}");
+}
