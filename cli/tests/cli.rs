@@ -1230,7 +1230,15 @@ fn a_worker_process_stops_a_job_at_its_time_limit_not_at_its_next_heartbeat() {
     let mut pool = Command::new(env!("CARGO_BIN_EXE_leasehold"))
         .arg("--db")
         .arg(&t.db)
-        .args(["__pool", "--queue", "q", "--workers", "1", "--work-ms", "120000"])
+        .args([
+            "__pool",
+            "--queue",
+            "q",
+            "--workers",
+            "1",
+            "--work-ms",
+            "120000",
+        ])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()

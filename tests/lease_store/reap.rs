@@ -9,6 +9,7 @@ crate::on_both::on_both!(
     reap_moves_expired_jobs_back_to_queued_and_records_lease_expired,
     a_lease_is_reaped_by_the_first_pass_at_or_after_its_expiry,
     a_whole_dead_pool_is_reclaimed_in_bounded_batches,
+    a_reap_pass_ends_in_at_most_n_over_batch_plus_one_batches_for_any_mix_of_renewed_and_expired,
     worst_case_detection_delay_is_lease_plus_reaper_interval,
     with_a_retention_a_reap_purges_old_succeeded_and_cancelled_jobs_in_batches_and_keeps_dead_ones,
     the_reaper_thread_reclaims_expired_leases_and_stops_on_request,
@@ -80,6 +81,53 @@ fn a_whole_dead_pool_is_reclaimed_in_bounded_batches(kind: Kind) {
     assert_eq!(report.reclaimed.len(), 1050);
     assert_eq!((report.batches, report.largest_batch), (11, 100));
     assert_eq!(f.stats().unwrap().total(JobState::Queued), 1050);
+}
+
+/// The reaper's loop, as the purge's (`enqueue::purge_and_a_reap_with_a_retention_...`): for
+/// any number of leases, batch size and mix of renewed ones (whose index entries the pass
+/// looks at and moves on) and expired ones (which it takes back), a pass takes back exactly
+/// the expired, in at most ⌈n / batch⌉ + 1 batches.
+fn a_reap_pass_ends_in_at_most_n_over_batch_plus_one_batches_for_any_mix_of_renewed_and_expired(
+    kind: Kind,
+) {
+    for batch in [1usize, 2, 3, 5] {
+        let f = kind.clone().with(Setup::default().reap_batch(batch));
+        let mut seed = batch as u64;
+        for n in [0usize, 1, 2, 3, 4, 5, 6, 7, 10] {
+            f.enqueue_n(n);
+            let leases: Vec<_> = (0..n).map(|_| f.claim_one("pool")).collect();
+            f.advance(LEASE / 2);
+            let mut expired = Vec::new();
+            for l in &leases {
+                seed = seed
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                match (seed >> 33) % 2 {
+                    0 => {
+                        f.heartbeat(l, 1).unwrap(); // its index entry is now early
+                    }
+                    _ => expired.push(l.job),
+                }
+            }
+            f.advance(LEASE / 2);
+            let report = f.reap().unwrap();
+            let mut reclaimed: Vec<_> = report.reclaimed.iter().map(|r| r.job).collect();
+            reclaimed.sort();
+            assert_eq!(reclaimed, expired, "batch {batch}, {n} leases");
+            assert!(
+                report.batches <= n.div_ceil(batch) + 1,
+                "batch {batch}, {n} leases: {} batches",
+                report.batches
+            );
+            // what is left runs to its end: the next pass takes back the renewed ones
+            f.advance(LEASE);
+            assert_eq!(f.reap().unwrap().reclaimed.len(), n - expired.len());
+            for _ in 0..n {
+                let l = f.claim_one("w");
+                f.complete(&l, b"").unwrap();
+            }
+        }
+    }
 }
 
 /// The bound: a holder that renewed at `t` and then died is reclaimed by `t + lease +
