@@ -10,7 +10,57 @@ crate::on_both::on_both!(
     a_listing_filters_by_metadata_age_and_cursor,
     every_listing_agrees_with_the_records_whatever_its_state_queue_order_limit_and_cursor,
     a_filter_pair_no_job_can_carry_matches_nothing_and_a_bulk_cancel_from_it_changes_nothing,
+    a_bulk_retry_ends_in_at_most_one_transaction_per_page_for_any_count_page_and_mix,
 );
+
+/// The bulk actions' loop, as the purge's and the reaper's: for any number of jobs, page
+/// size and mix of jobs the action applies to (dead ones) and refuses (waiting ones), a
+/// retry of all of them looks at each once, changes exactly the dead, and takes at most one
+/// transaction a page (where the store counts them).
+fn a_bulk_retry_ends_in_at_most_one_transaction_per_page_for_any_count_page_and_mix(kind: Kind) {
+    for page in [1usize, 2, 3, 4] {
+        let f = kind.clone().with(Setup::default().reap_batch(page));
+        let mut seed = page as u64 * 31;
+        for n in [0usize, 1, 2, 3, 4, 5, 7, 8, 9] {
+            let queue = format!("bulk-{n}");
+            let mut dead_ones = Vec::new();
+            for _ in 0..n {
+                seed = seed
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                match (seed >> 33) % 2 {
+                    0 => dead_ones.push(dead(&f, &queue, None)),
+                    _ => {
+                        f.enqueue(NewJob::new(queue.as_str(), "waiting")).unwrap();
+                    }
+                }
+            }
+            let before = f.write_transactions();
+            let report = f
+                .retry_all(&JobFilter {
+                    queue: Some(queue.clone()),
+                    ..JobFilter::default()
+                })
+                .unwrap();
+            assert_eq!(
+                (report.matched, report.changed, report.refused.len()),
+                (n, dead_ones.len(), n - dead_ones.len()),
+                "page {page}, {n} jobs"
+            );
+            // (a page whose every job is refused writes nothing, and commits nothing)
+            if let (Some(before), Some(after)) = (before, f.write_transactions()) {
+                let pages = after - before;
+                assert!(
+                    pages <= n.div_ceil(page) as u64,
+                    "page {page}, {n} jobs: {pages}"
+                );
+            }
+            for id in dead_ones {
+                assert_eq!(f.job(id).unwrap().unwrap().state(), JobState::Queued);
+            }
+        }
+    }
+}
 
 fn a_filter_pair_no_job_can_carry_matches_nothing_and_a_bulk_cancel_from_it_changes_nothing(
     kind: Kind,
