@@ -1,6 +1,6 @@
 //! Plain data: what a job is, the states it moves through, and the record of each attempt.
-//! No machinery lives here; the lease protocol that moves jobs between states is in
-//! [`crate::redb_store::protocol`].
+//! No machinery lives here: what moves a job between states is decided in [`crate::rules`]
+//! and stored by each engine.
 
 use std::fmt;
 use std::time::Duration;

@@ -13,14 +13,14 @@
 //! open page spends at most a tenth of the database's time on counting, however many
 //! browsers and scrapers ask.
 
-#![allow(clippy::disallowed_methods)] // the page's own cost on the host's clock, not store time
-
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Weak};
+use std::thread::JoinHandle;
+use std::time::Duration;
 
 use parking_lot::Mutex;
 
+use crate::clock::Stopwatch;
 use crate::error::Result;
 use crate::job_store::ReadJobs;
 use crate::query::QueueTiming;
@@ -33,7 +33,8 @@ const SLOW: Duration = Duration::from_millis(20);
 struct Counted {
     reading: Reading,
     took: Duration,
-    at: Instant,
+    /// Since it was taken (the page's own cost on the host's clock, not store time).
+    at: Stopwatch,
 }
 
 /// What one count read of the store.
@@ -75,6 +76,20 @@ pub(crate) struct Counts {
     last: Mutex<Option<Counted>>,
     counting: AtomicBool,
     fresh_for: Duration,
+    /// The background count's thread, joined before the next starts and when the page
+    /// goes (it holds the page only weakly, so the page can go while it counts).
+    background: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Drop for Counts {
+    fn drop(&mut self) {
+        if let Some(thread) = self.background.get_mut().take()
+            && thread.thread().id() != std::thread::current().id()
+            && thread.join().is_err()
+        {
+            tracing::error!("the status page's counting thread panicked");
+        }
+    }
 }
 
 /// The counts a page shows, and how long ago they were taken (zero: just now).
@@ -89,6 +104,7 @@ impl Counts {
             last: Mutex::new(None),
             counting: AtomicBool::new(false),
             fresh_for,
+            background: Mutex::new(None),
         })
     }
 
@@ -123,31 +139,140 @@ impl Counts {
     }
 
     fn count(&self, store: &dyn ReadJobs) -> Result<Reading> {
-        let start = Instant::now();
+        let start = Stopwatch::start();
         let reading = Reading::of(store)?;
-        *self.last.lock() = Some(Counted {
-            reading: reading.clone(),
-            took: start.elapsed(),
-            at: Instant::now(),
-        });
+        self.keep(reading.clone(), start.elapsed());
         Ok(reading)
+    }
+
+    fn keep(&self, reading: Reading, took: Duration) {
+        *self.last.lock() = Some(Counted {
+            reading,
+            took,
+            at: Stopwatch::start(),
+        });
     }
 
     fn count_in_background(self: &Arc<Self>, store: &Arc<dyn ReadJobs>) {
         if self.counting.swap(true, Ordering::AcqRel) {
             return; // one count at a time
         }
-        let (counts, store) = (self.clone(), store.clone());
+        let mut background = self.background.lock();
+        if let Some(done) = background.take() {
+            let _ = done.join(); // the last count's, ended (`counting` was clear)
+        }
+        let (counts, store): (Weak<Counts>, _) = (Arc::downgrade(self), store.clone());
         let spawned = std::thread::Builder::new()
             .name("leasehold-page-counts".into())
             .spawn(move || {
-                if let Err(e) = counts.count(store.as_ref()) {
-                    tracing::warn!(error = %e, "the status page could not count the store's jobs");
+                let start = Stopwatch::start();
+                let counted = Reading::of(store.as_ref());
+                let Some(counts) = counts.upgrade() else {
+                    return; // the page went meanwhile
+                };
+                match counted {
+                    Ok(reading) => counts.keep(reading, start.elapsed()),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "the status page could not count the store's jobs");
+                    }
                 }
                 counts.counting.store(false, Ordering::Release);
             });
-        if spawned.is_err() {
-            self.counting.store(false, Ordering::Release);
+        match spawned {
+            Ok(thread) => *background = Some(thread),
+            Err(_) => self.counting.store(false, Ordering::Release),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicU64;
+
+    use super::*;
+    use crate::ids::{JobId, StoreTime};
+    use crate::job::{Job, Run};
+    use crate::query::JobFilter;
+    use crate::queue::QueueSettings;
+    use crate::report::CheckReport;
+    use crate::schedule::ScheduleInfo;
+
+    /// A store whose count takes a while, and that says how many counts it finished.
+    struct Slow {
+        store: crate::Store,
+        counted: AtomicU64,
+    }
+
+    impl ReadJobs for Slow {
+        fn now(&self) -> Result<StoreTime> {
+            Ok(self.store.now())
+        }
+        fn job(&self, job: JobId) -> Result<Option<Job>> {
+            self.store.job(job)
+        }
+        fn history(&self, job: JobId) -> Result<Vec<Run>> {
+            self.store.history(job)
+        }
+        fn payload(&self, job: JobId) -> Result<Option<Vec<u8>>> {
+            self.store.payload(job)
+        }
+        fn output(&self, job: JobId) -> Result<Option<Vec<u8>>> {
+            self.store.output(job)
+        }
+        fn jobs(&self, filter: &JobFilter) -> Result<Vec<Job>> {
+            self.store.jobs(filter)
+        }
+        fn timing(&self, queue: &str) -> Result<QueueTiming> {
+            self.store.timing(queue)
+        }
+        fn stats(&self) -> Result<Stats> {
+            std::thread::sleep(SLOW * 5);
+            let stats = self.store.stats();
+            self.counted.fetch_add(1, Ordering::SeqCst);
+            stats
+        }
+        fn unserved_queues(&self) -> Result<Vec<UnservedQueue>> {
+            self.store.unserved_queues()
+        }
+        fn queue_settings(&self, queue: &str) -> Result<QueueSettings> {
+            self.store.queue_settings(queue)
+        }
+        fn schedules(&self) -> Result<Vec<ScheduleInfo>> {
+            self.store.schedules()
+        }
+        fn check(&self) -> Result<CheckReport> {
+            self.store.check()
+        }
+    }
+
+    #[test]
+    fn a_slow_count_is_repeated_in_the_background_and_its_thread_is_joined_when_the_page_goes() {
+        let dir = tempfile::tempdir().unwrap();
+        let slow = Arc::new(Slow {
+            store: crate::Store::open(dir.path().join("s.redb")).unwrap(),
+            counted: AtomicU64::new(0),
+        });
+        let store: Arc<dyn ReadJobs> = slow.clone();
+        let counts = Counts::new(Duration::from_nanos(1));
+        assert!(
+            counts.get(&store).unwrap().age.is_zero(),
+            "the first is counted now"
+        );
+        // stale after ten times its own length (the page's own cost, on the host's clock)
+        let stale = Stopwatch::start();
+        while stale.elapsed() < SLOW * 50 {
+            std::thread::sleep(SLOW);
+        }
+        let answer = counts.get(&store).unwrap();
+        assert!(
+            !answer.age.is_zero(),
+            "the last count answers while one runs apart"
+        );
+        drop(counts); // the page goes while its counting thread runs: it is waited for
+        assert_eq!(
+            slow.counted.load(Ordering::SeqCst),
+            2,
+            "joined, not left behind"
+        );
     }
 }

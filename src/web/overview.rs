@@ -353,8 +353,7 @@ fn schedules(store: &dyn crate::ReadJobs, now: StoreTime) -> Result<String, WebE
         return Ok(String::new());
     }
     // A cron schedule's next tick is a wall-clock time: shown to a person, read off the host.
-    #[allow(clippy::disallowed_methods)]
-    let wall = std::time::SystemTime::now();
+    let wall = crate::clock::wall_now();
     let mut out = "<h2>Schedules</h2>".to_owned();
     let mut t = Table::new(
         "schedules",
