@@ -19,6 +19,8 @@ use super::helper::Helper;
 const QUEUE: &str = "uploads";
 const LIMIT: u32 = 2;
 const TICK_MS: u64 = 1000;
+/// Each tick's job works this long: longer than two ticks, so the limit holds some back.
+const WORK_MS: u64 = 2500;
 const RUN: Duration = Duration::from_secs(6);
 
 /// What the act measured.
@@ -42,7 +44,7 @@ pub(super) fn act(dir: &Path, mut say: impl FnMut(String)) -> Result<ScheduleAct
         .sharing(Sharing::MultiProcess)
         .open()?;
     store.set_queue_limits(QUEUE, QueueLimits::none().concurrency(LIMIT))?;
-    let tick = TICK_MS.to_string();
+    let (tick, work) = (TICK_MS.to_string(), WORK_MS.to_string());
     let helpers = (0..2)
         .map(|_| {
             Helper::start(
@@ -54,7 +56,7 @@ pub(super) fn act(dir: &Path, mut say: impl FnMut(String)) -> Result<ScheduleAct
                     "--workers",
                     "3",
                     "--work-ms",
-                    "700",
+                    &work,
                     "--schedule-every-ms",
                     &tick,
                 ],
@@ -65,7 +67,7 @@ pub(super) fn act(dir: &Path, mut say: impl FnMut(String)) -> Result<ScheduleAct
     say(format!(
         "act 3: 2 processes (pids {}) each declare a schedule ticking every {TICK_MS} ms and \
          run a scheduler; queue {QUEUE} is limited to {LIMIT} jobs at once across them \
-         (3 workers each, jobs of 700 ms)",
+         (3 workers each, jobs of {WORK_MS} ms)",
         pids.join(", ")
     ));
     std::thread::sleep(RUN);
