@@ -155,7 +155,7 @@ pub(crate) trait LeaseBackend: JobStore + 'static {
     /// Whether a round's time is mostly spent waiting for a database server, so that a pool
     /// delivers one round's answers while the next runs (see [`crate::pool`]'s `dispatch`).
     /// `false` where a round's work is the pool's own process's: a thread delivering beside
-    /// it only takes cores from it (redb drained 5-50 % slower with one).
+    /// it only takes cores from it.
     fn rounds_wait_on_a_server(&self) -> bool {
         false
     }

@@ -29,11 +29,9 @@ pub(crate) fn dispatch_loop(
     if shared.store.rounds_wait_on_a_server() && shared.concurrency > 1 {
         // A round's answers (its completions acknowledged, its claims handed to workers)
         // are delivered by a thread of their own while the next round runs: handing
-        // hundreds of claims to sixteen parked workers, each woken, took the dispatcher
-        // most of a millisecond of every 6-8 ms round, in which the server had nothing to
-        // do. (A lone worker takes them without waking, and there the thread only cost
-        // cores: one worker drained 7 % slower with it, sixteen 14 % faster; BENCHMARKS.md,
-        // session 17.)
+        // hundreds of claims to parked workers, each woken, would otherwise take part of
+        // every round in which the server has nothing to do. A lone worker takes them
+        // without waking, and there the thread would only cost a core.
         let closed = AtomicBool::new(false);
         std::thread::scope(|scope| {
             let (to_deliver, deliveries) = crossbeam_channel::bounded::<Delivery>(1);

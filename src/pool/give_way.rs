@@ -6,9 +6,8 @@
 //! its commits times the jobs each carries. A round that queued behind another process's
 //! commit carried what it had when it began to wait; pools of several processes, woken
 //! together by one enqueue, queued behind one another, and all but the first found nothing
-//! or a few jobs once their turn came (`leasehold bench --only processes`: 300-350 empty
-//! claims per worker process for 7,000 jobs, 22-27 jobs per commit for four processes of
-//! four workers where one process of sixteen made 36-48).
+//! or a few jobs once their turn came: many empty claims, and far fewer jobs per commit
+//! than one process of as many workers carries (`leasehold bench --only processes`).
 //!
 //! So where another process is writing, the dispatcher does not queue behind it: it looks
 //! again about a millisecond later ([`RECHECK`]), its workers' completions gathering
@@ -24,9 +23,9 @@ use crate::clock::Stopwatch;
 
 /// The longest a pool's rounds give way before one waits its turn at the writer lock: the
 /// most a completion's acknowledgment (or a claim) is put off on a file other processes
-/// keep busy. Chosen with `leasehold bench --only processes` (BENCHMARKS.md, session 13):
-/// in a prototype, a bound of 10 ms left four processes' commits at 30-31 jobs, 20 ms at
-/// 32-34 and 50 ms at 38-40; 20 ms keeps the wait within a handful of commits.
+/// keep busy. A longer bound lets a commit carry more jobs and makes completions wait
+/// longer; 20 ms keeps the wait within a handful of commits (`leasehold bench --only
+/// processes` compares bounds; BENCHMARKS.md).
 pub(crate) const MOST_DEFERRED: Duration = Duration::from_millis(20);
 
 /// How soon a round that gave way looks again.

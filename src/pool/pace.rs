@@ -18,9 +18,7 @@
 //! larger and the commits slower still. Pools with short leases (hundreds of
 //! milliseconds) then held more than they could start before a faltering renewal let the
 //! leases run out, took each other's jobs over, and spent the jobs' budgets without
-//! running them (a soak of pooled processes on PostgreSQL, killed every half second with a
-//! 300 ms lease, left 2,900 jobs undone and 18 dead). The cap also bounds what a killed
-//! pool leaves under leases nobody renews.
+//! running them. The cap also bounds what a killed pool leaves under leases nobody renews.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;

@@ -273,8 +273,8 @@ picked AS (
     -- The time as a scalar (an InitPlan), not a join with c: the ready index's order then
     -- serves the ORDER BY and the scan stops at the LIMIT. Joined, the rows came out of the
     -- join's inner side, whose order the planner does not keep, and every claim read and
-    -- sorted every waiting job of the queue (48,000 of them, on disk, to take 496:
-    -- auto_explain; BENCHMARKS.md, session 16).
+    -- sorted every waiting job of the queue to take a few hundred (the guard test:
+    -- suite::a_claim_reads_the_jobs_it_takes_not_every_waiting_job_of_the_queue).
     SELECT id, attempt FROM {s}.leasehold_jobs
     WHERE queue = $1 AND state IN ('queued', 'retry_wait') AND run_at <= (SELECT t FROM c)
     ORDER BY priority, run_at, id
@@ -320,10 +320,9 @@ SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM exhausted";
 /// change is decided (a takeover, a limited queue's room), it waits for them to commit
 /// ([`Beside::settle`]). Taking waiting jobs does not depend on them, with one exception: a
 /// job being completed that waits in the queue (given back or taken back since), whose
-/// completion is to be refused. Asking first which of them wait took a lookup per
-/// completion on the claim's critical path (1-3 ms of a 6-8 ms round); so the claim takes
-/// what it would anyway, under a savepoint, and only if it took one of them rolls back,
-/// waits, and claims again.
+/// completion is to be refused. Asking first which of them wait would put a lookup per
+/// completion on the claim's critical path; so the claim takes what it would anyway, under
+/// a savepoint, and only if it took one of them rolls back, waits, and claims again.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn claim_batch(
     tx: Tx<'_, '_>,
@@ -839,15 +838,10 @@ pub(crate) fn complete_one(
 /// `last_claimed_at`: the history of a succeeded job reads its last attempt there, and no
 /// history row is written; see `MIGRATE_FROM_2` in the schema).
 ///
-/// An earlier form locked the rows first in a CTE (`FOR UPDATE`, sorted by id), which the
-/// planner joined by hashing every running job of the table, in every statement of a drain
-/// (`EXPLAIN ANALYZE`: 16 ms of 25 for 400 completions beside 20,000 running jobs), and then
-/// touched each row again to update it. This one touches each row once, and the planner
-/// mostly looks each up by key (98 of 121 statements of one drain, `auto_explain`; on a
-/// young table it still hashes the running jobs for some: no worse than before). Either way
-/// the rows come in the order of the ids passed, which [`complete_many`] sorts, and are
-/// locked in it, so that two batches lock overlapping rows alike (BENCHMARKS.md, session
-/// 13, measures both forms).
+/// It touches each row once, found by key (locking the rows first in a CTE made the planner
+/// hash every running job of the table and touch each row twice). The rows come in the
+/// order of the ids passed, which [`complete_many`] sorts, and are locked in it, so that
+/// two batches lock overlapping rows alike.
 const COMPLETE_MANY: &str = "
 WITH c AS MATERIALIZED (SELECT {now} AS t)
 UPDATE {s}.leasehold_jobs j

@@ -70,11 +70,10 @@ pub(crate) fn list(
     };
     if !narrow.is_empty() {
         // A bitmap scan of the partial index visits every entry a row left behind when it
-        // stopped running or waiting (a million after a million jobs ran, until a vacuum)
-        // and marks none of them dead, so every listing pays for them again (0.3 s per
-        // page here before autovacuum's first pass, when the planner has no statistics and
-        // chooses one). A plain index scan marks them as it passes: the first listing pays,
-        // the next take 2 ms.
+        // stopped running or waiting (one per job that ran, until a vacuum) and marks none
+        // of them dead, so every listing pays for them again; the planner chooses one before
+        // autovacuum's first pass, when it has no statistics. A plain index scan marks them
+        // as it passes: the first listing pays, the next do not.
         let off = p.get(tx, "SET LOCAL enable_bitmapscan = off")?;
         tx.execute(&off, &[])?;
     }

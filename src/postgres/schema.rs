@@ -7,10 +7,9 @@
 //! moves the state the partial indexes name), but each writes a new version of the row,
 //! and one written on its own page costs less than one sent to another (no free-space
 //! search, a smaller WAL record): pages are filled to 40 % on insert, about 18 waiting rows
-//! of some 180 bytes with room for 22 new versions, where 70 % left about 31 rows room for
-//! 11. (40 % drained 20,000 jobs faster than 70 % in 18 of 23 interleaved pairs; 25 % was
-//! slower, the table being larger: BENCHMARKS.md, session 14. Stores made before keep the
-//! fill they were made with.) The expiry index is on `lease_indexed_expiry`,
+//! of some 180 bytes with room for 22 new versions (a fuller page leaves new versions
+//! little room, an emptier one makes the table larger; BENCHMARKS.md compares them). Stores
+//! made before keep the fill they were made with. The expiry index is on `lease_indexed_expiry`,
 //! which a renewal does not move; it is at or before the real expiry, and the reaper or a
 //! claimer that finds a renewed lease there moves it up (the redb store's rule, see
 //! `LeaseRecord::indexed_expiry`).
@@ -222,8 +221,8 @@ CREATE UNIQUE INDEX leasehold_jobs_unique ON {s}.leasehold_jobs (queue, unique_k
 /// From version 2 to 3: the columns of a succeeded job's last attempt, which a completion
 /// moves there from the lease instead of writing a history row (that attempt ended when the
 /// job finished, with the job's progress). A history row is a fourth heap tuple and a
-/// seventh index entry per job; leaving it out drained 20,000 jobs faster in 7 of 8
-/// interleaved pairs (BENCHMARKS.md, session 16). A job that succeeded before the upgrade has
+/// seventh index entry per job, on the path of every job that succeeds. A job that
+/// succeeded before the upgrade has
 /// its history row instead and these empty: the history reads both
 /// ([`super::read::history`]).
 const MIGRATE_FROM_2: &str = "

@@ -4,9 +4,9 @@
 //! A count is everything the overview and `/metrics` read of the whole store: the counts by
 //! queue and state, each queue's timing (its oldest waiting job, its nearest and most overdue
 //! lease) and the queues nobody serves. A redb store keeps its counts in an index (a read of
-//! a few keys); a PostgreSQL store counts its rows (about 0.3 s for a million jobs here),
+//! a few keys); a PostgreSQL store counts its rows, which takes time in proportion to them,
 //! and right after heavy churn its oldest waiting job is found past the index entries of
-//! every row updated since the last vacuum (above a second for a million). So the page
+//! every row updated since the last vacuum (BENCHMARKS.md has the figures). So the page
 //! times each count, and a count that took long is not repeated on the request path: the page answers with the
 //! last one (saying how old it is) while one background thread counts again. It counts at
 //! most once per ten times a count takes, and never more than once per `fresh_for`, so an
