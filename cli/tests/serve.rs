@@ -300,21 +300,20 @@ fn serve_refuses_to_listen_beyond_loopback_without_a_token() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("s.redb");
     tool(&db, &["--create", "enqueue", "--queue", "q", "x"]);
-    let out = Command::new(TOOL)
-        .arg("--db")
-        .arg(&db)
-        .args(["serve", "--listen", "0.0.0.0:0"])
-        .output()
-        .unwrap();
+    let serve = |extra: &[&str]| {
+        Command::new(TOOL)
+            .arg("--db")
+            .arg(&db)
+            .args(["serve", "--listen", "0.0.0.0:0"])
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let out = serve(&[]);
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("needs") || err.contains("token"), "{err}");
-    let out = Command::new(TOOL)
-        .arg("--db")
-        .arg(&db)
-        .args(["serve", "--listen", "0.0.0.0:0", "--token", "bad token"])
-        .output()
-        .unwrap();
+    let out = serve(&["--token", "bad token"]);
     assert_eq!(
         out.status.code(),
         Some(2),
@@ -322,12 +321,7 @@ fn serve_refuses_to_listen_beyond_loopback_without_a_token() {
         String::from_utf8_lossy(&out.stderr)
     );
     // a token anyone could guess is no guard beyond loopback
-    let out = Command::new(TOOL)
-        .arg("--db")
-        .arg(&db)
-        .args(["serve", "--listen", "0.0.0.0:0", "--token", "x"])
-        .output()
-        .unwrap();
+    let out = serve(&["--token", "x"]);
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("at least 16 characters"), "{err}");
