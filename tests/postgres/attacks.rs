@@ -456,6 +456,43 @@ fn an_sql_error_the_application_swallowed_does_not_commit_as_a_quiet_rollback() 
     assert_eq!(store.job(id).unwrap().unwrap().state(), JobState::Succeeded);
 }
 
+/// Issue 38: a job's time limit waited for the pool's next heartbeat. A pool in a process
+/// of its own on a 10-minute lease (a heartbeat every 2 minutes) runs a job limited to
+/// 300 ms whose handler waits an hour for its interruption: the attempt ends timed out at
+/// its deadline, long before the next heartbeat could have ended it.
+#[test]
+#[allow(clippy::disallowed_methods)] // a test deadline, not store time
+fn a_pool_process_stops_a_job_at_its_time_limit_not_at_its_next_heartbeat() {
+    let mut db = db!("time limit across processes");
+    let store = db.store();
+    db.sql("CREATE TABLE {s}.effects (job bigint NOT NULL, who text NOT NULL)");
+    // (the helper's handlers of even jobs wait for their interruption: job 1 goes elsewhere)
+    store.enqueue(NewJob::new("elsewhere", "odd")).unwrap();
+    let limit = Duration::from_millis(300);
+    let id = store
+        .enqueue(NewJob::new("pp", "slow").time_limit(limit))
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut pool = PgPool::start(&[], &db.url, &db, 600_000, 1, &dir.path().join("go"));
+    assert_eq!(pool.next_line("started "), id.0.to_string());
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while store.job(id).unwrap().unwrap().state() == JobState::Running {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "still running a minute on"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let why = pool.next_line("interrupted ");
+    assert!(why.contains("TimedOut"), "{why}");
+    assert_eq!(
+        store.history(id).unwrap()[0].outcome(),
+        Some(&Outcome::TimedOut { limit })
+    );
+    drop(pool.process.stdin.take());
+    let _ = pool.process.wait();
+}
+
 #[test]
 fn a_stopped_pool_process_past_its_leases_is_taken_over_and_its_late_writes_are_counted() {
     let mut db = db!("stopped pool");
