@@ -380,25 +380,43 @@ pub(crate) fn fire(
     Ok((fired, new))
 }
 
-/// The jobs firing `record` at `now` / `wall` enqueues ([`fire`]), each checked as an
-/// enqueue checks it, and the record to save. An `Err` is this schedule's alone: the pass
-/// leaves it as it was, keeps the error beside it ([`schedule_failure_key`]) until a pass
-/// fires it, and goes on with the others.
-pub(crate) fn fire_jobs(
-    record: &ScheduleRecord,
+/// What one schedule comes to in a scheduler's pass.
+pub(crate) enum Firing {
+    /// The jobs of its ticks that have come, to enqueue, and its record to save (`None`:
+    /// unchanged).
+    Fire {
+        jobs: Vec<NewJob>,
+        save: Option<Box<ScheduleRecord>>,
+    },
+    /// Why it cannot fire (its record unreadable, a tick's job refused), as it is kept beside
+    /// it ([`schedule_failure_key`]) until a pass fires it. The pass leaves the schedule as
+    /// it was and goes on with the others.
+    Failed(String),
+}
+
+/// Firing schedule `record` (as its engine read it) at `now` / `wall` ([`fire`]), every
+/// tick's job checked as an enqueue checks it, before anything is written.
+pub(crate) fn firing(
+    record: Result<ScheduleRecord, Error>,
     now: StoreTime,
     wall: i64,
     max_payload: usize,
-) -> Result<(Vec<NewJob>, ScheduleRecord), Error> {
-    let (ticks, new) = fire(record, now, wall)?;
-    let jobs: Vec<NewJob> = ticks
-        .into_iter()
-        .map(|tick| record.template.job(&record.name, tick))
-        .collect();
-    for job in &jobs {
-        input::check_new_job(job, max_payload)?;
+) -> Firing {
+    let planned = record.and_then(|record| {
+        let (ticks, new) = fire(&record, now, wall)?;
+        let jobs: Vec<NewJob> = ticks
+            .into_iter()
+            .map(|tick| record.template.job(&record.name, tick))
+            .collect();
+        for job in &jobs {
+            input::check_new_job(job, max_payload)?;
+        }
+        Ok((jobs, (new != record).then(|| Box::new(new))))
+    });
+    match planned {
+        Ok((jobs, save)) => Firing::Fire { jobs, save },
+        Err(e) => Firing::Failed(input::error_message(&e.to_string())),
     }
-    Ok((jobs, new))
 }
 
 /// Where a store keeps the last failure of schedule `name` (a key of its meta table, as
@@ -474,12 +492,7 @@ pub(crate) fn before_deadline(
     write: Write,
     now: StoreTime,
 ) -> Result<JobRecord, Refused> {
-    let passed = job
-        .lease
-        .as_ref()
-        .and_then(|l| l.deadline)
-        .is_some_and(|deadline| deadline <= now);
-    if write != Write::End || !passed {
+    if write != Write::End || !past_deadline(job.lease.as_ref(), now) {
         return Ok(job);
     }
     Err(Refused {
@@ -494,6 +507,13 @@ pub(crate) fn before_deadline(
             ..Counters::default()
         },
     })
+}
+
+/// Whether an attempt under `lease` has run into its hard time limit at `now`.
+fn past_deadline(lease: Option<&LeaseRecord>, now: StoreTime) -> bool {
+    lease
+        .and_then(|l| l.deadline)
+        .is_some_and(|deadline| deadline <= now)
 }
 
 /// A write the fence refused: the answer, and what the counters gain (the refusal is
@@ -623,12 +643,7 @@ pub(crate) fn renew(
         change.counts.stalled = 1;
         return Renewed::Stalled(change);
     }
-    if job
-        .lease
-        .as_ref()
-        .and_then(|l| l.deadline)
-        .is_some_and(|deadline| deadline <= now)
-    {
+    if past_deadline(job.lease.as_ref(), now) {
         return Renewed::TimedOut(time_out(job, None, now, retry));
     }
     let mut new = job.clone();
@@ -876,7 +891,7 @@ pub(crate) fn expire(
         .filter(|_| job.state == JobState::Running)?;
     let overdue = now.saturating_since(lease.expires_at);
     let detection_delay = lease.length + overdue;
-    let mut change = match lease.deadline.is_some_and(|deadline| deadline <= now) {
+    let mut change = match past_deadline(Some(lease), now) {
         // Past its deadline the attempt ran into its hard time limit, whoever finds it: it
         // ends timed out (retried after a backoff), not as a silent holder's.
         true => time_out(job, None, now, retry),

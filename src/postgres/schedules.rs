@@ -9,7 +9,7 @@ use super::rows::Col;
 use super::{Prepared, Settings};
 use crate::error::{Error, Result};
 use crate::ids::JobId;
-use crate::rules;
+use crate::rules::{self, Firing};
 use crate::schedule::{Schedule, ScheduleRecord};
 
 /// Declares a schedule ([`rules::declare`]), its row locked (two processes declaring it at
@@ -36,7 +36,7 @@ pub(crate) fn declare_schedule(
     note_schedule_failure(tx, p, schedule.name(), None)
 }
 
-/// Fires every schedule whose tick has come ([`rules::fire_jobs`]), each row locked and its
+/// Fires every schedule whose tick has come ([`rules::firing`]), each row locked and its
 /// cursor moved in the transaction that enqueues its ticks' jobs; a row another machine's
 /// scheduler holds is passed over (that one fires it). A schedule that cannot fire (its
 /// record unreadable, its ticks refused: found before any statement of its own runs) is
@@ -67,23 +67,19 @@ pub(crate) fn fire_schedules(
     let now = now(tx, p)?;
     let mut enqueued = Vec::new();
     for (name, record, kept) in records {
-        let planned = record.and_then(|record| {
-            let fired = rules::fire_jobs(&record, now, wall, s.max_payload)?;
-            Ok((record, fired))
-        });
-        let failure = match planned {
-            Ok((record, (jobs, new))) => {
+        let failure = match rules::firing(record, now, wall, s.max_payload) {
+            Firing::Fire { jobs, save } => {
                 for job in &jobs {
                     enqueued.push(enqueue(tx, p, s, job)?);
                 }
-                if new != record {
+                if let Some(new) = save {
                     save_schedule(tx, p, &new)?;
                 }
                 None
             }
-            Err(e) => {
-                tracing::warn!(schedule = %name, error = %e, "a schedule could not fire; the others did");
-                Some(crate::input::error_message(&e.to_string()))
+            Firing::Failed(why) => {
+                tracing::warn!(schedule = %name, error = %why, "a schedule could not fire; the others did");
+                Some(why)
             }
         };
         if failure != kept {

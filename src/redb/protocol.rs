@@ -32,7 +32,7 @@ use crate::redb_store::search;
 use crate::redb_store::writing::{Tx, load};
 use crate::report::Reclaim;
 use crate::rules::corrupt_running;
-use crate::rules::{self, Change, Granted, Renewed, Retry, Write};
+use crate::rules::{self, Change, Firing, Granted, Renewed, Retry, Write};
 use crate::schedule::{Schedule, ScheduleRecord};
 
 /// Enqueues a job; with a unique key that another job holds ([`rules::holds_key`]), returns
@@ -581,7 +581,7 @@ pub(crate) fn declare_schedule(tx: &mut Tx<'_>, s: &Schedule, wall: i64) -> Resu
     note_schedule_failure(tx, s.name(), None)
 }
 
-/// Fires every schedule whose tick has come ([`rules::fire_jobs`]): each tick's job enqueued
+/// Fires every schedule whose tick has come ([`rules::firing`]): each tick's job enqueued
 /// in this transaction, which also moves the schedule's cursor past it, so a tick fires once
 /// whichever process's scheduler comes first. A schedule that cannot fire (its record
 /// unreadable, its ticks refused) is passed over with its failure kept beside it, and the
@@ -596,23 +596,19 @@ pub(crate) fn fire_schedules(tx: &mut Tx<'_>, wall: i64) -> Result<Vec<JobId>> {
     }
     let mut enqueued = Vec::new();
     for (name, record) in records {
-        let planned = record.and_then(|record| {
-            let fired = rules::fire_jobs(&record, tx.now, wall, tx.policy.max_payload)?;
-            Ok((record, fired))
-        });
-        let failure = match planned {
-            Ok((record, (jobs, new))) => {
+        let failure = match rules::firing(record, tx.now, wall, tx.policy.max_payload) {
+            Firing::Fire { jobs, save } => {
                 for job in &jobs {
                     enqueued.push(enqueue(tx, job)?);
                 }
-                if new != record {
+                if let Some(new) = save {
                     save_schedule(tx, &new)?;
                 }
                 None
             }
-            Err(e) => {
-                tracing::warn!(schedule = %name, error = %e, "a schedule could not fire; the others did");
-                Some(crate::input::error_message(&e.to_string()))
+            Firing::Failed(why) => {
+                tracing::warn!(schedule = %name, error = %why, "a schedule could not fire; the others did");
+                Some(why)
             }
         };
         note_schedule_failure(tx, &name, failure.as_deref())?;

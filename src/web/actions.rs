@@ -188,6 +188,7 @@ pub(crate) fn logout(
     headers: &http::HeaderMap,
     form: &[(String, String)],
 ) -> PageResult {
+    // (the form secret is checked; signing out asks no confirmation)
     checked(inner, form)?;
     inner.access.sign_out(headers);
     let mut r = redirect(&format!("{}/login", inner.base))?;
