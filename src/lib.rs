@@ -98,6 +98,7 @@ mod stats;
 
 // The rule book, and maintenance in batches.
 mod batches;
+mod protocol;
 mod rules;
 
 // The contract both engines keep, the seam between them and what runs on them, and the

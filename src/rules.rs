@@ -1,12 +1,12 @@
 //! The rule book: every decision of the lease protocol, once, as a pure function of a job's
 //! record, the input and the store time it acts at.
 //!
-//! Nothing here touches redb or SQL. Each engine loads (and locks) a record, asks a rule what
-//! becomes of it, and stores the answer: the new record, the history record of an attempt
-//! that ended, and the counters that move. So a rule is written once and both engines keep it
-//! (`src/redb/protocol.rs` on redb, `src/postgres/protocol.rs` on PostgreSQL); PostgreSQL's
-//! single-statement fast paths (a claim of many, renewals of many, completions of many)
-//! compute the same answers in SQL, and the shared test suites hold them to it.
+//! Nothing here touches redb or SQL. The protocol ([`crate::protocol`], written once over
+//! every engine's records) loads (and locks) a record, asks a rule what becomes of it, and
+//! has the engine store the answer: the new record, the history record of an attempt that
+//! ended, and the counters that move. PostgreSQL's single-statement shortcuts (a claim of
+//! many, renewals of many, completions of many: `src/postgres/fast.rs`) compute the same
+//! answers in SQL, and the shared test suites hold them to it.
 //!
 //! The rules:
 //! * **New job** ([`new_job`]): checked inputs, `Queued`, due after its delay.
@@ -190,6 +190,27 @@ pub(crate) fn claim_room(record: Option<&QueueRecord>, running: u64, now: StoreT
         }
     }
     room
+}
+
+/// Whether claims of a queue with `record` count its slots or its rate window, so that the
+/// claims of every process and machine must take its record one at a time.
+pub(crate) fn counts_claims(record: &QueueRecord) -> bool {
+    !record.paused && record.limits.is_limited()
+}
+
+/// Whether a claim of a queue with `record` takes its expired leases back before it counts
+/// the running jobs: with a concurrency limit, a lease that ran out holds no slot, and its
+/// holder's late renewal must not take one back from the claim that filled it.
+pub(crate) fn takes_back_first(record: &QueueRecord) -> bool {
+    !record.paused && record.limits.concurrency.is_some()
+}
+
+/// The queue's record once a worker has asked it for work (or renewed one of its leases) at
+/// `now`: served then, never earlier than a mark already kept (see [`crate::queue`]).
+pub(crate) fn served(record: Option<QueueRecord>, now: StoreTime) -> QueueRecord {
+    let mut new = record.unwrap_or_default();
+    new.served_at = Some(new.served_at.map_or(now, |at| at.max(now)));
+    new
 }
 
 /// The queue's record after `n` claims at `now`: with a rate limit, each claim's time is
@@ -546,6 +567,16 @@ pub(crate) fn ended_by_its_holder(outcome: Option<&Outcome>) -> bool {
 /// job that was already due, so at equal priority it goes first.
 pub(crate) fn takes_over(expired: &JobRecord, ready: Option<i32>) -> bool {
     ready.is_none_or(|priority| expired.priority <= priority)
+}
+
+/// Whether a running job's expiry index entry stands at its lease's real expiry. Only such
+/// an entry counts when looking for the lease that expired first: one that lags a renewal
+/// (see [`LeaseRecord`]) is caught up and looked at again there, so a renewed lease never
+/// goes ahead of one that expired before it.
+pub(crate) fn expiry_in_place(job: &JobRecord) -> bool {
+    job.lease
+        .as_ref()
+        .is_some_and(|l| l.indexed_expiry == l.expires_at)
 }
 
 /// Whether `job` runs under a lease that has expired at `now`.

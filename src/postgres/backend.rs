@@ -3,7 +3,8 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use super::{PgStore, protocol, read};
+use super::records::PgRecords;
+use super::{PgStore, fast, read};
 use crate::backend::AnyWrites;
 use crate::backend::Completion;
 use crate::backend::{Backend, LeaseBackend};
@@ -12,6 +13,7 @@ use crate::error::{ConfigError, Result};
 use crate::ids::{JobId, StoreTime};
 use crate::job::JobState;
 use crate::lease::{Lease, LeaseTerms, Renewal};
+use crate::protocol;
 use crate::rules::Retry;
 
 /// How long a reading of the database's clock serves before the next is taken.
@@ -44,7 +46,7 @@ enum Side<'a> {
     /// transaction if given.
     Claim(
         (&'a str, &'a str, LeaseTerms, usize),
-        Option<&'a protocol::Beside<'a>>,
+        Option<&'a fast::Beside<'a>>,
     ),
     /// Only completions, beside a claim in another transaction: one written one by one
     /// locks its job's row with the fence, and a job given back since, which waits, is one
@@ -85,7 +87,7 @@ impl PgStore {
             let (committed, settled) = crossbeam_channel::bounded::<()>(0);
             // Dropped when the claim has taken what it takes without waiting (or is about to
             // wait, or has ended or unwound): the completions' one-by-one writes, which lock
-            // rows the claim could take, then go on (see [`protocol::Beside`]).
+            // rows the claim could take, then go on (see [`fast::Beside`]).
             let (taking, taken) = crossbeam_channel::bounded::<()>(0);
             let taking = parking_lot::Mutex::new(Some(taking));
             let completing = scope.spawn(move || {
@@ -100,7 +102,7 @@ impl PgStore {
                 has_taken();
                 let _ = settled.recv();
             };
-            let beside = protocol::Beside {
+            let beside = fast::Beside {
                 jobs,
                 has_taken: &has_taken,
                 settle: &settle,
@@ -131,7 +133,7 @@ impl PgStore {
             Some((queue, ..)) => self.marks_due([queue]),
             None => Vec::new(),
         };
-        let outcome = self.in_transaction(|tx, p| {
+        let outcome = self.records(|r| {
             // The common case in one statement: every completion whose fence holds. Those it
             // did not complete (refused or too large) go one by one through the single
             // completion, which says why; so do all of a job that appears more than once
@@ -143,7 +145,7 @@ impl PgStore {
                 *times.entry(c.job).or_insert(0) += 1;
             }
             let batchable = |c: &Completion| {
-                c.writes.is_none() && c.output.len() <= s.max_payload && times[&c.job] == 1
+                c.writes.is_none() && c.output.len() <= s.policy.max_payload && times[&c.job] == 1
             };
             let batch: Vec<_> = done
                 .iter()
@@ -152,7 +154,7 @@ impl PgStore {
                 .collect();
             let mut completed = match batch.len() {
                 0 | 1 => Default::default(),
-                _ => protocol::complete_many(tx, p, &batch)?,
+                _ => fast::complete_many(r, &batch)?,
             };
             let batched = batch.len() > 1;
             let mut results = Vec::with_capacity(done.len());
@@ -166,12 +168,12 @@ impl PgStore {
                     Ok(())
                 } else if batched && batchable(c) {
                     // In the statement and not completed by it: the fence says why.
-                    protocol::complete_one(tx, p, job, attempt, &c.output, progress)
+                    protocol::complete(r, job, attempt, &c.output, progress)
                 } else if let Some(writes) = &mut c.writes {
                     let end = (job, attempt, c.output.as_slice(), progress);
-                    self.complete_with_writes_in(tx, p, end, writes)
+                    self.complete_with_writes_in(r.tx, r.p, end, writes)
                 } else {
-                    protocol::complete(tx, p, s, job, attempt, &c.output, progress)
+                    fast::complete(r, job, attempt, &c.output, progress)
                 };
                 match result {
                     Err(e) if !e.is_refusal() && !matches!(e, crate::Error::Application(_)) => {
@@ -182,8 +184,8 @@ impl PgStore {
             }
             let claimed = match claim {
                 Some((queue, worker, terms, n)) => {
-                    let claimed = protocol::claim_batch(tx, p, s, queue, worker, terms, n, beside)?;
-                    protocol::mark_served(tx, p, &marks)?;
+                    let claimed = fast::claim_batch(r, queue, worker, terms, n, beside)?;
+                    fast::mark_served(r.tx, r.p, &marks)?;
                     claimed
                 }
                 None => Vec::new(),
@@ -223,7 +225,14 @@ impl PgStore {
             .savepoint("leasehold_completion")
             .map_err(super::PgError::from)?;
         let s = self.settings();
-        if let Err(e) = protocol::complete(&mut sp, p, s, job, attempt, output, progress) {
+        let end = fast::complete(
+            &mut PgRecords::new(&mut sp, p, s),
+            job,
+            attempt,
+            output,
+            progress,
+        );
+        if let Err(e) = end {
             if e.is_refusal() {
                 sp.commit().map_err(super::PgError::from)?;
             }
@@ -361,9 +370,9 @@ impl LeaseBackend for PgStore {
             .map(|(l, progress)| (l.job, l.attempt, *progress))
             .collect();
         let marks = self.marks_due(beats.iter().map(|(l, _)| l.queue.as_str()));
-        self.in_transaction(|tx, p| {
-            let renewed = protocol::heartbeat_batch(tx, p, self.settings(), &leases)?;
-            protocol::mark_served(tx, p, &marks)?;
+        self.records(|r| {
+            let renewed = fast::heartbeat_batch(r, &leases)?;
+            fast::mark_served(r.tx, r.p, &marks)?;
             Ok(renewed)
         })
     }
@@ -374,17 +383,7 @@ impl LeaseBackend for PgStore {
         output: &[u8],
         progress: Option<u64>,
     ) -> Result<()> {
-        self.in_transaction(|tx, p| {
-            protocol::complete(
-                tx,
-                p,
-                self.settings(),
-                lease.job,
-                lease.attempt,
-                output,
-                progress,
-            )
-        })
+        self.records(|r| fast::complete(r, lease.job, lease.attempt, output, progress))
     }
 
     fn complete_and_claim_reporting(
@@ -394,13 +393,11 @@ impl LeaseBackend for PgStore {
         progress: Option<u64>,
         terms: LeaseTerms,
     ) -> Result<Option<Lease>> {
-        let s = self.settings();
         let marks = self.marks_due([lease.queue.as_str()]);
-        self.in_transaction(|tx, p| {
-            protocol::complete(tx, p, s, lease.job, lease.attempt, output, progress)?;
-            let claimed =
-                protocol::claim_batch(tx, p, s, &lease.queue, &lease.worker, terms, 1, None)?;
-            protocol::mark_served(tx, p, &marks)?;
+        self.records(|r| {
+            fast::complete(r, lease.job, lease.attempt, output, progress)?;
+            let claimed = fast::claim_batch(r, &lease.queue, &lease.worker, terms, 1, None)?;
+            fast::mark_served(r.tx, r.p, &marks)?;
             Ok(claimed.into_iter().next())
         })
     }
@@ -441,18 +438,8 @@ impl LeaseBackend for PgStore {
         retry: Retry,
         progress: Option<u64>,
     ) -> Result<JobState> {
-        let state = self.in_transaction(|tx, p| {
-            protocol::fail(
-                tx,
-                p,
-                self.settings(),
-                lease.job,
-                lease.attempt,
-                error,
-                retry,
-                progress,
-            )
-        })?;
+        let state =
+            self.records(|r| protocol::fail(r, lease.job, lease.attempt, error, retry, progress))?;
         if state == JobState::RetryWait {
             self.readied([&lease.queue]);
         }
@@ -460,8 +447,7 @@ impl LeaseBackend for PgStore {
     }
 
     fn release_reporting(&self, lease: &Lease, progress: Option<u64>) -> Result<JobState> {
-        let state = self
-            .in_transaction(|tx, p| protocol::release(tx, p, lease.job, lease.attempt, progress))?;
+        let state = self.records(|r| protocol::release(r, lease.job, lease.attempt, progress))?;
         self.readied([&lease.queue]);
         Ok(state)
     }
@@ -473,17 +459,14 @@ impl LeaseBackend for PgStore {
         progress: Option<u64>,
     ) -> Result<JobState> {
         let (job, at) = (lease.job, lease.attempt);
-        let state =
-            self.in_transaction(|tx, p| protocol::snooze(tx, p, job, at, delay, progress))?;
+        let state = self.records(|r| protocol::snooze(r, job, at, delay, progress))?;
         self.readied([&lease.queue]);
         Ok(state)
     }
 
     fn time_out_reporting(&self, lease: &Lease, progress: Option<u64>) -> Result<JobState> {
         let (job, at) = (lease.job, lease.attempt);
-        let state = self.in_transaction(|tx, p| {
-            protocol::time_out(tx, p, self.settings(), job, at, progress)
-        })?;
+        let state = self.records(|r| protocol::time_out(r, job, at, progress))?;
         if state == JobState::RetryWait {
             self.readied([&lease.queue]);
         }
@@ -644,9 +627,7 @@ mod tests {
         let terms = LeaseTerms::new(Duration::from_secs(60));
         let lease = store.claim("q", "w", terms).unwrap().unwrap();
         store
-            .in_transaction(|tx, p| {
-                super::protocol::complete_one(tx, p, id, lease.attempt, b"out", Some(3))
-            })
+            .records(|r| crate::protocol::complete(r, id, lease.attempt, b"out", Some(3)))
             .unwrap();
         let history = store.history(id).unwrap();
         assert_eq!(history.len(), 1, "{history:?}");

@@ -1,28 +1,27 @@
 //! The lease protocol on PostgreSQL (the `postgres` feature): for users who outgrow one
 //! machine, the same rules on a database their worker machines share.
 //!
-//! The rules are the rule book's (`src/rules.rs`), the same Rust as on redb: the slow paths
-//! (`protocol.rs`; a queue's own record in `queues.rs`, periodic jobs in `schedules.rs`) load a
-//! record under its row lock, apply a rule and store the answer, so the two engines cannot
-//! drift apart. The fast paths are one statement each for what is hot: a
-//! claim (`FOR UPDATE SKIP LOCKED` in a CTE limited to the batch, after a bounded takeover of
-//! expired leases), renewals of a batch, completions of a batch, each fenced by `id AND
-//! attempt AND state = 'running'`, and held to the same answers by the shared suites. Every
-//! time is read and compared on the database's clock (`clock_timestamp()`, not `now()`, which
-//! is the transaction's start); the reaper works in bounded batches and re-checks each lease
-//! under its row lock.
+//! The protocol is the crate's one ([`crate::protocol`], deciding by `src/rules.rs`), run
+//! over this engine's records (`records.rs`: a job a row, locked for the rest of the
+//! transaction when loaded for writing), so the two engines cannot drift apart. Where one
+//! statement for many rows pays, it is taken instead (`fast.rs`): a claim (`FOR UPDATE SKIP
+//! LOCKED` in a CTE limited to the batch), renewals of a batch, completions of a batch (each
+//! fenced by `id AND attempt AND state = 'running'`), plain enqueues; each names the step it
+//! mirrors and leaves to it what its statement cannot decide. Every time is read and
+//! compared on the database's clock (`clock_timestamp()`, not `now()`, which is the
+//! transaction's start); the reaper works in bounded batches and re-checks each lease under
+//! its row lock.
 //!
 //! A `PgStore` is a cheap handle, shared by threads like [`crate::Store`]: it keeps a few
 //! connections of the synchronous `postgres` client and lends one to each operation.
 
 mod backend;
 mod error;
+mod fast;
 mod listen;
-mod protocol;
-mod queues;
 mod read;
+mod records;
 mod rows;
-mod schedules;
 mod schema;
 mod store;
 mod vacuum;
@@ -41,8 +40,7 @@ pub use error::PgError;
 pub use schema::VERSION as SCHEMA_VERSION;
 pub use store::{PgTransaction, SqlWrites};
 
-use crate::config::{DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_PAYLOAD, DEFAULT_REAP_BATCH};
-use crate::error::{ConfigError, Error, Result};
+use crate::error::{Error, Result};
 use crate::retry::RetryPolicy;
 
 /// The dead row versions past which a reaper pass vacuums a table (plus a fifth of its live
@@ -70,11 +68,7 @@ pub struct PgStoreBuilder {
 /// What a store applies, as its builder set it: the protocol's rules and the connections'.
 #[derive(Clone, Debug)]
 pub(crate) struct Settings {
-    pub(crate) retry: RetryPolicy,
-    pub(crate) default_max_attempts: u32,
-    pub(crate) max_payload: usize,
-    pub(crate) reap_batch: usize,
-    pub(crate) retention: Option<Duration>,
+    pub(crate) policy: crate::protocol::Policy,
     pub(crate) vacuum_when_dead: Option<u64>,
     pub(crate) listen: bool,
     /// Whether opening makes the schema's tables when there are none.
@@ -111,19 +105,19 @@ impl PgStoreBuilder {
 
     /// How failed jobs back off. Default: [`RetryPolicy::default`].
     pub fn retry_policy(mut self, policy: RetryPolicy) -> PgStoreBuilder {
-        self.settings.retry = policy;
+        self.settings.policy.retry = policy;
         self
     }
 
     /// The retry budget of jobs enqueued without one. Default: 25.
     pub fn default_max_attempts(mut self, n: u32) -> PgStoreBuilder {
-        self.settings.default_max_attempts = n;
+        self.settings.policy.default_max_attempts = n;
         self
     }
 
     /// The largest payload or output accepted. Default: 1 MiB.
     pub fn max_payload(mut self, bytes: usize) -> PgStoreBuilder {
-        self.settings.max_payload = bytes;
+        self.settings.policy.max_payload = bytes;
         self
     }
 
@@ -133,7 +127,7 @@ impl PgStoreBuilder {
     /// autovacuum has dead rows of bounded count to clean. Dead jobs are kept for an
     /// operator. Default: off, every job is kept until purged.
     pub fn retention(mut self, keep: Duration) -> PgStoreBuilder {
-        self.settings.retention = Some(keep);
+        self.settings.policy.retention = Some(keep);
         self
     }
 
@@ -168,7 +162,7 @@ impl PgStoreBuilder {
 
     /// The most leases one reaper transaction takes back. Default: 500.
     pub fn reap_batch(mut self, n: usize) -> PgStoreBuilder {
-        self.settings.reap_batch = n;
+        self.settings.policy.reap_batch = n;
         self
     }
 
@@ -190,13 +184,7 @@ impl PgStoreBuilder {
 
     /// Connects, creates the schema if it is missing, and checks the one found.
     pub fn open(self) -> Result<PgStore> {
-        self.settings.retry.validate()?;
-        if self.settings.default_max_attempts == 0 {
-            return Err(ConfigError::ZeroMaxAttempts.into());
-        }
-        if self.settings.reap_batch == 0 {
-            return Err(ConfigError::ZeroBatch.into());
-        }
+        self.settings.policy.check()?;
         let mut config: postgres::Config = self
             .url
             .parse()
@@ -333,11 +321,7 @@ impl PgStore {
             url: url.into(),
             schema: "leasehold".to_owned(),
             settings: Settings {
-                retry: RetryPolicy::default(),
-                default_max_attempts: DEFAULT_MAX_ATTEMPTS,
-                max_payload: DEFAULT_MAX_PAYLOAD,
-                reap_batch: DEFAULT_REAP_BATCH,
-                retention: None,
+                policy: crate::protocol::Policy::default(),
                 vacuum_when_dead: Some(DEFAULT_VACUUM_WHEN_DEAD),
                 listen: true,
                 create: true,
@@ -435,6 +419,15 @@ impl PgStore {
         }
     }
 
+    /// [`PgStore::in_transaction`] with the transaction as the protocol's records.
+    fn records<T>(
+        &self,
+        mut f: impl FnMut(&mut records::PgRecords<'_, '_, '_>) -> Result<T>,
+    ) -> Result<T> {
+        let settings = self.settings();
+        self.in_transaction(|tx, p| f(&mut records::PgRecords::new(tx, p, settings)))
+    }
+
     /// One transaction, not retried; [`PgStore::transaction`] retries through it.
     fn transaction_once<T>(
         &self,
@@ -479,7 +472,7 @@ impl PgStore {
 
     /// How long a reap batch may be.
     fn reap_batch(&self) -> usize {
-        self.inner.settings.reap_batch
+        self.inner.settings.policy.reap_batch
     }
 }
 

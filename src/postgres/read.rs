@@ -7,7 +7,7 @@ use std::time::Duration;
 use postgres::Transaction;
 
 use super::rows::{Col, attempt, duration, job_by, job_columns, key, record, time};
-use super::{Prepared, protocol::now};
+use super::{Prepared, records::now};
 use crate::error::{Error, Result};
 use crate::ids::{JobId, StoreTime};
 use crate::job::{JobRecord, JobState, Outcome, ReclaimPath, RunRecord};
@@ -198,7 +198,7 @@ pub(crate) fn next_due(
         .col::<Option<i64>>(0)?
         .map(time);
     // No room for a claim (paused, full, its rate spent): when there may be.
-    let Some(record) = super::queues::queue_record(tx, p, queue, false)? else {
+    let Some(record) = super::records::queue_record(tx, p, queue, false)? else {
         return Ok(due);
     };
     let st = p.get(
@@ -225,7 +225,7 @@ pub(crate) fn schedules(
     tx.query(&st, &[&prefix])?
         .iter()
         .map(|row| {
-            let record = super::schedules::decode_schedule(row.col(0)?, row.col(1)?)?;
+            let record = super::records::decode_schedule(row.col(0)?, row.col(1)?)?;
             Ok(crate::schedule::ScheduleInfo(record, row.col(2)?))
         })
         .collect()
@@ -237,7 +237,7 @@ pub(crate) fn queue_settings(
     p: &mut Prepared<'_>,
     queue: &str,
 ) -> Result<crate::QueueSettings> {
-    Ok(super::queues::queue_record(tx, p, queue, false)?
+    Ok(super::records::queue_record(tx, p, queue, false)?
         .map(|r| crate::QueueSettings {
             paused: r.paused,
             limits: r.limits,
@@ -336,7 +336,7 @@ pub(crate) fn stats(tx: Tx<'_, '_>, p: &mut Prepared<'_>) -> Result<Stats> {
         .map(|row| row.col(0))
         .collect::<Result<_>>()?;
     for name in names {
-        if let Some(record) = super::queues::queue_record(tx, p, &name, false)? {
+        if let Some(record) = super::records::queue_record(tx, p, &name, false)? {
             let counts = stats.queues.entry(name).or_default();
             counts.served_at = record.served_at;
             counts.paused = record.paused;
@@ -359,7 +359,7 @@ pub(crate) fn stats(tx: Tx<'_, '_>, p: &mut Prepared<'_>) -> Result<Stats> {
         tx,
         "SELECT decode(value, 'hex') FROM {s}.leasehold_meta WHERE key = $1",
     )?;
-    if let Some(row) = tx.query_opt(&pass, &[&super::protocol::REAPER_PASS])? {
+    if let Some(row) = tx.query_opt(&pass, &[&super::fast::REAPER_PASS])? {
         let bytes: Vec<u8> = row.col(0)?;
         stats.last_reaper_pass = Some(
             crate::codec::decode(&bytes)

@@ -1,13 +1,15 @@
 //! The public operations of a [`PgStore`]: the same calls, arguments and answers as
 //! [`crate::Store`]'s, each one transaction of [`protocol`].
 
+use super::records::PgRecords;
 use super::{PgStore, Prepared};
-use super::{protocol, queues, read, schedules};
+use super::{fast, read};
 use crate::error::{Error, Result};
 use crate::ids::{JobId, StoreTime};
 use crate::job::{Job, JobState, NewJob, Run};
 use crate::lease::{Lease, LeaseTerms, Renewal};
 use crate::pool::Output;
+use crate::protocol;
 use crate::report::ReapReport;
 use crate::rules::Retry;
 use crate::stats::Stats;
@@ -40,7 +42,10 @@ impl<'t, 'c> PgTransaction<'t, 'c> {
             cache: self.cache,
             names: &self.store.inner.names,
         };
-        protocol::enqueue(self.tx, &mut p, self.store.settings(), &job)
+        fast::enqueue(
+            &mut PgRecords::new(self.tx, &mut p, self.store.settings()),
+            &job,
+        )
     }
 }
 
@@ -81,12 +86,12 @@ impl PgStore {
     /// Store time: the database's clock, in nanoseconds since the Unix epoch (PostgreSQL
     /// keeps microseconds).
     pub fn now(&self) -> Result<StoreTime> {
-        self.in_transaction(protocol::now)
+        self.in_transaction(super::records::now)
     }
 
     /// Enqueues a job (see [`crate::Store::enqueue`]).
     pub fn enqueue(&self, job: NewJob) -> Result<JobId> {
-        let id = self.in_transaction(|tx, p| protocol::enqueue(tx, p, self.settings(), &job))?;
+        let id = self.records(|r| fast::enqueue(r, &job))?;
         self.readied([&job.queue]);
         Ok(id)
     }
@@ -94,8 +99,7 @@ impl PgStore {
     /// Enqueues many jobs in one transaction, all or none.
     pub fn enqueue_batch(&self, jobs: impl IntoIterator<Item = NewJob>) -> Result<Vec<JobId>> {
         let jobs: Vec<NewJob> = jobs.into_iter().collect();
-        let ids =
-            self.in_transaction(|tx, p| protocol::enqueue_batch(tx, p, self.settings(), &jobs))?;
+        let ids = self.records(|r| fast::enqueue_batch(r, &jobs))?;
         self.readied(jobs.iter().map(|j| &j.queue));
         Ok(ids)
     }
@@ -120,10 +124,9 @@ impl PgStore {
     ) -> Result<Vec<Lease>> {
         let terms = terms.into();
         let marks = self.marks_due([queue]);
-        self.in_transaction(|tx, p| {
-            let claimed =
-                protocol::claim_batch(tx, p, self.settings(), queue, worker, terms, n, None)?;
-            protocol::mark_served(tx, p, &marks)?;
+        self.records(|r| {
+            let claimed = fast::claim_batch(r, queue, worker, terms, n, None)?;
+            fast::mark_served(r.tx, r.p, &marks)?;
             Ok(claimed)
         })
     }
@@ -136,7 +139,7 @@ impl PgStore {
         terms: impl Into<LeaseTerms>,
     ) -> Result<Option<Lease>> {
         let terms = terms.into();
-        self.in_transaction(|tx, p| protocol::claim_job(tx, p, self.settings(), job, worker, terms))
+        self.records(|r| protocol::claim_job(r, job, worker, terms))
     }
 
     /// Completes the attempt and claims the next job of the same queue for the same worker
@@ -150,13 +153,11 @@ impl PgStore {
     ) -> Result<Option<Lease>> {
         let terms = terms.into();
         crate::config::check_terms(&terms)?;
-        let s = self.settings();
         let marks = self.marks_due([lease.queue.as_str()]);
-        let claimed = self.in_transaction(|tx, p| {
-            protocol::complete(tx, p, s, lease.job, lease.attempt, output, None)?;
-            let claimed =
-                protocol::claim_batch(tx, p, s, &lease.queue, &lease.worker, terms, 1, None)?;
-            protocol::mark_served(tx, p, &marks)?;
+        let claimed = self.records(|r| {
+            fast::complete(r, lease.job, lease.attempt, output, None)?;
+            let claimed = fast::claim_batch(r, &lease.queue, &lease.worker, terms, 1, None)?;
+            fast::mark_served(r.tx, r.p, &marks)?;
             Ok(claimed)
         })?;
         Ok(claimed.into_iter().next())
@@ -187,10 +188,9 @@ impl PgStore {
     /// Renews the lease (see [`crate::Store::heartbeat`]).
     pub fn heartbeat(&self, lease: &Lease, progress: u64) -> Result<Renewal> {
         let marks = self.marks_due([lease.queue.as_str()]);
-        self.in_transaction(|tx, p| {
-            let renewal =
-                protocol::heartbeat(tx, p, self.settings(), lease.job, lease.attempt, progress)?;
-            protocol::mark_served(tx, p, &marks)?;
+        self.records(|r| {
+            let renewal = fast::heartbeat(r, lease.job, lease.attempt, progress)?;
+            fast::mark_served(r.tx, r.p, &marks)?;
             Ok(renewal)
         })
     }
@@ -242,7 +242,13 @@ impl PgStore {
     ) -> Result<()> {
         let s = self.settings();
         self.in_transaction(|tx, p| {
-            protocol::complete(tx, p, s, lease.job, lease.attempt, output, progress)?;
+            fast::complete(
+                &mut PgRecords::new(tx, p, s),
+                lease.job,
+                lease.attempt,
+                output,
+                progress,
+            )?;
             let written = writes(&mut PgTransaction::new(tx, p.cache, self));
             applied(tx, written.map_err(application_error))
         })
@@ -304,21 +310,19 @@ impl PgStore {
 
     /// Cancels a job (see [`crate::Store::cancel`]).
     pub fn cancel(&self, job: JobId) -> Result<JobState> {
-        self.in_transaction(|tx, p| protocol::cancel(tx, p, job))
+        self.records(|r| protocol::cancel(r, job))
             .map(|(state, _)| state)
     }
 
     /// Retries every dead or cancelled job `filter` names (see [`crate::Store::retry_all`]).
     pub fn retry_all(&self, filter: &crate::query::JobFilter) -> Result<crate::BulkReport> {
-        self.bulk(filter, |tx, p, id| {
-            protocol::retry(tx, p, id).map(|()| true)
-        })
+        self.bulk(filter, |r, id| protocol::retry(r, id).map(|()| true))
     }
 
     /// Cancels every job `filter` names (see [`crate::Store::cancel_all`]).
     pub fn cancel_all(&self, filter: &crate::query::JobFilter) -> Result<crate::BulkReport> {
-        self.bulk(filter, |tx, p, id| {
-            protocol::cancel(tx, p, id).map(|(_, changed)| changed)
+        self.bulk(filter, |r, id| {
+            protocol::cancel(r, id).map(|(_, changed)| changed)
         })
     }
 
@@ -327,17 +331,15 @@ impl PgStore {
     fn bulk(
         &self,
         filter: &crate::query::JobFilter,
-        act: fn(&mut ::postgres::Transaction<'_>, &mut super::Prepared<'_>, JobId) -> Result<bool>,
+        act: fn(&mut PgRecords<'_, '_, '_>, JobId) -> Result<bool>,
     ) -> Result<crate::BulkReport> {
         crate::batches::bulk(
             filter,
-            self.settings().reap_batch,
+            self.settings().policy.reap_batch,
             |f| self.jobs(f),
             |ids| {
-                self.in_transaction(|tx, p| {
-                    crate::batches::answers(
-                        ids.iter().map(|&id| act(tx, p, id)).collect::<Vec<_>>(),
-                    )
+                self.records(|r| {
+                    crate::batches::answers(ids.iter().map(|&id| act(r, id)).collect::<Vec<_>>())
                 })
             },
         )
@@ -345,7 +347,7 @@ impl PgStore {
 
     /// Puts a dead or cancelled job back in the queue (see [`crate::Store::retry`]).
     pub fn retry(&self, job: JobId) -> Result<()> {
-        self.in_transaction(|tx, p| protocol::retry(tx, p, job))
+        self.records(|r| protocol::retry(r, job))
     }
 
     /// One reaper pass: takes back every expired lease, in transactions of at most the reap
@@ -362,11 +364,11 @@ impl PgStore {
     pub(crate) fn reap_every(&self, every: Option<std::time::Duration>) -> Result<ReapReport> {
         let began = self.now()?;
         let mut report = self.reclaim_expired()?;
-        if let Some(keep) = self.settings().retention {
+        if let Some(keep) = self.settings().policy.retention {
             report.purged = self.purge(keep, &[JobState::Succeeded, JobState::Cancelled])?;
         }
         report.vacuum_started = self.vacuum_if_needed()?;
-        self.in_transaction(|tx, p| protocol::note_reaper_pass(tx, p, &report, began, every))?;
+        self.in_transaction(|tx, p| fast::note_reaper_pass(tx, p, &report, began, every))?;
         Ok(report)
     }
 
@@ -374,7 +376,7 @@ impl PgStore {
     fn reclaim_expired(&self) -> Result<ReapReport> {
         let pass = crate::batches::run(self.reap_batch(), |limit| {
             let batch =
-                self.in_transaction(|tx, p| protocol::reap_batch(tx, p, self.settings(), limit))?;
+                self.records(|r| protocol::reap_batch(r, limit, crate::ReclaimPath::Reaper))?;
             if !batch.items.is_empty() {
                 self.inner.notifier.notify_all();
             }
@@ -469,7 +471,7 @@ impl PgStore {
     /// history, in transactions of at most the reap batch; returns how many.
     pub fn purge(&self, older_than: std::time::Duration, states: &[JobState]) -> Result<usize> {
         let pass = crate::batches::run(self.reap_batch(), |limit| {
-            self.in_transaction(|tx, p| protocol::purge_batch(tx, p, older_than, states, limit))
+            self.in_transaction(|tx, p| fast::purge_batch(tx, p, older_than, states, limit))
         })?;
         Ok(pass.items.len())
     }
@@ -482,8 +484,7 @@ impl PgStore {
     /// Declares a periodic job (see [`crate::Store::declare_schedule`]).
     pub fn declare_schedule(&self, schedule: crate::Schedule) -> Result<()> {
         let wall = crate::clock::wall_seconds(crate::clock::wall_now());
-        let s = self.settings();
-        self.in_transaction(|tx, p| schedules::declare_schedule(tx, p, s, &schedule, wall))
+        self.records(|r| protocol::declare_schedule(r, &schedule, wall))
     }
 
     /// Fires every schedule whose tick has come, at the wall clock's time now.
@@ -494,24 +495,22 @@ impl PgStore {
     /// Fires every schedule whose tick has come (see [`crate::Store::fire_schedules_at`]).
     pub fn fire_schedules_at(&self, wall: std::time::SystemTime) -> Result<Vec<JobId>> {
         let wall = crate::clock::wall_seconds(wall);
-        let s = self.settings();
-        let fired = self.in_transaction(|tx, p| schedules::fire_schedules(tx, p, s, wall))?;
-        Ok(fired)
+        self.records(|r| protocol::fire_schedules(r, wall))
     }
 
     /// Pauses a schedule (see [`crate::Store::pause_schedule`]).
     pub fn pause_schedule(&self, name: &str) -> Result<()> {
-        self.in_transaction(|tx, p| schedules::pause_schedule(tx, p, name, true))
+        self.records(|r| protocol::pause_schedule(r, name, true))
     }
 
     /// Resumes a paused schedule.
     pub fn resume_schedule(&self, name: &str) -> Result<()> {
-        self.in_transaction(|tx, p| schedules::pause_schedule(tx, p, name, false))
+        self.records(|r| protocol::pause_schedule(r, name, false))
     }
 
     /// Removes a schedule; `false` if there was none.
     pub fn remove_schedule(&self, name: &str) -> Result<bool> {
-        self.in_transaction(|tx, p| schedules::remove_schedule(tx, p, name))
+        self.records(|r| protocol::remove_schedule(r, name))
     }
 
     /// Every schedule, by name.
@@ -521,19 +520,19 @@ impl PgStore {
 
     /// Pauses `queue` on every machine (see [`crate::Store::pause_queue`]).
     pub fn pause_queue(&self, queue: &str) -> Result<()> {
-        self.in_transaction(|tx, p| queues::pause_queue(tx, p, queue, true))
+        self.records(|r| protocol::pause_queue(r, queue, true))
     }
 
     /// Resumes a paused `queue` (see [`crate::Store::resume_queue`]).
     pub fn resume_queue(&self, queue: &str) -> Result<()> {
-        self.in_transaction(|tx, p| queues::pause_queue(tx, p, queue, false))?;
+        self.records(|r| protocol::pause_queue(r, queue, false))?;
         self.readied([&queue.to_owned()]);
         Ok(())
     }
 
     /// Sets `queue`'s limits on every machine (see [`crate::Store::set_queue_limits`]).
     pub fn set_queue_limits(&self, queue: &str, limits: crate::QueueLimits) -> Result<()> {
-        self.in_transaction(|tx, p| queues::set_queue_limits(tx, p, queue, limits))?;
+        self.records(|r| protocol::set_queue_limits(r, queue, limits))?;
         self.readied([&queue.to_owned()]);
         Ok(())
     }

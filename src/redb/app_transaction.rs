@@ -8,7 +8,7 @@ use crate::ids::{JobId, StoreTime};
 use crate::job::{JobState, NewJob};
 use crate::lease::Lease;
 use crate::pool::Output;
-use crate::redb_store::protocol;
+use crate::protocol;
 use crate::redb_store::writing::Tx;
 use crate::rules::Retry;
 

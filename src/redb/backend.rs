@@ -132,12 +132,12 @@ impl LeaseBackend for Store {
         progress: Option<u64>,
     ) -> Result<JobState> {
         let (job, attempt) = (lease.job, lease.attempt);
-        self.write(move |tx| crate::redb_store::protocol::snooze(tx, job, attempt, delay, progress))
+        self.write(move |tx| crate::protocol::snooze(tx, job, attempt, delay, progress))
     }
 
     fn time_out_reporting(&self, lease: &Lease, progress: Option<u64>) -> Result<JobState> {
         let (job, attempt) = (lease.job, lease.attempt);
-        self.write(move |tx| crate::redb_store::protocol::time_out(tx, job, attempt, progress))
+        self.write(move |tx| crate::protocol::time_out(tx, job, attempt, progress))
     }
 
     fn flush(&self) -> Result<()> {

@@ -9,7 +9,6 @@ use redb::ConcurrencyMode;
 
 use crate::clock::{Clock, MonotonicClock};
 use crate::config::Durability;
-use crate::config::{DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_PAYLOAD, DEFAULT_REAP_BATCH};
 use crate::error::{ConfigError, Result};
 use crate::ids::InstanceId;
 use crate::redb_store::group::CommitShape;
@@ -27,11 +26,7 @@ pub struct StoreBuilder {
     sharing: Sharing,
     clock: Arc<dyn Clock>,
     durability: Durability,
-    retry: RetryPolicy,
-    default_max_attempts: u32,
-    max_payload: usize,
-    reap_batch: usize,
-    retention: Option<Duration>,
+    policy: crate::protocol::Policy,
     recover_on_open: bool,
     simulated_instance: Option<InstanceId>,
     verify_on_open: bool,
@@ -55,19 +50,19 @@ impl StoreBuilder {
 
     /// The backoff between failed attempts. Default: [`RetryPolicy::default`].
     pub fn retry_policy(mut self, retry: RetryPolicy) -> StoreBuilder {
-        self.retry = retry;
+        self.policy.retry = retry;
         self
     }
 
     /// The retry budget of jobs enqueued without one. Default: 25.
     pub fn default_max_attempts(mut self, n: u32) -> StoreBuilder {
-        self.default_max_attempts = n;
+        self.policy.default_max_attempts = n;
         self
     }
 
     /// The largest payload or output accepted. Default: 1 MiB.
     pub fn max_payload(mut self, bytes: usize) -> StoreBuilder {
-        self.max_payload = bytes;
+        self.policy.max_payload = bytes;
         self
     }
 
@@ -77,14 +72,14 @@ impl StoreBuilder {
     /// (redb reuses the freed pages). Dead jobs are kept for an operator to retry or purge
     /// ([`Store::purge`]). Default: off, every job is kept until purged.
     pub fn retention(mut self, keep: Duration) -> StoreBuilder {
-        self.retention = Some(keep);
+        self.policy.retention = Some(keep);
         self
     }
 
     /// How many leases one reaper transaction takes back, so that reclaiming a whole dead
     /// pool does not hold the write lock for long. Default: 500.
     pub fn reap_batch(mut self, n: usize) -> StoreBuilder {
-        self.reap_batch = n;
+        self.policy.reap_batch = n;
         self
     }
 
@@ -140,13 +135,7 @@ impl StoreBuilder {
 
     /// Opens the store, creating the file if it does not exist.
     pub fn open(self) -> Result<Store> {
-        self.retry.validate()?;
-        if self.default_max_attempts == 0 {
-            return Err(ConfigError::ZeroMaxAttempts.into());
-        }
-        if self.reap_batch == 0 {
-            return Err(ConfigError::ZeroBatch.into());
-        }
+        self.policy.check()?;
         if self.sharing != Sharing::Exclusive
             && matches!(self.durability, Durability::Eventual { .. })
         {
@@ -198,11 +187,7 @@ impl StoreBuilder {
             }
         };
         let policy = Policy {
-            retry: self.retry,
-            default_max_attempts: self.default_max_attempts,
-            max_payload: self.max_payload,
-            reap_batch: self.reap_batch,
-            retention: self.retention,
+            rules: self.policy,
             instance: neighbours
                 .as_ref()
                 .map(Neighbours::instance)
@@ -276,11 +261,7 @@ impl Store {
             sharing: Sharing::default(),
             clock: Arc::new(MonotonicClock::new()),
             durability: Durability::Immediate,
-            retry: RetryPolicy::default(),
-            default_max_attempts: DEFAULT_MAX_ATTEMPTS,
-            max_payload: DEFAULT_MAX_PAYLOAD,
-            reap_batch: DEFAULT_REAP_BATCH,
-            retention: None,
+            policy: crate::protocol::Policy::default(),
             recover_on_open: true,
             simulated_instance: None,
             verify_on_open: true,

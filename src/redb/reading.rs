@@ -174,7 +174,7 @@ pub(crate) fn schedules(read: &ReadTransaction) -> Result<Vec<crate::schedule::S
             let failure = meta
                 .get(key.as_str())?
                 .map(|v| String::from_utf8_lossy(v.value()).into_owned());
-            let record = crate::redb_store::protocol::decode_schedule(name.value(), bytes.value())?;
+            let record = crate::redb_store::records::decode_schedule(name.value(), bytes.value())?;
             Ok(crate::schedule::ScheduleInfo(record, failure))
         })
         .collect()

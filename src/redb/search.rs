@@ -5,15 +5,7 @@ use redb::ReadableTable;
 
 use crate::error::Result;
 use crate::ids::{JobId, StoreTime};
-use crate::job::{JobRecord, JobState};
-use crate::redb_store::index;
-use crate::redb_store::writing::Tx;
-
-/// The job of `queue` whose index entry says its lease expires first, at or before `bound`.
-/// The entry may lag a renewal (see [`crate::job::LeaseRecord`]), so callers check the record.
-pub(crate) fn first_indexed_expiry(tx: &Tx<'_>, queue: &str, bound: u64) -> Result<Option<JobId>> {
-    Ok(first_expiry_entry(&tx.tables.expiry, queue, bound)?.map(|(_, id)| id))
-}
+use crate::job::JobState;
 
 /// The first entry of `queue` in an expiry index, a writer's or a reader's, at or before
 /// `bound`: the indexed expiry and its job.
@@ -33,16 +25,16 @@ pub(crate) fn first_expiry_entry(
     Ok(first)
 }
 
-pub(crate) fn lease_expired(job: &JobRecord, now: StoreTime) -> bool {
-    job.state == JobState::Running && job.lease.as_ref().is_some_and(|l| l.expires_at <= now)
-}
-
 /// The first due waiting job of the lowest priority: skips a priority whose earliest job is
 /// not yet due (all of its jobs are later) with one seek.
-pub(crate) fn next_ready(tx: &Tx<'_>, queue: &str) -> Result<Option<(i32, JobId)>> {
+pub(crate) fn next_ready(
+    ready: &impl ReadableTable<(&'static str, i32, u64, u64), ()>,
+    queue: &str,
+    now: StoreTime,
+) -> Result<Option<(i32, JobId)>> {
     let mut due = None;
-    first_of_each_priority(&tx.tables.ready, queue, |priority, run_at, id| {
-        if run_at <= tx.now.0 {
+    first_of_each_priority(ready, queue, |priority, run_at, id| {
+        if run_at <= now.0 {
             due = Some((priority, JobId(id)));
         }
         due.is_none()
@@ -76,40 +68,12 @@ pub(crate) fn first_of_each_priority(
     }
 }
 
-/// The running job of `queue` whose lease expired first, if any has: by the real expiry,
-/// ties by job id. Entries that lag a renewal are caught up on the way (and looked at again
-/// in their real place), so a renewed lease never jumps ahead of one that expired before it.
-pub(crate) fn next_expired(tx: &mut Tx<'_>, queue: &str) -> Result<Option<JobId>> {
-    loop {
-        let Some(id) = first_indexed_expiry(tx, queue, tx.now.0)? else {
-            return Ok(None);
-        };
-        let job = crate::redb_store::writing::load(tx, id)?;
-        let in_place = job
-            .lease
-            .as_ref()
-            .is_some_and(|l| l.indexed_expiry == l.expires_at);
-        if in_place && lease_expired(&job, tx.now) {
-            return Ok(Some(id));
-        }
-        catch_up(tx, job)?;
-    }
-}
-
-/// Moves a renewed lease's index entry to its real expiry (see [`crate::job::LeaseRecord`]).
-pub(crate) fn catch_up(tx: &mut Tx<'_>, job: JobRecord) -> Result<()> {
-    let mut moved = job.clone();
-    match moved.lease.as_mut() {
-        Some(lease) => lease.indexed_expiry = lease.expires_at,
-        None => return Err(crate::rules::corrupt_running(&job)),
-    }
-    index::save(tx, Some(&job), &moved)
-}
-
 /// Queues that have running jobs, from the `counts` index (no scan of jobs).
-pub(crate) fn running_queues(tx: &Tx<'_>) -> Result<Vec<String>> {
+pub(crate) fn running_queues(
+    counts: &impl ReadableTable<(&'static str, u8), u64>,
+) -> Result<Vec<String>> {
     let mut queues = Vec::new();
-    for entry in tx.tables.counts.iter()? {
+    for entry in counts.iter()? {
         let (key, _) = entry?;
         let (queue, state) = key.value();
         if state == JobState::Running.code() {

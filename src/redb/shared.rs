@@ -1,19 +1,28 @@
 //! A store shared by processes, as the [`Store`] handle sees it: taking back the leases of
 //! processes that are gone (at open, and when the watcher sees one die), and giving back its
 //! own at a clean close. The instances themselves are in [`crate::redb_store::instance`], the watcher
-//! thread in [`crate::redb_store::neighbours`], the transactions in [`crate::redb_store::protocol`].
+//! thread in [`crate::redb_store::neighbours`]; the reclaims themselves are the protocol's
+//! ([`crate::protocol::expire`]).
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
+use redb::ReadableTable;
+
+use crate::batches::Batch;
 use crate::error::Result;
 use crate::ids::InstanceId;
+use crate::ids::{Attempt, JobId};
+use crate::job::{JobState, ReclaimPath};
+use crate::protocol::expire;
 use crate::redb_store::instance::{self, Liveness, Registration};
 use crate::redb_store::neighbours::{Neighbours, Survivor};
+use crate::redb_store::reading;
 use crate::redb_store::store::{Inner, Store};
+use crate::redb_store::writing::{Tx, load};
 use crate::report::ReapReport;
-use crate::{redb_store::protocol, redb_store::reading};
+use crate::report::Reclaim;
 
 impl Store {
     /// Starts watching the other processes, when several share the store: after recovery at
@@ -51,9 +60,8 @@ impl Store {
             }
         }
         let gone: Arc<BTreeSet<InstanceId>> = Arc::new(dead.iter().map(|d| d.id).collect());
-        let report = self.in_batches(move |tx, batch| {
-            protocol::reclaim_orphans(tx, batch, |id| !gone.contains(&id))
-        })?;
+        let report =
+            self.in_batches(move |tx, batch| reclaim_orphans(tx, batch, |id| !gone.contains(&id)))?;
         for d in dead {
             // Its leases are back: forget it, then remove its file.
             self.reclaim_instance(d.id)?;
@@ -80,7 +88,7 @@ impl Store {
     /// is left; returns how many.
     pub(crate) fn reclaim_instance(&self, dead: InstanceId) -> Result<usize> {
         let report = self.in_batches(move |tx, limit| {
-            let batch = protocol::reclaim_holder(tx, dead, limit)?;
+            let batch = reclaim_holder(tx, dead, limit)?;
             if batch.looked < limit {
                 // The last of its leases are back.
                 tx.tables.forget_instance(dead)?;
@@ -145,6 +153,82 @@ impl Drop for Store {
             }
         }
     }
+}
+
+/// Takes back up to `limit` leases held by `instance`, a process that is known to be dead
+/// (its instance lock was free): all of them in one transaction when they fit, recorded as
+/// [`ReclaimPath::ProcessDied`].
+fn reclaim_holder(tx: &mut Tx<'_>, instance: InstanceId, limit: usize) -> Result<Batch<Reclaim>> {
+    let Some(holders) = &tx.tables.holders else {
+        return Ok(Batch {
+            items: Vec::new(),
+            looked: 0,
+        });
+    };
+    let mut held = Vec::new();
+    for entry in holders.iter()? {
+        let (job, holder) = entry?;
+        let (holder, attempt) = holder.value();
+        if holder != instance.0 {
+            continue;
+        }
+        if held.len() == limit {
+            break;
+        }
+        held.push((JobId(job.value()), Attempt(attempt)));
+    }
+    let looked = held.len();
+    let mut reclaimed = Vec::with_capacity(held.len());
+    for (id, attempt) in held {
+        let job = load(tx, id)?;
+        if job.state == JobState::Running && job.attempt == attempt {
+            reclaimed.push(expire(tx, &job, ReclaimPath::ProcessDied)?.1);
+        } else {
+            // An entry its attempt's end did not remove cannot exist; tolerate one anyway.
+            tx.tables.unhold(id)?;
+        }
+    }
+    Ok(Batch {
+        items: reclaimed,
+        looked,
+    })
+}
+
+/// At open in a store shared by processes: takes back up to `limit` running leases whose
+/// holder is not `alive` ([`ReclaimPath::ProcessDied`]), and those no process instance holds
+/// (granted while the store was not shared, by a process that is gone: [`ReclaimPath::Recovery`]).
+/// A live neighbour's lease is never touched.
+fn reclaim_orphans(
+    tx: &mut Tx<'_>,
+    limit: usize,
+    mut alive: impl FnMut(InstanceId) -> bool,
+) -> Result<Batch<Reclaim>> {
+    let mut orphans = Vec::new();
+    for entry in tx.tables.expiry.iter()? {
+        let (_, _, id) = entry?.0.value();
+        let holder = match &tx.tables.holders {
+            Some(holders) => holders.get(id)?.map(|h| InstanceId(h.value().0)),
+            None => None,
+        };
+        let path = match holder {
+            Some(holder) if alive(holder) => continue,
+            Some(_) => ReclaimPath::ProcessDied,
+            None => ReclaimPath::Recovery,
+        };
+        if orphans.len() == limit {
+            break;
+        }
+        orphans.push((JobId(id), path));
+    }
+    let looked = orphans.len();
+    let mut reclaimed = Vec::with_capacity(orphans.len());
+    for (id, path) in orphans {
+        reclaimed.push(expire(tx, &load(tx, id)?, path)?.1);
+    }
+    Ok(Batch {
+        items: reclaimed,
+        looked,
+    })
 }
 
 #[cfg(test)]

@@ -18,12 +18,12 @@ use crate::ids::{JobId, StoreTime};
 use crate::job::{Job, JobState, NewJob, ReclaimPath, Run};
 use crate::lease::{Lease, LeaseTerms, Renewal};
 use crate::notify::Notifier;
+use crate::protocol;
 use crate::query::JobFilter;
 use crate::queue::ServedMarks;
 use crate::redb_store::app_transaction::{RedbWrites, Transaction};
 use crate::redb_store::group::{CommitShape, Committer, Group, PendingOp};
 use crate::redb_store::neighbours::Neighbours;
-use crate::redb_store::protocol;
 use crate::redb_store::reading;
 use crate::redb_store::schema;
 use crate::redb_store::writing::{Policy, Tally, Tx, note_reaper_pass, persist_tally};
@@ -691,7 +691,7 @@ impl Store {
     ) -> Result<crate::BulkReport> {
         crate::batches::bulk(
             filter,
-            self.inner.policy.reap_batch,
+            self.inner.policy.rules.reap_batch,
             |f| self.jobs(f),
             |ids| {
                 self.write(move |tx| {
@@ -712,10 +712,11 @@ impl Store {
             return Ok(0);
         };
         let mut from = (0, 0);
-        let pass = crate::batches::run(self.inner.policy.reap_batch, |limit| {
+        let pass = crate::batches::run(self.inner.policy.rules.reap_batch, |limit| {
             let states = states.to_vec();
-            let (batch, next) =
-                self.write(move |tx| protocol::purge(tx, from, cutoff, &states, limit))?;
+            let (batch, next) = self.write(move |tx| {
+                crate::redb_store::purge::purge(tx, from, cutoff, &states, limit)
+            })?;
             from = next;
             Ok::<_, Error>(batch)
         })?;
@@ -757,7 +758,7 @@ impl Store {
     pub(crate) fn reap_every(&self, every: Option<Duration>) -> Result<ReapReport> {
         let began = self.now();
         let mut report = self.reap_all(ReclaimPath::Reaper)?;
-        if let Some(keep) = self.inner.policy.retention {
+        if let Some(keep) = self.inner.policy.rules.retention {
             report.purged = self.purge(keep, &[JobState::Succeeded, JobState::Cancelled])?;
         }
         let pass = crate::ReaperPass::of(&report, began, self.now(), every);
@@ -775,7 +776,7 @@ impl Store {
     where
         F: Fn(&mut Tx<'_>, usize) -> Result<Batch<Reclaim>> + Clone + Send + 'static,
     {
-        let pass = crate::batches::run(self.inner.policy.reap_batch, |limit| {
+        let pass = crate::batches::run(self.inner.policy.rules.reap_batch, |limit| {
             let step = step.clone();
             self.write(move |tx| step(tx, limit))
         })?;
@@ -1177,7 +1178,7 @@ mod tests {
             let cutoff = store.now();
             let pass = crate::batches::run(batch, |limit| {
                 let (b, next) = store.write(move |tx| {
-                    protocol::purge(tx, from, cutoff, &[JobState::Dead], limit)
+                    crate::redb_store::purge::purge(tx, from, cutoff, &[JobState::Dead], limit)
                 })?;
                 (from, batches, looked) = (next, batches + 1, looked + b.looked);
                 prop_assert!(batches <= kept.len().div_ceil(batch) + 1, "{batches} batches");

@@ -11,18 +11,13 @@ use crate::error::{Error, Result};
 use crate::ids::{InstanceId, JobId, StoreTime};
 use crate::job::JobRecord;
 use crate::redb_store::schema::{self, meta_key};
-use crate::retry::RetryPolicy;
 use crate::stats::Counters;
 
-/// The store's policy, fixed at open.
+/// The store's policy, fixed at open: the rules' part, the same on every engine, and this
+/// handle's process instance.
 #[derive(Clone, Debug)]
 pub(crate) struct Policy {
-    pub retry: RetryPolicy,
-    pub default_max_attempts: u32,
-    pub max_payload: usize,
-    pub reap_batch: usize,
-    /// How long succeeded and cancelled jobs are kept; `None`: until purged.
-    pub retention: Option<Duration>,
+    pub rules: crate::protocol::Policy,
     /// This handle's process instance when processes share the store: every lease granted
     /// here is recorded as held by it.
     pub instance: Option<InstanceId>,

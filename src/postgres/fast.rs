@@ -1,0 +1,596 @@
+//! The shortcuts PostgreSQL takes: one statement for many rows where that pays (a claim of
+//! a batch, renewals of a batch, completions of a batch, plain enqueues, the served mark, a
+//! purge), each computing in SQL what a function of [`crate::protocol`] would decide, and
+//! named after it. They are why a pool on PostgreSQL outruns peers that spend statements per
+//! job. Where a shortcut's statement finds a row it cannot decide for (a refused fence, a
+//! cancel, a stall, an expired lease), it leaves the row to the protocol's own steps over
+//! [`PgRecords`], which say why; the shared suites (model, conformance, lease store) hold
+//! both to the same answers.
+//!
+//! Every time a statement reads or writes is the database's clock (`clock_timestamp()`, not
+//! `now()`, which is the transaction's start), taken once per statement (the `c` CTE) so
+//! that a statement sees one instant.
+
+use std::time::Duration;
+
+use postgres::types::ToSql;
+
+use super::Prepared;
+use super::records::{PgRecords, Tx, now, queue_columns, queue_from};
+use super::rows::{Col, attempt, clamp, id, key, metadata_column, micros, time};
+use crate::batches::Batch;
+use crate::error::{Error, Result};
+use crate::ids::{Attempt, JobId, StoreTime};
+use crate::input;
+use crate::job::{JobState, NewJob};
+use crate::lease::{Lease, LeaseTerms, Renewal};
+use crate::protocol::{self, Records};
+use crate::rules;
+
+// ----- enqueue: `protocol::enqueue` for jobs no unique key can answer -----
+
+/// A job without a unique key in one statement, its times the database's.
+const INSERT: &str = "
+WITH c AS MATERIALIZED (SELECT {now} AS t)
+INSERT INTO {s}.leasehold_jobs
+    (queue, state, priority, max_attempts, created_at, run_at, progress_at, updated_at,
+     payload, time_limit_us, metadata)
+SELECT $1, 'queued', $2, $3, c.t, c.t + $4::bigint * interval '1 microsecond', c.t, c.t, $5,
+    $6, $7 FROM c
+RETURNING id";
+
+/// Enqueues a job: one statement, unless a unique key may answer with its holder
+/// ([`protocol::enqueue`] then).
+pub(crate) fn enqueue(r: &mut PgRecords<'_, '_, '_>, new: &NewJob) -> Result<JobId> {
+    if new.unique_key.is_some() {
+        return protocol::enqueue(r, new);
+    }
+    let policy = r.policy();
+    input::check_new_job(new, policy.max_payload)?;
+    let max_attempts = i64::from(new.max_attempts.unwrap_or(policy.default_max_attempts));
+    let st = r.p.get(r.tx, INSERT)?;
+    let delay = micros(new.delay);
+    let time_limit = new.time_limit.map(micros);
+    let metadata = metadata_column(&new.metadata);
+    let params: [&(dyn ToSql + Sync); 7] = [
+        &new.queue,
+        &new.priority,
+        &max_attempts,
+        &delay,
+        &new.payload,
+        &time_limit,
+        &metadata,
+    ];
+    let made = id(r.tx.query_one(&st, &params)?.col(0)?);
+    r.readied(&new.queue)?;
+    Ok(made)
+}
+
+/// Plain jobs (no unique key, no metadata) in one statement, their ids given in their
+/// order (rows are made, and take their ids from the sequence, in the order of the array).
+const INSERT_MANY: &str = "
+WITH c AS MATERIALIZED (SELECT {now} AS t)
+INSERT INTO {s}.leasehold_jobs
+    (queue, state, priority, max_attempts, created_at, run_at, progress_at, updated_at,
+     payload, time_limit_us)
+SELECT r.queue, 'queued', r.priority, r.max_attempts, c.t,
+    c.t + r.delay_us * interval '1 microsecond', c.t, c.t, r.payload, r.time_limit_us
+FROM c, unnest($1::text[], $2::integer[], $3::bigint[], $4::bigint[], $5::bytea[],
+               $6::bigint[]) WITH ORDINALITY
+    AS r(queue, priority, max_attempts, delay_us, payload, time_limit_us, n)
+ORDER BY r.n
+RETURNING id";
+
+/// Enqueues many jobs, all or none (a refused one rolls the transaction back): each run of
+/// plain jobs is one statement; a job with a unique key or metadata is enqueued alone.
+pub(crate) fn enqueue_batch(r: &mut PgRecords<'_, '_, '_>, jobs: &[NewJob]) -> Result<Vec<JobId>> {
+    for job in jobs {
+        input::check_new_job(job, r.policy().max_payload)?;
+    }
+    let plain = |job: &NewJob| job.unique_key.is_none() && job.metadata.is_empty();
+    let mut ids = Vec::with_capacity(jobs.len());
+    let mut rest = jobs;
+    while let Some(job) = rest.first() {
+        let run = rest.iter().take_while(|j| plain(j)).count();
+        if run > 1 {
+            ids.extend(insert_many(r, &rest[..run])?);
+            for job in &rest[..run] {
+                r.readied(&job.queue)?;
+            }
+            rest = &rest[run..];
+        } else {
+            ids.push(enqueue(r, job)?);
+            rest = &rest[1..];
+        }
+    }
+    Ok(ids)
+}
+
+/// Inserts plain jobs (see [`INSERT_MANY`]), returning their ids in order.
+fn insert_many(r: &mut PgRecords<'_, '_, '_>, jobs: &[NewJob]) -> Result<Vec<JobId>> {
+    let st = r.p.get(r.tx, INSERT_MANY)?;
+    let default_budget = r.policy().default_max_attempts;
+    let queues: Vec<&str> = jobs.iter().map(|j| j.queue.as_str()).collect();
+    let priorities: Vec<i32> = jobs.iter().map(|j| j.priority).collect();
+    let budgets: Vec<i64> = jobs
+        .iter()
+        .map(|j| i64::from(j.max_attempts.unwrap_or(default_budget)))
+        .collect();
+    let delays: Vec<i64> = jobs.iter().map(|j| micros(j.delay)).collect();
+    let payloads: Vec<&[u8]> = jobs.iter().map(|j| j.payload.as_slice()).collect();
+    let limits: Vec<Option<i64>> = jobs.iter().map(|j| j.time_limit.map(micros)).collect();
+    let params: [&(dyn ToSql + Sync); 6] =
+        [&queues, &priorities, &budgets, &delays, &payloads, &limits];
+    let mut ids =
+        r.tx.query(&st, &params)?
+            .iter()
+            .map(|row| row.col::<i64>(0).map(id))
+            .collect::<Result<Vec<JobId>>>()?;
+    ids.sort();
+    if ids.len() != jobs.len() {
+        return Err(Error::Internal("a batch insert made another count of rows"));
+    }
+    Ok(ids)
+}
+
+// ----- claim -----
+
+const CLAIM: &str = "
+WITH c AS MATERIALIZED (SELECT {now} AS t),
+picked AS (
+    -- The time as a scalar (an InitPlan), not a join with c: the ready index's order then
+    -- serves the ORDER BY and the scan stops at the LIMIT. Joined, the rows came out of the
+    -- join's inner side, whose order the planner does not keep, and every claim read and
+    -- sorted every waiting job of the queue to take a few hundred (the guard test:
+    -- suite::a_claim_reads_the_jobs_it_takes_not_every_waiting_job_of_the_queue).
+    SELECT id, attempt FROM {s}.leasehold_jobs
+    WHERE queue = $1 AND state IN ('queued', 'retry_wait') AND run_at <= (SELECT t FROM c)
+    ORDER BY priority, run_at, id
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+),
+granted AS (
+    UPDATE {s}.leasehold_jobs j
+    SET state = 'running', attempt = j.attempt + 1, lease_owner = $3, lease_claimed_at = c.t,
+        -- rules::grant: the deadline is the job's own limit or the claimer's; the lease
+        -- never runs past it (least() passes over a NULL deadline)
+        lease_deadline = c.t + coalesce(j.time_limit_us, $7::bigint) * interval '1 microsecond',
+        lease_expires_at = least(c.t + $4::bigint * interval '1 microsecond',
+            c.t + coalesce(j.time_limit_us, $7::bigint) * interval '1 microsecond'),
+        lease_indexed_expiry = least(c.t + $4::bigint * interval '1 microsecond',
+            c.t + coalesce(j.time_limit_us, $7::bigint) * interval '1 microsecond'),
+        lease_length_us = $4::bigint, stall_timeout_us = $5::bigint, progress = 0,
+        progress_at = c.t, updated_at = c.t
+    FROM picked, c
+    WHERE j.id = picked.id AND picked.attempt < 4294967295
+    RETURNING j.id, j.attempt, {s}.us(c.t) AS t, {s}.us(j.lease_expires_at) AS expires, j.payload,
+        j.priority, {s}.us(j.run_at) AS run_at, {s}.us(j.lease_deadline) AS deadline
+),
+-- rules::grant: a job whose attempt counter is exhausted is dead, never leased again
+exhausted AS (
+    UPDATE {s}.leasehold_jobs j
+    SET state = 'dead', finished_at = c.t, updated_at = c.t, last_error = $6
+    FROM picked, c
+    WHERE j.id = picked.id AND picked.attempt >= 4294967295
+    RETURNING j.id
+)
+SELECT id, attempt, t, expires, payload, priority, run_at, deadline FROM granted
+UNION ALL
+SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM exhausted";
+
+/// Claims up to `n` jobs of `queue`, most urgent first, as [`protocol::claim_batch`] does:
+/// a job is taken if it is waiting and due, or running with an expired lease (taken over),
+/// the expired one first when its priority is at least as urgent. While no lease of the
+/// queue has expired (nearly always), the whole batch is one statement ([`CLAIM`]); while
+/// some have, claims go one by one through the protocol's own steps.
+///
+/// With `beside`, the claim runs while completions of the same round commit in another
+/// transaction, and decides as if they had committed first: before anything they could
+/// change is decided (a takeover, a limited queue's room), it waits for them to commit
+/// ([`Beside::settle`]). Taking waiting jobs does not depend on them, with one exception: a
+/// job being completed that waits in the queue (given back or taken back since), whose
+/// completion is to be refused. Asking first which of them wait would put a lookup per
+/// completion on the claim's critical path; so the claim takes what it would anyway, under
+/// a savepoint, and only if it took one of them rolls back, waits, and claims again.
+pub(crate) fn claim_batch(
+    r: &mut PgRecords<'_, '_, '_>,
+    queue: &str,
+    worker: &str,
+    terms: LeaseTerms,
+    n: usize,
+    beside: Option<&Beside<'_>>,
+) -> Result<Vec<Lease>> {
+    input::check_claim(queue, worker, &terms)?;
+    // One statement for the common case: is a lease of the queue expired, is the queue
+    // paused or limited? (A queue with neither needs no more.)
+    let look = r.p.get(r.tx, LOOK)?;
+    let row = r.tx.query_one(&look, &[&queue])?;
+    let mut expired_left = row.col::<Option<i64>>(0)?.is_some();
+    let record = queue_from(&row, 1)?;
+    let limited = record
+        .as_ref()
+        .is_some_and(|q| q.paused || q.limits.is_limited());
+    // Completions still committing beside this claim, which it has not waited for.
+    let mut unsettled = beside.filter(|b| !b.jobs.is_empty());
+    if let Some(beside) = beside
+        && (expired_left || limited)
+    {
+        // (each statement from here on sees what committed before it began)
+        (beside.settle)();
+        unsettled = None;
+    }
+    let (record, room) = match limited {
+        true => protocol::room(r, queue)?,
+        false => (record, rules::claim_room(None, 0, StoreTime::ZERO)),
+    };
+    let n = n.min(room.allowed);
+    let mut leases = Vec::new();
+    // One at a time while expired leases are about, each weighed against the ready jobs.
+    while expired_left && leases.len() < n {
+        match protocol::next_claim(r, queue, worker, terms, &mut expired_left)? {
+            Some(lease) => leases.push(lease),
+            None => break,
+        }
+    }
+    // Then the rest in one statement, as if the completions beside had committed.
+    if unsettled.is_some() {
+        r.tx.batch_execute("SAVEPOINT leasehold_claim")?;
+    }
+    let before = leases.len();
+    let touched = claim_waiting(r.tx, r.p, queue, worker, terms, n, &mut leases)?;
+    if let Some(beside) = beside {
+        (beside.has_taken)();
+    }
+    if let Some(beside) = unsettled
+        && touched.iter().any(|job| beside.jobs.contains(job))
+    {
+        // It took (or found exhausted) a job whose completion beside it is to be refused:
+        // as if that completion came first, it is refused before the job is taken again.
+        // Rolling back releases the row, which that completion may be waiting to lock.
+        r.tx.batch_execute("ROLLBACK TO SAVEPOINT leasehold_claim")?;
+        leases.truncate(before);
+        (beside.settle)();
+        claim_waiting(r.tx, r.p, queue, worker, terms, n, &mut leases)?;
+    }
+    protocol::noted(r, queue, record, leases.len())?;
+    Ok(leases)
+}
+
+/// Claims waiting jobs of `queue` with one statement until `leases` holds `n` (or none is
+/// left); jobs it found exhausted (and made dead) leave room for as many more. Returns the
+/// ids of every job it took or made dead.
+fn claim_waiting(
+    tx: Tx<'_, '_>,
+    p: &mut Prepared<'_>,
+    queue: &str,
+    worker: &str,
+    terms: LeaseTerms,
+    n: usize,
+    leases: &mut Vec<Lease>,
+) -> Result<Vec<i64>> {
+    let claim = p.get(tx, CLAIM)?;
+    let (length, stall) = (micros(terms.length), terms.stall_timeout.map(micros));
+    let time_limit = terms.time_limit.map(micros);
+    let mut touched = Vec::new();
+    while leases.len() < n {
+        let limit = i64::try_from(n - leases.len()).unwrap_or(i64::MAX);
+        let params: [&(dyn ToSql + Sync); 7] = [
+            &queue,
+            &limit,
+            &worker,
+            &length,
+            &stall,
+            &rules::ATTEMPTS_EXHAUSTED,
+            &time_limit,
+        ];
+        let rows = tx.query(&claim, &params)?;
+        let mut claimed = Vec::with_capacity(rows.len());
+        let mut exhausted = 0;
+        for r in &rows {
+            touched.push(r.col::<i64>(0)?);
+            let Some(at) = r.col::<Option<i64>>(1)? else {
+                exhausted += 1;
+                continue;
+            };
+            let order = (r.col::<i32>(5)?, r.col::<i64>(6)?, r.col::<i64>(0)?);
+            let lease = Lease {
+                job: id(r.col(0)?),
+                attempt: attempt(at)?,
+                queue: queue.to_owned(),
+                worker: worker.to_owned(),
+                claimed_at: time(r.col(2)?),
+                expires_at: time(r.col(3)?),
+                length: terms.length,
+                deadline: r.col::<Option<i64>>(7)?.map(time),
+                payload: r.col(4)?,
+            };
+            claimed.push((order, lease));
+        }
+        claimed.sort_by_key(|(order, _)| *order);
+        leases.extend(claimed.into_iter().map(|(_, lease)| lease));
+        if exhausted == 0 {
+            break;
+        }
+    }
+    Ok(touched)
+}
+
+/// Completions committing beside a claim, in a transaction of their own (see
+/// [`claim_batch`]).
+pub(crate) struct Beside<'a> {
+    /// The jobs being completed.
+    pub jobs: std::collections::HashSet<i64>,
+    /// Says the claim has taken the waiting jobs it takes: until then the completions
+    /// lock no row it could take (one refused would be passed over, not taken first).
+    pub has_taken: &'a dyn Fn(),
+    /// Returns once their transaction has ended (saying first that the claim has taken
+    /// what it takes: it waits for them now).
+    pub settle: &'a dyn Fn(),
+}
+
+/// A claim's first look, in one statement: whether a lease of the queue has expired, and the
+/// queue's record (all null without one). It locks nothing: a takeover locks its row when
+/// it takes it ([`FIRST_EXPIRED`]), after the claim has settled (see [`claim_batch`]); a
+/// lock taken here could be the row a completion committing beside the claim waits for.
+///
+/// It runs before every claim, so it must stay an index lookup whatever the planner knows
+/// of the table (a fresh one, before its first ANALYZE, it knows nothing of): the time is
+/// read once (`(SELECT {now})`: a volatile call in the condition could not bound the expiry
+/// index's range, so every entry the index holds was visited).
+const LOOK: &str = concat!(
+    "SELECT (SELECT id FROM {s}.leasehold_jobs
+             WHERE queue = $1 AND state = 'running' AND lease_indexed_expiry <= (SELECT {now})
+             ORDER BY lease_indexed_expiry
+             LIMIT 1), ",
+    queue_columns!(),
+    " FROM (SELECT 1) one LEFT JOIN {s}.leasehold_queues q ON q.queue = $1"
+);
+
+// ----- heartbeat -----
+
+const RENEW: &str = "
+WITH c AS MATERIALIZED (SELECT {now} AS t)
+UPDATE {s}.leasehold_jobs j
+SET lease_expires_at = greatest(j.lease_expires_at,
+        least(c.t + j.lease_length_us * interval '1 microsecond', j.lease_deadline)),
+    progress = $3,
+    progress_at = CASE WHEN j.progress = $3 THEN j.progress_at ELSE c.t END,
+    updated_at = c.t
+FROM c
+WHERE j.id = $1 AND j.attempt = $2 AND j.state = 'running' AND NOT j.cancel_requested
+    AND NOT (j.stall_timeout_us IS NOT NULL AND j.progress = $3
+             AND c.t - j.progress_at >= j.stall_timeout_us * interval '1 microsecond')
+    AND NOT coalesce(j.lease_deadline <= c.t, false)
+RETURNING {s}.us(j.lease_expires_at)";
+
+const RENEW_MANY: &str = "
+WITH c AS MATERIALIZED (SELECT {now} AS t),
+r AS (SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[]) AS r(id, attempt, progress))
+UPDATE {s}.leasehold_jobs j
+SET lease_expires_at = greatest(j.lease_expires_at,
+        least(c.t + j.lease_length_us * interval '1 microsecond', j.lease_deadline)),
+    progress = r.progress,
+    progress_at = CASE WHEN j.progress = r.progress THEN j.progress_at ELSE c.t END,
+    updated_at = c.t
+FROM c, r
+WHERE j.id = r.id AND j.attempt = r.attempt AND j.state = 'running' AND NOT j.cancel_requested
+    AND NOT (j.stall_timeout_us IS NOT NULL AND j.progress = r.progress
+             AND c.t - j.progress_at >= j.stall_timeout_us * interval '1 microsecond')
+    AND NOT coalesce(j.lease_deadline <= c.t, false)
+RETURNING j.id, j.attempt, {s}.us(j.lease_expires_at)";
+
+/// Renews the lease by its length from now (up to the attempt's deadline) if the caller
+/// still holds it, storing progress; a cancel requested meanwhile, a stall or the deadline
+/// ends the attempt instead and says so.
+pub(crate) fn heartbeat(
+    r: &mut PgRecords<'_, '_, '_>,
+    job: JobId,
+    at: Attempt,
+    progress: u64,
+) -> Result<Renewal> {
+    match renew(r.tx, r.p, job, at, progress)? {
+        Some(expires_at) => Ok(Renewal::Renewed { expires_at }),
+        // Cancelled, stalled, timed out or refused: the protocol's own steps say which.
+        None => protocol::heartbeat(r, job, at, progress),
+    }
+}
+
+/// The renewal statement for one lease: the new expiry, or `None` if it changed no row.
+fn renew(
+    tx: Tx<'_, '_>,
+    p: &mut Prepared<'_>,
+    job: JobId,
+    at: Attempt,
+    progress: u64,
+) -> Result<Option<StoreTime>> {
+    let st = p.get(tx, RENEW)?;
+    match tx.query_opt(&st, &[&key(job), &i64::from(at.0), &clamp(progress)])? {
+        Some(row) => Ok(Some(time(row.col(0)?))),
+        None => Ok(None),
+    }
+}
+
+/// Renews many leases in one statement; each answer as [`heartbeat`] would give it.
+pub(crate) fn heartbeat_batch(
+    r: &mut PgRecords<'_, '_, '_>,
+    leases: &[(JobId, Attempt, u64)],
+) -> Result<Vec<Result<Renewal>>> {
+    let renew = r.p.get(r.tx, RENEW_MANY)?;
+    // In id order, as a batch of completions locks its rows (see [`COMPLETE_MANY`]): a
+    // pool renews the jobs it is also completing.
+    let mut sorted = leases.to_vec();
+    sorted.sort_by_key(|l| l.0);
+    let ids: Vec<i64> = sorted.iter().map(|l| key(l.0)).collect();
+    let attempts: Vec<i64> = sorted.iter().map(|l| i64::from(l.1.0)).collect();
+    let progress: Vec<i64> = sorted.iter().map(|l| clamp(l.2)).collect();
+    // Keyed by job and attempt: a batch may hold a stale attempt beside the live one of the
+    // same job, and only the live one was renewed.
+    let renewed: std::collections::HashMap<(i64, i64), i64> =
+        r.tx.query(&renew, &[&ids, &attempts, &progress])?
+            .iter()
+            .map(|row| Ok(((row.col(0)?, row.col(1)?), row.col(2)?)))
+            .collect::<Result<_>>()?;
+    let mut answers = Vec::with_capacity(leases.len());
+    for &(job, at, progress) in leases {
+        answers.push(match renewed.get(&(key(job), i64::from(at.0))) {
+            Some(us) => Ok(Renewal::Renewed {
+                expires_at: time(*us),
+            }),
+            // The slow path, one by one: cancelled, stalled or refused.
+            None => match protocol::heartbeat(r, job, at, progress) {
+                Err(e) if !e.is_lease_lost() => return Err(e),
+                answer => answer,
+            },
+        });
+    }
+    Ok(answers)
+}
+
+// ----- ends of an attempt -----
+
+/// Completes the attempt: the job succeeded and `output` is kept. One statement when the
+/// fence holds (the common case); a refusal takes the slow path, which says why.
+pub(crate) fn complete(
+    r: &mut PgRecords<'_, '_, '_>,
+    job: JobId,
+    at: Attempt,
+    output: &[u8],
+    progress: Option<u64>,
+) -> Result<()> {
+    input::check_size("output", output.len(), r.policy().max_payload)?;
+    match complete_many(r, &[(job, at, output, progress)])?.is_empty() {
+        true => protocol::complete(r, job, at, output, progress),
+        false => Ok(()),
+    }
+}
+
+/// Completes attempts whose fence holds, in one statement: updates each row under the fence
+/// (`id AND attempt AND state = 'running'`), which locks it and ends the attempt, moving its
+/// holder and claim time from the lease to the row's last attempt (`last_worker`,
+/// `last_claimed_at`: the history of a succeeded job reads its last attempt there, and no
+/// history row is written; see `MIGRATE_FROM_2` in the schema).
+///
+/// It touches each row once, found by key (locking the rows first in a CTE made the planner
+/// hash every running job of the table and touch each row twice). The rows come in the
+/// order of the ids passed, which [`complete_many`] sorts, and are locked in it, so that
+/// two batches lock overlapping rows alike.
+const COMPLETE_MANY: &str = "
+WITH c AS MATERIALIZED (SELECT {now} AS t)
+UPDATE {s}.leasehold_jobs j
+SET state = 'succeeded', finished_at = c.t, updated_at = c.t,
+    output = CASE WHEN octet_length(r.output) > 0 THEN r.output END,
+    progress = coalesce(r.progress, j.progress),
+    progress_at = CASE WHEN r.progress IS NOT NULL AND r.progress <> j.progress
+                       THEN c.t ELSE j.progress_at END,
+    last_worker = j.lease_owner, last_claimed_at = j.lease_claimed_at,
+    lease_owner = NULL, lease_claimed_at = NULL, lease_expires_at = NULL,
+    lease_indexed_expiry = NULL, lease_length_us = NULL, stall_timeout_us = NULL,
+    lease_deadline = NULL
+FROM unnest($1::bigint[], $2::bigint[], $3::bytea[], $4::bigint[]) AS r(id, attempt, output, progress),
+     c
+WHERE j.id = r.id AND j.attempt = r.attempt AND j.state = 'running'
+    -- rules::before_deadline: an attempt past its deadline is left to the one-by-one path,
+    -- which refuses the completion
+    AND NOT coalesce(j.lease_deadline <= c.t, false)
+RETURNING j.id, j.attempt";
+
+/// Completes many attempts with one statement where their fences hold; returns those it
+/// completed. The caller completes the others one by one, which says why each was refused.
+/// Each attempt may appear once; its output must be within the size limit.
+pub(crate) fn complete_many(
+    r: &mut PgRecords<'_, '_, '_>,
+    done: &[(JobId, Attempt, &[u8], Option<u64>)],
+) -> Result<std::collections::HashSet<(JobId, Attempt)>> {
+    let st = r.p.get(r.tx, COMPLETE_MANY)?;
+    let mut done = done.to_vec();
+    done.sort_by_key(|d| d.0);
+    let ids: Vec<i64> = done.iter().map(|d| key(d.0)).collect();
+    let attempts: Vec<i64> = done.iter().map(|d| i64::from(d.1.0)).collect();
+    let outputs: Vec<&[u8]> = done.iter().map(|d| d.2).collect();
+    let progress: Vec<Option<i64>> = done.iter().map(|d| d.3.map(clamp)).collect();
+    r.tx.query(&st, &[&ids, &attempts, &outputs, &progress])?
+        .iter()
+        .map(|row| Ok((id(row.col(0)?), attempt(row.col(1)?)?)))
+        .collect()
+}
+
+/// Marks `queues` as served now: a worker asked them for work or renewed one of their
+/// leases (see [`crate::queue`]).
+pub(crate) fn mark_served(tx: Tx<'_, '_>, p: &mut Prepared<'_>, queues: &[String]) -> Result<()> {
+    if queues.is_empty() {
+        return Ok(());
+    }
+    let st = p.get(
+        tx,
+        "INSERT INTO {s}.leasehold_queues AS q (queue, served_at)
+         SELECT unnest($1::text[]), {now}
+         ON CONFLICT (queue) DO UPDATE
+         SET served_at = greatest(q.served_at, excluded.served_at)",
+    )?;
+    tx.execute(&st, &[&queues])?;
+    Ok(())
+}
+
+/// The `leasehold_meta` key of the last reaper pass.
+pub(crate) const REAPER_PASS: &str = "reaper.last_pass";
+
+/// Records the reaper pass that began at `began` and did `report` as the store's last (the
+/// crate's codec, hex in the meta table's text).
+pub(crate) fn note_reaper_pass(
+    tx: Tx<'_, '_>,
+    p: &mut Prepared<'_>,
+    report: &crate::ReapReport,
+    began: StoreTime,
+    every: Option<Duration>,
+) -> Result<()> {
+    let pass = crate::ReaperPass::of(report, began, now(tx, p)?, every);
+    let st = p.get(
+        tx,
+        "INSERT INTO {s}.leasehold_meta (key, value) VALUES ($1, encode($2, 'hex'))
+         ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+    )?;
+    tx.execute(&st, &[&REAPER_PASS, &crate::codec::encode(&pass)])?;
+    Ok(())
+}
+
+const PURGE: &str = "
+WITH gone AS (
+    DELETE FROM {s}.leasehold_jobs WHERE id IN (
+        SELECT id FROM {s}.leasehold_jobs
+        WHERE finished_at IS NOT NULL AND finished_at <= {now} - $1::bigint * interval '1 microsecond'
+            AND state = ANY($2)
+        ORDER BY finished_at
+        LIMIT $3
+        FOR UPDATE SKIP LOCKED)
+    RETURNING id
+),
+runs AS (DELETE FROM {s}.leasehold_runs WHERE job IN (SELECT id FROM gone))
+SELECT id FROM gone";
+
+/// Deletes up to `limit` terminal jobs in `states` that finished at least `older_than` ago,
+/// with their history (looking at no other row). Called in batches, so that a purge of a
+/// large backlog holds no lock for long and leaves autovacuum bounded work each time.
+pub(crate) fn purge_batch(
+    tx: Tx<'_, '_>,
+    p: &mut Prepared<'_>,
+    older_than: Duration,
+    states: &[JobState],
+    limit: usize,
+) -> Result<Batch<JobId>> {
+    let st = p.get(tx, PURGE)?;
+    let states: Vec<&str> = states
+        .iter()
+        .filter(|s| s.is_terminal())
+        .map(|s| s.name())
+        .collect();
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let gone = tx
+        .query(&st, &[&micros(older_than), &states, &limit])?
+        .iter()
+        .map(|row| Ok(id(row.col(0)?)))
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Batch {
+        looked: gone.len(),
+        items: gone,
+    })
+}

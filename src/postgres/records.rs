@@ -1,0 +1,608 @@
+//! The protocol's records in SQL ([`Records`] over one PostgreSQL transaction): a job is a
+//! row, locked for the rest of the transaction when it is loaded for writing (a search
+//! passes over rows another transaction holds, `SKIP LOCKED`); an ended attempt is a row of
+//! `leasehold_runs` (a success's is kept in the job's own row, as the batch completion of
+//! `fast.rs` keeps it); a queue and a schedule are rows of their own. Nothing here decides
+//! what becomes of a job.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use postgres::Transaction;
+use postgres::types::ToSql;
+
+use super::rows::{
+    Col, clamp, id, job_by, job_columns, key, metadata_column, micros, time, unique_for_us, us,
+};
+use super::schema::key_held;
+use super::{PgError, Prepared, Settings};
+use crate::error::{Error, Result};
+use crate::ids::{Attempt, JobId, StoreTime};
+use crate::job::{JobRecord, Outcome, ReclaimPath, RunRecord};
+use crate::protocol::{HeldSchedule, Inserted, Policy, Records};
+use crate::queue::{QueueLimits, QueueRecord, Rate};
+use crate::rules;
+use crate::schedule::ScheduleRecord;
+use crate::stats::Counters;
+
+pub(crate) type Tx<'a, 'b> = &'a mut Transaction<'b>;
+
+const NOW: &str = "SELECT {s}.us({now})";
+
+/// The store's clock: the database's.
+pub(crate) fn now(tx: Tx<'_, '_>, p: &mut Prepared<'_>) -> Result<StoreTime> {
+    let st = p.get(tx, NOW)?;
+    Ok(time(tx.query_one(&st, &[])?.col(0)?))
+}
+
+/// Tells listening stores on every machine that `queue` has work, when this transaction
+/// commits (PostgreSQL folds repeats of one payload within a transaction into one).
+pub(crate) fn notify(tx: Tx<'_, '_>, p: &mut Prepared<'_>, queue: &str) -> Result<()> {
+    let st = p.get(tx, "SELECT pg_notify($1, $2)")?;
+    tx.execute(&st, &[&p.names.channel, &queue])?;
+    Ok(())
+}
+
+/// One transaction of a [`super::PgStore`], as the protocol sees it.
+pub(crate) struct PgRecords<'a, 'b, 'c> {
+    pub tx: &'a mut Transaction<'b>,
+    pub p: &'a mut Prepared<'c>,
+    settings: &'a Settings,
+    /// Queues already notified in this transaction.
+    notified: BTreeSet<String>,
+}
+
+impl<'a, 'b, 'c> PgRecords<'a, 'b, 'c> {
+    pub(crate) fn new(
+        tx: &'a mut Transaction<'b>,
+        p: &'a mut Prepared<'c>,
+        settings: &'a Settings,
+    ) -> PgRecords<'a, 'b, 'c> {
+        PgRecords {
+            tx,
+            p,
+            settings,
+            notified: BTreeSet::new(),
+        }
+    }
+
+    fn get(&mut self, template: &'static str) -> Result<postgres::Statement> {
+        self.p.get(self.tx, template)
+    }
+
+    fn failure(&mut self, name: &str) -> Result<Option<String>> {
+        let st = self.get("SELECT value FROM {s}.leasehold_meta WHERE key = $1")?;
+        let key = rules::schedule_failure_key(name);
+        match self.tx.query_opt(&st, &[&key])? {
+            Some(row) => Ok(Some(row.col(0)?)),
+            None => Ok(None),
+        }
+    }
+}
+
+const JOB_LOCKED: &str = concat!(
+    "SELECT ",
+    job_columns!(),
+    " FROM {s}.leasehold_jobs WHERE id = $1 FOR UPDATE"
+);
+
+/// A new job's row, every column the record gives; a unique key another transaction's job
+/// took meanwhile makes no row.
+const INSERT: &str = concat!(
+    "
+INSERT INTO {s}.leasehold_jobs
+    (queue, state, priority, max_attempts, unique_key, created_at, run_at, progress_at,
+     updated_at, payload, time_limit_us, unique_for_us, metadata)
+VALUES ($1, $2, $3, $4, $5, {s}.at($6), {s}.at($7), {s}.at($6), {s}.at($6), $8, $9, $10, $11)
+ON CONFLICT (queue, unique_key) WHERE ",
+    key_held!(),
+    "
+    DO NOTHING
+RETURNING id"
+);
+
+/// The job the unique index names for a key (it may keep it only by its window).
+pub(crate) const KEY_HOLDER: &str = concat!(
+    "SELECT id FROM {s}.leasehold_jobs WHERE queue = $1 AND unique_key = $2 AND ",
+    key_held!()
+);
+
+/// The columns a rule may change, set from a record (the rest are a job's for life).
+const SAVE: &str = "
+UPDATE {s}.leasehold_jobs
+SET state = $2, attempt = $3, failures = $4, run_at = {s}.at($5), lease_owner = $6,
+    lease_claimed_at = {s}.at($7), lease_expires_at = {s}.at($8),
+    lease_indexed_expiry = {s}.at($9), lease_length_us = $10, stall_timeout_us = $11,
+    progress = $12, progress_at = {s}.at($13), cancel_requested = $14, last_error = $15,
+    finished_at = {s}.at($16), updated_at = {s}.at($17), lease_deadline = {s}.at($18),
+    key_released = $19
+WHERE id = $1";
+
+/// The most urgent due waiting job of the queue.
+const FIRST_READY: &str = "
+SELECT id, priority FROM {s}.leasehold_jobs
+WHERE queue = $1 AND state IN ('queued', 'retry_wait') AND run_at <= {s}.at($2)
+ORDER BY priority, run_at, id
+LIMIT 1
+FOR UPDATE SKIP LOCKED";
+
+/// The earliest indexed expiry of the queue up to a bound.
+const FIRST_EXPIRED: &str = "
+SELECT id FROM {s}.leasehold_jobs
+WHERE queue = $1 AND state = 'running' AND lease_indexed_expiry <= {s}.at($2)
+ORDER BY lease_indexed_expiry, id
+LIMIT 1
+FOR UPDATE SKIP LOCKED";
+
+const EXPIRED_ANY: &str = "
+SELECT id FROM {s}.leasehold_jobs
+WHERE state = 'running' AND lease_indexed_expiry <= {s}.at($1)
+ORDER BY lease_indexed_expiry
+LIMIT $2
+FOR UPDATE SKIP LOCKED";
+
+/// The columns of a queue's record, in the order [`queue_from`] reads them.
+macro_rules! queue_columns {
+    () => {
+        "{s}.us(q.served_at), q.paused, q.concurrency, q.rate_claims, q.rate_per_us,
+         q.recent_claims"
+    };
+}
+pub(crate) use queue_columns;
+
+impl Records for PgRecords<'_, '_, '_> {
+    fn policy(&self) -> &Policy {
+        &self.settings.policy
+    }
+
+    /// The database's clock at this statement (a transaction may wait for a row lock: a time
+    /// read before it would be stale).
+    fn now(&mut self) -> Result<StoreTime> {
+        now(self.tx, self.p)
+    }
+
+    fn job(&mut self, job: JobId) -> Result<Option<JobRecord>> {
+        let st = self.get(JOB_LOCKED)?;
+        job_by(self.tx, &st, job)
+    }
+
+    fn insert(&mut self, job: &JobRecord, payload: &[u8]) -> Result<Inserted> {
+        let st = self.get(INSERT)?;
+        let max_attempts = i64::from(job.max_attempts);
+        let time_limit = job.time_limit.map(micros);
+        let unique_for = unique_for_us(job.uniqueness);
+        let metadata = metadata_column(&job.metadata);
+        let params: [&(dyn ToSql + Sync); 11] = [
+            &job.queue,
+            &job.state.name(),
+            &job.priority,
+            &max_attempts,
+            &job.unique_key,
+            &us(job.created_at),
+            &us(job.run_at),
+            &payload,
+            &time_limit,
+            &unique_for,
+            &metadata,
+        ];
+        if let Some(row) = self.tx.query_opt(&st, &params)? {
+            self.readied(&job.queue)?;
+            return Ok(Inserted::Made(id(row.col(0)?)));
+        }
+        // Another transaction's job took the key meanwhile: that one is the answer.
+        let holder = self.get(KEY_HOLDER)?;
+        match self.tx.query_opt(&holder, &[&job.queue, &job.unique_key])? {
+            Some(row) => Ok(Inserted::KeyTaken(id(row.col(0)?))),
+            None => Err(PgError::Database {
+                code: None,
+                message: "a unique key conflicted with a job that then could not be found".into(),
+                transient: true,
+            }
+            .into()),
+        }
+    }
+
+    fn save(&mut self, old: &JobRecord, job: &JobRecord) -> Result<()> {
+        let st = self.get(SAVE)?;
+        let lease = job.lease.as_ref();
+        let params: [&(dyn ToSql + Sync); 19] = [
+            &key(job.id),
+            &job.state.name(),
+            &i64::from(job.attempt.0),
+            &i64::from(job.failures),
+            &us(job.run_at),
+            &lease.map(|l| l.owner.as_str()),
+            &lease.map(|l| us(l.claimed_at)),
+            &lease.map(|l| us(l.expires_at)),
+            &lease.map(|l| us(l.indexed_expiry)),
+            &lease.map(|l| micros(l.length)),
+            &lease.and_then(|l| l.stall_timeout).map(micros),
+            &clamp(job.progress),
+            &us(job.progress_at),
+            &job.cancel_requested,
+            &job.last_error,
+            &job.finished_at.map(us),
+            &us(job.updated_at),
+            &lease.and_then(|l| l.deadline).map(us),
+            &job.key_released,
+        ];
+        self.tx.execute(&st, &params)?;
+        let readied = job.state.is_waiting()
+            && (!old.state.is_waiting()
+                || (old.run_at, old.priority) != (job.run_at, job.priority));
+        if readied {
+            self.readied(&job.queue)?;
+        }
+        Ok(())
+    }
+
+    fn renew(&mut self, renewed: &JobRecord) -> Result<()> {
+        self.save(renewed, renewed)
+    }
+
+    fn payload(&mut self, job: JobId) -> Result<Vec<u8>> {
+        let st = self.get("SELECT payload FROM {s}.leasehold_jobs WHERE id = $1")?;
+        self.tx.query_one(&st, &[&key(job)])?.col(0)
+    }
+
+    fn keep_output(&mut self, job: JobId, output: &[u8]) -> Result<()> {
+        let st = self.get("UPDATE {s}.leasehold_jobs SET output = $2 WHERE id = $1")?;
+        self.tx.execute(&st, &[&key(job), &output])?;
+        Ok(())
+    }
+
+    /// A success is kept in the job's row, as the batch completion keeps it: it ended when
+    /// the job finished, with the job's progress. Any other end is a row of its own.
+    fn record_run(&mut self, old: &JobRecord, run: &RunRecord) -> Result<()> {
+        let Some(outcome) = &run.outcome else {
+            return Err(rules::corrupt_running(old));
+        };
+        if *outcome == Outcome::Succeeded {
+            let keep = self.get(
+                "UPDATE {s}.leasehold_jobs SET last_worker = $2, last_claimed_at = {s}.at($3)
+                 WHERE id = $1",
+            )?;
+            self.tx
+                .execute(&keep, &[&key(old.id), &run.worker, &us(run.claimed_at)])?;
+            return Ok(());
+        }
+        let (kind, error, path, overdue) = outcome_columns(outcome);
+        let (limit, snoozed_for) = match outcome {
+            Outcome::TimedOut { limit } => (Some(micros(*limit)), None),
+            Outcome::Snoozed { delay } => (None, Some(micros(*delay))),
+            _ => (None, None),
+        };
+        let insert = self.get(
+            "INSERT INTO {s}.leasehold_runs
+                 (job, attempt, worker, claimed_at, ended_at, outcome, error, reclaim_path,
+                  overdue_us, progress, time_limit_us, snoozed_for_us)
+             VALUES ($1, $2, $3, {s}.at($4), {s}.at($5), $6, $7, $8, $9, $10, $11, $12)",
+        )?;
+        let ended_at = run.ended_at.unwrap_or(run.claimed_at);
+        self.tx.execute(
+            &insert,
+            &[
+                &key(old.id),
+                &i64::from(run.attempt.0),
+                &run.worker,
+                &us(run.claimed_at),
+                &us(ended_at),
+                &kind,
+                &error,
+                &path,
+                &overdue,
+                &clamp(run.progress),
+                &limit,
+                &snoozed_for,
+            ],
+        )?;
+        Ok(())
+    }
+
+    /// How the attempt ended, by its kind alone (what the fence asks needs no more).
+    fn run_outcome(&mut self, job: JobId, at: Attempt) -> Result<Option<Outcome>> {
+        let st =
+            self.get("SELECT outcome FROM {s}.leasehold_runs WHERE job = $1 AND attempt = $2")?;
+        let Some(row) = self.tx.query_opt(&st, &[&key(job), &i64::from(at.0)])? else {
+            return Ok(None);
+        };
+        Ok(match row.col::<&str>(0)? {
+            "succeeded" => Some(Outcome::Succeeded),
+            "failed" => Some(Outcome::Failed(String::new())),
+            "failed_permanently" => Some(Outcome::FailedPermanently(String::new())),
+            "released" => Some(Outcome::Released),
+            "snoozed" => Some(Outcome::Snoozed {
+                delay: Duration::ZERO,
+            }),
+            _ => None,
+        })
+    }
+
+    fn count(&mut self, c: &Counters) -> Result<()> {
+        for (name, by) in c.named() {
+            if by > 0 {
+                // An upsert: a counter added after a store was made has no row there yet.
+                let st = self.get(
+                    "INSERT INTO {s}.leasehold_counters AS c (name, value) VALUES ($1, $2)
+                     ON CONFLICT (name) DO UPDATE SET value = c.value + excluded.value",
+                )?;
+                self.tx.execute(&st, &[&name, &clamp(by)])?;
+            }
+        }
+        if !c.worst_detection_delay.is_zero() {
+            let worst = self.get(
+                "UPDATE {s}.leasehold_counters SET value = greatest(value, $1)
+                 WHERE name = 'worst_detection_delay_us'",
+            )?;
+            self.tx
+                .execute(&worst, &[&micros(c.worst_detection_delay)])?;
+        }
+        Ok(())
+    }
+
+    /// A `NOTIFY` once per queue and transaction, delivered when it commits.
+    fn readied(&mut self, queue: &str) -> Result<()> {
+        if self.notified.insert(queue.to_owned()) {
+            notify(self.tx, self.p, queue)?;
+        }
+        Ok(())
+    }
+
+    fn key_holder(&mut self, queue: &str, key: &str) -> Result<Option<JobRecord>> {
+        let st = self.get(KEY_HOLDER)?;
+        match self.tx.query_opt(&st, &[&queue, &key])? {
+            Some(row) => self.job(id(row.col(0)?)),
+            None => Ok(None),
+        }
+    }
+
+    fn next_ready(&mut self, queue: &str, now: StoreTime) -> Result<Option<(i32, JobId)>> {
+        let st = self.get(FIRST_READY)?;
+        match self.tx.query_opt(&st, &[&queue, &us(now)])? {
+            Some(r) => Ok(Some((r.col(1)?, id(r.col(0)?)))),
+            None => Ok(None),
+        }
+    }
+
+    fn first_indexed_expiry(&mut self, queue: &str, bound: StoreTime) -> Result<Option<JobId>> {
+        let st = self.get(FIRST_EXPIRED)?;
+        match self.tx.query_opt(&st, &[&queue, &us(bound)])? {
+            Some(r) => Ok(Some(id(r.col(0)?))),
+            None => Ok(None),
+        }
+    }
+
+    fn indexed_expiries(&mut self, bound: StoreTime, limit: usize) -> Result<Vec<JobId>> {
+        let st = self.get(EXPIRED_ANY)?;
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.tx
+            .query(&st, &[&us(bound), &limit])?
+            .iter()
+            .map(|r| Ok(id(r.col(0)?)))
+            .collect()
+    }
+
+    fn running(&mut self, queue: &str) -> Result<u64> {
+        let st = self.get(
+            "SELECT count(*) FROM {s}.leasehold_jobs WHERE queue = $1 AND state = 'running'",
+        )?;
+        Ok(u64::try_from(self.tx.query_one(&st, &[&queue])?.col::<i64>(0)?).unwrap_or(0))
+    }
+
+    fn queue(&mut self, queue: &str, lock: bool) -> Result<Option<QueueRecord>> {
+        queue_record(self.tx, self.p, queue, lock)
+    }
+
+    fn save_queue(&mut self, queue: &str, r: &QueueRecord) -> Result<()> {
+        let st = self.get(
+            "INSERT INTO {s}.leasehold_queues AS q
+                 (queue, served_at, paused, concurrency, rate_claims, rate_per_us, recent_claims)
+             VALUES ($1, {s}.at($2), $3, $4, $5, $6, $7)
+             ON CONFLICT (queue) DO UPDATE
+             SET served_at = greatest(q.served_at, excluded.served_at),
+                 paused = excluded.paused, concurrency = excluded.concurrency,
+                 rate_claims = excluded.rate_claims, rate_per_us = excluded.rate_per_us,
+                 recent_claims = excluded.recent_claims",
+        )?;
+        let concurrency = r
+            .limits
+            .concurrency
+            .map(|n| i32::try_from(n).unwrap_or(i32::MAX));
+        let rate_claims = r
+            .limits
+            .rate
+            .map(|x| i32::try_from(x.claims).unwrap_or(i32::MAX));
+        let rate_per = r.limits.rate.map(|x| micros(x.per));
+        let recent: Vec<i64> = r.recent_claims.iter().map(|t| us(*t)).collect();
+        let served = r.served_at.map(us);
+        let params: [&(dyn ToSql + Sync); 7] = [
+            &queue,
+            &served,
+            &r.paused,
+            &concurrency,
+            &rate_claims,
+            &rate_per,
+            &recent,
+        ];
+        self.tx.execute(&st, &params)?;
+        Ok(())
+    }
+
+    fn schedules(&mut self) -> Result<Vec<HeldSchedule>> {
+        let st = self.get(
+            "SELECT s.name, s.record, m.value FROM {s}.leasehold_schedules s
+             LEFT JOIN {s}.leasehold_meta m ON m.key = $1 || s.name
+             WHERE octet_length(s.record) > 0 ORDER BY s.name FOR UPDATE OF s SKIP LOCKED",
+        )?;
+        let prefix = rules::schedule_failure_key("");
+        self.tx
+            .query(&st, &[&prefix])?
+            .iter()
+            .map(|row| {
+                let name: String = row.col(0)?;
+                let record = decode_schedule(&name, row.col(1)?);
+                Ok((name, record, row.col::<Option<String>>(2)?))
+            })
+            .collect()
+    }
+
+    /// Its row made (empty) if it has none, so that two transactions declaring it at once
+    /// are one after the other; an empty row is no schedule, and a transaction that finds
+    /// none and writes none is rolled back by its error or leaves only that row.
+    fn schedule(&mut self, name: &str) -> Result<Option<ScheduleRecord>> {
+        let st = self.get(
+            "INSERT INTO {s}.leasehold_schedules (name, record) VALUES ($1, '') ON CONFLICT DO NOTHING",
+        )?;
+        self.tx.execute(&st, &[&name])?;
+        let st = self.get(
+            "SELECT record FROM {s}.leasehold_schedules
+             WHERE name = $1 AND octet_length(record) > 0 FOR UPDATE",
+        )?;
+        match self.tx.query_opt(&st, &[&name])? {
+            Some(row) => decode_schedule(name, row.col(0)?).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    fn save_schedule(&mut self, record: &ScheduleRecord) -> Result<()> {
+        let st = self.get("UPDATE {s}.leasehold_schedules SET record = $2 WHERE name = $1")?;
+        let bytes = crate::codec::encode(record);
+        self.tx.execute(&st, &[&record.name, &bytes])?;
+        Ok(())
+    }
+
+    fn remove_schedule(&mut self, name: &str) -> Result<bool> {
+        let st = self.get(
+            "DELETE FROM {s}.leasehold_schedules WHERE name = $1 RETURNING octet_length(record)",
+        )?;
+        let removed = self.tx.query_opt(&st, &[&name])?;
+        Ok(match removed {
+            Some(row) => row.col::<i32>(0)? > 0,
+            None => false,
+        })
+    }
+
+    fn note_schedule_failure(&mut self, name: &str, failure: Option<&str>) -> Result<()> {
+        if self.failure(name)?.as_deref() == failure {
+            return Ok(());
+        }
+        let key = rules::schedule_failure_key(name);
+        match failure {
+            Some(failure) => {
+                let st = self.get(
+                    "INSERT INTO {s}.leasehold_meta (key, value) VALUES ($1, $2)
+                     ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                )?;
+                self.tx.execute(&st, &[&key, &failure])?
+            }
+            None => {
+                let st = self.get("DELETE FROM {s}.leasehold_meta WHERE key = $1")?;
+                self.tx.execute(&st, &[&key])?
+            }
+        };
+        Ok(())
+    }
+}
+
+/// The record of `queue`, if it has one; its row locked with `lock`.
+pub(crate) fn queue_record(
+    tx: &mut Transaction<'_>,
+    p: &mut Prepared<'_>,
+    queue: &str,
+    lock: bool,
+) -> Result<Option<QueueRecord>> {
+    let st = p.get(
+        tx,
+        match lock {
+            true => concat!(
+                "SELECT ",
+                queue_columns!(),
+                " FROM {s}.leasehold_queues q WHERE q.queue = $1 FOR UPDATE"
+            ),
+            false => concat!(
+                "SELECT ",
+                queue_columns!(),
+                " FROM {s}.leasehold_queues q WHERE q.queue = $1"
+            ),
+        },
+    )?;
+    match tx.query_opt(&st, &[&queue])? {
+        Some(row) => queue_from(&row, 0),
+        None => Ok(None),
+    }
+}
+
+/// The queue's record in `row`'s [`queue_columns`] from column `at` on; `None` where they
+/// are null (a queue without a record, left-joined).
+pub(crate) fn queue_from(row: &postgres::Row, at: usize) -> Result<Option<QueueRecord>> {
+    let Some(paused) = row.col::<Option<bool>>(at + 1)? else {
+        return Ok(None);
+    };
+    let rate = match (
+        row.col::<Option<i32>>(at + 3)?,
+        row.col::<Option<i64>>(at + 4)?,
+    ) {
+        (Some(claims), Some(per)) => Some(Rate {
+            claims: u32::try_from(claims).unwrap_or(0),
+            per: super::rows::duration(per),
+        }),
+        _ => None,
+    };
+    Ok(Some(QueueRecord {
+        served_at: row.col::<Option<i64>>(at)?.map(time),
+        paused,
+        limits: QueueLimits {
+            concurrency: row
+                .col::<Option<i32>>(at + 2)?
+                .map(|n| u32::try_from(n).unwrap_or(0)),
+            rate,
+        },
+        recent_claims: row
+            .col::<Option<Vec<i64>>>(at + 5)?
+            .unwrap_or_default()
+            .into_iter()
+            .map(time)
+            .collect(),
+    }))
+}
+
+pub(crate) fn decode_schedule(name: &str, bytes: &[u8]) -> Result<ScheduleRecord> {
+    crate::codec::decode(bytes).map_err(|e| Error::Corrupt(format!("schedule {name:?}: {e}")))
+}
+
+/// The history row's outcome columns: kind, error, reclaim path, overdue (a time limit has
+/// its own column, `time_limit_us`).
+fn outcome_columns(
+    outcome: &Outcome,
+) -> (
+    &'static str,
+    Option<&str>,
+    Option<&'static str>,
+    Option<i64>,
+) {
+    match outcome {
+        Outcome::Succeeded => ("succeeded", None, None, None),
+        Outcome::Failed(e) => ("failed", Some(e.as_str()), None, None),
+        Outcome::Released => ("released", None, None, None),
+        Outcome::LeaseExpired { path, overdue } => (
+            "lease_expired",
+            None,
+            Some(path_name(*path)),
+            Some(micros(*overdue)),
+        ),
+        Outcome::Stalled => ("stalled", None, None, None),
+        Outcome::Cancelled => ("cancelled", None, None, None),
+        Outcome::FailedPermanently(e) => ("failed_permanently", Some(e.as_str()), None, None),
+        Outcome::TimedOut { .. } => ("timed_out", None, None, None),
+        Outcome::Snoozed { .. } => ("snoozed", None, None, None),
+    }
+}
+
+fn path_name(path: ReclaimPath) -> &'static str {
+    match path {
+        ReclaimPath::Reaper => "reaper",
+        ReclaimPath::Takeover => "takeover",
+        ReclaimPath::Recovery => "recovery",
+        ReclaimPath::ProcessDied => "process_died",
+    }
+}

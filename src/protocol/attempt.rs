@@ -1,0 +1,176 @@
+//! An attempt's life after its claim: renewed while its holder is alive, ended by its holder
+//! (complete, fail, time out, snooze, release) under the fence, or taken back when its lease
+//! ran out ([`expire`]). Every end goes through [`store_end`].
+
+use std::time::Duration;
+
+use super::Records;
+use crate::error::{Error, Result};
+use crate::ids::{Attempt, JobId};
+use crate::input;
+use crate::job::{JobRecord, JobState, ReclaimPath};
+use crate::lease::Renewal;
+use crate::report::Reclaim;
+use crate::rules::{self, Change, Renewed, Retry, Write, corrupt_running};
+
+/// Renews the lease by its length from now (up to the attempt's deadline) if the caller
+/// still holds it, storing progress. A cancel requested meanwhile ends the attempt here and
+/// tells the holder; so do a stall (progress unchanged for the lease's stall timeout) and the
+/// attempt's deadline.
+pub(crate) fn heartbeat(
+    r: &mut impl Records,
+    id: JobId,
+    attempt: Attempt,
+    progress: u64,
+) -> Result<Renewal> {
+    let job = fence(r, id, attempt, Write::Heartbeat)?;
+    let now = r.now()?;
+    let (change, answer) = match rules::renew(&job, progress, now, &r.policy().retry) {
+        Renewed::Cancelled(change) => (change, Renewal::Cancelled),
+        Renewed::Stalled(change) => (change, Renewal::Stalled),
+        Renewed::TimedOut(change) => (change, Renewal::TimedOut),
+        Renewed::Lease(renewed) => {
+            let Some(expires_at) = renewed.lease.as_ref().map(|l| l.expires_at) else {
+                return Err(corrupt_running(&job));
+            };
+            r.renew(&renewed)?;
+            return Ok(Renewal::Renewed { expires_at });
+        }
+    };
+    store_end(r, &job, change)?;
+    Ok(answer)
+}
+
+/// Completes the attempt: the job succeeded and `output` is kept. `progress`, if given, is
+/// the holder's last progress, recorded with the attempt.
+pub(crate) fn complete(
+    r: &mut impl Records,
+    id: JobId,
+    attempt: Attempt,
+    output: &[u8],
+    progress: Option<u64>,
+) -> Result<()> {
+    input::check_size("output", output.len(), r.policy().max_payload)?;
+    let job = fence(r, id, attempt, Write::End)?;
+    let now = r.now()?;
+    store_end(r, &job, rules::complete(&job, progress, now))?;
+    if !output.is_empty() {
+        r.keep_output(id, output)?;
+    }
+    Ok(())
+}
+
+/// Fails the attempt: retried after a backoff while the budget lasts (or never), else dead.
+pub(crate) fn fail(
+    r: &mut impl Records,
+    id: JobId,
+    attempt: Attempt,
+    error: &str,
+    retry: Retry,
+    progress: Option<u64>,
+) -> Result<JobState> {
+    let job = fence(r, id, attempt, Write::End)?;
+    let now = r.now()?;
+    let change = rules::fail(&job, error, retry, progress, now, &r.policy().retry);
+    store_end(r, &job, change).map(|j| j.state)
+}
+
+/// Ends the attempt as timed out: its holder found it past its hard time limit.
+pub(crate) fn time_out(
+    r: &mut impl Records,
+    id: JobId,
+    attempt: Attempt,
+    progress: Option<u64>,
+) -> Result<JobState> {
+    let job = fence(r, id, attempt, Write::TimeOut)?;
+    let now = r.now()?;
+    let change = rules::time_out(&job, progress, now, &r.policy().retry);
+    store_end(r, &job, change).map(|j| j.state)
+}
+
+/// Puts the job off by `delay`: the attempt ends, no budget spent ([`rules::snooze`]).
+pub(crate) fn snooze(
+    r: &mut impl Records,
+    id: JobId,
+    attempt: Attempt,
+    delay: Duration,
+    progress: Option<u64>,
+) -> Result<JobState> {
+    let job = fence(r, id, attempt, Write::End)?;
+    let now = r.now()?;
+    store_end(r, &job, rules::snooze(&job, delay, progress, now)).map(|j| j.state)
+}
+
+/// Gives the job back on purpose: claimable at once, in its old place, no budget spent.
+pub(crate) fn release(
+    r: &mut impl Records,
+    id: JobId,
+    attempt: Attempt,
+    progress: Option<u64>,
+) -> Result<JobState> {
+    let job = fence(r, id, attempt, Write::End)?;
+    let now = r.now()?;
+    store_end(r, &job, rules::release(&job, progress, now)).map(|j| j.state)
+}
+
+/// Takes back the lease of a running job ([`rules::expire`]): records its end and moves the
+/// job on; returns its new record and the reclaim.
+pub(crate) fn expire(
+    r: &mut impl Records,
+    job: &JobRecord,
+    path: ReclaimPath,
+) -> Result<(JobRecord, Reclaim)> {
+    let now = r.now()?;
+    let Some((change, reclaim)) = rules::expire(job, path, now, &r.policy().retry) else {
+        return Err(corrupt_running(job));
+    };
+    let new = store_end(r, job, change)?;
+    Ok((new, reclaim))
+}
+
+/// The fence ([`rules::fence`], then [`rules::before_deadline`]): the job must be `Running`
+/// under exactly this attempt, and an end its holder writes must come before the attempt's
+/// deadline. A refusal changes nothing but its counter.
+pub(crate) fn fence(
+    r: &mut impl Records,
+    id: JobId,
+    attempt: Attempt,
+    write: Write,
+) -> Result<JobRecord> {
+    let found = r.job(id)?;
+    let verdict = rules::fence(found, id, attempt, write, || {
+        Ok::<_, Error>(rules::ended_by_its_holder(
+            r.run_outcome(id, attempt)?.as_ref(),
+        ))
+    })?;
+    let verdict = match verdict {
+        // (the time is read only for an attempt that has a deadline)
+        Ok(job) if job.lease.as_ref().is_some_and(|l| l.deadline.is_some()) => {
+            rules::before_deadline(job, write, r.now()?)
+        }
+        verdict => verdict,
+    };
+    match verdict {
+        Ok(job) => Ok(job),
+        Err(refused) => {
+            r.count(&refused.counts)?;
+            Err(refused.lost.into())
+        }
+    }
+}
+
+/// Stores the end of an attempt a rule decided: its run recorded, the job moved on (every
+/// index in step), the counters. The only place an attempt ends.
+pub(crate) fn store_end(
+    r: &mut impl Records,
+    old: &JobRecord,
+    change: Change,
+) -> Result<JobRecord> {
+    let Some(run) = &change.ended else {
+        return Err(corrupt_running(old));
+    };
+    r.record_run(old, run)?;
+    r.save(old, &change.job)?;
+    r.count(&change.counts)?;
+    Ok(change.job)
+}

@@ -1,0 +1,238 @@
+//! Claims: the most urgent claimable jobs of a queue under leases, within its limits.
+//!
+//! A job is claimable if it is waiting and due, or running with an expired lease (taken
+//! over: its attempt ends as the silent holder's, then the job is granted anew if the rules
+//! leave it claimable). Of the two kinds, the expired lease goes first when it is at least
+//! as urgent ([`rules::takes_over`]); waiting jobs go by priority, then run time, then id.
+
+use super::Records;
+use super::attempt::expire;
+use crate::config::check_terms;
+use crate::error::{Error, Result};
+use crate::ids::JobId;
+use crate::input;
+use crate::job::{JobRecord, ReclaimPath};
+use crate::lease::{Lease, LeaseTerms};
+use crate::queue::QueueRecord;
+use crate::rules::{self, Granted, corrupt_running};
+
+/// Claims the most urgent claimable job of `queue` under a lease for `worker`.
+pub(crate) fn claim(
+    r: &mut impl Records,
+    queue: &str,
+    worker: &str,
+    terms: LeaseTerms,
+) -> Result<Option<Lease>> {
+    Ok(claim_batch(r, queue, worker, terms, 1)?.pop())
+}
+
+/// Claims up to `n` jobs of `queue` in one transaction, most urgent first.
+pub(crate) fn claim_batch(
+    r: &mut impl Records,
+    queue: &str,
+    worker: &str,
+    terms: LeaseTerms,
+    n: usize,
+) -> Result<Vec<Lease>> {
+    input::check_claim(queue, worker, &terms)?;
+    let (record, room) = room(r, queue)?;
+    let n = n.min(room.allowed);
+    let mut leases = Vec::with_capacity(n.min(1024));
+    // Once no lease has expired, none will within this transaction (a lease it grants ends
+    // later than any it finds), so the rest of the batch skips that search.
+    let mut expired_left = true;
+    while leases.len() < n {
+        match next_claim(r, queue, worker, terms, &mut expired_left)? {
+            Some(l) => leases.push(l),
+            None => break,
+        }
+    }
+    noted(r, queue, record, leases.len())?;
+    Ok(leases)
+}
+
+/// The next claim of a batch, inputs checked and room counted. Looks for expired leases only while
+/// `expired_left`, and clears it once it finds none.
+pub(crate) fn next_claim(
+    r: &mut impl Records,
+    queue: &str,
+    worker: &str,
+    terms: LeaseTerms,
+    expired_left: &mut bool,
+) -> Result<Option<Lease>> {
+    loop {
+        let expired = match expired_left {
+            true => next_expired(r, queue)?,
+            false => None,
+        };
+        *expired_left = expired.is_some();
+        let now = r.now()?;
+        let ready = r.next_ready(queue, now)?;
+        let job = match (ready, expired) {
+            (None, None) => return Ok(None),
+            (Some((p, id)), Some(expired)) if !rules::takes_over(&expired, Some(p)) => {
+                waiting(r, id)?
+            }
+            (Some((_, id)), None) => waiting(r, id)?,
+            (_, Some(expired)) => {
+                let (taken, _) = expire(r, &expired, ReclaimPath::Takeover)?;
+                if !rules::claimable(&taken, r.now()?) {
+                    // Out of budget or cancelled (now terminal), or timed out and waiting
+                    // out its backoff: the next candidate.
+                    continue;
+                }
+                taken
+            }
+        };
+        if let Some(lease) = grant(r, &job, worker, terms)? {
+            return Ok(Some(lease));
+        }
+        // Its attempt counter was exhausted and it is now dead: the next candidate.
+    }
+}
+
+/// The record of a job a search named: its absence is corruption.
+fn waiting(r: &mut impl Records, id: JobId) -> Result<JobRecord> {
+    r.job(id)?
+        .ok_or_else(|| Error::Corrupt(format!("an index names job {id}, which has no record")))
+}
+
+/// The running job of `queue` whose lease expired first, if any has: by the real expiry,
+/// ties by job id. Only an index entry in its real place counts: one that lags a renewal is
+/// caught up on the way (and looked at again there), so a renewed lease never goes ahead of
+/// one that expired before it.
+pub(crate) fn next_expired(r: &mut impl Records, queue: &str) -> Result<Option<JobRecord>> {
+    loop {
+        let now = r.now()?;
+        let Some(id) = r.first_indexed_expiry(queue, now)? else {
+            return Ok(None);
+        };
+        let job = waiting(r, id)?;
+        if rules::expiry_in_place(&job) && rules::lease_expired(&job, now) {
+            return Ok(Some(job));
+        }
+        catch_up(r, &job)?;
+    }
+}
+
+/// Moves a renewed lease's index entry up to its real expiry (it lags a renewal by design,
+/// see [`crate::job::LeaseRecord`]).
+pub(crate) fn catch_up(r: &mut impl Records, job: &JobRecord) -> Result<()> {
+    let mut moved = job.clone();
+    match moved.lease.as_mut() {
+        Some(lease) => lease.indexed_expiry = lease.expires_at,
+        None => return Err(corrupt_running(job)),
+    }
+    r.save(job, &moved)
+}
+
+/// What a claim of `queue` may take now ([`rules::claim_room`]), and the queue's record. A
+/// queue with a concurrency limit has its expired leases taken back first: a lease that ran
+/// out holds no slot, and its holder's late renewal must not take one back from the claim
+/// that filled it.
+pub(crate) fn room(
+    r: &mut impl Records,
+    queue: &str,
+) -> Result<(Option<QueueRecord>, rules::Room)> {
+    let mut record = r.queue(queue, false)?;
+    if record.as_ref().is_some_and(rules::counts_claims) {
+        // Held, so that the claims of every process and machine count its slots one at a
+        // time.
+        record = r.queue(queue, true)?;
+    }
+    let mut running = 0;
+    if record.as_ref().is_some_and(rules::takes_back_first) {
+        while let Some(job) = next_expired(r, queue)? {
+            expire(r, &job, ReclaimPath::Takeover)?;
+        }
+        running = r.running(queue)?;
+    }
+    let room = rules::claim_room(record.as_ref(), running, r.now()?);
+    Ok((record, room))
+}
+
+/// Keeps `claimed` claims of `queue` in its rate window, if it has a rate limit.
+pub(crate) fn noted(
+    r: &mut impl Records,
+    queue: &str,
+    record: Option<QueueRecord>,
+    claimed: usize,
+) -> Result<()> {
+    match record {
+        Some(rec) if claimed > 0 && rec.limits.rate.is_some() => {
+            let now = r.now()?;
+            r.save_queue(queue, &rules::note_claims(&rec, claimed, now))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Claims one named job if it is claimable now: waiting and due, or running with an expired
+/// lease. The conditional update of the seed design:
+/// `UPDATE jobs SET state='running', attempt=attempt+1, ... WHERE id=? AND (state='queued'
+/// OR (state='running' AND lease_expires_at <= now))`.
+pub(crate) fn claim_job(
+    r: &mut impl Records,
+    id: JobId,
+    worker: &str,
+    terms: LeaseTerms,
+) -> Result<Option<Lease>> {
+    input::check_worker(worker)?;
+    check_terms(&terms)?;
+    let job = r.job(id)?.ok_or(Error::JobNotFound(id))?;
+    let now = r.now()?;
+    if !rules::claimable(&job, now) && !rules::lease_expired(&job, now) {
+        return Ok(None);
+    }
+    let (record, room) = room(r, &job.queue)?;
+    if room.allowed == 0 {
+        return Ok(None);
+    }
+    // (taking back the queue's expired leases may have made this one claimable)
+    let job = r.job(id)?.ok_or(Error::JobNotFound(id))?;
+    let job = match rules::lease_expired(&job, r.now()?) {
+        true => expire(r, &job, ReclaimPath::Takeover)?.0,
+        false => job,
+    };
+    if !rules::claimable(&job, r.now()?) {
+        return Ok(None);
+    }
+    let lease = grant(r, &job, worker, terms)?;
+    noted(r, &job.queue, record, usize::from(lease.is_some()))?;
+    Ok(lease)
+}
+
+/// Starts a new attempt of the waiting `job` under a lease for `worker` ([`rules::grant`]). A
+/// job whose attempt counter is exhausted is dead instead (`None`).
+fn grant(
+    r: &mut impl Records,
+    job: &JobRecord,
+    worker: &str,
+    terms: LeaseTerms,
+) -> Result<Option<Lease>> {
+    let now = r.now()?;
+    let new = match rules::grant(job, worker, terms, now) {
+        Granted::Exhausted(dead) => {
+            r.save(job, &dead)?;
+            return Ok(None);
+        }
+        Granted::Lease(new) => new,
+    };
+    r.save(job, &new)?;
+    let Some(granted) = new.lease.as_ref() else {
+        return Err(corrupt_running(&new));
+    };
+    let (expires_at, deadline) = (granted.expires_at, granted.deadline);
+    let payload = r.payload(new.id)?;
+    Ok(Some(Lease {
+        job: new.id,
+        attempt: new.attempt,
+        queue: new.queue,
+        worker: worker.to_owned(),
+        claimed_at: now,
+        expires_at,
+        length: terms.length,
+        deadline,
+        payload,
+    }))
+}

@@ -1,0 +1,81 @@
+//! The lease protocol, written once: each operation is a function over one engine's write
+//! transaction ([`Records`]). What becomes of a job is the rule book's ([`crate::rules`]);
+//! these functions are the sequence around each rule (find the record, fence it, ask the
+//! rule, store what it decided, count, wake), and the engines only load and save.
+//!
+//! The rules every function here keeps:
+//! * A claim is one conditional update: a job is taken only if it is waiting and due, or
+//!   running with an expired lease (takeover). Every claim increments `attempt`.
+//! * A fenced write (heartbeat, complete, fail, release) first checks that the job is
+//!   `Running` under the caller's attempt ([`rules::fence`]) and changes *nothing* if not:
+//!   the caller gets [`crate::LeaseLost`] with what was found, and only a counter moves.
+//! * An attempt ends in exactly one place ([`store_end`]), which records its run, so
+//!   history has one record per ended attempt.
+//!
+//! An engine may answer an operation by a shortcut of its own where that pays (PostgreSQL's
+//! one-statement claims, renewals and completions, `src/postgres/fast.rs`); each names the
+//! function here it mirrors, and the shared suites hold both to the same answers.
+//!
+//! | file | one idea |
+//! |---|---|
+//! | `records.rs` | what an engine implements: records loaded and saved in a transaction |
+//! | `attempt.rs` | an attempt's life: granted, renewed, ended, expired |
+//! | `claim.rs` | claims: the claim order, takeover, a queue's limits |
+//! | `operate.rs` | the rest: enqueue, cancel, retry, reclaims, queues' settings, schedules |
+
+mod attempt;
+mod claim;
+mod operate;
+mod records;
+
+use std::time::Duration;
+
+pub(crate) use attempt::{complete, expire, fail, heartbeat, release, snooze, time_out};
+pub(crate) use claim::{claim, claim_batch, claim_job, next_claim, noted, room};
+pub(crate) use operate::{
+    cancel, declare_schedule, enqueue, enqueue_batch, fire_schedules, mark_served, pause_queue,
+    pause_schedule, reap_batch, remove_schedule, retry, set_queue_limits,
+};
+pub(crate) use records::{HeldSchedule, Inserted, Records};
+
+use crate::retry::RetryPolicy;
+
+/// A store's policy, fixed at open, the same on every engine: what the rules need to know of
+/// the store they run in.
+#[derive(Clone, Debug)]
+pub(crate) struct Policy {
+    pub retry: RetryPolicy,
+    pub default_max_attempts: u32,
+    pub max_payload: usize,
+    /// How many records one bounded batch (a reaper's, a purge's) looks at.
+    pub reap_batch: usize,
+    /// How long succeeded and cancelled jobs are kept; `None`: until purged.
+    pub retention: Option<Duration>,
+}
+
+impl Default for Policy {
+    fn default() -> Policy {
+        Policy {
+            retry: RetryPolicy::default(),
+            default_max_attempts: crate::config::DEFAULT_MAX_ATTEMPTS,
+            max_payload: crate::config::DEFAULT_MAX_PAYLOAD,
+            reap_batch: crate::config::DEFAULT_REAP_BATCH,
+            retention: None,
+        }
+    }
+}
+
+impl Policy {
+    /// Refuses a policy no store can run by: a backoff that is not one, a budget of no
+    /// attempt, a batch of nothing (a loop over batches would never end).
+    pub(crate) fn check(&self) -> Result<(), crate::ConfigError> {
+        self.retry.validate()?;
+        if self.default_max_attempts == 0 {
+            return Err(crate::ConfigError::ZeroMaxAttempts);
+        }
+        if self.reap_batch == 0 {
+            return Err(crate::ConfigError::ZeroBatch);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,220 @@
+//! Everything but an attempt's own life: enqueueing (unique keys), an operator's cancel and
+//! retry, the reaper's batches, a queue's settings and served mark, and schedules.
+
+use super::attempt::expire;
+use super::claim::catch_up;
+use super::{Inserted, Records};
+use crate::batches::Batch;
+use crate::error::{Error, Result};
+use crate::ids::{JobId, StoreTime};
+use crate::input;
+use crate::job::{JobRecord, JobState, NewJob, ReclaimPath};
+use crate::queue::QueueLimits;
+use crate::report::Reclaim;
+use crate::rules::{self, Firing};
+use crate::schedule::Schedule;
+
+/// Enqueues a job; with a unique key that another job holds ([`rules::holds_key`]), returns
+/// that job instead.
+pub(crate) fn enqueue(r: &mut impl Records, new: &NewJob) -> Result<JobId> {
+    let max_payload = r.policy().max_payload;
+    input::check_new_job(new, max_payload)?;
+    if let Some(key) = &new.unique_key
+        && let Some(holder) = key_holder(r, &new.queue, key)?
+    {
+        return Ok(holder.id);
+    }
+    let now = r.now()?;
+    let job = rules::new_job(
+        new,
+        JobId(0),
+        r.policy().default_max_attempts,
+        max_payload,
+        now,
+    )?;
+    match r.insert(&job, &new.payload)? {
+        Inserted::Made(id) | Inserted::KeyTaken(id) => Ok(id),
+    }
+}
+
+/// Enqueues many jobs, all or none: every input is checked before anything is written.
+pub(crate) fn enqueue_batch(r: &mut impl Records, jobs: &[NewJob]) -> Result<Vec<JobId>> {
+    let max_payload = r.policy().max_payload;
+    for job in jobs {
+        input::check_new_job(job, max_payload)?;
+    }
+    jobs.iter().map(|j| enqueue(r, j)).collect()
+}
+
+/// The job that holds `key` in `queue` now ([`rules::holds_key`]); a finished one whose
+/// window ran out gives the key up here (stored), and is not the answer.
+fn key_holder(r: &mut impl Records, queue: &str, key: &str) -> Result<Option<JobRecord>> {
+    let Some(holder) = r.key_holder(queue, key)? else {
+        return Ok(None);
+    };
+    let now = r.now()?;
+    if rules::holds_key(&holder, now) {
+        return Ok(Some(holder));
+    }
+    r.save(&holder, &rules::release_key(&holder, now))?;
+    Ok(None)
+}
+
+/// Cancels a job: a waiting one at once; a running one is flagged, and its holder learns of
+/// it at its next heartbeat (or the attempt's end, whichever comes first). Returns its state
+/// and whether anything changed (a cancelled job stays as it is).
+pub(crate) fn cancel(r: &mut impl Records, id: JobId) -> Result<(JobState, bool)> {
+    let job = r.job(id)?.ok_or(Error::JobNotFound(id))?;
+    let (new, answer) = rules::cancel(&job, r.now()?)?;
+    let changed = new.is_some();
+    if let Some(new) = new {
+        r.save(&job, &new)?;
+    }
+    Ok((answer, changed))
+}
+
+/// Puts a dead or cancelled job back in the queue with a fresh retry budget (an operator's
+/// decision). Its history is kept; its next claim is a new attempt.
+///
+/// A unique key deduplicates live jobs, and a finished job's key is free for a new one: if a
+/// live job has taken it since, the retry is refused ([`Error::UniqueKeyHeld`]) rather than
+/// make two live jobs hold one key. Refused, not re-keyed: the key is what the application
+/// deduplicates by, and the live job already does the work it names.
+pub(crate) fn retry(r: &mut impl Records, id: JobId) -> Result<()> {
+    let job = r.job(id)?.ok_or(Error::JobNotFound(id))?;
+    let holder = match &job.unique_key {
+        Some(key) => r.key_holder(&job.queue, key)?,
+        None => None,
+    };
+    let (new, released) = rules::retry(&job, holder.as_ref(), r.now()?)?;
+    if let (Some(holder), Some(released)) = (&holder, &released) {
+        r.save(holder, released)?;
+    }
+    r.save(&job, &new)
+}
+
+/// Takes back up to `limit` leases: on the reaper path those expired at or before now, on
+/// the recovery path every lease (their holder's process is known to be gone). An index
+/// entry that lags a renewal is caught up instead.
+pub(crate) fn reap_batch(
+    r: &mut impl Records,
+    limit: usize,
+    path: ReclaimPath,
+) -> Result<Batch<Reclaim>> {
+    let now = r.now()?;
+    let bound = match path {
+        ReclaimPath::Recovery => StoreTime(u64::MAX),
+        _ => now,
+    };
+    let ids = r.indexed_expiries(bound, limit)?;
+    let mut reclaimed = Vec::new();
+    for &id in &ids {
+        let Some(job) = r.job(id)? else {
+            continue;
+        };
+        if path == ReclaimPath::Recovery || rules::lease_expired(&job, now) {
+            reclaimed.push(expire(r, &job, path)?.1);
+        } else if job.state == JobState::Running {
+            catch_up(r, &job)?;
+        }
+    }
+    Ok(Batch {
+        items: reclaimed,
+        looked: ids.len(),
+    })
+}
+
+/// Marks `queue` as served now: a worker asked it for work or renewed one of its leases
+/// (see [`crate::queue`]).
+pub(crate) fn mark_served(r: &mut impl Records, queue: &str) -> Result<()> {
+    let record = r.queue(queue, false)?;
+    let now = r.now()?;
+    r.save_queue(queue, &rules::served(record, now))
+}
+
+/// Pauses `queue` (or resumes it): claims take none of its jobs while it is paused, in any
+/// process; running jobs finish. A resume wakes its waiting workers.
+pub(crate) fn pause_queue(r: &mut impl Records, queue: &str, pause: bool) -> Result<()> {
+    input::check_queue(queue)?;
+    let record = r.queue(queue, true)?;
+    r.save_queue(queue, &rules::paused(record.as_ref(), pause))?;
+    if !pause {
+        r.readied(queue)?;
+    }
+    Ok(())
+}
+
+/// Sets `queue`'s limits ([`rules::limited`]), waking its waiters, which may have more room.
+pub(crate) fn set_queue_limits(
+    r: &mut impl Records,
+    queue: &str,
+    limits: QueueLimits,
+) -> Result<()> {
+    input::check_queue(queue)?;
+    let record = r.queue(queue, true)?;
+    r.save_queue(queue, &rules::limited(record.as_ref(), limits)?)?;
+    r.readied(queue)
+}
+
+/// Declares a schedule ([`rules::declare`]): new, or as it was but for its job and catch-up.
+pub(crate) fn declare_schedule(r: &mut impl Records, s: &Schedule, wall: i64) -> Result<()> {
+    let existing = r.schedule(s.name())?;
+    let now = r.now()?;
+    let record = rules::declare(existing.as_ref(), s, r.policy().max_payload, now, wall)?;
+    if existing.as_ref() != Some(&record) {
+        r.save_schedule(&record)?;
+    }
+    // Declared anew, it is checked anew: a failure it had is the next pass's to find.
+    r.note_schedule_failure(s.name(), None)
+}
+
+/// Fires every schedule whose tick has come ([`rules::firing`]): each tick's job enqueued
+/// in this transaction, which also moves the schedule's cursor past it, so a tick fires once
+/// whichever process's scheduler comes first. A schedule that cannot fire (its record
+/// unreadable, its ticks refused) is passed over with its failure kept beside it, and the
+/// others fire. Returns the jobs enqueued.
+pub(crate) fn fire_schedules(r: &mut impl Records, wall: i64) -> Result<Vec<JobId>> {
+    let held = r.schedules()?;
+    let now = r.now()?;
+    let mut enqueued = Vec::new();
+    for (name, record, kept) in held {
+        let failure = match rules::firing(record, now, wall, r.policy().max_payload) {
+            Firing::Fire { jobs, save } => {
+                for job in &jobs {
+                    enqueued.push(enqueue(r, job)?);
+                }
+                if let Some(new) = save {
+                    r.save_schedule(&new)?;
+                }
+                None
+            }
+            Firing::Failed(why) => {
+                tracing::warn!(schedule = %name, error = %why, "a schedule could not fire; the others did");
+                Some(why)
+            }
+        };
+        if failure != kept {
+            r.note_schedule_failure(&name, failure.as_deref())?;
+        }
+    }
+    Ok(enqueued)
+}
+
+/// Pauses (or resumes) a schedule: no tick of a paused one fires.
+pub(crate) fn pause_schedule(r: &mut impl Records, name: &str, paused: bool) -> Result<()> {
+    let mut record = r
+        .schedule(name)?
+        .ok_or_else(|| Error::ScheduleNotFound(name.to_owned()))?;
+    if record.paused != paused {
+        record.paused = paused;
+        r.save_schedule(&record)?;
+    }
+    Ok(())
+}
+
+/// Removes a schedule; its jobs already enqueued stay. `false` if there was none.
+pub(crate) fn remove_schedule(r: &mut impl Records, name: &str) -> Result<bool> {
+    let removed = r.remove_schedule(name)?;
+    r.note_schedule_failure(name, None)?;
+    Ok(removed)
+}

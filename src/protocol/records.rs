@@ -1,0 +1,103 @@
+//! What the protocol asks of an engine: a place that loads and saves records inside one
+//! write transaction. Each engine implements [`Records`] over its own transaction (redb's
+//! tables and indexes, PostgreSQL's rows); nothing here decides what becomes of a job.
+//!
+//! The contract every implementation keeps:
+//! * A record loaded for writing ([`Records::job`], and every job a search returns) is the
+//!   transaction's until it ends: no other writer changes it meanwhile (redb has one writer;
+//!   PostgreSQL locks the row, and a search passes over rows another transaction holds).
+//! * [`Records::save`] keeps every index in step with the record, and notes a queue that
+//!   gained a waiting job so its idle workers are woken once the transaction commits.
+//! * Time is the store's: [`Records::now`] never runs backwards within a store.
+
+use crate::error::Result;
+use crate::ids::{Attempt, JobId, StoreTime};
+use crate::job::{JobRecord, Outcome, RunRecord};
+use crate::queue::QueueRecord;
+use crate::schedule::ScheduleRecord;
+use crate::stats::Counters;
+
+use super::Policy;
+
+/// A new job's place, as [`Records::insert`] found it.
+pub(crate) enum Inserted {
+    /// Stored under this id.
+    Made(JobId),
+    /// Another transaction's job took the unique key meanwhile (only where writers run side
+    /// by side): that job is the answer, and nothing was stored.
+    KeyTaken(JobId),
+}
+
+/// One write transaction of an engine, as the protocol sees it.
+pub(crate) trait Records {
+    /// The store's policy.
+    fn policy(&self) -> &Policy;
+    /// Store time now.
+    fn now(&mut self) -> Result<StoreTime>;
+
+    // ----- jobs -----
+
+    /// The job's record, if it exists, held for writing.
+    fn job(&mut self, id: JobId) -> Result<Option<JobRecord>>;
+    /// Stores a new job (its id is the engine's to give: `job.id` is ignored) and its
+    /// payload.
+    fn insert(&mut self, job: &JobRecord, payload: &[u8]) -> Result<Inserted>;
+    /// Stores `new` over `old`, every index in step.
+    fn save(&mut self, old: &JobRecord, new: &JobRecord) -> Result<()>;
+    /// Stores a change that moves no index entry: a renewal (its lease's expiry, progress,
+    /// `updated_at`; see [`crate::job::LeaseRecord`] for why the expiry entry may lag).
+    fn renew(&mut self, renewed: &JobRecord) -> Result<()>;
+    /// The job's payload.
+    fn payload(&mut self, id: JobId) -> Result<Vec<u8>>;
+    /// Keeps a succeeded attempt's output (never called with an empty one).
+    fn keep_output(&mut self, id: JobId, output: &[u8]) -> Result<()>;
+    /// Records an ended attempt (`old` as it ran, `run` as it ended).
+    fn record_run(&mut self, old: &JobRecord, run: &RunRecord) -> Result<()>;
+    /// How the attempt ended, if its end was recorded (the fence asks why it refuses).
+    fn run_outcome(&mut self, id: JobId, attempt: Attempt) -> Result<Option<Outcome>>;
+    /// Adds what a rule counted to the store's counters.
+    fn count(&mut self, counts: &Counters) -> Result<()>;
+    /// Tells `queue`'s waiting workers, once the transaction commits, that it has work.
+    fn readied(&mut self, queue: &str) -> Result<()>;
+
+    // ----- finding jobs -----
+
+    /// The job that holds `key` in `queue` by the unique index, held for writing.
+    fn key_holder(&mut self, queue: &str, key: &str) -> Result<Option<JobRecord>>;
+    /// The most urgent waiting job of `queue` due at `now` ([`crate::rules`]'s claim order:
+    /// priority, then run time, then id), and its priority.
+    fn next_ready(&mut self, queue: &str, now: StoreTime) -> Result<Option<(i32, JobId)>>;
+    /// The running job of `queue` whose *indexed* expiry is first, at or before `bound` (the
+    /// entry may lag a renewal: the caller checks the record).
+    fn first_indexed_expiry(&mut self, queue: &str, bound: StoreTime) -> Result<Option<JobId>>;
+    /// Up to `limit` running jobs of any queue whose indexed expiry is at or before `bound`.
+    fn indexed_expiries(&mut self, bound: StoreTime, limit: usize) -> Result<Vec<JobId>>;
+    /// How many jobs of `queue` are running.
+    fn running(&mut self, queue: &str) -> Result<u64>;
+
+    // ----- queues and schedules -----
+
+    /// The record of `queue`, if it has one; `lock` holds it for writing where writers run
+    /// side by side (claims of a limited queue count its free slots one at a time).
+    fn queue(&mut self, queue: &str, lock: bool) -> Result<Option<QueueRecord>>;
+    /// Stores the record of `queue`.
+    fn save_queue(&mut self, queue: &str, record: &QueueRecord) -> Result<()>;
+    /// Every schedule whose record this transaction can hold (where several machines fire at
+    /// once, one held by another is passed over: that one fires it), each with the failure
+    /// kept beside it.
+    fn schedules(&mut self) -> Result<Vec<HeldSchedule>>;
+    /// The record of schedule `name`, held for writing (two declaring it at once are one
+    /// after the other).
+    fn schedule(&mut self, name: &str) -> Result<Option<ScheduleRecord>>;
+    /// Stores a schedule's record.
+    fn save_schedule(&mut self, record: &ScheduleRecord) -> Result<()>;
+    /// Removes schedule `name`; `false` if there was none.
+    fn remove_schedule(&mut self, name: &str) -> Result<bool>;
+    /// Keeps the failure of schedule `name` beside it (`None`: it has none), writing only a
+    /// change.
+    fn note_schedule_failure(&mut self, name: &str, failure: Option<&str>) -> Result<()>;
+}
+
+/// A schedule as [`Records::schedules`] finds it: its name, its record (or why it cannot be
+/// read), and the failure kept beside it.
+pub(crate) type HeldSchedule = (String, Result<ScheduleRecord>, Option<String>);

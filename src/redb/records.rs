@@ -1,0 +1,234 @@
+//! The protocol's records on redb ([`Records`] for a write transaction, [`Tx`]): job records
+//! and their indexes through [`index::save`], the time the transaction acts at, the tallies
+//! it persists when it commits. Nothing here decides what becomes of a job.
+
+use redb::ReadableTable;
+
+use crate::codec;
+use crate::error::{Error, Result};
+use crate::ids::{Attempt, JobId, StoreTime};
+use crate::job::{JobRecord, JobState, Outcome, RunRecord};
+use crate::protocol::{HeldSchedule, Inserted, Policy, Records};
+use crate::queue::QueueRecord;
+use crate::redb_store::writing::Tx;
+use crate::redb_store::{index, search};
+use crate::rules;
+use crate::schedule::ScheduleRecord;
+use crate::stats::Counters;
+
+impl Records for Tx<'_> {
+    fn policy(&self) -> &Policy {
+        &self.policy.rules
+    }
+
+    /// A redb transaction acts at one instant (one writer at a time: nothing can happen
+    /// between its statements).
+    fn now(&mut self) -> Result<StoreTime> {
+        Ok(self.now)
+    }
+
+    fn job(&mut self, id: JobId) -> Result<Option<JobRecord>> {
+        self.tables.job(id)
+    }
+
+    fn insert(&mut self, job: &JobRecord, payload: &[u8]) -> Result<Inserted> {
+        let id = self.next_job_id()?;
+        let job = JobRecord { id, ..job.clone() };
+        self.tables.payloads.insert(id.0, payload)?;
+        index::save(self, None, &job)?;
+        Ok(Inserted::Made(id))
+    }
+
+    /// Also keeps the file's processes' ledger: a lease granted here is recorded as held by
+    /// this handle's instance, and forgotten when its attempt ends.
+    fn save(&mut self, old: &JobRecord, new: &JobRecord) -> Result<()> {
+        index::save(self, Some(old), new)?;
+        let was_running = old.state == JobState::Running;
+        let running = new.state == JobState::Running;
+        if running && let Some(lease) = &new.lease {
+            self.tally.wrote_time(lease.expires_at);
+            if (!was_running || old.attempt != new.attempt)
+                && let Some(instance) = self.policy.instance
+            {
+                self.tables.hold(new.id, instance, new.attempt.0)?;
+            }
+        }
+        if was_running && !running {
+            self.tables.unhold(old.id)?;
+        }
+        Ok(())
+    }
+
+    fn renew(&mut self, renewed: &JobRecord) -> Result<()> {
+        if let Some(lease) = &renewed.lease {
+            self.tally.wrote_time(lease.expires_at);
+        }
+        // A renewal moves no index entry (the expiry entry catches up later), so the record
+        // is rewritten in place.
+        index::rewrite(self, renewed)
+    }
+
+    fn payload(&mut self, id: JobId) -> Result<Vec<u8>> {
+        self.tables
+            .payloads
+            .get(id.0)?
+            .map(|p| p.value().to_vec())
+            .ok_or_else(|| Error::Corrupt(format!("job {id} has no payload")))
+    }
+
+    fn keep_output(&mut self, id: JobId, output: &[u8]) -> Result<()> {
+        self.tables.outputs.insert(id.0, output)?;
+        Ok(())
+    }
+
+    fn record_run(&mut self, old: &JobRecord, run: &RunRecord) -> Result<()> {
+        self.tables
+            .history
+            .insert((old.id.0, old.attempt.0), codec::encode(run).as_slice())?;
+        Ok(())
+    }
+
+    fn run_outcome(&mut self, id: JobId, attempt: Attempt) -> Result<Option<Outcome>> {
+        let Some(bytes) = self.tables.history.get((id.0, attempt.0))? else {
+            return Ok(None);
+        };
+        let run: RunRecord = codec::decode(bytes.value())
+            .map_err(|e| Error::Corrupt(format!("history of job {id} attempt {attempt}: {e}")))?;
+        Ok(run.outcome)
+    }
+
+    fn count(&mut self, counts: &Counters) -> Result<()> {
+        self.tally.add(counts);
+        Ok(())
+    }
+
+    fn readied(&mut self, queue: &str) -> Result<()> {
+        if !self.tally.readied.contains(queue) {
+            self.tally.readied.insert(queue.to_owned());
+        }
+        Ok(())
+    }
+
+    fn key_holder(&mut self, queue: &str, key: &str) -> Result<Option<JobRecord>> {
+        match self.tables.unique.get((queue, key))? {
+            Some(id) => Ok(Some(load(self, JobId(id.value()))?)),
+            None => Ok(None),
+        }
+    }
+
+    fn next_ready(&mut self, queue: &str, now: StoreTime) -> Result<Option<(i32, JobId)>> {
+        search::next_ready(&self.tables.ready, queue, now)
+    }
+
+    fn first_indexed_expiry(&mut self, queue: &str, bound: StoreTime) -> Result<Option<JobId>> {
+        Ok(search::first_expiry_entry(&self.tables.expiry, queue, bound.0)?.map(|(_, id)| id))
+    }
+
+    fn indexed_expiries(&mut self, bound: StoreTime, limit: usize) -> Result<Vec<JobId>> {
+        let mut ids = Vec::new();
+        for queue in search::running_queues(&self.tables.counts)? {
+            let range = (queue.as_str(), 0u64, 0u64)..=(queue.as_str(), bound.0, u64::MAX);
+            for entry in self.tables.expiry.range(range)? {
+                if ids.len() == limit {
+                    return Ok(ids);
+                }
+                ids.push(JobId(entry?.0.value().2));
+            }
+        }
+        Ok(ids)
+    }
+
+    fn running(&mut self, queue: &str) -> Result<u64> {
+        Tx::count(self, queue, JobState::Running)
+    }
+
+    fn queue(&mut self, queue: &str, _lock: bool) -> Result<Option<QueueRecord>> {
+        match self.tables.queues()?.get(queue)? {
+            Some(b) => codec::decode(b.value())
+                .map(Some)
+                .map_err(|e| Error::Corrupt(format!("the record of queue {queue:?}: {e}"))),
+            None => Ok(None),
+        }
+    }
+
+    fn save_queue(&mut self, queue: &str, record: &QueueRecord) -> Result<()> {
+        self.tables
+            .queues()?
+            .insert(queue, codec::encode(record).as_slice())?;
+        self.tally.writes += 1;
+        Ok(())
+    }
+
+    fn schedules(&mut self) -> Result<Vec<HeldSchedule>> {
+        let mut held = Vec::new();
+        for entry in self.tables.schedules()?.iter()? {
+            let (name, bytes) = entry?;
+            let name = name.value().to_owned();
+            let record = decode_schedule(&name, bytes.value());
+            held.push((name, record, None));
+        }
+        for (name, _, kept) in &mut held {
+            *kept = self.failure(name)?;
+        }
+        Ok(held)
+    }
+
+    fn schedule(&mut self, name: &str) -> Result<Option<ScheduleRecord>> {
+        match self.tables.schedules()?.get(name)? {
+            Some(b) => decode_schedule(name, b.value()).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    fn save_schedule(&mut self, record: &ScheduleRecord) -> Result<()> {
+        self.tables
+            .schedules()?
+            .insert(record.name.as_str(), codec::encode(record).as_slice())?;
+        self.tally.writes += 1;
+        Ok(())
+    }
+
+    fn remove_schedule(&mut self, name: &str) -> Result<bool> {
+        let removed = self.tables.schedules()?.remove(name)?.is_some();
+        if removed {
+            self.tally.writes += 1;
+        }
+        Ok(removed)
+    }
+
+    fn note_schedule_failure(&mut self, name: &str, failure: Option<&str>) -> Result<()> {
+        if self.failure(name)?.as_deref() == failure {
+            return Ok(());
+        }
+        let key = rules::schedule_failure_key(name);
+        match failure {
+            Some(failure) => self.tables.meta.insert(key.as_str(), failure.as_bytes())?,
+            None => self.tables.meta.remove(key.as_str())?,
+        };
+        self.tally.writes += 1;
+        Ok(())
+    }
+}
+
+impl Tx<'_> {
+    /// The failure kept beside schedule `name`, if any.
+    fn failure(&self, name: &str) -> Result<Option<String>> {
+        let key = rules::schedule_failure_key(name);
+        Ok(self
+            .tables
+            .meta
+            .get(key.as_str())?
+            .map(|v| String::from_utf8_lossy(v.value()).into_owned()))
+    }
+}
+
+pub(crate) fn decode_schedule(name: &str, bytes: &[u8]) -> Result<ScheduleRecord> {
+    codec::decode(bytes).map_err(|e| Error::Corrupt(format!("schedule {name:?}: {e}")))
+}
+
+/// The record of job `id`, which an index named: its absence is corruption.
+pub(crate) fn load(tx: &Tx<'_>, id: JobId) -> Result<JobRecord> {
+    tx.tables
+        .job(id)?
+        .ok_or_else(|| Error::Corrupt(format!("an index names job {id}, which has no record")))
+}
