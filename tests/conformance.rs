@@ -1,5 +1,6 @@
 //! The lease protocol's rules, each a function over a backend, run against the redb store
-//! and (where `LEASEHOLD_PG_URL` names a server) the PostgreSQL store, both on a manual
+//! and (where `LEASEHOLD_PG_URL` names a server) the PostgreSQL store twice, with its
+//! one-statement shortcuts and without them (the protocol's own steps), all on a manual
 //! clock: the same calls must give the same answers, to the nanosecond of store time.
 //! Differences between the backends are allowed only where `docs/design.md` ("One protocol,
 //! two backends") lists them, and none of these rules is one. (The lease store's own suite,
@@ -41,7 +42,7 @@ fn conformance(kind: Kind) -> Backend {
     )
 }
 
-on_both::on_both!(with conformance;
+on_both::on_both!(with conformance; and protocol;
 
     a_claim_takes_the_most_urgent_due_job_and_a_delayed_one_when_its_time_comes,
     an_expired_lease_is_taken_over_on_time_and_every_write_of_the_old_holder_is_refused,

@@ -96,7 +96,18 @@ proptest! {
             return Ok(()); // said once by the PostgreSQL suite; nothing to run against
         };
         let schema = format!("lh_model_{}_{}", std::process::id(), next_schema());
-        run(Harness::postgres(&url, &schema), &ops)?;
+        run(Harness::postgres(&url, &schema, true), &ops)?;
+    }
+
+    /// The same on the protocol's own steps alone: the store takes none of its
+    /// one-statement shortcuts, which must agree with those steps (and the model).
+    #[test]
+    fn the_postgres_store_without_its_shortcuts_behaves_like_the_model_under_any_sequence(ops in proptest::collection::vec(op(), 1..40)) {
+        let Ok(url) = std::env::var("LEASEHOLD_PG_URL") else {
+            return Ok(());
+        };
+        let schema = format!("lh_model_{}_{}", std::process::id(), next_schema());
+        run(Harness::postgres(&url, &schema, false), &ops)?;
     }
 }
 

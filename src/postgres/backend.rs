@@ -185,7 +185,7 @@ impl PgStore {
             let claimed = match claim {
                 Some((queue, worker, terms, n)) => {
                     let claimed = fast::claim_batch(r, queue, worker, terms, n, beside)?;
-                    fast::mark_served(r.tx, r.p, &marks)?;
+                    fast::mark_served(r, &marks)?;
                     claimed
                 }
                 None => Vec::new(),
@@ -372,7 +372,7 @@ impl LeaseBackend for PgStore {
         let marks = self.marks_due(beats.iter().map(|(l, _)| l.queue.as_str()));
         self.records(|r| {
             let renewed = fast::heartbeat_batch(r, &leases)?;
-            fast::mark_served(r.tx, r.p, &marks)?;
+            fast::mark_served(r, &marks)?;
             Ok(renewed)
         })
     }
@@ -397,7 +397,7 @@ impl LeaseBackend for PgStore {
         self.records(|r| {
             fast::complete(r, lease.job, lease.attempt, output, progress)?;
             let claimed = fast::claim_batch(r, &lease.queue, &lease.worker, terms, 1, None)?;
-            fast::mark_served(r.tx, r.p, &marks)?;
+            fast::mark_served(r, &marks)?;
             Ok(claimed.into_iter().next())
         })
     }

@@ -42,7 +42,7 @@ RETURNING id";
 /// Enqueues a job: one statement, unless a unique key may answer with its holder
 /// ([`protocol::enqueue`] then).
 pub(crate) fn enqueue(r: &mut PgRecords<'_, '_, '_>, new: &NewJob) -> Result<JobId> {
-    if new.unique_key.is_some() {
+    if new.unique_key.is_some() || !r.shortcuts() {
         return protocol::enqueue(r, new);
     }
     let policy = r.policy();
@@ -84,6 +84,9 @@ RETURNING id";
 /// Enqueues many jobs, all or none (a refused one rolls the transaction back): each run of
 /// plain jobs is one statement; a job with a unique key or metadata is enqueued alone.
 pub(crate) fn enqueue_batch(r: &mut PgRecords<'_, '_, '_>, jobs: &[NewJob]) -> Result<Vec<JobId>> {
+    if !r.shortcuts() {
+        return protocol::enqueue_batch(r, jobs);
+    }
     for job in jobs {
         input::check_new_job(job, r.policy().max_payload)?;
     }
@@ -200,6 +203,12 @@ pub(crate) fn claim_batch(
     n: usize,
     beside: Option<&Beside<'_>>,
 ) -> Result<Vec<Lease>> {
+    if !r.shortcuts() {
+        if let Some(beside) = beside {
+            (beside.settle)();
+        }
+        return protocol::claim_batch(r, queue, worker, terms, n);
+    }
     input::check_claim(queue, worker, &terms)?;
     // One statement for the common case: is a lease of the queue expired, is the queue
     // paused or limited? (A queue with neither needs no more.)
@@ -388,6 +397,9 @@ pub(crate) fn heartbeat(
     at: Attempt,
     progress: u64,
 ) -> Result<Renewal> {
+    if !r.shortcuts() {
+        return protocol::heartbeat(r, job, at, progress);
+    }
     match renew(r.tx, r.p, job, at, progress)? {
         Some(expires_at) => Ok(Renewal::Renewed { expires_at }),
         // Cancelled, stalled, timed out or refused: the protocol's own steps say which.
@@ -415,6 +427,16 @@ pub(crate) fn heartbeat_batch(
     r: &mut PgRecords<'_, '_, '_>,
     leases: &[(JobId, Attempt, u64)],
 ) -> Result<Vec<Result<Renewal>>> {
+    if !r.shortcuts() {
+        let mut answers = Vec::with_capacity(leases.len());
+        for &(job, at, progress) in leases {
+            answers.push(match protocol::heartbeat(r, job, at, progress) {
+                Err(e) if !e.is_lease_lost() => return Err(e),
+                answer => answer,
+            });
+        }
+        return Ok(answers);
+    }
     let renew = r.p.get(r.tx, RENEW_MANY)?;
     // In id order, as a batch of completions locks its rows (see [`COMPLETE_MANY`]): a
     // pool renews the jobs it is also completing.
@@ -501,6 +523,10 @@ pub(crate) fn complete_many(
     r: &mut PgRecords<'_, '_, '_>,
     done: &[(JobId, Attempt, &[u8], Option<u64>)],
 ) -> Result<std::collections::HashSet<(JobId, Attempt)>> {
+    if !r.shortcuts() {
+        // (the caller completes each one by one)
+        return Ok(Default::default());
+    }
     let st = r.p.get(r.tx, COMPLETE_MANY)?;
     let mut done = done.to_vec();
     done.sort_by_key(|d| d.0);
@@ -516,18 +542,24 @@ pub(crate) fn complete_many(
 
 /// Marks `queues` as served now: a worker asked them for work or renewed one of their
 /// leases (see [`crate::queue`]).
-pub(crate) fn mark_served(tx: Tx<'_, '_>, p: &mut Prepared<'_>, queues: &[String]) -> Result<()> {
+pub(crate) fn mark_served(r: &mut PgRecords<'_, '_, '_>, queues: &[String]) -> Result<()> {
     if queues.is_empty() {
         return Ok(());
     }
-    let st = p.get(
-        tx,
+    if !r.shortcuts() {
+        for queue in queues {
+            protocol::mark_served(r, queue)?;
+        }
+        return Ok(());
+    }
+    let st = r.p.get(
+        r.tx,
         "INSERT INTO {s}.leasehold_queues AS q (queue, served_at)
          SELECT unnest($1::text[]), {now}
          ON CONFLICT (queue) DO UPDATE
          SET served_at = greatest(q.served_at, excluded.served_at)",
     )?;
-    tx.execute(&st, &[&queues])?;
+    r.tx.execute(&st, &[&queues])?;
     Ok(())
 }
 

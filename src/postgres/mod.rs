@@ -76,9 +76,21 @@ pub(crate) struct Settings {
     connections: usize,
     statement_timeout: Duration,
     pub(crate) side_by_side_from: usize,
+    /// Whether the one-statement shortcuts (`fast.rs`) are taken (always, but in the suites
+    /// that hold them to the protocol's own steps).
+    pub(crate) shortcuts: bool,
 }
 
 impl PgStoreBuilder {
+    /// For the conformance tests: with `false`, every operation runs the protocol's own
+    /// steps ([`crate::protocol`] over this engine's records) and none of the one-statement
+    /// shortcuts, so that the suites hold the shortcuts to the same answers.
+    #[doc(hidden)]
+    pub fn shortcuts(mut self, on: bool) -> PgStoreBuilder {
+        self.settings.shortcuts = on;
+        self
+    }
+
     /// For the conformance tests: every transaction reads store time from `clock` (as
     /// microseconds since the Unix epoch) instead of the database's clock.
     #[doc(hidden)]
@@ -328,6 +340,7 @@ impl PgStore {
                 connections: 16,
                 statement_timeout: Duration::from_secs(30),
                 side_by_side_from: 64,
+                shortcuts: true,
             },
             simulated_clock: None,
         }

@@ -66,6 +66,11 @@ impl<'a, 'b, 'c> PgRecords<'a, 'b, 'c> {
         }
     }
 
+    /// Whether the one-statement shortcuts of `fast.rs` are taken.
+    pub(crate) fn shortcuts(&self) -> bool {
+        self.settings.shortcuts
+    }
+
     fn get(&mut self, template: &'static str) -> Result<postgres::Statement> {
         self.p.get(self.tx, template)
     }
@@ -387,6 +392,38 @@ impl Records for PgRecords<'_, '_, '_> {
             "SELECT count(*) FROM {s}.leasehold_jobs WHERE queue = $1 AND state = 'running'",
         )?;
         Ok(u64::try_from(self.tx.query_one(&st, &[&queue])?.col::<i64>(0)?).unwrap_or(0))
+    }
+
+    fn finished(
+        &mut self,
+        from: (StoreTime, JobId),
+        cutoff: StoreTime,
+        limit: usize,
+    ) -> Result<Vec<JobRecord>> {
+        let st = self.get(concat!(
+            "SELECT ",
+            job_columns!(),
+            " FROM {s}.leasehold_jobs
+             WHERE finished_at IS NOT NULL AND (finished_at, id) >= ({s}.at($1), $2)
+                 AND finished_at <= {s}.at($3)
+             ORDER BY finished_at, id
+             LIMIT $4
+             FOR UPDATE SKIP LOCKED"
+        ))?;
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.tx
+            .query(&st, &[&us(from.0), &key(from.1), &us(cutoff), &limit])?
+            .iter()
+            .map(super::rows::record)
+            .collect()
+    }
+
+    fn delete(&mut self, job: &JobRecord) -> Result<()> {
+        let st = self.get("DELETE FROM {s}.leasehold_runs WHERE job = $1")?;
+        self.tx.execute(&st, &[&key(job.id)])?;
+        let st = self.get("DELETE FROM {s}.leasehold_jobs WHERE id = $1")?;
+        self.tx.execute(&st, &[&key(job.id)])?;
+        Ok(())
     }
 
     fn queue(&mut self, queue: &str, lock: bool) -> Result<Option<QueueRecord>> {

@@ -126,7 +126,7 @@ impl PgStore {
         let marks = self.marks_due([queue]);
         self.records(|r| {
             let claimed = fast::claim_batch(r, queue, worker, terms, n, None)?;
-            fast::mark_served(r.tx, r.p, &marks)?;
+            fast::mark_served(r, &marks)?;
             Ok(claimed)
         })
     }
@@ -157,7 +157,7 @@ impl PgStore {
         let claimed = self.records(|r| {
             fast::complete(r, lease.job, lease.attempt, output, None)?;
             let claimed = fast::claim_batch(r, &lease.queue, &lease.worker, terms, 1, None)?;
-            fast::mark_served(r.tx, r.p, &marks)?;
+            fast::mark_served(r, &marks)?;
             Ok(claimed)
         })?;
         Ok(claimed.into_iter().next())
@@ -190,7 +190,7 @@ impl PgStore {
         let marks = self.marks_due([lease.queue.as_str()]);
         self.records(|r| {
             let renewal = fast::heartbeat(r, lease.job, lease.attempt, progress)?;
-            fast::mark_served(r.tx, r.p, &marks)?;
+            fast::mark_served(r, &marks)?;
             Ok(renewal)
         })
     }
@@ -470,6 +470,12 @@ impl PgStore {
     /// Deletes terminal jobs in `states` that finished at least `older_than` ago, with their
     /// history, in transactions of at most the reap batch; returns how many.
     pub fn purge(&self, older_than: std::time::Duration, states: &[JobState]) -> Result<usize> {
+        if !self.settings().shortcuts {
+            let (now, batch) = (self.now()?, self.reap_batch());
+            return protocol::purge_in_batches(now, older_than, batch, |from, cutoff, limit| {
+                self.records(|r| protocol::purge(r, from, cutoff, states, limit))
+            });
+        }
         let pass = crate::batches::run(self.reap_batch(), |limit| {
             self.in_transaction(|tx, p| fast::purge_batch(tx, p, older_than, states, limit))
         })?;

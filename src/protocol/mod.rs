@@ -34,7 +34,7 @@ pub(crate) use attempt::{complete, expire, fail, heartbeat, release, snooze, tim
 pub(crate) use claim::{claim, claim_batch, claim_job, next_claim, noted, room};
 pub(crate) use operate::{
     cancel, declare_schedule, enqueue, enqueue_batch, fire_schedules, mark_served, pause_queue,
-    pause_schedule, reap_batch, remove_schedule, retry, set_queue_limits,
+    pause_schedule, purge, purge_in_batches, reap_batch, remove_schedule, retry, set_queue_limits,
 };
 pub(crate) use records::{HeldSchedule, Inserted, Records};
 

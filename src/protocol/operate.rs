@@ -124,6 +124,71 @@ pub(crate) fn reap_batch(
     })
 }
 
+/// Deletes the terminal jobs in `states` that finished at or before `cutoff`, with their
+/// history, looking at up to `limit` finished jobs from position `from` (finish time, job)
+/// on; returns the batch (the jobs it deleted, the jobs it looked at) and the position the
+/// next batch starts from: just past the last job looked at, so that none is looked at
+/// twice, kept ones included, even when a full batch ends exactly at the end of the range.
+pub(crate) fn purge(
+    r: &mut impl Records,
+    from: (StoreTime, JobId),
+    cutoff: StoreTime,
+    states: &[JobState],
+    limit: usize,
+) -> Result<(Batch<JobId>, (StoreTime, JobId))> {
+    let finished = r.finished(from, cutoff, limit)?;
+    let next = finished
+        .last()
+        .and_then(|j| Some(just_after((j.finished_at?, j.id))))
+        .unwrap_or(from);
+    let mut items = Vec::new();
+    for job in finished.iter().filter(|j| states.contains(&j.state)) {
+        r.delete(job)?;
+        items.push(job.id);
+    }
+    let looked = finished.len();
+    Ok((Batch { items, looked }, next))
+}
+
+/// A whole purge of the jobs in `states` that finished at least `older_than` before `now`, a
+/// batch of at most `batch` per transaction (`step` runs [`purge`] in one), each starting
+/// where the last one stopped. Returns how many were deleted.
+pub(crate) fn purge_in_batches(
+    now: StoreTime,
+    older_than: std::time::Duration,
+    batch: usize,
+    mut step: impl FnMut(
+        (StoreTime, JobId),
+        StoreTime,
+        usize,
+    ) -> Result<(Batch<JobId>, (StoreTime, JobId))>,
+) -> Result<usize> {
+    let age = u64::try_from(older_than.as_nanos()).unwrap_or(u64::MAX);
+    // A store younger than `older_than` has nothing that old (a cutoff saturated to zero
+    // would take the jobs that finished at its first instant).
+    let Some(cutoff) = now.0.checked_sub(age).map(StoreTime) else {
+        return Ok(0);
+    };
+    let mut from = (StoreTime::ZERO, JobId(0));
+    let pass = crate::batches::run(batch, |limit| {
+        let (done, next) = step(from, cutoff, limit)?;
+        from = next;
+        Ok::<_, Error>(done)
+    })?;
+    Ok(pass.items.len())
+}
+
+/// The position just after `(at, id)` in the order jobs finished.
+fn just_after((at, id): (StoreTime, JobId)) -> (StoreTime, JobId) {
+    match id.0.checked_add(1) {
+        Some(next) => (at, JobId(next)),
+        None => (
+            at.saturating_add(std::time::Duration::from_nanos(1)),
+            JobId(0),
+        ),
+    }
+}
+
 /// Marks `queue` as served now: a worker asked it for work or renewed one of its leases
 /// (see [`crate::queue`]).
 pub(crate) fn mark_served(r: &mut impl Records, queue: &str) -> Result<()> {

@@ -74,6 +74,16 @@ pub(crate) trait Records {
     fn indexed_expiries(&mut self, bound: StoreTime, limit: usize) -> Result<Vec<JobId>>;
     /// How many jobs of `queue` are running.
     fn running(&mut self, queue: &str) -> Result<u64>;
+    /// Up to `limit` finished jobs in the order they finished (ties by id), from position
+    /// `from` on and finished at or before `cutoff`, held for writing.
+    fn finished(
+        &mut self,
+        from: (StoreTime, JobId),
+        cutoff: StoreTime,
+        limit: usize,
+    ) -> Result<Vec<JobRecord>>;
+    /// Deletes a job entirely: its record, every index entry, payload, output and history.
+    fn delete(&mut self, job: &JobRecord) -> Result<()>;
 
     // ----- queues and schedules -----
 

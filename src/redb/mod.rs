@@ -34,7 +34,6 @@ mod index;
 mod instance;
 mod neighbours;
 mod open;
-mod purge;
 mod reading;
 mod records;
 mod schema;

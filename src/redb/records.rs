@@ -10,7 +10,7 @@ use crate::ids::{Attempt, JobId, StoreTime};
 use crate::job::{JobRecord, JobState, Outcome, RunRecord};
 use crate::protocol::{HeldSchedule, Inserted, Policy, Records};
 use crate::queue::QueueRecord;
-use crate::redb_store::writing::Tx;
+use crate::redb_store::writing::{Tx, load};
 use crate::redb_store::{index, search};
 use crate::rules;
 use crate::schedule::ScheduleRecord;
@@ -142,6 +142,28 @@ impl Records for Tx<'_> {
         Tx::count(self, queue, JobState::Running)
     }
 
+    fn finished(
+        &mut self,
+        from: (StoreTime, JobId),
+        cutoff: StoreTime,
+        limit: usize,
+    ) -> Result<Vec<JobRecord>> {
+        let mut ids = Vec::new();
+        for entry in self
+            .tables
+            .finished
+            .range((from.0.0, from.1.0)..=(cutoff.0, u64::MAX))?
+            .take(limit)
+        {
+            ids.push(JobId(entry?.0.value().1));
+        }
+        ids.into_iter().map(|id| load(self, id)).collect()
+    }
+
+    fn delete(&mut self, job: &JobRecord) -> Result<()> {
+        index::delete(self, job)
+    }
+
     fn queue(&mut self, queue: &str, _lock: bool) -> Result<Option<QueueRecord>> {
         match self.tables.queues()?.get(queue)? {
             Some(b) => codec::decode(b.value())
@@ -224,11 +246,4 @@ impl Tx<'_> {
 
 pub(crate) fn decode_schedule(name: &str, bytes: &[u8]) -> Result<ScheduleRecord> {
     codec::decode(bytes).map_err(|e| Error::Corrupt(format!("schedule {name:?}: {e}")))
-}
-
-/// The record of job `id`, which an index named: its absence is corruption.
-pub(crate) fn load(tx: &Tx<'_>, id: JobId) -> Result<JobRecord> {
-    tx.tables
-        .job(id)?
-        .ok_or_else(|| Error::Corrupt(format!("an index names job {id}, which has no record")))
 }

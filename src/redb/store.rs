@@ -705,22 +705,11 @@ impl Store {
     /// `older_than` ago on the store clock, with their payloads, outputs and history, in
     /// batches like the reaper. Their ids are never reused. Returns how many were deleted.
     pub fn purge(&self, older_than: Duration, states: &[JobState]) -> Result<usize> {
-        let age = u64::try_from(older_than.as_nanos()).unwrap_or(u64::MAX);
-        // A store younger than `older_than` has nothing that old (a cutoff saturated to zero
-        // would take the jobs that finished at its first instant).
-        let Some(cutoff) = self.now().0.checked_sub(age).map(StoreTime) else {
-            return Ok(0);
-        };
-        let mut from = (0, 0);
-        let pass = crate::batches::run(self.inner.policy.rules.reap_batch, |limit| {
+        let batch = self.inner.policy.rules.reap_batch;
+        protocol::purge_in_batches(self.now(), older_than, batch, |from, cutoff, limit| {
             let states = states.to_vec();
-            let (batch, next) = self.write(move |tx| {
-                crate::redb_store::purge::purge(tx, from, cutoff, &states, limit)
-            })?;
-            from = next;
-            Ok::<_, Error>(batch)
-        })?;
-        Ok(pass.items.len())
+            self.write(move |tx| protocol::purge(tx, from, cutoff, &states, limit))
+        })
     }
 
     /// Compacts the file, returning freed space to the filesystem (after a large purge, say).
@@ -1174,11 +1163,11 @@ mod tests {
                 }
             }
             clock.advance(Duration::from_secs(1));
-            let (mut from, mut batches, mut looked) = ((0, 0), 0usize, 0usize);
+            let (mut from, mut batches, mut looked) = ((StoreTime::ZERO, JobId(0)), 0usize, 0usize);
             let cutoff = store.now();
             let pass = crate::batches::run(batch, |limit| {
                 let (b, next) = store.write(move |tx| {
-                    crate::redb_store::purge::purge(tx, from, cutoff, &[JobState::Dead], limit)
+                    protocol::purge(tx, from, cutoff, &[JobState::Dead], limit)
                 })?;
                 (from, batches, looked) = (next, batches + 1, looked + b.looked);
                 prop_assert!(batches <= kept.len().div_ceil(batch) + 1, "{batches} batches");

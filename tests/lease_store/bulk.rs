@@ -5,6 +5,7 @@ use leasehold::{Error, JobFilter, JobId, JobState, NewJob};
 use crate::on_both::{Backend, Kind, Q, Setup, lease};
 
 crate::on_both::on_both!(
+    and protocol;
     retry_all_retries_the_dead_jobs_a_filter_names_in_batches_and_lists_the_refused,
     cancel_all_cancels_waiting_flags_running_and_refuses_finished,
     a_listing_filters_by_metadata_age_and_cursor,

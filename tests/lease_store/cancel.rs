@@ -3,6 +3,7 @@ use leasehold::{Error, JobState, NewJob, Outcome, Renewal};
 use crate::on_both::{Kind, LEASE, Q, lease};
 
 crate::on_both::on_both!(
+    and protocol;
     cancelling_a_waiting_job_takes_effect_at_once,
     a_cancelled_running_job_tells_its_holder_at_the_next_heartbeat,
     a_cancelled_running_job_that_fails_or_is_released_ends_cancelled_not_retried,

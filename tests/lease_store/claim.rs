@@ -7,6 +7,7 @@ use leasehold::{Attempt, JobState, NewJob, Outcome, ReclaimPath};
 use crate::on_both::{Kind, LEASE, Q, lease};
 
 crate::on_both::on_both!(
+    and protocol;
     only_one_of_many_racing_claimers_wins_a_job,
     racing_claimers_take_every_job_exactly_once,
     lower_priority_number_runs_first_and_fifo_within_a_priority,

@@ -6,6 +6,7 @@ use crate::common::Fixture;
 use crate::on_both::{Kind, Q, Setup, lease};
 
 crate::on_both::on_both!(
+    and protocol;
     job_ids_are_never_reused_even_across_reopen,
     a_unique_key_held_by_a_live_job_returns_that_job_and_creates_nothing,
     a_unique_key_survives_retry_wait,

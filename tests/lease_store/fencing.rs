@@ -6,6 +6,7 @@ use crate::backends::AppWrite;
 use crate::on_both::{Backend, Kind, LEASE, Q, Setup, lease};
 
 crate::on_both::on_both!(
+    and protocol;
     heartbeat_extends_the_lease_by_its_length_from_now,
     heartbeat_without_progress_keeps_the_progress_time,
     heartbeat_by_a_stale_attempt_is_rejected_with_what_was_found,

@@ -5,6 +5,7 @@ use leasehold::{Error, InputError, JobState, NewJob, Outcome, QueueLimits, Queue
 use crate::on_both::{Kind, LEASE, Q, lease};
 
 crate::on_both::on_both!(
+    and protocol;
     a_paused_queue_grants_no_claim_until_it_resumes_and_its_running_jobs_finish,
     a_concurrency_limit_holds_across_claims_and_an_expired_lease_frees_its_slot,
     a_late_renewal_cannot_take_back_a_slot_a_claim_filled,

@@ -6,6 +6,7 @@ use crate::common::wait_until;
 use crate::on_both::{Kind, LEASE, Q, Setup, lease};
 
 crate::on_both::on_both!(
+    and protocol;
     reap_moves_expired_jobs_back_to_queued_and_records_lease_expired,
     a_lease_is_reaped_by_the_first_pass_at_or_after_its_expiry,
     a_whole_dead_pool_is_reclaimed_in_bounded_batches,

@@ -5,6 +5,7 @@ use leasehold::{Error, JobState, NewJob, Outcome, RetryPolicy};
 use crate::on_both::{Kind, LEASE, Q, Setup, lease};
 
 crate::on_both::on_both!(
+    and protocol;
     failure_backs_off_exponentially_then_the_spent_budget_makes_the_job_dead,
     lost_leases_spend_the_budget_too_so_a_job_that_kills_its_worker_dies,
     release_does_not_spend_the_budget_but_still_advances_the_attempt,

@@ -8,6 +8,7 @@ use proptest::prelude::*;
 use std::sync::Arc;
 
 crate::on_both::on_both!(
+    and protocol;
     an_interval_schedule_enqueues_one_job_per_tick_from_its_declaration,
     declaring_again_keeps_the_cursor_and_a_new_interval_starts_over,
     missed_ticks_follow_each_schedules_catch_up_policy,
@@ -415,7 +416,7 @@ const RACED: [(&str, u64, CatchUp); 3] = [
 fn schedulers_that_race_die_and_come_back_enqueue_every_tick_once_as_its_policy_says(kind: Kind) {
     let cases = match kind {
         Kind::Redb => 48,
-        Kind::Postgres(_) => 12,
+        Kind::Postgres(_) | Kind::PostgresProtocol(_) => 12,
     };
     let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
         cases,

@@ -6,6 +6,7 @@ use crate::common::wait_until;
 use crate::on_both::{Kind, Q, lease};
 
 crate::on_both::on_both!(
+    and protocol;
     a_queue_whose_work_waits_with_nobody_asking_is_unserved_until_a_claim_asks,
     a_claim_that_finds_nothing_still_marks_its_queue_at_most_every_half_minute,
     renewals_keep_a_busy_queue_served_while_its_other_work_waits,

@@ -5,6 +5,7 @@ use leasehold::{ConfigError, Error, JobState, LeaseTerms, Outcome, Renewal};
 use crate::on_both::{Kind, LEASE, Q};
 
 crate::on_both::on_both!(
+    and protocol;
     a_heartbeat_without_progress_past_the_stall_timeout_revokes_the_lease,
     progress_keeps_a_slow_job_alive_past_the_stall_timeout,
     a_zero_stall_timeout_is_a_configuration_error,

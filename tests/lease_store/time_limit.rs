@@ -5,6 +5,7 @@ use leasehold::{ConfigError, Error, InputError, JobState, LeaseTerms, NewJob, Ou
 use crate::on_both::{Kind, LEASE, Q, lease};
 
 crate::on_both::on_both!(
+    and protocol;
     an_attempt_past_its_time_limit_is_ended_by_its_next_renewal_as_timed_out,
     the_claimers_limit_applies_to_a_job_without_one_and_a_jobs_own_limit_wins,
     a_holder_silent_past_its_deadline_loses_the_job_at_the_deadline_and_it_ends_timed_out,

@@ -5,6 +5,7 @@ use leasehold::{Error, InputError, JobState, NewJob, Uniqueness};
 use crate::on_both::{Kind, Q};
 
 crate::on_both::on_both!(
+    and protocol;
     a_key_kept_for_a_window_after_success_dedupes_within_it_and_is_free_after,
     a_key_kept_until_purged_dedupes_until_its_job_is_purged,
     a_dead_or_cancelled_job_keeps_no_key_whatever_its_window,

@@ -6,6 +6,7 @@ use crate::common::Fixture;
 use crate::on_both::{Kind, LEASE, Q};
 
 crate::on_both::on_both!(
+    and protocol;
     an_enqueue_wakes_a_waiter_of_its_queue,
     work_that_arrived_before_the_wait_is_not_missed,
     releases_and_reclaims_wake_waiters_too,

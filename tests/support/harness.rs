@@ -203,14 +203,16 @@ impl Harness {
     }
 
     /// A harness on a PostgreSQL store in a schema of its own at `url`, on the harness's
-    /// simulated clock.
+    /// simulated clock; with `shortcuts` false, the store takes none of its one-statement
+    /// shortcuts (the protocol's own steps only).
     #[cfg(feature = "postgres")]
     #[allow(dead_code)] // the fuzz replay drives only redb
-    pub fn postgres(url: &str, schema: &str) -> Harness {
+    pub fn postgres(url: &str, schema: &str, shortcuts: bool) -> Harness {
         let clock = ManualClock::new();
         let builder = leasehold::postgres::PgStore::builder(url)
             .schema(schema)
             .simulated_clock(clock.clone())
+            .shortcuts(shortcuts)
             .retry_policy(RetryPolicy {
                 base: Duration::from_nanos(model::BACKOFF_BASE),
                 max: Duration::from_nanos(model::BACKOFF_MAX),

@@ -22,6 +22,9 @@ pub enum Kind {
     Redb,
     /// The server's URL.
     Postgres(String),
+    /// The server's URL, the store taking none of its one-statement shortcuts: every
+    /// operation runs the protocol's own steps, which the shortcuts must agree with.
+    PostgresProtocol(String),
 }
 
 impl Kind {
@@ -123,6 +126,7 @@ enum Place {
         url: String,
         schema: String,
         admin: Box<Client>,
+        shortcuts: bool,
     },
 }
 
@@ -149,9 +153,10 @@ pub const APP_TABLE: &str = "app_values";
 impl Backend {
     pub fn open(kind: Kind, setup: Setup) -> Backend {
         let clock = ManualClock::new();
-        let place = match kind {
+        let place = match kind.clone() {
             Kind::Redb => Place::Redb(tempfile::tempdir().expect("tempdir")),
-            Kind::Postgres(url) => {
+            Kind::Postgres(url) | Kind::PostgresProtocol(url) => {
+                let shortcuts = matches!(kind, Kind::Postgres(_));
                 let mut admin = Client::connect(&url, NoTls).expect("connect as admin");
                 // Random per backend (the hasher's keys are): tests run in parallel, and a
                 // schema left by a killed run must not collide with the next.
@@ -167,6 +172,7 @@ impl Backend {
                     url,
                     schema,
                     admin: Box::new(admin),
+                    shortcuts,
                 }
             }
         };
@@ -199,10 +205,16 @@ impl Backend {
                         .expect("open the redb store"),
                 )
             }
-            Place::Postgres { url, schema, .. } => {
+            Place::Postgres {
+                url,
+                schema,
+                shortcuts,
+                ..
+            } => {
                 let mut b = leasehold::postgres::PgStore::builder(url)
                     .schema(schema)
-                    .simulated_clock(self.clock.clone());
+                    .simulated_clock(self.clock.clone())
+                    .shortcuts(*shortcuts);
                 if let Some(n) = self.setup.side_by_side_from {
                     b = b.side_by_side_from(n);
                 }
@@ -346,8 +358,24 @@ impl Drop for Backend {
 
 /// Each test of the list, a function taking a [`Kind`], as a test on redb (in a module
 /// `redb`) and on PostgreSQL (in a module `postgres`). With `with f;` first, each test
-/// takes `f(kind)` instead.
+/// takes `f(kind)` instead. With `and protocol;` after it, each also runs on PostgreSQL
+/// with none of its shortcuts (in a module `postgres_protocol`): the protocol's own steps.
 macro_rules! on_both {
+    (with $open:path; and protocol; $($rule:ident),* $(,)?) => {
+        $crate::on_both::on_both!(with $open; $($rule),*);
+        mod postgres_protocol {
+            #[allow(unused_imports)]
+            use super::*;
+            $(
+                #[test]
+                fn $rule() {
+                    if let Some($crate::on_both::Kind::Postgres(url)) = $crate::on_both::Kind::postgres() {
+                        super::$rule($open($crate::on_both::Kind::PostgresProtocol(url)))
+                    }
+                }
+            )*
+        }
+    };
     (with $open:path; $($rule:ident),* $(,)?) => {
         mod redb {
             #[allow(unused_imports)]
@@ -366,6 +394,9 @@ macro_rules! on_both {
                 }
             )*
         }
+    };
+    (and protocol; $($rule:ident),* $(,)?) => {
+        $crate::on_both::on_both!(with std::convert::identity; and protocol; $($rule),*);
     };
     ($($rule:ident),* $(,)?) => {
         $crate::on_both::on_both!(with std::convert::identity; $($rule),*);
