@@ -1,7 +1,7 @@
 //! The lease protocol on PostgreSQL (the `postgres` feature): for users who outgrow one
 //! machine, the same rules on a database their worker machines share.
 //!
-//! The protocol is the crate's one ([`crate::protocol`], deciding by `src/rules.rs`), run
+//! The protocol is the crate's one ([`crate::protocol`], deciding by `src/rules/`), run
 //! over this engine's records (`records.rs`: a job a row, locked for the rest of the
 //! transaction when loaded for writing), so the two engines cannot drift apart. Where one
 //! statement for many rows pays, it is taken instead (`fast.rs`): a claim (`FOR UPDATE SKIP

@@ -18,7 +18,7 @@ use crate::rules::{self, Change, Renewed, Retry, Write, corrupt_running};
 /// tells the holder; so do a stall (progress unchanged for the lease's stall timeout) and the
 /// attempt's deadline.
 pub(crate) fn heartbeat(
-    r: &mut impl Records,
+    r: &mut (impl Records + ?Sized),
     id: JobId,
     attempt: Attempt,
     progress: u64,
@@ -44,7 +44,7 @@ pub(crate) fn heartbeat(
 /// Completes the attempt: the job succeeded and `output` is kept. `progress`, if given, is
 /// the holder's last progress, recorded with the attempt.
 pub(crate) fn complete(
-    r: &mut impl Records,
+    r: &mut (impl Records + ?Sized),
     id: JobId,
     attempt: Attempt,
     output: &[u8],
@@ -62,7 +62,7 @@ pub(crate) fn complete(
 
 /// Fails the attempt: retried after a backoff while the budget lasts (or never), else dead.
 pub(crate) fn fail(
-    r: &mut impl Records,
+    r: &mut (impl Records + ?Sized),
     id: JobId,
     attempt: Attempt,
     error: &str,
@@ -77,7 +77,7 @@ pub(crate) fn fail(
 
 /// Ends the attempt as timed out: its holder found it past its hard time limit.
 pub(crate) fn time_out(
-    r: &mut impl Records,
+    r: &mut (impl Records + ?Sized),
     id: JobId,
     attempt: Attempt,
     progress: Option<u64>,
@@ -90,7 +90,7 @@ pub(crate) fn time_out(
 
 /// Puts the job off by `delay`: the attempt ends, no budget spent ([`rules::snooze`]).
 pub(crate) fn snooze(
-    r: &mut impl Records,
+    r: &mut (impl Records + ?Sized),
     id: JobId,
     attempt: Attempt,
     delay: Duration,
@@ -103,7 +103,7 @@ pub(crate) fn snooze(
 
 /// Gives the job back on purpose: claimable at once, in its old place, no budget spent.
 pub(crate) fn release(
-    r: &mut impl Records,
+    r: &mut (impl Records + ?Sized),
     id: JobId,
     attempt: Attempt,
     progress: Option<u64>,
@@ -116,7 +116,7 @@ pub(crate) fn release(
 /// Takes back the lease of a running job ([`rules::expire`]): records its end and moves the
 /// job on; returns its new record and the reclaim.
 pub(crate) fn expire(
-    r: &mut impl Records,
+    r: &mut (impl Records + ?Sized),
     job: &JobRecord,
     path: ReclaimPath,
 ) -> Result<(JobRecord, Reclaim)> {
@@ -132,7 +132,7 @@ pub(crate) fn expire(
 /// under exactly this attempt, and an end its holder writes must come before the attempt's
 /// deadline. A refusal changes nothing but its counter.
 pub(crate) fn fence(
-    r: &mut impl Records,
+    r: &mut (impl Records + ?Sized),
     id: JobId,
     attempt: Attempt,
     write: Write,
@@ -162,7 +162,7 @@ pub(crate) fn fence(
 /// Stores the end of an attempt a rule decided: its run recorded, the job moved on (every
 /// index in step), the counters. The only place an attempt ends.
 pub(crate) fn store_end(
-    r: &mut impl Records,
+    r: &mut (impl Records + ?Sized),
     old: &JobRecord,
     change: Change,
 ) -> Result<JobRecord> {

@@ -18,7 +18,7 @@ use crate::rules::{self, Granted, corrupt_running};
 
 /// Claims the most urgent claimable job of `queue` under a lease for `worker`.
 pub(crate) fn claim(
-    r: &mut impl Records,
+    r: &mut (impl Records + ?Sized),
     queue: &str,
     worker: &str,
     terms: LeaseTerms,
@@ -28,7 +28,7 @@ pub(crate) fn claim(
 
 /// Claims up to `n` jobs of `queue` in one transaction, most urgent first.
 pub(crate) fn claim_batch(
-    r: &mut impl Records,
+    r: &mut (impl Records + ?Sized),
     queue: &str,
     worker: &str,
     terms: LeaseTerms,
@@ -54,7 +54,7 @@ pub(crate) fn claim_batch(
 /// The next claim of a batch, inputs checked and room counted. Looks for expired leases only while
 /// `expired_left`, and clears it once it finds none.
 pub(crate) fn next_claim(
-    r: &mut impl Records,
+    r: &mut (impl Records + ?Sized),
     queue: &str,
     worker: &str,
     terms: LeaseTerms,
@@ -92,7 +92,7 @@ pub(crate) fn next_claim(
 }
 
 /// The record of a job a search named: its absence is corruption.
-fn waiting(r: &mut impl Records, id: JobId) -> Result<JobRecord> {
+fn waiting(r: &mut (impl Records + ?Sized), id: JobId) -> Result<JobRecord> {
     r.job(id)?
         .ok_or_else(|| Error::Corrupt(format!("an index names job {id}, which has no record")))
 }
@@ -101,7 +101,10 @@ fn waiting(r: &mut impl Records, id: JobId) -> Result<JobRecord> {
 /// ties by job id. Only an index entry in its real place counts: one that lags a renewal is
 /// caught up on the way (and looked at again there), so a renewed lease never goes ahead of
 /// one that expired before it.
-pub(crate) fn next_expired(r: &mut impl Records, queue: &str) -> Result<Option<JobRecord>> {
+pub(crate) fn next_expired(
+    r: &mut (impl Records + ?Sized),
+    queue: &str,
+) -> Result<Option<JobRecord>> {
     loop {
         let now = r.now()?;
         let Some(id) = r.first_indexed_expiry(queue, now)? else {
@@ -117,7 +120,7 @@ pub(crate) fn next_expired(r: &mut impl Records, queue: &str) -> Result<Option<J
 
 /// Moves a renewed lease's index entry up to its real expiry (it lags a renewal by design,
 /// see [`crate::job::LeaseRecord`]).
-pub(crate) fn catch_up(r: &mut impl Records, job: &JobRecord) -> Result<()> {
+pub(crate) fn catch_up(r: &mut (impl Records + ?Sized), job: &JobRecord) -> Result<()> {
     let mut moved = job.clone();
     match moved.lease.as_mut() {
         Some(lease) => lease.indexed_expiry = lease.expires_at,
@@ -131,7 +134,7 @@ pub(crate) fn catch_up(r: &mut impl Records, job: &JobRecord) -> Result<()> {
 /// out holds no slot, and its holder's late renewal must not take one back from the claim
 /// that filled it.
 pub(crate) fn room(
-    r: &mut impl Records,
+    r: &mut (impl Records + ?Sized),
     queue: &str,
 ) -> Result<(Option<QueueRecord>, rules::Room)> {
     let mut record = r.queue(queue, false)?;
@@ -153,7 +156,7 @@ pub(crate) fn room(
 
 /// Keeps `claimed` claims of `queue` in its rate window, if it has a rate limit.
 pub(crate) fn noted(
-    r: &mut impl Records,
+    r: &mut (impl Records + ?Sized),
     queue: &str,
     record: Option<QueueRecord>,
     claimed: usize,
@@ -172,7 +175,7 @@ pub(crate) fn noted(
 /// `UPDATE jobs SET state='running', attempt=attempt+1, ... WHERE id=? AND (state='queued'
 /// OR (state='running' AND lease_expires_at <= now))`.
 pub(crate) fn claim_job(
-    r: &mut impl Records,
+    r: &mut (impl Records + ?Sized),
     id: JobId,
     worker: &str,
     terms: LeaseTerms,
@@ -205,7 +208,7 @@ pub(crate) fn claim_job(
 /// Starts a new attempt of the waiting `job` under a lease for `worker` ([`rules::grant`]). A
 /// job whose attempt counter is exhausted is dead instead (`None`).
 fn grant(
-    r: &mut impl Records,
+    r: &mut (impl Records + ?Sized),
     job: &JobRecord,
     worker: &str,
     terms: LeaseTerms,

@@ -16,7 +16,7 @@ use crate::schedule::Schedule;
 
 /// Enqueues a job; with a unique key that another job holds ([`rules::holds_key`]), returns
 /// that job instead.
-pub(crate) fn enqueue(r: &mut impl Records, new: &NewJob) -> Result<JobId> {
+pub(crate) fn enqueue(r: &mut (impl Records + ?Sized), new: &NewJob) -> Result<JobId> {
     let max_payload = r.policy().max_payload;
     input::check_new_job(new, max_payload)?;
     if let Some(key) = &new.unique_key
@@ -38,7 +38,10 @@ pub(crate) fn enqueue(r: &mut impl Records, new: &NewJob) -> Result<JobId> {
 }
 
 /// Enqueues many jobs, all or none: every input is checked before anything is written.
-pub(crate) fn enqueue_batch(r: &mut impl Records, jobs: &[NewJob]) -> Result<Vec<JobId>> {
+pub(crate) fn enqueue_batch(
+    r: &mut (impl Records + ?Sized),
+    jobs: &[NewJob],
+) -> Result<Vec<JobId>> {
     let max_payload = r.policy().max_payload;
     for job in jobs {
         input::check_new_job(job, max_payload)?;
@@ -48,7 +51,11 @@ pub(crate) fn enqueue_batch(r: &mut impl Records, jobs: &[NewJob]) -> Result<Vec
 
 /// The job that holds `key` in `queue` now ([`rules::holds_key`]); a finished one whose
 /// window ran out gives the key up here (stored), and is not the answer.
-fn key_holder(r: &mut impl Records, queue: &str, key: &str) -> Result<Option<JobRecord>> {
+fn key_holder(
+    r: &mut (impl Records + ?Sized),
+    queue: &str,
+    key: &str,
+) -> Result<Option<JobRecord>> {
     let Some(holder) = r.key_holder(queue, key)? else {
         return Ok(None);
     };
@@ -63,7 +70,7 @@ fn key_holder(r: &mut impl Records, queue: &str, key: &str) -> Result<Option<Job
 /// Cancels a job: a waiting one at once; a running one is flagged, and its holder learns of
 /// it at its next heartbeat (or the attempt's end, whichever comes first). Returns its state
 /// and whether anything changed (a cancelled job stays as it is).
-pub(crate) fn cancel(r: &mut impl Records, id: JobId) -> Result<(JobState, bool)> {
+pub(crate) fn cancel(r: &mut (impl Records + ?Sized), id: JobId) -> Result<(JobState, bool)> {
     let job = r.job(id)?.ok_or(Error::JobNotFound(id))?;
     let (new, answer) = rules::cancel(&job, r.now()?)?;
     let changed = new.is_some();
@@ -80,7 +87,7 @@ pub(crate) fn cancel(r: &mut impl Records, id: JobId) -> Result<(JobState, bool)
 /// live job has taken it since, the retry is refused ([`Error::UniqueKeyHeld`]) rather than
 /// make two live jobs hold one key. Refused, not re-keyed: the key is what the application
 /// deduplicates by, and the live job already does the work it names.
-pub(crate) fn retry(r: &mut impl Records, id: JobId) -> Result<()> {
+pub(crate) fn retry(r: &mut (impl Records + ?Sized), id: JobId) -> Result<()> {
     let job = r.job(id)?.ok_or(Error::JobNotFound(id))?;
     let holder = match &job.unique_key {
         Some(key) => r.key_holder(&job.queue, key)?,
@@ -97,7 +104,7 @@ pub(crate) fn retry(r: &mut impl Records, id: JobId) -> Result<()> {
 /// the recovery path every lease (their holder's process is known to be gone). An index
 /// entry that lags a renewal is caught up instead.
 pub(crate) fn reap_batch(
-    r: &mut impl Records,
+    r: &mut (impl Records + ?Sized),
     limit: usize,
     path: ReclaimPath,
 ) -> Result<Batch<Reclaim>> {
@@ -130,7 +137,7 @@ pub(crate) fn reap_batch(
 /// next batch starts from: just past the last job looked at, so that none is looked at
 /// twice, kept ones included, even when a full batch ends exactly at the end of the range.
 pub(crate) fn purge(
-    r: &mut impl Records,
+    r: &mut (impl Records + ?Sized),
     from: (StoreTime, JobId),
     cutoff: StoreTime,
     states: &[JobState],
@@ -191,7 +198,7 @@ fn just_after((at, id): (StoreTime, JobId)) -> (StoreTime, JobId) {
 
 /// Marks `queue` as served now: a worker asked it for work or renewed one of its leases
 /// (see [`crate::queue`]).
-pub(crate) fn mark_served(r: &mut impl Records, queue: &str) -> Result<()> {
+pub(crate) fn mark_served(r: &mut (impl Records + ?Sized), queue: &str) -> Result<()> {
     let record = r.queue(queue, false)?;
     let now = r.now()?;
     r.save_queue(queue, &rules::served(record, now))
@@ -199,7 +206,7 @@ pub(crate) fn mark_served(r: &mut impl Records, queue: &str) -> Result<()> {
 
 /// Pauses `queue` (or resumes it): claims take none of its jobs while it is paused, in any
 /// process; running jobs finish. A resume wakes its waiting workers.
-pub(crate) fn pause_queue(r: &mut impl Records, queue: &str, pause: bool) -> Result<()> {
+pub(crate) fn pause_queue(r: &mut (impl Records + ?Sized), queue: &str, pause: bool) -> Result<()> {
     input::check_queue(queue)?;
     let record = r.queue(queue, true)?;
     r.save_queue(queue, &rules::paused(record.as_ref(), pause))?;
@@ -211,7 +218,7 @@ pub(crate) fn pause_queue(r: &mut impl Records, queue: &str, pause: bool) -> Res
 
 /// Sets `queue`'s limits ([`rules::limited`]), waking its waiters, which may have more room.
 pub(crate) fn set_queue_limits(
-    r: &mut impl Records,
+    r: &mut (impl Records + ?Sized),
     queue: &str,
     limits: QueueLimits,
 ) -> Result<()> {
@@ -222,7 +229,11 @@ pub(crate) fn set_queue_limits(
 }
 
 /// Declares a schedule ([`rules::declare`]): new, or as it was but for its job and catch-up.
-pub(crate) fn declare_schedule(r: &mut impl Records, s: &Schedule, wall: i64) -> Result<()> {
+pub(crate) fn declare_schedule(
+    r: &mut (impl Records + ?Sized),
+    s: &Schedule,
+    wall: i64,
+) -> Result<()> {
     let existing = r.schedule(s.name())?;
     let now = r.now()?;
     let record = rules::declare(existing.as_ref(), s, r.policy().max_payload, now, wall)?;
@@ -238,7 +249,7 @@ pub(crate) fn declare_schedule(r: &mut impl Records, s: &Schedule, wall: i64) ->
 /// whichever process's scheduler comes first. A schedule that cannot fire (its record
 /// unreadable, its ticks refused) is passed over with its failure kept beside it, and the
 /// others fire. Returns the jobs enqueued.
-pub(crate) fn fire_schedules(r: &mut impl Records, wall: i64) -> Result<Vec<JobId>> {
+pub(crate) fn fire_schedules(r: &mut (impl Records + ?Sized), wall: i64) -> Result<Vec<JobId>> {
     let held = r.schedules()?;
     let now = r.now()?;
     let mut enqueued = Vec::new();
@@ -266,7 +277,11 @@ pub(crate) fn fire_schedules(r: &mut impl Records, wall: i64) -> Result<Vec<JobI
 }
 
 /// Pauses (or resumes) a schedule: no tick of a paused one fires.
-pub(crate) fn pause_schedule(r: &mut impl Records, name: &str, paused: bool) -> Result<()> {
+pub(crate) fn pause_schedule(
+    r: &mut (impl Records + ?Sized),
+    name: &str,
+    paused: bool,
+) -> Result<()> {
     let mut record = r
         .schedule(name)?
         .ok_or_else(|| Error::ScheduleNotFound(name.to_owned()))?;
@@ -278,7 +293,7 @@ pub(crate) fn pause_schedule(r: &mut impl Records, name: &str, paused: bool) -> 
 }
 
 /// Removes a schedule; its jobs already enqueued stay. `false` if there was none.
-pub(crate) fn remove_schedule(r: &mut impl Records, name: &str) -> Result<bool> {
+pub(crate) fn remove_schedule(r: &mut (impl Records + ?Sized), name: &str) -> Result<bool> {
     let removed = r.remove_schedule(name)?;
     r.note_schedule_failure(name, None)?;
     Ok(removed)

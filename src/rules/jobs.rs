@@ -1,0 +1,157 @@
+//! A job's life outside its attempts: a new job, the unique key it may hold, and an
+//! operator's decisions (cancel, retry).
+
+use super::*;
+use crate::error::Error;
+use crate::ids::{Attempt, JobId, StoreTime};
+use crate::input;
+use crate::job::{JobRecord, JobState, NewJob, Uniqueness};
+
+// ----- a new job -----
+
+/// The record of a new job `id` enqueued at `now`: its inputs checked (the same refusal on
+/// both engines), due once its delay has passed, with the store's default budget unless it
+/// has its own.
+pub(crate) fn new_job(
+    new: &NewJob,
+    id: JobId,
+    default_max_attempts: u32,
+    max_payload: usize,
+    now: StoreTime,
+) -> Result<JobRecord, Error> {
+    input::check_new_job(new, max_payload)?;
+    Ok(JobRecord {
+        id,
+        queue: new.queue.clone(),
+        state: JobState::Queued,
+        priority: new.priority,
+        attempt: Attempt(0),
+        failures: 0,
+        max_attempts: new.max_attempts.unwrap_or(default_max_attempts),
+        unique_key: new.unique_key.clone(),
+        created_at: now,
+        run_at: now.saturating_add(new.delay),
+        lease: None,
+        progress: 0,
+        progress_at: now,
+        cancel_requested: false,
+        last_error: None,
+        finished_at: None,
+        updated_at: now,
+        uniqueness: new.uniqueness,
+        key_released: false,
+        time_limit: new.time_limit,
+        metadata: new.metadata.clone(),
+    })
+}
+
+// ----- unique keys -----
+
+/// Whether `holder` (a job with the unique key an enqueue or a retry asks for) holds it at
+/// `now`: while it waits or runs, and after it succeeded for its window ([`Uniqueness`]),
+/// unless a newer job has already taken the key after the window.
+pub(crate) fn holds_key(holder: &JobRecord, now: StoreTime) -> bool {
+    if holder.unique_key.is_none() || holder.key_released {
+        return false;
+    }
+    if !holder.state.is_terminal() {
+        return true;
+    }
+    match (holder.state, holder.uniqueness, holder.finished_at) {
+        (JobState::Succeeded, Uniqueness::UntilPurged, _) => true,
+        (JobState::Succeeded, Uniqueness::AfterSuccess(window), Some(at)) => {
+            now < at.saturating_add(window)
+        }
+        _ => false,
+    }
+}
+
+/// Whether `job` keeps its unique key in the index: it may hold it (see [`holds_key`]; a
+/// finished one's window is judged when the key is next asked for, since an index entry
+/// cannot depend on the time).
+pub(crate) fn keeps_key(job: &JobRecord) -> bool {
+    job.unique_key.is_some()
+        && !job.key_released
+        && (!job.state.is_terminal()
+            || (job.state == JobState::Succeeded && job.uniqueness != Uniqueness::WhileUnfinished))
+}
+
+/// A finished `holder` whose window has run out gives its key up to a newer job.
+pub(crate) fn release_key(holder: &JobRecord, now: StoreTime) -> JobRecord {
+    let mut released = holder.clone();
+    released.key_released = true;
+    released.updated_at = now;
+    released
+}
+
+// ----- an operator's decisions -----
+
+/// Cancels `job` at `now`: a waiting one at once; a running one is flagged, and its holder
+/// learns of it at its next heartbeat (or its attempt's end). Returns the record to store
+/// (`None`: nothing changes) and the state to answer with; a finished job is refused.
+pub(crate) fn cancel(
+    job: &JobRecord,
+    now: StoreTime,
+) -> Result<(Option<JobRecord>, JobState), Error> {
+    match job.state {
+        JobState::Queued | JobState::RetryWait => {
+            let mut new = job.clone();
+            finish(&mut new, JobState::Cancelled, now);
+            Ok((Some(new), JobState::Cancelled))
+        }
+        JobState::Running => {
+            let mut new = job.clone();
+            new.cancel_requested = true;
+            new.updated_at = now;
+            Ok((Some(new), JobState::Running))
+        }
+        JobState::Cancelled => Ok((None, JobState::Cancelled)),
+        state @ (JobState::Succeeded | JobState::Dead) => Err(Error::Refused {
+            job: job.id,
+            state,
+            action: "cancel",
+        }),
+    }
+}
+
+/// Puts a dead or cancelled `job` back in its queue at `now` with a fresh budget (an
+/// operator's decision); its history is kept and its next claim is a new attempt.
+/// `key_holder` is the job the index names for its unique key, if another: while it holds
+/// the key ([`holds_key`]) the retry is refused rather than make two jobs hold one key (the
+/// key is what the application deduplicates by, and the holder already does the work it
+/// names); a holder whose window ran out gives it up (the second record returned, to store).
+pub(crate) fn retry(
+    job: &JobRecord,
+    key_holder: Option<&JobRecord>,
+    now: StoreTime,
+) -> Result<(JobRecord, Option<JobRecord>), Error> {
+    if !matches!(job.state, JobState::Dead | JobState::Cancelled) {
+        return Err(Error::Refused {
+            job: job.id,
+            state: job.state,
+            action: "retry (only dead or cancelled jobs are retried)",
+        });
+    }
+    let mut released = None;
+    if let (Some(key), Some(holder)) = (&job.unique_key, key_holder)
+        && holder.id != job.id
+    {
+        if holds_key(holder, now) {
+            return Err(Error::UniqueKeyHeld {
+                job: job.id,
+                key: key.clone(),
+                holder: holder.id,
+            });
+        }
+        released = Some(release_key(holder, now));
+    }
+    let mut new = job.clone();
+    new.state = JobState::Queued;
+    new.failures = 0;
+    new.cancel_requested = false;
+    new.finished_at = None;
+    new.key_released = false;
+    new.run_at = now;
+    new.updated_at = now;
+    Ok((new, released))
+}

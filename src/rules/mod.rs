@@ -1,0 +1,66 @@
+//! The rule book: every decision of the lease protocol, once, as a pure function of a job's
+//! record, the input and the store time it acts at.
+//!
+//! Nothing here touches redb or SQL. The protocol ([`crate::protocol`], written once over
+//! every engine's records) loads (and locks) a record, asks a rule what becomes of it, and
+//! has the engine store the answer: the new record, the history record of an attempt that
+//! ended, and the counters that move. PostgreSQL's single-statement shortcuts (a claim of
+//! many, renewals of many, completions of many: `src/postgres/fast.rs`) compute the same
+//! answers in SQL, and the shared test suites hold them to it.
+//!
+//! The rules:
+//! * **New job** ([`new_job`]): checked inputs, `Queued`, due after its delay.
+//! * **Fence** ([`fence`]): a write holds only for a job `Running` under the caller's
+//!   attempt; a refusal moves one counter (a renewal after the holder's own end moves none).
+//! * **Claim order** ([`takes_over`]): an expired lease is taken over before the most urgent
+//!   ready job only when it is at least as urgent.
+//! * **Grant** ([`grant`]): a new attempt under a lease; a job whose attempt counter is
+//!   exhausted is dead instead, never leased with a fence equal to the last.
+//! * **Renewal** ([`renew`]): a cancel requested ends the attempt, then a stall does, else the
+//!   lease runs its length from now.
+//! * **End of an attempt** ([`end`]): which outcomes spend the budget, the next state, the
+//!   finish time, the history record. [`complete`], [`fail`], [`release`] and [`expire`]
+//!   choose the outcome and the next state ([`after_failure`]); a failure no retry mends
+//!   ([`Retry::Never`]) is dead at once.
+//! * **Cancel** ([`cancel`]) and **retry** ([`retry`]): an operator's decisions.
+
+mod attempt;
+mod claims;
+mod fence;
+mod jobs;
+mod queues;
+mod schedules;
+#[cfg(test)]
+mod tests;
+
+pub(crate) use attempt::*;
+pub(crate) use claims::*;
+pub(crate) use fence::*;
+pub(crate) use jobs::*;
+pub(crate) use queues::*;
+pub(crate) use schedules::*;
+
+use crate::error::Error;
+use crate::job::{JobRecord, RunRecord};
+use crate::stats::Counters;
+
+/// Why a job whose attempt counter ran out is dead.
+pub(crate) const ATTEMPTS_EXHAUSTED: &str =
+    "dead: its attempt counter is exhausted, so no new lease could be fenced apart from the last";
+
+/// What a rule decided about one job: the record to store, the attempt that ended (its
+/// history record) if one did, and what the counters gain.
+#[derive(Clone, Debug)]
+pub(crate) struct Change {
+    /// The job's record as it is to be stored.
+    pub job: JobRecord,
+    /// The record of the attempt that ended here, for history.
+    pub ended: Option<RunRecord>,
+    /// What the lifetime counters gain.
+    pub counts: Counters,
+}
+
+/// The error for a running job found without its lease.
+pub(crate) fn corrupt_running(job: &JobRecord) -> Error {
+    Error::Corrupt(format!("job {} is running without a lease", job.id))
+}
