@@ -14,6 +14,7 @@ use crate::ids::{Attempt, JobId, StoreTime};
 use crate::job::JobState;
 use crate::job_store::JobStore;
 use crate::lease::{Lease, LeaseTerms, Renewal};
+use crate::protocol::{self, Records};
 use crate::rules::Retry;
 
 /// What the application's writes return: its own error, whatever it is.
@@ -135,10 +136,73 @@ pub(crate) fn completions(done: &[(&Lease, &[u8])]) -> Vec<Completion> {
         .collect()
 }
 
+/// One step of the protocol in a write transaction of an engine (see [`write`]).
+pub(crate) type Step =
+    Box<dyn FnMut(&mut dyn Records) -> Result<Box<dyn std::any::Any + Send>> + Send>;
+
+/// Runs `f` in one write transaction of `store`, over its records, and commits it if `f`
+/// returns `Ok`: the one way the engine-agnostic calls below reach an engine.
+pub(crate) fn write<T: Send + 'static>(
+    store: &(impl LeaseBackend + ?Sized),
+    mut f: impl FnMut(&mut dyn Records) -> Result<T> + Send + 'static,
+) -> Result<T> {
+    let answer = store.write_step(Box::new(move |r| {
+        f(r).map(|t| Box::new(t) as Box<dyn std::any::Any + Send>)
+    }))?;
+    answer
+        .downcast::<T>()
+        .map(|t| *t)
+        .map_err(|_| crate::Error::Internal("a write step answered with another type"))
+}
+
+/// How its holder ends an attempt.
+#[derive(Clone, Debug)]
+pub(crate) enum End {
+    /// Completed, with this output.
+    Complete(Vec<u8>),
+    /// Failed with this error: retried while the budget lasts, or never.
+    Fail(String, Retry),
+    /// Given back on purpose.
+    Release,
+    /// Put off by this long.
+    Snooze(Duration),
+    /// Ran into its hard time limit.
+    TimeOut,
+}
+
+impl End {
+    /// Writes this end of `lease`'s attempt, with the holder's last progress if given.
+    pub(crate) fn write(
+        &self,
+        r: &mut dyn Records,
+        lease: (JobId, Attempt),
+        progress: Option<u64>,
+    ) -> Result<JobState> {
+        let (job, at) = lease;
+        match self {
+            End::Complete(output) => {
+                protocol::complete(r, job, at, output, progress).map(|()| JobState::Succeeded)
+            }
+            End::Fail(error, retry) => protocol::fail(r, job, at, error, *retry, progress),
+            End::Release => protocol::release(r, job, at, progress),
+            End::Snooze(delay) => protocol::snooze(r, job, at, *delay, progress),
+            End::TimeOut => protocol::time_out(r, job, at, progress),
+        }
+    }
+}
+
 /// What a pool's threads and a reaper call: the contract every store keeps ([`JobStore`]),
 /// and the few things only a pool needs on top of it (the holder's last progress carried by
 /// an attempt's end, completions handed over in batches, a clock that never fails).
+///
+/// An engine gives its write transactions ([`LeaseBackend::write_step`]) and its plumbing
+/// (clock, wake-ups); the calls are written here once over the protocol, and an engine
+/// overrides one only where it has a shortcut of its own (PostgreSQL's one-statement
+/// renewals and completions).
 pub(crate) trait LeaseBackend: JobStore + 'static {
+    /// Runs `step` in one write transaction and commits it if it returns `Ok`; use
+    /// [`write`].
+    fn write_step(&self, step: Step) -> Result<Box<dyn std::any::Any + Send>>;
     /// Store time. Never fails: a backend that cannot read its clock now estimates it from
     /// its last reading (a pool must judge its leases while the store is unreachable).
     fn clock(&self) -> StoreTime;
@@ -160,18 +224,60 @@ pub(crate) trait LeaseBackend: JobStore + 'static {
         false
     }
     fn next_due(&self, queue: &str) -> Result<Option<StoreTime>>;
+    /// The queues of `queues` whose served mark is due now (see [`crate::queue`]).
+    fn marks_due(&self, queues: &mut dyn Iterator<Item = &str>) -> Vec<String>;
     /// One answer per lease, or the error that failed the whole batch (nothing renewed).
-    fn renew_batch(&self, beats: &[(&Lease, u64)]) -> Result<Vec<Result<Renewal>>>;
-    /// Completes the attempt, recording the holder's last progress with it.
-    fn complete_reporting(&self, lease: &Lease, output: &[u8], progress: Option<u64>)
-    -> Result<()>;
+    fn renew_batch(&self, beats: &[(&Lease, u64)]) -> Result<Vec<Result<Renewal>>> {
+        // Renewed in job order, so that an index is walked once from left to right rather
+        // than at random (a pool's leases come in no order); answers go back in the caller's.
+        let mut order: Vec<_> = beats
+            .iter()
+            .enumerate()
+            .map(|(at, (l, progress))| (l.job, l.attempt, *progress, at))
+            .collect();
+        order.sort_unstable_by_key(|&(job, ..)| job);
+        let marks = self.marks_due(&mut beats.iter().map(|(l, _)| l.queue.as_str()));
+        write(self, move |r| {
+            for queue in &marks {
+                protocol::mark_served(r, queue)?;
+            }
+            let mut renewed: Vec<_> = order
+                .iter()
+                .map(|&(job, at, progress, i)| (i, protocol::heartbeat(r, job, at, progress)))
+                .collect();
+            renewed.sort_unstable_by_key(|&(i, _)| i);
+            Ok(renewed.into_iter().map(|(_, answer)| answer).collect())
+        })
+    }
+    /// Ends the attempt as its holder says, recording its last progress with it; the job's
+    /// state after.
+    fn end(&self, lease: &Lease, end: End, progress: Option<u64>) -> Result<JobState> {
+        let at = (lease.job, lease.attempt);
+        write(self, move |r| end.write(r, at, progress))
+    }
+    /// Completes the attempt and claims the same worker's next job of its queue, at once.
     fn complete_and_claim_reporting(
         &self,
         lease: &Lease,
         output: &[u8],
         progress: Option<u64>,
         terms: LeaseTerms,
-    ) -> Result<Option<Lease>>;
+    ) -> Result<Option<Lease>> {
+        // Checked before anything is written: a bad setting found by the claim after the
+        // completion wrote would fail the commit of its neighbours too.
+        crate::config::check_terms(&terms)?;
+        let (job, at, output) = (lease.job, lease.attempt, output.to_vec());
+        let marks = self.marks_due(&mut std::iter::once(lease.queue.as_str()));
+        let (queue, worker) = (lease.queue.clone(), lease.worker.clone());
+        write(self, move |r| {
+            protocol::complete(r, job, at, &output, progress)?;
+            let claimed = protocol::claim(r, &queue, &worker, terms)?;
+            for queue in &marks {
+                protocol::mark_served(r, queue)?;
+            }
+            Ok(claimed)
+        })
+    }
     fn complete_with_writes(
         &self,
         lease: &Lease,
@@ -187,25 +293,6 @@ pub(crate) trait LeaseBackend: JobStore + 'static {
         terms: LeaseTerms,
         n: usize,
     ) -> RoundResults;
-    fn fail_reporting(
-        &self,
-        lease: &Lease,
-        error: &str,
-        retry: Retry,
-        progress: Option<u64>,
-    ) -> Result<JobState>;
-    /// Gives the job back ([`crate::JobStore::release`]); returns its state after (`Queued`,
-    /// or `Cancelled` if a cancel was requested meanwhile).
-    fn release_reporting(&self, lease: &Lease, progress: Option<u64>) -> Result<JobState>;
-    /// Ends the attempt as timed out: its handler ran into the attempt's hard time limit.
-    fn time_out_reporting(&self, lease: &Lease, progress: Option<u64>) -> Result<JobState>;
-    /// Puts the job off by `delay` ([`crate::JobStore::snooze`]).
-    fn snooze_reporting(
-        &self,
-        lease: &Lease,
-        delay: Duration,
-        progress: Option<u64>,
-    ) -> Result<JobState>;
     /// Makes what was committed durable (redb's eventual durability); a no-op elsewhere.
     fn flush(&self) -> Result<()>;
     /// A reaper thread's pass ([`JobStore::reap`]), recorded with how often it runs.

@@ -12,7 +12,7 @@ use super::context::{Interruption, JobContext, JobError, Output, no_retry_mends}
 use super::handover::Handed;
 use super::stats::bump;
 use super::{Flight, Shared};
-use crate::backend::AnyWrites;
+use crate::backend::{AnyWrites, End};
 use crate::clock::Stopwatch;
 use crate::error::Error;
 use crate::job::{JobState, Outcome};
@@ -68,7 +68,7 @@ fn give_back(shared: &Shared, flight: &Flight) {
 /// refused write to a worker, and nothing at shutdown, where the job may have finished).
 pub(crate) fn release(shared: &Shared, flight: &Flight) -> crate::Result<()> {
     let progress = Some(flight.state.progress());
-    let state = shared.store.release_reporting(&flight.lease, progress)?;
+    let state = shared.store.end(&flight.lease, End::Release, progress)?;
     bump(&shared.counters.released);
     shared.ended(&flight.lease, Outcome::Released, state);
     Ok(())
@@ -77,7 +77,7 @@ pub(crate) fn release(shared: &Shared, flight: &Flight) -> crate::Result<()> {
 /// Ends the attempt as timed out in the store, with the holder's last progress if it ran.
 fn time_out(shared: &Shared, flight: &Flight, progress: Option<u64>) -> crate::Result<()> {
     let lease = &flight.lease;
-    let state = shared.store.time_out_reporting(lease, progress)?;
+    let state = shared.store.end(lease, End::TimeOut, progress)?;
     let outcome = rules::time_out_outcome(lease.claimed_at, lease.deadline);
     shared.ended(lease, outcome, state);
     Ok(())
@@ -188,7 +188,7 @@ fn run_one(shared: &Shared, flight: Flight, waited: bool) -> After {
         ) => commit_failure(shared, &flight, &message, retry, counter),
         (None, Verdict::Snooze(delay)) => {
             let progress = Some(flight.state.progress());
-            match shared.store.snooze_reporting(lease, delay, progress) {
+            match shared.store.end(lease, End::Snooze(delay), progress) {
                 Ok(state) => {
                     bump(&shared.counters.snoozed);
                     shared.ended(lease, Outcome::Snoozed { delay }, state);
@@ -311,10 +311,11 @@ fn commit_success(shared: &Shared, flight: Flight, output: Output<AnyWrites>) ->
                     Err(e) => Err(e),
                 }
             }
-            None => shared
-                .counters
-                .commit_latency
-                .time(|| shared.store.complete_reporting(lease, &bytes, progress)),
+            None => {
+                let complete = End::Complete(bytes);
+                let commit = || shared.store.end(lease, complete, progress).map(|_| ());
+                shared.counters.commit_latency.time(commit)
+            }
         },
     };
     completed(shared, &flight, result);
@@ -377,7 +378,10 @@ pub(crate) fn failure_of_rolled_back_completion(e: &Error) -> Option<JobError> {
 fn commit_failure(shared: &Shared, flight: &Flight, message: &str, retry: Retry, kind: FailKind) {
     let lease = &flight.lease;
     let progress = Some(flight.state.progress());
-    let commit = || shared.store.fail_reporting(lease, message, retry, progress);
+    let commit = || {
+        let fail = End::Fail(message.to_owned(), retry);
+        shared.store.end(lease, fail, progress)
+    };
     match shared.counters.commit_latency.time(commit) {
         Ok(state) => {
             bump(match kind {

@@ -7,14 +7,13 @@ use super::records::PgRecords;
 use super::{PgStore, fast, read};
 use crate::backend::AnyWrites;
 use crate::backend::Completion;
-use crate::backend::{Backend, LeaseBackend};
+use crate::backend::{Backend, End, LeaseBackend, Step};
 use crate::clock::Stopwatch;
 use crate::error::{ConfigError, Result};
 use crate::ids::{JobId, StoreTime};
 use crate::job::JobState;
 use crate::lease::{Lease, LeaseTerms, Renewal};
 use crate::protocol;
-use crate::rules::Retry;
 
 /// How long a reading of the database's clock serves before the next is taken.
 const CLOCK_READING_SERVES: Duration = Duration::from_millis(500);
@@ -130,7 +129,7 @@ impl PgStore {
             Side::Alone | Side::BesideClaim(_) => (None, None),
         };
         let marks = match claim {
-            Some((queue, ..)) => self.marks_due([queue]),
+            Some((queue, ..)) => self.marks_due(&mut [queue].into_iter()),
             None => Vec::new(),
         };
         let outcome = self.records(|r| {
@@ -330,14 +329,11 @@ impl PgStore {
     }
 }
 
-impl PgStore {
-    /// The served marks due now for `queues` (see [`crate::queue`]).
-    pub(super) fn marks_due<'q>(&self, queues: impl IntoIterator<Item = &'q str>) -> Vec<String> {
-        self.inner.served.due(queues, self.estimated_now())
-    }
-}
-
 impl LeaseBackend for PgStore {
+    fn write_step(&self, mut step: Step) -> Result<Box<dyn std::any::Any + Send>> {
+        self.records(|r| step(r))
+    }
+
     fn clock(&self) -> StoreTime {
         self.estimated_now()
     }
@@ -364,12 +360,17 @@ impl LeaseBackend for PgStore {
         self.in_transaction(|tx, p| read::next_due(tx, p, queue))
     }
 
+    fn marks_due(&self, queues: &mut dyn Iterator<Item = &str>) -> Vec<String> {
+        self.inner.served.due(queues, self.estimated_now())
+    }
+
+    /// [`fast::heartbeat_batch`]: one statement for every lease it can renew.
     fn renew_batch(&self, beats: &[(&Lease, u64)]) -> Result<Vec<Result<Renewal>>> {
         let leases: Vec<_> = beats
             .iter()
             .map(|(l, progress)| (l.job, l.attempt, *progress))
             .collect();
-        let marks = self.marks_due(beats.iter().map(|(l, _)| l.queue.as_str()));
+        let marks = self.marks_due(&mut beats.iter().map(|(l, _)| l.queue.as_str()));
         self.records(|r| {
             let renewed = fast::heartbeat_batch(r, &leases)?;
             fast::mark_served(r, &marks)?;
@@ -377,13 +378,15 @@ impl LeaseBackend for PgStore {
         })
     }
 
-    fn complete_reporting(
-        &self,
-        lease: &Lease,
-        output: &[u8],
-        progress: Option<u64>,
-    ) -> Result<()> {
-        self.records(|r| fast::complete(r, lease.job, lease.attempt, output, progress))
+    /// A completion by [`fast::complete`]'s one statement; any other end as written once.
+    fn end(&self, lease: &Lease, end: End, progress: Option<u64>) -> Result<JobState> {
+        let at = (lease.job, lease.attempt);
+        self.records(|r| match &end {
+            End::Complete(output) => {
+                fast::complete(r, at.0, at.1, output, progress).map(|()| JobState::Succeeded)
+            }
+            other => other.write(r, at, progress),
+        })
     }
 
     fn complete_and_claim_reporting(
@@ -393,7 +396,8 @@ impl LeaseBackend for PgStore {
         progress: Option<u64>,
         terms: LeaseTerms,
     ) -> Result<Option<Lease>> {
-        let marks = self.marks_due([lease.queue.as_str()]);
+        crate::config::check_terms(&terms)?;
+        let marks = self.marks_due(&mut std::iter::once(lease.queue.as_str()));
         self.records(|r| {
             fast::complete(r, lease.job, lease.attempt, output, progress)?;
             let claimed = fast::claim_batch(r, &lease.queue, &lease.worker, terms, 1, None)?;
@@ -429,48 +433,6 @@ impl LeaseBackend for PgStore {
     ) -> (Vec<Result<()>>, Result<Vec<Lease>>) {
         let claim = (n > 0).then_some((queue, worker, terms, n));
         self.complete_each_then_claim(&mut done, claim)
-    }
-
-    fn fail_reporting(
-        &self,
-        lease: &Lease,
-        error: &str,
-        retry: Retry,
-        progress: Option<u64>,
-    ) -> Result<JobState> {
-        let state =
-            self.records(|r| protocol::fail(r, lease.job, lease.attempt, error, retry, progress))?;
-        if state == JobState::RetryWait {
-            self.readied([&lease.queue]);
-        }
-        Ok(state)
-    }
-
-    fn release_reporting(&self, lease: &Lease, progress: Option<u64>) -> Result<JobState> {
-        let state = self.records(|r| protocol::release(r, lease.job, lease.attempt, progress))?;
-        self.readied([&lease.queue]);
-        Ok(state)
-    }
-
-    fn snooze_reporting(
-        &self,
-        lease: &Lease,
-        delay: Duration,
-        progress: Option<u64>,
-    ) -> Result<JobState> {
-        let (job, at) = (lease.job, lease.attempt);
-        let state = self.records(|r| protocol::snooze(r, job, at, delay, progress))?;
-        self.readied([&lease.queue]);
-        Ok(state)
-    }
-
-    fn time_out_reporting(&self, lease: &Lease, progress: Option<u64>) -> Result<JobState> {
-        let (job, at) = (lease.job, lease.attempt);
-        let state = self.records(|r| protocol::time_out(r, job, at, progress))?;
-        if state == JobState::RetryWait {
-            self.readied([&lease.queue]);
-        }
-        Ok(state)
     }
 
     fn flush(&self) -> Result<()> {

@@ -357,21 +357,6 @@ const LOOK: &str = concat!(
 
 // ----- heartbeat -----
 
-const RENEW: &str = "
-WITH c AS MATERIALIZED (SELECT {now} AS t)
-UPDATE {s}.leasehold_jobs j
-SET lease_expires_at = greatest(j.lease_expires_at,
-        least(c.t + j.lease_length_us * interval '1 microsecond', j.lease_deadline)),
-    progress = $3,
-    progress_at = CASE WHEN j.progress = $3 THEN j.progress_at ELSE c.t END,
-    updated_at = c.t
-FROM c
-WHERE j.id = $1 AND j.attempt = $2 AND j.state = 'running' AND NOT j.cancel_requested
-    AND NOT (j.stall_timeout_us IS NOT NULL AND j.progress = $3
-             AND c.t - j.progress_at >= j.stall_timeout_us * interval '1 microsecond')
-    AND NOT coalesce(j.lease_deadline <= c.t, false)
-RETURNING {s}.us(j.lease_expires_at)";
-
 const RENEW_MANY: &str = "
 WITH c AS MATERIALIZED (SELECT {now} AS t),
 r AS (SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[]) AS r(id, attempt, progress))
@@ -388,41 +373,9 @@ WHERE j.id = r.id AND j.attempt = r.attempt AND j.state = 'running' AND NOT j.ca
     AND NOT coalesce(j.lease_deadline <= c.t, false)
 RETURNING j.id, j.attempt, {s}.us(j.lease_expires_at)";
 
-/// Renews the lease by its length from now (up to the attempt's deadline) if the caller
-/// still holds it, storing progress; a cancel requested meanwhile, a stall or the deadline
-/// ends the attempt instead and says so.
-pub(crate) fn heartbeat(
-    r: &mut PgRecords<'_, '_, '_>,
-    job: JobId,
-    at: Attempt,
-    progress: u64,
-) -> Result<Renewal> {
-    if !r.shortcuts() {
-        return protocol::heartbeat(r, job, at, progress);
-    }
-    match renew(r.tx, r.p, job, at, progress)? {
-        Some(expires_at) => Ok(Renewal::Renewed { expires_at }),
-        // Cancelled, stalled, timed out or refused: the protocol's own steps say which.
-        None => protocol::heartbeat(r, job, at, progress),
-    }
-}
-
-/// The renewal statement for one lease: the new expiry, or `None` if it changed no row.
-fn renew(
-    tx: Tx<'_, '_>,
-    p: &mut Prepared<'_>,
-    job: JobId,
-    at: Attempt,
-    progress: u64,
-) -> Result<Option<StoreTime>> {
-    let st = p.get(tx, RENEW)?;
-    match tx.query_opt(&st, &[&key(job), &i64::from(at.0), &clamp(progress)])? {
-        Some(row) => Ok(Some(time(row.col(0)?))),
-        None => Ok(None),
-    }
-}
-
-/// Renews many leases in one statement; each answer as [`heartbeat`] would give it.
+/// Renews many leases in one statement, each as [`protocol::heartbeat`] would; a lease the
+/// statement did not renew (cancelled, stalled, timed out or refused) goes through that
+/// function, which says why.
 pub(crate) fn heartbeat_batch(
     r: &mut PgRecords<'_, '_, '_>,
     leases: &[(JobId, Attempt, u64)],

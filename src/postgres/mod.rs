@@ -432,13 +432,23 @@ impl PgStore {
         }
     }
 
-    /// [`PgStore::in_transaction`] with the transaction as the protocol's records.
+    /// [`PgStore::in_transaction`] with the transaction as the protocol's records; once it
+    /// has committed, this process's waiters of the queues it readied are woken (other
+    /// processes', by the `NOTIFY` it sent).
     fn records<T>(
         &self,
         mut f: impl FnMut(&mut records::PgRecords<'_, '_, '_>) -> Result<T>,
     ) -> Result<T> {
         let settings = self.settings();
-        self.in_transaction(|tx, p| f(&mut records::PgRecords::new(tx, p, settings)))
+        let mut readied = std::collections::BTreeSet::new();
+        let answer = self.in_transaction(|tx, p| {
+            let mut r = records::PgRecords::new(tx, p, settings);
+            let answer = f(&mut r);
+            readied = r.readied_queues();
+            answer
+        })?;
+        self.readied(&readied);
+        Ok(answer)
     }
 
     /// One transaction, not retried; [`PgStore::transaction`] retries through it.

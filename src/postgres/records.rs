@@ -66,6 +66,11 @@ impl<'a, 'b, 'c> PgRecords<'a, 'b, 'c> {
         }
     }
 
+    /// The queues this transaction readied (and notified).
+    pub(crate) fn readied_queues(&mut self) -> BTreeSet<String> {
+        std::mem::take(&mut self.notified)
+    }
+
     /// Whether the one-statement shortcuts of `fast.rs` are taken.
     pub(crate) fn shortcuts(&self) -> bool {
         self.settings.shortcuts

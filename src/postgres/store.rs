@@ -4,6 +4,7 @@
 use super::records::PgRecords;
 use super::{PgStore, Prepared};
 use super::{fast, read};
+use crate::backend::{End, LeaseBackend};
 use crate::error::{Error, Result};
 use crate::ids::{JobId, StoreTime};
 use crate::job::{Job, JobState, NewJob, Run};
@@ -123,7 +124,7 @@ impl PgStore {
         n: usize,
     ) -> Result<Vec<Lease>> {
         let terms = terms.into();
-        let marks = self.marks_due([queue]);
+        let marks = self.marks_due(&mut [queue].into_iter());
         self.records(|r| {
             let claimed = fast::claim_batch(r, queue, worker, terms, n, None)?;
             fast::mark_served(r, &marks)?;
@@ -151,16 +152,7 @@ impl PgStore {
         output: &[u8],
         terms: impl Into<LeaseTerms>,
     ) -> Result<Option<Lease>> {
-        let terms = terms.into();
-        crate::config::check_terms(&terms)?;
-        let marks = self.marks_due([lease.queue.as_str()]);
-        let claimed = self.records(|r| {
-            fast::complete(r, lease.job, lease.attempt, output, None)?;
-            let claimed = fast::claim_batch(r, &lease.queue, &lease.worker, terms, 1, None)?;
-            fast::mark_served(r, &marks)?;
-            Ok(claimed)
-        })?;
-        Ok(claimed.into_iter().next())
+        LeaseBackend::complete_and_claim_reporting(self, lease, output, None, terms.into())
     }
 
     /// Completes many attempts in one transaction, each with its own answer (see
@@ -187,17 +179,15 @@ impl PgStore {
 
     /// Renews the lease (see [`crate::Store::heartbeat`]).
     pub fn heartbeat(&self, lease: &Lease, progress: u64) -> Result<Renewal> {
-        let marks = self.marks_due([lease.queue.as_str()]);
-        self.records(|r| {
-            let renewal = fast::heartbeat(r, lease.job, lease.attempt, progress)?;
-            fast::mark_served(r, &marks)?;
-            Ok(renewal)
-        })
+        let mut answers = LeaseBackend::renew_batch(self, &[(lease, progress)])?;
+        answers
+            .pop()
+            .unwrap_or(Err(Error::Internal("a renewal without its answer")))
     }
 
     /// Renews many leases with one statement; one answer per lease, in order.
     pub fn heartbeat_batch(&self, beats: &[(&Lease, u64)]) -> Vec<Result<Renewal>> {
-        match <Self as crate::backend::LeaseBackend>::renew_batch(self, beats) {
+        match LeaseBackend::renew_batch(self, beats) {
             Ok(answers) => answers,
             Err(e) => {
                 let each = shared_by_all(e);
@@ -208,7 +198,8 @@ impl PgStore {
 
     /// Completes the attempt (see [`crate::Store::complete`]).
     pub fn complete(&self, lease: &Lease, output: &[u8]) -> Result<()> {
-        <Self as crate::backend::LeaseBackend>::complete_reporting(self, lease, output, None)
+        self.end(lease, End::Complete(output.to_vec()), None)
+            .map(|_| ())
     }
 
     /// Completes the attempt and runs `f`, the application's own statements and follow-up
@@ -273,39 +264,31 @@ impl PgStore {
 
     /// Fails the attempt (see [`crate::Store::fail`]).
     pub fn fail(&self, lease: &Lease, error: &str) -> Result<JobState> {
-        <Self as crate::backend::LeaseBackend>::fail_reporting(
-            self,
+        self.end(
             lease,
-            error,
-            Retry::WhileBudgetLasts,
+            End::Fail(error.to_owned(), Retry::WhileBudgetLasts),
             None,
         )
     }
 
     /// Fails the attempt for good: dead at once (see [`crate::Store::fail_permanently`]).
     pub fn fail_permanently(&self, lease: &Lease, error: &str) -> Result<JobState> {
-        <Self as crate::backend::LeaseBackend>::fail_reporting(
-            self,
-            lease,
-            error,
-            Retry::Never,
-            None,
-        )
+        self.end(lease, End::Fail(error.to_owned(), Retry::Never), None)
     }
 
     /// Puts the job off by `delay` (see [`crate::Store::snooze`]).
     pub fn snooze(&self, lease: &Lease, delay: std::time::Duration) -> Result<JobState> {
-        <Self as crate::backend::LeaseBackend>::snooze_reporting(self, lease, delay, None)
+        self.end(lease, End::Snooze(delay), None)
     }
 
     /// Ends the attempt as timed out (see [`crate::Store::time_out`]).
     pub fn time_out(&self, lease: &Lease) -> Result<JobState> {
-        <Self as crate::backend::LeaseBackend>::time_out_reporting(self, lease, None)
+        self.end(lease, End::TimeOut, None)
     }
 
     /// Gives the job back on purpose (see [`crate::Store::release`]).
     pub fn release(&self, lease: &Lease) -> Result<()> {
-        <Self as crate::backend::LeaseBackend>::release_reporting(self, lease, None).map(|_| ())
+        self.end(lease, End::Release, None).map(|_| ())
     }
 
     /// Cancels a job (see [`crate::Store::cancel`]).

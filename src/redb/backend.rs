@@ -3,12 +3,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::backend::{AnyWrites, Backend, Completion, LeaseBackend};
+use crate::backend::{AnyWrites, Backend, Completion, LeaseBackend, Step};
 use crate::error::Result;
 use crate::ids::StoreTime;
-use crate::job::JobState;
-use crate::lease::{Lease, LeaseTerms, Renewal};
-use crate::rules::Retry;
+use crate::lease::{Lease, LeaseTerms};
 
 use super::store::Store;
 
@@ -31,6 +29,10 @@ impl From<&Store> for Backend {
 }
 
 impl LeaseBackend for Store {
+    fn write_step(&self, mut step: Step) -> Result<Box<dyn std::any::Any + Send>> {
+        self.write(move |tx| step(tx))
+    }
+
     fn clock(&self) -> StoreTime {
         Store::now(self)
     }
@@ -52,35 +54,8 @@ impl LeaseBackend for Store {
         Store::next_due(self, queue)
     }
 
-    fn renew_batch(&self, beats: &[(&Lease, u64)]) -> Result<Vec<Result<Renewal>>> {
-        let mut results = Store::heartbeat_batch(self, beats);
-        // A failed commit answers every entry alike, with the shared group failure.
-        match results.first() {
-            Some(Err(crate::Error::Group(_))) => Err(results
-                .swap_remove(0)
-                .err()
-                .unwrap_or_else(|| crate::Error::Internal("a failed batch without its error"))),
-            _ => Ok(results),
-        }
-    }
-
-    fn complete_reporting(
-        &self,
-        lease: &Lease,
-        output: &[u8],
-        progress: Option<u64>,
-    ) -> Result<()> {
-        self.complete_reporting(lease, output, progress)
-    }
-
-    fn complete_and_claim_reporting(
-        &self,
-        lease: &Lease,
-        output: &[u8],
-        progress: Option<u64>,
-        terms: LeaseTerms,
-    ) -> Result<Option<Lease>> {
-        self.complete_and_claim_reporting(lease, output, progress, terms)
+    fn marks_due(&self, queues: &mut dyn Iterator<Item = &str>) -> Vec<String> {
+        Store::marks_due(self, queues)
     }
 
     fn complete_with_writes(
@@ -109,35 +84,6 @@ impl LeaseBackend for Store {
         n: usize,
     ) -> (Vec<Result<()>>, Result<Vec<Lease>>) {
         Store::complete_all_then_claim(self, done, queue, worker, terms, n)
-    }
-
-    fn fail_reporting(
-        &self,
-        lease: &Lease,
-        error: &str,
-        retry: Retry,
-        progress: Option<u64>,
-    ) -> Result<JobState> {
-        self.fail_reporting(lease, error, retry, progress)
-    }
-
-    fn release_reporting(&self, lease: &Lease, progress: Option<u64>) -> Result<JobState> {
-        self.release_reporting(lease, progress)
-    }
-
-    fn snooze_reporting(
-        &self,
-        lease: &Lease,
-        delay: std::time::Duration,
-        progress: Option<u64>,
-    ) -> Result<JobState> {
-        let (job, attempt) = (lease.job, lease.attempt);
-        self.write(move |tx| crate::protocol::snooze(tx, job, attempt, delay, progress))
-    }
-
-    fn time_out_reporting(&self, lease: &Lease, progress: Option<u64>) -> Result<JobState> {
-        let (job, attempt) = (lease.job, lease.attempt);
-        self.write(move |tx| crate::protocol::time_out(tx, job, attempt, progress))
     }
 
     fn flush(&self) -> Result<()> {

@@ -9,7 +9,7 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use redb::{Database, ReadableDatabase, TableHandle, WriteTransaction};
 
-use crate::backend::Completion;
+use crate::backend::{Completion, End, LeaseBackend};
 use crate::batches::Batch;
 use crate::clock::StoreClock;
 use crate::config::Durability;
@@ -211,7 +211,7 @@ impl Store {
     }
 
     /// The served marks due now for `queues` (see [`crate::queue`]).
-    fn marks_due<'q>(&self, queues: impl IntoIterator<Item = &'q str>) -> Vec<String> {
+    pub(super) fn marks_due<'q>(&self, queues: impl IntoIterator<Item = &'q str>) -> Vec<String> {
         self.inner.served.due(queues, self.now())
     }
 
@@ -304,40 +304,17 @@ impl Store {
     /// Renews `lease` by its length from now and records `progress`, if it is still held.
     /// [`Error::LeaseLost`] means stop working and commit nothing.
     pub fn heartbeat(&self, lease: &Lease, progress: u64) -> Result<Renewal> {
-        let (job, attempt) = (lease.job, lease.attempt);
-        let marks = self.marks_due([lease.queue.as_str()]);
-        self.write(move |tx| {
-            let renewal = protocol::heartbeat(tx, job, attempt, progress)?;
-            mark_all(tx, &marks)?;
-            Ok(renewal)
-        })
+        let mut answers = LeaseBackend::renew_batch(self, &[(lease, progress)])?;
+        answers
+            .pop()
+            .unwrap_or(Err(Error::Internal("a renewal without its answer")))
     }
 
     /// Renews many leases in one write transaction; one result per lease, in order. A lost
     /// lease fails only its own entry; if the commit itself fails, every entry says so (as
     /// [`Store::complete_batch`] answers).
     pub fn heartbeat_batch(&self, beats: &[(&Lease, u64)]) -> Vec<Result<Renewal>> {
-        // Renewed in job order, so the B-tree is walked once from left to right rather than
-        // at random (a pool's leases come in no order); results go back in the caller's.
-        let mut order: Vec<_> = beats
-            .iter()
-            .enumerate()
-            .map(|(at, (l, progress))| (l.job, l.attempt, *progress, at))
-            .collect();
-        order.sort_unstable_by_key(|&(job, ..)| job);
-        let marks = self.marks_due(beats.iter().map(|(l, _)| l.queue.as_str()));
-        let renewed = self.write(move |tx| {
-            mark_all(tx, &marks)?;
-            let mut renewed: Vec<_> = order
-                .iter()
-                .map(|&(job, attempt, progress, at)| {
-                    (at, protocol::heartbeat(tx, job, attempt, progress))
-                })
-                .collect();
-            renewed.sort_unstable_by_key(|&(at, _)| at);
-            Ok(renewed.into_iter().map(|(_, result)| result).collect())
-        });
-        renewed.unwrap_or_else(|e| {
+        LeaseBackend::renew_batch(self, beats).unwrap_or_else(|e| {
             let shared = match e {
                 Error::Group(shared) => shared,
                 other => Arc::new(other),
@@ -351,19 +328,8 @@ impl Store {
 
     /// Completes the job held by `lease` with `output`, if the lease still holds.
     pub fn complete(&self, lease: &Lease, output: &[u8]) -> Result<()> {
-        self.complete_reporting(lease, output, None)
-    }
-
-    /// [`Store::complete`], recording `progress` as the attempt's last (a pool knows its
-    /// handler's final count, which no heartbeat may have carried yet).
-    pub(crate) fn complete_reporting(
-        &self,
-        lease: &Lease,
-        output: &[u8],
-        progress: Option<u64>,
-    ) -> Result<()> {
-        let (job, attempt, output) = (lease.job, lease.attempt, output.to_vec());
-        self.write(move |tx| protocol::complete(tx, job, attempt, &output, progress))
+        self.end(lease, End::Complete(output.to_vec()), None)
+            .map(|_| ())
     }
 
     /// Completes the job held by `lease` and, in the same transaction, claims the next job of
@@ -376,29 +342,7 @@ impl Store {
         output: &[u8],
         terms: impl Into<LeaseTerms>,
     ) -> Result<Option<Lease>> {
-        self.complete_and_claim_reporting(lease, output, None, terms.into())
-    }
-
-    /// [`Store::complete_and_claim`], recording the attempt's last progress.
-    pub(crate) fn complete_and_claim_reporting(
-        &self,
-        lease: &Lease,
-        output: &[u8],
-        progress: Option<u64>,
-        terms: LeaseTerms,
-    ) -> Result<Option<Lease>> {
-        // Checked before anything is written: a bad setting found by the claim after the
-        // completion wrote would poison the shared commit and re-run its neighbours alone.
-        crate::config::check_terms(&terms)?;
-        let (job, attempt, output) = (lease.job, lease.attempt, output.to_vec());
-        let marks = self.marks_due([lease.queue.as_str()]);
-        let (queue, worker) = (lease.queue.clone(), lease.worker.clone());
-        self.write(move |tx| {
-            protocol::complete(tx, job, attempt, &output, progress)?;
-            let claimed = protocol::claim(tx, &queue, &worker, terms)?;
-            mark_all(tx, &marks)?;
-            Ok(claimed)
-        })
+        LeaseBackend::complete_and_claim_reporting(self, lease, output, None, terms.into())
     }
 
     /// Completes many jobs in one commit (one fsync; a batch of more than 1,024 takes one
@@ -513,7 +457,11 @@ impl Store {
     /// Fails the attempt held by `lease`: the job waits out a backoff and runs again while its
     /// retry budget lasts, else it is dead. Returns the job's new state.
     pub fn fail(&self, lease: &Lease, error: &str) -> Result<JobState> {
-        self.fail_reporting(lease, error, Retry::WhileBudgetLasts, None)
+        self.end(
+            lease,
+            End::Fail(error.to_owned(), Retry::WhileBudgetLasts),
+            None,
+        )
     }
 
     /// Fails the attempt held by `lease` with a failure that running the job again cannot
@@ -523,7 +471,7 @@ impl Store {
     /// (cancelled instead, if a cancel was requested meanwhile). [`Store::retry`] brings it
     /// back once something changed. Returns the job's new state.
     pub fn fail_permanently(&self, lease: &Lease, error: &str) -> Result<JobState> {
-        self.fail_reporting(lease, error, Retry::Never, None)
+        self.end(lease, End::Fail(error.to_owned(), Retry::Never), None)
     }
 
     /// Ends the attempt held by `lease` as timed out ([`Outcome::TimedOut`](crate::Outcome::TimedOut)):
@@ -531,7 +479,7 @@ impl Store {
     /// pool does it for its handlers). Retried after a backoff while the budget lasts, else
     /// dead. Returns the job's new state.
     pub fn time_out(&self, lease: &Lease) -> Result<JobState> {
-        <Self as crate::backend::LeaseBackend>::time_out_reporting(self, lease, None)
+        self.end(lease, End::TimeOut, None)
     }
 
     /// Declares a periodic job ([`Schedule`](crate::Schedule)): new, or (every process declares
@@ -618,34 +566,13 @@ impl Store {
     /// is claimable again `delay` from now, behind jobs that were due earlier. A cancel
     /// requested meanwhile wins. Returns the job's new state.
     pub fn snooze(&self, lease: &Lease, delay: Duration) -> Result<JobState> {
-        <Self as crate::backend::LeaseBackend>::snooze_reporting(self, lease, delay, None)
+        self.end(lease, End::Snooze(delay), None)
     }
 
     /// [`Store::fail`] or [`Store::fail_permanently`], recording the attempt's last progress.
-    pub(crate) fn fail_reporting(
-        &self,
-        lease: &Lease,
-        error: &str,
-        retry: Retry,
-        progress: Option<u64>,
-    ) -> Result<JobState> {
-        let (job, attempt, error) = (lease.job, lease.attempt, error.to_owned());
-        self.write(move |tx| protocol::fail(tx, job, attempt, &error, retry, progress))
-    }
-
     /// Gives the job back (graceful shutdown): claimable at once, no retry budget spent.
     pub fn release(&self, lease: &Lease) -> Result<()> {
-        self.release_reporting(lease, None).map(|_| ())
-    }
-
-    /// [`Store::release`], recording the attempt's last progress; the job's state after.
-    pub(crate) fn release_reporting(
-        &self,
-        lease: &Lease,
-        progress: Option<u64>,
-    ) -> Result<JobState> {
-        let (job, attempt) = (lease.job, lease.attempt);
-        self.write(move |tx| protocol::release(tx, job, attempt, progress))
+        self.end(lease, End::Release, None).map(|_| ())
     }
 
     /// Cancels a job. A waiting job is cancelled at once; a running one is flagged, its

@@ -48,7 +48,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::backend::LeaseBackend;
+use crate::backend::{End, LeaseBackend};
 use crate::clock::ManualClock;
 use crate::error::panic_message;
 use crate::error::{OpenError, Result};
@@ -248,7 +248,7 @@ where
     let verdict = match catch_unwind(AssertUnwindSafe(|| handler(&ctx))) {
         Ok(Ok(output)) => commit(store, &lease, crate::pool::any::<S>(output.into()))?,
         Ok(Err(e)) => match e.snoozed_for() {
-            Some(delay) => match store.snooze_reporting(&lease, delay, None) {
+            Some(delay) => match store.end(&lease, End::Snooze(delay), None) {
                 Ok(_) => Verdict::Snoozed(delay),
                 Err(e) if e.is_lease_lost() => Verdict::Fenced,
                 Err(e) => return Err(e),
@@ -276,7 +276,7 @@ fn commit(
     let Output { bytes, writes } = output;
     let committed = match writes {
         Some(writes) => store.complete_with_writes(lease, &bytes, None, writes),
-        None => store.complete_reporting(lease, &bytes, None),
+        None => store.end(lease, End::Complete(bytes), None).map(|_| ()),
     };
     match committed {
         Ok(()) => Ok(Verdict::Committed),
@@ -304,7 +304,7 @@ fn fail_as(store: &dyn LeaseBackend, lease: &Lease, verdict: Verdict) -> Result<
         Verdict::FailedPermanently(m) => (m.as_str(), Retry::Never),
         Verdict::Committed | Verdict::Fenced | Verdict::Snoozed(_) => ("", Retry::WhileBudgetLasts),
     };
-    match store.fail_reporting(lease, message, retry, None) {
+    match store.end(lease, End::Fail(message.to_owned(), retry), None) {
         Ok(_) => Ok(verdict),
         Err(e) if e.is_lease_lost() => Ok(Verdict::Fenced),
         Err(e) => Err(e),
