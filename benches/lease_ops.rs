@@ -4,6 +4,7 @@
 //! eventual-durability figures show the store's own cost.
 #![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
 
+use leasehold::{JobStore, ReadJobs};
 use std::time::Duration;
 
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
@@ -56,7 +57,7 @@ fn claim_complete(c: &mut Criterion) {
             b.iter_batched(
                 || store.enqueue(NewJob::new("q", &b"payload"[..])).unwrap(),
                 |_| {
-                    let l = store.claim("q", "w", LEASE).unwrap().unwrap();
+                    let l = store.claim("q", "w", LEASE.into()).unwrap().unwrap();
                     store.complete(&l, b"").unwrap();
                 },
                 BatchSize::SmallInput,
@@ -71,10 +72,14 @@ fn heartbeat(c: &mut Criterion) {
     for (name, durability) in modes() {
         let (_dir, store) = open(durability);
         store
-            .enqueue_batch((0..1000).map(|i| NewJob::new("q", format!("{i}"))))
+            .enqueue_batch(
+                (0..1000)
+                    .map(|i| NewJob::new("q", format!("{i}")))
+                    .collect(),
+            )
             .unwrap();
         let leases: Vec<_> = (0..1000)
-            .map(|_| store.claim("q", "w", LEASE).unwrap().unwrap())
+            .map(|_| store.claim("q", "w", LEASE.into()).unwrap().unwrap())
             .collect();
         g.bench_function(format!("{name}/single"), |b| {
             b.iter(|| store.heartbeat(&leases[0], 1).unwrap())
@@ -107,9 +112,15 @@ fn reap(c: &mut Criterion) {
                     .open()
                     .unwrap();
                 store
-                    .enqueue_batch((0..100_000).map(|i| NewJob::new("q", format!("{i}"))))
+                    .enqueue_batch(
+                        (0..100_000)
+                            .map(|i| NewJob::new("q", format!("{i}")))
+                            .collect(),
+                    )
                     .unwrap();
-                store.claim_batch("q", "dead", LEASE, 100_000).unwrap();
+                store
+                    .claim_batch("q", "dead", LEASE.into(), 100_000)
+                    .unwrap();
                 clock.advance(LEASE * 2);
                 (dir, store)
             },
@@ -137,7 +148,9 @@ fn end_to_end(c: &mut Criterion) {
                         for chunk in 0..(2000 / 100) {
                             store
                                 .enqueue_batch(
-                                    (0..100).map(|i| NewJob::new("e2e", format!("{chunk}-{i}"))),
+                                    (0..100)
+                                        .map(|i| NewJob::new("e2e", format!("{chunk}-{i}")))
+                                        .collect(),
                                 )
                                 .unwrap();
                         }

@@ -76,7 +76,7 @@ impl Engine for Backend {
 }
 
 /// A completion a pool hands over to be committed with others.
-pub(crate) struct Completion {
+pub struct Completion {
     pub job: JobId,
     pub attempt: Attempt,
     pub output: Vec<u8>,
@@ -101,15 +101,18 @@ impl std::fmt::Display for WritesPanicked {
 impl std::error::Error for WritesPanicked {}
 
 /// The answers of a round: one per completion, in order, then the claim's.
-pub(crate) type RoundResults = (Vec<Result<()>>, Result<Vec<Lease>>);
+pub type RoundResults = (Vec<Result<()>>, Result<Vec<Lease>>);
+
+/// A claim a round makes: queue, worker, lease terms, how many.
+pub type Claim<'a> = (&'a str, &'a str, LeaseTerms, usize);
 
 /// A round as a pool's dispatcher makes it, for the stores' `complete_batch_and_claim`:
 /// the claim's input checked before anything is written (a refusal answers every part, as
 /// on both engines a whole round would fail), then [`LeaseBackend::complete_all_then_claim`].
 pub(crate) fn round(
-    store: &dyn LeaseBackend,
+    store: &(impl LeaseBackend + ?Sized),
     done: &[(&Lease, &[u8])],
-    claim: (&str, &str, LeaseTerms, usize),
+    claim: Claim<'_>,
 ) -> RoundResults {
     let (queue, worker, terms, n) = claim;
     if let Err(e) = crate::input::check_claim(queue, worker, &terms) {
@@ -120,7 +123,7 @@ pub(crate) fn round(
         };
         return (done.iter().map(|_| Err(each())).collect(), Err(each()));
     }
-    store.complete_all_then_claim(completions(done), queue, worker, terms, n)
+    store.complete_all_then_claim(completions(done), Some((queue, worker, terms, n)))
 }
 
 /// Completions as the application gives them to a store: no progress, no writes.
@@ -137,8 +140,7 @@ pub(crate) fn completions(done: &[(&Lease, &[u8])]) -> Vec<Completion> {
 }
 
 /// One step of the protocol in a write transaction of an engine (see [`write`]).
-pub(crate) type Step =
-    Box<dyn FnMut(&mut dyn Records) -> Result<Box<dyn std::any::Any + Send>> + Send>;
+pub type Step = Box<dyn FnMut(&mut dyn Records) -> Result<Box<dyn std::any::Any + Send>> + Send>;
 
 /// Runs `f` in one write transaction of `store`, over its records, and commits it if `f`
 /// returns `Ok`: the one way the engine-agnostic calls below reach an engine.
@@ -155,9 +157,10 @@ pub(crate) fn write<T: Send + 'static>(
         .map_err(|_| crate::Error::Internal("a write step answered with another type"))
 }
 
-/// How its holder ends an attempt.
+/// How its holder ends an attempt. (Public only in name, as [`Records`] is.)
 #[derive(Clone, Debug)]
-pub(crate) enum End {
+#[allow(private_interfaces)]
+pub enum End {
     /// Completed, with this output.
     Complete(Vec<u8>),
     /// Failed with this error: retried while the budget lasts, or never.
@@ -191,18 +194,19 @@ impl End {
     }
 }
 
-/// What a pool's threads and a reaper call: the contract every store keeps ([`JobStore`]),
-/// and the few things only a pool needs on top of it (the holder's last progress carried by
-/// an attempt's end, completions handed over in batches, a clock that never fails).
-///
-/// An engine gives its write transactions ([`LeaseBackend::write_step`]) and its plumbing
-/// (clock, wake-ups); the calls are written here once over the protocol, and an engine
-/// overrides one only where it has a shortcut of its own (PostgreSQL's one-statement
-/// renewals and completions).
-pub(crate) trait LeaseBackend: JobStore + 'static {
+/// What an engine gives everything that runs on it, under the calls of [`JobStore`] (of
+/// which this is the hidden part): its write transactions ([`LeaseBackend::write_step`]),
+/// its plumbing (a clock that never fails, wake-ups, rounds of completions), and the few
+/// calls only a pool needs (the holder's last progress carried by an attempt's end). The
+/// calls are written here and in [`JobStore`] once, over the protocol; an engine overrides
+/// one only where it has a shortcut of its own (PostgreSQL's one-statement renewals and
+/// completions).
+pub trait LeaseBackend: Send + Sync + 'static {
     /// Runs `step` in one write transaction and commits it if it returns `Ok`; use
     /// [`write`].
     fn write_step(&self, step: Step) -> Result<Box<dyn std::any::Any + Send>>;
+    /// The store's policy.
+    fn policy(&self) -> &crate::protocol::Policy;
     /// Store time. Never fails: a backend that cannot read its clock now estimates it from
     /// its last reading (a pool must judge its leases while the store is unreachable).
     fn clock(&self) -> StoreTime;
@@ -285,18 +289,19 @@ pub(crate) trait LeaseBackend: JobStore + 'static {
         progress: Option<u64>,
         writes: AnyWrites,
     ) -> Result<()>;
+    /// Completes each of `done` as its own unit, then makes `claim` (queue, worker, terms,
+    /// how many) if given, deciding as if the completions had committed first: a pool's
+    /// round, in one commit (or, on PostgreSQL, two at once).
     fn complete_all_then_claim(
         &self,
         done: Vec<Completion>,
-        queue: &str,
-        worker: &str,
-        terms: LeaseTerms,
-        n: usize,
+        claim: Option<Claim<'_>>,
     ) -> RoundResults;
     /// Makes what was committed durable (redb's eventual durability); a no-op elsewhere.
     fn flush(&self) -> Result<()>;
-    /// A reaper thread's pass ([`JobStore::reap`]), recorded with how often it runs.
-    fn reap_every(&self, every: Duration) -> Result<crate::ReapReport>;
+    /// A reaper's pass ([`JobStore::reap`]), recorded with how often its reaper runs (`None`
+    /// for one called directly).
+    fn reap_every(&self, every: Option<Duration>) -> Result<crate::ReapReport>;
 }
 
 /// A store a [`WorkerPool`](crate::WorkerPool) or a [`Reaper`](crate::Reaper) runs on: made
@@ -304,7 +309,7 @@ pub(crate) trait LeaseBackend: JobStore + 'static {
 /// `PgStore` (`leasehold::postgres`), by `.into()` (the pool's and the reaper's
 /// constructors take either).
 #[derive(Clone)]
-pub struct Backend(pub(crate) Arc<dyn LeaseBackend>);
+pub struct Backend(pub(crate) Arc<dyn JobStore>);
 
 impl std::fmt::Debug for Backend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -482,7 +482,7 @@ impl fmt::Debug for JobLease<'_> {
     }
 }
 
-/// One attempt (one claim) of a job, as [`crate::Store::history`] reads it.
+/// One attempt (one claim) of a job, as [`crate::ReadJobs::history`] reads it.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Run(pub(crate) RunRecord);
 

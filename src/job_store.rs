@@ -8,18 +8,23 @@
 //! engine has stays on the engine's own type: the application's transaction (redb tables or
 //! SQL), a file's processes and writer, PostgreSQL's schema and vacuum.
 //!
-//! Both traits are object-safe: lease terms are [`LeaseTerms`] here, where the stores' own
-//! methods also take a bare [`Duration`].
+//! The calls are written here once, over the protocol ([`crate::protocol`]) in an engine's
+//! write transactions; an engine overrides one only where it has a shortcut of its own
+//! (PostgreSQL's one-statement claims and enqueues). Both traits are object-safe. Bring
+//! them into scope to call them: `use leasehold::prelude::*`.
 
 use std::time::Duration;
 
-use crate::error::Result;
+use crate::backend::{End, LeaseBackend, write};
+use crate::error::{Error, Result};
 use crate::ids::{JobId, StoreTime};
 use crate::job::{Job, JobState, NewJob, Run};
 use crate::lease::{Lease, LeaseTerms, Renewal};
+use crate::protocol;
 use crate::query::{JobFilter, QueueTiming};
 use crate::queue::{QueueLimits, QueueSettings, UnservedQueue};
 use crate::report::{BulkReport, CheckReport, ReapReport};
+use crate::rules::Retry;
 use crate::schedule::{Schedule, ScheduleInfo};
 use crate::stats::Stats;
 
@@ -57,43 +62,107 @@ pub trait ReadJobs: Send + Sync {
     }
 }
 
-/// A store: the lease protocol's calls, and the read side.
-pub trait JobStore: ReadJobs {
-    /// Enqueues a job; with a unique key that a live job holds, returns that job instead.
-    fn enqueue(&self, job: NewJob) -> Result<JobId>;
-    /// Enqueues many jobs, all or none.
-    fn enqueue_batch(&self, jobs: Vec<NewJob>) -> Result<Vec<JobId>>;
-    /// Claims the most urgent claimable job of `queue` under a lease for `worker`.
-    fn claim(&self, queue: &str, worker: &str, terms: LeaseTerms) -> Result<Option<Lease>>;
-    /// Claims up to `n` jobs of `queue`, most urgent first, in one transaction.
+/// A store: the lease protocol's calls, and the read side. Implemented by leasehold's
+/// stores alone (the redb [`Store`](crate::Store), the PostgreSQL `PgStore`).
+pub trait JobStore: ReadJobs + LeaseBackend {
+    /// Enqueues a job and returns its id (or, for a unique key a live job holds, that job's).
+    fn enqueue(&self, job: NewJob) -> Result<JobId> {
+        write(self, move |r| protocol::enqueue(r, &job))
+    }
+
+    /// Enqueues many jobs in one transaction: all of them or, on any error, none.
+    fn enqueue_batch(&self, jobs: Vec<NewJob>) -> Result<Vec<JobId>> {
+        write(self, move |r| protocol::enqueue_batch(r, &jobs))
+    }
+
+    /// Claims the most urgent claimable job of `queue` for `worker` under a lease of
+    /// `terms`: a waiting job that is due, or a running one whose lease has expired (taken
+    /// over, with a `LeaseExpired` record for the attempt that lost it). One atomic write:
+    /// two claimers can never both win. `None` if nothing is claimable.
+    fn claim(&self, queue: &str, worker: &str, terms: LeaseTerms) -> Result<Option<Lease>> {
+        Ok(self.claim_batch(queue, worker, terms, 1)?.pop())
+    }
+
+    /// Claims up to `n` jobs of `queue` in one transaction (one commit), most urgent first:
+    /// for pools that run many jobs at once.
     fn claim_batch(
         &self,
         queue: &str,
         worker: &str,
         terms: LeaseTerms,
         n: usize,
-    ) -> Result<Vec<Lease>>;
-    /// Claims one named job if it is claimable now.
-    fn claim_job(&self, job: JobId, worker: &str, terms: LeaseTerms) -> Result<Option<Lease>>;
-    /// Renews a lease, recording progress.
-    fn heartbeat(&self, lease: &Lease, progress: u64) -> Result<Renewal>;
-    /// Renews many leases at once; one answer per lease, in order.
-    fn heartbeat_batch(&self, beats: &[(&Lease, u64)]) -> Vec<Result<Renewal>>;
-    /// Completes the attempt.
-    fn complete(&self, lease: &Lease, output: &[u8]) -> Result<()>;
-    /// Completes many attempts at once, each with its own answer.
-    fn complete_batch(&self, done: &[(&Lease, &[u8])]) -> Vec<Result<()>>;
-    /// Completes the attempt and claims the same worker's next job of its queue, at once.
+    ) -> Result<Vec<Lease>> {
+        let marks = self.marks_due(&mut std::iter::once(queue));
+        let (queue, worker) = (queue.to_owned(), worker.to_owned());
+        write(self, move |r| {
+            let claimed = protocol::claim_batch(r, &queue, &worker, terms, n)?;
+            for queue in &marks {
+                protocol::mark_served(r, queue)?;
+            }
+            Ok(claimed)
+        })
+    }
+
+    /// Claims one named job if it is claimable now: waiting and due, or running with an
+    /// expired lease.
+    fn claim_job(&self, job: JobId, worker: &str, terms: LeaseTerms) -> Result<Option<Lease>> {
+        let worker = worker.to_owned();
+        write(self, move |r| protocol::claim_job(r, job, &worker, terms))
+    }
+
+    /// Renews `lease` by its length from now and records `progress`, if it is still held.
+    /// [`Error::LeaseLost`] means stop working and commit nothing.
+    fn heartbeat(&self, lease: &Lease, progress: u64) -> Result<Renewal> {
+        let mut answers = self.renew_batch(&[(lease, progress)])?;
+        answers
+            .pop()
+            .unwrap_or(Err(Error::Internal("a renewal without its answer")))
+    }
+
+    /// Renews many leases in one transaction; one answer per lease, in order. A lost lease
+    /// fails only its own entry; if the commit itself fails, every entry says so.
+    fn heartbeat_batch(&self, beats: &[(&Lease, u64)]) -> Vec<Result<Renewal>> {
+        match self.renew_batch(beats) {
+            Ok(answers) => answers,
+            Err(e) => {
+                let each = crate::error::shared_by_all(e);
+                beats.iter().map(|_| Err(each())).collect()
+            }
+        }
+    }
+
+    /// Completes the attempt held by `lease` with `output`, if the lease still holds.
+    fn complete(&self, lease: &Lease, output: &[u8]) -> Result<()> {
+        self.end(lease, End::Complete(output.to_vec()), None)
+            .map(|_| ())
+    }
+
+    /// Completes many attempts in one commit, each its own unit: a completion that is
+    /// refused (its lease was lost) or whose output is too large fails only its own entry.
+    /// One answer per entry, in order; if the commit itself fails, every entry says so.
+    fn complete_batch(&self, done: &[(&Lease, &[u8])]) -> Vec<Result<()>> {
+        self.complete_all_then_claim(crate::backend::completions(done), None)
+            .0
+    }
+
+    /// Completes the attempt held by `lease` and, in the same transaction, claims the next
+    /// job of its queue for the same worker under `terms`: one commit where a worker that
+    /// goes straight on to its next job would otherwise make two. If the completion is
+    /// refused (the lease is lost), nothing is claimed and the error is the refusal.
     fn complete_and_claim(
         &self,
         lease: &Lease,
         output: &[u8],
         terms: LeaseTerms,
-    ) -> Result<Option<Lease>>;
-    /// Completes each of `done` as its own unit and claims up to `n` jobs of `queue` for
-    /// `worker`, as if the completions committed first: what a pipelined worker does between
-    /// batches, and what a worker pool's dispatcher does. One answer per completion, in
-    /// order, then the claim's.
+    ) -> Result<Option<Lease>> {
+        self.complete_and_claim_reporting(lease, output, None, terms)
+    }
+
+    /// Completes each of `done` as its own unit and, in the same commit, claims up to `n`
+    /// jobs of `queue` for `worker` under `terms`: what a pipelined worker of the
+    /// application's own does between batches (a worker pool's dispatcher does the same).
+    /// The claim decides as if the completions came first. One answer per completion, in
+    /// order, then the claim's; bad claim input answers every part, and nothing is written.
     fn complete_batch_and_claim(
         &self,
         done: &[(&Lease, &[u8])],
@@ -101,267 +170,202 @@ pub trait JobStore: ReadJobs {
         worker: &str,
         terms: LeaseTerms,
         n: usize,
-    ) -> (Vec<Result<()>>, Result<Vec<Lease>>);
-    /// Fails the attempt: retried after a backoff while its budget lasts, else dead.
-    fn fail(&self, lease: &Lease, error: &str) -> Result<JobState>;
-    /// Fails the attempt for good: dead at once, whatever budget is left.
-    fn fail_permanently(&self, lease: &Lease, error: &str) -> Result<JobState>;
-    /// Ends the attempt as timed out (its hard time limit passed): retried after a backoff
-    /// while its budget lasts, else dead.
-    fn time_out(&self, lease: &Lease) -> Result<JobState>;
-    /// Puts the job off by `delay` ("not yet"): the attempt ends, no budget spent, and the
-    /// job waits until `delay` from now.
-    fn snooze(&self, lease: &Lease, delay: Duration) -> Result<JobState>;
-    /// Gives the job back on purpose: claimable at once, no budget spent.
-    fn release(&self, lease: &Lease) -> Result<()>;
-    /// Cancels a job (a running one at its holder's next heartbeat).
-    fn cancel(&self, job: JobId) -> Result<JobState>;
-    /// Puts a dead or cancelled job back in its queue with a fresh budget.
-    fn retry(&self, job: JobId) -> Result<()>;
-    /// Retries every dead or cancelled job `filter` names, in bounded batches; the others
-    /// are refused and listed.
-    fn retry_all(&self, filter: &JobFilter) -> Result<BulkReport>;
-    /// Cancels every job `filter` names, in bounded batches; finished ones are refused.
-    fn cancel_all(&self, filter: &JobFilter) -> Result<BulkReport>;
-    /// Pauses a queue: no claim of any process or machine takes its jobs until it resumes.
-    fn pause_queue(&self, queue: &str) -> Result<()>;
-    /// Resumes a paused queue.
-    fn resume_queue(&self, queue: &str) -> Result<()>;
-    /// Sets a queue's limits across every process and machine.
-    fn set_queue_limits(&self, queue: &str, limits: QueueLimits) -> Result<()>;
-    /// Declares a periodic job (new, or as it was but for its job and catch-up).
-    fn declare_schedule(&self, schedule: Schedule) -> Result<()>;
-    /// Fires every schedule whose tick has come by store time and by `wall` (cron).
-    fn fire_schedules_at(&self, wall: std::time::SystemTime) -> Result<Vec<JobId>>;
-    /// Pauses a schedule.
-    fn pause_schedule(&self, name: &str) -> Result<()>;
+    ) -> (Vec<Result<()>>, Result<Vec<Lease>>) {
+        crate::backend::round(self, done, (queue, worker, terms, n))
+    }
+
+    /// Fails the attempt held by `lease`: the job waits out a backoff and runs again while
+    /// its retry budget lasts, else it is dead. Returns the job's new state.
+    fn fail(&self, lease: &Lease, error: &str) -> Result<JobState> {
+        let fail = End::Fail(error.to_owned(), Retry::WhileBudgetLasts);
+        self.end(lease, fail, None)
+    }
+
+    /// Fails the attempt held by `lease` with a failure that running the job again cannot
+    /// mend (a payload this build will never read, a request the remote side refuses for
+    /// good): the job is dead at once, whatever budget it had left, with
+    /// [`Outcome::FailedPermanently`](crate::Outcome::FailedPermanently) in its history
+    /// (cancelled instead, if a cancel was requested meanwhile). [`JobStore::retry`] brings it
+    /// back once something changed. Returns the job's new state.
+    fn fail_permanently(&self, lease: &Lease, error: &str) -> Result<JobState> {
+        self.end(lease, End::Fail(error.to_owned(), Retry::Never), None)
+    }
+
+    /// Ends the attempt held by `lease` as timed out
+    /// ([`Outcome::TimedOut`](crate::Outcome::TimedOut)): for a claim loop that keeps its
+    /// job's hard time limit itself ([`Lease::deadline`]; a pool does it for its handlers).
+    /// Retried after a backoff while the budget lasts, else dead. Returns the job's new state.
+    fn time_out(&self, lease: &Lease) -> Result<JobState> {
+        self.end(lease, End::TimeOut, None)
+    }
+
+    /// Puts the job held by `lease` off by `delay` ("not yet": a remote side asked to be
+    /// called back later, a resource is busy): the attempt ends as
+    /// [`Outcome::Snoozed`](crate::Outcome::Snoozed) with no retry budget spent, and the job
+    /// is claimable again `delay` from now, behind jobs that were due earlier. A cancel
+    /// requested meanwhile wins. Returns the job's new state.
+    fn snooze(&self, lease: &Lease, delay: Duration) -> Result<JobState> {
+        self.end(lease, End::Snooze(delay), None)
+    }
+
+    /// Gives the job back (graceful shutdown): claimable at once, no retry budget spent.
+    fn release(&self, lease: &Lease) -> Result<()> {
+        self.end(lease, End::Release, None).map(|_| ())
+    }
+
+    /// Cancels a job. A waiting job is cancelled at once; a running one is flagged, its
+    /// holder is told at its next heartbeat, and it ends cancelled (also if the holder fails
+    /// or releases it, or dies). A holder that completes before its next heartbeat has done
+    /// the work: the job then succeeds, since its effects are already committed. Returns the
+    /// job's state: `Cancelled`, or `Running` for a flagged one.
+    fn cancel(&self, job: JobId) -> Result<JobState> {
+        write(self, move |r| {
+            protocol::cancel(r, job).map(|(state, _)| state)
+        })
+    }
+
+    /// Puts a dead or cancelled job back in the queue with a fresh retry budget; its history
+    /// is kept. Refused for jobs in any other state, and ([`Error::UniqueKeyHeld`]) while a
+    /// live job that took the job's unique key after it finished still holds it.
+    fn retry(&self, job: JobId) -> Result<()> {
+        write(self, move |r| protocol::retry(r, job))
+    }
+
+    /// Retries every job `filter` names that is dead or cancelled (an operator's bulk
+    /// action: "everything that died in queue `uploads` in the last hour"), in transactions
+    /// of at most the reap batch each, oldest first (the filter's order is not used; its
+    /// limit bounds the whole action). Jobs in other states, and those whose unique key
+    /// another job holds, are refused, each listed in the report; nothing of theirs changes.
+    fn retry_all(&self, filter: &JobFilter) -> Result<BulkReport> {
+        bulk(self, filter, |r, id| protocol::retry(r, id).map(|()| true))
+    }
+
+    /// Cancels every job `filter` names (waiting ones at once, running ones at their next
+    /// heartbeat), in batches as [`JobStore::retry_all`] does. Finished jobs are refused (a
+    /// cancelled one is left as it is, and not counted as changed).
+    fn cancel_all(&self, filter: &JobFilter) -> Result<BulkReport> {
+        bulk(self, filter, |r, id| {
+            protocol::cancel(r, id).map(|(_, changed)| changed)
+        })
+    }
+
+    /// Pauses `queue`: from the next claim on, in every process and machine, no claim takes
+    /// its jobs (running jobs finish, and are renewed, completed and reaped as ever).
+    /// Recorded in the store, so it outlasts the process that paused it.
+    fn pause_queue(&self, queue: &str) -> Result<()> {
+        let queue = queue.to_owned();
+        write(self, move |r| protocol::pause_queue(r, &queue, true))
+    }
+
+    /// Resumes a paused `queue`, waking its idle workers.
+    fn resume_queue(&self, queue: &str) -> Result<()> {
+        let queue = queue.to_owned();
+        write(self, move |r| protocol::pause_queue(r, &queue, false))
+    }
+
+    /// Sets `queue`'s limits, which every claim of every process and machine keeps
+    /// ([`QueueLimits`]): at most so many of its jobs held at once, at most so many claims
+    /// per period. `QueueLimits::none()` lifts them.
+    fn set_queue_limits(&self, queue: &str, limits: QueueLimits) -> Result<()> {
+        let queue = queue.to_owned();
+        write(self, move |r| protocol::set_queue_limits(r, &queue, limits))
+    }
+
+    /// Declares a periodic job ([`Schedule`]): new, or (every process declares its
+    /// schedules at start) as it was, keeping its cursor, unless its timing changed. A
+    /// [`Scheduler`](crate::Scheduler) fires its ticks.
+    fn declare_schedule(&self, schedule: Schedule) -> Result<()> {
+        let wall = crate::clock::wall_seconds(crate::clock::wall_now());
+        write(self, move |r| {
+            protocol::declare_schedule(r, &schedule, wall)
+        })
+    }
+
+    /// Fires every schedule whose tick has come, at the wall clock's time now (see
+    /// [`JobStore::fire_schedules_at`]).
+    fn fire_schedules(&self) -> Result<Vec<JobId>> {
+        self.fire_schedules_at(crate::clock::wall_now())
+    }
+
+    /// Fires every schedule whose tick has come by store time (every interval) and by `wall`
+    /// (cron), each tick's job enqueued once however many processes fire (the cursor moves
+    /// in the same transaction); missed ticks as each schedule's catch-up policy says.
+    /// Returns the jobs enqueued. A [`Scheduler`](crate::Scheduler) calls it on a timer.
+    fn fire_schedules_at(&self, wall: std::time::SystemTime) -> Result<Vec<JobId>> {
+        let wall = crate::clock::wall_seconds(wall);
+        write(self, move |r| protocol::fire_schedules(r, wall))
+    }
+
+    /// Pauses a schedule: none of its ticks fire until it resumes (those that pass meanwhile
+    /// are missed ticks then, handled by its catch-up policy).
+    fn pause_schedule(&self, name: &str) -> Result<()> {
+        let name = name.to_owned();
+        write(self, move |r| protocol::pause_schedule(r, &name, true))
+    }
+
     /// Resumes a paused schedule.
-    fn resume_schedule(&self, name: &str) -> Result<()>;
-    /// Removes a schedule; `false` if there was none.
-    fn remove_schedule(&self, name: &str) -> Result<bool>;
-    /// One reaper pass: takes back expired leases (and applies retention).
-    fn reap(&self) -> Result<ReapReport>;
-    /// Deletes finished jobs in `states` older than `older_than`, with their history.
-    fn purge(&self, older_than: Duration, states: &[JobState]) -> Result<usize>;
-    /// The wake-up generation of `queue`: pass it to [`JobStore::wait_for_work`].
+    fn resume_schedule(&self, name: &str) -> Result<()> {
+        let name = name.to_owned();
+        write(self, move |r| protocol::pause_schedule(r, &name, false))
+    }
+
+    /// Removes a schedule (its jobs already enqueued stay); `false` if there was none.
+    fn remove_schedule(&self, name: &str) -> Result<bool> {
+        let name = name.to_owned();
+        write(self, move |r| protocol::remove_schedule(r, &name))
+    }
+
+    /// One reaper pass: takes back every lease that expired at or before now, in
+    /// transactions of at most the configured batch; then, with a retention set, purges the
+    /// succeeded and cancelled jobs that outlived it, in batches too. The pass is recorded
+    /// as the store's last ([`Stats::last_reaper_pass`]).
+    fn reap(&self) -> Result<ReapReport> {
+        self.reap_every(None)
+    }
+
+    /// Deletes terminal jobs in `states` (succeeded, dead, cancelled) that finished at least
+    /// `older_than` ago on the store clock, with their payloads, outputs and history, in
+    /// batches like the reaper. Their ids are never reused. Returns how many were deleted.
+    fn purge(&self, older_than: Duration, states: &[JobState]) -> Result<usize> {
+        let batch = self.policy().reap_batch;
+        protocol::purge_in_batches(self.clock(), older_than, batch, |from, cutoff, limit| {
+            let states = states.to_vec();
+            write(self, move |r| {
+                protocol::purge(r, from, cutoff, &states, limit)
+            })
+        })
+    }
+
+    /// The queue's wake-up generation. Read it *before* looking for work, then pass it to
+    /// [`JobStore::wait_for_work`], so that work arriving in between is not missed.
     fn work_generation(&self, queue: &str) -> u64;
-    /// Waits until a commit gives `queue` work, or `timeout` passes.
+
+    /// Blocks until a commit gives `queue` a waiting job (an enqueue, a release, a reclaim, a
+    /// retry), [`JobStore::wake_all`] is called, or `timeout` passes. Returns the new
+    /// generation. Commits this handle cannot hear of do not wake it: bound `timeout` (by
+    /// the queue's next due time, say) to notice those.
     fn wait_for_work(&self, queue: &str, seen: u64, timeout: Duration) -> u64;
-    /// Wakes every waiter of [`JobStore::wait_for_work`] in this process.
+
+    /// Wakes every waiter of [`JobStore::wait_for_work`]: for time that moved without a
+    /// commit, such as a [`ManualClock`](crate::ManualClock) advanced by a test.
     fn wake_all(&self);
 }
 
-/// The read side as the type's own methods give it, for each store type.
-macro_rules! read_jobs {
-    ($store:ty, $now:expr $(, wall_clock = $wall:expr)?) => {
-        impl $crate::job_store::ReadJobs for $store {
-            fn now(&self) -> $crate::Result<$crate::StoreTime> {
-                $now(self)
-            }
-            fn job(&self, job: $crate::JobId) -> $crate::Result<Option<$crate::Job>> {
-                <$store>::job(self, job)
-            }
-            fn history(&self, job: $crate::JobId) -> $crate::Result<Vec<$crate::Run>> {
-                <$store>::history(self, job)
-            }
-            fn payload(&self, job: $crate::JobId) -> $crate::Result<Option<Vec<u8>>> {
-                <$store>::payload(self, job)
-            }
-            fn output(&self, job: $crate::JobId) -> $crate::Result<Option<Vec<u8>>> {
-                <$store>::output(self, job)
-            }
-            fn jobs(&self, filter: &$crate::JobFilter) -> $crate::Result<Vec<$crate::Job>> {
-                <$store>::jobs(self, filter)
-            }
-            fn timing(&self, queue: &str) -> $crate::Result<$crate::QueueTiming> {
-                <$store>::timing(self, queue)
-            }
-            fn stats(&self) -> $crate::Result<$crate::Stats> {
-                <$store>::stats(self)
-            }
-            fn unserved_queues(&self) -> $crate::Result<Vec<$crate::UnservedQueue>> {
-                <$store>::unserved_queues(self)
-            }
-            fn queue_settings(&self, queue: &str) -> $crate::Result<$crate::QueueSettings> {
-                <$store>::queue_settings(self, queue)
-            }
-            fn schedules(&self) -> $crate::Result<Vec<$crate::ScheduleInfo>> {
-                <$store>::schedules(self)
-            }
-            fn check(&self) -> $crate::Result<$crate::CheckReport> {
-                <$store>::check(self)
-            }
-            $(
-                fn time_is_wall_clock(&self) -> bool {
-                    $wall
-                }
-            )?
-        }
-    };
+/// `act` on every job `filter` names, a page of them per transaction (see
+/// [`crate::batches::bulk`]).
+fn bulk(
+    store: &(impl JobStore + ?Sized),
+    filter: &JobFilter,
+    act: fn(&mut dyn protocol::Records, JobId) -> Result<bool>,
+) -> Result<BulkReport> {
+    crate::batches::bulk(
+        filter,
+        store.policy().reap_batch,
+        |f| store.jobs(f),
+        |ids| {
+            write(store, move |r| {
+                crate::batches::answers(ids.iter().map(|&id| act(r, id)).collect::<Vec<_>>())
+            })
+        },
+    )
 }
-pub(crate) use read_jobs;
-
-/// The protocol's calls as the type's own methods give them, for each store type.
-macro_rules! job_store {
-    ($store:ty) => {
-        impl $crate::job_store::JobStore for $store {
-            fn enqueue(&self, job: $crate::NewJob) -> $crate::Result<$crate::JobId> {
-                <$store>::enqueue(self, job)
-            }
-            fn enqueue_batch(
-                &self,
-                jobs: Vec<$crate::NewJob>,
-            ) -> $crate::Result<Vec<$crate::JobId>> {
-                <$store>::enqueue_batch(self, jobs)
-            }
-            fn claim(
-                &self,
-                queue: &str,
-                worker: &str,
-                terms: $crate::LeaseTerms,
-            ) -> $crate::Result<Option<$crate::Lease>> {
-                <$store>::claim(self, queue, worker, terms)
-            }
-            fn claim_batch(
-                &self,
-                queue: &str,
-                worker: &str,
-                terms: $crate::LeaseTerms,
-                n: usize,
-            ) -> $crate::Result<Vec<$crate::Lease>> {
-                <$store>::claim_batch(self, queue, worker, terms, n)
-            }
-            fn claim_job(
-                &self,
-                job: $crate::JobId,
-                worker: &str,
-                terms: $crate::LeaseTerms,
-            ) -> $crate::Result<Option<$crate::Lease>> {
-                <$store>::claim_job(self, job, worker, terms)
-            }
-            fn heartbeat(
-                &self,
-                lease: &$crate::Lease,
-                progress: u64,
-            ) -> $crate::Result<$crate::Renewal> {
-                <$store>::heartbeat(self, lease, progress)
-            }
-            fn heartbeat_batch(
-                &self,
-                beats: &[(&$crate::Lease, u64)],
-            ) -> Vec<$crate::Result<$crate::Renewal>> {
-                <$store>::heartbeat_batch(self, beats)
-            }
-            fn complete(&self, lease: &$crate::Lease, output: &[u8]) -> $crate::Result<()> {
-                <$store>::complete(self, lease, output)
-            }
-            fn complete_batch(&self, done: &[(&$crate::Lease, &[u8])]) -> Vec<$crate::Result<()>> {
-                <$store>::complete_batch(self, done)
-            }
-            fn complete_and_claim(
-                &self,
-                lease: &$crate::Lease,
-                output: &[u8],
-                terms: $crate::LeaseTerms,
-            ) -> $crate::Result<Option<$crate::Lease>> {
-                <$store>::complete_and_claim(self, lease, output, terms)
-            }
-            fn complete_batch_and_claim(
-                &self,
-                done: &[(&$crate::Lease, &[u8])],
-                queue: &str,
-                worker: &str,
-                terms: $crate::LeaseTerms,
-                n: usize,
-            ) -> (Vec<$crate::Result<()>>, $crate::Result<Vec<$crate::Lease>>) {
-                <$store>::complete_batch_and_claim(self, done, queue, worker, terms, n)
-            }
-            fn fail(&self, lease: &$crate::Lease, error: &str) -> $crate::Result<$crate::JobState> {
-                <$store>::fail(self, lease, error)
-            }
-            fn fail_permanently(
-                &self,
-                lease: &$crate::Lease,
-                error: &str,
-            ) -> $crate::Result<$crate::JobState> {
-                <$store>::fail_permanently(self, lease, error)
-            }
-            fn time_out(&self, lease: &$crate::Lease) -> $crate::Result<$crate::JobState> {
-                <$store>::time_out(self, lease)
-            }
-            fn snooze(
-                &self,
-                lease: &$crate::Lease,
-                delay: std::time::Duration,
-            ) -> $crate::Result<$crate::JobState> {
-                <$store>::snooze(self, lease, delay)
-            }
-            fn release(&self, lease: &$crate::Lease) -> $crate::Result<()> {
-                <$store>::release(self, lease)
-            }
-            fn cancel(&self, job: $crate::JobId) -> $crate::Result<$crate::JobState> {
-                <$store>::cancel(self, job)
-            }
-            fn retry(&self, job: $crate::JobId) -> $crate::Result<()> {
-                <$store>::retry(self, job)
-            }
-            fn retry_all(&self, filter: &$crate::JobFilter) -> $crate::Result<$crate::BulkReport> {
-                <$store>::retry_all(self, filter)
-            }
-            fn cancel_all(&self, filter: &$crate::JobFilter) -> $crate::Result<$crate::BulkReport> {
-                <$store>::cancel_all(self, filter)
-            }
-            fn pause_queue(&self, queue: &str) -> $crate::Result<()> {
-                <$store>::pause_queue(self, queue)
-            }
-            fn resume_queue(&self, queue: &str) -> $crate::Result<()> {
-                <$store>::resume_queue(self, queue)
-            }
-            fn set_queue_limits(
-                &self,
-                queue: &str,
-                limits: $crate::QueueLimits,
-            ) -> $crate::Result<()> {
-                <$store>::set_queue_limits(self, queue, limits)
-            }
-            fn declare_schedule(&self, schedule: $crate::Schedule) -> $crate::Result<()> {
-                <$store>::declare_schedule(self, schedule)
-            }
-            fn fire_schedules_at(
-                &self,
-                wall: std::time::SystemTime,
-            ) -> $crate::Result<Vec<$crate::JobId>> {
-                <$store>::fire_schedules_at(self, wall)
-            }
-            fn pause_schedule(&self, name: &str) -> $crate::Result<()> {
-                <$store>::pause_schedule(self, name)
-            }
-            fn resume_schedule(&self, name: &str) -> $crate::Result<()> {
-                <$store>::resume_schedule(self, name)
-            }
-            fn remove_schedule(&self, name: &str) -> $crate::Result<bool> {
-                <$store>::remove_schedule(self, name)
-            }
-            fn reap(&self) -> $crate::Result<$crate::ReapReport> {
-                <$store>::reap(self)
-            }
-            fn purge(
-                &self,
-                older_than: std::time::Duration,
-                states: &[$crate::JobState],
-            ) -> $crate::Result<usize> {
-                <$store>::purge(self, older_than, states)
-            }
-            fn work_generation(&self, queue: &str) -> u64 {
-                <$store>::work_generation(self, queue)
-            }
-            fn wait_for_work(&self, queue: &str, seen: u64, timeout: std::time::Duration) -> u64 {
-                <$store>::wait_for_work(self, queue, seen, timeout)
-            }
-            fn wake_all(&self) {
-                <$store>::wake_all(self)
-            }
-        }
-    };
-}
-pub(crate) use job_store;

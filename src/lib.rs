@@ -10,17 +10,17 @@
 //! job merely marked "running" would be orphaned forever. So in leasehold, holding a job is
 //! time-bound:
 //!
-//! * **Claim** ([`Store::claim`]) is one atomic conditional update: a job is taken if it is
+//! * **Claim** ([`JobStore::claim`]) is one atomic conditional update: a job is taken if it is
 //!   waiting and due, or running with an *expired* lease (claim-time takeover). Two workers
 //!   can never both win, and every claim increments the job's [`Attempt`].
-//! * **Heartbeat** ([`Store::heartbeat`]) renews the lease only while the job is still
+//! * **Heartbeat** ([`JobStore::heartbeat`]) renews the lease only while the job is still
 //!   running under the same attempt. A renewal that is refused means the lease is lost:
 //!   stop, and commit nothing.
 //! * **One clock.** Every expiry is written and compared on the store's clock ([`clock`]),
 //!   inside the store. Workers never compare wall clocks.
 //! * **Reclaim** happens three ways: a [`Reaper`] pass finds expired leases, records a
 //!   [`Outcome::LeaseExpired`] in the job's history and moves the job on; a claimer takes an
-//!   expired job over; a worker that shuts down on purpose [releases](Store::release) its
+//!   expired job over; a worker that shuts down on purpose [releases](crate::JobStore::release) its
 //!   jobs. (And at open, leases left by a process that is gone are taken back at once.)
 //! * **Fencing.** The attempt is the fencing token: a paused worker that wakes after its job
 //!   was reclaimed has its heartbeat, completion and failure refused with
@@ -52,20 +52,21 @@
 //! ```
 //! use std::time::Duration;
 //! use leasehold::{ManualClock, NewJob, Store, JobState};
+//! use leasehold::{JobStore, ReadJobs};
 //!
 //! # let dir = tempfile::tempdir().unwrap();
 //! let clock = ManualClock::new();
 //! let store = Store::builder(dir.path().join("jobs.redb")).clock(clock.clone()).open()?;
 //! let id = store.enqueue(NewJob::new("thumbnails", b"photo-1.jpg".to_vec()))?;
 //!
-//! let lease = store.claim("thumbnails", "worker-a", Duration::from_secs(60))?.unwrap();
+//! let lease = store.claim("thumbnails", "worker-a", Duration::from_secs(60).into())?.unwrap();
 //! store.heartbeat(&lease, 1)?;                       // renews by 60 s from now
 //!
 //! clock.advance(Duration::from_secs(61));            // worker-a went silent...
 //! let report = store.reap()?;                        // ...and the reaper takes the job back
 //! assert_eq!(report.reclaimed.len(), 1);
 //!
-//! let again = store.claim("thumbnails", "worker-b", Duration::from_secs(60))?.unwrap();
+//! let again = store.claim("thumbnails", "worker-b", Duration::from_secs(60).into())?.unwrap();
 //! assert!(store.complete(&lease, b"late").unwrap_err().is_lease_lost()); // fenced
 //! store.complete(&again, b"done")?;
 //! assert_eq!(store.job(id)?.unwrap().state(), JobState::Succeeded);

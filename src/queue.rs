@@ -42,7 +42,7 @@ pub(crate) struct QueueRecord {
 }
 
 /// Limits on a queue that hold across every process and machine sharing the store, kept
-/// by the claims themselves (`Store::set_queue_limits`).
+/// by the claims themselves (`JobStore::set_queue_limits`).
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash, Encode, Decode)]
 #[non_exhaustive]
 pub struct QueueLimits {

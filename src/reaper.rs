@@ -1,6 +1,6 @@
-//! The reaper: a named background thread that ticks and calls [`Store::reap`].
+//! The reaper: a named background thread that ticks and calls [`JobStore::reap`].
 //!
-//! The loop only waits and calls the step; the step ([`Store::reap`]) is what tests drive
+//! The loop only waits and calls the step; the step ([`JobStore::reap`]) is what tests drive
 //! directly on a manual clock. The thread stops when asked (a message on a channel, so it
 //! wakes at once instead of finishing a sleep) and is always joined.
 
@@ -8,9 +8,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use crate::backend::{Backend, LeaseBackend};
+use crate::backend::Backend;
 use crate::config::check_reaper_interval;
 use crate::error::Result;
+use crate::job_store::JobStore;
 use crate::ticker::Ticker;
 
 /// Counters of a running reaper (relaxed atomics: they are for observation, not control).
@@ -91,8 +92,8 @@ impl Reaper {
     }
 }
 
-fn tick(store: &dyn LeaseBackend, every: Duration, metrics: &ReaperMetrics) {
-    match store.reap_every(every) {
+fn tick(store: &dyn JobStore, every: Duration, metrics: &ReaperMetrics) {
+    match store.reap_every(Some(every)) {
         Ok(report) => {
             for r in &report.reclaimed {
                 tracing::info!(
@@ -140,7 +141,7 @@ struct UnservedWatch {
 }
 
 impl UnservedWatch {
-    fn look(&mut self, store: &dyn LeaseBackend, metrics: &ReaperMetrics) {
+    fn look(&mut self, store: &dyn JobStore, metrics: &ReaperMetrics) {
         let now = store.clock();
         if self
             .looked

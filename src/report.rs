@@ -110,8 +110,8 @@ impl ReaperPass {
     }
 }
 
-/// The findings of an integrity check ([`Store::check`](crate::Store::check),
-/// `PgStore::check` with the `postgres` feature).
+/// The findings of an integrity check ([`ReadJobs::check`](crate::ReadJobs::check),
+/// `ReadJobs::check` with the `postgres` feature).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct CheckReport {

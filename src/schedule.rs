@@ -63,7 +63,7 @@ pub enum CatchUp {
     Skip,
 }
 
-/// A periodic job, as an application declares it ([`crate::Store::declare_schedule`]).
+/// A periodic job, as an application declares it ([`crate::JobStore::declare_schedule`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Schedule {
     pub(crate) name: String,

@@ -10,8 +10,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use crate::backend::{Backend, LeaseBackend};
+use crate::backend::Backend;
 use crate::error::{ConfigError, Result};
+use crate::job_store::JobStore;
 use crate::ticker::Ticker;
 
 /// Counters of a running scheduler (relaxed atomics: for observation).
@@ -74,7 +75,7 @@ impl Scheduler {
     }
 }
 
-fn pass(store: &dyn LeaseBackend, metrics: &SchedulerMetrics) {
+fn pass(store: &dyn JobStore, metrics: &SchedulerMetrics) {
     match store.fire_schedules_at(crate::clock::wall_now()) {
         Ok(fired) => {
             for job in &fired {

@@ -7,6 +7,7 @@
 #[path = "support/hostile_files.rs"]
 mod hostile_files;
 
+use leasehold::{JobStore, ReadJobs};
 use std::time::Duration;
 
 use leasehold::{
@@ -58,12 +59,12 @@ fn hostile_api_inputs_are_refused_with_their_own_error_and_change_nothing() {
         .unwrap();
     // A store with something in every state worth touching.
     store
-        .enqueue_batch((0..4).map(|i| NewJob::new(Q, format!("{i}"))))
+        .enqueue_batch((0..4).map(|i| NewJob::new(Q, format!("{i}"))).collect())
         .unwrap();
-    let done = store.claim(Q, "w", LEASE).unwrap().unwrap();
+    let done = store.claim(Q, "w", LEASE.into()).unwrap().unwrap();
     store.complete(&done, b"ok").unwrap();
-    let running = store.claim(Q, "w", LEASE).unwrap().unwrap();
-    let cancelled = store.claim(Q, "w", LEASE).unwrap().unwrap();
+    let running = store.claim(Q, "w", LEASE.into()).unwrap().unwrap();
+    let cancelled = store.claim(Q, "w", LEASE.into()).unwrap().unwrap();
     store.cancel(cancelled.job).unwrap();
     assert_eq!(
         store.heartbeat(&cancelled, 1).unwrap(),
@@ -73,12 +74,12 @@ fn hostile_api_inputs_are_refused_with_their_own_error_and_change_nothing() {
     let cases: Vec<Case> = vec![
         (
             "zero lease",
-            Box::new(|s| s.claim(Q, "w", Duration::ZERO).unwrap_err()),
+            Box::new(|s| s.claim(Q, "w", Duration::ZERO.into()).unwrap_err()),
             |e| matches!(e, Error::Config(ConfigError::ZeroLease)),
         ),
         (
             "absurd lease",
-            Box::new(|s| s.claim(Q, "w", Duration::MAX).unwrap_err()),
+            Box::new(|s| s.claim(Q, "w", Duration::MAX.into()).unwrap_err()),
             |e| matches!(e, Error::Config(ConfigError::LeaseTooLong { .. })),
         ),
         (
@@ -101,7 +102,7 @@ fn hostile_api_inputs_are_refused_with_their_own_error_and_change_nothing() {
         ),
         (
             "empty queue name at claim",
-            Box::new(|s| s.claim("", "w", LEASE).unwrap_err()),
+            Box::new(|s| s.claim("", "w", LEASE.into()).unwrap_err()),
             |e| matches!(e, Error::Input(InputError::EmptyQueueName)),
         ),
         (
@@ -129,7 +130,7 @@ fn hostile_api_inputs_are_refused_with_their_own_error_and_change_nothing() {
         ),
         (
             "empty worker id",
-            Box::new(|s| s.claim(Q, "", LEASE).unwrap_err()),
+            Box::new(|s| s.claim(Q, "", LEASE.into()).unwrap_err()),
             |e| matches!(e, Error::Input(InputError::BadWorkerId { .. })),
         ),
         (
@@ -139,7 +140,7 @@ fn hostile_api_inputs_are_refused_with_their_own_error_and_change_nothing() {
         ),
         (
             "unknown job: claim_job",
-            Box::new(|s| s.claim_job(JobId(999), "w", LEASE).unwrap_err()),
+            Box::new(|s| s.claim_job(JobId(999), "w", LEASE.into()).unwrap_err()),
             |e| matches!(e, Error::JobNotFound(JobId(999))),
         ),
         (
@@ -254,8 +255,12 @@ fn hostile_files_are_refused_with_their_own_error_and_left_byte_for_byte() {
     let good = dir.path().join("good.redb");
     {
         let s = Store::open(&good).unwrap();
-        s.enqueue_batch((0..50).map(|i| NewJob::new(Q, vec![i as u8; 200])))
-            .unwrap();
+        s.enqueue_batch(
+            (0..50)
+                .map(|i| NewJob::new(Q, vec![i as u8; 200]))
+                .collect(),
+        )
+        .unwrap();
     }
     let image = std::fs::read(&good).unwrap();
     let mut random = vec![0u8; 64 * 1024];

@@ -8,6 +8,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
+use leasehold::{JobStore, ReadJobs};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -118,8 +119,11 @@ fn workload(
 ) -> leasehold::Result<()> {
     let mut ack = |f: Fact| facts.push((disk.syncs(), f));
     for round in 0..6u32 {
-        let ids = store
-            .enqueue_batch((0..4).map(|i| NewJob::new("q", vec![round as u8; 100 + i * 50])))?;
+        let ids = store.enqueue_batch(
+            (0..4)
+                .map(|i| NewJob::new("q", vec![round as u8; 100 + i * 50]))
+                .collect(),
+        )?;
         for id in &ids {
             ack(Fact::Exists(*id));
         }

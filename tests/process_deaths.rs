@@ -8,6 +8,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
+use leasehold::{JobStore, ReadJobs};
 use std::io::{BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
@@ -163,7 +164,7 @@ fn a_killed_processs_leases_are_taken_back_by_a_survivor_at_once() {
     let (_dir, path) = store_path();
     let store = shared(&path);
     store
-        .enqueue_batch((0..5).map(|i| NewJob::new(Q, format!("job {i}"))))
+        .enqueue_batch((0..5).map(|i| NewJob::new(Q, format!("job {i}"))).collect())
         .unwrap();
     let victim = Holder::start(&path, &["--claim", "3"]);
     let taken = victim.claimed.clone();
@@ -185,7 +186,9 @@ fn a_killed_processs_leases_are_taken_back_by_a_survivor_at_once() {
         (counters.reclaimed_process_died, counters.reclaimed_at_open),
         (3, 0)
     );
-    let again = store.claim(Q, "survivor", Duration::from_secs(60)).unwrap();
+    let again = store
+        .claim(Q, "survivor", Duration::from_secs(60).into())
+        .unwrap();
     assert_eq!(again.unwrap().attempt.0, 2);
     assert!(store.check().unwrap().is_clean());
 }
@@ -196,7 +199,7 @@ fn opening_takes_back_only_the_leases_of_processes_that_are_gone() {
     {
         let store = shared(&path);
         store
-            .enqueue_batch((0..4).map(|i| NewJob::new(Q, format!("job {i}"))))
+            .enqueue_batch((0..4).map(|i| NewJob::new(Q, format!("job {i}"))).collect())
             .unwrap();
     }
     let alive = Holder::start(&path, &["--claim", "2"]);
@@ -281,7 +284,7 @@ fn a_pool_gives_way_to_another_process_writing_and_commits_everything_once_it_is
     let (_dir, path) = store_path();
     let store = shared(&path);
     store
-        .enqueue_batch((0..20).map(|i| NewJob::new(Q, format!("{i}"))))
+        .enqueue_batch((0..20).map(|i| NewJob::new(Q, format!("{i}"))).collect())
         .unwrap();
     // Declared first so that it is dropped last: if an assertion fails while the other
     // process writes, the holder (dropped, so killed) lets the pool's round end first.
@@ -440,7 +443,11 @@ fn worker_processes_killed_at_random_lose_nothing_and_commit_each_job_once() {
     let top_up = |store: &Store, jobs: &mut u64| {
         if store.stats().unwrap().total(JobState::Queued) < 200 {
             store
-                .enqueue_batch((0..400).map(|i| NewJob::new(SOAK_QUEUE, format!("{i}"))))
+                .enqueue_batch(
+                    (0..400)
+                        .map(|i| NewJob::new(SOAK_QUEUE, format!("{i}")))
+                        .collect(),
+                )
                 .unwrap();
             *jobs += 400;
         }
@@ -558,7 +565,7 @@ fn a_stopped_process_keeps_its_lock_so_the_lease_decides_and_its_late_commit_is_
     });
     assert_eq!(died_path(&store, id), Some(ReclaimPath::Reaper));
     let live = store
-        .claim(Q, "survivor", Duration::from_secs(60))
+        .claim(Q, "survivor", Duration::from_secs(60).into())
         .unwrap()
         .unwrap();
     store.complete(&live, b"done").unwrap();
@@ -632,7 +639,7 @@ fn a_live_holders_leases_are_never_taken_through_another_name_of_the_store() {
     {
         let store = shared(&path);
         store
-            .enqueue_batch((0..3).map(|i| NewJob::new(Q, format!("job {i}"))))
+            .enqueue_batch((0..3).map(|i| NewJob::new(Q, format!("job {i}"))).collect())
             .unwrap();
     }
     let holder = Holder::start(&path, &["--claim", "3"]);
@@ -683,7 +690,7 @@ fn an_instance_file_removed_or_replaced_by_hand_proves_nothing_and_is_made_again
     let (_dir, path) = store_path();
     let store = shared(&path);
     store
-        .enqueue_batch((0..2).map(|i| NewJob::new(Q, format!("job {i}"))))
+        .enqueue_batch((0..2).map(|i| NewJob::new(Q, format!("job {i}"))).collect())
         .unwrap();
     let holder = Holder::start(&path, &["--claim", "2"]);
     let file = other_instance_file(&path, &store);
@@ -733,7 +740,7 @@ fn a_fifo_or_a_directory_among_the_instance_files_stalls_nobody() {
     let (_dir, path) = store_path();
     let store = shared(&path);
     store
-        .enqueue_batch((0..2).map(|i| NewJob::new(Q, format!("job {i}"))))
+        .enqueue_batch((0..2).map(|i| NewJob::new(Q, format!("job {i}"))).collect())
         .unwrap();
     let procs = path.with_file_name("shared.redb.procs");
     let fifo = procs.join("00000000feedface.lock");

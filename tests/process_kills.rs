@@ -7,6 +7,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
+use leasehold::{JobStore, ReadJobs};
 use std::collections::BTreeSet;
 use std::process::Stdio;
 use std::sync::mpsc;
@@ -124,7 +125,11 @@ fn a_store_killed_at_random_moments_reopens_clean_with_every_reported_commit() {
             let waiting = store.stats().unwrap().total(JobState::Queued);
             if waiting < 20 {
                 let ids = store
-                    .enqueue_batch((0..40).map(|i| NewJob::new(QUEUE, format!("{kill}-{i}"))))
+                    .enqueue_batch(
+                        (0..40)
+                            .map(|i| NewJob::new(QUEUE, format!("{kill}-{i}")))
+                            .collect(),
+                    )
                     .unwrap();
                 enqueued += ids.len() as u64;
             }
@@ -219,7 +224,11 @@ fn without_recovery_an_orphaned_lease_is_due_within_one_lease_of_reopening() {
     let path = dir.path().join("orphans.redb");
     Store::open(&path)
         .unwrap()
-        .enqueue_batch((0..20).map(|i| NewJob::new(QUEUE, format!("{i}"))))
+        .enqueue_batch(
+            (0..20)
+                .map(|i| NewJob::new(QUEUE, format!("{i}")))
+                .collect(),
+        )
         .unwrap();
     let heard = run_and_kill(&path, 3, false);
     let store = Store::builder(&path).recover_on_open(false).open().unwrap();

@@ -22,6 +22,7 @@
 #[allow(dead_code)]
 mod backends;
 
+use leasehold::ReadJobs;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 

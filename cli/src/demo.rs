@@ -11,6 +11,7 @@
 //! the completion's transaction, so the final table can prove "executed possibly twice,
 //! committed exactly once". Exits non-zero if an invariant fails.
 
+use leasehold::{JobStore, ReadJobs};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -184,7 +185,11 @@ impl Demo {
             );
         }
         let store = self.store.clone();
-        store.enqueue_batch((0..jobs).map(|i| NewJob::new(THUMBS, format!("photo-{i}.jpg"))))?;
+        store.enqueue_batch(
+            (0..jobs)
+                .map(|i| NewJob::new(THUMBS, format!("photo-{i}.jpg")))
+                .collect(),
+        )?;
         let paused_job = store.enqueue(NewJob::new(SPECIAL, "pause").priority(-10))?;
         let hung_job = store.enqueue(NewJob::new(SPECIAL, "hang"))?;
         let total = jobs as u64 + 2;

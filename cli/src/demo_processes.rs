@@ -6,6 +6,7 @@
 //! Wall time here is the demo's own measurement, never compared with store time.
 #![allow(clippy::disallowed_methods)]
 
+use leasehold::{JobStore, ReadJobs};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -45,7 +46,11 @@ pub(super) fn act(
     let store = Store::builder(&path)
         .sharing(Sharing::MultiProcess)
         .open()?;
-    store.enqueue_batch((0..jobs).map(|i| NewJob::new(QUEUE, format!("clip-{i}.mp4"))))?;
+    store.enqueue_batch(
+        (0..jobs)
+            .map(|i| NewJob::new(QUEUE, format!("clip-{i}.mp4")))
+            .collect(),
+    )?;
     let mut helpers = (0..PROCESSES)
         .map(|_| {
             Helper::start(

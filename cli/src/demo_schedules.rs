@@ -8,6 +8,7 @@
 //! Wall time here is the demo's own pacing, never compared with store time.
 #![allow(clippy::disallowed_methods)]
 
+use leasehold::{JobStore, ReadJobs};
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::Duration;

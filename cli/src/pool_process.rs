@@ -3,6 +3,7 @@
 //! (store time, which every process of the host reads alike) and holds the store until its
 //! stdin closes or it is killed.
 
+use leasehold::JobStore;
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -6,6 +6,7 @@
 #[path = "../../tests/support/hostile_files.rs"]
 mod hostile_files;
 
+use leasehold::{JobStore, ReadJobs};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -695,7 +696,7 @@ fn bulk_retry_and_cancel_say_how_many_ask_first_and_act_on_exactly_the_selection
             }
             let id = store.enqueue(job).unwrap();
             let lease = store
-                .claim_job(id, "w", Duration::from_secs(60))
+                .claim_job(id, "w", Duration::from_secs(60).into())
                 .unwrap()
                 .unwrap();
             store.fail(&lease, "boom").unwrap();
@@ -778,7 +779,7 @@ fn stats_warns_of_a_queue_whose_work_waits_with_nobody_asking_for_it() {
             .unwrap();
         clock.advance(Duration::from_secs(600));
         let l = store
-            .claim("uploads", "w", Duration::from_secs(60))
+            .claim("uploads", "w", Duration::from_secs(60).into())
             .unwrap()
             .unwrap();
         store.complete(&l, b"").unwrap();

@@ -575,3 +575,20 @@ pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
         "a non-string panic payload".to_owned()
     }
 }
+
+/// The error that failed a whole batch, to answer each of its entries with: a
+/// PostgreSQL error as itself (it clones), any other shared as [`Error::Group`].
+pub(crate) fn shared_by_all(e: Error) -> impl Fn() -> Error {
+    let shared = match e {
+        Error::Group(shared) => Error::Group(shared),
+        #[cfg(feature = "postgres")]
+        Error::Postgres(pg) => Error::Postgres(pg),
+        other => Error::Group(std::sync::Arc::new(other)),
+    };
+    move || match &shared {
+        #[cfg(feature = "postgres")]
+        Error::Postgres(pg) => Error::Postgres(pg.clone()),
+        Error::Group(group) => Error::Group(group.clone()),
+        _ => Error::Internal("a batch's shared error of another kind"),
+    }
+}

@@ -299,13 +299,8 @@ fn commit(
     };
     let want = if claiming.is_some() { want } else { 0 };
     let round = || {
-        shared.store.complete_all_then_claim(
-            items,
-            &shared.queue,
-            &shared.worker_id,
-            shared.terms,
-            want,
-        )
+        let claim = (want > 0).then_some((&*shared.queue, &*shared.worker_id, shared.terms, want));
+        shared.store.complete_all_then_claim(items, claim)
     };
     // A round that only claims is not a commit that ends attempts: not timed.
     let (completed, claimed) = match flights.is_empty() {

@@ -48,12 +48,12 @@ pub use ended::AttemptEnded;
 pub use latency::{LATENCY_BOUNDS, LATENCY_BUCKETS, Latencies};
 pub use stats::PoolStats;
 
-use crate::backend::LeaseBackend;
 use crate::clock::RealDeadline;
 use crate::config::LeaseSettings;
 use crate::error::{Error, Result};
 use crate::ids::{Attempt, JobId, StoreTime};
 use crate::job::JobState;
+use crate::job_store::JobStore;
 use crate::lease::{Lease, LeaseTerms};
 pub(crate) use context::AttemptState;
 #[cfg(feature = "testing")]
@@ -428,7 +428,7 @@ pub(crate) struct Flight {
 
 /// What the pool's threads share.
 pub(crate) struct Shared {
-    pub store: Arc<dyn LeaseBackend>,
+    pub store: Arc<dyn JobStore>,
     pub queue: String,
     pub worker_id: String,
     pub settings: LeaseSettings,

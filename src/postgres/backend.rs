@@ -7,7 +7,7 @@ use super::records::PgRecords;
 use super::{PgStore, fast, read};
 use crate::backend::AnyWrites;
 use crate::backend::Completion;
-use crate::backend::{Backend, End, LeaseBackend, Step};
+use crate::backend::{Backend, Claim, End, LeaseBackend, RoundResults, Step};
 use crate::clock::Stopwatch;
 use crate::error::{ConfigError, Result};
 use crate::ids::{JobId, StoreTime};
@@ -194,7 +194,7 @@ impl PgStore {
         match outcome {
             Ok((results, claimed)) => (results, Ok(claimed)),
             Err(e) => {
-                let each = super::store::shared_by_all(e);
+                let each = crate::error::shared_by_all(e);
                 (done.iter().map(|_| Err(each())).collect(), Err(each()))
             }
         }
@@ -291,7 +291,7 @@ impl PgStore {
         {
             return estimate;
         }
-        let read = self.now();
+        let read = crate::ReadJobs::now(self);
         self.inner.reading_clock.store(false, Ordering::SeqCst);
         match read {
             Ok(now) => {
@@ -332,6 +332,10 @@ impl PgStore {
 impl LeaseBackend for PgStore {
     fn write_step(&self, mut step: Step) -> Result<Box<dyn std::any::Any + Send>> {
         self.records(|r| step(r))
+    }
+
+    fn policy(&self) -> &crate::protocol::Policy {
+        &self.settings().policy
     }
 
     fn clock(&self) -> StoreTime {
@@ -426,21 +430,17 @@ impl LeaseBackend for PgStore {
     fn complete_all_then_claim(
         &self,
         mut done: Vec<Completion>,
-        queue: &str,
-        worker: &str,
-        terms: LeaseTerms,
-        n: usize,
-    ) -> (Vec<Result<()>>, Result<Vec<Lease>>) {
-        let claim = (n > 0).then_some((queue, worker, terms, n));
-        self.complete_each_then_claim(&mut done, claim)
+        claim: Option<Claim<'_>>,
+    ) -> RoundResults {
+        self.complete_each_then_claim(&mut done, claim.filter(|c| c.3 > 0))
     }
 
     fn flush(&self) -> Result<()> {
         Ok(())
     }
 
-    fn reap_every(&self, every: Duration) -> Result<crate::ReapReport> {
-        PgStore::reap_every(self, Some(every))
+    fn reap_every(&self, every: Option<Duration>) -> Result<crate::ReapReport> {
+        PgStore::reap_every(self, every)
     }
 }
 
@@ -452,7 +452,7 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
 
     use super::*;
-    use crate::{NewJob, Output};
+    use crate::{JobStore, NewJob, Output, ReadJobs};
 
     type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -510,7 +510,7 @@ mod tests {
             ))
             .unwrap();
         let ids = store
-            .enqueue_batch((0..6).map(|i| NewJob::new("q", format!("{i}"))))
+            .enqueue_batch((0..6).map(|i| NewJob::new("q", format!("{i}"))).collect())
             .unwrap();
         let terms = LeaseTerms::new(Duration::from_secs(60));
         let leases = store.claim_batch("q", "w", terms, 5).unwrap();
@@ -532,7 +532,7 @@ mod tests {
             of(&leases[3], effect(&schema, "stale", Ok(()))),
             of(&leases[4], panicking),
         ];
-        let (results, claimed) = store.complete_all_then_claim(done, "q", "w", terms, 1);
+        let (results, claimed) = store.complete_all_then_claim(done, Some(("q", "w", terms, 1)));
         assert!(results[0].is_ok() && results[2].is_ok(), "{results:?}");
         match &results[1] {
             Err(crate::Error::Application(e)) => {

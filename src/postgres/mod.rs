@@ -1,7 +1,7 @@
 //! The lease protocol on PostgreSQL (the `postgres` feature): for users who outgrow one
 //! machine, the same rules on a database their worker machines share.
 //!
-//! The protocol is the crate's one ([`crate::protocol`], deciding by `src/rules/`), run
+//! The protocol is the crate's one (`src/protocol/`, deciding by `src/rules/`), run
 //! over this engine's records (`records.rs`: a job a row, locked for the rest of the
 //! transaction when loaded for writing), so the two engines cannot drift apart. Where one
 //! statement for many rows pays, it is taken instead (`fast.rs`): a claim (`FOR UPDATE SKIP
@@ -134,7 +134,7 @@ impl PgStoreBuilder {
     }
 
     /// Deletes succeeded and cancelled jobs with their history once they finished more than
-    /// `keep` ago: each reaper pass ([`PgStore::reap`]) purges them in batches of
+    /// `keep` ago: each reaper pass ([`JobStore::reap`](crate::JobStore::reap)) purges them in batches of
     /// [`PgStoreBuilder::reap_batch`], so the table stays the size of the live work and
     /// autovacuum has dead rows of bounded count to clean. Dead jobs are kept for an
     /// operator. Default: off, every job is kept until purged.
@@ -143,7 +143,7 @@ impl PgStoreBuilder {
         self
     }
 
-    /// Each reaper pass ([`PgStore::reap`]) vacuums the store's job or history table itself,
+    /// Each reaper pass ([`JobStore::reap`](crate::JobStore::reap)) vacuums the store's job or history table itself,
     /// in the background, once it holds more than `dead` dead row versions plus a fifth of
     /// its live rows (2 s apart at least): where autovacuum is off (as on some servers)
     /// or behind a churning queue, dead versions otherwise grow without bound and claims
@@ -253,7 +253,7 @@ impl PgStoreBuilder {
         if let Some(older) = upgraded {
             let _ = store.inner.upgraded_from.set(older);
         }
-        let now = store.now()?;
+        let now = crate::ReadJobs::now(&store)?;
         *store.inner.clock.lock() = (now, crate::clock::Stopwatch::start());
         Ok(store)
     }
@@ -491,11 +491,6 @@ impl PgStore {
     /// The schema holding leasehold's tables.
     pub fn schema(&self) -> &str {
         &self.inner.names.schema
-    }
-
-    /// How long a reap batch may be.
-    fn reap_batch(&self) -> usize {
-        self.inner.settings.policy.reap_batch
     }
 }
 

@@ -31,7 +31,9 @@ mod records;
 use std::time::Duration;
 
 pub(crate) use attempt::{complete, expire, fail, heartbeat, release, snooze, time_out};
-pub(crate) use claim::{claim, claim_batch, claim_job, next_claim, noted, room};
+pub(crate) use claim::{claim, claim_batch, claim_job};
+#[cfg(feature = "postgres")]
+pub(crate) use claim::{next_claim, noted, room};
 pub(crate) use operate::{
     cancel, declare_schedule, enqueue, enqueue_batch, fire_schedules, mark_served, pause_queue,
     pause_schedule, purge, purge_in_batches, reap_batch, remove_schedule, retry, set_queue_limits,
@@ -43,7 +45,7 @@ use crate::retry::RetryPolicy;
 /// A store's policy, fixed at open, the same on every engine: what the rules need to know of
 /// the store they run in.
 #[derive(Clone, Debug)]
-pub(crate) struct Policy {
+pub struct Policy {
     pub retry: RetryPolicy,
     pub default_max_attempts: u32,
     pub max_payload: usize,

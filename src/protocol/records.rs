@@ -20,7 +20,7 @@ use crate::stats::Counters;
 use super::Policy;
 
 /// A new job's place, as [`Records::insert`] found it.
-pub(crate) enum Inserted {
+pub enum Inserted {
     /// Stored under this id.
     Made(JobId),
     /// Another transaction's job took the unique key meanwhile (only where writers run side
@@ -29,7 +29,11 @@ pub(crate) enum Inserted {
 }
 
 /// One write transaction of an engine, as the protocol sees it.
-pub(crate) trait Records {
+///
+/// (Public only in name: it is reached through [`crate::JobStore`]'s hidden supertrait,
+/// which nothing outside the crate can name or implement, so its records stay the crate's.)
+#[allow(private_interfaces)]
+pub trait Records {
     /// The store's policy.
     fn policy(&self) -> &Policy;
     /// Store time now.
@@ -110,4 +114,4 @@ pub(crate) trait Records {
 
 /// A schedule as [`Records::schedules`] finds it: its name, its record (or why it cannot be
 /// read), and the failure kept beside it.
-pub(crate) type HeldSchedule = (String, Result<ScheduleRecord>, Option<String>);
+pub type HeldSchedule = (String, Result<ScheduleRecord>, Option<String>);

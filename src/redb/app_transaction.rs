@@ -54,7 +54,7 @@ impl<'a, 't> Transaction<'a, 't> {
         Ok(self.txn.open_table(table).map_err(redb::Error::from)?)
     }
 
-    /// Enqueues a job in this transaction (see [`Store::enqueue`](crate::Store::enqueue)).
+    /// Enqueues a job in this transaction (see [`JobStore::enqueue`](crate::JobStore::enqueue)).
     pub fn enqueue(&mut self, job: NewJob) -> Result<JobId> {
         protocol::enqueue(self.tx, &job)
     }
@@ -87,7 +87,7 @@ impl<'a, 't> Transaction<'a, 't> {
     }
 
     /// Fails an attempt for good in this transaction, if its lease still holds (see
-    /// [`Store::fail_permanently`](crate::Store::fail_permanently)).
+    /// [`JobStore::fail_permanently`](crate::JobStore::fail_permanently)).
     pub fn fail_permanently(&mut self, lease: &Lease, error: &str) -> Result<JobState> {
         protocol::fail(self.tx, lease.job, lease.attempt, error, Retry::Never, None)
     }

@@ -3,10 +3,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::backend::{AnyWrites, Backend, Completion, LeaseBackend, Step};
+use crate::backend::{AnyWrites, Backend, Claim, Completion, LeaseBackend, RoundResults, Step};
 use crate::error::Result;
 use crate::ids::StoreTime;
-use crate::lease::{Lease, LeaseTerms};
+use crate::lease::Lease;
 
 use super::store::Store;
 
@@ -31,6 +31,10 @@ impl From<&Store> for Backend {
 impl LeaseBackend for Store {
     fn write_step(&self, mut step: Step) -> Result<Box<dyn std::any::Any + Send>> {
         self.write(move |tx| step(tx))
+    }
+
+    fn policy(&self) -> &crate::protocol::Policy {
+        &self.inner.policy.rules
     }
 
     fn clock(&self) -> StoreTime {
@@ -78,19 +82,16 @@ impl LeaseBackend for Store {
     fn complete_all_then_claim(
         &self,
         done: Vec<Completion>,
-        queue: &str,
-        worker: &str,
-        terms: LeaseTerms,
-        n: usize,
-    ) -> (Vec<Result<()>>, Result<Vec<Lease>>) {
-        Store::complete_all_then_claim(self, done, queue, worker, terms, n)
+        claim: Option<Claim<'_>>,
+    ) -> RoundResults {
+        Store::complete_all_then_claim(self, done, claim)
     }
 
     fn flush(&self) -> Result<()> {
         Store::flush(self)
     }
 
-    fn reap_every(&self, every: Duration) -> Result<crate::ReapReport> {
-        Store::reap_every(self, Some(every))
+    fn reap_every(&self, every: Option<Duration>) -> Result<crate::ReapReport> {
+        Store::reap_every(self, every)
     }
 }

@@ -67,10 +67,10 @@ impl StoreBuilder {
     }
 
     /// Deletes succeeded and cancelled jobs, with their payload, output and history, once
-    /// they finished more than `keep` ago: each reaper pass ([`Store::reap`]) purges them in
+    /// they finished more than `keep` ago: each reaper pass ([`JobStore::reap`](crate::JobStore::reap)) purges them in
     /// batches of [`StoreBuilder::reap_batch`], so the file stops growing under a steady load
     /// (redb reuses the freed pages). Dead jobs are kept for an operator to retry or purge
-    /// ([`Store::purge`]). Default: off, every job is kept until purged.
+    /// ([`JobStore::purge`](crate::JobStore::purge)). Default: off, every job is kept until purged.
     pub fn retention(mut self, keep: Duration) -> StoreBuilder {
         self.policy.retention = Some(keep);
         self

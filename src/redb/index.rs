@@ -2,7 +2,7 @@
 //!
 //! Every index entry is a pure function of a job record ([`entries`]). Writing a record goes
 //! through [`save`], which removes the entries of the old version and adds those of the new
-//! one; [`crate::Store::check`] recomputes the same function to prove the indexes match.
+//! one; [`crate::ReadJobs::check`] recomputes the same function to prove the indexes match.
 
 use crate::codec;
 use crate::error::Result;
@@ -86,7 +86,7 @@ pub(crate) fn save(tx: &mut Tx<'_>, old: Option<&JobRecord>, new: &JobRecord) ->
 /// which touches only fields no entry is computed from (`lease.expires_at`, progress,
 /// `updated_at`; see [`entries`]). Skips the copy of the old record and the comparison
 /// [`save`] needs, which a heartbeat batch of a thousand leases pays a thousand times.
-/// [`crate::Store::check`] would find an entry this left behind.
+/// [`crate::ReadJobs::check`] would find an entry this left behind.
 pub(crate) fn rewrite(tx: &mut Tx<'_>, job: &JobRecord) -> Result<()> {
     tx.tally.writes += 1;
     tx.tables

@@ -439,7 +439,7 @@ mod tests {
     use std::time::Duration;
 
     use crate::job::Outcome;
-    use crate::{NewJob, Store, codec, redb_store::schema};
+    use crate::{JobStore, NewJob, ReadJobs, Store, codec, redb_store::schema};
 
     /// Builds before this one wrote a running attempt's record at claim time; such a store
     /// must read, check and finish exactly as one written now.
@@ -449,7 +449,7 @@ mod tests {
         let store = Store::open(dir.path().join("old.redb")).unwrap();
         let id = store.enqueue(NewJob::new("q", "x")).unwrap();
         let lease = store
-            .claim("q", "w", Duration::from_secs(30))
+            .claim("q", "w", Duration::from_secs(30).into())
             .unwrap()
             .unwrap();
         let stored = |store: &Store| {

@@ -21,7 +21,7 @@
 //! | `schedules` | name | [`ScheduleRecord`](crate::schedule::ScheduleRecord) record | each periodic job's declaration and the cursor of its next tick |
 //!
 //! Every index (`ready`, `expiry`, `unique`, `counts`, `finished`) is a pure function of the
-//! job records, maintained only by [`crate::redb_store::index`] and verified by [`crate::Store::check`].
+//! job records, maintained only by [`crate::redb_store::index`] and verified by [`crate::ReadJobs::check`].
 
 use redb::TableDefinition;
 

@@ -234,7 +234,7 @@ fn reclaim_orphans(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{NewJob, Sharing};
+    use crate::{JobStore, NewJob, ReadJobs, Sharing};
 
     fn lock_files(store_path: &std::path::Path) -> usize {
         std::fs::read_dir(store_path.with_file_name("jobs.redb.procs"))
@@ -256,7 +256,7 @@ mod tests {
             .unwrap();
         let id = store.enqueue(NewJob::new("q", "x")).unwrap();
         store
-            .claim("q", "w", std::time::Duration::from_secs(3600))
+            .claim("q", "w", std::time::Duration::from_secs(3600).into())
             .unwrap();
         let copy = store.clone();
         assert_eq!(lock_files(&path), 1);

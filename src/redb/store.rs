@@ -9,14 +9,15 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use redb::{Database, ReadableDatabase, TableHandle, WriteTransaction};
 
-use crate::backend::{Completion, End, LeaseBackend};
+use crate::backend::{Claim, Completion};
 use crate::batches::Batch;
 use crate::clock::StoreClock;
 use crate::config::Durability;
 use crate::error::{Error, Result};
 use crate::ids::{JobId, StoreTime};
-use crate::job::{Job, JobState, NewJob, ReclaimPath, Run};
-use crate::lease::{Lease, LeaseTerms, Renewal};
+use crate::job::{Job, JobState, ReclaimPath, Run};
+use crate::job_store::{JobStore, ReadJobs};
+use crate::lease::Lease;
 use crate::notify::Notifier;
 use crate::protocol;
 use crate::query::JobFilter;
@@ -28,7 +29,6 @@ use crate::redb_store::reading;
 use crate::redb_store::schema;
 use crate::redb_store::writing::{Policy, Tally, Tx, note_reaper_pass, persist_tally};
 use crate::report::{ReapReport, Reclaim};
-use crate::rules::Retry;
 use crate::stats::{Counters, Stats, WriteMetrics};
 
 /// A handle on a leasehold store. Cheap to clone; clones share one open file.
@@ -58,7 +58,7 @@ pub(crate) struct Inner {
     clock: StoreClock,
     path: PathBuf,
     durability: Durability,
-    policy: Policy,
+    pub(super) policy: Policy,
     flush: Mutex<FlushState>,
     pub(crate) notifier: Notifier,
     writes: AtomicU64,
@@ -179,103 +179,21 @@ impl Store {
         &self.inner.path
     }
 
-    /// Enqueues a job and returns its id (or, for a unique key a live job holds, that job's).
-    pub fn enqueue(&self, job: NewJob) -> Result<JobId> {
-        self.write(move |tx| protocol::enqueue(tx, &job))
-    }
-
-    /// Enqueues many jobs in one transaction: all of them or, on any error, none.
-    pub fn enqueue_batch(&self, jobs: impl IntoIterator<Item = NewJob>) -> Result<Vec<JobId>> {
-        let jobs: Vec<NewJob> = jobs.into_iter().collect();
-        self.write(move |tx| protocol::enqueue_batch(tx, &jobs))
-    }
-
-    /// Claims the most urgent claimable job of `queue` for `worker` under a lease of `lease`:
-    /// a waiting job that is due, or a running one whose lease has expired (taken over, with a
-    /// `LeaseExpired` record for the attempt that lost it). One atomic write: two claimers can
-    /// never both win. `None` if nothing is claimable.
-    pub fn claim(
-        &self,
-        queue: &str,
-        worker: &str,
-        terms: impl Into<LeaseTerms>,
-    ) -> Result<Option<Lease>> {
-        let terms = terms.into();
-        let marks = self.marks_due([queue]);
-        let (queue, worker) = (queue.to_owned(), worker.to_owned());
-        self.write(move |tx| {
-            let claimed = protocol::claim(tx, &queue, &worker, terms)?;
-            mark_all(tx, &marks)?;
-            Ok(claimed)
-        })
-    }
-
     /// The served marks due now for `queues` (see [`crate::queue`]).
     pub(super) fn marks_due<'q>(&self, queues: impl IntoIterator<Item = &'q str>) -> Vec<String> {
         self.inner.served.due(queues, self.now())
     }
 
-    /// Claims up to `n` jobs of `queue` in one transaction (one commit, one fsync), most
-    /// urgent first: for pools that run many jobs at once.
-    pub fn claim_batch(
-        &self,
-        queue: &str,
-        worker: &str,
-        terms: impl Into<LeaseTerms>,
-        n: usize,
-    ) -> Result<Vec<Lease>> {
-        let terms = terms.into();
-        let marks = self.marks_due([queue]);
-        let (queue, worker) = (queue.to_owned(), worker.to_owned());
-        self.write(move |tx| {
-            let claimed = protocol::claim_batch(tx, &queue, &worker, terms, n)?;
-            mark_all(tx, &marks)?;
-            Ok(claimed)
-        })
-    }
-
-    /// Claims one named job if it is claimable now (see [`Store::claim`]).
-    pub fn claim_job(
-        &self,
-        job: JobId,
-        worker: &str,
-        terms: impl Into<LeaseTerms>,
-    ) -> Result<Option<Lease>> {
-        let terms = terms.into();
-        let worker = worker.to_owned();
-        self.write(move |tx| protocol::claim_job(tx, job, &worker, terms))
-    }
-
-    /// The queue's wake-up generation. Read it *before* looking for work, then pass it to
-    /// [`Store::wait_for_work`], so that work arriving in between is not missed.
-    pub fn work_generation(&self, queue: &str) -> u64 {
-        self.inner.notifier.generation(queue)
-    }
-
-    /// Blocks until a commit in this process gives `queue` a waiting job (an enqueue, a
-    /// release, a reclaim, a retry), [`Store::wake_all`] is called, or `timeout` passes.
-    /// Returns the new generation. Other processes' commits do not wake it: bound `timeout`
-    /// (by [`Store::next_due`], say) to notice those.
-    pub fn wait_for_work(&self, queue: &str, seen: u64, timeout: Duration) -> u64 {
-        self.inner.notifier.wait(queue, seen, timeout)
-    }
-
-    /// [`Store::wait_for_work`] for async code: resolves when a commit in this process gives
-    /// `queue` a waiting job, [`Store::wake_all`] is called, or `timeout` passes, with the
+    /// [`JobStore::wait_for_work`] for async code: resolves when a commit in this process gives
+    /// `queue` a waiting job, [`JobStore::wake_all`] is called, or `timeout` passes, with the
     /// generation then. Pass the generation seen before the last look for work
-    /// ([`Store::work_generation`]), so that a wake-up in between is not lost.
+    /// ([`JobStore::work_generation`]), so that a wake-up in between is not lost.
     #[cfg(feature = "tokio")]
     pub async fn wait_for_work_async(&self, queue: &str, seen: u64, timeout: Duration) -> u64 {
         match crate::asynchronous::changed(&self.inner.notifier, queue, seen, timeout).await {
             Some(generation) => generation,
             None => self.work_generation(queue),
         }
-    }
-
-    /// Wakes every waiter of [`Store::wait_for_work`]: for time that moved without a commit,
-    /// such as a [`ManualClock`](crate::ManualClock) advanced by a test.
-    pub fn wake_all(&self) {
-        self.inner.notifier.notify_all();
     }
 
     /// Wakes the waiters of one queue (a pool's dispatcher that has completions to commit).
@@ -301,76 +219,6 @@ impl Store {
         }
     }
 
-    /// Renews `lease` by its length from now and records `progress`, if it is still held.
-    /// [`Error::LeaseLost`] means stop working and commit nothing.
-    pub fn heartbeat(&self, lease: &Lease, progress: u64) -> Result<Renewal> {
-        let mut answers = LeaseBackend::renew_batch(self, &[(lease, progress)])?;
-        answers
-            .pop()
-            .unwrap_or(Err(Error::Internal("a renewal without its answer")))
-    }
-
-    /// Renews many leases in one write transaction; one result per lease, in order. A lost
-    /// lease fails only its own entry; if the commit itself fails, every entry says so (as
-    /// [`Store::complete_batch`] answers).
-    pub fn heartbeat_batch(&self, beats: &[(&Lease, u64)]) -> Vec<Result<Renewal>> {
-        LeaseBackend::renew_batch(self, beats).unwrap_or_else(|e| {
-            let shared = match e {
-                Error::Group(shared) => shared,
-                other => Arc::new(other),
-            };
-            beats
-                .iter()
-                .map(|_| Err(Error::Group(shared.clone())))
-                .collect()
-        })
-    }
-
-    /// Completes the job held by `lease` with `output`, if the lease still holds.
-    pub fn complete(&self, lease: &Lease, output: &[u8]) -> Result<()> {
-        self.end(lease, End::Complete(output.to_vec()), None)
-            .map(|_| ())
-    }
-
-    /// Completes the job held by `lease` and, in the same transaction, claims the next job of
-    /// its queue for the same worker under `terms`: one commit (and one fsync) where a worker
-    /// that goes straight on to its next job would otherwise make two. If the completion is
-    /// refused (the lease is lost), nothing is claimed and the error is the refusal.
-    pub fn complete_and_claim(
-        &self,
-        lease: &Lease,
-        output: &[u8],
-        terms: impl Into<LeaseTerms>,
-    ) -> Result<Option<Lease>> {
-        LeaseBackend::complete_and_claim_reporting(self, lease, output, None, terms.into())
-    }
-
-    /// Completes many jobs in one commit (one fsync; a batch of more than 1,024 takes one
-    /// commit per 1,024), each its own unit: a completion that is refused (its lease was lost)
-    /// or whose output is too large fails only its own entry.
-    /// One result per entry, in order; if the commit itself fails, every entry says so (see
-    /// [`Error::Commit`] for what a failed commit may still have written).
-    pub fn complete_batch(&self, done: &[(&Lease, &[u8])]) -> Vec<Result<()>> {
-        let done = crate::backend::completions(done);
-        self.inner.group.run_all(self, completions::<()>(done))
-    }
-
-    /// Completes each of `done` as its own unit and, in the same commit, claims up to `n`
-    /// jobs of `queue` for `worker` under `terms`: what a pipelined worker of the
-    /// application's own does between batches (a worker pool's dispatcher does the same).
-    /// The claim decides as if the completions came first. One answer per completion, in
-    /// order, then the claim's; bad claim input answers every part, and nothing is written.
-    pub fn complete_batch_and_claim(
-        &self,
-        done: &[(&Lease, &[u8])],
-        queue: &str,
-        worker: &str,
-        terms: impl Into<LeaseTerms>,
-        n: usize,
-    ) -> (Vec<Result<()>>, Result<Vec<Lease>>) {
-        crate::backend::round(self, done, (queue, worker, terms.into(), n))
-    }
-
     /// For a pool's dispatcher: completes each of `done` (job, attempt, output, last
     /// progress) as its own
     /// unit, then claims up to `n` jobs of `queue` for `worker`, all queued into the group
@@ -378,14 +226,11 @@ impl Store {
     pub(crate) fn complete_all_then_claim(
         &self,
         done: Vec<Completion>,
-        queue: &str,
-        worker: &str,
-        terms: LeaseTerms,
-        n: usize,
+        claim: Option<Claim<'_>>,
     ) -> (Vec<Result<()>>, Result<Vec<Lease>>) {
         let count = done.len();
         let mut ops = completions::<Vec<Lease>>(done);
-        if n > 0 {
+        if let Some((queue, worker, terms, n)) = claim.filter(|c| c.3 > 0) {
             let marks = self.marks_due([queue]);
             let (queue, worker) = (queue.to_owned(), worker.to_owned());
             ops.push(Box::new(move |tx| {
@@ -395,10 +240,9 @@ impl Store {
             }));
         }
         let mut results = self.inner.group.run_all(self, ops);
-        let claimed = if n > 0 {
-            results.pop().unwrap_or_else(|| Ok(Vec::new()))
-        } else {
-            Ok(Vec::new())
+        let claimed = match results.len() > count {
+            true => results.pop().unwrap_or_else(|| Ok(Vec::new())),
+            false => Ok(Vec::new()),
         };
         debug_assert_eq!(results.len(), count);
         (
@@ -454,191 +298,6 @@ impl Store {
         })
     }
 
-    /// Fails the attempt held by `lease`: the job waits out a backoff and runs again while its
-    /// retry budget lasts, else it is dead. Returns the job's new state.
-    pub fn fail(&self, lease: &Lease, error: &str) -> Result<JobState> {
-        self.end(
-            lease,
-            End::Fail(error.to_owned(), Retry::WhileBudgetLasts),
-            None,
-        )
-    }
-
-    /// Fails the attempt held by `lease` with a failure that running the job again cannot
-    /// mend (a payload this build will never read, a request the remote side refuses for
-    /// good): the job is dead at once, whatever budget it had left, with
-    /// [`Outcome::FailedPermanently`](crate::Outcome::FailedPermanently) in its history
-    /// (cancelled instead, if a cancel was requested meanwhile). [`Store::retry`] brings it
-    /// back once something changed. Returns the job's new state.
-    pub fn fail_permanently(&self, lease: &Lease, error: &str) -> Result<JobState> {
-        self.end(lease, End::Fail(error.to_owned(), Retry::Never), None)
-    }
-
-    /// Ends the attempt held by `lease` as timed out ([`Outcome::TimedOut`](crate::Outcome::TimedOut)):
-    /// for a claim loop that keeps its job's hard time limit itself ([`Lease::deadline`]; a
-    /// pool does it for its handlers). Retried after a backoff while the budget lasts, else
-    /// dead. Returns the job's new state.
-    pub fn time_out(&self, lease: &Lease) -> Result<JobState> {
-        self.end(lease, End::TimeOut, None)
-    }
-
-    /// Declares a periodic job ([`Schedule`](crate::Schedule)): new, or (every process declares
-    /// its schedules at start) as it was, keeping its cursor, unless its timing changed. A
-    /// [`Scheduler`](crate::Scheduler) fires its ticks.
-    pub fn declare_schedule(&self, schedule: crate::Schedule) -> Result<()> {
-        let wall = crate::clock::wall_seconds(crate::clock::wall_now());
-        self.write(move |tx| protocol::declare_schedule(tx, &schedule, wall))
-    }
-
-    /// Fires every schedule whose tick has come, at the wall clock's time now (see
-    /// [`Store::fire_schedules_at`]).
-    pub fn fire_schedules(&self) -> Result<Vec<JobId>> {
-        self.fire_schedules_at(crate::clock::wall_now())
-    }
-
-    /// Fires every schedule whose tick has come by store time (every interval) and by `wall`
-    /// (cron), each tick's job enqueued once however many processes fire (the cursor moves
-    /// in the same transaction); missed ticks as each schedule's catch-up policy says.
-    /// Returns the jobs enqueued. A [`Scheduler`](crate::Scheduler) calls it on a timer.
-    pub fn fire_schedules_at(&self, wall: std::time::SystemTime) -> Result<Vec<JobId>> {
-        let wall = crate::clock::wall_seconds(wall);
-        self.write(move |tx| protocol::fire_schedules(tx, wall))
-    }
-
-    /// Pauses a schedule: none of its ticks fire until it resumes (those that pass meanwhile
-    /// are missed ticks then, handled by its catch-up policy).
-    pub fn pause_schedule(&self, name: &str) -> Result<()> {
-        let name = name.to_owned();
-        self.write(move |tx| protocol::pause_schedule(tx, &name, true))
-    }
-
-    /// Resumes a paused schedule.
-    pub fn resume_schedule(&self, name: &str) -> Result<()> {
-        let name = name.to_owned();
-        self.write(move |tx| protocol::pause_schedule(tx, &name, false))
-    }
-
-    /// Removes a schedule (its jobs already enqueued stay); `false` if there was none.
-    pub fn remove_schedule(&self, name: &str) -> Result<bool> {
-        let name = name.to_owned();
-        self.write(move |tx| protocol::remove_schedule(tx, &name))
-    }
-
-    /// Every schedule, by name.
-    pub fn schedules(&self) -> Result<Vec<crate::ScheduleInfo>> {
-        self.reading("the schedules", reading::schedules)
-    }
-
-    /// Pauses `queue`: from the next claim on, in every process sharing the store, no claim
-    /// takes its jobs (pools stop claiming within one wait; running jobs finish, and are
-    /// renewed, completed and reaped as ever). Recorded in the store, so it outlasts the
-    /// process that paused it.
-    pub fn pause_queue(&self, queue: &str) -> Result<()> {
-        let queue = queue.to_owned();
-        self.write(move |tx| protocol::pause_queue(tx, &queue, true))
-    }
-
-    /// Resumes a paused `queue`, waking its idle workers in this process (other processes'
-    /// find out within one wait).
-    pub fn resume_queue(&self, queue: &str) -> Result<()> {
-        let queue = queue.to_owned();
-        self.write(move |tx| protocol::pause_queue(tx, &queue, false))
-    }
-
-    /// Sets `queue`'s limits, which every claim of every process keeps
-    /// ([`QueueLimits`](crate::QueueLimits)): at most so many of its jobs held at once, at
-    /// most so many claims per period. `QueueLimits::none()` lifts them.
-    pub fn set_queue_limits(&self, queue: &str, limits: crate::QueueLimits) -> Result<()> {
-        let queue = queue.to_owned();
-        self.write(move |tx| protocol::set_queue_limits(tx, &queue, limits))
-    }
-
-    /// `queue`'s settings: whether it is paused, and its limits.
-    pub fn queue_settings(&self, queue: &str) -> Result<crate::QueueSettings> {
-        self.reading("the queue's record", |read| {
-            reading::queue_settings(read, queue)
-        })
-    }
-
-    /// Puts the job held by `lease` off by `delay` ("not yet": a remote side asked to be
-    /// called back later, a resource is busy): the attempt ends as
-    /// [`Outcome::Snoozed`](crate::Outcome::Snoozed) with no retry budget spent, and the job
-    /// is claimable again `delay` from now, behind jobs that were due earlier. A cancel
-    /// requested meanwhile wins. Returns the job's new state.
-    pub fn snooze(&self, lease: &Lease, delay: Duration) -> Result<JobState> {
-        self.end(lease, End::Snooze(delay), None)
-    }
-
-    /// [`Store::fail`] or [`Store::fail_permanently`], recording the attempt's last progress.
-    /// Gives the job back (graceful shutdown): claimable at once, no retry budget spent.
-    pub fn release(&self, lease: &Lease) -> Result<()> {
-        self.end(lease, End::Release, None).map(|_| ())
-    }
-
-    /// Cancels a job. A waiting job is cancelled at once; a running one is flagged, its
-    /// holder is told at its next heartbeat, and it ends cancelled (also if the holder fails
-    /// or releases it, or dies). A holder that completes before its next heartbeat has done
-    /// the work: the job then succeeds, since its effects are already committed. Returns the
-    /// job's state: `Cancelled`, or `Running` for a flagged one.
-    pub fn cancel(&self, job: JobId) -> Result<JobState> {
-        self.write(move |tx| protocol::cancel(tx, job).map(|(state, _)| state))
-    }
-
-    /// Puts a dead or cancelled job back in the queue with a fresh retry budget; its history
-    /// is kept. Refused for jobs in any other state, and ([`Error::UniqueKeyHeld`]) while a
-    /// live job that took the job's unique key after it finished still holds it.
-    pub fn retry(&self, job: JobId) -> Result<()> {
-        self.write(move |tx| protocol::retry(tx, job))
-    }
-
-    /// Retries every job `filter` names that is dead or cancelled (an operator's bulk
-    /// action: "everything that died in queue `uploads` in the last hour"), in transactions
-    /// of at most the reap batch each, oldest first (the filter's order is not used; its
-    /// limit bounds the whole action). Jobs in other states, and those whose unique key
-    /// another job holds, are refused, each listed in the report; nothing of theirs changes.
-    pub fn retry_all(&self, filter: &JobFilter) -> Result<crate::BulkReport> {
-        self.bulk(filter, |tx, id| protocol::retry(tx, id).map(|()| true))
-    }
-
-    /// Cancels every job `filter` names (waiting ones at once, running ones at their next
-    /// heartbeat), in batches as [`Store::retry_all`] does. Finished jobs are refused (a
-    /// cancelled one is left as it is, and not counted as changed).
-    pub fn cancel_all(&self, filter: &JobFilter) -> Result<crate::BulkReport> {
-        self.bulk(filter, |tx, id| {
-            protocol::cancel(tx, id).map(|(_, changed)| changed)
-        })
-    }
-
-    /// `act` on every job `filter` names, a page of them per transaction (see
-    /// [`crate::batches::bulk`]).
-    fn bulk(
-        &self,
-        filter: &JobFilter,
-        act: fn(&mut Tx<'_>, JobId) -> Result<bool>,
-    ) -> Result<crate::BulkReport> {
-        crate::batches::bulk(
-            filter,
-            self.inner.policy.rules.reap_batch,
-            |f| self.jobs(f),
-            |ids| {
-                self.write(move |tx| {
-                    crate::batches::answers(ids.iter().map(|&id| act(tx, id)).collect::<Vec<_>>())
-                })
-            },
-        )
-    }
-
-    /// Deletes terminal jobs in `states` (succeeded, dead, cancelled) that finished at least
-    /// `older_than` ago on the store clock, with their payloads, outputs and history, in
-    /// batches like the reaper. Their ids are never reused. Returns how many were deleted.
-    pub fn purge(&self, older_than: Duration, states: &[JobState]) -> Result<usize> {
-        let batch = self.inner.policy.rules.reap_batch;
-        protocol::purge_in_batches(self.now(), older_than, batch, |from, cutoff, limit| {
-            let states = states.to_vec();
-            self.write(move |tx| protocol::purge(tx, from, cutoff, &states, limit))
-        })
-    }
-
     /// Compacts the file, returning freed space to the filesystem (after a large purge, say).
     /// Needs this to be the only handle on the store: clones, readers in this process and
     /// running pools or reapers must be gone, and no other process may share the file (a
@@ -658,15 +317,6 @@ impl Store {
              (clones, pools, reapers, readers) are alive",
         ))?;
         Ok(inner.db.compact()?)
-    }
-
-    /// One reaper pass: takes back every lease that expired at or before now, in
-    /// transactions of at most the configured batch, yielding the write lock between them;
-    /// then, with a retention set ([`crate::StoreBuilder::retention`]), purges the succeeded and
-    /// cancelled jobs that outlived it, in batches too.
-    /// The pass is recorded as the store's last ([`Stats::last_reaper_pass`]).
-    pub fn reap(&self) -> Result<ReapReport> {
-        self.reap_every(None)
     }
 
     /// A reaper pass, recorded with how often its reaper runs (`None` for one called
@@ -733,11 +383,6 @@ impl Store {
         })
     }
 
-    /// The job's record, if it exists.
-    pub fn job(&self, id: JobId) -> Result<Option<Job>> {
-        self.reading("a job record", |read| reading::job(read, id))
-    }
-
     /// A read snapshot of the whole file, for the application's own tables (written with
     /// [`Store::transaction`] or [`Store::complete_with`]).
     pub fn begin_read(&self) -> Result<redb::ReadTransaction> {
@@ -750,61 +395,12 @@ impl Store {
         &self.inner.db
     }
 
-    /// The job's payload, if the job exists.
-    pub fn payload(&self, id: JobId) -> Result<Option<Vec<u8>>> {
-        self.read_bytes(schema::PAYLOADS, id)
-    }
-
-    /// The output a succeeded job completed with (`None` for none or an empty one).
-    pub fn output(&self, id: JobId) -> Result<Option<Vec<u8>>> {
-        self.read_bytes(schema::OUTPUTS, id)
-    }
-
     fn read_bytes(
         &self,
         table: redb::TableDefinition<u64, &[u8]>,
         id: JobId,
     ) -> Result<Option<Vec<u8>>> {
         self.reading(table.name(), |read| reading::bytes(read, table, id))
-    }
-
-    /// The job's run history: one record per attempt, oldest first.
-    pub fn history(&self, id: JobId) -> Result<Vec<Run>> {
-        self.reading("a job's history", |read| reading::history(read, id))
-    }
-
-    /// Counts per queue and state, and the lifetime counters. Reads the `counts` index, not
-    /// the jobs.
-    pub fn stats(&self) -> Result<Stats> {
-        self.reading("the counts", |read| reading::stats(read, self.now()))
-    }
-
-    /// The queues with due work and nobody serving them (see
-    /// [`ReadJobs::unserved_queues`](crate::ReadJobs::unserved_queues)).
-    pub fn unserved_queues(&self) -> Result<Vec<crate::UnservedQueue>> {
-        self.reading("the queues", |read| {
-            reading::unserved_queues(read, self.now())
-        })
-    }
-
-    /// When things fall due in `queue` (see [`StoreReader::timing`](crate::StoreReader::timing)).
-    pub fn timing(&self, queue: &str) -> Result<crate::query::QueueTiming> {
-        self.reading("the queue's schedule", |read| {
-            reading::timing(read, queue, self.now())
-        })
-    }
-
-    /// Jobs matching `filter` (reads every record: for operators and tools).
-    pub fn jobs(&self, filter: &JobFilter) -> Result<Vec<Job>> {
-        let now = self.now();
-        self.reading("the job records", |read| reading::list(read, filter, now))
-    }
-
-    /// Proves the indexes match the records (like SQLite's `PRAGMA integrity_check`): every
-    /// index entry is implied by a record, every record has all of its entries, the counts
-    /// are right, and history has one record per attempt.
-    pub fn check(&self) -> Result<crate::report::CheckReport> {
-        self.reading("the whole store", crate::redb_store::check::check)
     }
 
     /// Runs `f` on a read snapshot, a damaged page reported as corruption (see
@@ -1052,19 +648,112 @@ impl Drop for Inner {
     }
 }
 
-crate::job_store::read_jobs!(Store, |s: &Store| Ok(s.now()));
-crate::job_store::job_store!(Store);
+impl ReadJobs for Store {
+    fn now(&self) -> Result<StoreTime> {
+        Ok(Store::now(self))
+    }
+
+    /// The job's record, if it exists.
+    fn job(&self, id: JobId) -> Result<Option<Job>> {
+        self.reading("a job record", |read| reading::job(read, id))
+    }
+
+    /// The job's run history: one record per attempt, oldest first.
+    fn history(&self, id: JobId) -> Result<Vec<Run>> {
+        self.reading("a job's history", |read| reading::history(read, id))
+    }
+
+    /// The job's payload, if the job exists.
+    fn payload(&self, id: JobId) -> Result<Option<Vec<u8>>> {
+        self.read_bytes(schema::PAYLOADS, id)
+    }
+
+    /// The output a succeeded job completed with (`None` for none or an empty one).
+    fn output(&self, id: JobId) -> Result<Option<Vec<u8>>> {
+        self.read_bytes(schema::OUTPUTS, id)
+    }
+
+    /// Jobs matching `filter` (reads every record: for operators and tools).
+    fn jobs(&self, filter: &JobFilter) -> Result<Vec<Job>> {
+        let now = self.now();
+        self.reading("the job records", |read| reading::list(read, filter, now))
+    }
+
+    /// When things fall due in `queue` (see [`StoreReader::timing`](crate::StoreReader::timing)).
+    fn timing(&self, queue: &str) -> Result<crate::query::QueueTiming> {
+        self.reading("the queue's schedule", |read| {
+            reading::timing(read, queue, self.now())
+        })
+    }
+
+    /// Counts per queue and state, and the lifetime counters. Reads the `counts` index, not
+    /// the jobs.
+    fn stats(&self) -> Result<Stats> {
+        self.reading("the counts", |read| reading::stats(read, self.now()))
+    }
+
+    /// The queues with due work and nobody serving them (see
+    /// [`ReadJobs::unserved_queues`](crate::ReadJobs::unserved_queues)).
+    fn unserved_queues(&self) -> Result<Vec<crate::UnservedQueue>> {
+        self.reading("the queues", |read| {
+            reading::unserved_queues(read, self.now())
+        })
+    }
+
+    /// `queue`'s settings: whether it is paused, and its limits.
+    fn queue_settings(&self, queue: &str) -> Result<crate::QueueSettings> {
+        self.reading("the queue's record", |read| {
+            reading::queue_settings(read, queue)
+        })
+    }
+
+    /// Every schedule, by name.
+    fn schedules(&self) -> Result<Vec<crate::ScheduleInfo>> {
+        self.reading("the schedules", reading::schedules)
+    }
+
+    /// Proves the indexes match the records (like SQLite's `PRAGMA integrity_check`): every
+    /// index entry is implied by a record, every record has all of its entries, the counts
+    /// are right, and history has one record per attempt.
+    fn check(&self) -> Result<crate::report::CheckReport> {
+        self.reading("the whole store", crate::redb_store::check::check)
+    }
+}
+
+impl JobStore for Store {
+    /// The queue's wake-up generation. Read it *before* looking for work, then pass it to
+    /// [`JobStore::wait_for_work`], so that work arriving in between is not missed.
+    fn work_generation(&self, queue: &str) -> u64 {
+        self.inner.notifier.generation(queue)
+    }
+
+    /// Blocks until a commit in this process gives `queue` a waiting job (an enqueue, a
+    /// release, a reclaim, a retry), [`JobStore::wake_all`] is called, or `timeout` passes.
+    /// Returns the new generation. Other processes' commits do not wake it: bound `timeout`
+    /// (by [`Store::next_due`], say) to notice those.
+    fn wait_for_work(&self, queue: &str, seen: u64, timeout: Duration) -> u64 {
+        self.inner.notifier.wait(queue, seen, timeout)
+    }
+
+    /// Wakes every waiter of [`JobStore::wait_for_work`]: for time that moved without a commit,
+    /// such as a [`ManualClock`](crate::ManualClock) advanced by a test.
+    fn wake_all(&self) {
+        self.inner.notifier.notify_all();
+    }
+}
 
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;
+
+    use crate::{JobStore, LeaseTerms, NewJob};
 
     use super::*;
 
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(48))]
 
-        /// The purge's batches, driven as `Store::purge` drives them: whatever the number
+        /// The purge's batches, driven as `JobStore::purge` drives them: whatever the number
         /// of finished jobs, the batch size and which of them the states asked for keep,
         /// the pass ends after at most ⌈n / batch⌉ + 1 batches and looks at each entry once.
         #[test]

@@ -104,68 +104,6 @@ impl StoreReader {
         self.clock.now()
     }
 
-    /// The job's record, if it exists.
-    pub fn job(&self, id: JobId) -> Result<Option<Job>> {
-        self.reading("a job record", |read| reading::job(read, id))
-    }
-
-    /// The job's run history, oldest first.
-    pub fn history(&self, id: JobId) -> Result<Vec<Run>> {
-        self.reading("a job's history", |read| reading::history(read, id))
-    }
-
-    /// The job's payload.
-    pub fn payload(&self, id: JobId) -> Result<Option<Vec<u8>>> {
-        self.reading("a payload", |read| {
-            reading::bytes(read, schema::PAYLOADS, id)
-        })
-    }
-
-    /// A succeeded job's output.
-    pub fn output(&self, id: JobId) -> Result<Option<Vec<u8>>> {
-        self.reading("an output", |read| {
-            reading::bytes(read, schema::OUTPUTS, id)
-        })
-    }
-
-    /// Counts per queue and state, and the lifetime counters.
-    pub fn stats(&self) -> Result<Stats> {
-        self.reading("the counts", |read| reading::stats(read, self.now()))
-    }
-
-    /// Every schedule, by name.
-    pub fn schedules(&self) -> Result<Vec<crate::ScheduleInfo>> {
-        self.reading("the schedules", reading::schedules)
-    }
-
-    /// `queue`'s settings: whether it is paused, and its limits.
-    pub fn queue_settings(&self, queue: &str) -> Result<crate::QueueSettings> {
-        self.reading("the queue's record", |read| {
-            reading::queue_settings(read, queue)
-        })
-    }
-
-    /// The queues with due work and nobody serving them (see
-    /// [`ReadJobs::unserved_queues`](crate::ReadJobs::unserved_queues)).
-    pub fn unserved_queues(&self) -> Result<Vec<crate::UnservedQueue>> {
-        self.reading("the queues", |read| {
-            reading::unserved_queues(read, self.now())
-        })
-    }
-
-    /// Jobs matching `filter`.
-    pub fn jobs(&self, filter: &JobFilter) -> Result<Vec<Job>> {
-        let now = self.now();
-        self.reading("the job records", |read| reading::list(read, filter, now))
-    }
-
-    /// When things fall due in `queue`.
-    pub fn timing(&self, queue: &str) -> Result<QueueTiming> {
-        self.reading("the queue's schedule", |read| {
-            reading::timing(read, queue, self.now())
-        })
-    }
-
     /// Runs `f` on a read snapshot, a damaged page reported as corruption.
     fn reading<T>(
         &self,
@@ -173,11 +111,6 @@ impl StoreReader {
         f: impl FnOnce(&redb::ReadTransaction) -> Result<T>,
     ) -> Result<T> {
         reading::contained(what, || f(&self.db.begin_read()?))
-    }
-
-    /// The integrity check (see [`Store::check`](crate::Store::check)).
-    pub fn check(&self) -> Result<CheckReport> {
-        self.reading("the whole store", crate::redb_store::check::check)
     }
 
     /// A read snapshot of the whole file, for the application's own tables (written with
@@ -231,4 +164,75 @@ impl StoreReader {
     }
 }
 
-crate::job_store::read_jobs!(StoreReader, |s: &StoreReader| Ok(s.now()));
+impl crate::ReadJobs for StoreReader {
+    fn now(&self) -> Result<StoreTime> {
+        Ok(StoreReader::now(self))
+    }
+
+    /// The job's record, if it exists.
+    fn job(&self, id: JobId) -> Result<Option<Job>> {
+        self.reading("a job record", |read| reading::job(read, id))
+    }
+
+    /// The job's run history, oldest first.
+    fn history(&self, id: JobId) -> Result<Vec<Run>> {
+        self.reading("a job's history", |read| reading::history(read, id))
+    }
+
+    /// The job's payload.
+    fn payload(&self, id: JobId) -> Result<Option<Vec<u8>>> {
+        self.reading("a payload", |read| {
+            reading::bytes(read, schema::PAYLOADS, id)
+        })
+    }
+
+    /// A succeeded job's output.
+    fn output(&self, id: JobId) -> Result<Option<Vec<u8>>> {
+        self.reading("an output", |read| {
+            reading::bytes(read, schema::OUTPUTS, id)
+        })
+    }
+
+    /// Jobs matching `filter`.
+    fn jobs(&self, filter: &JobFilter) -> Result<Vec<Job>> {
+        let now = self.now();
+        self.reading("the job records", |read| reading::list(read, filter, now))
+    }
+
+    /// When things fall due in `queue`.
+    fn timing(&self, queue: &str) -> Result<QueueTiming> {
+        self.reading("the queue's schedule", |read| {
+            reading::timing(read, queue, self.now())
+        })
+    }
+
+    /// Counts per queue and state, and the lifetime counters.
+    fn stats(&self) -> Result<Stats> {
+        self.reading("the counts", |read| reading::stats(read, self.now()))
+    }
+
+    /// The queues with due work and nobody serving them (see
+    /// [`ReadJobs::unserved_queues`](crate::ReadJobs::unserved_queues)).
+    fn unserved_queues(&self) -> Result<Vec<crate::UnservedQueue>> {
+        self.reading("the queues", |read| {
+            reading::unserved_queues(read, self.now())
+        })
+    }
+
+    /// `queue`'s settings: whether it is paused, and its limits.
+    fn queue_settings(&self, queue: &str) -> Result<crate::QueueSettings> {
+        self.reading("the queue's record", |read| {
+            reading::queue_settings(read, queue)
+        })
+    }
+
+    /// Every schedule, by name.
+    fn schedules(&self) -> Result<Vec<crate::ScheduleInfo>> {
+        self.reading("the schedules", reading::schedules)
+    }
+
+    /// The integrity check (see [`ReadJobs::check`](crate::ReadJobs::check)).
+    fn check(&self) -> Result<CheckReport> {
+        self.reading("the whole store", crate::redb_store::check::check)
+    }
+}

@@ -9,6 +9,7 @@
 //! ```
 //! use std::time::Duration;
 //! use leasehold::testing::{TestStore, Verdict};
+//! use leasehold::{JobStore, ReadJobs};
 //! use leasehold::{JobState, NewJob, Output};
 //!
 //! # fn main() -> Result<(), leasehold::Error> {
@@ -17,7 +18,7 @@
 //!
 //! // A worker claims the job and dies without a word: its lease runs out, the reaper takes
 //! // the job back.
-//! let dead = t.claim("thumbs", "worker-a", TestStore::LEASE)?.expect("a job");
+//! let dead = t.claim("thumbs", "worker-a", TestStore::LEASE.into())?.expect("a job");
 //! t.expire(&dead)?;
 //! assert_eq!(t.reap()?.reclaimed.len(), 1);
 //!
@@ -25,7 +26,7 @@
 //! // worker takes the job over, so the late result is refused by the fence.
 //! let ran = t.run_one("thumbs", |ctx| {
 //!     t.advance(TestStore::LEASE * 2);
-//!     t.claim("thumbs", "worker-c", TestStore::LEASE)?;
+//!     t.claim("thumbs", "worker-c", TestStore::LEASE.into())?;
 //!     Ok(Output::new(ctx.payload().to_vec()))
 //! })?;
 //! assert_eq!(ran.map(|r| r.verdict), Some(Verdict::Fenced));
@@ -40,6 +41,7 @@
 #[cfg(feature = "postgres")]
 mod postgres;
 
+use crate::ReadJobs;
 #[cfg(feature = "postgres")]
 pub use postgres::TestPgStore;
 
@@ -48,13 +50,14 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::backend::{End, LeaseBackend};
+use crate::backend::End;
 use crate::clock::ManualClock;
 use crate::error::panic_message;
 use crate::error::{OpenError, Result};
 use crate::ids::StoreTime;
 use crate::ids::{Attempt, JobId};
 use crate::job::Job;
+use crate::job_store::JobStore;
 use crate::lease::Lease;
 use crate::pool::{AttemptState, JobContext, JobError, Output};
 use crate::redb_store::Store;
@@ -186,7 +189,7 @@ impl TestStore {
         H: FnOnce(&JobContext) -> std::result::Result<O, JobError>,
         O: Into<Output<crate::RedbWrites>>,
     {
-        match self.claim(queue, TestStore::WORKER, TestStore::LEASE)? {
+        match self.claim(queue, TestStore::WORKER, TestStore::LEASE.into())? {
             Some(lease) => run_claimed::<Store, _, _>(self.store(), lease, handler).map(Some),
             None => Ok(None),
         }
@@ -238,7 +241,7 @@ fn past_expiry(job: Option<&Job>, lease: &Lease, now: StoreTime) -> Duration {
 /// Runs `handler` on the claimed `lease` on this thread and commits its result through
 /// `store` as a pool does: the output and its writes through the fence, or the error as the
 /// attempt's failure.
-fn run_claimed<S, H, O>(store: &dyn LeaseBackend, lease: Lease, handler: H) -> Result<Ran>
+fn run_claimed<S, H, O>(store: &dyn JobStore, lease: Lease, handler: H) -> Result<Ran>
 where
     S: crate::backend::Engine,
     H: FnOnce(&JobContext) -> std::result::Result<O, JobError>,
@@ -269,7 +272,7 @@ where
 }
 
 fn commit(
-    store: &dyn LeaseBackend,
+    store: &dyn JobStore,
     lease: &Lease,
     output: Output<crate::AnyWrites>,
 ) -> Result<Verdict> {
@@ -298,7 +301,7 @@ fn failed(e: &JobError) -> Verdict {
 }
 
 /// Records `verdict`'s message as the attempt's failure.
-fn fail_as(store: &dyn LeaseBackend, lease: &Lease, verdict: Verdict) -> Result<Verdict> {
+fn fail_as(store: &dyn JobStore, lease: &Lease, verdict: Verdict) -> Result<Verdict> {
     let (message, retry) = match &verdict {
         Verdict::Failed(m) | Verdict::Panicked(m) => (m.as_str(), Retry::WhileBudgetLasts),
         Verdict::FailedPermanently(m) => (m.as_str(), Retry::Never),

@@ -2,6 +2,7 @@
 //! database, for handlers whose writes are SQL (`Output::with_sql`), which a redb
 //! [`TestStore`](super::TestStore) cannot commit.
 
+use crate::{JobStore, ReadJobs};
 use std::ops::Deref;
 use std::time::Duration;
 
@@ -18,6 +19,7 @@ use crate::postgres::{PgStore, PgStoreBuilder};
 ///
 /// ```no_run
 /// use leasehold::testing::{TestPgStore, Verdict};
+/// use leasehold::{JobStore, ReadJobs};
 /// use leasehold::{NewJob, Output};
 ///
 /// # fn main() -> Result<(), leasehold::Error> {
@@ -91,7 +93,10 @@ impl TestPgStore {
         O: Into<Output<crate::postgres::SqlWrites>>,
     {
         let worker = super::TestStore::WORKER;
-        match self.store.claim(queue, worker, super::TestStore::LEASE)? {
+        match self
+            .store
+            .claim(queue, worker, super::TestStore::LEASE.into())?
+        {
             Some(lease) => run_claimed::<PgStore, _, _>(&self.store, lease, handler).map(Some),
             None => Ok(None),
         }

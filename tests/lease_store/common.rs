@@ -1,5 +1,6 @@
 //! Fixtures shared by the lease store tests.
 
+use leasehold::{JobStore, ReadJobs};
 use std::ops::Deref;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -69,12 +70,12 @@ impl Fixture {
     }
 
     pub fn enqueue_n(&self, n: usize) -> Vec<JobId> {
-        self.enqueue_batch((0..n).map(|i| NewJob::new(Q, format!("job {i}"))))
+        self.enqueue_batch((0..n).map(|i| NewJob::new(Q, format!("job {i}"))).collect())
             .expect("enqueue")
     }
 
     pub fn claim_one(&self, worker: &str) -> Lease {
-        self.claim(Q, worker, LEASE)
+        self.claim(Q, worker, LEASE.into())
             .expect("claim")
             .expect("a claimable job")
     }

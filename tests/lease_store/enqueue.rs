@@ -1,3 +1,4 @@
+use leasehold::{JobStore, ReadJobs};
 use std::time::Duration;
 
 use leasehold::{Error, InputError, JobState, NewJob};

@@ -1,3 +1,4 @@
+use leasehold::{JobStore, ReadJobs};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use leasehold::__private::CommitShape;
@@ -31,7 +32,7 @@ fn operations_get_their_own_answer(f: Fixture) {
             s.spawn(move || {
                 let mut stale = Vec::new();
                 let mut n = 0u64;
-                while let Some(l) = store.claim(Q, &format!("w{t}"), LEASE).unwrap() {
+                while let Some(l) = store.claim(Q, &format!("w{t}"), LEASE.into()).unwrap() {
                     n += 1;
                     if n.is_multiple_of(3) {
                         store.fail(&l, "transient").unwrap();

@@ -1,3 +1,4 @@
+use leasehold::{JobStore, ReadJobs};
 use std::io::Write;
 use std::process::{Child, Stdio};
 use std::time::Duration;
@@ -150,8 +151,12 @@ fn opening_an_older_store_upgrades_it_and_says_so_once() {
 #[test]
 fn a_damaged_store_is_refused_as_corrupt() {
     let mut f = Fixture::new();
-    f.enqueue_batch((0..200).map(|i| NewJob::new(Q, vec![i as u8; 300])))
-        .unwrap();
+    f.enqueue_batch(
+        (0..200)
+            .map(|i| NewJob::new(Q, vec![i as u8; 300]))
+            .collect(),
+    )
+    .unwrap();
     f.close();
     let path = f.path();
     let original = std::fs::read(&path).unwrap();

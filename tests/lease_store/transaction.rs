@@ -4,6 +4,7 @@
 //! schema, and a store call from inside runs on another connection.)
 
 use leasehold::{Error, JobState, NewJob};
+use leasehold::{JobStore, ReadJobs};
 use redb::TableDefinition;
 
 use crate::common::{Fixture, LEASE, Q};
@@ -31,7 +32,9 @@ fn calling_the_store_from_inside_its_own_transaction_is_an_error_not_a_hang() {
         })
         .unwrap_err();
     assert!(matches!(err, Error::Reentered), "{err:?}");
-    let err = f.transaction(|_t| store.claim(Q, "w2", LEASE)).unwrap_err();
+    let err = f
+        .transaction(|_t| store.claim(Q, "w2", LEASE.into()))
+        .unwrap_err();
     assert!(matches!(err, Error::Reentered), "{err:?}");
     assert!(matches!(
         f.transaction(|_t| f.reap().map(|_| ())),

@@ -1,3 +1,4 @@
+use leasehold::JobStore;
 use std::time::Duration;
 
 use leasehold::{NewJob, StoreTime};

@@ -1,5 +1,6 @@
 //! A schema of one test's own on the server, and the waits the tests share.
 
+use leasehold::JobStore;
 use std::time::Duration;
 
 use leasehold::RetryPolicy;
@@ -184,7 +185,7 @@ impl PgPool {
 /// `effects` row; adds their ids to `taken`.
 pub fn survive(store: &PgStore, schema: &str, taken: &mut std::collections::BTreeSet<u64>) {
     let sql = format!("INSERT INTO {schema}.effects (job, who) VALUES ($1, 'survivor')");
-    while let Some(lease) = store.claim("pp", "survivor", LEASE).unwrap() {
+    while let Some(lease) = store.claim("pp", "survivor", LEASE.into()).unwrap() {
         let job = lease.job.0 as i64;
         store
             .complete_with(&lease, b"survivor", |t| {

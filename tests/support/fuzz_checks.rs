@@ -2,6 +2,7 @@
 //! corpus entry and crash reproducer is replayed by a plain `cargo test` on stable.
 
 use leasehold::Store;
+use leasehold::{JobStore, ReadJobs};
 
 use crate::harness::{Harness, Op};
 
@@ -20,7 +21,7 @@ pub fn open_file(data: &[u8]) {
         let _ = store.check();
         let _ = store.stats();
         let _ = store.enqueue(leasehold::NewJob::new("q", b"x".to_vec()));
-        let _ = store.claim("q", "w", std::time::Duration::from_secs(1));
+        let _ = store.claim("q", "w", std::time::Duration::from_secs(1).into());
     }
 }
 

@@ -6,6 +6,7 @@
 //! transaction, until the next line; a line `fork` makes a child with `fork()` and no `exec`,
 //! which shares the store's instance lock and sleeps until killed, and reports its pid).
 
+use leasehold::JobStore;
 use std::io::Write;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -21,12 +22,12 @@ pub fn run(
 ) -> Result<ExitCode, leasehold::Error> {
     let store = builder.open()?;
     let jobs = (0..enqueue).map(|i| NewJob::new(queue, format!("job {i}").into_bytes()));
-    store.enqueue_batch(jobs)?;
+    store.enqueue_batch(jobs.collect())?;
     let mut out = std::io::stdout().lock();
     let worker = format!("child-{}", std::process::id());
     let mut held = Vec::new();
     for _ in 0..claim {
-        match store.claim(queue, &worker, lease)? {
+        match store.claim(queue, &worker, lease.into())? {
             Some(l) => {
                 let _ = writeln!(out, "claimed {} {}", l.job.0, l.attempt.0);
                 held.push(l);

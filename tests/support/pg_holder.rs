@@ -4,6 +4,7 @@
 //! prints the verdict: `beat` renews (`beat ok|lost|error`), `complete` completes
 //! (`complete ok|lost|error`). A connection broken meanwhile is an error, retried by the test.
 
+use leasehold::JobStore;
 use std::io::{BufRead, Write};
 use std::process::ExitCode;
 use std::time::Duration;
@@ -16,7 +17,7 @@ pub fn run(url: &str, schema: &str, lease: Duration) -> Result<ExitCode, leaseho
         .statement_timeout(Duration::from_secs(5))
         .open()?;
     let mut out = std::io::stdout();
-    let Some(lease) = store.claim("p", "partitioned", lease)? else {
+    let Some(lease) = store.claim("p", "partitioned", lease.into())? else {
         let _ = writeln!(out, "nothing");
         return Ok(ExitCode::FAILURE);
     };

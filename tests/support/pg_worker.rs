@@ -7,6 +7,7 @@
 //! their effect rows committed in batches (each under its own fence) with the claims that
 //! refill the workers, and its `on_ended` hook reporting each commit, after it.
 
+use leasehold::JobStore;
 use std::io::Write;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -86,7 +87,7 @@ fn work(store: &PgStore, out: &Mutex<std::io::Stdout>, effects: &str, i: usize, 
     let worker = format!("pg-killable-{}-{i}", std::process::id());
     let mut seed = std::process::id() as u64 * 31 + i as u64;
     loop {
-        let claimed = match store.claim("kills", &worker, lease) {
+        let claimed = match store.claim("kills", &worker, lease.into()) {
             Ok(Some(l)) => l,
             Ok(None) => {
                 std::thread::sleep(Duration::from_millis(5));

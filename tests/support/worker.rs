@@ -9,6 +9,7 @@
 //! (on redb in a transaction of their own), even ones an output alone (in the batches); the
 //! pool's `on_ended` hook reports each commit, which it calls only after the commit.
 
+use leasehold::JobStore;
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -102,7 +103,7 @@ fn work(store: &Store, out: &Mutex<std::io::Stdout>, queue: &str, i: usize, leas
     let worker = format!("killable-{}-{i}", std::process::id());
     let mut seed = std::process::id() as u64 * 31 + i as u64;
     loop {
-        let claimed = match store.claim(queue, &worker, lease) {
+        let claimed = match store.claim(queue, &worker, lease.into()) {
             Ok(Some(l)) => l,
             Ok(None) => {
                 std::thread::sleep(Duration::from_millis(5));

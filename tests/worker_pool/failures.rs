@@ -1,3 +1,4 @@
+use leasehold::{JobStore, ReadJobs};
 use std::time::Duration;
 
 use crossbeam_channel::bounded;

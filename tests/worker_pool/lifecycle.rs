@@ -1,3 +1,4 @@
+use leasehold::{JobStore, ReadJobs};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;

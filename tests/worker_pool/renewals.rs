@@ -1,3 +1,4 @@
+use leasehold::JobStore;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 

@@ -1,6 +1,7 @@
 //! The two group-commit shapes the throughput issue asked to weigh, leader/follower and a
 //! dedicated writer thread, doing the same work in the same run.
 
+use leasehold::JobStore;
 use std::path::Path;
 use std::time::{Duration, Instant};
 

@@ -18,6 +18,7 @@ mod scale;
 mod seat;
 mod window;
 
+use leasehold::JobStore;
 use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -170,10 +171,14 @@ fn scenarios(dir: &Path, scale: f64, only: Option<&str>) -> Result<Vec<Row>, Err
             let s_ = store_with(dir, &format!("cc-{name}.redb"), true, |b| {
                 b.sharing(sharing)
             })?;
-            s_.enqueue_batch((0..jobs).map(|_| NewJob::new("q", payload.clone())))?;
+            s_.enqueue_batch(
+                (0..jobs)
+                    .map(|_| NewJob::new("q", payload.clone()))
+                    .collect(),
+            )?;
             let (s, total) = timed(jobs, |_| {
                 let l = s_
-                    .claim("q", "w", LEASE)?
+                    .claim("q", "w", LEASE.into())?
                     .ok_or(Error::InUse("ran out of jobs"))?;
                 s_.complete(&l, b"")
             })?;
@@ -187,10 +192,14 @@ fn scenarios(dir: &Path, scale: f64, only: Option<&str>) -> Result<Vec<Row>, Err
     if want("heartbeat") {
         let s_ = store(dir, "hb.redb", true)?;
         // Heartbeats: one lease per call, and 1,000 leases in one call.
-        s_.enqueue_batch((0..1000).map(|_| NewJob::new("hb", payload.clone())))?;
+        s_.enqueue_batch(
+            (0..1000)
+                .map(|_| NewJob::new("hb", payload.clone()))
+                .collect(),
+        )?;
         let leases: Vec<_> = (0..1000)
             .map(|_| {
-                s_.claim("hb", "w", LEASE)
+                s_.claim("hb", "w", LEASE.into())
                     .map(|l| l.ok_or(Error::InUse("ran out of jobs")))
             })
             .collect::<Result<Result<_, _>, _>>()??;

@@ -8,6 +8,7 @@
 //! Run by name only (`leasehold bench --only churn`): it takes minutes. The curve is printed
 //! on stderr, one line per sample; each run also gives a row of its sustained rate.
 
+use leasehold::JobStore;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -92,7 +93,11 @@ fn run(
             let mut enqueued = 0u64;
             while !stop.load(Ordering::Relaxed) {
                 if enqueued.saturating_sub(done.load(Ordering::Relaxed)) < BACKLOG {
-                    store.enqueue_batch((0..500).map(|i| NewJob::new("churn", format!("{i}"))))?;
+                    store.enqueue_batch(
+                        (0..500)
+                            .map(|i| NewJob::new("churn", format!("{i}")))
+                            .collect(),
+                    )?;
                     enqueued += 500;
                 } else {
                     std::thread::sleep(Duration::from_millis(2));

@@ -1,6 +1,7 @@
 //! Worker pools end to end (enqueue, claim, complete), the store alone as the ceiling they are
 //! read against, and the latency from an enqueue to its handler's start.
 
+use leasehold::{JobStore, ReadJobs};
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -45,7 +46,12 @@ pub(super) fn end_to_end(
         Ok(Vec::new())
     })?;
     for chunk in (0..jobs).collect::<Vec<_>>().chunks(64) {
-        store.enqueue_batch(chunk.iter().map(|i| NewJob::new("e2e", format!("{i}"))))?;
+        store.enqueue_batch(
+            chunk
+                .iter()
+                .map(|i| NewJob::new("e2e", format!("{i}")))
+                .collect(),
+        )?;
     }
     while store.stats()?.total(JobState::Succeeded) < jobs as u64 {
         std::thread::sleep(Duration::from_millis(2));
@@ -85,8 +91,12 @@ pub(super) fn write_path_ceiling(dir: &Path, jobs: usize) -> Result<Row, Error> 
     let start = Instant::now();
     let mut moved = 0;
     while moved < jobs {
-        store.enqueue_batch((0..BATCH).map(|i| NewJob::new("ceiling", format!("{i}"))))?;
-        let leases = store.claim_batch("ceiling", "w", LEASE, BATCH)?;
+        store.enqueue_batch(
+            (0..BATCH)
+                .map(|i| NewJob::new("ceiling", format!("{i}")))
+                .collect(),
+        )?;
+        let leases = store.claim_batch("ceiling", "w", LEASE.into(), BATCH)?;
         let done: Vec<_> = leases.iter().map(|l| (l, [].as_slice())).collect();
         for result in store.complete_batch(&done) {
             result?;

@@ -5,6 +5,7 @@
 //! Runs where `LEASEHOLD_PG_URL` names a server; each run works in a schema of its own,
 //! dropped at its end.
 
+use leasehold::{JobStore, ReadJobs};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -99,7 +100,12 @@ fn end_to_end(scratch: &Scratch, workers: usize, jobs: usize) -> Result<Row, Err
             Ok(Vec::new())
         })?;
     for chunk in (0..jobs).collect::<Vec<_>>().chunks(256) {
-        store.enqueue_batch(chunk.iter().map(|i| NewJob::new("e2e", format!("{i}"))))?;
+        store.enqueue_batch(
+            chunk
+                .iter()
+                .map(|i| NewJob::new("e2e", format!("{i}")))
+                .collect(),
+        )?;
     }
     while store.stats()?.total(JobState::Succeeded) < jobs as u64 {
         std::thread::sleep(Duration::from_millis(5));
@@ -255,8 +261,12 @@ fn wake_across_handles(scratch: &Scratch, n: usize) -> Result<Row, Error> {
 /// what keeps a heartbeat-heavy table from bloating its indexes.
 fn renewals(scratch: &mut Scratch) -> Result<Vec<Row>, Error> {
     let store = scratch.store("beat")?;
-    store.enqueue_batch((0..1000).map(|i| NewJob::new("b", format!("{i}"))))?;
-    let leases = store.claim_batch("b", "w", LEASE, 1000)?;
+    store.enqueue_batch(
+        (0..1000)
+            .map(|i| NewJob::new("b", format!("{i}")))
+            .collect(),
+    )?;
+    let leases = store.claim_batch("b", "w", LEASE.into(), 1000)?;
     let beats: Vec<_> = leases.iter().map(|l| (l, 1)).collect();
     let rounds = 30;
     let (batch, total) = timed(rounds, |i| {
@@ -318,7 +328,7 @@ fn claim_at_depth(scratch: &mut Scratch, waiting: usize) -> Result<Row, Error> {
     ))?;
     let (s, total) = timed(300, |_| {
         let lease = store
-            .claim("d", "w", LEASE)?
+            .claim("d", "w", LEASE.into())?
             .ok_or(Error::Corrupt("empty".into()))?;
         store.complete(&lease, b"")
     })?;

@@ -5,6 +5,7 @@
 //!
 //! The helper processes are this binary's hidden `__pool` and `__child` subcommands.
 
+use leasehold::{JobStore, ReadJobs};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -40,7 +41,12 @@ pub(super) fn processes_end_to_end(
         .collect::<Result<Vec<_>, _>>()?;
     let start = Instant::now();
     for chunk in (0..jobs).collect::<Vec<_>>().chunks(64) {
-        store.enqueue_batch(chunk.iter().map(|i| NewJob::new("e2e", format!("{i}"))))?;
+        store.enqueue_batch(
+            chunk
+                .iter()
+                .map(|i| NewJob::new("e2e", format!("{i}")))
+                .collect(),
+        )?;
     }
     while store.stats()?.total(JobState::Succeeded) < jobs as u64 {
         std::thread::sleep(Duration::from_millis(2));
@@ -161,7 +167,11 @@ pub(super) fn kill_to_claimable(dir: &Path, kills: usize, held: usize) -> Result
     let mut samples = Vec::with_capacity(kills);
     let begin = Instant::now();
     for _ in 0..kills {
-        store.enqueue_batch((0..held).map(|i| NewJob::new("k", format!("{i}"))))?;
+        store.enqueue_batch(
+            (0..held)
+                .map(|i| NewJob::new("k", format!("{i}")))
+                .collect(),
+        )?;
         let held_arg = held.to_string();
         let victim = Helper::start(
             &path,
@@ -194,7 +204,7 @@ pub(super) fn kill_to_claimable(dir: &Path, kills: usize, held: usize) -> Result
         }
         samples.push(t.elapsed());
         // leave the queue empty for the next round
-        for lease in store.claim_batch("k", "bench", Duration::from_secs(60), held)? {
+        for lease in store.claim_batch("k", "bench", Duration::from_secs(60).into(), held)? {
             store.complete(&lease, b"")?;
         }
     }

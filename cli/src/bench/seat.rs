@@ -8,6 +8,7 @@
 //! complete, `0 0` for none) and gets back `job JOB ATTEMPT` (claimed for it, in the same
 //! transaction as the completion) or `none`.
 
+use leasehold::{JobStore, ReadJobs};
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -36,10 +37,10 @@ fn serve(store: Store, stream: UnixStream) {
             .collect();
         let next = match done.as_slice() {
             [job, _] if *job != 0 => match held.remove(job) {
-                Some(lease) => store.complete_and_claim(&lease, b"", LEASE),
+                Some(lease) => store.complete_and_claim(&lease, b"", LEASE.into()),
                 None => Ok(None),
             },
-            _ => store.claim("seat", &worker, LEASE),
+            _ => store.claim("seat", &worker, LEASE.into()),
         };
         let reply = match next {
             Ok(Some(lease)) => {
@@ -100,7 +101,11 @@ pub(super) fn seat_end_to_end(
     jobs: usize,
 ) -> Result<Row, Error> {
     let store = store(dir, "seat.redb", true)?;
-    store.enqueue_batch((0..jobs).map(|i| NewJob::new("seat", format!("{i}"))))?;
+    store.enqueue_batch(
+        (0..jobs)
+            .map(|i| NewJob::new("seat", format!("{i}")))
+            .collect(),
+    )?;
     let socket = dir.join("seat.sock");
     let listener = UnixListener::bind(&socket).map_err(io)?;
     let s = store.clone();

@@ -1,4 +1,5 @@
 //! The smallest application that embeds leasehold: one store, one pool, one job.
+use leasehold::{JobStore, ReadJobs};
 use std::time::Duration;
 
 use leasehold::{JobState, NewJob, Output, Store, WorkerPool};
