@@ -381,6 +381,11 @@ impl StoreClock {
         StoreTime(prev.max(t))
     }
 
+    /// The same source on the same timeline, as a store opened anew resumes it.
+    pub(crate) fn resumed(&self) -> StoreClock {
+        StoreClock::resume(self.source.clone(), Some(self.anchor), self.now()).0
+    }
+
     pub(crate) fn anchor(&self) -> Anchor {
         self.anchor
     }

@@ -113,6 +113,7 @@ mod notify;
 mod asynchronous;
 #[cfg(feature = "serde")]
 mod json;
+pub mod memory;
 pub mod pool;
 mod reaper;
 mod scheduler;

@@ -80,6 +80,12 @@ proptest! {
     fn the_store_behaves_like_the_model_under_any_sequence(ops in proptest::collection::vec(op(), 1..40)) {
         run(Harness::new(), &ops)?;
     }
+
+    /// The same on the store in memory: the protocol over plain maps.
+    #[test]
+    fn the_store_in_memory_behaves_like_the_model_under_any_sequence(ops in proptest::collection::vec(op(), 1..40)) {
+        run(Harness::memory(), &ops)?;
+    }
 }
 
 proptest! {

@@ -185,6 +185,9 @@ fn heartbeat_batch_answers_in_the_callers_order_whatever_the_order_of_the_jobs(k
 
 fn complete_with_commits_the_application_write_with_the_completion(kind: Kind) {
     let f = kind.open();
+    if !f.has_application_tables() {
+        return; // (what commits with a completion is the application's tables' to hold)
+    }
     f.enqueue_n(1);
     let l = f.claim_one("w");
     f.complete_with_app(&l, b"ok", &AppWrite::new("photo-1", 42))
@@ -195,6 +198,9 @@ fn complete_with_commits_the_application_write_with_the_completion(kind: Kind) {
 
 fn complete_with_rolls_back_the_application_write_when_the_fence_fails(kind: Kind) {
     let f = kind.open();
+    if !f.has_application_tables() {
+        return; // (what commits with a completion is the application's tables' to hold)
+    }
     let (stale, live) = reclaimed_pair(&f);
     let app = AppWrite::new("photo-1", 1);
     let err = f.complete_with_app(&stale, b"stale", &app).unwrap_err();
@@ -206,6 +212,9 @@ fn complete_with_rolls_back_the_application_write_when_the_fence_fails(kind: Kin
 
 fn complete_with_rolls_back_the_completion_when_the_application_write_fails(kind: Kind) {
     let f = kind.open();
+    if !f.has_application_tables() {
+        return; // (what commits with a completion is the application's tables' to hold)
+    }
     f.enqueue_n(1);
     let l = f.claim_one("w");
     let app = AppWrite {
@@ -230,6 +239,9 @@ fn complete_with_rolls_back_the_completion_when_the_application_write_fails(kind
 
 fn transactional_enqueue_commits_with_the_application_write_or_not_at_all(kind: Kind) {
     let f = kind.open();
+    if !f.has_application_tables() {
+        return; // (what commits with a completion is the application's tables' to hold)
+    }
     let id = f
         .transaction_app(&AppWrite {
             follow_up: Some(NewJob::new(Q, "ship order-1")),
@@ -369,6 +381,9 @@ fn a_renewal_after_a_reclaim_is_counted_as_a_lost_lease(kind: Kind) {
 
 fn a_follow_up_job_commits_with_the_completion(kind: Kind) {
     let f = kind.open();
+    if !f.has_application_tables() {
+        return; // (what commits with a completion is the application's tables' to hold)
+    }
     f.enqueue_n(1);
     let l = f.claim_one("w");
     let next = f
@@ -389,6 +404,9 @@ fn a_follow_up_job_commits_with_the_completion(kind: Kind) {
 
 fn a_fenced_out_completion_commits_no_follow_up_job(kind: Kind) {
     let f = kind.open();
+    if !f.has_application_tables() {
+        return; // (what commits with a completion is the application's tables' to hold)
+    }
     let (stale, live) = reclaimed_pair(&f);
     let upload = || AppWrite {
         follow_up: Some(NewJob::new("upload", "photo-1")),
@@ -407,6 +425,9 @@ fn a_fenced_out_completion_commits_no_follow_up_job(kind: Kind) {
 
 fn a_follow_up_job_that_is_refused_rolls_the_completion_back(kind: Kind) {
     let f = kind.open();
+    if !f.has_application_tables() {
+        return; // (what commits with a completion is the application's tables' to hold)
+    }
     f.enqueue_n(1);
     let l = f.claim_one("w");
     let err = f

@@ -415,7 +415,7 @@ const RACED: [(&str, u64, CatchUp); 3] = [
 /// each pass that came within ON_TIME of it, and no other.
 fn schedulers_that_race_die_and_come_back_enqueue_every_tick_once_as_its_policy_says(kind: Kind) {
     let cases = match kind {
-        Kind::Redb => 48,
+        Kind::Redb | Kind::Memory => 48,
         Kind::Postgres(_) | Kind::PostgresProtocol(_) => 12,
     };
     let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {

@@ -311,3 +311,44 @@ fn pg_upsert(store: &leasehold::postgres::PgStore) -> String {
         store.schema()
     )
 }
+
+/// The store in memory has no tables of the application's: what needs them is refused.
+fn no_application_tables() -> leasehold::Error {
+    leasehold::Error::Application("a store in memory has no tables of the application's".into())
+}
+
+model_store!(leasehold::memory::MemoryStore, {
+    fn write_transactions(&self) -> Option<u64> {
+        None
+    }
+    fn stall_writes_to(&self, _id: JobId) -> Stall {
+        let store = self.clone();
+        Stall::start(move |entered, released| {
+            store.hold_writes(|| {
+                let _ = entered.send(());
+                let _ = released.recv();
+            })
+        })
+    }
+    fn complete_with_app(
+        &self,
+        _l: &Lease,
+        _output: &[u8],
+        _app: &AppWrite,
+    ) -> leasehold::Result<Option<JobId>> {
+        Err(no_application_tables())
+    }
+    fn app_output(
+        &self,
+        output: Vec<u8>,
+        _app: AppWrite,
+    ) -> leasehold::Output<leasehold::AnyWrites> {
+        leasehold::Output::new(output)
+    }
+    fn transaction_app(&self, _app: &AppWrite) -> leasehold::Result<Option<JobId>> {
+        Err(no_application_tables())
+    }
+    fn app_value(&self, _key: &str) -> Option<u64> {
+        None
+    }
+});

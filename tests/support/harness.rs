@@ -26,6 +26,7 @@ enum Backing {
         dir: tempfile::TempDir,
         store: Option<Store>,
     },
+    Memory(leasehold::memory::MemoryStore),
     #[cfg(feature = "postgres")]
     Postgres {
         builder: leasehold::postgres::PgStoreBuilder,
@@ -39,6 +40,7 @@ impl Backing {
     fn store(&self) -> &dyn ModelStore {
         match self {
             Backing::Redb { store, .. } => store.as_ref().expect("store open"),
+            Backing::Memory(store) => store,
             #[cfg(feature = "postgres")]
             Backing::Postgres { store, .. } => store,
         }
@@ -194,6 +196,33 @@ impl Harness {
                 dir,
                 store: Some(store),
             },
+            clock,
+            model: Model::new(),
+            leases: Vec::new(),
+            progress: BTreeMap::new(),
+            attempts: BTreeMap::new(),
+        }
+    }
+
+    /// A harness on a store in memory, on the harness's simulated clock.
+    #[allow(dead_code)] // the fuzz replay drives only redb
+    pub fn memory() -> Harness {
+        let clock = ManualClock::new();
+        let store = leasehold::memory::MemoryStore::configured(
+            clock.clone(),
+            RetryPolicy {
+                base: Duration::from_nanos(model::BACKOFF_BASE),
+                max: Duration::from_nanos(model::BACKOFF_MAX),
+                jitter: 0.0,
+            },
+            model::DEFAULT_MAX_ATTEMPTS,
+            leasehold::DEFAULT_MAX_PAYLOAD,
+            REAP_BATCH,
+            None,
+        )
+        .expect("a store in memory");
+        Harness {
+            backing: Backing::Memory(store),
             clock,
             model: Model::new(),
             leases: Vec::new(),
@@ -532,7 +561,7 @@ impl Harness {
                     store: Some(store), ..
                 } = &self.backing
                 else {
-                    return Ok(()); // a redb notion: a PostgreSQL store has no process instances
+                    return Ok(()); // a redb notion: other stores have no process instances
                 };
                 let got = store
                     .reclaim_dead_instance(HOLDER)
@@ -556,6 +585,10 @@ impl Harness {
                     Ok(())
                 }
                 // A new handle takes nothing back: other machines may hold the leases.
+                Backing::Memory(store) => {
+                    *store = store.with_policy_of(store);
+                    Ok(())
+                }
                 #[cfg(feature = "postgres")]
                 Backing::Postgres { builder, store, .. } => {
                     *store = builder.clone().open().map_err(|e| format!("reopen: {e}"))?;

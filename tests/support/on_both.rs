@@ -25,6 +25,8 @@ pub enum Kind {
     /// The server's URL, the store taking none of its one-statement shortcuts: every
     /// operation runs the protocol's own steps, which the shortcuts must agree with.
     PostgresProtocol(String),
+    /// The store in memory: the protocol over plain maps.
+    Memory,
 }
 
 impl Kind {
@@ -122,6 +124,7 @@ macro_rules! configured {
 /// Where a backend's data lives.
 enum Place {
     Redb(tempfile::TempDir),
+    Memory(leasehold::memory::MemoryStore),
     Postgres {
         url: String,
         schema: String,
@@ -155,6 +158,7 @@ impl Backend {
         let clock = ManualClock::new();
         let place = match kind.clone() {
             Kind::Redb => Place::Redb(tempfile::tempdir().expect("tempdir")),
+            Kind::Memory => Place::Memory(memory_store(&clock, &setup)),
             Kind::Postgres(url) | Kind::PostgresProtocol(url) => {
                 let shortcuts = matches!(kind, Kind::Postgres(_));
                 let mut admin = Client::connect(&url, NoTls).expect("connect as admin");
@@ -196,6 +200,7 @@ impl Backend {
     /// Opens a new handle on the backend's data with its clock and settings.
     fn connect(&self) -> Arc<dyn ModelStore> {
         match &self.place {
+            Place::Memory(store) => Arc::new(store.clone()),
             Place::Redb(dir) => {
                 let b = leasehold::Store::builder(dir.path().join("store.redb"))
                     .clock(self.clock.clone());
@@ -242,15 +247,24 @@ impl Backend {
     pub fn another_machine(&self) -> Option<Arc<dyn ModelStore>> {
         match self.place {
             Place::Postgres { .. } => Some(self.connect()),
-            Place::Redb(_) => None,
+            Place::Redb(_) | Place::Memory(_) => None,
         }
     }
 
     /// Closes the store and opens it again with the same clock and `setup` (a process that
     /// opens it with other settings).
     pub fn reopen_with(&mut self, setup: Setup) {
+        if let Place::Memory(store) = &mut self.place {
+            *store = store.with_policy_of(&memory_store(&self.clock, &setup));
+        }
         self.setup = setup;
         self.reopen();
+    }
+
+    /// Whether the store has tables of the application's (redb's, PostgreSQL's; not the
+    /// store in memory), for the tests of writes that commit with a completion.
+    pub fn has_application_tables(&self) -> bool {
+        !matches!(self.place, Place::Memory(_))
     }
 
     /// Closes the store (after its integrity check) and opens it again with the same clock.
@@ -302,6 +316,7 @@ impl Backend {
                 drop(db);
                 self.store = Some(self.connect());
             }
+            Place::Memory(store) => store.forge_attempt(id, attempt),
             Place::Postgres { schema, admin, .. } => {
                 let id = i64::try_from(id.0).unwrap();
                 admin
@@ -325,6 +340,21 @@ impl Backend {
             assert_clean(store.check());
         }
     }
+}
+
+/// A store in memory on `clock` with `setup` applied.
+fn memory_store(clock: &ManualClock, setup: &Setup) -> leasehold::memory::MemoryStore {
+    leasehold::memory::MemoryStore::configured(
+        clock.clone(),
+        setup.retry_policy.unwrap_or_default(),
+        setup
+            .default_max_attempts
+            .unwrap_or(leasehold::DEFAULT_MAX_ATTEMPTS),
+        setup.max_payload.unwrap_or(leasehold::DEFAULT_MAX_PAYLOAD),
+        setup.reap_batch.unwrap_or(leasehold::DEFAULT_REAP_BATCH),
+        setup.retention,
+    )
+    .expect("a store in memory")
 }
 
 /// Fails the test unless the integrity check ran and found nothing.
@@ -357,12 +387,13 @@ impl Drop for Backend {
 }
 
 /// Each test of the list, a function taking a [`Kind`], as a test on redb (in a module
-/// `redb`) and on PostgreSQL (in a module `postgres`). With `with f;` first, each test
+/// `redb`), on the store in memory (`memory`) and on PostgreSQL (`postgres`). With `with f;` first, each test
 /// takes `f(kind)` instead. With `and protocol;` after it, each also runs on PostgreSQL
 /// with none of its shortcuts (in a module `postgres_protocol`): the protocol's own steps.
 macro_rules! on_both {
     (with $open:path; and protocol; $($rule:ident),* $(,)?) => {
         $crate::on_both::on_both!(with $open; $($rule),*);
+
         mod postgres_protocol {
             #[allow(unused_imports)]
             use super::*;
@@ -381,6 +412,11 @@ macro_rules! on_both {
             #[allow(unused_imports)]
             use super::*;
             $( #[test] fn $rule() { super::$rule($open($crate::on_both::Kind::Redb)) } )*
+        }
+        mod memory {
+            #[allow(unused_imports)]
+            use super::*;
+            $( #[test] fn $rule() { super::$rule($open($crate::on_both::Kind::Memory)) } )*
         }
         mod postgres {
             #[allow(unused_imports)]
