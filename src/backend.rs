@@ -291,12 +291,58 @@ pub trait LeaseBackend: Send + Sync + 'static {
     ) -> Result<()>;
     /// Completes each of `done` as its own unit, then makes `claim` (queue, worker, terms,
     /// how many) if given, deciding as if the completions had committed first: a pool's
-    /// round, in one commit (or, on PostgreSQL, two at once).
+    /// round, in one transaction (redb shares its commit with other callers' writes;
+    /// PostgreSQL runs a big round's two halves at once). The application's writes a
+    /// completion carries are the engine's to commit, where it has tables of the
+    /// application's.
     fn complete_all_then_claim(
         &self,
         done: Vec<Completion>,
         claim: Option<Claim<'_>>,
-    ) -> RoundResults;
+    ) -> RoundResults {
+        let count = done.len();
+        // (writes of the application's: none reach an engine without tables of its own, whose
+        // pools cannot make them; refused rather than dropped all the same)
+        let refused = |c: &Completion| c.writes.is_some();
+        let claim = claim.map(|(q, w, terms, n)| {
+            let marks = self.marks_due(&mut std::iter::once(q));
+            (q.to_owned(), w.to_owned(), terms, n, marks)
+        });
+        let round = write(self, move |r| {
+            let mut completed = Vec::with_capacity(done.len());
+            for c in &done {
+                if refused(c) {
+                    completed.push(Err(crate::ConfigError::WritesForAnotherStore {
+                        given: "an application's writes",
+                        store: "a store with no tables of the application's",
+                    }
+                    .into()));
+                    continue;
+                }
+                match protocol::complete(r, c.job, c.attempt, &c.output, c.progress) {
+                    Err(e) if !e.is_refusal() => return Err(e),
+                    answer => completed.push(answer),
+                }
+            }
+            let claimed = match &claim {
+                Some((queue, worker, terms, n, marks)) => {
+                    for queue in marks {
+                        protocol::mark_served(r, queue)?;
+                    }
+                    protocol::claim_batch(r, queue, worker, *terms, *n)?
+                }
+                None => Vec::new(),
+            };
+            Ok((completed, claimed))
+        });
+        match round {
+            Ok((completed, claimed)) => (completed, Ok(claimed)),
+            Err(e) => {
+                let each = crate::error::shared_by_all(e);
+                ((0..count).map(|_| Err(each())).collect(), Err(each()))
+            }
+        }
+    }
     /// Makes what was committed durable (redb's eventual durability); a no-op elsewhere.
     fn flush(&self) -> Result<()>;
     /// A reaper's pass ([`JobStore::reap`]), recorded with how often its reaper runs (`None`

@@ -48,7 +48,29 @@ pub trait ReadJobs: Send + Sync {
     fn stats(&self) -> Result<Stats>;
     /// The queues whose due work has waited [`crate::UNSERVED_AFTER`] or more with no worker
     /// asking for it that long (a typo in a queue name, a pool that never started).
-    fn unserved_queues(&self) -> Result<Vec<UnservedQueue>>;
+    fn unserved_queues(&self) -> Result<Vec<UnservedQueue>> {
+        let stats = self.stats()?;
+        let mut unserved = Vec::new();
+        for (queue, counts) in &stats.queues {
+            // (a paused queue is left alone on purpose)
+            if counts.paused || counts.get(JobState::Queued) + counts.get(JobState::RetryWait) == 0
+            {
+                continue;
+            }
+            let due = self.timing(queue)?.earliest_run_at;
+            let Some(waiting_since) = due.filter(|t| *t <= stats.now) else {
+                continue;
+            };
+            if crate::queue::unserved(waiting_since, counts.served_at, stats.now) {
+                unserved.push(UnservedQueue {
+                    queue: queue.clone(),
+                    waiting_since,
+                    served_at: counts.served_at,
+                });
+            }
+        }
+        Ok(unserved)
+    }
     /// A queue's settings: whether it is paused, and its limits.
     fn queue_settings(&self, queue: &str) -> Result<QueueSettings>;
     /// Every schedule, by name.

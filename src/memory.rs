@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use parking_lot::{Mutex, RwLock};
 
-use crate::backend::{AnyWrites, Backend, Claim, Completion, LeaseBackend, RoundResults, Step};
+use crate::backend::{AnyWrites, Backend, LeaseBackend, Step};
 use crate::clock::{Clock, ManualClock, StoreClock};
 use crate::error::{Error, Result};
 use crate::ids::{Attempt, JobId, StoreTime};
@@ -23,7 +23,7 @@ use crate::lease::Lease;
 use crate::notify::Notifier;
 use crate::protocol::{self, HeldSchedule, Inserted, Policy, Records};
 use crate::query::{JobFilter, JobOrder, QueueTiming};
-use crate::queue::{QueueRecord, QueueSettings, ServedMarks, UnservedQueue};
+use crate::queue::{QueueRecord, QueueSettings, ServedMarks};
 use crate::report::{CheckReport, ReapReport, ReaperPass};
 use crate::schedule::{ScheduleInfo, ScheduleRecord};
 use crate::stats::{Counters, Stats};
@@ -393,25 +393,6 @@ impl ReadJobs for MemoryStore {
             stats
         }))
     }
-    fn unserved_queues(&self) -> Result<Vec<UnservedQueue>> {
-        let stats = self.stats()?;
-        Ok(self.read(|s| {
-            let waiting = |q: &crate::QueueCounts| {
-                !q.paused && q.get(JobState::Queued) + q.get(JobState::RetryWait) > 0
-            };
-            let unserved = stats.queues.iter().filter(|(_, q)| waiting(q));
-            let since = |queue: &str| earliest_run_at(s, queue).filter(|t| *t <= stats.now);
-            unserved
-                .filter_map(|(queue, q)| Some((queue, q, since(queue)?)))
-                .filter(|(_, q, at)| crate::queue::unserved(*at, q.served_at, stats.now))
-                .map(|(queue, q, waiting_since)| UnservedQueue {
-                    queue: queue.clone(),
-                    waiting_since,
-                    served_at: q.served_at,
-                })
-                .collect()
-        }))
-    }
     fn queue_settings(&self, queue: &str) -> Result<QueueSettings> {
         let record = self.read(|s| s.queues.get(queue).cloned());
         Ok(
@@ -532,43 +513,6 @@ impl LeaseBackend for MemoryStore {
             store: "a store in memory, which has no tables of the application's",
         }
         .into())
-    }
-    fn complete_all_then_claim(
-        &self,
-        done: Vec<Completion>,
-        claim: Option<Claim<'_>>,
-    ) -> RoundResults {
-        let count = done.len();
-        let claim = claim.map(|(q, w, terms, n)| {
-            let marks = self.marks_due(&mut std::iter::once(q));
-            (q.to_owned(), w.to_owned(), terms, n, marks)
-        });
-        let round = crate::backend::write(self, move |r| {
-            let mut completed = Vec::with_capacity(done.len());
-            for c in &done {
-                match protocol::complete(r, c.job, c.attempt, &c.output, c.progress) {
-                    Err(e) if !e.is_refusal() => return Err(e),
-                    answer => completed.push(answer),
-                }
-            }
-            let claimed = match &claim {
-                Some((queue, worker, terms, n, marks)) => {
-                    for queue in marks {
-                        protocol::mark_served(r, queue)?;
-                    }
-                    protocol::claim_batch(r, queue, worker, *terms, *n)?
-                }
-                None => Vec::new(),
-            };
-            Ok((completed, claimed))
-        });
-        match round {
-            Ok((completed, claimed)) => (completed, Ok(claimed)),
-            Err(e) => {
-                let each = crate::error::shared_by_all(e);
-                ((0..count).map(|_| Err(each())).collect(), Err(each()))
-            }
-        }
     }
     fn flush(&self) -> Result<()> {
         Ok(())

@@ -11,7 +11,7 @@ use crate::error::{Error, Result};
 use crate::ids::{JobId, StoreTime};
 use crate::job::{Job, JobRecord, JobState, Run, RunRecord};
 use crate::query::{JobFilter, JobOrder, QueueTiming};
-use crate::queue::{QueueRecord, UnservedQueue};
+use crate::queue::QueueRecord;
 use crate::redb_store::schema::{self, meta_key};
 use crate::redb_store::writing::decode_job;
 use crate::stats::Stats;
@@ -197,32 +197,6 @@ fn queue_records(read: &ReadTransaction) -> Result<Vec<(String, QueueRecord)>> {
             Ok((queue.value().to_owned(), record))
         })
         .collect()
-}
-
-/// The queues with due work waiting and no worker asking for it ([`crate::queue`]) at `now`.
-pub(crate) fn unserved_queues(
-    read: &ReadTransaction,
-    now: StoreTime,
-) -> Result<Vec<UnservedQueue>> {
-    let stats = stats(read, now)?;
-    let mut unserved = Vec::new();
-    for (queue, counts) in &stats.queues {
-        // (a paused queue is left alone on purpose)
-        if counts.paused || counts.get(JobState::Queued) + counts.get(JobState::RetryWait) == 0 {
-            continue;
-        }
-        let Some(waiting_since) = earliest_run_at(read, queue)?.filter(|t| *t <= now) else {
-            continue;
-        };
-        if crate::queue::unserved(waiting_since, counts.served_at, now) {
-            unserved.push(UnservedQueue {
-                queue: queue.clone(),
-                waiting_since,
-                served_at: counts.served_at,
-            });
-        }
-    }
-    Ok(unserved)
 }
 
 /// When things fall due in `queue` at `now`.

@@ -211,14 +211,6 @@ impl crate::ReadJobs for StoreReader {
         self.reading("the counts", |read| reading::stats(read, self.now()))
     }
 
-    /// The queues with due work and nobody serving them (see
-    /// [`ReadJobs::unserved_queues`](crate::ReadJobs::unserved_queues)).
-    fn unserved_queues(&self) -> Result<Vec<crate::UnservedQueue>> {
-        self.reading("the queues", |read| {
-            reading::unserved_queues(read, self.now())
-        })
-    }
-
     /// `queue`'s settings: whether it is paused, and its limits.
     fn queue_settings(&self, queue: &str) -> Result<crate::QueueSettings> {
         self.reading("the queue's record", |read| {
