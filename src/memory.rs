@@ -166,12 +166,12 @@ impl Records for Tx<'_> {
     fn job(&mut self, id: JobId) -> Result<Option<JobRecord>> {
         Ok(self.s.jobs.get(&id).cloned())
     }
-    fn insert(&mut self, job: &JobRecord, payload: &[u8]) -> Result<Inserted> {
+    fn insert(&mut self, job: JobRecord, payload: &[u8]) -> Result<Inserted> {
         let id = JobId(self.s.next_id);
         self.s.next_id += 1;
-        self.s.jobs.insert(id, JobRecord { id, ..job.clone() });
-        self.s.payloads.insert(id, payload.to_vec());
         self.readied.insert(job.queue.clone());
+        self.s.jobs.insert(id, JobRecord { id, ..job });
+        self.s.payloads.insert(id, payload.to_vec());
         Ok(Inserted::Made(id))
     }
     fn save(&mut self, old: &JobRecord, new: &JobRecord) -> Result<()> {

@@ -176,7 +176,7 @@ impl Records for PgRecords<'_, '_, '_> {
         job_by(self.tx, &st, job)
     }
 
-    fn insert(&mut self, job: &JobRecord, payload: &[u8]) -> Result<Inserted> {
+    fn insert(&mut self, job: JobRecord, payload: &[u8]) -> Result<Inserted> {
         let st = self.get(INSERT)?;
         let max_attempts = i64::from(job.max_attempts);
         let time_limit = job.time_limit.map(micros);

@@ -32,7 +32,7 @@ pub(crate) fn enqueue(r: &mut (impl Records + ?Sized), new: &NewJob) -> Result<J
         max_payload,
         now,
     )?;
-    match r.insert(&job, &new.payload)? {
+    match r.insert(job, &new.payload)? {
         Inserted::Made(id) | Inserted::KeyTaken(id) => Ok(id),
     }
 }

@@ -45,7 +45,7 @@ pub trait Records {
     fn job(&mut self, id: JobId) -> Result<Option<JobRecord>>;
     /// Stores a new job (its id is the engine's to give: `job.id` is ignored) and its
     /// payload.
-    fn insert(&mut self, job: &JobRecord, payload: &[u8]) -> Result<Inserted>;
+    fn insert(&mut self, job: JobRecord, payload: &[u8]) -> Result<Inserted>;
     /// Stores `new` over `old`, every index in step.
     fn save(&mut self, old: &JobRecord, new: &JobRecord) -> Result<()>;
     /// Stores a change that moves no index entry: a renewal (its lease's expiry, progress,

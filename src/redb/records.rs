@@ -31,9 +31,9 @@ impl Records for Tx<'_> {
         self.tables.job(id)
     }
 
-    fn insert(&mut self, job: &JobRecord, payload: &[u8]) -> Result<Inserted> {
+    fn insert(&mut self, job: JobRecord, payload: &[u8]) -> Result<Inserted> {
         let id = self.next_job_id()?;
-        let job = JobRecord { id, ..job.clone() };
+        let job = JobRecord { id, ..job };
         self.tables.payloads.insert(id.0, payload)?;
         index::save(self, None, &job)?;
         Ok(Inserted::Made(id))
