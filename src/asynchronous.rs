@@ -20,7 +20,7 @@ use crate::pool::{
     Handler, Interrupted, Interruption, JobContext, JobError, Output, PoolBuilder, WorkerPool,
 };
 
-impl<S: crate::backend::Engine> PoolBuilder<S> {
+impl<S: crate::engine::Engine> PoolBuilder<S> {
     /// Starts the pool with an async handler, whose futures run on the tokio runtime of
     /// `runtime` (pass `Handle::current()` from inside it). Everything else is as
     /// [`PoolBuilder::start`]: the pool's threads claim, renew and commit; each waits for its

@@ -1,18 +1,15 @@
-//! The store seam: what a worker pool and a reaper ask of a store, so that both run on the
-//! redb [`Store`] and (the `postgres` feature) on a [`PgStore`](crate::postgres::PgStore).
-//!
-//! The seam is drawn at the pool's needs, not at the store's whole API: claims that ride on
-//! completions, batched renewals, the ends of an attempt with the holder's last progress, and
-//! the waits for work. Each backend keeps its own way of doing them (redb's group commit,
-//! PostgreSQL's statements); the rules they apply are the same, and the suites check it.
+//! The seam between an engine and the calls written once over it: what an engine gives
+//! ([`LeaseBackend`]: its write transactions as the protocol's records, a clock that never
+//! fails, wake-ups, a pool's round), the one way a call reaches a write transaction
+//! ([`write`]), and what a pool hands over to be committed (completions, an attempt's end).
+//! Each engine keeps its own way where it has one (redb's group commit, PostgreSQL's
+//! statements); the rules they apply are the protocol's, and the suites check it.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::Result;
 use crate::ids::{Attempt, JobId, StoreTime};
 use crate::job::JobState;
-use crate::job_store::JobStore;
 use crate::lease::{Lease, LeaseTerms, Renewal};
 use crate::protocol::{self, Records};
 use crate::rules::Retry;
@@ -20,26 +17,7 @@ use crate::rules::Retry;
 /// What the application's writes return: its own error, whatever it is.
 pub(crate) type WritesResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
 
-/// A store a worker pool runs on, and the kind of application writes its completions carry
-/// ([`Output`](crate::Output)'s type parameter): redb tables ([`RedbWrites`](crate::RedbWrites))
-/// on a [`Store`](crate::Store), SQL (`SqlWrites`) on a `PgStore`, either ([`AnyWrites`],
-/// checked when committed) on a [`Backend`]. Implemented by those three alone.
-pub trait Engine: Into<Backend> + Send + Sync + 'static + sealed::Sealed {
-    /// The application's writes a completion on this engine carries.
-    type Writes: Send + 'static;
-    /// Writes of this engine's kind as writes of any kind.
-    #[doc(hidden)]
-    fn any(writes: Self::Writes) -> AnyWrites {
-        AnyWrites(Box::new(writes))
-    }
-}
-
-pub(crate) mod sealed {
-    /// Only leasehold's stores are engines.
-    pub trait Sealed {}
-}
-
-/// Writes of any engine's kind, for a pool on a [`Backend`] chosen at run time: the engine
+/// Writes of any engine's kind, for a pool on a [`Backend`](crate::Backend) chosen at run time: the engine
 /// that commits them takes its own kind and refuses another
 /// ([`ConfigError::WritesForAnotherStore`](crate::ConfigError)). Made by `into_any` on an
 /// [`Output`](crate::Output) of an engine's kind.
@@ -63,15 +41,6 @@ impl AnyWrites {
             // (`into_any` of writes already of any kind wraps them once more)
             Err(other) => other.downcast::<AnyWrites>().ok().and_then(|w| w.take()),
         }
-    }
-}
-
-impl sealed::Sealed for Backend {}
-
-impl Engine for Backend {
-    type Writes = AnyWrites;
-    fn any(writes: AnyWrites) -> AnyWrites {
-        writes
     }
 }
 
@@ -348,17 +317,4 @@ pub trait LeaseBackend: Send + Sync + 'static {
     /// A reaper's pass ([`JobStore::reap`]), recorded with how often its reaper runs (`None`
     /// for one called directly).
     fn reap_every(&self, every: Option<Duration>) -> Result<crate::ReapReport>;
-}
-
-/// A store a [`WorkerPool`](crate::WorkerPool) or a [`Reaper`](crate::Reaper) runs on: made
-/// from a [`Store`](crate::Store) or, with the `postgres` feature, a
-/// `PgStore` (`leasehold::postgres`), by `.into()` (the pool's and the reaper's
-/// constructors take either).
-#[derive(Clone)]
-pub struct Backend(pub(crate) Arc<dyn JobStore>);
-
-impl std::fmt::Debug for Backend {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Backend")
-    }
 }

@@ -105,6 +105,7 @@ mod rules;
 // The contract both engines keep, the seam between them and what runs on them, and the
 // wake-ups both use.
 mod backend;
+mod engine;
 mod job_store;
 mod notify;
 
@@ -134,12 +135,12 @@ pub mod postgres;
 #[cfg(feature = "web")]
 pub mod web;
 
-pub use backend::{Backend, Engine};
 pub use clock::{Clock, ClockReading, ManualClock, MonotonicClock};
 pub use config::{
     DEFAULT_LEASE, DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_PAYLOAD, DEFAULT_REAP_BATCH,
     DEFAULT_REAPER_INTERVAL, Durability, MAX_LEASE,
 };
+pub use engine::{Backend, Engine};
 pub use error::{ConfigError, Error, InputError, LeaseLost, OpenError, Result};
 pub use ids::{Attempt, InstanceId, JobId, StoreTime};
 pub use job::{Job, JobLease, JobState, NewJob, Outcome, ReclaimPath, Run, Uniqueness};

@@ -13,8 +13,9 @@ use std::time::Duration;
 
 use parking_lot::{Mutex, RwLock};
 
-use crate::backend::{AnyWrites, Backend, LeaseBackend, Step};
+use crate::backend::{AnyWrites, LeaseBackend, Step};
 use crate::clock::{Clock, ManualClock, StoreClock};
+use crate::engine::Backend;
 use crate::error::{Error, Result};
 use crate::ids::{Attempt, JobId, StoreTime};
 use crate::job::{Job, JobRecord, JobState, Outcome, ReclaimPath, Run, RunRecord};
@@ -546,9 +547,9 @@ impl JobStore for MemoryStore {
     }
 }
 
-impl crate::backend::sealed::Sealed for MemoryStore {}
+impl crate::engine::sealed::Sealed for MemoryStore {}
 
-impl crate::backend::Engine for MemoryStore {
+impl crate::engine::Engine for MemoryStore {
     /// None: a store in memory has no tables of the application's.
     type Writes = std::convert::Infallible;
 }

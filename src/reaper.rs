@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use crate::backend::Backend;
 use crate::config::check_reaper_interval;
+use crate::engine::Backend;
 use crate::error::Result;
 use crate::job_store::JobStore;
 use crate::ticker::Ticker;

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use crate::backend::Backend;
+use crate::engine::Backend;
 use crate::error::{ConfigError, Result};
 use crate::job_store::JobStore;
 use crate::ticker::Ticker;

@@ -15,8 +15,8 @@ use super::{
     Batching, DEFAULT_SHUTDOWN_GRACE, Handler, Phase, Shared, Validator, WorkerPool, handover,
 };
 use crate::backend::AnyWrites;
-use crate::backend::{Backend, Engine};
 use crate::config::LeaseSettings;
+use crate::engine::{Backend, Engine};
 use crate::error::{ConfigError, Result};
 use crate::input;
 use crate::lease::LeaseTerms;

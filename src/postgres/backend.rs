@@ -7,8 +7,9 @@ use super::records::PgRecords;
 use super::{PgStore, fast, read};
 use crate::backend::AnyWrites;
 use crate::backend::Completion;
-use crate::backend::{Backend, Claim, End, LeaseBackend, RoundResults, Step};
+use crate::backend::{Claim, End, LeaseBackend, RoundResults, Step};
 use crate::clock::Stopwatch;
+use crate::engine::Backend;
 use crate::error::{ConfigError, Result};
 use crate::ids::{JobId, StoreTime};
 use crate::job::JobState;
@@ -18,9 +19,9 @@ use crate::protocol;
 /// How long a reading of the database's clock serves before the next is taken.
 const CLOCK_READING_SERVES: Duration = Duration::from_millis(500);
 
-impl crate::backend::sealed::Sealed for PgStore {}
+impl crate::engine::sealed::Sealed for PgStore {}
 
-impl crate::backend::Engine for PgStore {
+impl crate::engine::Engine for PgStore {
     type Writes = super::store::SqlWrites;
 }
 

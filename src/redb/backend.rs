@@ -3,16 +3,17 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::backend::{AnyWrites, Backend, Claim, Completion, LeaseBackend, RoundResults, Step};
+use crate::backend::{AnyWrites, Claim, Completion, LeaseBackend, RoundResults, Step};
+use crate::engine::Backend;
 use crate::error::Result;
 use crate::ids::StoreTime;
 use crate::lease::Lease;
 
 use super::store::Store;
 
-impl crate::backend::sealed::Sealed for Store {}
+impl crate::engine::sealed::Sealed for Store {}
 
-impl crate::backend::Engine for Store {
+impl crate::engine::Engine for Store {
     type Writes = super::app_transaction::RedbWrites;
 }
 

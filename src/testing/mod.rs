@@ -243,7 +243,7 @@ fn past_expiry(job: Option<&Job>, lease: &Lease, now: StoreTime) -> Duration {
 /// attempt's failure.
 fn run_claimed<S, H, O>(store: &dyn JobStore, lease: Lease, handler: H) -> Result<Ran>
 where
-    S: crate::backend::Engine,
+    S: crate::engine::Engine,
     H: FnOnce(&JobContext) -> std::result::Result<O, JobError>,
     O: Into<Output<S::Writes>>,
 {
