@@ -314,7 +314,11 @@ pub trait LeaseBackend: Send + Sync + 'static {
     }
     /// Makes what was committed durable (redb's eventual durability); a no-op elsewhere.
     fn flush(&self) -> Result<()>;
-    /// A reaper's pass ([`JobStore::reap`]), recorded with how often its reaper runs (`None`
-    /// for one called directly).
-    fn reap_every(&self, every: Option<Duration>) -> Result<crate::ReapReport>;
+    /// Keeps `pass` as the store's last reaper pass ([`crate::Stats::last_reaper_pass`]).
+    fn note_reaper_pass(&self, pass: &crate::ReaperPass) -> Result<()>;
+    /// What an engine does at the end of a reaper's pass besides (PostgreSQL: a vacuum,
+    /// when dead rows ask for one).
+    fn after_reap(&self, _report: &mut crate::ReapReport) -> Result<()> {
+        Ok(())
+    }
 }

@@ -345,6 +345,26 @@ pub trait JobStore: ReadJobs + LeaseBackend {
         self.reap_every(None)
     }
 
+    /// A reaper's pass ([`JobStore::reap`]), recorded with how often its reaper runs
+    /// (`None` for one called directly).
+    #[doc(hidden)]
+    fn reap_every(&self, every: Option<Duration>) -> Result<ReapReport> {
+        let began = self.clock();
+        let pass = crate::batches::run(self.policy().reap_batch, |limit| {
+            write(self, move |r| {
+                protocol::reap_batch(r, limit, crate::ReclaimPath::Reaper)
+            })
+        })?;
+        let mut report = ReapReport::from(pass);
+        if let Some(keep) = self.policy().retention {
+            report.purged = self.purge(keep, &[JobState::Succeeded, JobState::Cancelled])?;
+        }
+        self.after_reap(&mut report)?;
+        let pass = crate::ReaperPass::of(&report, began, self.clock(), every);
+        self.note_reaper_pass(&pass)?;
+        Ok(report)
+    }
+
     /// Deletes terminal jobs in `states` (succeeded, dead, cancelled) that finished at least
     /// `older_than` ago on the store clock, with their payloads, outputs and history, in
     /// batches like the reaper. Their ids are never reused. Returns how many were deleted.

@@ -18,14 +18,14 @@ use crate::clock::{Clock, ManualClock, StoreClock};
 use crate::engine::Backend;
 use crate::error::{Error, Result};
 use crate::ids::{Attempt, JobId, StoreTime};
-use crate::job::{Job, JobRecord, JobState, Outcome, ReclaimPath, Run, RunRecord};
+use crate::job::{Job, JobRecord, JobState, Outcome, Run, RunRecord};
 use crate::job_store::{JobStore, ReadJobs};
 use crate::lease::Lease;
 use crate::notify::Notifier;
-use crate::protocol::{self, HeldSchedule, Inserted, Policy, Records};
+use crate::protocol::{HeldSchedule, Inserted, Policy, Records};
 use crate::query::{JobFilter, JobOrder, QueueTiming};
 use crate::queue::{QueueRecord, QueueSettings, ServedMarks};
-use crate::report::{CheckReport, ReapReport, ReaperPass};
+use crate::report::{CheckReport, ReaperPass};
 use crate::schedule::{ScheduleInfo, ScheduleRecord};
 use crate::stats::{Counters, Stats};
 
@@ -518,20 +518,9 @@ impl LeaseBackend for MemoryStore {
     fn flush(&self) -> Result<()> {
         Ok(())
     }
-    fn reap_every(&self, every: Option<Duration>) -> Result<ReapReport> {
-        let began = self.0.clock.now();
-        let pass = crate::batches::run(self.0.policy.reap_batch, |limit| {
-            crate::backend::write(self, move |r| {
-                protocol::reap_batch(r, limit, ReclaimPath::Reaper)
-            })
-        })?;
-        let mut report: ReapReport = pass.into();
-        if let Some(keep) = self.0.policy.retention {
-            report.purged = self.purge(keep, &[JobState::Succeeded, JobState::Cancelled])?;
-        }
-        let pass = ReaperPass::of(&report, began, self.0.clock.now(), every);
-        self.0.state.0.write().last_pass = Some(pass);
-        Ok(report)
+    fn note_reaper_pass(&self, pass: &ReaperPass) -> Result<()> {
+        self.0.state.0.write().last_pass = Some(pass.clone());
+        Ok(())
     }
 }
 

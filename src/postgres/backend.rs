@@ -440,8 +440,14 @@ impl LeaseBackend for PgStore {
         Ok(())
     }
 
-    fn reap_every(&self, every: Option<Duration>) -> Result<crate::ReapReport> {
-        PgStore::reap_every(self, every)
+    fn note_reaper_pass(&self, pass: &crate::ReaperPass) -> Result<()> {
+        self.in_transaction(|tx, p| fast::note_reaper_pass(tx, p, pass))
+    }
+
+    /// A vacuum of the jobs' table, when its dead rows ask for one.
+    fn after_reap(&self, report: &mut crate::ReapReport) -> Result<()> {
+        report.vacuum_started = self.vacuum_if_needed()?;
+        Ok(())
     }
 }
 

@@ -16,7 +16,7 @@ use std::time::Duration;
 use postgres::types::ToSql;
 
 use super::Prepared;
-use super::records::{PgRecords, Tx, now, queue_columns, queue_from};
+use super::records::{PgRecords, Tx, queue_columns, queue_from};
 use super::rows::{Col, attempt, clamp, id, key, metadata_column, micros, time};
 use crate::batches::Batch;
 use crate::error::{Error, Result};
@@ -519,22 +519,19 @@ pub(crate) fn mark_served(r: &mut PgRecords<'_, '_, '_>, queues: &[String]) -> R
 /// The `leasehold_meta` key of the last reaper pass.
 pub(crate) const REAPER_PASS: &str = "reaper.last_pass";
 
-/// Records the reaper pass that began at `began` and did `report` as the store's last (the
-/// crate's codec, hex in the meta table's text).
+/// Keeps `pass` as the store's last reaper pass (the crate's codec, hex in the meta table's
+/// text).
 pub(crate) fn note_reaper_pass(
     tx: Tx<'_, '_>,
     p: &mut Prepared<'_>,
-    report: &crate::ReapReport,
-    began: StoreTime,
-    every: Option<Duration>,
+    pass: &crate::ReaperPass,
 ) -> Result<()> {
-    let pass = crate::ReaperPass::of(report, began, now(tx, p)?, every);
     let st = p.get(
         tx,
         "INSERT INTO {s}.leasehold_meta (key, value) VALUES ($1, encode($2, 'hex'))
          ON CONFLICT (key) DO UPDATE SET value = excluded.value",
     )?;
-    tx.execute(&st, &[&REAPER_PASS, &crate::codec::encode(&pass)])?;
+    tx.execute(&st, &[&REAPER_PASS, &crate::codec::encode(pass)])?;
     Ok(())
 }
 

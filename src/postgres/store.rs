@@ -12,7 +12,6 @@ use crate::job_store::{JobStore, ReadJobs};
 use crate::lease::{Lease, LeaseTerms};
 use crate::pool::Output;
 use crate::protocol;
-use crate::report::ReapReport;
 use crate::stats::Stats;
 
 /// The application's side of a leasehold transaction on PostgreSQL: its own SQL and
@@ -142,32 +141,6 @@ impl PgStore {
             });
             applied(tx, value.map_err(|e| application_error(Box::new(e))))
         })
-    }
-
-    /// A reaper pass, recorded as the store's last ([`crate::Stats::last_reaper_pass`]) with
-    /// how often its reaper runs (`None` for one called directly).
-    pub(crate) fn reap_every(&self, every: Option<std::time::Duration>) -> Result<ReapReport> {
-        let began = self.now()?;
-        let mut report = self.reclaim_expired()?;
-        if let Some(keep) = self.settings().policy.retention {
-            report.purged = self.purge(keep, &[JobState::Succeeded, JobState::Cancelled])?;
-        }
-        report.vacuum_started = self.vacuum_if_needed()?;
-        self.in_transaction(|tx, p| fast::note_reaper_pass(tx, p, &report, began, every))?;
-        Ok(report)
-    }
-
-    /// Takes back every expired lease in batches (see [`crate::batches`]).
-    fn reclaim_expired(&self) -> Result<ReapReport> {
-        let pass = crate::batches::run(self.policy().reap_batch, |limit| {
-            let batch =
-                self.records(|r| protocol::reap_batch(r, limit, crate::ReclaimPath::Reaper))?;
-            if !batch.items.is_empty() {
-                self.inner.notifier.notify_all();
-            }
-            Ok::<_, Error>(batch)
-        })?;
-        Ok(pass.into())
     }
 
     /// [`JobStore::wait_for_work`] for async code: resolves when a commit here or (heard by

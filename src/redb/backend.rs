@@ -92,7 +92,8 @@ impl LeaseBackend for Store {
         Store::flush(self)
     }
 
-    fn reap_every(&self, every: Option<Duration>) -> Result<crate::ReapReport> {
-        Store::reap_every(self, every)
+    fn note_reaper_pass(&self, pass: &crate::ReaperPass) -> Result<()> {
+        let pass = pass.clone();
+        self.write(move |tx| super::writing::note_reaper_pass(tx, &pass))
     }
 }

@@ -7,7 +7,8 @@
 //!
 //! | file | one idea |
 //! |---|---|
-//! | `store.rs`, `builder.rs` | the handle: write transactions at the store's time, durability; its settings |
+//! | `store.rs`, `builder.rs` | the handle and its settings |
+//! | `commit.rs` | write transactions: the group, the store's time, durability, what a commit wakes |
 //! | `open.rs`, `create.rs` | opening and refusing files; creating one so that a crash leaves nothing half-made |
 //! | `crashed_file.rs` | reading a store whose writer died, its repair kept in memory |
 //! | `protocol.rs` | the lease protocol: the rule book applied over a write transaction |
@@ -25,6 +26,7 @@ mod app_transaction;
 mod backend;
 mod builder;
 mod check;
+mod commit;
 
 mod contain;
 mod crashed_file;

@@ -7,29 +7,28 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use redb::{Database, ReadableDatabase, TableHandle, WriteTransaction};
+use redb::{Database, ReadableDatabase, TableHandle};
 
-use crate::backend::{Claim, Completion};
 use crate::batches::Batch;
 use crate::clock::StoreClock;
 use crate::config::Durability;
 use crate::error::{Error, Result};
 use crate::ids::{JobId, StoreTime};
-use crate::job::{Job, JobState, ReclaimPath, Run};
+use crate::job::{Job, ReclaimPath, Run};
 use crate::job_store::{JobStore, ReadJobs};
 use crate::lease::Lease;
 use crate::notify::Notifier;
 use crate::protocol;
 use crate::query::JobFilter;
 use crate::queue::ServedMarks;
-use crate::redb_store::app_transaction::{RedbWrites, Transaction};
-use crate::redb_store::group::{CommitShape, Committer, Group, PendingOp};
+use crate::redb_store::app_transaction::Transaction;
+use crate::redb_store::group::{CommitShape, Group};
 use crate::redb_store::neighbours::Neighbours;
 use crate::redb_store::reading;
 use crate::redb_store::schema;
-use crate::redb_store::writing::{Policy, Tally, Tx, note_reaper_pass, persist_tally};
+use crate::redb_store::writing::{Policy, Tx};
 use crate::report::{ReapReport, Reclaim};
-use crate::stats::{Counters, Stats, WriteMetrics};
+use crate::stats::{Stats, WriteMetrics};
 
 /// A handle on a leasehold store. Cheap to clone; clones share one open file.
 #[derive(Debug)]
@@ -54,18 +53,18 @@ impl Clone for Store {
 
 #[derive(Debug)]
 pub(crate) struct Inner {
-    db: Database,
+    pub(super) db: Database,
     clock: StoreClock,
     path: PathBuf,
-    durability: Durability,
+    pub(super) durability: Durability,
     pub(super) policy: Policy,
-    flush: Mutex<FlushState>,
+    pub(super) flush: Mutex<FlushState>,
     pub(crate) notifier: Notifier,
-    writes: AtomicU64,
+    pub(super) writes: AtomicU64,
     /// The application's handles alive: the last one to go gives back this process's leases
     /// (see `Drop for Store`), whatever the store's own threads still hold for a moment.
     pub(crate) handles: AtomicUsize,
-    group: Arc<Group>,
+    pub(super) group: Arc<Group>,
     /// What opening the store took back (see [`Store::recovered_at_open`]).
     recovered: std::sync::OnceLock<ReapReport>,
     /// The schema version opening upgraded the store from (see [`Store::upgraded_from`]).
@@ -79,9 +78,9 @@ pub(crate) struct Inner {
 }
 
 #[derive(Debug, Default)]
-struct FlushState {
-    last_durable: StoreTime,
-    dirty: bool,
+pub(super) struct FlushState {
+    pub(super) last_durable: StoreTime,
+    pub(super) dirty: bool,
 }
 
 impl Store {
@@ -142,7 +141,9 @@ impl Store {
     /// of processes that are provably dead (their instance lock is free), never a neighbour's.
     pub(crate) fn recover(&self) -> Result<&ReapReport> {
         let report = match &self.inner.neighbours {
-            None => self.reap_all(ReclaimPath::Recovery)?,
+            None => {
+                self.in_batches(|tx, batch| protocol::reap_batch(tx, batch, ReclaimPath::Recovery))?
+            }
             Some(n) => self.reclaim_orphans(n.instance())?,
         };
         Ok(self.inner.recovered.get_or_init(|| report))
@@ -219,38 +220,6 @@ impl Store {
         }
     }
 
-    /// For a pool's dispatcher: completes each of `done` (job, attempt, output, last
-    /// progress) as its own
-    /// unit, then claims up to `n` jobs of `queue` for `worker`, all queued into the group
-    /// together so that they share one commit. One result per completion, then the claim's.
-    pub(crate) fn complete_all_then_claim(
-        &self,
-        done: Vec<Completion>,
-        claim: Option<Claim<'_>>,
-    ) -> (Vec<Result<()>>, Result<Vec<Lease>>) {
-        let count = done.len();
-        let mut ops = completions::<Vec<Lease>>(done);
-        if let Some((queue, worker, terms, n)) = claim.filter(|c| c.3 > 0) {
-            let marks = self.marks_due([queue]);
-            let (queue, worker) = (queue.to_owned(), worker.to_owned());
-            ops.push(Box::new(move |tx| {
-                let claimed = protocol::claim_batch(tx, &queue, &worker, terms, n)?;
-                mark_all(tx, &marks)?;
-                Ok(claimed)
-            }));
-        }
-        let mut results = self.inner.group.run_all(self, ops);
-        let claimed = match results.len() > count {
-            true => results.pop().unwrap_or_else(|| Ok(Vec::new())),
-            false => Ok(Vec::new()),
-        };
-        debug_assert_eq!(results.len(), count);
-        (
-            results.into_iter().map(|r| r.map(|_| ())).collect(),
-            claimed,
-        )
-    }
-
     /// Whether another process holds the file's writer lock now (always `false` unless
     /// processes share the store). Asking takes the lock if it is free and lets it go at
     /// once. A write of this process's own group does not count: what this process queues
@@ -317,23 +286,6 @@ impl Store {
              (clones, pools, reapers, readers) are alive",
         ))?;
         Ok(inner.db.compact()?)
-    }
-
-    /// A reaper pass, recorded with how often its reaper runs (`None` for one called
-    /// directly).
-    pub(crate) fn reap_every(&self, every: Option<Duration>) -> Result<ReapReport> {
-        let began = self.now();
-        let mut report = self.reap_all(ReclaimPath::Reaper)?;
-        if let Some(keep) = self.inner.policy.rules.retention {
-            report.purged = self.purge(keep, &[JobState::Succeeded, JobState::Cancelled])?;
-        }
-        let pass = crate::ReaperPass::of(&report, began, self.now(), every);
-        self.write(move |tx| note_reaper_pass(tx, &pass))?;
-        Ok(report)
-    }
-
-    fn reap_all(&self, path: ReclaimPath) -> Result<ReapReport> {
-        self.in_batches(move |tx, batch| protocol::reap_batch(tx, batch, path))
     }
 
     /// Takes back leases in transactions of at most the configured batch each (see
@@ -412,213 +364,6 @@ impl Store {
     ) -> Result<T> {
         reading::contained(what, || f(&self.inner.db.begin_read()?))
     }
-
-    /// Runs a store operation in the next group commit (see [`crate::redb_store::group`]).
-    pub(crate) fn write<T, F>(&self, f: F) -> Result<T>
-    where
-        T: Send + 'static,
-        F: FnMut(&mut Tx<'_>) -> Result<T> + Send + 'static,
-    {
-        self.inner.group.run(self, f)
-    }
-
-    /// Runs an application's transaction alone, on the caller's thread, and commits it if it
-    /// succeeds (it may have written its own tables, so it commits even when leasehold's did
-    /// not change).
-    fn write_with_txn<T>(
-        &self,
-        f: impl for<'t> FnOnce(&mut Tx<'t>, &'t WriteTransaction) -> Result<T>,
-    ) -> Result<T> {
-        let w = self.begin()?;
-        let (result, tally) = {
-            let mut tx = Tx::open(&w.txn, w.now, &self.inner.policy)?;
-            let result = f(&mut tx, &w.txn);
-            if result.is_ok() {
-                tx.persist()?;
-            }
-            (result, tx.tally)
-        };
-        match result {
-            Ok(value) => {
-                self.finish(w, &tally.readied)?;
-                Ok(value)
-            }
-            Err(e) => {
-                // The caller's error is the answer; a failure to abort or to count a refusal
-                // must not replace it (a LeaseLost must reach the worker as a LeaseLost).
-                if let Err(abort) = w.txn.abort() {
-                    tracing::error!(error = %abort, "aborting a refused transaction failed");
-                }
-                if let Err(count) = self.record_refusals(&tally) {
-                    tracing::error!(error = %count, "counting a refused write failed");
-                }
-                Err(e)
-            }
-        }
-    }
-
-    /// A refused fenced write changes nothing, but the refusal is counted: in a transaction
-    /// of its own, since the one that was refused is rolled back whole.
-    fn record_refusals(&self, tally: &Tally) -> Result<()> {
-        let refusals = Tally {
-            counters: Counters {
-                leases_lost: tally.counters.leases_lost,
-                fenced_writes_rejected: tally.counters.fenced_writes_rejected,
-                ..Counters::default()
-            },
-            ..Tally::default()
-        };
-        if !refusals.counts_anything() {
-            return Ok(());
-        }
-        let w = self.begin()?;
-        {
-            let mut meta = w.txn.open_table(schema::META)?;
-            persist_tally(&mut meta, &refusals)?;
-        }
-        self.finish(w, &std::collections::BTreeSet::new())
-    }
-
-    /// Begins a write transaction: the one place a commit starts. The clock is read once the
-    /// write lock is held, so commits carry non-decreasing times.
-    fn begin(&self) -> Result<Writing> {
-        let mut txn = self.inner.db.begin_write()?;
-        let now = self.now();
-        let durable = self.choose_durability(&mut txn, now)?;
-        Ok(Writing { txn, now, durable })
-    }
-
-    /// Commits it: the one place a commit ends. Counts the write, records whether it was
-    /// durable, and wakes the waiters of the queues it gave work.
-    fn finish(&self, w: Writing, readied: &std::collections::BTreeSet<String>) -> Result<()> {
-        w.txn.commit()?;
-        self.inner.writes.fetch_add(1, Ordering::Relaxed);
-        self.committed(w.durable, w.now);
-        self.readied(readied);
-        Ok(())
-    }
-
-    /// Wakes the workers waiting for these queues: this process's, and, when processes share
-    /// the store, the others'.
-    fn readied(&self, queues: &std::collections::BTreeSet<String>) {
-        self.inner.notifier.notify(queues);
-        if !queues.is_empty()
-            && let Some(n) = &self.inner.neighbours
-        {
-            n.wake_peers();
-        }
-    }
-
-    fn choose_durability(&self, txn: &mut WriteTransaction, now: StoreTime) -> Result<bool> {
-        match self.inner.durability {
-            Durability::Immediate => Ok(true),
-            Durability::Eventual { flush_every } => {
-                let state = self.inner.flush.lock();
-                if now.saturating_since(state.last_durable) >= flush_every {
-                    Ok(true)
-                } else {
-                    txn.set_durability(redb::Durability::None)?;
-                    Ok(false)
-                }
-            }
-        }
-    }
-
-    fn committed(&self, durable: bool, now: StoreTime) {
-        if matches!(self.inner.durability, Durability::Immediate) {
-            return;
-        }
-        let mut state = self.inner.flush.lock();
-        if durable {
-            state.dirty = false;
-            state.last_durable = now;
-        } else {
-            state.dirty = true;
-        }
-    }
-}
-
-/// A write transaction between [`Store::begin`] and [`Store::finish`]: the store time it
-/// writes at and whether its commit is durable.
-struct Writing {
-    txn: WriteTransaction,
-    now: StoreTime,
-    durable: bool,
-}
-
-/// An operation queued into a group commit, returning `T`.
-type Op<T> = Box<dyn FnMut(&mut Tx<'_>) -> Result<T> + Send>;
-
-/// One group operation per completion, each its own unit; `T` is the result type of the
-/// group they join (a completion returns its default). A completion that carries the
-/// application's writes runs them after its fence held; if they fail, having written, the
-/// group runs every operation again alone (see [`crate::redb_store::group`]), so only that
-/// completion fails.
-fn completions<T: Default + Send + 'static>(done: Vec<Completion>) -> Vec<Op<T>> {
-    done.into_iter()
-        .map(|c| -> Op<T> {
-            let Completion {
-                job,
-                attempt,
-                output,
-                progress,
-                writes,
-            } = c;
-            match writes.map(|w| w.take::<RedbWrites>()) {
-                None => Box::new(move |tx| {
-                    protocol::complete(tx, job, attempt, &output, progress).map(|()| T::default())
-                }),
-                Some(Some(mut writes)) => Box::new(move |tx| {
-                    writes
-                        .complete(tx, (job, attempt), &output, progress)
-                        .map(|()| T::default())
-                }),
-                Some(None) => Box::new(|_| {
-                    Err(crate::error::ConfigError::WritesForAnotherStore {
-                        given: "writes of another engine's kind",
-                        store: "a redb store, whose writes are Output::with_writes",
-                    }
-                    .into())
-                }),
-            }
-        })
-        .collect()
-}
-
-impl Committer for Store {
-    fn commit_group(&self, ops: &mut [Box<dyn PendingOp>]) -> Result<bool> {
-        let w = self.begin()?;
-        let tally = {
-            let mut tx = Tx::open(&w.txn, w.now, &self.inner.policy)?;
-            for op in ops.iter_mut() {
-                if !op.apply(&mut tx) {
-                    drop(tx);
-                    w.txn.abort()?;
-                    return Ok(false);
-                }
-            }
-            if tx.tally.changed() {
-                tx.persist()?;
-            }
-            tx.tally
-        };
-        if !tally.changed() {
-            // Nothing written (a claim that found nothing, a refusal counted nowhere): no fsync.
-            w.txn.abort()?;
-            return Ok(true);
-        }
-        self.finish(w, &tally.readied)?;
-        Ok(true)
-    }
-}
-
-/// Writes the served marks that were due (see [`crate::queue`]), after the operation they
-/// ride on succeeded: a refusal then has written nothing, and shares its commit safely.
-fn mark_all(tx: &mut Tx<'_>, queues: &[String]) -> Result<()> {
-    for queue in queues {
-        protocol::mark_served(tx, queue)?;
-    }
-    Ok(())
 }
 
 impl Drop for Inner {
@@ -738,7 +483,7 @@ impl JobStore for Store {
 mod tests {
     use proptest::prelude::*;
 
-    use crate::{JobStore, LeaseTerms, NewJob};
+    use crate::{JobState, JobStore, LeaseTerms, NewJob};
 
     use super::*;
 
