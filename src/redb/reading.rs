@@ -16,6 +16,75 @@ use crate::redb_store::schema::{self, meta_key};
 use crate::redb_store::writing::decode_job;
 use crate::stats::Stats;
 
+/// A handle the read side reads a redb file through: the [`crate::Store`] and the read-only
+/// [`crate::StoreReader`] alike. What they read, and how, is written once below.
+pub(crate) trait Snapshots: Send + Sync {
+    /// A read snapshot of the file.
+    fn snapshot(&self) -> Result<ReadTransaction>;
+    /// Store time now.
+    fn store_time(&self) -> StoreTime;
+    /// Runs `f` on a read snapshot, a damaged page reported as corruption (see
+    /// [`contained`]).
+    fn reading<T>(&self, what: &str, f: impl FnOnce(&ReadTransaction) -> Result<T>) -> Result<T> {
+        contained(what, || f(&self.snapshot()?))
+    }
+}
+
+impl<S: Snapshots> crate::ReadJobs for S {
+    fn now(&self) -> Result<StoreTime> {
+        Ok(self.store_time())
+    }
+
+    fn job(&self, id: JobId) -> Result<Option<Job>> {
+        self.reading("a job record", |read| job(read, id))
+    }
+
+    fn history(&self, id: JobId) -> Result<Vec<Run>> {
+        self.reading("a job's history", |read| history(read, id))
+    }
+
+    fn payload(&self, id: JobId) -> Result<Option<Vec<u8>>> {
+        self.reading("a payload", |read| bytes(read, schema::PAYLOADS, id))
+    }
+
+    fn output(&self, id: JobId) -> Result<Option<Vec<u8>>> {
+        self.reading("an output", |read| bytes(read, schema::OUTPUTS, id))
+    }
+
+    /// Reads the records (for operators and tools), running and waiting ones through their
+    /// index.
+    fn jobs(&self, filter: &JobFilter) -> Result<Vec<Job>> {
+        let now = self.store_time();
+        self.reading("the job records", |read| list(read, filter, now))
+    }
+
+    fn timing(&self, queue: &str) -> Result<QueueTiming> {
+        let now = self.store_time();
+        self.reading("the queue's schedule", |read| timing(read, queue, now))
+    }
+
+    /// Reads the `counts` index, not the jobs.
+    fn stats(&self) -> Result<Stats> {
+        let now = self.store_time();
+        self.reading("the counts", |read| stats(read, now))
+    }
+
+    fn queue_settings(&self, queue: &str) -> Result<crate::QueueSettings> {
+        self.reading("the queue's record", |read| queue_settings(read, queue))
+    }
+
+    fn schedules(&self) -> Result<Vec<crate::ScheduleInfo>> {
+        self.reading("the schedules", schedules)
+    }
+
+    /// Proves the indexes match the records (like SQLite's `PRAGMA integrity_check`): every
+    /// index entry is implied by a record, every record has all of its entries, the counts
+    /// are right, and history has one record per attempt.
+    fn check(&self) -> Result<crate::report::CheckReport> {
+        self.reading("the whole store", crate::redb_store::check::check)
+    }
+}
+
 /// Runs a read, turning a panic of the storage engine into [`Error::Corrupt`] naming `what`
 /// was being read: redb panics on some damaged pages, and a damaged file must be an error the
 /// application (and the tool's exit code) can act on, never a crash.

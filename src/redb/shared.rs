@@ -19,6 +19,7 @@ use crate::protocol::expire;
 use crate::redb_store::instance::{self, Liveness, Registration};
 use crate::redb_store::neighbours::{Neighbours, Survivor};
 use crate::redb_store::reading;
+use crate::redb_store::reading::Snapshots as _;
 use crate::redb_store::store::{Inner, Store};
 use crate::redb_store::writing::{Tx, load};
 use crate::report::ReapReport;

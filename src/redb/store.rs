@@ -7,28 +7,27 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use redb::{Database, ReadableDatabase, TableHandle};
+use redb::{Database, ReadableDatabase};
 
 use crate::batches::Batch;
 use crate::clock::StoreClock;
 use crate::config::Durability;
 use crate::error::{Error, Result};
-use crate::ids::{JobId, StoreTime};
-use crate::job::{Job, ReclaimPath, Run};
-use crate::job_store::{JobStore, ReadJobs};
+use crate::ids::StoreTime;
+use crate::job::ReclaimPath;
+use crate::job_store::JobStore;
 use crate::lease::Lease;
 use crate::notify::Notifier;
 use crate::protocol;
-use crate::query::JobFilter;
 use crate::queue::ServedMarks;
 use crate::redb_store::app_transaction::Transaction;
 use crate::redb_store::group::{CommitShape, Group};
 use crate::redb_store::neighbours::Neighbours;
 use crate::redb_store::reading;
-use crate::redb_store::schema;
+use crate::redb_store::reading::Snapshots as _;
 use crate::redb_store::writing::{Policy, Tx};
 use crate::report::{ReapReport, Reclaim};
-use crate::stats::{Stats, WriteMetrics};
+use crate::stats::WriteMetrics;
 
 /// A handle on a leasehold store. Cheap to clone; clones share one open file.
 #[derive(Debug)]
@@ -346,24 +345,6 @@ impl Store {
     pub(crate) fn db(&self) -> &Database {
         &self.inner.db
     }
-
-    fn read_bytes(
-        &self,
-        table: redb::TableDefinition<u64, &[u8]>,
-        id: JobId,
-    ) -> Result<Option<Vec<u8>>> {
-        self.reading(table.name(), |read| reading::bytes(read, table, id))
-    }
-
-    /// Runs `f` on a read snapshot, a damaged page reported as corruption (see
-    /// [`reading::contained`]).
-    pub(crate) fn reading<T>(
-        &self,
-        what: &str,
-        f: impl FnOnce(&redb::ReadTransaction) -> Result<T>,
-    ) -> Result<T> {
-        reading::contained(what, || f(&self.inner.db.begin_read()?))
-    }
 }
 
 impl Drop for Inner {
@@ -393,67 +374,12 @@ impl Drop for Inner {
     }
 }
 
-impl ReadJobs for Store {
-    fn now(&self) -> Result<StoreTime> {
-        Ok(Store::now(self))
+impl reading::Snapshots for Store {
+    fn snapshot(&self) -> Result<redb::ReadTransaction> {
+        Ok(self.inner.db.begin_read()?)
     }
-
-    /// The job's record, if it exists.
-    fn job(&self, id: JobId) -> Result<Option<Job>> {
-        self.reading("a job record", |read| reading::job(read, id))
-    }
-
-    /// The job's run history: one record per attempt, oldest first.
-    fn history(&self, id: JobId) -> Result<Vec<Run>> {
-        self.reading("a job's history", |read| reading::history(read, id))
-    }
-
-    /// The job's payload, if the job exists.
-    fn payload(&self, id: JobId) -> Result<Option<Vec<u8>>> {
-        self.read_bytes(schema::PAYLOADS, id)
-    }
-
-    /// The output a succeeded job completed with (`None` for none or an empty one).
-    fn output(&self, id: JobId) -> Result<Option<Vec<u8>>> {
-        self.read_bytes(schema::OUTPUTS, id)
-    }
-
-    /// Jobs matching `filter` (reads every record: for operators and tools).
-    fn jobs(&self, filter: &JobFilter) -> Result<Vec<Job>> {
-        let now = self.now();
-        self.reading("the job records", |read| reading::list(read, filter, now))
-    }
-
-    /// When things fall due in `queue` (see [`StoreReader::timing`](crate::StoreReader::timing)).
-    fn timing(&self, queue: &str) -> Result<crate::query::QueueTiming> {
-        self.reading("the queue's schedule", |read| {
-            reading::timing(read, queue, self.now())
-        })
-    }
-
-    /// Counts per queue and state, and the lifetime counters. Reads the `counts` index, not
-    /// the jobs.
-    fn stats(&self) -> Result<Stats> {
-        self.reading("the counts", |read| reading::stats(read, self.now()))
-    }
-
-    /// `queue`'s settings: whether it is paused, and its limits.
-    fn queue_settings(&self, queue: &str) -> Result<crate::QueueSettings> {
-        self.reading("the queue's record", |read| {
-            reading::queue_settings(read, queue)
-        })
-    }
-
-    /// Every schedule, by name.
-    fn schedules(&self) -> Result<Vec<crate::ScheduleInfo>> {
-        self.reading("the schedules", reading::schedules)
-    }
-
-    /// Proves the indexes match the records (like SQLite's `PRAGMA integrity_check`): every
-    /// index entry is implied by a record, every record has all of its entries, the counts
-    /// are right, and history has one record per attempt.
-    fn check(&self) -> Result<crate::report::CheckReport> {
-        self.reading("the whole store", crate::redb_store::check::check)
+    fn store_time(&self) -> StoreTime {
+        self.now()
     }
 }
 
@@ -483,7 +409,7 @@ impl JobStore for Store {
 mod tests {
     use proptest::prelude::*;
 
-    use crate::{JobState, JobStore, LeaseTerms, NewJob};
+    use crate::{JobId, JobState, JobStore, LeaseTerms, NewJob};
 
     use super::*;
 

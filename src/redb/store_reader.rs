@@ -7,13 +7,9 @@ use std::sync::Arc;
 use crate::clock::{MonotonicClock, StoreClock};
 use crate::error::Result;
 use crate::ids::{InstanceId, JobId, StoreTime};
-use crate::job::{Job, Run};
-use crate::query::{JobFilter, QueueTiming};
 use crate::redb_store::open::{self, ReadView};
 use crate::redb_store::reading;
-use crate::redb_store::schema;
-use crate::report::CheckReport;
-use crate::stats::Stats;
+use crate::redb_store::reading::Snapshots as _;
 
 /// A read-only handle on a store file, beside the process that writes it.
 ///
@@ -104,15 +100,6 @@ impl StoreReader {
         self.clock.now()
     }
 
-    /// Runs `f` on a read snapshot, a damaged page reported as corruption.
-    fn reading<T>(
-        &self,
-        what: &str,
-        f: impl FnOnce(&redb::ReadTransaction) -> Result<T>,
-    ) -> Result<T> {
-        reading::contained(what, || f(&self.db.begin_read()?))
-    }
-
     /// A read snapshot of the whole file, for the application's own tables (written with
     /// [`Transaction::open_table`](crate::Transaction::open_table)), from a process that
     /// does not write the store.
@@ -164,67 +151,11 @@ impl StoreReader {
     }
 }
 
-impl crate::ReadJobs for StoreReader {
-    fn now(&self) -> Result<StoreTime> {
-        Ok(StoreReader::now(self))
+impl reading::Snapshots for StoreReader {
+    fn snapshot(&self) -> Result<redb::ReadTransaction> {
+        Ok(self.db.begin_read()?)
     }
-
-    /// The job's record, if it exists.
-    fn job(&self, id: JobId) -> Result<Option<Job>> {
-        self.reading("a job record", |read| reading::job(read, id))
-    }
-
-    /// The job's run history, oldest first.
-    fn history(&self, id: JobId) -> Result<Vec<Run>> {
-        self.reading("a job's history", |read| reading::history(read, id))
-    }
-
-    /// The job's payload.
-    fn payload(&self, id: JobId) -> Result<Option<Vec<u8>>> {
-        self.reading("a payload", |read| {
-            reading::bytes(read, schema::PAYLOADS, id)
-        })
-    }
-
-    /// A succeeded job's output.
-    fn output(&self, id: JobId) -> Result<Option<Vec<u8>>> {
-        self.reading("an output", |read| {
-            reading::bytes(read, schema::OUTPUTS, id)
-        })
-    }
-
-    /// Jobs matching `filter`.
-    fn jobs(&self, filter: &JobFilter) -> Result<Vec<Job>> {
-        let now = self.now();
-        self.reading("the job records", |read| reading::list(read, filter, now))
-    }
-
-    /// When things fall due in `queue`.
-    fn timing(&self, queue: &str) -> Result<QueueTiming> {
-        self.reading("the queue's schedule", |read| {
-            reading::timing(read, queue, self.now())
-        })
-    }
-
-    /// Counts per queue and state, and the lifetime counters.
-    fn stats(&self) -> Result<Stats> {
-        self.reading("the counts", |read| reading::stats(read, self.now()))
-    }
-
-    /// `queue`'s settings: whether it is paused, and its limits.
-    fn queue_settings(&self, queue: &str) -> Result<crate::QueueSettings> {
-        self.reading("the queue's record", |read| {
-            reading::queue_settings(read, queue)
-        })
-    }
-
-    /// Every schedule, by name.
-    fn schedules(&self) -> Result<Vec<crate::ScheduleInfo>> {
-        self.reading("the schedules", reading::schedules)
-    }
-
-    /// The integrity check (see [`ReadJobs::check`](crate::ReadJobs::check)).
-    fn check(&self) -> Result<CheckReport> {
-        self.reading("the whole store", crate::redb_store::check::check)
+    fn store_time(&self) -> StoreTime {
+        self.now()
     }
 }
