@@ -4,11 +4,11 @@
 //! eventual-durability figures show the store's own cost.
 #![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
 
-use leasehold::{JobStore, ReadJobs};
 use std::time::Duration;
 
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
 use leasehold::{Durability, NewJob, Store};
+use leasehold::{JobStore, ReadJobs};
 
 const LEASE: Duration = Duration::from_secs(60);
 

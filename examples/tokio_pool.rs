@@ -5,10 +5,10 @@
 //!
 //! `cargo run --example tokio_pool --features tokio`
 
-use leasehold::{JobStore, ReadJobs};
 use std::time::Duration;
 
 use leasehold::{JobContext, JobError, NewJob, Store, WorkerPool};
+use leasehold::{JobStore, ReadJobs};
 
 /// The application's work: an upload that takes a while, abandoned if the lease goes.
 async fn upload(ctx: JobContext) -> Result<Vec<u8>, JobError> {

@@ -7,13 +7,13 @@
 #[path = "support/hostile_files.rs"]
 mod hostile_files;
 
-use leasehold::{JobStore, ReadJobs};
 use std::time::Duration;
 
 use leasehold::{
     Attempt, ConfigError, Error, InputError, JobId, JobState, Lease, LeaseTerms, ManualClock,
     NewJob, OpenError, Stats, Store, StoreTime, WorkerPool,
 };
+use leasehold::{JobStore, ReadJobs};
 
 const Q: &str = "q";
 const LEASE: Duration = Duration::from_secs(60);

@@ -8,11 +8,11 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
-use leasehold::{JobStore, ReadJobs};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use leasehold::{JobId, JobState, LeaseTerms, ManualClock, NewJob, Store, StoreBuilder};
+use leasehold::{JobStore, ReadJobs};
 use redb::StorageBackend;
 
 #[derive(Debug, Default)]

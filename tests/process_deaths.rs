@@ -8,13 +8,13 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
-use leasehold::{JobStore, ReadJobs};
 use std::io::{BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::time::Duration;
 
 use leasehold::{JobId, JobState, NewJob, Outcome, ReclaimPath, Sharing, Store, WorkerPool};
+use leasehold::{JobStore, ReadJobs};
 
 #[path = "lease_store/common.rs"]
 #[allow(dead_code)]

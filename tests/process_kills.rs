@@ -7,7 +7,6 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
-use leasehold::{JobStore, ReadJobs};
 use std::collections::BTreeSet;
 use std::process::Stdio;
 use std::sync::mpsc;
@@ -15,6 +14,7 @@ use std::time::Duration;
 
 use leasehold::redb::ReadableTable;
 use leasehold::{JobId, JobState, NewJob, Store, StoreTime};
+use leasehold::{JobStore, ReadJobs};
 
 #[path = "support/helper_process.rs"]
 mod helper_process;

@@ -22,12 +22,12 @@
 #[allow(dead_code)]
 mod backends;
 
-use leasehold::ReadJobs;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use backends::ModelStore;
 
+use leasehold::ReadJobs;
 use leasehold::{
     Durability, InstanceId, JobId, JobState, Lease, LeaseTerms, ManualClock, NewJob, Outcome,
     ReclaimPath, Renewal, Store,

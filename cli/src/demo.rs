@@ -11,7 +11,6 @@
 //! the completion's transaction, so the final table can prove "executed possibly twice,
 //! committed exactly once". Exits non-zero if an invariant fails.
 
-use leasehold::{JobStore, ReadJobs};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -23,6 +22,7 @@ use leasehold::{
     Error, JobContext, JobError, JobId, JobState, NewJob, Outcome, Output, Reaper, ReclaimPath,
     RedbWrites, Store, StoreTime, WorkerPool,
 };
+use leasehold::{JobStore, ReadJobs};
 use parking_lot::Mutex;
 use redb::{ReadableTable, TableDefinition};
 

@@ -6,7 +6,6 @@
 //! Wall time here is the demo's own measurement, never compared with store time.
 #![allow(clippy::disallowed_methods)]
 
-use leasehold::{JobStore, ReadJobs};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -14,6 +13,7 @@ use leasehold::{
     DEFAULT_LEASE, DEFAULT_REAPER_INTERVAL, Error, JobFilter, JobState, NewJob, Outcome, Sharing,
     Store,
 };
+use leasehold::{JobStore, ReadJobs};
 
 use super::helper::Helper;
 

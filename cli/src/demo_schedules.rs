@@ -8,12 +8,12 @@
 //! Wall time here is the demo's own pacing, never compared with store time.
 #![allow(clippy::disallowed_methods)]
 
-use leasehold::{JobStore, ReadJobs};
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::Duration;
 
 use leasehold::{Error, JobFilter, JobState, QueueLimits, Sharing, Store};
+use leasehold::{JobStore, ReadJobs};
 
 use super::helper::Helper;
 

@@ -3,12 +3,12 @@
 //! (store time, which every process of the host reads alike) and holds the store until its
 //! stdin closes or it is killed.
 
-use leasehold::JobStore;
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use leasehold::JobStore;
 use leasehold::{Sharing, Store, WorkerPool};
 
 /// What the process runs.

@@ -130,7 +130,7 @@ impl PgStore {
             Side::Alone | Side::BesideClaim(_) => (None, None),
         };
         let marks = match claim {
-            Some((queue, ..)) => self.marks_due(&mut [queue].into_iter()),
+            Some((queue, ..)) => self.marks_due(&mut std::iter::once(queue)),
             None => Vec::new(),
         };
         let outcome = self.records(|r| {

@@ -297,7 +297,7 @@ impl JobStore for PgStore {
         terms: LeaseTerms,
         n: usize,
     ) -> Result<Vec<Lease>> {
-        let marks = self.marks_due(&mut [queue].into_iter());
+        let marks = self.marks_due(&mut std::iter::once(queue));
         self.records(|r| {
             let claimed = fast::claim_batch(r, queue, worker, terms, n, None)?;
             fast::mark_served(r, &marks)?;

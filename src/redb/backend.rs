@@ -60,7 +60,7 @@ impl LeaseBackend for Store {
     }
 
     fn marks_due(&self, queues: &mut dyn Iterator<Item = &str>) -> Vec<String> {
-        Store::marks_due(self, queues)
+        self.inner.served.due(queues, self.now())
     }
 
     fn complete_with_writes(

@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 
 use redb::WriteTransaction;
 
-use crate::backend::{Claim, Completion};
+use crate::backend::{Claim, Completion, LeaseBackend};
 use crate::config::Durability;
 use crate::error::Result;
 use crate::ids::StoreTime;
@@ -34,7 +34,7 @@ impl Store {
         let count = done.len();
         let mut ops = completions::<Vec<Lease>>(done);
         if let Some((queue, worker, terms, n)) = claim.filter(|c| c.3 > 0) {
-            let marks = self.marks_due([queue]);
+            let marks = self.marks_due(&mut std::iter::once(queue));
             let (queue, worker) = (queue.to_owned(), worker.to_owned());
             ops.push(Box::new(move |tx| {
                 let claimed = protocol::claim_batch(tx, &queue, &worker, terms, n)?;

@@ -71,7 +71,7 @@ pub(crate) struct Inner {
     /// The other processes, when several share the store.
     pub(crate) neighbours: Option<Neighbours>,
     /// When this handle last marked each queue served (see [`crate::queue`]).
-    served: ServedMarks,
+    pub(super) served: ServedMarks,
     /// The writer thread of [`CommitShape::WriterThread`], joined when the store closes.
     writer: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
@@ -177,11 +177,6 @@ impl Store {
     /// The store file.
     pub fn path(&self) -> &Path {
         &self.inner.path
-    }
-
-    /// The served marks due now for `queues` (see [`crate::queue`]).
-    pub(super) fn marks_due<'q>(&self, queues: impl IntoIterator<Item = &'q str>) -> Vec<String> {
-        self.inner.served.due(queues, self.now())
     }
 
     /// [`JobStore::wait_for_work`] for async code: resolves when a commit in this process gives

@@ -2,7 +2,6 @@
 //! database, for handlers whose writes are SQL (`Output::with_sql`), which a redb
 //! [`TestStore`](super::TestStore) cannot commit.
 
-use crate::{JobStore, ReadJobs};
 use std::ops::Deref;
 use std::time::Duration;
 
@@ -12,6 +11,7 @@ use crate::error::Result;
 use crate::lease::Lease;
 use crate::pool::{JobContext, JobError, Output};
 use crate::postgres::{PgStore, PgStoreBuilder};
+use crate::{JobStore, ReadJobs};
 
 /// A [`PgStore`] whose statements read store time from a [`ManualClock`] instead of the
 /// database's, in a schema made for it (`leasehold_test_<process>_<random>`) and dropped with

@@ -1,11 +1,11 @@
 //! Fixtures shared by the lease store tests.
 
-use leasehold::{JobStore, ReadJobs};
 use std::ops::Deref;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use leasehold::{JobId, Lease, ManualClock, NewJob, Store, StoreBuilder};
+use leasehold::{JobStore, ReadJobs};
 use tempfile::TempDir;
 
 pub const Q: &str = "q";

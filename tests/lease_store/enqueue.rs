@@ -1,7 +1,7 @@
-use leasehold::{JobStore, ReadJobs};
 use std::time::Duration;
 
 use leasehold::{Error, InputError, JobState, NewJob};
+use leasehold::{JobStore, ReadJobs};
 
 use crate::common::Fixture;
 use crate::on_both::{Kind, Q, Setup, lease};

@@ -1,8 +1,8 @@
-use leasehold::{JobStore, ReadJobs};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use leasehold::__private::CommitShape;
 use leasehold::{JobState, Outcome};
+use leasehold::{JobStore, ReadJobs};
 
 use crate::common::{Fixture, LEASE, Q};
 

@@ -1,4 +1,3 @@
-use leasehold::{JobStore, ReadJobs};
 use std::io::Write;
 use std::process::{Child, Stdio};
 use std::time::Duration;
@@ -7,6 +6,7 @@ use leasehold::{
     ConfigError, Durability, Error, JobState, ManualClock, NewJob, OpenError, Outcome, ReclaimPath,
     RetryPolicy, Store, StoreTime,
 };
+use leasehold::{JobStore, ReadJobs};
 use redb::{ReadableDatabase, TableDefinition};
 
 use crate::common::{Fixture, Q};

@@ -1,6 +1,6 @@
-use leasehold::JobStore;
 use std::time::Duration;
 
+use leasehold::JobStore;
 use leasehold::{NewJob, StoreTime};
 
 use crate::common::Fixture;

@@ -4,7 +4,6 @@
 //! application's SQL, an application that swallows its SQL error, and a pool process
 //! stopped (`SIGSTOP`) past its leases.
 
-use leasehold::{JobStore, ReadJobs};
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -12,6 +11,7 @@ use std::time::Duration;
 use leasehold::postgres::client as postgres;
 use leasehold::postgres::{PgError, PgStore};
 use leasehold::{Error, InputError, JobState, NewJob, Outcome, Output, WorkerPool};
+use leasehold::{JobStore, ReadJobs};
 
 use crate::db::{Db, LEASE, PgPool, Q, effects, survive, wait_until};
 

@@ -1,8 +1,8 @@
 //! A schema of one test's own on the server, and the waits the tests share.
 
-use leasehold::JobStore;
 use std::time::Duration;
 
+use leasehold::JobStore;
 use leasehold::RetryPolicy;
 use leasehold::postgres::PgStore;
 use leasehold::postgres::client as postgres;

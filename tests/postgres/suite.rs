@@ -1,12 +1,12 @@
 //! The protocol, pools, partitions and kills on a real server.
 
-use leasehold::{JobStore, ReadJobs};
 use std::collections::BTreeSet;
 use std::time::Duration;
 
 use leasehold::postgres::client as postgres;
 use leasehold::postgres::{PgError, PgStore};
 use leasehold::{Error, JobState, LeaseTerms, NewJob, Outcome, ReclaimPath, Renewal};
+use leasehold::{JobStore, ReadJobs};
 
 use crate::db::{Db, Helper, LEASE, PgPool, Q, effects, survive, wait_until};
 use crate::say;

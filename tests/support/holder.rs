@@ -6,11 +6,11 @@
 //! transaction, until the next line; a line `fork` makes a child with `fork()` and no `exec`,
 //! which shares the store's instance lock and sleeps until killed, and reports its pid).
 
-use leasehold::JobStore;
 use std::io::Write;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use leasehold::JobStore;
 use leasehold::{NewJob, StoreBuilder};
 
 pub fn run(

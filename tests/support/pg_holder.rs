@@ -4,11 +4,11 @@
 //! prints the verdict: `beat` renews (`beat ok|lost|error`), `complete` completes
 //! (`complete ok|lost|error`). A connection broken meanwhile is an error, retried by the test.
 
-use leasehold::JobStore;
 use std::io::{BufRead, Write};
 use std::process::ExitCode;
 use std::time::Duration;
 
+use leasehold::JobStore;
 use leasehold::postgres::PgStore;
 
 pub fn run(url: &str, schema: &str, lease: Duration) -> Result<ExitCode, leasehold::Error> {

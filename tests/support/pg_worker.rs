@@ -7,12 +7,12 @@
 //! their effect rows committed in batches (each under its own fence) with the claims that
 //! refill the workers, and its `on_ended` hook reporting each commit, after it.
 
-use leasehold::JobStore;
 use std::io::Write;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
+use leasehold::JobStore;
 use leasehold::postgres::PgStore;
 use leasehold::{Output, WorkerPool};
 use parking_lot::Mutex;

@@ -9,13 +9,13 @@
 //! (on redb in a transaction of their own), even ones an output alone (in the batches); the
 //! pool's `on_ended` hook reports each commit, which it calls only after the commit.
 
-use leasehold::JobStore;
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
+use leasehold::JobStore;
 use leasehold::redb::{ReadableTable, TableDefinition};
 use leasehold::{Output, Store, WorkerPool};
 use parking_lot::Mutex;

@@ -1,8 +1,8 @@
-use leasehold::{JobStore, ReadJobs};
 use std::time::Duration;
 
 use crossbeam_channel::bounded;
 use leasehold::{JobError, JobState, NewJob, Outcome, Output};
+use leasehold::{JobStore, ReadJobs};
 
 use crate::backends::AppWrite;
 use crate::common::{Fixture, wait_until};

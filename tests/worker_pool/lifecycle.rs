@@ -1,10 +1,10 @@
-use leasehold::{JobStore, ReadJobs};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use crossbeam_channel::bounded;
 use leasehold::{JobState, NewJob, Outcome, ReclaimPath};
+use leasehold::{JobStore, ReadJobs};
 
 use crate::common::wait_until;
 use crate::on_both::{Kind, LEASE, Q};

@@ -1,7 +1,7 @@
-use leasehold::JobStore;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use leasehold::JobStore;
 use leasehold::{Interruption, JobState, NewJob, Outcome};
 
 use crate::common::{Fixture, wait_until};

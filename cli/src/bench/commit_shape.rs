@@ -1,11 +1,11 @@
 //! The two group-commit shapes the throughput issue asked to weigh, leader/follower and a
 //! dedicated writer thread, doing the same work in the same run.
 
-use leasehold::JobStore;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use leasehold::__private::CommitShape;
+use leasehold::JobStore;
 use leasehold::{Error, NewJob, Sharing};
 
 use super::measure::{Row, Samples};

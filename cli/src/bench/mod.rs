@@ -18,12 +18,12 @@ mod scale;
 mod seat;
 mod window;
 
-use leasehold::JobStore;
 use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use leasehold::__private::CommitShape;
+use leasehold::JobStore;
 use leasehold::{Durability, Error, NewJob, Sharing, Store, StoreBuilder};
 
 use super::format;
@@ -426,4 +426,19 @@ fn scenarios(dir: &Path, scale: f64, only: Option<&str>) -> Result<Vec<Row>, Err
         }
     }
     Ok(rows)
+}
+
+/// Enqueues `jobs` numbered jobs of `queue` (payload: the number), `per_call` in each batch:
+/// the backlog an end-to-end scenario drains.
+fn enqueue_numbered(
+    store: &dyn JobStore,
+    queue: &str,
+    jobs: usize,
+    per_call: usize,
+) -> Result<(), Error> {
+    for chunk in (0..jobs).collect::<Vec<_>>().chunks(per_call) {
+        let batch = chunk.iter().map(|i| NewJob::new(queue, format!("{i}")));
+        store.enqueue_batch(batch.collect())?;
+    }
+    Ok(())
 }

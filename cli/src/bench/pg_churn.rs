@@ -8,11 +8,11 @@
 //! Run by name only (`leasehold bench --only churn`): it takes minutes. The curve is printed
 //! on stderr, one line per sample; each run also gives a row of its sustained rate.
 
-use leasehold::JobStore;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use leasehold::JobStore;
 use leasehold::postgres::PgStore;
 use leasehold::{Error, NewJob, Reaper, WorkerPool};
 

@@ -1,13 +1,13 @@
 //! Worker pools end to end (enqueue, claim, complete), the store alone as the ceiling they are
 //! read against, and the latency from an enqueue to its handler's start.
 
-use leasehold::{JobStore, ReadJobs};
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use leasehold::{Error, JobState, NewJob, Sharing, WorkerPool};
+use leasehold::{JobStore, ReadJobs};
 use parking_lot::Mutex;
 
 use super::measure::{Row, Samples};
@@ -45,14 +45,7 @@ pub(super) fn end_to_end(
         d.fetch_add(1, Ordering::Relaxed);
         Ok(Vec::new())
     })?;
-    for chunk in (0..jobs).collect::<Vec<_>>().chunks(64) {
-        store.enqueue_batch(
-            chunk
-                .iter()
-                .map(|i| NewJob::new("e2e", format!("{i}")))
-                .collect(),
-        )?;
-    }
+    super::enqueue_numbered(&store, "e2e", jobs, 64)?;
     while store.stats()?.total(JobState::Succeeded) < jobs as u64 {
         std::thread::sleep(Duration::from_millis(2));
     }

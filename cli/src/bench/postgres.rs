@@ -5,7 +5,6 @@
 //! Runs where `LEASEHOLD_PG_URL` names a server; each run works in a schema of its own,
 //! dropped at its end.
 
-use leasehold::{JobStore, ReadJobs};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -13,6 +12,7 @@ use std::time::{Duration, Instant};
 use leasehold::postgres::client::{Client, NoTls};
 use leasehold::postgres::{PgError, PgStore};
 use leasehold::{Error, JobState, NewJob, WorkerPool};
+use leasehold::{JobStore, ReadJobs};
 
 use super::LEASE;
 use super::measure::{Row, Samples, timed};
@@ -99,14 +99,7 @@ fn end_to_end(scratch: &Scratch, workers: usize, jobs: usize) -> Result<Row, Err
             d.fetch_add(1, Ordering::Relaxed);
             Ok(Vec::new())
         })?;
-    for chunk in (0..jobs).collect::<Vec<_>>().chunks(256) {
-        store.enqueue_batch(
-            chunk
-                .iter()
-                .map(|i| NewJob::new("e2e", format!("{i}")))
-                .collect(),
-        )?;
-    }
+    super::enqueue_numbered(&store, "e2e", jobs, 256)?;
     while store.stats()?.total(JobState::Succeeded) < jobs as u64 {
         std::thread::sleep(Duration::from_millis(5));
     }

@@ -5,11 +5,11 @@
 //!
 //! The helper processes are this binary's hidden `__pool` and `__child` subcommands.
 
-use leasehold::{JobStore, ReadJobs};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use leasehold::{Error, JobState, NewJob, Sharing, Store};
+use leasehold::{JobStore, ReadJobs};
 
 use super::super::helper::Helper;
 use super::measure::{Row, Samples};
@@ -40,14 +40,7 @@ pub(super) fn processes_end_to_end(
         .map(|_| Helper::start(&path, &args))
         .collect::<Result<Vec<_>, _>>()?;
     let start = Instant::now();
-    for chunk in (0..jobs).collect::<Vec<_>>().chunks(64) {
-        store.enqueue_batch(
-            chunk
-                .iter()
-                .map(|i| NewJob::new("e2e", format!("{i}")))
-                .collect(),
-        )?;
-    }
+    super::enqueue_numbered(&store, "e2e", jobs, 64)?;
     while store.stats()?.total(JobState::Succeeded) < jobs as u64 {
         std::thread::sleep(Duration::from_millis(2));
     }

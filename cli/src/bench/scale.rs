@@ -1,12 +1,12 @@
 //! Scale: claim cost as the queue grows to a million jobs (with the file's size and the
 //! memory a process holding it needs), and a whole dead pool's leases reaped while claims go on.
 
-use leasehold::JobStore;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
+use leasehold::JobStore;
 use leasehold::{Error, NewJob};
 use parking_lot::Mutex;
 

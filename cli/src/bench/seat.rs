@@ -8,7 +8,6 @@
 //! complete, `0 0` for none) and gets back `job JOB ATTEMPT` (claimed for it, in the same
 //! transaction as the completion) or `none`.
 
-use leasehold::{JobStore, ReadJobs};
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -16,6 +15,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use leasehold::{Error, JobState, Lease, NewJob, Store};
+use leasehold::{JobStore, ReadJobs};
 
 use super::super::helper::{Helper, io};
 use super::measure::{Row, Samples};

@@ -1,8 +1,8 @@
 //! The smallest application that embeds leasehold: one store, one pool, one job.
-use leasehold::{JobStore, ReadJobs};
 use std::time::Duration;
 
 use leasehold::{JobState, NewJob, Output, Store, WorkerPool};
+use leasehold::{JobStore, ReadJobs};
 
 fn main() -> Result<(), leasehold::Error> {
     let path = std::env::temp_dir().join(format!("leasehold-embedded-{}.redb", std::process::id()));
