@@ -179,10 +179,17 @@ pub trait LeaseBackend: Send + Sync + 'static {
     /// Store time. Never fails: a backend that cannot read its clock now estimates it from
     /// its last reading (a pool must judge its leases while the store is unreachable).
     fn clock(&self) -> StoreTime;
-    fn wake_queue(&self, queue: &str);
+    /// Who waits for work on this handle, and what wakes them.
+    fn notifier(&self) -> &crate::notify::Notifier;
+    /// Wakes the waiters of one queue (a pool's dispatcher that has completions to commit).
+    fn wake_queue(&self, queue: &str) {
+        self.notifier().notify([&queue.to_owned()]);
+    }
     /// How often an idle pool looks for work no wake-up announced (another machine's
     /// enqueue, say): `None` where every commit that readies work wakes the waiters.
-    fn idle_poll(&self) -> Option<Duration>;
+    fn idle_poll(&self) -> Option<Duration> {
+        None
+    }
     /// Whether another process is writing the store now, so that a write begun now would
     /// queue behind its transaction (a redb file processes share): a pool's round then gives
     /// way ([`crate::pool`]'s `give_way`). `false` where writers do not take turns.
@@ -251,13 +258,21 @@ pub trait LeaseBackend: Send + Sync + 'static {
             Ok(claimed)
         })
     }
+    /// Completes `lease` with the application's `writes` in the same transaction; an engine
+    /// with no tables of the application's (the store in memory) refuses them.
     fn complete_with_writes(
         &self,
-        lease: &Lease,
-        output: &[u8],
-        progress: Option<u64>,
-        writes: AnyWrites,
-    ) -> Result<()>;
+        _lease: &Lease,
+        _output: &[u8],
+        _progress: Option<u64>,
+        _writes: AnyWrites,
+    ) -> Result<()> {
+        Err(crate::ConfigError::WritesForAnotherStore {
+            given: "an application's writes",
+            store: "a store in memory, which has no tables of the application's",
+        }
+        .into())
+    }
     /// Completes each of `done` as its own unit, then makes `claim` (queue, worker, terms,
     /// how many) if given, deciding as if the completions had committed first: a pool's
     /// round, in one transaction (redb shares its commit with other callers' writes;
@@ -313,7 +328,9 @@ pub trait LeaseBackend: Send + Sync + 'static {
         }
     }
     /// Makes what was committed durable (redb's eventual durability); a no-op elsewhere.
-    fn flush(&self) -> Result<()>;
+    fn flush(&self) -> Result<()> {
+        Ok(())
+    }
     /// Keeps `pass` as the store's last reaper pass ([`crate::Stats::last_reaper_pass`]).
     fn note_reaper_pass(&self, pass: &crate::ReaperPass) -> Result<()>;
     /// What an engine does at the end of a reaper's pass besides (PostgreSQL: a vacuum,

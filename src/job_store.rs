@@ -380,17 +380,43 @@ pub trait JobStore: ReadJobs + LeaseBackend {
 
     /// The queue's wake-up generation. Read it *before* looking for work, then pass it to
     /// [`JobStore::wait_for_work`], so that work arriving in between is not missed.
-    fn work_generation(&self, queue: &str) -> u64;
+    fn work_generation(&self, queue: &str) -> u64 {
+        self.notifier().generation(queue)
+    }
 
     /// Blocks until a commit gives `queue` a waiting job (an enqueue, a release, a reclaim, a
     /// retry), [`JobStore::wake_all`] is called, or `timeout` passes. Returns the new
     /// generation. Commits this handle cannot hear of do not wake it: bound `timeout` (by
-    /// the queue's next due time, say) to notice those.
-    fn wait_for_work(&self, queue: &str, seen: u64, timeout: Duration) -> u64;
+    /// the queue's next due time, say) to notice those. A redb store hears its own process's
+    /// commits; a `PgStore` every machine's (by `LISTEN`), as hints.
+    fn wait_for_work(&self, queue: &str, seen: u64, timeout: Duration) -> u64 {
+        self.notifier().wait(queue, seen, timeout)
+    }
+
+    /// [`JobStore::wait_for_work`] for async code: resolves when a commit gives `queue` work,
+    /// [`JobStore::wake_all`] is called, or `timeout` passes, with the generation then. Read
+    /// the generation before looking for work ([`JobStore::work_generation`]), so that a
+    /// wake-up in between is not lost.
+    #[cfg(feature = "tokio")]
+    fn wait_for_work_async<'a>(
+        &'a self,
+        queue: &'a str,
+        seen: u64,
+        timeout: Duration,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = u64> + Send + 'a>> {
+        Box::pin(async move {
+            match crate::asynchronous::changed(self.notifier(), queue, seen, timeout).await {
+                Some(generation) => generation,
+                None => self.work_generation(queue),
+            }
+        })
+    }
 
     /// Wakes every waiter of [`JobStore::wait_for_work`]: for time that moved without a
     /// commit, such as a [`ManualClock`](crate::ManualClock) advanced by a test.
-    fn wake_all(&self);
+    fn wake_all(&self) {
+        self.notifier().notify_all();
+    }
 }
 
 /// `act` on every job `filter` names, a page of them per transaction (see

@@ -193,6 +193,21 @@ pub mod __private {
         let _ = decode::<crate::clock::Anchor>(data);
     }
 
+    /// Rewrites job `id`'s attempt counter on any store, as a store that ran that many
+    /// claims would hold it: for the suites' tests of an exhausted counter.
+    pub fn forge_attempt(store: &impl crate::JobStore, id: crate::JobId, attempt: u32) {
+        let _ = crate::backend::write(store, move |r| {
+            if let Some(old) = r.job(id)? {
+                let forged = JobRecord {
+                    attempt: crate::Attempt(attempt),
+                    ..old.clone()
+                };
+                r.save(&old, &forged)?;
+            }
+            Ok(())
+        });
+    }
+
     /// A stored job record with its attempt counter replaced, for tests that need a store
     /// that ran that many claims; `None` if `record` is not a job record.
     pub fn with_attempt(record: &[u8], attempt: u32) -> Option<Vec<u8>> {

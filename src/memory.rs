@@ -9,25 +9,26 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
-use std::time::Duration;
 
 use parking_lot::{Mutex, RwLock};
 
-use crate::backend::{AnyWrites, LeaseBackend, Step};
+use crate::backend::{LeaseBackend, Step};
 use crate::clock::{Clock, ManualClock, StoreClock};
 use crate::engine::Backend;
 use crate::error::{Error, Result};
 use crate::ids::{Attempt, JobId, StoreTime};
 use crate::job::{Job, JobRecord, JobState, Outcome, Run, RunRecord};
 use crate::job_store::{JobStore, ReadJobs};
-use crate::lease::Lease;
 use crate::notify::Notifier;
-use crate::protocol::{HeldSchedule, Inserted, Policy, Records};
+use crate::protocol::{HeldSchedule, Inserted, Records};
 use crate::query::{JobFilter, JobOrder, QueueTiming};
 use crate::queue::{QueueRecord, QueueSettings, ServedMarks};
 use crate::report::{CheckReport, ReaperPass};
 use crate::schedule::{ScheduleInfo, ScheduleRecord};
 use crate::stats::{Counters, Stats};
+
+#[doc(hidden)]
+pub use crate::protocol::Policy;
 
 /// A store in memory (see the module's documentation). Clones share the store.
 #[derive(Clone, Debug)]
@@ -60,7 +61,9 @@ struct State {
 impl MemoryStore {
     /// A store on `clock` (a [`ManualClock`] in a test) with the default policy.
     pub fn new(clock: impl Clock) -> MemoryStore {
-        MemoryStore::with_policy(clock, Policy::default())
+        let state = Arc::new((RwLock::new(State::default()), Mutex::new(())));
+        let (clock, _) = StoreClock::resume(Arc::new(clock), None, StoreTime::ZERO);
+        MemoryStore::on(state, clock, Policy::default())
     }
 
     /// A store on a manual clock, and the clock.
@@ -69,71 +72,30 @@ impl MemoryStore {
         (MemoryStore::new(clock.clone()), clock)
     }
 
+    /// For the suites: this store's jobs under `policy` (checked), as a process that opens
+    /// a store with other settings sees them.
     #[doc(hidden)]
-    pub fn configured(
-        clock: impl Clock,
-        retry: crate::RetryPolicy,
-        default_max_attempts: u32,
-        max_payload: usize,
-        reap_batch: usize,
-        retention: Option<Duration>,
-    ) -> Result<MemoryStore> {
-        let policy = Policy {
-            retry,
-            default_max_attempts,
-            max_payload,
-            reap_batch,
-            retention,
-        };
+    pub fn with_policy(&self, policy: Policy) -> Result<MemoryStore> {
         policy.check()?;
-        Ok(MemoryStore::with_policy(clock, policy))
+        Ok(MemoryStore::on(
+            self.0.state.clone(),
+            self.0.clock.resumed(),
+            policy,
+        ))
     }
 
-    fn with_policy(clock: impl Clock, policy: Policy) -> MemoryStore {
-        let (clock, _) = StoreClock::resume(Arc::new(clock), None, StoreTime::ZERO);
-        let state = State {
-            next_id: 1,
-            ..State::default()
-        };
+    fn on(
+        state: Arc<(RwLock<State>, Mutex<()>)>,
+        clock: StoreClock,
+        policy: Policy,
+    ) -> MemoryStore {
         MemoryStore(Arc::new(Inner {
-            state: Arc::new((RwLock::new(state), Mutex::new(()))),
+            state,
             clock,
             policy,
             notifier: Notifier::default(),
             served: ServedMarks::default(),
         }))
-    }
-
-    /// For the suites: this store's jobs under `other`'s policy, as a process that opens a
-    /// store with other settings sees them.
-    #[doc(hidden)]
-    pub fn with_policy_of(&self, other: &MemoryStore) -> MemoryStore {
-        MemoryStore(Arc::new(Inner {
-            state: self.0.state.clone(),
-            clock: self.0.clock.resumed(),
-            policy: other.0.policy.clone(),
-            notifier: Notifier::default(),
-            served: ServedMarks::default(),
-        }))
-    }
-
-    /// For the suites: rewrites job `id`'s attempt counter, as a store that ran that many
-    /// claims would hold it.
-    #[doc(hidden)]
-    pub fn forge_attempt(&self, id: JobId, attempt: u32) {
-        if let Some(job) = self.0.state.0.write().jobs.get_mut(&id) {
-            job.attempt = Attempt(attempt);
-        }
-    }
-
-    /// [`JobStore::wait_for_work`] for async code (see
-    /// [`Store::wait_for_work_async`](crate::Store::wait_for_work_async)).
-    #[cfg(feature = "tokio")]
-    pub async fn wait_for_work_async(&self, queue: &str, seen: u64, timeout: Duration) -> u64 {
-        match crate::asynchronous::changed(&self.0.notifier, queue, seen, timeout).await {
-            Some(generation) => generation,
-            None => self.work_generation(queue),
-        }
     }
 
     /// For the suites: runs `hold` with the writer's seat taken, as a store that stopped
@@ -168,8 +130,8 @@ impl Records for Tx<'_> {
         Ok(self.s.jobs.get(&id).cloned())
     }
     fn insert(&mut self, job: JobRecord, payload: &[u8]) -> Result<Inserted> {
-        let id = JobId(self.s.next_id);
         self.s.next_id += 1;
+        let id = JobId(self.s.next_id);
         self.readied.insert(job.queue.clone());
         self.s.jobs.insert(id, JobRecord { id, ..job });
         self.s.payloads.insert(id, payload.to_vec());
@@ -181,10 +143,6 @@ impl Records for Tx<'_> {
             self.readied.insert(new.queue.clone());
         }
         self.s.jobs.insert(new.id, new.clone());
-        Ok(())
-    }
-    fn renew(&mut self, renewed: &JobRecord) -> Result<()> {
-        self.s.jobs.insert(renewed.id, renewed.clone());
         Ok(())
     }
     fn payload(&mut self, id: JobId) -> Result<Vec<u8>> {
@@ -200,11 +158,8 @@ impl Records for Tx<'_> {
         Ok(())
     }
     fn run_outcome(&mut self, id: JobId, attempt: Attempt) -> Result<Option<Outcome>> {
-        Ok(self
-            .s
-            .runs
-            .get(&(id, attempt))
-            .and_then(|r| r.outcome.clone()))
+        let run = self.s.runs.get(&(id, attempt));
+        Ok(run.and_then(|r| r.outcome.clone()))
     }
     fn count(&mut self, counts: &Counters) -> Result<()> {
         self.s.counters.add(counts);
@@ -214,52 +169,13 @@ impl Records for Tx<'_> {
         self.readied.insert(queue.to_owned());
         Ok(())
     }
-    fn key_holder(&mut self, queue: &str, key: &str) -> Result<Option<JobRecord>> {
-        let holds = |j: &&JobRecord| {
-            j.queue == queue && j.unique_key.as_deref() == Some(key) && crate::rules::keeps_key(j)
-        };
-        Ok(self.s.jobs.values().find(holds).cloned())
-    }
-    fn next_ready(&mut self, queue: &str, now: StoreTime) -> Result<Option<(i32, JobId)>> {
-        let due = self
-            .s
-            .jobs
-            .values()
-            .filter(|j| j.queue == queue && j.state.is_waiting());
-        let first = due
-            .filter(|j| j.run_at <= now)
-            .min_by_key(|j| (j.priority, j.run_at, j.id));
-        Ok(first.map(|j| (j.priority, j.id)))
-    }
-    fn first_indexed_expiry(&mut self, queue: &str, bound: StoreTime) -> Result<Option<JobId>> {
-        Ok(expiries(&self.s, Some(queue), bound).first().copied())
-    }
-    fn indexed_expiries(&mut self, bound: StoreTime, limit: usize) -> Result<Vec<JobId>> {
-        let mut ids = expiries(&self.s, None, bound);
-        ids.truncate(limit);
-        Ok(ids)
-    }
-    fn running(&mut self, queue: &str) -> Result<u64> {
-        let running = self.s.jobs.values().filter(|j| j.queue == queue);
-        Ok(running.filter(|j| j.state == JobState::Running).count() as u64)
-    }
-    fn finished(
+    fn scan(
         &mut self,
-        from: (StoreTime, JobId),
-        cutoff: StoreTime,
-        limit: usize,
+        queue: Option<&str>,
+        keep: &dyn Fn(&JobRecord) -> bool,
     ) -> Result<Vec<JobRecord>> {
-        let mut done: Vec<_> = (self.s.jobs.values())
-            .filter(|j| j.state.is_terminal())
-            .filter_map(|j| Some(((j.finished_at?, j.id), j)))
-            .filter(|(at, _)| *at >= from && at.0 <= cutoff)
-            .collect();
-        done.sort_by_key(|(at, _)| *at);
-        Ok(done
-            .into_iter()
-            .take(limit)
-            .map(|(_, j)| j.clone())
-            .collect())
+        let of_queue = |j: &&JobRecord| queue.is_none_or(|q| j.queue == q) && keep(j);
+        Ok(self.s.jobs.values().filter(of_queue).cloned().collect())
     }
     fn delete(&mut self, job: &JobRecord) -> Result<()> {
         self.s.jobs.remove(&job.id);
@@ -301,25 +217,16 @@ impl Records for Tx<'_> {
     }
 }
 
-/// The running jobs (of `queue`, or of all) whose indexed expiry is at or before `bound`, in
-/// the order an expiry index holds them.
-fn expiries(s: &State, queue: Option<&str>, bound: StoreTime) -> Vec<JobId> {
-    let mut found: Vec<_> = (s.jobs.values())
-        .filter(|j| j.state == JobState::Running && queue.is_none_or(|q| j.queue == q))
-        .filter_map(|j| Some((j.lease.as_ref()?.indexed_expiry, j.id)))
-        .filter(|(at, _)| *at <= bound)
-        .collect();
-    found.sort();
-    found.into_iter().map(|(_, id)| id).collect()
-}
-
-/// The earliest run time of a waiting job of `queue`.
-fn earliest_run_at(s: &State, queue: &str) -> Option<StoreTime> {
-    let waiting = s
-        .jobs
+/// The jobs of `queue` in `state`, or waiting (queued or retrying) for `None`.
+fn of<'s>(
+    s: &'s State,
+    queue: &'s str,
+    state: Option<JobState>,
+) -> impl Iterator<Item = &'s JobRecord> {
+    let state_is = move |j: &JobRecord| state.map_or(j.state.is_waiting(), |s| j.state == s);
+    s.jobs
         .values()
-        .filter(|j| j.queue == queue && j.state.is_waiting());
-    waiting.map(|j| j.run_at).min()
+        .filter(move |j| j.queue == queue && state_is(j))
 }
 
 impl ReadJobs for MemoryStore {
@@ -345,30 +252,26 @@ impl ReadJobs for MemoryStore {
     }
     fn jobs(&self, filter: &JobFilter) -> Result<Vec<Job>> {
         let now = self.0.clock.now();
-        let mut out: Vec<JobRecord> = self.read(|s| {
+        let mut admitted: Vec<JobRecord> = self.read(|s| {
             let admitted = s.jobs.values().filter(|j| filter.admits(j, now));
             admitted.cloned().collect()
         });
-        match filter.order {
-            JobOrder::Oldest => {}
-            JobOrder::Newest => out.reverse(),
-            JobOrder::Priority => out.sort_by_key(|j| (j.priority, j.run_at, j.id)),
-            JobOrder::Updated => out.sort_by_key(|j| std::cmp::Reverse((j.updated_at, j.id))),
+        if filter.order == JobOrder::Newest {
+            admitted.reverse();
         }
-        out.truncate(filter.limit.unwrap_or(usize::MAX));
-        Ok(out.into_iter().map(Job).collect())
+        Ok(filter.arrange(admitted))
     }
     fn timing(&self, queue: &str) -> Result<QueueTiming> {
         let now = self.0.clock.now();
         Ok(self.read(|s| {
-            let expiries: Vec<_> = (s.jobs.values())
-                .filter(|j| j.queue == queue && j.state == JobState::Running)
-                .filter_map(|j| j.lease.as_ref().map(|l| l.indexed_expiry))
+            let running = of(s, queue, Some(JobState::Running));
+            let expiries: Vec<_> = running
+                .filter_map(|j| Some(j.lease.as_ref()?.expires_at))
                 .collect();
             QueueTiming {
-                earliest_run_at: earliest_run_at(s, queue),
+                earliest_run_at: of(s, queue, None).map(|j| j.run_at).min(),
                 earliest_expiry: expiries.iter().copied().min(),
-                next_expiry: expiries.into_iter().filter(|at| *at > now).min(),
+                next_expiry: expiries.into_iter().filter(|at| *at >= now).min(),
             }
         }))
     }
@@ -386,22 +289,15 @@ impl ReadJobs for MemoryStore {
                 *counts.by_state.entry(j.state).or_default() += 1;
             }
             for (queue, record) in &s.queues {
-                let counts = stats.queues.entry(queue.clone()).or_default();
-                counts.served_at = record.served_at;
-                counts.paused = record.paused;
-                counts.limits = record.limits;
+                stats.note_queue(queue.clone(), record);
             }
             stats
         }))
     }
     fn queue_settings(&self, queue: &str) -> Result<QueueSettings> {
-        let record = self.read(|s| s.queues.get(queue).cloned());
-        Ok(
-            record.map_or_else(QueueSettings::default, |r| QueueSettings {
-                paused: r.paused,
-                limits: r.limits,
-            }),
-        )
+        Ok(QueueSettings::of(
+            self.read(|s| s.queues.get(queue).cloned()),
+        ))
     }
     fn schedules(&self) -> Result<Vec<ScheduleInfo>> {
         Ok(self.read(|s| {
@@ -411,29 +307,15 @@ impl ReadJobs for MemoryStore {
                 .collect()
         }))
     }
-    /// A running job has a lease and no other has, and history has one record per ended
-    /// attempt.
+    /// What must hold of every stored job ([`crate::rules::check_job`]); a store in memory
+    /// has no index to compare.
     fn check(&self) -> Result<CheckReport> {
         Ok(self.read(|s| {
             let mut problems = Vec::new();
             for j in s.jobs.values() {
-                let running = j.state == JobState::Running;
-                if running != j.lease.is_some() {
-                    let state = j.state.name();
-                    problems.push(format!(
-                        "job {} is {state} with a lease: {}",
-                        j.id, !running
-                    ));
-                }
-                let ended = u64::from(j.attempt.0) - u64::from(running);
                 let runs = s.runs.range((j.id, Attempt(0))..=(j.id, Attempt(u32::MAX)));
-                let recorded = runs.count() as u64;
-                if recorded != ended {
-                    problems.push(format!(
-                        "job {} has history of {recorded} of its {ended} ended attempts",
-                        j.id
-                    ));
-                }
+                let runs: Vec<_> = runs.map(|((_, a), r)| (a.0, r.clone())).collect();
+                crate::rules::check_job(j, &runs, &mut problems);
             }
             let jobs = s.jobs.len() as u64;
             CheckReport { jobs, problems }
@@ -470,53 +352,24 @@ impl LeaseBackend for MemoryStore {
     fn clock(&self) -> StoreTime {
         self.0.clock.now()
     }
-    fn wake_queue(&self, queue: &str) {
-        self.0.notifier.notify([&queue.to_owned()]);
-    }
-    fn idle_poll(&self) -> Option<Duration> {
-        None
+    fn notifier(&self) -> &Notifier {
+        &self.0.notifier
     }
     fn next_due(&self, queue: &str) -> Result<Option<StoreTime>> {
         let now = self.0.clock.now();
         Ok(self.read(|s| {
-            let expiry = expiries(s, Some(queue), StoreTime(u64::MAX))
-                .first()
-                .copied();
-            let expiry =
-                expiry.and_then(|id| Some(s.jobs.get(&id)?.lease.as_ref()?.indexed_expiry));
-            let due = [earliest_run_at(s, queue), expiry]
-                .into_iter()
-                .flatten()
-                .min();
-            let Some(record) = s.queues.get(queue) else {
-                return due;
-            };
-            let running = s
-                .jobs
-                .values()
-                .filter(|j| j.queue == queue && j.state == JobState::Running);
-            let room = crate::rules::claim_room(Some(record), running.count() as u64, now);
-            crate::rules::next_look(room, due)
+            let record = s.queues.get(queue);
+            let waiting = of(s, queue, None).map(|j| j.run_at).min();
+            let running = of(s, queue, Some(JobState::Running));
+            let expiries: Vec<_> = running
+                .filter_map(|j| Some(j.lease.as_ref()?.indexed_expiry))
+                .collect();
+            let (running, expiry) = (expiries.len() as u64, expiries.into_iter().min());
+            crate::rules::next_look(record, running, now, waiting, expiry)
         }))
     }
     fn marks_due(&self, queues: &mut dyn Iterator<Item = &str>) -> Vec<String> {
         self.0.served.due(queues, self.0.clock.now())
-    }
-    fn complete_with_writes(
-        &self,
-        _: &Lease,
-        _: &[u8],
-        _: Option<u64>,
-        _: AnyWrites,
-    ) -> Result<()> {
-        Err(crate::ConfigError::WritesForAnotherStore {
-            given: "an application's writes",
-            store: "a store in memory, which has no tables of the application's",
-        }
-        .into())
-    }
-    fn flush(&self) -> Result<()> {
-        Ok(())
     }
     fn note_reaper_pass(&self, pass: &ReaperPass) -> Result<()> {
         self.0.state.0.write().last_pass = Some(pass.clone());
@@ -524,17 +377,7 @@ impl LeaseBackend for MemoryStore {
     }
 }
 
-impl JobStore for MemoryStore {
-    fn work_generation(&self, queue: &str) -> u64 {
-        self.0.notifier.generation(queue)
-    }
-    fn wait_for_work(&self, queue: &str, seen: u64, timeout: Duration) -> u64 {
-        self.0.notifier.wait(queue, seen, timeout)
-    }
-    fn wake_all(&self) {
-        self.0.notifier.notify_all();
-    }
-}
+impl JobStore for MemoryStore {}
 
 impl crate::engine::sealed::Sealed for MemoryStore {}
 

@@ -12,7 +12,7 @@ use std::time::Duration;
 use parking_lot::{Condvar, Mutex};
 
 #[derive(Debug, Default)]
-pub(crate) struct Notifier {
+pub struct Notifier {
     state: Mutex<Generations>,
     cond: Condvar,
 }

@@ -55,6 +55,18 @@ impl JobFilter {
                 .iter()
                 .all(|(k, v)| job.metadata.iter().any(|(jk, jv)| jk == k && jv == v))
     }
+
+    /// `admitted` (the records that passed, in id order or, for [`JobOrder::Newest`], the
+    /// reverse) in the filter's order and cut to its limit: the one reading of them.
+    pub(crate) fn arrange(&self, mut admitted: Vec<JobRecord>) -> Vec<crate::Job> {
+        match self.order {
+            JobOrder::Oldest | JobOrder::Newest => {}
+            JobOrder::Priority => admitted.sort_by_key(|j| (j.priority, j.run_at, j.id)),
+            JobOrder::Updated => admitted.sort_by_key(|j| std::cmp::Reverse((j.updated_at, j.id))),
+        }
+        admitted.truncate(self.limit.unwrap_or(usize::MAX));
+        admitted.into_iter().map(crate::Job).collect()
+    }
 }
 
 /// The order of a job listing.

@@ -99,6 +99,16 @@ pub struct QueueSettings {
     pub limits: QueueLimits,
 }
 
+impl QueueSettings {
+    /// A queue's settings from its record (the defaults for a queue without one).
+    pub(crate) fn of(record: Option<QueueRecord>) -> QueueSettings {
+        record.map_or_else(QueueSettings::default, |r| QueueSettings {
+            paused: r.paused,
+            limits: r.limits,
+        })
+    }
+}
+
 /// A queue with work waiting and nobody asking for it (a paused queue is never one).
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]

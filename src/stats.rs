@@ -115,6 +115,15 @@ pub struct Stats {
 }
 
 impl Stats {
+    /// Adds what `record` says of `queue`: when it was served, whether it is paused, its
+    /// limits.
+    pub(crate) fn note_queue(&mut self, queue: String, record: &crate::queue::QueueRecord) {
+        let counts = self.queues.entry(queue).or_default();
+        counts.served_at = record.served_at;
+        counts.paused = record.paused;
+        counts.limits = record.limits;
+    }
+
     /// How many jobs are in `state` across all queues.
     pub fn total(&self, state: JobState) -> u64 {
         self.queues.values().map(|q| q.get(state)).sum()

@@ -343,8 +343,8 @@ impl LeaseBackend for PgStore {
         self.estimated_now()
     }
 
-    fn wake_queue(&self, queue: &str) {
-        self.inner.notifier.notify([&queue.to_owned()]);
+    fn notifier(&self) -> &crate::notify::Notifier {
+        &self.inner.notifier
     }
 
     fn rounds_wait_on_a_server(&self) -> bool {
@@ -434,10 +434,6 @@ impl LeaseBackend for PgStore {
         claim: Option<Claim<'_>>,
     ) -> RoundResults {
         self.complete_each_then_claim(&mut done, claim.filter(|c| c.3 > 0))
-    }
-
-    fn flush(&self) -> Result<()> {
-        Ok(())
     }
 
     fn note_reaper_pass(&self, pass: &crate::ReaperPass) -> Result<()> {

@@ -197,7 +197,7 @@ pub(crate) fn next_due(
         .query_one(&st, &[&queue])?
         .col::<Option<i64>>(0)?
         .map(time);
-    // No room for a claim (paused, full, its rate spent): when there may be.
+    // A queue without a record has room; one with a record may not.
     let Some(record) = super::records::queue_record(tx, p, queue, false)? else {
         return Ok(due);
     };
@@ -206,8 +206,14 @@ pub(crate) fn next_due(
         "SELECT count(*) FROM {s}.leasehold_jobs WHERE queue = $1 AND state = 'running'",
     )?;
     let running = u64::try_from(tx.query_one(&st, &[&queue])?.col::<i64>(0)?).unwrap_or(0);
-    let room = crate::rules::claim_room(Some(&record), running, now(tx, p)?);
-    Ok(crate::rules::next_look(room, due))
+    let now = now(tx, p)?;
+    Ok(crate::rules::next_look(
+        Some(&record),
+        running,
+        now,
+        due,
+        None,
+    ))
 }
 
 /// Every schedule, by name.
@@ -229,20 +235,6 @@ pub(crate) fn schedules(
             Ok(crate::schedule::ScheduleInfo(record, row.col(2)?))
         })
         .collect()
-}
-
-/// A queue's settings: whether it is paused, and its limits.
-pub(crate) fn queue_settings(
-    tx: Tx<'_, '_>,
-    p: &mut Prepared<'_>,
-    queue: &str,
-) -> Result<crate::QueueSettings> {
-    Ok(super::records::queue_record(tx, p, queue, false)?
-        .map(|r| crate::QueueSettings {
-            paused: r.paused,
-            limits: r.limits,
-        })
-        .unwrap_or_default())
 }
 
 /// Every attempt of the job, oldest first: the ended ones from history, the last one of a
@@ -337,10 +329,7 @@ pub(crate) fn stats(tx: Tx<'_, '_>, p: &mut Prepared<'_>) -> Result<Stats> {
         .collect::<Result<_>>()?;
     for name in names {
         if let Some(record) = super::records::queue_record(tx, p, &name, false)? {
-            let counts = stats.queues.entry(name).or_default();
-            counts.served_at = record.served_at;
-            counts.paused = record.paused;
-            counts.limits = record.limits;
+            stats.note_queue(name, &record);
         }
     }
     let counters = p.get(tx, "SELECT name, value FROM {s}.leasehold_counters")?;

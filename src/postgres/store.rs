@@ -142,22 +142,6 @@ impl PgStore {
             applied(tx, value.map_err(|e| application_error(Box::new(e))))
         })
     }
-
-    /// [`JobStore::wait_for_work`] for async code: resolves when a commit here or (heard by
-    /// `LISTEN`) on another machine gives `queue` work, [`JobStore::wake_all`] is called, or
-    /// `timeout` passes, with the generation then (see [`crate::Store::wait_for_work_async`]).
-    #[cfg(feature = "tokio")]
-    pub async fn wait_for_work_async(
-        &self,
-        queue: &str,
-        seen: u64,
-        timeout: std::time::Duration,
-    ) -> u64 {
-        match crate::asynchronous::changed(&self.inner.notifier, queue, seen, timeout).await {
-            Some(generation) => generation,
-            None => self.work_generation(queue),
-        }
-    }
 }
 
 /// A name no queue can have (one with a NUL byte, which enqueue refuses): a read of it
@@ -263,7 +247,10 @@ impl ReadJobs for PgStore {
         if no_queue_has(queue) {
             return Ok(crate::QueueSettings::default());
         }
-        self.in_transaction(|tx, p| read::queue_settings(tx, p, queue))
+        self.in_transaction(|tx, p| {
+            let record = super::records::queue_record(tx, p, queue, false)?;
+            Ok(crate::QueueSettings::of(record))
+        })
     }
 
     /// The queues with due work and nobody serving them (see
@@ -319,20 +306,10 @@ impl JobStore for PgStore {
         Ok(pass.items.len())
     }
 
-    /// The first call starts this handle's `LISTEN` connection.
+    /// Starts this handle's `LISTEN` connection, if it has none yet: commits on other
+    /// machines wake its waiters from then on.
     fn work_generation(&self, queue: &str) -> u64 {
         self.listening();
         self.inner.notifier.generation(queue)
-    }
-
-    /// Woken by a commit on any machine (announced by `NOTIFY` from its transaction) or by
-    /// this handle's own commits. Notifications are hints: bound `timeout` and look for work
-    /// anyway.
-    fn wait_for_work(&self, queue: &str, seen: u64, timeout: std::time::Duration) -> u64 {
-        self.inner.notifier.wait(queue, seen, timeout)
-    }
-
-    fn wake_all(&self) {
-        self.inner.notifier.notify_all();
     }
 }

@@ -46,8 +46,11 @@ use crate::retry::RetryPolicy;
 /// the store they run in.
 #[derive(Clone, Debug)]
 pub struct Policy {
+    /// The backoff of a failed attempt.
     pub retry: RetryPolicy,
+    /// The attempts a job has unless it says otherwise.
     pub default_max_attempts: u32,
+    /// The largest payload an enqueue takes.
     pub max_payload: usize,
     /// How many records one bounded batch (a reaper's, a purge's) looks at.
     pub reap_batch: usize,

@@ -12,8 +12,9 @@
 
 use crate::error::Result;
 use crate::ids::{Attempt, JobId, StoreTime};
-use crate::job::{JobRecord, Outcome, RunRecord};
+use crate::job::{JobRecord, JobState, Outcome, RunRecord};
 use crate::queue::QueueRecord;
+use crate::rules;
 use crate::schedule::ScheduleRecord;
 use crate::stats::Counters;
 
@@ -49,8 +50,11 @@ pub trait Records {
     /// Stores `new` over `old`, every index in step.
     fn save(&mut self, old: &JobRecord, new: &JobRecord) -> Result<()>;
     /// Stores a change that moves no index entry: a renewal (its lease's expiry, progress,
-    /// `updated_at`; see [`crate::job::LeaseRecord`] for why the expiry entry may lag).
-    fn renew(&mut self, renewed: &JobRecord) -> Result<()>;
+    /// `updated_at`; see [`crate::job::LeaseRecord`] for why the expiry entry may lag). An
+    /// engine without indexes saves it as any change.
+    fn renew(&mut self, renewed: &JobRecord) -> Result<()> {
+        self.save(renewed, renewed)
+    }
     /// The job's payload.
     fn payload(&mut self, id: JobId) -> Result<Vec<u8>>;
     /// Keeps a succeeded attempt's output (never called with an empty one).
@@ -66,18 +70,48 @@ pub trait Records {
 
     // ----- finding jobs -----
 
+    /// Every job of `queue` (of any queue, for `None`) that `keep` keeps, held for writing.
+    /// An engine without indexes (the store in memory) implements this one search, and the
+    /// searches below answer from it by default: the defaults say what each means. An
+    /// engine with indexes answers each of them from its index instead, and not this.
+    fn scan(
+        &mut self,
+        _queue: Option<&str>,
+        _keep: &dyn Fn(&JobRecord) -> bool,
+    ) -> Result<Vec<JobRecord>> {
+        Err(crate::Error::Internal(
+            "an engine with indexes searches by them",
+        ))
+    }
     /// The job that holds `key` in `queue` by the unique index, held for writing.
-    fn key_holder(&mut self, queue: &str, key: &str) -> Result<Option<JobRecord>>;
+    fn key_holder(&mut self, queue: &str, key: &str) -> Result<Option<JobRecord>> {
+        let holds = |j: &JobRecord| j.unique_key.as_deref() == Some(key) && rules::keeps_key(j);
+        Ok(self.scan(Some(queue), &holds)?.pop())
+    }
     /// The most urgent waiting job of `queue` due at `now` ([`crate::rules`]'s claim order:
     /// priority, then run time, then id), and its priority.
-    fn next_ready(&mut self, queue: &str, now: StoreTime) -> Result<Option<(i32, JobId)>>;
+    fn next_ready(&mut self, queue: &str, now: StoreTime) -> Result<Option<(i32, JobId)>> {
+        let due = self.scan(Some(queue), &|j| j.state.is_waiting() && j.run_at <= now)?;
+        let first = due.iter().min_by_key(|j| (j.priority, j.run_at, j.id));
+        Ok(first.map(|j| (j.priority, j.id)))
+    }
     /// The running job of `queue` whose *indexed* expiry is first, at or before `bound` (the
     /// entry may lag a renewal: the caller checks the record).
-    fn first_indexed_expiry(&mut self, queue: &str, bound: StoreTime) -> Result<Option<JobId>>;
-    /// Up to `limit` running jobs of any queue whose indexed expiry is at or before `bound`.
-    fn indexed_expiries(&mut self, bound: StoreTime, limit: usize) -> Result<Vec<JobId>>;
+    fn first_indexed_expiry(&mut self, queue: &str, bound: StoreTime) -> Result<Option<JobId>> {
+        let expiring = self.scan(Some(queue), &|j| indexed_by(j, bound).is_some())?;
+        Ok(in_expiry_order(expiring).first().copied())
+    }
+    /// Up to `limit` running jobs of any queue whose indexed expiry is at or before `bound`,
+    /// first to expire first.
+    fn indexed_expiries(&mut self, bound: StoreTime, limit: usize) -> Result<Vec<JobId>> {
+        let expiring = self.scan(None, &|j| indexed_by(j, bound).is_some())?;
+        Ok(in_expiry_order(expiring).into_iter().take(limit).collect())
+    }
     /// How many jobs of `queue` are running.
-    fn running(&mut self, queue: &str) -> Result<u64>;
+    fn running(&mut self, queue: &str) -> Result<u64> {
+        let running = self.scan(Some(queue), &|j| j.state == JobState::Running)?;
+        Ok(running.len() as u64)
+    }
     /// Up to `limit` finished jobs in the order they finished (ties by id), from position
     /// `from` on and finished at or before `cutoff`, held for writing.
     fn finished(
@@ -85,7 +119,14 @@ pub trait Records {
         from: (StoreTime, JobId),
         cutoff: StoreTime,
         limit: usize,
-    ) -> Result<Vec<JobRecord>>;
+    ) -> Result<Vec<JobRecord>> {
+        let at = |j: &JobRecord| Some((j.finished_at?, j.id)).filter(|_| j.state.is_terminal());
+        let due = |j: &JobRecord| at(j).is_some_and(|at| at >= from && at.0 <= cutoff);
+        let mut done = self.scan(None, &due)?;
+        done.sort_by_key(|j| at(j));
+        done.truncate(limit);
+        Ok(done)
+    }
     /// Deletes a job entirely: its record, every index entry, payload, output and history.
     fn delete(&mut self, job: &JobRecord) -> Result<()>;
 
@@ -115,3 +156,22 @@ pub trait Records {
 /// A schedule as [`Records::schedules`] finds it: its name, its record (or why it cannot be
 /// read), and the failure kept beside it.
 pub type HeldSchedule = (String, Result<ScheduleRecord>, Option<String>);
+
+/// Where a running job's lease stands in an expiry index, if at or before `bound`.
+fn indexed_by(job: &JobRecord, bound: StoreTime) -> Option<StoreTime> {
+    let lease = job
+        .lease
+        .as_ref()
+        .filter(|_| job.state == JobState::Running)?;
+    Some(lease.indexed_expiry).filter(|at| *at <= bound)
+}
+
+/// The ids of running `jobs` in the order an expiry index holds them.
+fn in_expiry_order(jobs: Vec<JobRecord>) -> Vec<JobId> {
+    let mut entries: Vec<_> = jobs
+        .iter()
+        .map(|j| (indexed_by(j, StoreTime(u64::MAX)), j.id))
+        .collect();
+    entries.sort();
+    entries.into_iter().map(|(_, id)| id).collect()
+}

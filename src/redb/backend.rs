@@ -1,7 +1,6 @@
 //! The redb [`Store`] as a worker pool's and a reaper's store (see [`crate::backend`]).
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use crate::backend::{AnyWrites, Claim, Completion, LeaseBackend, RoundResults, Step};
 use crate::engine::Backend;
@@ -42,13 +41,8 @@ impl LeaseBackend for Store {
         Store::now(self)
     }
 
-    fn wake_queue(&self, queue: &str) {
-        Store::wake_queue(self, queue)
-    }
-
-    fn idle_poll(&self) -> Option<Duration> {
-        // In-process commits wake the waiters, and other processes' send a datagram.
-        None
+    fn notifier(&self) -> &crate::notify::Notifier {
+        &self.inner.notifier
     }
 
     fn another_process_writes(&self) -> bool {

@@ -24,6 +24,7 @@ pub(crate) fn check(read: &ReadTransaction) -> Result<CheckReport> {
     let mut counts: BTreeMap<(String, u8), u64> = BTreeMap::new();
     let mut attempts: BTreeMap<u64, (u32, JobState)> = BTreeMap::new();
     let problems = &mut report.problems;
+    let mut history = history(read, problems)?;
 
     let jobs = read.open_table(schema::JOBS)?;
     let payloads = read.open_table(schema::PAYLOADS)?;
@@ -41,20 +42,8 @@ pub(crate) fn check(read: &ReadTransaction) -> Result<CheckReport> {
         if job.id.0 != id {
             problems.push(format!("job stored under {id} says it is {}", job.id));
         }
-        if (job.state == JobState::Running) != job.lease.is_some() {
-            problems.push(format!(
-                "job {id} is {} but lease is {:?}",
-                job.state, job.lease
-            ));
-        }
-        if let Some(l) = &job.lease
-            && l.indexed_expiry > l.expires_at
-        {
-            problems.push(format!(
-                "job {id}'s lease is indexed at {} after it expires at {}",
-                l.indexed_expiry, l.expires_at
-            ));
-        }
+        let runs = history.remove(&id).unwrap_or_default();
+        crate::rules::check_job(&job, &runs, problems);
         if payloads.get(id)?.is_none() {
             problems.push(format!("job {id} has no payload"));
         }
@@ -143,7 +132,9 @@ pub(crate) fn check(read: &ReadTransaction) -> Result<CheckReport> {
         .collect::<std::result::Result<BTreeMap<_, _>, _>>()?;
     compare_maps(problems, "counts", &counts, &stored_counts);
 
-    check_history(read, &attempts, problems)?;
+    for id in history.keys() {
+        problems.push(format!("history for job {id}, which does not exist"));
+    }
     for table in [schema::PAYLOADS, schema::OUTPUTS] {
         for entry in read.open_table(table)?.iter()? {
             let id = entry?.0.value();
@@ -155,14 +146,11 @@ pub(crate) fn check(read: &ReadTransaction) -> Result<CheckReport> {
     Ok(report)
 }
 
-/// One ended history record per ended attempt: `1..=attempt`, or `1..attempt` while the job
-/// runs (a running attempt's record is written when it ends; a store written by an earlier
-/// build may hold an open one, which is accepted).
-fn check_history(
+/// Every readable history record, by job and attempt.
+fn history(
     read: &ReadTransaction,
-    attempts: &BTreeMap<u64, (u32, JobState)>,
     problems: &mut Vec<String>,
-) -> Result<()> {
+) -> Result<BTreeMap<u64, Vec<(u32, RunRecord)>>> {
     let mut seen: BTreeMap<u64, Vec<(u32, RunRecord)>> = BTreeMap::new();
     for entry in read.open_table(schema::HISTORY)?.iter()? {
         let (k, v) = entry?;
@@ -172,46 +160,7 @@ fn check_history(
             Err(e) => problems.push(format!("history of job {id} attempt {attempt}: {e}")),
         }
     }
-    for (id, (attempt, state)) in attempts {
-        let runs = seen.remove(id).unwrap_or_default();
-        let numbers: Vec<u32> = runs.iter().map(|(a, _)| *a).collect();
-        let running = *state == JobState::Running;
-        let legacy_open = running && numbers.last() == Some(attempt);
-        let ended = if running && !legacy_open {
-            attempt.saturating_sub(1)
-        } else {
-            *attempt
-        };
-        // 1, 2, ..., ended, compared without building that list: a hostile record's attempt
-        // may be in the billions.
-        let consecutive = numbers.len() == ended as usize
-            && numbers.iter().zip(1u32..).all(|(a, want)| *a == want);
-        if !consecutive {
-            problems.push(format!(
-                "job {id} at attempt {attempt} has history for attempts {numbers:?}"
-            ));
-            continue;
-        }
-        for (a, run) in &runs {
-            let current_running = *state == JobState::Running && a == attempt;
-            if run.attempt.0 != *a {
-                problems.push(format!(
-                    "job {id}: history key {a} holds attempt {}",
-                    run.attempt
-                ));
-            }
-            if current_running == run.outcome.is_some() {
-                problems.push(format!(
-                    "job {id} attempt {a}: outcome {:?} while job is {state}",
-                    run.outcome
-                ));
-            }
-        }
-    }
-    for id in seen.keys() {
-        problems.push(format!("history for job {id}, which does not exist"));
-    }
-    Ok(())
+    Ok(seen)
 }
 
 fn compare<T: Ord + std::fmt::Debug>(

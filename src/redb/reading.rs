@@ -158,10 +158,7 @@ pub(crate) fn stats(read: &ReadTransaction, now: StoreTime) -> Result<Stats> {
             .insert(state, v.value());
     }
     for (queue, record) in queue_records(read)? {
-        let counts = stats.queues.entry(queue).or_default();
-        counts.served_at = record.served_at;
-        counts.paused = record.paused;
-        counts.limits = record.limits;
+        stats.note_queue(queue, &record);
     }
     let meta = read.open_table(schema::META)?;
     if let Some(b) = meta.get(meta_key::COUNTERS)? {
@@ -194,12 +191,7 @@ pub(crate) fn queue_record(read: &ReadTransaction, queue: &str) -> Result<Option
 
 /// `queue`'s settings (the defaults for a queue without a record).
 pub(crate) fn queue_settings(read: &ReadTransaction, queue: &str) -> Result<crate::QueueSettings> {
-    Ok(queue_record(read, queue)?
-        .map(|r| crate::QueueSettings {
-            paused: r.paused,
-            limits: r.limits,
-        })
-        .unwrap_or_default())
+    Ok(crate::QueueSettings::of(queue_record(read, queue)?))
 }
 
 /// When a waiting worker of `queue` should look again at `now`: its next due job or lease
@@ -209,22 +201,20 @@ pub(crate) fn next_look(
     queue: &str,
     now: StoreTime,
 ) -> Result<Option<StoreTime>> {
-    let due = match (
+    let (waiting, expiry) = (
         earliest_run_at(read, queue)?,
         earliest_indexed_expiry(read, queue)?,
-    ) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
+    );
+    let record = queue_record(read, queue)?;
+    let running = match record {
+        Some(_) => read
+            .open_table(schema::COUNTS)?
+            .get((queue, JobState::Running.code()))?,
+        None => None,
     };
-    let Some(record) = queue_record(read, queue)? else {
-        return Ok(due);
-    };
-    let counts = read.open_table(schema::COUNTS)?;
-    let running = counts
-        .get((queue, JobState::Running.code()))?
-        .map_or(0, |v| v.value());
-    let room = crate::rules::claim_room(Some(&record), running, now);
-    Ok(crate::rules::next_look(room, due))
+    let running = running.map_or(0, |v| v.value());
+    let look = crate::rules::next_look(record.as_ref(), running, now, waiting, expiry);
+    Ok(look)
 }
 
 /// Every schedule, by name.
@@ -373,15 +363,7 @@ pub(crate) fn list(read: &ReadTransaction, filter: &JobFilter, now: StoreTime) -
             }
         }
     }
-    match filter.order {
-        JobOrder::Oldest | JobOrder::Newest => {}
-        JobOrder::Priority => out.sort_by_key(|j| (j.priority, j.run_at, j.id)),
-        JobOrder::Updated => out.sort_by_key(|j| std::cmp::Reverse((j.updated_at, j.id))),
-    }
-    if let Some(n) = filter.limit {
-        out.truncate(n);
-    }
-    Ok(out.into_iter().map(Job).collect())
+    Ok(filter.arrange(out))
 }
 
 /// The ids of every job that can pass `filter`, from an index, where its state has one that

@@ -4,7 +4,6 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::time::Duration;
 
 use parking_lot::Mutex;
 use redb::{Database, ReadableDatabase};
@@ -177,23 +176,6 @@ impl Store {
     /// The store file.
     pub fn path(&self) -> &Path {
         &self.inner.path
-    }
-
-    /// [`JobStore::wait_for_work`] for async code: resolves when a commit in this process gives
-    /// `queue` a waiting job, [`JobStore::wake_all`] is called, or `timeout` passes, with the
-    /// generation then. Pass the generation seen before the last look for work
-    /// ([`JobStore::work_generation`]), so that a wake-up in between is not lost.
-    #[cfg(feature = "tokio")]
-    pub async fn wait_for_work_async(&self, queue: &str, seen: u64, timeout: Duration) -> u64 {
-        match crate::asynchronous::changed(&self.inner.notifier, queue, seen, timeout).await {
-            Some(generation) => generation,
-            None => self.work_generation(queue),
-        }
-    }
-
-    /// Wakes the waiters of one queue (a pool's dispatcher that has completions to commit).
-    pub(crate) fn wake_queue(&self, queue: &str) {
-        self.inner.notifier.notify([&queue.to_owned()]);
     }
 
     /// The next store time at which something in `queue` may become claimable without any
@@ -378,30 +360,12 @@ impl reading::Snapshots for Store {
     }
 }
 
-impl JobStore for Store {
-    /// The queue's wake-up generation. Read it *before* looking for work, then pass it to
-    /// [`JobStore::wait_for_work`], so that work arriving in between is not missed.
-    fn work_generation(&self, queue: &str) -> u64 {
-        self.inner.notifier.generation(queue)
-    }
-
-    /// Blocks until a commit in this process gives `queue` a waiting job (an enqueue, a
-    /// release, a reclaim, a retry), [`JobStore::wake_all`] is called, or `timeout` passes.
-    /// Returns the new generation. Other processes' commits do not wake it: bound `timeout`
-    /// (by [`Store::next_due`], say) to notice those.
-    fn wait_for_work(&self, queue: &str, seen: u64, timeout: Duration) -> u64 {
-        self.inner.notifier.wait(queue, seen, timeout)
-    }
-
-    /// Wakes every waiter of [`JobStore::wait_for_work`]: for time that moved without a commit,
-    /// such as a [`ManualClock`](crate::ManualClock) advanced by a test.
-    fn wake_all(&self) {
-        self.inner.notifier.notify_all();
-    }
-}
+impl JobStore for Store {}
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use proptest::prelude::*;
 
     use crate::{JobId, JobState, JobStore, LeaseTerms, NewJob};

@@ -5,7 +5,7 @@ use super::*;
 use crate::error::Error;
 use crate::ids::{Attempt, JobId, StoreTime};
 use crate::input;
-use crate::job::{JobRecord, JobState, NewJob, Uniqueness};
+use crate::job::{JobRecord, JobState, NewJob, RunRecord, Uniqueness};
 
 // ----- a new job -----
 
@@ -154,4 +154,57 @@ pub(crate) fn retry(
     new.run_at = now;
     new.updated_at = now;
     Ok((new, released))
+}
+
+// ----- what every stored job must be -----
+
+/// What is wrong with a stored `job` whose history holds `runs` (attempt number, record),
+/// oldest first, added to `problems`: the integrity check's part that is the same on every
+/// engine. A running job and only it holds a lease, indexed no later than it expires; the
+/// history has one ended record per ended attempt, `1..=attempt` or `1..attempt` while the
+/// job runs (a running attempt's record is written when it ends; a store written by an
+/// earlier build may hold an open one, which is accepted).
+pub(crate) fn check_job(job: &JobRecord, runs: &[(u32, RunRecord)], problems: &mut Vec<String>) {
+    let (id, attempt, running) = (job.id, job.attempt.0, job.state == JobState::Running);
+    if running != job.lease.is_some() {
+        problems.push(format!(
+            "job {id} is {} but lease is {:?}",
+            job.state, job.lease
+        ));
+    }
+    if let Some(l) = job
+        .lease
+        .as_ref()
+        .filter(|l| l.indexed_expiry > l.expires_at)
+    {
+        problems.push(format!(
+            "job {id}'s lease is indexed at {} after it expires at {}",
+            l.indexed_expiry, l.expires_at
+        ));
+    }
+    let numbers: Vec<u32> = runs.iter().map(|(a, _)| *a).collect();
+    let legacy_open = running && numbers.last() == Some(&attempt);
+    let ended = attempt - u32::from(running && !legacy_open && attempt > 0);
+    // 1, 2, ..., ended, compared without building that list: a hostile record's attempt
+    // may be in the billions.
+    let consecutive =
+        numbers.len() == ended as usize && numbers.iter().zip(1u32..).all(|(a, want)| *a == want);
+    if !consecutive {
+        let problem = format!("job {id} at attempt {attempt} has history for attempts {numbers:?}");
+        return problems.push(problem);
+    }
+    for (a, run) in runs {
+        if run.attempt.0 != *a {
+            problems.push(format!(
+                "job {id}: history key {a} holds attempt {}",
+                run.attempt
+            ));
+        }
+        if (running && *a == attempt) == run.outcome.is_some() {
+            problems.push(format!(
+                "job {id} attempt {a}: outcome {:?} while job is {}",
+                run.outcome, job.state
+            ));
+        }
+    }
 }

@@ -97,12 +97,21 @@ pub(crate) fn note_claims(record: &QueueRecord, n: usize, now: StoreTime) -> Que
     new
 }
 
-/// When a waiting pool should look at the queue again, given its room and when its next job
-/// (or lease expiry) is due: the room's time while there is no room, else the job's.
-pub(crate) fn next_look(room: Room, next_due: Option<StoreTime>) -> Option<StoreTime> {
+/// When a waiting pool should look at a queue again at `now`: when its next waiting job
+/// (`waiting`: the earliest run time) or lease expiry (`expiry`: the earliest indexed one)
+/// falls due; but while the queue has no room for a claim (paused, full, its rate spent:
+/// see [`claim_room`], with `record` and `running` as there), when there may be room.
+pub(crate) fn next_look(
+    record: Option<&QueueRecord>,
+    running: u64,
+    now: StoreTime,
+    waiting: Option<StoreTime>,
+    expiry: Option<StoreTime>,
+) -> Option<StoreTime> {
+    let room = claim_room(record, running, now);
     match room.allowed {
         0 => room.more_at,
-        _ => next_due,
+        _ => waiting.into_iter().chain(expiry).min(),
     }
 }
 

@@ -139,13 +139,6 @@ impl AppTx for PgApp<'_, '_, '_> {
 #[allow(dead_code)] // each test binary uses its part
 pub trait ModelStore: JobStore {
     fn start_reaper(&self, every: Duration) -> leasehold::Result<Reaper>;
-    #[cfg(feature = "tokio")]
-    fn wait_for_work_async<'a>(
-        &'a self,
-        queue: &'a str,
-        seen: u64,
-        timeout: Duration,
-    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = u64> + 'a>>;
     /// Completes `l` and, in the same transaction, makes the application's write; returns
     /// the follow-up job's id if it enqueued one.
     fn complete_with_app(
@@ -179,15 +172,6 @@ macro_rules! model_store {
             }
             fn pool(&self, queue: &str) -> leasehold::PoolBuilder {
                 leasehold::WorkerPool::builder(leasehold::Backend::from(self.clone()), queue)
-            }
-            #[cfg(feature = "tokio")]
-            fn wait_for_work_async<'a>(
-                &'a self,
-                queue: &'a str,
-                seen: u64,
-                timeout: Duration,
-            ) -> std::pin::Pin<Box<dyn std::future::Future<Output = u64> + 'a>> {
-                Box::pin(<$store>::wait_for_work_async(self, queue, seen, timeout))
             }
         }
     };

@@ -208,19 +208,9 @@ impl Harness {
     #[allow(dead_code)] // the fuzz replay drives only redb
     pub fn memory() -> Harness {
         let clock = ManualClock::new();
-        let store = leasehold::memory::MemoryStore::configured(
-            clock.clone(),
-            RetryPolicy {
-                base: Duration::from_nanos(model::BACKOFF_BASE),
-                max: Duration::from_nanos(model::BACKOFF_MAX),
-                jitter: 0.0,
-            },
-            model::DEFAULT_MAX_ATTEMPTS,
-            leasehold::DEFAULT_MAX_PAYLOAD,
-            REAP_BATCH,
-            None,
-        )
-        .expect("a store in memory");
+        let store = leasehold::memory::MemoryStore::new(clock.clone())
+            .with_policy(memory_policy())
+            .expect("a store in memory");
         Harness {
             backing: Backing::Memory(store),
             clock,
@@ -586,7 +576,9 @@ impl Harness {
                 }
                 // A new handle takes nothing back: other machines may hold the leases.
                 Backing::Memory(store) => {
-                    *store = store.with_policy_of(store);
+                    *store = store
+                        .with_policy(memory_policy())
+                        .map_err(|e| e.to_string())?;
                     Ok(())
                 }
                 #[cfg(feature = "postgres")]
@@ -824,5 +816,19 @@ fn same<T: PartialEq + std::fmt::Debug>(
         Ok(())
     } else {
         Err(format!("{what}: store {got:?}, model {want:?}"))
+    }
+}
+
+/// The model's policy, for a store in memory.
+fn memory_policy() -> leasehold::memory::Policy {
+    leasehold::memory::Policy {
+        retry: RetryPolicy {
+            base: Duration::from_nanos(model::BACKOFF_BASE),
+            max: Duration::from_nanos(model::BACKOFF_MAX),
+            jitter: 0.0,
+        },
+        default_max_attempts: model::DEFAULT_MAX_ATTEMPTS,
+        reap_batch: REAP_BATCH,
+        ..Default::default()
     }
 }

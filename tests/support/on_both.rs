@@ -255,7 +255,9 @@ impl Backend {
     /// opens it with other settings).
     pub fn reopen_with(&mut self, setup: Setup) {
         if let Place::Memory(store) = &mut self.place {
-            *store = store.with_policy_of(&memory_store(&self.clock, &setup));
+            *store = store
+                .with_policy(memory_policy(&setup))
+                .expect("a valid policy");
         }
         self.setup = setup;
         self.reopen();
@@ -316,7 +318,7 @@ impl Backend {
                 drop(db);
                 self.store = Some(self.connect());
             }
-            Place::Memory(store) => store.forge_attempt(id, attempt),
+            Place::Memory(store) => leasehold::__private::forge_attempt(store, id, attempt),
             Place::Postgres { schema, admin, .. } => {
                 let id = i64::try_from(id.0).unwrap();
                 admin
@@ -344,17 +346,23 @@ impl Backend {
 
 /// A store in memory on `clock` with `setup` applied.
 fn memory_store(clock: &ManualClock, setup: &Setup) -> leasehold::memory::MemoryStore {
-    leasehold::memory::MemoryStore::configured(
-        clock.clone(),
-        setup.retry_policy.unwrap_or_default(),
-        setup
+    leasehold::memory::MemoryStore::new(clock.clone())
+        .with_policy(memory_policy(setup))
+        .expect("a store in memory")
+}
+
+/// `setup`'s policy, for a store in memory.
+fn memory_policy(setup: &Setup) -> leasehold::memory::Policy {
+    let default = leasehold::memory::Policy::default();
+    leasehold::memory::Policy {
+        retry: setup.retry_policy.unwrap_or_default(),
+        default_max_attempts: setup
             .default_max_attempts
-            .unwrap_or(leasehold::DEFAULT_MAX_ATTEMPTS),
-        setup.max_payload.unwrap_or(leasehold::DEFAULT_MAX_PAYLOAD),
-        setup.reap_batch.unwrap_or(leasehold::DEFAULT_REAP_BATCH),
-        setup.retention,
-    )
-    .expect("a store in memory")
+            .unwrap_or(default.default_max_attempts),
+        max_payload: setup.max_payload.unwrap_or(default.max_payload),
+        reap_batch: setup.reap_batch.unwrap_or(default.reap_batch),
+        retention: setup.retention,
+    }
 }
 
 /// Fails the test unless the integrity check ran and found nothing.
