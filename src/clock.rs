@@ -1,36 +1,6 @@
 //! The one clock.
 //!
-//! Every lease expiry is written and compared on the store's clock, inside the store. Workers
-//! never compare their own clocks with a stored expiry, so clock skew between threads,
-//! processes or a wall clock that an NTP daemon steps cannot expire a lease early.
-//!
-//! # How store time is made
-//! A [`Clock`] is a *time source*: it returns a [`ClockReading`], a tick count in nanoseconds
-//! within an *epoch* (a span in which the ticks are comparable). The store turns readings
-//! into [`StoreTime`] with an anchor persisted in the store file: "at tick `ticks` of epoch
-//! `epoch`, store time was `store`". Store time is then `anchor.store + (ticks - anchor.ticks)`.
-//!
-//! * The default [`MonotonicClock`] reads the host's `CLOCK_MONOTONIC`, and its epoch is the
-//!   kernel's boot id. Every process on the host reads the same ticks within a boot, so several
-//!   processes that open one store agree on store time through the one anchor in the file.
-//! * When the store is opened in a new epoch (the host rebooted, or another clock is used), the
-//!   store re-anchors so that time resumes at the store's persisted **high-water mark**: the
-//!   largest of every `now` at which it committed and every lease expiry it wrote.
-//!
-//! # What happens to downtime, and why that is safe
-//! Within one boot the host clock keeps running while the application is down, so a restart
-//! loses no time: leases written before a crash expire when they would have.
-//! Across a reboot the time the machine was off is unknown; the store resumes at its
-//! high-water mark. Because that mark includes every lease expiry ever written, **every lease
-//! from before the reboot is expired when the store reopens** (a reboot ended every process
-//! that held one, so none of them is alive to be wronged). Waiting jobs' run-at times and
-//! retry backoffs, in contrast, do not count the time the machine was off: a job delayed by an
-//! hour runs after an hour of running time. Store time therefore never runs backwards, and it
-//! never runs *ahead* of what was observed, so no live lease can be expired by a clock jump.
-//!
-//! `CLOCK_MONOTONIC` (not `CLOCK_BOOTTIME`) is chosen because it does not advance while the
-//! host is suspended: the workers are suspended too, and counting that time would expire all
-//! of their leases at once on resume and run their jobs twice.
+//! How store time is made, and why it is safe, is told on [`Clock`].
 //!
 //! This is the only module that reads the host's time; clippy's `disallowed-methods` enforces it.
 
@@ -53,6 +23,39 @@ pub struct ClockReading {
 }
 
 /// A time source for a store. Implementations must be monotonic within an epoch.
+///
+/// Every lease expiry is written and compared on the store's clock, inside the store. Workers
+/// never compare their own clocks with a stored expiry, so clock skew between threads,
+/// processes or a wall clock that an NTP daemon steps cannot expire a lease early.
+///
+/// # How store time is made
+/// A [`Clock`] is a *time source*: it returns a [`ClockReading`], a tick count in nanoseconds
+/// within an *epoch* (a span in which the ticks are comparable). The store turns readings
+/// into [`StoreTime`] with an anchor persisted in the store file: "at tick `ticks` of epoch
+/// `epoch`, store time was `store`". Store time is then `anchor.store + (ticks - anchor.ticks)`.
+///
+/// * The default [`MonotonicClock`] reads the host's `CLOCK_MONOTONIC`, and its epoch is the
+///   kernel's boot id. Every process on the host reads the same ticks within a boot, so several
+///   processes that open one store agree on store time through the one anchor in the file.
+/// * When the store is opened in a new epoch (the host rebooted, or another clock is used), the
+///   store re-anchors so that time resumes at the store's persisted **high-water mark**: the
+///   largest of every `now` at which it committed and every lease expiry it wrote.
+///
+/// # What happens to downtime, and why that is safe
+/// Within one boot the host clock keeps running while the application is down, so a restart
+/// loses no time: leases written before a crash expire when they would have.
+/// Across a reboot the time the machine was off is unknown; the store resumes at its
+/// high-water mark. Because that mark includes every lease expiry ever written, **every lease
+/// from before the reboot is expired when the store reopens** (a reboot ended every process
+/// that held one, so none of them is alive to be wronged). Waiting jobs' run-at times and
+/// retry backoffs, in contrast, do not count the time the machine was off: a job delayed by an
+/// hour runs after an hour of running time. Store time therefore never runs backwards, and it
+/// never runs *ahead* of what was observed, so no live lease can be expired by a clock jump.
+///
+/// `CLOCK_MONOTONIC` (not `CLOCK_BOOTTIME`) is chosen because it does not advance while the
+/// host is suspended: the workers are suspended too, and counting that time would expire all
+/// of their leases at once on resume and run their jobs twice.
+///
 pub trait Clock: Send + Sync + fmt::Debug + 'static {
     /// Reads the source.
     fn read(&self) -> ClockReading;

@@ -56,7 +56,7 @@ impl fmt::Display for Attempt {
 /// Store time is the only time leasehold compares: lease expiries, run-at times and history
 /// timestamps are all written and compared in it, inside the store, so no two hosts' or
 /// threads' wall clocks are ever compared. It never runs backwards, also across restarts
-/// (see [`crate::clock`]). It is not a wall-clock time and has no calendar meaning.
+/// (see [`crate::Clock`]). It is not a wall-clock time and has no calendar meaning.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Encode, Decode)]
 pub struct StoreTime(pub u64);
 

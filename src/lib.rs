@@ -16,7 +16,7 @@
 //! * **Heartbeat** ([`JobStore::heartbeat`]) renews the lease only while the job is still
 //!   running under the same attempt. A renewal that is refused means the lease is lost:
 //!   stop, and commit nothing.
-//! * **One clock.** Every expiry is written and compared on the store's clock ([`clock`]),
+//! * **One clock.** Every expiry is written and compared on the store's clock ([`Clock`]),
 //!   inside the store. Workers never compare wall clocks.
 //! * **Reclaim** happens three ways: a [`Reaper`] pass finds expired leases, records a
 //!   [`Outcome::LeaseExpired`] in the job's history and moves the job on; a claimer takes an
@@ -82,7 +82,7 @@
 
 // The vocabulary: plain data, errors, settings and the checks of inputs, and the one place
 // records become bytes.
-pub mod clock;
+mod clock;
 mod codec;
 mod config;
 mod error;
@@ -115,14 +115,13 @@ mod asynchronous;
 #[cfg(feature = "serde")]
 mod json;
 pub mod memory;
-pub mod pool;
+mod pool;
 mod reaper;
 mod scheduler;
 mod ticker;
 
-// The engines: a redb file (the folder is `redb/`; the module is named apart from the redb
-// crate, which `leasehold::redb` re-exports), and PostgreSQL.
-#[path = "redb/mod.rs"]
+// The engines: a redb file (named apart from the redb crate, which `leasehold::redb`
+// re-exports), and PostgreSQL.
 mod redb_store;
 
 #[cfg(feature = "testing")]
@@ -147,9 +146,9 @@ pub use job::{Job, JobLease, JobState, NewJob, Outcome, ReclaimPath, Run, Unique
 pub use job_store::{JobStore, ReadJobs};
 pub use lease::{Lease, LeaseTerms, Renewal};
 pub use pool::{
-    AnyWrites, AttemptEnded, DEFAULT_MAX_BATCH, DEFAULT_WINDOW, Interrupted, Interruption,
-    JobContext, JobError, LATENCY_BOUNDS, LATENCY_BUCKETS, Latencies, Output, PoolBuilder,
-    PoolStats, ShutdownReport, WorkerPool,
+    AnyWrites, AttemptEnded, DEFAULT_MAX_BATCH, DEFAULT_SHUTDOWN_GRACE, DEFAULT_WINDOW,
+    Interrupted, Interruption, JobContext, JobError, LATENCY_BOUNDS, LATENCY_BUCKETS, Latencies,
+    Output, PoolBuilder, PoolStats, ShutdownReport, WorkerPool,
 };
 pub use query::{JobFilter, JobOrder, QueueTiming};
 pub use queue::{MAX_RATE_CLAIMS, QueueLimits, QueueSettings, Rate, UNSERVED_AFTER, UnservedQueue};

@@ -307,7 +307,7 @@ impl ReadJobs for MemoryStore {
                 .collect()
         }))
     }
-    /// What must hold of every stored job ([`crate::rules::check_job`]); a store in memory
+    /// What must hold of every stored job (`rules::check_job`); a store in memory
     /// has no index to compare.
     fn check(&self) -> Result<CheckReport> {
         Ok(self.read(|s| {

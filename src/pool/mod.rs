@@ -1,22 +1,7 @@
 //! The worker pool: give it a handler and it runs jobs under leases, renews them on its own
 //! timer, and never commits a result whose lease it no longer holds.
 //!
-//! Threads (all named, all joined on shutdown):
-//! * one **dispatcher** claims a job whenever a worker is free, and otherwise sleeps until a
-//!   commit in this process gives the queue work or the next delayed job or lease expiry
-//!   comes due ([`Store::next_due`](crate::Store::next_due)): no busy polling, and one claimer per pool, so an
-//!   enqueue wakes one thread rather than a herd;
-//! * on a store whose rounds wait on a database server, with more than one worker, one
-//!   **deliver** thread acknowledges a committed round's completions and hands its claims
-//!   to the workers while the dispatcher's next round runs;
-//! * one **heartbeat** thread renews every in-flight lease in one `heartbeat_batch` write per
-//!   tick, carrying each job's progress counter, and interrupts jobs whose lease was lost,
-//!   cancelled or revoked as stalled;
-//! * one **watch** thread, which never touches the store's writes, sheds the leases that ran
-//!   out when the heartbeat itself is stuck (a store gone silent holds the heartbeat and the
-//!   dispatcher alike);
-//! * `concurrency` **workers** run the handler, catch its panics, validate its output and
-//!   commit through the fence.
+//! Its threads are told on [`WorkerPool`].
 
 mod builder;
 mod context;
@@ -66,7 +51,7 @@ type Validator = Arc<dyn Fn(&JobContext, &[u8]) -> std::result::Result<(), Strin
 
 /// How often [`WorkerPool::wait_idle`] looks at the store again while none of the pool's own
 /// jobs ends (for jobs that other pools or processes run, or that are not due yet).
-pub const IDLE_RECHECK: Duration = Duration::from_millis(20);
+pub(crate) const IDLE_RECHECK: Duration = Duration::from_millis(20);
 
 /// The default time [`WorkerPool::drop`] gives in-flight jobs to finish.
 pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
@@ -95,7 +80,25 @@ impl Default for Batching {
     }
 }
 
-/// A running pool of workers for one queue. See the [module docs](self).
+/// A running pool of workers for one queue: give it a handler and it runs jobs under leases,
+/// renews them on its own timer, and never commits a result whose lease it no longer holds.
+///
+/// Threads (all named, all joined on shutdown):
+/// * one **dispatcher** claims a job whenever a worker is free, and otherwise sleeps until a
+///   commit in this process gives the queue work or the next delayed job or lease expiry
+///   comes due ([`Store::next_due`](crate::Store::next_due)): no busy polling, and one claimer per pool, so an
+///   enqueue wakes one thread rather than a herd;
+/// * on a store whose rounds wait on a database server, with more than one worker, one
+///   **deliver** thread acknowledges a committed round's completions and hands its claims
+///   to the workers while the dispatcher's next round runs;
+/// * one **heartbeat** thread renews every in-flight lease in one `heartbeat_batch` write per
+///   tick, carrying each job's progress counter, and interrupts jobs whose lease was lost,
+///   cancelled or revoked as stalled;
+/// * one **watch** thread, which never touches the store's writes, sheds the leases that ran
+///   out when the heartbeat itself is stuck (a store gone silent holds the heartbeat and the
+///   dispatcher alike);
+/// * `concurrency` **workers** run the handler, catch its panics, validate its output and
+///   commit through the fence.
 ///
 /// Dropping it shuts it down gracefully (see [`WorkerPool::shutdown`]).
 pub struct WorkerPool {
@@ -244,7 +247,7 @@ impl WorkerPool {
     /// Drained means the pool holds nothing and no job of its queue is queued (delayed ones
     /// included), waiting out a retry backoff, or running anywhere (another pool, another
     /// process): every job of the queue has ended. The wait wakes as each of this pool's
-    /// jobs ends, and looks again every [`IDLE_RECHECK`] for what happens elsewhere.
+    /// jobs ends, and looks again every 20 ms for what happens elsewhere.
     pub fn wait_idle(&self, timeout: Duration) -> Result<bool> {
         let deadline = RealDeadline::after(timeout);
         loop {
