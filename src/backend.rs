@@ -12,7 +12,6 @@ use crate::ids::{Attempt, JobId, StoreTime};
 use crate::job::JobState;
 use crate::lease::{Lease, LeaseTerms, Renewal};
 use crate::protocol::{self, Records};
-use crate::rules::Retry;
 
 /// What the application's writes return: its own error, whatever it is.
 pub(crate) type WritesResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
@@ -126,42 +125,7 @@ pub(crate) fn write<T: Send + 'static>(
         .map_err(|_| crate::Error::Internal("a write step answered with another type"))
 }
 
-/// How its holder ends an attempt. (Public only in name, as [`Records`] is.)
-#[derive(Clone, Debug)]
-#[allow(private_interfaces)]
-pub enum End {
-    /// Completed, with this output.
-    Complete(Vec<u8>),
-    /// Failed with this error: retried while the budget lasts, or never.
-    Fail(String, Retry),
-    /// Given back on purpose.
-    Release,
-    /// Put off by this long.
-    Snooze(Duration),
-    /// Ran into its hard time limit.
-    TimeOut,
-}
-
-impl End {
-    /// Writes this end of `lease`'s attempt, with the holder's last progress if given.
-    pub(crate) fn write(
-        &self,
-        r: &mut dyn Records,
-        lease: (JobId, Attempt),
-        progress: Option<u64>,
-    ) -> Result<JobState> {
-        let (job, at) = lease;
-        match self {
-            End::Complete(output) => {
-                protocol::complete(r, job, at, output, progress).map(|()| JobState::Succeeded)
-            }
-            End::Fail(error, retry) => protocol::fail(r, job, at, error, *retry, progress),
-            End::Release => protocol::release(r, job, at, progress),
-            End::Snooze(delay) => protocol::snooze(r, job, at, *delay, progress),
-            End::TimeOut => protocol::time_out(r, job, at, progress),
-        }
-    }
-}
+pub use crate::protocol::End;
 
 /// What an engine gives everything that runs on it, under the calls of [`JobStore`] (of
 /// which this is the hidden part): its write transactions ([`LeaseBackend::write_step`]),
@@ -232,8 +196,8 @@ pub trait LeaseBackend: Send + Sync + 'static {
     /// Ends the attempt as its holder says, recording its last progress with it; the job's
     /// state after.
     fn end(&self, lease: &Lease, end: End, progress: Option<u64>) -> Result<JobState> {
-        let at = (lease.job, lease.attempt);
-        write(self, move |r| end.write(r, at, progress))
+        let (job, at) = (lease.job, lease.attempt);
+        write(self, move |r| protocol::end(r, job, at, &end, progress))
     }
     /// Completes the attempt and claims the same worker's next job of its queue, at once.
     fn complete_and_claim_reporting(

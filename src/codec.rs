@@ -184,24 +184,18 @@ pub(crate) fn encode_counters(c: &crate::Counters) -> Vec<u8> {
     })
 }
 
-/// The counters as format version 1 stored them: a fixed shape...
+/// The counters as format version 1 stored them: a fixed shape, whose last field came
+/// later (before it, a process's death counted as `reclaimed_at_open`).
 #[derive(Decode)]
 #[cfg_attr(test, derive(Encode))]
 struct CountersV1 {
-    reclaimed_by_reaper: u64,
-    reclaimed_by_takeover: u64,
-    reclaimed_at_open: u64,
-    released: u64,
-    leases_lost: u64,
-    fenced_writes_rejected: u64,
-    stalled: u64,
-    worst_detection_delay: std::time::Duration,
+    before: CountersBefore,
     reclaimed_process_died: u64,
 }
 
-/// ...and, before `reclaimed_process_died` (counted in `reclaimed_at_open` then), a shorter
-/// one.
+/// Version 1's counters before `reclaimed_process_died`.
 #[derive(Decode)]
+#[cfg_attr(test, derive(Encode))]
 struct CountersBefore {
     reclaimed_by_reaper: u64,
     reclaimed_by_takeover: u64,
@@ -213,37 +207,27 @@ struct CountersBefore {
     worst_detection_delay: std::time::Duration,
 }
 
-/// The counters stored in `bytes`, in this build's shape or an earlier one's.
 pub(crate) fn decode_counters(bytes: &[u8]) -> Result<crate::Counters, CodecError> {
     let mut c = crate::Counters::default();
     match split(bytes)? {
         (FIRST_VERSION, body) => {
             let v1 = match decode_body::<CountersV1>(body) {
                 Ok(v1) => v1,
-                Err(e) => match decode_body::<CountersBefore>(body) {
-                    Ok(b) => CountersV1 {
-                        reclaimed_by_reaper: b.reclaimed_by_reaper,
-                        reclaimed_by_takeover: b.reclaimed_by_takeover,
-                        reclaimed_at_open: b.reclaimed_at_open,
-                        released: b.released,
-                        leases_lost: b.leases_lost,
-                        fenced_writes_rejected: b.fenced_writes_rejected,
-                        stalled: b.stalled,
-                        worst_detection_delay: b.worst_detection_delay,
-                        reclaimed_process_died: 0,
-                    },
-                    Err(_) => return Err(e),
+                Err(e) => CountersV1 {
+                    before: decode_body::<CountersBefore>(body).map_err(|_| e)?,
+                    reclaimed_process_died: 0,
                 },
             };
-            c.reclaimed_by_reaper = v1.reclaimed_by_reaper;
-            c.reclaimed_by_takeover = v1.reclaimed_by_takeover;
-            c.reclaimed_at_open = v1.reclaimed_at_open;
+            let b = v1.before;
+            c.reclaimed_by_reaper = b.reclaimed_by_reaper;
+            c.reclaimed_by_takeover = b.reclaimed_by_takeover;
+            c.reclaimed_at_open = b.reclaimed_at_open;
             c.reclaimed_process_died = v1.reclaimed_process_died;
-            c.released = v1.released;
-            c.leases_lost = v1.leases_lost;
-            c.fenced_writes_rejected = v1.fenced_writes_rejected;
-            c.stalled = v1.stalled;
-            c.worst_detection_delay = v1.worst_detection_delay;
+            c.released = b.released;
+            c.leases_lost = b.leases_lost;
+            c.fenced_writes_rejected = b.fenced_writes_rejected;
+            c.stalled = b.stalled;
+            c.worst_detection_delay = b.worst_detection_delay;
         }
         (_, body) => {
             let stored = decode_body::<StoredCounters>(body)?;
@@ -396,14 +380,16 @@ mod tests {
         let v1 = with_version(
             FIRST_VERSION,
             &CountersV1 {
-                reclaimed_by_reaper: 1,
-                reclaimed_by_takeover: 2,
-                reclaimed_at_open: 3,
-                released: 4,
-                leases_lost: 5,
-                fenced_writes_rejected: 6,
-                stalled: 7,
-                worst_detection_delay: Duration::from_secs(8),
+                before: CountersBefore {
+                    reclaimed_by_reaper: 1,
+                    reclaimed_by_takeover: 2,
+                    reclaimed_at_open: 3,
+                    released: 4,
+                    leases_lost: 5,
+                    fenced_writes_rejected: 6,
+                    stalled: 7,
+                    worst_detection_delay: Duration::from_secs(8),
+                },
                 reclaimed_process_died: 9,
             },
         );

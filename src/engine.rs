@@ -26,6 +26,28 @@ pub(crate) mod sealed {
     pub trait Sealed {}
 }
 
+/// Makes `$store` an engine whose completions carry `$writes`, a [`Backend`] by `.into()`
+/// (of the store or a reference to it).
+macro_rules! engine {
+    ($store:ty, $writes:ty) => {
+        impl $crate::engine::sealed::Sealed for $store {}
+        impl $crate::engine::Engine for $store {
+            type Writes = $writes;
+        }
+        impl From<$store> for $crate::engine::Backend {
+            fn from(store: $store) -> $crate::engine::Backend {
+                $crate::engine::Backend(std::sync::Arc::new(store))
+            }
+        }
+        impl From<&$store> for $crate::engine::Backend {
+            fn from(store: &$store) -> $crate::engine::Backend {
+                $crate::engine::Backend(std::sync::Arc::new(store.clone()))
+            }
+        }
+    };
+}
+pub(crate) use engine;
+
 impl sealed::Sealed for Backend {}
 
 impl Engine for Backend {

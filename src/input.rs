@@ -183,23 +183,25 @@ pub(crate) fn check_queue(queue: &str) -> Result<(), InputError> {
 }
 
 pub(crate) fn check_worker(worker: &str) -> Result<(), InputError> {
-    check_no_nul("worker id", worker)?;
-    if worker.is_empty() || worker.len() > limits::MAX_WORKER_ID {
-        return Err(InputError::BadWorkerId {
-            len: worker.len(),
-            max: limits::MAX_WORKER_ID,
-        });
-    }
-    Ok(())
+    let bad = |len, max| InputError::BadWorkerId { len, max };
+    check_bounded("worker id", worker, limits::MAX_WORKER_ID, bad)
 }
 
 pub(crate) fn check_unique_key(key: &str) -> Result<(), InputError> {
-    check_no_nul("unique key", key)?;
-    if key.is_empty() || key.len() > limits::MAX_UNIQUE_KEY {
-        return Err(InputError::BadUniqueKey {
-            len: key.len(),
-            max: limits::MAX_UNIQUE_KEY,
-        });
+    let bad = |len, max| InputError::BadUniqueKey { len, max };
+    check_bounded("unique key", key, limits::MAX_UNIQUE_KEY, bad)
+}
+
+/// `text` has no NUL byte and between 1 and `max` bytes; else `bad(len, max)`.
+fn check_bounded(
+    what: &'static str,
+    text: &str,
+    max: usize,
+    bad: fn(usize, usize) -> InputError,
+) -> Result<(), InputError> {
+    check_no_nul(what, text)?;
+    if text.is_empty() || text.len() > max {
+        return Err(bad(text.len(), max));
     }
     Ok(())
 }

@@ -14,7 +14,6 @@ use parking_lot::{Mutex, RwLock};
 
 use crate::backend::{LeaseBackend, Step};
 use crate::clock::{Clock, ManualClock, StoreClock};
-use crate::engine::Backend;
 use crate::error::{Error, Result};
 use crate::ids::{Attempt, JobId, StoreTime};
 use crate::job::{Job, JobRecord, JobState, Outcome, Run, RunRecord};
@@ -379,15 +378,5 @@ impl LeaseBackend for MemoryStore {
 
 impl JobStore for MemoryStore {}
 
-impl crate::engine::sealed::Sealed for MemoryStore {}
-
-impl crate::engine::Engine for MemoryStore {
-    /// None: a store in memory has no tables of the application's.
-    type Writes = std::convert::Infallible;
-}
-
-impl From<MemoryStore> for Backend {
-    fn from(store: MemoryStore) -> Backend {
-        Backend(Arc::new(store))
-    }
-}
+// None: a store in memory has no tables of the application's.
+crate::engine::engine!(MemoryStore, std::convert::Infallible);

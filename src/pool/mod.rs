@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crossbeam_channel::{Sender, bounded, unbounded};
+use crossbeam_channel::{Receiver, Sender, bounded, unbounded};
 use parking_lot::{Condvar, Mutex};
 
 pub use crate::backend::AnyWrites;
@@ -117,6 +117,42 @@ struct Threads {
     workers: Vec<JoinHandle<()>>,
 }
 
+/// A pool's threads while it starts: if the start fails, dropping this closes the workers'
+/// channel, then stops and joins every thread started so far (the last started first).
+struct Starting {
+    jobs: Option<Sender<Flight>>,
+    stoppable: Vec<(Sender<()>, JoinHandle<()>)>,
+    workers: Vec<JoinHandle<()>>,
+}
+
+impl Starting {
+    /// Starts a thread named `name` that runs `f` until told to stop.
+    fn stoppable(
+        &mut self,
+        name: String,
+        f: impl FnOnce(Receiver<()>) + Send + 'static,
+    ) -> Result<()> {
+        let (stop, told) = bounded::<()>(1);
+        let thread = std::thread::Builder::new()
+            .name(name)
+            .spawn(move || f(told));
+        self.stoppable
+            .push((stop, thread.map_err(Error::ThreadSpawn)?));
+        Ok(())
+    }
+}
+
+impl Drop for Starting {
+    fn drop(&mut self) {
+        self.jobs = None;
+        for (stop, thread) in self.stoppable.drain(..).rev() {
+            let _ = stop.send(());
+            let _ = thread.join();
+        }
+        join_all(std::mem::take(&mut self.workers));
+    }
+}
+
 /// What a shutdown did.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
@@ -142,7 +178,13 @@ impl WorkerPool {
             let _ = slot_tx.send(());
         }
         let (job_tx, job_rx) = unbounded::<Flight>();
-        let mut workers = Vec::with_capacity(concurrency);
+        // A thread that cannot be started fails the start, and every thread started so far
+        // is stopped and joined first: none is left behind.
+        let mut starting = Starting {
+            jobs: Some(job_tx),
+            stoppable: Vec::new(),
+            workers: Vec::new(),
+        };
         for i in 0..concurrency {
             let (s, jobs, slots) = (shared.clone(), job_rx.clone(), slot_tx.clone());
             *shared.live_workers.lock() += 1;
@@ -150,73 +192,42 @@ impl WorkerPool {
                 .name(name(&format!("w{i}")))
                 .spawn(move || run::worker_loop(&s, &jobs, &slots));
             match handle {
-                Ok(h) => workers.push(h),
+                Ok(h) => starting.workers.push(h),
                 Err(e) => {
                     *shared.live_workers.lock() -= 1;
-                    drop(job_tx);
-                    join_all(workers);
                     return Err(Error::ThreadSpawn(e));
                 }
             }
         }
-        // A thread that cannot be started fails the start, and every thread started so far
-        // is stopped and joined first: none is left behind.
-        let (stop_heartbeat, hb_stop) = bounded::<()>(1);
         let s = shared.clone();
-        let heartbeat = match std::thread::Builder::new()
-            .name(name("heartbeat"))
-            .spawn(move || heartbeat::heartbeat_loop(&s, &hb_stop))
-        {
-            Ok(h) => h,
-            Err(e) => {
-                drop(job_tx); // the workers' channel closes: they return
-                join_all(workers);
-                return Err(Error::ThreadSpawn(e));
-            }
-        };
-        let (stop_watch, w_stop) = bounded::<()>(1);
+        starting.stoppable(name("heartbeat"), move |stop| {
+            heartbeat::heartbeat_loop(&s, &stop)
+        })?;
         let s = shared.clone();
-        let watch = match std::thread::Builder::new()
-            .name(name("watch"))
-            .spawn(move || heartbeat::watch_loop(&s, &w_stop))
-        {
-            Ok(w) => w,
-            Err(e) => {
-                drop(job_tx);
-                let _ = stop_heartbeat.send(());
-                let _ = heartbeat.join();
-                join_all(workers);
-                return Err(Error::ThreadSpawn(e));
+        starting.stoppable(name("watch"), move |stop| heartbeat::watch_loop(&s, &stop))?;
+        // The dispatcher owns the workers' channel: it closes when the dispatcher returns.
+        let (s, jobs) = (shared.clone(), starting.jobs.take());
+        starting.stoppable(name("dispatch"), move |stop| {
+            if let Some(jobs) = jobs {
+                dispatch::dispatch_loop(&s, &slot_rx, jobs, &stop);
             }
-        };
-        let (stop_dispatcher, d_stop) = bounded::<()>(1);
-        let s = shared.clone();
-        let dispatcher = match std::thread::Builder::new()
-            .name(name("dispatch"))
-            .spawn(move || dispatch::dispatch_loop(&s, &slot_rx, job_tx, &d_stop))
-        {
-            Ok(d) => d,
-            Err(e) => {
-                // The closure that was refused a thread is dropped, the workers' channel
-                // (which it owned) with it.
-                let _ = stop_watch.send(());
-                let _ = watch.join();
-                let _ = stop_heartbeat.send(());
-                let _ = heartbeat.join();
-                join_all(workers);
-                return Err(Error::ThreadSpawn(e));
-            }
+        })?;
+        let mut started = std::mem::take(&mut starting.stoppable).into_iter();
+        let (Some(heartbeat), Some(watch), Some(dispatcher)) =
+            (started.next(), started.next(), started.next())
+        else {
+            return Err(Error::Internal("a pool started without one of its threads"));
         };
         Ok(WorkerPool {
             shared,
             threads: Mutex::new(Some(Threads {
-                dispatcher,
-                stop_dispatcher,
-                heartbeat,
-                stop_heartbeat,
-                watch,
-                stop_watch,
-                workers,
+                dispatcher: dispatcher.1,
+                stop_dispatcher: dispatcher.0,
+                heartbeat: heartbeat.1,
+                stop_heartbeat: heartbeat.0,
+                watch: watch.1,
+                stop_watch: watch.0,
+                workers: std::mem::take(&mut starting.workers),
             })),
             shutdown_grace,
         })

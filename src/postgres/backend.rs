@@ -9,7 +9,6 @@ use crate::backend::AnyWrites;
 use crate::backend::Completion;
 use crate::backend::{Claim, End, LeaseBackend, RoundResults, Step};
 use crate::clock::Stopwatch;
-use crate::engine::Backend;
 use crate::error::{ConfigError, Result};
 use crate::ids::{JobId, StoreTime};
 use crate::job::JobState;
@@ -19,23 +18,7 @@ use crate::protocol;
 /// How long a reading of the database's clock serves before the next is taken.
 const CLOCK_READING_SERVES: Duration = Duration::from_millis(500);
 
-impl crate::engine::sealed::Sealed for PgStore {}
-
-impl crate::engine::Engine for PgStore {
-    type Writes = super::store::SqlWrites;
-}
-
-impl From<PgStore> for Backend {
-    fn from(store: PgStore) -> Backend {
-        Backend(std::sync::Arc::new(store))
-    }
-}
-
-impl From<&PgStore> for Backend {
-    fn from(store: &PgStore) -> Backend {
-        Backend(std::sync::Arc::new(store.clone()))
-    }
-}
+crate::engine::engine!(PgStore, super::store::SqlWrites);
 
 /// What one transaction of a round does besides its completions.
 #[derive(Clone, Copy)]
@@ -385,12 +368,12 @@ impl LeaseBackend for PgStore {
 
     /// A completion by [`fast::complete`]'s one statement; any other end as written once.
     fn end(&self, lease: &Lease, end: End, progress: Option<u64>) -> Result<JobState> {
-        let at = (lease.job, lease.attempt);
+        let (job, at) = (lease.job, lease.attempt);
         self.records(|r| match &end {
             End::Complete(output) => {
-                fast::complete(r, at.0, at.1, output, progress).map(|()| JobState::Succeeded)
+                fast::complete(r, job, at, output, progress).map(|()| JobState::Succeeded)
             }
-            other => other.write(r, at, progress),
+            other => protocol::end(r, job, at, other, progress),
         })
     }
 

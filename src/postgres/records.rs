@@ -19,7 +19,7 @@ use super::{PgError, Prepared, Settings};
 use crate::error::{Error, Result};
 use crate::ids::{Attempt, JobId, StoreTime};
 use crate::job::{JobRecord, Outcome, ReclaimPath, RunRecord};
-use crate::protocol::{HeldSchedule, Inserted, Policy, Records};
+use crate::protocol::{HeldSchedule, Inserted, Policy, Position, Records};
 use crate::queue::{QueueLimits, QueueRecord, Rate};
 use crate::rules;
 use crate::schedule::ScheduleRecord;
@@ -399,12 +399,7 @@ impl Records for PgRecords<'_, '_, '_> {
         Ok(u64::try_from(self.tx.query_one(&st, &[&queue])?.col::<i64>(0)?).unwrap_or(0))
     }
 
-    fn finished(
-        &mut self,
-        from: (StoreTime, JobId),
-        cutoff: StoreTime,
-        limit: usize,
-    ) -> Result<Vec<JobRecord>> {
+    fn finished(&mut self, from: Position, until: StoreTime, n: usize) -> Result<Vec<JobRecord>> {
         let st = self.get(concat!(
             "SELECT ",
             job_columns!(),
@@ -415,9 +410,9 @@ impl Records for PgRecords<'_, '_, '_> {
              LIMIT $4
              FOR UPDATE SKIP LOCKED"
         ))?;
-        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let n = i64::try_from(n).unwrap_or(i64::MAX);
         self.tx
-            .query(&st, &[&us(from.0), &key(from.1), &us(cutoff), &limit])?
+            .query(&st, &[&us(from.0), &key(from.1), &us(until), &n])?
             .iter()
             .map(super::rows::record)
             .collect()

@@ -60,57 +60,49 @@ pub(crate) fn complete(
     Ok(())
 }
 
-/// Fails the attempt: retried after a backoff while the budget lasts (or never), else dead.
-pub(crate) fn fail(
+/// How its holder ends an attempt. (Public only in name, as [`Records`] is.)
+#[derive(Clone, Debug)]
+#[allow(private_interfaces)]
+pub enum End {
+    /// Completed, with this output.
+    Complete(Vec<u8>),
+    /// Failed with this error: retried after a backoff while the budget lasts (or never),
+    /// else dead.
+    Fail(String, Retry),
+    /// Given back on purpose: claimable at once, in its old place, no budget spent.
+    Release,
+    /// Put off by this long: the attempt ends, no budget spent ([`rules::snooze`]).
+    Snooze(Duration),
+    /// Ran into its hard time limit, as its holder found.
+    TimeOut,
+}
+
+/// Ends the attempt as its holder says, under the fence, with its last progress if given;
+/// the job's state after.
+pub(crate) fn end(
     r: &mut (impl Records + ?Sized),
     id: JobId,
     attempt: Attempt,
-    error: &str,
-    retry: Retry,
+    end: &End,
     progress: Option<u64>,
 ) -> Result<JobState> {
-    let job = fence(r, id, attempt, Write::End)?;
-    let now = r.now()?;
-    let change = rules::fail(&job, error, retry, progress, now, &r.policy().retry);
+    let write = match end {
+        End::Complete(output) => {
+            complete(r, id, attempt, output, progress)?;
+            return Ok(JobState::Succeeded);
+        }
+        End::TimeOut => Write::TimeOut,
+        _ => Write::End,
+    };
+    let job = fence(r, id, attempt, write)?;
+    let (now, backoff) = (r.now()?, r.policy().retry);
+    let change = match end {
+        End::Fail(error, retry) => rules::fail(&job, error, *retry, progress, now, &backoff),
+        End::Snooze(delay) => rules::snooze(&job, *delay, progress, now),
+        End::TimeOut => rules::time_out(&job, progress, now, &backoff),
+        End::Release | End::Complete(_) => rules::release(&job, progress, now),
+    };
     store_end(r, &job, change).map(|j| j.state)
-}
-
-/// Ends the attempt as timed out: its holder found it past its hard time limit.
-pub(crate) fn time_out(
-    r: &mut (impl Records + ?Sized),
-    id: JobId,
-    attempt: Attempt,
-    progress: Option<u64>,
-) -> Result<JobState> {
-    let job = fence(r, id, attempt, Write::TimeOut)?;
-    let now = r.now()?;
-    let change = rules::time_out(&job, progress, now, &r.policy().retry);
-    store_end(r, &job, change).map(|j| j.state)
-}
-
-/// Puts the job off by `delay`: the attempt ends, no budget spent ([`rules::snooze`]).
-pub(crate) fn snooze(
-    r: &mut (impl Records + ?Sized),
-    id: JobId,
-    attempt: Attempt,
-    delay: Duration,
-    progress: Option<u64>,
-) -> Result<JobState> {
-    let job = fence(r, id, attempt, Write::End)?;
-    let now = r.now()?;
-    store_end(r, &job, rules::snooze(&job, delay, progress, now)).map(|j| j.state)
-}
-
-/// Gives the job back on purpose: claimable at once, in its old place, no budget spent.
-pub(crate) fn release(
-    r: &mut (impl Records + ?Sized),
-    id: JobId,
-    attempt: Attempt,
-    progress: Option<u64>,
-) -> Result<JobState> {
-    let job = fence(r, id, attempt, Write::End)?;
-    let now = r.now()?;
-    store_end(r, &job, rules::release(&job, progress, now)).map(|j| j.state)
 }
 
 /// Takes back the lease of a running job ([`rules::expire`]): records its end and moves the

@@ -30,7 +30,8 @@ mod records;
 
 use std::time::Duration;
 
-pub(crate) use attempt::{complete, expire, fail, heartbeat, release, snooze, time_out};
+pub use attempt::End;
+pub(crate) use attempt::{complete, end, expire, heartbeat};
 pub(crate) use claim::{claim, claim_batch, claim_job};
 #[cfg(feature = "postgres")]
 pub(crate) use claim::{next_claim, noted, room};
@@ -38,7 +39,7 @@ pub(crate) use operate::{
     cancel, declare_schedule, enqueue, enqueue_batch, fire_schedules, mark_served, pause_queue,
     pause_schedule, purge, purge_in_batches, reap_batch, remove_schedule, retry, set_queue_limits,
 };
-pub(crate) use records::{HeldSchedule, Inserted, Records};
+pub(crate) use records::{HeldSchedule, Inserted, Position, Records};
 
 use crate::retry::RetryPolicy;
 

@@ -112,19 +112,14 @@ pub trait Records {
         let running = self.scan(Some(queue), &|j| j.state == JobState::Running)?;
         Ok(running.len() as u64)
     }
-    /// Up to `limit` finished jobs in the order they finished (ties by id), from position
-    /// `from` on and finished at or before `cutoff`, held for writing.
-    fn finished(
-        &mut self,
-        from: (StoreTime, JobId),
-        cutoff: StoreTime,
-        limit: usize,
-    ) -> Result<Vec<JobRecord>> {
+    /// Up to `n` finished jobs in the order they finished (ties by id), from position
+    /// `from` on and finished at or before `until`, held for writing.
+    fn finished(&mut self, from: Position, until: StoreTime, n: usize) -> Result<Vec<JobRecord>> {
         let at = |j: &JobRecord| Some((j.finished_at?, j.id)).filter(|_| j.state.is_terminal());
-        let due = |j: &JobRecord| at(j).is_some_and(|at| at >= from && at.0 <= cutoff);
+        let due = |j: &JobRecord| at(j).is_some_and(|at| at >= from && at.0 <= until);
         let mut done = self.scan(None, &due)?;
         done.sort_by_key(|j| at(j));
-        done.truncate(limit);
+        done.truncate(n);
         Ok(done)
     }
     /// Deletes a job entirely: its record, every index entry, payload, output and history.
@@ -152,6 +147,9 @@ pub trait Records {
     /// change.
     fn note_schedule_failure(&mut self, name: &str, failure: Option<&str>) -> Result<()>;
 }
+
+/// Where a finished job stands in the order jobs finished: its finish time, then its id.
+pub type Position = (StoreTime, JobId);
 
 /// A schedule as [`Records::schedules`] finds it: its name, its record (or why it cannot be
 /// read), and the failure kept beside it.

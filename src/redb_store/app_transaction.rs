@@ -8,7 +8,7 @@ use crate::ids::{JobId, StoreTime};
 use crate::job::{JobState, NewJob};
 use crate::lease::Lease;
 use crate::pool::Output;
-use crate::protocol;
+use crate::protocol::{self, End};
 use crate::redb_store::writing::Tx;
 use crate::rules::Retry;
 
@@ -76,20 +76,15 @@ impl<'a, 't> Transaction<'a, 't> {
 
     /// Fails an attempt in this transaction, if its lease still holds.
     pub fn fail(&mut self, lease: &Lease, error: &str) -> Result<JobState> {
-        protocol::fail(
-            self.tx,
-            lease.job,
-            lease.attempt,
-            error,
-            Retry::WhileBudgetLasts,
-            None,
-        )
+        let fail = End::Fail(error.to_owned(), Retry::WhileBudgetLasts);
+        protocol::end(self.tx, lease.job, lease.attempt, &fail, None)
     }
 
     /// Fails an attempt for good in this transaction, if its lease still holds (see
     /// [`JobStore::fail_permanently`](crate::JobStore::fail_permanently)).
     pub fn fail_permanently(&mut self, lease: &Lease, error: &str) -> Result<JobState> {
-        protocol::fail(self.tx, lease.job, lease.attempt, error, Retry::Never, None)
+        let fail = End::Fail(error.to_owned(), Retry::Never);
+        protocol::end(self.tx, lease.job, lease.attempt, &fail, None)
     }
 }
 

@@ -1,32 +1,13 @@
 //! The redb [`Store`] as a worker pool's and a reaper's store (see [`crate::backend`]).
 
-use std::sync::Arc;
-
 use crate::backend::{AnyWrites, Claim, Completion, LeaseBackend, RoundResults, Step};
-use crate::engine::Backend;
 use crate::error::Result;
 use crate::ids::StoreTime;
 use crate::lease::Lease;
 
 use super::store::Store;
 
-impl crate::engine::sealed::Sealed for Store {}
-
-impl crate::engine::Engine for Store {
-    type Writes = super::app_transaction::RedbWrites;
-}
-
-impl From<Store> for Backend {
-    fn from(store: Store) -> Backend {
-        Backend(Arc::new(store))
-    }
-}
-
-impl From<&Store> for Backend {
-    fn from(store: &Store) -> Backend {
-        Backend(Arc::new(store.clone()))
-    }
-}
+crate::engine::engine!(Store, super::app_transaction::RedbWrites);
 
 impl LeaseBackend for Store {
     fn write_step(&self, mut step: Step) -> Result<Box<dyn std::any::Any + Send>> {

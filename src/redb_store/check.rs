@@ -1,6 +1,6 @@
 //! The integrity check: recomputes every index from the job records and compares.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use redb::{ReadTransaction, ReadableTable};
 
@@ -12,15 +12,15 @@ use crate::redb_store::schema;
 use crate::redb_store::writing::decode_job;
 use crate::report::CheckReport;
 
-type Ready = (String, i32, u64, u64);
-type Expiry = (String, u64, u64);
+type Ready = BTreeMap<(String, i32, u64, u64), ()>;
+type Expiry = BTreeMap<(String, u64, u64), ()>;
 
 pub(crate) fn check(read: &ReadTransaction) -> Result<CheckReport> {
     let mut report = CheckReport::default();
-    let mut ready: BTreeSet<Ready> = BTreeSet::new();
-    let mut expiry: BTreeSet<Expiry> = BTreeSet::new();
+    let mut ready: Ready = BTreeMap::new();
+    let mut expiry: Expiry = BTreeMap::new();
     let mut unique: BTreeMap<(String, String), u64> = BTreeMap::new();
-    let mut finished: BTreeSet<(u64, u64)> = BTreeSet::new();
+    let mut finished: BTreeMap<(u64, u64), ()> = BTreeMap::new();
     let mut counts: BTreeMap<(String, u8), u64> = BTreeMap::new();
     let mut attempts: BTreeMap<u64, (u32, JobState)> = BTreeMap::new();
     let problems = &mut report.problems;
@@ -49,10 +49,10 @@ pub(crate) fn check(read: &ReadTransaction) -> Result<CheckReport> {
         }
         let e = entries(&job);
         if let Some((q, p, r, i)) = e.ready {
-            ready.insert((q.to_owned(), p, r, i));
+            ready.insert((q.to_owned(), p, r, i), ());
         }
         if let Some((q, x, i)) = e.expiry {
-            expiry.insert((q.to_owned(), x, i));
+            expiry.insert((q.to_owned(), x, i), ());
         }
         if let Some((q, k)) = e.unique
             && let Some(other) = unique.insert((q.to_owned(), k.to_owned()), id)
@@ -62,75 +62,29 @@ pub(crate) fn check(read: &ReadTransaction) -> Result<CheckReport> {
             ));
         }
         if let Some(f) = e.finished {
-            finished.insert(f);
+            finished.insert(f, ());
         }
         *counts.entry((e.count.0.to_owned(), e.count.1)).or_default() += 1;
         attempts.insert(id, (job.attempt.0, job.state));
     }
 
     check_holders(read, &attempts, problems)?;
-    compare(
-        problems,
-        "ready",
-        &ready,
-        &read
-            .open_table(schema::READY)?
-            .iter()?
-            .map(|e| {
-                e.map(|(k, _)| {
-                    let (q, p, r, id) = k.value();
-                    (q.to_owned(), p, r, id)
-                })
-            })
-            .collect::<std::result::Result<BTreeSet<_>, _>>()?,
-    );
-    compare(
-        problems,
-        "expiry",
-        &expiry,
-        &read
-            .open_table(schema::EXPIRY)?
-            .iter()?
-            .map(|e| {
-                e.map(|(k, _)| {
-                    let (q, x, id) = k.value();
-                    (q.to_owned(), x, id)
-                })
-            })
-            .collect::<std::result::Result<BTreeSet<_>, _>>()?,
-    );
-    compare(
-        problems,
-        "finished",
-        &finished,
-        &read
-            .open_table(schema::FINISHED)?
-            .iter()?
-            .map(|e| e.map(|(k, _)| k.value()))
-            .collect::<std::result::Result<BTreeSet<_>, _>>()?,
-    );
-    let stored_unique = read
-        .open_table(schema::UNIQUE)?
-        .iter()?
-        .map(|e| {
-            e.map(|(k, v)| {
-                let (q, key) = k.value();
-                ((q.to_owned(), key.to_owned()), v.value())
-            })
-        })
-        .collect::<std::result::Result<BTreeMap<_, _>, _>>()?;
-    compare_maps(problems, "unique", &unique, &stored_unique);
-    let stored_counts = read
-        .open_table(schema::COUNTS)?
-        .iter()?
-        .map(|e| {
-            e.map(|(k, v)| {
-                let (q, s) = k.value();
-                ((q.to_owned(), s), v.value())
-            })
-        })
-        .collect::<std::result::Result<BTreeMap<_, _>, _>>()?;
-    compare_maps(problems, "counts", &counts, &stored_counts);
+    let found = stored(read, schema::READY, |(q, p, r, id), ()| {
+        ((q.to_owned(), p, r, id), ())
+    })?;
+    compare(problems, "ready", &ready, &found);
+    let found = stored(read, schema::EXPIRY, |(q, x, id), ()| {
+        ((q.to_owned(), x, id), ())
+    })?;
+    compare(problems, "expiry", &expiry, &found);
+    let found = stored(read, schema::FINISHED, |k, ()| (k, ()))?;
+    compare(problems, "finished", &finished, &found);
+    let found = stored(read, schema::UNIQUE, |(q, k), v| {
+        ((q.to_owned(), k.to_owned()), v)
+    })?;
+    compare(problems, "unique", &unique, &found);
+    let found = stored(read, schema::COUNTS, |(q, s), v| ((q.to_owned(), s), v))?;
+    compare(problems, "counts", &counts, &found);
 
     for id in history.keys() {
         problems.push(format!("history for job {id}, which does not exist"));
@@ -163,23 +117,22 @@ fn history(
     Ok(seen)
 }
 
-fn compare<T: Ord + std::fmt::Debug>(
-    problems: &mut Vec<String>,
-    name: &str,
-    expected: &BTreeSet<T>,
-    stored: &BTreeSet<T>,
-) {
-    for missing in expected.difference(stored) {
-        problems.push(format!("{name} index lacks {missing:?}"));
+/// Every entry of `table`, made owned by `own`.
+fn stored<K: redb::Key + 'static, V: redb::Value + 'static, T: Ord, U>(
+    read: &ReadTransaction,
+    table: redb::TableDefinition<K, V>,
+    own: impl Fn(K::SelfType<'_>, V::SelfType<'_>) -> (T, U),
+) -> Result<BTreeMap<T, U>> {
+    let mut entries = BTreeMap::new();
+    for entry in read.open_table(table)?.iter()? {
+        let (k, v) = entry?;
+        let (key, value) = own(k.value(), v.value());
+        entries.insert(key, value);
     }
-    for extra in stored.difference(expected) {
-        problems.push(format!(
-            "{name} index has {extra:?}, which no record implies"
-        ));
-    }
+    Ok(entries)
 }
 
-fn compare_maps<K: Ord + std::fmt::Debug, V: PartialEq + std::fmt::Debug>(
+fn compare<K: Ord + std::fmt::Debug, V: PartialEq + std::fmt::Debug>(
     problems: &mut Vec<String>,
     name: &str,
     expected: &BTreeMap<K, V>,
@@ -205,10 +158,8 @@ fn check_holders(
     attempts: &BTreeMap<u64, (u32, JobState)>,
     problems: &mut Vec<String>,
 ) -> Result<()> {
-    let holders = match read.open_table(schema::HOLDERS) {
-        Ok(t) => t,
-        Err(redb::TableError::TableDoesNotExist(_)) => return Ok(()),
-        Err(e) => return Err(e.into()),
+    let Some(holders) = crate::redb_store::reading::optional(read, schema::HOLDERS)? else {
+        return Ok(());
     };
     if let Err(Error::Corrupt(e)) = crate::redb_store::reading::registrations(read) {
         problems.push(format!("a registered process instance is unreadable: {e}"));

@@ -96,6 +96,18 @@ pub(crate) fn contained<T>(what: &str, f: impl FnOnce() -> Result<T>) -> Result<
     })
 }
 
+/// The table `table`, or `None` in a store written before it existed.
+pub(crate) fn optional<K: redb::Key + 'static, V: redb::Value + 'static>(
+    read: &ReadTransaction,
+    table: TableDefinition<K, V>,
+) -> Result<Option<redb::ReadOnlyTable<K, V>>> {
+    match read.open_table(table) {
+        Ok(t) => Ok(Some(t)),
+        Err(redb::TableError::TableDoesNotExist(_)) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
 pub(crate) fn job(read: &ReadTransaction, id: JobId) -> Result<Option<Job>> {
     record(read, id).map(|record| record.map(Job))
 }
@@ -176,10 +188,8 @@ pub(crate) fn stats(read: &ReadTransaction, now: StoreTime) -> Result<Stats> {
 
 /// The record of `queue`, if it has one.
 pub(crate) fn queue_record(read: &ReadTransaction, queue: &str) -> Result<Option<QueueRecord>> {
-    let queues = match read.open_table(schema::QUEUES) {
-        Ok(t) => t,
-        Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
-        Err(e) => return Err(e.into()),
+    let Some(queues) = optional(read, schema::QUEUES)? else {
+        return Ok(None);
     };
     match queues.get(queue)? {
         Some(b) => codec::decode(b.value())
@@ -219,10 +229,8 @@ pub(crate) fn next_look(
 
 /// Every schedule, by name.
 pub(crate) fn schedules(read: &ReadTransaction) -> Result<Vec<crate::schedule::ScheduleInfo>> {
-    let table = match read.open_table(schema::SCHEDULES) {
-        Ok(t) => t,
-        Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
-        Err(e) => return Err(e.into()),
+    let Some(table) = optional(read, schema::SCHEDULES)? else {
+        return Ok(Vec::new());
     };
     let meta = read.open_table(schema::META)?;
     table
@@ -241,10 +249,8 @@ pub(crate) fn schedules(read: &ReadTransaction) -> Result<Vec<crate::schedule::S
 
 /// Every queue's record (none in a store no worker has served yet).
 fn queue_records(read: &ReadTransaction) -> Result<Vec<(String, QueueRecord)>> {
-    let queues = match read.open_table(schema::QUEUES) {
-        Ok(t) => t,
-        Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
-        Err(e) => return Err(e.into()),
+    let Some(queues) = optional(read, schema::QUEUES)? else {
+        return Ok(Vec::new());
     };
     queues
         .iter()?
@@ -418,10 +424,8 @@ pub(crate) fn shared_by_processes(read: &ReadTransaction) -> Result<bool> {
 
 /// The process instance holding each running job's lease, when processes share the store.
 pub(crate) fn holders(read: &ReadTransaction) -> Result<Vec<(JobId, crate::ids::InstanceId)>> {
-    let holders = match read.open_table(schema::HOLDERS) {
-        Ok(t) => t,
-        Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
-        Err(e) => return Err(e.into()),
+    let Some(holders) = optional(read, schema::HOLDERS)? else {
+        return Ok(Vec::new());
     };
     holders
         .iter()?
@@ -442,10 +446,8 @@ pub(crate) fn registrations(
         crate::redb_store::instance::Registration,
     )>,
 > {
-    let instances = match read.open_table(schema::INSTANCES) {
-        Ok(t) => t,
-        Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
-        Err(e) => return Err(e.into()),
+    let Some(instances) = optional(read, schema::INSTANCES)? else {
+        return Ok(Vec::new());
     };
     instances
         .iter()?

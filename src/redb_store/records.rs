@@ -8,7 +8,7 @@ use crate::codec;
 use crate::error::{Error, Result};
 use crate::ids::{Attempt, JobId, StoreTime};
 use crate::job::{JobRecord, JobState, Outcome, RunRecord};
-use crate::protocol::{HeldSchedule, Inserted, Policy, Records};
+use crate::protocol::{HeldSchedule, Inserted, Policy, Position, Records};
 use crate::queue::QueueRecord;
 use crate::redb_store::writing::{Tx, load};
 use crate::redb_store::{index, search};
@@ -142,18 +142,13 @@ impl Records for Tx<'_> {
         Tx::count(self, queue, JobState::Running)
     }
 
-    fn finished(
-        &mut self,
-        from: (StoreTime, JobId),
-        cutoff: StoreTime,
-        limit: usize,
-    ) -> Result<Vec<JobRecord>> {
+    fn finished(&mut self, from: Position, until: StoreTime, n: usize) -> Result<Vec<JobRecord>> {
         let mut ids = Vec::new();
         for entry in self
             .tables
             .finished
-            .range((from.0.0, from.1.0)..=(cutoff.0, u64::MAX))?
-            .take(limit)
+            .range((from.0.0, from.1.0)..=(until.0, u64::MAX))?
+            .take(n)
         {
             ids.push(JobId(entry?.0.value().1));
         }

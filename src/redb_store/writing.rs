@@ -84,22 +84,12 @@ impl<'t> Tables<'t> {
     /// The queues' records, open for writing (opened on first use: most transactions touch
     /// none).
     pub(crate) fn queues(&mut self) -> Result<&mut Table<'t, &'static str, &'static [u8]>> {
-        if self.queues.is_none() {
-            self.queues = Some(self.txn.open_table(schema::QUEUES)?);
-        }
-        self.queues
-            .as_mut()
-            .ok_or(Error::Internal("the queues table did not open"))
+        opened(&mut self.queues, self.txn, schema::QUEUES)
     }
 
     /// The schedules, open for writing (opened on first use).
     pub(crate) fn schedules(&mut self) -> Result<&mut Table<'t, &'static str, &'static [u8]>> {
-        if self.schedules.is_none() {
-            self.schedules = Some(self.txn.open_table(schema::SCHEDULES)?);
-        }
-        self.schedules
-            .as_mut()
-            .ok_or(Error::Internal("the schedules table did not open"))
+        opened(&mut self.schedules, self.txn, schema::SCHEDULES)
     }
 
     /// Records where `instance` keeps its lock file (its first registration, or a new file).
@@ -357,4 +347,17 @@ pub(crate) fn load(tx: &Tx<'_>, id: JobId) -> Result<JobRecord> {
     tx.tables
         .job(id)?
         .ok_or_else(|| Error::Corrupt(format!("an index names job {id}, which has no record")))
+}
+
+/// The table in `slot`, opened in `txn` on first use.
+fn opened<'s, 't>(
+    slot: &'s mut Option<Table<'t, &'static str, &'static [u8]>>,
+    txn: &'t WriteTransaction,
+    table: redb::TableDefinition<'static, &'static str, &'static [u8]>,
+) -> Result<&'s mut Table<'t, &'static str, &'static [u8]>> {
+    if slot.is_none() {
+        *slot = Some(txn.open_table(table)?);
+    }
+    slot.as_mut()
+        .ok_or(Error::Internal("a table opened on first use did not open"))
 }
