@@ -145,6 +145,18 @@ pub trait LeaseBackend: Send + Sync + 'static {
     fn clock(&self) -> StoreTime;
     /// Who waits for work on this handle, and what wakes them.
     fn notifier(&self) -> &crate::notify::Notifier;
+    /// A pool claimed `leases` to hand to its handlers: an engine that can tell, when its
+    /// process dies, how far each lease got notes them (a redb file's log; see
+    /// [`crate::Outcome::NeverStarted`]). A lease never noted counts as in its handler.
+    fn claimed(&self, _leases: &[Lease]) {}
+    /// A handler is about to start `lease`'s attempt: before this returns, a death must
+    /// leave it known.
+    fn started(&self, _lease: &Lease) {}
+    /// The handler of `lease`'s attempt returned, and no code of the application's runs for
+    /// it any more (none commits with its result).
+    fn returned(&self, _lease: &Lease) {}
+    /// `lease`'s attempt ended here, however it ended: its start need not be kept.
+    fn ended(&self, _job: JobId, _attempt: Attempt) {}
     /// Wakes the waiters of one queue (a pool's dispatcher that has completions to commit).
     fn wake_queue(&self, queue: &str) {
         self.notifier().notify([&queue.to_owned()]);

@@ -258,6 +258,22 @@ pub enum Outcome {
         /// How long the job was put off.
         delay: Duration,
     },
+    /// The holder's process died with the job claimed ahead, before any handler started
+    /// it (the process logged each start; this one was not among them): the job went back
+    /// to its old place with no retry budget spent. A process that crash-loops on one job
+    /// thus spends that job's budget alone, not that of every job it held beside it.
+    NeverStarted {
+        /// Which path took the lease back: at open, or from a dead neighbour.
+        path: ReclaimPath,
+    },
+    /// The holder's process died after the handler returned, before its result was
+    /// committed, and with no code of the application's running for this job (another job
+    /// was in its handler, or none): the job went back to its old place to run again with
+    /// no retry budget spent.
+    ResultLost {
+        /// Which path took the lease back: at open, or from a dead neighbour.
+        path: ReclaimPath,
+    },
 }
 
 impl fmt::Display for Outcome {
@@ -294,6 +310,12 @@ impl fmt::Display for Outcome {
                 )
             }
             Outcome::Snoozed { delay } => write!(f, "snoozed for {:.3}s", delay.as_secs_f64()),
+            Outcome::NeverStarted { .. } => {
+                f.write_str("never started: its holder's process died with it claimed ahead")
+            }
+            Outcome::ResultLost { .. } => f.write_str(
+                "result lost: its holder's process died after the handler returned, before the commit",
+            ),
         }
     }
 }

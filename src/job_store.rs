@@ -352,7 +352,7 @@ pub trait JobStore: ReadJobs + LeaseBackend {
         let began = self.clock();
         let pass = crate::batches::run(self.policy().reap_batch, |limit| {
             write(self, move |r| {
-                protocol::reap_batch(r, limit, crate::ReclaimPath::Reaper)
+                protocol::reap_batch(r, limit, crate::ReclaimPath::Reaper, &Default::default())
             })
         })?;
         let mut report = ReapReport::from(pass);

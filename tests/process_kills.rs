@@ -13,7 +13,7 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use leasehold::redb::ReadableTable;
-use leasehold::{JobId, JobState, NewJob, Store, StoreTime};
+use leasehold::{JobId, JobState, NewJob, Outcome, Store, StoreTime};
 use leasehold::{JobStore, ReadJobs};
 
 #[path = "support/helper_process.rs"]
@@ -248,6 +248,84 @@ fn without_recovery_an_orphaned_lease_is_due_within_one_lease_of_reopening() {
         }
     }
     assert!(orphans > 0, "the child held leases when it died");
+}
+
+/// A process that crash-loops on one job (here it aborts; out of memory, say, in an
+/// application) spends that job's budget alone: the jobs it held ahead of its worker go back
+/// to their places with nothing spent ([`Outcome::NeverStarted`]), the poison job spends one
+/// attempt per crash and ends dead, and every other job succeeds once, started at most twice
+/// (a job whose completion the crash caught before its commit runs again).
+#[test]
+fn a_process_that_crash_loops_on_one_job_spends_that_jobs_budget_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("poison.redb");
+    let store = Store::open(&path).unwrap();
+    let jobs = (0..2_000).map(|i| match i {
+        100 => NewJob::new(QUEUE, "poison"),
+        _ => NewJob::new(QUEUE, format!("{i}")),
+    });
+    let ids = store.enqueue_batch(jobs.collect()).unwrap();
+    let poison = ids[100];
+    drop(store);
+    let db = path.to_str().unwrap();
+    let mut crashes = 0;
+    let mut drained = false;
+    for _ in 0..30 {
+        let args = ["--db", db, "--queue", QUEUE, "--workers", "1"];
+        let status = helper_process::command("poison", args)
+            .stdout(Stdio::null())
+            .status()
+            .unwrap();
+        if status.success() {
+            drained = true;
+            break;
+        }
+        crashes += 1;
+    }
+    assert!(
+        drained,
+        "the queue drained within 30 starts ({crashes} crashes)"
+    );
+    let budget = leasehold::DEFAULT_MAX_ATTEMPTS;
+    assert_eq!(
+        crashes, budget,
+        "the poison job crashed its process once per attempt"
+    );
+
+    let store = Store::open(&path).unwrap();
+    assert_eq!(store.job(poison).unwrap().unwrap().state(), JobState::Dead);
+    let never_started = |o: Option<&Outcome>| matches!(o, Some(Outcome::NeverStarted { .. }));
+    let mut held_ahead = 0;
+    for &id in &ids {
+        let runs = store.history(id).unwrap();
+        held_ahead += runs.iter().filter(|r| never_started(r.outcome())).count();
+        if id == poison {
+            continue;
+        }
+        assert_eq!(
+            store.job(id).unwrap().unwrap().state(),
+            JobState::Succeeded,
+            "job {id}"
+        );
+        let started: Vec<_> = runs
+            .iter()
+            .filter(|r| !never_started(r.outcome()))
+            .collect();
+        let succeeded = started
+            .iter()
+            .filter(|r| r.outcome() == Some(&Outcome::Succeeded));
+        assert_eq!(succeeded.count(), 1, "job {id} succeeded once: {runs:?}");
+        assert!(
+            started.len() <= 2,
+            "job {id} started {} times: {runs:?}",
+            started.len()
+        );
+    }
+    assert!(
+        held_ahead >= budget as usize,
+        "every crash left jobs held ahead and never started ({held_ahead} in all)"
+    );
+    assert!(store.check().unwrap().is_clean());
 }
 
 #[test]

@@ -313,6 +313,7 @@ fn commit(
     }
     let (leases, answer) = match claimed {
         Ok(leases) => {
+            shared.store.claimed(&leases);
             let n = leases.len();
             (leases, Ok(n))
         }

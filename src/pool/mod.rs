@@ -561,6 +561,7 @@ impl Shared {
     }
 
     pub(crate) fn finish(&self, attempt: (JobId, Attempt)) {
+        self.store.ended(attempt.0, attempt.1);
         self.flights.lock().remove(&attempt);
         self.flights_changed.notify_all();
     }

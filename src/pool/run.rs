@@ -132,6 +132,7 @@ fn run_one(shared: &Shared, flight: Flight, waited: bool) -> After {
         return After::Finished;
     }
     let ctx = JobContext::new(flight.lease.clone(), flight.state.clone());
+    shared.store.started(&flight.lease);
     let watch = Stopwatch::start();
     let ran = catch_unwind(AssertUnwindSafe(|| (shared.handler)(&ctx)));
     shared.pace.job_ran(watch.elapsed());
@@ -171,6 +172,10 @@ fn run_one(shared: &Shared, flight: Flight, waited: bool) -> After {
         },
     };
     let lease = &flight.lease;
+    // The application's code is done with the job, unless writes of its commit with it.
+    if !matches!(&verdict, Verdict::Complete(output) if output.writes.is_some()) {
+        shared.store.returned(lease);
+    }
     match (flight.state.interruption(), verdict) {
         (Some(Interruption::Abandoned), _) => {}
         // Shutting down: a finished result is still worth committing if the lease holds; a

@@ -271,14 +271,14 @@ pub(crate) fn history(tx: Tx<'_, '_>, p: &mut Prepared<'_>, job: JobId) -> Resul
                 delay: duration(row.col::<Option<i64>>(10)?.unwrap_or(0)),
             },
             "lease_expired" => Outcome::LeaseExpired {
-                path: match row.col::<Option<&str>>(6)? {
-                    Some("reaper") => ReclaimPath::Reaper,
-                    Some("takeover") => ReclaimPath::Takeover,
-                    Some("recovery") => ReclaimPath::Recovery,
-                    Some("process_died") => ReclaimPath::ProcessDied,
-                    other => return Err(Error::Corrupt(format!("unknown reclaim path {other:?}"))),
-                },
+                path: reclaim_path(row.col::<Option<&str>>(6)?)?,
                 overdue: duration(row.col::<Option<i64>>(7)?.unwrap_or(0)),
+            },
+            "never_started" => Outcome::NeverStarted {
+                path: reclaim_path(row.col::<Option<&str>>(6)?)?,
+            },
+            "result_lost" => Outcome::ResultLost {
+                path: reclaim_path(row.col::<Option<&str>>(6)?)?,
             },
             other => return Err(Error::Corrupt(format!("unknown outcome {other:?}"))),
         };
@@ -295,6 +295,17 @@ pub(crate) fn history(tx: Tx<'_, '_>, p: &mut Prepared<'_>, job: JobId) -> Resul
         runs.push(running);
     }
     Ok(runs)
+}
+
+/// A reclaim path as the history stores it.
+fn reclaim_path(name: Option<&str>) -> Result<ReclaimPath> {
+    Ok(match name {
+        Some("reaper") => ReclaimPath::Reaper,
+        Some("takeover") => ReclaimPath::Takeover,
+        Some("recovery") => ReclaimPath::Recovery,
+        Some("process_died") => ReclaimPath::ProcessDied,
+        other => return Err(Error::Corrupt(format!("unknown reclaim path {other:?}"))),
+    })
 }
 
 /// Counts per queue and state, and the lifetime counters.

@@ -632,6 +632,8 @@ fn outcome_columns(
         Outcome::FailedPermanently(e) => ("failed_permanently", Some(e.as_str()), None, None),
         Outcome::TimedOut { .. } => ("timed_out", None, None, None),
         Outcome::Snoozed { .. } => ("snoozed", None, None, None),
+        Outcome::NeverStarted { path } => ("never_started", None, Some(path_name(*path)), None),
+        Outcome::ResultLost { path } => ("result_lost", None, Some(path_name(*path)), None),
     }
 }
 

@@ -11,7 +11,7 @@ use crate::input;
 use crate::job::{JobRecord, JobState, ReclaimPath};
 use crate::lease::Renewal;
 use crate::report::Reclaim;
-use crate::rules::{self, Change, Renewed, Retry, Write, corrupt_running};
+use crate::rules::{self, Change, Renewed, Retry, Stage, Write, corrupt_running};
 
 /// Renews the lease by its length from now (up to the attempt's deadline) if the caller
 /// still holds it, storing progress. A cancel requested meanwhile ends the attempt here and
@@ -105,15 +105,36 @@ pub(crate) fn end(
     store_end(r, &job, change).map(|j| j.state)
 }
 
+/// How far a dead holder's process got with each attempt it held, as it logged them:
+/// unknown (charged as in its handler) unless an engine read the holder's log and it names
+/// the attempt.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Started(
+    pub Option<std::sync::Arc<std::collections::HashMap<(JobId, Attempt), Stage>>>,
+);
+
+impl Started {
+    /// How far `job`'s current attempt got.
+    pub(crate) fn stage(&self, job: &JobRecord) -> Stage {
+        match &self.0 {
+            None => Stage::Unknown,
+            Some(log) => (log.get(&(job.id, job.attempt)).copied()).unwrap_or(Stage::Unknown),
+        }
+    }
+}
+
 /// Takes back the lease of a running job ([`rules::expire`]): records its end and moves the
-/// job on; returns its new record and the reclaim.
+/// job on; returns its new record and the reclaim. `started`: what its holder's process
+/// logged, where that process is known dead.
 pub(crate) fn expire(
     r: &mut (impl Records + ?Sized),
     job: &JobRecord,
     path: ReclaimPath,
+    started: &Started,
 ) -> Result<(JobRecord, Reclaim)> {
     let now = r.now()?;
-    let Some((change, reclaim)) = rules::expire(job, path, now, &r.policy().retry) else {
+    let retry = &r.policy().retry;
+    let Some((change, reclaim)) = rules::expire(job, path, started.stage(job), now, retry) else {
         return Err(corrupt_running(job));
     };
     let new = store_end(r, job, change)?;

@@ -26,6 +26,30 @@ impl LeaseBackend for Store {
         &self.inner.notifier
     }
 
+    fn claimed(&self, leases: &[Lease]) {
+        if let Some(log) = self.inner.started.get() {
+            log.claimed(leases.iter().map(|l| (l.job, l.attempt)));
+        }
+    }
+
+    fn started(&self, lease: &Lease) {
+        if let Some(log) = self.inner.started.get() {
+            log.started(lease.job, lease.attempt);
+        }
+    }
+
+    fn returned(&self, lease: &Lease) {
+        if let Some(log) = self.inner.started.get() {
+            log.returned(lease.job, lease.attempt);
+        }
+    }
+
+    fn ended(&self, job: crate::JobId, attempt: crate::Attempt) {
+        if let Some(log) = self.inner.started.get() {
+            log.ended(job, attempt);
+        }
+    }
+
     fn another_process_writes(&self) -> bool {
         Store::another_process_writes(self)
     }

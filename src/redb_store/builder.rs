@@ -14,6 +14,7 @@ use crate::ids::InstanceId;
 use crate::redb_store::group::CommitShape;
 use crate::redb_store::neighbours::Neighbours;
 use crate::redb_store::open::{self, EngineOptions};
+use crate::redb_store::started;
 use crate::redb_store::store::Store;
 use crate::redb_store::writing::Policy;
 use crate::retry::RetryPolicy;
@@ -148,6 +149,9 @@ impl StoreBuilder {
         if shared {
             crate::redb_store::instance::check_directory(&self.path)?;
         }
+        // A store on a file keeps the log of the jobs its handlers start beside it (one
+        // process alone on the file) or beside its instance's lock file (processes sharing it).
+        let on_file = self.backend.is_none();
         let db = open::open_database(
             &self.path,
             self.backend,
@@ -205,14 +209,22 @@ impl StoreBuilder {
         if let Some(older) = upgraded_from {
             let _ = store.inner.upgraded_from.set(older);
         }
+        let log = match (&store.inner.neighbours, on_file) {
+            (_, false) => None,
+            (None, true) => Some(started::beside(store.path())),
+            (Some(n), true) => Some(started::of_instance(&n.registration().path())),
+        };
         if self.recover_on_open {
-            let report = store.recover()?;
+            let report = store.recover(log.as_deref())?;
             if !report.reclaimed.is_empty() {
                 tracing::warn!(
                     reclaimed = report.reclaimed.len(),
                     "took back leases of a process that ended without releasing them"
                 );
             }
+        }
+        if let Some(log) = log {
+            let _ = store.inner.started.set(started::StartedLog::create(log));
         }
         store.start_neighbours()?;
         Ok(store)

@@ -58,7 +58,8 @@ pub(crate) struct Registration {
 }
 
 impl Registration {
-    fn path(&self) -> PathBuf {
+    /// Where the lock file is.
+    pub(crate) fn path(&self) -> PathBuf {
         PathBuf::from(std::ffi::OsStr::from_bytes(&self.lock_file))
     }
 }
@@ -95,12 +96,19 @@ pub(crate) struct Dead {
 }
 
 impl Dead {
+    /// Where its lock file is.
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+
     /// Removes the instance's file, its leases taken back: only if the path still names the
-    /// file whose lock was found free (an operator's file put there since stays).
+    /// file whose lock was found free (an operator's file put there since stays), and the
+    /// log of the jobs it started.
     pub(crate) fn bury(self) {
         if !same_file(&self.path, &self.lock) {
             return;
         }
+        let _ = std::fs::remove_file(crate::redb_store::started::of_instance(&self.path));
         if let Err(e) = std::fs::remove_file(&self.path)
             && e.kind() != std::io::ErrorKind::NotFound
         {

@@ -11,7 +11,7 @@
 //! | `commit.rs` | write transactions: the group, the store's time, durability, what a commit wakes |
 //! | `open.rs`, `create.rs` | opening and refusing files; creating one so that a crash leaves nothing half-made |
 //! | `crashed_file.rs` | reading a store whose writer died, its repair kept in memory |
-//! | `protocol.rs` | the lease protocol: the rule book applied over a write transaction |
+//! | `records.rs` | the protocol's records (`src/protocol/`) over a write transaction |
 //! | `writing.rs` | a write transaction as the protocol sees it: the tables, the time, the tallies |
 //! | `app_transaction.rs` | the application's side of a leasehold transaction |
 //! | `index.rs`, `search.rs` | index maintenance, and finding work in the indexes |
@@ -19,6 +19,7 @@
 //! | `schema.rs` | the tables (records become bytes in the crate's one codec, `src/codec.rs`) |
 //! | `group.rs` | group commit |
 //! | `instance.rs`, `neighbours.rs`, `shared.rs` | processes sharing a store |
+//! | `started.rs` | which leases reached a handler, for whoever takes back a dead process's |
 //! | `contain.rs` | the engine's panics on a damaged page, kept quiet |
 //! | `backend.rs` | the store as a pool's and a reaper's |
 
@@ -41,6 +42,7 @@ mod records;
 mod schema;
 mod search;
 mod shared;
+mod started;
 mod store;
 mod store_reader;
 mod writing;

@@ -34,8 +34,10 @@ use redb::TableDefinition;
 /// (time limits, uniqueness windows, metadata; see the codec) and adds `queues`, none of
 /// which older builds can read. An older store is upgraded by the first open that writes
 /// (its records are read in either format and rewritten as they change); it also adds
-/// `schedules`.
-pub const SCHEMA_VERSION: u32 = 4;
+/// `schedules`. Version 5 may record an attempt as
+/// [`Outcome::NeverStarted`](crate::Outcome::NeverStarted) or
+/// [`Outcome::ResultLost`](crate::Outcome::ResultLost).
+pub const SCHEMA_VERSION: u32 = 5;
 
 /// The marker that says "this redb file is a leasehold store".
 pub(crate) const MARKER: &[u8] = b"leasehold store";

@@ -15,11 +15,12 @@ use crate::error::Result;
 use crate::ids::InstanceId;
 use crate::ids::{Attempt, JobId};
 use crate::job::{JobState, ReclaimPath};
-use crate::protocol::expire;
+use crate::protocol::{Started, expire};
 use crate::redb_store::instance::{self, Liveness, Registration};
 use crate::redb_store::neighbours::{Neighbours, Survivor};
 use crate::redb_store::reading;
 use crate::redb_store::reading::Snapshots as _;
+use crate::redb_store::started;
 use crate::redb_store::store::{Inner, Store};
 use crate::redb_store::writing::{Tx, load};
 use crate::report::ReapReport;
@@ -61,8 +62,10 @@ impl Store {
             }
         }
         let gone: Arc<BTreeSet<InstanceId>> = Arc::new(dead.iter().map(|d| d.id).collect());
-        let report =
-            self.in_batches(move |tx, batch| reclaim_orphans(tx, batch, |id| !gone.contains(&id)))?;
+        let started = started::read_all(dead.iter().map(|d| started::of_instance(d.path())));
+        let report = self.in_batches(move |tx, batch| {
+            reclaim_orphans(tx, batch, |id| !gone.contains(&id), &started)
+        })?;
         for d in dead {
             // Its leases are back: forget it, then remove its file.
             self.reclaim_instance(d.id)?;
@@ -88,8 +91,16 @@ impl Store {
     /// Takes back every lease a dead (or retiring) instance held, and forgets it once none
     /// is left; returns how many.
     pub(crate) fn reclaim_instance(&self, dead: InstanceId) -> Result<usize> {
+        let registered = self
+            .registrations()?
+            .into_iter()
+            .find(|(id, _)| *id == dead);
+        let started = match registered {
+            Some((_, registration)) => started::read(&started::of_instance(&registration.path())),
+            None => Started::default(),
+        };
         let report = self.in_batches(move |tx, limit| {
-            let batch = reclaim_holder(tx, dead, limit)?;
+            let batch = reclaim_holder(tx, dead, limit, &started)?;
             if batch.looked < limit {
                 // The last of its leases are back.
                 tx.tables.forget_instance(dead)?;
@@ -147,7 +158,12 @@ impl Drop for Store {
         {
             n.stop();
             match self.reclaim_instance(n.instance()) {
-                Ok(_) => n.retire(),
+                Ok(_) => {
+                    n.retire();
+                    if let Some(log) = self.inner.started.get() {
+                        log.remove();
+                    }
+                }
                 Err(e) => {
                     tracing::warn!(error = %e, "giving back this process's leases at close failed")
                 }
@@ -159,7 +175,12 @@ impl Drop for Store {
 /// Takes back up to `limit` leases held by `instance`, a process that is known to be dead
 /// (its instance lock was free): all of them in one transaction when they fit, recorded as
 /// [`ReclaimPath::ProcessDied`].
-fn reclaim_holder(tx: &mut Tx<'_>, instance: InstanceId, limit: usize) -> Result<Batch<Reclaim>> {
+fn reclaim_holder(
+    tx: &mut Tx<'_>,
+    instance: InstanceId,
+    limit: usize,
+    started: &Started,
+) -> Result<Batch<Reclaim>> {
     let Some(holders) = &tx.tables.holders else {
         return Ok(Batch {
             items: Vec::new(),
@@ -183,7 +204,7 @@ fn reclaim_holder(tx: &mut Tx<'_>, instance: InstanceId, limit: usize) -> Result
     for (id, attempt) in held {
         let job = load(tx, id)?;
         if job.state == JobState::Running && job.attempt == attempt {
-            reclaimed.push(expire(tx, &job, ReclaimPath::ProcessDied)?.1);
+            reclaimed.push(expire(tx, &job, ReclaimPath::ProcessDied, started)?.1);
         } else {
             // An entry its attempt's end did not remove cannot exist; tolerate one anyway.
             tx.tables.unhold(id)?;
@@ -203,6 +224,7 @@ fn reclaim_orphans(
     tx: &mut Tx<'_>,
     limit: usize,
     mut alive: impl FnMut(InstanceId) -> bool,
+    started: &Started,
 ) -> Result<Batch<Reclaim>> {
     let mut orphans = Vec::new();
     for entry in tx.tables.expiry.iter()? {
@@ -224,7 +246,12 @@ fn reclaim_orphans(
     let looked = orphans.len();
     let mut reclaimed = Vec::with_capacity(orphans.len());
     for (id, path) in orphans {
-        reclaimed.push(expire(tx, &load(tx, id)?, path)?.1);
+        // What the dead logged says nothing of a lease no instance held.
+        let started = match path {
+            ReclaimPath::ProcessDied => started,
+            _ => &Started::default(),
+        };
+        reclaimed.push(expire(tx, &load(tx, id)?, path, started)?.1);
     }
     Ok(Batch {
         items: reclaimed,

@@ -24,6 +24,7 @@ use crate::redb_store::group::{CommitShape, Group};
 use crate::redb_store::neighbours::Neighbours;
 use crate::redb_store::reading;
 use crate::redb_store::reading::Snapshots as _;
+use crate::redb_store::started::{self, StartedLog};
 use crate::redb_store::writing::{Policy, Tx};
 use crate::report::{ReapReport, Reclaim};
 use crate::stats::WriteMetrics;
@@ -73,6 +74,9 @@ pub(crate) struct Inner {
     pub(super) served: ServedMarks,
     /// The writer thread of [`CommitShape::WriterThread`], joined when the store closes.
     writer: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// This process's log of the jobs its handlers started (a store on a file; see
+    /// [`crate::redb_store::started`]).
+    pub(crate) started: std::sync::OnceLock<StartedLog>,
 }
 
 #[derive(Debug, Default)]
@@ -108,6 +112,7 @@ impl Store {
                 neighbours,
                 served: ServedMarks::default(),
                 writer: Mutex::new(None),
+                started: std::sync::OnceLock::new(),
             }),
             counted: true,
         };
@@ -137,10 +142,14 @@ impl Store {
     /// Takes back the leases whose holder's process is gone: at open. Alone on the file (the
     /// writer's seat proves it), that is every running lease; shared by processes, only those
     /// of processes that are provably dead (their instance lock is free), never a neighbour's.
-    pub(crate) fn recover(&self) -> Result<&ReapReport> {
+    /// `log`: where the last process alone on the file logged the jobs it started.
+    pub(crate) fn recover(&self, log: Option<&Path>) -> Result<&ReapReport> {
         let report = match &self.inner.neighbours {
             None => {
-                self.in_batches(|tx, batch| protocol::reap_batch(tx, batch, ReclaimPath::Recovery))?
+                let started = log.map(started::read).unwrap_or_default();
+                self.in_batches(move |tx, batch| {
+                    protocol::reap_batch(tx, batch, ReclaimPath::Recovery, &started)
+                })?
             }
             Some(n) => self.reclaim_orphans(n.instance())?,
         };

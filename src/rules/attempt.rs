@@ -281,15 +281,55 @@ pub(crate) fn release(job: &JobRecord, progress: Option<u64>, now: StoreTime) ->
     change
 }
 
+/// Whether the holder of a lease taken back on `path` is known to be dead (its process
+/// ended), rather than silent.
+fn dead_holder(path: ReclaimPath) -> bool {
+    matches!(path, ReclaimPath::Recovery | ReclaimPath::ProcessDied)
+}
+
+/// How far a holder's process got with an attempt before it died, as its log says.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Stage {
+    /// Not known: the holder kept no log (or it is alive, for all anyone knows).
+    Unknown,
+    /// Held ahead of the workers: no handler started it.
+    NotStarted,
+    /// In its handler when the process died: it may be what killed it.
+    InHandler,
+    /// Its handler returned and no code of the application's ran for it since; its result
+    /// was not committed.
+    Returned,
+}
+
+/// Takes back the lease of a dead holder's job that was not in a handler when the process
+/// died (see [`Stage`]): claimable at once in its old place, no budget spent, as a release
+/// is (cancelled instead, if a cancel was requested meanwhile).
+fn spared(job: &JobRecord, path: ReclaimPath, stage: Stage, now: StoreTime) -> Change {
+    let next = match job.cancel_requested {
+        true => Next::Cancelled,
+        false => Next::Queued(job.run_at),
+    };
+    let outcome = match stage {
+        Stage::Returned => Outcome::ResultLost { path },
+        _ => Outcome::NeverStarted { path },
+    };
+    end(job, outcome, next, now)
+}
+
 /// Takes back the lease of the running `job` at `now` on `path`: records `LeaseExpired`
 /// (how long after its expiry), or `TimedOut` past the attempt's deadline, spends the
 /// budget, and counts the reclaim by its path. The
 /// detection delay (lease length plus overdue) is recorded for the paths that detect a
 /// silent holder (the reaper, a takeover); a death the kernel reported or a recovery at open
-/// says nothing about it. `None` for a record that is not running under a lease.
+/// says nothing about it. A lease whose holder is known dead (`Recovery`, `ProcessDied`) and
+/// whose attempt was not in its handler then (`stage`) goes back as
+/// [`Outcome::NeverStarted`] or [`Outcome::ResultLost`] instead, no budget spent; one that
+/// was in its handler spends budget and waits out a backoff. `None` for a record that is
+/// not running under a lease.
 pub(crate) fn expire(
     job: &JobRecord,
     path: ReclaimPath,
+    stage: Stage,
     now: StoreTime,
     retry: &RetryPolicy,
 ) -> Option<(Change, Reclaim)> {
@@ -300,11 +340,20 @@ pub(crate) fn expire(
     let overdue = now.saturating_since(lease.expires_at);
     let detection_delay = lease.length + overdue;
     let mut change = match past_deadline(Some(lease), now) {
+        // Only a holder known dead says what was not in a handler when it died.
+        _ if matches!(stage, Stage::NotStarted | Stage::Returned) && dead_holder(path) => {
+            spared(job, path, stage, now)
+        }
         // Past its deadline the attempt ran into its hard time limit, whoever finds it: it
         // ends timed out (retried after a backoff), not as a silent holder's.
         true => time_out(job, None, now, retry),
         false => {
-            let next = after_failure(job, now, retry, false);
+            // One that was in its handler when its process died may be what killed it: it
+            // waits out a backoff as a reported failure does, so that a process that
+            // crash-loops on it runs (and commits) the others first. Any other expired lease
+            // has waited out its lease already, and its holder most likely died, not the job.
+            let suspect = stage == Stage::InHandler && dead_holder(path);
+            let next = after_failure(job, now, retry, suspect);
             end(job, Outcome::LeaseExpired { path, overdue }, next, now)
         }
     };

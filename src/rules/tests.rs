@@ -96,6 +96,48 @@ fn the_fence_counts_a_refused_end_and_a_lost_renewal_but_not_one_after_the_holde
 }
 
 #[test]
+fn a_dead_holders_log_spares_what_was_not_in_a_handler_and_makes_the_suspect_wait_a_backoff() {
+    let policy = RetryPolicy::default();
+    let job = running(StoreTime(2_000));
+    let now = StoreTime(5_000);
+    let take = |path, stage| expire(&job, path, stage, now, &policy).unwrap().0;
+    for (stage, outcome) in [
+        (
+            Stage::NotStarted,
+            Outcome::NeverStarted {
+                path: ReclaimPath::ProcessDied,
+            },
+        ),
+        (
+            Stage::Returned,
+            Outcome::ResultLost {
+                path: ReclaimPath::ProcessDied,
+            },
+        ),
+    ] {
+        let spared = take(ReclaimPath::ProcessDied, stage);
+        assert_eq!(spared.job.failures, 0, "{stage:?}: no budget spent");
+        assert_eq!(
+            (spared.job.state, spared.job.run_at),
+            (JobState::Queued, job.run_at)
+        );
+        assert_eq!(spared.ended.unwrap().outcome, Some(outcome));
+    }
+    let suspect = take(ReclaimPath::Recovery, Stage::InHandler);
+    assert_eq!(
+        suspect.job.failures, 1,
+        "in its handler: it may be what killed it"
+    );
+    assert_eq!(suspect.job.state, JobState::RetryWait, "after a backoff");
+    assert!(suspect.job.run_at > now);
+    let unknown = take(ReclaimPath::Recovery, Stage::Unknown);
+    assert_eq!((unknown.job.failures, unknown.job.run_at), (1, job.run_at));
+    // A silent holder may be alive: what a log says is not asked.
+    let silent = take(ReclaimPath::Reaper, Stage::NotStarted);
+    assert_eq!(silent.job.failures, 1);
+}
+
+#[test]
 fn the_end_of_an_attempt_spends_the_budget_only_for_failures_expiries_and_stalls() {
     let policy = RetryPolicy::default();
     let job = running(StoreTime(2_000));
@@ -107,7 +149,14 @@ fn the_end_of_an_attempt_spends_the_budget_only_for_failures_expiries_and_stalls
         (failed.job.failures, failed.job.state),
         (1, JobState::RetryWait)
     );
-    let (expired, reclaim) = expire(&job, ReclaimPath::Reaper, StoreTime(2_200), &policy).unwrap();
+    let (expired, reclaim) = expire(
+        &job,
+        ReclaimPath::Reaper,
+        Stage::Unknown,
+        StoreTime(2_200),
+        &policy,
+    )
+    .unwrap();
     assert_eq!(
         (expired.job.failures, expired.job.state),
         (1, JobState::Queued)

@@ -26,7 +26,13 @@ fn class(outcome: Option<&Outcome>) -> &'static str {
             "failed"
         }
         Some(Outcome::LeaseExpired { .. } | Outcome::Stalled) => "lost",
-        Some(Outcome::Released | Outcome::Snoozed { .. } | Outcome::Cancelled) => "ended",
+        Some(
+            Outcome::Released
+            | Outcome::Snoozed { .. }
+            | Outcome::Cancelled
+            | Outcome::NeverStarted { .. }
+            | Outcome::ResultLost { .. },
+        ) => "ended",
     }
 }
 

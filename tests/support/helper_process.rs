@@ -12,6 +12,8 @@
 //!   transaction, printing each commit after it returned (`worker.rs`); with `--pool`, a
 //!   `WorkerPool` of that many workers does, claiming ahead and committing in batches, and
 //!   its `on_ended` hook prints each commit.
+//! - `poison`: a worker pool of `--workers` whose handler aborts the process on the job with
+//!   the payload `poison` (`poison.rs`); exits once the queue is drained.
 //! - `pg-holder`: claims one job on a PostgreSQL store and writes as its holder when told
 //!   (`pg_holder.rs`), for partition tests.
 //! - `pg-worker`: the same on the PostgreSQL store at `--url` in `--schema`, the effect a row
@@ -37,6 +39,8 @@ mod pg_holder;
 mod pg_pool;
 #[path = "pg_worker.rs"]
 mod pg_worker;
+#[path = "poison.rs"]
+mod poison;
 #[path = "worker.rs"]
 mod worker;
 
@@ -179,6 +183,7 @@ pub fn run() {
             lease,
             flags.get("go").expect("--go"),
         ),
+        "poison" => poison::run(db, queue, number("workers", 1) as usize, sharing),
         other => panic!("no helper role {other:?}"),
     };
     // Exit here, before libtest reports a test result on stdout.
