@@ -193,6 +193,77 @@ fn a_killed_processs_leases_are_taken_back_by_a_survivor_at_once() {
     assert!(store.check().unwrap().is_clean());
 }
 
+/// A pool process sharing the store aborts on a poison job: the survivor takes back what it
+/// held by what its log says: the poison job, in its handler, charged; the jobs claimed
+/// ahead, back uncharged as never started; and the dead process's log is removed with its
+/// instance file.
+#[test]
+fn a_dead_pools_jobs_held_ahead_come_back_uncharged_and_its_poison_job_charged() {
+    let (_dir, path) = store_path();
+    let store = shared(&path);
+    // The poison job late enough that the pool has measured its jobs short and claims ahead.
+    let mut jobs: Vec<NewJob> = (0..2_000).map(|i| NewJob::new(Q, format!("{i}"))).collect();
+    jobs[300] = NewJob::new(Q, "poison");
+    let ids = store.enqueue_batch(jobs).unwrap();
+    let db = path.to_str().unwrap();
+    let args = ["--db", db, "--queue", Q, "--workers", "1", "--shared"];
+    let status = helper_process::command("poison", args)
+        .stdout(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(
+        !status.success(),
+        "the pool's process died on the poison job"
+    );
+    // The survivor's watcher takes its leases back.
+    wait_until("the dead pool's leases to come back", || {
+        store.stats().unwrap().total(JobState::Running) == 0
+    });
+    let outcome = |id: JobId| {
+        store
+            .history(id)
+            .unwrap()
+            .last()
+            .and_then(|r| r.outcome().cloned())
+    };
+    let poison = store.job(ids[300]).unwrap().unwrap();
+    assert_eq!(
+        (poison.state(), poison.failures()),
+        (JobState::RetryWait, 1),
+        "in its handler when the process died: charged, after a backoff"
+    );
+    assert!(matches!(
+        outcome(ids[300]),
+        Some(Outcome::LeaseExpired {
+            path: ReclaimPath::ProcessDied,
+            ..
+        })
+    ));
+    let spared: Vec<JobId> = (ids[301..].iter().copied())
+        .filter(|&id| {
+            outcome(id)
+                == Some(Outcome::NeverStarted {
+                    path: ReclaimPath::ProcessDied,
+                })
+        })
+        .collect();
+    assert!(!spared.is_empty(), "the pool held jobs ahead of its worker");
+    for id in spared {
+        let job = store.job(id).unwrap().unwrap();
+        assert_eq!(
+            (job.state(), job.failures()),
+            (JobState::Queued, 0),
+            "job {id}"
+        );
+    }
+    let procs = std::fs::read_dir(path.with_file_name("shared.redb.procs")).unwrap();
+    let logs = procs
+        .flatten()
+        .filter(|e| e.path().extension().is_some_and(|x| x == "started"));
+    assert_eq!(logs.count(), 1, "the survivor's own log alone is left");
+    assert!(store.check().unwrap().is_clean());
+}
+
 #[test]
 fn opening_takes_back_only_the_leases_of_processes_that_are_gone() {
     let (_dir, path) = store_path();

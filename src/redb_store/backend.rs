@@ -27,26 +27,26 @@ impl LeaseBackend for Store {
     }
 
     fn claimed(&self, leases: &[Lease]) {
-        if let Some(log) = self.inner.started.get() {
-            log.claimed(leases.iter().map(|l| (l.job, l.attempt)));
+        if let Some(table) = self.inner.started.get() {
+            table.claimed(leases.iter().map(|l| (l.job, l.attempt)));
         }
     }
 
     fn started(&self, lease: &Lease) {
-        if let Some(log) = self.inner.started.get() {
-            log.started(lease.job, lease.attempt);
+        if let Some(table) = self.inner.started.get() {
+            table.started(lease.job, lease.attempt);
         }
     }
 
     fn returned(&self, lease: &Lease) {
-        if let Some(log) = self.inner.started.get() {
-            log.returned(lease.job, lease.attempt);
+        if let Some(table) = self.inner.started.get() {
+            table.returned(lease.job, lease.attempt);
         }
     }
 
     fn ended(&self, job: crate::JobId, attempt: crate::Attempt) {
-        if let Some(log) = self.inner.started.get() {
-            log.ended(job, attempt);
+        if let Some(table) = self.inner.started.get() {
+            table.ended(job, attempt);
         }
     }
 

@@ -149,7 +149,7 @@ impl StoreBuilder {
         if shared {
             crate::redb_store::instance::check_directory(&self.path)?;
         }
-        // A store on a file keeps the log of the jobs its handlers start beside it (one
+        // A store on a file keeps the table of how far its pools' leases got beside it (one
         // process alone on the file) or beside its instance's lock file (processes sharing it).
         let on_file = self.backend.is_none();
         let db = open::open_database(
@@ -224,7 +224,7 @@ impl StoreBuilder {
             }
         }
         if let Some(log) = log {
-            let _ = store.inner.started.set(started::StartedLog::create(log));
+            let _ = store.inner.started.set(started::StartedTable::create(log));
         }
         store.start_neighbours()?;
         Ok(store)

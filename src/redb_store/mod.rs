@@ -19,7 +19,7 @@
 //! | `schema.rs` | the tables (records become bytes in the crate's one codec, `src/codec.rs`) |
 //! | `group.rs` | group commit |
 //! | `instance.rs`, `neighbours.rs`, `shared.rs` | processes sharing a store |
-//! | `started.rs` | which leases reached a handler, for whoever takes back a dead process's |
+//! | `started.rs` | how far each of a pool's leases got, for whoever takes back a dead process's |
 //! | `contain.rs` | the engine's panics on a damaged page, kept quiet |
 //! | `backend.rs` | the store as a pool's and a reaper's |
 

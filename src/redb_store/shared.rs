@@ -160,8 +160,8 @@ impl Drop for Store {
             match self.reclaim_instance(n.instance()) {
                 Ok(_) => {
                     n.retire();
-                    if let Some(log) = self.inner.started.get() {
-                        log.remove();
+                    if let Some(table) = self.inner.started.get() {
+                        table.remove();
                     }
                 }
                 Err(e) => {
@@ -246,7 +246,7 @@ fn reclaim_orphans(
     let looked = orphans.len();
     let mut reclaimed = Vec::with_capacity(orphans.len());
     for (id, path) in orphans {
-        // What the dead logged says nothing of a lease no instance held.
+        // What the dead kept says nothing of a lease no instance held.
         let started = match path {
             ReclaimPath::ProcessDied => started,
             _ => &Started::default(),

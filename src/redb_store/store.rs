@@ -24,7 +24,7 @@ use crate::redb_store::group::{CommitShape, Group};
 use crate::redb_store::neighbours::Neighbours;
 use crate::redb_store::reading;
 use crate::redb_store::reading::Snapshots as _;
-use crate::redb_store::started::{self, StartedLog};
+use crate::redb_store::started::{self, StartedTable};
 use crate::redb_store::writing::{Policy, Tx};
 use crate::report::{ReapReport, Reclaim};
 use crate::stats::WriteMetrics;
@@ -74,9 +74,9 @@ pub(crate) struct Inner {
     pub(super) served: ServedMarks,
     /// The writer thread of [`CommitShape::WriterThread`], joined when the store closes.
     writer: Mutex<Option<std::thread::JoinHandle<()>>>,
-    /// This process's log of the jobs its handlers started (a store on a file; see
+    /// This process's table of how far its pools' leases got (a store on a file; see
     /// [`crate::redb_store::started`]).
-    pub(crate) started: std::sync::OnceLock<StartedLog>,
+    pub(crate) started: std::sync::OnceLock<StartedTable>,
 }
 
 #[derive(Debug, Default)]
@@ -142,7 +142,7 @@ impl Store {
     /// Takes back the leases whose holder's process is gone: at open. Alone on the file (the
     /// writer's seat proves it), that is every running lease; shared by processes, only those
     /// of processes that are provably dead (their instance lock is free), never a neighbour's.
-    /// `log`: where the last process alone on the file logged the jobs it started.
+    /// `log`: the table of the last process alone on the file.
     pub(crate) fn recover(&self, log: Option<&Path>) -> Result<&ReapReport> {
         let report = match &self.inner.neighbours {
             None => {
