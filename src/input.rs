@@ -60,9 +60,9 @@ pub(crate) fn check_schedule(
             "a unique key of its own (each tick's job is kept unique by its tick)",
         ));
     }
-    if !s.job.delay.is_zero() {
+    if !s.job.delay.is_zero() || s.job.at.is_some() {
         return Err(InputError::ScheduleJobOption(
-            "a delay (each tick's job is due at its tick)",
+            "a delay or a run time (each tick's job is due at its tick)",
         ));
     }
     if s.job

@@ -553,6 +553,8 @@ pub struct NewJob {
     pub(crate) payload: Vec<u8>,
     pub(crate) priority: i32,
     pub(crate) delay: Duration,
+    /// A wall-clock time to run at instead of `delay` (see [`NewJob::run_at`]).
+    pub(crate) at: Option<std::time::SystemTime>,
     pub(crate) max_attempts: Option<u32>,
     pub(crate) unique_key: Option<String>,
     pub(crate) uniqueness: Uniqueness,
@@ -569,6 +571,7 @@ impl NewJob {
             payload: payload.into(),
             priority: 0,
             delay: Duration::ZERO,
+            at: None,
             max_attempts: None,
             unique_key: None,
             uniqueness: Uniqueness::WhileUnfinished,
@@ -583,10 +586,35 @@ impl NewJob {
         self
     }
 
-    /// Not claimable until this much store time has passed.
+    /// Not claimable until this much store time has passed. Replaces a
+    /// [`NewJob::run_at`].
     pub fn delay(mut self, delay: Duration) -> NewJob {
         self.delay = delay;
+        self.at = None;
         self
+    }
+
+    /// Not claimable before `when`, a wall-clock time (Sidekiq's `perform_at`, River's
+    /// `ScheduledAt`); a time already past runs now. Replaces a [`NewJob::delay`].
+    ///
+    /// The store compares only store time, never wall clocks (see [`crate::Clock`]), so
+    /// `when` is converted once, at enqueue: the job waits `when` minus the host's wall
+    /// clock then, measured on the store's clock. A later step of the wall clock (NTP, an
+    /// operator) does not move it; a store whose clock is a [`crate::ManualClock`] waits that
+    /// long of its own time.
+    pub fn run_at(mut self, when: std::time::SystemTime) -> NewJob {
+        self.at = Some(when);
+        self.delay = Duration::ZERO;
+        self
+    }
+
+    /// How long the job waits from an enqueue now: its delay, or what is left until its
+    /// wall-clock time (none once past).
+    pub(crate) fn wait(&self) -> Duration {
+        match self.at {
+            Some(when) => (when.duration_since(crate::clock::wall_now())).unwrap_or_default(),
+            None => self.delay,
+        }
     }
 
     /// The retry budget: how many attempts may fail (or lose their lease) before the job is

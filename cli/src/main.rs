@@ -183,6 +183,11 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
     humantime::parse_duration(s).map_err(|e| format!("{e} (try 500ms, 30s, 5m, 2h or 7d)"))
 }
 
+fn parse_time(s: &str) -> Result<std::time::SystemTime, String> {
+    humantime::parse_rfc3339_weak(s)
+        .map_err(|e| format!("{e} (a UTC time, as 2026-12-24T18:00:00Z or 2026-12-24 18:00:00)"))
+}
+
 #[derive(Subcommand)]
 enum Command {
     /// Jobs per queue and state, the oldest waiting job, the nearest and the most overdue

@@ -87,6 +87,10 @@ pub struct NewJobArgs {
     /// Not claimable before this much time has passed (e.g. 30s, 5m).
     #[arg(long, value_parser = super::parse_duration)]
     delay: Option<Duration>,
+    /// Not claimable before this wall-clock time, in UTC (e.g. 2026-12-24T18:00:00Z): turned
+    /// into a wait on the store's clock when the job is enqueued; a time past runs now.
+    #[arg(long, value_parser = super::parse_time, conflicts_with = "delay")]
+    at: Option<std::time::SystemTime>,
     /// The retry budget.
     #[arg(long)]
     max_attempts: Option<u32>,
@@ -128,6 +132,9 @@ pub fn enqueue(db: &Path, json: bool, create: bool, a: NewJobArgs) -> Result<Exi
     let mut job = NewJob::new(a.queue, payload).priority(a.priority);
     if let Some(d) = a.delay {
         job = job.delay(d);
+    }
+    if let Some(when) = a.at {
+        job = job.run_at(when);
     }
     if let Some(m) = a.max_attempts {
         job = job.max_attempts(m);

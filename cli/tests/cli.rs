@@ -130,6 +130,29 @@ fn a_listing_cut_at_its_limit_says_so() {
 }
 
 #[test]
+#[allow(clippy::disallowed_methods)] // a wall-clock time is what --at takes
+fn enqueue_at_a_wall_clock_time_waits_until_then_on_the_stores_clock() {
+    let t = Tool::new();
+    let hour = std::time::Duration::from_secs(3600);
+    let at = humantime::format_rfc3339_seconds(std::time::SystemTime::now() + hour).to_string();
+    t.ok(&["--create", "enqueue", "--queue", "q", "--at", &at, "later"]);
+    let past = humantime::format_rfc3339_seconds(std::time::SystemTime::now() - hour).to_string();
+    t.ok(&["enqueue", "--queue", "q", "--at", &past, "now"]);
+    let jobs = t.json(&["jobs"]);
+    let run_at = |i: usize| jobs[i]["run_at_ms"].as_u64().unwrap();
+    let created = |i: usize| jobs[i]["created_at_ms"].as_u64().unwrap();
+    let waits = run_at(0) - created(0);
+    assert!((3_500_000..=3_600_000).contains(&waits), "waits {waits} ms");
+    assert_eq!(run_at(1), created(1), "a time past runs now");
+    let err = t.fails(&["enqueue", "--queue", "q", "--at", "tomorrow", "x"], 2);
+    assert!(err.contains("2026-12-24T18:00:00Z"), "{err}");
+    t.fails(
+        &["enqueue", "--queue", "q", "--at", &at, "--delay", "5s", "x"],
+        2,
+    );
+}
+
+#[test]
 fn enqueue_then_list_show_and_stats_round_trip_through_json() {
     let t = Tool::new();
     assert_eq!(

@@ -49,7 +49,7 @@ pub(crate) fn enqueue(r: &mut PgRecords<'_, '_, '_>, new: &NewJob) -> Result<Job
     input::check_new_job(new, policy.max_payload)?;
     let max_attempts = i64::from(new.max_attempts.unwrap_or(policy.default_max_attempts));
     let st = r.p.get(r.tx, INSERT)?;
-    let delay = micros(new.delay);
+    let delay = micros(new.wait());
     let time_limit = new.time_limit.map(micros);
     let metadata = metadata_column(&new.metadata);
     let params: [&(dyn ToSql + Sync); 7] = [
@@ -119,7 +119,7 @@ fn insert_many(r: &mut PgRecords<'_, '_, '_>, jobs: &[NewJob]) -> Result<Vec<Job
         .iter()
         .map(|j| i64::from(j.max_attempts.unwrap_or(default_budget)))
         .collect();
-    let delays: Vec<i64> = jobs.iter().map(|j| micros(j.delay)).collect();
+    let delays: Vec<i64> = jobs.iter().map(|j| micros(j.wait())).collect();
     let payloads: Vec<&[u8]> = jobs.iter().map(|j| j.payload.as_slice()).collect();
     let limits: Vec<Option<i64>> = jobs.iter().map(|j| j.time_limit.map(micros)).collect();
     let params: [&(dyn ToSql + Sync); 6] =

@@ -30,7 +30,7 @@ pub(crate) fn new_job(
         max_attempts: new.max_attempts.unwrap_or(default_max_attempts),
         unique_key: new.unique_key.clone(),
         created_at: now,
-        run_at: now.saturating_add(new.delay),
+        run_at: now.saturating_add(new.wait()),
         lease: None,
         progress: 0,
         progress_at: now,

@@ -16,6 +16,7 @@ crate::on_both::on_both!(
     enqueue_batch_is_all_or_nothing,
     a_batch_of_plain_keyed_and_tagged_jobs_answers_each_in_its_order,
     huge_delays_saturate_instead_of_wrapping_into_the_past,
+    a_run_time_in_wall_time_becomes_a_wait_on_the_stores_clock_and_a_past_one_runs_now,
     long_error_messages_are_kept_but_cut,
     a_failure_whose_message_holds_a_nul_byte_is_recorded_with_the_byte_shown,
     purge_in_a_store_younger_than_the_age_asked_for_deletes_nothing,
@@ -290,6 +291,48 @@ fn a_batch_of_plain_keyed_and_tagged_jobs_answers_each_in_its_order(kind: Kind) 
     assert_eq!(
         lease.deadline,
         Some(f.now().saturating_add(Duration::from_secs(9)))
+    );
+}
+
+/// `run_at` takes a wall-clock time and turns it, at enqueue, into a wait on the store's
+/// clock (here a manual one, which only the test moves): due an hour of store time later,
+/// whatever the wall clock does meanwhile; a time already past is due at once. A later
+/// `delay` replaces it, as it replaces a delay.
+fn a_run_time_in_wall_time_becomes_a_wait_on_the_stores_clock_and_a_past_one_runs_now(kind: Kind) {
+    let f = kind.open();
+    let hour = Duration::from_secs(3600);
+    #[allow(clippy::disallowed_methods)] // a wall-clock time is what run_at takes
+    let wall = std::time::SystemTime::now();
+    let ids = f
+        .enqueue_batch(vec![
+            NewJob::new(Q, "later").run_at(wall + hour),
+            NewJob::new(Q, "past").run_at(wall - hour),
+            NewJob::new(Q, "delay wins")
+                .run_at(wall + hour)
+                .delay(Duration::from_secs(1)),
+        ])
+        .unwrap();
+    let later = f
+        .enqueue(NewJob::new(Q, "alone").run_at(wall + hour))
+        .unwrap();
+    let now = f.now();
+    let run_at = |id| f.job(id).unwrap().unwrap().run_at();
+    for id in [ids[0], later] {
+        // What the wall clock moved between the test's reading and the enqueue's, at most.
+        let waited = run_at(id).saturating_since(now);
+        assert!(
+            waited <= hour && waited > hour - Duration::from_secs(60),
+            "{waited:?}"
+        );
+    }
+    assert_eq!(run_at(ids[1]), now, "a time past runs now");
+    assert_eq!(run_at(ids[2]), now.saturating_add(Duration::from_secs(1)));
+    assert_eq!(f.claim_one("w").job, ids[1]);
+    assert!(f.claim(Q, "w", lease()).unwrap().is_none(), "the rest wait");
+    f.advance(hour);
+    assert!(
+        f.claim(Q, "w", lease()).unwrap().is_some(),
+        "due after an hour of store time"
     );
 }
 
