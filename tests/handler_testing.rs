@@ -278,3 +278,21 @@ mod on_postgres {
         assert_eq!(left, 0);
     }
 }
+
+#[test]
+fn a_failure_that_asks_for_its_own_wait_is_retried_after_it_not_the_backoff() {
+    let t = TestStore::new().unwrap();
+    let id = t.enqueue(NewJob::new(Q, "x")).unwrap();
+    let wait = std::time::Duration::from_secs(900);
+    let ran = t
+        .run_one(Q, move |_ctx| -> Result<Output<RedbWrites>, JobError> {
+            Err(JobError::new("slow down").retry_in(wait))
+        })
+        .unwrap()
+        .unwrap();
+    assert_eq!(ran.verdict, Verdict::Failed("slow down".into()));
+    let job = t.job(id).unwrap().unwrap();
+    let ended = t.history(id).unwrap()[0].ended_at().unwrap();
+    assert_eq!(job.state(), JobState::RetryWait);
+    assert_eq!(job.run_at(), ended.saturating_add(wait));
+}

@@ -424,6 +424,24 @@ impl JobError {
         }
     }
 
+    /// Retry the job after `wait` instead of the store's backoff (a rate limit that resets
+    /// in a minute, a remote's `Retry-After`): still a failure, one unit of budget spent,
+    /// and dead once the budget is gone, as any failure (River's `NextRetry`, Sidekiq's
+    /// `retry_in`). Makes a [`JobError::permanent`] retryable again:
+    /// `Err(JobError::new("rate limited").retry_in(Duration::from_secs(60)))`.
+    pub fn retry_in(mut self, wait: Duration) -> JobError {
+        self.retry = Retry::After(wait);
+        self
+    }
+
+    /// The wait this failure asked for before a retry ([`JobError::retry_in`]), if any.
+    pub fn retry_wait(&self) -> Option<Duration> {
+        match self.retry {
+            Retry::After(wait) => Some(wait),
+            _ => None,
+        }
+    }
+
     /// How long the handler put its job off, if this is a snooze ([`JobError::snooze`]).
     pub fn snoozed_for(&self) -> Option<Duration> {
         self.snooze

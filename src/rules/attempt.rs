@@ -184,10 +184,13 @@ pub(crate) enum Retry {
     /// Never: running the job again would meet the same failure (a payload that does not
     /// decode, an output over the size limit, the handler's own word).
     Never,
+    /// After this wait instead of the store's backoff, while the budget lasts: the handler
+    /// knows when trying again can help (a rate limit's reset, a remote's `Retry-After`).
+    After(std::time::Duration),
 }
 
-/// The holder failed the attempt with `error`: retried after a backoff while the budget
-/// lasts, else dead; dead at once if the failure is one no retry mends (a cancel requested
+/// The holder failed the attempt with `error`: retried after a backoff (the store's, or the
+/// wait the holder gave) while the budget lasts, else dead; dead at once if the failure is one no retry mends (a cancel requested
 /// meanwhile still wins). Either way one failure is counted. The message is stored as
 /// [`input::error_message`] cleans it.
 pub(crate) fn fail(
@@ -202,6 +205,10 @@ pub(crate) fn fail(
     job.last_error = Some(input::error_message(error));
     let next = match retry {
         Retry::WhileBudgetLasts => after_failure(&job, now, policy, true),
+        Retry::After(wait) => match after_failure(&job, now, policy, true) {
+            Next::RetryWait(_) => Next::RetryWait(now.saturating_add(wait)),
+            dead_or_cancelled => dead_or_cancelled,
+        },
         Retry::Never => match job.cancel_requested {
             true => Next::Cancelled,
             false => Next::Dead,
@@ -215,7 +222,7 @@ pub(crate) fn fail(
 pub(crate) fn failure_outcome(error: &str, retry: Retry) -> Outcome {
     let message = input::error_message(error);
     match retry {
-        Retry::WhileBudgetLasts => Outcome::Failed(message),
+        Retry::WhileBudgetLasts | Retry::After(_) => Outcome::Failed(message),
         Retry::Never => Outcome::FailedPermanently(message),
     }
 }

@@ -256,12 +256,13 @@ where
                 Err(e) if e.is_lease_lost() => Verdict::Fenced,
                 Err(e) => return Err(e),
             },
-            None => fail_as(store, &lease, failed(&e))?,
+            None => fail_as(store, &lease, failed(&e), e.retry())?,
         },
         Err(panic) => fail_as(
             store,
             &lease,
             Verdict::Panicked(format!("handler panicked: {}", panic_message(&*panic))),
+            Retry::WhileBudgetLasts,
         )?,
     };
     Ok(Ran {
@@ -286,7 +287,7 @@ fn commit(
         Err(e) if e.is_lease_lost() => Ok(Verdict::Fenced),
         // Rolled back with the lease still held: the attempt fails, as in a pool.
         Err(e) => match crate::pool::failure_of_rolled_back_completion(&e) {
-            Some(failure) => fail_as(store, lease, failed(&failure)),
+            Some(failure) => fail_as(store, lease, failed(&failure), failure.retry()),
             None => Err(e),
         },
     }
@@ -300,12 +301,11 @@ fn failed(e: &JobError) -> Verdict {
     }
 }
 
-/// Records `verdict`'s message as the attempt's failure.
-fn fail_as(store: &dyn JobStore, lease: &Lease, verdict: Verdict) -> Result<Verdict> {
-    let (message, retry) = match &verdict {
-        Verdict::Failed(m) | Verdict::Panicked(m) => (m.as_str(), Retry::WhileBudgetLasts),
-        Verdict::FailedPermanently(m) => (m.as_str(), Retry::Never),
-        Verdict::Committed | Verdict::Fenced | Verdict::Snoozed(_) => ("", Retry::WhileBudgetLasts),
+/// Records `verdict`'s message as the attempt's failure, retried as `retry` says.
+fn fail_as(store: &dyn JobStore, lease: &Lease, verdict: Verdict, retry: Retry) -> Result<Verdict> {
+    let message = match &verdict {
+        Verdict::Failed(m) | Verdict::Panicked(m) | Verdict::FailedPermanently(m) => m.as_str(),
+        Verdict::Committed | Verdict::Fenced | Verdict::Snoozed(_) => "",
     };
     match store.end(lease, End::Fail(message.to_owned(), retry), None) {
         Ok(_) => Ok(verdict),

@@ -11,6 +11,7 @@ use crate::pool;
 
 crate::on_both::on_both!(
     a_handler_that_snoozes_its_job_runs_it_again_after_the_delay_without_spending_budget,
+    a_failure_that_asks_to_be_retried_in_a_while_waits_that_long_and_spends_budget,
     pools_stop_claiming_a_paused_queue_and_take_it_up_again_when_it_resumes,
     a_concurrency_limit_holds_across_two_pools_at_every_moment,
 );
@@ -47,6 +48,37 @@ fn a_handler_that_snoozes_its_job_runs_it_again_after_the_delay_without_spending
             Some(Outcome::Succeeded)
         ]
     );
+    p.shutdown(Duration::ZERO);
+}
+
+/// `JobError::retry_in(d)`: a failure (budget spent, `Failed` in the history) whose retry
+/// waits `d`, not the store's backoff; the last of the budget makes the job dead as ever.
+fn a_failure_that_asks_to_be_retried_in_a_while_waits_that_long_and_spends_budget(kind: Kind) {
+    let f = kind.open();
+    let id = f
+        .enqueue(NewJob::new(Q, "rate limited").max_attempts(2))
+        .unwrap();
+    let wait = Duration::from_secs(600);
+    let p = pool(&f, "w")
+        .start(move |_| Err::<Vec<u8>, _>(JobError::permanent("429").retry_in(wait)))
+        .unwrap();
+    wait_until("the first failure", || p.stats().failed == 1);
+    let job = f.job(id).unwrap().unwrap();
+    assert_eq!((job.state(), job.failures()), (JobState::RetryWait, 1));
+    let ended = f.history(id).unwrap()[0].ended_at().unwrap();
+    assert_eq!(
+        job.run_at(),
+        ended.saturating_add(wait),
+        "its own wait, not the backoff"
+    );
+    f.advance(wait);
+    f.wake_all();
+    wait_until("the second failure", || p.stats().failed == 2);
+    wait_until("the job to be dead", || {
+        f.job(id).unwrap().unwrap().state() == JobState::Dead
+    });
+    let failed = |o: Option<&Outcome>| matches!(o, Some(Outcome::Failed(m)) if m == "429");
+    assert!(f.history(id).unwrap().iter().all(|r| failed(r.outcome())));
     p.shutdown(Duration::ZERO);
 }
 
