@@ -57,7 +57,6 @@ pub(crate) fn entries(job: &JobRecord) -> Entries<'_> {
 /// Writes `new` (replacing `old`, if the job existed) with all of its index entries, and
 /// notes a queue that gained a claimable-soon job so the store can wake its waiting workers.
 pub(crate) fn save(tx: &mut Tx<'_>, old: Option<&JobRecord>, new: &JobRecord) -> Result<()> {
-    tx.tally.writes += 1;
     let after = entries(new);
     let before = old.map(entries);
     if after.ready.is_some()
@@ -76,10 +75,7 @@ pub(crate) fn save(tx: &mut Tx<'_>, old: Option<&JobRecord>, new: &JobRecord) ->
         remove_entries(&mut tx.tables, before, Some(&after))?;
     }
     add_entries(&mut tx.tables, &after, before.as_ref())?;
-    tx.tables
-        .jobs
-        .insert(new.id.0, codec::encode(new).as_slice())?;
-    Ok(())
+    rewrite(tx, new)
 }
 
 /// Rewrites a job record whose change leaves every index entry as it was: for a renewal,

@@ -249,19 +249,34 @@ pub(crate) fn schedules(read: &ReadTransaction) -> Result<Vec<crate::schedule::S
 
 /// Every queue's record (none in a store no worker has served yet).
 fn queue_records(read: &ReadTransaction) -> Result<Vec<(String, QueueRecord)>> {
-    let Some(queues) = optional(read, schema::QUEUES)? else {
+    decoded(
+        read,
+        schema::QUEUES,
+        |queue| queue.to_owned(),
+        |queue| format!("the record of queue {queue:?}"),
+    )
+}
+
+/// Every entry of the table `table` (none where a store lacks it), its key made owned by
+/// `key` and its value decoded; `what` names an entry whose value cannot be.
+fn decoded<K: redb::Key + 'static, O, T: bincode::Decode<()>>(
+    read: &ReadTransaction,
+    table: TableDefinition<K, &'static [u8]>,
+    key: impl Fn(K::SelfType<'_>) -> O,
+    what: impl Fn(&O) -> String,
+) -> Result<Vec<(O, T)>> {
+    let Some(entries) = optional(read, table)? else {
         return Ok(Vec::new());
     };
-    queues
-        .iter()?
-        .map(|e| {
-            let (queue, bytes) = e?;
-            let record = codec::decode(bytes.value()).map_err(|e| {
-                Error::Corrupt(format!("the record of queue {:?}: {e}", queue.value()))
-            })?;
-            Ok((queue.value().to_owned(), record))
-        })
-        .collect()
+    let mut found = Vec::new();
+    for entry in entries.iter()? {
+        let (k, bytes) = entry?;
+        let k = key(k.value());
+        let value = codec::decode(bytes.value())
+            .map_err(|e| Error::Corrupt(format!("{}: {e}", what(&k))))?;
+        found.push((k, value));
+    }
+    Ok(found)
 }
 
 /// When things fall due in `queue` at `now`.
@@ -446,19 +461,10 @@ pub(crate) fn registrations(
         crate::redb_store::instance::Registration,
     )>,
 > {
-    let Some(instances) = optional(read, schema::INSTANCES)? else {
-        return Ok(Vec::new());
-    };
-    instances
-        .iter()?
-        .map(|e| {
-            let (id, bytes) = e?;
-            let registration = codec::decode(bytes.value()).map_err(|e| {
-                Error::Corrupt(format!("process instance {:016x}: {e}", id.value()))
-            })?;
-            Ok((crate::ids::InstanceId(id.value()), registration))
-        })
-        .collect()
+    let id = |id: u64| crate::ids::InstanceId(id);
+    decoded(read, schema::INSTANCES, id, |id| {
+        format!("process instance {:016x}", id.0)
+    })
 }
 
 #[cfg(test)]
