@@ -105,15 +105,15 @@ pub(crate) fn end(
     store_end(r, &job, change).map(|j| j.state)
 }
 
-/// How far a dead holder's process got with each attempt it held, as it logged them:
-/// unknown (charged as in its handler) unless an engine read the holder's log and it names
+/// How far a dead holder's process got with each attempt it held, as it kept them:
+/// unknown (charged as in its handler) unless an engine read the holder's table and it names
 /// the attempt.
 #[derive(Clone, Debug, Default)]
-pub(crate) struct Started(
+pub(crate) struct Stages(
     pub Option<std::sync::Arc<std::collections::HashMap<(JobId, Attempt), Stage>>>,
 );
 
-impl Started {
+impl Stages {
     /// How far `job`'s current attempt got.
     pub(crate) fn stage(&self, job: &JobRecord) -> Stage {
         match &self.0 {
@@ -124,17 +124,17 @@ impl Started {
 }
 
 /// Takes back the lease of a running job ([`rules::expire`]): records its end and moves the
-/// job on; returns its new record and the reclaim. `started`: what its holder's process
-/// logged, where that process is known dead.
+/// job on; returns its new record and the reclaim. `stages`: how far its holder's process
+/// got with each attempt, where that process is known dead and kept a table.
 pub(crate) fn expire(
     r: &mut (impl Records + ?Sized),
     job: &JobRecord,
     path: ReclaimPath,
-    started: &Started,
+    stages: &Stages,
 ) -> Result<(JobRecord, Reclaim)> {
     let now = r.now()?;
     let retry = &r.policy().retry;
-    let Some((change, reclaim)) = rules::expire(job, path, started.stage(job), now, retry) else {
+    let Some((change, reclaim)) = rules::expire(job, path, stages.stage(job), now, retry) else {
         return Err(corrupt_running(job));
     };
     let new = store_end(r, job, change)?;

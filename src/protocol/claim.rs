@@ -6,7 +6,7 @@
 //! as urgent ([`rules::takes_over`]); waiting jobs go by priority, then run time, then id.
 
 use super::Records;
-use super::attempt::{Started, expire};
+use super::attempt::{Stages, expire};
 use crate::config::check_terms;
 use crate::error::{Error, Result};
 use crate::ids::JobId;
@@ -75,7 +75,7 @@ pub(crate) fn next_claim(
             }
             (Some((_, id)), None) => waiting(r, id)?,
             (_, Some(expired)) => {
-                let (taken, _) = expire(r, &expired, ReclaimPath::Takeover, &Started::default())?;
+                let (taken, _) = expire(r, &expired, ReclaimPath::Takeover, &Stages::default())?;
                 if !rules::claimable(&taken, r.now()?) {
                     // Out of budget or cancelled (now terminal), or timed out and waiting
                     // out its backoff: the next candidate.
@@ -146,7 +146,7 @@ pub(crate) fn room(
     let mut running = 0;
     if record.as_ref().is_some_and(rules::takes_back_first) {
         while let Some(job) = next_expired(r, queue)? {
-            expire(r, &job, ReclaimPath::Takeover, &Started::default())?;
+            expire(r, &job, ReclaimPath::Takeover, &Stages::default())?;
         }
         running = r.running(queue)?;
     }
@@ -194,7 +194,7 @@ pub(crate) fn claim_job(
     // (taking back the queue's expired leases may have made this one claimable)
     let job = r.job(id)?.ok_or(Error::JobNotFound(id))?;
     let job = match rules::lease_expired(&job, r.now()?) {
-        true => expire(r, &job, ReclaimPath::Takeover, &Started::default())?.0,
+        true => expire(r, &job, ReclaimPath::Takeover, &Stages::default())?.0,
         false => job,
     };
     if !rules::claimable(&job, r.now()?) {

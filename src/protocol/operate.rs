@@ -1,7 +1,7 @@
 //! Everything but an attempt's own life: enqueueing (unique keys), an operator's cancel and
 //! retry, the reaper's batches, a queue's settings and served mark, and schedules.
 
-use super::attempt::{Started, expire};
+use super::attempt::{Stages, expire};
 use super::claim::catch_up;
 use super::{Inserted, Records};
 use crate::batches::Batch;
@@ -107,7 +107,7 @@ pub(crate) fn reap_batch(
     r: &mut (impl Records + ?Sized),
     limit: usize,
     path: ReclaimPath,
-    started: &Started,
+    stages: &Stages,
 ) -> Result<Batch<Reclaim>> {
     let now = r.now()?;
     let bound = match path {
@@ -121,7 +121,7 @@ pub(crate) fn reap_batch(
             continue;
         };
         if path == ReclaimPath::Recovery || rules::lease_expired(&job, now) {
-            reclaimed.push(expire(r, &job, path, started)?.1);
+            reclaimed.push(expire(r, &job, path, stages)?.1);
         } else if job.state == JobState::Running {
             catch_up(r, &job)?;
         }

@@ -209,13 +209,13 @@ impl StoreBuilder {
         if let Some(older) = upgraded_from {
             let _ = store.inner.upgraded_from.set(older);
         }
-        let log = match (&store.inner.neighbours, on_file) {
+        let table = match (&store.inner.neighbours, on_file) {
             (_, false) => None,
             (None, true) => Some(started::beside(store.path())),
             (Some(n), true) => Some(started::of_instance(&n.registration().path())),
         };
         if self.recover_on_open {
-            let report = store.recover(log.as_deref())?;
+            let report = store.recover(table.as_deref())?;
             if !report.reclaimed.is_empty() {
                 tracing::warn!(
                     reclaimed = report.reclaimed.len(),
@@ -223,8 +223,11 @@ impl StoreBuilder {
                 );
             }
         }
-        if let Some(log) = log {
-            let _ = store.inner.started.set(started::StartedTable::create(log));
+        if let Some(table) = table {
+            let _ = store
+                .inner
+                .started
+                .set(started::StartedTable::create(table));
         }
         store.start_neighbours()?;
         Ok(store)

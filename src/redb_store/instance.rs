@@ -103,7 +103,7 @@ impl Dead {
 
     /// Removes the instance's file, its leases taken back: only if the path still names the
     /// file whose lock was found free (an operator's file put there since stays), and the
-    /// log of the jobs it started.
+    /// table of the jobs it started.
     pub(crate) fn bury(self) {
         if !same_file(&self.path, &self.lock) {
             return;

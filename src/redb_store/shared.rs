@@ -15,7 +15,7 @@ use crate::error::Result;
 use crate::ids::InstanceId;
 use crate::ids::{Attempt, JobId};
 use crate::job::{JobState, ReclaimPath};
-use crate::protocol::{Started, expire};
+use crate::protocol::{Stages, expire};
 use crate::redb_store::instance::{self, Liveness, Registration};
 use crate::redb_store::neighbours::{Neighbours, Survivor};
 use crate::redb_store::reading;
@@ -97,7 +97,7 @@ impl Store {
             .find(|(id, _)| *id == dead);
         let started = match registered {
             Some((_, registration)) => started::read(&started::of_instance(&registration.path())),
-            None => Started::default(),
+            None => Stages::default(),
         };
         let report = self.in_batches(move |tx, limit| {
             let batch = reclaim_holder(tx, dead, limit, &started)?;
@@ -179,7 +179,7 @@ fn reclaim_holder(
     tx: &mut Tx<'_>,
     instance: InstanceId,
     limit: usize,
-    started: &Started,
+    started: &Stages,
 ) -> Result<Batch<Reclaim>> {
     let Some(holders) = &tx.tables.holders else {
         return Ok(Batch {
@@ -224,7 +224,7 @@ fn reclaim_orphans(
     tx: &mut Tx<'_>,
     limit: usize,
     mut alive: impl FnMut(InstanceId) -> bool,
-    started: &Started,
+    started: &Stages,
 ) -> Result<Batch<Reclaim>> {
     let mut orphans = Vec::new();
     for entry in tx.tables.expiry.iter()? {
@@ -249,7 +249,7 @@ fn reclaim_orphans(
         // What the dead kept says nothing of a lease no instance held.
         let started = match path {
             ReclaimPath::ProcessDied => started,
-            _ => &Started::default(),
+            _ => &Stages::default(),
         };
         reclaimed.push(expire(tx, &load(tx, id)?, path, started)?.1);
     }

@@ -27,7 +27,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use crate::ids::{Attempt, JobId};
-use crate::protocol::{Stage, Started};
+use crate::protocol::{Stage, Stages};
 
 /// One slot: the stage (`FREE`, `CLAIMED`, `STARTED`, `RETURNED`), three bytes unused, the
 /// attempt and the job, little-endian.
@@ -219,9 +219,9 @@ impl StartedTable {
 
 /// What the table at `path` says a dead process's attempts got to; unknown if there is none
 /// or it cannot be read.
-pub(crate) fn read(path: &Path) -> Started {
+pub(crate) fn read(path: &Path) -> Stages {
     let Ok(bytes) = std::fs::read(path) else {
-        return Started::default();
+        return Stages::default();
     };
     let mut stages = HashMap::new();
     for slot in bytes.chunks_exact(SLOT) {
@@ -231,7 +231,7 @@ pub(crate) fn read(path: &Path) -> Started {
             STARTED => Stage::InHandler,
             RETURNED => Stage::Returned,
             // Not a slot this build writes: the table says nothing then.
-            _ => return Started::default(),
+            _ => return Stages::default(),
         };
         let attempt = Attempt(u32::from_le_bytes(
             slot[4..8].try_into().unwrap_or_default(),
@@ -239,30 +239,30 @@ pub(crate) fn read(path: &Path) -> Started {
         let job = JobId(u64::from_le_bytes(slot[8..].try_into().unwrap_or_default()));
         stages.insert((job, attempt), stage);
     }
-    Started(Some(Arc::new(stages)))
+    Stages(Some(Arc::new(stages)))
 }
 
-/// What the logs at `paths` say their dead processes started, together; unknown if any of
+/// What the tables at `paths` say of their dead processes' attempts, together; unknown if any
 /// them is.
-pub(crate) fn read_all(paths: impl Iterator<Item = PathBuf>) -> Started {
+pub(crate) fn read_all(paths: impl Iterator<Item = PathBuf>) -> Stages {
     let mut all = HashMap::new();
     for path in paths {
         match read(&path).0 {
             Some(started) => all.extend(started.iter().map(|(k, v)| (*k, *v))),
-            None => return Started::default(),
+            None => return Stages::default(),
         }
     }
-    Started(Some(Arc::new(all)))
+    Stages(Some(Arc::new(all)))
 }
 
-/// Where a store's log is when one process writes it: beside the store.
+/// Where a store's table is when one process writes it: beside the store.
 pub(crate) fn beside(store: &Path) -> PathBuf {
     let mut name = store.as_os_str().to_owned();
     name.push(".started");
     PathBuf::from(name)
 }
 
-/// Where a process instance of a shared store keeps its log: beside its lock file.
+/// Where a process instance of a shared store keeps its table: beside its lock file.
 pub(crate) fn of_instance(lock_file: &Path) -> PathBuf {
     lock_file.with_extension("started")
 }
@@ -289,14 +289,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("s.redb.started");
         assert_eq!(read(&path).stage(&job(1, 1)), Stage::Unknown, "no table");
-        let log = StartedTable::create(path.clone());
+        let table = StartedTable::create(path.clone());
         let claim = [(1, 1), (2, 3), (3, 1), (4, 1), (5, 1)].map(|(j, a)| (JobId(j), Attempt(a)));
-        log.claimed(claim.into_iter());
-        log.started(JobId(1), Attempt(1));
-        log.returned(JobId(1), Attempt(1));
-        log.started(JobId(2), Attempt(3));
-        log.started(JobId(5), Attempt(1));
-        log.ended(JobId(5), Attempt(1));
+        table.claimed(claim.into_iter());
+        table.started(JobId(1), Attempt(1));
+        table.returned(JobId(1), Attempt(1));
+        table.started(JobId(2), Attempt(3));
+        table.started(JobId(5), Attempt(1));
+        table.ended(JobId(5), Attempt(1));
         // Read as a survivor reads it, while this process still holds the mapping.
         let started = read(&path);
         assert_eq!(started.stage(&job(1, 1)), Stage::Returned);
@@ -312,7 +312,7 @@ mod tests {
             Stage::Unknown,
             "no pool claimed it"
         );
-        log.remove();
+        table.remove();
         assert!(!path.exists());
         assert_eq!(read(&path).stage(&job(2, 3)), Stage::Unknown);
     }
@@ -321,21 +321,21 @@ mod tests {
     fn the_table_grows_for_what_runs_at_once_and_reuses_the_slots_of_what_ended() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("s.redb.started");
-        let log = StartedTable::create(path.clone());
+        let table = StartedTable::create(path.clone());
         let held = 3 * FIRST_SLOTS as u64;
-        log.claimed((1..=held).map(|id| (JobId(id), Attempt(1))));
+        table.claimed((1..=held).map(|id| (JobId(id), Attempt(1))));
         for id in 1..=held {
-            log.started(JobId(id), Attempt(1));
+            table.started(JobId(id), Attempt(1));
             if id % 3 != 0 {
-                log.ended(JobId(id), Attempt(1));
+                table.ended(JobId(id), Attempt(1));
             }
         }
         let size = std::fs::metadata(&path).unwrap().len();
         assert_eq!(size, (4 * FIRST_SLOTS * SLOT) as u64, "doubled twice");
         // Many more attempts than slots, one at a time: the ended ones' slots serve again.
         for id in held + 1..held + 100_000 {
-            log.claimed(std::iter::once((JobId(id), Attempt(2))));
-            log.ended(JobId(id), Attempt(2));
+            table.claimed(std::iter::once((JobId(id), Attempt(2))));
+            table.ended(JobId(id), Attempt(2));
         }
         assert_eq!(std::fs::metadata(&path).unwrap().len(), size);
         let started = read(&path);

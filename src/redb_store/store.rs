@@ -142,13 +142,13 @@ impl Store {
     /// Takes back the leases whose holder's process is gone: at open. Alone on the file (the
     /// writer's seat proves it), that is every running lease; shared by processes, only those
     /// of processes that are provably dead (their instance lock is free), never a neighbour's.
-    /// `log`: the table of the last process alone on the file.
-    pub(crate) fn recover(&self, log: Option<&Path>) -> Result<&ReapReport> {
+    /// `table`: where the last process alone on the file kept its table of started jobs.
+    pub(crate) fn recover(&self, table: Option<&Path>) -> Result<&ReapReport> {
         let report = match &self.inner.neighbours {
             None => {
-                let started = log.map(started::read).unwrap_or_default();
+                let stages = table.map(started::read).unwrap_or_default();
                 self.in_batches(move |tx, batch| {
-                    protocol::reap_batch(tx, batch, ReclaimPath::Recovery, &started)
+                    protocol::reap_batch(tx, batch, ReclaimPath::Recovery, &stages)
                 })?
             }
             Some(n) => self.reclaim_orphans(n.instance())?,

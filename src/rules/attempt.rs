@@ -294,7 +294,7 @@ fn dead_holder(path: ReclaimPath) -> bool {
     matches!(path, ReclaimPath::Recovery | ReclaimPath::ProcessDied)
 }
 
-/// How far a holder's process got with an attempt before it died, as its log says.
+/// How far a holder's process got with an attempt before it died, as its table says.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Stage {
     /// Not known: the holder kept no log (or it is alive, for all anyone knows).

@@ -96,7 +96,7 @@ fn the_fence_counts_a_refused_end_and_a_lost_renewal_but_not_one_after_the_holde
 }
 
 #[test]
-fn a_dead_holders_log_spares_what_was_not_in_a_handler_and_makes_the_suspect_wait_a_backoff() {
+fn a_dead_holders_table_spares_what_was_not_in_a_handler_and_makes_the_suspect_wait_a_backoff() {
     let policy = RetryPolicy::default();
     let job = running(StoreTime(2_000));
     let now = StoreTime(5_000);
