@@ -15,9 +15,13 @@ use crate::ids::{Attempt, JobId, StoreTime};
 use crate::job::{JobRecord, JobState, LeaseRecord, Uniqueness};
 
 /// The current format version byte. Version 2 changed the job record (a lease's deadline,
-/// the key's uniqueness window, a job's own time limit, its metadata); every other record
-/// is encoded as in version 1, so for them both versions decode alike.
-pub const FORMAT_VERSION: u8 = 2;
+/// the key's uniqueness window, a job's own time limit, its metadata); version 3 appended
+/// its part in workflows ([`crate::workflow::Flow`]) and may name the state `Blocked`.
+/// Every other record is encoded as in version 1, so for them all versions decode alike.
+pub const FORMAT_VERSION: u8 = 3;
+
+/// The version before workflows, whose job records end where [`JobRecord::flow`] begins.
+const BEFORE_FLOW: u8 = 2;
 
 /// The first format version, still read.
 const FIRST_VERSION: u8 = 1;
@@ -89,6 +93,13 @@ fn decode_body<T: Decode<()>>(body: &[u8]) -> Result<T, CodecError> {
 pub(crate) fn decode_job(bytes: &[u8]) -> Result<JobRecord, CodecError> {
     match split(bytes)? {
         (FIRST_VERSION, body) => decode_body::<JobRecordV1>(body).map(JobRecord::from),
+        // A record's fields are encoded one after the other, so a version 2 record followed
+        // by an empty flow's encoding is this version's record with no flow.
+        (BEFORE_FLOW, body) => {
+            let mut whole = body.to_vec();
+            whole.extend_from_slice(&encode(&crate::workflow::Flow::default())[1..]);
+            decode_body(&whole)
+        }
         (_, body) => decode_body(body),
     }
 }
@@ -160,6 +171,7 @@ impl From<JobRecordV1> for JobRecord {
             key_released: false,
             time_limit: None,
             metadata: Vec::new(),
+            flow: Default::default(),
         }
     }
 }
@@ -316,6 +328,42 @@ mod tests {
         let mut run_v1 = encode(&run());
         run_v1[0] = FIRST_VERSION;
         assert_eq!(decode::<RunRecord>(&run_v1), Ok(run()));
+    }
+
+    #[test]
+    fn a_job_record_of_format_version_2_reads_as_one_that_waits_for_nothing() {
+        let mut job = decode_job(&encode(&JobRecord::from(JobRecordV1 {
+            id: JobId(9),
+            queue: "q".into(),
+            state: JobState::Dead,
+            priority: 0,
+            attempt: Attempt(2),
+            failures: 2,
+            max_attempts: 2,
+            unique_key: None,
+            created_at: StoreTime(1),
+            run_at: StoreTime(1),
+            lease: None,
+            progress: 0,
+            progress_at: StoreTime(1),
+            cancel_requested: false,
+            last_error: Some("e".into()),
+            finished_at: Some(StoreTime(3)),
+            updated_at: StoreTime(3),
+        })))
+        .unwrap();
+        job.metadata = vec![("k".into(), "v".into())];
+        // Version 2 wrote the same fields up to the flow, and nothing after them.
+        let current = encode(&job);
+        let flow_len = encode(&crate::workflow::Flow::default()).len() - 1;
+        let mut v2 = current[..current.len() - flow_len].to_vec();
+        v2[0] = BEFORE_FLOW;
+        assert_eq!(decode_job(&v2), Ok(job.clone()));
+        // A record that does wait for something is no version 2 record.
+        job.flow.awaited = true;
+        let mut waits = encode(&job);
+        waits[0] = BEFORE_FLOW;
+        assert!(decode_job(&waits).is_err(), "its flow is trailing bytes");
     }
 
     #[test]

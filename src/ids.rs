@@ -88,3 +88,14 @@ impl fmt::Display for StoreTime {
         write!(f, "t+{:.3}s", d.as_secs_f64())
     }
 }
+
+/// The identity of a group of jobs ([`crate::NewGroup`]): assigned by the store, never
+/// reused. A numbering of its own, apart from jobs'.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Encode, Decode)]
+pub struct GroupId(pub u64);
+
+impl fmt::Display for GroupId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "g{}", self.0)
+    }
+}

@@ -39,6 +39,15 @@ pub(crate) fn check_new_job(new: &NewJob, max_payload: usize) -> Result<(), Inpu
     if new.time_limit.is_some_and(|d| d.is_zero()) {
         return Err(InputError::ZeroTimeLimit);
     }
+    if new.needs.len() > crate::workflow::MAX_DEPENDENCIES {
+        return Err(InputError::TooManyDependencies {
+            given: new.needs.len(),
+            max: crate::workflow::MAX_DEPENDENCIES,
+        });
+    }
+    if new.group.is_some() && new.unique_key.is_some() {
+        return Err(InputError::MemberWithUniqueKey);
+    }
     check_metadata(&new.metadata)
 }
 

@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use bincode::{Decode, Encode};
 
-use crate::ids::{Attempt, JobId, StoreTime};
+use crate::ids::{Attempt, GroupId, JobId, StoreTime};
+use crate::workflow::{Flow, Need, Require, Target};
 
 /// Where a job is in its life. The state machine is drawn in the crate docs.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Encode, Decode)]
@@ -23,13 +24,18 @@ pub enum JobState {
     Succeeded,
     /// Its retry budget is spent. Terminal until an operator retries it.
     Dead,
-    /// Cancelled on request. Terminal.
+    /// Cancelled on request, or because a job it waited for ended otherwise than it
+    /// required. Terminal.
     Cancelled,
+    /// Waits for other jobs ([`NewJob::after`], [`crate::NewGroup`]): claimable once each
+    /// has ended as it requires, cancelled as soon as one ended otherwise.
+    Blocked,
 }
 
 impl JobState {
     /// Every state, in a stable order (used for stats).
-    pub const ALL: [JobState; 6] = [
+    pub const ALL: [JobState; 7] = [
+        JobState::Blocked,
         JobState::Queued,
         JobState::Running,
         JobState::RetryWait,
@@ -60,6 +66,7 @@ impl JobState {
             JobState::Succeeded => 3,
             JobState::Dead => 4,
             JobState::Cancelled => 5,
+            JobState::Blocked => 6,
         }
     }
 
@@ -76,6 +83,7 @@ impl JobState {
             JobState::Succeeded => "succeeded",
             JobState::Dead => "dead",
             JobState::Cancelled => "cancelled",
+            JobState::Blocked => "blocked",
         }
     }
 }
@@ -174,6 +182,9 @@ pub(crate) struct JobRecord {
     pub time_limit: Option<Duration>,
     /// Small key/value tags given at enqueue, in the order given.
     pub metadata: Vec<(String, String)>,
+    /// What it waits for, its group, whether others wait for it. (Last, so that the codec
+    /// reads an older record as one with none: see `codec::decode_job`.)
+    pub flow: Flow,
 }
 
 impl JobRecord {
@@ -454,6 +465,16 @@ impl Job {
     pub fn updated_at(&self) -> StoreTime {
         self.0.updated_at
     }
+
+    /// What it waits for (or waited for), each with how it must end and how it ended.
+    pub fn needs(&self) -> &[Need] {
+        &self.0.flow.needs
+    }
+
+    /// The group it is a member of.
+    pub fn group(&self) -> Option<GroupId> {
+        self.0.flow.group
+    }
 }
 
 impl fmt::Debug for Job {
@@ -560,6 +581,10 @@ pub struct NewJob {
     pub(crate) uniqueness: Uniqueness,
     pub(crate) time_limit: Option<Duration>,
     pub(crate) metadata: Vec<(String, String)>,
+    /// What it waits for.
+    pub(crate) needs: Vec<(Target, Require)>,
+    /// The group it joins.
+    pub(crate) group: Option<GroupId>,
 }
 
 impl NewJob {
@@ -577,6 +602,8 @@ impl NewJob {
             uniqueness: Uniqueness::WhileUnfinished,
             time_limit: None,
             metadata: Vec::new(),
+            needs: Vec::new(),
+            group: None,
         }
     }
 
@@ -669,6 +696,28 @@ impl NewJob {
             Some(pair) => pair.1 = value,
             None => self.metadata.push((key, value)),
         }
+        self
+    }
+
+    /// Waits for job `dependency` to succeed: the job is [`JobState::Blocked`] until then,
+    /// and cancelled (its error naming the dependency) if the dependency dies or is
+    /// cancelled. The dependency must exist (enqueued earlier, or earlier in the same
+    /// transaction): so no cycle can be made. At most [`crate::MAX_DEPENDENCIES`].
+    pub fn after(self, dependency: JobId) -> NewJob {
+        self.after_with(Target::Job(dependency), Require::success())
+    }
+
+    /// Waits for `target` (a job, or a group's end) to end as `require` says.
+    pub fn after_with(mut self, target: Target, require: Require) -> NewJob {
+        self.needs.push((target, require));
+        self
+    }
+
+    /// Joins `group` ([`crate::JobStore::open_group`]), which must not be sealed yet: its
+    /// callbacks run once every member has ended. A member cannot have a unique key (an
+    /// enqueue its key answers would join nothing).
+    pub fn in_group(mut self, group: GroupId) -> NewJob {
+        self.group = Some(group);
         self
     }
 }

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use crate::backend::{End, LeaseBackend, write};
 use crate::error::{Error, Result};
-use crate::ids::{JobId, StoreTime};
+use crate::ids::{GroupId, JobId, StoreTime};
 use crate::job::{Job, JobState, NewJob, Run};
 use crate::lease::{Lease, LeaseTerms, Renewal};
 use crate::protocol;
@@ -27,6 +27,7 @@ use crate::report::{BulkReport, CheckReport, ReapReport};
 use crate::rules::Retry;
 use crate::schedule::{Schedule, ScheduleInfo};
 use crate::stats::Stats;
+use crate::workflow::{Group, NewGroup};
 
 /// The read side of a store: what an operator's tools ask.
 pub trait ReadJobs: Send + Sync {
@@ -40,6 +41,26 @@ pub trait ReadJobs: Send + Sync {
     fn payload(&self, job: JobId) -> Result<Option<Vec<u8>>>;
     /// A succeeded job's output (`None` for none or an empty one).
     fn output(&self, job: JobId) -> Result<Option<Vec<u8>>>;
+    /// The group, if it exists: its members' counts, whether it is sealed, how it ended.
+    fn group(&self, group: GroupId) -> Result<Option<Group>>;
+    /// The jobs that wait (or waited) for `job`, oldest first. A job purged since is not
+    /// named.
+    fn waiters(&self, job: JobId) -> Result<Vec<JobId>>;
+    /// The outputs of the jobs `job` waits for, in the order it names them (BullMQ's
+    /// `getChildrenValues`): what a handler that gathers its dependencies' results reads.
+    /// `None` for a dependency with no output (not succeeded, or an empty one, or purged).
+    fn dependency_outputs(&self, job: JobId) -> Result<Vec<(JobId, Option<Vec<u8>>)>> {
+        let Some(found) = self.job(job)? else {
+            return Err(Error::JobNotFound(job));
+        };
+        let mut outputs = Vec::new();
+        for need in found.needs() {
+            if let crate::workflow::Target::Job(dep) = need.on() {
+                outputs.push((dep, self.output(dep)?));
+            }
+        }
+        Ok(outputs)
+    }
     /// The jobs `filter` asks for, in its order.
     fn jobs(&self, filter: &JobFilter) -> Result<Vec<Job>>;
     /// When things fall due in `queue`.
@@ -95,6 +116,46 @@ pub trait JobStore: ReadJobs + LeaseBackend {
     /// Enqueues many jobs in one transaction: all of them or, on any error, none.
     fn enqueue_batch(&self, jobs: Vec<NewJob>) -> Result<Vec<JobId>> {
         write(self, move |r| protocol::enqueue_batch(r, &jobs))
+    }
+
+    /// Opens a group of jobs ([`NewGroup`]) with its callbacks, each a job that waits for
+    /// the group's end: add members with [`NewJob::in_group`], then
+    /// [`JobStore::seal_group`]. The group ends (and its callbacks become claimable, each
+    /// exactly once) when it is sealed and every member has ended; the end that completes
+    /// it releases them in its own transaction.
+    fn open_group(&self, group: NewGroup) -> Result<GroupId> {
+        write(self, move |r| protocol::open_group(r, &group))
+    }
+
+    /// Seals a group: no job joins it any more. A sealed group whose members have all ended
+    /// ends at once.
+    fn seal_group(&self, group: GroupId) -> Result<()> {
+        write(self, move |r| protocol::seal_group(r, group))
+    }
+
+    /// Opens a group, adds `members` and seals it, all in one transaction (or nothing, on
+    /// any error): the group's id and its members' ids, in order.
+    fn enqueue_group(
+        &self,
+        group: NewGroup,
+        members: Vec<NewJob>,
+    ) -> Result<(GroupId, Vec<JobId>)> {
+        write(self, move |r| {
+            let id = protocol::open_group(r, &group)?;
+            let mut ids = Vec::with_capacity(members.len());
+            for member in &members {
+                ids.push(protocol::enqueue(r, &member.clone().in_group(id))?);
+            }
+            protocol::seal_group(r, id)?;
+            Ok((id, ids))
+        })
+    }
+
+    /// Cancels a group: its callbacks never run, it is sealed, and each member not yet
+    /// ended is cancelled (at once if waiting, at its next heartbeat if running). Returns
+    /// how many jobs were cancelled or flagged.
+    fn cancel_group(&self, group: GroupId) -> Result<usize> {
+        write(self, move |r| protocol::cancel_group(r, group))
     }
 
     /// Claims the most urgent claimable job of `queue` for `worker` under a lease of

@@ -96,6 +96,7 @@ mod report;
 mod retry;
 mod schedule;
 mod stats;
+mod workflow;
 
 // The rule book, and maintenance in batches.
 mod batches;
@@ -141,7 +142,7 @@ pub use config::{
 };
 pub use engine::{Backend, Engine};
 pub use error::{ConfigError, Error, InputError, LeaseLost, OpenError, Result};
-pub use ids::{Attempt, InstanceId, JobId, StoreTime};
+pub use ids::{Attempt, GroupId, InstanceId, JobId, StoreTime};
 pub use job::{Job, JobLease, JobState, NewJob, Outcome, ReclaimPath, Run, Uniqueness};
 pub use job_store::{JobStore, ReadJobs};
 pub use lease::{Lease, LeaseTerms, Renewal};
@@ -164,6 +165,9 @@ pub use schedule::{
 };
 pub use scheduler::{Scheduler, SchedulerMetrics};
 pub use stats::{Counters, QueueCounts, Stats, WriteMetrics};
+pub use workflow::{
+    Group, MAX_DEPENDENCIES, MAX_GROUP_MEMBERS, MAX_GROUP_WAITERS, Need, NewGroup, Require, Target,
+};
 
 /// The redb this build stores into: the application's own tables in the store's file
 /// ([`Transaction::open_table`], [`Store::begin_read`], [`StoreReader::begin_read`]) use its

@@ -15,7 +15,7 @@ use parking_lot::{Mutex, RwLock};
 use crate::backend::{LeaseBackend, Step};
 use crate::clock::{Clock, ManualClock, StoreClock};
 use crate::error::{Error, Result};
-use crate::ids::{Attempt, JobId, StoreTime};
+use crate::ids::{Attempt, GroupId, JobId, StoreTime};
 use crate::job::{Job, JobRecord, JobState, Outcome, Run, RunRecord};
 use crate::job_store::{JobStore, ReadJobs};
 use crate::notify::Notifier;
@@ -25,6 +25,7 @@ use crate::queue::{QueueRecord, QueueSettings, ServedMarks};
 use crate::report::{CheckReport, ReaperPass};
 use crate::schedule::{ScheduleInfo, ScheduleRecord};
 use crate::stats::{Counters, Stats};
+use crate::workflow::{Group, GroupRecord, Target};
 
 #[doc(hidden)]
 pub use crate::protocol::Policy;
@@ -54,6 +55,8 @@ struct State {
     failures: BTreeMap<String, String>,
     counters: Counters,
     next_id: u64,
+    groups: BTreeMap<GroupId, GroupRecord>,
+    next_group: u64,
     last_pass: Option<ReaperPass>,
 }
 
@@ -214,6 +217,19 @@ impl Records for Tx<'_> {
         };
         Ok(())
     }
+    fn group(&mut self, id: GroupId) -> Result<Option<GroupRecord>> {
+        Ok(self.s.groups.get(&id).cloned())
+    }
+    fn insert_group(&mut self, group: GroupRecord) -> Result<GroupId> {
+        self.s.next_group += 1;
+        let id = GroupId(self.s.next_group);
+        self.s.groups.insert(id, GroupRecord { id, ..group });
+        Ok(id)
+    }
+    fn save_group(&mut self, group: &GroupRecord) -> Result<()> {
+        self.s.groups.insert(group.id, group.clone());
+        Ok(())
+    }
 }
 
 /// The jobs of `queue` in `state`, or waiting (queued or retrying) for `None`.
@@ -248,6 +264,13 @@ impl ReadJobs for MemoryStore {
     }
     fn output(&self, id: JobId) -> Result<Option<Vec<u8>>> {
         Ok(self.read(|s| s.outputs.get(&id).cloned()))
+    }
+    fn group(&self, id: GroupId) -> Result<Option<Group>> {
+        Ok(self.read(|s| s.groups.get(&id).cloned().map(Group)))
+    }
+    fn waiters(&self, id: JobId) -> Result<Vec<JobId>> {
+        let waits = |j: &&JobRecord| j.flow.needs.iter().any(|n| n.on == Target::Job(id));
+        Ok(self.read(|s| s.jobs.values().filter(waits).map(|j| j.id).collect()))
     }
     fn jobs(&self, filter: &JobFilter) -> Result<Vec<Job>> {
         let now = self.0.clock.now();

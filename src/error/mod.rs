@@ -9,7 +9,7 @@ pub use self::postgres::PgError;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::ids::{Attempt, JobId};
+use crate::ids::{Attempt, GroupId, JobId};
 use crate::job::JobState;
 
 /// Everything a store operation can fail with.
@@ -35,6 +35,35 @@ pub enum Error {
     /// No schedule of this name.
     #[error("no schedule named {0:?}")]
     ScheduleNotFound(String),
+    /// A job was to wait for a job that does not exist (never enqueued, or purged). Nothing
+    /// was written.
+    #[error("job {0} does not exist, so nothing can wait for it")]
+    DependencyNotFound(JobId),
+    /// No group has this id.
+    #[error("group {0} does not exist")]
+    GroupNotFound(GroupId),
+    /// A job was to join a group that is sealed (or was cancelled, or ended). Nothing was
+    /// written.
+    #[error("group {0} is sealed: no job can join it any more")]
+    GroupSealed(GroupId),
+    /// A job was to wait for a group that is still open, or for one of its callbacks: until
+    /// it is sealed only its callbacks wait for it (a member could otherwise wait for what
+    /// waits for its own group, which would then never end). Nothing was written.
+    #[error(
+        "group {0} is still open: only its callbacks wait for it (or for them) until it is sealed"
+    )]
+    GroupOpen(GroupId),
+    /// A group reached one of its limits ([`crate::MAX_GROUP_MEMBERS`],
+    /// [`crate::MAX_GROUP_WAITERS`]). Nothing was written.
+    #[error("group {group} has its most {limit} ({max})")]
+    GroupLimit {
+        /// The group.
+        group: GroupId,
+        /// "members" or "waiters".
+        limit: &'static str,
+        /// The limit.
+        max: u64,
+    },
     /// A schedule of this name is declared with another timing, job or catch-up policy.
     /// Nothing changed: the declaration that should win says
     /// [`Schedule::replace`](crate::Schedule::replace) (a new version of the application),
@@ -403,6 +432,21 @@ pub enum InputError {
     /// A job must be allowed at least one attempt.
     #[error("max attempts must be at least 1")]
     ZeroMaxAttempts,
+    /// More dependencies than one job may have.
+    #[error("a job may wait for at most {max} jobs and groups, got {given}")]
+    TooManyDependencies {
+        /// How many were given.
+        given: usize,
+        /// The limit, [`crate::MAX_DEPENDENCIES`].
+        max: usize,
+    },
+    /// A group's member with a unique key: an enqueue its key answered with another job
+    /// would join nothing, and the group would end without the work it names.
+    #[error("a group's member cannot have a unique key")]
+    MemberWithUniqueKey,
+    /// A group's callback that would join a group: callbacks are no group's members.
+    #[error("a group's callback cannot join a group")]
+    CallbackInGroup,
     /// A value could not be encoded as JSON, or a payload decoded from it (the `serde`
     /// feature). The message is serde_json's.
     #[cfg(feature = "serde")]

@@ -42,7 +42,7 @@ RETURNING id";
 /// Enqueues a job: one statement, unless a unique key may answer with its holder
 /// ([`protocol::enqueue`] then).
 pub(crate) fn enqueue(r: &mut PgRecords<'_, '_, '_>, new: &NewJob) -> Result<JobId> {
-    if new.unique_key.is_some() || !r.shortcuts() {
+    if new.unique_key.is_some() || waits(new) || !r.shortcuts() {
         return protocol::enqueue(r, new);
     }
     let policy = r.policy();
@@ -64,6 +64,11 @@ pub(crate) fn enqueue(r: &mut PgRecords<'_, '_, '_>, new: &NewJob) -> Result<Job
     let made = id(r.tx.query_one(&st, &params)?.col(0)?);
     r.readied(&new.queue)?;
     Ok(made)
+}
+
+/// Whether a new job waits for others or joins a group: the protocol links those.
+fn waits(new: &NewJob) -> bool {
+    !new.needs.is_empty() || new.group.is_some()
 }
 
 /// Plain jobs (no unique key, no metadata) in one statement, their ids given in their
@@ -90,7 +95,7 @@ pub(crate) fn enqueue_batch(r: &mut PgRecords<'_, '_, '_>, jobs: &[NewJob]) -> R
     for job in jobs {
         input::check_new_job(job, r.policy().max_payload)?;
     }
-    let plain = |job: &NewJob| job.unique_key.is_none() && job.metadata.is_empty();
+    let plain = |job: &NewJob| job.unique_key.is_none() && job.metadata.is_empty() && !waits(job);
     let mut ids = Vec::with_capacity(jobs.len());
     let mut rest = jobs;
     while let Some(job) = rest.first() {
@@ -467,6 +472,9 @@ WHERE j.id = r.id AND j.attempt = r.attempt AND j.state = 'running'
     -- rules::before_deadline: an attempt past its deadline is left to the one-by-one path,
     -- which refuses the completion
     AND NOT coalesce(j.lease_deadline <= c.t, false)
+    -- protocol::flow::settle: an end that releases waiters or counts in a group is left to
+    -- the one-by-one path, which does both in the same transaction
+    AND NOT j.awaited
 RETURNING j.id, j.attempt";
 
 /// Completes many attempts with one statement where their fences hold; returns those it
@@ -546,7 +554,12 @@ WITH gone AS (
         FOR UPDATE SKIP LOCKED)
     RETURNING id
 ),
-runs AS (DELETE FROM {s}.leasehold_runs WHERE job IN (SELECT id FROM gone))
+runs AS (DELETE FROM {s}.leasehold_runs WHERE job IN (SELECT id FROM gone)),
+-- Records::delete: what waited for a finished job goes with it (its end released or
+-- cancelled every waiter already). A purged waiter's own entries stay until its
+-- dependencies are purged: a lookup by waiter has no index, and a waiter not found is
+-- passed over.
+waits AS (DELETE FROM {s}.leasehold_waits WHERE job IN (SELECT id FROM gone))
 SELECT id FROM gone";
 
 /// Deletes up to `limit` terminal jobs in `states` that finished at least `older_than` ago,

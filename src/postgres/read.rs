@@ -415,3 +415,36 @@ pub(crate) fn bytes(
         None => Ok(None),
     }
 }
+
+/// A group's record.
+pub(crate) fn group(
+    tx: &mut Transaction<'_>,
+    p: &mut Prepared<'_>,
+    group: crate::GroupId,
+) -> Result<Option<crate::Group>> {
+    let st = p.get(tx, "SELECT record FROM {s}.leasehold_groups WHERE id = $1")?;
+    let id = i64::try_from(group.0).unwrap_or(i64::MAX);
+    let Some(row) = tx.query_opt(&st, &[&id])? else {
+        return Ok(None);
+    };
+    let record = crate::codec::decode(row.col::<&[u8]>(0)?)
+        .map_err(|e| Error::Corrupt(format!("the record of group {group}: {e}")))?;
+    Ok(Some(crate::Group(record)))
+}
+
+/// The jobs that wait for `job` and still exist, oldest first.
+pub(crate) fn waiters(
+    tx: &mut Transaction<'_>,
+    p: &mut Prepared<'_>,
+    job: JobId,
+) -> Result<Vec<JobId>> {
+    let st = p.get(
+        tx,
+        "SELECT w.waiter FROM {s}.leasehold_waits w
+         JOIN {s}.leasehold_jobs j ON j.id = w.waiter
+         WHERE w.job = $1 ORDER BY w.waiter",
+    )?;
+    (tx.query(&st, &[&key(job)])?.iter())
+        .map(|row| Ok(super::rows::id(row.col(0)?)))
+        .collect()
+}

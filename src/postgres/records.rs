@@ -12,18 +12,21 @@ use postgres::Transaction;
 use postgres::types::ToSql;
 
 use super::rows::{
-    Col, clamp, id, job_by, job_columns, key, metadata_column, micros, time, unique_for_us, us,
+    Col, clamp, flow_column, id, job_by, job_columns, key, metadata_column, micros, time,
+    unique_for_us, us,
 };
 use super::schema::key_held;
 use super::{PgError, Prepared, Settings};
+use crate::codec;
 use crate::error::{Error, Result};
-use crate::ids::{Attempt, JobId, StoreTime};
+use crate::ids::{Attempt, GroupId, JobId, StoreTime};
 use crate::job::{JobRecord, Outcome, ReclaimPath, RunRecord};
 use crate::protocol::{HeldSchedule, Inserted, Policy, Position, Records};
 use crate::queue::{QueueLimits, QueueRecord, Rate};
 use crate::rules;
 use crate::schedule::ScheduleRecord;
 use crate::stats::Counters;
+use crate::workflow::{GroupRecord, Target};
 
 pub(crate) type Tx<'a, 'b> = &'a mut Transaction<'b>;
 
@@ -102,8 +105,10 @@ const INSERT: &str = concat!(
     "
 INSERT INTO {s}.leasehold_jobs
     (queue, state, priority, max_attempts, unique_key, created_at, run_at, progress_at,
-     updated_at, payload, time_limit_us, unique_for_us, metadata)
-VALUES ($1, $2, $3, $4, $5, {s}.at($6), {s}.at($7), {s}.at($6), {s}.at($6), $8, $9, $10, $11)
+     updated_at, payload, time_limit_us, unique_for_us, metadata, flow, awaited, grp,
+     last_error, finished_at)
+VALUES ($1, $2, $3, $4, $5, {s}.at($6), {s}.at($7), {s}.at($6), {s}.at($6), $8, $9, $10, $11,
+        $12, $13, $14, $15, {s}.at($16))
 ON CONFLICT (queue, unique_key) WHERE ",
     key_held!(),
     "
@@ -125,7 +130,7 @@ SET state = $2, attempt = $3, failures = $4, run_at = {s}.at($5), lease_owner = 
     lease_indexed_expiry = {s}.at($9), lease_length_us = $10, stall_timeout_us = $11,
     progress = $12, progress_at = {s}.at($13), cancel_requested = $14, last_error = $15,
     finished_at = {s}.at($16), updated_at = {s}.at($17), lease_deadline = {s}.at($18),
-    key_released = $19
+    key_released = $19, flow = $20, awaited = $21
 WHERE id = $1";
 
 /// The most urgent due waiting job of the queue.
@@ -182,7 +187,9 @@ impl Records for PgRecords<'_, '_, '_> {
         let time_limit = job.time_limit.map(micros);
         let unique_for = unique_for_us(job.uniqueness);
         let metadata = metadata_column(&job.metadata);
-        let params: [&(dyn ToSql + Sync); 11] = [
+        let flow = flow_column(&job.flow);
+        let group = job.flow.group.map(|g| clamp(g.0));
+        let params: [&(dyn ToSql + Sync); 16] = [
             &job.queue,
             &job.state.name(),
             &job.priority,
@@ -194,10 +201,31 @@ impl Records for PgRecords<'_, '_, '_> {
             &time_limit,
             &unique_for,
             &metadata,
+            &flow,
+            &job.flow.awaited,
+            &group,
+            &job.last_error,
+            &job.finished_at.map(us),
         ];
         if let Some(row) = self.tx.query_opt(&st, &params)? {
-            self.readied(&job.queue)?;
-            return Ok(Inserted::Made(id(row.col(0)?)));
+            let made = id(row.col(0)?);
+            if job.state.is_waiting() {
+                self.readied(&job.queue)?;
+            }
+            let deps: Vec<i64> = (job.flow.needs.iter())
+                .filter_map(|n| match n.on {
+                    Target::Job(dep) => Some(key(dep)),
+                    Target::Group(_) => None,
+                })
+                .collect();
+            if !deps.is_empty() {
+                let st = self.get(
+                    "INSERT INTO {s}.leasehold_waits (job, waiter)
+                     SELECT unnest($1::bigint[]), $2 ON CONFLICT DO NOTHING",
+                )?;
+                self.tx.execute(&st, &[&deps, &key(made)])?;
+            }
+            return Ok(Inserted::Made(made));
         }
         // Another transaction's job took the key meanwhile: that one is the answer.
         let holder = self.get(KEY_HOLDER)?;
@@ -215,7 +243,7 @@ impl Records for PgRecords<'_, '_, '_> {
     fn save(&mut self, old: &JobRecord, job: &JobRecord) -> Result<()> {
         let st = self.get(SAVE)?;
         let lease = job.lease.as_ref();
-        let params: [&(dyn ToSql + Sync); 19] = [
+        let params: [&(dyn ToSql + Sync); 21] = [
             &key(job.id),
             &job.state.name(),
             &i64::from(job.attempt.0),
@@ -235,6 +263,8 @@ impl Records for PgRecords<'_, '_, '_> {
             &us(job.updated_at),
             &lease.and_then(|l| l.deadline).map(us),
             &job.key_released,
+            &flow_column(&job.flow),
+            &job.flow.awaited,
         ];
         self.tx.execute(&st, &params)?;
         let readied = job.state.is_waiting()
@@ -418,11 +448,64 @@ impl Records for PgRecords<'_, '_, '_> {
             .collect()
     }
 
+    /// Also forgets which jobs it waited for and which waited for it.
     fn delete(&mut self, job: &JobRecord) -> Result<()> {
         let st = self.get("DELETE FROM {s}.leasehold_runs WHERE job = $1")?;
         self.tx.execute(&st, &[&key(job.id)])?;
         let st = self.get("DELETE FROM {s}.leasehold_jobs WHERE id = $1")?;
         self.tx.execute(&st, &[&key(job.id)])?;
+        if job.flow.awaited || !job.flow.needs.is_empty() {
+            let deps: Vec<i64> = (job.flow.needs.iter())
+                .filter_map(|n| match n.on {
+                    Target::Job(dep) => Some(key(dep)),
+                    Target::Group(_) => None,
+                })
+                .collect();
+            let st = self.get(
+                "DELETE FROM {s}.leasehold_waits
+                 WHERE job = $1 OR (job = ANY($2) AND waiter = $1)",
+            )?;
+            self.tx.execute(&st, &[&key(job.id), &deps])?;
+        }
+        Ok(())
+    }
+
+    fn waiters(&mut self, job: JobId) -> Result<Vec<JobId>> {
+        let st =
+            self.get("SELECT waiter FROM {s}.leasehold_waits WHERE job = $1 ORDER BY waiter")?;
+        (self.tx.query(&st, &[&key(job)])?.iter())
+            .map(|row| Ok(id(row.col(0)?)))
+            .collect()
+    }
+
+    fn members(&mut self, group: GroupId) -> Result<Vec<JobId>> {
+        let st = self.get("SELECT id FROM {s}.leasehold_jobs WHERE grp = $1 ORDER BY id")?;
+        (self.tx.query(&st, &[&clamp(group.0)])?.iter())
+            .map(|row| Ok(id(row.col(0)?)))
+            .collect()
+    }
+
+    fn group(&mut self, group: GroupId) -> Result<Option<GroupRecord>> {
+        let st = self.get("SELECT record FROM {s}.leasehold_groups WHERE id = $1 FOR UPDATE")?;
+        match self.tx.query_opt(&st, &[&clamp(group.0)])? {
+            Some(row) => codec::decode(row.col::<&[u8]>(0)?)
+                .map(Some)
+                .map_err(|e| Error::Corrupt(format!("the record of group {group}: {e}"))),
+            None => Ok(None),
+        }
+    }
+
+    fn insert_group(&mut self, group: GroupRecord) -> Result<GroupId> {
+        let st = self.get("INSERT INTO {s}.leasehold_groups (record) VALUES ('') RETURNING id")?;
+        let made = GroupId(u64::try_from(self.tx.query_one(&st, &[])?.col::<i64>(0)?).unwrap_or(0));
+        self.save_group(&GroupRecord { id: made, ..group })?;
+        Ok(made)
+    }
+
+    fn save_group(&mut self, group: &GroupRecord) -> Result<()> {
+        let st = self.get("UPDATE {s}.leasehold_groups SET record = $2 WHERE id = $1")?;
+        self.tx
+            .execute(&st, &[&clamp(group.id.0), &codec::encode(group)])?;
         Ok(())
     }
 

@@ -53,7 +53,7 @@ macro_rules! job_columns {
     {s}.us(lease_expires_at), {s}.us(lease_indexed_expiry), lease_length_us, stall_timeout_us,
     progress, {s}.us(progress_at), cancel_requested, last_error, {s}.us(finished_at),
     {s}.us(updated_at), {s}.us(lease_deadline), time_limit_us, unique_for_us, key_released,
-    metadata"
+    metadata, flow"
     };
 }
 pub(crate) use job_columns;
@@ -118,7 +118,21 @@ pub(crate) fn record(row: &postgres::Row) -> Result<JobRecord> {
                 None => (pair, String::new()),
             })
             .collect(),
+        flow: match row.col::<Option<&[u8]>>(27)? {
+            None => Default::default(),
+            Some(bytes) => crate::codec::decode(bytes).map_err(|e| {
+                Error::Corrupt(format!(
+                    "what job {} waits for: {e}",
+                    row.col::<i64>(0).unwrap_or(0)
+                ))
+            })?,
+        },
     })
+}
+
+/// A job's part in workflows as the `flow` column keeps it: `NULL` for none.
+pub(crate) fn flow_column(flow: &crate::workflow::Flow) -> Option<Vec<u8>> {
+    (*flow != crate::workflow::Flow::default()).then(|| crate::codec::encode(flow))
 }
 
 /// `unique_for_us` as it reads: `NULL` while unfinished, `-1` until purged, else the window.

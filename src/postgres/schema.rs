@@ -29,7 +29,7 @@ use crate::error::Result;
 /// by the first open that may create
 /// ([`crate::postgres::PgStoreBuilder::create_if_missing`], on by default); a reader's open
 /// is refused ([`PgError::OlderSchema`]) and leaves it as it is.
-pub const VERSION: u32 = 3;
+pub const VERSION: u32 = 4;
 
 /// The tables version 2 added, made by a new store and by the upgrade from version 1 alike:
 /// each queue's record (pause, limits, the rate window, the served mark) and each periodic
@@ -52,13 +52,40 @@ CREATE TABLE IF NOT EXISTS {s}.leasehold_schedules (name text PRIMARY KEY, recor
     };
 }
 
+/// What version 4 added, made by a new store and by the upgrade alike: jobs that wait for
+/// jobs. A job's part (`flow`: what it waits for, its group, as the crate's codec encodes
+/// [`crate::workflow::Flow`]; `NULL` for none), whether its end moves others (`awaited`, so
+/// the one-statement completion can leave those to the protocol), its group (`grp`, indexed
+/// for a group's members), which job waits for which (`leasehold_waits`, by dependency) and
+/// the groups' records.
+macro_rules! since_4 {
+    () => {
+        "
+ALTER TABLE {s}.leasehold_jobs
+    ADD COLUMN IF NOT EXISTS flow bytea,
+    ADD COLUMN IF NOT EXISTS awaited boolean NOT NULL DEFAULT false,
+    ADD COLUMN IF NOT EXISTS grp bigint;
+CREATE INDEX IF NOT EXISTS leasehold_jobs_group ON {s}.leasehold_jobs (grp) WHERE grp IS NOT NULL;
+CREATE TABLE IF NOT EXISTS {s}.leasehold_waits (
+    job bigint NOT NULL,
+    waiter bigint NOT NULL,
+    PRIMARY KEY (job, waiter)
+);
+CREATE TABLE IF NOT EXISTS {s}.leasehold_groups (
+    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    record bytea NOT NULL
+);
+"
+    };
+}
+
 /// The unique index's predicate: a key is held while its job waits or runs, and after
 /// success for a window (`unique_for_us`), until a newer job takes it (`key_released`).
 /// Every `ON CONFLICT` on the key names the same predicate.
 macro_rules! key_held {
     () => {
         "unique_key IS NOT NULL AND NOT key_released
-        AND (state IN ('queued', 'running', 'retry_wait')
+        AND (state IN ('queued', 'running', 'retry_wait', 'blocked')
              OR (state = 'succeeded' AND unique_for_us IS NOT NULL))"
     };
 }
@@ -128,7 +155,8 @@ CREATE TABLE {s}.leasehold_jobs (
     id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     queue text NOT NULL,
     state text NOT NULL
-        CHECK (state IN ('queued', 'running', 'retry_wait', 'succeeded', 'dead', 'cancelled')),
+        CHECK (state IN ('queued', 'running', 'retry_wait', 'succeeded', 'dead', 'cancelled',
+                         'blocked')),
     priority integer NOT NULL,
     attempt bigint NOT NULL DEFAULT 0,
     failures bigint NOT NULL DEFAULT 0,
@@ -187,6 +215,7 @@ CREATE TABLE {s}.leasehold_runs (
 CREATE TABLE {s}.leasehold_counters (name text PRIMARY KEY, value bigint NOT NULL);
 "#,
     tables_since_2!(),
+    since_4!(),
     r#"
 INSERT INTO {s}.leasehold_counters (name, value) VALUES
     ('reclaimed_by_reaper', 0), ('reclaimed_by_takeover', 0), ('reclaimed_at_open', 0),
@@ -229,6 +258,22 @@ const MIGRATE_FROM_2: &str = "
 ALTER TABLE {s}.leasehold_jobs ADD COLUMN IF NOT EXISTS last_worker text,
     ADD COLUMN IF NOT EXISTS last_claimed_at timestamptz;
 ";
+
+/// From version 3 to 4: [`since_4`], and the state `blocked` (a blocked job holds its
+/// unique key, as a queued one does).
+const MIGRATE_FROM_3: &str = concat!(
+    since_4!(),
+    "
+ALTER TABLE {s}.leasehold_jobs DROP CONSTRAINT IF EXISTS leasehold_jobs_state_check;
+ALTER TABLE {s}.leasehold_jobs ADD CONSTRAINT leasehold_jobs_state_check
+    CHECK (state IN ('queued', 'running', 'retry_wait', 'succeeded', 'dead', 'cancelled',
+                     'blocked'));
+DROP INDEX IF EXISTS {s}.leasehold_jobs_unique;
+CREATE UNIQUE INDEX leasehold_jobs_unique ON {s}.leasehold_jobs (queue, unique_key)
+    WHERE ",
+    key_held!(),
+    ";"
+);
 
 /// Creates the schema's tables if there are none (when `create`), or checks the ones there: a leasehold
 /// store of a version this build knows, upgraded to this build's version (when `create`;
@@ -309,6 +354,9 @@ pub(crate) fn prepare(client: &mut Client, names: &Names, create: bool) -> Resul
     if upgraded.is_some_and(|v| v <= 2) {
         tx.batch_execute(&names.sql(MIGRATE_FROM_2))?;
     }
+    if upgraded.is_some_and(|v| v <= 3) {
+        tx.batch_execute(&names.sql(MIGRATE_FROM_3))?;
+    }
     check_tables(&mut tx, names)?;
     if let Some(older) = upgraded {
         tx.execute(
@@ -364,6 +412,9 @@ pub(crate) const COLUMNS: &[(&str, &[(&str, &str)])] = &[
             ("metadata", "_text"),
             ("last_worker", "text"),
             ("last_claimed_at", "timestamptz"),
+            ("flow", "bytea"),
+            ("awaited", "bool"),
+            ("grp", "int8"),
         ],
     ),
     (
@@ -400,6 +451,8 @@ pub(crate) const COLUMNS: &[(&str, &[(&str, &str)])] = &[
         "leasehold_schedules",
         &[("name", "text"), ("record", "bytea")],
     ),
+    ("leasehold_waits", &[("job", "int8"), ("waiter", "int8")]),
+    ("leasehold_groups", &[("id", "int8"), ("record", "bytea")]),
 ];
 
 /// The indexes the protocol relies on: the unique one for correctness (`ON CONFLICT`
@@ -413,6 +466,9 @@ const INDEXES: &[&str] = &[
     "leasehold_runs_pkey",
     "leasehold_queues_pkey",
     "leasehold_schedules_pkey",
+    "leasehold_jobs_group",
+    "leasehold_waits_pkey",
+    "leasehold_groups_pkey",
 ];
 
 /// The functions every statement calls.

@@ -208,6 +208,14 @@ impl ReadJobs for PgStore {
         self.in_transaction(|tx, p| read::bytes(tx, p, job, true))
     }
 
+    fn group(&self, group: crate::GroupId) -> Result<Option<crate::Group>> {
+        self.in_transaction(|tx, p| read::group(tx, p, group))
+    }
+
+    fn waiters(&self, job: JobId) -> Result<Vec<JobId>> {
+        self.in_transaction(|tx, p| read::waiters(tx, p, job))
+    }
+
     /// Jobs matching `filter` (for operators and tools).
     fn jobs(&self, filter: &crate::query::JobFilter) -> Result<Vec<Job>> {
         if !filter.can_match() {

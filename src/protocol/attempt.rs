@@ -173,7 +173,8 @@ pub(crate) fn fence(
 }
 
 /// Stores the end of an attempt a rule decided: its run recorded, the job moved on (every
-/// index in step), the counters. The only place an attempt ends.
+/// index in step), the counters, and what waits for the job released if it ended for good
+/// ([`super::flow::settle`]). The only place an attempt ends.
 pub(crate) fn store_end(
     r: &mut (impl Records + ?Sized),
     old: &JobRecord,
@@ -185,5 +186,6 @@ pub(crate) fn store_end(
     r.record_run(old, run)?;
     r.save(old, &change.job)?;
     r.count(&change.counts)?;
+    super::flow::settle(r, &change.job)?;
     Ok(change.job)
 }

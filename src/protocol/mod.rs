@@ -21,10 +21,12 @@
 //! | `records.rs` | what an engine implements: records loaded and saved in a transaction |
 //! | `attempt.rs` | an attempt's life: granted, renewed, ended, expired |
 //! | `claim.rs` | claims: the claim order, takeover, a queue's limits |
+//! | `flow.rs` | jobs that wait for jobs: links made at enqueue, released by ends, groups |
 //! | `operate.rs` | the rest: enqueue, cancel, retry, reclaims, queues' settings, schedules |
 
 mod attempt;
 mod claim;
+mod flow;
 mod operate;
 mod records;
 
@@ -36,6 +38,7 @@ pub(crate) use attempt::{Stages, complete, end, expire, heartbeat};
 pub(crate) use claim::{claim, claim_batch, claim_job};
 #[cfg(feature = "postgres")]
 pub(crate) use claim::{next_claim, noted, room};
+pub(crate) use flow::{cancel_group, open_group, seal_group};
 pub(crate) use operate::{
     cancel, declare_schedule, enqueue, enqueue_batch, fire_schedules, mark_served, pause_queue,
     pause_schedule, purge, purge_in_batches, reap_batch, remove_schedule, retry, set_queue_limits,

@@ -3,7 +3,7 @@
 
 use super::attempt::{Stages, expire};
 use super::claim::catch_up;
-use super::{Inserted, Records};
+use super::{Inserted, Records, flow};
 use crate::batches::Batch;
 use crate::error::{Error, Result};
 use crate::ids::{JobId, StoreTime};
@@ -17,6 +17,15 @@ use crate::schedule::Schedule;
 /// Enqueues a job; with a unique key that another job holds ([`rules::holds_key`]), returns
 /// that job instead.
 pub(crate) fn enqueue(r: &mut (impl Records + ?Sized), new: &NewJob) -> Result<JobId> {
+    enqueue_as(r, new, false)
+}
+
+/// [`enqueue`], for a group's own callback (`callback`: it may wait for its open group).
+pub(super) fn enqueue_as(
+    r: &mut (impl Records + ?Sized),
+    new: &NewJob,
+    callback: bool,
+) -> Result<JobId> {
     let max_payload = r.policy().max_payload;
     input::check_new_job(new, max_payload)?;
     if let Some(key) = &new.unique_key
@@ -32,8 +41,13 @@ pub(crate) fn enqueue(r: &mut (impl Records + ?Sized), new: &NewJob) -> Result<J
         max_payload,
         now,
     )?;
-    match r.insert(job, &new.payload)? {
-        Inserted::Made(id) | Inserted::KeyTaken(id) => Ok(id),
+    let (job, joined) = flow::links(r, new, job, callback, now)?;
+    match r.insert(job.clone(), &new.payload)? {
+        Inserted::Made(id) => {
+            flow::linked(r, &JobRecord { id, ..job }, joined, callback)?;
+            Ok(id)
+        }
+        Inserted::KeyTaken(id) => Ok(id),
     }
 }
 
@@ -76,6 +90,7 @@ pub(crate) fn cancel(r: &mut (impl Records + ?Sized), id: JobId) -> Result<(JobS
     let changed = new.is_some();
     if let Some(new) = new {
         r.save(&job, &new)?;
+        flow::settle(r, &new)?;
     }
     Ok((answer, changed))
 }
@@ -97,7 +112,8 @@ pub(crate) fn retry(r: &mut (impl Records + ?Sized), id: JobId) -> Result<()> {
     if let (Some(holder), Some(released)) = (&holder, &released) {
         r.save(holder, released)?;
     }
-    r.save(&job, &new)
+    r.save(&job, &new)?;
+    flow::unsettle(r, &new, job.state)
 }
 
 /// Takes back up to `limit` leases: on the reaper path those expired at or before now, on

@@ -11,12 +11,13 @@
 //! * Time is the store's: [`Records::now`] never runs backwards within a store.
 
 use crate::error::Result;
-use crate::ids::{Attempt, JobId, StoreTime};
+use crate::ids::{Attempt, GroupId, JobId, StoreTime};
 use crate::job::{JobRecord, JobState, Outcome, RunRecord};
 use crate::queue::QueueRecord;
 use crate::rules;
 use crate::schedule::ScheduleRecord;
 use crate::stats::Counters;
+use crate::workflow::{GroupRecord, Target};
 
 use super::Policy;
 
@@ -124,6 +125,27 @@ pub trait Records {
     }
     /// Deletes a job entirely: its record, every index entry, payload, output and history.
     fn delete(&mut self, job: &JobRecord) -> Result<()>;
+
+    // ----- jobs that wait for jobs -----
+
+    /// The jobs that wait for job `id` (by [`crate::workflow::Flow::needs`], which never
+    /// change once a job is stored: an engine with indexes indexes them at insert). A job
+    /// deleted since may be named; it is then not found.
+    fn waiters(&mut self, id: JobId) -> Result<Vec<JobId>> {
+        let waits = |j: &JobRecord| j.flow.needs.iter().any(|n| n.on == Target::Job(id));
+        Ok(self.scan(None, &waits)?.iter().map(|j| j.id).collect())
+    }
+    /// The members of `group` (likewise indexed at insert, where there are indexes).
+    fn members(&mut self, group: GroupId) -> Result<Vec<JobId>> {
+        let member = |j: &JobRecord| j.flow.group == Some(group);
+        Ok(self.scan(None, &member)?.iter().map(|j| j.id).collect())
+    }
+    /// The record of group `id`, held for writing.
+    fn group(&mut self, id: GroupId) -> Result<Option<GroupRecord>>;
+    /// Stores a new group (its id is the engine's to give: `group.id` is ignored).
+    fn insert_group(&mut self, group: GroupRecord) -> Result<GroupId>;
+    /// Stores a group's record.
+    fn save_group(&mut self, group: &GroupRecord) -> Result<()>;
 
     // ----- queues and schedules -----
 

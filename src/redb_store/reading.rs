@@ -51,6 +51,36 @@ impl<S: Snapshots> crate::ReadJobs for S {
         self.reading("an output", |read| bytes(read, schema::OUTPUTS, id))
     }
 
+    fn group(&self, id: crate::GroupId) -> Result<Option<crate::Group>> {
+        self.reading("a group's record", |read| {
+            let Some(groups) = optional(read, schema::GROUPS)? else {
+                return Ok(None);
+            };
+            let Some(bytes) = groups.get(id.0)? else {
+                return Ok(None);
+            };
+            let record = codec::decode(bytes.value())
+                .map_err(|e| Error::Corrupt(format!("the record of group {id}: {e}")))?;
+            Ok(Some(crate::Group(record)))
+        })
+    }
+
+    fn waiters(&self, id: JobId) -> Result<Vec<JobId>> {
+        self.reading("what waits for a job", |read| {
+            let Some(waits) = optional(read, schema::WAITS)? else {
+                return Ok(Vec::new());
+            };
+            let mut found = Vec::new();
+            for entry in waits.range((id.0, 0)..=(id.0, u64::MAX))? {
+                let waiter = JobId(entry?.0.value().1);
+                if record(read, waiter)?.is_some() {
+                    found.push(waiter);
+                }
+            }
+            Ok(found)
+        })
+    }
+
     /// Reads the records (for operators and tools), running and waiting ones through their
     /// index.
     fn jobs(&self, filter: &JobFilter) -> Result<Vec<Job>> {

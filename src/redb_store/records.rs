@@ -6,15 +6,17 @@ use redb::ReadableTable;
 
 use crate::codec;
 use crate::error::{Error, Result};
-use crate::ids::{Attempt, JobId, StoreTime};
+use crate::ids::{Attempt, GroupId, JobId, StoreTime};
 use crate::job::{JobRecord, JobState, Outcome, RunRecord};
 use crate::protocol::{HeldSchedule, Inserted, Policy, Position, Records};
 use crate::queue::QueueRecord;
-use crate::redb_store::writing::{Tx, load};
+use crate::redb_store::schema::meta_key;
+use crate::redb_store::writing::{Tx, load, read_u64, write_u64};
 use crate::redb_store::{index, search};
 use crate::rules;
 use crate::schedule::ScheduleRecord;
 use crate::stats::Counters;
+use crate::workflow::{GroupRecord, Target};
 
 impl Records for Tx<'_> {
     fn policy(&self) -> &Policy {
@@ -36,6 +38,14 @@ impl Records for Tx<'_> {
         let job = JobRecord { id, ..job };
         self.tables.payloads.insert(id.0, payload)?;
         index::save(self, None, &job)?;
+        for need in &job.flow.needs {
+            if let Target::Job(dep) = need.on {
+                self.tables.waits()?.insert((dep.0, id.0), ())?;
+            }
+        }
+        if let Some(group) = job.flow.group {
+            self.tables.members()?.insert((group.0, id.0), ())?;
+        }
         Ok(Inserted::Made(id))
     }
 
@@ -155,8 +165,71 @@ impl Records for Tx<'_> {
         ids.into_iter().map(|id| load(self, id)).collect()
     }
 
+    /// Also forgets the job's links: what it waited for, what waited for it, its group.
     fn delete(&mut self, job: &JobRecord) -> Result<()> {
-        index::delete(self, job)
+        index::delete(self, job)?;
+        let id = job.id.0;
+        for need in &job.flow.needs {
+            if let Target::Job(dep) = need.on {
+                self.tables.waits()?.remove((dep.0, id))?;
+            }
+        }
+        if job.flow.awaited {
+            let waits = self.tables.waits()?;
+            let waiters: Vec<u64> = (waits.range((id, 0)..=(id, u64::MAX))?)
+                .map(|e| Ok(e?.0.value().1))
+                .collect::<Result<_>>()?;
+            for waiter in waiters {
+                waits.remove((id, waiter))?;
+            }
+        }
+        if let Some(group) = job.flow.group {
+            self.tables.members()?.remove((group.0, id))?;
+        }
+        Ok(())
+    }
+
+    fn waiters(&mut self, id: JobId) -> Result<Vec<JobId>> {
+        let waits = self.tables.waits()?;
+        (waits.range((id.0, 0)..=(id.0, u64::MAX))?)
+            .map(|e| Ok(JobId(e?.0.value().1)))
+            .collect()
+    }
+
+    fn members(&mut self, group: GroupId) -> Result<Vec<JobId>> {
+        let members = self.tables.members()?;
+        (members.range((group.0, 0)..=(group.0, u64::MAX))?)
+            .map(|e| Ok(JobId(e?.0.value().1)))
+            .collect()
+    }
+
+    fn group(&mut self, id: GroupId) -> Result<Option<GroupRecord>> {
+        match self.tables.groups()?.get(id.0)? {
+            Some(b) => codec::decode(b.value())
+                .map(Some)
+                .map_err(|e| Error::Corrupt(format!("the record of group {id}: {e}"))),
+            None => Ok(None),
+        }
+    }
+
+    fn insert_group(&mut self, group: GroupRecord) -> Result<GroupId> {
+        let meta = &mut self.tables.meta;
+        let id = read_u64(meta, meta_key::NEXT_GROUP_ID)?.unwrap_or(1);
+        write_u64(meta, meta_key::NEXT_GROUP_ID, id + 1)?;
+        let group = GroupRecord {
+            id: GroupId(id),
+            ..group
+        };
+        self.save_group(&group)?;
+        Ok(group.id)
+    }
+
+    fn save_group(&mut self, group: &GroupRecord) -> Result<()> {
+        self.tables
+            .groups()?
+            .insert(group.id.0, codec::encode(group).as_slice())?;
+        self.tally.writes += 1;
+        Ok(())
     }
 
     fn queue(&mut self, queue: &str, _lock: bool) -> Result<Option<QueueRecord>> {

@@ -19,6 +19,9 @@
 //! | `instances` | process instance | [`Registration`](crate::redb_store::instance::Registration) record | where each process sharing the store keeps its lock file, and which file that is |
 //! | `queues` | queue | [`QueueRecord`](crate::queue::QueueRecord) record | what the store knows of a queue beside its jobs: paused, its limits, its rate window, when a worker last served it |
 //! | `schedules` | name | [`ScheduleRecord`](crate::schedule::ScheduleRecord) record | each periodic job's declaration and the cursor of its next tick |
+//! | `waits` | (dependency, waiter) | () | which job waits for which (a job's dependencies never change once stored) |
+//! | `members` | (group, member) | () | each group's members |
+//! | `groups` | group id | [`GroupRecord`](crate::workflow::GroupRecord) record | each group: sealed, its members' counts, when it ended, what waits for it |
 //!
 //! Every index (`ready`, `expiry`, `unique`, `counts`, `finished`) is a pure function of the
 //! job records, maintained only by [`crate::redb_store::index`] and verified by [`crate::ReadJobs::check`].
@@ -36,8 +39,10 @@ use redb::TableDefinition;
 /// (its records are read in either format and rewritten as they change); it also adds
 /// `schedules`. Version 5 may record an attempt as
 /// [`Outcome::NeverStarted`](crate::Outcome::NeverStarted) or
-/// [`Outcome::ResultLost`](crate::Outcome::ResultLost).
-pub const SCHEMA_VERSION: u32 = 5;
+/// [`Outcome::ResultLost`](crate::Outcome::ResultLost). Version 6 writes job records in
+/// format version 3 (what a job waits for, its group; the state `Blocked`) and adds
+/// `waits`, `members` and `groups`.
+pub const SCHEMA_VERSION: u32 = 6;
 
 /// The marker that says "this redb file is a leasehold store".
 pub(crate) const MARKER: &[u8] = b"leasehold store";
@@ -65,12 +70,17 @@ pub(crate) const INSTANCES: TableDefinition<u64, &[u8]> =
 pub(crate) const QUEUES: TableDefinition<&str, &[u8]> = TableDefinition::new("leasehold.queues");
 pub(crate) const SCHEDULES: TableDefinition<&str, &[u8]> =
     TableDefinition::new("leasehold.schedules");
+pub(crate) const WAITS: TableDefinition<(u64, u64), ()> = TableDefinition::new("leasehold.waits");
+pub(crate) const MEMBERS: TableDefinition<(u64, u64), ()> =
+    TableDefinition::new("leasehold.members");
+pub(crate) const GROUPS: TableDefinition<u64, &[u8]> = TableDefinition::new("leasehold.groups");
 
 /// Keys of the `meta` table.
 pub(crate) mod meta_key {
     pub const MARKER: &str = "marker";
     pub const SCHEMA_VERSION: &str = "schema_version";
     pub const NEXT_JOB_ID: &str = "next_job_id";
+    pub const NEXT_GROUP_ID: &str = "next_group_id";
     pub const HIGH_WATER: &str = "clock.high_water";
     pub const ANCHOR: &str = "clock.anchor";
     pub const COUNTERS: &str = "counters";

@@ -44,6 +44,10 @@ pub(crate) struct Tables<'t> {
     queues: Option<Table<'t, &'static str, &'static [u8]>>,
     /// The schedules, opened likewise ([`Tables::schedules`]).
     schedules: Option<Table<'t, &'static str, &'static [u8]>>,
+    /// Workflows' tables, opened likewise: (dependency, waiter), (group, member), groups.
+    waits: Option<Table<'t, (u64, u64), ()>>,
+    members: Option<Table<'t, (u64, u64), ()>>,
+    groups: Option<Table<'t, u64, &'static [u8]>>,
     txn: &'t WriteTransaction,
 }
 
@@ -71,6 +75,9 @@ impl<'t> Tables<'t> {
             },
             queues: None,
             schedules: None,
+            waits: None,
+            members: None,
+            groups: None,
             txn,
         })
     }
@@ -90,6 +97,21 @@ impl<'t> Tables<'t> {
     /// The schedules, open for writing (opened on first use).
     pub(crate) fn schedules(&mut self) -> Result<&mut Table<'t, &'static str, &'static [u8]>> {
         opened(&mut self.schedules, self.txn, schema::SCHEDULES)
+    }
+
+    /// Which job waits for which, by (dependency, waiter) (opened on first use).
+    pub(crate) fn waits(&mut self) -> Result<&mut Table<'t, (u64, u64), ()>> {
+        opened(&mut self.waits, self.txn, schema::WAITS)
+    }
+
+    /// Each group's members, by (group, member) (opened on first use).
+    pub(crate) fn members(&mut self) -> Result<&mut Table<'t, (u64, u64), ()>> {
+        opened(&mut self.members, self.txn, schema::MEMBERS)
+    }
+
+    /// The groups' records (opened on first use).
+    pub(crate) fn groups(&mut self) -> Result<&mut Table<'t, u64, &'static [u8]>> {
+        opened(&mut self.groups, self.txn, schema::GROUPS)
     }
 
     /// Records where `instance` keeps its lock file (its first registration, or a new file).
@@ -350,11 +372,11 @@ pub(crate) fn load(tx: &Tx<'_>, id: JobId) -> Result<JobRecord> {
 }
 
 /// The table in `slot`, opened in `txn` on first use.
-fn opened<'s, 't>(
-    slot: &'s mut Option<Table<'t, &'static str, &'static [u8]>>,
+fn opened<'s, 't, K: redb::Key + 'static, V: redb::Value + 'static>(
+    slot: &'s mut Option<Table<'t, K, V>>,
     txn: &'t WriteTransaction,
-    table: redb::TableDefinition<'static, &'static str, &'static [u8]>,
-) -> Result<&'s mut Table<'t, &'static str, &'static [u8]>> {
+    table: redb::TableDefinition<'static, K, V>,
+) -> Result<&'s mut Table<'t, K, V>> {
     if slot.is_none() {
         *slot = Some(txn.open_table(table)?);
     }

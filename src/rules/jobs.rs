@@ -42,6 +42,7 @@ pub(crate) fn new_job(
         key_released: false,
         time_limit: new.time_limit,
         metadata: new.metadata.clone(),
+        flow: Default::default(),
     })
 }
 
@@ -94,7 +95,7 @@ pub(crate) fn cancel(
     now: StoreTime,
 ) -> Result<(Option<JobRecord>, JobState), Error> {
     match job.state {
-        JobState::Queued | JobState::RetryWait => {
+        JobState::Queued | JobState::RetryWait | JobState::Blocked => {
             let mut new = job.clone();
             finish(&mut new, JobState::Cancelled, now);
             Ok((Some(new), JobState::Cancelled))

@@ -23,10 +23,14 @@
 //!   choose the outcome and the next state ([`after_failure`]); a failure no retry mends
 //!   ([`Retry::Never`]) is dead at once.
 //! * **Cancel** ([`cancel`]) and **retry** ([`retry`]): an operator's decisions.
+//! * **Jobs that wait for jobs** ([`waiting`], [`dependency_ended`], [`rearmed`]) and
+//!   **groups** ([`member_ended`], [`sealed`]): a waiter is released, or cancelled, by the
+//!   end it waited for, each end seen once.
 
 mod attempt;
 mod claims;
 mod fence;
+mod flow;
 mod jobs;
 mod queues;
 mod schedules;
@@ -36,6 +40,7 @@ mod tests;
 pub(crate) use attempt::*;
 pub(crate) use claims::*;
 pub(crate) use fence::*;
+pub(crate) use flow::*;
 pub(crate) use jobs::*;
 pub(crate) use queues::*;
 pub(crate) use schedules::*;

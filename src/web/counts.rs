@@ -219,6 +219,12 @@ mod tests {
         fn output(&self, job: JobId) -> Result<Option<Vec<u8>>> {
             self.store.output(job)
         }
+        fn group(&self, group: crate::GroupId) -> Result<Option<crate::Group>> {
+            self.store.group(group)
+        }
+        fn waiters(&self, job: JobId) -> Result<Vec<JobId>> {
+            self.store.waiters(job)
+        }
         fn jobs(&self, filter: &JobFilter) -> Result<Vec<Job>> {
             self.store.jobs(filter)
         }

@@ -26,6 +26,7 @@ mod time_limit;
 mod transaction;
 mod unique;
 mod wake;
+mod workflow;
 
 #[path = "../support/backends.rs"]
 mod backends;

@@ -248,6 +248,8 @@ impl ReadJobs for SlowCounts {
         history(job: leasehold::JobId) -> Vec<leasehold::Run>;
         payload(job: leasehold::JobId) -> Option<Vec<u8>>;
         output(job: leasehold::JobId) -> Option<Vec<u8>>;
+        group(group: leasehold::GroupId) -> Option<leasehold::Group>;
+        waiters(job: leasehold::JobId) -> Vec<leasehold::JobId>;
         jobs(filter: &JobFilter) -> Vec<leasehold::Job>;
         timing(queue: &str) -> leasehold::QueueTiming;
         unserved_queues() -> Vec<leasehold::UnservedQueue>;

@@ -1,0 +1,257 @@
+//! Jobs that wait for jobs, in the transaction that changes them: a new job's dependencies
+//! found and linked, the release that every end of an awaited job makes ([`settle`]), the
+//! re-arming a retry makes ([`unsettle`]), and groups opened, sealed and cancelled. What
+//! becomes of each waiter and group is the rule book's ([`crate::rules`]).
+//!
+//! The release is part of the end that causes it: [`super::attempt::store_end`] (every end
+//! of an attempt, past the fence) and a cancel call [`settle`] in their own transaction, so
+//! a fenced-out holder's completion never releases anyone, and an end that commits has
+//! released its waiters with it.
+
+use super::Records;
+use crate::error::{Error, Result};
+use crate::ids::{GroupId, JobId, StoreTime};
+use crate::job::{JobRecord, JobState, NewJob};
+use crate::rules;
+use crate::workflow::{GroupRecord, Need, NewGroup, Target};
+
+/// A new job's dependencies as they stand, and the group it joins, checked before anything
+/// is written: each dependency exists (a job, or a sealed group; the open group's own
+/// callbacks excepted), and the group is open. Returns `job` as it is to be stored
+/// ([`rules::waiting`]) and its group with the member added (to store once the job is).
+pub(super) fn links(
+    r: &mut (impl Records + ?Sized),
+    new: &NewJob,
+    job: JobRecord,
+    callback: bool,
+    now: StoreTime,
+) -> Result<(JobRecord, Option<GroupRecord>)> {
+    if new.needs.is_empty() && new.group.is_none() {
+        return Ok((job, None));
+    }
+    let mut needs = Vec::with_capacity(new.needs.len());
+    let mut to_mark = Vec::new();
+    for &(on, require) in &new.needs {
+        let ended = match on {
+            Target::Job(id) => {
+                let dep = r.job(id)?.ok_or(Error::DependencyNotFound(id))?;
+                refuse_open_callback(r, &dep)?;
+                match dep.state.is_terminal() {
+                    true => Some(dep.state),
+                    false if !dep.flow.awaited => {
+                        to_mark.push(dep);
+                        None
+                    }
+                    false => None,
+                }
+            }
+            Target::Group(g) => {
+                let group = r.group(g)?.ok_or(Error::GroupNotFound(g))?;
+                if !group.sealed && !callback {
+                    return Err(Error::GroupOpen(g));
+                }
+                group.outcome()
+            }
+        };
+        needs.push(Need { on, require, ended });
+    }
+    let joined = match new.group {
+        Some(g) => Some(rules::joined(&r.group(g)?.ok_or(Error::GroupNotFound(g))?)?),
+        None => None,
+    };
+    for dep in to_mark {
+        let mut awaited = dep.clone();
+        awaited.flow.awaited = true;
+        r.save(&dep, &awaited)?;
+    }
+    Ok((rules::waiting(job, needs, new.group, now), joined))
+}
+
+/// A job that waits for an open group (one of its callbacks) cannot be waited for until the
+/// group is sealed: a member of that group waiting for it would make a cycle.
+fn refuse_open_callback(r: &mut (impl Records + ?Sized), dep: &JobRecord) -> Result<()> {
+    for need in &dep.flow.needs {
+        if let Target::Group(g) = need.on
+            && r.group(g)?.is_some_and(|group| !group.sealed)
+        {
+            return Err(Error::GroupOpen(g));
+        }
+    }
+    Ok(())
+}
+
+/// The rest of a new job's links, once it is stored under its id: its group's count, the
+/// groups it waits for, and, if it was cancelled at once (a dependency had died), that end.
+pub(super) fn linked(
+    r: &mut (impl Records + ?Sized),
+    job: &JobRecord,
+    joined: Option<GroupRecord>,
+    callback: bool,
+) -> Result<()> {
+    if let Some(group) = joined {
+        r.save_group(&group)?;
+    }
+    for need in job.flow.needs.iter().filter(|n| n.ended.is_none()) {
+        if let Target::Group(g) = need.on {
+            let group = r.group(g)?.ok_or(Error::GroupNotFound(g))?;
+            r.save_group(&rules::waited_for(&group, job.id, callback)?)?;
+        }
+    }
+    settle(r, job)
+}
+
+/// What the end of `job` moves, in the transaction that ends it: its group's count (and the
+/// group's own end, once sealed and complete) and every job that waits for it or for that
+/// group, each released, cancelled (which is an end in turn) or left blocked by the rule.
+/// Nothing for a job that is not terminal or that nothing awaits.
+pub(crate) fn settle(r: &mut (impl Records + ?Sized), job: &JobRecord) -> Result<()> {
+    if !job.state.is_terminal() || !job.flow.awaited {
+        return Ok(());
+    }
+    walk(r, vec![(Target::Job(job.id), job.state, job.flow.group)])
+}
+
+/// Settles each end in `ended` (what ended, how, the group it was a member of) and every
+/// end it causes in turn.
+fn walk(
+    r: &mut (impl Records + ?Sized),
+    mut ended: Vec<(Target, JobState, Option<GroupId>)>,
+) -> Result<()> {
+    let now = r.now()?;
+    while let Some((target, state, group)) = ended.pop() {
+        if let Some(g) = group
+            && let Some(group) = r.group(g)?
+            && let Some((counted, over)) = rules::member_ended(&group, state, now)
+        {
+            r.save_group(&counted)?;
+            if let (true, Some(outcome)) = (over, counted.outcome()) {
+                ended.push((Target::Group(g), outcome, None));
+            }
+        }
+        for id in waiters(r, target)? {
+            let Some(waiter) = r.job(id)? else { continue };
+            let Some(new) = rules::dependency_ended(&waiter, target, state, now) else {
+                continue;
+            };
+            r.save(&waiter, &new)?;
+            if new.state.is_terminal() && new.flow.awaited {
+                ended.push((Target::Job(new.id), new.state, new.flow.group));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The jobs that wait for `target`.
+fn waiters(r: &mut (impl Records + ?Sized), target: Target) -> Result<Vec<JobId>> {
+    match target {
+        Target::Job(id) => r.waiters(id),
+        Target::Group(g) => Ok(r.group(g)?.map(|g| g.waiters).unwrap_or_default()),
+    }
+}
+
+/// What a job's return from `was` (dead or cancelled) to the queue moves: its group counts
+/// it no more (unless the group ended), and the waiters its end had cancelled wait again,
+/// with theirs in turn ([`rules::rearmed`]). The same transaction as the retry.
+pub(crate) fn unsettle(
+    r: &mut (impl Records + ?Sized),
+    job: &JobRecord,
+    was: JobState,
+) -> Result<()> {
+    let now = r.now()?;
+    let mut back = vec![(job.id, was, job.flow.group)];
+    while let Some((id, was, group)) = back.pop() {
+        if let Some(g) = group
+            && let Some(group) = r.group(g)?
+            && let Some(uncounted) = rules::member_back(&group, was)
+        {
+            r.save_group(&uncounted)?;
+        }
+        for waiter_id in r.waiters(id)? {
+            let Some(waiter) = r.job(waiter_id)? else {
+                continue;
+            };
+            let fresh = standing(r, &waiter)?;
+            let Some(new) = rules::rearmed(&waiter, Target::Job(id), fresh, now) else {
+                continue;
+            };
+            r.save(&waiter, &new)?;
+            back.push((new.id, waiter.state, new.flow.group));
+        }
+    }
+    Ok(())
+}
+
+/// `waiter`'s needs as they stand now, each looked up anew.
+fn standing(r: &mut (impl Records + ?Sized), waiter: &JobRecord) -> Result<Vec<Need>> {
+    let mut fresh = waiter.flow.needs.clone();
+    for need in &mut fresh {
+        need.ended = match need.on {
+            Target::Job(id) => r.job(id)?.map(|j| j.state).filter(|s| s.is_terminal()),
+            Target::Group(g) => r.group(g)?.and_then(|g| g.outcome()),
+        };
+    }
+    Ok(fresh)
+}
+
+/// Opens a group with its callbacks, each a job blocked until the group ends
+/// ([`NewGroup`]). Returns the group's id.
+pub(crate) fn open_group(r: &mut (impl Records + ?Sized), new: &NewGroup) -> Result<GroupId> {
+    rules::check_callbacks(new)?;
+    let max_payload = r.policy().max_payload;
+    let callbacks = [(&new.on_complete, true), (&new.on_success, false)];
+    for (job, _) in &callbacks {
+        if let Some(job) = job {
+            crate::input::check_new_job(job, max_payload)?;
+        }
+    }
+    let now = r.now()?;
+    let id = r.insert_group(rules::new_group(GroupId(0), now))?;
+    for (job, any_end) in callbacks {
+        if let Some(job) = job {
+            let require = match any_end {
+                true => crate::Require::any_end(),
+                false => crate::Require::success(),
+            };
+            let callback = job.clone().after_with(Target::Group(id), require);
+            super::operate::enqueue_as(r, &callback, true)?;
+        }
+    }
+    Ok(id)
+}
+
+/// Seals a group: no job joins it any more, and it ends once every member has (at once,
+/// if every one has). Sealing a sealed group changes nothing.
+pub(crate) fn seal_group(r: &mut (impl Records + ?Sized), id: GroupId) -> Result<()> {
+    let group = r.group(id)?.ok_or(Error::GroupNotFound(id))?;
+    if group.sealed {
+        return Ok(());
+    }
+    let (sealed, over) = rules::sealed(&group, r.now()?);
+    r.save_group(&sealed)?;
+    match (over, sealed.outcome()) {
+        (true, Some(outcome)) => walk(r, vec![(Target::Group(id), outcome, None)]),
+        _ => Ok(()),
+    }
+}
+
+/// Cancels a group: its callbacks (and whatever waits for it) cancelled first, so that none
+/// runs; then sealed; then every member not yet ended cancelled (waiting ones at once,
+/// running ones at their next heartbeat, as [`super::cancel`] does). Returns how many jobs
+/// it cancelled or flagged.
+pub(crate) fn cancel_group(r: &mut (impl Records + ?Sized), id: GroupId) -> Result<usize> {
+    let group = r.group(id)?.ok_or(Error::GroupNotFound(id))?;
+    let mut changed = 0;
+    for waiter in group.waiters {
+        if r.job(waiter)?.is_some_and(|j| j.state == JobState::Blocked) {
+            changed += usize::from(super::cancel(r, waiter)?.1);
+        }
+    }
+    seal_group(r, id)?;
+    for member in r.members(id)? {
+        if r.job(member)?.is_some_and(|j| !j.state.is_terminal()) {
+            changed += usize::from(super::cancel(r, member)?.1);
+        }
+    }
+    Ok(changed)
+}

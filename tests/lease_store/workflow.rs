@@ -1,0 +1,419 @@
+//! Jobs that wait for jobs, and groups: released by the end they wait for, in its
+//! transaction, never by a fenced-out holder, never twice, never left waiting.
+
+use leasehold::{
+    Error, InputError, JobId, JobState, MAX_DEPENDENCIES, NewGroup, NewJob, Require, Target,
+};
+
+use crate::on_both::{Backend, Kind, LEASE, Q, lease};
+
+crate::on_both::on_both!(
+    and protocol;
+    a_waiter_is_blocked_until_its_dependency_succeeds_then_claimable,
+    a_waiter_of_several_runs_only_after_the_last_and_reads_their_outputs,
+    a_dependency_that_dies_cancels_its_waiter_and_names_itself,
+    a_waiter_can_accept_a_dead_or_cancelled_dependency,
+    a_stale_completion_releases_no_one,
+    a_reaped_lease_that_spends_the_last_attempt_cancels_the_waiters,
+    a_cancel_cascades_down_a_chain_of_waiters,
+    retrying_a_dead_dependency_rearms_the_waiters_it_cancelled,
+    a_dependency_already_over_counts_at_enqueue,
+    a_dependency_on_an_unknown_job_is_refused_and_nothing_is_written,
+    too_many_dependencies_are_refused,
+    a_group_runs_its_callback_once_when_the_sealed_groups_last_member_ends,
+    the_success_callback_is_cancelled_when_a_member_did_not_succeed,
+    a_sealed_group_refuses_members_and_an_open_one_refuses_waiters,
+    an_empty_group_ends_when_sealed,
+    cancelling_a_group_cancels_its_waiting_members_and_its_callbacks,
+    a_retried_member_of_an_open_group_is_counted_once,
+    a_member_cannot_have_a_unique_key,
+);
+
+fn state(f: &Backend, id: JobId) -> JobState {
+    f.job(id).unwrap().unwrap().state()
+}
+
+/// Claims and completes every claimable job of `Q`, returning the ids in order.
+fn drain(f: &Backend) -> Vec<JobId> {
+    let mut done = Vec::new();
+    while let Some(l) = f.claim(Q, "w", lease()).unwrap() {
+        f.complete(&l, format!("out-{}", l.job).as_bytes()).unwrap();
+        done.push(l.job);
+    }
+    done
+}
+
+fn a_waiter_is_blocked_until_its_dependency_succeeds_then_claimable(kind: Kind) {
+    let f = kind.open();
+    let dep = f.enqueue(NewJob::new(Q, "dep")).unwrap();
+    let waiter = f.enqueue(NewJob::new(Q, "waiter").after(dep)).unwrap();
+    assert_eq!(state(&f, waiter), JobState::Blocked);
+    let l = f.claim_one("w");
+    assert_eq!(l.job, dep, "the waiter is not claimable");
+    assert!(f.claim(Q, "w", lease()).unwrap().is_none());
+    f.complete(&l, b"").unwrap();
+    assert_eq!(state(&f, waiter), JobState::Queued);
+    let job = f.job(waiter).unwrap().unwrap();
+    assert_eq!(job.needs()[0].on(), Target::Job(dep));
+    assert_eq!(job.needs()[0].ended(), Some(JobState::Succeeded));
+    assert_eq!(f.claim_one("w").job, waiter);
+}
+
+fn a_waiter_of_several_runs_only_after_the_last_and_reads_their_outputs(kind: Kind) {
+    let f = kind.open();
+    let deps: Vec<JobId> = (0..3)
+        .map(|i| {
+            f.enqueue(NewJob::new("clips", format!("clip-{i}")))
+                .unwrap()
+        })
+        .collect();
+    let waiter = deps
+        .iter()
+        .fold(NewJob::new(Q, "bundle"), |job, &d| job.after(d));
+    let waiter = f.enqueue(waiter).unwrap();
+    for (i, _) in deps.iter().enumerate() {
+        assert_eq!(
+            state(&f, waiter),
+            JobState::Blocked,
+            "before clip {i} ended"
+        );
+        let l = f.claim("clips", "w", lease()).unwrap().unwrap();
+        f.complete(&l, format!("transcoded-{}", l.job).as_bytes())
+            .unwrap();
+    }
+    assert_eq!(state(&f, waiter), JobState::Queued);
+    let outputs = f.dependency_outputs(waiter).unwrap();
+    let expected: Vec<_> = (deps.iter())
+        .map(|&d| (d, Some(format!("transcoded-{d}").into_bytes())))
+        .collect();
+    assert_eq!(outputs, expected);
+    for &dep in &deps {
+        assert_eq!(f.waiters(dep).unwrap(), vec![waiter]);
+    }
+}
+
+fn a_dependency_that_dies_cancels_its_waiter_and_names_itself(kind: Kind) {
+    let f = kind.open();
+    let dep = f.enqueue(NewJob::new(Q, "dep").max_attempts(1)).unwrap();
+    let waiter = f.enqueue(NewJob::new(Q, "w").after(dep)).unwrap();
+    let l = f.claim_one("w");
+    assert_eq!(f.fail(&l, "boom").unwrap(), JobState::Dead);
+    let job = f.job(waiter).unwrap().unwrap();
+    assert_eq!(job.state(), JobState::Cancelled);
+    let why = job.last_error().unwrap();
+    assert!(
+        why.contains(&format!("job {dep}")) && why.contains("dead"),
+        "{why}"
+    );
+    assert!(job.needs()[0].broken());
+    assert!(f.claim(Q, "w", lease()).unwrap().is_none());
+}
+
+fn a_waiter_can_accept_a_dead_or_cancelled_dependency(kind: Kind) {
+    let f = kind.open();
+    let dead = f.enqueue(NewJob::new(Q, "a").max_attempts(1)).unwrap();
+    let cancelled = f.enqueue(NewJob::new(Q, "b")).unwrap();
+    let either = NewJob::new(Q, "either")
+        .after_with(Target::Job(dead), Require::success().or_dead())
+        .after_with(Target::Job(cancelled), Require::success().or_cancelled());
+    let either = f.enqueue(either).unwrap();
+    let strict = f
+        .enqueue(
+            NewJob::new(Q, "strict")
+                .after_with(Target::Job(dead), Require::success().or_cancelled()),
+        )
+        .unwrap();
+    f.cancel(cancelled).unwrap();
+    assert_eq!(state(&f, either), JobState::Blocked);
+    let l = f.claim_one("w");
+    f.fail(&l, "x").unwrap();
+    assert_eq!(state(&f, either), JobState::Queued);
+    assert_eq!(state(&f, strict), JobState::Cancelled);
+}
+
+fn a_stale_completion_releases_no_one(kind: Kind) {
+    let f = kind.open();
+    let dep = f.enqueue(NewJob::new(Q, "dep")).unwrap();
+    let waiter = f.enqueue(NewJob::new(Q, "w").after(dep)).unwrap();
+    let stale = f.claim_one("a");
+    f.advance(LEASE);
+    f.reap().unwrap();
+    let fresh = f.claim_one("b");
+    assert!(f.complete(&stale, b"late").unwrap_err().is_lease_lost());
+    assert_eq!(
+        state(&f, waiter),
+        JobState::Blocked,
+        "a fenced-out end released it"
+    );
+    f.complete(&fresh, b"").unwrap();
+    assert_eq!(state(&f, waiter), JobState::Queued);
+}
+
+fn a_reaped_lease_that_spends_the_last_attempt_cancels_the_waiters(kind: Kind) {
+    let f = kind.open();
+    let dep = f.enqueue(NewJob::new(Q, "dep").max_attempts(1)).unwrap();
+    let waiter = f.enqueue(NewJob::new(Q, "w").after(dep)).unwrap();
+    let _silent = f.claim_one("a");
+    f.advance(LEASE);
+    assert_eq!(f.reap().unwrap().reclaimed[0].job_state, JobState::Dead);
+    assert_eq!(state(&f, waiter), JobState::Cancelled);
+}
+
+fn a_cancel_cascades_down_a_chain_of_waiters(kind: Kind) {
+    let f = kind.open();
+    let a = f.enqueue(NewJob::new(Q, "a")).unwrap();
+    let b = f.enqueue(NewJob::new(Q, "b").after(a)).unwrap();
+    let c = f.enqueue(NewJob::new(Q, "c").after(b)).unwrap();
+    let tolerant = f
+        .enqueue(NewJob::new(Q, "d").after_with(Target::Job(c), Require::any_end()))
+        .unwrap();
+    f.cancel(a).unwrap();
+    assert_eq!(state(&f, b), JobState::Cancelled);
+    assert_eq!(state(&f, c), JobState::Cancelled);
+    assert_eq!(state(&f, tolerant), JobState::Queued, "it accepts any end");
+}
+
+fn retrying_a_dead_dependency_rearms_the_waiters_it_cancelled(kind: Kind) {
+    let f = kind.open();
+    let dep = f.enqueue(NewJob::new(Q, "dep").max_attempts(1)).unwrap();
+    let other = f.enqueue(NewJob::new("other", "other")).unwrap();
+    let waiter = f
+        .enqueue(NewJob::new("w", "w").after(dep).after(other))
+        .unwrap();
+    let next = f.enqueue(NewJob::new("w", "next").after(waiter)).unwrap();
+    let l = f.claim_one("a");
+    f.fail(&l, "x").unwrap();
+    assert_eq!(state(&f, waiter), JobState::Cancelled);
+    assert_eq!(state(&f, next), JobState::Cancelled);
+    // `other` succeeds while the waiter is cancelled: the re-armed waiter sees it.
+    let o = f.claim("other", "a", lease()).unwrap().unwrap();
+    f.complete(&o, b"").unwrap();
+    f.retry(dep).unwrap();
+    assert_eq!(state(&f, waiter), JobState::Blocked);
+    assert_eq!(
+        state(&f, next),
+        JobState::Blocked,
+        "re-armed down the chain"
+    );
+    assert_eq!(f.job(waiter).unwrap().unwrap().last_error(), None);
+    let l = f.claim_one("a");
+    f.complete(&l, b"").unwrap();
+    assert_eq!(state(&f, waiter), JobState::Queued);
+}
+
+fn a_dependency_already_over_counts_at_enqueue(kind: Kind) {
+    let f = kind.open();
+    let done = f.enqueue(NewJob::new(Q, "done")).unwrap();
+    let l = f.claim_one("w");
+    f.complete(&l, b"").unwrap();
+    let dead = f.enqueue(NewJob::new(Q, "dead")).unwrap();
+    f.cancel(dead).unwrap();
+    let ready = f.enqueue(NewJob::new(Q, "r").after(done)).unwrap();
+    assert_eq!(state(&f, ready), JobState::Queued);
+    let doomed = f
+        .enqueue(NewJob::new(Q, "d").after(done).after(dead))
+        .unwrap();
+    assert_eq!(
+        state(&f, doomed),
+        JobState::Cancelled,
+        "never waits for ever"
+    );
+    assert_eq!(drain(&f), vec![ready]);
+}
+
+fn a_dependency_on_an_unknown_job_is_refused_and_nothing_is_written(kind: Kind) {
+    let f = kind.open();
+    let real = f.enqueue(NewJob::new(Q, "real")).unwrap();
+    let unknown = JobId(real.0 + 1000);
+    let refused = f.enqueue(NewJob::new(Q, "w").after(real).after(unknown));
+    assert!(matches!(refused, Err(Error::DependencyNotFound(id)) if id == unknown));
+    assert_eq!(f.jobs(&Default::default()).unwrap().len(), 1);
+    // Nor a group that does not exist.
+    let refused = f.enqueue(NewJob::new(Q, "m").in_group(leasehold::GroupId(77)));
+    assert!(matches!(refused, Err(Error::GroupNotFound(_))));
+}
+
+fn too_many_dependencies_are_refused(kind: Kind) {
+    let f = kind.open();
+    let dep = f.enqueue(NewJob::new(Q, "d")).unwrap();
+    let many = (0..=MAX_DEPENDENCIES).fold(NewJob::new(Q, "w"), |j, _| j.after(dep));
+    assert!(matches!(
+        f.enqueue(many),
+        Err(Error::Input(InputError::TooManyDependencies { .. }))
+    ));
+}
+
+fn a_group_runs_its_callback_once_when_the_sealed_groups_last_member_ends(kind: Kind) {
+    let f = kind.open();
+    let group = f
+        .open_group(NewGroup::new().on_complete(NewJob::new("done", "bundle")))
+        .unwrap();
+    let callback = f.group(group).unwrap().unwrap().waiters()[0];
+    assert_eq!(state(&f, callback), JobState::Blocked);
+    let members: Vec<JobId> = (0..4)
+        .map(|i| {
+            f.enqueue(NewJob::new(Q, format!("m{i}")).in_group(group))
+                .unwrap()
+        })
+        .collect();
+    let first = f.claim_one("w");
+    f.complete(&first, b"").unwrap();
+    let second = f.claim_one("w");
+    f.fail_permanently(&second, "bad clip").unwrap();
+    f.seal_group(group).unwrap();
+    assert_eq!(
+        state(&f, callback),
+        JobState::Blocked,
+        "two members still run"
+    );
+    assert_eq!(drain(&f).len(), 2);
+    assert_eq!(state(&f, callback), JobState::Queued);
+    let g = f.group(group).unwrap().unwrap();
+    assert_eq!((g.members(), g.ended()), (4, (3, 1, 0)));
+    assert_eq!(g.outcome(), Some(JobState::Dead));
+    assert!(
+        members
+            .iter()
+            .all(|&m| f.job(m).unwrap().unwrap().group() == Some(group))
+    );
+    let l = f.claim("done", "w", lease()).unwrap().unwrap();
+    assert_eq!(l.job, callback);
+    f.complete(&l, b"").unwrap();
+    assert!(
+        f.claim("done", "w", lease()).unwrap().is_none(),
+        "exactly once"
+    );
+}
+
+fn the_success_callback_is_cancelled_when_a_member_did_not_succeed(kind: Kind) {
+    let f = kind.open();
+    let (group, ids) = f
+        .enqueue_group(
+            NewGroup::new()
+                .on_complete(NewJob::new("done", "any"))
+                .on_success(NewJob::new("done", "all good")),
+            vec![NewJob::new(Q, "a"), NewJob::new(Q, "b")],
+        )
+        .unwrap();
+    f.cancel(ids[0]).unwrap();
+    drain(&f);
+    let waiters = f.group(group).unwrap().unwrap().waiters().to_vec();
+    assert_eq!(state(&f, waiters[0]), JobState::Queued);
+    assert_eq!(state(&f, waiters[1]), JobState::Cancelled);
+    // All good this time: both callbacks run.
+    let (group, _) = f
+        .enqueue_group(
+            NewGroup::new()
+                .on_complete(NewJob::new("done", "any"))
+                .on_success(NewJob::new("done", "all good")),
+            vec![NewJob::new(Q, "c")],
+        )
+        .unwrap();
+    drain(&f);
+    let g = f.group(group).unwrap().unwrap();
+    assert_eq!(g.outcome(), Some(JobState::Succeeded));
+    for &w in g.waiters() {
+        assert_eq!(state(&f, w), JobState::Queued);
+    }
+}
+
+fn a_sealed_group_refuses_members_and_an_open_one_refuses_waiters(kind: Kind) {
+    let f = kind.open();
+    let group = f
+        .open_group(NewGroup::new().on_complete(NewJob::new("done", "cb")))
+        .unwrap();
+    let callback = f.group(group).unwrap().unwrap().waiters()[0];
+    let member = f.enqueue(NewJob::new(Q, "m").in_group(group)).unwrap();
+    // While open, nothing but its callbacks waits for it, or for them: a member waiting for
+    // the callback would wait for its own group.
+    let refused = f.enqueue(NewJob::new(Q, "x").in_group(group).after(callback));
+    assert!(matches!(refused, Err(Error::GroupOpen(g)) if g == group));
+    let refused =
+        f.enqueue(NewJob::new(Q, "y").after_with(Target::Group(group), Require::any_end()));
+    assert!(matches!(refused, Err(Error::GroupOpen(_))));
+    f.seal_group(group).unwrap();
+    let late = f.enqueue(NewJob::new(Q, "late").in_group(group));
+    assert!(matches!(late, Err(Error::GroupSealed(g)) if g == group));
+    // Sealed, it may be waited for.
+    let after = f
+        .enqueue(NewJob::new("after", "z").after_with(Target::Group(group), Require::success()))
+        .unwrap();
+    let l = f.claim_one("w");
+    assert_eq!(l.job, member);
+    f.complete(&l, b"").unwrap();
+    assert_eq!(state(&f, after), JobState::Queued);
+    assert_eq!(state(&f, callback), JobState::Queued);
+}
+
+fn an_empty_group_ends_when_sealed(kind: Kind) {
+    let f = kind.open();
+    let (group, ids) = f
+        .enqueue_group(
+            NewGroup::new().on_success(NewJob::new("done", "cb")),
+            vec![],
+        )
+        .unwrap();
+    assert!(ids.is_empty());
+    let g = f.group(group).unwrap().unwrap();
+    assert!(g.finished_at().is_some());
+    assert_eq!(state(&f, g.waiters()[0]), JobState::Queued);
+}
+
+fn cancelling_a_group_cancels_its_waiting_members_and_its_callbacks(kind: Kind) {
+    let f = kind.open();
+    let (group, ids) = f
+        .enqueue_group(
+            NewGroup::new().on_complete(NewJob::new("done", "cb")),
+            (0..3).map(|i| NewJob::new(Q, format!("m{i}"))).collect(),
+        )
+        .unwrap();
+    let running = f.claim_one("w");
+    assert_eq!(
+        f.cancel_group(group).unwrap(),
+        4,
+        "a callback, two waiting, one flagged"
+    );
+    let callback = f.group(group).unwrap().unwrap().waiters()[0];
+    assert_eq!(state(&f, callback), JobState::Cancelled);
+    assert_eq!(state(&f, ids[1]), JobState::Cancelled);
+    assert!(f.job(running.job).unwrap().unwrap().cancel_requested());
+    assert_eq!(
+        f.heartbeat(&running, 1).unwrap(),
+        leasehold::Renewal::Cancelled
+    );
+    let g = f.group(group).unwrap().unwrap();
+    assert_eq!(g.outcome(), Some(JobState::Cancelled));
+    assert_eq!(state(&f, callback), JobState::Cancelled, "it never ran");
+}
+
+fn a_retried_member_of_an_open_group_is_counted_once(kind: Kind) {
+    let f = kind.open();
+    let group = f
+        .open_group(NewGroup::new().on_complete(NewJob::new("done", "cb")))
+        .unwrap();
+    let member = f
+        .enqueue(NewJob::new(Q, "m").max_attempts(1).in_group(group))
+        .unwrap();
+    let l = f.claim_one("w");
+    f.fail(&l, "x").unwrap();
+    assert_eq!(f.group(group).unwrap().unwrap().ended(), (0, 1, 0));
+    f.retry(member).unwrap();
+    assert_eq!(f.group(group).unwrap().unwrap().ended(), (0, 0, 0));
+    let l = f.claim_one("w");
+    f.complete(&l, b"").unwrap();
+    f.seal_group(group).unwrap();
+    let g = f.group(group).unwrap().unwrap();
+    assert_eq!(
+        (g.ended(), g.outcome()),
+        ((1, 0, 0), Some(JobState::Succeeded))
+    );
+}
+
+fn a_member_cannot_have_a_unique_key(kind: Kind) {
+    let f = kind.open();
+    let group = f.open_group(NewGroup::new()).unwrap();
+    assert!(matches!(
+        f.enqueue(NewJob::new(Q, "m").unique_key("k").in_group(group)),
+        Err(Error::Input(InputError::MemberWithUniqueKey))
+    ));
+}
