@@ -21,7 +21,13 @@ use proptest::prelude::*;
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         4 => (any::<u8>(), any::<i8>(), any::<u8>(), proptest::option::of(any::<u8>()), proptest::option::weighted(0.3, any::<u8>()))
-            .prop_map(|(queue, priority, delay_s, max_attempts, unique)| Op::Enqueue { queue, priority, delay_s, max_attempts, unique }),
+            .prop_map(|(queue, priority, delay_s, max_attempts, unique)| Op::Enqueue { queue, priority, delay_s, max_attempts, unique, after: Vec::new(), group: None }),
+        // jobs that wait for jobs and groups, and groups' members
+        3 => (any::<u8>(), any::<u8>(), proptest::option::of(any::<u8>()), proptest::collection::vec((any::<u16>(), any::<u8>()), 0..3), proptest::option::weighted(0.5, any::<u8>()))
+            .prop_map(|(queue, delay_s, max_attempts, after, group)| Op::Enqueue { queue, priority: 0, delay_s, max_attempts, unique: None, after, group }),
+        1 => any::<u8>().prop_map(|callbacks| Op::OpenGroup { callbacks }),
+        1 => any::<u8>().prop_map(|group| Op::SealGroup { group }),
+        1 => any::<u8>().prop_map(|group| Op::CancelGroup { group }),
         4 => (any::<u8>(), any::<u8>(), any::<u8>(), proptest::option::weighted(0.2, any::<u8>()))
             .prop_map(|(queue, worker, lease_s, stall_s)| Op::Claim { queue, worker, lease_s, stall_s }),
         1 => (any::<u16>(), any::<u8>(), any::<u8>()).prop_map(|(job, worker, lease_s)| Op::ClaimJob { job, worker, lease_s }),

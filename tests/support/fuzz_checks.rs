@@ -54,11 +54,25 @@ fn decode_ops(data: &[u8]) -> Vec<Op> {
                 queue: byte(),
                 pause: byte() % 2 == 0,
             },
-            250..=255 => Op::Limit {
+            250..=251 => Op::Limit {
                 queue: byte(),
                 concurrency: Some(byte()).filter(|c| c % 3 != 0),
                 rate: Some(byte()).filter(|r| r % 3 == 0),
             },
+            252 => Op::Enqueue {
+                queue: byte(),
+                priority: byte() as i8,
+                delay_s: byte(),
+                max_attempts: Some(byte()).filter(|m| m % 2 == 0),
+                unique: None,
+                after: (0..byte() % 3)
+                    .map(|_| (u16::from(byte()), byte()))
+                    .collect(),
+                group: Some(byte()).filter(|g| g % 2 == 0),
+            },
+            253 => Op::OpenGroup { callbacks: byte() },
+            254 => Op::SealGroup { group: byte() },
+            255 => Op::CancelGroup { group: byte() },
             kind => match kind % 16 {
                 0..=2 => Op::Enqueue {
                     queue: byte(),
@@ -66,6 +80,8 @@ fn decode_ops(data: &[u8]) -> Vec<Op> {
                     delay_s: byte(),
                     max_attempts: Some(byte()).filter(|m| m % 2 == 0),
                     unique: Some(byte()).filter(|u| u % 3 == 0),
+                    after: Vec::new(),
+                    group: None,
                 },
                 3..=5 => Op::Claim {
                     queue: byte(),

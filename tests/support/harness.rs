@@ -71,6 +71,21 @@ pub enum Op {
         delay_s: u8,
         max_attempts: Option<u8>,
         unique: Option<u8>,
+        /// What it waits for: (job or group number, kind): bit 2 a group, bits 0-1 what it
+        /// accepts besides success (nothing, dead, cancelled, any end).
+        after: Vec<(u16, u8)>,
+        /// The group it joins, by number.
+        group: Option<u8>,
+    },
+    /// Opens a group with callbacks: `callbacks % 4` says which (on completion, on success).
+    OpenGroup {
+        callbacks: u8,
+    },
+    SealGroup {
+        group: u8,
+    },
+    CancelGroup {
+        group: u8,
     },
     Claim {
         queue: u8,
@@ -270,6 +285,11 @@ impl Harness {
         u64::from(n) % (known + 1)
     }
 
+    fn group_id(&self, n: u16) -> u64 {
+        // Mostly existing groups, sometimes one that does not exist.
+        u64::from(n) % (self.model.groups.len() as u64 + 2)
+    }
+
     fn lease(&self, n: u16) -> Option<leasehold::Lease> {
         if self.leases.is_empty() {
             return None;
@@ -312,6 +332,8 @@ impl Harness {
                 delay_s,
                 max_attempts,
                 unique,
+                after,
+                group,
             } => {
                 let q = QUEUES[usize::from(*queue) % QUEUES.len()];
                 let key = unique.map(|u| format!("k{}", u % 3));
@@ -326,11 +348,71 @@ impl Harness {
                 if let Some(k) = &key {
                     job = job.unique_key(k);
                 }
+                let mut needs = Vec::new();
+                for &(n, kind) in after {
+                    let (dead_ok, cancelled_ok) = (kind & 1 == 1, kind & 2 == 2);
+                    let on = match kind & 4 {
+                        0 => model::MTarget::Job(self.job_id(n)),
+                        _ => model::MTarget::Group(self.group_id(n)),
+                    };
+                    let mut require = leasehold::Require::success();
+                    if dead_ok {
+                        require = require.or_dead();
+                    }
+                    if cancelled_ok {
+                        require = require.or_cancelled();
+                    }
+                    job = job.after_with(
+                        match on {
+                            model::MTarget::Job(id) => leasehold::Target::Job(JobId(id)),
+                            model::MTarget::Group(g) => {
+                                leasehold::Target::Group(leasehold::GroupId(g))
+                            }
+                        },
+                        require,
+                    );
+                    needs.push((on, dead_ok, cancelled_ok));
+                }
+                let group = group.map(|g| self.group_id(u16::from(g)));
+                if let Some(g) = group {
+                    job = job.in_group(leasehold::GroupId(g));
+                }
                 let got = self.store().enqueue(job).map(|id| id.0).map_err(err);
-                let want =
-                    self.model
-                        .enqueue(q, i32::from(*priority % 3), delay, max, key.as_deref());
+                let want = self.model.enqueue_waiting(
+                    q,
+                    i32::from(*priority % 3),
+                    delay,
+                    max,
+                    key.as_deref(),
+                    &needs,
+                    group,
+                    false,
+                );
                 same("enqueue", got, want)
+            }
+            Op::OpenGroup { callbacks } => {
+                let (complete, success) = (callbacks & 1 == 1, callbacks & 2 == 2);
+                let q = QUEUES[usize::from(*callbacks >> 2) % QUEUES.len()];
+                let mut new = leasehold::NewGroup::new();
+                if complete {
+                    new = new.on_complete(NewJob::new(q, b"on complete".to_vec()));
+                }
+                if success {
+                    new = new.on_success(NewJob::new(q, b"on success".to_vec()));
+                }
+                let got = self.store().open_group(new).map(|g| g.0).map_err(err);
+                let want = Ok(self.model.open_group(complete, success, q));
+                same("open group", got, want)
+            }
+            Op::SealGroup { group } => {
+                let g = self.group_id(u16::from(*group));
+                let got = (self.store().seal_group(leasehold::GroupId(g))).map_err(err);
+                same("seal group", got, self.model.seal_group(g))
+            }
+            Op::CancelGroup { group } => {
+                let g = self.group_id(u16::from(*group));
+                let got = (self.store().cancel_group(leasehold::GroupId(g))).map_err(err);
+                same("cancel group", got, self.model.cancel_group(g))
             }
             Op::Claim {
                 queue,
@@ -676,6 +758,29 @@ impl Harness {
                     m.run_at
                 ));
             }
+            // Nothing waits for ever: a blocked job waits for something not over yet, and
+            // every need it saw end, it saw end as it accepts (else it would be cancelled).
+            if job.state() == JobState::Blocked {
+                let mut open = false;
+                for need in job.needs() {
+                    if need.broken() {
+                        return Err(format!("job {id} is blocked on a broken need {need:?}"));
+                    }
+                    open |= match need.on() {
+                        leasehold::Target::Job(dep) => store
+                            .job(dep)
+                            .map_err(|e| e.to_string())?
+                            .is_some_and(|d| !model::terminal(d.state())),
+                        leasehold::Target::Group(g) => store
+                            .group(g)
+                            .map_err(|e| e.to_string())?
+                            .is_some_and(|g| g.finished_at().is_none()),
+                    } && need.ended().is_none();
+                }
+                if !open {
+                    return Err(format!("job {id} is blocked with nothing left to wait for"));
+                }
+            }
             let prev = self.attempts.insert(*id, m.attempt).unwrap_or(0);
             if m.attempt < prev {
                 return Err(format!(
@@ -734,6 +839,25 @@ impl Harness {
         );
         if got != want {
             return Err(format!("counters: store {got:?}, model {want:?}"));
+        }
+        for (g, m) in &self.model.groups {
+            let Some(group) = store
+                .group(leasehold::GroupId(*g))
+                .map_err(|e| format!("group: {e}"))?
+            else {
+                return Err(format!("group {g} disappeared"));
+            };
+            let got = (
+                group.is_sealed(),
+                group.finished_at().is_some(),
+                group.members(),
+                group.ended(),
+                group.waiters().iter().map(|w| w.0).collect::<Vec<_>>(),
+            );
+            let want = (m.sealed, m.done, m.members, m.ended, m.waiters.clone());
+            if got != want {
+                return Err(format!("group {g}: store {got:?}, model {want:?}"));
+            }
         }
         for q in QUEUES {
             let settings = store
@@ -803,6 +927,10 @@ fn err(e: Error) -> MErr {
         Error::Refused { state, .. } => MErr::Refused(state),
         Error::UniqueKeyHeld { holder, .. } => MErr::KeyHeld(holder.0),
         Error::Input(_) | Error::Config(_) => MErr::Input,
+        Error::DependencyNotFound(id) => MErr::DependencyNotFound(id.0),
+        Error::GroupNotFound(g) => MErr::GroupNotFound(g.0),
+        Error::GroupSealed(g) => MErr::GroupSealed(g.0),
+        Error::GroupOpen(g) => MErr::GroupOpen(g.0),
         other => panic!("unexpected store error: {other}"),
     }
 }

@@ -34,9 +34,69 @@ pub struct MJob {
     pub cancel_requested: bool,
     pub progress: u64,
     pub progress_at: u64,
+    /// What it waits for.
+    pub needs: Vec<MNeed>,
+    /// The group it is a member of.
+    pub group: Option<u64>,
 }
 
-/// What a refused or impossible operation reports, in terms both sides can produce.
+/// What a job waits for: a job's end, or a group's (sealed, and every member ended).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum MTarget {
+    Job(u64),
+    Group(u64),
+}
+
+/// One dependency: its target, which ends besides success it accepts, how it ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MNeed {
+    pub on: MTarget,
+    pub dead_ok: bool,
+    pub cancelled_ok: bool,
+    pub ended: Option<JobState>,
+}
+
+impl MNeed {
+    fn accepts(&self, s: JobState) -> bool {
+        match s {
+            JobState::Succeeded => true,
+            JobState::Dead => self.dead_ok,
+            JobState::Cancelled => self.cancelled_ok,
+            _ => false,
+        }
+    }
+    fn broken(&self) -> bool {
+        self.ended.is_some_and(|s| !self.accepts(s))
+    }
+    fn met(&self) -> bool {
+        self.ended.is_some_and(|s| self.accepts(s))
+    }
+}
+
+/// A group: members join until it is sealed; it ends when sealed with every member ended.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MGroup {
+    pub sealed: bool,
+    pub done: bool,
+    pub members: u64,
+    /// Members ended: succeeded, dead, cancelled.
+    pub ended: (u64, u64, u64),
+    /// What waits for it, callbacks first.
+    pub waiters: Vec<u64>,
+}
+
+impl MGroup {
+    /// How it ended: succeeded if every member did, dead if any died, else cancelled.
+    pub fn outcome(&self) -> Option<JobState> {
+        self.done.then_some(match self.ended {
+            (_, 0, 0) => JobState::Succeeded,
+            (_, 0, _) => JobState::Cancelled,
+            _ => JobState::Dead,
+        })
+    }
+}
+
+/// A refused or impossible operation reports, in terms both sides can produce.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum MErr {
     /// What the fence found, and whether the attempt was ended by its own holder.
@@ -46,6 +106,10 @@ pub enum MErr {
     /// A retry refused: this live job holds the retried job's unique key.
     KeyHeld(u64),
     Input,
+    DependencyNotFound(u64),
+    GroupNotFound(u64),
+    GroupSealed(u64),
+    GroupOpen(u64),
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -90,6 +154,7 @@ pub struct Model {
     pub runs: BTreeMap<(u64, u32), (String, Option<Outcome>)>,
     pub counters: MCounters,
     pub queues: BTreeMap<String, MQueue>,
+    pub groups: BTreeMap<u64, MGroup>,
 }
 
 impl Model {
@@ -100,16 +165,25 @@ impl Model {
         }
     }
 
-    pub fn enqueue(
+    /// An enqueue that waits for `after` (target, accepts dead, accepts cancelled) and joins
+    /// `group`; `callback` for a group's own callback, which alone may wait for it while open.
+    #[allow(clippy::too_many_arguments)]
+    pub fn enqueue_waiting(
         &mut self,
         queue: &str,
         priority: i32,
         delay: u64,
         max_attempts: Option<u32>,
         unique: Option<&str>,
+        after: &[(MTarget, bool, bool)],
+        group: Option<u64>,
+        callback: bool,
     ) -> Result<u64, MErr> {
         let max_attempts = max_attempts.unwrap_or(DEFAULT_MAX_ATTEMPTS);
         if queue.is_empty() || max_attempts == 0 || unique == Some("") {
+            return Err(MErr::Input);
+        }
+        if group.is_some() && unique.is_some() {
             return Err(MErr::Input);
         }
         if let Some(key) = unique {
@@ -118,6 +192,43 @@ impl Model {
             });
             if let Some((id, _)) = holder {
                 return Ok(*id);
+            }
+        }
+        // Each dependency must exist; an open group is waited for only by its callbacks, and
+        // a job that waits for an open group (a callback) by no one.
+        let mut needs = Vec::new();
+        for &(on, dead_ok, cancelled_ok) in after {
+            let ended = match on {
+                MTarget::Job(dep) => {
+                    let d = self.jobs.get(&dep).ok_or(MErr::DependencyNotFound(dep))?;
+                    for n in &d.needs {
+                        if let MTarget::Group(g) = n.on
+                            && self.groups.get(&g).is_some_and(|g| !g.sealed)
+                        {
+                            return Err(MErr::GroupOpen(g));
+                        }
+                    }
+                    Some(d.state).filter(|s| terminal(*s))
+                }
+                MTarget::Group(g) => {
+                    let grp = self.groups.get(&g).ok_or(MErr::GroupNotFound(g))?;
+                    if !grp.sealed && !callback {
+                        return Err(MErr::GroupOpen(g));
+                    }
+                    grp.outcome()
+                }
+            };
+            needs.push(MNeed {
+                on,
+                dead_ok,
+                cancelled_ok,
+                ended,
+            });
+        }
+        if let Some(g) = group {
+            let grp = self.groups.get(&g).ok_or(MErr::GroupNotFound(g))?;
+            if grp.sealed {
+                return Err(MErr::GroupSealed(g));
             }
         }
         let id = self.next_id;
@@ -137,9 +248,180 @@ impl Model {
                 cancel_requested: false,
                 progress: 0,
                 progress_at: self.now,
+                needs: needs.clone(),
+                group,
             },
         );
+        if let Some(g) = group {
+            self.groups.get_mut(&g).expect("checked").members += 1;
+        }
+        for n in needs.iter().filter(|n| n.ended.is_none()) {
+            if let MTarget::Group(g) = n.on {
+                self.groups.get_mut(&g).expect("checked").waiters.push(id);
+            }
+        }
+        if !needs.is_empty() {
+            self.jobs.get_mut(&id).expect("made").state = JobState::Blocked;
+            self.stand(id);
+        }
         Ok(id)
+    }
+
+    /// A blocked job as its needs stand: cancelled if one ended otherwise than it accepts,
+    /// queued (due at its run time or now) once every one ended as it accepts.
+    fn stand(&mut self, id: u64) {
+        let now = self.now;
+        let job = self.jobs.get_mut(&id).expect("job");
+        if job.needs.iter().any(MNeed::broken) {
+            job.state = JobState::Cancelled;
+            self.ended(MTarget::Job(id));
+        } else if job.needs.iter().all(MNeed::met) {
+            job.state = JobState::Queued;
+            job.run_at = job.run_at.max(now);
+        }
+    }
+
+    /// `target` has just ended (a job reached a terminal state, or a group ended): its
+    /// group counts it, and each blocked job waiting for it sees how.
+    fn ended(&mut self, target: MTarget) {
+        let state = match target {
+            MTarget::Job(id) => {
+                let job = &self.jobs[&id];
+                let state = job.state;
+                if let Some(g) = job.group {
+                    let grp = self.groups.get_mut(&g).expect("group");
+                    if !grp.done {
+                        match state {
+                            JobState::Succeeded => grp.ended.0 += 1,
+                            JobState::Dead => grp.ended.1 += 1,
+                            _ => grp.ended.2 += 1,
+                        }
+                        self.group_maybe_done(g);
+                    }
+                }
+                state
+            }
+            MTarget::Group(g) => self.groups[&g].outcome().expect("ended"),
+        };
+        let waiters: Vec<u64> = self
+            .jobs
+            .iter()
+            .filter(|(_, j)| j.state == JobState::Blocked)
+            .filter(|(_, j)| j.needs.iter().any(|n| n.on == target && n.ended.is_none()))
+            .map(|(id, _)| *id)
+            .collect();
+        for w in waiters {
+            if self.jobs[&w].state != JobState::Blocked {
+                continue;
+            }
+            for n in &mut self.jobs.get_mut(&w).expect("waiter").needs {
+                if n.on == target && n.ended.is_none() {
+                    n.ended = Some(state);
+                }
+            }
+            self.stand(w);
+        }
+    }
+
+    fn group_maybe_done(&mut self, g: u64) {
+        let grp = self.groups.get_mut(&g).expect("group");
+        let (a, b, c) = grp.ended;
+        if grp.sealed && !grp.done && a + b + c == grp.members {
+            grp.done = true;
+            self.ended(MTarget::Group(g));
+        }
+    }
+
+    /// Job `id` runs again after it had ended as `was` (an operator's retry, or a re-arm):
+    /// its open group counts it no more, and the waiters its end cancelled wait again.
+    fn back(&mut self, id: u64, was: JobState) {
+        if let Some(g) = self.jobs[&id].group {
+            let grp = self.groups.get_mut(&g).expect("group");
+            if !grp.done {
+                match was {
+                    JobState::Succeeded => grp.ended.0 -= 1,
+                    JobState::Dead => grp.ended.1 -= 1,
+                    _ => grp.ended.2 -= 1,
+                }
+            }
+        }
+        let cancelled_by: Vec<u64> = self
+            .jobs
+            .iter()
+            .filter(|(_, j)| j.state == JobState::Cancelled)
+            .filter(|(_, j)| {
+                j.needs
+                    .iter()
+                    .any(|n| n.on == MTarget::Job(id) && n.broken())
+            })
+            .map(|(w, _)| *w)
+            .collect();
+        for w in cancelled_by {
+            let mut fresh = self.jobs[&w].needs.clone();
+            for n in &mut fresh {
+                n.ended = match n.on {
+                    MTarget::Job(d) => self.jobs.get(&d).map(|j| j.state).filter(|s| terminal(*s)),
+                    MTarget::Group(g) => self.groups.get(&g).and_then(MGroup::outcome),
+                };
+            }
+            if fresh.iter().any(MNeed::broken) {
+                continue;
+            }
+            let job = self.jobs.get_mut(&w).expect("waiter");
+            job.needs = fresh;
+            job.state = JobState::Blocked;
+            self.stand(w);
+            self.back(w, JobState::Cancelled);
+        }
+    }
+
+    /// Opens a group with callbacks (on completion: any end; on success), each waiting for it.
+    pub fn open_group(&mut self, on_complete: bool, on_success: bool, queue: &str) -> u64 {
+        let g = self.groups.len() as u64 + 1;
+        self.groups.insert(g, MGroup::default());
+        for (wanted, any) in [(on_complete, true), (on_success, false)] {
+            if wanted {
+                let after = [(MTarget::Group(g), any, any)];
+                self.enqueue_waiting(queue, 0, 0, None, None, &after, None, true)
+                    .expect("a callback is enqueued");
+            }
+        }
+        g
+    }
+
+    pub fn seal_group(&mut self, g: u64) -> Result<(), MErr> {
+        let grp = self.groups.get_mut(&g).ok_or(MErr::GroupNotFound(g))?;
+        if !grp.sealed {
+            grp.sealed = true;
+            self.group_maybe_done(g);
+        }
+        Ok(())
+    }
+
+    /// Cancels a group: its blocked waiters, then sealed, then each member not ended.
+    pub fn cancel_group(&mut self, g: u64) -> Result<usize, MErr> {
+        let grp = self.groups.get(&g).ok_or(MErr::GroupNotFound(g))?;
+        let mut changed = 0;
+        for w in grp.waiters.clone() {
+            if self.jobs[&w].state == JobState::Blocked {
+                self.cancel(w)?;
+                changed += 1;
+            }
+        }
+        self.seal_group(g)?;
+        let members: Vec<u64> = self
+            .jobs
+            .iter()
+            .filter(|(_, j)| j.group == Some(g))
+            .map(|(id, _)| *id)
+            .collect();
+        for m in members {
+            if !terminal(self.jobs[&m].state) {
+                self.cancel(m)?;
+                changed += 1;
+            }
+        }
+        Ok(changed)
     }
 
     /// Whether a claim of `queue` may take a job now: not while it is paused, not past its
@@ -389,8 +671,9 @@ impl Model {
     pub fn cancel(&mut self, id: u64) -> Result<JobState, MErr> {
         let job = self.jobs.get_mut(&id).ok_or(MErr::NotFound)?;
         match job.state {
-            JobState::Queued | JobState::RetryWait => {
+            JobState::Queued | JobState::RetryWait | JobState::Blocked => {
                 job.state = JobState::Cancelled;
+                self.ended(MTarget::Job(id));
                 Ok(JobState::Cancelled)
             }
             JobState::Running => {
@@ -419,10 +702,12 @@ impl Model {
         }
         let now = self.now;
         let job = self.jobs.get_mut(&id).expect("checked above");
+        let was = job.state;
         job.state = JobState::Queued;
         job.failures = 0;
         job.cancel_requested = false;
         job.run_at = now;
+        self.back(id, was);
         Ok(())
     }
 
@@ -578,6 +863,9 @@ impl Model {
         }
         if let Some(run) = self.runs.get_mut(&(id, job.attempt)) {
             run.1 = Some(outcome);
+        }
+        if terminal(state) {
+            self.ended(MTarget::Job(id));
         }
     }
 }
