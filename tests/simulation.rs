@@ -10,7 +10,10 @@
 //! processes does when the kernel frees the dead process's lock), and restarts the store; the
 //! pipelined pool crashes with completions waiting for their round (never committed: those
 //! jobs run again) and pauses past its leases (its round's completions then meet the fence).
-//! Each seed ends with every job succeeded and committed exactly once, every reclaim within
+//! The work holds groups with callbacks and jobs that wait for jobs (see
+//! `Sim::enqueue_work`). Each seed ends with every job succeeded and committed exactly once
+//! (every group's callbacks among them), each waiter first claimed no sooner than what it
+//! waited for ended, every reclaim within
 //! lease + reaper interval of the holder's last renewal, and every lease of a dead process
 //! taken back the moment it died.
 //!
@@ -29,8 +32,8 @@ use backends::ModelStore;
 
 use leasehold::ReadJobs;
 use leasehold::{
-    Durability, InstanceId, JobId, JobState, Lease, LeaseTerms, ManualClock, NewJob, Outcome,
-    ReclaimPath, Renewal, Store,
+    Durability, InstanceId, JobId, JobState, Lease, LeaseTerms, ManualClock, NewGroup, NewJob,
+    Outcome, ReclaimPath, Renewal, Store,
 };
 
 const LEASE: u64 = 60;
@@ -270,14 +273,7 @@ impl Sim {
     }
 
     fn run(&mut self) -> Result<(), String> {
-        let jobs = 20 + self.rng.below(40);
-        self.store()
-            .enqueue_batch(
-                (0..jobs)
-                    .map(|i| NewJob::new(QUEUE, format!("{i}")))
-                    .collect(),
-            )
-            .map_err(|e| e.to_string())?;
+        let jobs = self.enqueue_work()?;
         while self.t < SIM_LIMIT {
             self.t += 1;
             self.clock.advance(Duration::from_secs(1));
@@ -299,6 +295,43 @@ impl Sim {
         Err(format!(
             "jobs still unfinished after {SIM_LIMIT} simulated seconds"
         ))
+    }
+
+    /// The seed's work: plain jobs, then groups of members (some waiting for a plain job)
+    /// each with both callbacks, and a chain of jobs each waiting for the one before.
+    /// Returns how many jobs there are; every one must succeed once, waiters only after
+    /// what they wait for.
+    fn enqueue_work(&mut self) -> Result<u64, String> {
+        let plain = 20 + self.rng.below(40);
+        self.store()
+            .enqueue_batch(
+                (0..plain)
+                    .map(|i| NewJob::new(QUEUE, format!("{i}")))
+                    .collect(),
+            )
+            .map_err(|e| e.to_string())?;
+        for g in 0..1 + self.rng.below(3) {
+            let members = (0..2 + self.rng.below(8))
+                .map(|i| {
+                    let job = NewJob::new(QUEUE, format!("g{g}-{i}"));
+                    match self.rng.chance(300) {
+                        true => job.after(JobId(1 + self.rng.below(plain))),
+                        false => job,
+                    }
+                })
+                .collect();
+            let callbacks = NewGroup::new()
+                .on_complete(NewJob::new(QUEUE, format!("g{g} complete")))
+                .on_success(NewJob::new(QUEUE, format!("g{g} succeeded")));
+            (self.store().enqueue_group(callbacks, members)).map_err(|e| e.to_string())?;
+        }
+        let mut prev = JobId(1 + self.rng.below(plain));
+        for i in 0..self.rng.below(5) {
+            let job = NewJob::new(QUEUE, format!("chain-{i}")).after(prev);
+            prev = self.store().enqueue(job).map_err(|e| e.to_string())?;
+        }
+        let stats = self.store().stats().map_err(|e| e.to_string())?;
+        Ok(stats.queues.values().map(|q| q.total()).sum())
     }
 
     fn faults(&mut self) -> Result<(), String> {
@@ -678,6 +711,45 @@ impl Sim {
         }
     }
 
+    /// A waiter was first claimed no sooner than what it waits for ended (a group: sealed,
+    /// every member ended), and each group's callbacks saw every member succeed.
+    fn waited(&self, id: JobId, history: &[leasehold::Run]) -> Result<(), String> {
+        let store = self.store();
+        let job = store
+            .job(id)
+            .map_err(|e| e.to_string())?
+            .ok_or("job gone")?;
+        let first_claim = history.first().ok_or("a job that never ran")?.claimed_at();
+        for need in job.needs() {
+            let ended = match need.on() {
+                leasehold::Target::Job(dep) => store
+                    .job(dep)
+                    .map_err(|e| e.to_string())?
+                    .and_then(|d| d.finished_at()),
+                leasehold::Target::Group(g) => {
+                    let group = store
+                        .group(g)
+                        .map_err(|e| e.to_string())?
+                        .ok_or("no group")?;
+                    if group.ended() != (group.members(), 0, 0) {
+                        return Err(format!("group {g} ended as {:?}", group.ended()));
+                    }
+                    group.finished_at()
+                }
+            };
+            match ended {
+                Some(at) if at <= first_claim => {}
+                _ => {
+                    return Err(format!(
+                        "job {id} was claimed at {first_claim} before {:?} ended ({ended:?})",
+                        need.on()
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
     fn reap(&mut self) -> Result<(), String> {
         let report = self.store().reap().map_err(|e| e.to_string())?;
         if report.largest_batch > BATCH {
@@ -706,6 +778,7 @@ impl Sim {
                 return Err(format!("job {id} was committed {commits} times"));
             }
             let history = store.history(JobId(id)).map_err(|e| e.to_string())?;
+            self.waited(JobId(id), &history)?;
             let succeeded = history
                 .iter()
                 .filter(|r| r.outcome() == Some(&Outcome::Succeeded))
