@@ -74,6 +74,17 @@ impl Require {
     }
 }
 
+impl fmt::Display for Require {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match (self.dead, self.cancelled) {
+            (false, false) => "success",
+            (true, false) => "success or death",
+            (false, true) => "success or cancel",
+            (true, true) => "any end",
+        })
+    }
+}
+
 /// What a job waits for: another job, or a group's end.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Encode, Decode)]
 pub enum Target {

@@ -7,8 +7,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use leasehold::{
-    CatchUp, Error, HolderState, Job, JobFilter, JobId, JobOrder, JobState, Run, StoreTime,
-    Uniqueness, When,
+    CatchUp, Error, GroupId, HolderState, Job, JobFilter, JobId, JobOrder, JobState, Run,
+    StoreTime, Target, Uniqueness, When,
 };
 
 use super::target::Reader;
@@ -42,6 +42,36 @@ pub struct JobView {
     unique_for_ms: Option<u64>,
     time_limit_ms: Option<u64>,
     metadata: BTreeMap<String, String>,
+    /// What it waits for (or waited for).
+    needs: Vec<NeedView>,
+    /// The group it is a member of.
+    group: Option<u64>,
+}
+
+#[derive(Serialize)]
+struct NeedView {
+    /// `job` or `group`.
+    kind: &'static str,
+    id: u64,
+    /// `success`, `success or death`, `success or cancel` or `any end`.
+    require: String,
+    /// How it ended, once it has (as the waiter saw it).
+    ended: Option<&'static str>,
+    met: bool,
+}
+
+fn need_view(n: &leasehold::Need) -> NeedView {
+    let (kind, id) = match n.on() {
+        Target::Job(id) => ("job", id.0),
+        Target::Group(id) => ("group", id.0),
+    };
+    NeedView {
+        kind,
+        id,
+        require: n.require().to_string(),
+        ended: n.ended().map(JobState::name),
+        met: n.met(),
+    }
 }
 
 #[derive(Serialize)]
@@ -123,6 +153,8 @@ impl JobView {
             },
             time_limit_ms: j.time_limit().map(|d| d.as_millis() as u64),
             metadata: j.metadata().iter().cloned().collect(),
+            needs: j.needs().iter().map(need_view).collect(),
+            group: j.group().map(|g| g.0),
         }
     }
 }
@@ -426,6 +458,7 @@ pub fn jobs(
     selection: super::Selection,
     limit: usize,
     sort: SortArg,
+    waiting_on: Option<u64>,
 ) -> Result<ExitCode, Error> {
     let store = open(db)?;
     let now = store.now()?;
@@ -436,11 +469,26 @@ pub fn jobs(
         SortArg::Updated => JobOrder::Updated,
     };
     // One more than shown, to tell whether the list was cut.
-    let mut list = store.jobs(&JobFilter {
-        limit: Some(limit.saturating_add(1)),
-        order,
-        ..selection.filter()
-    })?;
+    let mut list = match waiting_on {
+        // The jobs that wait for one, oldest first (the selection's other parts do not
+        // apply: clap refuses them together).
+        Some(id) => {
+            let mut waiters = Vec::new();
+            for w in store
+                .waiters(JobId(id))?
+                .into_iter()
+                .take(limit.saturating_add(1))
+            {
+                waiters.extend(store.job(w)?);
+            }
+            waiters
+        }
+        None => store.jobs(&JobFilter {
+            limit: Some(limit.saturating_add(1)),
+            order,
+            ..selection.filter()
+        })?,
+    };
     let cut = list.len() > limit;
     list.truncate(limit);
     let holders = holders(&store)?;
@@ -596,6 +644,83 @@ pub fn schedules(db: &Path, json: bool) -> Result<ExitCode, Error> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// A group as the JSON output shows it.
+#[derive(Serialize)]
+struct GroupView {
+    id: u64,
+    created_at_ms: u64,
+    sealed: bool,
+    finished_at_ms: Option<u64>,
+    /// `succeeded`, `dead` or `cancelled` once it ended.
+    outcome: Option<&'static str>,
+    members: u64,
+    succeeded: u64,
+    dead: u64,
+    cancelled: u64,
+    /// The jobs that wait for it (its callbacks first), with their states.
+    waiters: Vec<(u64, &'static str)>,
+}
+
+/// One group: whether it is sealed, its members' ends so far, how it ended, and what waits
+/// for it; sealed or cancelled first, when asked.
+pub fn group(db: &Path, json: bool, id: u64, act: super::GroupAction) -> Result<ExitCode, Error> {
+    let group = GroupId(id);
+    if act != super::GroupAction::Show {
+        let store = super::operate::open(db, false)?;
+        match act {
+            super::GroupAction::Seal => store.seal_group(group)?,
+            _ => {
+                let n = store.cancel_group(group)?;
+                if !json {
+                    println!("group {group} cancelled: {n} jobs cancelled or told to stop");
+                }
+            }
+        }
+    }
+    let store = open(db)?;
+    let now = store.now()?;
+    let g = store.group(group)?.ok_or(Error::GroupNotFound(group))?;
+    let mut waiters = Vec::new();
+    for &w in g.waiters() {
+        let state = store.job(w)?.map_or("purged", |j| j.state().name());
+        waiters.push((w.0, state));
+    }
+    let (succeeded, dead, cancelled) = g.ended();
+    if json {
+        print_json(&GroupView {
+            id,
+            created_at_ms: ms(g.created_at()),
+            sealed: g.is_sealed(),
+            finished_at_ms: g.finished_at().map(ms),
+            outcome: g.outcome().map(JobState::name),
+            members: g.members(),
+            succeeded,
+            dead,
+            cancelled,
+            waiters,
+        });
+        return Ok(ExitCode::SUCCESS);
+    }
+    let standing = match (g.outcome(), g.is_sealed()) {
+        (Some(outcome), _) => format!(
+            "ended {outcome} {}",
+            format::relative(g.finished_at().unwrap_or(now), now)
+        ),
+        (None, true) => "sealed, running".to_owned(),
+        (None, false) => "open: members may still join".to_owned(),
+    };
+    println!("group {group}  {standing}");
+    println!(
+        "{} members: {succeeded} succeeded, {dead} dead, {cancelled} cancelled, {} not ended",
+        g.members(),
+        g.members() - (succeeded + dead + cancelled)
+    );
+    for (w, state) in waiters {
+        println!("waited for by job {w} ({state})");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 pub fn show(db: &Path, json: bool, id: u64, raw: bool) -> Result<ExitCode, Error> {
     let store = open(db)?;
     let now = store.now()?;
@@ -625,6 +750,8 @@ pub fn show(db: &Path, json: bool, id: u64, raw: bool) -> Result<ExitCode, Error
         struct ShowView {
             now_ms: u64,
             job: JobView,
+            /// The jobs that wait for it.
+            waiters: Vec<u64>,
             history: Vec<RunView>,
             payload: Bytes,
             output: Option<Bytes>,
@@ -632,6 +759,7 @@ pub fn show(db: &Path, json: bool, id: u64, raw: bool) -> Result<ExitCode, Error
         print_json(&ShowView {
             now_ms: ms(now),
             job: JobView::of(&job, now, &holders(&store)?),
+            waiters: store.waiters(job.id())?.iter().map(|w| w.0).collect(),
             history: history.iter().map(run_view).collect(),
             payload: bytes(&payload),
             output: output.as_deref().map(bytes),
@@ -679,6 +807,26 @@ pub fn show(db: &Path, json: bool, id: u64, raw: bool) -> Result<ExitCode, Error
     }
     if job.cancel_requested() {
         println!("cancel requested: the holder is told at its next heartbeat");
+    }
+    for need in job.needs() {
+        let how = match need.ended() {
+            None => "not ended yet".to_owned(),
+            Some(state) if need.met() => format!("ended {state}: met"),
+            Some(state) => format!("ended {state}: not what it required"),
+        };
+        println!(
+            "waits for {} to end in {} ({how})",
+            need.on(),
+            need.require()
+        );
+    }
+    if let Some(g) = job.group() {
+        println!("member of group {g}");
+    }
+    let waiters = store.waiters(job.id())?;
+    if !waiters.is_empty() {
+        let ids: Vec<String> = waiters.iter().map(|w| w.to_string()).collect();
+        println!("waited for by {}", ids.join(", "));
     }
     if let Some(k) = &job.unique_key() {
         match job.uniqueness() {

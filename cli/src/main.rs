@@ -188,6 +188,14 @@ fn parse_time(s: &str) -> Result<std::time::SystemTime, String> {
         .map_err(|e| format!("{e} (a UTC time, as 2026-12-24T18:00:00Z or 2026-12-24 18:00:00)"))
 }
 
+/// What `leasehold group` does before it shows the group.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum GroupAction {
+    Show,
+    Seal,
+    Cancel,
+}
+
 #[derive(Subcommand)]
 enum Command {
     /// Jobs per queue and state, the oldest waiting job, the nearest and the most overdue
@@ -204,6 +212,21 @@ enum Command {
         /// The order.
         #[arg(long, value_enum, default_value_t = SortArg::Oldest)]
         sort: SortArg,
+        /// Only the jobs that wait for this job (`NewJob::after`), oldest first.
+        #[arg(long, value_name = "JOB", conflicts_with_all = ["queue", "state", "metadata", "older_than"])]
+        waiting_on: Option<u64>,
+    },
+    /// A group of jobs: sealed or open, its members' ends so far, how it ended, and the jobs
+    /// that wait for it (its callbacks). With --seal or --cancel, that first.
+    Group {
+        /// The group id.
+        group: u64,
+        /// Seal it: no job joins it any more (it ends once every member has).
+        #[arg(long, conflicts_with = "cancel")]
+        seal: bool,
+        /// Cancel it: its callbacks never run, and every member not ended is cancelled.
+        #[arg(long)]
+        cancel: bool,
     },
     /// One job: its record and full run history, and its payload (text if UTF-8, else hex).
     Show {
@@ -450,7 +473,20 @@ fn main() -> ExitCode {
             selection,
             limit,
             sort,
-        } => inspect::jobs(&db, json, selection, limit, sort),
+            waiting_on,
+        } => inspect::jobs(&db, json, selection, limit, sort, waiting_on),
+        Command::Group {
+            group,
+            seal,
+            cancel,
+        } => {
+            let act = match (seal, cancel) {
+                (true, _) => GroupAction::Seal,
+                (_, true) => GroupAction::Cancel,
+                _ => GroupAction::Show,
+            };
+            inspect::group(&db, json, group, act)
+        }
         Command::Show { job, raw } => inspect::show(&db, json, job, raw),
         Command::Check => inspect::check(&db, json),
         Command::Watch {
@@ -569,6 +605,11 @@ fn exit_code(e: &Error) -> u8 {
         | Error::UniqueKeyHeld { .. }
         | Error::JobNotFound(_)
         | Error::ScheduleNotFound(_)
+        | Error::DependencyNotFound(_)
+        | Error::GroupNotFound(_)
+        | Error::GroupSealed(_)
+        | Error::GroupOpen(_)
+        | Error::GroupLimit { .. }
         | Error::LeaseLost(_)
         | Error::InUse(_) => 1,
         Error::Open(leasehold::OpenError::Io { source, .. })

@@ -113,6 +113,68 @@ impl Drop for Holder {
 }
 
 #[test]
+fn show_jobs_and_group_say_what_waits_for_what_and_how_far_a_group_got() {
+    let t = Tool::new();
+    let (group, clip, bundle) = {
+        let store = leasehold::Store::open(&t.db).unwrap();
+        let capture = store
+            .enqueue(leasehold::NewJob::new("capture", "c"))
+            .unwrap();
+        let (group, clips) = store
+            .enqueue_group(
+                leasehold::NewGroup::new().on_success(leasehold::NewJob::new("upload", "u")),
+                vec![
+                    leasehold::NewJob::new("clips", "1").after(capture),
+                    leasehold::NewJob::new("clips", "2").after(capture),
+                ],
+            )
+            .unwrap();
+        let bundle = store.group(group).unwrap().unwrap().waiters()[0];
+        (group, clips[0], bundle)
+    };
+    let shown = t.ok(&["show", &clip.to_string()]);
+    assert!(shown.contains("state blocked"), "{shown}");
+    assert!(
+        shown.contains("waits for job 1 to end in success (not ended yet)"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains(&format!("member of group {group}")),
+        "{shown}"
+    );
+    let capture = t.ok(&["show", "1"]);
+    assert!(capture.contains("waited for by 3, 4"), "{capture}");
+    let json = t.json(&["show", &bundle.to_string()]);
+    assert_eq!(json["job"]["needs"][0]["kind"], "group");
+    assert_eq!(json["job"]["needs"][0]["require"], "success");
+    let waiting = t.json(&["jobs", "--waiting-on", "1"]);
+    let ids: Vec<u64> = (waiting.as_array().unwrap().iter())
+        .map(|j| j["id"].as_u64().unwrap())
+        .collect();
+    assert_eq!(
+        ids,
+        vec![3, 4],
+        "the callback (2) waits for the group, not the capture"
+    );
+    let g = t.json(&["group", &group.0.to_string()]);
+    assert_eq!(
+        (g["sealed"].as_bool(), g["members"].as_u64()),
+        (Some(true), Some(2))
+    );
+    assert_eq!(g["waiters"][0][1], "blocked");
+    let text = t.ok(&["group", &group.0.to_string()]);
+    assert!(
+        text.contains("2 members: 0 succeeded, 0 dead, 0 cancelled, 2 not ended"),
+        "{text}"
+    );
+    let cancelled = t.ok(&["group", &group.0.to_string(), "--cancel"]);
+    assert!(cancelled.contains("3 jobs cancelled"), "{cancelled}");
+    assert!(cancelled.contains("ended cancelled"), "{cancelled}");
+    let err = t.fails(&["group", "99"], 1);
+    assert!(err.contains("group g99 does not exist"), "{err}");
+}
+
+#[test]
 fn a_listing_cut_at_its_limit_says_so() {
     let t = Tool::new();
     for p in ["a", "b", "c"] {
@@ -447,7 +509,7 @@ fn help_documents_every_subcommand() {
     let help = t.ok(&["--help"]);
     for cmd in [
         "stats", "jobs", "show", "enqueue", "retry", "cancel", "purge", "reap", "check", "compact",
-        "watch", "demo",
+        "watch", "demo", "group",
     ] {
         assert!(help.contains(cmd), "--help lacks {cmd}");
         t.ok(&[cmd, "--help"]);

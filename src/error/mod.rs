@@ -195,6 +195,11 @@ impl Error {
                 | Error::JobNotFound(_)
                 | Error::ScheduleNotFound(_)
                 | Error::ScheduleConflict(_)
+                | Error::DependencyNotFound(_)
+                | Error::GroupNotFound(_)
+                | Error::GroupSealed(_)
+                | Error::GroupOpen(_)
+                | Error::GroupLimit { .. }
                 | Error::Refused { .. }
                 | Error::UniqueKeyHeld { .. }
                 | Error::InUse(_)
