@@ -175,7 +175,7 @@ th,td{padding:.3em .7em;border-bottom:1px solid #e3e6ea;text-align:left;vertical
 th{font-weight:600;background:#eef0f3}td.n,th.n{text-align:right;font-variant-numeric:tabular-nums}\
 .state{padding:0 .4em;border-radius:3px;background:#e3e6ea}\
 .running{background:#cfe3ff}.succeeded{background:#d3f2d9}.dead{background:#ffd6d6}\
-.retry_wait{background:#fff0c2}.cancelled{background:#e6e0f5}\
+.retry_wait{background:#fff0c2}.cancelled{background:#e6e0f5}.blocked{background:#f1e4d3}\
 .empty{color:#6b7280}.note{color:#6b7280}.error{background:#ffe8e8;padding:.6em;border-left:4px solid #c22}\
 .done{background:#e8f8ec;padding:.6em;border-left:4px solid #2a7}\
 form.inline{display:inline}button{cursor:pointer}\

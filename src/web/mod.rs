@@ -10,7 +10,8 @@
 //! |---|---|
 //! | `GET /` | queues with counts by state, throughput and failures over the last minutes, leases held (by which process, where processes share a file), the oldest waiting job, the most overdue lease |
 //! | `GET /jobs?queue=&state=&meta=k=v&order=&limit=&after=` | jobs, filtered, a page at a time |
-//! | `GET /jobs/{id}` | one job: its record, lease, metadata, payload size, and run history |
+//! | `GET /jobs/{id}` | one job: its record, lease, metadata, payload size, what it waits for and what waits for it, and run history |
+//! | `GET /groups/{id}` | one group: sealed or open, its members' ends, how it ended, its callbacks |
 //! | `POST /jobs/{id}/cancel`, `/jobs/{id}/retry` | actions: each asks for confirmation first |
 //! | `POST /queues/{name}/pause`, `/queues/{name}/resume` | |
 //! | `GET /metrics` | the Prometheus text format |
@@ -245,6 +246,13 @@ impl StatusPage {
                 let id = params::job_id(id)?;
                 match *method {
                     Method::GET => pages::job(inner, id, &query),
+                    _ => Err(not_allowed(method, "GET")),
+                }
+            }
+            ["groups", id] => {
+                let id = params::group_id(id)?;
+                match *method {
+                    Method::GET => pages::group(inner, id),
                     _ => Err(not_allowed(method, "GET")),
                 }
             }

@@ -191,6 +191,59 @@ pub(crate) fn jobs(inner: &Inner, query: &[(String, String)]) -> PageResult {
     ok(inner.frame("Jobs", None).render(&body))
 }
 
+/// A link to a job's or a group's page.
+fn target_link(inner: &Inner, target: crate::Target) -> String {
+    match target {
+        crate::Target::Job(id) => format!("<a href=\"{}/jobs/{id}\">job {id}</a>", inner.base),
+        crate::Target::Group(g) => {
+            format!("<a href=\"{}/groups/{}\">group {g}</a>", inner.base, g.0)
+        }
+    }
+}
+
+/// One group: sealed or open, its members' ends so far, how it ended, what waits for it.
+pub(crate) fn group(inner: &Inner, id: crate::GroupId) -> PageResult {
+    let store = &inner.reads;
+    let Some(group) = store.group(id)? else {
+        return Err(WebError::NotFound(format!("group {id}")));
+    };
+    let now = store.now()?;
+    let (succeeded, dead, cancelled) = group.ended();
+    let mut t = Table::new("group", &["", ""]);
+    let mut row = |k: &str, v: String| t.row([escape(k), v]);
+    row(
+        "standing",
+        match (group.outcome(), group.is_sealed()) {
+            (Some(outcome), _) => format!("ended {}", state_badge(outcome)),
+            (None, true) => "sealed: runs until every member has ended".into(),
+            (None, false) => "open: members may still join".into(),
+        },
+    );
+    row("opened", relative(group.created_at(), now));
+    if let Some(at) = group.finished_at() {
+        row("ended", relative(at, now));
+    }
+    row("members", group.members().to_string());
+    row("succeeded", succeeded.to_string());
+    row("dead", dead.to_string());
+    row("cancelled", cancelled.to_string());
+    row(
+        "not ended",
+        (group.members() - (succeeded + dead + cancelled)).to_string(),
+    );
+    for &w in group.waiters() {
+        let state = store
+            .job(w)?
+            .map_or("purged".into(), |j| state_badge(j.state()));
+        row(
+            "waited for by",
+            format!("{} {state}", target_link(inner, crate::Target::Job(w))),
+        );
+    }
+    let body = t.finish("");
+    ok(inner.frame(&format!("Group {id}"), None).render(&body))
+}
+
 pub(crate) fn job(inner: &Inner, id: JobId, query: &[(String, String)]) -> PageResult {
     let q = params::known(query, &["did"])?;
     let store = &inner.reads;
@@ -268,6 +321,28 @@ pub(crate) fn job(inner: &Inner, id: JobId, query: &[(String, String)]) -> PageR
     }
     if let Some(e) = job.last_error() {
         row("last error", format!("<pre>{}</pre>", escape(e)));
+    }
+    for need in job.needs() {
+        let how = match need.ended() {
+            None => "not ended yet".to_owned(),
+            Some(state) if need.met() => format!("ended {state}: met"),
+            Some(state) => format!("ended {state}: not what it required"),
+        };
+        let what = target_link(inner, need.on());
+        row(
+            "waits for",
+            format!("{what} to end in {} ({how})", need.require()),
+        );
+    }
+    if let Some(g) = job.group() {
+        row("group", target_link(inner, crate::Target::Group(g)));
+    }
+    let waiters = store.waiters(id)?;
+    if !waiters.is_empty() {
+        let links: Vec<String> = (waiters.iter())
+            .map(|w| target_link(inner, crate::Target::Job(*w)))
+            .collect();
+        row("waited for by", links.join(", "));
     }
     for (k, v) in job.metadata() {
         row(

@@ -34,6 +34,16 @@ pub(crate) fn job_id(segment: &str) -> Result<JobId, WebError> {
         .ok_or_else(|| WebError::BadRequest(format!("{segment:?} is not a job id")))
 }
 
+/// A group id from a path segment.
+pub(crate) fn group_id(segment: &str) -> Result<crate::GroupId, WebError> {
+    segment
+        .parse::<u64>()
+        .ok()
+        .filter(|&id| id > 0)
+        .map(crate::GroupId)
+        .ok_or_else(|| WebError::BadRequest(format!("{segment:?} is not a group id")))
+}
+
 /// A queue name from a path segment or a parameter, checked as the store checks one.
 pub(crate) fn queue(name: &str) -> Result<String, WebError> {
     crate::input::check_queue(name).map_err(|e| WebError::BadRequest(format!("queue: {e}")))?;

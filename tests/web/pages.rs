@@ -24,7 +24,49 @@ crate::on_both::on_both!(
     a_jobs_lease_timeline_draws_each_attempt_where_it_ran_and_the_held_lease_to_its_expiry,
     the_overview_lists_the_schedules_with_their_next_tick,
     counts_kept_a_while_are_aged_by_their_own_time_and_say_how_old_they_are,
+    a_jobs_page_links_what_it_waits_for_and_a_groups_page_shows_its_progress,
 );
+
+fn a_jobs_page_links_what_it_waits_for_and_a_groups_page_shows_its_progress(kind: Kind) {
+    let f = kind.open();
+    let capture = f.enqueue(NewJob::new(Q, "capture")).unwrap();
+    let (group, clips) = f
+        .enqueue_group(
+            leasehold::NewGroup::new().on_success(NewJob::new("upload", "bundle")),
+            vec![NewJob::new(Q, "clip").after(capture)],
+        )
+        .unwrap();
+    let page = page_of(&f).build();
+    let clip = expect(get(&page, &format!("/jobs/{}", clips[0].0)), StatusCode::OK);
+    assert!(
+        clip.contains(&format!(
+            "<a href=\"/jobs/{capture}\">job {capture}</a> to end in success (not ended yet)"
+        )),
+        "{clip}"
+    );
+    assert!(
+        clip.contains(&format!(
+            "<a href=\"/groups/{}\">group {group}</a>",
+            group.0
+        )),
+        "{clip}"
+    );
+    assert!(clip.contains("state blocked"), "{clip}");
+    let dep = expect(get(&page, &format!("/jobs/{capture}")), StatusCode::OK);
+    assert!(
+        dep.contains("waited for by") && dep.contains(&format!("/jobs/{}", clips[0])),
+        "{dep}"
+    );
+    let l = f.claim_one("w");
+    f.complete(&l, b"").unwrap();
+    let l = f.claim_one("w");
+    f.complete(&l, b"").unwrap();
+    let g = expect(get(&page, &format!("/groups/{}", group.0)), StatusCode::OK);
+    assert!(g.contains("ended <span class=\"state succeeded\">"), "{g}");
+    assert!(g.contains("<td>succeeded</td><td>1</td>"), "{g}");
+    expect(get(&page, "/groups/999"), StatusCode::NOT_FOUND);
+    expect(get(&page, "/groups/x"), StatusCode::BAD_REQUEST);
+}
 
 fn the_overview_shows_each_queues_counts_as_the_store_counts_them(kind: Kind) {
     let f = kind.open();
