@@ -19,6 +19,8 @@ use leasehold::{JobStore, ReadJobs};
 #[path = "lease_store/common.rs"]
 #[allow(dead_code)]
 mod common;
+#[path = "support/groups.rs"]
+mod groups;
 #[path = "support/helper_process.rs"]
 mod helper_process;
 
@@ -906,4 +908,73 @@ fn a_refused_open_leaves_no_instance_file_and_makes_no_directory() {
         .to_string();
     assert_eq!(single_error, shared_error);
     assert!(!dir.path().join("no").exists());
+}
+
+/// How many groups, of how many members, the groups' soak runs through kills.
+const GROUPS: u64 = 20;
+const MEMBERS: usize = 50;
+
+#[test]
+fn groups_through_worker_kills_run_every_member_once_and_each_callback_once() {
+    let (_dir, path) = store_path();
+    let observer = shared(&path);
+    let lease_ms = 3_600_000;
+    let mut started = 0usize;
+    let mut start = || {
+        started += 1;
+        Worker::start(&path, lease_ms, started.is_multiple_of(2))
+    };
+    let mut workers: Vec<Worker> = (0..4).map(|_| start()).collect();
+    let (mut committed, mut groups) = (Vec::new(), Vec::new());
+    let mut rng = 0x9E37_79B9_7F4A_7C15u64;
+    let kills = kills().clamp(30, 40);
+    let mut plain = 0u64;
+    for kill in 0..kills {
+        // A group enqueued before each of the first kills, so that kills land while members,
+        // group ends and callbacks are all in flight; then plain jobs, so that the last
+        // kills too find work under way.
+        if (groups.len() as u64) >= GROUPS {
+            let more = (0..40).map(|i| NewJob::new(SOAK_QUEUE, format!("plain {i}")));
+            observer.enqueue_batch(more.collect()).unwrap();
+            plain += 40;
+        } else {
+            let callbacks = leasehold::NewGroup::new()
+                .on_complete(NewJob::new(SOAK_QUEUE, format!("group {kill} complete")))
+                .on_success(NewJob::new(SOAK_QUEUE, format!("group {kill} succeeded")));
+            let members = (0..MEMBERS)
+                .map(|i| NewJob::new(SOAK_QUEUE, format!("group {kill} member {i}")))
+                .collect();
+            groups.push(observer.enqueue_group(callbacks, members).unwrap().0);
+        }
+        let victim = (xorshift(&mut rng) % workers.len() as u64) as usize;
+        workers[victim].hear(1 + (xorshift(&mut rng) % 8) as usize, &mut committed);
+        workers.swap_remove(victim).kill(&mut committed);
+        workers.push(start());
+    }
+    let jobs = GROUPS * (MEMBERS as u64 + 2) + plain;
+    wait_until("every member and callback to succeed", || {
+        observer.stats().unwrap().total(JobState::Succeeded) == jobs
+    });
+    for w in workers.drain(..) {
+        w.kill(&mut committed);
+    }
+    let check = observer.check().unwrap();
+    assert!(check.is_clean(), "{:?}", check.problems);
+    for id in 1..=jobs {
+        let successes = (observer.history(JobId(id)).unwrap().iter())
+            .filter(|r| r.outcome() == Some(&Outcome::Succeeded))
+            .count();
+        assert_eq!(successes, 1, "job {id} succeeded {successes} times");
+    }
+    groups::each_callback_ran_once_after_its_group(&observer, &groups, MEMBERS as u64);
+    let taken_back = (1..=jobs)
+        .flat_map(|id| observer.history(JobId(id)).unwrap())
+        .filter(|r| matches!(r.outcome(), Some(Outcome::LeaseExpired { .. })))
+        .count();
+    eprintln!(
+        "{kills} SIGKILLs of worker processes through {GROUPS} groups of {MEMBERS}: {jobs} jobs \
+         (callbacks included) each succeeded once, {taken_back} leases taken back, {} commits \
+         reported",
+        committed.len()
+    );
 }

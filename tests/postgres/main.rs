@@ -14,6 +14,8 @@
 #![cfg(feature = "postgres")]
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
+#[path = "../support/groups.rs"]
+mod groups;
 #[path = "../support/helper_process.rs"]
 mod helper_process;
 

@@ -991,6 +991,81 @@ fn record(line: &str, committed: &mut Vec<i64>) {
 }
 
 #[test]
+fn groups_through_worker_kills_on_postgres_run_every_member_once_and_each_callback_once() {
+    const GROUPS: usize = 20;
+    const MEMBERS: usize = 50;
+    let mut db = db!("groups through kills");
+    db.sql("CREATE SCHEMA {s}; CREATE TABLE {s}.effects (job bigint NOT NULL)");
+    let store = db.store();
+    let mut started = 0usize;
+    let mut start = || {
+        started += 1;
+        PgWorker::start(&db, 300, started.is_multiple_of(2))
+    };
+    let mut workers: Vec<PgWorker> = (0..4).map(|_| start()).collect();
+    let (mut committed, mut groups, mut plain) = (Vec::new(), Vec::new(), 0);
+    let mut rng = 0x9E37_79B9_7F4A_7C15u64;
+    let kills = kills().clamp(30, 40);
+    for kill in 0..kills {
+        // A group before each of the first kills (members, group ends and callbacks in
+        // flight as they land), then plain jobs so that the last kills too find work.
+        if groups.len() < GROUPS {
+            let callbacks = leasehold::NewGroup::new()
+                .on_complete(NewJob::new("kills", format!("group {kill} complete")))
+                .on_success(NewJob::new("kills", format!("group {kill} succeeded")));
+            let members = (0..MEMBERS)
+                .map(|i| NewJob::new("kills", format!("group {kill} member {i}")))
+                .collect();
+            groups.push(store.enqueue_group(callbacks, members).unwrap().0);
+        } else {
+            let more = (0..40).map(|i| NewJob::new("kills", format!("plain {i}")));
+            store.enqueue_batch(more.collect()).unwrap();
+            plain += 40;
+        }
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        let victim = workers.swap_remove((rng % workers.len() as u64) as usize);
+        victim.kill_after(1 + (rng >> 8) as usize % 6, &mut committed);
+        workers.push(start());
+    }
+    let jobs = (GROUPS * (MEMBERS + 2)) as u64 + plain;
+    wait_until("every member and callback to succeed", || {
+        store.stats().unwrap().total(JobState::Succeeded) == jobs
+    });
+    for w in workers.drain(..) {
+        w.kill_after(0, &mut committed);
+    }
+    let per_job: std::collections::BTreeMap<i64, i64> = (db.admin)
+        .query(
+            &format!(
+                "SELECT job, count(*) FROM {}.effects GROUP BY job",
+                db.schema
+            ),
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| (r.try_get(0).unwrap(), r.try_get(1).unwrap()))
+        .collect();
+    assert_eq!(per_job.len() as u64, jobs, "every job has its effect");
+    let twice: Vec<_> = per_job.iter().filter(|(_, n)| **n != 1).collect();
+    assert!(
+        twice.is_empty(),
+        "effects committed more than once: {twice:?}"
+    );
+    crate::groups::each_callback_ran_once_after_its_group(&store, &groups, MEMBERS as u64);
+    let check = store.check().unwrap();
+    assert!(check.is_clean(), "{:?}", check.problems);
+    say(&format!(
+        "{kills} SIGKILLs of worker processes on PostgreSQL through {GROUPS} groups of \
+         {MEMBERS}: {jobs} jobs (callbacks included), each effect committed once, every \
+         callback after its group's last member; {} commits reported",
+        committed.len()
+    ));
+}
+
+#[test]
 fn worker_processes_on_postgres_killed_at_random_lose_nothing_and_commit_each_job_once() {
     let mut db = db!("process kills");
     db.sql("CREATE SCHEMA {s}; CREATE TABLE {s}.effects (job bigint NOT NULL)");
