@@ -70,10 +70,10 @@ pub(super) fn drain_with_writes(
     Ok(row)
 }
 
-const QUEUE: &str = "drain";
+pub(super) const QUEUE: &str = "drain";
 
 /// Enqueues `jobs` empty jobs, [`ENQUEUE_BATCH`] per call: a row for it.
-fn enqueue<S: JobStore>(label: &str, store: &S, jobs: usize) -> Result<Row, Error> {
+pub(super) fn enqueue<S: JobStore>(label: &str, store: &S, jobs: usize) -> Result<Row, Error> {
     let mut left = jobs;
     let start = Instant::now();
     while left > 0 {
@@ -92,7 +92,7 @@ fn enqueue<S: JobStore>(label: &str, store: &S, jobs: usize) -> Result<Row, Erro
 
 /// Starts a pool with `start` and times it (its start included) until it has committed
 /// `jobs` completions, then checks the store agrees.
-fn drained<S: JobStore>(
+pub(super) fn drained<S: JobStore>(
     name: &str,
     store: &S,
     workers: usize,

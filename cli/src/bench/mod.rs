@@ -17,6 +17,7 @@ mod raw;
 mod scale;
 mod seat;
 mod window;
+mod workflow;
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -354,6 +355,25 @@ fn scenarios(dir: &Path, scale: f64, only: Option<&str>) -> Result<Vec<Row>, Err
                 rows.extend(drain::drain("PostgreSQL", store, 16, 3 * drained)?);
             }
             Err(_) => eprintln!("drain-postgres: not run (set LEASEHOLD_PG_URL to a server)"),
+        }
+    }
+    // What waiting costs: a fan-in of 10,000 members to one callback, and jobs released by
+    // their dependencies' completions, beside plain jobs, with 16 workers.
+    if want("workflow") {
+        let jobs = ((10_000.0 * scale) as usize).max(100);
+        let open = |name: &str| store(dir, &format!("{name}.redb"), true);
+        rows.extend(workflow::rows("redb", open, jobs, 16)?);
+        match std::env::var("LEASEHOLD_PG_URL") {
+            Ok(url) => {
+                let scratch = postgres::Scratch::new(&url)?;
+                rows.extend(workflow::rows(
+                    "PostgreSQL",
+                    |n| scratch.store(n),
+                    jobs,
+                    16,
+                )?);
+            }
+            Err(_) => eprintln!("workflow: PostgreSQL not run (set LEASEHOLD_PG_URL to a server)"),
         }
     }
     // What the window and the batch delay trade (speed against what a dead pool leaves).
