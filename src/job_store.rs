@@ -142,10 +142,7 @@ pub trait JobStore: ReadJobs + LeaseBackend {
     ) -> Result<(GroupId, Vec<JobId>)> {
         write(self, move |r| {
             let id = protocol::open_group(r, &group)?;
-            let mut ids = Vec::with_capacity(members.len());
-            for member in &members {
-                ids.push(protocol::enqueue(r, &member.clone().in_group(id))?);
-            }
+            let ids = protocol::enqueue_members(r, id, &members)?;
             protocol::seal_group(r, id)?;
             Ok((id, ids))
         })

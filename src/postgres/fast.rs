@@ -472,14 +472,14 @@ WHERE j.id = r.id AND j.attempt = r.attempt AND j.state = 'running'
     -- rules::before_deadline: an attempt past its deadline is left to the one-by-one path,
     -- which refuses the completion
     AND NOT coalesce(j.lease_deadline <= c.t, false)
-    -- protocol::flow::settle: an end that releases waiters or counts in a group is left to
-    -- the one-by-one path, which does both in the same transaction
-    AND NOT j.awaited
-RETURNING j.id, j.attempt";
+RETURNING j.id, j.attempt, j.awaited, j.grp";
 
 /// Completes many attempts with one statement where their fences hold; returns those it
 /// completed. The caller completes the others one by one, which says why each was refused.
-/// Each attempt may appear once; its output must be within the size limit.
+/// Each attempt may appear once; its output must be within the size limit. What the
+/// completions of awaited jobs move (their waiters, their groups' counts) is settled after
+/// the statement, in the same transaction ([`protocol::settle_all`], the step
+/// [`protocol::complete`] ends with).
 pub(crate) fn complete_many(
     r: &mut PgRecords<'_, '_, '_>,
     done: &[(JobId, Attempt, &[u8], Option<u64>)],
@@ -495,10 +495,22 @@ pub(crate) fn complete_many(
     let attempts: Vec<i64> = done.iter().map(|d| i64::from(d.1.0)).collect();
     let outputs: Vec<&[u8]> = done.iter().map(|d| d.2).collect();
     let progress: Vec<Option<i64>> = done.iter().map(|d| d.3.map(clamp)).collect();
-    r.tx.query(&st, &[&ids, &attempts, &outputs, &progress])?
-        .iter()
-        .map(|row| Ok((id(row.col(0)?), attempt(row.col(1)?)?)))
-        .collect()
+    let rows = r.tx.query(&st, &[&ids, &attempts, &outputs, &progress])?;
+    let mut completed = std::collections::HashSet::with_capacity(rows.len());
+    let mut awaited = Vec::new();
+    for row in &rows {
+        let job = id(row.col(0)?);
+        completed.insert((job, attempt(row.col(1)?)?));
+        if row.col::<bool>(2)? {
+            let group = row.col::<Option<i64>>(3)?;
+            let group = group.map(|g| crate::GroupId(u64::try_from(g).unwrap_or(0)));
+            awaited.push((job, JobState::Succeeded, group));
+        }
+    }
+    if !awaited.is_empty() {
+        protocol::settle_all(r, &awaited)?;
+    }
+    Ok(completed)
 }
 
 /// Marks `queues` as served now: a worker asked them for work or renewed one of their

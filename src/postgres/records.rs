@@ -99,6 +99,12 @@ const JOB_LOCKED: &str = concat!(
     " FROM {s}.leasehold_jobs WHERE id = $1 FOR UPDATE"
 );
 
+const JOBS_LOCKED: &str = concat!(
+    "SELECT ",
+    job_columns!(),
+    " FROM {s}.leasehold_jobs WHERE id = ANY($1) ORDER BY id FOR UPDATE"
+);
+
 /// A new job's row, every column the record gives; a unique key another transaction's job
 /// took meanwhile makes no row.
 const INSERT: &str = concat!(
@@ -179,6 +185,22 @@ impl Records for PgRecords<'_, '_, '_> {
     fn job(&mut self, job: JobId) -> Result<Option<JobRecord>> {
         let st = self.get(JOB_LOCKED)?;
         job_by(self.tx, &st, job)
+    }
+
+    /// One statement, the rows locked in id order (as every batch here locks them).
+    fn jobs(&mut self, ids: &[JobId]) -> Result<Vec<JobRecord>> {
+        if ids.len() < 2 {
+            return ids
+                .iter()
+                .filter_map(|&id| self.job(id).transpose())
+                .collect();
+        }
+        let st = self.get(JOBS_LOCKED)?;
+        let mut keys: Vec<i64> = ids.iter().map(|&id| key(id)).collect();
+        keys.sort_unstable();
+        (self.tx.query(&st, &[&keys])?.iter())
+            .map(super::rows::record)
+            .collect()
     }
 
     fn insert(&mut self, job: JobRecord, payload: &[u8]) -> Result<Inserted> {
@@ -470,11 +492,13 @@ impl Records for PgRecords<'_, '_, '_> {
         Ok(())
     }
 
-    fn waiters(&mut self, job: JobId) -> Result<Vec<JobId>> {
-        let st =
-            self.get("SELECT waiter FROM {s}.leasehold_waits WHERE job = $1 ORDER BY waiter")?;
-        (self.tx.query(&st, &[&key(job)])?.iter())
-            .map(|row| Ok(id(row.col(0)?)))
+    fn waiters(&mut self, jobs: &[JobId]) -> Result<Vec<(JobId, JobId)>> {
+        let st = self.get(
+            "SELECT job, waiter FROM {s}.leasehold_waits WHERE job = ANY($1) ORDER BY job, waiter",
+        )?;
+        let jobs: Vec<i64> = jobs.iter().map(|&j| key(j)).collect();
+        (self.tx.query(&st, &[&jobs])?.iter())
+            .map(|row| Ok((id(row.col(0)?), id(row.col(1)?))))
             .collect()
     }
 

@@ -25,6 +25,7 @@ pub(super) fn links(
     job: JobRecord,
     callback: bool,
     now: StoreTime,
+    held: Option<&GroupRecord>,
 ) -> Result<(JobRecord, Option<GroupRecord>)> {
     if new.needs.is_empty() && new.group.is_none() {
         return Ok((job, None));
@@ -55,9 +56,10 @@ pub(super) fn links(
         };
         needs.push(Need { on, require, ended });
     }
-    let joined = match new.group {
-        Some(g) => Some(rules::joined(&r.group(g)?.ok_or(Error::GroupNotFound(g))?)?),
-        None => None,
+    let joined = match (new.group, held) {
+        (Some(g), Some(held)) if held.id == g => Some(rules::joined(held)?),
+        (Some(g), _) => Some(rules::joined(&r.group(g)?.ok_or(Error::GroupNotFound(g))?)?),
+        (None, _) => None,
     };
     for dep in to_mark {
         let mut awaited = dep.clone();
@@ -111,43 +113,107 @@ pub(crate) fn settle(r: &mut (impl Records + ?Sized), job: &JobRecord) -> Result
     walk(r, vec![(Target::Job(job.id), job.state, job.flow.group)])
 }
 
-/// Settles each end in `ended` (what ended, how, the group it was a member of) and every
-/// end it causes in turn.
-fn walk(
+/// [`settle`] for many ends at once (a batch of completions), each already stored: what
+/// ended, how, and the group it is a member of. A group counts the batch's ends of its
+/// members with one write.
+pub(crate) fn settle_all(
     r: &mut (impl Records + ?Sized),
-    mut ended: Vec<(Target, JobState, Option<GroupId>)>,
+    ended: &[(JobId, JobState, Option<GroupId>)],
 ) -> Result<()> {
+    walk(
+        r,
+        ended
+            .iter()
+            .map(|&(id, s, g)| (Target::Job(id), s, g))
+            .collect(),
+    )
+}
+
+/// What ended, how, and the group it was a member of.
+type Ended = (Target, JobState, Option<GroupId>);
+
+/// Settles each end in `ended` and every end it causes in turn, a round at a time: each
+/// group counts a round's ends of its members with one write, and the jobs waiting for a
+/// round's jobs are found with one search.
+fn walk(r: &mut (impl Records + ?Sized), mut ended: Vec<Ended>) -> Result<()> {
     let now = r.now()?;
-    while let Some((target, state, group)) = ended.pop() {
-        if let Some(g) = group
-            && let Some(group) = r.group(g)?
-            && let Some((counted, over)) = rules::member_ended(&group, state, now)
-        {
-            r.save_group(&counted)?;
-            if let (true, Some(outcome)) = (over, counted.outcome()) {
+    while !ended.is_empty() {
+        let round = std::mem::take(&mut ended);
+        let mut counted: std::collections::BTreeMap<GroupId, Vec<JobState>> = Default::default();
+        for &(_, state, group) in &round {
+            if let Some(g) = group {
+                counted.entry(g).or_default().push(state);
+            }
+        }
+        for (g, states) in counted {
+            let Some(mut group) = r.group(g)? else {
+                continue;
+            };
+            let (mut changed, mut over) = (false, false);
+            for state in states {
+                if let Some((next, ends)) = rules::member_ended(&group, state, now) {
+                    (group, changed, over) = (next, true, over || ends);
+                }
+            }
+            if changed {
+                r.save_group(&group)?;
+            }
+            if let (true, Some(outcome)) = (over, group.outcome()) {
                 ended.push((Target::Group(g), outcome, None));
             }
         }
-        for id in waiters(r, target)? {
-            let Some(waiter) = r.job(id)? else { continue };
-            let Some(new) = rules::dependency_ended(&waiter, target, state, now) else {
+        let found = waiting_for(r, &round)?;
+        // Every waiter of the round loaded at once (held for writing), then each moved on;
+        // one that waits for two of the round's ends sees both.
+        let mut ids: Vec<JobId> = found.iter().map(|&(_, _, id)| id).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        let mut waiters: std::collections::HashMap<JobId, JobRecord> =
+            r.jobs(&ids)?.into_iter().map(|j| (j.id, j)).collect();
+        for (target, state, id) in found {
+            let Some(waiter) = waiters.get(&id) else {
                 continue;
             };
-            r.save(&waiter, &new)?;
+            let Some(new) = rules::dependency_ended(waiter, target, state, now) else {
+                continue;
+            };
+            r.save(waiter, &new)?;
             if new.state.is_terminal() && new.flow.awaited {
                 ended.push((Target::Job(new.id), new.state, new.flow.group));
             }
+            waiters.insert(id, new);
         }
     }
     Ok(())
 }
 
-/// The jobs that wait for `target`.
-fn waiters(r: &mut (impl Records + ?Sized), target: Target) -> Result<Vec<JobId>> {
-    match target {
-        Target::Job(id) => r.waiters(id),
-        Target::Group(g) => Ok(r.group(g)?.map(|g| g.waiters).unwrap_or_default()),
+/// Every job that waits for what `round` ended: (what, how it ended, the waiter).
+fn waiting_for(
+    r: &mut (impl Records + ?Sized),
+    round: &[Ended],
+) -> Result<Vec<(Target, JobState, JobId)>> {
+    let mut how = std::collections::HashMap::new();
+    let mut found = Vec::new();
+    for &(target, state, _) in round {
+        match target {
+            Target::Job(id) => {
+                how.insert(id, state);
+            }
+            Target::Group(g) => {
+                let waiters = r.group(g)?.map(|g| g.waiters).unwrap_or_default();
+                found.extend(waiters.into_iter().map(|w| (target, state, w)));
+            }
+        }
     }
+    if !how.is_empty() {
+        let jobs: Vec<JobId> = how.keys().copied().collect();
+        for (dep, waiter) in r.waiters(&jobs)? {
+            if let Some(&state) = how.get(&dep) {
+                found.push((Target::Job(dep), state, waiter));
+            }
+        }
+    }
+    Ok(found)
 }
 
 /// What a job's return from `was` (dead or cancelled) to the queue moves: its group counts
@@ -167,7 +233,7 @@ pub(crate) fn unsettle(
         {
             r.save_group(&uncounted)?;
         }
-        for waiter_id in r.waiters(id)? {
+        for (_, waiter_id) in r.waiters(&[id])? {
             let Some(waiter) = r.job(waiter_id)? else {
                 continue;
             };
@@ -214,10 +280,35 @@ pub(crate) fn open_group(r: &mut (impl Records + ?Sized), new: &NewGroup) -> Res
                 false => crate::Require::success(),
             };
             let callback = job.clone().after_with(Target::Group(id), require);
-            super::operate::enqueue_as(r, &callback, true)?;
+            super::operate::enqueue_as(r, &callback, true, None)?;
         }
     }
     Ok(id)
+}
+
+/// Enqueues `members` into the open group `id`, its record read and written once for all
+/// of them (each member is enqueued as [`super::enqueue`] would, with its group set).
+pub(crate) fn enqueue_members(
+    r: &mut (impl Records + ?Sized),
+    id: GroupId,
+    members: &[NewJob],
+) -> Result<Vec<JobId>> {
+    let mut group = r.group(id)?.ok_or(Error::GroupNotFound(id))?;
+    let mut ids = Vec::with_capacity(members.len());
+    for member in members {
+        let member = NewJob {
+            group: Some(id),
+            ..member.clone()
+        };
+        ids.push(super::operate::enqueue_as(
+            r,
+            &member,
+            false,
+            Some(&mut group),
+        )?);
+    }
+    r.save_group(&group)?;
+    Ok(ids)
 }
 
 /// Seals a group: no job joins it any more, and it ends once every member has (at once,

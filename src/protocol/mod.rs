@@ -38,7 +38,9 @@ pub(crate) use attempt::{Stages, complete, end, expire, heartbeat};
 pub(crate) use claim::{claim, claim_batch, claim_job};
 #[cfg(feature = "postgres")]
 pub(crate) use claim::{next_claim, noted, room};
-pub(crate) use flow::{cancel_group, open_group, seal_group};
+#[cfg(feature = "postgres")]
+pub(crate) use flow::settle_all;
+pub(crate) use flow::{cancel_group, enqueue_members, open_group, seal_group};
 pub(crate) use operate::{
     cancel, declare_schedule, enqueue, enqueue_batch, fire_schedules, mark_served, pause_queue,
     pause_schedule, purge, purge_in_batches, reap_batch, remove_schedule, retry, set_queue_limits,

@@ -13,18 +13,22 @@ use crate::queue::QueueLimits;
 use crate::report::Reclaim;
 use crate::rules::{self, Firing};
 use crate::schedule::Schedule;
+use crate::workflow::GroupRecord;
 
 /// Enqueues a job; with a unique key that another job holds ([`rules::holds_key`]), returns
 /// that job instead.
 pub(crate) fn enqueue(r: &mut (impl Records + ?Sized), new: &NewJob) -> Result<JobId> {
-    enqueue_as(r, new, false)
+    enqueue_as(r, new, false, None)
 }
 
-/// [`enqueue`], for a group's own callback (`callback`: it may wait for its open group).
+/// [`enqueue`], for a group's own callback (`callback`: it may wait for its open group), or
+/// for a member of the group `held` in hand (its count kept there, for the caller to store
+/// once for many members).
 pub(super) fn enqueue_as(
     r: &mut (impl Records + ?Sized),
     new: &NewJob,
     callback: bool,
+    held: Option<&mut GroupRecord>,
 ) -> Result<JobId> {
     let max_payload = r.policy().max_payload;
     input::check_new_job(new, max_payload)?;
@@ -41,14 +45,28 @@ pub(super) fn enqueue_as(
         max_payload,
         now,
     )?;
-    let (job, joined) = flow::links(r, new, job, callback, now)?;
-    match r.insert(job.clone(), &new.payload)? {
-        Inserted::Made(id) => {
-            flow::linked(r, &JobRecord { id, ..job }, joined, callback)?;
-            Ok(id)
+    let held = held.filter(|h| Some(h.id) == new.group);
+    let (job, joined) = flow::links(r, new, job, callback, now, held.as_deref())?;
+    let id = match r.insert(job.clone(), &new.payload)? {
+        Inserted::Made(id) => id,
+        Inserted::KeyTaken(id) => return Ok(id),
+    };
+    let job = JobRecord { id, ..job };
+    match (held, joined) {
+        // A member cancelled at once (a dependency had died) counts in its group as it is
+        // linked: the group in hand is stored first, and read back after.
+        (Some(held), Some(joined)) if job.state.is_terminal() => {
+            r.save_group(&joined)?;
+            flow::linked(r, &job, None, callback)?;
+            *held = r.group(held.id)?.ok_or(Error::GroupNotFound(held.id))?;
         }
-        Inserted::KeyTaken(id) => Ok(id),
+        (Some(held), Some(joined)) => {
+            *held = joined;
+            flow::linked(r, &job, None, callback)?;
+        }
+        (_, joined) => flow::linked(r, &job, joined, callback)?,
     }
+    Ok(id)
 }
 
 /// Enqueues many jobs, all or none: every input is checked before anything is written.

@@ -45,6 +45,14 @@ pub trait Records {
 
     /// The job's record, if it exists, held for writing.
     fn job(&mut self, id: JobId) -> Result<Option<JobRecord>>;
+    /// The records of `ids` that exist, held for writing, in id order.
+    fn jobs(&mut self, ids: &[JobId]) -> Result<Vec<JobRecord>> {
+        let mut found = Vec::with_capacity(ids.len());
+        for &id in ids {
+            found.extend(self.job(id)?);
+        }
+        Ok(found)
+    }
     /// Stores a new job (its id is the engine's to give: `job.id` is ignored) and its
     /// payload.
     fn insert(&mut self, job: JobRecord, payload: &[u8]) -> Result<Inserted>;
@@ -128,12 +136,23 @@ pub trait Records {
 
     // ----- jobs that wait for jobs -----
 
-    /// The jobs that wait for job `id` (by [`crate::workflow::Flow::needs`], which never
-    /// change once a job is stored: an engine with indexes indexes them at insert). A job
-    /// deleted since may be named; it is then not found.
-    fn waiters(&mut self, id: JobId) -> Result<Vec<JobId>> {
-        let waits = |j: &JobRecord| j.flow.needs.iter().any(|n| n.on == Target::Job(id));
-        Ok(self.scan(None, &waits)?.iter().map(|j| j.id).collect())
+    /// The jobs that wait for any of `ids`, as (the one waited for, the waiter) (by
+    /// [`crate::workflow::Flow::needs`], which never change once a job is stored: an engine
+    /// with indexes indexes them at insert). A job deleted since may be named; it is then
+    /// not found.
+    fn waiters(&mut self, ids: &[JobId]) -> Result<Vec<(JobId, JobId)>> {
+        let on = |n: &crate::workflow::Need| match n.on {
+            Target::Job(dep) if ids.contains(&dep) => Some(dep),
+            _ => None,
+        };
+        let waits = |j: &JobRecord| j.flow.needs.iter().any(|n| on(n).is_some());
+        let mut found = Vec::new();
+        for waiter in self.scan(None, &waits)? {
+            let deps: std::collections::BTreeSet<JobId> =
+                waiter.flow.needs.iter().filter_map(on).collect();
+            found.extend(deps.into_iter().map(|dep| (dep, waiter.id)));
+        }
+        Ok(found)
     }
     /// The members of `group` (likewise indexed at insert, where there are indexes).
     fn members(&mut self, group: GroupId) -> Result<Vec<JobId>> {

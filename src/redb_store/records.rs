@@ -189,11 +189,15 @@ impl Records for Tx<'_> {
         Ok(())
     }
 
-    fn waiters(&mut self, id: JobId) -> Result<Vec<JobId>> {
+    fn waiters(&mut self, ids: &[JobId]) -> Result<Vec<(JobId, JobId)>> {
         let waits = self.tables.waits()?;
-        (waits.range((id.0, 0)..=(id.0, u64::MAX))?)
-            .map(|e| Ok(JobId(e?.0.value().1)))
-            .collect()
+        let mut found = Vec::new();
+        for id in ids {
+            for entry in waits.range((id.0, 0)..=(id.0, u64::MAX))? {
+                found.push((*id, JobId(entry?.0.value().1)));
+            }
+        }
+        Ok(found)
     }
 
     fn members(&mut self, group: GroupId) -> Result<Vec<JobId>> {

@@ -27,7 +27,34 @@ crate::on_both::on_both!(
     cancelling_a_group_cancels_its_waiting_members_and_its_callbacks,
     a_retried_member_of_an_open_group_is_counted_once,
     a_member_cannot_have_a_unique_key,
+    a_member_whose_dependency_already_died_is_cancelled_and_counted_at_once,
 );
+
+fn a_member_whose_dependency_already_died_is_cancelled_and_counted_at_once(kind: Kind) {
+    let f = kind.open();
+    let dead = f.enqueue(NewJob::new(Q, "dead")).unwrap();
+    f.cancel(dead).unwrap();
+    let (group, ids) = f
+        .enqueue_group(
+            NewGroup::new().on_complete(NewJob::new("done", "cb")),
+            vec![
+                NewJob::new(Q, "a"),
+                NewJob::new(Q, "b").after(dead),
+                NewJob::new(Q, "c"),
+            ],
+        )
+        .unwrap();
+    assert_eq!(state(&f, ids[1]), JobState::Cancelled);
+    let g = f.group(group).unwrap().unwrap();
+    assert_eq!((g.members(), g.ended()), (3, (0, 0, 1)));
+    assert_eq!(drain(&f).len(), 2);
+    let g = f.group(group).unwrap().unwrap();
+    assert_eq!(
+        (g.ended(), g.outcome()),
+        ((2, 0, 1), Some(JobState::Cancelled))
+    );
+    assert_eq!(state(&f, g.waiters()[0]), JobState::Queued);
+}
 
 fn state(f: &Backend, id: JobId) -> JobState {
     f.job(id).unwrap().unwrap().state()
