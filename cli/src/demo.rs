@@ -301,12 +301,12 @@ impl Demo {
         };
         let act = super::demo_processes::act(&dir, 60, |line| self.say(line))?;
         let schedules = super::demo_schedules::act(&dir, |line| self.say(line))?;
+        let workflow = super::demo_workflow::act(&dir, |line| self.say(line))?;
         self.summary(
             &script,
             &[&a, &b, &c, &special, &sleeper],
             worst_kill_delay,
-            act,
-            schedules,
+            (act, schedules, workflow),
         )
     }
 
@@ -315,8 +315,11 @@ impl Demo {
         script: &Script,
         pools: &[&WorkerPool],
         worst_kill_delay: Duration,
-        processes: super::demo_processes::ProcessAct,
-        schedules: super::demo_schedules::ScheduleAct,
+        (processes, schedules, workflow): (
+            super::demo_processes::ProcessAct,
+            super::demo_schedules::ScheduleAct,
+            super::demo_workflow::WorkflowAct,
+        ),
     ) -> Result<ExitCode, Error> {
         let stats = self.store.stats()?;
         let (mut committed_once, mut duplicate_commits) = (0u64, 0u64);
@@ -354,6 +357,7 @@ impl Demo {
             elapsed: self.elapsed(),
             processes,
             schedules,
+            workflow,
         };
         for broken in report.broken() {
             self.fail(broken);

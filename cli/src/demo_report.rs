@@ -7,6 +7,7 @@ use leasehold::Counters;
 
 use super::demo_processes::ProcessAct;
 use super::demo_schedules::ScheduleAct;
+use super::demo_workflow::WorkflowAct;
 
 /// What the demo measured once every pool had stopped.
 pub(super) struct Report {
@@ -33,6 +34,8 @@ pub(super) struct Report {
     pub processes: ProcessAct,
     /// The third act: a periodic job and a limit across processes.
     pub schedules: ScheduleAct,
+    /// The fourth act: jobs that wait for jobs, through process kills.
+    pub workflow: WorkflowAct,
 }
 
 impl Report {
@@ -71,6 +74,7 @@ impl Report {
         }
         broken.extend(self.processes.broken());
         broken.extend(self.schedules.failures.iter().cloned());
+        broken.extend(self.workflow.broken());
         broken
     }
 
@@ -102,6 +106,7 @@ impl Report {
                 "integrity_check_clean": clean,
                 "processes": self.processes.json(),
                 "schedules": self.schedules.json(),
+                "workflow": self.workflow.json(),
                 "invariants_held": held,
                 "failures": failures,
                 "events": events.iter().map(|(ms, text)| serde_json::json!({"t_ms": ms, "text": text})).collect::<Vec<_>>(),
@@ -181,6 +186,19 @@ impl Report {
                 "act 3: most held at once",
                 self.schedules.most_at_once.to_string(),
                 format!("limit across both processes: {}", self.schedules.limit),
+            ),
+            (
+                "act 4: clips transcoded exactly once",
+                format!("{}/{}", self.workflow.clips_once, self.workflow.clips),
+                format!(
+                    "each after its capture, through {} process kills",
+                    self.workflow.killed
+                ),
+            ),
+            (
+                "act 4: bundles uploaded exactly once",
+                format!("{}/{}", self.workflow.uploads_once, self.workflow.captures),
+                "each after its capture's last clip".into(),
             ),
             (
                 "elapsed",

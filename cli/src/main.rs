@@ -15,6 +15,7 @@ mod demo;
 mod demo_processes;
 mod demo_report;
 mod demo_schedules;
+mod demo_workflow;
 mod format;
 mod helper;
 mod inspect;

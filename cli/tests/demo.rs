@@ -63,4 +63,9 @@ fn the_demo_commits_every_job_exactly_once_through_kills_pauses_stalls_and_shutd
         "each tick fired by one scheduler"
     );
     assert!(act["most_held_at_once"].as_u64().unwrap() <= act["limit"].as_u64().unwrap());
+    // act 4: captures, clips and bundle uploads through process kills
+    let act = &report["workflow"];
+    assert_eq!(act["clips_transcoded_exactly_once"], act["clips"]);
+    assert_eq!(act["bundles_uploaded_exactly_once"], act["captures"]);
+    assert!(act["processes_killed"].as_u64().unwrap() >= 1);
 }
