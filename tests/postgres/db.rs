@@ -198,6 +198,17 @@ pub fn survive(store: &PgStore, schema: &str, taken: &mut std::collections::BTre
 }
 
 /// The `effects` table's rows, (job, who), by job.
+/// How many effect rows each job has, of a soak's `effects (job)` table.
+pub fn effects_per_job(db: &mut Db) -> std::collections::BTreeMap<i64, i64> {
+    let sql = format!(
+        "SELECT job, count(*) FROM {}.effects GROUP BY job",
+        db.schema
+    );
+    (db.admin.query(&sql, &[]).unwrap().iter())
+        .map(|r| (r.try_get(0).unwrap(), r.try_get(1).unwrap()))
+        .collect()
+}
+
 pub fn effects(db: &mut Db) -> Vec<(i64, String)> {
     db.admin
         .query(

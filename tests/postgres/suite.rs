@@ -8,7 +8,7 @@ use leasehold::postgres::{PgError, PgStore};
 use leasehold::{Error, JobState, LeaseTerms, NewJob, Outcome, ReclaimPath, Renewal};
 use leasehold::{JobStore, ReadJobs};
 
-use crate::db::{Db, Helper, LEASE, PgPool, Q, effects, survive, wait_until};
+use crate::db::{Db, Helper, LEASE, PgPool, Q, effects, effects_per_job, survive, wait_until};
 use crate::say;
 
 #[test]
@@ -1036,18 +1036,7 @@ fn groups_through_worker_kills_on_postgres_run_every_member_once_and_each_callba
     for w in workers.drain(..) {
         w.kill_after(0, &mut committed);
     }
-    let per_job: std::collections::BTreeMap<i64, i64> = (db.admin)
-        .query(
-            &format!(
-                "SELECT job, count(*) FROM {}.effects GROUP BY job",
-                db.schema
-            ),
-            &[],
-        )
-        .unwrap()
-        .iter()
-        .map(|r| (r.try_get(0).unwrap(), r.try_get(1).unwrap()))
-        .collect();
+    let per_job = effects_per_job(&mut db);
     assert_eq!(per_job.len() as u64, jobs, "every job has its effect");
     let twice: Vec<_> = per_job.iter().filter(|(_, n)| **n != 1).collect();
     assert!(
@@ -1158,19 +1147,7 @@ fn worker_processes_on_postgres_killed_at_random_lose_nothing_and_commit_each_jo
     for w in workers.drain(..) {
         w.kill_after(0, &mut committed);
     }
-    let per_job: std::collections::BTreeMap<i64, i64> = db
-        .admin
-        .query(
-            &format!(
-                "SELECT job, count(*) FROM {}.effects GROUP BY job",
-                db.schema
-            ),
-            &[],
-        )
-        .unwrap()
-        .iter()
-        .map(|r| (r.try_get(0).unwrap(), r.try_get(1).unwrap()))
-        .collect();
+    let per_job = effects_per_job(&mut db);
     let all = store.stats().unwrap().total(JobState::Succeeded);
     assert_eq!(
         per_job.len() as u64,
