@@ -304,6 +304,15 @@ pub trait JobStore: ReadJobs + LeaseBackend {
         })
     }
 
+    /// Edits a job that waits (queued, backing off or blocked): its payload, priority, due
+    /// time or metadata ([`crate::Edit`]; `Edit::new().now()` runs a delayed job now).
+    /// Refused ([`Error::Refused`]) for a job that runs or has ended, and
+    /// ([`Error::EditConflict`]) for one claimed since the attempt the edit names: an edit
+    /// never touches a job that ran meanwhile.
+    fn edit(&self, job: JobId, edit: crate::Edit) -> Result<()> {
+        write(self, move |r| protocol::edit(r, job, &edit))
+    }
+
     /// Puts a dead or cancelled job back in the queue with a fresh retry budget; its history
     /// is kept. Refused for jobs in any other state, and ([`Error::UniqueKeyHeld`]) while a
     /// live job that took the job's unique key after it finished still holds it.

@@ -85,6 +85,7 @@
 mod clock;
 mod codec;
 mod config;
+mod edit;
 mod error;
 mod ids;
 mod input;
@@ -140,6 +141,7 @@ pub use config::{
     DEFAULT_LEASE, DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_PAYLOAD, DEFAULT_REAP_BATCH,
     DEFAULT_REAPER_INTERVAL, Durability, MAX_LEASE,
 };
+pub use edit::Edit;
 pub use engine::{Backend, Engine};
 pub use error::{ConfigError, Error, InputError, LeaseLost, OpenError, Result};
 pub use ids::{Attempt, GroupId, InstanceId, JobId, StoreTime};

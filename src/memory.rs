@@ -147,6 +147,12 @@ impl Records for Tx<'_> {
         self.s.jobs.insert(new.id, new.clone());
         Ok(())
     }
+    fn edit(&mut self, old: &JobRecord, new: &JobRecord, payload: Option<&[u8]>) -> Result<()> {
+        if let Some(payload) = payload {
+            self.s.payloads.insert(new.id, payload.to_vec());
+        }
+        self.save(old, new)
+    }
     fn payload(&mut self, id: JobId) -> Result<Vec<u8>> {
         let payload = self.s.payloads.get(&id).cloned();
         payload.ok_or_else(|| Error::Corrupt(format!("job {id} has no payload")))

@@ -26,6 +26,9 @@ fn op() -> impl Strategy<Value = Op> {
         3 => (any::<u8>(), any::<u8>(), proptest::option::of(any::<u8>()), proptest::collection::vec((any::<u16>(), any::<u8>()), 0..3), proptest::option::weighted(0.5, any::<u8>()))
             .prop_map(|(queue, delay_s, max_attempts, after, group)| Op::Enqueue { queue, priority: 0, delay_s, max_attempts, unique: None, after, group }),
         1 => any::<u8>().prop_map(|callbacks| Op::OpenGroup { callbacks }),
+        // an operator's edits racing the claims
+        2 => (any::<u16>(), proptest::option::of(any::<i8>()), any::<bool>(), any::<bool>(), any::<bool>())
+            .prop_map(|(job, priority, promote, fenced, stale)| Op::Edit { job, priority, promote, fenced, stale }),
         1 => any::<u8>().prop_map(|group| Op::SealGroup { group }),
         1 => any::<u8>().prop_map(|group| Op::CancelGroup { group }),
         4 => (any::<u8>(), any::<u8>(), any::<u8>(), proptest::option::weighted(0.2, any::<u8>()))

@@ -82,6 +82,19 @@ pub enum Error {
         /// What was refused.
         action: &'static str,
     },
+    /// An edit named the attempt the caller last saw ([`crate::Edit::if_attempt`]), and the
+    /// job has been claimed since: nothing changed.
+    #[error(
+        "job {job} was claimed since the edit was made (attempt {found}, not {expected}): nothing changed"
+    )]
+    EditConflict {
+        /// The job.
+        job: JobId,
+        /// The attempt the edit expected.
+        expected: Attempt,
+        /// The job's attempt now.
+        found: Attempt,
+    },
     /// A dead or cancelled job cannot be retried: a live job has taken its unique key since.
     /// Nothing changed.
     #[error("job {job} cannot be retried: job {holder} now holds its unique key {key:?}")]
@@ -196,6 +209,7 @@ impl Error {
                 | Error::ScheduleNotFound(_)
                 | Error::ScheduleConflict(_)
                 | Error::DependencyNotFound(_)
+                | Error::EditConflict { .. }
                 | Error::GroupNotFound(_)
                 | Error::GroupSealed(_)
                 | Error::GroupOpen(_)

@@ -298,6 +298,22 @@ impl Records for PgRecords<'_, '_, '_> {
         Ok(())
     }
 
+    /// The columns a rule never writes (priority, metadata, the payload), then the save.
+    fn edit(&mut self, old: &JobRecord, new: &JobRecord, payload: Option<&[u8]>) -> Result<()> {
+        let st = self.get(
+            "UPDATE {s}.leasehold_jobs SET priority = $2, metadata = $3,
+                 payload = coalesce($4, payload)
+             WHERE id = $1",
+        )?;
+        let metadata = metadata_column(&new.metadata);
+        (self.tx).execute(&st, &[&key(new.id), &new.priority, &metadata, &payload])?;
+        let readied = new.state.is_waiting() && old.priority != new.priority;
+        if readied {
+            self.readied(&new.queue)?;
+        }
+        self.save(old, new)
+    }
+
     fn renew(&mut self, renewed: &JobRecord) -> Result<()> {
         self.save(renewed, renewed)
     }

@@ -113,6 +113,19 @@ pub(crate) fn cancel(r: &mut (impl Records + ?Sized), id: JobId) -> Result<(JobS
     Ok((answer, changed))
 }
 
+/// An operator's edit of a waiting job ([`rules::edit`]): its payload, priority, due time or
+/// metadata, stored with every index in step; a job it makes due wakes its queue's workers.
+pub(crate) fn edit(
+    r: &mut (impl Records + ?Sized),
+    id: JobId,
+    edit: &crate::edit::Edit,
+) -> Result<()> {
+    let job = r.job(id)?.ok_or(Error::JobNotFound(id))?;
+    let (now, max_payload) = (r.now()?, r.policy().max_payload);
+    let new = rules::edit(&job, edit, edit.wait(), max_payload, now)?;
+    r.edit(&job, &new, edit.payload.as_deref())
+}
+
 /// Puts a dead or cancelled job back in the queue with a fresh retry budget (an operator's
 /// decision). Its history is kept; its next claim is a new attempt.
 ///

@@ -58,6 +58,10 @@ pub trait Records {
     fn insert(&mut self, job: JobRecord, payload: &[u8]) -> Result<Inserted>;
     /// Stores `new` over `old`, every index in step.
     fn save(&mut self, old: &JobRecord, new: &JobRecord) -> Result<()>;
+    /// Stores an operator's edit of a waiting job: `new` over `old` as [`Records::save`]
+    /// does, with the parts no rule of the protocol changes (its priority, its metadata) and,
+    /// if given, a new payload.
+    fn edit(&mut self, old: &JobRecord, new: &JobRecord, payload: Option<&[u8]>) -> Result<()>;
     /// Stores a change that moves no index entry: a renewal (its lease's expiry, progress,
     /// `updated_at`; see [`crate::job::LeaseRecord`] for why the expiry entry may lag). An
     /// engine without indexes saves it as any change.

@@ -69,6 +69,14 @@ impl Records for Tx<'_> {
         Ok(())
     }
 
+    /// A redb record is stored whole: an edit is a save, and the payload beside it.
+    fn edit(&mut self, old: &JobRecord, new: &JobRecord, payload: Option<&[u8]>) -> Result<()> {
+        if let Some(payload) = payload {
+            self.tables.payloads.insert(new.id.0, payload)?;
+        }
+        self.save(old, new)
+    }
+
     fn renew(&mut self, renewed: &JobRecord) -> Result<()> {
         if let Some(lease) = &renewed.lease {
             self.tally.wrote_time(lease.expires_at);

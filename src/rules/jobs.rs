@@ -157,6 +157,59 @@ pub(crate) fn retry(
     Ok((new, released))
 }
 
+/// `job` as an operator's `edit` leaves it at `now` (`wait`: how long from now it is due, if
+/// the edit moves it; `max_payload`: the store's limit). Only a waiting job is edited
+/// (queued, backing off, or blocked); one claimed since the attempt the edit names is left
+/// as it is ([`Error::EditConflict`]), so an edit never touches a job that ran meanwhile.
+pub(crate) fn edit(
+    job: &JobRecord,
+    edit: &crate::edit::Edit,
+    wait: Option<std::time::Duration>,
+    max_payload: usize,
+    now: StoreTime,
+) -> Result<JobRecord, Error> {
+    if let Some(expected) = edit.if_attempt
+        && expected != job.attempt
+    {
+        return Err(Error::EditConflict {
+            job: job.id,
+            expected,
+            found: job.attempt,
+        });
+    }
+    if !(job.state.is_waiting() || job.state == JobState::Blocked) {
+        return Err(Error::Refused {
+            job: job.id,
+            state: job.state,
+            action: "edit (only a job that waits is edited)",
+        });
+    }
+    if let Some(payload) = &edit.payload {
+        input::check_size("payload", payload.len(), max_payload)?;
+    }
+    let mut new = job.clone();
+    if let Some(priority) = edit.priority {
+        new.priority = priority;
+    }
+    if let Some(wait) = wait {
+        new.run_at = now.saturating_add(wait);
+    }
+    for (key, value) in &edit.metadata {
+        let at = new.metadata.iter().position(|(k, _)| k == key);
+        match (at, value) {
+            (Some(i), Some(v)) => new.metadata[i].1 = v.clone(),
+            (None, Some(v)) => new.metadata.push((key.clone(), v.clone())),
+            (Some(i), None) => {
+                new.metadata.remove(i);
+            }
+            (None, None) => {}
+        }
+    }
+    input::check_metadata(&new.metadata)?;
+    new.updated_at = now;
+    Ok(new)
+}
+
 // ----- what every stored job must be -----
 
 /// What is wrong with a stored `job` whose history holds `runs` (attempt number, record),

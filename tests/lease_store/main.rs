@@ -11,6 +11,7 @@ mod bulk;
 mod cancel;
 mod claim;
 mod common;
+mod edit;
 mod enqueue;
 mod fencing;
 mod group;

@@ -77,6 +77,15 @@ pub enum Op {
         /// The group it joins, by number.
         group: Option<u8>,
     },
+    /// An operator's edit: a new priority (`priority % 3`), due now if `promote`, naming the
+    /// attempt last seen (`stale`: the one before it) if `fenced`.
+    Edit {
+        job: u16,
+        priority: Option<i8>,
+        promote: bool,
+        fenced: bool,
+        stale: bool,
+    },
     /// Opens a group with callbacks: `callbacks % 4` says which (on completion, on success).
     OpenGroup {
         callbacks: u8,
@@ -389,6 +398,34 @@ impl Harness {
                     false,
                 );
                 same("enqueue", got, want)
+            }
+            Op::Edit {
+                job,
+                priority,
+                promote,
+                fenced,
+                stale,
+            } => {
+                let id = self.job_id(*job);
+                let priority = priority.map(|p| i32::from(p % 3));
+                let seen = self.model.jobs.get(&id).map_or(0, |j| j.attempt);
+                let if_attempt = fenced.then(|| match stale {
+                    true => seen.saturating_sub(1),
+                    false => seen,
+                });
+                let mut edit = leasehold::Edit::new();
+                if let Some(p) = priority {
+                    edit = edit.priority(p);
+                }
+                if *promote {
+                    edit = edit.now();
+                }
+                if let Some(a) = if_attempt {
+                    edit = edit.if_attempt(leasehold::Attempt(a));
+                }
+                let got = self.store().edit(JobId(id), edit).map_err(err);
+                let want = self.model.edit(id, priority, *promote, if_attempt);
+                same("edit", got, want)
             }
             Op::OpenGroup { callbacks } => {
                 let (complete, success) = (callbacks & 1 == 1, callbacks & 2 == 2);
@@ -931,6 +968,7 @@ fn err(e: Error) -> MErr {
         Error::GroupNotFound(g) => MErr::GroupNotFound(g.0),
         Error::GroupSealed(g) => MErr::GroupSealed(g.0),
         Error::GroupOpen(g) => MErr::GroupOpen(g.0),
+        Error::EditConflict { .. } => MErr::EditConflict,
         other => panic!("unexpected store error: {other}"),
     }
 }

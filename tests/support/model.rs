@@ -110,6 +110,8 @@ pub enum MErr {
     GroupNotFound(u64),
     GroupSealed(u64),
     GroupOpen(u64),
+    /// An edit that named an attempt the job has moved past.
+    EditConflict,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -683,6 +685,32 @@ impl Model {
             JobState::Cancelled => Ok(JobState::Cancelled),
             s => Err(MErr::Refused(s)),
         }
+    }
+
+    /// An operator's edit of a job that waits: a new priority, and due now if `promote`;
+    /// refused for a job that runs or ended, or one claimed since `if_attempt`.
+    pub fn edit(
+        &mut self,
+        id: u64,
+        priority: Option<i32>,
+        promote: bool,
+        if_attempt: Option<u32>,
+    ) -> Result<(), MErr> {
+        let now = self.now;
+        let job = self.jobs.get_mut(&id).ok_or(MErr::NotFound)?;
+        if if_attempt.is_some_and(|a| a != job.attempt) {
+            return Err(MErr::EditConflict);
+        }
+        if !(waiting(job.state) || job.state == JobState::Blocked) {
+            return Err(MErr::Refused(job.state));
+        }
+        if let Some(p) = priority {
+            job.priority = p;
+        }
+        if promote {
+            job.run_at = now;
+        }
+        Ok(())
     }
 
     /// An operator's retry: a dead or cancelled job queued again with a fresh budget, unless a
