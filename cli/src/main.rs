@@ -239,6 +239,15 @@ enum Command {
     },
     /// Enqueue a job. The payload comes from the argument, --file, or stdin (`-`).
     Enqueue(operate::NewJobArgs),
+    /// Edit a job that waits (queued, backing off, or blocked): its payload, priority, due
+    /// time or metadata. A job that runs or has ended is refused; with --if-attempt, so is
+    /// one claimed since.
+    Edit(operate::EditArgs),
+    /// Make a delayed or backing-off job due now.
+    Promote {
+        /// The job id.
+        job: u64,
+    },
     /// Put a dead or cancelled job back in the queue with a fresh retry budget (its history
     /// is kept). Without a job id, every job the selection names (by default the dead
     /// ones), after saying how many and asking (or with --yes).
@@ -495,6 +504,8 @@ fn main() -> ExitCode {
             iterations,
         } => inspect::watch(&db, interval, iterations),
         Command::Enqueue(args) => operate::enqueue(&db, json, create, args),
+        Command::Edit(args) => operate::edit(&db, json, args),
+        Command::Promote { job } => operate::edit(&db, json, operate::EditArgs::promote(job)),
         Command::Retry { job, bulk } => operate::retry(&db, json, job, bulk),
         Command::Cancel { job, bulk } => operate::cancel(&db, json, job, bulk),
         Command::Purge { older_than, state } => operate::purge(&db, json, older_than, state),
@@ -607,6 +618,7 @@ fn exit_code(e: &Error) -> u8 {
         | Error::JobNotFound(_)
         | Error::ScheduleNotFound(_)
         | Error::DependencyNotFound(_)
+        | Error::EditConflict { .. }
         | Error::GroupNotFound(_)
         | Error::GroupSealed(_)
         | Error::GroupOpen(_)

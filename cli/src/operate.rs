@@ -117,18 +117,124 @@ pub struct NewJobArgs {
     payload: Option<String>,
 }
 
-pub fn enqueue(db: &Path, json: bool, create: bool, a: NewJobArgs) -> Result<ExitCode, Error> {
+/// A payload from a file, stdin (`-`) or the argument itself; `None` if none was given.
+fn payload_of(file: Option<&Path>, arg: Option<&str>) -> Result<Option<Vec<u8>>, Error> {
     let io = |e: std::io::Error| Error::Storage(redb::Error::Io(e));
-    let payload: Vec<u8> = match (&a.file, a.payload.as_deref()) {
-        (Some(f), _) => std::fs::read(f).map_err(io)?,
+    Ok(match (file, arg) {
+        (Some(f), _) => Some(std::fs::read(f).map_err(io)?),
         (None, Some("-")) => {
             let mut buf = Vec::new();
             std::io::stdin().read_to_end(&mut buf).map_err(io)?;
-            buf
+            Some(buf)
         }
-        (None, Some(p)) => p.as_bytes().to_vec(),
-        (None, None) => Vec::new(),
-    };
+        (None, Some(p)) => Some(p.as_bytes().to_vec()),
+        (None, None) => None,
+    })
+}
+
+/// What `leasehold edit` changes of a job that waits.
+#[derive(clap::Args)]
+pub struct EditArgs {
+    /// The job id.
+    job: u64,
+    /// A new priority (lower runs first).
+    #[arg(long, allow_hyphen_values = true)]
+    priority: Option<i32>,
+    /// Due this long from now (e.g. 30s, 5m).
+    #[arg(long, value_parser = super::parse_duration, conflicts_with_all = ["at", "now"])]
+    delay: Option<Duration>,
+    /// Due at this wall-clock time, in UTC (as `enqueue --at`).
+    #[arg(long, value_parser = super::parse_time, conflicts_with = "now")]
+    at: Option<std::time::SystemTime>,
+    /// Due now (what `promote` does).
+    #[arg(long)]
+    now: bool,
+    /// Set metadata (`key=value`; repeat for several).
+    #[arg(long = "meta", value_parser = super::parse_pair)]
+    metadata: Vec<(String, String)>,
+    /// Remove a metadata key (repeat for several).
+    #[arg(long = "remove-meta")]
+    remove: Vec<String>,
+    /// Only if the job is still at this attempt (as `show` printed it): refused if it was
+    /// claimed since.
+    #[arg(long)]
+    if_attempt: Option<u32>,
+    /// Read the new payload from this file.
+    #[arg(long, conflicts_with = "payload")]
+    file: Option<PathBuf>,
+    /// The new payload (`-` reads stdin).
+    #[arg(long)]
+    payload: Option<String>,
+}
+
+impl EditArgs {
+    /// What `leasehold promote JOB` asks: due now, nothing else changed.
+    pub fn promote(job: u64) -> EditArgs {
+        EditArgs {
+            job,
+            priority: None,
+            delay: None,
+            at: None,
+            now: true,
+            metadata: Vec::new(),
+            remove: Vec::new(),
+            if_attempt: None,
+            file: None,
+            payload: None,
+        }
+    }
+}
+
+/// `leasehold edit` (and `promote`, an edit that makes the job due now).
+pub fn edit(db: &Path, json: bool, a: EditArgs) -> Result<ExitCode, Error> {
+    let mut edit = leasehold::Edit::new();
+    if let Some(payload) = payload_of(a.file.as_deref(), a.payload.as_deref())? {
+        edit = edit.payload(payload);
+    }
+    if let Some(p) = a.priority {
+        edit = edit.priority(p);
+    }
+    if let Some(d) = a.delay {
+        edit = edit.delay(d);
+    }
+    if let Some(when) = a.at {
+        edit = edit.run_at(when);
+    }
+    if a.now {
+        edit = edit.now();
+    }
+    for (k, v) in a.metadata {
+        edit = edit.metadata(k, v);
+    }
+    for k in a.remove {
+        edit = edit.remove_metadata(k);
+    }
+    if let Some(at) = a.if_attempt {
+        edit = edit.if_attempt(leasehold::Attempt(at));
+    }
+    let store = open(db, false)?;
+    let id = JobId(a.job);
+    store.edit(id, edit)?;
+    let job = store.job(id)?.ok_or(Error::JobNotFound(id))?;
+    if json {
+        print_json(&StateView {
+            id: a.job,
+            state: job.state().name(),
+        });
+    } else {
+        let now = store.now()?;
+        println!(
+            "job {id} edited: {}, priority {}, due {}",
+            job.state(),
+            job.priority(),
+            super::format::relative(job.run_at(), now)
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn enqueue(db: &Path, json: bool, create: bool, a: NewJobArgs) -> Result<ExitCode, Error> {
+    let payload = payload_of(a.file.as_deref(), a.payload.as_deref())?.unwrap_or_default();
     let mut job = NewJob::new(a.queue, payload).priority(a.priority);
     if let Some(d) = a.delay {
         job = job.delay(d);

@@ -175,6 +175,58 @@ fn show_jobs_and_group_say_what_waits_for_what_and_how_far_a_group_got() {
 }
 
 #[test]
+fn edit_and_promote_change_a_waiting_job_and_refuse_one_claimed_since() {
+    let t = Tool::new();
+    t.ok(&[
+        "enqueue",
+        "--queue",
+        "q",
+        "--delay",
+        "1h",
+        "--meta",
+        "tenant=acme",
+        "draft",
+    ]);
+    let out = t.ok(&[
+        "edit",
+        "1",
+        "--priority",
+        "-3",
+        "--payload",
+        "final",
+        "--meta",
+        "tier=paid",
+        "--remove-meta",
+        "tenant",
+    ]);
+    assert!(out.contains("job 1 edited: queued, priority -3"), "{out}");
+    let shown = t.json(&["show", "1"]);
+    assert_eq!(shown["payload"]["utf8"], "final");
+    assert_eq!(shown["job"]["metadata"]["tier"], "paid");
+    assert!(shown["job"]["metadata"].get("tenant").is_none());
+    let before = shown["job"]["run_at_ms"].as_u64().unwrap();
+    t.ok(&["promote", "1"]);
+    let promoted = t.json(&["show", "1"])["job"]["run_at_ms"].as_u64().unwrap();
+    assert!(promoted < before, "due now, not in an hour");
+    // Claimed since the operator looked (attempt 0): refused, exit 1.
+    {
+        let store = leasehold::Store::open(&t.db).unwrap();
+        let l = store
+            .claim("q", "w", Duration::from_secs(60).into())
+            .unwrap()
+            .unwrap();
+        store.fail(&l, "flaky").unwrap();
+    }
+    let err = t.fails(&["edit", "1", "--if-attempt", "0", "--priority", "5"], 1);
+    assert!(err.contains("was claimed since"), "{err}");
+    t.ok(&["edit", "1", "--if-attempt", "1", "--priority", "5"]);
+    // Too large a payload is the request's fault: exit 2.
+    let big = t.db.with_extension("big");
+    std::fs::write(&big, vec![b'x'; 2 << 20]).unwrap();
+    t.fails(&["edit", "1", "--file", big.to_str().unwrap()], 2);
+}
+
+#[test]
 fn a_listing_cut_at_its_limit_says_so() {
     let t = Tool::new();
     for p in ["a", "b", "c"] {
@@ -509,7 +561,7 @@ fn help_documents_every_subcommand() {
     let help = t.ok(&["--help"]);
     for cmd in [
         "stats", "jobs", "show", "enqueue", "retry", "cancel", "purge", "reap", "check", "compact",
-        "watch", "demo", "group",
+        "watch", "demo", "group", "edit", "promote",
     ] {
         assert!(help.contains(cmd), "--help lacks {cmd}");
         t.ok(&[cmd, "--help"]);
