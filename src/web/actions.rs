@@ -13,6 +13,9 @@ use crate::web::{Inner, PageResult, WebError, pages, params, redirect};
 pub(crate) enum JobAction {
     Cancel,
     Retry,
+    /// Due now ([`crate::Edit::now`]), only if the job is still at the attempt the page
+    /// showed.
+    Promote,
 }
 
 impl JobAction {
@@ -20,6 +23,7 @@ impl JobAction {
         match name {
             "cancel" => Ok(JobAction::Cancel),
             "retry" => Ok(JobAction::Retry),
+            "promote" => Ok(JobAction::Promote),
             _ => Err(WebError::NotFound(format!("no job action {name:?}"))),
         }
     }
@@ -65,11 +69,25 @@ pub(crate) fn on_job(
     inner: &Inner,
     id: JobId,
     action: JobAction,
+    query: &[(String, String)],
     form: &[(String, String)],
 ) -> PageResult {
-    let path = match action {
-        JobAction::Cancel => format!("/jobs/{}/cancel", id.0),
-        JobAction::Retry => format!("/jobs/{}/retry", id.0),
+    // A promote names the attempt the page showed (in the address, which the question
+    // keeps): a job claimed since is not the one the operator meant.
+    let seen = match action {
+        JobAction::Promote => Some(params::attempt(params::field(query, "attempt")?)?),
+        _ => None,
+    };
+    let path = match (action, seen) {
+        (JobAction::Cancel, _) => format!("/jobs/{}/cancel", id.0),
+        (JobAction::Retry, _) => format!("/jobs/{}/retry", id.0),
+        (JobAction::Promote, seen) => {
+            format!(
+                "/jobs/{}/promote?attempt={}",
+                id.0,
+                seen.unwrap_or_default().0
+            )
+        }
     };
     if !checked(inner, form)? {
         let (question, yes) = match action {
@@ -84,6 +102,14 @@ pub(crate) fn on_job(
             JobAction::Retry => (
                 format!("Queue job {} again, with a fresh retry budget?", id.0),
                 format!("Yes, retry job {}", id.0),
+            ),
+            JobAction::Promote => (
+                format!(
+                    "Run job {} now? It becomes due at once (a blocked job still waits for \
+                     what it waits for); refused if it was claimed since this page showed it.",
+                    id.0
+                ),
+                format!("Yes, run job {} now", id.0),
             ),
         };
         return Ok(pages::confirm(
@@ -103,6 +129,11 @@ pub(crate) fn on_job(
         JobAction::Retry => {
             store.retry(id)?;
             "retried"
+        }
+        JobAction::Promote => {
+            let edit = crate::Edit::new().now();
+            store.edit(id, edit.if_attempt(seen.unwrap_or_default()))?;
+            "promoted"
         }
     };
     redirect(&format!("{}/jobs/{}?did={did}", inner.base, id.0))

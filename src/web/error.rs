@@ -85,11 +85,12 @@ impl WebError {
 fn store_status(e: &crate::Error) -> StatusCode {
     use crate::Error as E;
     match e {
-        E::JobNotFound(_) | E::ScheduleNotFound(_) => StatusCode::NOT_FOUND,
+        E::JobNotFound(_) | E::ScheduleNotFound(_) | E::GroupNotFound(_) => StatusCode::NOT_FOUND,
         E::Input(_) => StatusCode::BAD_REQUEST,
-        E::Refused { .. } | E::UniqueKeyHeld { .. } | E::Open(crate::OpenError::Locked { .. }) => {
-            StatusCode::CONFLICT
-        }
+        E::Refused { .. }
+        | E::UniqueKeyHeld { .. }
+        | E::EditConflict { .. }
+        | E::Open(crate::OpenError::Locked { .. }) => StatusCode::CONFLICT,
         E::Open(crate::OpenError::IncompatibleSharing { .. }) => StatusCode::CONFLICT,
         _ => StatusCode::INTERNAL_SERVER_ERROR,
     }

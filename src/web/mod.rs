@@ -12,7 +12,7 @@
 //! | `GET /jobs?queue=&state=&meta=k=v&order=&limit=&after=` | jobs, filtered, a page at a time |
 //! | `GET /jobs/{id}` | one job: its record, lease, metadata, payload size, what it waits for and what waits for it, and run history |
 //! | `GET /groups/{id}` | one group: sealed or open, its members' ends, how it ended, its callbacks |
-//! | `POST /jobs/{id}/cancel`, `/jobs/{id}/retry` | actions: each asks for confirmation first |
+//! | `POST /jobs/{id}/cancel`, `/jobs/{id}/retry`, `/jobs/{id}/promote?attempt=N` | actions: each asks for confirmation first (a promote, "run now", only if the job is still at the attempt the page showed) |
 //! | `POST /queues/{name}/pause`, `/queues/{name}/resume` | |
 //! | `GET /metrics` | the Prometheus text format |
 //! | `GET /login`, `POST /login`, `POST /logout` | where a person signs in with the token, when there is one, and out |
@@ -261,7 +261,8 @@ impl StatusPage {
                 let action = actions::JobAction::parse(action)?;
                 match *method {
                     Method::POST => {
-                        actions::on_job(inner, id, action, &params::pairs(request.body()))
+                        let form = params::pairs(request.body());
+                        actions::on_job(inner, id, action, &query, &form)
                     }
                     _ => Err(not_allowed(method, "POST")),
                 }

@@ -76,6 +76,7 @@ pub(super) fn done_banner(q: &BTreeMap<&str, &str>) -> String {
             "Cancel requested: the job is running, and its holder is told at its next heartbeat."
         }
         Some("retried") => "Queued again with a fresh retry budget.",
+        Some("promoted") => "Due now: a worker takes it as soon as one is free.",
         Some("paused") => "Paused: no claim takes the queue's jobs until it is resumed.",
         Some("resumed") => "Resumed.",
         Some("retried_dead") => {
@@ -363,6 +364,10 @@ pub(crate) fn job(inner: &Inner, id: JobId, query: &[(String, String)]) -> PageR
     }
     if matches!(job.state(), JobState::Dead | JobState::Cancelled) {
         body.push_str(&inner.action_button(&format!("/jobs/{}/retry", id.0), "Retry"));
+    }
+    if (job.state().is_waiting() || job.state() == JobState::Blocked) && job.run_at() > now {
+        let path = format!("/jobs/{}/promote?attempt={}", id.0, job.attempt().0);
+        body.push_str(&inner.action_button(&path, "Run now"));
     }
     body.push_str("</p>");
 

@@ -34,6 +34,13 @@ pub(crate) fn job_id(segment: &str) -> Result<JobId, WebError> {
         .ok_or_else(|| WebError::BadRequest(format!("{segment:?} is not a job id")))
 }
 
+/// An attempt from a parameter.
+pub(crate) fn attempt(value: &str) -> Result<crate::Attempt, WebError> {
+    (value.parse::<u32>().ok())
+        .map(crate::Attempt)
+        .ok_or_else(|| WebError::BadRequest(format!("{value:?} is not an attempt")))
+}
+
 /// A group id from a path segment.
 pub(crate) fn group_id(segment: &str) -> Result<crate::GroupId, WebError> {
     segment

@@ -16,7 +16,46 @@ crate::on_both::on_both!(
     a_page_without_a_writer_refuses_actions,
     every_dead_job_of_one_queue_is_retried_from_the_page_and_no_other,
     the_job_id_box_goes_to_that_job,
+    a_delayed_job_run_now_from_the_page_is_due_unless_claimed_since_the_page_showed_it,
 );
+
+fn a_delayed_job_run_now_from_the_page_is_due_unless_claimed_since_the_page_showed_it(kind: Kind) {
+    let f = kind.open();
+    let later = std::time::Duration::from_secs(3600);
+    let id = f.enqueue(NewJob::new(Q, "p").delay(later)).unwrap();
+    let page = page_of(&f).build();
+    let html = expect(get(&page, &format!("/jobs/{}", id.0)), StatusCode::OK);
+    let secret = form_secret(&html);
+    let promote = format!("/jobs/{}/promote?attempt=0", id.0);
+    assert!(html.contains(&format!("action=\"{promote}\"")), "{html}");
+    let question = expect(
+        post(&page, &promote, &format!("csrf={secret}")),
+        StatusCode::OK,
+    );
+    assert!(question.contains("Run job"), "{question}");
+    assert!(
+        f.claim(Q, "w", crate::on_both::lease()).unwrap().is_none(),
+        "asking changes nothing"
+    );
+    let done = post(&page, &promote, &format!("csrf={secret}&confirm=yes"));
+    assert_eq!(done.status(), StatusCode::SEE_OTHER);
+    let l = f.claim_one("w");
+    assert_eq!(l.job, id, "due now");
+    f.fail(&l, "again later").unwrap();
+    // The page showed attempt 0; the job has run since: refused, left as it is.
+    let stale = post(&page, &promote, &format!("csrf={secret}&confirm=yes"));
+    let refusal = expect(stale, StatusCode::CONFLICT);
+    assert!(refusal.contains("claimed since"), "{refusal}");
+    assert_eq!(f.job(id).unwrap().unwrap().state(), JobState::RetryWait);
+    expect(
+        post(
+            &page,
+            &format!("/jobs/{}/promote", id.0),
+            &format!("csrf={secret}"),
+        ),
+        StatusCode::BAD_REQUEST,
+    );
+}
 
 fn a_cancel_from_the_page_asks_first_then_reaches_the_store(kind: Kind) {
     let f = kind.open();
