@@ -38,14 +38,9 @@ impl<'t, 'c> PgTransaction<'t, 'c> {
 
     /// Enqueues a job in this transaction.
     pub fn enqueue(&mut self, job: NewJob) -> Result<JobId> {
-        let mut p = Prepared {
-            cache: self.cache,
-            names: &self.store.inner.names,
-        };
-        fast::enqueue(
-            &mut PgRecords::new(self.tx, &mut p, self.store.settings()),
-            &job,
-        )
+        self.store
+            .enqueue_on(self.tx, self.cache, &[job])
+            .map(|ids| ids[0])
     }
 }
 
@@ -124,6 +119,46 @@ impl PgStore {
             let written = writes(&mut PgTransaction::new(tx, p.cache, self));
             applied(tx, written.map_err(application_error))
         })
+    }
+
+    /// Enqueues a job inside the application's own transaction, on a connection of its own
+    /// (River's `InsertTx`): committed with the application's writes when it commits, gone
+    /// if it rolls back. The same checks and answers as [`JobStore::enqueue`] (unique keys,
+    /// dependencies, groups); the store's `NOTIFY` goes with the commit, so pools on every
+    /// machine wake for it then. The schema must be this store's, made by it.
+    pub fn enqueue_in(&self, tx: &mut postgres::Transaction<'_>, job: NewJob) -> Result<JobId> {
+        let mut cache = std::collections::HashMap::new();
+        self.enqueue_on(tx, &mut cache, &[job]).map(|ids| ids[0])
+    }
+
+    /// [`PgStore::enqueue_in`] for many jobs, as [`JobStore::enqueue_batch`]: all of them or,
+    /// on an error, none (the application's transaction is then aborted, as any failed
+    /// statement aborts it).
+    pub fn enqueue_batch_in(
+        &self,
+        tx: &mut postgres::Transaction<'_>,
+        jobs: Vec<NewJob>,
+    ) -> Result<Vec<JobId>> {
+        let mut cache = std::collections::HashMap::new();
+        self.enqueue_on(tx, &mut cache, &jobs)
+    }
+
+    /// Enqueues `jobs` in `tx`, its statements prepared in `cache`.
+    fn enqueue_on(
+        &self,
+        tx: &mut postgres::Transaction<'_>,
+        cache: &mut std::collections::HashMap<&'static str, postgres::Statement>,
+        jobs: &[NewJob],
+    ) -> Result<Vec<JobId>> {
+        let mut p = Prepared {
+            cache,
+            names: &self.inner.names,
+        };
+        let mut r = PgRecords::new(tx, &mut p, self.settings());
+        match jobs {
+            [job] => fast::enqueue(&mut r, job).map(|id| vec![id]),
+            jobs => fast::enqueue_batch(&mut r, jobs),
+        }
     }
 
     /// Runs `f` in one transaction with the application's own statements and enqueues

@@ -991,6 +991,65 @@ fn record(line: &str, committed: &mut Vec<i64>) {
 }
 
 #[test]
+fn an_enqueue_in_the_applications_own_transaction_commits_with_it_or_not_at_all() {
+    let mut db = db!("enqueue in the application's transaction");
+    let store = db.store();
+    db.sql("CREATE TABLE {s}.orders (id bigint PRIMARY KEY)");
+    let (schema, url) = (db.schema.clone(), db.url.clone());
+    let mut app = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    // Rolled back: neither the application's row nor the job.
+    {
+        let mut tx = app.transaction().unwrap();
+        tx.execute(&format!("INSERT INTO {schema}.orders VALUES (1)"), &[])
+            .unwrap();
+        store
+            .enqueue_in(&mut tx, NewJob::new(Q, "ship order 1"))
+            .unwrap();
+        tx.rollback().unwrap();
+    }
+    assert!(store.jobs(&Default::default()).unwrap().is_empty());
+    // Committed: both, and a waiter of the queue is woken by the commit.
+    let seen = store.work_generation(Q);
+    let mut tx = app.transaction().unwrap();
+    tx.execute(&format!("INSERT INTO {schema}.orders VALUES (2)"), &[])
+        .unwrap();
+    let id = store
+        .enqueue_in(&mut tx, NewJob::new(Q, "ship order 2"))
+        .unwrap();
+    let ids = store
+        .enqueue_batch_in(
+            &mut tx,
+            vec![
+                NewJob::new(Q, "a").unique_key("k"),
+                NewJob::new(Q, "b").unique_key("k"),
+            ],
+        )
+        .unwrap();
+    assert_eq!(ids[0], ids[1], "a unique key answers as in any enqueue");
+    let waiter = NewJob::new(Q, "after").after(id);
+    let after = store.enqueue_in(&mut tx, waiter).unwrap();
+    assert!(
+        store.job(id).unwrap().is_none(),
+        "not visible before the commit"
+    );
+    tx.commit().unwrap();
+    assert_ne!(store.wait_for_work(Q, seen, Duration::from_secs(30)), seen);
+    let l = store.claim(Q, "w", LEASE.into()).unwrap().unwrap();
+    assert_eq!(
+        (l.job, l.payload.as_slice()),
+        (id, b"ship order 2".as_slice())
+    );
+    store.complete(&l, b"").unwrap();
+    assert_eq!(store.job(after).unwrap().unwrap().state(), JobState::Queued);
+    // A refused enqueue is the application's transaction's error too.
+    let mut tx = app.transaction().unwrap();
+    let refused = store.enqueue_in(&mut tx, NewJob::new("", "no queue"));
+    assert!(matches!(refused, Err(Error::Input(_))), "{refused:?}");
+    let check = store.check().unwrap();
+    assert!(check.is_clean(), "{:?}", check.problems);
+}
+
+#[test]
 fn groups_through_worker_kills_on_postgres_run_every_member_once_and_each_callback_once() {
     const GROUPS: usize = 20;
     const MEMBERS: usize = 50;
