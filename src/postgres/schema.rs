@@ -60,7 +60,8 @@ CREATE TABLE IF NOT EXISTS {s}.leasehold_schedules (name text PRIMARY KEY, recor
 /// the groups' records.
 macro_rules! since_4 {
     () => {
-        "
+        concat!(
+            "
 ALTER TABLE {s}.leasehold_jobs
     ADD COLUMN IF NOT EXISTS flow bytea,
     ADD COLUMN IF NOT EXISTS awaited boolean NOT NULL DEFAULT false,
@@ -75,7 +76,107 @@ CREATE TABLE IF NOT EXISTS {s}.leasehold_groups (
     id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     record bytea NOT NULL
 );
-"
+",
+            add_job!()
+        )
+    };
+}
+
+/// `{s}.add_job(queue, payload, priority, run_at, max_attempts, unique_key, metadata)`: an
+/// enqueue from SQL (graphile-worker's `add_job`), for triggers, other languages and the
+/// application's own transactions, with `protocol::enqueue`'s checks and answers: the same
+/// refusals (SQLSTATE 22023, the message the crate's `InputError` gives), a unique key a
+/// live job holds answered with that job's id (a finished holder whose window ran out gives
+/// the key up), and the store's `NOTIFY` with the commit. It knows only the defaults a store
+/// handle may change: the payload limit of 1 MiB and 25 attempts.
+macro_rules! add_job {
+    () => {
+        concat!(
+            r#"
+CREATE OR REPLACE FUNCTION {s}.add_job(
+    queue text,
+    payload bytea DEFAULT '\x',
+    priority integer DEFAULT 0,
+    run_at timestamptz DEFAULT NULL,
+    max_attempts integer DEFAULT 25,
+    unique_key text DEFAULT NULL,
+    metadata text[] DEFAULT '{}'
+) RETURNS bigint LANGUAGE plpgsql AS $fn$
+#variable_conflict use_column
+DECLARE
+    t timestamptz := {s}.clock();
+    made bigint;
+    holder record;
+    pair text;
+    keys text[] := '{}';
+BEGIN
+    IF add_job.queue IS NULL OR octet_length(add_job.queue) = 0 THEN
+        RAISE EXCEPTION 'queue name is empty' USING ERRCODE = '22023';
+    ELSIF octet_length(add_job.queue) > 128 THEN
+        RAISE EXCEPTION 'queue name is % bytes; the limit is 128', octet_length(add_job.queue)
+            USING ERRCODE = '22023';
+    ELSIF octet_length(coalesce(add_job.payload, '\x')) > 1048576 THEN
+        RAISE EXCEPTION 'payload is % bytes; the limit is 1048576', octet_length(add_job.payload)
+            USING ERRCODE = '22023';
+    ELSIF add_job.max_attempts IS NULL OR add_job.max_attempts < 1 THEN
+        RAISE EXCEPTION 'max attempts must be at least 1' USING ERRCODE = '22023';
+    ELSIF add_job.unique_key IS NOT NULL
+        AND octet_length(add_job.unique_key) NOT BETWEEN 1 AND 256 THEN
+        RAISE EXCEPTION 'unique key must be 1 to 256 bytes, got %', octet_length(add_job.unique_key)
+            USING ERRCODE = '22023';
+    ELSIF cardinality(coalesce(add_job.metadata, '{}')) > 16 THEN
+        RAISE EXCEPTION 'at most 16 metadata pairs, got %', cardinality(add_job.metadata)
+            USING ERRCODE = '22023';
+    END IF;
+    FOREACH pair IN ARRAY coalesce(add_job.metadata, '{}') LOOP
+        IF position('=' IN pair) < 2 OR position('=' IN pair) > 65
+            OR octet_length(split_part(pair, '=', 1)) > 64 THEN
+            RAISE EXCEPTION 'metadata %: a key of 1 to 64 bytes, without =, then =value', pair
+                USING ERRCODE = '22023';
+        ELSIF octet_length(substr(pair, position('=' IN pair) + 1)) > 256 THEN
+            RAISE EXCEPTION 'metadata %: a value of at most 256 bytes', pair USING ERRCODE = '22023';
+        ELSIF split_part(pair, '=', 1) = ANY(keys) THEN
+            RAISE EXCEPTION 'metadata key % given twice', split_part(pair, '=', 1)
+                USING ERRCODE = '22023';
+        END IF;
+        keys := keys || split_part(pair, '=', 1);
+    END LOOP;
+    LOOP
+        INSERT INTO {s}.leasehold_jobs
+            (queue, state, priority, max_attempts, unique_key, created_at, run_at, progress_at,
+             updated_at, payload, metadata)
+        VALUES (add_job.queue, 'queued', coalesce(add_job.priority, 0), add_job.max_attempts,
+                add_job.unique_key, t, greatest(coalesce(add_job.run_at, t), t), t, t,
+                coalesce(add_job.payload, '\x'), coalesce(add_job.metadata, '{}'))
+        ON CONFLICT (queue, unique_key) WHERE "#,
+            key_held!(),
+            r#"
+            DO NOTHING
+        RETURNING id INTO made;
+        IF made IS NOT NULL THEN
+            PERFORM pg_notify('leasehold_{s}', add_job.queue);
+            RETURN made;
+        END IF;
+        -- The key's holder: the answer while it holds the key (rules::holds_key), else it
+        -- gives the key up (rules::release_key) and the insert is tried again.
+        SELECT id, state, finished_at, unique_for_us INTO holder FROM {s}.leasehold_jobs j
+        WHERE j.queue = add_job.queue AND j.unique_key = add_job.unique_key AND "#,
+            key_held!(),
+            r#"
+        FOR UPDATE;
+        IF FOUND THEN
+            IF holder.state <> 'succeeded' OR holder.unique_for_us = -1
+                OR t < holder.finished_at + holder.unique_for_us * interval '1 microsecond' THEN
+                RETURN holder.id;
+            END IF;
+            UPDATE {s}.leasehold_jobs SET key_released = true, updated_at = t
+            WHERE id = holder.id;
+        END IF;
+    END LOOP;
+END
+$fn$;
+"#
+        )
     };
 }
 
@@ -472,7 +573,7 @@ const INDEXES: &[&str] = &[
 ];
 
 /// The functions every statement calls.
-const FUNCTIONS: &[&str] = &["us", "at", "clock"];
+const FUNCTIONS: &[&str] = &["us", "at", "clock", "add_job"];
 
 /// Refuses a store whose tables were altered by hand, naming what changed: a column's type
 /// that a read would fail on (or worse, read wrongly), a missing column, index or function.

@@ -1050,6 +1050,119 @@ fn an_enqueue_in_the_applications_own_transaction_commits_with_it_or_not_at_all(
 }
 
 #[test]
+fn add_job_enqueues_from_sql_as_the_store_does_with_its_refusals_and_unique_keys() {
+    let mut db = db!("add_job from SQL");
+    let store = db.store();
+    let s = db.schema.clone();
+    let seen = store.work_generation(Q);
+    // The same job from Rust and from SQL: the same record but for ids and times.
+    let rust = store
+        .enqueue(
+            NewJob::new(Q, "p")
+                .priority(-2)
+                .max_attempts(4)
+                .metadata("tenant", "acme"),
+        )
+        .unwrap();
+    let sql: i64 = db
+        .admin
+        .query_one(
+            &format!(
+                "SELECT {s}.add_job('{Q}', 'p'::bytea, -2, NULL, 4, NULL, ARRAY['tenant=acme'])"
+            ),
+            &[],
+        )
+        .unwrap()
+        .try_get(0)
+        .unwrap();
+    let sql = leasehold::JobId(sql as u64);
+    let (a, b) = (
+        store.job(rust).unwrap().unwrap(),
+        store.job(sql).unwrap().unwrap(),
+    );
+    let shape = |j: &leasehold::Job| {
+        (
+            j.queue().to_owned(),
+            j.state(),
+            j.priority(),
+            j.max_attempts(),
+            j.attempt(),
+            j.metadata().to_vec(),
+        )
+    };
+    assert_eq!(shape(&a), shape(&b));
+    assert_eq!(store.payload(sql).unwrap().unwrap(), b"p");
+    assert_ne!(
+        store.wait_for_work(Q, seen, Duration::from_secs(30)),
+        seen,
+        "its NOTIFY woke a waiter"
+    );
+    // A unique key: a live holder (made by Rust) answers the SQL enqueue, and the other way.
+    let held = store
+        .enqueue(NewJob::new(Q, "k").unique_key("daily"))
+        .unwrap();
+    let add = |db: &mut crate::db::Db, key: &str| -> i64 {
+        let sql = format!("SELECT {s}.add_job('{Q}', 'k'::bytea, unique_key => '{key}')");
+        db.admin.query_one(&sql, &[]).unwrap().try_get(0).unwrap()
+    };
+    assert_eq!(add(&mut db, "daily") as u64, held.0);
+    let from_sql = add(&mut db, "weekly");
+    assert_eq!(
+        store
+            .enqueue(NewJob::new(Q, "k").unique_key("weekly"))
+            .unwrap()
+            .0,
+        from_sql as u64
+    );
+    // A holder that died keeps nothing: a new job.
+    store.cancel(held).unwrap();
+    assert_ne!(add(&mut db, "daily") as u64, held.0);
+    // Each refusal, with the crate's message, and nothing written.
+    let before = store.jobs(&Default::default()).unwrap().len();
+    for (call, says) in [
+        ("add_job('')", "queue name is empty"),
+        (
+            "add_job('q', max_attempts => 0)",
+            "max attempts must be at least 1",
+        ),
+        (
+            "add_job('q', unique_key => '')",
+            "unique key must be 1 to 256 bytes",
+        ),
+        (
+            "add_job('q', metadata => ARRAY['novalue'])",
+            "metadata novalue",
+        ),
+        (
+            "add_job('q', metadata => ARRAY['k=1', 'k=2'])",
+            "given twice",
+        ),
+        (
+            "add_job('q', decode(repeat('00', 1048577), 'hex'))",
+            "payload is 1048577 bytes",
+        ),
+    ] {
+        let err = db
+            .admin
+            .query_one(&format!("SELECT {s}.{call}"), &[])
+            .unwrap_err();
+        let db_err = err.as_db_error().unwrap();
+        assert_eq!(db_err.code().code(), "22023", "{call}");
+        assert!(
+            db_err.message().contains(says),
+            "{call}: {}",
+            db_err.message()
+        );
+    }
+    assert_eq!(store.jobs(&Default::default()).unwrap().len(), before);
+    // A job it made runs like any other.
+    let l = store.claim_job(sql, "w", LEASE.into()).unwrap().unwrap();
+    store.complete(&l, b"").unwrap();
+    let check = store.check().unwrap();
+    assert!(check.is_clean(), "{:?}", check.problems);
+}
+
+#[test]
 fn groups_through_worker_kills_on_postgres_run_every_member_once_and_each_callback_once() {
     const GROUPS: usize = 20;
     const MEMBERS: usize = 50;
