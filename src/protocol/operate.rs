@@ -41,6 +41,7 @@ pub(super) fn enqueue_as(
     let job = rules::new_job(
         new,
         JobId(0),
+        new.wait(),
         r.policy().default_max_attempts,
         max_payload,
         now,

@@ -275,6 +275,7 @@ mod tests {
         let mut record = crate::rules::new_job(
             &crate::NewJob::new("q", ""),
             JobId(id),
+            std::time::Duration::ZERO,
             3,
             1024,
             crate::StoreTime::ZERO,

@@ -10,11 +10,13 @@ use crate::job::{JobRecord, JobState, NewJob, RunRecord, Uniqueness};
 // ----- a new job -----
 
 /// The record of a new job `id` enqueued at `now`: its inputs checked (the same refusal on
-/// both engines), due once its delay has passed, with the store's default budget unless it
-/// has its own.
+/// both engines), due `wait` from now (its delay, or what is left until its wall-clock run
+/// time, which the caller reads: a rule reads no clock), with the store's default budget
+/// unless it has its own.
 pub(crate) fn new_job(
     new: &NewJob,
     id: JobId,
+    wait: std::time::Duration,
     default_max_attempts: u32,
     max_payload: usize,
     now: StoreTime,
@@ -30,7 +32,7 @@ pub(crate) fn new_job(
         max_attempts: new.max_attempts.unwrap_or(default_max_attempts),
         unique_key: new.unique_key.clone(),
         created_at: now,
-        run_at: now.saturating_add(new.wait()),
+        run_at: now.saturating_add(wait),
         lease: None,
         progress: 0,
         progress_at: now,

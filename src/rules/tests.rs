@@ -14,6 +14,7 @@ fn queued(id: u64) -> JobRecord {
     new_job(
         &NewJob::new("q", "x").max_attempts(2),
         JobId(id),
+        std::time::Duration::ZERO,
         25,
         1024,
         StoreTime(1_000),
