@@ -180,11 +180,12 @@ exhausted AS (
     SET state = 'dead', finished_at = c.t, updated_at = c.t, last_error = $6
     FROM picked, c
     WHERE j.id = picked.id AND picked.attempt >= 4294967295
-    RETURNING j.id
+    RETURNING j.id, j.awaited, j.grp
 )
-SELECT id, attempt, t, expires, payload, priority, run_at, deadline FROM granted
+SELECT id, attempt, t, expires, payload, priority, run_at, deadline, NULL::boolean, NULL::bigint
+FROM granted
 UNION ALL
-SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM exhausted";
+SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, awaited, grp FROM exhausted";
 
 /// Claims up to `n` jobs of `queue`, most urgent first, as [`protocol::claim_batch`] does:
 /// a job is taken if it is waiting and due, or running with an expired lease (taken over),
@@ -251,7 +252,7 @@ pub(crate) fn claim_batch(
         r.tx.batch_execute("SAVEPOINT leasehold_claim")?;
     }
     let before = leases.len();
-    let touched = claim_waiting(r.tx, r.p, queue, worker, terms, n, &mut leases)?;
+    let (touched, mut dead) = claim_waiting(r.tx, r.p, queue, worker, terms, n, &mut leases)?;
     if let Some(beside) = beside {
         (beside.has_taken)();
     }
@@ -264,15 +265,23 @@ pub(crate) fn claim_batch(
         r.tx.batch_execute("ROLLBACK TO SAVEPOINT leasehold_claim")?;
         leases.truncate(before);
         (beside.settle)();
-        claim_waiting(r.tx, r.p, queue, worker, terms, n, &mut leases)?;
+        dead = claim_waiting(r.tx, r.p, queue, worker, terms, n, &mut leases)?.1;
+    }
+    // rules::grant made them dead: what waits for them learns it in this transaction.
+    if !dead.is_empty() {
+        protocol::settle_all(r, &dead)?;
     }
     protocol::noted(r, queue, record, leases.len())?;
     Ok(leases)
 }
 
+/// A job a claim made dead (its attempt counter exhausted) that others await: its end is
+/// still to settle ([`protocol::settle_all`]).
+type MadeDead = (JobId, JobState, Option<crate::GroupId>);
+
 /// Claims waiting jobs of `queue` with one statement until `leases` holds `n` (or none is
 /// left); jobs it found exhausted (and made dead) leave room for as many more. Returns the
-/// ids of every job it took or made dead.
+/// ids of every job it took or made dead, and the awaited ones it made dead.
 fn claim_waiting(
     tx: Tx<'_, '_>,
     p: &mut Prepared<'_>,
@@ -281,11 +290,11 @@ fn claim_waiting(
     terms: LeaseTerms,
     n: usize,
     leases: &mut Vec<Lease>,
-) -> Result<Vec<i64>> {
+) -> Result<(Vec<i64>, Vec<MadeDead>)> {
     let claim = p.get(tx, CLAIM)?;
     let (length, stall) = (micros(terms.length), terms.stall_timeout.map(micros));
     let time_limit = terms.time_limit.map(micros);
-    let mut touched = Vec::new();
+    let (mut touched, mut dead) = (Vec::new(), Vec::new());
     while leases.len() < n {
         let limit = i64::try_from(n - leases.len()).unwrap_or(i64::MAX);
         let params: [&(dyn ToSql + Sync); 7] = [
@@ -304,6 +313,11 @@ fn claim_waiting(
             touched.push(r.col::<i64>(0)?);
             let Some(at) = r.col::<Option<i64>>(1)? else {
                 exhausted += 1;
+                if r.col::<Option<bool>>(8)? == Some(true) {
+                    let group = r.col::<Option<i64>>(9)?;
+                    let group = group.map(|g| crate::GroupId(u64::try_from(g).unwrap_or(0)));
+                    dead.push((id(r.col(0)?), JobState::Dead, group));
+                }
                 continue;
             };
             let order = (r.col::<i32>(5)?, r.col::<i64>(6)?, r.col::<i64>(0)?);
@@ -326,7 +340,7 @@ fn claim_waiting(
             break;
         }
     }
-    Ok(touched)
+    Ok((touched, dead))
 }
 
 /// Completions committing beside a claim, in a transaction of their own (see

@@ -217,6 +217,7 @@ fn grant(
     let new = match rules::grant(job, worker, terms, now) {
         Granted::Exhausted(dead) => {
             r.save(job, &dead)?;
+            super::flow::settle(r, &dead)?;
             return Ok(None);
         }
         Granted::Lease(new) => new,

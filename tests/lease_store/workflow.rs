@@ -28,7 +28,41 @@ crate::on_both::on_both!(
     a_retried_member_of_an_open_group_is_counted_once,
     a_member_cannot_have_a_unique_key,
     a_member_whose_dependency_already_died_is_cancelled_and_counted_at_once,
+    a_dependency_a_claim_finds_exhausted_dies_and_cancels_its_waiters,
 );
+
+fn a_dependency_a_claim_finds_exhausted_dies_and_cancels_its_waiters(kind: Kind) {
+    let mut f = kind.open();
+    let dep = f.enqueue(NewJob::new(Q, "dep")).unwrap();
+    let (group, members) = f
+        .enqueue_group(
+            NewGroup::new().on_complete(NewJob::new("done", "cb")),
+            vec![NewJob::new(Q, "member").after(dep)],
+        )
+        .unwrap();
+    let waiter = f.enqueue(NewJob::new("w", "waiter").after(dep)).unwrap();
+    // Its attempt counter at the end: the next claim makes it dead rather than lease it.
+    f.forge_attempt(dep, u32::MAX);
+    assert!(f.claim(Q, "w", lease()).unwrap().is_none());
+    assert_eq!(state(&f, dep), JobState::Dead);
+    assert_eq!(
+        state(&f, waiter),
+        JobState::Cancelled,
+        "nothing waits for ever"
+    );
+    assert_eq!(state(&f, members[0]), JobState::Cancelled);
+    let g = f.group(group).unwrap().unwrap();
+    assert_eq!(g.ended(), (0, 0, 1));
+    assert_eq!(
+        state(&f, g.waiters()[0]),
+        JobState::Queued,
+        "the group ended, as cancelled"
+    );
+    // The forged record claims attempts it has no history of; the check says so of it alone.
+    let problems = f.check().unwrap().problems;
+    assert!(problems.iter().all(|p| p.contains("job 1")), "{problems:?}");
+    f.close_unchecked();
+}
 
 fn a_member_whose_dependency_already_died_is_cancelled_and_counted_at_once(kind: Kind) {
     let f = kind.open();
