@@ -139,6 +139,33 @@ SET state = $2, attempt = $3, failures = $4, run_at = {s}.at($5), lease_owner = 
     key_released = $19, flow = $20, awaited = $21
 WHERE id = $1";
 
+/// Whether `new` gives its queue a waiting job `old` did not: its idle workers are to be
+/// woken.
+fn readied_by(old: &JobRecord, new: &JobRecord) -> bool {
+    new.state.is_waiting()
+        && (!old.state.is_waiting() || (old.run_at, old.priority) != (new.run_at, new.priority))
+}
+
+/// [`SAVE`] for many rows in one statement.
+const SAVE_MANY: &str = "
+UPDATE {s}.leasehold_jobs j
+SET state = r.state, attempt = r.attempt, failures = r.failures, run_at = {s}.at(r.run_at),
+    lease_owner = r.owner, lease_claimed_at = {s}.at(r.claimed),
+    lease_expires_at = {s}.at(r.expires), lease_indexed_expiry = {s}.at(r.indexed),
+    lease_length_us = r.length, stall_timeout_us = r.stall, progress = r.progress,
+    progress_at = {s}.at(r.progress_at), cancel_requested = r.cancel, last_error = r.error,
+    finished_at = {s}.at(r.finished), updated_at = {s}.at(r.updated),
+    lease_deadline = {s}.at(r.deadline), key_released = r.released, flow = r.flow,
+    awaited = r.awaited
+FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::bigint[], $5::bigint[], $6::text[],
+            $7::bigint[], $8::bigint[], $9::bigint[], $10::bigint[], $11::bigint[],
+            $12::bigint[], $13::bigint[], $14::boolean[], $15::text[], $16::bigint[],
+            $17::bigint[], $18::bigint[], $19::boolean[], $20::bytea[], $21::boolean[])
+    AS r(id, state, attempt, failures, run_at, owner, claimed, expires, indexed, length, stall,
+         progress, progress_at, cancel, error, finished, updated, deadline, released, flow,
+         awaited)
+WHERE j.id = r.id";
+
 /// The most urgent due waiting job of the queue.
 const FIRST_READY: &str = "
 SELECT id, priority FROM {s}.leasehold_jobs
@@ -289,11 +316,77 @@ impl Records for PgRecords<'_, '_, '_> {
             &job.flow.awaited,
         ];
         self.tx.execute(&st, &params)?;
-        let readied = job.state.is_waiting()
-            && (!old.state.is_waiting()
-                || (old.run_at, old.priority) != (job.run_at, job.priority));
-        if readied {
+        if readied_by(old, job) {
             self.readied(&job.queue)?;
+        }
+        Ok(())
+    }
+
+    /// One statement ([`SAVE_MANY`]) for two or more.
+    fn save_all(&mut self, changes: &[(JobRecord, JobRecord)]) -> Result<()> {
+        if changes.len() < 2 {
+            return changes
+                .iter()
+                .try_for_each(|(old, new)| self.save(old, new));
+        }
+        let jobs: Vec<&JobRecord> = changes.iter().map(|(_, new)| new).collect();
+        let lease = |j: &&JobRecord| j.lease.clone();
+        let leases: Vec<_> = jobs.iter().map(lease).collect();
+        let col = |f: fn(&crate::job::LeaseRecord) -> Option<i64>| -> Vec<Option<i64>> {
+            leases.iter().map(|l| l.as_ref().and_then(f)).collect()
+        };
+        let ids: Vec<i64> = jobs.iter().map(|j| key(j.id)).collect();
+        let states: Vec<&str> = jobs.iter().map(|j| j.state.name()).collect();
+        let attempts: Vec<i64> = jobs.iter().map(|j| i64::from(j.attempt.0)).collect();
+        let failures: Vec<i64> = jobs.iter().map(|j| i64::from(j.failures)).collect();
+        let run_at: Vec<i64> = jobs.iter().map(|j| us(j.run_at)).collect();
+        let owners: Vec<Option<&str>> = (jobs.iter())
+            .map(|j| j.lease.as_ref().map(|l| l.owner.as_str()))
+            .collect();
+        let claimed = col(|l| Some(us(l.claimed_at)));
+        let expires = col(|l| Some(us(l.expires_at)));
+        let indexed = col(|l| Some(us(l.indexed_expiry)));
+        let length = col(|l| Some(micros(l.length)));
+        let stall = col(|l| l.stall_timeout.map(micros));
+        let deadline = col(|l| l.deadline.map(us));
+        let progress: Vec<i64> = jobs.iter().map(|j| clamp(j.progress)).collect();
+        let progress_at: Vec<i64> = jobs.iter().map(|j| us(j.progress_at)).collect();
+        let cancel: Vec<bool> = jobs.iter().map(|j| j.cancel_requested).collect();
+        let errors: Vec<Option<&str>> = jobs.iter().map(|j| j.last_error.as_deref()).collect();
+        let finished: Vec<Option<i64>> = jobs.iter().map(|j| j.finished_at.map(us)).collect();
+        let updated: Vec<i64> = jobs.iter().map(|j| us(j.updated_at)).collect();
+        let released: Vec<bool> = jobs.iter().map(|j| j.key_released).collect();
+        let flows: Vec<Option<Vec<u8>>> = jobs.iter().map(|j| flow_column(&j.flow)).collect();
+        let awaited: Vec<bool> = jobs.iter().map(|j| j.flow.awaited).collect();
+        let st = self.get(SAVE_MANY)?;
+        let params: [&(dyn ToSql + Sync); 21] = [
+            &ids,
+            &states,
+            &attempts,
+            &failures,
+            &run_at,
+            &owners,
+            &claimed,
+            &expires,
+            &indexed,
+            &length,
+            &stall,
+            &progress,
+            &progress_at,
+            &cancel,
+            &errors,
+            &finished,
+            &updated,
+            &deadline,
+            &released,
+            &flows,
+            &awaited,
+        ];
+        self.tx.execute(&st, &params)?;
+        for (old, new) in changes {
+            if readied_by(old, new) {
+                self.readied(&new.queue)?;
+            }
         }
         Ok(())
     }

@@ -164,26 +164,36 @@ fn walk(r: &mut (impl Records + ?Sized), mut ended: Vec<Ended>) -> Result<()> {
             }
         }
         let found = waiting_for(r, &round)?;
-        // Every waiter of the round loaded at once (held for writing), then each moved on;
-        // one that waits for two of the round's ends sees both.
+        // Every waiter of the round loaded at once (held for writing), then each moved on
+        // (one that waits for two of the round's ends sees both), then stored at once.
         let mut ids: Vec<JobId> = found.iter().map(|&(_, _, id)| id).collect();
         ids.sort_unstable();
         ids.dedup();
-        let mut waiters: std::collections::HashMap<JobId, JobRecord> =
-            r.jobs(&ids)?.into_iter().map(|j| (j.id, j)).collect();
+        let loaded = r.jobs(&ids)?;
+        let mut waiters: std::collections::BTreeMap<JobId, (JobRecord, JobRecord)> = (loaded
+            .into_iter())
+        .map(|j| (j.id, (j.clone(), j)))
+        .collect();
+        let mut moved = std::collections::BTreeSet::new();
         for (target, state, id) in found {
-            let Some(waiter) = waiters.get(&id) else {
+            let Some((_, waiter)) = waiters.get_mut(&id) else {
                 continue;
             };
             let Some(new) = rules::dependency_ended(waiter, target, state, now) else {
                 continue;
             };
-            r.save(waiter, &new)?;
             if new.state.is_terminal() && new.flow.awaited {
                 ended.push((Target::Job(new.id), new.state, new.flow.group));
             }
-            waiters.insert(id, new);
+            *waiter = new;
+            moved.insert(id);
         }
+        // Stored at once, each as it stands after the round.
+        let changes: Vec<(JobRecord, JobRecord)> = (waiters.into_iter())
+            .filter(|(id, _)| moved.contains(id))
+            .map(|(_, change)| change)
+            .collect();
+        r.save_all(&changes)?;
     }
     Ok(())
 }

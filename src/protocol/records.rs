@@ -58,6 +58,14 @@ pub trait Records {
     fn insert(&mut self, job: JobRecord, payload: &[u8]) -> Result<Inserted>;
     /// Stores `new` over `old`, every index in step.
     fn save(&mut self, old: &JobRecord, new: &JobRecord) -> Result<()>;
+    /// Stores many changes as [`Records::save`] does each (an engine that can, in one
+    /// statement): what a dependency's end does to its waiters.
+    fn save_all(&mut self, changes: &[(JobRecord, JobRecord)]) -> Result<()> {
+        for (old, new) in changes {
+            self.save(old, new)?;
+        }
+        Ok(())
+    }
     /// Stores an operator's edit of a waiting job: `new` over `old` as [`Records::save`]
     /// does, with the parts no rule of the protocol changes (its priority, its metadata) and,
     /// if given, a new payload.
