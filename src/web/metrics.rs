@@ -35,6 +35,53 @@ pub(crate) struct Scrape<'a> {
     pub writes: Option<WriteMetrics>,
     /// How old the counts are (zero: counted for this scrape).
     pub counts_age: std::time::Duration,
+    /// The wall clock at the scrape (a cron schedule's tick is a wall-clock time).
+    pub wall: std::time::SystemTime,
+}
+
+/// Each queue's limits as they bind now, and whether anyone serves it: the concurrency
+/// limit and how many of its jobs it holds, how many due jobs wait because it is full, and
+/// whether its due work has waited [`crate::UNSERVED_AFTER`] with no worker asking (as
+/// [`crate::ReadJobs::unserved_queues`] says).
+fn queue_health(registry: &mut Registry, s: &Scrape<'_>) {
+    let now = s.stats.now;
+    let (limit, at_limit, unserved) = (
+        Family::<Labels, Gauge>::default(),
+        Family::<Labels, Gauge>::default(),
+        Family::<Labels, Gauge>::default(),
+    );
+    for (queue, counts) in &s.stats.queues {
+        let q = vec![("queue", queue.clone())];
+        let due = (s.timings.iter().find(|(name, _)| name == queue))
+            .and_then(|(_, t)| t.earliest_run_at)
+            .filter(|t| *t <= now);
+        let waiting = counts.get(JobState::Queued) + counts.get(JobState::RetryWait);
+        if let Some(max) = counts.limits.concurrency {
+            limit.get_or_create(&q).set(i64::from(max));
+            let full = counts.get(JobState::Running) >= u64::from(max);
+            let held_back = if full && due.is_some() { waiting } else { 0 };
+            at_limit.get_or_create(&q).set(gauge(held_back));
+        }
+        let idle = !counts.paused
+            && waiting > 0
+            && due.is_some_and(|since| crate::queue::unserved(since, counts.served_at, now));
+        unserved.get_or_create(&q).set(i64::from(idle));
+    }
+    registry.register(
+        "queue_concurrency_limit",
+        "The queue's concurrency limit across every process and machine (absent: none)",
+        limit,
+    );
+    registry.register(
+        "queue_waiting_at_limit",
+        "Jobs of the queue that wait while it holds as many as its concurrency limit allows",
+        at_limit,
+    );
+    registry.register(
+        "queue_unserved",
+        "1 if the queue's due work has waited five minutes with no worker asking for it",
+        unserved,
+    );
 }
 
 pub(crate) fn render(s: &Scrape<'_>) -> Result<String, std::fmt::Error> {
@@ -65,6 +112,7 @@ pub(crate) fn render(s: &Scrape<'_>) -> Result<String, std::fmt::Error> {
     }
     registry.register("jobs", "Jobs by queue and state", jobs);
     registry.register("queue_paused", "1 if the queue is paused", paused);
+    queue_health(&mut registry, s);
     registry.register(
         "queue_oldest_waiting_seconds",
         "How long the queue's oldest due job has waited (0: none waits)",
@@ -169,12 +217,20 @@ pub(crate) fn render(s: &Scrape<'_>) -> Result<String, std::fmt::Error> {
 
     if !s.schedules.is_empty() {
         let failing = Family::<Labels, Gauge>::default();
+        let lag = Family::<Labels, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
         for schedule in s.schedules {
             let labels = vec![("schedule", schedule.name().to_owned())];
             failing
                 .get_or_create(&labels)
                 .set(i64::from(schedule.failure().is_some()));
+            let late_ms = -schedule.next_in_ms(now, s.wall).min(0);
+            lag.get_or_create(&labels).set(late_ms as f64 / 1000.0);
         }
+        registry.register(
+            "schedule_lag_seconds",
+            "How long the schedule's due tick has waited for a scheduler to fire it (0: not due)",
+            lag,
+        );
         registry.register(
             "schedule_failing",
             "1 if the last scheduler pass could not fire the schedule (the others fire; the \

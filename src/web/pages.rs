@@ -421,6 +421,7 @@ pub(crate) fn metrics(inner: &Inner, query: &[(String, String)]) -> PageResult {
         pools: &pools,
         writes: inner.write_metrics.as_ref().map(|m| m()),
         counts_age: counted.age,
+        wall: crate::clock::wall_now(),
     })
     .map_err(|_| WebError::Store(crate::Error::Internal("encoding the metrics")))?;
     Ok(crate::web::respond(

@@ -16,7 +16,60 @@ crate::on_both::on_both!(
     the_reapers_last_pass_is_a_metric_once_one_is_recorded,
     an_embedded_pools_counters_and_commit_latency_are_exported_under_its_name,
     a_schedule_that_cannot_fire_is_on_the_page_and_a_metric_until_it_fires,
+    a_queue_at_its_limit_an_unserved_queue_and_a_late_schedule_are_metrics,
 );
+
+fn a_queue_at_its_limit_an_unserved_queue_and_a_late_schedule_are_metrics(kind: Kind) {
+    let f = kind.open();
+    let limits = leasehold::QueueLimits::none().concurrency(1);
+    f.enqueue_n(3);
+    f.set_queue_limits(Q, limits).unwrap();
+    let hour = leasehold::LeaseTerms::new(Duration::from_secs(3600));
+    let held = f.claim(Q, "w", hour).unwrap().unwrap();
+    f.enqueue(NewJob::new("forgotten", "x")).unwrap();
+    let every = Duration::from_secs(10);
+    let tick = leasehold::Schedule::every("tick", every, NewJob::new("ticks", "t"));
+    f.declare_schedule(tick).unwrap();
+    let page = page_of(&f).build();
+    let sample = |m: &HashMap<(String, String), f64>, name: &str, labels: &str| {
+        m.get(&(format!("leasehold_{name}"), labels.to_owned()))
+            .copied()
+    };
+    let m = scrape(&text(&get(&page, "/metrics")));
+    assert_eq!(sample(&m, "queue_concurrency_limit", "queue=q"), Some(1.0));
+    assert_eq!(sample(&m, "queue_waiting_at_limit", "queue=q"), Some(2.0));
+    assert_eq!(
+        sample(&m, "queue_concurrency_limit", "queue=forgotten"),
+        None
+    );
+    assert_eq!(
+        sample(&m, "queue_unserved", "queue=forgotten"),
+        Some(0.0),
+        "not yet"
+    );
+    assert_eq!(
+        sample(&m, "schedule_lag_seconds", "schedule=tick"),
+        Some(0.0)
+    );
+    // Six minutes on: nobody asked for `forgotten`; `q`'s holder renewed (which marks it
+    // served); the schedule's tick has waited 350 s past its time.
+    f.advance(Duration::from_secs(360));
+    f.heartbeat(&held, 1).unwrap();
+    let m = scrape(&text(&get(&page, "/metrics")));
+    assert_eq!(sample(&m, "queue_unserved", "queue=forgotten"), Some(1.0));
+    assert_eq!(sample(&m, "queue_unserved", "queue=q"), Some(0.0));
+    let lag = sample(&m, "schedule_lag_seconds", "schedule=tick").unwrap();
+    assert!((349.0..=351.0).contains(&lag), "{lag}");
+    // Fired, it is on time again; the limit freed, nothing waits at it.
+    f.fire_schedules().unwrap();
+    f.complete(&held, b"").unwrap();
+    let m = scrape(&text(&get(&page, "/metrics")));
+    assert_eq!(
+        sample(&m, "schedule_lag_seconds", "schedule=tick"),
+        Some(0.0)
+    );
+    assert_eq!(sample(&m, "queue_waiting_at_limit", "queue=q"), Some(0.0));
+}
 
 /// The samples of a scrape by metric name and labels (sorted `k=v` joined by commas).
 fn scrape(body: &str) -> HashMap<(String, String), f64> {
