@@ -613,28 +613,18 @@ fn main() -> ExitCode {
 /// 1: the operation was refused; 2: the request itself is wrong; 3: the store has a problem.
 fn exit_code(e: &Error) -> u8 {
     match e {
-        Error::Refused { .. }
-        | Error::UniqueKeyHeld { .. }
-        | Error::JobNotFound(_)
-        | Error::ScheduleNotFound(_)
-        | Error::DependencyNotFound(_)
-        | Error::EditConflict { .. }
-        | Error::GroupNotFound(_)
-        | Error::GroupSealed(_)
-        | Error::GroupOpen(_)
-        | Error::GroupLimit { .. }
-        | Error::LeaseLost(_)
-        | Error::InUse(_) => 1,
+        Error::Input(_) | Error::Config(_) => 2,
+        Error::Postgres(
+            PgError::BadUrl(_) | PgError::BadSchemaName(_) | PgError::SystemSchema(_),
+        ) => 2,
+        // What the store refused, each refusal as the library names them.
+        e if e.is_refusal() => 1,
         Error::Open(leasehold::OpenError::Io { source, .. })
             if source.kind() == std::io::ErrorKind::NotFound =>
         {
             1
         }
         Error::Postgres(PgError::NoStore(_)) => 1,
-        Error::Input(_) | Error::Config(_) => 2,
-        Error::Postgres(
-            PgError::BadUrl(_) | PgError::BadSchemaName(_) | PgError::SystemSchema(_),
-        ) => 2,
         _ => 3,
     }
 }
