@@ -37,6 +37,9 @@ pub(crate) struct Scrape<'a> {
     pub counts_age: std::time::Duration,
     /// The wall clock at the scrape (a cron schedule's tick is a wall-clock time).
     pub wall: std::time::SystemTime,
+    /// Each lease's holder process and its state, where processes share a file (empty
+    /// elsewhere).
+    pub holders: Vec<(crate::InstanceId, crate::HolderState)>,
 }
 
 /// Each queue's limits as they bind now, and whether anyone serves it: the concurrency
@@ -123,6 +126,37 @@ pub(crate) fn render(s: &Scrape<'_>) -> Result<String, std::fmt::Error> {
         "How long past its expiry the queue's most overdue lease is (0: none; a reaper keeps it below its interval)",
         overdue,
     );
+
+    if !s.holders.is_empty() {
+        let (leases, processes) = (
+            Family::<Labels, Gauge>::default(),
+            Family::<Labels, Gauge>::default(),
+        );
+        for state in [
+            crate::HolderState::Alive,
+            crate::HolderState::Gone,
+            crate::HolderState::Unknown,
+        ] {
+            let held: Vec<_> = s.holders.iter().filter(|(_, h)| *h == state).collect();
+            let distinct: std::collections::BTreeSet<_> = held.iter().map(|(i, _)| i).collect();
+            let labels = vec![("state", state.name().to_owned())];
+            leases.get_or_create(&labels).set(gauge(held.len() as u64));
+            processes
+                .get_or_create(&labels)
+                .set(gauge(distinct.len() as u64));
+        }
+        registry.register(
+            "leases_by_holder_state",
+            "Leases held, by their holder process's state where processes share a file: alive, \
+             gone (its leases are taken back at the next look), unknown (its leases expire)",
+            leases,
+        );
+        registry.register(
+            "processes_holding_leases",
+            "Processes sharing the file that hold leases, by state",
+            processes,
+        );
+    }
 
     let c = &s.stats.counters;
     let reclaims = Family::<Labels, Counter>::default();

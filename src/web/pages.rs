@@ -422,6 +422,7 @@ pub(crate) fn metrics(inner: &Inner, query: &[(String, String)]) -> PageResult {
         writes: inner.write_metrics.as_ref().map(|m| m()),
         counts_age: counted.age,
         wall: crate::clock::wall_now(),
+        holders: inner.holders()?.into_values().collect(),
     })
     .map_err(|_| WebError::Store(crate::Error::Internal("encoding the metrics")))?;
     Ok(crate::web::respond(

@@ -17,7 +17,34 @@ crate::on_both::on_both!(
     an_embedded_pools_counters_and_commit_latency_are_exported_under_its_name,
     a_schedule_that_cannot_fire_is_on_the_page_and_a_metric_until_it_fires,
     a_queue_at_its_limit_an_unserved_queue_and_a_late_schedule_are_metrics,
+    the_processes_holding_leases_of_a_shared_file_are_counted_by_state,
 );
+
+fn the_processes_holding_leases_of_a_shared_file_are_counted_by_state(kind: Kind) {
+    use leasehold::{HolderState, InstanceId, JobId};
+    let f = kind.open();
+    // As a file processes share reports its leases' holders (`StoreReader::holders`).
+    let held = vec![
+        (JobId(1), InstanceId(7), HolderState::Alive),
+        (JobId(2), InstanceId(7), HolderState::Alive),
+        (JobId(3), InstanceId(8), HolderState::Alive),
+        (JobId(4), InstanceId(9), HolderState::Gone),
+    ];
+    let page = page_of(&f).holders(move || Ok(held.clone())).build();
+    let m = scrape(&text(&get(&page, "/metrics")));
+    let sample = |name: &str, state: &str| {
+        m.get(&(format!("leasehold_{name}"), format!("state={state}")))
+            .copied()
+    };
+    assert_eq!(sample("leases_by_holder_state", "alive"), Some(3.0));
+    assert_eq!(sample("processes_holding_leases", "alive"), Some(2.0));
+    assert_eq!(sample("leases_by_holder_state", "gone"), Some(1.0));
+    assert_eq!(sample("processes_holding_leases", "gone"), Some(1.0));
+    assert_eq!(sample("processes_holding_leases", "unknown"), Some(0.0));
+    // A store no processes share has no such series.
+    let plain = scrape(&text(&get(&page_of(&f).build(), "/metrics")));
+    assert!(!plain.keys().any(|(name, _)| name.contains("holder")));
+}
 
 fn a_queue_at_its_limit_an_unserved_queue_and_a_late_schedule_are_metrics(kind: Kind) {
     let f = kind.open();
