@@ -138,6 +138,16 @@ impl Need {
     pub fn broken(&self) -> bool {
         self.ended.is_some_and(|s| !self.require.accepts(s))
     }
+
+    /// How it stands, as the tool and the status page say it: "not ended yet", "ended
+    /// succeeded: met", "ended dead: not what it required".
+    pub fn standing(&self) -> String {
+        match self.ended {
+            None => "not ended yet".to_owned(),
+            Some(state) if self.met() => format!("ended {state}: met"),
+            Some(state) => format!("ended {state}: not what it required"),
+        }
+    }
 }
 
 /// A job's part in workflows, as stored in its record.

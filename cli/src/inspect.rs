@@ -809,11 +809,7 @@ pub fn show(db: &Path, json: bool, id: u64, raw: bool) -> Result<ExitCode, Error
         println!("cancel requested: the holder is told at its next heartbeat");
     }
     for need in job.needs() {
-        let how = match need.ended() {
-            None => "not ended yet".to_owned(),
-            Some(state) if need.met() => format!("ended {state}: met"),
-            Some(state) => format!("ended {state}: not what it required"),
-        };
+        let how = need.standing();
         println!(
             "waits for {} to end in {} ({how})",
             need.on(),

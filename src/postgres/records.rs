@@ -400,10 +400,7 @@ impl Records for PgRecords<'_, '_, '_> {
         )?;
         let metadata = metadata_column(&new.metadata);
         (self.tx).execute(&st, &[&key(new.id), &new.priority, &metadata, &payload])?;
-        let readied = new.state.is_waiting() && old.priority != new.priority;
-        if readied {
-            self.readied(&new.queue)?;
-        }
+        // (the save wakes the queue for a new priority or due time: `readied_by`)
         self.save(old, new)
     }
 

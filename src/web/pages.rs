@@ -324,11 +324,7 @@ pub(crate) fn job(inner: &Inner, id: JobId, query: &[(String, String)]) -> PageR
         row("last error", format!("<pre>{}</pre>", escape(e)));
     }
     for need in job.needs() {
-        let how = match need.ended() {
-            None => "not ended yet".to_owned(),
-            Some(state) if need.met() => format!("ended {state}: met"),
-            Some(state) => format!("ended {state}: not what it required"),
-        };
+        let how = need.standing();
         let what = target_link(inner, need.on());
         row(
             "waits for",
