@@ -16,12 +16,18 @@ use crate::job::{JobRecord, JobState, LeaseRecord, Uniqueness};
 
 /// The current format version byte. Version 2 changed the job record (a lease's deadline,
 /// the key's uniqueness window, a job's own time limit, its metadata); version 3 appended
-/// its part in workflows ([`crate::workflow::Flow`]) and may name the state `Blocked`.
-/// Every other record is encoded as in version 1, so for them all versions decode alike.
-pub const FORMAT_VERSION: u8 = 3;
+/// its part in workflows ([`crate::workflow::Flow`]) and may name the state `Blocked`;
+/// version 4 appended a retry policy to the records of jobs, queues and schedules
+/// ([`decode_with_retry`]). Every other record is encoded as in version 1, so for them all
+/// versions decode alike.
+pub const FORMAT_VERSION: u8 = 4;
 
 /// The version before workflows, whose job records end where [`JobRecord::flow`] begins.
 const BEFORE_FLOW: u8 = 2;
+
+/// The version before retry policies, whose records of jobs, queues and schedules end where
+/// their `retry` begins.
+const BEFORE_RETRY: u8 = 3;
 
 /// The first format version, still read.
 const FIRST_VERSION: u8 = 1;
@@ -94,10 +100,27 @@ pub(crate) fn decode_job(bytes: &[u8]) -> Result<JobRecord, CodecError> {
     match split(bytes)? {
         (FIRST_VERSION, body) => decode_body::<JobRecordV1>(body).map(JobRecord::from),
         // A record's fields are encoded one after the other, so a version 2 record followed
-        // by an empty flow's encoding is this version's record with no flow.
-        (BEFORE_FLOW, body) => {
+        // by an empty flow's encoding and no retry policy's is this version's record with
+        // neither.
+        (version, body) if version <= BEFORE_RETRY => {
             let mut whole = body.to_vec();
-            whole.extend_from_slice(&encode(&crate::workflow::Flow::default())[1..]);
+            if version == BEFORE_FLOW {
+                whole.extend_from_slice(&encode(&crate::workflow::Flow::default())[1..]);
+            }
+            whole.extend_from_slice(&encode(&None::<crate::RetryPolicy>)[1..]);
+            decode_body(&whole)
+        }
+        (_, body) => decode_body(body),
+    }
+}
+
+/// A record whose last field, since version 4, is an `Option<RetryPolicy>` (a queue's, a
+/// schedule's): one of an older version reads as one without.
+pub(crate) fn decode_with_retry<T: Decode<()>>(bytes: &[u8]) -> Result<T, CodecError> {
+    match split(bytes)? {
+        (version, body) if version <= BEFORE_RETRY => {
+            let mut whole = body.to_vec();
+            whole.extend_from_slice(&encode(&None::<crate::RetryPolicy>)[1..]);
             decode_body(&whole)
         }
         (_, body) => decode_body(body),
@@ -172,6 +195,7 @@ impl From<JobRecordV1> for JobRecord {
             time_limit: None,
             metadata: Vec::new(),
             flow: Default::default(),
+            retry: None,
         }
     }
 }
@@ -330,9 +354,9 @@ mod tests {
         assert_eq!(decode::<RunRecord>(&run_v1), Ok(run()));
     }
 
-    #[test]
-    fn a_job_record_of_format_version_2_reads_as_one_that_waits_for_nothing() {
-        let mut job = decode_job(&encode(&JobRecord::from(JobRecordV1 {
+    /// A dead job, as this build reads one of version 1.
+    fn a_dead_job() -> JobRecord {
+        decode_job(&encode(&JobRecord::from(JobRecordV1 {
             id: JobId(9),
             queue: "q".into(),
             state: JobState::Dead,
@@ -351,12 +375,18 @@ mod tests {
             finished_at: Some(StoreTime(3)),
             updated_at: StoreTime(3),
         })))
-        .unwrap();
+        .unwrap()
+    }
+
+    #[test]
+    fn a_job_record_of_format_version_2_reads_as_one_that_waits_for_nothing() {
+        let mut job = a_dead_job();
         job.metadata = vec![("k".into(), "v".into())];
-        // Version 2 wrote the same fields up to the flow, and nothing after them.
+        // Version 2 wrote the same fields up to the flow, and nothing after them (the flow,
+        // then a retry policy's `None`, one byte).
         let current = encode(&job);
         let flow_len = encode(&crate::workflow::Flow::default()).len() - 1;
-        let mut v2 = current[..current.len() - flow_len].to_vec();
+        let mut v2 = current[..current.len() - flow_len - 1].to_vec();
         v2[0] = BEFORE_FLOW;
         assert_eq!(decode_job(&v2), Ok(job.clone()));
         // A record that does wait for something is no version 2 record.
@@ -364,6 +394,38 @@ mod tests {
         let mut waits = encode(&job);
         waits[0] = BEFORE_FLOW;
         assert!(decode_job(&waits).is_err(), "its flow is trailing bytes");
+    }
+
+    #[test]
+    fn records_of_format_version_3_read_as_ones_with_no_retry_policy() {
+        use crate::queue::QueueRecord;
+        let policy = crate::RetryPolicy::fixed(Duration::from_secs(5));
+        let mut job = a_dead_job();
+        job.flow.awaited = true;
+        // Version 3 wrote every field but the last, the policy (`None`: one byte).
+        let mut v3 = encode(&job);
+        v3.pop();
+        v3[0] = BEFORE_RETRY;
+        assert_eq!(decode_job(&v3), Ok(job.clone()));
+        let queue = QueueRecord {
+            paused: true,
+            ..QueueRecord::default()
+        };
+        let mut v3 = encode(&queue);
+        v3.pop();
+        v3[0] = BEFORE_RETRY;
+        assert_eq!(decode_with_retry::<QueueRecord>(&v3), Ok(queue.clone()));
+        // This version keeps a policy, and a version 3 record cannot hold one.
+        job.retry = Some(policy.clone());
+        assert_eq!(decode_job(&encode(&job)), Ok(job.clone()));
+        let with = QueueRecord {
+            retry: Some(policy),
+            ..queue
+        };
+        let mut bytes = encode(&with);
+        assert_eq!(decode_with_retry::<QueueRecord>(&bytes), Ok(with));
+        bytes[0] = BEFORE_RETRY;
+        assert!(decode_with_retry::<QueueRecord>(&bytes).is_err());
     }
 
     #[test]

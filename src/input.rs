@@ -39,6 +39,9 @@ pub(crate) fn check_new_job(new: &NewJob, max_payload: usize) -> Result<(), Inpu
     if new.time_limit.is_some_and(|d| d.is_zero()) {
         return Err(InputError::ZeroTimeLimit);
     }
+    if let Some(policy) = &new.retry {
+        policy.check().map_err(InputError::RetryPolicy)?;
+    }
     if new.needs.len() > crate::workflow::MAX_DEPENDENCIES {
         return Err(InputError::TooManyDependencies {
             given: new.needs.len(),
@@ -85,8 +88,9 @@ pub(crate) fn check_schedule(
     }
     // Checked as its ticks' jobs will be (the schedule's pair added, the tick's unique key
     // at its longest), so that no tick can be refused at firing.
-    let tick =
+    let mut tick =
         crate::schedule::JobTemplate::of(&s.job).job(&s.name, crate::schedule::Tick::LONGEST);
+    tick.retry = s.job.retry.clone();
     check_new_job(&tick, max_payload)?;
     match &s.when {
         crate::schedule::When::Every(d) if d.is_zero() => Err(InputError::ZeroInterval),

@@ -8,6 +8,7 @@ use std::time::Duration;
 use bincode::{Decode, Encode};
 
 use crate::ids::{Attempt, GroupId, JobId, StoreTime};
+use crate::retry::RetryPolicy;
 use crate::workflow::{Flow, Need, Require, Target};
 
 /// Where a job is in its life. The state machine is drawn in the crate docs.
@@ -182,9 +183,13 @@ pub(crate) struct JobRecord {
     pub time_limit: Option<Duration>,
     /// Small key/value tags given at enqueue, in the order given.
     pub metadata: Vec<(String, String)>,
-    /// What it waits for, its group, whether others wait for it. (Last, so that the codec
-    /// reads an older record as one with none: see `codec::decode_job`.)
+    /// What it waits for, its group, whether others wait for it. (After the fields of
+    /// format 2, so that the codec reads such a record as one with none: see
+    /// `codec::decode_job`.)
     pub flow: Flow,
+    /// Its own backoff between failed attempts (else its queue's, else the store's). (Last,
+    /// so that the codec reads an older record as one with none.)
+    pub retry: Option<RetryPolicy>,
 }
 
 impl JobRecord {
@@ -407,6 +412,12 @@ impl Job {
         self.0.time_limit
     }
 
+    /// Its own backoff between failed attempts, if it was given one at enqueue (else its
+    /// queue's applies, else the store's).
+    pub fn retry_policy(&self) -> Option<&RetryPolicy> {
+        self.0.retry.as_ref()
+    }
+
     /// Its metadata: the key/value tags given at enqueue, in the order given.
     pub fn metadata(&self) -> &[(String, String)] {
         &self.0.metadata
@@ -585,6 +596,8 @@ pub struct NewJob {
     pub(crate) needs: Vec<(Target, Require)>,
     /// The group it joins.
     pub(crate) group: Option<GroupId>,
+    /// Its own backoff.
+    pub(crate) retry: Option<RetryPolicy>,
 }
 
 impl NewJob {
@@ -604,6 +617,7 @@ impl NewJob {
             metadata: Vec::new(),
             needs: Vec::new(),
             group: None,
+            retry: None,
         }
     }
 
@@ -684,6 +698,14 @@ impl NewJob {
     /// the claimer's limit ([`crate::LeaseTerms::time_limit`]).
     pub fn time_limit(mut self, limit: Duration) -> NewJob {
         self.time_limit = Some(limit);
+        self
+    }
+
+    /// Its own backoff between failed attempts (River's `NextRetry`, Oban's `backoff/1`),
+    /// over its queue's ([`crate::JobStore::set_queue_retry_policy`]) and the store's. A
+    /// handler's [`crate::JobError::retry_in`] still names the wait of one failure itself.
+    pub fn retry_policy(mut self, policy: RetryPolicy) -> NewJob {
+        self.retry = Some(policy);
         self
     }
 

@@ -24,6 +24,7 @@ use crate::protocol;
 use crate::query::{JobFilter, QueueTiming};
 use crate::queue::{QueueLimits, QueueSettings, UnservedQueue};
 use crate::report::{BulkReport, CheckReport, ReapReport};
+use crate::retry::RetryPolicy;
 use crate::rules::Retry;
 use crate::schedule::{Schedule, ScheduleInfo};
 use crate::stats::Stats;
@@ -358,6 +359,17 @@ pub trait JobStore: ReadJobs + LeaseBackend {
     fn set_queue_limits(&self, queue: &str, limits: QueueLimits) -> Result<()> {
         let queue = queue.to_owned();
         write(self, move |r| protocol::set_queue_limits(r, &queue, limits))
+    }
+
+    /// Sets the retry policy of `queue`'s jobs that have none of their own
+    /// ([`crate::NewJob::retry_policy`]): each of their failures from now on, in every
+    /// process and machine, waits by it; `None` leaves them the store's
+    /// ([`crate::StoreBuilder::retry_policy`]). An invalid policy is an input error.
+    fn set_queue_retry_policy(&self, queue: &str, policy: Option<RetryPolicy>) -> Result<()> {
+        let queue = queue.to_owned();
+        write(self, move |r| {
+            protocol::set_queue_retry_policy(r, &queue, policy.clone())
+        })
     }
 
     /// Declares a periodic job ([`Schedule`]): new, or (every process declares its

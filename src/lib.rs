@@ -161,7 +161,7 @@ pub use redb_store::{
     StoreReader, Transaction,
 };
 pub use report::{BulkReport, CheckReport, ReapReport, ReaperPass, Reclaim};
-pub use retry::RetryPolicy;
+pub use retry::{MAX_RETRY_DELAYS, RetryPolicy};
 pub use schedule::{
     CatchUp, MAX_TICKS_PER_PASS, MIN_INTERVAL, ON_TIME, Schedule, ScheduleInfo, Tick, When,
 };

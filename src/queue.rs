@@ -17,6 +17,7 @@ use bincode::{Decode, Encode};
 use parking_lot::Mutex;
 
 use crate::ids::StoreTime;
+use crate::retry::RetryPolicy;
 
 /// How often a handle writes that a queue is served, at most.
 pub(crate) const MARK_EVERY: Duration = Duration::from_secs(30);
@@ -39,6 +40,9 @@ pub(crate) struct QueueRecord {
     /// The times of the claims within the rate limit's period, oldest first (empty without
     /// a rate limit).
     pub recent_claims: Vec<StoreTime>,
+    /// The backoff of its jobs that have none of their own (else the store's). (Last, so
+    /// that the codec reads an older record as one without: `codec::decode_with_retry`.)
+    pub retry: Option<RetryPolicy>,
 }
 
 /// Limits on a queue that hold across every process and machine sharing the store, kept
@@ -97,6 +101,8 @@ pub struct QueueSettings {
     pub paused: bool,
     /// Its limits.
     pub limits: QueueLimits,
+    /// The backoff of its jobs that have none of their own, if it has one.
+    pub retry: Option<RetryPolicy>,
 }
 
 impl QueueSettings {
@@ -105,6 +111,7 @@ impl QueueSettings {
         record.map_or_else(QueueSettings::default, |r| QueueSettings {
             paused: r.paused,
             limits: r.limits,
+            retry: r.retry,
         })
     }
 }

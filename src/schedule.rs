@@ -17,6 +17,7 @@ use bincode::{Decode, Encode};
 
 use crate::ids::StoreTime;
 use crate::job::NewJob;
+use crate::retry::RetryPolicy;
 
 /// At most this many ticks are fired for one schedule in one pass ([`CatchUp::All`] after a
 /// long downtime): the rest follow in the next passes.
@@ -215,6 +216,18 @@ pub(crate) struct ScheduleRecord {
     pub fired: u64,
     /// How many ticks it skipped ([`CatchUp::Once`] folds, [`CatchUp::Skip`] drops).
     pub skipped: u64,
+    /// Its jobs' own retry policy, the template's. (Last, so that the codec reads an older
+    /// record as one without: `codec::decode_with_retry`.)
+    pub retry: Option<RetryPolicy>,
+}
+
+impl ScheduleRecord {
+    /// The job of its `tick`.
+    pub(crate) fn job(&self, tick: Tick) -> NewJob {
+        let mut job = self.template.job(&self.name, tick);
+        job.retry = self.retry.clone();
+        job
+    }
 }
 
 /// A schedule as the store reports it ([`crate::ReadJobs::schedules`]).

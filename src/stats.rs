@@ -86,6 +86,8 @@ pub struct QueueCounts {
     pub paused: bool,
     /// Its limits across every process and machine.
     pub limits: crate::queue::QueueLimits,
+    /// The retry policy of its jobs that have none of their own, if it has one.
+    pub retry: Option<crate::RetryPolicy>,
 }
 
 impl QueueCounts {
@@ -116,12 +118,13 @@ pub struct Stats {
 
 impl Stats {
     /// Adds what `record` says of `queue`: when it was served, whether it is paused, its
-    /// limits.
+    /// limits and retry policy.
     pub(crate) fn note_queue(&mut self, queue: String, record: &crate::queue::QueueRecord) {
         let counts = self.queues.entry(queue).or_default();
         counts.served_at = record.served_at;
         counts.paused = record.paused;
         counts.limits = record.limits;
+        counts.retry = record.retry.clone();
     }
 
     /// How many jobs are in `state` across all queues.

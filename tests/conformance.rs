@@ -32,11 +32,7 @@ const REAP_BATCH: usize = 3;
 fn conformance(kind: Kind) -> Backend {
     kind.with(
         Setup::default()
-            .retry_policy(RetryPolicy {
-                base: BACKOFF,
-                max: BACKOFF,
-                jitter: 0.0,
-            })
+            .retry_policy(RetryPolicy::fixed(BACKOFF))
             .reap_batch(REAP_BATCH)
             .side_by_side_from(1),
     )

@@ -20,11 +20,14 @@ use proptest::prelude::*;
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        4 => (any::<u8>(), any::<i8>(), any::<u8>(), proptest::option::of(any::<u8>()), proptest::option::weighted(0.3, any::<u8>()))
-            .prop_map(|(queue, priority, delay_s, max_attempts, unique)| Op::Enqueue { queue, priority, delay_s, max_attempts, unique, after: Vec::new(), group: None }),
+        4 => (any::<u8>(), any::<i8>(), any::<u8>(), proptest::option::of(any::<u8>()), proptest::option::weighted(0.3, any::<u8>()), proptest::option::weighted(0.3, any::<u8>()))
+            .prop_map(|(queue, priority, delay_s, max_attempts, unique, backoff)| Op::Enqueue { queue, priority, delay_s, max_attempts, unique, after: Vec::new(), group: None, backoff }),
         // jobs that wait for jobs and groups, and groups' members
         3 => (any::<u8>(), any::<u8>(), proptest::option::of(any::<u8>()), proptest::collection::vec((any::<u16>(), any::<u8>()), 0..3), proptest::option::weighted(0.5, any::<u8>()))
-            .prop_map(|(queue, delay_s, max_attempts, after, group)| Op::Enqueue { queue, priority: 0, delay_s, max_attempts, unique: None, after, group }),
+            .prop_map(|(queue, delay_s, max_attempts, after, group)| Op::Enqueue { queue, priority: 0, delay_s, max_attempts, unique: None, after, group, backoff: None }),
+        // queues' own retry policies
+        1 => (any::<u8>(), proptest::option::weighted(0.7, any::<u8>()))
+            .prop_map(|(queue, policy)| Op::Backoff { queue, policy }),
         1 => any::<u8>().prop_map(|callbacks| Op::OpenGroup { callbacks }),
         // an operator's edits racing the claims
         2 => (any::<u16>(), proptest::option::of(any::<i8>()), any::<bool>(), any::<bool>(), any::<bool>())

@@ -102,11 +102,13 @@ struct Demo {
 impl Demo {
     fn new(path: &std::path::Path, json: bool) -> Result<Demo, Error> {
         let store = Store::builder(path)
-            .retry_policy(leasehold::RetryPolicy {
-                base: Duration::from_millis(100),
-                max: Duration::from_secs(1),
-                jitter: 0.2,
-            })
+            .retry_policy(
+                leasehold::RetryPolicy::exponential(
+                    Duration::from_millis(100),
+                    Duration::from_secs(1),
+                )
+                .jitter(0.2),
+            )
             .open()?;
         let bar = if json {
             ProgressBar::hidden()

@@ -41,6 +41,8 @@ pub struct JobView {
     uniqueness: &'static str,
     unique_for_ms: Option<u64>,
     time_limit_ms: Option<u64>,
+    /// Its own retry policy, if it has one (else its queue's applies, else the store's).
+    retry_policy: Option<String>,
     metadata: BTreeMap<String, String>,
     /// What it waits for (or waited for).
     needs: Vec<NeedView>,
@@ -152,6 +154,7 @@ impl JobView {
                 _ => None,
             },
             time_limit_ms: j.time_limit().map(|d| d.as_millis() as u64),
+            retry_policy: j.retry_policy().map(ToString::to_string),
             metadata: j.metadata().iter().cloned().collect(),
             needs: j.needs().iter().map(need_view).collect(),
             group: j.group().map(|g| g.0),
@@ -244,6 +247,8 @@ pub fn stats(db: &Path, json: bool) -> Result<ExitCode, Error> {
         /// At most `rate_limit_claims` claims per `rate_limit_per_ms`.
         rate_limit_claims: Option<u32>,
         rate_limit_per_ms: Option<u64>,
+        /// How its failed jobs without a policy of their own wait (else the store's).
+        retry_policy: Option<String>,
     }
     let unserved = store.unserved_queues()?;
     let mut queues = Vec::new();
@@ -272,6 +277,7 @@ pub fn stats(db: &Path, json: bool) -> Result<ExitCode, Error> {
             concurrency_limit: counts.limits.concurrency,
             rate_limit_claims: counts.limits.rate.map(|r| r.claims),
             rate_limit_per_ms: counts.limits.rate.map(|r| dms(r.per)),
+            retry_policy: counts.retry.as_ref().map(ToString::to_string),
         });
     }
     let c = &stats.counters;
@@ -347,6 +353,9 @@ pub fn stats(db: &Path, json: bool) -> Result<ExitCode, Error> {
         }
         if counts.limits.is_limited() {
             println!("queue {name}: {}", format::limits(&counts.limits));
+        }
+        if let Some(policy) = &counts.retry {
+            println!("queue {name}: a failed job waits by {policy}");
         }
     }
     for (name, failure) in &failing_schedules {
@@ -801,6 +810,9 @@ pub fn show(db: &Path, json: bool, id: u64, raw: bool) -> Result<ExitCode, Error
     }
     if let Some(limit) = job.time_limit() {
         println!("time limit {} per attempt", format::duration(limit));
+    }
+    if let Some(policy) = job.retry_policy() {
+        println!("retry policy {policy} (its own)");
     }
     if !job.metadata().is_empty() {
         println!("metadata {}", format::metadata(job.metadata()));

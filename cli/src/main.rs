@@ -180,6 +180,22 @@ fn parse_rate(s: &str) -> Result<(u32, Duration), String> {
     Ok((n, parse_duration(per.trim())?))
 }
 
+/// A retry policy on the command line: `30s` waits the same after every failure, `1s..1h`
+/// doubles from the first up to the second, `1s,10s,1m` waits each in turn and then its last.
+fn parse_backoff(s: &str) -> Result<leasehold::RetryPolicy, String> {
+    use leasehold::RetryPolicy;
+    let policy = if let Some((base, max)) = s.split_once("..") {
+        RetryPolicy::exponential(parse_duration(base.trim())?, parse_duration(max.trim())?)
+    } else if s.contains(',') {
+        let delays = s.split(',').map(|d| parse_duration(d.trim()));
+        RetryPolicy::delays(delays.collect::<Result<Vec<_>, _>>()?)
+    } else {
+        RetryPolicy::fixed(parse_duration(s.trim())?)
+    };
+    policy.validate().map_err(|e| e.to_string())?;
+    Ok(policy)
+}
+
 fn parse_duration(s: &str) -> Result<Duration, String> {
     humantime::parse_duration(s).map_err(|e| format!("{e} (try 500ms, 30s, 5m, 2h or 7d)"))
 }
@@ -310,6 +326,26 @@ enum Command {
         no_rate: bool,
         /// Lift every limit.
         #[arg(long, conflicts_with_all = ["concurrency", "rate", "no_concurrency", "no_rate"])]
+        none: bool,
+    },
+    /// Show or set how long a queue's failed jobs wait before their next attempt (those with
+    /// no policy of their own), in every process and machine: `30s` waits the same after
+    /// every failure, `1s..1h` doubles from 1 s up to 1 h, `1s,10s,1m` waits each in turn and
+    /// then its last. Without a policy, shows the queue's; `--none` lifts it (the store's
+    /// applies).
+    Backoff {
+        /// The queue.
+        #[arg(value_parser = NonEmptyStringValueParser::new())]
+        queue: String,
+        /// The policy: `30s`, `1s..1h` or `1s,10s,1m`.
+        #[arg(value_parser = parse_backoff, conflicts_with = "none")]
+        policy: Option<leasehold::RetryPolicy>,
+        /// Shorten each wait by up to this fraction of itself (0 to 1), so that jobs that
+        /// failed together do not all come back at once.
+        #[arg(long, requires = "policy")]
+        jitter: Option<f64>,
+        /// Lift the queue's policy: its jobs wait by the store's.
+        #[arg(long)]
         none: bool,
     },
     /// Delete finished jobs (and their history) older than a retention period.
@@ -539,6 +575,22 @@ fn main() -> ExitCode {
                 },
             };
             operate::limit(&db, json, create, &queue, change)
+        }
+        Command::Backoff {
+            queue,
+            policy,
+            jitter,
+            none,
+        } => {
+            let change = match (policy, none) {
+                (_, true) => Some(None),
+                (Some(p), false) => Some(Some(match jitter {
+                    Some(j) => p.jitter(j),
+                    None => p,
+                })),
+                (None, false) => None,
+            };
+            operate::backoff(&db, json, create, &queue, change)
         }
         Command::Compact => operate::compact(&db, json),
         Command::Serve {

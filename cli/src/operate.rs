@@ -107,6 +107,10 @@ pub struct NewJobArgs {
     /// A hard limit on each attempt's running time (e.g. 10m).
     #[arg(long, value_parser = super::parse_duration)]
     time_limit: Option<Duration>,
+    /// Its own retry policy, over its queue's: `30s`, `1s..1h` or `1s,10s,1m` (see
+    /// `leasehold backoff`).
+    #[arg(long, value_parser = super::parse_backoff)]
+    backoff: Option<leasehold::RetryPolicy>,
     /// Metadata (`key=value`; repeat for several).
     #[arg(long = "meta", value_parser = super::parse_pair)]
     metadata: Vec<(String, String)>,
@@ -256,6 +260,9 @@ pub fn enqueue(db: &Path, json: bool, create: bool, a: NewJobArgs) -> Result<Exi
     }
     if let Some(limit) = a.time_limit {
         job = job.time_limit(limit);
+    }
+    if let Some(policy) = a.backoff {
+        job = job.retry_policy(policy);
     }
     for (k, v) in a.metadata {
         job = job.metadata(k, v);
@@ -561,6 +568,43 @@ pub fn limit(
         });
     } else {
         println!("queue {queue}: {}", format::limits(&limits));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Shows `queue`'s retry policy, after setting it (`Some(Some(_))`) or lifting it
+/// (`Some(None)`).
+pub fn backoff(
+    db: &Path,
+    json: bool,
+    create: bool,
+    queue: &str,
+    change: Option<Option<leasehold::RetryPolicy>>,
+) -> Result<ExitCode, Error> {
+    let store = open(db, false)?;
+    if !create && !known_queue(&store, queue)? {
+        return Ok(unknown_queue(queue));
+    }
+    if let Some(policy) = change {
+        store.set_queue_retry_policy(queue, policy)?;
+    }
+    let policy = store.queue_settings(queue)?.retry;
+    if json {
+        #[derive(Serialize)]
+        struct Backoff<'a> {
+            queue: &'a str,
+            /// `None`: the store's applies.
+            retry_policy: Option<String>,
+        }
+        print_json(&Backoff {
+            queue,
+            retry_policy: policy.as_ref().map(ToString::to_string),
+        });
+    } else {
+        match policy {
+            Some(p) => println!("queue {queue}: a failed job waits by {p}"),
+            None => println!("queue {queue}: a failed job waits by the store's retry policy"),
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -1016,6 +1016,46 @@ fn pause_resume_and_limits_are_set_from_the_tool_and_shown_by_stats() {
 }
 
 #[test]
+fn backoff_is_set_per_queue_and_per_job_from_the_tool_and_shown() {
+    let t = Tool::new();
+    t.ok(&["enqueue", "--queue", "uploads", "a"]);
+    t.fails(&["backoff", "uplods", "30s"], 1);
+    let shown = t.ok(&["backoff", "uploads"]);
+    assert!(shown.contains("the store's retry policy"), "{shown}");
+    let set = t.ok(&["backoff", "uploads", "1s..1h", "--jitter", "0.2"]);
+    assert!(set.contains("exponential 1s..3600s, jitter 20%"), "{set}");
+    let stats = t.json(&["stats"]);
+    assert_eq!(
+        stats["queues"][0]["retry_policy"],
+        "exponential 1s..3600s, jitter 20%"
+    );
+    assert!(
+        t.ok(&["stats"])
+            .contains("a failed job waits by exponential")
+    );
+    let listed = t.json(&["backoff", "uploads", "1s,10s,1m"]);
+    assert_eq!(listed["retry_policy"], "delays 1s, 10s, 60s");
+    assert!(t.json(&["backoff", "uploads", "--none"])["retry_policy"].is_null());
+    // a job's own
+    t.ok(&["enqueue", "--queue", "uploads", "--backoff", "30s", "b"]);
+    assert_eq!(t.json(&["show", "2"])["job"]["retry_policy"], "fixed 30s");
+    assert!(
+        t.ok(&["show", "2"])
+            .contains("retry policy fixed 30s (its own)")
+    );
+    assert!(t.json(&["show", "1"])["job"]["retry_policy"].is_null());
+    // refusals: exit 2, nothing changed
+    for bad in [
+        &["backoff", "uploads", "1h..1s"][..],
+        &["backoff", "uploads", "30s", "--jitter", "2"],
+        &["backoff", "uploads", "soon"],
+    ] {
+        assert_eq!(t.run(bad).status.code(), Some(2), "{bad:?}");
+    }
+    assert!(t.json(&["backoff", "uploads"])["retry_policy"].is_null());
+}
+
+#[test]
 #[allow(clippy::disallowed_methods)] // a test deadline, not store time
 fn a_schedule_that_cannot_fire_is_named_with_its_failure_by_schedules_and_stats() {
     let t = Tool::new();

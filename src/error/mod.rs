@@ -451,6 +451,10 @@ pub enum InputError {
     /// A job must be allowed at least one attempt.
     #[error("max attempts must be at least 1")]
     ZeroMaxAttempts,
+    /// A job's or a queue's retry policy is inverted, empty, too long, or its jitter is out
+    /// of range.
+    #[error("retry policy is invalid: {0}")]
+    RetryPolicy(&'static str),
     /// More dependencies than one job may have.
     #[error("a job may wait for at most {max} jobs and groups, got {given}")]
     TooManyDependencies {

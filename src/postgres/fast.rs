@@ -42,7 +42,7 @@ RETURNING id";
 /// Enqueues a job: one statement, unless a unique key may answer with its holder
 /// ([`protocol::enqueue`] then).
 pub(crate) fn enqueue(r: &mut PgRecords<'_, '_, '_>, new: &NewJob) -> Result<JobId> {
-    if new.unique_key.is_some() || waits(new) || !r.shortcuts() {
+    if new.unique_key.is_some() || for_the_protocol(new) || !r.shortcuts() {
         return protocol::enqueue(r, new);
     }
     let policy = r.policy();
@@ -66,9 +66,10 @@ pub(crate) fn enqueue(r: &mut PgRecords<'_, '_, '_>, new: &NewJob) -> Result<Job
     Ok(made)
 }
 
-/// Whether a new job waits for others or joins a group: the protocol links those.
-fn waits(new: &NewJob) -> bool {
-    !new.needs.is_empty() || new.group.is_some()
+/// Whether a new job waits for others or joins a group (the protocol links those), or has
+/// a retry policy of its own (the protocol's insert writes every column).
+fn for_the_protocol(new: &NewJob) -> bool {
+    !new.needs.is_empty() || new.group.is_some() || new.retry.is_some()
 }
 
 /// Plain jobs (no unique key, no metadata) in one statement, their ids given in their
@@ -95,7 +96,9 @@ pub(crate) fn enqueue_batch(r: &mut PgRecords<'_, '_, '_>, jobs: &[NewJob]) -> R
     for job in jobs {
         input::check_new_job(job, r.policy().max_payload)?;
     }
-    let plain = |job: &NewJob| job.unique_key.is_none() && job.metadata.is_empty() && !waits(job);
+    let plain = |job: &NewJob| {
+        job.unique_key.is_none() && job.metadata.is_empty() && !for_the_protocol(job)
+    };
     let mut ids = Vec::with_capacity(jobs.len());
     let mut rest = jobs;
     while let Some(job) = rest.first() {

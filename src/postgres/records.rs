@@ -112,9 +112,9 @@ const INSERT: &str = concat!(
 INSERT INTO {s}.leasehold_jobs
     (queue, state, priority, max_attempts, unique_key, created_at, run_at, progress_at,
      updated_at, payload, time_limit_us, unique_for_us, metadata, flow, awaited, grp,
-     last_error, finished_at)
+     last_error, finished_at, retry)
 VALUES ($1, $2, $3, $4, $5, {s}.at($6), {s}.at($7), {s}.at($6), {s}.at($6), $8, $9, $10, $11,
-        $12, $13, $14, $15, {s}.at($16))
+        $12, $13, $14, $15, {s}.at($16), $17)
 ON CONFLICT (queue, unique_key) WHERE ",
     key_held!(),
     "
@@ -193,7 +193,7 @@ FOR UPDATE SKIP LOCKED";
 macro_rules! queue_columns {
     () => {
         "{s}.us(q.served_at), q.paused, q.concurrency, q.rate_claims, q.rate_per_us,
-         q.recent_claims"
+         q.recent_claims, q.retry"
     };
 }
 pub(crate) use queue_columns;
@@ -238,7 +238,8 @@ impl Records for PgRecords<'_, '_, '_> {
         let metadata = metadata_column(&job.metadata);
         let flow = flow_column(&job.flow);
         let group = job.flow.group.map(|g| clamp(g.0));
-        let params: [&(dyn ToSql + Sync); 16] = [
+        let retry = job.retry.as_ref().map(codec::encode);
+        let params: [&(dyn ToSql + Sync); 17] = [
             &job.queue,
             &job.state.name(),
             &job.priority,
@@ -255,6 +256,7 @@ impl Records for PgRecords<'_, '_, '_> {
             &group,
             &job.last_error,
             &job.finished_at.map(us),
+            &retry,
         ];
         if let Some(row) = self.tx.query_opt(&st, &params)? {
             let made = id(row.col(0)?);
@@ -646,13 +648,14 @@ impl Records for PgRecords<'_, '_, '_> {
     fn save_queue(&mut self, queue: &str, r: &QueueRecord) -> Result<()> {
         let st = self.get(
             "INSERT INTO {s}.leasehold_queues AS q
-                 (queue, served_at, paused, concurrency, rate_claims, rate_per_us, recent_claims)
-             VALUES ($1, {s}.at($2), $3, $4, $5, $6, $7)
+                 (queue, served_at, paused, concurrency, rate_claims, rate_per_us, recent_claims,
+                  retry)
+             VALUES ($1, {s}.at($2), $3, $4, $5, $6, $7, $8)
              ON CONFLICT (queue) DO UPDATE
              SET served_at = greatest(q.served_at, excluded.served_at),
                  paused = excluded.paused, concurrency = excluded.concurrency,
                  rate_claims = excluded.rate_claims, rate_per_us = excluded.rate_per_us,
-                 recent_claims = excluded.recent_claims",
+                 recent_claims = excluded.recent_claims, retry = excluded.retry",
         )?;
         let concurrency = r
             .limits
@@ -665,7 +668,8 @@ impl Records for PgRecords<'_, '_, '_> {
         let rate_per = r.limits.rate.map(|x| micros(x.per));
         let recent: Vec<i64> = r.recent_claims.iter().map(|t| us(*t)).collect();
         let served = r.served_at.map(us);
-        let params: [&(dyn ToSql + Sync); 7] = [
+        let retry = r.retry.as_ref().map(codec::encode);
+        let params: [&(dyn ToSql + Sync); 8] = [
             &queue,
             &served,
             &r.paused,
@@ -673,6 +677,7 @@ impl Records for PgRecords<'_, '_, '_> {
             &rate_claims,
             &rate_per,
             &recent,
+            &retry,
         ];
         self.tx.execute(&st, &params)?;
         Ok(())
@@ -813,11 +818,13 @@ pub(crate) fn queue_from(row: &postgres::Row, at: usize) -> Result<Option<QueueR
             .into_iter()
             .map(time)
             .collect(),
+        retry: super::rows::retry_column(row, at + 6, || "a queue".into())?,
     }))
 }
 
 pub(crate) fn decode_schedule(name: &str, bytes: &[u8]) -> Result<ScheduleRecord> {
-    crate::codec::decode(bytes).map_err(|e| Error::Corrupt(format!("schedule {name:?}: {e}")))
+    crate::codec::decode_with_retry(bytes)
+        .map_err(|e| Error::Corrupt(format!("schedule {name:?}: {e}")))
 }
 
 /// The history row's outcome columns: kind, error, reclaim path, overdue (a time limit has

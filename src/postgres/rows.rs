@@ -53,7 +53,7 @@ macro_rules! job_columns {
     {s}.us(lease_expires_at), {s}.us(lease_indexed_expiry), lease_length_us, stall_timeout_us,
     progress, {s}.us(progress_at), cancel_requested, last_error, {s}.us(finished_at),
     {s}.us(updated_at), {s}.us(lease_deadline), time_limit_us, unique_for_us, key_released,
-    metadata, flow"
+    metadata, flow, retry"
     };
 }
 pub(crate) use job_columns;
@@ -127,6 +127,9 @@ pub(crate) fn record(row: &postgres::Row) -> Result<JobRecord> {
                 ))
             })?,
         },
+        retry: retry_column(row, 28, || {
+            format!("job {}", row.col::<i64>(0).unwrap_or(0))
+        })?,
     })
 }
 
@@ -198,6 +201,21 @@ const STORE_SPAN_US: u64 = u64::MAX / 1000;
 pub(crate) fn micros(d: Duration) -> i64 {
     let us = u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
     clamp(us.min(STORE_SPAN_US))
+}
+
+/// A retry policy's column (`retry`, as the codec encodes it; `NULL` for none) at `at`;
+/// `whose` names its job or queue where the bytes do not decode.
+pub(crate) fn retry_column(
+    row: &postgres::Row,
+    at: usize,
+    whose: impl Fn() -> String,
+) -> Result<Option<crate::RetryPolicy>> {
+    match row.col::<Option<&[u8]>>(at)? {
+        None => Ok(None),
+        Some(bytes) => crate::codec::decode(bytes)
+            .map(Some)
+            .map_err(|e| Error::Corrupt(format!("the retry policy of {}: {e}", whose()))),
+    }
 }
 
 #[cfg(test)]

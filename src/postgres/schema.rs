@@ -28,8 +28,10 @@ use crate::error::Result;
 /// a history row, which version 2 builds would not show. An older schema is upgraded
 /// by the first open that may create
 /// ([`crate::postgres::PgStoreBuilder::create_if_missing`], on by default); a reader's open
-/// is refused ([`PgError::OlderSchema`]) and leaves it as it is.
-pub const VERSION: u32 = 4;
+/// is refused ([`PgError::OlderSchema`]) and leaves it as it is. Version 5 adds a retry
+/// policy to jobs and queues ([`since_5`]) and writes schedules' records in codec format 4,
+/// which version 4 builds cannot read.
+pub const VERSION: u32 = 5;
 
 /// The tables version 2 added, made by a new store and by the upgrade from version 1 alike:
 /// each queue's record (pause, limits, the rate window, the served mark) and each periodic
@@ -79,6 +81,18 @@ CREATE TABLE IF NOT EXISTS {s}.leasehold_groups (
 ",
             add_job!()
         )
+    };
+}
+
+/// What version 5 added, made by a new store and by the upgrade alike: a job's own retry
+/// policy and a queue's (`retry`, as the crate's codec encodes [`crate::RetryPolicy`];
+/// `NULL` for none).
+macro_rules! since_5 {
+    () => {
+        "
+ALTER TABLE {s}.leasehold_jobs ADD COLUMN IF NOT EXISTS retry bytea;
+ALTER TABLE {s}.leasehold_queues ADD COLUMN IF NOT EXISTS retry bytea;
+"
     };
 }
 
@@ -317,6 +331,7 @@ CREATE TABLE {s}.leasehold_counters (name text PRIMARY KEY, value bigint NOT NUL
 "#,
     tables_since_2!(),
     since_4!(),
+    since_5!(),
     r#"
 INSERT INTO {s}.leasehold_counters (name, value) VALUES
     ('reclaimed_by_reaper', 0), ('reclaimed_by_takeover', 0), ('reclaimed_at_open', 0),
@@ -458,6 +473,9 @@ pub(crate) fn prepare(client: &mut Client, names: &Names, create: bool) -> Resul
     if upgraded.is_some_and(|v| v <= 3) {
         tx.batch_execute(&names.sql(MIGRATE_FROM_3))?;
     }
+    if upgraded.is_some_and(|v| v <= 4) {
+        tx.batch_execute(&names.sql(since_5!()))?;
+    }
     check_tables(&mut tx, names)?;
     if let Some(older) = upgraded {
         tx.execute(
@@ -516,6 +534,7 @@ pub(crate) const COLUMNS: &[(&str, &[(&str, &str)])] = &[
             ("flow", "bytea"),
             ("awaited", "bool"),
             ("grp", "int8"),
+            ("retry", "bytea"),
         ],
     ),
     (
@@ -546,6 +565,7 @@ pub(crate) const COLUMNS: &[(&str, &[(&str, &str)])] = &[
             ("rate_claims", "int4"),
             ("rate_per_us", "int8"),
             ("recent_claims", "_int8"),
+            ("retry", "bytea"),
         ],
     ),
     (

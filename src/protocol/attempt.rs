@@ -11,6 +11,7 @@ use crate::input;
 use crate::job::{JobRecord, JobState, ReclaimPath};
 use crate::lease::Renewal;
 use crate::report::Reclaim;
+use crate::retry::RetryPolicy;
 use crate::rules::{self, Change, Renewed, Retry, Stage, Write, corrupt_running};
 
 /// Renews the lease by its length from now (up to the attempt's deadline) if the caller
@@ -25,7 +26,7 @@ pub(crate) fn heartbeat(
 ) -> Result<Renewal> {
     let job = fence(r, id, attempt, Write::Heartbeat)?;
     let now = r.now()?;
-    let (change, answer) = match rules::renew(&job, progress, now, &r.policy().retry) {
+    let (change, answer) = match rules::renew(&job, progress, now, || backoff(r, &job))? {
         Renewed::Cancelled(change) => (change, Renewal::Cancelled),
         Renewed::Stalled(change) => (change, Renewal::Stalled),
         Renewed::TimedOut(change) => (change, Renewal::TimedOut),
@@ -95,14 +96,30 @@ pub(crate) fn end(
         _ => Write::End,
     };
     let job = fence(r, id, attempt, write)?;
-    let (now, backoff) = (r.now()?, r.policy().retry);
+    let now = r.now()?;
     let change = match end {
-        End::Fail(error, retry) => rules::fail(&job, error, *retry, progress, now, &backoff),
+        End::Fail(error, retry) => {
+            rules::fail(&job, error, *retry, progress, now, &backoff(r, &job)?)
+        }
         End::Snooze(delay) => rules::snooze(&job, *delay, progress, now),
-        End::TimeOut => rules::time_out(&job, progress, now, &backoff),
+        End::TimeOut => rules::time_out(&job, progress, now, &backoff(r, &job)?),
         End::Release | End::Complete(_) => rules::release(&job, progress, now),
     };
     store_end(r, &job, change).map(|j| j.state)
+}
+
+/// The backoff a failure of `job` waits by ([`rules::backoff_policy`]): its queue's record
+/// is read only for a job without a policy of its own, and only by an end that waits one out.
+fn backoff(r: &mut (impl Records + ?Sized), job: &JobRecord) -> Result<RetryPolicy> {
+    let queue = match job.retry {
+        Some(_) => None,
+        None => r.queue(&job.queue, false)?,
+    };
+    Ok(rules::backoff_policy(
+        job,
+        queue.as_ref(),
+        &r.policy().retry,
+    ))
 }
 
 /// How far a dead holder's process got with each attempt it held, as it kept them:
@@ -133,8 +150,8 @@ pub(crate) fn expire(
     stages: &Stages,
 ) -> Result<(JobRecord, Reclaim)> {
     let now = r.now()?;
-    let retry = &r.policy().retry;
-    let Some((change, reclaim)) = rules::expire(job, path, stages.stage(job), now, retry) else {
+    let retry = || backoff(r, job);
+    let Some((change, reclaim)) = rules::expire(job, path, stages.stage(job), now, retry)? else {
         return Err(corrupt_running(job));
     };
     let new = store_end(r, job, change)?;

@@ -11,6 +11,7 @@ use crate::input;
 use crate::job::{JobRecord, JobState, NewJob, ReclaimPath};
 use crate::queue::QueueLimits;
 use crate::report::Reclaim;
+use crate::retry::RetryPolicy;
 use crate::rules::{self, Firing};
 use crate::schedule::Schedule;
 use crate::workflow::GroupRecord;
@@ -275,6 +276,18 @@ pub(crate) fn set_queue_limits(
     let record = r.queue(queue, true)?;
     r.save_queue(queue, &rules::limited(record.as_ref(), limits)?)?;
     r.readied(queue)
+}
+
+/// Sets the retry policy of `queue`'s jobs that have none of their own ([`rules::with_retry`]);
+/// `None` leaves them the store's. Each failure from now on waits by it.
+pub(crate) fn set_queue_retry_policy(
+    r: &mut (impl Records + ?Sized),
+    queue: &str,
+    retry: Option<RetryPolicy>,
+) -> Result<()> {
+    input::check_queue(queue)?;
+    let record = r.queue(queue, true)?;
+    r.save_queue(queue, &rules::with_retry(record.as_ref(), retry)?)
 }
 
 /// Declares a schedule ([`rules::declare`]): new, or as it was but for its job and catch-up.

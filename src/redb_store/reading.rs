@@ -222,7 +222,7 @@ pub(crate) fn queue_record(read: &ReadTransaction, queue: &str) -> Result<Option
         return Ok(None);
     };
     match queues.get(queue)? {
-        Some(b) => codec::decode(b.value())
+        Some(b) => codec::decode_with_retry(b.value())
             .map(Some)
             .map_err(|e| Error::Corrupt(format!("the record of queue {queue:?}: {e}"))),
         None => Ok(None),
@@ -284,6 +284,7 @@ fn queue_records(read: &ReadTransaction) -> Result<Vec<(String, QueueRecord)>> {
         schema::QUEUES,
         |queue| queue.to_owned(),
         |queue| format!("the record of queue {queue:?}"),
+        codec::decode_with_retry,
     )
 }
 
@@ -294,6 +295,7 @@ fn decoded<K: redb::Key + 'static, O, T: bincode::Decode<()>>(
     table: TableDefinition<K, &'static [u8]>,
     key: impl Fn(K::SelfType<'_>) -> O,
     what: impl Fn(&O) -> String,
+    decode: fn(&[u8]) -> Result<T, codec::CodecError>,
 ) -> Result<Vec<(O, T)>> {
     let Some(entries) = optional(read, table)? else {
         return Ok(Vec::new());
@@ -302,8 +304,8 @@ fn decoded<K: redb::Key + 'static, O, T: bincode::Decode<()>>(
     for entry in entries.iter()? {
         let (k, bytes) = entry?;
         let k = key(k.value());
-        let value = codec::decode(bytes.value())
-            .map_err(|e| Error::Corrupt(format!("{}: {e}", what(&k))))?;
+        let value =
+            decode(bytes.value()).map_err(|e| Error::Corrupt(format!("{}: {e}", what(&k))))?;
         found.push((k, value));
     }
     Ok(found)
@@ -492,9 +494,8 @@ pub(crate) fn registrations(
     )>,
 > {
     let id = |id: u64| crate::ids::InstanceId(id);
-    decoded(read, schema::INSTANCES, id, |id| {
-        format!("process instance {:016x}", id.0)
-    })
+    let what = |id: &crate::ids::InstanceId| format!("process instance {:016x}", id.0);
+    decoded(read, schema::INSTANCES, id, what, codec::decode)
 }
 
 #[cfg(test)]

@@ -246,7 +246,7 @@ impl Records for Tx<'_> {
 
     fn queue(&mut self, queue: &str, _lock: bool) -> Result<Option<QueueRecord>> {
         match self.tables.queues()?.get(queue)? {
-            Some(b) => codec::decode(b.value())
+            Some(b) => codec::decode_with_retry(b.value())
                 .map(Some)
                 .map_err(|e| Error::Corrupt(format!("the record of queue {queue:?}: {e}"))),
             None => Ok(None),
@@ -325,5 +325,5 @@ impl Tx<'_> {
 }
 
 pub(crate) fn decode_schedule(name: &str, bytes: &[u8]) -> Result<ScheduleRecord> {
-    codec::decode(bytes).map_err(|e| Error::Corrupt(format!("schedule {name:?}: {e}")))
+    codec::decode_with_retry(bytes).map_err(|e| Error::Corrupt(format!("schedule {name:?}: {e}")))
 }

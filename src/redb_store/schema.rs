@@ -41,8 +41,9 @@ use redb::TableDefinition;
 /// [`Outcome::NeverStarted`](crate::Outcome::NeverStarted) or
 /// [`Outcome::ResultLost`](crate::Outcome::ResultLost). Version 6 writes job records in
 /// format version 3 (what a job waits for, its group; the state `Blocked`) and adds
-/// `waits`, `members` and `groups`.
-pub const SCHEMA_VERSION: u32 = 6;
+/// `waits`, `members` and `groups`. Version 7 writes records in format version 4 (a
+/// retry policy of a job, a queue, a schedule's jobs).
+pub const SCHEMA_VERSION: u32 = 7;
 
 /// The marker that says "this redb file is a leasehold store".
 pub(crate) const MARKER: &[u8] = b"leasehold store";

@@ -4,6 +4,7 @@ use super::*;
 use crate::ids::StoreTime;
 use crate::input;
 use crate::job::{JobRecord, JobState, Outcome, ReclaimPath};
+use crate::queue::QueueRecord;
 use crate::report::Reclaim;
 use crate::retry::RetryPolicy;
 use crate::stats::Counters;
@@ -25,14 +26,21 @@ pub(crate) enum Renewed {
 /// Renews the lease of the held `job` at `now`, recording `progress`. A cancel requested
 /// meanwhile comes first, then a stall (progress unchanged for the stall timeout), then the
 /// attempt's hard time limit; else the lease runs its length from now, up to the deadline.
-pub(crate) fn renew(
+/// `retry` gives the job's backoff ([`backoff_policy`]), asked for only by an end that
+/// waits one out.
+pub(crate) fn renew<E>(
     job: &JobRecord,
     progress: u64,
     now: StoreTime,
-    retry: &RetryPolicy,
-) -> Renewed {
+    retry: impl FnOnce() -> Result<RetryPolicy, E>,
+) -> Result<Renewed, E> {
     if job.cancel_requested {
-        return Renewed::Cancelled(end(job, Outcome::Cancelled, Next::Cancelled, now));
+        return Ok(Renewed::Cancelled(end(
+            job,
+            Outcome::Cancelled,
+            Next::Cancelled,
+            now,
+        )));
     }
     let stalled = job
         .lease
@@ -42,13 +50,13 @@ pub(crate) fn renew(
             progress == job.progress && now.saturating_since(job.progress_at) >= limit
         });
     if stalled {
-        let next = after_failure(job, now, retry, true);
+        let next = after_failure(job, now, Some(&retry()?));
         let mut change = end(job, Outcome::Stalled, next, now);
         change.counts.stalled = 1;
-        return Renewed::Stalled(change);
+        return Ok(Renewed::Stalled(change));
     }
     if past_deadline(job.lease.as_ref(), now) {
-        return Renewed::TimedOut(time_out(job, None, now, retry));
+        return Ok(Renewed::TimedOut(time_out(job, None, now, &retry()?)));
     }
     let mut new = job.clone();
     if let Some(lease) = new.lease.as_mut() {
@@ -60,7 +68,7 @@ pub(crate) fn renew(
         new.progress_at = now;
     }
     new.updated_at = now;
-    Renewed::Lease(new)
+    Ok(Renewed::Lease(new))
 }
 
 // ----- the end of an attempt -----
@@ -89,26 +97,38 @@ pub(crate) fn spends_budget(outcome: &Outcome) -> bool {
 }
 
 /// Where a failed (or expired, or stalled) attempt sends its job at `now`: one more failure
-/// against its budget, and a backoff only for failures the holder reported (an expired lease
-/// has already waited out the lease, and the holder most likely died rather than the job). A
-/// cancel requested meanwhile wins.
+/// against its budget, and a backoff (by `backoff`, the job's policy) only for failures the
+/// holder reported (an expired lease has already waited out the lease, and the holder most
+/// likely died rather than the job). A cancel requested meanwhile wins.
 pub(crate) fn after_failure(
     job: &JobRecord,
     now: StoreTime,
-    policy: &RetryPolicy,
-    backoff: bool,
+    backoff: Option<&RetryPolicy>,
 ) -> Next {
     let failures = job.failures.saturating_add(1);
     if job.cancel_requested {
         Next::Cancelled
     } else if failures >= job.max_attempts {
         Next::Dead
-    } else if backoff {
+    } else if let Some(policy) = backoff {
         let seed = crate::retry::splitmix64(job.id.0 ^ (u64::from(job.attempt.0) << 40));
         Next::RetryWait(now.saturating_add(policy.backoff(failures, seed)))
     } else {
         Next::Queued(job.run_at)
     }
+}
+
+/// The backoff a failure of `job` waits by: its own policy, else its queue's (`queue`, its
+/// record: read only for a job without one), else the store's.
+pub(crate) fn backoff_policy(
+    job: &JobRecord,
+    queue: Option<&QueueRecord>,
+    store: &RetryPolicy,
+) -> RetryPolicy {
+    (job.retry.as_ref())
+        .or(queue.and_then(|q| q.retry.as_ref()))
+        .unwrap_or(store)
+        .clone()
 }
 
 /// Ends the current attempt of the running `job` at `now` with `outcome`, moving it to
@@ -204,8 +224,8 @@ pub(crate) fn fail(
     let mut job = with_final_progress(job, progress, now);
     job.last_error = Some(input::error_message(error));
     let next = match retry {
-        Retry::WhileBudgetLasts => after_failure(&job, now, policy, true),
-        Retry::After(wait) => match after_failure(&job, now, policy, true) {
+        Retry::WhileBudgetLasts => after_failure(&job, now, Some(policy)),
+        Retry::After(wait) => match after_failure(&job, now, Some(policy)) {
             Next::RetryWait(_) => Next::RetryWait(now.saturating_add(wait)),
             dead_or_cancelled => dead_or_cancelled,
         },
@@ -250,7 +270,7 @@ pub(crate) fn time_out(
         None => time_out_outcome(now, None),
     };
     job.last_error = Some(outcome.to_string());
-    let next = after_failure(&job, now, policy, true);
+    let next = after_failure(&job, now, Some(policy));
     let mut change = end(&job, outcome, next, now);
     change.counts.timed_out = 1;
     change
@@ -333,17 +353,20 @@ fn spared(job: &JobRecord, path: ReclaimPath, stage: Stage, now: StoreTime) -> C
 /// [`Outcome::NeverStarted`] or [`Outcome::ResultLost`] instead, no budget spent; one that
 /// was in its handler spends budget and waits out a backoff. `None` for a record that is
 /// not running under a lease.
-pub(crate) fn expire(
+pub(crate) fn expire<E>(
     job: &JobRecord,
     path: ReclaimPath,
     stage: Stage,
     now: StoreTime,
-    retry: &RetryPolicy,
-) -> Option<(Change, Reclaim)> {
-    let lease = job
+    retry: impl FnOnce() -> Result<RetryPolicy, E>,
+) -> Result<Option<(Change, Reclaim)>, E> {
+    let Some(lease) = job
         .lease
         .as_ref()
-        .filter(|_| job.state == JobState::Running)?;
+        .filter(|_| job.state == JobState::Running)
+    else {
+        return Ok(None);
+    };
     let overdue = now.saturating_since(lease.expires_at);
     let detection_delay = lease.length + overdue;
     let mut change = match past_deadline(Some(lease), now) {
@@ -353,14 +376,15 @@ pub(crate) fn expire(
         }
         // Past its deadline the attempt ran into its hard time limit, whoever finds it: it
         // ends timed out (retried after a backoff), not as a silent holder's.
-        true => time_out(job, None, now, retry),
+        true => time_out(job, None, now, &retry()?),
         false => {
             // One that was in its handler when its process died may be what killed it: it
             // waits out a backoff as a reported failure does, so that a process that
             // crash-loops on it runs (and commits) the others first. Any other expired lease
             // has waited out its lease already, and its holder most likely died, not the job.
             let suspect = stage == Stage::InHandler && dead_holder(path);
-            let next = after_failure(job, now, retry, suspect);
+            let backoff = if suspect { Some(retry()?) } else { None };
+            let next = after_failure(job, now, backoff.as_ref());
             end(job, Outcome::LeaseExpired { path, overdue }, next, now)
         }
     };
@@ -385,5 +409,5 @@ pub(crate) fn expire(
         path,
         job_state: change.job.state,
     };
-    Some((change, reclaim))
+    Ok(Some((change, reclaim)))
 }

@@ -45,6 +45,7 @@ pub(crate) fn new_job(
         time_limit: new.time_limit,
         metadata: new.metadata.clone(),
         flow: Default::default(),
+        retry: new.retry.clone(),
     })
 }
 

@@ -5,6 +5,7 @@ use crate::error::Error;
 use crate::ids::StoreTime;
 use crate::input;
 use crate::queue::{QueueLimits, QueueRecord};
+use crate::retry::RetryPolicy;
 
 /// What a claim may take of a queue now.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -120,6 +121,22 @@ pub(crate) fn paused(record: Option<&QueueRecord>, paused: bool) -> QueueRecord 
     let mut new = record.cloned().unwrap_or_default();
     new.paused = paused;
     new
+}
+
+/// The record of a queue with a new retry policy for its jobs that have none (checked), or
+/// none (`None`: its jobs wait by the store's).
+pub(crate) fn with_retry(
+    record: Option<&QueueRecord>,
+    retry: Option<RetryPolicy>,
+) -> Result<QueueRecord, Error> {
+    if let Some(policy) = &retry {
+        policy
+            .check()
+            .map_err(crate::error::InputError::RetryPolicy)?;
+    }
+    let mut new = record.cloned().unwrap_or_default();
+    new.retry = retry;
+    Ok(new)
 }
 
 /// The record of a queue with new limits (checked); the rate window's claims are kept, so

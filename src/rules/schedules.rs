@@ -25,7 +25,10 @@ pub(crate) fn declare(
     input::check_schedule(s, max_payload)?;
     let template = JobTemplate::of(&s.job);
     if let Some(old) = existing {
-        let same = old.when == s.when && old.template == template && old.catch_up == s.catch_up;
+        let same = old.when == s.when
+            && old.template == template
+            && old.retry == s.job.retry
+            && old.catch_up == s.catch_up;
         if !same && !s.replace {
             return Err(Error::ScheduleConflict(s.name.clone()));
         }
@@ -33,6 +36,7 @@ pub(crate) fn declare(
     if let Some(old) = existing.filter(|old| old.when == s.when) {
         let mut kept = old.clone();
         kept.template = template;
+        kept.retry = s.job.retry.clone();
         kept.catch_up = s.catch_up;
         return Ok(kept);
     }
@@ -47,6 +51,7 @@ pub(crate) fn declare(
         last_fired: existing.and_then(|old| old.last_fired),
         fired: existing.map_or(0, |old| old.fired),
         skipped: existing.map_or(0, |old| old.skipped),
+        retry: s.job.retry.clone(),
     })
 }
 
@@ -175,10 +180,7 @@ pub(crate) fn firing(
 ) -> Firing {
     let planned = record.and_then(|record| {
         let (ticks, new) = fire(&record, now, wall)?;
-        let jobs: Vec<NewJob> = ticks
-            .into_iter()
-            .map(|tick| record.template.job(&record.name, tick))
-            .collect();
+        let jobs: Vec<NewJob> = ticks.into_iter().map(|tick| record.job(tick)).collect();
         for job in &jobs {
             input::check_new_job(job, max_payload)?;
         }

@@ -101,7 +101,10 @@ fn a_dead_holders_table_spares_what_was_not_in_a_handler_and_makes_the_suspect_w
     let policy = RetryPolicy::default();
     let job = running(StoreTime(2_000));
     let now = StoreTime(5_000);
-    let take = |path, stage| expire(&job, path, stage, now, &policy).unwrap().0;
+    let take = |path, stage| {
+        let backoff = || Ok::<_, ()>(policy.clone());
+        expire(&job, path, stage, now, backoff).unwrap().unwrap().0
+    };
     for (stage, outcome) in [
         (
             Stage::NotStarted,
@@ -155,8 +158,9 @@ fn the_end_of_an_attempt_spends_the_budget_only_for_failures_expiries_and_stalls
         ReclaimPath::Reaper,
         Stage::Unknown,
         StoreTime(2_200),
-        &policy,
+        || Err("a lease that waited out its length asks for no backoff"),
     )
+    .unwrap()
     .unwrap();
     assert_eq!(
         (expired.job.failures, expired.job.state),
@@ -205,22 +209,57 @@ fn a_permanent_failure_is_dead_at_once_with_budget_left_unless_a_cancel_came_fir
 
 #[test]
 fn a_renewal_ends_a_cancelled_attempt_before_a_stalled_one_before_renewing() {
-    let policy = RetryPolicy::default();
+    let policy = || Ok::<_, ()>(RetryPolicy::default());
+    // Only an end that waits out a backoff asks for the policy (its queue's record).
+    let unasked = || Err::<RetryPolicy, _>(());
     let mut job = running(StoreTime(0));
     job.lease.as_mut().unwrap().stall_timeout = Some(Duration::from_nanos(10));
     assert!(matches!(
-        renew(&job, 0, StoreTime(20), &policy),
-        Renewed::Stalled(_)
+        renew(&job, 0, StoreTime(20), policy),
+        Ok(Renewed::Stalled(_))
     ));
     assert!(matches!(
-        renew(&job, 1, StoreTime(20), &policy),
-        Renewed::Lease(_)
+        renew(&job, 1, StoreTime(20), unasked),
+        Ok(Renewed::Lease(_))
     ));
     job.cancel_requested = true;
     assert!(matches!(
-        renew(&job, 0, StoreTime(20), &policy),
-        Renewed::Cancelled(_)
+        renew(&job, 0, StoreTime(20), unasked),
+        Ok(Renewed::Cancelled(_))
     ));
+}
+
+#[test]
+fn a_failure_waits_by_the_jobs_policy_else_its_queues_else_the_stores() {
+    let store = RetryPolicy::fixed(Duration::from_nanos(1_000));
+    let of_queue = crate::queue::QueueRecord {
+        retry: Some(RetryPolicy::fixed(Duration::from_nanos(2_000))),
+        ..Default::default()
+    };
+    let bare = crate::queue::QueueRecord::default();
+    let mut job = running(StoreTime(0));
+    let wait = |job: &JobRecord, queue: Option<&crate::queue::QueueRecord>| {
+        let policy = backoff_policy(job, queue, &store);
+        let failed = fail(
+            job,
+            "e",
+            Retry::WhileBudgetLasts,
+            None,
+            StoreTime(10),
+            &policy,
+        );
+        failed.job.run_at.0 - 10
+    };
+    assert_eq!(wait(&job, None), 1_000);
+    assert_eq!(wait(&job, Some(&bare)), 1_000);
+    assert_eq!(wait(&job, Some(&of_queue)), 2_000);
+    job.retry = Some(RetryPolicy::delays([Duration::from_nanos(3_000)]));
+    assert_eq!(wait(&job, Some(&of_queue)), 3_000);
+    // A handler's own wait still wins over every policy.
+    let policy = backoff_policy(&job, Some(&of_queue), &store);
+    let after = Retry::After(Duration::from_nanos(5));
+    let failed = fail(&job, "e", after, None, StoreTime(10), &policy);
+    assert_eq!(failed.job.run_at, StoreTime(15));
 }
 
 #[test]

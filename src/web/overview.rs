@@ -155,7 +155,7 @@ fn queues(
         let timing = reading.timing(name);
         let qn = url_component(name);
         let mut cells = vec![format!(
-            "<a href=\"{}/jobs?queue={qn}\">{}</a>{}{}",
+            "<a href=\"{}/jobs?queue={qn}\">{}</a>{}{}{}",
             inner.base,
             escape(name),
             if counts.paused {
@@ -167,7 +167,8 @@ fn queues(
                 " <span class=\"state retry_wait\" title=\"work waits and no worker has asked for it\">unserved</span>"
             } else {
                 ""
-            }
+            },
+            settings(counts),
         )];
         for state in JobState::ALL {
             let n = counts.get(state);
@@ -420,5 +421,26 @@ fn reaper_line(pass: Option<&crate::ReaperPass>, now: StoreTime) -> String {
                 false => format!("<p class=\"note\" id=\"reaper\">{line}</p>"),
             }
         }
+    }
+}
+
+/// A queue's settings under its name, where it has any: its limits and its retry policy.
+fn settings(counts: &crate::QueueCounts) -> String {
+    let mut parts = Vec::new();
+    if let Some(n) = counts.limits.concurrency {
+        parts.push(format!("at most {n} held"));
+    }
+    if let Some(rate) = counts.limits.rate {
+        parts.push(format!("{} claims per {}", rate.claims, duration(rate.per)));
+    }
+    if let Some(policy) = &counts.retry {
+        parts.push(format!("backoff {policy}"));
+    }
+    match parts.is_empty() {
+        true => String::new(),
+        false => format!(
+            "<br><small data-settings>{}</small>",
+            escape(&parts.join(" · "))
+        ),
     }
 }

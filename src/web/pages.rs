@@ -287,6 +287,9 @@ pub(crate) fn job(inner: &Inner, id: JobId, query: &[(String, String)]) -> PageR
     if let Some(limit) = job.time_limit() {
         row("time limit", duration(limit));
     }
+    if let Some(policy) = job.retry_policy() {
+        row("retry policy", escape(&policy.to_string()));
+    }
     row("payload", format!("{payload} bytes"));
     if let Some(n) = output {
         row("output", format!("{n} bytes"));

@@ -320,11 +320,8 @@ fn bad_settings_are_configuration_errors() {
         cfg(Store::builder(&p).default_max_attempts(0)),
         ConfigError::ZeroMaxAttempts
     );
-    let inverted = RetryPolicy {
-        base: Duration::from_secs(9),
-        max: Duration::from_secs(1),
-        jitter: 0.1,
-    };
+    let inverted =
+        RetryPolicy::exponential(Duration::from_secs(9), Duration::from_secs(1)).jitter(0.1);
     assert!(matches!(
         cfg(Store::builder(&p).retry_policy(inverted)),
         ConfigError::RetryPolicy(_)

@@ -44,11 +44,7 @@ impl Db {
 
     pub fn store(&self) -> PgStore {
         self.builder()
-            .retry_policy(RetryPolicy {
-                base: Duration::ZERO,
-                max: Duration::ZERO,
-                jitter: 0.0,
-            })
+            .retry_policy(RetryPolicy::fixed(Duration::ZERO))
             .open()
             .unwrap()
     }

@@ -69,6 +69,7 @@ fn decode_ops(data: &[u8]) -> Vec<Op> {
                     .map(|_| (u16::from(byte()), byte()))
                     .collect(),
                 group: Some(byte()).filter(|g| g % 2 == 0),
+                backoff: None,
             },
             253 => Op::OpenGroup { callbacks: byte() },
             254 => Op::SealGroup { group: byte() },
@@ -82,6 +83,7 @@ fn decode_ops(data: &[u8]) -> Vec<Op> {
                     unique: Some(byte()).filter(|u| u % 3 == 0),
                     after: Vec::new(),
                     group: None,
+                    backoff: None,
                 },
                 3..=5 => Op::Claim {
                     queue: byte(),

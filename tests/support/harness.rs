@@ -76,6 +76,13 @@ pub enum Op {
         after: Vec<(u16, u8)>,
         /// The group it joins, by number.
         group: Option<u8>,
+        /// Its own retry policy ([`backoff`]).
+        backoff: Option<u8>,
+    },
+    /// Sets (or lifts) a queue's retry policy ([`backoff`]).
+    Backoff {
+        queue: u8,
+        policy: Option<u8>,
     },
     /// An operator's edit: a new priority (`priority % 3`), due now if `promote`, naming the
     /// attempt last seen (`stale`: the one before it) if `fenced`.
@@ -197,11 +204,10 @@ fn builder(path: &std::path::Path, clock: &ManualClock) -> leasehold::StoreBuild
         .durability(Durability::Eventual {
             flush_every: Duration::from_secs(1 << 30),
         })
-        .retry_policy(RetryPolicy {
-            base: Duration::from_nanos(model::BACKOFF_BASE),
-            max: Duration::from_nanos(model::BACKOFF_MAX),
-            jitter: 0.0,
-        })
+        .retry_policy(RetryPolicy::exponential(
+            Duration::from_nanos(model::BACKOFF_BASE),
+            Duration::from_nanos(model::BACKOFF_MAX),
+        ))
         .default_max_attempts(model::DEFAULT_MAX_ATTEMPTS)
         .reap_batch(REAP_BATCH)
         .verify_on_open(false)
@@ -256,11 +262,10 @@ impl Harness {
             .schema(schema)
             .simulated_clock(clock.clone())
             .shortcuts(shortcuts)
-            .retry_policy(RetryPolicy {
-                base: Duration::from_nanos(model::BACKOFF_BASE),
-                max: Duration::from_nanos(model::BACKOFF_MAX),
-                jitter: 0.0,
-            })
+            .retry_policy(RetryPolicy::exponential(
+                Duration::from_nanos(model::BACKOFF_BASE),
+                Duration::from_nanos(model::BACKOFF_MAX),
+            ))
             .default_max_attempts(model::DEFAULT_MAX_ATTEMPTS)
             .reap_batch(REAP_BATCH)
             // every round's completions and claim at once, in two transactions
@@ -343,6 +348,7 @@ impl Harness {
                 unique,
                 after,
                 group,
+                backoff: own,
             } => {
                 let q = QUEUES[usize::from(*queue) % QUEUES.len()];
                 let key = unique.map(|u| format!("k{}", u % 3));
@@ -386,7 +392,12 @@ impl Harness {
                 if let Some(g) = group {
                     job = job.in_group(leasehold::GroupId(g));
                 }
+                let own = own.map(backoff);
+                if let Some((policy, _)) = &own {
+                    job = job.retry_policy(policy.clone());
+                }
                 let got = self.store().enqueue(job).map(|id| id.0).map_err(err);
+                let made = self.model.next_id;
                 let want = self.model.enqueue_waiting(
                     q,
                     i32::from(*priority % 3),
@@ -397,7 +408,21 @@ impl Harness {
                     group,
                     false,
                 );
+                if let (Ok(id), Some((_, policy))) = (&want, own)
+                    && *id == made
+                {
+                    self.model.jobs.get_mut(id).expect("made").backoff = Some(policy);
+                }
                 same("enqueue", got, want)
+            }
+            Op::Backoff { queue, policy } => {
+                let q = QUEUES[usize::from(*queue) % QUEUES.len()];
+                let policy = policy.map(backoff);
+                self.store()
+                    .set_queue_retry_policy(q, policy.as_ref().map(|(p, _)| p.clone()))
+                    .map_err(|e| format!("backoff: {e}"))?;
+                self.model.set_backoff(q, policy.map(|(_, m)| m));
+                Ok(())
             }
             Op::Edit {
                 job,
@@ -988,13 +1013,29 @@ fn same<T: PartialEq + std::fmt::Debug>(
 /// The model's policy, for a store in memory.
 fn memory_policy() -> leasehold::memory::Policy {
     leasehold::memory::Policy {
-        retry: RetryPolicy {
-            base: Duration::from_nanos(model::BACKOFF_BASE),
-            max: Duration::from_nanos(model::BACKOFF_MAX),
-            jitter: 0.0,
-        },
+        retry: RetryPolicy::exponential(
+            Duration::from_nanos(model::BACKOFF_BASE),
+            Duration::from_nanos(model::BACKOFF_MAX),
+        ),
         default_max_attempts: model::DEFAULT_MAX_ATTEMPTS,
         reap_batch: REAP_BATCH,
         ..Default::default()
+    }
+}
+
+/// The retry policy numbered `code`, as the store takes it and as the model states it.
+pub fn backoff(code: u8) -> (leasehold::RetryPolicy, model::MBackoff) {
+    use leasehold::RetryPolicy;
+    let s = |n: u64| Duration::from_nanos(n * SEC);
+    match code % 3 {
+        0 => (RetryPolicy::fixed(s(3)), model::MBackoff::Fixed(3 * SEC)),
+        1 => (
+            RetryPolicy::delays([s(1), s(40)]),
+            model::MBackoff::Delays(vec![SEC, 40 * SEC]),
+        ),
+        _ => (
+            RetryPolicy::exponential(s(2), s(30)),
+            model::MBackoff::Exponential(2 * SEC, 30 * SEC),
+        ),
     }
 }

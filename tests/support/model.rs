@@ -38,6 +38,29 @@ pub struct MJob {
     pub needs: Vec<MNeed>,
     /// The group it is a member of.
     pub group: Option<u64>,
+    /// Its own backoff, if it was given one.
+    pub backoff: Option<MBackoff>,
+}
+
+/// A retry policy without jitter, as the README states it: the `n`-th failure waits
+/// `min(max, base * 2^(n-1))`, or the same every time, or the `n`-th of a list (its last
+/// once past it).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MBackoff {
+    Exponential(u64, u64),
+    Fixed(u64),
+    Delays(Vec<u64>),
+}
+
+impl MBackoff {
+    fn wait(&self, failures: u32) -> u64 {
+        let n = failures.max(1) - 1;
+        match self {
+            MBackoff::Exponential(base, max) => base.saturating_mul(1u64 << n.min(40)).min(*max),
+            MBackoff::Fixed(wait) => *wait,
+            MBackoff::Delays(list) => *list.get(n as usize).or(list.last()).unwrap_or(&0),
+        }
+    }
 }
 
 /// What a job waits for: a job's end, or a group's (sealed, and every member ended).
@@ -145,6 +168,8 @@ pub struct MQueue {
     pub rate: Option<(u32, u64)>,
     /// The claims of the rate window, their times.
     pub recent: Vec<u64>,
+    /// The backoff of its jobs that have none of their own.
+    pub backoff: Option<MBackoff>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -252,6 +277,7 @@ impl Model {
                 progress_at: self.now,
                 needs: needs.clone(),
                 group,
+                backoff: None,
             },
         );
         if let Some(g) = group {
@@ -480,6 +506,10 @@ impl Model {
 
     pub fn pause(&mut self, queue: &str, paused: bool) {
         self.queues.entry(queue.to_owned()).or_default().paused = paused;
+    }
+
+    pub fn set_backoff(&mut self, queue: &str, backoff: Option<MBackoff>) {
+        self.queues.entry(queue.to_owned()).or_default().backoff = backoff;
     }
 
     pub fn limit(&mut self, queue: &str, concurrency: Option<u32>, rate: Option<(u32, u64)>) {
@@ -864,9 +894,12 @@ impl Model {
         } else if failures >= job.max_attempts {
             (JobState::Dead, None)
         } else if backoff {
-            let wait = BACKOFF_BASE
-                .saturating_mul(1u64 << (failures - 1).min(40))
-                .min(BACKOFF_MAX);
+            let of_queue = self.queues.get(&job.queue).and_then(|q| q.backoff.as_ref());
+            let policy = (job.backoff.as_ref()).or(of_queue);
+            let wait = match policy {
+                Some(policy) => policy.wait(failures),
+                None => MBackoff::Exponential(BACKOFF_BASE, BACKOFF_MAX).wait(failures),
+            };
             (JobState::RetryWait, Some(self.now + wait))
         } else {
             (JobState::Queued, Some(job.run_at))

@@ -111,7 +111,7 @@ macro_rules! configured {
         if let Some(n) = s.default_max_attempts {
             b = b.default_max_attempts(n);
         }
-        if let Some(p) = s.retry_policy {
+        if let Some(p) = s.retry_policy.clone() {
             b = b.retry_policy(p);
         }
         if let Some(d) = s.retention {
@@ -355,7 +355,7 @@ fn memory_store(clock: &ManualClock, setup: &Setup) -> leasehold::memory::Memory
 fn memory_policy(setup: &Setup) -> leasehold::memory::Policy {
     let default = leasehold::memory::Policy::default();
     leasehold::memory::Policy {
-        retry: setup.retry_policy.unwrap_or_default(),
+        retry: setup.retry_policy.clone().unwrap_or_default(),
         default_max_attempts: setup
             .default_max_attempts
             .unwrap_or(default.default_max_attempts),

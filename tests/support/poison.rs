@@ -19,11 +19,10 @@ pub fn run(
         .sharing(sharing)
         // Backoffs a restart outlasts (the crash loop's job is not due before the others
         // are done), short enough that 25 crashes take a test's time.
-        .retry_policy(RetryPolicy {
-            base: Duration::from_millis(200),
-            max: Duration::from_millis(300),
-            jitter: 0.0,
-        })
+        .retry_policy(RetryPolicy::exponential(
+            Duration::from_millis(200),
+            Duration::from_millis(300),
+        ))
         .open()?;
     let pool = WorkerPool::builder(store, queue)
         .concurrency(workers)

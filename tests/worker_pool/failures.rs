@@ -55,11 +55,12 @@ fn a_panicking_handler_fails_its_job_and_the_pool_keeps_working(kind: Kind) {
 }
 
 fn a_handler_error_is_recorded_and_retried(kind: Kind) {
-    let f = kind.with(Setup::default().retry_policy(leasehold::RetryPolicy {
-        base: Duration::ZERO,
-        max: Duration::ZERO,
-        jitter: 0.0,
-    }));
+    let f = kind.with(
+        Setup::default().retry_policy(leasehold::RetryPolicy::exponential(
+            Duration::ZERO,
+            Duration::ZERO,
+        )),
+    );
     let id = f.enqueue(NewJob::new(Q, "x").max_attempts(3)).unwrap();
     let p = pool(&f, "w")
         .start(|ctx| {
