@@ -306,7 +306,17 @@ impl Sim {
         self.store()
             .enqueue_batch(
                 (0..plain)
-                    .map(|i| NewJob::new(QUEUE, format!("{i}")))
+                    .map(|i| {
+                        let job = NewJob::new(QUEUE, format!("{i}"));
+                        // every third with a backoff of its own, over the store's
+                        match i % 3 {
+                            0 => job.retry_policy(leasehold::RetryPolicy::delays([
+                                Duration::from_millis(300),
+                                Duration::from_secs(2),
+                            ])),
+                            _ => job,
+                        }
+                    })
                     .collect(),
             )
             .map_err(|e| e.to_string())?;
