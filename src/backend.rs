@@ -71,8 +71,30 @@ impl std::error::Error for WritesPanicked {}
 /// The answers of a round: one per completion, in order, then the claim's.
 pub type RoundResults = (Vec<Result<()>>, Result<Vec<Lease>>);
 
-/// A claim a round makes: queue, worker, lease terms, how many.
-pub type Claim<'a> = (&'a str, &'a str, LeaseTerms, usize);
+/// A claim a round makes: of each queue up to its share of `plan`, what one cannot fill
+/// taken by the others ([`protocol::claim_plan`](crate::protocol::claim_plan)), for
+/// `worker` under `terms`. A pool of one queue asks one share.
+#[derive(Clone, Copy, Debug)]
+pub struct Claim<'a> {
+    /// Each queue with its share, in the order that fills what another could not.
+    pub plan: &'a [(String, usize)],
+    /// The claimer.
+    pub worker: &'a str,
+    /// The leases' terms.
+    pub terms: LeaseTerms,
+}
+
+impl Claim<'_> {
+    /// How many jobs it asks for in all.
+    pub fn wanted(&self) -> usize {
+        self.plan.iter().map(|(_, n)| n).sum()
+    }
+
+    /// Its queues.
+    pub(crate) fn queues(&self) -> impl Iterator<Item = &str> {
+        self.plan.iter().map(|(q, _)| q.as_str())
+    }
+}
 
 /// A round as a pool's dispatcher makes it, for the stores' `complete_batch_and_claim`:
 /// the claim's input checked before anything is written (a refusal answers every part, as
@@ -82,16 +104,17 @@ pub(crate) fn round(
     done: &[(&Lease, &[u8])],
     claim: Claim<'_>,
 ) -> RoundResults {
-    let (queue, worker, terms, n) = claim;
-    if let Err(e) = crate::input::check_claim(queue, worker, &terms) {
-        let each = || match &e {
-            crate::Error::Input(i) => crate::Error::Input(i.clone()),
-            crate::Error::Config(c) => crate::Error::Config(c.clone()),
-            _ => crate::Error::Internal("a claim's check failed otherwise"),
-        };
-        return (done.iter().map(|_| Err(each())).collect(), Err(each()));
+    for queue in claim.queues() {
+        if let Err(e) = crate::input::check_claim(queue, claim.worker, &claim.terms) {
+            let each = || match &e {
+                crate::Error::Input(i) => crate::Error::Input(i.clone()),
+                crate::Error::Config(c) => crate::Error::Config(c.clone()),
+                _ => crate::Error::Internal("a claim's check failed otherwise"),
+            };
+            return (done.iter().map(|_| Err(each())).collect(), Err(each()));
+        }
     }
-    store.complete_all_then_claim(completions(done), Some((queue, worker, terms, n)))
+    store.complete_all_then_claim(completions(done), Some(claim))
 }
 
 /// Completions as the application gives them to a store: no progress, no writes.
@@ -264,9 +287,9 @@ pub trait LeaseBackend: Send + Sync + 'static {
         // (writes of the application's: none reach an engine without tables of its own, whose
         // pools cannot make them; refused rather than dropped all the same)
         let refused = |c: &Completion| c.writes.is_some();
-        let claim = claim.map(|(q, w, terms, n)| {
-            let marks = self.marks_due(&mut std::iter::once(q));
-            (q.to_owned(), w.to_owned(), terms, n, marks)
+        let claim = claim.map(|c| {
+            let marks = self.marks_due(&mut c.queues());
+            (c.plan.to_vec(), c.worker.to_owned(), c.terms, marks)
         });
         let round = write(self, move |r| {
             let mut completed = Vec::with_capacity(done.len());
@@ -285,11 +308,13 @@ pub trait LeaseBackend: Send + Sync + 'static {
                 }
             }
             let claimed = match &claim {
-                Some((queue, worker, terms, n, marks)) => {
+                Some((plan, worker, terms, marks)) => {
                     for queue in marks {
                         protocol::mark_served(r, queue)?;
                     }
-                    protocol::claim_batch(r, queue, worker, *terms, *n)?
+                    protocol::claim_plan(r, plan, |r, queue, n| {
+                        protocol::claim_batch(r, queue, worker, *terms, n)
+                    })?
                 }
                 None => Vec::new(),
             };

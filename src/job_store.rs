@@ -184,6 +184,25 @@ pub trait JobStore: ReadJobs + LeaseBackend {
         })
     }
 
+    /// Claims from several queues in one transaction: up to each queue's count of `plan`,
+    /// in order, then what one could not give (empty, paused, at its limit) from the others
+    /// that gave all of theirs, in the same order. The claim a pool over several queues
+    /// makes each round ([`crate::Queues`]), for claim loops of an application's own.
+    fn claim_queues(
+        &self,
+        plan: &[(&str, usize)],
+        worker: &str,
+        terms: LeaseTerms,
+    ) -> Result<Vec<Lease>> {
+        let plan: Vec<(String, usize)> = plan.iter().map(|(q, n)| ((*q).to_owned(), *n)).collect();
+        let claim = crate::backend::Claim {
+            plan: &plan,
+            worker,
+            terms,
+        };
+        crate::backend::round(self, &[], claim).1
+    }
+
     /// Claims one named job if it is claimable now: waiting and due, or running with an
     /// expired lease.
     fn claim_job(&self, job: JobId, worker: &str, terms: LeaseTerms) -> Result<Option<Lease>> {
@@ -252,7 +271,13 @@ pub trait JobStore: ReadJobs + LeaseBackend {
         terms: LeaseTerms,
         n: usize,
     ) -> (Vec<Result<()>>, Result<Vec<Lease>>) {
-        crate::backend::round(self, done, (queue, worker, terms, n))
+        let plan = [(queue.to_owned(), n)];
+        let claim = crate::backend::Claim {
+            plan: &plan,
+            worker,
+            terms,
+        };
+        crate::backend::round(self, done, claim)
     }
 
     /// Fails the attempt held by `lease`: the job waits out a backoff and runs again while
@@ -470,6 +495,13 @@ pub trait JobStore: ReadJobs + LeaseBackend {
     /// commits; a `PgStore` every machine's (by `LISTEN`), as hints.
     fn wait_for_work(&self, queue: &str, seen: u64, timeout: Duration) -> u64 {
         self.notifier().wait(queue, seen, timeout)
+    }
+
+    /// [`JobStore::wait_for_work`] for several queues: blocks until a commit gives one of
+    /// them a waiting job, [`JobStore::wake_all`] is called, or `timeout` passes. `seen` has
+    /// each queue's generation as read before looking for work.
+    fn wait_for_any_work(&self, seen: &[(&str, u64)], timeout: Duration) {
+        self.notifier().wait_any(seen, timeout)
     }
 
     /// [`JobStore::wait_for_work`] for async code: resolves when a commit gives `queue` work,

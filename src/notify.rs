@@ -83,6 +83,15 @@ impl Notifier {
         Poll::Pending
     }
 
+    /// Waits until the generation of one of the queues of `seen` differs from the one given
+    /// beside it, or `timeout` passes.
+    pub(crate) fn wait_any(&self, seen: &[(&str, u64)], timeout: Duration) {
+        let mut state = self.state.lock();
+        if seen.iter().all(|(queue, g)| state.of(queue) == *g) {
+            let _ = self.cond.wait_for(&mut state, timeout);
+        }
+    }
+
     /// Waits until the queue's generation differs from `seen` or `timeout` passes. Returns
     /// the generation now.
     pub(crate) fn wait(&self, queue: &str, seen: u64, timeout: Duration) -> u64 {

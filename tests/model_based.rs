@@ -37,6 +37,9 @@ fn op() -> impl Strategy<Value = Op> {
         4 => (any::<u8>(), any::<u8>(), any::<u8>(), proptest::option::weighted(0.2, any::<u8>()))
             .prop_map(|(queue, worker, lease_s, stall_s)| Op::Claim { queue, worker, lease_s, stall_s }),
         1 => (any::<u16>(), any::<u8>(), any::<u8>()).prop_map(|(job, worker, lease_s)| Op::ClaimJob { job, worker, lease_s }),
+        // a pool's claim over several queues, what one cannot give taken by the others
+        2 => (proptest::collection::vec((any::<u8>(), any::<u8>()), 1..4), any::<u8>(), any::<u8>())
+            .prop_map(|(plan, worker, lease_s)| Op::ClaimQueues { plan, worker, lease_s }),
         2 => (any::<u8>(), any::<u8>(), any::<u8>(), any::<u8>())
             .prop_map(|(queue, worker, lease_s, n)| Op::ClaimBatch { queue, worker, lease_s, n }),
         3 => (any::<u16>(), any::<bool>()).prop_map(|(lease, progress)| Op::Heartbeat { lease, progress }),

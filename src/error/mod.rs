@@ -371,6 +371,10 @@ pub enum ConfigError {
     /// A pool must run at least one job at a time.
     #[error("concurrency must be at least 1")]
     ZeroConcurrency,
+    /// A pool's queues ([`crate::Queues`]): none, too many, one named twice, or a weight
+    /// of zero.
+    #[error("a pool's queues: {0}")]
+    PoolQueues(&'static str),
     /// A pool's window bounds how many jobs it claims ahead; one of zero would be a pool that
     /// never claims ahead, which `prefetch(0)` says plainly.
     #[error("window must be at least 1 (prefetch(0) claims nothing ahead)")]

@@ -10,6 +10,7 @@ use parking_lot::{Condvar, Mutex};
 
 use super::context::{JobContext, JobError, Output};
 use super::pace::{DEFAULT_WINDOW, Pace, Prefetch};
+use super::queues::Queues;
 use super::stats::Counters;
 use super::{
     Batching, DEFAULT_SHUTDOWN_GRACE, Handler, Phase, Shared, Validator, WorkerPool, handover,
@@ -22,14 +23,15 @@ use crate::input;
 use crate::lease::LeaseTerms;
 
 impl WorkerPool {
-    /// A builder for a pool that works `queue` of `store`: a [`Store`](crate::Store), a
-    /// `PgStore`, or a [`Backend`] of either. Its handler's [`Output`] carries writes of
-    /// that store's kind (see [`Output`]).
-    pub fn builder<S: Engine>(store: S, queue: impl Into<String>) -> PoolBuilder<S> {
+    /// A builder for a pool that works `queues` of `store`: a queue's name, or several
+    /// ([`Queues::weighted`], [`Queues::strict`]) sharing its workers and its window. `store`
+    /// is a [`Store`](crate::Store), a `PgStore`, or a [`Backend`] of either. Its handler's
+    /// [`Output`] carries writes of that store's kind (see [`Output`]).
+    pub fn builder<S: Engine>(store: S, queues: impl Into<Queues>) -> PoolBuilder<S> {
         PoolBuilder {
             engine: std::marker::PhantomData,
             store: store.into(),
-            queue: queue.into(),
+            queues: queues.into(),
             worker_id: None,
             concurrency: 1,
             prefetch: Prefetch::Auto {
@@ -52,7 +54,7 @@ impl WorkerPool {
 pub struct PoolBuilder<S: Engine = Backend> {
     engine: std::marker::PhantomData<fn() -> S>,
     store: Backend,
-    queue: String,
+    queues: Queues,
     worker_id: Option<String>,
     concurrency: usize,
     prefetch: Prefetch,
@@ -210,7 +212,7 @@ impl<S: Engine> PoolBuilder<S> {
 
     /// Starts the pool with a handler already in the pool's own form.
     pub(crate) fn start_handler(self, handler: Handler) -> Result<WorkerPool> {
-        input::check_queue(&self.queue)?;
+        self.queues.check()?;
         if self.concurrency == 0 {
             return Err(ConfigError::ZeroConcurrency.into());
         }
@@ -246,7 +248,9 @@ impl<S: Engine> PoolBuilder<S> {
         input::check_worker(&worker_id)?;
         let shared = Arc::new(Shared {
             store: self.store.0,
-            queue: self.queue,
+            label: self.queues.label(),
+            counters: Counters::for_queues(self.queues.names()),
+            queues: self.queues,
             worker_id,
             settings,
             terms,
@@ -262,7 +266,6 @@ impl<S: Engine> PoolBuilder<S> {
             last_renewal: AtomicU64::new(0),
             heartbeat_clock: crate::clock::Stopwatch::start(),
             last_tick: AtomicU64::new(0),
-            counters: Counters::default(),
             handover: handover::Handover::default(),
             concurrency: self.concurrency,
             pace: Pace::new(self.prefetch, self.concurrency, settings.lease()),

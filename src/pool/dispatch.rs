@@ -8,9 +8,10 @@ use crossbeam_channel::{Receiver, Sender, select};
 
 use super::give_way::{self, GiveWay};
 use super::handover::Handed;
+use super::queues::Planner;
 use super::stats::bump;
 use super::{Flight, Shared, run};
-use crate::backend::Completion;
+use crate::backend::{Claim, Completion};
 use crate::clock::Stopwatch;
 
 /// How long an idle dispatcher sleeps at most: commits by *other processes* do not wake it,
@@ -36,7 +37,7 @@ pub(crate) fn dispatch_loop(
         std::thread::scope(|scope| {
             let (to_deliver, deliveries) = crossbeam_channel::bounded::<Delivery>(1);
             let deliverer = std::thread::Builder::new()
-                .name(format!("lh-{}-deliver", shared.queue))
+                .name(format!("lh-{}-deliver", shared.label))
                 .spawn_scoped(scope, || {
                     for d in deliveries {
                         if deliver(shared, d, &jobs).is_err() {
@@ -59,7 +60,7 @@ pub(crate) fn dispatch_loop(
     // unless the pool was abandoned, which writes nothing more (as a killed process would not).
     let left = shared.handover.close();
     if !left.is_empty() && !shared.abandoned() {
-        let _ = commit(shared, left, 0, &Outlet::Inline(&jobs));
+        let _ = commit(shared, left, &[], &Outlet::Inline(&jobs));
     }
 }
 
@@ -90,6 +91,8 @@ fn dispatch_until_stopped(
     let mut found_none = false;
     // Since when rounds have given way to another process writing the store.
     let mut way = GiveWay::default();
+    // How each round's claim is shared among the pool's queues, and which are quiet.
+    let mut planner = Planner::new(&shared.queues);
     loop {
         if free == 0 && !shared.handover.pending() {
             // Wait for a free worker.
@@ -109,13 +112,18 @@ fn dispatch_until_stopped(
             {
                 return;
             }
-            // Read the generation before looking, so work that arrives after the look wakes
+            // Read the generations before looking, so work that arrives after the look wakes
             // the wait below instead of being slept through.
-            let seen = shared.store.work_generation(&shared.queue);
+            let seen: Vec<(&str, u64)> = (shared.queues.names())
+                .map(|q| (q, shared.store.work_generation(q)))
+                .collect();
+            let generation =
+                |queue: &str| (seen.iter().find(|(q, _)| *q == queue)).map_or(0, |(_, g)| *g);
             if !shared.running() {
                 return;
             }
             let now = shared.store.clock();
+            planner.wake(now, generation);
             let intake = intake(shared, now, free);
             let want = match intake {
                 Intake::Claim(n) => n.min(shared.batch.max),
@@ -156,9 +164,7 @@ fn dispatch_until_stopped(
                     }
                     Intake::Shedding => {
                         // Look again once renewals may have caught up.
-                        let _ = shared
-                            .store
-                            .wait_for_work(&shared.queue, seen, recheck(shared));
+                        shared.store.wait_for_any_work(&seen, recheck(shared));
                     }
                     Intake::Claim(_) => {
                         // Every worker is busy and enough is claimed ahead: wait for one to
@@ -171,28 +177,52 @@ fn dispatch_until_stopped(
                 }
                 continue;
             }
+            let plan = match want {
+                0 => Vec::new(),
+                n => planner.plan(n),
+            };
+            if want > 0 && plan.is_empty() && done.is_empty() {
+                // Every queue is quiet: wait for one to have work (or for its next job or
+                // lease expiry to fall due).
+                found_none = true;
+                bump(&shared.counters.idle_waits);
+                let timeout = idle_timeout(shared, now, planner.next_wake());
+                shared.handover.set_idle(true);
+                if !shared.handover.pending() {
+                    shared
+                        .store
+                        .wait_for_any_work(&planner.waits(&seen), timeout);
+                }
+                shared.handover.set_idle(false);
+                // Whatever woke it, every queue is asked again: some changes wake no one
+                // (a slot freed in another process, time moved on a clock of a test's).
+                planner.rouse();
+                continue;
+            }
+            let want = if plan.is_empty() { 0 } else { want };
             let watch = Stopwatch::start();
             let wrote = !done.is_empty();
-            let result = commit(shared, done, want, jobs);
-            if wrote || matches!(result, Ok(n) if n > 0) {
+            let result = commit(shared, done, &plan, jobs);
+            if wrote || matches!(&result, Ok(Some(got)) if !got.is_empty()) {
                 shared.pace.committed(watch.elapsed());
             }
-            match result {
-                Ok(claimed) if claimed > 0 || want == 0 => {
-                    found_none &= claimed == 0;
+            if let Ok(Some(got)) = &result {
+                let of = |queue: &str| got.iter().filter(|q| *q == queue).count();
+                let until = |queue: &str| quiet_until(shared, now, queue);
+                planner.claimed(&plan, of, want, generation, until);
+            }
+            match result.map(|got| got.map(|g| g.len())) {
+                Ok(Some(claimed)) if claimed > 0 => {
+                    found_none = false;
                     free -= claimed;
                     break;
                 }
-                Ok(_) => {
-                    found_none = true;
-                    bump(&shared.counters.idle_waits);
-                    let timeout = idle_timeout(shared, now);
-                    shared.handover.set_idle(true);
-                    if !shared.handover.pending() {
-                        shared.store.wait_for_work(&shared.queue, seen, timeout);
-                    }
-                    shared.handover.set_idle(false);
-                }
+                // Nothing anywhere: every queue asked is quiet now, and the next look waits.
+                Ok(Some(_)) => found_none = true,
+                // Completions only: the round is done. (A claim the pool may not make now,
+                // paused or shedding, is the next look's to see.)
+                Ok(None) if want == 0 => break,
+                Ok(None) => found_none = true,
                 Err(Closed) => return,
                 Err(ClaimFailed) => {
                     if stop.recv_timeout(shared.settings.heartbeat()).is_ok() {
@@ -250,7 +280,7 @@ fn intake(shared: &Shared, now: crate::StoreTime, free: usize) -> Intake {
     }
     if !shared.renewals_healthy(now) {
         bump(&shared.counters.intake_paused);
-        tracing::warn!(queue = %shared.queue, "renewals are behind; not claiming");
+        tracing::warn!(queue = %shared.label, "renewals are behind; not claiming");
         shared.shed_expired(now);
         return Intake::Shedding;
     }
@@ -269,14 +299,15 @@ enum Stop {
 }
 use Stop::{ClaimFailed, Closed};
 
-/// Commits handed-over completions and claims up to `want` jobs in one group commit, then
-/// hands the claimed jobs to workers. Returns how many were claimed.
+/// Commits handed-over completions and claims as `plan` says in one group commit, then
+/// hands the claimed jobs to workers. Returns the queue of each job claimed, or `None` if
+/// it made no claim (none planned, or the pool may not claim now).
 fn commit(
     shared: &Shared,
     done: Vec<Handed>,
-    want: usize,
+    plan: &[(String, usize)],
     jobs: &Outlet<'_>,
-) -> Result<usize, Stop> {
+) -> Result<Option<Vec<String>>, Stop> {
     let (flights, items): (Vec<Flight>, Vec<_>) = done
         .into_iter()
         .map(|h| {
@@ -293,13 +324,16 @@ fn commit(
         .unzip();
     // Claims only with the permit, held to the end of the transaction (a pause waits it
     // out); the completions commit either way.
-    let claiming = match want {
-        0 => None,
-        _ => shared.claim_permit(),
+    let claiming = match plan.is_empty() {
+        true => None,
+        false => shared.claim_permit(),
     };
-    let want = if claiming.is_some() { want } else { 0 };
     let round = || {
-        let claim = (want > 0).then_some((&*shared.queue, &*shared.worker_id, shared.terms, want));
+        let claim = claiming.as_ref().map(|_| Claim {
+            plan,
+            worker: &shared.worker_id,
+            terms: shared.terms,
+        });
         shared.store.complete_all_then_claim(items, claim)
     };
     // A round that only claims is not a commit that ends attempts: not timed.
@@ -307,6 +341,7 @@ fn commit(
         true => round(),
         false => shared.counters.commit_latency.time(round),
     };
+    let asked = claiming.is_some();
     drop(claiming);
     if !flights.is_empty() {
         bump(&shared.counters.completion_commits);
@@ -314,12 +349,12 @@ fn commit(
     let (leases, answer) = match claimed {
         Ok(leases) => {
             shared.store.claimed(&leases);
-            let n = leases.len();
-            (leases, Ok(n))
+            let queues = leases.iter().map(|l| l.queue.clone()).collect();
+            (leases, Ok(asked.then_some(queues)))
         }
         Err(e) => {
             bump(&shared.counters.claim_errors);
-            tracing::warn!(queue = %shared.queue, error = %e, "claim failed");
+            tracing::warn!(queue = %shared.label, error = %e, "claim failed");
             (Vec::new(), Err(ClaimFailed))
         }
     };
@@ -364,10 +399,21 @@ pub(crate) fn recheck(shared: &Shared) -> Duration {
     (shared.settings.heartbeat() / 4).min(Duration::from_millis(100))
 }
 
-/// Until the next delayed job or lease expiry of the queue comes due, capped.
-fn idle_timeout(shared: &Shared, now: crate::StoreTime) -> Duration {
+/// How long an idle dispatcher waits: until the first quiet queue's wait ends (`wake`).
+fn idle_timeout(
+    shared: &Shared,
+    now: crate::StoreTime,
+    wake: Option<crate::StoreTime>,
+) -> Duration {
     let cap = idle_cap(shared);
-    match shared.store.next_due(&shared.queue) {
+    wake.map_or(cap, |at| at.saturating_since(now).min(cap))
+}
+
+/// Until when a queue a claim found short is quiet: its next delayed job or lease expiry,
+/// capped.
+fn quiet_until(shared: &Shared, now: crate::StoreTime, queue: &str) -> crate::StoreTime {
+    let cap = idle_cap(shared);
+    let wait = match shared.store.next_due(queue) {
         Ok(Some(due)) if due > now => due.saturating_since(now).min(cap),
         // Due already but not claimable (lost a race, or our own lease is about to be
         // renewed): look again soon, without spinning.
@@ -377,5 +423,6 @@ fn idle_timeout(shared: &Shared, now: crate::StoreTime) -> Duration {
             tracing::warn!(error = %e, "reading the next due time failed");
             cap
         }
-    }
+    };
+    now.saturating_add(wait)
 }

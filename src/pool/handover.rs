@@ -52,7 +52,7 @@ impl Handover {
             state.done.push(handed);
         }
         if self.idle.load(Ordering::SeqCst) {
-            shared.store.wake_queue(&shared.queue);
+            shared.wake_dispatcher();
         }
         None
     }

@@ -98,7 +98,7 @@ pub(crate) fn beat(shared: &Shared) {
     match shared.store.renew_batch(&beats) {
         Err(e) => {
             bump(&shared.counters.heartbeat_failures);
-            tracing::warn!(queue = %shared.queue, error = %e, leases = flights.len(), "renewal batch failed");
+            tracing::warn!(queue = %shared.label, error = %e, leases = flights.len(), "renewal batch failed");
         }
         Ok(results) => {
             bump(&shared.counters.heartbeat_batches);

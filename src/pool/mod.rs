@@ -12,6 +12,7 @@ mod handover;
 mod heartbeat;
 mod latency;
 mod pace;
+mod queues;
 mod run;
 mod stats;
 
@@ -31,7 +32,8 @@ pub(crate) use builder::any;
 pub use context::{Interrupted, Interruption, JobContext, JobError, Output};
 pub use ended::AttemptEnded;
 pub use latency::{LATENCY_BOUNDS, LATENCY_BUCKETS, Latencies};
-pub use stats::PoolStats;
+pub use queues::{MAX_POOL_QUEUES, Queues};
+pub use stats::{PoolStats, QueueTally};
 
 use crate::clock::RealDeadline;
 use crate::config::LeaseSettings;
@@ -170,7 +172,7 @@ pub struct ShutdownReport {
 impl WorkerPool {
     fn spawn(shared: Arc<Shared>, shutdown_grace: Duration) -> Result<WorkerPool> {
         let concurrency = shared.concurrency;
-        let name = |what: &str| format!("lh-{}-{what}", shared.queue);
+        let name = |what: &str| format!("lh-{}-{what}", shared.label);
         // One token per job the pool may hold: a worker's, or one claimed ahead of workers.
         let room = concurrency.saturating_add(shared.pace.most_ahead());
         let (slot_tx, slot_rx) = bounded::<()>(room);
@@ -253,9 +255,10 @@ impl WorkerPool {
         leases
     }
 
-    /// Waits until the pool's queue is drained, or `timeout` passes; returns whether it was.
+    /// Waits until the pool's queues are drained, or `timeout` passes; returns whether they
+    /// were.
     ///
-    /// Drained means the pool holds nothing and no job of its queue is queued (delayed ones
+    /// Drained means the pool holds nothing and no job of its queues is queued (delayed ones
     /// included), waiting out a retry backoff, or running anywhere (another pool, another
     /// process): every job of the queue has ended. The wait wakes as each of this pool's
     /// jobs ends, and looks again every 20 ms for what happens elsewhere.
@@ -276,11 +279,13 @@ impl WorkerPool {
 
     fn queue_drained(&self) -> Result<bool> {
         let stats = self.shared.store.stats()?;
-        Ok(stats.queues.get(&self.shared.queue).is_none_or(|counts| {
-            counts.get(JobState::Queued)
-                + counts.get(JobState::RetryWait)
-                + counts.get(JobState::Running)
-                == 0
+        Ok(self.shared.queues.names().all(|queue| {
+            stats.queues.get(queue).is_none_or(|counts| {
+                counts.get(JobState::Queued)
+                    + counts.get(JobState::RetryWait)
+                    + counts.get(JobState::Running)
+                    == 0
+            })
         }))
     }
 
@@ -443,7 +448,10 @@ pub(crate) struct Flight {
 /// What the pool's threads share.
 pub(crate) struct Shared {
     pub store: Arc<dyn JobStore>,
-    pub queue: String,
+    /// The queues it serves.
+    pub queues: Queues,
+    /// What it goes by in its threads' names and its logs: its queues' names, joined.
+    pub label: String,
     pub worker_id: String,
     pub settings: LeaseSettings,
     pub terms: LeaseTerms,
@@ -506,6 +514,14 @@ impl Shared {
         self.phase.load(Ordering::SeqCst) == Phase::Abandoned as u8
     }
 
+    /// Wakes the dispatcher if it waits for work: it waits on every queue of the pool, so
+    /// waking the first does.
+    pub(crate) fn wake_dispatcher(&self) {
+        if let Some(first) = self.queues.names().next() {
+            self.store.wake_queue(first);
+        }
+    }
+
     pub(crate) fn paused(&self) -> bool {
         self.paused.load(Ordering::SeqCst)
     }
@@ -513,7 +529,7 @@ impl Shared {
     /// Counts and records a lease just claimed (by the dispatcher or a worker) as a new
     /// flight; a pool that had none starts its health clock now.
     pub(crate) fn claimed(&self, lease: Lease) -> Flight {
-        stats::bump(&self.counters.claimed);
+        self.counters.claimed_of(&lease.queue);
         tracing::debug!(job = %lease.job, attempt = %lease.attempt, "claimed");
         let flight = Flight {
             state: AttemptState::new(lease.expires_at),

@@ -308,7 +308,7 @@ fn commit_success(shared: &Shared, flight: Flight, output: Output<AnyWrites>) ->
                 };
                 match shared.counters.commit_latency.time(commit) {
                     Ok(Some(next)) => {
-                        bump(&shared.counters.succeeded);
+                        shared.counters.succeeded_of(&lease.queue);
                         shared.ended(lease, Outcome::Succeeded, JobState::Succeeded);
                         return After::Next(shared.claimed(next));
                     }
@@ -332,7 +332,7 @@ pub(crate) fn completed(shared: &Shared, flight: &Flight, result: crate::Result<
     let lease = &flight.lease;
     match result {
         Ok(()) => {
-            bump(&shared.counters.succeeded);
+            shared.counters.succeeded_of(&lease.queue);
             shared.ended(lease, Outcome::Succeeded, JobState::Succeeded);
         }
         Err(e) if e.is_lease_lost() => fenced(shared, flight, &e),

@@ -5,10 +5,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 macro_rules! pool_counters {
     ($($(#[$doc:meta])* $name:ident),* $(,)?) => {
         /// What a worker pool has done since it started.
-        #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+        #[derive(Clone, Debug, Default, PartialEq, Eq)]
         #[non_exhaustive]
         pub struct PoolStats {
             $($(#[$doc])* pub $name: u64,)*
+            /// Jobs claimed and completed, by queue (of a pool over several queues, each
+            /// one's share; [`crate::Queues`]).
+            pub queues: std::collections::BTreeMap<String, QueueTally>,
             /// Jobs the pool holds now: running, or claimed and waiting for a worker.
             pub in_flight: u64,
             /// Of those, jobs claimed ahead of a free worker and not started yet (see
@@ -32,6 +35,8 @@ macro_rules! pool_counters {
         pub(crate) struct Counters {
             $(pub(crate) $name: AtomicU64,)*
             pub(crate) commit_latency: super::latency::LatencyRecorder,
+            /// Each queue's claimed and succeeded.
+            by_queue: Vec<(String, AtomicU64, AtomicU64)>,
         }
 
         impl Counters {
@@ -41,6 +46,15 @@ macro_rules! pool_counters {
                     in_flight,
                     claimed_ahead: claimed_ahead.min(in_flight),
                     commit_latency: self.commit_latency.snapshot(),
+                    queues: (self.by_queue.iter())
+                        .map(|(queue, claimed, succeeded)| {
+                            let tally = QueueTally {
+                                claimed: claimed.load(Ordering::Relaxed),
+                                succeeded: succeeded.load(Ordering::Relaxed),
+                            };
+                            (queue.clone(), tally)
+                        })
+                        .collect(),
                 }
             }
         }
@@ -96,6 +110,44 @@ pool_counters! {
     /// process was writing the store (a redb file processes share: the round then carries
     /// what finished meanwhile; README, "Several processes").
     gave_way,
+}
+
+/// What a pool did with one of its queues.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct QueueTally {
+    /// Jobs of the queue claimed.
+    pub claimed: u64,
+    /// Jobs of the queue completed (committed).
+    pub succeeded: u64,
+}
+
+impl Counters {
+    /// Counters for a pool of `queues`.
+    pub(crate) fn for_queues<'q>(queues: impl Iterator<Item = &'q str>) -> Counters {
+        Counters {
+            by_queue: queues
+                .map(|q| (q.to_owned(), AtomicU64::new(0), AtomicU64::new(0)))
+                .collect(),
+            ..Counters::default()
+        }
+    }
+
+    /// Counts a job of `queue` claimed.
+    pub(crate) fn claimed_of(&self, queue: &str) {
+        bump(&self.claimed);
+        if let Some((_, claimed, _)) = self.by_queue.iter().find(|(q, ..)| q == queue) {
+            bump(claimed);
+        }
+    }
+
+    /// Counts a job of `queue` completed.
+    pub(crate) fn succeeded_of(&self, queue: &str) {
+        bump(&self.succeeded);
+        if let Some((.., succeeded)) = self.by_queue.iter().find(|(q, ..)| q == queue) {
+            bump(succeeded);
+        }
+    }
 }
 
 pub(crate) fn bump(counter: &AtomicU64) {

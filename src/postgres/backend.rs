@@ -27,10 +27,7 @@ enum Side<'a> {
     Alone,
     /// The claim (queue, worker, terms, how many), beside completions in another
     /// transaction if given.
-    Claim(
-        (&'a str, &'a str, LeaseTerms, usize),
-        Option<&'a fast::Beside<'a>>,
-    ),
+    Claim(Claim<'a>, Option<&'a fast::Beside<'a>>),
     /// Only completions, beside a claim in another transaction: one written one by one
     /// locks its job's row with the fence, and a job given back since, which waits, is one
     /// the claim could take; locked, the claim would pass over it (`SKIP LOCKED`) instead
@@ -54,10 +51,10 @@ impl PgStore {
     pub(super) fn complete_each_then_claim(
         &self,
         done: &mut [Completion],
-        claim: Option<(&str, &str, LeaseTerms, usize)>,
+        claim: Option<Claim<'_>>,
     ) -> (Vec<Result<()>>, Result<Vec<Lease>>) {
         let from = self.settings().side_by_side_from;
-        let Some(claim) = claim.filter(|c| done.len() >= from && c.3 >= from) else {
+        let Some(claim) = claim.filter(|c| done.len() >= from && c.wanted() >= from) else {
             return match claim {
                 Some(claim) => self.complete_each_and_claim(done, Side::Claim(claim, None)),
                 None => self.complete_each_and_claim(done, Side::Alone),
@@ -113,7 +110,7 @@ impl PgStore {
             Side::Alone | Side::BesideClaim(_) => (None, None),
         };
         let marks = match claim {
-            Some((queue, ..)) => self.marks_due(&mut std::iter::once(queue)),
+            Some(c) => self.marks_due(&mut c.queues()),
             None => Vec::new(),
         };
         let outcome = self.records(|r| {
@@ -166,8 +163,23 @@ impl PgStore {
                 }
             }
             let claimed = match claim {
-                Some((queue, worker, terms, n)) => {
-                    let claimed = fast::claim_batch(r, queue, worker, terms, n, beside)?;
+                Some(Claim {
+                    plan,
+                    worker,
+                    terms,
+                }) => {
+                    // Only a round's first queue is claimed beside the completions: they
+                    // are waited for (settled) before another's, since what the first
+                    // claim signals is only what it has taken.
+                    let (mut first, mut settled) = (beside, beside.is_none());
+                    let claimed = protocol::claim_plan(r, plan, |r, queue, n| {
+                        let this = first.take();
+                        if let (None, false, Some(b)) = (this, settled, beside) {
+                            (b.settle)();
+                            settled = true;
+                        }
+                        fast::claim_batch(r, queue, worker, terms, n, this)
+                    })?;
                     fast::mark_served(r, &marks)?;
                     claimed
                 }
@@ -416,7 +428,7 @@ impl LeaseBackend for PgStore {
         mut done: Vec<Completion>,
         claim: Option<Claim<'_>>,
     ) -> RoundResults {
-        self.complete_each_then_claim(&mut done, claim.filter(|c| c.3 > 0))
+        self.complete_each_then_claim(&mut done, claim.filter(|c| c.wanted() > 0))
     }
 
     fn note_reaper_pass(&self, pass: &crate::ReaperPass) -> Result<()> {
@@ -518,7 +530,13 @@ mod tests {
             of(&leases[3], effect(&schema, "stale", Ok(()))),
             of(&leases[4], panicking),
         ];
-        let (results, claimed) = store.complete_all_then_claim(done, Some(("q", "w", terms, 1)));
+        let plan = [("q".to_owned(), 1)];
+        let claim = Claim {
+            plan: &plan,
+            worker: "w",
+            terms,
+        };
+        let (results, claimed) = store.complete_all_then_claim(done, Some(claim));
         assert!(results[0].is_ok() && results[2].is_ok(), "{results:?}");
         match &results[1] {
             Err(crate::Error::Application(e)) => {

@@ -51,6 +51,40 @@ pub(crate) fn claim_batch(
     Ok(leases)
 }
 
+/// A pool's claim over its queues: each queue of `plan` up to its share, in order; then
+/// what some could not fill (empty, paused, at a limit) taken by the others that gave all
+/// of theirs (or had none to give), in the same order. `claim` claims up to so many jobs of
+/// one queue ([`claim_batch`], or an engine's shortcut for it).
+pub(crate) fn claim_plan<R: ?Sized>(
+    r: &mut R,
+    plan: &[(String, usize)],
+    mut claim: impl FnMut(&mut R, &str, usize) -> Result<Vec<Lease>>,
+) -> Result<Vec<Lease>> {
+    let mut leases = Vec::new();
+    let (mut short, mut open) = (0, Vec::new());
+    for (queue, share) in plan {
+        if *share > 0 {
+            let got = claim(r, queue, *share)?;
+            short += share.saturating_sub(got.len());
+            let filled = got.len() >= *share;
+            leases.extend(got);
+            if !filled {
+                continue;
+            }
+        }
+        open.push(queue);
+    }
+    for queue in open {
+        if short == 0 {
+            break;
+        }
+        let got = claim(r, queue, short)?;
+        short = short.saturating_sub(got.len());
+        leases.extend(got);
+    }
+    Ok(leases)
+}
+
 /// The next claim of a batch, inputs checked and room counted. Looks for expired leases only while
 /// `expired_left`, and clears it once it finds none.
 pub(crate) fn next_claim(

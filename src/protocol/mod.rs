@@ -35,7 +35,7 @@ use std::time::Duration;
 pub(crate) use crate::rules::Stage;
 pub use attempt::End;
 pub(crate) use attempt::{Stages, complete, end, expire, heartbeat};
-pub(crate) use claim::{claim, claim_batch, claim_job};
+pub(crate) use claim::{claim, claim_batch, claim_job, claim_plan};
 #[cfg(feature = "postgres")]
 pub(crate) use claim::{next_claim, noted, room};
 #[cfg(feature = "postgres")]

@@ -23,8 +23,8 @@ use crate::stats::Counters;
 
 impl Store {
     /// For a pool's dispatcher: completes each of `done` (job, attempt, output, last
-    /// progress) as its own
-    /// unit, then claims up to `n` jobs of `queue` for `worker`, all queued into the group
+    /// progress) as its own unit, then makes `claim` (its queues' shares, for its
+    /// worker), all queued into the group
     /// together so that they share one commit. One result per completion, then the claim's.
     pub(crate) fn complete_all_then_claim(
         &self,
@@ -33,11 +33,13 @@ impl Store {
     ) -> (Vec<Result<()>>, Result<Vec<Lease>>) {
         let count = done.len();
         let mut ops = completions::<Vec<Lease>>(done);
-        if let Some((queue, worker, terms, n)) = claim.filter(|c| c.3 > 0) {
-            let marks = self.marks_due(&mut std::iter::once(queue));
-            let (queue, worker) = (queue.to_owned(), worker.to_owned());
+        if let Some(claim) = claim.filter(|c| c.wanted() > 0) {
+            let marks = self.marks_due(&mut claim.queues());
+            let (plan, worker, terms) = (claim.plan.to_vec(), claim.worker.to_owned(), claim.terms);
             ops.push(Box::new(move |tx| {
-                let claimed = protocol::claim_batch(tx, &queue, &worker, terms, n)?;
+                let claimed = protocol::claim_plan(tx, &plan, |tx, queue, n| {
+                    protocol::claim_batch(tx, queue, &worker, terms, n)
+                })?;
                 mark_all(tx, &marks)?;
                 Ok(claimed)
             }));

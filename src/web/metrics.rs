@@ -323,6 +323,27 @@ pub(crate) fn render(s: &Scrape<'_>) -> Result<String, std::fmt::Error> {
             "How long the pool's commits that end attempts take (a round of completions is one)",
             latency,
         );
+        let (claimed, succeeded) = (
+            Family::<Labels, Counter>::default(),
+            Family::<Labels, Counter>::default(),
+        );
+        for (pool, stats) in s.pools {
+            for (queue, tally) in &stats.queues {
+                let labels = vec![("pool", pool.clone()), ("queue", queue.clone())];
+                claimed.get_or_create(&labels).inc_by(tally.claimed);
+                succeeded.get_or_create(&labels).inc_by(tally.succeeded);
+            }
+        }
+        sub.register(
+            "queue_claimed",
+            "Jobs of the queue the pool claimed",
+            claimed,
+        );
+        sub.register(
+            "queue_succeeded",
+            "Jobs of the queue the pool completed",
+            succeeded,
+        );
         sub.register("in_flight", "Jobs the pool holds now", in_flight);
         sub.register("claimed_ahead", "Jobs claimed ahead and not started", ahead);
     }

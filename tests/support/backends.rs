@@ -154,7 +154,7 @@ pub trait ModelStore: JobStore {
     /// The write transactions committed so far, where the store counts them (redb).
     fn write_transactions(&self) -> Option<u64>;
     /// A pool on this store.
-    fn pool(&self, queue: &str) -> leasehold::PoolBuilder;
+    fn pool(&self, queues: leasehold::Queues) -> leasehold::PoolBuilder;
     /// Makes writes to job `id` wait (redb: the writer's seat held; PostgreSQL: the job's
     /// row locked) until the returned guard drops: a store that stopped answering.
     fn stall_writes_to(&self, id: JobId) -> Stall;
@@ -170,8 +170,8 @@ macro_rules! model_store {
             fn start_reaper(&self, every: Duration) -> leasehold::Result<Reaper> {
                 Reaper::start(self.clone(), every)
             }
-            fn pool(&self, queue: &str) -> leasehold::PoolBuilder {
-                leasehold::WorkerPool::builder(leasehold::Backend::from(self.clone()), queue)
+            fn pool(&self, queues: leasehold::Queues) -> leasehold::PoolBuilder {
+                leasehold::WorkerPool::builder(leasehold::Backend::from(self.clone()), queues)
             }
         }
     };

@@ -109,6 +109,12 @@ pub enum Op {
         lease_s: u8,
         stall_s: Option<u8>,
     },
+    /// A claim over several queues (`JobStore::claim_queues`): each `(queue, count % 3)`.
+    ClaimQueues {
+        plan: Vec<(u8, u8)>,
+        worker: u8,
+        lease_s: u8,
+    },
     ClaimJob {
         job: u16,
         worker: u8,
@@ -512,6 +518,30 @@ impl Harness {
                     .claim_batch(q, w, LeaseTerms::new(Duration::from_nanos(length)), n)
                     .map_err(|e| format!("claim_batch: {e}"))?;
                 self.granted_batch("claim_batch", got, (q, w, length, n))
+            }
+            Op::ClaimQueues {
+                plan,
+                worker,
+                lease_s,
+            } => {
+                let plan: Vec<(&str, usize)> = (plan.iter())
+                    .map(|&(q, n)| (QUEUES[usize::from(q) % QUEUES.len()], usize::from(n % 3)))
+                    .collect();
+                let w = WORKERS[usize::from(*worker) % WORKERS.len()];
+                let length = lease_len(*lease_s);
+                let got = self
+                    .store()
+                    .claim_queues(&plan, w, LeaseTerms::new(Duration::from_nanos(length)))
+                    .map_err(|e| format!("claim_queues: {e}"))?;
+                let got_keys: Vec<_> = got.iter().map(|l| (l.job.0, l.attempt.0)).collect();
+                let want = self.model.claim_queues(&plan, w, length);
+                if got_keys != want {
+                    return Err(format!(
+                        "claim_queues {plan:?}: store granted {got_keys:?}, model {want:?}"
+                    ));
+                }
+                self.leases.extend(got);
+                Ok(())
             }
             Op::ClaimJob {
                 job,

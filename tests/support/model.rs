@@ -508,6 +508,41 @@ impl Model {
         self.queues.entry(queue.to_owned()).or_default().paused = paused;
     }
 
+    /// A claim over several queues, as the README states it: each queue up to its count,
+    /// in order; then what some could not give, from those that gave all of theirs (or
+    /// were asked none), in the same order.
+    pub fn claim_queues(
+        &mut self,
+        plan: &[(&str, usize)],
+        worker: &str,
+        length: u64,
+    ) -> Vec<(u64, u32)> {
+        let mut granted = Vec::new();
+        let (mut short, mut open) = (0, Vec::new());
+        for &(queue, count) in plan {
+            let got: Vec<_> = (0..count)
+                .map_while(|_| self.claim(queue, worker, length, None))
+                .collect();
+            short += count - got.len();
+            if got.len() == count {
+                open.push(queue);
+            }
+            granted.extend(got);
+        }
+        for queue in open {
+            while short > 0 {
+                match self.claim(queue, worker, length, None) {
+                    Some(lease) => {
+                        granted.push(lease);
+                        short -= 1;
+                    }
+                    None => break,
+                }
+            }
+        }
+        granted
+    }
+
     pub fn set_backoff(&mut self, queue: &str, backoff: Option<MBackoff>) {
         self.queues.entry(queue.to_owned()).or_default().backoff = backoff;
     }

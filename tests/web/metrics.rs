@@ -241,7 +241,7 @@ fn the_reapers_last_pass_is_a_metric_once_one_is_recorded(kind: Kind) {
 fn an_embedded_pools_counters_and_commit_latency_are_exported_under_its_name(kind: Kind) {
     let f = kind.open();
     let ids = f.enqueue_n(20);
-    let pool = Arc::new(f.pool(Q).concurrency(4).start(|_| Ok(())).unwrap());
+    let pool = Arc::new(f.pool(Q.into()).concurrency(4).start(|_| Ok(())).unwrap());
     // The pool's own count, which moves just after its commit lands (the store's states
     // move with the commit): what the page exports.
     crate::wait_until("the pool to count every job finished", || {
@@ -267,6 +267,16 @@ fn an_embedded_pools_counters_and_commit_latency_are_exported_under_its_name(kin
             "{name}: {got:?}, counted {low}..={high}"
         );
     }
+    // and by queue
+    let of_queue = |name: &str| {
+        m.get(&(name.to_owned(), format!("pool=mail,queue={Q}")))
+            .copied()
+    };
+    assert_eq!(of_queue("leasehold_pool_queue_succeeded_total"), Some(20.0));
+    assert_eq!(
+        of_queue("leasehold_pool_queue_claimed_total"),
+        Some(stats.queues[Q].claimed as f64)
+    );
     let latency = stats.commit_latency;
     assert!(
         (1..=20).contains(&latency.count()),

@@ -47,7 +47,7 @@ fn an_enqueue_wakes_an_idle_pool(kind: Kind) {
     // Idle dispatchers look again only every 10 minutes of real time on their own, and
     // the manual clock never moves: only the enqueue's wake-up can start this job.
     let p = f
-        .pool(Q)
+        .pool(Q.into())
         .lease(Duration::from_secs(3600))
         .heartbeat_every(Duration::from_secs(600))
         .start(|_| Ok(()))
@@ -225,7 +225,7 @@ fn bad_pool_settings_are_refused(kind: Kind) {
         leasehold::Error::Config(leasehold::ConfigError::HeartbeatNotShorterThanLease { .. })
     ));
     assert!(matches!(
-        err(f.pool("")),
+        err(f.pool("".into())),
         leasehold::Error::Input(leasehold::InputError::EmptyQueueName)
     ));
     assert!(matches!(

@@ -36,7 +36,7 @@ pub const BEAT: Duration = Duration::from_millis(5);
 
 /// A pool of worker `id` on the backend's queue [`Q`], heartbeating every [`BEAT`].
 pub fn pool(f: &Backend, id: &str) -> PoolBuilder {
-    settings(f.pool(Q), id)
+    settings(f.pool(Q.into()), id)
 }
 
 /// [`pool`] on the redb fixture, for the tests of what only redb has.
@@ -44,7 +44,7 @@ pub fn redb_pool(f: &Fixture, id: &str) -> PoolBuilder<leasehold::Store> {
     settings(WorkerPool::builder((**f).clone(), Q), id)
 }
 
-fn settings<S: leasehold::Engine>(builder: PoolBuilder<S>, id: &str) -> PoolBuilder<S> {
+pub fn settings<S: leasehold::Engine>(builder: PoolBuilder<S>, id: &str) -> PoolBuilder<S> {
     builder
         .worker_id(id)
         .lease(LEASE)

@@ -3,7 +3,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use crossbeam_channel::bounded;
-use leasehold::{JobError, JobState, NewJob, Outcome, QueueLimits};
+use leasehold::{JobError, JobState, NewJob, Outcome, QueueLimits, Queues};
 
 use crate::common::wait_until;
 use crate::on_both::{Kind, Q};
@@ -14,6 +14,10 @@ crate::on_both::on_both!(
     a_failure_that_asks_to_be_retried_in_a_while_waits_that_long_and_spends_budget,
     pools_stop_claiming_a_paused_queue_and_take_it_up_again_when_it_resumes,
     a_concurrency_limit_holds_across_two_pools_at_every_moment,
+    one_pool_over_weighted_queues_takes_each_by_its_weight_then_what_is_left,
+    a_paused_queues_share_goes_to_the_other_queues_of_the_pool,
+    strict_queues_take_a_later_queue_only_when_the_earlier_have_none,
+    a_pools_queues_are_checked_before_it_starts,
 );
 
 fn a_handler_that_snoozes_its_job_runs_it_again_after_the_delay_without_spending_budget(
@@ -136,4 +140,137 @@ fn a_concurrency_limit_holds_across_two_pools_at_every_moment(kind: Kind) {
     assert_eq!(f.stats().unwrap().total(JobState::Succeeded), 12);
     a.shutdown(Duration::ZERO);
     b.shutdown(Duration::ZERO);
+}
+
+/// The queue of each job a pool's handler started, in order.
+fn recording(
+    log: &Arc<parking_lot::Mutex<Vec<String>>>,
+) -> impl Fn(&leasehold::JobContext) -> Result<Vec<u8>, JobError> + Send + Sync + 'static {
+    let log = log.clone();
+    move |ctx| {
+        log.lock().push(ctx.queue().to_owned());
+        Ok(Vec::new())
+    }
+}
+
+fn one_pool_over_weighted_queues_takes_each_by_its_weight_then_what_is_left(kind: Kind) {
+    let f = kind.open();
+    for _ in 0..40 {
+        f.enqueue(NewJob::new("heavy", "h")).unwrap();
+        f.enqueue(NewJob::new("light", "l")).unwrap();
+    }
+    let log = Arc::new(parking_lot::Mutex::new(Vec::new()));
+    // one job a round: the weights share the rounds, not only each round
+    let p = crate::settings(f.pool(Queues::weighted([("heavy", 3), ("light", 1)])), "w")
+        .prefetch(0)
+        .start(recording(&log))
+        .unwrap();
+    wait_until("every job to run", || p.stats().succeeded == 80);
+    let log = log.lock().clone();
+    let heavy = log[..20].iter().filter(|q| *q == "heavy").count();
+    assert!((14..=16).contains(&heavy), "3:1 of the first 20: {log:?}");
+    // once heavy is drained, light has every round
+    let last_heavy = log.iter().rposition(|q| q == "heavy").unwrap();
+    assert!(last_heavy < 60, "{log:?}");
+    let stats = p.stats();
+    assert_eq!(
+        (
+            stats.queues["heavy"].claimed,
+            stats.queues["heavy"].succeeded
+        ),
+        (40, 40)
+    );
+    assert_eq!(
+        (
+            stats.queues["light"].claimed,
+            stats.queues["light"].succeeded
+        ),
+        (40, 40)
+    );
+    p.shutdown(Duration::ZERO);
+}
+
+fn a_paused_queues_share_goes_to_the_other_queues_of_the_pool(kind: Kind) {
+    let f = kind.open();
+    f.pause_queue("a").unwrap();
+    for _ in 0..10 {
+        f.enqueue(NewJob::new("a", "x")).unwrap();
+        f.enqueue(NewJob::new("b", "x")).unwrap();
+    }
+    let log = Arc::new(parking_lot::Mutex::new(Vec::new()));
+    let p = crate::settings(f.pool(Queues::weighted([("a", 5), ("b", 1)])), "w")
+        .concurrency(2)
+        .start(recording(&log))
+        .unwrap();
+    wait_until("b's jobs to run", || p.stats().queues["b"].succeeded == 10);
+    assert_eq!(p.stats().queues["a"].claimed, 0);
+    assert_eq!(f.stats().unwrap().queues["a"].get(JobState::Queued), 10);
+    f.resume_queue("a").unwrap();
+    wait_until("a's jobs to run once resumed", || {
+        p.stats().queues["a"].succeeded == 10
+    });
+    assert!(p.wait_idle(Duration::from_secs(30)).unwrap());
+    p.shutdown(Duration::ZERO);
+}
+
+fn strict_queues_take_a_later_queue_only_when_the_earlier_have_none(kind: Kind) {
+    let f = kind.open();
+    for _ in 0..5 {
+        f.enqueue(NewJob::new("normal", "n")).unwrap();
+    }
+    for _ in 0..5 {
+        f.enqueue(NewJob::new("urgent", "u")).unwrap();
+    }
+    let log = Arc::new(parking_lot::Mutex::new(Vec::new()));
+    let (gate_tx, gate_rx) = bounded::<()>(0);
+    let record = recording(&log);
+    let p = crate::settings(f.pool(Queues::strict(["urgent", "normal"])), "w")
+        .prefetch(0)
+        .start(move |ctx| {
+            let out = record(ctx);
+            if ctx.queue() == "normal" {
+                let _ = gate_rx.recv_timeout(Duration::from_secs(30));
+            }
+            out
+        })
+        .unwrap();
+    // urgent first, though enqueued last; then a normal one, held at the gate
+    wait_until("the first normal job to start", || {
+        p.stats().queues["normal"].claimed == 1
+    });
+    // an urgent job that comes now is the next one taken
+    f.enqueue(NewJob::new("urgent", "u")).unwrap();
+    gate_tx.send(()).unwrap();
+    wait_until("the late urgent job", || {
+        p.stats().queues["urgent"].succeeded == 6
+    });
+    for _ in 0..4 {
+        gate_tx.send(()).unwrap();
+    }
+    wait_until("every job", || p.stats().succeeded == 11);
+    let log = log.lock().clone();
+    let firsts: Vec<&str> = log.iter().map(String::as_str).collect();
+    assert_eq!(firsts[..5], ["urgent"; 5], "{log:?}");
+    assert_eq!(firsts[5..7], ["normal", "urgent"], "{log:?}");
+    assert_eq!(firsts[7..], ["normal"; 4], "{log:?}");
+    p.shutdown(Duration::ZERO);
+}
+
+fn a_pools_queues_are_checked_before_it_starts(kind: Kind) {
+    let f = kind.open();
+    for (queues, why) in [
+        (Queues::weighted([("a", 1), ("a", 2)]), "named twice"),
+        (Queues::weighted([("a", 0)]), "weight"),
+        (Queues::strict(Vec::<String>::new()), "1 to 64"),
+    ] {
+        let refused = f.pool(queues).start(|_| Ok(Vec::new()));
+        match refused {
+            Err(leasehold::Error::Config(e)) => assert!(e.to_string().contains(why), "{e}"),
+            other => panic!("{why}: {:?}", other.map(|_| ())),
+        }
+    }
+    assert!(matches!(
+        f.pool(Queues::strict(["ok", ""])).start(|_| Ok(Vec::new())),
+        Err(leasehold::Error::Input(_))
+    ));
 }

@@ -501,7 +501,7 @@ fn a_time_limit_interrupts_the_handler_at_its_deadline_not_at_the_next_heartbeat
     let limit = Duration::from_millis(300);
     let (seen, handler) = recording();
     let p = f
-        .pool(Q)
+        .pool(Q.into())
         .worker_id("w")
         .lease(Duration::from_secs(3600))
         .start(handler)

@@ -16,6 +16,7 @@ mod processes;
 mod raw;
 mod scale;
 mod seat;
+mod weighted;
 mod window;
 mod workflow;
 
@@ -374,6 +375,24 @@ fn scenarios(dir: &Path, scale: f64, only: Option<&str>) -> Result<Vec<Row>, Err
                 )?);
             }
             Err(_) => eprintln!("workflow: PostgreSQL not run (set LEASEHOLD_PG_URL to a server)"),
+        }
+    }
+    // A pool over four weighted queues against a pool over one, with 16 workers.
+    if want("weighted") {
+        let jobs = ((20_000.0 * scale) as usize).max(100);
+        let open = |name: &str| store(dir, &format!("{name}.redb"), true);
+        rows.extend(weighted::rows("redb", open, jobs, 16)?);
+        match std::env::var("LEASEHOLD_PG_URL") {
+            Ok(url) => {
+                let scratch = postgres::Scratch::new(&url)?;
+                rows.extend(weighted::rows(
+                    "PostgreSQL",
+                    |n| scratch.store(n),
+                    jobs,
+                    16,
+                )?);
+            }
+            Err(_) => eprintln!("weighted: PostgreSQL not run (set LEASEHOLD_PG_URL to a server)"),
         }
     }
     // What the window and the batch delay trade (speed against what a dead pool leaves).
