@@ -168,6 +168,8 @@ pub trait LeaseBackend: Send + Sync + 'static {
     fn clock(&self) -> StoreTime;
     /// Who waits for work on this handle, and what wakes them.
     fn notifier(&self) -> &crate::notify::Notifier;
+    /// The subscribers to this handle's events ([`crate::Event`]).
+    fn hub(&self) -> &crate::events::Hub;
     /// A pool claimed `leases` to hand to its handlers: an engine that can tell, when its
     /// process dies, how far each lease got notes them (a redb file's log; see
     /// [`crate::Outcome::NeverStarted`]). A lease never noted counts as in its handler.

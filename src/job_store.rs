@@ -523,6 +523,14 @@ pub trait JobStore: ReadJobs + LeaseBackend {
         })
     }
 
+    /// Subscribes to what this store handle (and its clones) commits from now on: jobs
+    /// claimed, attempts ended with their outcome (a reclaim with its path), schedules fired,
+    /// claims held back by a limit, queues paused and resumed ([`crate::Event`]). Each
+    /// process hears its own commits; see [`crate::Events`] for what a slow reader loses.
+    fn subscribe(&self) -> crate::Events {
+        self.hub().subscribe()
+    }
+
     /// Wakes every waiter of [`JobStore::wait_for_work`]: for time that moved without a
     /// commit, such as a [`ManualClock`](crate::ManualClock) advanced by a test.
     fn wake_all(&self) {

@@ -87,6 +87,7 @@ mod codec;
 mod config;
 mod edit;
 mod error;
+mod events;
 mod ids;
 mod input;
 mod job;
@@ -144,6 +145,7 @@ pub use config::{
 pub use edit::Edit;
 pub use engine::{Backend, Engine};
 pub use error::{ConfigError, Error, InputError, LeaseLost, OpenError, Result};
+pub use events::{EVENTS_BUFFER, Event, Events};
 pub use ids::{Attempt, GroupId, InstanceId, JobId, StoreTime};
 pub use job::{Job, JobLease, JobState, NewJob, Outcome, ReclaimPath, Run, Uniqueness};
 pub use job_store::{JobStore, ReadJobs};

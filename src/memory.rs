@@ -41,6 +41,7 @@ struct Inner {
     clock: StoreClock,
     policy: Policy,
     notifier: Notifier,
+    hub: crate::events::Hub,
     served: ServedMarks,
 }
 
@@ -96,6 +97,7 @@ impl MemoryStore {
             clock,
             policy,
             notifier: Notifier::default(),
+            hub: Default::default(),
             served: ServedMarks::default(),
         }))
     }
@@ -113,12 +115,13 @@ impl MemoryStore {
     }
 }
 
-/// One write transaction: a copy of the state, and the queues it readied.
+/// One write transaction: a copy of the state, the queues it readied, its events.
 struct Tx<'s> {
     s: State,
     now: StoreTime,
     policy: &'s Policy,
     readied: BTreeSet<String>,
+    events: crate::events::Pending,
 }
 
 impl Records for Tx<'_> {
@@ -176,6 +179,12 @@ impl Records for Tx<'_> {
     fn readied(&mut self, queue: &str) -> Result<()> {
         self.readied.insert(queue.to_owned());
         Ok(())
+    }
+    fn listened(&self) -> bool {
+        self.events.wanted()
+    }
+    fn note_event(&mut self, event: crate::Event) {
+        self.events.push(event);
     }
     fn scan(
         &mut self,
@@ -361,6 +370,7 @@ impl LeaseBackend for MemoryStore {
             now,
             policy,
             readied: BTreeSet::new(),
+            events: crate::events::Pending::of(&self.0.hub),
         };
         let answer = step(&mut tx);
         let mut state = self.0.state.0.write();
@@ -372,6 +382,9 @@ impl LeaseBackend for MemoryStore {
         }
         drop(state);
         self.0.notifier.notify(&tx.readied);
+        if answer.is_ok() {
+            self.0.hub.publish(tx.events.take());
+        }
         answer
     }
     fn policy(&self) -> &Policy {
@@ -382,6 +395,9 @@ impl LeaseBackend for MemoryStore {
     }
     fn notifier(&self) -> &Notifier {
         &self.0.notifier
+    }
+    fn hub(&self) -> &crate::events::Hub {
+        &self.0.hub
     }
     fn next_due(&self, queue: &str) -> Result<Option<StoreTime>> {
         let now = self.0.clock.now();

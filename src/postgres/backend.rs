@@ -151,7 +151,7 @@ impl PgStore {
                     protocol::complete(r, job, attempt, &c.output, progress)
                 } else if let Some(writes) = &mut c.writes {
                     let end = (job, attempt, c.output.as_slice(), progress);
-                    self.complete_with_writes_in(r.tx, r.p, end, writes)
+                    self.complete_with_writes_in(r.tx, r.p, &mut r.events, end, writes)
                 } else {
                     fast::complete(r, job, attempt, &c.output, progress)
                 };
@@ -206,6 +206,7 @@ impl PgStore {
         &self,
         tx: &mut postgres::Transaction<'_>,
         p: &mut super::Prepared<'_>,
+        events: &mut crate::events::Pending,
         (job, attempt, output, progress): (JobId, crate::ids::Attempt, &[u8], Option<u64>),
         writes: &mut AnyWrites,
     ) -> Result<()> {
@@ -220,13 +221,10 @@ impl PgStore {
             .savepoint("leasehold_completion")
             .map_err(super::PgError::from)?;
         let s = self.settings();
-        let end = fast::complete(
-            &mut PgRecords::new(&mut sp, p, s),
-            job,
-            attempt,
-            output,
-            progress,
-        );
+        let mut inner = PgRecords::new(&mut sp, p, s);
+        inner.events = events.alike();
+        let end = fast::complete(&mut inner, job, attempt, output, progress);
+        let told = std::mem::take(&mut inner.events);
         if let Err(e) = end {
             if e.is_refusal() {
                 sp.commit().map_err(super::PgError::from)?;
@@ -250,7 +248,11 @@ impl PgStore {
             }
         };
         match written {
-            Ok(()) => Ok(sp.commit().map_err(super::PgError::from)?),
+            Ok(()) => {
+                sp.commit().map_err(super::PgError::from)?;
+                events.append(told);
+                Ok(())
+            }
             Err(e) if e.is_transient() => Err(e),
             Err(e) => {
                 sp.rollback().map_err(super::PgError::from)?;
@@ -340,6 +342,10 @@ impl LeaseBackend for PgStore {
 
     fn notifier(&self) -> &crate::notify::Notifier {
         &self.inner.notifier
+    }
+
+    fn hub(&self) -> &crate::events::Hub {
+        &self.inner.hub
     }
 
     fn rounds_wait_on_a_server(&self) -> bool {

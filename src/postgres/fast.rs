@@ -241,7 +241,7 @@ pub(crate) fn claim_batch(
         true => protocol::room(r, queue)?,
         false => (record, rules::claim_room(None, 0, StoreTime::ZERO)),
     };
-    let n = n.min(room.allowed);
+    let n = protocol::capped(r, queue, record.as_ref(), &room, n);
     let mut leases = Vec::new();
     // One at a time while expired leases are about, each weighed against the ready jobs.
     while expired_left && leases.len() < n {
@@ -273,6 +273,15 @@ pub(crate) fn claim_batch(
     // rules::grant made them dead: what waits for them learns it in this transaction.
     if !dead.is_empty() {
         protocol::settle_all(r, &dead)?;
+    }
+    // (those of the one-at-a-time path were told by its grant)
+    for lease in &leases[before..] {
+        protocol::tell(r, || crate::Event::Claimed {
+            job: lease.job,
+            attempt: lease.attempt,
+            queue: lease.queue.clone(),
+            worker: lease.worker.clone(),
+        });
     }
     protocol::noted(r, queue, record, leases.len())?;
     Ok(leases)
@@ -489,7 +498,7 @@ WHERE j.id = r.id AND j.attempt = r.attempt AND j.state = 'running'
     -- rules::before_deadline: an attempt past its deadline is left to the one-by-one path,
     -- which refuses the completion
     AND NOT coalesce(j.lease_deadline <= c.t, false)
-RETURNING j.id, j.attempt, j.awaited, j.grp";
+RETURNING j.id, j.attempt, j.awaited, j.grp, j.queue";
 
 /// Completes many attempts with one statement where their fences hold; returns those it
 /// completed. The caller completes the others one by one, which says why each was refused.
@@ -517,7 +526,17 @@ pub(crate) fn complete_many(
     let mut awaited = Vec::new();
     for row in &rows {
         let job = id(row.col(0)?);
-        completed.insert((job, attempt(row.col(1)?)?));
+        let at = attempt(row.col(1)?)?;
+        completed.insert((job, at));
+        if r.listened() {
+            r.note_event(crate::Event::Ended {
+                job,
+                attempt: at,
+                queue: row.col(4)?,
+                outcome: crate::Outcome::Succeeded,
+                state: JobState::Succeeded,
+            });
+        }
         if row.col::<bool>(2)? {
             let group = row.col::<Option<i64>>(3)?;
             let group = group.map(|g| crate::GroupId(u64::try_from(g).unwrap_or(0)));

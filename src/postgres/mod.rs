@@ -232,6 +232,7 @@ impl PgStoreBuilder {
                 simulated_clock: self.simulated_clock,
                 idle: Mutex::new(Vec::new()),
                 notifier: Arc::new(crate::notify::Notifier::default()),
+                hub: Default::default(),
                 listener: std::sync::OnceLock::new(),
                 // Set from the database's clock below, before anyone reads it.
                 clock: Mutex::new((
@@ -275,6 +276,8 @@ struct Inner {
     /// Wakes this process's pools when a commit, here or (through the listener) on another
     /// machine, gives a queue work.
     notifier: Arc<crate::notify::Notifier>,
+    /// The subscribers to this handle's events.
+    hub: crate::events::Hub,
     /// The `LISTEN` connection's thread, started when a pool first waits for work (`None`
     /// if it could not be started: idle pools then only poll).
     listener: std::sync::OnceLock<Option<listen::Listener>>,
@@ -441,13 +444,17 @@ impl PgStore {
     ) -> Result<T> {
         let settings = self.settings();
         let mut readied = std::collections::BTreeSet::new();
+        let mut events = Vec::new();
         let answer = self.in_transaction(|tx, p| {
             let mut r = records::PgRecords::new(tx, p, settings);
+            r.events = crate::events::Pending::of(&self.inner.hub);
             let answer = f(&mut r);
             readied = r.readied_queues();
+            events = r.events.take();
             answer
         })?;
         self.readied(&readied);
+        self.inner.hub.publish(events);
         Ok(answer)
     }
 

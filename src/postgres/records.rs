@@ -53,6 +53,8 @@ pub(crate) struct PgRecords<'a, 'b, 'c> {
     settings: &'a Settings,
     /// Queues already notified in this transaction.
     notified: BTreeSet<String>,
+    /// Its events, for the subscribers once it commits.
+    pub events: crate::events::Pending,
 }
 
 impl<'a, 'b, 'c> PgRecords<'a, 'b, 'c> {
@@ -66,6 +68,7 @@ impl<'a, 'b, 'c> PgRecords<'a, 'b, 'c> {
             p,
             settings,
             notified: BTreeSet::new(),
+            events: Default::default(),
         }
     }
 
@@ -516,6 +519,14 @@ impl Records for PgRecords<'_, '_, '_> {
             notify(self.tx, self.p, queue)?;
         }
         Ok(())
+    }
+
+    fn listened(&self) -> bool {
+        self.events.wanted()
+    }
+
+    fn note_event(&mut self, event: crate::Event) {
+        self.events.push(event);
     }
 
     fn key_holder(&mut self, queue: &str, key: &str) -> Result<Option<JobRecord>> {

@@ -108,17 +108,18 @@ impl PgStore {
             -> std::result::Result<(), Box<dyn std::error::Error + Send + Sync>>,
     ) -> Result<()> {
         let s = self.settings();
-        self.in_transaction(|tx, p| {
-            fast::complete(
-                &mut PgRecords::new(tx, p, s),
-                lease.job,
-                lease.attempt,
-                output,
-                progress,
-            )?;
+        let mut told = Vec::new();
+        let done = self.in_transaction(|tx, p| {
+            let mut r = PgRecords::new(tx, p, s);
+            r.events = crate::events::Pending::of(&self.inner.hub);
+            fast::complete(&mut r, lease.job, lease.attempt, output, progress)?;
+            told = r.events.take();
             let written = writes(&mut PgTransaction::new(tx, p.cache, self));
             applied(tx, written.map_err(application_error))
-        })
+        });
+        done?;
+        self.inner.hub.publish(told);
+        Ok(())
     }
 
     /// Enqueues a job inside the application's own transaction, on a connection of its own

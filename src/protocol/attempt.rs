@@ -204,5 +204,14 @@ pub(crate) fn store_end(
     r.save(old, &change.job)?;
     r.count(&change.counts)?;
     super::flow::settle(r, &change.job)?;
+    if let Some(outcome) = &run.outcome {
+        super::tell(r, || crate::Event::Ended {
+            job: old.id,
+            attempt: old.attempt,
+            queue: old.queue.clone(),
+            outcome: outcome.clone(),
+            state: change.job.state,
+        });
+    }
     Ok(change.job)
 }

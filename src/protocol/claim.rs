@@ -36,7 +36,7 @@ pub(crate) fn claim_batch(
 ) -> Result<Vec<Lease>> {
     input::check_claim(queue, worker, &terms)?;
     let (record, room) = room(r, queue)?;
-    let n = n.min(room.allowed);
+    let n = capped(r, queue, record.as_ref(), &room, n);
     let mut leases = Vec::with_capacity(n.min(1024));
     // Once no lease has expired, none will within this transaction (a lease it grants ends
     // later than any it finds), so the rest of the batch skips that search.
@@ -188,6 +188,23 @@ pub(crate) fn room(
     Ok((record, room))
 }
 
+/// How many of `n` jobs a claim of `queue` may take with `room`: fewer where its limits
+/// hold it back (told as [`crate::Event::LimitReached`]; a paused queue reached none).
+pub(crate) fn capped(
+    r: &mut (impl Records + ?Sized),
+    queue: &str,
+    record: Option<&QueueRecord>,
+    room: &rules::Room,
+    n: usize,
+) -> usize {
+    if room.allowed < n && record.is_some_and(|q| !q.paused) {
+        super::tell(r, || crate::Event::LimitReached {
+            queue: queue.to_owned(),
+        });
+    }
+    n.min(room.allowed)
+}
+
 /// Keeps `claimed` claims of `queue` in its rate window, if it has a rate limit.
 pub(crate) fn noted(
     r: &mut (impl Records + ?Sized),
@@ -222,7 +239,7 @@ pub(crate) fn claim_job(
         return Ok(None);
     }
     let (record, room) = room(r, &job.queue)?;
-    if room.allowed == 0 {
+    if capped(r, &job.queue, record.as_ref(), &room, 1) == 0 {
         return Ok(None);
     }
     // (taking back the queue's expired leases may have made this one claimable)
@@ -262,6 +279,12 @@ fn grant(
     };
     let (expires_at, deadline) = (granted.expires_at, granted.deadline);
     let payload = r.payload(new.id)?;
+    super::tell(r, || crate::Event::Claimed {
+        job: new.id,
+        attempt: new.attempt,
+        queue: new.queue.clone(),
+        worker: worker.to_owned(),
+    });
     Ok(Some(Lease {
         job: new.id,
         attempt: new.attempt,

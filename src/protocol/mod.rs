@@ -35,9 +35,9 @@ use std::time::Duration;
 pub(crate) use crate::rules::Stage;
 pub use attempt::End;
 pub(crate) use attempt::{Stages, complete, end, expire, heartbeat};
-pub(crate) use claim::{claim, claim_batch, claim_job, claim_plan};
 #[cfg(feature = "postgres")]
-pub(crate) use claim::{next_claim, noted, room};
+pub(crate) use claim::{capped, next_claim, noted, room};
+pub(crate) use claim::{claim, claim_batch, claim_job, claim_plan};
 #[cfg(feature = "postgres")]
 pub(crate) use flow::settle_all;
 pub(crate) use flow::{cancel_group, enqueue_members, open_group, seal_group};
@@ -90,5 +90,13 @@ impl Policy {
             return Err(crate::ConfigError::ZeroBatch);
         }
         Ok(())
+    }
+}
+
+/// Tells the store's subscribers `event` once the transaction commits, if anyone listens
+/// (it is built only then).
+pub(crate) fn tell(r: &mut (impl Records + ?Sized), event: impl FnOnce() -> crate::Event) {
+    if r.listened() {
+        r.note_event(event());
     }
 }

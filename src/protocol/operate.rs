@@ -260,6 +260,10 @@ pub(crate) fn pause_queue(r: &mut (impl Records + ?Sized), queue: &str, pause: b
     input::check_queue(queue)?;
     let record = r.queue(queue, true)?;
     r.save_queue(queue, &rules::paused(record.as_ref(), pause))?;
+    super::tell(r, || crate::Event::QueuePaused {
+        queue: queue.to_owned(),
+        paused: pause,
+    });
     if !pause {
         r.readied(queue)?;
     }
@@ -319,7 +323,12 @@ pub(crate) fn fire_schedules(r: &mut (impl Records + ?Sized), wall: i64) -> Resu
         let failure = match rules::firing(record, now, wall, r.policy().max_payload) {
             Firing::Fire { jobs, save } => {
                 for job in &jobs {
-                    enqueued.push(enqueue(r, job)?);
+                    let id = enqueue(r, job)?;
+                    super::tell(r, || crate::Event::ScheduleFired {
+                        schedule: name.clone(),
+                        job: id,
+                    });
+                    enqueued.push(id);
                 }
                 if let Some(new) = save {
                     r.save_schedule(&new)?;

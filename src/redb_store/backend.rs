@@ -26,6 +26,10 @@ impl LeaseBackend for Store {
         &self.inner.notifier
     }
 
+    fn hub(&self) -> &crate::events::Hub {
+        &self.inner.hub
+    }
+
     fn claimed(&self, leases: &[Lease]) {
         if let Some(table) = self.inner.started.get() {
             table.claimed(leases.iter().map(|l| (l.job, l.attempt)));

@@ -75,15 +75,18 @@ impl Store {
         let w = self.begin()?;
         let (result, tally) = {
             let mut tx = Tx::open(&w.txn, w.now, &self.inner.policy)?;
+            tx.events = crate::events::Pending::of(&self.inner.hub);
             let result = f(&mut tx, &w.txn);
             if result.is_ok() {
                 tx.persist()?;
             }
-            (result, tx.tally)
+            (result, (tx.tally, tx.events.take()))
         };
+        let (tally, events) = tally;
         match result {
             Ok(value) => {
                 self.finish(w, &tally.readied)?;
+                self.inner.hub.publish(events);
                 Ok(value)
             }
             Err(e) => {
@@ -231,8 +234,9 @@ fn completions<T: Default + Send + 'static>(done: Vec<Completion>) -> Vec<Op<T>>
 impl Committer for Store {
     fn commit_group(&self, ops: &mut [Box<dyn PendingOp>]) -> Result<bool> {
         let w = self.begin()?;
-        let tally = {
+        let (tally, events) = {
             let mut tx = Tx::open(&w.txn, w.now, &self.inner.policy)?;
+            tx.events = crate::events::Pending::of(&self.inner.hub);
             for op in ops.iter_mut() {
                 if !op.apply(&mut tx) {
                     drop(tx);
@@ -243,14 +247,17 @@ impl Committer for Store {
             if tx.tally.changed() {
                 tx.persist()?;
             }
-            tx.tally
+            (tx.tally, tx.events.take())
         };
         if !tally.changed() {
             // Nothing written (a claim that found nothing, a refusal counted nowhere): no fsync.
+            // (What it told, a claim held back by a limit, still happened.)
             w.txn.abort()?;
+            self.inner.hub.publish(events);
             return Ok(true);
         }
         self.finish(w, &tally.readied)?;
+        self.inner.hub.publish(events);
         Ok(true)
     }
 }

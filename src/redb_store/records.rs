@@ -127,6 +127,14 @@ impl Records for Tx<'_> {
         Ok(())
     }
 
+    fn listened(&self) -> bool {
+        self.events.wanted()
+    }
+
+    fn note_event(&mut self, event: crate::Event) {
+        self.events.push(event);
+    }
+
     fn key_holder(&mut self, queue: &str, key: &str) -> Result<Option<JobRecord>> {
         match self.tables.unique.get((queue, key))? {
             Some(id) => Ok(Some(load(self, JobId(id.value()))?)),

@@ -59,6 +59,8 @@ pub(crate) struct Inner {
     pub(super) policy: Policy,
     pub(super) flush: Mutex<FlushState>,
     pub(crate) notifier: Notifier,
+    /// The subscribers to this handle's events.
+    pub(crate) hub: crate::events::Hub,
     pub(super) writes: AtomicU64,
     /// The application's handles alive: the last one to go gives back this process's leases
     /// (see `Drop for Store`), whatever the store's own threads still hold for a moment.
@@ -104,6 +106,7 @@ impl Store {
                 policy,
                 flush: Mutex::new(FlushState::default()),
                 notifier: Notifier::default(),
+                hub: Default::default(),
                 writes: AtomicU64::new(0),
                 handles: AtomicUsize::new(1),
                 group: Arc::new(Group::new(shape)),

@@ -228,6 +228,8 @@ pub(crate) struct Tx<'t> {
     pub tables: Tables<'t>,
     pub policy: &'t Policy,
     pub tally: Tally,
+    /// Its events, for the subscribers once it commits.
+    pub events: crate::events::Pending,
     /// The next job id, once this transaction has read the counter: written back once, at
     /// [`Tx::persist`], not once per enqueued job.
     next_id: Option<u64>,
@@ -246,6 +248,7 @@ impl<'t> Tx<'t> {
             tables: Tables::open(txn, policy.instance.is_some())?,
             policy,
             tally,
+            events: Default::default(),
             next_id: None,
         })
     }

@@ -13,6 +13,7 @@ mod claim;
 mod common;
 mod edit;
 mod enqueue;
+mod events;
 mod fencing;
 mod group;
 mod open;
