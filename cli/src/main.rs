@@ -417,9 +417,12 @@ enum Command {
         /// peer harness does, and on PostgreSQL 16 workers again on three times the jobs;
         /// PostgreSQL where LEASEHOLD_PG_URL is set), window (what the window
         /// and the batch delay trade, on both), trickle (jobs enqueued one by one: latency and
-        /// completions per commit by batch delay), postgres (needs LEASEHOLD_PG_URL). Two more run
+        /// completions per commit by batch delay), weighted (a pool over four weighted queues
+        /// against a pool over one), workflow, postgres (needs LEASEHOLD_PG_URL). Three more run
         /// only when named in full: churn (dead rows of a PostgreSQL job table over minutes of
-        /// sustained work) and page (the status page on a million jobs, and its cost to a pool).
+        /// sustained work), page (the status page on a million jobs, and its cost to a pool)
+        /// and postgres-processes (1 x 16, 2 x 8, 4 x 4 and 8 x 2 worker processes draining one
+        /// PostgreSQL queue).
         #[arg(long)]
         only: Option<String>,
     },

@@ -1,5 +1,6 @@
-//! `leasehold __pool`: a worker pool in a process of its own on a store that processes share,
-//! for the multi-process bench and demo. Reports each handler's start as `started JOB NOW`
+//! `leasehold __pool`: a worker pool in a process of its own on a store that processes share
+//! (a redb file, or a PostgreSQL database named by URL), for the multi-process bench and
+//! demo. Reports each handler's start as `started JOB NOW`
 //! (store time, which every process of the host reads alike) and holds the store until its
 //! stdin closes or it is killed.
 
@@ -27,6 +28,34 @@ pub struct Settings {
 }
 
 pub fn run(db: PathBuf, settings: Settings) -> Result<ExitCode, leasehold::Error> {
+    match crate::target::postgres_url(&db) {
+        // Worker processes on one database, as worker machines would be: the bench's
+        // `postgres-processes`.
+        Some(url) => {
+            let store = crate::target::open_postgres(url, false)?;
+            serve(store, settings, || 0)
+        }
+        None => {
+            let store = Store::builder(db).sharing(Sharing::MultiProcess).open()?;
+            let metrics = store.clone();
+            serve(store, settings, move || {
+                metrics.metrics().write_transactions
+            })
+        }
+    }
+}
+
+/// Runs the pool (and the reaper and scheduler asked for) until stdin closes, then says
+/// what it did: jobs, the rounds that committed them, and `writes`, the write transactions
+/// the process committed where the engine counts them.
+fn serve<S>(
+    store: S,
+    settings: Settings,
+    writes: impl Fn() -> u64,
+) -> Result<ExitCode, leasehold::Error>
+where
+    S: leasehold::Engine + JobStore + Clone + Send + Sync + 'static,
+{
     let Settings {
         queue,
         workers,
@@ -36,7 +65,6 @@ pub fn run(db: PathBuf, settings: Settings) -> Result<ExitCode, leasehold::Error
         schedule_every,
         reap_every,
     } = settings;
-    let store = Store::builder(db).sharing(Sharing::MultiProcess).open()?;
     let _reaper = match reap_every {
         Some(every) => Some(leasehold::Reaper::start(store.clone(), every)?),
         None => None,
@@ -54,7 +82,6 @@ pub fn run(db: PathBuf, settings: Settings) -> Result<ExitCode, leasehold::Error
         None => None,
     };
     let clock = store.clone();
-    let metrics = store.clone();
     let mut builder = WorkerPool::builder(store, &queue)
         .concurrency(workers)
         .worker_id(format!("proc-{}", std::process::id()));
@@ -64,7 +91,8 @@ pub fn run(db: PathBuf, settings: Settings) -> Result<ExitCode, leasehold::Error
     let pool = builder.start(move |ctx| {
         if report {
             let mut out = std::io::stdout().lock();
-            let _ = writeln!(out, "started {} {}", ctx.job().0, clock.now().as_nanos());
+            let now = clock.now().map_or(0, |t| t.as_nanos());
+            let _ = writeln!(out, "started {} {now}", ctx.job().0);
             let _ = out.flush();
         }
         if !work.is_zero() {
@@ -79,14 +107,12 @@ pub fn run(db: PathBuf, settings: Settings) -> Result<ExitCode, leasehold::Error
         sink.clear();
     }
     pool.shutdown(Duration::from_secs(5));
-    // What the process did, for the bench: jobs, the rounds that committed them, and every
-    // write transaction the process committed (its renewals' too).
     let stats = pool.stats();
     println!(
         "pool {} {} {}",
         stats.succeeded,
         stats.completion_commits,
-        metrics.metrics().write_transactions
+        writes()
     );
     if let Some(mut scheduler) = scheduler {
         scheduler.stop();

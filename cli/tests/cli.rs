@@ -586,6 +586,33 @@ fn bench_runs_at_a_tiny_scale_and_prints_a_well_formed_table() {
     assert!(rows.iter().any(|r| r["ratio_to_raw"].is_number()));
 }
 
+/// Worker processes of the tool's own on one PostgreSQL database: each shape drains every
+/// job, and the processes' counts add up (the bench checks both, and fails otherwise).
+#[test]
+fn the_postgres_processes_bench_drains_with_every_shape() {
+    if std::env::var("LEASEHOLD_PG_URL").is_err() {
+        println!("the postgres-processes bench test did not run: LEASEHOLD_PG_URL is not set");
+        return;
+    }
+    let t = Tool::new();
+    let rows = t.json(&["bench", "--only", "postgres-processes", "--scale", "0.01"]);
+    let names: Vec<&str> = (rows.as_array().unwrap().iter())
+        .map(|r| r["operation"].as_str().unwrap())
+        .collect();
+    assert_eq!(names.len(), 4, "{names:?}");
+    for shape in [
+        "1 worker process x 16",
+        "2 worker processes x 8",
+        "4 worker processes x 4",
+        "8 worker processes x 2",
+    ] {
+        assert!(
+            names.iter().any(|n| n.contains(shape)),
+            "{shape}: {names:?}"
+        );
+    }
+}
+
 /// A store created by a process inside a time namespace whose monotonic clock runs 100,000 s
 /// ahead, then used on the host: store time must run on, not stand still until the host's
 /// clock catches up. Needs `unshare --time` (Linux 5.6+, privileges); says so and passes

@@ -10,6 +10,7 @@ mod drain;
 mod measure;
 mod page;
 mod pg_churn;
+mod pg_processes;
 mod pool;
 mod postgres;
 mod processes;
@@ -425,7 +426,15 @@ fn scenarios(dir: &Path, scale: f64, only: Option<&str>) -> Result<Vec<Row>, Err
             Err(_) => eprintln!("trickle: PostgreSQL not run (set LEASEHOLD_PG_URL to a server)"),
         }
     }
-    if want("postgres") {
+    // Worker processes on one database, as worker machines would be: only when named in
+    // full (it starts thirty processes).
+    if only == Some("postgres-processes") {
+        match std::env::var("LEASEHOLD_PG_URL") {
+            Ok(url) => rows.extend(pg_processes::rows(&url, scale)?),
+            Err(_) => eprintln!("postgres-processes: not run (set LEASEHOLD_PG_URL to a server)"),
+        }
+    }
+    if want("postgres") && only != Some("postgres-processes") {
         match std::env::var("LEASEHOLD_PG_URL") {
             Ok(url) => rows.extend(postgres::rows(&url, scale)?),
             Err(_) => eprintln!("postgres: not run (set LEASEHOLD_PG_URL to a server to run it)"),
