@@ -22,6 +22,12 @@ pub enum PgError {
     /// The server could not be reached or refused the connection.
     #[error("cannot connect to PostgreSQL: {0}")]
     Connect(String),
+    /// The server refused a new connection because it holds as many as it may (SQLSTATE
+    /// 53300: `max_connections`, or the role's or database's `CONNECTION LIMIT`). Nothing was
+    /// done; the operation can be tried again once a connection is free (a pool does, at its
+    /// next round or heartbeat). README, "Connections", says what one pool holds.
+    #[error("PostgreSQL has no connection to spare: {0}")]
+    TooManyConnections(String),
     /// The schema holds tables that are not a leasehold store's: nothing was changed.
     #[error("schema {schema} is not a leasehold store ({detail}); nothing was changed")]
     NotALeaseholdSchema {

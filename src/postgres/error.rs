@@ -16,7 +16,10 @@ impl PgError {
             message.push_str(&cause.to_string());
             source = cause.source();
         }
-        PgError::Connect(message)
+        match e.code().map(|c| c.code()) {
+            Some("53300") => PgError::TooManyConnections(message),
+            _ => PgError::Connect(message),
+        }
     }
 
     /// An error from `COMMIT`. Only the server's word that it rolled the transaction back

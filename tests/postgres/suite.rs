@@ -927,10 +927,15 @@ struct PgWorker {
 impl PgWorker {
     /// `pooled`: a `WorkerPool` (claims ahead, batched completions) rather than claim loops.
     fn start(db: &Db, lease_ms: u64, pooled: bool) -> PgWorker {
+        PgWorker::start_at(db, &db.url, lease_ms, pooled)
+    }
+
+    /// [`PgWorker::start`] connecting by `url` (the database's, with parameters of its own).
+    fn start_at(db: &Db, url: &str, lease_ms: u64, pooled: bool) -> PgWorker {
         let lease_ms = lease_ms.to_string();
         let mut args = vec![
             "--url",
-            &db.url,
+            url,
             "--schema",
             &db.schema,
             "--threads",
@@ -987,6 +992,174 @@ fn record(line: &str, committed: &mut Vec<i64>) {
     match line.split_whitespace().collect::<Vec<_>>().as_slice() {
         ["committed", id] => committed.push(id.parse().unwrap()),
         _ => panic!("pg-worker said: {line}"),
+    }
+}
+
+/// The most connections one pool's process holds on the server (README, "Connections"):
+/// its rounds' (two while a big round's halves run at once), its heartbeat's, its `LISTEN`
+/// connection, and one of a worker's own commit or an application's call beside them.
+const CONNECTIONS_PER_POOL: i64 = 5;
+
+/// What an operator sizes `max_connections` by: eight worker processes of two workers each,
+/// draining one queue with the effect rows of the kill soak, never hold more than
+/// [`CONNECTIONS_PER_POOL`] each (counted by the server, by their `application_name`), and
+/// commit every job's effect once.
+#[test]
+fn eight_worker_processes_of_two_stay_within_the_connections_a_pool_is_said_to_hold() {
+    let mut db = db!("connections");
+    db.sql("CREATE SCHEMA {s}; CREATE TABLE {s}.effects (job bigint NOT NULL)");
+    let store = db.store();
+    let jobs = 2000;
+    store
+        .enqueue_batch(
+            (0..jobs)
+                .map(|i| NewJob::new("kills", format!("{i}")))
+                .collect(),
+        )
+        .unwrap();
+    let tag = format!("{}_c", db.schema);
+    let sep = if db.url.contains('?') { '&' } else { '?' };
+    let url = format!("{}{sep}application_name={tag}", db.url);
+    let workers: Vec<PgWorker> = (0..8)
+        .map(|_| PgWorker::start_at(&db, &url, 2000, true))
+        .collect();
+    let held = |db: &mut Db| -> i64 {
+        db.admin
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1",
+                &[&tag],
+            )
+            .unwrap()
+            .try_get(0)
+            .unwrap()
+    };
+    let mut most = 0;
+    #[allow(clippy::disallowed_methods)] // a test deadline, not store time
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    while store.stats().unwrap().total(JobState::Succeeded) < jobs as u64 {
+        most = most.max(held(&mut db));
+        #[allow(clippy::disallowed_methods)]
+        let late = std::time::Instant::now() > deadline;
+        assert!(!late, "the drain did not end");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    drop(workers);
+    println!("8 worker processes x 2 workers held at most {most} connections at once");
+    assert!(most >= 8, "each process holds one at least: {most}");
+    assert!(
+        most <= 8 * CONNECTIONS_PER_POOL,
+        "{most} connections, more than {CONNECTIONS_PER_POOL} a process"
+    );
+    let (rows, distinct): (i64, i64) = {
+        let row = db
+            .admin
+            .query_one(
+                &format!(
+                    "SELECT count(*), count(DISTINCT job) FROM {}.effects",
+                    db.schema
+                ),
+                &[],
+            )
+            .unwrap();
+        (row.try_get(0).unwrap(), row.try_get(1).unwrap())
+    };
+    assert_eq!((rows, distinct), (jobs as i64, jobs as i64));
+}
+
+/// Connections refused because the server holds as many as it may (here a role's
+/// `CONNECTION LIMIT`, not the server's settings): a typed error, and a pool that meets it
+/// retries and loses nothing.
+#[test]
+fn connections_refused_for_want_of_room_are_a_typed_error_and_a_pool_loses_nothing() {
+    let mut db = db!("too many connections");
+    let role = format!("{}_few", db.schema);
+    db.sql(&format!(
+        "CREATE ROLE {role} LOGIN CONNECTION LIMIT 2; GRANT CREATE ON DATABASE test TO {role}"
+    ));
+    let url = match db.url.rsplit_once('@') {
+        Some((_, host)) => format!("postgres://{role}@{host}"),
+        None => panic!("LEASEHOLD_PG_URL has no user@host: {}", db.url),
+    };
+    let schema = format!("{}_own", db.schema);
+    let admin_url = db.url.clone();
+    let outcome = std::panic::catch_unwind(|| {
+        let store = PgStore::builder(&url).schema(&schema).open().unwrap();
+        // Every connection the role may have held (the store keeps one idle): a store that
+        // opens now is refused, typed.
+        let hold: Vec<_> = (0..3)
+            .map_while(|_| postgres::Client::connect(&url, postgres::NoTls).ok())
+            .collect();
+        assert!(!hold.is_empty());
+        match PgStore::builder(&url).schema(&schema).open() {
+            Err(Error::Postgres(PgError::TooManyConnections(why))) => {
+                assert!(why.contains("too many connections"), "{why}")
+            }
+            other => panic!("expected TooManyConnections, got {:?}", other.map(|_| ())),
+        }
+        drop(hold);
+        let jobs = 300;
+        store
+            .enqueue_batch((0..jobs).map(|i| NewJob::new(Q, format!("{i}"))).collect())
+            .unwrap();
+        // The store's idle connection ended by the server, and every connection the role
+        // may have held elsewhere: the pool's first rounds are refused, typed, and counted.
+        let mut admin = postgres::Client::connect(&admin_url, postgres::NoTls).unwrap();
+        admin
+            .execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = $1",
+                &[&role],
+            )
+            .unwrap();
+        wait_until("the store's connection to end", || {
+            let n: i64 = (admin.query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE usename = $1",
+                &[&role],
+            ))
+            .unwrap()
+            .try_get(0)
+            .unwrap();
+            n == 0
+        });
+        let hold: Vec<_> = (0..2)
+            .map(|_| postgres::Client::connect(&url, postgres::NoTls).unwrap())
+            .collect();
+        let pool = leasehold::WorkerPool::builder(store.clone(), Q)
+            .concurrency(4)
+            .lease(Duration::from_secs(2))
+            .start(|_| Ok(Vec::new()))
+            .unwrap();
+        wait_until("the pool's rounds to be refused", || {
+            pool.stats().claim_errors >= 2
+        });
+        let succeeded = |admin: &mut postgres::Client| -> i64 {
+            (admin.query_one(
+                &format!("SELECT count(*) FROM {schema}.leasehold_jobs WHERE state = 'succeeded'"),
+                &[],
+            ))
+            .unwrap()
+            .try_get(0)
+            .unwrap()
+        };
+        assert_eq!(succeeded(&mut admin), 0);
+        // Room again: the pool carries on by itself, and every job ends once.
+        drop(hold);
+        wait_until("every job to succeed", || succeeded(&mut admin) == jobs);
+        let stats = pool.stats();
+        println!(
+            "a pool of 4 with no connection to spare: {} rounds refused, then all {jobs} jobs",
+            stats.claim_errors
+        );
+        assert_eq!(stats.succeeded, jobs as u64);
+        drop(pool);
+        let check = store.check().unwrap();
+        assert!(check.is_clean(), "{:?}", check.problems);
+    });
+    db.sql(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"));
+    db.sql(&format!(
+        "REVOKE CREATE ON DATABASE test FROM {role}; DROP ROLE {role}"
+    ));
+    if let Err(panic) = outcome {
+        std::panic::resume_unwind(panic);
     }
 }
 
