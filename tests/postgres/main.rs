@@ -35,4 +35,5 @@ fn say(line: &str) {
 mod db;
 
 mod attacks;
+mod failover;
 mod suite;

@@ -919,7 +919,7 @@ fn kills() -> usize {
 }
 
 /// A `pg-worker` helper process and the commits it has reported.
-struct PgWorker {
+pub(crate) struct PgWorker {
     child: std::process::Child,
     lines: std::sync::mpsc::Receiver<String>,
 }
@@ -927,17 +927,17 @@ struct PgWorker {
 impl PgWorker {
     /// `pooled`: a `WorkerPool` (claims ahead, batched completions) rather than claim loops.
     fn start(db: &Db, lease_ms: u64, pooled: bool) -> PgWorker {
-        PgWorker::start_at(db, &db.url, lease_ms, pooled)
+        PgWorker::start_at(&db.url, &db.schema, lease_ms, pooled)
     }
 
-    /// [`PgWorker::start`] connecting by `url` (the database's, with parameters of its own).
-    fn start_at(db: &Db, url: &str, lease_ms: u64, pooled: bool) -> PgWorker {
+    /// [`PgWorker::start`] on the store in `schema` of the database at `url`.
+    pub(crate) fn start_at(url: &str, schema: &str, lease_ms: u64, pooled: bool) -> PgWorker {
         let lease_ms = lease_ms.to_string();
         let mut args = vec![
             "--url",
             url,
             "--schema",
-            &db.schema,
+            schema,
             "--threads",
             "2",
             "--lease-ms",
@@ -960,6 +960,17 @@ impl PgWorker {
             }
         });
         PgWorker { child, lines }
+    }
+
+    /// Adds the commits it reported within `wait` to `committed`.
+    /// (The harness's notes about a long-running helper are passed over.)
+    pub(crate) fn take_reported(&mut self, committed: &mut Vec<i64>, wait: Duration) {
+        let lines = self.lines.recv_timeout(wait).into_iter();
+        for line in lines.chain(self.lines.try_iter().collect::<Vec<_>>()) {
+            if !line.contains("has been running for over") {
+                record(&line, committed);
+            }
+        }
     }
 
     /// SIGKILL after up to `after` more reported lines (or a short wait); returns the
@@ -1021,7 +1032,7 @@ fn eight_worker_processes_of_two_stay_within_the_connections_a_pool_is_said_to_h
     let sep = if db.url.contains('?') { '&' } else { '?' };
     let url = format!("{}{sep}application_name={tag}", db.url);
     let workers: Vec<PgWorker> = (0..8)
-        .map(|_| PgWorker::start_at(&db, &url, 2000, true))
+        .map(|_| PgWorker::start_at(&url, &db.schema, 2000, true))
         .collect();
     let held = |db: &mut Db| -> i64 {
         db.admin
