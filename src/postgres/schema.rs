@@ -29,7 +29,7 @@ use crate::error::Result;
 /// by the first open that may create
 /// ([`crate::postgres::PgStoreBuilder::create_if_missing`], on by default); a reader's open
 /// is refused ([`PgError::OlderSchema`]) and leaves it as it is. Version 5 adds a retry
-/// policy to jobs and queues ([`since_5`]) and writes schedules' records in codec format 4,
+/// policy to jobs and queues (`since_5`) and writes schedules' records in codec format 4,
 /// which version 4 builds cannot read.
 pub const VERSION: u32 = 5;
 

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use leasehold::postgres::PgStore;
 use leasehold::postgres::client as postgres;
-use leasehold::{JobState, JobStore, NewJob, ReadJobs};
+use leasehold::{JobState, ReadJobs};
 
 use crate::say;
 
@@ -216,6 +216,12 @@ fn append(file: &Path, text: &str) {
     f.write_all(text.as_bytes()).unwrap();
 }
 
+/// The server's clock, the store's time, in microseconds.
+fn clock_us(c: &mut postgres::Client) -> i64 {
+    let sql = "SELECT (extract(epoch FROM clock_timestamp()) * 1e6)::bigint";
+    c.query_one(sql, &[]).unwrap().try_get(0).unwrap()
+}
+
 /// `id -u postgres` or `id -g postgres`.
 fn id(flag: &str) -> u32 {
     let out = Command::new("id")
@@ -249,13 +255,7 @@ fn a_failover_to_a_synchronous_standby_loses_no_acknowledged_completion() {
         ))
         .unwrap();
     let jobs = 3000u64;
-    store
-        .enqueue_batch(
-            (0..jobs)
-                .map(|i| NewJob::new("kills", format!("{i}")))
-                .collect(),
-        )
-        .unwrap();
+    super::suite::enqueue_kills(&store, jobs);
     let mut workers: Vec<super::suite::PgWorker> = (0..3)
         .map(|_| super::suite::PgWorker::start_at(&url, schema, 1000, true))
         .collect();
@@ -266,15 +266,7 @@ fn a_failover_to_a_synchronous_standby_loses_no_acknowledged_completion() {
             w.take_reported(&mut committed, Duration::from_millis(20));
         }
     }
-    let before: i64 = pair
-        .client(&pair.primary)
-        .query_one(
-            "SELECT (extract(epoch FROM clock_timestamp()) * 1e6)::bigint",
-            &[],
-        )
-        .unwrap()
-        .try_get(0)
-        .unwrap();
+    let before = clock_us(&mut pair.client(&pair.primary));
     let acknowledged_before = committed.len();
     ok(
         "stop the primary",
@@ -311,14 +303,7 @@ fn a_failover_to_a_synchronous_standby_loses_no_acknowledged_completion() {
         succeeded(&mut new) == jobs
     });
     drop(workers);
-    let after: i64 = new
-        .query_one(
-            "SELECT (extract(epoch FROM clock_timestamp()) * 1e6)::bigint",
-            &[],
-        )
-        .unwrap()
-        .try_get(0)
-        .unwrap();
+    let after = clock_us(&mut new);
     assert!(
         after >= before,
         "store time ran backwards across the failover"

@@ -918,6 +918,12 @@ fn kills() -> usize {
         .unwrap_or(50)
 }
 
+/// Enqueues `n` jobs of the queue the `pg-worker` helpers drain.
+pub(crate) fn enqueue_kills(store: &PgStore, n: u64) {
+    let jobs = (0..n).map(|i| NewJob::new("kills", format!("{i}")));
+    store.enqueue_batch(jobs.collect()).unwrap();
+}
+
 /// A `pg-worker` helper process and the commits it has reported.
 pub(crate) struct PgWorker {
     child: std::process::Child,
@@ -1021,13 +1027,7 @@ fn eight_worker_processes_of_two_stay_within_the_connections_a_pool_is_said_to_h
     db.sql("CREATE SCHEMA {s}; CREATE TABLE {s}.effects (job bigint NOT NULL)");
     let store = db.store();
     let jobs = 2000;
-    store
-        .enqueue_batch(
-            (0..jobs)
-                .map(|i| NewJob::new("kills", format!("{i}")))
-                .collect(),
-        )
-        .unwrap();
+    enqueue_kills(&store, jobs);
     let tag = format!("{}_c", db.schema);
     let sep = if db.url.contains('?') { '&' } else { '?' };
     let url = format!("{}{sep}application_name={tag}", db.url);
@@ -1047,7 +1047,7 @@ fn eight_worker_processes_of_two_stay_within_the_connections_a_pool_is_said_to_h
     let mut most = 0;
     #[allow(clippy::disallowed_methods)] // a test deadline, not store time
     let deadline = std::time::Instant::now() + Duration::from_secs(120);
-    while store.stats().unwrap().total(JobState::Succeeded) < jobs as u64 {
+    while store.stats().unwrap().total(JobState::Succeeded) < jobs {
         most = most.max(held(&mut db));
         #[allow(clippy::disallowed_methods)]
         let late = std::time::Instant::now() > deadline;
