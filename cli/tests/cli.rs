@@ -599,7 +599,11 @@ fn the_postgres_processes_bench_drains_with_every_shape() {
     let names: Vec<&str> = (rows.as_array().unwrap().iter())
         .map(|r| r["operation"].as_str().unwrap())
         .collect();
-    assert_eq!(names.len(), 4, "{names:?}");
+    assert_eq!(names.len(), 5, "{names:?}");
+    assert!(
+        names.iter().any(|n| n.contains("enqueue -> claim")),
+        "{names:?}"
+    );
     for shape in [
         "1 worker process x 16",
         "2 worker processes x 8",

@@ -27,8 +27,7 @@ pub(super) fn rows(url: &str, scale: f64) -> Result<Vec<Row>, Error> {
     for (processes, workers) in SHAPES {
         let name = format!("pp{processes}x{workers}");
         let store = scratch.store(&name)?;
-        let sep = if url.contains('?') { '&' } else { '?' };
-        let db = format!("{url}{sep}schema={}_{name}", scratch.schema);
+        let db = url_of(url, &scratch.schema)(&name);
         let workers_arg = workers.to_string();
         let args = ["__pool", "--queue", "pp", "--workers", &workers_arg];
         let helpers = (0..processes)
@@ -73,5 +72,56 @@ pub(super) fn rows(url: &str, scale: f64) -> Result<Vec<Row>, Error> {
             jobs as u64,
         ));
     }
+    rows.push(wake_latency(&scratch, &url_of(url, &scratch.schema), 200)?);
     Ok(rows)
+}
+
+/// The URL of the bench's store named `name` (in schema `{schema}_{name}`), for the helper
+/// processes.
+fn url_of(url: &str, schema: &str) -> impl Fn(&str) -> String {
+    let (url, schema) = (url.to_owned(), schema.to_owned());
+    move |name| {
+        let sep = if url.contains('?') { '&' } else { '?' };
+        format!("{url}{sep}schema={schema}_{name}")
+    }
+}
+
+/// Enqueue here to a claim by one of four idle worker processes of four workers, one job at
+/// a time, on store time (the database's clock: the job's creation and its attempt's claim,
+/// as the history has them): the wake-up across processes (`NOTIFY`, `LISTEN`) and the
+/// claim's round.
+fn wake_latency(
+    scratch: &Scratch,
+    url_of: &impl Fn(&str) -> String,
+    n: usize,
+) -> Result<Row, Error> {
+    let store = scratch.store("pplatency")?;
+    let db = url_of("pplatency");
+    let args = ["__pool", "--queue", "pp", "--workers", "4"];
+    let helpers = (0..4)
+        .map(|_| Helper::start(Path::new(&db), &args))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut samples = Vec::with_capacity(n);
+    let begin = Instant::now();
+    for i in 0..n {
+        let id = store.enqueue(NewJob::new("pp", format!("{i}")))?;
+        while store.stats()?.total(JobState::Succeeded) < (i + 1) as u64 {
+            std::thread::sleep(Duration::from_micros(500));
+        }
+        let job = store.job(id)?.ok_or(Error::JobNotFound(id))?;
+        let runs = store.history(id)?;
+        let claimed = runs.first().ok_or(Error::JobNotFound(id))?.claimed_at();
+        samples.push(claimed.saturating_since(job.created_at()));
+        // every pool idle again before the next
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let total = begin.elapsed();
+    helpers.into_iter().for_each(Helper::end);
+    Ok(Samples(samples).row(
+        "postgres processes: enqueue -> claim by one of 4 idle worker processes x 4 workers (latency, store time)",
+        "durable",
+        16,
+        total,
+        n as u64,
+    ))
 }
