@@ -175,9 +175,10 @@ impl Hub {
     }
 }
 
-/// A transaction's events, kept only while someone listens.
+/// A transaction's events, kept only while someone listens. (Public only in name, as the
+/// hub.)
 #[derive(Debug, Default)]
-pub(crate) struct Pending(Option<Vec<Event>>);
+pub struct Pending(Option<Vec<Event>>);
 
 impl Pending {
     /// For a transaction that begins now: collecting if `hub` has listeners.

@@ -180,11 +180,8 @@ impl Records for Tx<'_> {
         self.readied.insert(queue.to_owned());
         Ok(())
     }
-    fn listened(&self) -> bool {
-        self.events.wanted()
-    }
-    fn note_event(&mut self, event: crate::Event) {
-        self.events.push(event);
+    fn events(&mut self) -> &mut crate::events::Pending {
+        &mut self.events
     }
     fn scan(
         &mut self,

@@ -528,8 +528,8 @@ pub(crate) fn complete_many(
         let job = id(row.col(0)?);
         let at = attempt(row.col(1)?)?;
         completed.insert((job, at));
-        if r.listened() {
-            r.note_event(crate::Event::Ended {
+        if r.events.wanted() {
+            r.events.push(crate::Event::Ended {
                 job,
                 attempt: at,
                 queue: row.col(4)?,

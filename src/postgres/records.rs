@@ -521,12 +521,8 @@ impl Records for PgRecords<'_, '_, '_> {
         Ok(())
     }
 
-    fn listened(&self) -> bool {
-        self.events.wanted()
-    }
-
-    fn note_event(&mut self, event: crate::Event) {
-        self.events.push(event);
+    fn events(&mut self) -> &mut crate::events::Pending {
+        &mut self.events
     }
 
     fn key_holder(&mut self, queue: &str, key: &str) -> Result<Option<JobRecord>> {

@@ -96,7 +96,8 @@ impl Policy {
 /// Tells the store's subscribers `event` once the transaction commits, if anyone listens
 /// (it is built only then).
 pub(crate) fn tell(r: &mut (impl Records + ?Sized), event: impl FnOnce() -> crate::Event) {
-    if r.listened() {
-        r.note_event(event());
+    let events = r.events();
+    if events.wanted() {
+        events.push(event());
     }
 }

@@ -11,7 +11,7 @@
 //! * Time is the store's: [`Records::now`] never runs backwards within a store.
 
 use crate::error::Result;
-use crate::events::Event;
+use crate::events::Pending;
 use crate::ids::{Attempt, GroupId, JobId, StoreTime};
 use crate::job::{JobRecord, JobState, Outcome, RunRecord};
 use crate::queue::QueueRecord;
@@ -89,13 +89,9 @@ pub trait Records {
     fn count(&mut self, counts: &Counters) -> Result<()>;
     /// Tells `queue`'s waiting workers, once the transaction commits, that it has work.
     fn readied(&mut self, queue: &str) -> Result<()>;
-    /// Whether anyone listens to the store's events: a step builds one only then
-    /// ([`super::tell`]).
-    fn listened(&self) -> bool {
-        false
-    }
-    /// Keeps `event` to tell the store's subscribers once the transaction commits.
-    fn note_event(&mut self, _event: Event) {}
+    /// The events this transaction tells the store's subscribers once it commits
+    /// ([`super::tell`]; collected only while anyone listens).
+    fn events(&mut self) -> &mut Pending;
 
     // ----- finding jobs -----
 
