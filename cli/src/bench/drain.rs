@@ -26,7 +26,7 @@ where
     S: Engine + JobStore + Clone,
 {
     let enqueued = enqueue(label, &store, jobs)?;
-    let name = format!("{jobs} empty jobs enqueued, then drained ({label})");
+    let name = format!("drain: {jobs} empty jobs enqueued, then drained ({label})");
     let drained = drained(&name, &store, workers, jobs, || {
         WorkerPool::builder(store.clone(), QUEUE)
             .concurrency(workers)
@@ -48,7 +48,8 @@ pub(super) fn drain_with_writes(
     jobs: usize,
 ) -> Result<Row, Error> {
     enqueue(label, &store, jobs)?;
-    let name = format!("{jobs} jobs, each writing a row of the application's, drained ({label})");
+    let name =
+        format!("drain: {jobs} jobs, each writing a row of the application's, drained ({label})");
     let row = drained(&name, &store, workers, jobs, || {
         WorkerPool::builder(store.clone(), QUEUE)
             .concurrency(workers)
@@ -91,7 +92,8 @@ pub(super) fn enqueue<S: JobStore>(label: &str, store: &S, jobs: usize) -> Resul
 }
 
 /// Starts a pool with `start` and times it (its start included) until it has committed
-/// `jobs` completions, then checks the store agrees.
+/// `jobs` completions, then checks the store agrees: the row `name`. The store holds only
+/// the drain's jobs.
 pub(super) fn drained<S: JobStore>(
     name: &str,
     store: &S,
@@ -106,20 +108,10 @@ pub(super) fn drained<S: JobStore>(
     }
     let total = start.elapsed();
     pool.shutdown(Duration::from_secs(5));
-    let succeeded = store
-        .stats()?
-        .queues
-        .get(QUEUE)
-        .map_or(0, |c| c.get(JobState::Succeeded));
+    let succeeded = store.stats()?.total(JobState::Succeeded);
     if succeeded != jobs as u64 {
         eprintln!("drain: {succeeded} of {jobs} jobs succeeded in the store");
         return Err(Error::Internal("a drain left jobs unfinished"));
     }
-    Ok(Samples(Vec::new()).row(
-        &format!("drain: {name}"),
-        "durable",
-        workers,
-        total,
-        jobs as u64,
-    ))
+    Ok(Samples(Vec::new()).row(name, "durable", workers, total, jobs as u64))
 }

@@ -2,11 +2,10 @@
 //! the same number of empty jobs with the same workers, and a pool over four queues of which
 //! three are empty (what an empty queue costs its rounds: nothing, once found quiet).
 
-use std::time::{Duration, Instant};
+use leasehold::{Engine, Error, JobStore, NewJob, Queues, WorkerPool};
 
-use leasehold::{Engine, Error, JobState, JobStore, NewJob, Queues, WorkerPool};
-
-use super::measure::{Row, Samples};
+use super::drain::drained;
+use super::measure::Row;
 
 /// The weighted pool's queues and their weights.
 const LANES: [(&str, u32); 4] = [("w4", 4), ("w3", 3), ("w2", 2), ("w1", 1)];
@@ -25,13 +24,13 @@ where
     let one = open("wqone")?;
     fill(&one, &[("w4", jobs)])?;
     let name = format!("{jobs} empty jobs, a pool over one queue ({label})");
-    rows.push(drained(&name, &one, workers, jobs, "w4".into())?);
+    rows.push(drained_by(&name, &one, workers, jobs, "w4".into())?);
 
     let four = open("wqfour")?;
     let each: Vec<(&str, usize)> = LANES.iter().map(|(q, _)| (*q, jobs / 4)).collect();
     fill(&four, &each)?;
     let name = format!("{jobs} empty jobs, a pool over four queues weighted 4:3:2:1 ({label})");
-    rows.push(drained(
+    rows.push(drained_by(
         &name,
         &four,
         workers,
@@ -43,7 +42,7 @@ where
     fill(&sparse, &[("w1", jobs)])?;
     let name =
         format!("{jobs} empty jobs in one of a pool's four weighted queues, three empty ({label})");
-    rows.push(drained(
+    rows.push(drained_by(
         &name,
         &sparse,
         workers,
@@ -66,32 +65,17 @@ fn fill<S: JobStore>(store: &S, queues: &[(&str, usize)]) -> Result<(), Error> {
     Ok(())
 }
 
-/// Starts a pool over `queues` and times it (its start included) until it has committed
-/// `jobs` completions, then checks the store agrees.
-fn drained<S: Engine + JobStore + Clone>(
+/// [`drained`] by a pool of `workers` over `queues`, as a `weighted:` row.
+fn drained_by<S: Engine + JobStore + Clone>(
     name: &str,
     store: &S,
     workers: usize,
     jobs: usize,
     queues: Queues,
 ) -> Result<Row, Error> {
-    let start = Instant::now();
-    let pool = WorkerPool::builder(store.clone(), queues)
-        .concurrency(workers)
-        .start(|_| Ok(Vec::new()))?;
-    while pool.stats().succeeded < jobs as u64 {
-        std::thread::sleep(Duration::from_micros(500));
-    }
-    let total = start.elapsed();
-    pool.shutdown(Duration::from_secs(5));
-    if store.stats()?.total(JobState::Succeeded) != jobs as u64 {
-        return Err(Error::Internal("a weighted drain left jobs unfinished"));
-    }
-    Ok(Samples(Vec::new()).row(
-        &format!("weighted: {name}"),
-        "durable",
-        workers,
-        total,
-        jobs as u64,
-    ))
+    drained(&format!("weighted: {name}"), store, workers, jobs, || {
+        WorkerPool::builder(store.clone(), queues)
+            .concurrency(workers)
+            .start(|_| Ok(Vec::new()))
+    })
 }

@@ -36,7 +36,7 @@ where
 
     let plain = open("wfplain")?;
     enqueue(label, &plain, jobs)?;
-    let name = format!("{jobs} plain jobs, for comparison ({label})");
+    let name = format!("drain: {jobs} plain jobs, for comparison ({label})");
     rows.push(drained(&name, &plain, workers, jobs, pool(&plain))?);
 
     let fan = open("wffanin")?;
@@ -51,7 +51,7 @@ where
         start.elapsed(),
         jobs as u64,
     ));
-    let name = format!("fan-in: {jobs} members of a group, then its callback ({label})");
+    let name = format!("drain: fan-in: {jobs} members of a group, then its callback ({label})");
     rows.push(drained(&name, &fan, workers, jobs + 1, pool(&fan))?);
     let record = fan.group(group)?.ok_or(Error::GroupNotFound(group))?;
     if record.outcome() != Some(leasehold::JobState::Succeeded) {
@@ -78,7 +78,7 @@ where
         half as u64,
     ));
     let name = format!(
-        "dependency release: {half} jobs, each released by its dependency's completion, and their {half} dependencies ({label})"
+        "drain: dependency release: {half} jobs, each released by its dependency's completion, and their {half} dependencies ({label})"
     );
     rows.push(drained(&name, &chained, workers, 2 * half, pool(&chained))?);
     // Every waiter ran after its dependency ended: a check, not a figure.
