@@ -17,10 +17,11 @@ use crate::job::{JobRecord, JobState, LeaseRecord, Uniqueness};
 /// The current format version byte. Version 2 changed the job record (a lease's deadline,
 /// the key's uniqueness window, a job's own time limit, its metadata); version 3 appended
 /// its part in workflows ([`crate::workflow::Flow`]) and may name the state `Blocked`;
-/// version 4 appended a retry policy to the records of jobs, queues and schedules
-/// ([`decode_with_retry`]). Every other record is encoded as in version 1, so for them all
-/// versions decode alike.
-pub const FORMAT_VERSION: u8 = 4;
+/// version 4 appended a retry policy to the records of jobs, queues and schedules; version
+/// 5 appended a limit key to the records of jobs and schedules, and a per-key limit to a
+/// queue's limits ([`decode_job`], [`decode_queue`], [`decode_schedule`]). Every other
+/// record is encoded as in version 1, so for them all versions decode alike.
+pub const FORMAT_VERSION: u8 = 5;
 
 /// The version before workflows, whose job records end where [`JobRecord::flow`] begins.
 const BEFORE_FLOW: u8 = 2;
@@ -28,6 +29,10 @@ const BEFORE_FLOW: u8 = 2;
 /// The version before retry policies, whose records of jobs, queues and schedules end where
 /// their `retry` begins.
 const BEFORE_RETRY: u8 = 3;
+
+/// The version before limit keys, whose records of jobs and schedules end where their limit
+/// key begins, and whose queue limits have no per-key limit.
+const BEFORE_KEYS: u8 = 4;
 
 /// The first format version, still read.
 const FIRST_VERSION: u8 = 1;
@@ -99,32 +104,94 @@ fn decode_body<T: Decode<()>>(body: &[u8]) -> Result<T, CodecError> {
 pub(crate) fn decode_job(bytes: &[u8]) -> Result<JobRecord, CodecError> {
     match split(bytes)? {
         (FIRST_VERSION, body) => decode_body::<JobRecordV1>(body).map(JobRecord::from),
-        // A record's fields are encoded one after the other, so a version 2 record followed
-        // by an empty flow's encoding and no retry policy's is this version's record with
-        // neither.
-        (version, body) if version <= BEFORE_RETRY => {
-            let mut whole = body.to_vec();
-            if version == BEFORE_FLOW {
-                whole.extend_from_slice(&encode(&crate::workflow::Flow::default())[1..]);
-            }
-            whole.extend_from_slice(&encode(&None::<crate::RetryPolicy>)[1..]);
-            decode_body(&whole)
+        (version, body) => {
+            let flow = || encode(&crate::workflow::Flow::default());
+            let retry = || encode(&None::<crate::RetryPolicy>);
+            let key = || encode(&None::<crate::job::LimitKey>);
+            decode_appended(
+                version,
+                body,
+                &[
+                    (BEFORE_FLOW, &flow),
+                    (BEFORE_RETRY, &retry),
+                    (BEFORE_KEYS, &key),
+                ],
+            )
+        }
+    }
+}
+
+/// A schedule's record: one of an older version reads as one without the fields appended
+/// since (a retry policy, a limit key for its jobs).
+pub(crate) fn decode_schedule(bytes: &[u8]) -> Result<crate::schedule::ScheduleRecord, CodecError> {
+    let (version, body) = split(bytes)?;
+    let retry = || encode(&None::<crate::RetryPolicy>);
+    let key = || encode(&None::<String>);
+    decode_appended(
+        version,
+        body,
+        &[(BEFORE_RETRY, &retry), (BEFORE_KEYS, &key)],
+    )
+}
+
+/// A queue's record: one of an older version reads as one without a retry policy (before
+/// version 4) and with no per-key limit (before version 5).
+pub(crate) fn decode_queue(bytes: &[u8]) -> Result<crate::queue::QueueRecord, CodecError> {
+    use crate::queue::{QueueLimits, QueueRecord};
+    match split(bytes)? {
+        (version, body) if version <= BEFORE_KEYS => {
+            let retry = || encode(&None::<crate::RetryPolicy>);
+            let old: QueueRecordV4 = decode_appended(version, body, &[(BEFORE_RETRY, &retry)])?;
+            Ok(QueueRecord {
+                served_at: old.served_at,
+                paused: old.paused,
+                limits: QueueLimits {
+                    concurrency: old.concurrency,
+                    rate: old.rate,
+                    per_key: None,
+                },
+                recent_claims: old.recent_claims,
+                retry: old.retry,
+            })
         }
         (_, body) => decode_body(body),
     }
 }
 
-/// A record whose last field, since version 4, is an `Option<RetryPolicy>` (a queue's, a
-/// schedule's): one of an older version reads as one without.
-pub(crate) fn decode_with_retry<T: Decode<()>>(bytes: &[u8]) -> Result<T, CodecError> {
-    match split(bytes)? {
-        (version, body) if version <= BEFORE_RETRY => {
-            let mut whole = body.to_vec();
-            whole.extend_from_slice(&encode(&None::<crate::RetryPolicy>)[1..]);
-            decode_body(&whole)
-        }
-        (_, body) => decode_body(body),
+/// A queue's record as versions 1 to 4 stored it: limits without a per-key one.
+#[derive(Decode)]
+#[cfg_attr(test, derive(Encode))]
+struct QueueRecordV4 {
+    served_at: Option<StoreTime>,
+    paused: bool,
+    concurrency: Option<u32>,
+    rate: Option<crate::queue::Rate>,
+    recent_claims: Vec<StoreTime>,
+    retry: Option<crate::RetryPolicy>,
+}
+
+/// The encoding of a field's default, as [`encode`] gives it (its version byte first).
+type Field<'a> = &'a dyn Fn() -> Vec<u8>;
+
+/// A record of `version` whose body ends before the fields appended since: each field of
+/// `appended` (the last version without it, its default) that `version` lacks reads as its
+/// default. (A record's fields are encoded one after the other, so an older record followed
+/// by the encodings of the newer fields' defaults is this version's record with them.)
+fn decode_appended<T: Decode<()>>(
+    version: u8,
+    body: &[u8],
+    appended: &[(u8, Field<'_>)],
+) -> Result<T, CodecError> {
+    if appended.iter().all(|(before, _)| version > *before) {
+        return decode_body(body);
     }
+    let mut whole = body.to_vec();
+    for (before, default) in appended {
+        if version <= *before {
+            whole.extend_from_slice(&default()[1..]);
+        }
+    }
+    decode_body(&whole)
 }
 
 /// A lease as version 1 stored it: no deadline.
@@ -196,6 +263,7 @@ impl From<JobRecordV1> for JobRecord {
             metadata: Vec::new(),
             flow: Default::default(),
             retry: None,
+            limit: None,
         }
     }
 }
@@ -383,10 +451,10 @@ mod tests {
         let mut job = a_dead_job();
         job.metadata = vec![("k".into(), "v".into())];
         // Version 2 wrote the same fields up to the flow, and nothing after them (the flow,
-        // then a retry policy's `None`, one byte).
+        // then a retry policy's and a limit key's `None`, one byte each).
         let current = encode(&job);
         let flow_len = encode(&crate::workflow::Flow::default()).len() - 1;
-        let mut v2 = current[..current.len() - flow_len - 1].to_vec();
+        let mut v2 = current[..current.len() - flow_len - 2].to_vec();
         v2[0] = BEFORE_FLOW;
         assert_eq!(decode_job(&v2), Ok(job.clone()));
         // A record that does wait for something is no version 2 record.
@@ -402,30 +470,61 @@ mod tests {
         let policy = crate::RetryPolicy::fixed(Duration::from_secs(5));
         let mut job = a_dead_job();
         job.flow.awaited = true;
-        // Version 3 wrote every field but the last, the policy (`None`: one byte).
+        // Version 3 wrote every field but the last two, the policy and the limit key
+        // (`None`: one byte each).
         let mut v3 = encode(&job);
-        v3.pop();
+        v3.truncate(v3.len() - 2);
         v3[0] = BEFORE_RETRY;
         assert_eq!(decode_job(&v3), Ok(job.clone()));
         let queue = QueueRecord {
             paused: true,
+            limits: crate::QueueLimits::none().concurrency(3),
             ..QueueRecord::default()
         };
-        let mut v3 = encode(&queue);
+        let old = |retry: Option<crate::RetryPolicy>| QueueRecordV4 {
+            served_at: None,
+            paused: true,
+            concurrency: Some(3),
+            rate: None,
+            recent_claims: Vec::new(),
+            retry,
+        };
+        let mut v3 = encode(&old(None));
         v3.pop();
         v3[0] = BEFORE_RETRY;
-        assert_eq!(decode_with_retry::<QueueRecord>(&v3), Ok(queue.clone()));
+        assert_eq!(decode_queue(&v3), Ok(queue.clone()));
         // This version keeps a policy, and a version 3 record cannot hold one.
         job.retry = Some(policy.clone());
         assert_eq!(decode_job(&encode(&job)), Ok(job.clone()));
         let with = QueueRecord {
-            retry: Some(policy),
+            retry: Some(policy.clone()),
             ..queue
         };
-        let mut bytes = encode(&with);
-        assert_eq!(decode_with_retry::<QueueRecord>(&bytes), Ok(with));
-        bytes[0] = BEFORE_RETRY;
-        assert!(decode_with_retry::<QueueRecord>(&bytes).is_err());
+        let mut v4 = encode(&old(Some(policy)));
+        v4[0] = BEFORE_KEYS;
+        assert_eq!(decode_queue(&v4), Ok(with.clone()));
+        v4[0] = BEFORE_RETRY;
+        assert!(decode_queue(&v4).is_err());
+        assert_eq!(decode_queue(&encode(&with)), Ok(with));
+    }
+
+    #[test]
+    fn records_of_format_version_4_read_as_ones_with_no_limit_key() {
+        let mut job = a_dead_job();
+        job.retry = Some(crate::RetryPolicy::fixed(Duration::from_secs(5)));
+        // Version 4 wrote every field but the last, the limit key (`None`: one byte).
+        let mut v4 = encode(&job);
+        v4.pop();
+        v4[0] = BEFORE_KEYS;
+        assert_eq!(decode_job(&v4), Ok(job.clone()));
+        job.limit = Some(crate::job::LimitKey {
+            key: "tenant-7".into(),
+            parked: true,
+        });
+        assert_eq!(decode_job(&encode(&job)), Ok(job.clone()));
+        let mut older = encode(&job);
+        older[0] = BEFORE_KEYS;
+        assert!(decode_job(&older).is_err(), "its key is trailing bytes");
     }
 
     #[test]

@@ -42,6 +42,10 @@ pub(crate) fn check_new_job(new: &NewJob, max_payload: usize) -> Result<(), Inpu
     if let Some(policy) = &new.retry {
         policy.check().map_err(InputError::RetryPolicy)?;
     }
+    if let Some(key) = &new.limit_key {
+        let bad = |len, max| InputError::BadLimitKey { len, max };
+        check_bounded("limit key", key, limits::MAX_UNIQUE_KEY, bad)?;
+    }
     if new.needs.len() > crate::workflow::MAX_DEPENDENCIES {
         return Err(InputError::TooManyDependencies {
             given: new.needs.len(),
@@ -112,7 +116,7 @@ pub(crate) fn check_schedule(
 /// A queue's limits: a concurrency of at least one (none at all is a pause), a rate of 1 to
 /// [`crate::queue::MAX_RATE_CLAIMS`] claims in a period longer than zero.
 pub(crate) fn check_limits(limits: &crate::queue::QueueLimits) -> Result<(), InputError> {
-    if limits.concurrency == Some(0) {
+    if limits.concurrency == Some(0) || limits.per_key == Some(0) {
         return Err(InputError::ZeroConcurrency);
     }
     if let Some(rate) = limits.rate

@@ -187,9 +187,26 @@ pub(crate) struct JobRecord {
     /// format 2, so that the codec reads such a record as one with none: see
     /// `codec::decode_job`.)
     pub flow: Flow,
-    /// Its own backoff between failed attempts (else its queue's, else the store's). (Last,
-    /// so that the codec reads an older record as one with none.)
+    /// Its own backoff between failed attempts (else its queue's, else the store's). (After
+    /// the fields of format 3, so that the codec reads an older record as one with none.)
     pub retry: Option<RetryPolicy>,
+    /// The key its queue's per-key limit counts it under, if it has one. (Last, so that the
+    /// codec reads an older record as one without.)
+    pub limit: Option<LimitKey>,
+}
+
+/// A job's limit key as stored: the key, and whether the job is parked.
+///
+/// Of a key's waiting jobs at most one, its *head*, stands in the claim order; the others
+/// are parked (not in the ready index), and so is the head while the key is at its limit.
+/// So a claim passes over a key at its limit at the cost of no index entry at all, however
+/// many jobs the key has waiting (see [`crate::rules::key_head`]).
+#[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
+pub(crate) struct LimitKey {
+    /// The key.
+    pub key: String,
+    /// Out of the claim order.
+    pub parked: bool,
 }
 
 impl JobRecord {
@@ -418,6 +435,11 @@ impl Job {
         self.0.retry.as_ref()
     }
 
+    /// The key its queue's per-key limit counts it under, if it was given one.
+    pub fn limit_key(&self) -> Option<&str> {
+        self.0.limit.as_ref().map(|l| l.key.as_str())
+    }
+
     /// Its metadata: the key/value tags given at enqueue, in the order given.
     pub fn metadata(&self) -> &[(String, String)] {
         &self.0.metadata
@@ -598,6 +620,8 @@ pub struct NewJob {
     pub(crate) group: Option<GroupId>,
     /// Its own backoff.
     pub(crate) retry: Option<RetryPolicy>,
+    /// The key its queue's per-key limit counts it under.
+    pub(crate) limit_key: Option<String>,
 }
 
 impl NewJob {
@@ -618,6 +642,7 @@ impl NewJob {
             needs: Vec::new(),
             group: None,
             retry: None,
+            limit_key: None,
         }
     }
 
@@ -706,6 +731,15 @@ impl NewJob {
     /// handler's [`crate::JobError::retry_in`] still names the wait of one failure itself.
     pub fn retry_policy(mut self, policy: RetryPolicy) -> NewJob {
         self.retry = Some(policy);
+        self
+    }
+
+    /// Counts the job under `key` for its queue's per-key limit
+    /// ([`crate::QueueLimits::per_key`]): "at most two jobs of one tenant at once". A key's
+    /// jobs run in the order they fall due (run time, then id); priority orders them among
+    /// other keys' jobs and jobs without a key. A key is 1 to 256 bytes, without NUL.
+    pub fn limit_key(mut self, key: impl Into<String>) -> NewJob {
+        self.limit_key = Some(key.into());
         self
     }
 

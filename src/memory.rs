@@ -21,8 +21,9 @@ use crate::job_store::{JobStore, ReadJobs};
 use crate::notify::Notifier;
 use crate::protocol::{HeldSchedule, Inserted, Records};
 use crate::query::{JobFilter, JobOrder, QueueTiming};
-use crate::queue::{QueueRecord, QueueSettings, ServedMarks};
+use crate::queue::{KeyRecord, QueueRecord, QueueSettings, ServedMarks};
 use crate::report::{CheckReport, ReaperPass};
+use crate::rules;
 use crate::schedule::{ScheduleInfo, ScheduleRecord};
 use crate::stats::{Counters, Stats};
 use crate::workflow::{Group, GroupRecord, Target};
@@ -52,6 +53,7 @@ struct State {
     outputs: BTreeMap<JobId, Vec<u8>>,
     runs: BTreeMap<(JobId, Attempt), RunRecord>,
     queues: BTreeMap<String, QueueRecord>,
+    keys: BTreeMap<(String, String), KeyRecord>,
     schedules: BTreeMap<String, ScheduleRecord>,
     failures: BTreeMap<String, String>,
     counters: Counters,
@@ -137,14 +139,15 @@ impl Records for Tx<'_> {
     fn insert(&mut self, job: JobRecord, payload: &[u8]) -> Result<Inserted> {
         self.s.next_id += 1;
         let id = JobId(self.s.next_id);
-        self.readied.insert(job.queue.clone());
+        if rules::readies(None, &job) {
+            self.readied.insert(job.queue.clone());
+        }
         self.s.jobs.insert(id, JobRecord { id, ..job });
         self.s.payloads.insert(id, payload.to_vec());
         Ok(Inserted::Made(id))
     }
     fn save(&mut self, old: &JobRecord, new: &JobRecord) -> Result<()> {
-        let moved = (old.state.is_waiting(), old.run_at, old.priority);
-        if new.state.is_waiting() && moved != (true, new.run_at, new.priority) {
+        if rules::readies(Some(old), new) {
             self.readied.insert(new.queue.clone());
         }
         self.s.jobs.insert(new.id, new.clone());
@@ -205,6 +208,25 @@ impl Records for Tx<'_> {
         self.s.queues.insert(queue.to_owned(), record.clone());
         Ok(())
     }
+    fn limit_key(&mut self, queue: &str, key: &str) -> Result<Option<KeyRecord>> {
+        Ok(self
+            .s
+            .keys
+            .get(&(queue.to_owned(), key.to_owned()))
+            .cloned())
+    }
+    fn save_limit_key(&mut self, queue: &str, key: &str, record: Option<&KeyRecord>) -> Result<()> {
+        let at = (queue.to_owned(), key.to_owned());
+        match record {
+            Some(record) => self.s.keys.insert(at, record.clone()),
+            None => self.s.keys.remove(&at),
+        };
+        Ok(())
+    }
+    fn limit_keys(&mut self, queue: &str) -> Result<Vec<String>> {
+        let of_queue = self.s.keys.keys().filter(|(q, _)| q == queue);
+        Ok(of_queue.map(|(_, key)| key.clone()).collect())
+    }
     fn schedules(&mut self) -> Result<Vec<HeldSchedule>> {
         let failure = |name: &String| self.s.failures.get(name).cloned();
         let all = self.s.schedules.iter();
@@ -244,13 +266,13 @@ impl Records for Tx<'_> {
     }
 }
 
-/// The jobs of `queue` in `state`, or waiting (queued or retrying) for `None`.
+/// The jobs of `queue` in `state`, or in the claim order (waiting, not parked) for `None`.
 fn of<'s>(
     s: &'s State,
     queue: &'s str,
     state: Option<JobState>,
 ) -> impl Iterator<Item = &'s JobRecord> {
-    let state_is = move |j: &JobRecord| state.map_or(j.state.is_waiting(), |s| j.state == s);
+    let state_is = move |j: &JobRecord| state.map_or(rules::in_claim_order(j), |s| j.state == s);
     s.jobs
         .values()
         .filter(move |j| j.queue == queue && state_is(j))

@@ -41,7 +41,7 @@ pub(crate) struct QueueRecord {
     /// a rate limit).
     pub recent_claims: Vec<StoreTime>,
     /// The backoff of its jobs that have none of their own (else the store's). (Last, so
-    /// that the codec reads an older record as one without: `codec::decode_with_retry`.)
+    /// that the codec reads an older record as one without: `codec::decode_queue`.)
     pub retry: Option<RetryPolicy>,
 }
 
@@ -55,6 +55,10 @@ pub struct QueueLimits {
     pub concurrency: Option<u32>,
     /// At most this many claims in any period of store time.
     pub rate: Option<Rate>,
+    /// At most this many of the jobs of one limit key ([`crate::NewJob::limit_key`]: a
+    /// tenant, a customer, a device) held at once, each key apart: one key at its limit
+    /// holds back no other key's jobs.
+    pub per_key: Option<u32>,
 }
 
 impl QueueLimits {
@@ -75,7 +79,13 @@ impl QueueLimits {
         self
     }
 
-    /// Whether any limit is set.
+    /// At most `n` jobs of each limit key held at once.
+    pub fn per_key(mut self, n: u32) -> QueueLimits {
+        self.per_key = Some(n);
+        self
+    }
+
+    /// Whether a queue-wide limit is set (a per-key limit is kept by each key's record).
     pub fn is_limited(&self) -> bool {
         self.concurrency.is_some() || self.rate.is_some()
     }
@@ -92,6 +102,24 @@ pub struct Rate {
 
 /// The largest rate limit's count: the store keeps the time of each claim in its window.
 pub const MAX_RATE_CLAIMS: u32 = 10_000;
+
+/// What the store keeps of one limit key of a queue ([`crate::NewJob::limit_key`]): how
+/// many of its jobs run, and which of its waiting jobs stands in the claim order (its
+/// *head*; see [`crate::rules::key_head`]). Kept while either is something.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Encode, Decode)]
+pub(crate) struct KeyRecord {
+    /// How many of its jobs are `Running`.
+    pub running: u32,
+    /// Its one waiting job that is not parked, if it has room and a waiting job.
+    pub head: Option<crate::ids::JobId>,
+}
+
+impl KeyRecord {
+    /// Whether the record says nothing, so the store keeps none.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.running == 0 && self.head.is_none()
+    }
+}
 
 /// A queue's settings as operators see them.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

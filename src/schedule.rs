@@ -216,9 +216,11 @@ pub(crate) struct ScheduleRecord {
     pub fired: u64,
     /// How many ticks it skipped ([`CatchUp::Once`] folds, [`CatchUp::Skip`] drops).
     pub skipped: u64,
-    /// Its jobs' own retry policy, the template's. (Last, so that the codec reads an older
-    /// record as one without: `codec::decode_with_retry`.)
+    /// Its jobs' own retry policy, the template's. (After the fields of format 3, so that
+    /// the codec reads an older record as one without: `codec::decode_schedule`.)
     pub retry: Option<RetryPolicy>,
+    /// Its jobs' limit key, the template's. (Last, likewise.)
+    pub limit_key: Option<String>,
 }
 
 impl ScheduleRecord {
@@ -226,6 +228,7 @@ impl ScheduleRecord {
     pub(crate) fn job(&self, tick: Tick) -> NewJob {
         let mut job = self.template.job(&self.name, tick);
         job.retry = self.retry.clone();
+        job.limit_key = self.limit_key.clone();
         job
     }
 }

@@ -20,11 +20,11 @@ use proptest::prelude::*;
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        4 => (any::<u8>(), any::<i8>(), any::<u8>(), proptest::option::of(any::<u8>()), proptest::option::weighted(0.3, any::<u8>()), proptest::option::weighted(0.3, any::<u8>()))
-            .prop_map(|(queue, priority, delay_s, max_attempts, unique, backoff)| Op::Enqueue { queue, priority, delay_s, max_attempts, unique, after: Vec::new(), group: None, backoff }),
+        4 => (any::<u8>(), any::<i8>(), any::<u8>(), proptest::option::of(any::<u8>()), proptest::option::weighted(0.3, any::<u8>()), proptest::option::weighted(0.3, any::<u8>()), proptest::option::weighted(0.4, any::<u8>()))
+            .prop_map(|(queue, priority, delay_s, max_attempts, unique, backoff, limit)| Op::Enqueue { queue, priority, delay_s, max_attempts, unique, after: Vec::new(), group: None, backoff, limit }),
         // jobs that wait for jobs and groups, and groups' members
         3 => (any::<u8>(), any::<u8>(), proptest::option::of(any::<u8>()), proptest::collection::vec((any::<u16>(), any::<u8>()), 0..3), proptest::option::weighted(0.5, any::<u8>()))
-            .prop_map(|(queue, delay_s, max_attempts, after, group)| Op::Enqueue { queue, priority: 0, delay_s, max_attempts, unique: None, after, group, backoff: None }),
+            .prop_map(|(queue, delay_s, max_attempts, after, group)| Op::Enqueue { queue, priority: 0, delay_s, max_attempts, unique: None, after, group, backoff: None, limit: None }),
         // queues' own retry policies
         1 => (any::<u8>(), proptest::option::weighted(0.7, any::<u8>()))
             .prop_map(|(queue, policy)| Op::Backoff { queue, policy }),
@@ -55,8 +55,11 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (any::<u16>(), any::<u8>()).prop_map(|(lease, secs)| Op::Snooze { lease, secs }),
         1 => (any::<u8>(), proptest::bool::weighted(0.6))
             .prop_map(|(queue, pause)| Op::Pause { queue, pause }),
-        1 => (any::<u8>(), proptest::option::weighted(0.7, any::<u8>()), proptest::option::weighted(0.4, any::<u8>()))
-            .prop_map(|(queue, concurrency, rate)| Op::Limit { queue, concurrency, rate }),
+        1 => (any::<u8>(), proptest::option::weighted(0.7, any::<u8>()), proptest::option::weighted(0.4, any::<u8>()), proptest::option::weighted(0.5, any::<u8>()))
+            .prop_map(|(queue, concurrency, rate, per_key)| Op::Limit { queue, concurrency, rate, per_key }),
+        // limits per key alone, so that keyed jobs meet them often
+        2 => (any::<u8>(), any::<u8>())
+            .prop_map(|(queue, per_key)| Op::Limit { queue, concurrency: None, rate: None, per_key: Some(per_key) }),
         3 => prop_oneof![1u16..30, 55u16..130].prop_map(|secs| Op::Advance { secs }),
         2 => Just(Op::Reap),
         1 => Just(Op::Reopen),

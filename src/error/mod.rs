@@ -452,6 +452,14 @@ pub enum InputError {
         /// The limit.
         max: usize,
     },
+    /// A limit key must be non-empty and short.
+    #[error("limit key must be 1 to {max} bytes, got {len}")]
+    BadLimitKey {
+        /// Its length.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
     /// A job must be allowed at least one attempt.
     #[error("max attempts must be at least 1")]
     ZeroMaxAttempts,

@@ -67,9 +67,10 @@ pub(crate) fn enqueue(r: &mut PgRecords<'_, '_, '_>, new: &NewJob) -> Result<Job
 }
 
 /// Whether a new job waits for others or joins a group (the protocol links those), or has
-/// a retry policy of its own (the protocol's insert writes every column).
+/// a retry policy of its own (the protocol's insert writes every column), or a limit key
+/// (the protocol settles its key).
 fn for_the_protocol(new: &NewJob) -> bool {
-    !new.needs.is_empty() || new.group.is_some() || new.retry.is_some()
+    !new.needs.is_empty() || new.group.is_some() || new.retry.is_some() || new.limit_key.is_some()
 }
 
 /// Plain jobs (no unique key, no metadata) in one statement, their ids given in their
@@ -154,8 +155,11 @@ picked AS (
     -- join's inner side, whose order the planner does not keep, and every claim read and
     -- sorted every waiting job of the queue to take a few hundred (the guard test:
     -- suite::a_claim_reads_the_jobs_it_takes_not_every_waiting_job_of_the_queue).
+    -- (A job with a limit key is the protocol's: LOOK sends a queue with one waiting there,
+    -- and one that arrives meanwhile is passed over here.)
     SELECT id, attempt FROM {s}.leasehold_jobs
-    WHERE queue = $1 AND state IN ('queued', 'retry_wait') AND run_at <= (SELECT t FROM c)
+    WHERE queue = $1 AND state IN ('queued', 'retry_wait') AND NOT parked
+        AND run_at <= (SELECT t FROM c) AND limit_key IS NULL
     ORDER BY priority, run_at, id
     LIMIT $2
     FOR UPDATE SKIP LOCKED
@@ -225,6 +229,13 @@ pub(crate) fn claim_batch(
     let row = r.tx.query_one(&look, &[&queue])?;
     let mut expired_left = row.col::<Option<i64>>(0)?.is_some();
     let record = queue_from(&row, 1)?;
+    if row.col::<bool>(9)? {
+        // Jobs with limit keys wait: the protocol claims, counting each key.
+        if let Some(beside) = beside {
+            (beside.settle)();
+        }
+        return protocol::claim_batch(r, queue, worker, terms, n);
+    }
     let limited = record
         .as_ref()
         .is_some_and(|q| q.paused || q.limits.is_limited());
@@ -368,8 +379,8 @@ pub(crate) struct Beside<'a> {
     pub settle: &'a dyn Fn(),
 }
 
-/// A claim's first look, in one statement: whether a lease of the queue has expired, and the
-/// queue's record (all null without one). It locks nothing: a takeover locks its row when
+/// A claim's first look, in one statement: whether a lease of the queue has expired, the
+/// queue's record (all null without one), and whether jobs with a limit key wait in it. It locks nothing: a takeover locks its row when
 /// it takes it ([`FIRST_EXPIRED`]), after the claim has settled (see [`claim_batch`]); a
 /// lock taken here could be the row a completion committing beside the claim waits for.
 ///
@@ -383,7 +394,9 @@ const LOOK: &str = concat!(
              ORDER BY lease_indexed_expiry
              LIMIT 1), ",
     queue_columns!(),
-    " FROM (SELECT 1) one LEFT JOIN {s}.leasehold_queues q ON q.queue = $1"
+    ", EXISTS (SELECT 1 FROM {s}.leasehold_jobs
+              WHERE queue = $1 AND limit_key IS NOT NULL AND state IN ('queued', 'retry_wait'))
+     FROM (SELECT 1) one LEFT JOIN {s}.leasehold_queues q ON q.queue = $1"
 );
 
 // ----- heartbeat -----
@@ -498,6 +511,8 @@ WHERE j.id = r.id AND j.attempt = r.attempt AND j.state = 'running'
     -- rules::before_deadline: an attempt past its deadline is left to the one-by-one path,
     -- which refuses the completion
     AND NOT coalesce(j.lease_deadline <= c.t, false)
+    -- a job with a limit key too: the protocol counts its key's end and moves its head
+    AND j.limit_key IS NULL
 RETURNING j.id, j.attempt, j.awaited, j.grp, j.queue";
 
 /// Completes many attempts with one statement where their fences hold; returns those it

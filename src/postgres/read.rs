@@ -63,8 +63,12 @@ pub(crate) fn list(
              AND ($1::text IS NULL OR queue = $1)))"
         }
         Some(JobState::Queued | JobState::RetryWait) => {
+            // (parked jobs, out of the ready index, all have a limit key: its index has them)
             " AND id = ANY(ARRAY(SELECT id FROM {s}.leasehold_jobs \
-             WHERE state IN ('queued', 'retry_wait') AND ($1::text IS NULL OR queue = $1)))"
+             WHERE state IN ('queued', 'retry_wait') AND NOT parked \
+             AND ($1::text IS NULL OR queue = $1)) || ARRAY(SELECT id FROM {s}.leasehold_jobs \
+             WHERE state IN ('queued', 'retry_wait') AND limit_key IS NOT NULL \
+             AND ($1::text IS NULL OR queue = $1)))"
         }
         _ => "",
     };
@@ -98,7 +102,7 @@ pub(crate) fn list(
 const TIMING: &str = "
 SELECT
     (SELECT {s}.us(min(run_at)) FROM {s}.leasehold_jobs
-     WHERE queue = $1 AND state IN ('queued', 'retry_wait')),
+     WHERE queue = $1 AND state IN ('queued', 'retry_wait') AND NOT parked),
     (SELECT {s}.us(min(lease_expires_at)) FROM {s}.leasehold_jobs
      WHERE queue = $1 AND state = 'running'),
     (SELECT {s}.us(min(lease_expires_at)) FROM {s}.leasehold_jobs
@@ -181,7 +185,7 @@ pub(crate) fn check(tx: Tx<'_, '_>, p: &mut Prepared<'_>) -> Result<crate::repor
 const NEXT_DUE: &str = "
 SELECT {s}.us(least(
     (SELECT min(run_at) FROM {s}.leasehold_jobs
-     WHERE queue = $1 AND state IN ('queued', 'retry_wait')),
+     WHERE queue = $1 AND state IN ('queued', 'retry_wait') AND NOT parked),
     (SELECT min(lease_indexed_expiry) FROM {s}.leasehold_jobs
      WHERE queue = $1 AND state = 'running')))";
 
@@ -378,7 +382,7 @@ pub(crate) fn unserved_queues(
         tx,
         "SELECT w.queue, {s}.us(w.since), {s}.us(q.served_at)
          FROM (SELECT queue, min(run_at) AS since FROM {s}.leasehold_jobs
-               WHERE state IN ('queued', 'retry_wait')
+               WHERE state IN ('queued', 'retry_wait') AND NOT parked
                  AND run_at <= {now} - $1::bigint * interval '1 microsecond'
                GROUP BY queue) w
          LEFT JOIN {s}.leasehold_queues q ON q.queue = w.queue

@@ -22,7 +22,7 @@ use crate::error::{Error, Result};
 use crate::ids::{Attempt, GroupId, JobId, StoreTime};
 use crate::job::{JobRecord, Outcome, ReclaimPath, RunRecord};
 use crate::protocol::{HeldSchedule, Inserted, Policy, Position, Records};
-use crate::queue::{QueueLimits, QueueRecord, Rate};
+use crate::queue::{KeyRecord, QueueLimits, QueueRecord, Rate};
 use crate::rules;
 use crate::schedule::ScheduleRecord;
 use crate::stats::Counters;
@@ -115,9 +115,9 @@ const INSERT: &str = concat!(
 INSERT INTO {s}.leasehold_jobs
     (queue, state, priority, max_attempts, unique_key, created_at, run_at, progress_at,
      updated_at, payload, time_limit_us, unique_for_us, metadata, flow, awaited, grp,
-     last_error, finished_at, retry)
+     last_error, finished_at, retry, limit_key, parked)
 VALUES ($1, $2, $3, $4, $5, {s}.at($6), {s}.at($7), {s}.at($6), {s}.at($6), $8, $9, $10, $11,
-        $12, $13, $14, $15, {s}.at($16), $17)
+        $12, $13, $14, $15, {s}.at($16), $17, $18, $19)
 ON CONFLICT (queue, unique_key) WHERE ",
     key_held!(),
     "
@@ -139,14 +139,14 @@ SET state = $2, attempt = $3, failures = $4, run_at = {s}.at($5), lease_owner = 
     lease_indexed_expiry = {s}.at($9), lease_length_us = $10, stall_timeout_us = $11,
     progress = $12, progress_at = {s}.at($13), cancel_requested = $14, last_error = $15,
     finished_at = {s}.at($16), updated_at = {s}.at($17), lease_deadline = {s}.at($18),
-    key_released = $19, flow = $20, awaited = $21
+    key_released = $19, flow = $20, awaited = $21,
+    parked = $22
 WHERE id = $1";
 
 /// Whether `new` gives its queue a waiting job `old` did not: its idle workers are to be
 /// woken.
 fn readied_by(old: &JobRecord, new: &JobRecord) -> bool {
-    new.state.is_waiting()
-        && (!old.state.is_waiting() || (old.run_at, old.priority) != (new.run_at, new.priority))
+    rules::readies(Some(old), new)
 }
 
 /// [`SAVE`] for many rows in one statement.
@@ -159,20 +159,21 @@ SET state = r.state, attempt = r.attempt, failures = r.failures, run_at = {s}.at
     progress_at = {s}.at(r.progress_at), cancel_requested = r.cancel, last_error = r.error,
     finished_at = {s}.at(r.finished), updated_at = {s}.at(r.updated),
     lease_deadline = {s}.at(r.deadline), key_released = r.released, flow = r.flow,
-    awaited = r.awaited
+    awaited = r.awaited, parked = r.parked
 FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::bigint[], $5::bigint[], $6::text[],
             $7::bigint[], $8::bigint[], $9::bigint[], $10::bigint[], $11::bigint[],
             $12::bigint[], $13::bigint[], $14::boolean[], $15::text[], $16::bigint[],
-            $17::bigint[], $18::bigint[], $19::boolean[], $20::bytea[], $21::boolean[])
+            $17::bigint[], $18::bigint[], $19::boolean[], $20::bytea[], $21::boolean[],
+            $22::boolean[])
     AS r(id, state, attempt, failures, run_at, owner, claimed, expires, indexed, length, stall,
          progress, progress_at, cancel, error, finished, updated, deadline, released, flow,
-         awaited)
+         awaited, parked)
 WHERE j.id = r.id";
 
 /// The most urgent due waiting job of the queue.
 const FIRST_READY: &str = "
 SELECT id, priority FROM {s}.leasehold_jobs
-WHERE queue = $1 AND state IN ('queued', 'retry_wait') AND run_at <= {s}.at($2)
+WHERE queue = $1 AND state IN ('queued', 'retry_wait') AND NOT parked AND run_at <= {s}.at($2)
 ORDER BY priority, run_at, id
 LIMIT 1
 FOR UPDATE SKIP LOCKED";
@@ -196,7 +197,7 @@ FOR UPDATE SKIP LOCKED";
 macro_rules! queue_columns {
     () => {
         "{s}.us(q.served_at), q.paused, q.concurrency, q.rate_claims, q.rate_per_us,
-         q.recent_claims, q.retry"
+         q.recent_claims, q.retry, q.per_key"
     };
 }
 pub(crate) use queue_columns;
@@ -242,7 +243,9 @@ impl Records for PgRecords<'_, '_, '_> {
         let flow = flow_column(&job.flow);
         let group = job.flow.group.map(|g| clamp(g.0));
         let retry = job.retry.as_ref().map(codec::encode);
-        let params: [&(dyn ToSql + Sync); 17] = [
+        let limit_key = job.limit.as_ref().map(|l| l.key.as_str());
+        let parked = job.limit.as_ref().is_some_and(|l| l.parked);
+        let params: [&(dyn ToSql + Sync); 19] = [
             &job.queue,
             &job.state.name(),
             &job.priority,
@@ -260,10 +263,12 @@ impl Records for PgRecords<'_, '_, '_> {
             &job.last_error,
             &job.finished_at.map(us),
             &retry,
+            &limit_key,
+            &parked,
         ];
         if let Some(row) = self.tx.query_opt(&st, &params)? {
             let made = id(row.col(0)?);
-            if job.state.is_waiting() {
+            if rules::readies(None, &job) {
                 self.readied(&job.queue)?;
             }
             let deps: Vec<i64> = (job.flow.needs.iter())
@@ -297,7 +302,7 @@ impl Records for PgRecords<'_, '_, '_> {
     fn save(&mut self, old: &JobRecord, job: &JobRecord) -> Result<()> {
         let st = self.get(SAVE)?;
         let lease = job.lease.as_ref();
-        let params: [&(dyn ToSql + Sync); 21] = [
+        let params: [&(dyn ToSql + Sync); 22] = [
             &key(job.id),
             &job.state.name(),
             &i64::from(job.attempt.0),
@@ -319,6 +324,7 @@ impl Records for PgRecords<'_, '_, '_> {
             &job.key_released,
             &flow_column(&job.flow),
             &job.flow.awaited,
+            &job.limit.as_ref().is_some_and(|l| l.parked),
         ];
         self.tx.execute(&st, &params)?;
         if readied_by(old, job) {
@@ -363,8 +369,11 @@ impl Records for PgRecords<'_, '_, '_> {
         let released: Vec<bool> = jobs.iter().map(|j| j.key_released).collect();
         let flows: Vec<Option<Vec<u8>>> = jobs.iter().map(|j| flow_column(&j.flow)).collect();
         let awaited: Vec<bool> = jobs.iter().map(|j| j.flow.awaited).collect();
+        let parked: Vec<bool> = (jobs.iter())
+            .map(|j| j.limit.as_ref().is_some_and(|l| l.parked))
+            .collect();
         let st = self.get(SAVE_MANY)?;
-        let params: [&(dyn ToSql + Sync); 21] = [
+        let params: [&(dyn ToSql + Sync); 22] = [
             &ids,
             &states,
             &attempts,
@@ -386,6 +395,7 @@ impl Records for PgRecords<'_, '_, '_> {
             &released,
             &flows,
             &awaited,
+            &parked,
         ];
         self.tx.execute(&st, &params)?;
         for (old, new) in changes {
@@ -656,13 +666,14 @@ impl Records for PgRecords<'_, '_, '_> {
         let st = self.get(
             "INSERT INTO {s}.leasehold_queues AS q
                  (queue, served_at, paused, concurrency, rate_claims, rate_per_us, recent_claims,
-                  retry)
-             VALUES ($1, {s}.at($2), $3, $4, $5, $6, $7, $8)
+                  retry, per_key)
+             VALUES ($1, {s}.at($2), $3, $4, $5, $6, $7, $8, $9)
              ON CONFLICT (queue) DO UPDATE
              SET served_at = greatest(q.served_at, excluded.served_at),
                  paused = excluded.paused, concurrency = excluded.concurrency,
                  rate_claims = excluded.rate_claims, rate_per_us = excluded.rate_per_us,
-                 recent_claims = excluded.recent_claims, retry = excluded.retry",
+                 recent_claims = excluded.recent_claims, retry = excluded.retry,
+                 per_key = excluded.per_key",
         )?;
         let concurrency = r
             .limits
@@ -676,7 +687,11 @@ impl Records for PgRecords<'_, '_, '_> {
         let recent: Vec<i64> = r.recent_claims.iter().map(|t| us(*t)).collect();
         let served = r.served_at.map(us);
         let retry = r.retry.as_ref().map(codec::encode);
-        let params: [&(dyn ToSql + Sync); 8] = [
+        let per_key = r
+            .limits
+            .per_key
+            .map(|n| i32::try_from(n).unwrap_or(i32::MAX));
+        let params: [&(dyn ToSql + Sync); 9] = [
             &queue,
             &served,
             &r.paused,
@@ -685,9 +700,82 @@ impl Records for PgRecords<'_, '_, '_> {
             &rate_per,
             &recent,
             &retry,
+            &per_key,
         ];
         self.tx.execute(&st, &params)?;
         Ok(())
+    }
+
+    fn try_job(&mut self, job: JobId) -> Result<Option<JobRecord>> {
+        let st = self.get(concat!(
+            "SELECT ",
+            job_columns!(),
+            " FROM {s}.leasehold_jobs WHERE id = $1 FOR UPDATE SKIP LOCKED"
+        ))?;
+        job_by(self.tx, &st, job)
+    }
+
+    /// The key's index in its key's order; read without locking (the key's record is held).
+    fn first_of_key(&mut self, queue: &str, key: &str) -> Result<Option<JobId>> {
+        let st = self.get(
+            "SELECT id FROM {s}.leasehold_jobs
+             WHERE queue = $1 AND limit_key = $2 AND state IN ('queued', 'retry_wait')
+             ORDER BY run_at, id LIMIT 1",
+        )?;
+        let row = self.tx.query_opt(&st, &[&queue, &key])?;
+        row.map(|r| r.col(0).map(id)).transpose()
+    }
+
+    /// The key's row, locked: one key's claims and ends count its running jobs one at a
+    /// time across every process and machine. A key's first record is made by an insert
+    /// that waits for another transaction making the same.
+    fn limit_key(&mut self, queue: &str, key: &str) -> Result<Option<KeyRecord>> {
+        let st = self.get(
+            "SELECT running, head FROM {s}.leasehold_limit_keys
+             WHERE queue = $1 AND key = $2 FOR UPDATE",
+        )?;
+        if self.tx.query_opt(&st, &[&queue, &key])?.is_none() {
+            // Made (empty) and locked, so that two transactions that find none are one
+            // after the other; an empty record is removed again by the save.
+            let make = self.get(
+                "INSERT INTO {s}.leasehold_limit_keys (queue, key, running) VALUES ($1, $2, 0)
+                 ON CONFLICT DO NOTHING",
+            )?;
+            self.tx.execute(&make, &[&queue, &key])?;
+        }
+        let row = self.tx.query_one(&st, &[&queue, &key])?;
+        let record = KeyRecord {
+            running: u32::try_from(row.col::<i32>(0)?).unwrap_or(0),
+            head: row.col::<Option<i64>>(1)?.map(id),
+        };
+        Ok((!record.is_empty()).then_some(record))
+    }
+
+    fn save_limit_key(&mut self, queue: &str, key: &str, record: Option<&KeyRecord>) -> Result<()> {
+        let Some(record) = record else {
+            let st =
+                self.get("DELETE FROM {s}.leasehold_limit_keys WHERE queue = $1 AND key = $2")?;
+            self.tx.execute(&st, &[&queue, &key])?;
+            return Ok(());
+        };
+        let st = self.get(
+            "INSERT INTO {s}.leasehold_limit_keys (queue, key, running, head) VALUES ($1, $2, $3, $4)
+             ON CONFLICT (queue, key) DO UPDATE SET running = excluded.running, head = excluded.head",
+        )?;
+        let running = i32::try_from(record.running).unwrap_or(i32::MAX);
+        let head = record.head.map(super::rows::key);
+        self.tx.execute(&st, &[&queue, &key, &running, &head])?;
+        Ok(())
+    }
+
+    fn limit_keys(&mut self, queue: &str) -> Result<Vec<String>> {
+        let st =
+            self.get("SELECT key FROM {s}.leasehold_limit_keys WHERE queue = $1 ORDER BY key")?;
+        self.tx
+            .query(&st, &[&queue])?
+            .iter()
+            .map(|r| r.col(0))
+            .collect()
     }
 
     fn schedules(&mut self) -> Result<Vec<HeldSchedule>> {
@@ -818,6 +906,9 @@ pub(crate) fn queue_from(row: &postgres::Row, at: usize) -> Result<Option<QueueR
                 .col::<Option<i32>>(at + 2)?
                 .map(|n| u32::try_from(n).unwrap_or(0)),
             rate,
+            per_key: row
+                .col::<Option<i32>>(at + 7)?
+                .map(|n| u32::try_from(n).unwrap_or(0)),
         },
         recent_claims: row
             .col::<Option<Vec<i64>>>(at + 5)?
@@ -830,7 +921,7 @@ pub(crate) fn queue_from(row: &postgres::Row, at: usize) -> Result<Option<QueueR
 }
 
 pub(crate) fn decode_schedule(name: &str, bytes: &[u8]) -> Result<ScheduleRecord> {
-    crate::codec::decode_with_retry(bytes)
+    crate::codec::decode_schedule(bytes)
         .map_err(|e| Error::Corrupt(format!("schedule {name:?}: {e}")))
 }
 

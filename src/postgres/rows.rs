@@ -53,7 +53,7 @@ macro_rules! job_columns {
     {s}.us(lease_expires_at), {s}.us(lease_indexed_expiry), lease_length_us, stall_timeout_us,
     progress, {s}.us(progress_at), cancel_requested, last_error, {s}.us(finished_at),
     {s}.us(updated_at), {s}.us(lease_deadline), time_limit_us, unique_for_us, key_released,
-    metadata, flow, retry"
+    metadata, flow, retry, limit_key, parked"
     };
 }
 pub(crate) use job_columns;
@@ -130,6 +130,15 @@ pub(crate) fn record(row: &postgres::Row) -> Result<JobRecord> {
         retry: retry_column(row, 28, || {
             format!("job {}", row.col::<i64>(0).unwrap_or(0))
         })?,
+        limit: row
+            .col::<Option<String>>(29)?
+            .map(|key| {
+                Ok::<_, Error>(crate::job::LimitKey {
+                    key,
+                    parked: row.col(30)?,
+                })
+            })
+            .transpose()?,
     })
 }
 

@@ -30,8 +30,9 @@ use crate::error::Result;
 /// ([`crate::postgres::PgStoreBuilder::create_if_missing`], on by default); a reader's open
 /// is refused ([`PgError::OlderSchema`]) and leaves it as it is. Version 5 adds a retry
 /// policy to jobs and queues (`since_5`) and writes schedules' records in codec format 4,
-/// which version 4 builds cannot read.
-pub const VERSION: u32 = 5;
+/// which version 4 builds cannot read. Version 6 adds limit keys (`since_6`), and writes
+/// schedules' records in codec format 5.
+pub const VERSION: u32 = 6;
 
 /// The tables version 2 added, made by a new store and by the upgrade from version 1 alike:
 /// each queue's record (pause, limits, the rate window, the served mark) and each periodic
@@ -92,6 +93,34 @@ macro_rules! since_5 {
         "
 ALTER TABLE {s}.leasehold_jobs ADD COLUMN IF NOT EXISTS retry bytea;
 ALTER TABLE {s}.leasehold_queues ADD COLUMN IF NOT EXISTS retry bytea;
+"
+    };
+}
+
+/// What version 6 added, made by a new store and by the upgrade alike: a job's limit key
+/// and whether it is parked (out of the claim order: the ready index holds only jobs that
+/// are not, so a claim never meets a key at its limit), a queue's per-key limit, each limit
+/// key's record (its running jobs, its head: see `rules::keys`), and the index of each key's
+/// waiting jobs in their key's order.
+macro_rules! since_6 {
+    () => {
+        "
+ALTER TABLE {s}.leasehold_jobs
+    ADD COLUMN IF NOT EXISTS limit_key text,
+    ADD COLUMN IF NOT EXISTS parked boolean NOT NULL DEFAULT false;
+ALTER TABLE {s}.leasehold_queues ADD COLUMN IF NOT EXISTS per_key integer;
+CREATE TABLE IF NOT EXISTS {s}.leasehold_limit_keys (
+    queue text NOT NULL,
+    key text NOT NULL,
+    running integer NOT NULL,
+    head bigint,
+    PRIMARY KEY (queue, key)
+);
+DROP INDEX IF EXISTS {s}.leasehold_jobs_ready;
+CREATE INDEX leasehold_jobs_ready ON {s}.leasehold_jobs (queue, priority, run_at, id)
+    WHERE state IN ('queued', 'retry_wait') AND NOT parked;
+CREATE INDEX IF NOT EXISTS leasehold_jobs_keyed ON {s}.leasehold_jobs (queue, limit_key, run_at, id)
+    WHERE state IN ('queued', 'retry_wait') AND limit_key IS NOT NULL;
 "
     };
 }
@@ -332,6 +361,7 @@ CREATE TABLE {s}.leasehold_counters (name text PRIMARY KEY, value bigint NOT NUL
     tables_since_2!(),
     since_4!(),
     since_5!(),
+    since_6!(),
     r#"
 INSERT INTO {s}.leasehold_counters (name, value) VALUES
     ('reclaimed_by_reaper', 0), ('reclaimed_by_takeover', 0), ('reclaimed_at_open', 0),
@@ -476,6 +506,9 @@ pub(crate) fn prepare(client: &mut Client, names: &Names, create: bool) -> Resul
     if upgraded.is_some_and(|v| v <= 4) {
         tx.batch_execute(&names.sql(since_5!()))?;
     }
+    if upgraded.is_some_and(|v| v <= 5) {
+        tx.batch_execute(&names.sql(since_6!()))?;
+    }
     check_tables(&mut tx, names)?;
     if let Some(older) = upgraded {
         tx.execute(
@@ -535,6 +568,8 @@ pub(crate) const COLUMNS: &[(&str, &[(&str, &str)])] = &[
             ("awaited", "bool"),
             ("grp", "int8"),
             ("retry", "bytea"),
+            ("limit_key", "text"),
+            ("parked", "bool"),
         ],
     ),
     (
@@ -566,6 +601,16 @@ pub(crate) const COLUMNS: &[(&str, &[(&str, &str)])] = &[
             ("rate_per_us", "int8"),
             ("recent_claims", "_int8"),
             ("retry", "bytea"),
+            ("per_key", "int4"),
+        ],
+    ),
+    (
+        "leasehold_limit_keys",
+        &[
+            ("queue", "text"),
+            ("key", "text"),
+            ("running", "int4"),
+            ("head", "int8"),
         ],
     ),
     (
@@ -590,6 +635,8 @@ const INDEXES: &[&str] = &[
     "leasehold_jobs_group",
     "leasehold_waits_pkey",
     "leasehold_groups_pkey",
+    "leasehold_jobs_keyed",
+    "leasehold_limit_keys_pkey",
 ];
 
 /// The functions every statement calls.

@@ -201,17 +201,17 @@ pub(crate) fn store_end(
         return Err(corrupt_running(old));
     };
     r.record_run(old, run)?;
-    r.save(old, &change.job)?;
+    let job = super::keys::save(r, old, &change.job)?;
     r.count(&change.counts)?;
-    super::flow::settle(r, &change.job)?;
+    super::flow::settle(r, &job)?;
     if let Some(outcome) = &run.outcome {
         super::tell(r, || crate::Event::Ended {
             job: old.id,
             attempt: old.attempt,
             queue: old.queue.clone(),
             outcome: outcome.clone(),
-            state: change.job.state,
+            state: job.state,
         });
     }
-    Ok(change.job)
+    Ok(job)
 }

@@ -110,14 +110,19 @@ pub(crate) fn next_claim(
             (Some((_, id)), None) => waiting(r, id)?,
             (_, Some(expired)) => {
                 let (taken, _) = expire(r, &expired, ReclaimPath::Takeover, &Stages::default())?;
-                if !rules::claimable(&taken, r.now()?) {
+                if !rules::claimable(&taken, r.now()?) || taken.limit.is_some() {
                     // Out of budget or cancelled (now terminal), or timed out and waiting
-                    // out its backoff: the next candidate.
+                    // out its backoff: the next candidate. (One with a limit key is back
+                    // in its key's order, where its key's head is the next candidate.)
                     continue;
                 }
                 taken
             }
         };
+        if !super::keys::has_room(r, &job)? {
+            // Its key is at its limit (lowered since it became its head): parked now.
+            continue;
+        }
         if let Some(lease) = grant(r, &job, worker, terms)? {
             return Ok(Some(lease));
         }
@@ -248,7 +253,7 @@ pub(crate) fn claim_job(
         true => expire(r, &job, ReclaimPath::Takeover, &Stages::default())?.0,
         false => job,
     };
-    if !rules::claimable(&job, r.now()?) {
+    if !rules::claimable(&job, r.now()?) || !super::keys::has_room(r, &job)? {
         return Ok(None);
     }
     let lease = grant(r, &job, worker, terms)?;
@@ -267,13 +272,13 @@ fn grant(
     let now = r.now()?;
     let new = match rules::grant(job, worker, terms, now) {
         Granted::Exhausted(dead) => {
-            r.save(job, &dead)?;
+            let dead = super::keys::save(r, job, &dead)?;
             super::flow::settle(r, &dead)?;
             return Ok(None);
         }
         Granted::Lease(new) => new,
     };
-    r.save(job, &new)?;
+    super::keys::save(r, job, &new)?;
     let Some(granted) = new.lease.as_ref() else {
         return Err(corrupt_running(&new));
     };

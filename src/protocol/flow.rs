@@ -64,7 +64,7 @@ pub(super) fn links(
     for dep in to_mark {
         let mut awaited = dep.clone();
         awaited.flow.awaited = true;
-        r.save(&dep, &awaited)?;
+        super::keys::save(r, &dep, &awaited)?;
     }
     Ok((rules::waiting(job, needs, new.group, now), joined))
 }
@@ -193,7 +193,7 @@ fn walk(r: &mut (impl Records + ?Sized), mut ended: Vec<Ended>) -> Result<()> {
             .filter(|(id, _)| moved.contains(id))
             .map(|(_, change)| change)
             .collect();
-        r.save_all(&changes)?;
+        super::keys::save_all(r, &changes)?;
     }
     Ok(())
 }
@@ -252,7 +252,7 @@ pub(crate) fn unsettle(
             let Some(new) = rules::rearmed(&waiter, Target::Job(id), fresh, now) else {
                 continue;
             };
-            r.save(&waiter, &new)?;
+            super::keys::save(r, &waiter, &new)?;
             back.push((new.id, waiter.state, new.flow.group));
         }
     }

@@ -22,11 +22,13 @@
 //! | `attempt.rs` | an attempt's life: granted, renewed, ended, expired |
 //! | `claim.rs` | claims: the claim order, takeover, a queue's limits |
 //! | `flow.rs` | jobs that wait for jobs: links made at enqueue, released by ends, groups |
+//! | `keys.rs` | limits per key: each change of a keyed job counts its key and moves its head |
 //! | `operate.rs` | the rest: enqueue, cancel, retry, reclaims, queues' settings, schedules |
 
 mod attempt;
 mod claim;
 mod flow;
+mod keys;
 mod operate;
 mod records;
 

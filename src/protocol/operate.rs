@@ -3,7 +3,7 @@
 
 use super::attempt::{Stages, expire};
 use super::claim::catch_up;
-use super::{Inserted, Records, flow};
+use super::{Inserted, Records, flow, keys};
 use crate::batches::Batch;
 use crate::error::{Error, Result};
 use crate::ids::{JobId, StoreTime};
@@ -54,6 +54,7 @@ pub(super) fn enqueue_as(
         Inserted::KeyTaken(id) => return Ok(id),
     };
     let job = JobRecord { id, ..job };
+    keys::after(r, None, &job)?;
     match (held, joined) {
         // A member cancelled at once (a dependency had died) counts in its group as it is
         // linked: the group in hand is stored first, and read back after.
@@ -97,7 +98,7 @@ fn key_holder(
     if rules::holds_key(&holder, now) {
         return Ok(Some(holder));
     }
-    r.save(&holder, &rules::release_key(&holder, now))?;
+    keys::save(r, &holder, &rules::release_key(&holder, now))?;
     Ok(None)
 }
 
@@ -109,7 +110,7 @@ pub(crate) fn cancel(r: &mut (impl Records + ?Sized), id: JobId) -> Result<(JobS
     let (new, answer) = rules::cancel(&job, r.now()?)?;
     let changed = new.is_some();
     if let Some(new) = new {
-        r.save(&job, &new)?;
+        let new = keys::save(r, &job, &new)?;
         flow::settle(r, &new)?;
     }
     Ok((answer, changed))
@@ -125,7 +126,8 @@ pub(crate) fn edit(
     let job = r.job(id)?.ok_or(Error::JobNotFound(id))?;
     let (now, max_payload) = (r.now()?, r.policy().max_payload);
     let new = rules::edit(&job, edit, edit.wait(), max_payload, now)?;
-    r.edit(&job, &new, edit.payload.as_deref())
+    r.edit(&job, &new, edit.payload.as_deref())?;
+    keys::after(r, Some(&job), &new)
 }
 
 /// Puts a dead or cancelled job back in the queue with a fresh retry budget (an operator's
@@ -143,9 +145,9 @@ pub(crate) fn retry(r: &mut (impl Records + ?Sized), id: JobId) -> Result<()> {
     };
     let (new, released) = rules::retry(&job, holder.as_ref(), r.now()?)?;
     if let (Some(holder), Some(released)) = (&holder, &released) {
-        r.save(holder, released)?;
+        keys::save(r, holder, released)?;
     }
-    r.save(&job, &new)?;
+    let new = keys::save(r, &job, &new)?;
     flow::unsettle(r, &new, job.state)
 }
 
@@ -278,7 +280,12 @@ pub(crate) fn set_queue_limits(
 ) -> Result<()> {
     input::check_queue(queue)?;
     let record = r.queue(queue, true)?;
+    let old = record.as_ref().map(|q| q.limits.per_key);
     r.save_queue(queue, &rules::limited(record.as_ref(), limits)?)?;
+    if old.flatten() != limits.per_key {
+        // A key at the old limit may have room now, or a head too many.
+        keys::settle_queue(r, queue)?;
+    }
     r.readied(queue)
 }
 

@@ -14,7 +14,7 @@ use crate::error::Result;
 use crate::events::Pending;
 use crate::ids::{Attempt, GroupId, JobId, StoreTime};
 use crate::job::{JobRecord, JobState, Outcome, RunRecord};
-use crate::queue::QueueRecord;
+use crate::queue::{KeyRecord, QueueRecord};
 use crate::rules;
 use crate::schedule::ScheduleRecord;
 use crate::stats::Counters;
@@ -95,6 +95,13 @@ pub trait Records {
 
     // ----- finding jobs -----
 
+    /// The job's record held for writing, or `None` where it does not exist or another
+    /// transaction holds it (a key's head moved while a claimer holds it: that claimer
+    /// settles the key after it).
+    fn try_job(&mut self, id: JobId) -> Result<Option<JobRecord>> {
+        self.job(id)
+    }
+
     /// Every job of `queue` (of any queue, for `None`) that `keep` keeps, held for writing.
     /// An engine without indexes (the store in memory) implements this one search, and the
     /// searches below answer from it by default: the defaults say what each means. An
@@ -116,7 +123,9 @@ pub trait Records {
     /// The most urgent waiting job of `queue` due at `now` ([`crate::rules`]'s claim order:
     /// priority, then run time, then id), and its priority.
     fn next_ready(&mut self, queue: &str, now: StoreTime) -> Result<Option<(i32, JobId)>> {
-        let due = self.scan(Some(queue), &|j| j.state.is_waiting() && j.run_at <= now)?;
+        let due = self.scan(Some(queue), &|j| {
+            rules::in_claim_order(j) && j.run_at <= now
+        })?;
         let first = due.iter().min_by_key(|j| (j.priority, j.run_at, j.id));
         Ok(first.map(|j| (j.priority, j.id)))
     }
@@ -146,6 +155,18 @@ pub trait Records {
         done.sort_by_key(|j| at(j));
         done.truncate(n);
         Ok(done)
+    }
+    /// The first waiting job of limit key `key` of `queue` in its key's order (run time, then
+    /// id), parked or not. Not held: its key's record is.
+    fn first_of_key(&mut self, queue: &str, key: &str) -> Result<Option<JobId>> {
+        let of_key =
+            |j: &JobRecord| j.state.is_waiting() && j.limit.as_ref().is_some_and(|l| l.key == key);
+        let waiting = self.scan(Some(queue), &of_key)?;
+        Ok(waiting
+            .iter()
+            .map(|j| (j.run_at, j.id))
+            .min()
+            .map(|(_, id)| id))
     }
     /// Deletes a job entirely: its record, every index entry, payload, output and history.
     fn delete(&mut self, job: &JobRecord) -> Result<()>;
@@ -189,6 +210,13 @@ pub trait Records {
     fn queue(&mut self, queue: &str, lock: bool) -> Result<Option<QueueRecord>>;
     /// Stores the record of `queue`.
     fn save_queue(&mut self, queue: &str, record: &QueueRecord) -> Result<()>;
+    /// The record of limit key `key` of `queue`, held for writing (the claims and ends of
+    /// one key's jobs count its running jobs one at a time).
+    fn limit_key(&mut self, queue: &str, key: &str) -> Result<Option<KeyRecord>>;
+    /// Stores the record of limit key `key` of `queue` (`None`: removes it).
+    fn save_limit_key(&mut self, queue: &str, key: &str, record: Option<&KeyRecord>) -> Result<()>;
+    /// The limit keys of `queue` that have a record.
+    fn limit_keys(&mut self, queue: &str) -> Result<Vec<String>>;
     /// Every schedule whose record this transaction can hold (where several machines fire at
     /// once, one held by another is passed over: that one fires it), each with the failure
     /// kept beside it.

@@ -7,7 +7,9 @@ use redb::{ReadTransaction, ReadableTable};
 use crate::codec;
 use crate::error::{Error, Result};
 use crate::job::{JobState, RunRecord};
+use crate::queue::KeyRecord;
 use crate::redb_store::index::entries;
+use crate::redb_store::reading::optional;
 use crate::redb_store::schema;
 use crate::redb_store::writing::decode_job;
 use crate::report::CheckReport;
@@ -23,6 +25,8 @@ pub(crate) fn check(read: &ReadTransaction) -> Result<CheckReport> {
     let mut finished: BTreeMap<(u64, u64), ()> = BTreeMap::new();
     let mut counts: BTreeMap<(String, u8), u64> = BTreeMap::new();
     let mut attempts: BTreeMap<u64, (u32, JobState)> = BTreeMap::new();
+    let mut keyed: BTreeMap<(String, String, u64, u64), ()> = BTreeMap::new();
+    let mut keys: BTreeMap<(String, String), KeyRecord> = BTreeMap::new();
     let problems = &mut report.problems;
     let mut history = history(read, problems)?;
 
@@ -65,6 +69,23 @@ pub(crate) fn check(read: &ReadTransaction) -> Result<CheckReport> {
             finished.insert(f, ());
         }
         *counts.entry((e.count.0.to_owned(), e.count.1)).or_default() += 1;
+        if let Some((q, k, r, i)) = e.keyed {
+            keyed.insert((q.to_owned(), k.to_owned(), r, i), ());
+        }
+        if let Some(limit) = &job.limit {
+            let key = keys
+                .entry((job.queue.clone(), limit.key.clone()))
+                .or_default();
+            key.running += u32::from(job.state == JobState::Running);
+            if crate::rules::in_claim_order(&job)
+                && let Some(other) = key.head.replace(job.id)
+            {
+                problems.push(format!(
+                    "jobs {other} and {id} are both heads of limit key {:?}",
+                    limit.key
+                ));
+            }
+        }
         attempts.insert(id, (job.attempt.0, job.state));
     }
 
@@ -85,6 +106,25 @@ pub(crate) fn check(read: &ReadTransaction) -> Result<CheckReport> {
     compare(problems, "unique", &unique, &found);
     let found = stored(read, schema::COUNTS, |(q, s), v| ((q.to_owned(), s), v))?;
     compare(problems, "counts", &counts, &found);
+    let found = match optional(read, schema::KEYED)? {
+        Some(_) => stored(read, schema::KEYED, |(q, k, r, id), ()| {
+            ((q.to_owned(), k.to_owned(), r, id), ())
+        })?,
+        None => BTreeMap::new(),
+    };
+    compare(problems, "keyed", &keyed, &found);
+    keys.retain(|_, key| !key.is_empty());
+    let found = match optional(read, schema::LIMIT_KEYS)? {
+        Some(_) => stored(read, schema::LIMIT_KEYS, |(q, k), v| {
+            let record = codec::decode::<KeyRecord>(v).unwrap_or(KeyRecord {
+                running: u32::MAX,
+                head: None,
+            });
+            ((q.to_owned(), k.to_owned()), record)
+        })?,
+        None => BTreeMap::new(),
+    };
+    compare(problems, "limit keys", &keys, &found);
 
     for id in history.keys() {
         problems.push(format!("history for job {id}, which does not exist"));

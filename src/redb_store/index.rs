@@ -24,6 +24,8 @@ pub(crate) struct Entries<'a> {
     pub unique: Option<(&'a str, &'a str)>,
     /// `finished`: (finished_at, job) once terminal.
     pub finished: Option<(u64, u64)>,
+    /// `keyed`: (queue, limit key, run_at, job) while waiting with a limit key.
+    pub keyed: Option<(&'a str, &'a str, u64, u64)>,
     /// `counts`: the (queue, state) this job is counted under.
     pub count: (&'a str, u8),
 }
@@ -34,10 +36,7 @@ pub(crate) fn entries(job: &JobRecord) -> Entries<'_> {
     let q = job.queue.as_str();
     Entries {
         id,
-        ready: job
-            .state
-            .is_waiting()
-            .then_some((q, job.priority, job.run_at.0, id)),
+        ready: crate::rules::in_claim_order(job).then_some((q, job.priority, job.run_at.0, id)),
         expiry: match (&job.state, &job.lease) {
             (JobState::Running, Some(l)) => Some((q, l.indexed_expiry.0, id)),
             _ => None,
@@ -51,6 +50,10 @@ pub(crate) fn entries(job: &JobRecord) -> Entries<'_> {
             _ => None,
         },
         count: (q, job.state.code()),
+        keyed: match &job.limit {
+            Some(l) if job.state.is_waiting() => Some((q, l.key.as_str(), job.run_at.0, id)),
+            _ => None,
+        },
     }
 }
 
@@ -131,6 +134,11 @@ fn remove_entries(t: &mut Tables<'_>, before: &Entries, after: Option<&Entries>)
     {
         t.finished.remove(key)?;
     }
+    if let Some(key) = before.keyed
+        && gone(|b, a| b.keyed == a.keyed)
+    {
+        t.keyed()?.remove(key)?;
+    }
     Ok(())
 }
 
@@ -156,6 +164,11 @@ fn add_entries(t: &mut Tables<'_>, after: &Entries, before: Option<&Entries>) ->
         && new(|b, a| b.finished == a.finished)
     {
         t.finished.insert(key, ())?;
+    }
+    if let Some(key) = after.keyed
+        && new(|b, a| b.keyed == a.keyed)
+    {
+        t.keyed()?.insert(key, ())?;
     }
     Ok(())
 }

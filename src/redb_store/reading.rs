@@ -222,7 +222,7 @@ pub(crate) fn queue_record(read: &ReadTransaction, queue: &str) -> Result<Option
         return Ok(None);
     };
     match queues.get(queue)? {
-        Some(b) => codec::decode_with_retry(b.value())
+        Some(b) => codec::decode_queue(b.value())
             .map(Some)
             .map_err(|e| Error::Corrupt(format!("the record of queue {queue:?}: {e}"))),
         None => Ok(None),
@@ -284,7 +284,7 @@ fn queue_records(read: &ReadTransaction) -> Result<Vec<(String, QueueRecord)>> {
         schema::QUEUES,
         |queue| queue.to_owned(),
         |queue| format!("the record of queue {queue:?}"),
-        codec::decode_with_retry,
+        codec::decode_queue,
     )
 }
 

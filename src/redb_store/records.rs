@@ -9,7 +9,7 @@ use crate::error::{Error, Result};
 use crate::ids::{Attempt, GroupId, JobId, StoreTime};
 use crate::job::{JobRecord, JobState, Outcome, RunRecord};
 use crate::protocol::{HeldSchedule, Inserted, Policy, Position, Records};
-use crate::queue::QueueRecord;
+use crate::queue::{KeyRecord, QueueRecord};
 use crate::redb_store::schema::meta_key;
 use crate::redb_store::writing::{Tx, load, read_u64, write_u64};
 use crate::redb_store::{index, search};
@@ -250,7 +250,7 @@ impl Records for Tx<'_> {
 
     fn queue(&mut self, queue: &str, _lock: bool) -> Result<Option<QueueRecord>> {
         match self.tables.queues()?.get(queue)? {
-            Some(b) => codec::decode_with_retry(b.value())
+            Some(b) => codec::decode_queue(b.value())
                 .map(Some)
                 .map_err(|e| Error::Corrupt(format!("the record of queue {queue:?}: {e}"))),
             None => Ok(None),
@@ -263,6 +263,44 @@ impl Records for Tx<'_> {
             .insert(queue, codec::encode(record).as_slice())?;
         self.tally.writes += 1;
         Ok(())
+    }
+
+    fn first_of_key(&mut self, queue: &str, key: &str) -> Result<Option<JobId>> {
+        let range = (queue, key, 0u64, 0u64)..=(queue, key, u64::MAX, u64::MAX);
+        let first = self.tables.keyed()?.range(range)?.next().transpose()?;
+        Ok(first.map(|(entry, _)| JobId(entry.value().3)))
+    }
+
+    fn limit_key(&mut self, queue: &str, key: &str) -> Result<Option<KeyRecord>> {
+        match self.tables.limit_keys()?.get((queue, key))? {
+            Some(b) => codec::decode(b.value()).map(Some).map_err(|e| {
+                Error::Corrupt(format!("the record of limit key {key:?} of {queue:?}: {e}"))
+            }),
+            None => Ok(None),
+        }
+    }
+
+    fn save_limit_key(&mut self, queue: &str, key: &str, record: Option<&KeyRecord>) -> Result<()> {
+        let table = self.tables.limit_keys()?;
+        match record {
+            Some(record) => table.insert((queue, key), codec::encode(record).as_slice())?,
+            None => table.remove((queue, key))?,
+        };
+        self.tally.writes += 1;
+        Ok(())
+    }
+
+    fn limit_keys(&mut self, queue: &str) -> Result<Vec<String>> {
+        let mut keys = Vec::new();
+        for entry in self.tables.limit_keys()?.range((queue, "")..)? {
+            let (at, _) = entry?;
+            let (q, key) = at.value();
+            if q != queue {
+                break;
+            }
+            keys.push(key.to_owned());
+        }
+        Ok(keys)
     }
 
     fn schedules(&mut self) -> Result<Vec<HeldSchedule>> {
@@ -329,5 +367,5 @@ impl Tx<'_> {
 }
 
 pub(crate) fn decode_schedule(name: &str, bytes: &[u8]) -> Result<ScheduleRecord> {
-    codec::decode_with_retry(bytes).map_err(|e| Error::Corrupt(format!("schedule {name:?}: {e}")))
+    codec::decode_schedule(bytes).map_err(|e| Error::Corrupt(format!("schedule {name:?}: {e}")))
 }

@@ -22,8 +22,10 @@
 //! | `waits` | (dependency, waiter) | () | which job waits for which (a job's dependencies never change once stored) |
 //! | `members` | (group, member) | () | each group's members |
 //! | `groups` | group id | [`GroupRecord`](crate::workflow::GroupRecord) record | each group: sealed, its members' counts, when it ended, what waits for it |
+//! | `keyed` | (queue, limit key, run_at, job) | () | waiting jobs with a limit key, in their key's order, parked or not |
+//! | `limit_keys` | (queue, limit key) | [`KeyRecord`](crate::queue::KeyRecord) record | each limit key's running jobs and head |
 //!
-//! Every index (`ready`, `expiry`, `unique`, `counts`, `finished`) is a pure function of the
+//! Every index (`ready`, `expiry`, `unique`, `counts`, `finished`, `keyed`) is a pure function of the
 //! job records, maintained only by [`crate::redb_store::index`] and verified by [`crate::ReadJobs::check`].
 
 use redb::TableDefinition;
@@ -42,8 +44,9 @@ use redb::TableDefinition;
 /// [`Outcome::ResultLost`](crate::Outcome::ResultLost). Version 6 writes job records in
 /// format version 3 (what a job waits for, its group; the state `Blocked`) and adds
 /// `waits`, `members` and `groups`. Version 7 writes records in format version 4 (a
-/// retry policy of a job, a queue, a schedule's jobs).
-pub const SCHEMA_VERSION: u32 = 7;
+/// retry policy of a job, a queue, a schedule's jobs). Version 8 writes records in format
+/// version 5 (limit keys, a queue's per-key limit) and adds `keyed` and `limit_keys`.
+pub const SCHEMA_VERSION: u32 = 8;
 
 /// The marker that says "this redb file is a leasehold store".
 pub(crate) const MARKER: &[u8] = b"leasehold store";
@@ -75,6 +78,10 @@ pub(crate) const WAITS: TableDefinition<(u64, u64), ()> = TableDefinition::new("
 pub(crate) const MEMBERS: TableDefinition<(u64, u64), ()> =
     TableDefinition::new("leasehold.members");
 pub(crate) const GROUPS: TableDefinition<u64, &[u8]> = TableDefinition::new("leasehold.groups");
+pub(crate) const KEYED: TableDefinition<(&str, &str, u64, u64), ()> =
+    TableDefinition::new("leasehold.keyed");
+pub(crate) const LIMIT_KEYS: TableDefinition<(&str, &str), &[u8]> =
+    TableDefinition::new("leasehold.limit_keys");
 
 /// Keys of the `meta` table.
 pub(crate) mod meta_key {

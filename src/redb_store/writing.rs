@@ -23,6 +23,9 @@ pub(crate) struct Policy {
     pub instance: Option<InstanceId>,
 }
 
+/// The `keyed` index: waiting jobs with a limit key, by (queue, key, run_at, job).
+pub(crate) type KeyedTable<'t> = Table<'t, (&'static str, &'static str, u64, u64), ()>;
+
 /// Every leasehold table, open for writing.
 pub(crate) struct Tables<'t> {
     pub meta: Table<'t, &'static str, &'static [u8]>,
@@ -48,6 +51,9 @@ pub(crate) struct Tables<'t> {
     waits: Option<Table<'t, (u64, u64), ()>>,
     members: Option<Table<'t, (u64, u64), ()>>,
     groups: Option<Table<'t, u64, &'static [u8]>>,
+    /// Limit keys' index and records, opened likewise.
+    keyed: Option<KeyedTable<'t>>,
+    limit_keys: Option<Table<'t, (&'static str, &'static str), &'static [u8]>>,
     txn: &'t WriteTransaction,
 }
 
@@ -78,6 +84,8 @@ impl<'t> Tables<'t> {
             waits: None,
             members: None,
             groups: None,
+            keyed: None,
+            limit_keys: None,
             txn,
         })
     }
@@ -112,6 +120,18 @@ impl<'t> Tables<'t> {
     /// The groups' records (opened on first use).
     pub(crate) fn groups(&mut self) -> Result<&mut Table<'t, u64, &'static [u8]>> {
         opened(&mut self.groups, self.txn, schema::GROUPS)
+    }
+
+    /// Waiting jobs with a limit key, by (queue, key, run_at, job) (opened on first use).
+    pub(crate) fn keyed(&mut self) -> Result<&mut KeyedTable<'t>> {
+        opened(&mut self.keyed, self.txn, schema::KEYED)
+    }
+
+    /// Limit keys' records, by (queue, key) (opened on first use).
+    pub(crate) fn limit_keys(
+        &mut self,
+    ) -> Result<&mut Table<'t, (&'static str, &'static str), &'static [u8]>> {
+        opened(&mut self.limit_keys, self.txn, schema::LIMIT_KEYS)
     }
 
     /// Records where `instance` keeps its lock file (its first registration, or a new file).

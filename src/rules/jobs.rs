@@ -5,7 +5,7 @@ use super::*;
 use crate::error::Error;
 use crate::ids::{Attempt, JobId, StoreTime};
 use crate::input;
-use crate::job::{JobRecord, JobState, NewJob, RunRecord, Uniqueness};
+use crate::job::{JobRecord, JobState, LimitKey, NewJob, RunRecord, Uniqueness};
 
 // ----- a new job -----
 
@@ -46,6 +46,11 @@ pub(crate) fn new_job(
         metadata: new.metadata.clone(),
         flow: Default::default(),
         retry: new.retry.clone(),
+        // Parked until the protocol makes it its key's head (`protocol::keys`).
+        limit: new
+            .limit_key
+            .clone()
+            .map(|key| LimitKey { key, parked: true }),
     })
 }
 

@@ -26,12 +26,16 @@
 //! * **Jobs that wait for jobs** ([`waiting`], [`dependency_ended`], [`rearmed`]) and
 //!   **groups** ([`member_ended`], [`sealed`]): a waiter is released, or cancelled, by the
 //!   end it waited for, each end seen once.
+//! * **Limits per key** ([`key_has_room`], [`key_head`]): a key's running jobs are counted,
+//!   and only its head (the first of its waiting jobs to fall due) stands in the claim order
+//!   while it has room.
 
 mod attempt;
 mod claims;
 mod fence;
 mod flow;
 mod jobs;
+mod keys;
 mod queues;
 mod schedules;
 #[cfg(test)]
@@ -42,6 +46,7 @@ pub(crate) use claims::*;
 pub(crate) use fence::*;
 pub(crate) use flow::*;
 pub(crate) use jobs::*;
+pub(crate) use keys::*;
 pub(crate) use queues::*;
 pub(crate) use schedules::*;
 

@@ -28,6 +28,7 @@ pub(crate) fn declare(
         let same = old.when == s.when
             && old.template == template
             && old.retry == s.job.retry
+            && old.limit_key == s.job.limit_key
             && old.catch_up == s.catch_up;
         if !same && !s.replace {
             return Err(Error::ScheduleConflict(s.name.clone()));
@@ -37,6 +38,7 @@ pub(crate) fn declare(
         let mut kept = old.clone();
         kept.template = template;
         kept.retry = s.job.retry.clone();
+        kept.limit_key = s.job.limit_key.clone();
         kept.catch_up = s.catch_up;
         return Ok(kept);
     }
@@ -52,6 +54,7 @@ pub(crate) fn declare(
         fired: existing.map_or(0, |old| old.fired),
         skipped: existing.map_or(0, |old| old.skipped),
         retry: s.job.retry.clone(),
+        limit_key: s.job.limit_key.clone(),
     })
 }
 

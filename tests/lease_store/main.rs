@@ -16,6 +16,7 @@ mod enqueue;
 mod events;
 mod fencing;
 mod group;
+mod keys;
 mod open;
 mod queues;
 mod reader;

@@ -58,6 +58,8 @@ fn decode_ops(data: &[u8]) -> Vec<Op> {
                 queue: byte(),
                 concurrency: Some(byte()).filter(|c| c % 3 != 0),
                 rate: Some(byte()).filter(|r| r % 3 == 0),
+                // (from the byte already read, so that older inputs read as they did)
+                per_key: Some(kind).filter(|k| *k == 250),
             },
             252 => Op::Enqueue {
                 queue: byte(),
@@ -70,6 +72,7 @@ fn decode_ops(data: &[u8]) -> Vec<Op> {
                     .collect(),
                 group: Some(byte()).filter(|g| g % 2 == 0),
                 backoff: None,
+                limit: None,
             },
             253 => Op::OpenGroup { callbacks: byte() },
             254 => Op::SealGroup { group: byte() },
@@ -84,6 +87,7 @@ fn decode_ops(data: &[u8]) -> Vec<Op> {
                     after: Vec::new(),
                     group: None,
                     backoff: None,
+                    limit: Some(kind / 16).filter(|k| k % 3 != 0),
                 },
                 3..=5 => Op::Claim {
                     queue: byte(),

@@ -78,6 +78,8 @@ pub enum Op {
         group: Option<u8>,
         /// Its own retry policy ([`backoff`]).
         backoff: Option<u8>,
+        /// Its limit key, `t{limit % 3}`.
+        limit: Option<u8>,
     },
     /// Sets (or lifts) a queue's retry policy ([`backoff`]).
     Backoff {
@@ -178,6 +180,8 @@ pub enum Op {
         queue: u8,
         concurrency: Option<u8>,
         rate: Option<u8>,
+        /// At most `per_key % 2 + 1` of one limit key's jobs held at once.
+        per_key: Option<u8>,
     },
     Advance {
         secs: u16,
@@ -355,6 +359,7 @@ impl Harness {
                 after,
                 group,
                 backoff: own,
+                limit,
             } => {
                 let q = QUEUES[usize::from(*queue) % QUEUES.len()];
                 let key = unique.map(|u| format!("k{}", u % 3));
@@ -402,6 +407,10 @@ impl Harness {
                 if let Some((policy, _)) = &own {
                     job = job.retry_policy(policy.clone());
                 }
+                let limit_key = limit.map(|l| format!("t{}", l % 3));
+                if let Some(k) = &limit_key {
+                    job = job.limit_key(k.as_str());
+                }
                 let got = self.store().enqueue(job).map(|id| id.0).map_err(err);
                 let made = self.model.next_id;
                 let want = self.model.enqueue_waiting(
@@ -418,6 +427,11 @@ impl Harness {
                     && *id == made
                 {
                     self.model.jobs.get_mut(id).expect("made").backoff = Some(policy);
+                }
+                if let Ok(id) = &want
+                    && *id == made
+                {
+                    self.model.jobs.get_mut(id).expect("made").key = limit_key;
                 }
                 same("enqueue", got, want)
             }
@@ -684,6 +698,7 @@ impl Harness {
                 queue,
                 concurrency,
                 rate,
+                per_key,
             } => {
                 let q = QUEUES[usize::from(*queue) % QUEUES.len()];
                 let concurrency = concurrency.map(|c| u32::from(c % 3) + 1);
@@ -695,10 +710,14 @@ impl Harness {
                 if let Some((claims, per)) = rate {
                     limits = limits.rate(claims, Duration::from_nanos(per));
                 }
+                let per_key = per_key.map(|p| u32::from(p % 2) + 1);
+                if let Some(n) = per_key {
+                    limits = limits.per_key(n);
+                }
                 self.store()
                     .set_queue_limits(q, limits)
                     .map_err(|e| format!("limit: {e}"))?;
-                self.model.limit(q, concurrency, rate);
+                self.model.limit(q, concurrency, rate, per_key);
                 Ok(())
             }
             Op::Advance { secs } => {

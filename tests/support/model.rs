@@ -40,6 +40,8 @@ pub struct MJob {
     pub group: Option<u64>,
     /// Its own backoff, if it was given one.
     pub backoff: Option<MBackoff>,
+    /// Its limit key, if it was given one.
+    pub key: Option<String>,
 }
 
 /// A retry policy without jitter, as the README states it: the `n`-th failure waits
@@ -170,6 +172,8 @@ pub struct MQueue {
     pub recent: Vec<u64>,
     /// The backoff of its jobs that have none of their own.
     pub backoff: Option<MBackoff>,
+    /// At most this many of one limit key's jobs held at once.
+    pub per_key: Option<u32>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -278,6 +282,7 @@ impl Model {
                 needs: needs.clone(),
                 group,
                 backoff: None,
+                key: None,
             },
         );
         if let Some(g) = group {
@@ -485,6 +490,39 @@ impl Model {
         true
     }
 
+    /// Whether waiting job `id` stands in the claim order, as the README states it: one
+    /// without a limit key always; one with a key if its key has room (fewer of its jobs
+    /// running than the queue's per-key limit) and it is the first of its key's waiting jobs
+    /// by run time, then id.
+    fn stands(&self, id: u64, job: &MJob) -> bool {
+        let Some(key) = &job.key else {
+            return true;
+        };
+        let first = self
+            .jobs
+            .iter()
+            .filter(|(_, j)| {
+                j.queue == job.queue && j.key.as_ref() == Some(key) && waiting(j.state)
+            })
+            .min_by_key(|(id, j)| (j.run_at, **id));
+        first.is_some_and(|(first, _)| *first == id) && self.key_has_room(job)
+    }
+
+    /// Whether one more of `job`'s key's jobs may run (one without a key always may).
+    fn key_has_room(&self, job: &MJob) -> bool {
+        let Some(key) = &job.key else {
+            return true;
+        };
+        let limit = self.queues.get(&job.queue).and_then(|q| q.per_key);
+        let running = self
+            .jobs
+            .values()
+            .filter(|j| j.queue == job.queue && j.key.as_ref() == Some(key))
+            .filter(|j| j.state == JobState::Running)
+            .count();
+        limit.is_none_or(|n| running < n as usize)
+    }
+
     /// How many of `queue`'s jobs run now.
     pub fn running(&self, queue: &str) -> u64 {
         self.jobs
@@ -547,8 +585,15 @@ impl Model {
         self.queues.entry(queue.to_owned()).or_default().backoff = backoff;
     }
 
-    pub fn limit(&mut self, queue: &str, concurrency: Option<u32>, rate: Option<(u32, u64)>) {
+    pub fn limit(
+        &mut self,
+        queue: &str,
+        concurrency: Option<u32>,
+        rate: Option<(u32, u64)>,
+        per_key: Option<u32>,
+    ) {
         let q = self.queues.entry(queue.to_owned()).or_default();
+        q.per_key = per_key;
         q.concurrency = concurrency;
         q.rate = rate;
         if rate.is_none() {
@@ -586,6 +631,7 @@ impl Model {
                 .jobs
                 .iter()
                 .filter(|(_, j)| j.queue == queue && waiting(j.state) && j.run_at <= now)
+                .filter(|(id, j)| self.stands(**id, j))
                 .min_by_key(|(id, j)| (j.priority, j.run_at, **id))
                 .map(|(id, j)| (*id, j.priority));
             let expired = self
@@ -608,7 +654,8 @@ impl Model {
             };
             if takeover {
                 self.expire(id, ReclaimPath::Takeover);
-                if !waiting(self.jobs[&id].state) {
+                // (one with a limit key is back in its key's order: the next look decides)
+                if !waiting(self.jobs[&id].state) || self.jobs[&id].key.is_some() {
                     continue;
                 }
             }
@@ -636,7 +683,7 @@ impl Model {
         if expired(&self.jobs[&id], now) {
             self.expire(id, ReclaimPath::Takeover);
         }
-        if !claimable(&self.jobs[&id]) {
+        if !claimable(&self.jobs[&id]) || !self.key_has_room(&self.jobs[&id]) {
             return Ok(None);
         }
         self.noted(&queue);
