@@ -8,6 +8,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
+use std::collections::BTreeMap;
 use std::io::{BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
@@ -976,5 +977,168 @@ fn groups_through_worker_kills_run_every_member_once_and_each_callback_once() {
          (callbacks included) each succeeded once, {taken_back} leases taken back, {} commits \
          reported",
         committed.len()
+    );
+}
+
+// ----- limits per key through kills: ten tenants, two at a time each -----
+
+const TENANTS: &str = "tenants";
+
+/// A `tenants` helper: a worker pool whose handler logs each job's start and end.
+fn tenant_pool(path: &Path, log: &Path) -> Child {
+    let args = ["--queue", TENANTS, "--workers", "6", "--lease-ms", HOUR_MS];
+    let (db, log) = (path.to_str().unwrap(), log.to_str().unwrap());
+    helper_process::command("tenants", [&args[..], &["--db", db, "--log", log]].concat())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+/// Appends `line` to the handlers' log, as one write.
+fn append(log: &Path, line: &str) {
+    let file = std::fs::OpenOptions::new().append(true).open(log).unwrap();
+    (&file).write_all(format!("{line}\n").as_bytes()).unwrap();
+}
+
+/// Stops `child` (SIGSTOP) and waits until the kernel says it is stopped: it writes nothing
+/// more, and holds what it held (its lock too, so nobody takes its leases back yet).
+fn stop(child: &Child) {
+    let pid = child.id();
+    // SAFETY: kill(2) with a pid of our own child and a valid signal.
+    assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGSTOP) }, 0);
+    wait_until("the process to stop", || {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        // the state is the field after the command's closing parenthesis
+        let state = stat.rsplit_once(')').map(|(_, rest)| rest.trim_start());
+        state.is_some_and(|s| s.starts_with('T') || s.starts_with('t'))
+    });
+}
+
+/// The log's verdict: the most of each tenant's jobs in a handler at once (a killed
+/// process's handlers end at its `killed` line, written while it was stopped, before any
+/// survivor could take its leases back), and each job's starts by pid.
+fn replay(log: &str) -> (BTreeMap<String, usize>, BTreeMap<u64, Vec<u32>>) {
+    let mut in_handler: BTreeMap<String, usize> = BTreeMap::new();
+    let mut most: BTreeMap<String, usize> = BTreeMap::new();
+    let mut open: BTreeMap<u32, Vec<(u64, String)>> = BTreeMap::new();
+    let mut starts: BTreeMap<u64, Vec<u32>> = BTreeMap::new();
+    for line in log.lines() {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        match words.as_slice() {
+            ["start", job, _, tenant, pid] => {
+                let (job, pid) = (job.parse().unwrap(), pid.parse().unwrap());
+                let n = in_handler.entry(tenant.to_string()).or_default();
+                *n += 1;
+                let m = most.entry(tenant.to_string()).or_default();
+                *m = (*m).max(*n);
+                open.entry(pid).or_default().push((job, tenant.to_string()));
+                starts.entry(job).or_default().push(pid);
+            }
+            ["end", job, _, tenant, pid] => {
+                let (job, pid): (u64, u32) = (job.parse().unwrap(), pid.parse().unwrap());
+                let held = open.entry(pid).or_default();
+                let at = held.iter().position(|(j, _)| *j == job).unwrap();
+                held.swap_remove(at);
+                *in_handler.get_mut(*tenant).unwrap() -= 1;
+            }
+            ["killed", pid] => {
+                for (_, tenant) in open.remove(&pid.parse().unwrap()).unwrap_or_default() {
+                    *in_handler.get_mut(&tenant).unwrap() -= 1;
+                }
+            }
+            _ => panic!("the log says {line:?}"),
+        }
+    }
+    (most, starts)
+}
+
+/// Three worker processes share a store whose queue allows two jobs of each tenant at once;
+/// ten tenants' jobs wait. Processes are killed (SIGKILL) at random moments, ≥ 30 times,
+/// and replaced. The handlers' own log, written outside the library, shows no tenant with
+/// more than two jobs in a handler at any moment, and every job committed once: run again
+/// only after the process that ran it died.
+#[test]
+fn ten_tenants_stay_at_two_jobs_each_through_kills_of_three_worker_processes() {
+    let (dir, path) = store_path();
+    let log = dir.path().join("handlers.log");
+    std::fs::write(&log, "").unwrap();
+    let observer = shared(&path);
+    observer
+        .set_queue_limits(TENANTS, leasehold::QueueLimits::none().per_key(2))
+        .unwrap();
+    let tenants: Vec<String> = (0..10).map(|t| format!("tenant-{t}")).collect();
+    let mut jobs = 0u64;
+    let top_up = |jobs: &mut u64| {
+        if observer.stats().unwrap().total(JobState::Queued) < 100 {
+            let batch = (0..200).map(|i| {
+                let tenant = &tenants[i % tenants.len()];
+                NewJob::new(TENANTS, tenant.as_str()).limit_key(tenant)
+            });
+            observer.enqueue_batch(batch.collect()).unwrap();
+            *jobs += 200;
+        }
+    };
+    top_up(&mut jobs);
+    let mut procs: Vec<Child> = (0..3).map(|_| tenant_pool(&path, &log)).collect();
+    let mut killed = std::collections::BTreeSet::new();
+    let mut rng = 0x9E37_79B9_7F4A_7C15u64;
+    let kills = kills().max(30);
+    for _ in 0..kills {
+        top_up(&mut jobs);
+        // Let the processes run for a moment of random length.
+        let grown = std::fs::metadata(&log).unwrap().len() + 200 + xorshift(&mut rng) % 2_000;
+        wait_until("the handlers to log more", || {
+            std::fs::metadata(&log).unwrap().len() >= grown
+        });
+        let mut victim = procs.swap_remove((xorshift(&mut rng) % 3) as usize);
+        stop(&victim);
+        append(&log, &format!("killed {}", victim.id()));
+        killed.insert(victim.id());
+        victim.kill().unwrap();
+        victim.wait().unwrap();
+        procs.push(tenant_pool(&path, &log));
+    }
+    wait_until("every job to succeed", || {
+        observer.stats().unwrap().total(JobState::Succeeded) == jobs
+    });
+    for mut p in procs {
+        stop(&p);
+        append(&log, &format!("killed {}", p.id()));
+        p.kill().unwrap();
+        p.wait().unwrap();
+    }
+    let (most, starts) = replay(&std::fs::read_to_string(&log).unwrap());
+    assert_eq!(most.len(), 10, "every tenant's jobs ran");
+    for (tenant, most) in &most {
+        assert!(*most <= 2, "{tenant} had {most} jobs in a handler at once");
+    }
+    let at_two = most.values().filter(|m| **m == 2).count();
+    assert!(
+        at_two > 0,
+        "no tenant ever reached its limit: the test proves nothing"
+    );
+    let mut again = 0;
+    for id in 1..=jobs {
+        let history = observer.history(JobId(id)).unwrap();
+        let successes = (history.iter())
+            .filter(|run| run.outcome() == Some(&Outcome::Succeeded))
+            .count();
+        assert_eq!(successes, 1, "job {id} succeeded {successes} times");
+        let pids = starts.get(&id).cloned().unwrap_or_default();
+        assert!(!pids.is_empty(), "job {id} never started in a handler");
+        for pid in &pids[..pids.len() - 1] {
+            assert!(
+                killed.contains(pid),
+                "job {id} ran again though {pid} lived"
+            );
+        }
+        again += pids.len() - 1;
+    }
+    let check = observer.check().unwrap();
+    assert!(check.is_clean(), "{:?}", check.problems);
+    eprintln!(
+        "{kills} kills of three worker processes: {jobs} jobs of 10 tenants each committed \
+         once ({again} run again after their process died); most in a handler at once per \
+         tenant: {most:?}"
     );
 }

@@ -14,6 +14,8 @@
 //!   its `on_ended` hook prints each commit.
 //! - `poison`: a worker pool of `--workers` whose handler aborts the process on the job with
 //!   the payload `poison` (`poison.rs`); exits once the queue is drained.
+//! - `tenants`: a worker pool on a shared store whose handler logs each job's start and end
+//!   (with its tenant, the payload) to the file `--log` (`tenants.rs`).
 //! - `pg-holder`: claims one job on a PostgreSQL store and writes as its holder when told
 //!   (`pg_holder.rs`), for partition tests.
 //! - `pg-worker`: the same on the PostgreSQL store at `--url` in `--schema`, the effect a row
@@ -41,6 +43,8 @@ mod pg_pool;
 mod pg_worker;
 #[path = "poison.rs"]
 mod poison;
+#[path = "tenants.rs"]
+mod tenants;
 #[path = "worker.rs"]
 mod worker;
 
@@ -184,6 +188,13 @@ pub fn run() {
             flags.get("go").expect("--go"),
         ),
         "poison" => poison::run(db, queue, number("workers", 1) as usize, sharing),
+        "tenants" => tenants::run(
+            db,
+            queue,
+            number("workers", 6) as usize,
+            lease,
+            flags.get("log").expect("--log").into(),
+        ),
         other => panic!("no helper role {other:?}"),
     };
     // Exit here, before libtest reports a test result on stdout.
