@@ -144,6 +144,9 @@ pub fn limits(l: &leasehold::QueueLimits) -> String {
             duration(r.per)
         ));
     }
+    if let Some(n) = l.per_key {
+        parts.push(format!("at most {n} of one limit key at once"));
+    }
     match parts.is_empty() {
         true => "no limits".into(),
         false => parts.join(", "),

@@ -28,6 +28,7 @@ pub struct JobView {
     failures: u32,
     max_attempts: u32,
     unique_key: Option<String>,
+    limit_key: Option<String>,
     created_at_ms: u64,
     run_at_ms: u64,
     updated_at_ms: u64,
@@ -128,6 +129,7 @@ impl JobView {
             failures: j.failures(),
             max_attempts: j.max_attempts(),
             unique_key: j.unique_key().map(str::to_owned),
+            limit_key: j.limit_key().map(str::to_owned),
             created_at_ms: ms(j.created_at()),
             run_at_ms: ms(j.run_at()),
             updated_at_ms: ms(j.updated_at()),
@@ -244,6 +246,7 @@ pub fn stats(db: &Path, json: bool) -> Result<ExitCode, Error> {
         paused: bool,
         /// At most this many held at once.
         concurrency_limit: Option<u32>,
+        per_key_limit: Option<u32>,
         /// At most `rate_limit_claims` claims per `rate_limit_per_ms`.
         rate_limit_claims: Option<u32>,
         rate_limit_per_ms: Option<u64>,
@@ -275,6 +278,7 @@ pub fn stats(db: &Path, json: bool) -> Result<ExitCode, Error> {
             unserved: unserved.iter().any(|u| u.queue == *name),
             paused: counts.paused,
             concurrency_limit: counts.limits.concurrency,
+            per_key_limit: counts.limits.per_key,
             rate_limit_claims: counts.limits.rate.map(|r| r.claims),
             rate_limit_per_ms: counts.limits.rate.map(|r| dms(r.per)),
             retry_policy: counts.retry.as_ref().map(ToString::to_string),
@@ -351,7 +355,7 @@ pub fn stats(db: &Path, json: bool) -> Result<ExitCode, Error> {
         if counts.paused {
             println!("queue {name} is paused (`leasehold resume {name}`)");
         }
-        if counts.limits.is_limited() {
+        if counts.limits.is_limited() || counts.limits.per_key.is_some() {
             println!("queue {name}: {}", format::limits(&counts.limits));
         }
         if let Some(policy) = &counts.retry {
@@ -845,6 +849,9 @@ pub fn show(db: &Path, json: bool, id: u64, raw: bool) -> Result<ExitCode, Error
             ),
             Uniqueness::UntilPurged => println!("unique key {k}, kept until purged"),
         }
+    }
+    if let Some(k) = job.limit_key() {
+        println!("limit key {k}");
     }
     if let Some(e) = &job.last_error() {
         println!("last error: {e}");

@@ -306,7 +306,8 @@ enum Command {
         queue: String,
     },
     /// Set a queue's limits across every process and machine: at most N of its jobs held at
-    /// once, at most N claims per period. A limit not named is kept; each change is one
+    /// once, at most N claims per period, at most N of one limit key's jobs held at once. A
+    /// limit not named is kept; each change is one
     /// write, so no claim ever sees a moment between two limits. `--none` lifts them all.
     Limit {
         /// The queue.
@@ -318,14 +319,21 @@ enum Command {
         /// At most this many claims per period, as N/PERIOD (e.g. 10/1m).
         #[arg(long, value_parser = parse_rate, conflicts_with = "no_rate")]
         rate: Option<(u32, Duration)>,
+        /// At most this many jobs of one limit key (a job's `--limit-key`: a tenant, a
+        /// device) held at once, each key apart.
+        #[arg(long, conflicts_with = "no_per_key")]
+        per_key: Option<u32>,
         /// Lift the concurrency limit (a rate limit stays).
         #[arg(long)]
         no_concurrency: bool,
+        /// Lift the per-key limit.
+        #[arg(long)]
+        no_per_key: bool,
         /// Lift the rate limit (a concurrency limit stays).
         #[arg(long)]
         no_rate: bool,
         /// Lift every limit.
-        #[arg(long, conflicts_with_all = ["concurrency", "rate", "no_concurrency", "no_rate"])]
+        #[arg(long, conflicts_with_all = ["concurrency", "rate", "per_key", "no_concurrency", "no_rate", "no_per_key"])]
         none: bool,
     },
     /// Show or set how long a queue's failed jobs wait before their next attempt (those with
@@ -564,14 +572,20 @@ fn main() -> ExitCode {
             queue,
             concurrency,
             rate,
+            per_key,
             no_concurrency,
             no_rate,
+            no_per_key,
             none,
         } => {
             let change = operate::LimitChange {
                 concurrency: match no_concurrency || none {
                     true => Some(None),
                     false => concurrency.map(Some),
+                },
+                per_key: match no_per_key || none {
+                    true => Some(None),
+                    false => per_key.map(Some),
                 },
                 rate: match no_rate || none {
                     true => Some(None),

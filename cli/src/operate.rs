@@ -111,6 +111,9 @@ pub struct NewJobArgs {
     /// `leasehold backoff`).
     #[arg(long, value_parser = super::parse_backoff)]
     backoff: Option<leasehold::RetryPolicy>,
+    /// The key its queue's per-key limit counts it under (see `leasehold limit --per-key`).
+    #[arg(long)]
+    limit_key: Option<String>,
     /// Metadata (`key=value`; repeat for several).
     #[arg(long = "meta", value_parser = super::parse_pair)]
     metadata: Vec<(String, String)>,
@@ -263,6 +266,9 @@ pub fn enqueue(db: &Path, json: bool, create: bool, a: NewJobArgs) -> Result<Exi
     }
     if let Some(policy) = a.backoff {
         job = job.retry_policy(policy);
+    }
+    if let Some(key) = a.limit_key {
+        job = job.limit_key(key);
     }
     for (k, v) in a.metadata {
         job = job.metadata(k, v);
@@ -530,6 +536,7 @@ pub fn pause(
 /// or kept as it is (`None`).
 pub struct LimitChange {
     pub concurrency: Option<Option<u32>>,
+    pub per_key: Option<Option<u32>>,
     pub rate: Option<Option<(u32, Duration)>>,
 }
 
@@ -548,6 +555,9 @@ pub fn limit(
     if let Some(concurrency) = change.concurrency {
         limits.concurrency = concurrency;
     }
+    if let Some(per_key) = change.per_key {
+        limits.per_key = per_key;
+    }
     if let Some(rate) = change.rate {
         limits.rate = rate.map(|(claims, per)| leasehold::Rate { claims, per });
     }
@@ -559,9 +569,11 @@ pub fn limit(
             concurrency: Option<u32>,
             rate_claims: Option<u32>,
             rate_per_ms: Option<u64>,
+            per_key: Option<u32>,
         }
         print_json(&Limits {
             queue,
+            per_key: limits.per_key,
             concurrency: limits.concurrency,
             rate_claims: limits.rate.map(|r| r.claims),
             rate_per_ms: limits.rate.map(|r| r.per.as_millis() as u64),

@@ -1033,6 +1033,31 @@ fn pause_resume_and_limits_are_set_from_the_tool_and_shown_by_stats() {
         ),
         (Some(2), None)
     );
+    // a limit per key, and a job counted under its key
+    let keyed = t.ok(&["limit", "uploads", "--per-key", "1"]);
+    assert!(
+        keyed.contains("at most 1 of one limit key at once"),
+        "{keyed}"
+    );
+    assert_eq!(uploads()["per_key_limit"].as_u64(), Some(1));
+    let id = t.ok(&[
+        "enqueue",
+        "--queue",
+        "uploads",
+        "--limit-key",
+        "tenant-7",
+        "x",
+    ]);
+    let id = id
+        .split_whitespace()
+        .find_map(|w| w.parse::<u64>().ok())
+        .unwrap();
+    assert!(
+        t.ok(&["show", &id.to_string()])
+            .contains("limit key tenant-7")
+    );
+    t.ok(&["limit", "uploads", "--no-per-key"]);
+    assert!(uploads()["per_key_limit"].is_null());
     assert!(t.ok(&["limit", "uploads", "--none"]).contains("no limits"));
     // refusals: exit 2, nothing changed
     let zero = t.run(&["limit", "uploads", "--concurrency", "0"]);

@@ -48,7 +48,8 @@ pub(crate) struct Scrape<'a> {
 /// [`crate::ReadJobs::unserved_queues`] says).
 fn queue_health(registry: &mut Registry, s: &Scrape<'_>) {
     let now = s.stats.now;
-    let (limit, at_limit, unserved) = (
+    let (limit, at_limit, unserved, per_key) = (
+        Family::<Labels, Gauge>::default(),
         Family::<Labels, Gauge>::default(),
         Family::<Labels, Gauge>::default(),
         Family::<Labels, Gauge>::default(),
@@ -65,6 +66,9 @@ fn queue_health(registry: &mut Registry, s: &Scrape<'_>) {
             let held_back = if full && due.is_some() { waiting } else { 0 };
             at_limit.get_or_create(&q).set(gauge(held_back));
         }
+        if let Some(max) = counts.limits.per_key {
+            per_key.get_or_create(&q).set(i64::from(max));
+        }
         let idle = !counts.paused
             && waiting > 0
             && due.is_some_and(|since| crate::queue::unserved(since, counts.served_at, now));
@@ -79,6 +83,11 @@ fn queue_health(registry: &mut Registry, s: &Scrape<'_>) {
         "queue_waiting_at_limit",
         "Jobs of the queue that wait while it holds as many as its concurrency limit allows",
         at_limit,
+    );
+    registry.register(
+        "queue_per_key_limit",
+        "How many jobs of one limit key the queue holds at once, each key apart (absent: none)",
+        per_key,
     );
     registry.register(
         "queue_unserved",

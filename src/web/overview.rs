@@ -433,6 +433,9 @@ fn settings(counts: &crate::QueueCounts) -> String {
     if let Some(rate) = counts.limits.rate {
         parts.push(format!("{} claims per {}", rate.claims, duration(rate.per)));
     }
+    if let Some(n) = counts.limits.per_key {
+        parts.push(format!("at most {n} per limit key"));
+    }
     if let Some(policy) = &counts.retry {
         parts.push(format!("backoff {policy}"));
     }

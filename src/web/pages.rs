@@ -284,6 +284,9 @@ pub(crate) fn job(inner: &Inner, id: JobId, query: &[(String, String)]) -> PageR
     if let Some(key) = job.unique_key() {
         row("unique key", escape(key));
     }
+    if let Some(key) = job.limit_key() {
+        row("limit key", escape(key));
+    }
     if let Some(limit) = job.time_limit() {
         row("time limit", duration(limit));
     }

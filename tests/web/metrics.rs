@@ -48,7 +48,7 @@ fn the_processes_holding_leases_of_a_shared_file_are_counted_by_state(kind: Kind
 
 fn a_queue_at_its_limit_an_unserved_queue_and_a_late_schedule_are_metrics(kind: Kind) {
     let f = kind.open();
-    let limits = leasehold::QueueLimits::none().concurrency(1);
+    let limits = leasehold::QueueLimits::none().concurrency(1).per_key(3);
     f.enqueue_n(3);
     f.set_queue_limits(Q, limits).unwrap();
     let hour = leasehold::LeaseTerms::new(Duration::from_secs(3600));
@@ -64,6 +64,7 @@ fn a_queue_at_its_limit_an_unserved_queue_and_a_late_schedule_are_metrics(kind: 
     };
     let m = scrape(&text(&get(&page, "/metrics")));
     assert_eq!(sample(&m, "queue_concurrency_limit", "queue=q"), Some(1.0));
+    assert_eq!(sample(&m, "queue_per_key_limit", "queue=q"), Some(3.0));
     assert_eq!(sample(&m, "queue_waiting_at_limit", "queue=q"), Some(2.0));
     assert_eq!(
         sample(&m, "queue_concurrency_limit", "queue=forgotten"),

@@ -25,28 +25,39 @@ crate::on_both::on_both!(
     the_overview_lists_the_schedules_with_their_next_tick,
     counts_kept_a_while_are_aged_by_their_own_time_and_say_how_old_they_are,
     a_jobs_page_links_what_it_waits_for_and_a_groups_page_shows_its_progress,
-    the_overview_shows_a_queues_limits_and_backoff_and_a_job_page_its_own_backoff,
+    the_overview_shows_a_queues_limits_and_backoff_and_a_job_page_its_own_backoff_and_key,
 );
 
-fn the_overview_shows_a_queues_limits_and_backoff_and_a_job_page_its_own_backoff(kind: Kind) {
+fn the_overview_shows_a_queues_limits_and_backoff_and_a_job_page_its_own_backoff_and_key(
+    kind: Kind,
+) {
     let f = kind.open();
     let own = leasehold::RetryPolicy::delays([Duration::from_secs(1), Duration::from_secs(9)]);
-    let id = f.enqueue(NewJob::new(Q, "x").retry_policy(own)).unwrap();
+    let id = (f.enqueue(
+        NewJob::new(Q, "x")
+            .retry_policy(own)
+            .limit_key("tenant-<7>"),
+    ))
+    .unwrap();
     let page = page_of(&f).build();
     let settings = |html: &str| html.find("data-settings").map(|at| html[at..].to_owned());
     assert_eq!(settings(&expect(get(&page, "/"), StatusCode::OK)), None);
-    f.set_queue_limits(Q, leasehold::QueueLimits::none().concurrency(2))
+    f.set_queue_limits(Q, leasehold::QueueLimits::none().concurrency(2).per_key(1))
         .unwrap();
     let fixed = leasehold::RetryPolicy::fixed(Duration::from_secs(30)).jitter(0.5);
     f.set_queue_retry_policy(Q, Some(fixed)).unwrap();
     let shown = settings(&expect(get(&page, "/"), StatusCode::OK)).expect("settings shown");
     let shown = &shown[..shown.find("</small>").unwrap()];
     assert!(
-        shown.contains("at most 2 held · backoff fixed 30s, jitter 50%"),
+        shown.contains("at most 2 held · at most 1 per limit key · backoff fixed 30s, jitter 50%"),
         "{shown}"
     );
     let job = expect(get(&page, &format!("/jobs/{}", id.0)), StatusCode::OK);
     assert!(job.contains("delays 1s, 9s"), "{job}");
+    assert!(
+        job.contains("tenant-&lt;7&gt;"),
+        "the limit key, escaped: {job}"
+    );
 }
 
 fn a_jobs_page_links_what_it_waits_for_and_a_groups_page_shows_its_progress(kind: Kind) {
