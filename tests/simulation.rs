@@ -303,17 +303,26 @@ impl Sim {
     /// what they wait for.
     fn enqueue_work(&mut self) -> Result<u64, String> {
         let plain = 20 + self.rng.below(40);
+        // one or two of a tenant's jobs at once, for the jobs that have a tenant
+        let per_key = 1 + self.rng.below(2) as u32;
+        let limits = leasehold::QueueLimits::none().per_key(per_key);
+        (self.store().set_queue_limits(QUEUE, limits)).map_err(|e| e.to_string())?;
         self.store()
             .enqueue_batch(
                 (0..plain)
                     .map(|i| {
                         let job = NewJob::new(QUEUE, format!("{i}"));
                         // every third with a backoff of its own, over the store's
-                        match i % 3 {
+                        let job = match i % 3 {
                             0 => job.retry_policy(leasehold::RetryPolicy::delays([
                                 Duration::from_millis(300),
                                 Duration::from_secs(2),
                             ])),
+                            _ => job,
+                        };
+                        // two of every five of one of four tenants
+                        match i % 5 {
+                            1 | 3 => job.limit_key(format!("tenant-{}", i % 4)),
                             _ => job,
                         }
                     })
