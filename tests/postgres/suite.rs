@@ -126,6 +126,79 @@ fn concurrent_claimers_never_both_win_a_job() {
     }
 }
 
+/// Limits per key across connections: eight claimers (each claim on a connection of its
+/// own) share five tenants at two jobs each. Each counts a job from after its claim
+/// committed to before its completion, so the count never exceeds what the store holds; no
+/// claim fails (the key's row orders them; none deadlocks), and every job runs once.
+#[test]
+fn claimers_on_many_connections_keep_each_tenants_limit_and_run_every_job_once() {
+    use std::collections::BTreeMap;
+    let db = db!("keyed race");
+    let store = db.store();
+    (store.set_queue_limits(Q, leasehold::QueueLimits::none().per_key(2))).unwrap();
+    let jobs = 300u64;
+    let batch = (0..jobs).map(|i| {
+        let tenant = format!("tenant-{}", i % 5);
+        NewJob::new(Q, tenant.clone()).limit_key(tenant)
+    });
+    store.enqueue_batch(batch.collect()).unwrap();
+    let counts = parking_lot::Mutex::new((BTreeMap::<String, usize>::new(), BTreeMap::new()));
+    std::thread::scope(|s| {
+        for w in 0..8 {
+            let (store, counts) = (store.clone(), &counts);
+            s.spawn(move || {
+                loop {
+                    let got = store
+                        .claim_batch(Q, &format!("w{w}"), LEASE.into(), 2)
+                        .unwrap();
+                    if got.is_empty() {
+                        if store.stats().unwrap().total(JobState::Succeeded) == jobs {
+                            return;
+                        }
+                        std::thread::sleep(Duration::from_millis(2));
+                        continue;
+                    }
+                    for lease in &got {
+                        let tenant = String::from_utf8_lossy(&lease.payload).into_owned();
+                        let mut c = counts.lock();
+                        let now = {
+                            let n = c.0.entry(tenant.clone()).or_default();
+                            *n += 1;
+                            *n
+                        };
+                        let most = c.1.entry(tenant).or_default();
+                        *most = now.max(*most);
+                    }
+                    std::thread::sleep(Duration::from_millis(1));
+                    for lease in &got {
+                        let tenant = String::from_utf8_lossy(&lease.payload).into_owned();
+                        *counts.lock().0.get_mut(&tenant).unwrap() -= 1;
+                        store.complete(lease, b"").unwrap();
+                    }
+                }
+            });
+        }
+    });
+    let most = counts.into_inner().1;
+    assert_eq!(most.len(), 5);
+    assert!(
+        most.values().all(|m| *m <= 2),
+        "a tenant above its limit: {most:?}"
+    );
+    assert!(
+        most.values().any(|m| *m == 2),
+        "no tenant reached its limit: {most:?}"
+    );
+    for id in 1..=jobs {
+        let job = store.job(leasehold::JobId(id)).unwrap().unwrap();
+        assert_eq!(
+            (job.state(), job.attempt().0),
+            (JobState::Succeeded, 1),
+            "job {id}"
+        );
+    }
+}
+
 #[test]
 fn a_claim_takes_the_most_urgent_job_and_skips_delayed_ones() {
     let db = db!("urgency");
