@@ -149,6 +149,7 @@ pub(crate) fn decode_queue(bytes: &[u8]) -> Result<crate::queue::QueueRecord, Co
                     concurrency: old.concurrency,
                     rate: old.rate,
                     per_key: None,
+                    per_key_rate: None,
                 },
                 recent_claims: old.recent_claims,
                 retry: old.retry,

@@ -119,14 +119,14 @@ pub(crate) fn check_limits(limits: &crate::queue::QueueLimits) -> Result<(), Inp
     if limits.concurrency == Some(0) || limits.per_key == Some(0) {
         return Err(InputError::ZeroConcurrency);
     }
-    if let Some(rate) = limits.rate
-        && (rate.claims == 0 || rate.claims > crate::queue::MAX_RATE_CLAIMS || rate.per.is_zero())
-    {
-        return Err(InputError::BadRate {
-            claims: rate.claims,
-            per: rate.per,
-            max: crate::queue::MAX_RATE_CLAIMS,
-        });
+    for rate in [limits.rate, limits.per_key_rate].into_iter().flatten() {
+        if rate.claims == 0 || rate.claims > crate::queue::MAX_RATE_CLAIMS || rate.per.is_zero() {
+            return Err(InputError::BadRate {
+                claims: rate.claims,
+                per: rate.per,
+                max: crate::queue::MAX_RATE_CLAIMS,
+            });
+        }
     }
     Ok(())
 }

@@ -223,6 +223,11 @@ impl Records for Tx<'_> {
         };
         Ok(())
     }
+    fn gated_keys(&mut self, queue: &str, now: StoreTime) -> Result<Vec<String>> {
+        let of_queue = self.s.keys.iter().filter(|((q, _), _)| q == queue);
+        let open = of_queue.filter(|(_, k)| k.opens_at.is_some_and(|at| at <= now));
+        Ok(open.map(|((_, key), _)| key.clone()).collect())
+    }
     fn limit_keys(&mut self, queue: &str) -> Result<Vec<String>> {
         let of_queue = self.s.keys.keys().filter(|(q, _)| q == queue);
         Ok(of_queue.map(|(_, key)| key.clone()).collect())
@@ -428,7 +433,11 @@ impl LeaseBackend for MemoryStore {
                 .filter_map(|j| Some(j.lease.as_ref()?.indexed_expiry))
                 .collect();
             let (running, expiry) = (expiries.len() as u64, expiries.into_iter().min());
-            crate::rules::next_look(record, running, now, waiting, expiry)
+            let look = crate::rules::next_look(record, running, now, waiting, expiry);
+            let gates = s.keys.iter().filter(|((q, _), _)| q == queue);
+            look.into_iter()
+                .chain(gates.filter_map(|(_, k)| k.opens_at))
+                .min()
         }))
     }
     fn marks_due(&self, queues: &mut dyn Iterator<Item = &str>) -> Vec<String> {

@@ -59,6 +59,9 @@ pub struct QueueLimits {
     /// tenant, a customer, a device) held at once, each key apart: one key at its limit
     /// holds back no other key's jobs.
     pub per_key: Option<u32>,
+    /// At most this many claims of one limit key's jobs in any period of store time, each
+    /// key apart.
+    pub per_key_rate: Option<Rate>,
 }
 
 impl QueueLimits {
@@ -83,6 +86,17 @@ impl QueueLimits {
     pub fn per_key(mut self, n: u32) -> QueueLimits {
         self.per_key = Some(n);
         self
+    }
+
+    /// At most `claims` claims of each limit key's jobs in any `per`.
+    pub fn per_key_rate(mut self, claims: u32, per: Duration) -> QueueLimits {
+        self.per_key_rate = Some(Rate { claims, per });
+        self
+    }
+
+    /// Whether a limit per key is set.
+    pub fn is_limited_per_key(&self) -> bool {
+        self.per_key.is_some() || self.per_key_rate.is_some()
     }
 
     /// Whether a queue-wide limit is set (a per-key limit is kept by each key's record).
@@ -112,12 +126,18 @@ pub(crate) struct KeyRecord {
     pub running: u32,
     /// Its one waiting job that is not parked, if it has room and a waiting job.
     pub head: Option<crate::ids::JobId>,
+    /// The times of its claims within the per-key rate's period, oldest first (empty
+    /// without one).
+    pub recent: Vec<StoreTime>,
+    /// When its rate window has room again, while it has none: until then it has no head,
+    /// and a claim of its queue looks at it again then (`Records::gated_keys`).
+    pub opens_at: Option<StoreTime>,
 }
 
 impl KeyRecord {
     /// Whether the record says nothing, so the store keeps none.
     pub(crate) fn is_empty(&self) -> bool {
-        self.running == 0 && self.head.is_none()
+        self.running == 0 && self.head.is_none() && self.recent.is_empty()
     }
 }
 

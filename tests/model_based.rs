@@ -55,11 +55,11 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (any::<u16>(), any::<u8>()).prop_map(|(lease, secs)| Op::Snooze { lease, secs }),
         1 => (any::<u8>(), proptest::bool::weighted(0.6))
             .prop_map(|(queue, pause)| Op::Pause { queue, pause }),
-        1 => (any::<u8>(), proptest::option::weighted(0.7, any::<u8>()), proptest::option::weighted(0.4, any::<u8>()), proptest::option::weighted(0.5, any::<u8>()))
-            .prop_map(|(queue, concurrency, rate, per_key)| Op::Limit { queue, concurrency, rate, per_key }),
+        1 => (any::<u8>(), proptest::option::weighted(0.7, any::<u8>()), proptest::option::weighted(0.4, any::<u8>()), proptest::option::weighted(0.5, any::<u8>()), proptest::option::weighted(0.3, any::<u8>()))
+            .prop_map(|(queue, concurrency, rate, per_key, key_rate)| Op::Limit { queue, concurrency, rate, per_key, key_rate }),
         // limits per key alone, so that keyed jobs meet them often
-        2 => (any::<u8>(), any::<u8>())
-            .prop_map(|(queue, per_key)| Op::Limit { queue, concurrency: None, rate: None, per_key: Some(per_key) }),
+        2 => (any::<u8>(), proptest::option::weighted(0.8, any::<u8>()), proptest::option::weighted(0.5, any::<u8>()))
+            .prop_map(|(queue, per_key, key_rate)| Op::Limit { queue, concurrency: None, rate: None, per_key, key_rate }),
         3 => prop_oneof![1u16..30, 55u16..130].prop_map(|secs| Op::Advance { secs }),
         2 => Just(Op::Reap),
         1 => Just(Op::Reopen),

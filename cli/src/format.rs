@@ -147,6 +147,13 @@ pub fn limits(l: &leasehold::QueueLimits) -> String {
     if let Some(n) = l.per_key {
         parts.push(format!("at most {n} of one limit key at once"));
     }
+    if let Some(r) = l.per_key_rate {
+        parts.push(format!(
+            "at most {} claims of one limit key per {}",
+            r.claims,
+            duration(r.per)
+        ));
+    }
     match parts.is_empty() {
         true => "no limits".into(),
         false => parts.join(", "),

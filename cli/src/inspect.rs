@@ -247,6 +247,8 @@ pub fn stats(db: &Path, json: bool) -> Result<ExitCode, Error> {
         /// At most this many held at once.
         concurrency_limit: Option<u32>,
         per_key_limit: Option<u32>,
+        per_key_rate_claims: Option<u32>,
+        per_key_rate_per_ms: Option<u64>,
         /// At most `rate_limit_claims` claims per `rate_limit_per_ms`.
         rate_limit_claims: Option<u32>,
         rate_limit_per_ms: Option<u64>,
@@ -279,6 +281,8 @@ pub fn stats(db: &Path, json: bool) -> Result<ExitCode, Error> {
             paused: counts.paused,
             concurrency_limit: counts.limits.concurrency,
             per_key_limit: counts.limits.per_key,
+            per_key_rate_claims: counts.limits.per_key_rate.map(|r| r.claims),
+            per_key_rate_per_ms: counts.limits.per_key_rate.map(|r| dms(r.per)),
             rate_limit_claims: counts.limits.rate.map(|r| r.claims),
             rate_limit_per_ms: counts.limits.rate.map(|r| dms(r.per)),
             retry_policy: counts.retry.as_ref().map(ToString::to_string),
@@ -355,7 +359,7 @@ pub fn stats(db: &Path, json: bool) -> Result<ExitCode, Error> {
         if counts.paused {
             println!("queue {name} is paused (`leasehold resume {name}`)");
         }
-        if counts.limits.is_limited() || counts.limits.per_key.is_some() {
+        if counts.limits.is_limited() || counts.limits.is_limited_per_key() {
             println!("queue {name}: {}", format::limits(&counts.limits));
         }
         if let Some(policy) = &counts.retry {

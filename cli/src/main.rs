@@ -323,17 +323,24 @@ enum Command {
         /// device) held at once, each key apart.
         #[arg(long, conflicts_with = "no_per_key")]
         per_key: Option<u32>,
+        /// At most this many claims of one limit key's jobs per period, as N/PERIOD (e.g.
+        /// 5/1m), each key apart.
+        #[arg(long, value_parser = parse_rate, conflicts_with = "no_per_key_rate")]
+        per_key_rate: Option<(u32, Duration)>,
         /// Lift the concurrency limit (a rate limit stays).
         #[arg(long)]
         no_concurrency: bool,
         /// Lift the per-key limit.
         #[arg(long)]
         no_per_key: bool,
+        /// Lift the per-key rate limit.
+        #[arg(long)]
+        no_per_key_rate: bool,
         /// Lift the rate limit (a concurrency limit stays).
         #[arg(long)]
         no_rate: bool,
         /// Lift every limit.
-        #[arg(long, conflicts_with_all = ["concurrency", "rate", "per_key", "no_concurrency", "no_rate", "no_per_key"])]
+        #[arg(long, conflicts_with_all = ["concurrency", "rate", "per_key", "per_key_rate", "no_concurrency", "no_rate", "no_per_key", "no_per_key_rate"])]
         none: bool,
     },
     /// Show or set how long a queue's failed jobs wait before their next attempt (those with
@@ -573,9 +580,11 @@ fn main() -> ExitCode {
             concurrency,
             rate,
             per_key,
+            per_key_rate,
             no_concurrency,
             no_rate,
             no_per_key,
+            no_per_key_rate,
             none,
         } => {
             let change = operate::LimitChange {
@@ -586,6 +595,10 @@ fn main() -> ExitCode {
                 per_key: match no_per_key || none {
                     true => Some(None),
                     false => per_key.map(Some),
+                },
+                per_key_rate: match no_per_key_rate || none {
+                    true => Some(None),
+                    false => per_key_rate.map(Some),
                 },
                 rate: match no_rate || none {
                     true => Some(None),

@@ -537,6 +537,7 @@ pub fn pause(
 pub struct LimitChange {
     pub concurrency: Option<Option<u32>>,
     pub per_key: Option<Option<u32>>,
+    pub per_key_rate: Option<Option<(u32, Duration)>>,
     pub rate: Option<Option<(u32, Duration)>>,
 }
 
@@ -558,6 +559,9 @@ pub fn limit(
     if let Some(per_key) = change.per_key {
         limits.per_key = per_key;
     }
+    if let Some(rate) = change.per_key_rate {
+        limits.per_key_rate = rate.map(|(claims, per)| leasehold::Rate { claims, per });
+    }
     if let Some(rate) = change.rate {
         limits.rate = rate.map(|(claims, per)| leasehold::Rate { claims, per });
     }
@@ -570,10 +574,14 @@ pub fn limit(
             rate_claims: Option<u32>,
             rate_per_ms: Option<u64>,
             per_key: Option<u32>,
+            per_key_rate_claims: Option<u32>,
+            per_key_rate_per_ms: Option<u64>,
         }
         print_json(&Limits {
             queue,
             per_key: limits.per_key,
+            per_key_rate_claims: limits.per_key_rate.map(|r| r.claims),
+            per_key_rate_per_ms: limits.per_key_rate.map(|r| r.per.as_millis() as u64),
             concurrency: limits.concurrency,
             rate_claims: limits.rate.map(|r| r.claims),
             rate_per_ms: limits.rate.map(|r| r.per.as_millis() as u64),

@@ -1056,8 +1056,15 @@ fn pause_resume_and_limits_are_set_from_the_tool_and_shown_by_stats() {
         t.ok(&["show", &id.to_string()])
             .contains("limit key tenant-7")
     );
-    t.ok(&["limit", "uploads", "--no-per-key"]);
+    let rated = t.ok(&["limit", "uploads", "--per-key-rate", "5/1m"]);
+    assert!(
+        rated.contains("at most 5 claims of one limit key per 1m"),
+        "{rated}"
+    );
+    assert_eq!(uploads()["per_key_rate_claims"].as_u64(), Some(5));
+    t.ok(&["limit", "uploads", "--no-per-key", "--no-per-key-rate"]);
     assert!(uploads()["per_key_limit"].is_null());
+    assert!(uploads()["per_key_rate_claims"].is_null());
     assert!(t.ok(&["limit", "uploads", "--none"]).contains("no limits"));
     // refusals: exit 2, nothing changed
     let zero = t.run(&["limit", "uploads", "--concurrency", "0"]);

@@ -229,7 +229,7 @@ pub(crate) fn claim_batch(
     let row = r.tx.query_one(&look, &[&queue])?;
     let mut expired_left = row.col::<Option<i64>>(0)?.is_some();
     let record = queue_from(&row, 1)?;
-    if row.col::<bool>(9)? {
+    if row.col::<bool>(1 + super::records::QUEUE_COLUMNS)? {
         // Jobs with limit keys wait: the protocol claims, counting each key.
         if let Some(beside) = beside {
             (beside.settle)();

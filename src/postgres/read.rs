@@ -187,7 +187,9 @@ SELECT {s}.us(least(
     (SELECT min(run_at) FROM {s}.leasehold_jobs
      WHERE queue = $1 AND state IN ('queued', 'retry_wait') AND NOT parked),
     (SELECT min(lease_indexed_expiry) FROM {s}.leasehold_jobs
-     WHERE queue = $1 AND state = 'running')))";
+     WHERE queue = $1 AND state = 'running'),
+    (SELECT min(opens_at) FROM {s}.leasehold_limit_keys
+     WHERE queue = $1 AND opens_at IS NOT NULL)))";
 
 /// The next time something in `queue` may become claimable without a commit: the earliest
 /// due time of a waiting job or expiry (as indexed: at or before the real one) of a lease.

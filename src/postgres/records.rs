@@ -197,10 +197,13 @@ FOR UPDATE SKIP LOCKED";
 macro_rules! queue_columns {
     () => {
         "{s}.us(q.served_at), q.paused, q.concurrency, q.rate_claims, q.rate_per_us,
-         q.recent_claims, q.retry, q.per_key"
+         q.recent_claims, q.retry, q.per_key, q.per_key_rate_claims, q.per_key_rate_per_us"
     };
 }
 pub(crate) use queue_columns;
+
+/// How many columns [`queue_columns`] names (a statement's next column comes after them).
+pub(crate) const QUEUE_COLUMNS: usize = 10;
 
 impl Records for PgRecords<'_, '_, '_> {
     fn policy(&self) -> &Policy {
@@ -666,14 +669,15 @@ impl Records for PgRecords<'_, '_, '_> {
         let st = self.get(
             "INSERT INTO {s}.leasehold_queues AS q
                  (queue, served_at, paused, concurrency, rate_claims, rate_per_us, recent_claims,
-                  retry, per_key)
-             VALUES ($1, {s}.at($2), $3, $4, $5, $6, $7, $8, $9)
+                  retry, per_key, per_key_rate_claims, per_key_rate_per_us)
+             VALUES ($1, {s}.at($2), $3, $4, $5, $6, $7, $8, $9, $10, $11)
              ON CONFLICT (queue) DO UPDATE
              SET served_at = greatest(q.served_at, excluded.served_at),
                  paused = excluded.paused, concurrency = excluded.concurrency,
                  rate_claims = excluded.rate_claims, rate_per_us = excluded.rate_per_us,
                  recent_claims = excluded.recent_claims, retry = excluded.retry,
-                 per_key = excluded.per_key",
+                 per_key = excluded.per_key, per_key_rate_claims = excluded.per_key_rate_claims,
+                 per_key_rate_per_us = excluded.per_key_rate_per_us",
         )?;
         let concurrency = r
             .limits
@@ -691,7 +695,10 @@ impl Records for PgRecords<'_, '_, '_> {
             .limits
             .per_key
             .map(|n| i32::try_from(n).unwrap_or(i32::MAX));
-        let params: [&(dyn ToSql + Sync); 9] = [
+        let key_rate = r.limits.per_key_rate;
+        let key_claims = key_rate.map(|x| i32::try_from(x.claims).unwrap_or(i32::MAX));
+        let key_per = key_rate.map(|x| micros(x.per));
+        let params: [&(dyn ToSql + Sync); 11] = [
             &queue,
             &served,
             &r.paused,
@@ -701,6 +708,8 @@ impl Records for PgRecords<'_, '_, '_> {
             &recent,
             &retry,
             &per_key,
+            &key_claims,
+            &key_per,
         ];
         self.tx.execute(&st, &params)?;
         Ok(())
@@ -731,7 +740,7 @@ impl Records for PgRecords<'_, '_, '_> {
     /// that waits for another transaction making the same.
     fn limit_key(&mut self, queue: &str, key: &str) -> Result<Option<KeyRecord>> {
         let st = self.get(
-            "SELECT running, head FROM {s}.leasehold_limit_keys
+            "SELECT running, head, recent, {s}.us(opens_at) FROM {s}.leasehold_limit_keys
              WHERE queue = $1 AND key = $2 FOR UPDATE",
         )?;
         if self.tx.query_opt(&st, &[&queue, &key])?.is_none() {
@@ -747,6 +756,8 @@ impl Records for PgRecords<'_, '_, '_> {
         let record = KeyRecord {
             running: u32::try_from(row.col::<i32>(0)?).unwrap_or(0),
             head: row.col::<Option<i64>>(1)?.map(id),
+            recent: row.col::<Vec<i64>>(2)?.into_iter().map(time).collect(),
+            opens_at: row.col::<Option<i64>>(3)?.map(time),
         };
         Ok((!record.is_empty()).then_some(record))
     }
@@ -759,13 +770,27 @@ impl Records for PgRecords<'_, '_, '_> {
             return Ok(());
         };
         let st = self.get(
-            "INSERT INTO {s}.leasehold_limit_keys (queue, key, running, head) VALUES ($1, $2, $3, $4)
-             ON CONFLICT (queue, key) DO UPDATE SET running = excluded.running, head = excluded.head",
+            "INSERT INTO {s}.leasehold_limit_keys (queue, key, running, head, recent, opens_at)
+             VALUES ($1, $2, $3, $4, $5, {s}.at($6))
+             ON CONFLICT (queue, key) DO UPDATE SET running = excluded.running,
+                 head = excluded.head, recent = excluded.recent, opens_at = excluded.opens_at",
         )?;
         let running = i32::try_from(record.running).unwrap_or(i32::MAX);
         let head = record.head.map(super::rows::key);
-        self.tx.execute(&st, &[&queue, &key, &running, &head])?;
+        let recent: Vec<i64> = record.recent.iter().map(|t| us(*t)).collect();
+        let opens_at = record.opens_at.map(us);
+        let params: [&(dyn ToSql + Sync); 6] = [&queue, &key, &running, &head, &recent, &opens_at];
+        self.tx.execute(&st, &params)?;
         Ok(())
+    }
+
+    fn gated_keys(&mut self, queue: &str, now: StoreTime) -> Result<Vec<String>> {
+        let st = self.get(
+            "SELECT key FROM {s}.leasehold_limit_keys
+             WHERE queue = $1 AND opens_at <= {s}.at($2) ORDER BY opens_at",
+        )?;
+        let rows = self.tx.query(&st, &[&queue, &us(now)])?;
+        rows.iter().map(|r| r.col(0)).collect()
     }
 
     fn limit_keys(&mut self, queue: &str) -> Result<Vec<String>> {
@@ -909,6 +934,16 @@ pub(crate) fn queue_from(row: &postgres::Row, at: usize) -> Result<Option<QueueR
             per_key: row
                 .col::<Option<i32>>(at + 7)?
                 .map(|n| u32::try_from(n).unwrap_or(0)),
+            per_key_rate: match (
+                row.col::<Option<i32>>(at + 8)?,
+                row.col::<Option<i64>>(at + 9)?,
+            ) {
+                (Some(claims), Some(per)) => Some(Rate {
+                    claims: u32::try_from(claims).unwrap_or(0),
+                    per: super::rows::duration(per),
+                }),
+                _ => None,
+            },
         },
         recent_claims: row
             .col::<Option<Vec<i64>>>(at + 5)?

@@ -108,14 +108,21 @@ macro_rules! since_6 {
 ALTER TABLE {s}.leasehold_jobs
     ADD COLUMN IF NOT EXISTS limit_key text,
     ADD COLUMN IF NOT EXISTS parked boolean NOT NULL DEFAULT false;
-ALTER TABLE {s}.leasehold_queues ADD COLUMN IF NOT EXISTS per_key integer;
+ALTER TABLE {s}.leasehold_queues
+    ADD COLUMN IF NOT EXISTS per_key integer,
+    ADD COLUMN IF NOT EXISTS per_key_rate_claims integer,
+    ADD COLUMN IF NOT EXISTS per_key_rate_per_us bigint;
 CREATE TABLE IF NOT EXISTS {s}.leasehold_limit_keys (
     queue text NOT NULL,
     key text NOT NULL,
     running integer NOT NULL,
     head bigint,
+    recent bigint[] NOT NULL DEFAULT '{}',
+    opens_at timestamptz,
     PRIMARY KEY (queue, key)
 );
+CREATE INDEX IF NOT EXISTS leasehold_limit_keys_gate ON {s}.leasehold_limit_keys (queue, opens_at)
+    WHERE opens_at IS NOT NULL;
 DROP INDEX IF EXISTS {s}.leasehold_jobs_ready;
 CREATE INDEX leasehold_jobs_ready ON {s}.leasehold_jobs (queue, priority, run_at, id)
     WHERE state IN ('queued', 'retry_wait') AND NOT parked;
@@ -602,6 +609,8 @@ pub(crate) const COLUMNS: &[(&str, &[(&str, &str)])] = &[
             ("recent_claims", "_int8"),
             ("retry", "bytea"),
             ("per_key", "int4"),
+            ("per_key_rate_claims", "int4"),
+            ("per_key_rate_per_us", "int8"),
         ],
     ),
     (
@@ -611,6 +620,8 @@ pub(crate) const COLUMNS: &[(&str, &[(&str, &str)])] = &[
             ("key", "text"),
             ("running", "int4"),
             ("head", "int8"),
+            ("recent", "_int8"),
+            ("opens_at", "timestamptz"),
         ],
     ),
     (
@@ -637,6 +648,7 @@ const INDEXES: &[&str] = &[
     "leasehold_groups_pkey",
     "leasehold_jobs_keyed",
     "leasehold_limit_keys_pkey",
+    "leasehold_limit_keys_gate",
 ];
 
 /// The functions every statement calls.

@@ -36,6 +36,12 @@ pub(crate) fn claim_batch(
 ) -> Result<Vec<Lease>> {
     input::check_claim(queue, worker, &terms)?;
     let (record, room) = room(r, queue)?;
+    if record
+        .as_ref()
+        .is_some_and(|q| q.limits.per_key_rate.is_some())
+    {
+        super::keys::reopen(r, queue)?;
+    }
     let n = capped(r, queue, record.as_ref(), &room, n);
     let mut leases = Vec::with_capacity(n.min(1024));
     // Once no lease has expired, none will within this transaction (a lease it grants ends

@@ -48,7 +48,7 @@ pub(crate) fn has_room(r: &mut (impl Records + ?Sized), job: &JobRecord) -> Resu
     };
     let record = r.limit_key(&job.queue, &limit.key)?.unwrap_or_default();
     let limits = r.queue(&job.queue, false)?.unwrap_or_default().limits;
-    if rules::key_has_room(&limits, &record) {
+    if rules::key_has_room(&limits, &record, r.now()?) {
         return Ok(true);
     }
     if rules::in_claim_order(job) {
@@ -59,9 +59,20 @@ pub(crate) fn has_room(r: &mut (impl Records + ?Sized), job: &JobRecord) -> Resu
 }
 
 /// Settles every key of `queue` that has a record: its limit changed, so a key at the old
-/// limit may have room now (a key that has none has a record: it runs a job).
+/// limit may have room now (a key that has none has a record: it runs a job, or its rate
+/// window is spent).
 pub(crate) fn settle_queue(r: &mut (impl Records + ?Sized), queue: &str) -> Result<()> {
     for key in r.limit_keys(queue)? {
+        settle(r, queue, &key, 0)?;
+    }
+    Ok(())
+}
+
+/// Settles the keys of `queue` whose rate window has room again by now: a claim of the queue
+/// asks first, so that a key held back by its rate has its head again when it may.
+pub(crate) fn reopen(r: &mut (impl Records + ?Sized), queue: &str) -> Result<()> {
+    let now = r.now()?;
+    for key in r.gated_keys(queue, now)? {
         settle(r, queue, &key, 0)?;
     }
     Ok(())
@@ -87,13 +98,15 @@ pub(crate) fn after(
 /// says: the old head parked, the new one in the claim order. A job another transaction
 /// holds is left as it is: that transaction changes it and settles the key after this one.
 fn settle(r: &mut (impl Records + ?Sized), queue: &str, key: &str, delta: i64) -> Result<()> {
-    let record = rules::counted(r.limit_key(queue, key)?.unwrap_or_default(), delta);
     let limits = r.queue(queue, false)?.unwrap_or_default().limits;
-    let first = match rules::key_has_room(&limits, &record) {
+    let now = r.now()?;
+    let record = r.limit_key(queue, key)?.unwrap_or_default();
+    let record = rules::counted(record, delta, &limits, now);
+    let first = match rules::key_has_room(&limits, &record, now) {
         true => r.first_of_key(queue, key)?,
         false => None,
     };
-    let mut head = rules::key_head(&limits, &record, first);
+    let mut head = rules::key_head(&limits, &record, first, now);
     if head != record.head {
         if let Some(old) = record.head
             && let Some(job) = r.try_job(old)?

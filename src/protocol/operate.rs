@@ -280,9 +280,13 @@ pub(crate) fn set_queue_limits(
 ) -> Result<()> {
     input::check_queue(queue)?;
     let record = r.queue(queue, true)?;
-    let old = record.as_ref().map(|q| q.limits.per_key);
+    let per_key = |l: &QueueLimits| (l.per_key, l.per_key_rate);
+    let old = record
+        .as_ref()
+        .map(|q| per_key(&q.limits))
+        .unwrap_or_default();
     r.save_queue(queue, &rules::limited(record.as_ref(), limits)?)?;
-    if old.flatten() != limits.per_key {
+    if old != per_key(&limits) {
         // A key at the old limit may have room now, or a head too many.
         keys::settle_queue(r, queue)?;
     }

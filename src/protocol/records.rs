@@ -217,6 +217,9 @@ pub trait Records {
     fn save_limit_key(&mut self, queue: &str, key: &str, record: Option<&KeyRecord>) -> Result<()>;
     /// The limit keys of `queue` that have a record.
     fn limit_keys(&mut self, queue: &str) -> Result<Vec<String>>;
+    /// The limit keys of `queue` whose rate window has room again at `now`
+    /// ([`KeyRecord::opens_at`] at or before it).
+    fn gated_keys(&mut self, queue: &str, now: StoreTime) -> Result<Vec<String>>;
     /// Every schedule whose record this transaction can hold (where several machines fire at
     /// once, one held by another is passed over: that one fires it), each with the failure
     /// kept beside it.

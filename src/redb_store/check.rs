@@ -113,18 +113,39 @@ pub(crate) fn check(read: &ReadTransaction) -> Result<CheckReport> {
         None => BTreeMap::new(),
     };
     compare(problems, "keyed", &keyed, &found);
+    // A key's record is checked for its running count and its head (its rate window is
+    // its own: no job record implies it), and `key_gates` against the records.
     keys.retain(|_, key| !key.is_empty());
+    let gates = std::cell::RefCell::new(BTreeMap::new());
     let found = match optional(read, schema::LIMIT_KEYS)? {
         Some(_) => stored(read, schema::LIMIT_KEYS, |(q, k), v| {
             let record = codec::decode::<KeyRecord>(v).unwrap_or(KeyRecord {
                 running: u32::MAX,
-                head: None,
+                ..KeyRecord::default()
             });
-            ((q.to_owned(), k.to_owned()), record)
+            if let Some(at) = record.opens_at {
+                gates
+                    .borrow_mut()
+                    .insert((q.to_owned(), at.0, k.to_owned()), ());
+            }
+            let counted = KeyRecord {
+                running: record.running,
+                head: record.head,
+                ..KeyRecord::default()
+            };
+            ((q.to_owned(), k.to_owned()), counted)
         })?,
         None => BTreeMap::new(),
     };
+    let found = found.into_iter().filter(|(_, k)| !k.is_empty()).collect();
     compare(problems, "limit keys", &keys, &found);
+    let found = match optional(read, schema::KEY_GATES)? {
+        Some(_) => stored(read, schema::KEY_GATES, |(q, at, k), ()| {
+            ((q.to_owned(), at, k.to_owned()), ())
+        })?,
+        None => BTreeMap::new(),
+    };
+    compare(problems, "key gates", &gates.into_inner(), &found);
 
     for id in history.keys() {
         problems.push(format!("history for job {id}, which does not exist"));

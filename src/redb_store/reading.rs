@@ -254,7 +254,22 @@ pub(crate) fn next_look(
     };
     let running = running.map_or(0, |v| v.value());
     let look = crate::rules::next_look(record.as_ref(), running, now, waiting, expiry);
-    Ok(look)
+    // (a limit key held back by its rate has room again at its gate)
+    let gate = match record
+        .as_ref()
+        .is_some_and(|q| q.limits.per_key_rate.is_some())
+    {
+        true => match optional(read, schema::KEY_GATES)? {
+            Some(gates) => {
+                let range = (queue, 0u64, "")..=(queue, u64::MAX, "\u{10FFFF}");
+                let first = gates.range(range)?.next().transpose()?;
+                first.map(|(at, _)| StoreTime(at.value().1))
+            }
+            None => None,
+        },
+        false => None,
+    };
+    Ok(look.into_iter().chain(gate).min())
 }
 
 /// Every schedule, by name.

@@ -280,14 +280,36 @@ impl Records for Tx<'_> {
         }
     }
 
+    /// The record, and its entry in `key_gates` kept in step.
     fn save_limit_key(&mut self, queue: &str, key: &str, record: Option<&KeyRecord>) -> Result<()> {
+        let old = self.limit_key(queue, key)?.and_then(|k| k.opens_at);
+        let new = record.and_then(|k| k.opens_at);
         let table = self.tables.limit_keys()?;
         match record {
             Some(record) => table.insert((queue, key), codec::encode(record).as_slice())?,
             None => table.remove((queue, key))?,
         };
+        if old != new {
+            let gates = self.tables.key_gates()?;
+            if let Some(at) = old {
+                gates.remove((queue, at.0, key))?;
+            }
+            if let Some(at) = new {
+                gates.insert((queue, at.0, key), ())?;
+            }
+        }
         self.tally.writes += 1;
         Ok(())
+    }
+
+    fn gated_keys(&mut self, queue: &str, now: StoreTime) -> Result<Vec<String>> {
+        let range = (queue, 0u64, "")..=(queue, now.0, "\u{10FFFF}");
+        let mut keys = Vec::new();
+        for entry in self.tables.key_gates()?.range(range)? {
+            let (at, _) = entry?;
+            keys.push(at.value().2.to_owned());
+        }
+        Ok(keys)
     }
 
     fn limit_keys(&mut self, queue: &str) -> Result<Vec<String>> {

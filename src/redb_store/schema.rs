@@ -23,7 +23,8 @@
 //! | `members` | (group, member) | () | each group's members |
 //! | `groups` | group id | [`GroupRecord`](crate::workflow::GroupRecord) record | each group: sealed, its members' counts, when it ended, what waits for it |
 //! | `keyed` | (queue, limit key, run_at, job) | () | waiting jobs with a limit key, in their key's order, parked or not |
-//! | `limit_keys` | (queue, limit key) | [`KeyRecord`](crate::queue::KeyRecord) record | each limit key's running jobs and head |
+//! | `limit_keys` | (queue, limit key) | [`KeyRecord`](crate::queue::KeyRecord) record | each limit key's running jobs, head and rate window |
+//! | `key_gates` | (queue, opens_at, limit key) | () | limit keys whose rate window is spent, by when it has room again (a pure function of `limit_keys`) |
 //!
 //! Every index (`ready`, `expiry`, `unique`, `counts`, `finished`, `keyed`) is a pure function of the
 //! job records, maintained only by [`crate::redb_store::index`] and verified by [`crate::ReadJobs::check`].
@@ -45,7 +46,8 @@ use redb::TableDefinition;
 /// format version 3 (what a job waits for, its group; the state `Blocked`) and adds
 /// `waits`, `members` and `groups`. Version 7 writes records in format version 4 (a
 /// retry policy of a job, a queue, a schedule's jobs). Version 8 writes records in format
-/// version 5 (limit keys, a queue's per-key limit) and adds `keyed` and `limit_keys`.
+/// version 5 (limit keys, a queue's per-key limits) and adds `keyed`, `limit_keys` and
+/// `key_gates`.
 pub const SCHEMA_VERSION: u32 = 8;
 
 /// The marker that says "this redb file is a leasehold store".
@@ -82,6 +84,8 @@ pub(crate) const KEYED: TableDefinition<(&str, &str, u64, u64), ()> =
     TableDefinition::new("leasehold.keyed");
 pub(crate) const LIMIT_KEYS: TableDefinition<(&str, &str), &[u8]> =
     TableDefinition::new("leasehold.limit_keys");
+pub(crate) const KEY_GATES: TableDefinition<(&str, u64, &str), ()> =
+    TableDefinition::new("leasehold.key_gates");
 
 /// Keys of the `meta` table.
 pub(crate) mod meta_key {

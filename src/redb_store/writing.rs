@@ -54,6 +54,7 @@ pub(crate) struct Tables<'t> {
     /// Limit keys' index and records, opened likewise.
     keyed: Option<KeyedTable<'t>>,
     limit_keys: Option<Table<'t, (&'static str, &'static str), &'static [u8]>>,
+    key_gates: Option<Table<'t, (&'static str, u64, &'static str), ()>>,
     txn: &'t WriteTransaction,
 }
 
@@ -86,6 +87,7 @@ impl<'t> Tables<'t> {
             groups: None,
             keyed: None,
             limit_keys: None,
+            key_gates: None,
             txn,
         })
     }
@@ -132,6 +134,14 @@ impl<'t> Tables<'t> {
         &mut self,
     ) -> Result<&mut Table<'t, (&'static str, &'static str), &'static [u8]>> {
         opened(&mut self.limit_keys, self.txn, schema::LIMIT_KEYS)
+    }
+
+    /// Limit keys whose rate window is spent, by (queue, opens_at, key) (opened on first
+    /// use).
+    pub(crate) fn key_gates(
+        &mut self,
+    ) -> Result<&mut Table<'t, (&'static str, u64, &'static str), ()>> {
+        opened(&mut self.key_gates, self.txn, schema::KEY_GATES)
     }
 
     /// Records where `instance` keeps its lock file (its first registration, or a new file).

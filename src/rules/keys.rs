@@ -11,12 +11,23 @@
 //! claims look, never what allows them.
 
 use crate::ids::JobId;
+use crate::ids::StoreTime;
 use crate::job::{JobRecord, JobState};
-use crate::queue::{KeyRecord, QueueLimits};
+use crate::queue::{KeyRecord, QueueLimits, Rate};
 
-/// Whether one more of a key's jobs may start under `limits`, with `record` as it stands.
-pub(crate) fn key_has_room(limits: &QueueLimits, record: &KeyRecord) -> bool {
+/// Whether one more of a key's jobs may start at `now` under `limits`, with `record` as it
+/// stands: fewer of them run than the per-key limit, and fewer were claimed in the per-key
+/// rate's window than it allows.
+pub(crate) fn key_has_room(limits: &QueueLimits, record: &KeyRecord, now: StoreTime) -> bool {
+    let in_window = |rate: &Rate| {
+        let recent = record
+            .recent
+            .iter()
+            .filter(|t| t.saturating_add(rate.per) > now);
+        recent.count() < rate.claims as usize
+    };
     limits.per_key.is_none_or(|n| record.running < n)
+        && limits.per_key_rate.as_ref().is_none_or(in_window)
 }
 
 /// How a change of a keyed job from `old` (`None`: new) to `new` moves its key: the change in
@@ -40,13 +51,35 @@ pub(crate) fn parked_on_arrival(old: Option<&JobRecord>, new: &JobRecord) -> Opt
     (arrives && !limit.parked).then(|| parked(new, true))
 }
 
-/// The key's record with `delta` more running jobs.
-pub(crate) fn counted(record: KeyRecord, delta: i64) -> KeyRecord {
+/// The key's record at `now` with `delta` more running jobs (a job comes to run only by a
+/// claim, so each is a claim its rate window keeps while the window lasts), and when its
+/// window has room again if it has none now.
+pub(crate) fn counted(
+    record: KeyRecord,
+    delta: i64,
+    limits: &QueueLimits,
+    now: StoreTime,
+) -> KeyRecord {
     let running = i64::from(record.running).saturating_add(delta).max(0);
-    KeyRecord {
+    let mut new = KeyRecord {
         running: u32::try_from(running).unwrap_or(u32::MAX),
         ..record
+    };
+    match limits.per_key_rate {
+        Some(rate) => {
+            new.recent.retain(|t| t.saturating_add(rate.per) > now);
+            let claims = usize::try_from(delta.max(0)).unwrap_or(0);
+            new.recent.extend(std::iter::repeat_n(now, claims));
+            new.opens_at = (new.recent.len() >= rate.claims as usize)
+                .then(|| new.recent.first().map(|t| t.saturating_add(rate.per)))
+                .flatten();
+        }
+        None => {
+            new.recent.clear();
+            new.opens_at = None;
+        }
     }
+    new
 }
 
 /// The key's head: `first`, its first waiting job in the key's order (run time, then id),
@@ -57,8 +90,9 @@ pub(crate) fn key_head(
     limits: &QueueLimits,
     record: &KeyRecord,
     first: Option<JobId>,
+    now: StoreTime,
 ) -> Option<JobId> {
-    first.filter(|_| key_has_room(limits, record))
+    first.filter(|_| key_has_room(limits, record, now))
 }
 
 /// `job` parked (out of the claim order) or not.

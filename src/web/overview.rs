@@ -436,6 +436,10 @@ fn settings(counts: &crate::QueueCounts) -> String {
     if let Some(n) = counts.limits.per_key {
         parts.push(format!("at most {n} per limit key"));
     }
+    if let Some(rate) = counts.limits.per_key_rate {
+        let per = duration(rate.per);
+        parts.push(format!("{} claims per limit key per {per}", rate.claims));
+    }
     if let Some(policy) = &counts.retry {
         parts.push(format!("backoff {policy}"));
     }

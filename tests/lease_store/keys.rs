@@ -18,6 +18,7 @@ crate::on_both::on_both!(
     a_cancelled_or_edited_head_hands_its_place_to_the_next_job_of_its_key,
     a_keyed_job_released_by_its_dependency_or_retried_takes_its_keys_order,
     limits_per_key_outlive_a_reopen,
+    a_rate_per_key_allows_so_many_claims_of_each_key_in_any_window,
     a_bad_limit_key_or_per_key_limit_is_refused_and_nothing_is_written,
 );
 
@@ -280,4 +281,46 @@ fn a_bad_limit_key_or_per_key_limit_is_refused_and_nothing_is_written(kind: Kind
     ));
     assert_eq!(f.queue_settings(Q).unwrap().limits, QueueLimits::none());
     assert_eq!(f.stats().unwrap().total(JobState::Queued), 0);
+}
+
+fn a_rate_per_key_allows_so_many_claims_of_each_key_in_any_window(kind: Kind) {
+    let f = kind.open();
+    let minute = Duration::from_secs(60);
+    f.set_queue_limits(Q, QueueLimits::none().per_key_rate(2, minute))
+        .unwrap();
+    for i in 0..4 {
+        f.enqueue(job("a", &format!("a{i}"))).unwrap();
+        f.enqueue(job("b", &format!("b{i}"))).unwrap();
+    }
+    f.enqueue(NewJob::new(Q, "plain")).unwrap();
+    let first = claim_all(&f, "w");
+    assert_eq!(payloads(&first), ["a0", "b0", "a1", "b1", "plain"]);
+    for lease in &first {
+        f.complete(lease, b"").unwrap();
+    }
+    // nothing runs, but each key's window is spent
+    assert!(claim_all(&f, "w").is_empty());
+    f.advance(Duration::from_secs(59));
+    assert!(claim_all(&f, "w").is_empty());
+    f.advance(Duration::from_secs(1));
+    let second = claim_all(&f, "w");
+    assert_eq!(payloads(&second), ["a2", "b2", "a3", "b3"]);
+    // a rate and a count at once, each key apart; lifting the rate opens every key at once
+    f.enqueue(job("a", "a4")).unwrap();
+    f.enqueue(job("a", "a5")).unwrap();
+    f.set_queue_limits(Q, QueueLimits::none().per_key_rate(2, minute).per_key(3))
+        .unwrap();
+    f.advance(Duration::from_secs(30));
+    assert!(claim_all(&f, "w").is_empty(), "a's window is spent");
+    f.set_queue_limits(Q, QueueLimits::none().per_key(3))
+        .unwrap();
+    assert_eq!(payloads(&claim_all(&f, "w")), ["a4"], "a runs 2 of 3");
+    assert_eq!(
+        f.queue_settings(Q).unwrap().limits,
+        QueueLimits::none().per_key(3)
+    );
+    assert!(matches!(
+        f.set_queue_limits(Q, QueueLimits::none().per_key_rate(0, minute)),
+        Err(Error::Input(InputError::BadRate { .. }))
+    ));
 }

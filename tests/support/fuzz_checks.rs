@@ -60,6 +60,7 @@ fn decode_ops(data: &[u8]) -> Vec<Op> {
                 rate: Some(byte()).filter(|r| r % 3 == 0),
                 // (from the byte already read, so that older inputs read as they did)
                 per_key: Some(kind).filter(|k| *k == 250),
+                key_rate: Some(kind).filter(|k| *k == 251),
             },
             252 => Op::Enqueue {
                 queue: byte(),

@@ -182,6 +182,8 @@ pub enum Op {
         rate: Option<u8>,
         /// At most `per_key % 2 + 1` of one limit key's jobs held at once.
         per_key: Option<u8>,
+        /// At most `key_rate % 2 + 1` claims of one limit key's jobs per 30 s.
+        key_rate: Option<u8>,
     },
     Advance {
         secs: u16,
@@ -699,6 +701,7 @@ impl Harness {
                 concurrency,
                 rate,
                 per_key,
+                key_rate,
             } => {
                 let q = QUEUES[usize::from(*queue) % QUEUES.len()];
                 let concurrency = concurrency.map(|c| u32::from(c % 3) + 1);
@@ -714,10 +717,14 @@ impl Harness {
                 if let Some(n) = per_key {
                     limits = limits.per_key(n);
                 }
+                let key_rate = key_rate.map(|r| (u32::from(r % 2) + 1, 30 * SEC));
+                if let Some((claims, per)) = key_rate {
+                    limits = limits.per_key_rate(claims, Duration::from_nanos(per));
+                }
                 self.store()
                     .set_queue_limits(q, limits)
                     .map_err(|e| format!("limit: {e}"))?;
-                self.model.limit(q, concurrency, rate, per_key);
+                self.model.limit(q, concurrency, rate, per_key, key_rate);
                 Ok(())
             }
             Op::Advance { secs } => {

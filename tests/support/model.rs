@@ -174,6 +174,10 @@ pub struct MQueue {
     pub backoff: Option<MBackoff>,
     /// At most this many of one limit key's jobs held at once.
     pub per_key: Option<u32>,
+    /// (claims, per) of one limit key's jobs.
+    pub per_key_rate: Option<(u32, u64)>,
+    /// Each limit key's claims while its queue has a rate per key, their times.
+    pub key_claims: BTreeMap<String, Vec<u64>>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -513,14 +517,20 @@ impl Model {
         let Some(key) = &job.key else {
             return true;
         };
-        let limit = self.queues.get(&job.queue).and_then(|q| q.per_key);
+        let q = self.queues.get(&job.queue).cloned().unwrap_or_default();
         let running = self
             .jobs
             .values()
             .filter(|j| j.queue == job.queue && j.key.as_ref() == Some(key))
             .filter(|j| j.state == JobState::Running)
             .count();
-        limit.is_none_or(|n| running < n as usize)
+        let now = self.now;
+        let in_window = |&(claims, per): &(u32, u64)| {
+            let times = q.key_claims.get(key).map_or(&[][..], |t| &t[..]);
+            times.iter().filter(|t| **t + per > now).count() < claims as usize
+        };
+        q.per_key.is_none_or(|n| running < n as usize)
+            && q.per_key_rate.as_ref().is_none_or(in_window)
     }
 
     /// How many of `queue`'s jobs run now.
@@ -591,9 +601,14 @@ impl Model {
         concurrency: Option<u32>,
         rate: Option<(u32, u64)>,
         per_key: Option<u32>,
+        per_key_rate: Option<(u32, u64)>,
     ) {
         let q = self.queues.entry(queue.to_owned()).or_default();
         q.per_key = per_key;
+        q.per_key_rate = per_key_rate;
+        if per_key_rate.is_none() {
+            q.key_claims.clear();
+        }
         q.concurrency = concurrency;
         q.rate = rate;
         if rate.is_none() {
@@ -927,6 +942,12 @@ impl Model {
     fn grant(&mut self, id: u64, worker: &str, length: u64, stall: Option<u64>) -> (u64, u32) {
         let now = self.now;
         let job = self.jobs.get_mut(&id).expect("granted job exists");
+        if let Some(key) = &job.key
+            && let Some(q) = self.queues.get_mut(&job.queue)
+            && q.per_key_rate.is_some()
+        {
+            q.key_claims.entry(key.clone()).or_default().push(now);
+        }
         job.state = JobState::Running;
         job.attempt += 1;
         job.lease = Some(MLease {
