@@ -1228,6 +1228,10 @@ fn connections_refused_for_want_of_room_are_a_typed_error_and_a_pool_loses_nothi
         // Room again: the pool carries on by itself, and every job ends once.
         drop(hold);
         wait_until("every job to succeed", || succeeded(&mut admin) == jobs);
+        // (the pool counts a round's completions once its commit has returned to it)
+        wait_until("the pool to count them", || {
+            pool.stats().succeeded == jobs as u64
+        });
         let stats = pool.stats();
         println!(
             "a pool of 4 with no connection to spare: {} rounds refused, then all {jobs} jobs",
