@@ -511,9 +511,7 @@ WHERE j.id = r.id AND j.attempt = r.attempt AND j.state = 'running'
     -- rules::before_deadline: an attempt past its deadline is left to the one-by-one path,
     -- which refuses the completion
     AND NOT coalesce(j.lease_deadline <= c.t, false)
-    -- a job with a limit key too: the protocol counts its key's end and moves its head
-    AND j.limit_key IS NULL
-RETURNING j.id, j.attempt, j.awaited, j.grp, j.queue";
+RETURNING j.id, j.attempt, j.awaited, j.grp, j.queue, j.limit_key";
 
 /// Completes many attempts with one statement where their fences hold; returns those it
 /// completed. The caller completes the others one by one, which says why each was refused.
@@ -539,10 +537,14 @@ pub(crate) fn complete_many(
     let rows = r.tx.query(&st, &[&ids, &attempts, &outputs, &progress])?;
     let mut completed = std::collections::HashSet::with_capacity(rows.len());
     let mut awaited = Vec::new();
+    let mut keyed = Vec::new();
     for row in &rows {
         let job = id(row.col(0)?);
         let at = attempt(row.col(1)?)?;
         completed.insert((job, at));
+        if let Some(key) = row.col::<Option<String>>(5)? {
+            keyed.push((row.col::<String>(4)?, key));
+        }
         if r.events.wanted() {
             r.events.push(crate::Event::Ended {
                 job,
@@ -557,6 +559,11 @@ pub(crate) fn complete_many(
             let group = group.map(|g| crate::GroupId(u64::try_from(g).unwrap_or(0)));
             awaited.push((job, JobState::Succeeded, group));
         }
+    }
+    // Each keyed job's end counted by its key, as `protocol::keys::save` would (a job that
+    // ran ends: its key's head may move).
+    for (queue, key) in keyed {
+        protocol::key_ended(r, &queue, &key)?;
     }
     if !awaited.is_empty() {
         protocol::settle_all(r, &awaited)?;

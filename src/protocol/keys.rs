@@ -78,6 +78,13 @@ pub(crate) fn reopen(r: &mut (impl Records + ?Sized), queue: &str) -> Result<()>
     Ok(())
 }
 
+/// Counts the end of a running job of `key` stored by an engine's own statement (PostgreSQL's
+/// batch completion): what [`save`] does for an end.
+#[cfg(feature = "postgres")]
+pub(crate) fn ended(r: &mut (impl Records + ?Sized), queue: &str, key: &str) -> Result<()> {
+    settle(r, queue, key, -1)
+}
+
 /// Settles the key of `new` (stored over `old`; `None`: a new job, stored parked as
 /// [`rules::new_job`] makes it) if the change moves it.
 pub(crate) fn after(

@@ -43,6 +43,8 @@ pub(crate) use claim::{claim, claim_batch, claim_job, claim_plan};
 #[cfg(feature = "postgres")]
 pub(crate) use flow::settle_all;
 pub(crate) use flow::{cancel_group, enqueue_members, open_group, seal_group};
+#[cfg(feature = "postgres")]
+pub(crate) use keys::ended as key_ended;
 pub(crate) use operate::{
     cancel, declare_schedule, edit, enqueue, enqueue_batch, fire_schedules, mark_served,
     pause_queue, pause_schedule, purge, purge_in_batches, reap_batch, remove_schedule, retry,
