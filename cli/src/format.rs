@@ -137,23 +137,14 @@ pub fn limits(l: &leasehold::QueueLimits) -> String {
     if let Some(n) = l.concurrency {
         parts.push(format!("at most {n} at once"));
     }
-    if let Some(r) = l.rate {
-        parts.push(format!(
-            "at most {} claims per {}",
-            r.claims,
-            duration(r.per)
-        ));
-    }
+    let rate = |r: leasehold::Rate, of: &str| {
+        format!("at most {} claims{of} per {}", r.claims, duration(r.per))
+    };
+    parts.extend(l.rate.map(|r| rate(r, "")));
     if let Some(n) = l.per_key {
         parts.push(format!("at most {n} of one limit key at once"));
     }
-    if let Some(r) = l.per_key_rate {
-        parts.push(format!(
-            "at most {} claims of one limit key per {}",
-            r.claims,
-            duration(r.per)
-        ));
-    }
+    parts.extend(l.per_key_rate.map(|r| rate(r, " of one limit key")));
     match parts.is_empty() {
         true => "no limits".into(),
         false => parts.join(", "),

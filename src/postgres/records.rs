@@ -913,15 +913,16 @@ pub(crate) fn queue_from(row: &postgres::Row, at: usize) -> Result<Option<QueueR
     let Some(paused) = row.col::<Option<bool>>(at + 1)? else {
         return Ok(None);
     };
-    let rate = match (
-        row.col::<Option<i32>>(at + 3)?,
-        row.col::<Option<i64>>(at + 4)?,
-    ) {
-        (Some(claims), Some(per)) => Some(Rate {
-            claims: u32::try_from(claims).unwrap_or(0),
-            per: super::rows::duration(per),
-        }),
-        _ => None,
+    // A rate's two columns (claims, period in µs), from `at` on; null for none.
+    let rate = |at: usize| -> Result<Option<Rate>> {
+        let claims = row.col::<Option<i32>>(at)?;
+        Ok(match (claims, row.col::<Option<i64>>(at + 1)?) {
+            (Some(claims), Some(per)) => Some(Rate {
+                claims: u32::try_from(claims).unwrap_or(0),
+                per: super::rows::duration(per),
+            }),
+            _ => None,
+        })
     };
     Ok(Some(QueueRecord {
         served_at: row.col::<Option<i64>>(at)?.map(time),
@@ -930,20 +931,11 @@ pub(crate) fn queue_from(row: &postgres::Row, at: usize) -> Result<Option<QueueR
             concurrency: row
                 .col::<Option<i32>>(at + 2)?
                 .map(|n| u32::try_from(n).unwrap_or(0)),
-            rate,
+            rate: rate(at + 3)?,
             per_key: row
                 .col::<Option<i32>>(at + 7)?
                 .map(|n| u32::try_from(n).unwrap_or(0)),
-            per_key_rate: match (
-                row.col::<Option<i32>>(at + 8)?,
-                row.col::<Option<i64>>(at + 9)?,
-            ) {
-                (Some(claims), Some(per)) => Some(Rate {
-                    claims: u32::try_from(claims).unwrap_or(0),
-                    per: super::rows::duration(per),
-                }),
-                _ => None,
-            },
+            per_key_rate: rate(at + 8)?,
         },
         recent_claims: row
             .col::<Option<Vec<i64>>>(at + 5)?
