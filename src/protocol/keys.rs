@@ -109,11 +109,7 @@ fn settle(r: &mut (impl Records + ?Sized), queue: &str, key: &str, delta: i64) -
     let now = r.now()?;
     let record = r.limit_key(queue, key)?.unwrap_or_default();
     let record = rules::counted(record, delta, &limits, now);
-    let first = match rules::key_has_room(&limits, &record, now) {
-        true => r.first_of_key(queue, key)?,
-        false => None,
-    };
-    let mut head = rules::key_head(&limits, &record, first, now);
+    let mut head = rules::key_head(&limits, &record, now, || r.first_of_key(queue, key))?;
     if head != record.head {
         if let Some(old) = record.head
             && let Some(job) = r.try_job(old)?

@@ -82,17 +82,20 @@ pub(crate) fn counted(
     new
 }
 
-/// The key's head: `first`, its first waiting job in the key's order (run time, then id),
-/// while the key has room under `limits`; none while it is at its limit. Within a key jobs
-/// go in the order they fall due, so the head is always the first of them to be claimable
-/// and no job of a key waits behind one that is not due.
-pub(crate) fn key_head(
+/// The key's head: its first waiting job in the key's order (run time, then id; `first`
+/// finds it, asked only then), while the key has room under `limits`; none while it is at
+/// its limit. Within a key jobs go in the order they fall due, so the head is always the
+/// first of them to be claimable and no job of a key waits behind one that is not due.
+pub(crate) fn key_head<E>(
     limits: &QueueLimits,
     record: &KeyRecord,
-    first: Option<JobId>,
     now: StoreTime,
-) -> Option<JobId> {
-    first.filter(|_| key_has_room(limits, record, now))
+    first: impl FnOnce() -> Result<Option<JobId>, E>,
+) -> Result<Option<JobId>, E> {
+    match key_has_room(limits, record, now) {
+        true => first(),
+        false => Ok(None),
+    }
 }
 
 /// `job` parked (out of the claim order) or not.
