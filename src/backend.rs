@@ -155,8 +155,8 @@ pub use crate::protocol::End;
 /// its plumbing (a clock that never fails, wake-ups, rounds of completions), and the few
 /// calls only a pool needs (the holder's last progress carried by an attempt's end). The
 /// calls are written here and in [`JobStore`] once, over the protocol; an engine overrides
-/// one only where it has a shortcut of its own (PostgreSQL's one-statement renewals and
-/// completions).
+/// only what it does its own way (a round's commit, the application's writes), and takes
+/// its shortcuts as steps of its transaction ([`Records`]).
 pub trait LeaseBackend: Send + Sync + 'static {
     /// Runs `step` in one write transaction and commits it if it returns `Ok`; use
     /// [`write`].
@@ -209,25 +209,12 @@ pub trait LeaseBackend: Send + Sync + 'static {
     fn marks_due(&self, queues: &mut dyn Iterator<Item = &str>) -> Vec<String>;
     /// One answer per lease, or the error that failed the whole batch (nothing renewed).
     fn renew_batch(&self, beats: &[(&Lease, u64)]) -> Result<Vec<Result<Renewal>>> {
-        // Renewed in job order, so that an index is walked once from left to right rather
-        // than at random (a pool's leases come in no order); answers go back in the caller's.
-        let mut order: Vec<_> = beats
-            .iter()
-            .enumerate()
-            .map(|(at, (l, progress))| (l.job, l.attempt, *progress, at))
-            .collect();
-        order.sort_unstable_by_key(|&(job, ..)| job);
+        let leases: Vec<_> = beats.iter().map(|(l, p)| (l.job, l.attempt, *p)).collect();
         let marks = self.marks_due(&mut beats.iter().map(|(l, _)| l.queue.as_str()));
         write(self, move |r| {
-            for queue in &marks {
-                protocol::mark_served(r, queue)?;
-            }
-            let mut renewed: Vec<_> = order
-                .iter()
-                .map(|&(job, at, progress, i)| (i, protocol::heartbeat(r, job, at, progress)))
-                .collect();
-            renewed.sort_unstable_by_key(|&(i, _)| i);
-            Ok(renewed.into_iter().map(|(_, answer)| answer).collect())
+            let renewed = r.renew_batch(&leases)?;
+            r.mark_served(&marks)?;
+            Ok(renewed)
         })
     }
     /// Ends the attempt as its holder says, recording its last progress with it; the job's
@@ -237,7 +224,7 @@ pub trait LeaseBackend: Send + Sync + 'static {
         write(self, move |r| protocol::end(r, job, at, &end, progress))
     }
     /// Completes the attempt and claims the same worker's next job of its queue, at once.
-    fn complete_and_claim_reporting(
+    fn complete_then_claim(
         &self,
         lease: &Lease,
         output: &[u8],
@@ -251,12 +238,10 @@ pub trait LeaseBackend: Send + Sync + 'static {
         let marks = self.marks_due(&mut std::iter::once(lease.queue.as_str()));
         let (queue, worker) = (lease.queue.clone(), lease.worker.clone());
         write(self, move |r| {
-            protocol::complete(r, job, at, &output, progress)?;
-            let claimed = protocol::claim(r, &queue, &worker, terms)?;
-            for queue in &marks {
-                protocol::mark_served(r, queue)?;
-            }
-            Ok(claimed)
+            r.complete(job, at, &output, progress)?;
+            let claimed = r.claim_batch(&queue, &worker, terms, 1)?;
+            r.mark_served(&marks)?;
+            Ok(claimed.into_iter().next())
         })
     }
     /// Completes `lease` with the application's `writes` in the same transaction; an engine
@@ -304,18 +289,16 @@ pub trait LeaseBackend: Send + Sync + 'static {
                     .into()));
                     continue;
                 }
-                match protocol::complete(r, c.job, c.attempt, &c.output, c.progress) {
+                match r.complete(c.job, c.attempt, &c.output, c.progress) {
                     Err(e) if !e.is_refusal() => return Err(e),
                     answer => completed.push(answer),
                 }
             }
             let claimed = match &claim {
                 Some((plan, worker, terms, marks)) => {
-                    for queue in marks {
-                        protocol::mark_served(r, queue)?;
-                    }
+                    r.mark_served(marks)?;
                     protocol::claim_plan(r, plan, |r, queue, n| {
-                        protocol::claim_batch(r, queue, worker, *terms, n)
+                        r.claim_batch(queue, worker, *terms, n)
                     })?
                 }
                 None => Vec::new(),

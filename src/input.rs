@@ -7,7 +7,7 @@
 //! cleaned ([`error_message`]), since a failing job must always be able to say that it failed.
 
 use crate::error::InputError;
-use crate::job::NewJob;
+use crate::new_job::NewJob;
 
 /// Limits on inputs, which keep index keys short and records bounded (on both engines).
 pub(crate) mod limits {

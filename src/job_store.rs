@@ -9,8 +9,8 @@
 //! SQL), a file's processes and writer, PostgreSQL's schema and vacuum.
 //!
 //! The calls are written here once, over the protocol ([`crate::protocol`]) in an engine's
-//! write transactions; an engine overrides one only where it has a shortcut of its own
-//! (PostgreSQL's one-statement claims and enqueues). Both traits are object-safe. Bring
+//! write transactions; an engine's shortcuts are steps of its transaction
+//! ([`crate::protocol::Records`]), not calls of its own. Both traits are object-safe. Bring
 //! them into scope to call them: `use leasehold::prelude::*`.
 
 use std::time::Duration;
@@ -18,8 +18,9 @@ use std::time::Duration;
 use crate::backend::{End, LeaseBackend, write};
 use crate::error::{Error, Result};
 use crate::ids::{GroupId, JobId, StoreTime};
-use crate::job::{Job, JobState, NewJob, Run};
+use crate::job::{Job, JobState, Run};
 use crate::lease::{Lease, LeaseTerms, Renewal};
+use crate::new_job::NewJob;
 use crate::protocol;
 use crate::query::{JobFilter, QueueTiming};
 use crate::queue::{QueueLimits, QueueSettings, UnservedQueue};
@@ -111,12 +112,12 @@ pub trait ReadJobs: Send + Sync {
 pub trait JobStore: ReadJobs + LeaseBackend {
     /// Enqueues a job and returns its id (or, for a unique key a live job holds, that job's).
     fn enqueue(&self, job: NewJob) -> Result<JobId> {
-        write(self, move |r| protocol::enqueue(r, &job))
+        write(self, move |r| r.enqueue(&job))
     }
 
     /// Enqueues many jobs in one transaction: all of them or, on any error, none.
     fn enqueue_batch(&self, jobs: Vec<NewJob>) -> Result<Vec<JobId>> {
-        write(self, move |r| protocol::enqueue_batch(r, &jobs))
+        write(self, move |r| r.enqueue_batch(&jobs))
     }
 
     /// Opens a group of jobs ([`NewGroup`]) with its callbacks, each a job that waits for
@@ -176,10 +177,8 @@ pub trait JobStore: ReadJobs + LeaseBackend {
         let marks = self.marks_due(&mut std::iter::once(queue));
         let (queue, worker) = (queue.to_owned(), worker.to_owned());
         write(self, move |r| {
-            let claimed = protocol::claim_batch(r, &queue, &worker, terms, n)?;
-            for queue in &marks {
-                protocol::mark_served(r, queue)?;
-            }
+            let claimed = r.claim_batch(&queue, &worker, terms, n)?;
+            r.mark_served(&marks)?;
             Ok(claimed)
         })
     }
@@ -255,7 +254,7 @@ pub trait JobStore: ReadJobs + LeaseBackend {
         output: &[u8],
         terms: LeaseTerms,
     ) -> Result<Option<Lease>> {
-        self.complete_and_claim_reporting(lease, output, None, terms)
+        self.complete_then_claim(lease, output, None, terms)
     }
 
     /// Completes each of `done` as its own unit and, in the same commit, claims up to `n`

@@ -13,8 +13,8 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::error::{InputError, Result};
-use crate::job::NewJob;
 use crate::lease::Lease;
+use crate::new_job::NewJob;
 use crate::pool::{JobContext, JobError, Output};
 
 impl NewJob {

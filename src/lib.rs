@@ -92,6 +92,7 @@ mod ids;
 mod input;
 mod job;
 mod lease;
+mod new_job;
 mod query;
 mod queue;
 mod report;
@@ -147,9 +148,10 @@ pub use engine::{Backend, Engine};
 pub use error::{ConfigError, Error, InputError, LeaseLost, OpenError, Result};
 pub use events::{EVENTS_BUFFER, Event, Events};
 pub use ids::{Attempt, GroupId, InstanceId, JobId, StoreTime};
-pub use job::{Job, JobLease, JobState, NewJob, Outcome, ReclaimPath, Run, Uniqueness};
+pub use job::{Job, JobLease, JobState, Outcome, ReclaimPath, Run, Uniqueness};
 pub use job_store::{JobStore, ReadJobs};
 pub use lease::{Lease, LeaseTerms, Renewal};
+pub use new_job::NewJob;
 pub use pool::{
     AnyWrites, AttemptEnded, DEFAULT_MAX_BATCH, DEFAULT_SHUTDOWN_GRACE, DEFAULT_WINDOW,
     Interrupted, Interruption, JobContext, JobError, LATENCY_BOUNDS, LATENCY_BUCKETS, Latencies,

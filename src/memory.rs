@@ -19,7 +19,7 @@ use crate::ids::{Attempt, GroupId, JobId, StoreTime};
 use crate::job::{Job, JobRecord, JobState, Outcome, Run, RunRecord};
 use crate::job_store::{JobStore, ReadJobs};
 use crate::notify::Notifier;
-use crate::protocol::{HeldSchedule, Inserted, Records};
+use crate::protocol::{HeldSchedule, Inserted, NamedRecords, Records};
 use crate::query::{JobFilter, JobOrder, QueueTiming};
 use crate::queue::{KeyRecord, QueueRecord, QueueSettings, ServedMarks};
 use crate::report::{CheckReport, ReaperPass};
@@ -201,6 +201,22 @@ impl Records for Tx<'_> {
         self.s.runs.retain(|(id, _), _| *id != job.id);
         Ok(())
     }
+    fn group(&mut self, id: GroupId) -> Result<Option<GroupRecord>> {
+        Ok(self.s.groups.get(&id).cloned())
+    }
+    fn insert_group(&mut self, group: GroupRecord) -> Result<GroupId> {
+        self.s.next_group += 1;
+        let id = GroupId(self.s.next_group);
+        self.s.groups.insert(id, GroupRecord { id, ..group });
+        Ok(id)
+    }
+    fn save_group(&mut self, group: &GroupRecord) -> Result<()> {
+        self.s.groups.insert(group.id, group.clone());
+        Ok(())
+    }
+}
+
+impl NamedRecords for Tx<'_> {
     fn queue(&mut self, queue: &str, _lock: bool) -> Result<Option<QueueRecord>> {
         Ok(self.s.queues.get(queue).cloned())
     }
@@ -254,19 +270,6 @@ impl Records for Tx<'_> {
             Some(why) => self.s.failures.insert(name.to_owned(), why.to_owned()),
             None => self.s.failures.remove(name),
         };
-        Ok(())
-    }
-    fn group(&mut self, id: GroupId) -> Result<Option<GroupRecord>> {
-        Ok(self.s.groups.get(&id).cloned())
-    }
-    fn insert_group(&mut self, group: GroupRecord) -> Result<GroupId> {
-        self.s.next_group += 1;
-        let id = GroupId(self.s.next_group);
-        self.s.groups.insert(id, GroupRecord { id, ..group });
-        Ok(id)
-    }
-    fn save_group(&mut self, group: &GroupRecord) -> Result<()> {
-        self.s.groups.insert(group.id, group.clone());
         Ok(())
     }
 }

@@ -16,7 +16,7 @@ use std::time::Duration;
 use bincode::{Decode, Encode};
 
 use crate::ids::StoreTime;
-use crate::job::NewJob;
+use crate::new_job::NewJob;
 use crate::retry::RetryPolicy;
 
 /// At most this many ticks are fired for one schedule in one pass ([`CatchUp::All`] after a

@@ -19,7 +19,8 @@ use std::fmt;
 use bincode::{Decode, Encode};
 
 use crate::ids::{GroupId, JobId, StoreTime};
-use crate::job::{JobState, NewJob};
+use crate::job::JobState;
+use crate::new_job::NewJob;
 
 /// The most dependencies one job may have.
 pub const MAX_DEPENDENCIES: usize = 64;

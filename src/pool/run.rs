@@ -304,7 +304,7 @@ fn commit_success(shared: &Shared, flight: Flight, output: Output<AnyWrites>) ->
                 let commit = || {
                     shared
                         .store
-                        .complete_and_claim_reporting(lease, &bytes, progress, shared.terms)
+                        .complete_then_claim(lease, &bytes, progress, shared.terms)
                 };
                 match shared.counters.commit_latency.time(commit) {
                     Ok(Some(next)) => {

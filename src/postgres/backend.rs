@@ -7,12 +7,11 @@ use super::records::PgRecords;
 use super::{PgStore, fast, read};
 use crate::backend::AnyWrites;
 use crate::backend::Completion;
-use crate::backend::{Claim, End, LeaseBackend, RoundResults, Step};
+use crate::backend::{Claim, LeaseBackend, RoundResults, Step};
 use crate::clock::Stopwatch;
 use crate::error::{ConfigError, Result};
 use crate::ids::{JobId, StoreTime};
-use crate::job::JobState;
-use crate::lease::{Lease, LeaseTerms, Renewal};
+use crate::lease::Lease;
 use crate::protocol;
 
 /// How long a reading of the database's clock serves before the next is taken.
@@ -370,48 +369,6 @@ impl LeaseBackend for PgStore {
         self.inner.served.due(queues, self.estimated_now())
     }
 
-    /// [`fast::heartbeat_batch`]: one statement for every lease it can renew.
-    fn renew_batch(&self, beats: &[(&Lease, u64)]) -> Result<Vec<Result<Renewal>>> {
-        let leases: Vec<_> = beats
-            .iter()
-            .map(|(l, progress)| (l.job, l.attempt, *progress))
-            .collect();
-        let marks = self.marks_due(&mut beats.iter().map(|(l, _)| l.queue.as_str()));
-        self.records(|r| {
-            let renewed = fast::heartbeat_batch(r, &leases)?;
-            fast::mark_served(r, &marks)?;
-            Ok(renewed)
-        })
-    }
-
-    /// A completion by [`fast::complete`]'s one statement; any other end as written once.
-    fn end(&self, lease: &Lease, end: End, progress: Option<u64>) -> Result<JobState> {
-        let (job, at) = (lease.job, lease.attempt);
-        self.records(|r| match &end {
-            End::Complete(output) => {
-                fast::complete(r, job, at, output, progress).map(|()| JobState::Succeeded)
-            }
-            other => protocol::end(r, job, at, other, progress),
-        })
-    }
-
-    fn complete_and_claim_reporting(
-        &self,
-        lease: &Lease,
-        output: &[u8],
-        progress: Option<u64>,
-        terms: LeaseTerms,
-    ) -> Result<Option<Lease>> {
-        crate::config::check_terms(&terms)?;
-        let marks = self.marks_due(&mut std::iter::once(lease.queue.as_str()));
-        self.records(|r| {
-            fast::complete(r, lease.job, lease.attempt, output, progress)?;
-            let claimed = fast::claim_batch(r, &lease.queue, &lease.worker, terms, 1, None)?;
-            fast::mark_served(r, &marks)?;
-            Ok(claimed.into_iter().next())
-        })
-    }
-
     fn complete_with_writes(
         &self,
         lease: &Lease,
@@ -456,7 +413,7 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
 
     use super::*;
-    use crate::{JobStore, NewJob, Output, ReadJobs};
+    use crate::{JobState, JobStore, LeaseTerms, NewJob, Output, ReadJobs};
 
     type BoxError = Box<dyn std::error::Error + Send + Sync>;
 

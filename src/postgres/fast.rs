@@ -16,14 +16,16 @@ use std::time::Duration;
 use postgres::types::ToSql;
 
 use super::Prepared;
-use super::records::{PgRecords, Tx, queue_columns, queue_from};
+use super::named::{queue_columns, queue_from};
+use super::records::{PgRecords, Tx};
 use super::rows::{Col, attempt, clamp, id, key, metadata_column, micros, time};
 use crate::batches::Batch;
 use crate::error::{Error, Result};
 use crate::ids::{Attempt, JobId, StoreTime};
 use crate::input;
-use crate::job::{JobState, NewJob};
+use crate::job::JobState;
 use crate::lease::{Lease, LeaseTerms, Renewal};
+use crate::new_job::NewJob;
 use crate::protocol::{self, Records};
 use crate::rules;
 
@@ -229,7 +231,7 @@ pub(crate) fn claim_batch(
     let row = r.tx.query_one(&look, &[&queue])?;
     let mut expired_left = row.col::<Option<i64>>(0)?.is_some();
     let record = queue_from(&row, 1)?;
-    if row.col::<bool>(1 + super::records::QUEUE_COLUMNS)? {
+    if row.col::<bool>(1 + super::named::QUEUE_COLUMNS)? {
         // Jobs with limit keys wait: the protocol claims, counting each key.
         if let Some(beside) = beside {
             (beside.settle)();

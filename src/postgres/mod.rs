@@ -19,10 +19,12 @@ mod backend;
 mod error;
 mod fast;
 mod listen;
+mod named;
 mod read;
 mod records;
 mod rows;
 mod schema;
+mod schema_check;
 mod store;
 mod vacuum;
 

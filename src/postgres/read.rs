@@ -6,11 +6,11 @@ use std::time::Duration;
 
 use postgres::Transaction;
 
-use super::rows::{Col, attempt, duration, job_by, job_columns, key, record, time};
+use super::rows::{Col, attempt, job_by, job_columns, key, outcome_from, record, time};
 use super::{Prepared, records::now};
 use crate::error::{Error, Result};
 use crate::ids::{JobId, StoreTime};
-use crate::job::{JobRecord, JobState, Outcome, ReclaimPath, RunRecord};
+use crate::job::{JobRecord, JobState, RunRecord};
 use crate::stats::{Counters, Stats};
 
 type Tx<'a, 'b> = &'a mut Transaction<'b>;
@@ -204,7 +204,7 @@ pub(crate) fn next_due(
         .col::<Option<i64>>(0)?
         .map(time);
     // A queue without a record has room; one with a record may not.
-    let Some(record) = super::records::queue_record(tx, p, queue, false)? else {
+    let Some(record) = super::named::queue_record(tx, p, queue, false)? else {
         return Ok(due);
     };
     let st = p.get(
@@ -237,7 +237,7 @@ pub(crate) fn schedules(
     tx.query(&st, &[&prefix])?
         .iter()
         .map(|row| {
-            let record = super::records::decode_schedule(row.col(0)?, row.col(1)?)?;
+            let record = super::named::decode_schedule(row.col(0)?, row.col(1)?)?;
             Ok(crate::schedule::ScheduleInfo(record, row.col(2)?))
         })
         .collect()
@@ -261,33 +261,7 @@ pub(crate) fn history(tx: Tx<'_, '_>, p: &mut Prepared<'_>, job: JobId) -> Resul
     )?;
     let mut runs = Vec::new();
     for row in tx.query(&st, &[&key(job)])? {
-        let outcome = match row.col::<&str>(4)? {
-            "succeeded" => Outcome::Succeeded,
-            "failed" => Outcome::Failed(row.col::<Option<String>>(5)?.unwrap_or_default()),
-            "released" => Outcome::Released,
-            "stalled" => Outcome::Stalled,
-            "cancelled" => Outcome::Cancelled,
-            "failed_permanently" => {
-                Outcome::FailedPermanently(row.col::<Option<String>>(5)?.unwrap_or_default())
-            }
-            "timed_out" => Outcome::TimedOut {
-                limit: duration(row.col::<Option<i64>>(9)?.unwrap_or(0)),
-            },
-            "snoozed" => Outcome::Snoozed {
-                delay: duration(row.col::<Option<i64>>(10)?.unwrap_or(0)),
-            },
-            "lease_expired" => Outcome::LeaseExpired {
-                path: reclaim_path(row.col::<Option<&str>>(6)?)?,
-                overdue: duration(row.col::<Option<i64>>(7)?.unwrap_or(0)),
-            },
-            "never_started" => Outcome::NeverStarted {
-                path: reclaim_path(row.col::<Option<&str>>(6)?)?,
-            },
-            "result_lost" => Outcome::ResultLost {
-                path: reclaim_path(row.col::<Option<&str>>(6)?)?,
-            },
-            other => return Err(Error::Corrupt(format!("unknown outcome {other:?}"))),
-        };
+        let outcome = outcome_from(&row)?;
         runs.push(RunRecord {
             attempt: attempt(row.col(0)?)?,
             worker: row.col(1)?,
@@ -301,17 +275,6 @@ pub(crate) fn history(tx: Tx<'_, '_>, p: &mut Prepared<'_>, job: JobId) -> Resul
         runs.push(running);
     }
     Ok(runs)
-}
-
-/// A reclaim path as the history stores it.
-fn reclaim_path(name: Option<&str>) -> Result<ReclaimPath> {
-    Ok(match name {
-        Some("reaper") => ReclaimPath::Reaper,
-        Some("takeover") => ReclaimPath::Takeover,
-        Some("recovery") => ReclaimPath::Recovery,
-        Some("process_died") => ReclaimPath::ProcessDied,
-        other => return Err(Error::Corrupt(format!("unknown reclaim path {other:?}"))),
-    })
 }
 
 /// Counts per queue and state, and the lifetime counters.
@@ -345,7 +308,7 @@ pub(crate) fn stats(tx: Tx<'_, '_>, p: &mut Prepared<'_>) -> Result<Stats> {
         .map(|row| row.col(0))
         .collect::<Result<_>>()?;
     for name in names {
-        if let Some(record) = super::records::queue_record(tx, p, &name, false)? {
+        if let Some(record) = super::named::queue_record(tx, p, &name, false)? {
             stats.note_queue(name, &record);
         }
     }

@@ -1,4 +1,5 @@
-//! Rows and values: a job row read back as its record, and the conversions between store
+//! Rows and values: a job row read back as its record, a history row's outcome written and
+//! read, and the conversions between store
 //! types and the values PostgreSQL keeps (microseconds, signed integers).
 
 use std::time::Duration;
@@ -8,7 +9,7 @@ use postgres::types::FromSql;
 use super::PgError;
 use crate::error::{Error, Result};
 use crate::ids::{Attempt, JobId, StoreTime};
-use crate::job::{JobRecord, JobState, LeaseRecord, Uniqueness};
+use crate::job::{JobRecord, JobState, LeaseRecord, Outcome, ReclaimPath, Uniqueness};
 
 /// A column of a row read as the type leasehold made it with: every value read goes through
 /// here, never `Row::get` (which panics), so a table whose column was altered by hand is a
@@ -224,6 +225,89 @@ pub(crate) fn retry_column(
         Some(bytes) => crate::codec::decode(bytes)
             .map(Some)
             .map_err(|e| Error::Corrupt(format!("the retry policy of {}: {e}", whose()))),
+    }
+}
+
+/// An ended attempt's outcome from a history row as `read::history` selects it (kind in
+/// column 4, error 5, reclaim path 6, overdue 7, time limit 9, snooze 10): the reverse of
+/// [`outcome_columns`].
+pub(crate) fn outcome_from(row: &postgres::Row) -> Result<Outcome> {
+    Ok(match row.col::<&str>(4)? {
+        "succeeded" => Outcome::Succeeded,
+        "failed" => Outcome::Failed(row.col::<Option<String>>(5)?.unwrap_or_default()),
+        "released" => Outcome::Released,
+        "stalled" => Outcome::Stalled,
+        "cancelled" => Outcome::Cancelled,
+        "failed_permanently" => {
+            Outcome::FailedPermanently(row.col::<Option<String>>(5)?.unwrap_or_default())
+        }
+        "timed_out" => Outcome::TimedOut {
+            limit: duration(row.col::<Option<i64>>(9)?.unwrap_or(0)),
+        },
+        "snoozed" => Outcome::Snoozed {
+            delay: duration(row.col::<Option<i64>>(10)?.unwrap_or(0)),
+        },
+        "lease_expired" => Outcome::LeaseExpired {
+            path: reclaim_path(row.col::<Option<&str>>(6)?)?,
+            overdue: duration(row.col::<Option<i64>>(7)?.unwrap_or(0)),
+        },
+        "never_started" => Outcome::NeverStarted {
+            path: reclaim_path(row.col::<Option<&str>>(6)?)?,
+        },
+        "result_lost" => Outcome::ResultLost {
+            path: reclaim_path(row.col::<Option<&str>>(6)?)?,
+        },
+        other => return Err(Error::Corrupt(format!("unknown outcome {other:?}"))),
+    })
+}
+
+/// A reclaim path as the history stores it.
+fn reclaim_path(name: Option<&str>) -> Result<ReclaimPath> {
+    Ok(match name {
+        Some("reaper") => ReclaimPath::Reaper,
+        Some("takeover") => ReclaimPath::Takeover,
+        Some("recovery") => ReclaimPath::Recovery,
+        Some("process_died") => ReclaimPath::ProcessDied,
+        other => return Err(Error::Corrupt(format!("unknown reclaim path {other:?}"))),
+    })
+}
+
+/// The history row's outcome columns: kind, error, reclaim path, overdue (a time limit has
+/// its own column, `time_limit_us`).
+pub(crate) fn outcome_columns(
+    outcome: &Outcome,
+) -> (
+    &'static str,
+    Option<&str>,
+    Option<&'static str>,
+    Option<i64>,
+) {
+    match outcome {
+        Outcome::Succeeded => ("succeeded", None, None, None),
+        Outcome::Failed(e) => ("failed", Some(e.as_str()), None, None),
+        Outcome::Released => ("released", None, None, None),
+        Outcome::LeaseExpired { path, overdue } => (
+            "lease_expired",
+            None,
+            Some(path_name(*path)),
+            Some(micros(*overdue)),
+        ),
+        Outcome::Stalled => ("stalled", None, None, None),
+        Outcome::Cancelled => ("cancelled", None, None, None),
+        Outcome::FailedPermanently(e) => ("failed_permanently", Some(e.as_str()), None, None),
+        Outcome::TimedOut { .. } => ("timed_out", None, None, None),
+        Outcome::Snoozed { .. } => ("snoozed", None, None, None),
+        Outcome::NeverStarted { path } => ("never_started", None, Some(path_name(*path)), None),
+        Outcome::ResultLost { path } => ("result_lost", None, Some(path_name(*path)), None),
+    }
+}
+
+fn path_name(path: ReclaimPath) -> &'static str {
+    match path {
+        ReclaimPath::Reaper => "reaper",
+        ReclaimPath::Takeover => "takeover",
+        ReclaimPath::Recovery => "recovery",
+        ReclaimPath::ProcessDied => "process_died",
     }
 }
 

@@ -7,9 +7,10 @@ use super::{fast, read};
 use crate::backend::LeaseBackend;
 use crate::error::{Error, Result};
 use crate::ids::{JobId, StoreTime};
-use crate::job::{Job, JobState, NewJob, Run};
+use crate::job::{Job, JobState, Run};
 use crate::job_store::{JobStore, ReadJobs};
-use crate::lease::{Lease, LeaseTerms};
+use crate::lease::Lease;
+use crate::new_job::NewJob;
 use crate::pool::Output;
 use crate::protocol;
 use crate::stats::Stats;
@@ -292,7 +293,7 @@ impl ReadJobs for PgStore {
             return Ok(crate::QueueSettings::default());
         }
         self.in_transaction(|tx, p| {
-            let record = super::records::queue_record(tx, p, queue, false)?;
+            let record = super::named::queue_record(tx, p, queue, false)?;
             Ok(crate::QueueSettings::of(record))
         })
     }
@@ -308,34 +309,9 @@ impl ReadJobs for PgStore {
     }
 }
 
-/// Its shortcuts (`fast.rs`) where the calls written once would take more statements.
+/// Its purge in one statement per batch; its other shortcuts are steps of its transaction
+/// (`records.rs`).
 impl JobStore for PgStore {
-    /// One statement for a job no unique key can answer (`fast.rs`).
-    fn enqueue(&self, job: NewJob) -> Result<JobId> {
-        self.records(|r| fast::enqueue(r, &job))
-    }
-
-    /// One statement per run of plain jobs (`fast.rs`).
-    fn enqueue_batch(&self, jobs: Vec<NewJob>) -> Result<Vec<JobId>> {
-        self.records(|r| fast::enqueue_batch(r, &jobs))
-    }
-
-    /// One statement while no lease of the queue has expired (`fast.rs`).
-    fn claim_batch(
-        &self,
-        queue: &str,
-        worker: &str,
-        terms: LeaseTerms,
-        n: usize,
-    ) -> Result<Vec<Lease>> {
-        let marks = self.marks_due(&mut std::iter::once(queue));
-        self.records(|r| {
-            let claimed = fast::claim_batch(r, queue, worker, terms, n, None)?;
-            fast::mark_served(r, &marks)?;
-            Ok(claimed)
-        })
-    }
-
     /// One statement per batch (`fast.rs`).
     fn purge(&self, older_than: std::time::Duration, states: &[JobState]) -> Result<usize> {
         if !self.settings().shortcuts {

@@ -89,7 +89,7 @@ pub(crate) fn end(
 ) -> Result<JobState> {
     let write = match end {
         End::Complete(output) => {
-            complete(r, id, attempt, output, progress)?;
+            r.complete(id, attempt, output, progress)?;
             return Ok(JobState::Succeeded);
         }
         End::TimeOut => Write::TimeOut,

@@ -16,16 +16,6 @@ use crate::lease::{Lease, LeaseTerms};
 use crate::queue::QueueRecord;
 use crate::rules::{self, Granted, corrupt_running};
 
-/// Claims the most urgent claimable job of `queue` under a lease for `worker`.
-pub(crate) fn claim(
-    r: &mut (impl Records + ?Sized),
-    queue: &str,
-    worker: &str,
-    terms: LeaseTerms,
-) -> Result<Option<Lease>> {
-    Ok(claim_batch(r, queue, worker, terms, 1)?.pop())
-}
-
 /// Claims up to `n` jobs of `queue` in one transaction, most urgent first.
 pub(crate) fn claim_batch(
     r: &mut (impl Records + ?Sized),

@@ -11,7 +11,8 @@
 use super::Records;
 use crate::error::{Error, Result};
 use crate::ids::{GroupId, JobId, StoreTime};
-use crate::job::{JobRecord, JobState, NewJob};
+use crate::job::{JobRecord, JobState};
+use crate::new_job::NewJob;
 use crate::rules;
 use crate::workflow::{GroupRecord, Need, NewGroup, Target};
 

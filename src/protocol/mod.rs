@@ -12,9 +12,10 @@
 //! * An attempt ends in exactly one place ([`store_end`]), which records its run, so
 //!   history has one record per ended attempt.
 //!
-//! An engine may answer an operation by a shortcut of its own where that pays (PostgreSQL's
-//! one-statement claims, renewals and completions, `src/postgres/fast.rs`); each names the
-//! function here it mirrors, and the shared suites hold both to the same answers.
+//! An engine may take a step by a shortcut of its own where that pays (PostgreSQL's
+//! one-statement claims, renewals and completions, `src/postgres/fast.rs`): the steps
+//! [`Records`] lets it override, each defaulting to the function here it mirrors. Every
+//! call reaches them the same way, and the shared suites hold both to the same answers.
 //!
 //! | file | one idea |
 //! |---|---|
@@ -39,7 +40,7 @@ pub use attempt::End;
 pub(crate) use attempt::{Stages, complete, end, expire, heartbeat};
 #[cfg(feature = "postgres")]
 pub(crate) use claim::{capped, next_claim, noted, room};
-pub(crate) use claim::{claim, claim_batch, claim_job, claim_plan};
+pub(crate) use claim::{claim_batch, claim_job, claim_plan};
 #[cfg(feature = "postgres")]
 pub(crate) use flow::settle_all;
 pub(crate) use flow::{cancel_group, enqueue_members, open_group, seal_group};
@@ -50,7 +51,7 @@ pub(crate) use operate::{
     pause_queue, pause_schedule, purge, purge_in_batches, reap_batch, remove_schedule, retry,
     set_queue_limits, set_queue_retry_policy,
 };
-pub(crate) use records::{HeldSchedule, Inserted, Position, Records};
+pub(crate) use records::{HeldSchedule, Inserted, NamedRecords, Position, Records};
 
 use crate::retry::RetryPolicy;
 

@@ -14,6 +14,8 @@ use crate::error::Result;
 use crate::events::Pending;
 use crate::ids::{Attempt, GroupId, JobId, StoreTime};
 use crate::job::{JobRecord, JobState, Outcome, RunRecord};
+use crate::lease::{Lease, LeaseTerms, Renewal};
+use crate::new_job::NewJob;
 use crate::queue::{KeyRecord, QueueRecord};
 use crate::rules;
 use crate::schedule::ScheduleRecord;
@@ -36,7 +38,7 @@ pub enum Inserted {
 /// (Public only in name: it is reached through [`crate::JobStore`]'s hidden supertrait,
 /// which nothing outside the crate can name or implement, so its records stay the crate's.)
 #[allow(private_interfaces)]
-pub trait Records {
+pub trait Records: NamedRecords {
     /// The store's policy.
     fn policy(&self) -> &Policy;
     /// Store time now.
@@ -92,6 +94,65 @@ pub trait Records {
     /// The events this transaction tells the store's subscribers once it commits
     /// ([`super::tell`]; collected only while anyone listens).
     fn events(&mut self) -> &mut Pending;
+
+    // ----- steps an engine may take in fewer statements -----
+    //
+    // Each default is the protocol's own function. An engine overrides one where a statement
+    // of its own does the same for many rows at once (PostgreSQL's `fast.rs`), and leaves to
+    // the default what its statement cannot decide; the shared suites run PostgreSQL both
+    // ways and hold every engine to the same answers.
+
+    /// [`super::enqueue`].
+    fn enqueue(&mut self, job: &NewJob) -> Result<JobId> {
+        super::enqueue(self, job)
+    }
+    /// [`super::enqueue_batch`].
+    fn enqueue_batch(&mut self, jobs: &[NewJob]) -> Result<Vec<JobId>> {
+        super::enqueue_batch(self, jobs)
+    }
+    /// [`super::claim_batch`].
+    fn claim_batch(
+        &mut self,
+        queue: &str,
+        worker: &str,
+        terms: LeaseTerms,
+        n: usize,
+    ) -> Result<Vec<Lease>> {
+        super::claim_batch(self, queue, worker, terms, n)
+    }
+    /// [`super::complete`].
+    fn complete(
+        &mut self,
+        id: JobId,
+        attempt: Attempt,
+        output: &[u8],
+        progress: Option<u64>,
+    ) -> Result<()> {
+        super::complete(self, id, attempt, output, progress)
+    }
+    /// [`super::heartbeat`] for each of `leases` (job, attempt, progress): an answer each, in
+    /// their order.
+    fn renew_batch(&mut self, leases: &[(JobId, Attempt, u64)]) -> Result<Vec<Result<Renewal>>> {
+        // Renewed in job order, so that an index is walked once from left to right rather
+        // than at random (a pool's leases come in no order).
+        let mut order: Vec<usize> = (0..leases.len()).collect();
+        order.sort_unstable_by_key(|&i| leases[i].0);
+        let mut answers: Vec<_> = order
+            .into_iter()
+            .map(|i| {
+                (
+                    i,
+                    super::heartbeat(self, leases[i].0, leases[i].1, leases[i].2),
+                )
+            })
+            .collect();
+        answers.sort_unstable_by_key(|&(i, _)| i);
+        Ok(answers.into_iter().map(|(_, answer)| answer).collect())
+    }
+    /// [`super::mark_served`] for each of `queues`.
+    fn mark_served(&mut self, queues: &[String]) -> Result<()> {
+        queues.iter().try_for_each(|q| super::mark_served(self, q))
+    }
 
     // ----- finding jobs -----
 
@@ -202,9 +263,12 @@ pub trait Records {
     fn insert_group(&mut self, group: GroupRecord) -> Result<GroupId>;
     /// Stores a group's record.
     fn save_group(&mut self, group: &GroupRecord) -> Result<()>;
+}
 
-    // ----- queues and schedules -----
-
+/// The records an engine keeps by name beside its jobs, in the same transaction: each
+/// queue's controls, each limit key's count, each schedule.
+#[allow(private_interfaces)]
+pub trait NamedRecords {
     /// The record of `queue`, if it has one; `lock` holds it for writing where writers run
     /// side by side (claims of a limited queue count its free slots one at a time).
     fn queue(&mut self, queue: &str, lock: bool) -> Result<Option<QueueRecord>>;

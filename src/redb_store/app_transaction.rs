@@ -5,8 +5,9 @@ use redb::{Key, Table, TableDefinition, TableHandle, Value, WriteTransaction};
 
 use crate::error::{InputError, Result};
 use crate::ids::{JobId, StoreTime};
-use crate::job::{JobState, NewJob};
+use crate::job::JobState;
 use crate::lease::Lease;
+use crate::new_job::NewJob;
 use crate::pool::Output;
 use crate::protocol::{self, End};
 use crate::redb_store::writing::Tx;

@@ -74,7 +74,7 @@ impl LeaseBackend for Store {
         writes: AnyWrites,
     ) -> Result<()> {
         match writes.take::<super::app_transaction::RedbWrites>() {
-            Some(writes) => self.complete_with_reporting(lease, output, progress, writes.0),
+            Some(writes) => self.complete_with_progress(lease, output, progress, writes.0),
             None => Err(crate::error::ConfigError::WritesForAnotherStore {
                 given: "writes of another engine's kind",
                 store: "a redb store, whose writes are Output::with_writes",

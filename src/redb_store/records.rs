@@ -8,7 +8,7 @@ use crate::codec;
 use crate::error::{Error, Result};
 use crate::ids::{Attempt, GroupId, JobId, StoreTime};
 use crate::job::{JobRecord, JobState, Outcome, RunRecord};
-use crate::protocol::{HeldSchedule, Inserted, Policy, Position, Records};
+use crate::protocol::{HeldSchedule, Inserted, NamedRecords, Policy, Position, Records};
 use crate::queue::{KeyRecord, QueueRecord};
 use crate::redb_store::schema::meta_key;
 use crate::redb_store::writing::{Tx, load, read_u64, write_u64};
@@ -248,6 +248,14 @@ impl Records for Tx<'_> {
         Ok(())
     }
 
+    fn first_of_key(&mut self, queue: &str, key: &str) -> Result<Option<JobId>> {
+        let range = (queue, key, 0u64, 0u64)..=(queue, key, u64::MAX, u64::MAX);
+        let first = self.tables.keyed()?.range(range)?.next().transpose()?;
+        Ok(first.map(|(entry, _)| JobId(entry.value().3)))
+    }
+}
+
+impl NamedRecords for Tx<'_> {
     fn queue(&mut self, queue: &str, _lock: bool) -> Result<Option<QueueRecord>> {
         match self.tables.queues()?.get(queue)? {
             Some(b) => codec::decode_queue(b.value())
@@ -263,12 +271,6 @@ impl Records for Tx<'_> {
             .insert(queue, codec::encode(record).as_slice())?;
         self.tally.writes += 1;
         Ok(())
-    }
-
-    fn first_of_key(&mut self, queue: &str, key: &str) -> Result<Option<JobId>> {
-        let range = (queue, key, 0u64, 0u64)..=(queue, key, u64::MAX, u64::MAX);
-        let first = self.tables.keyed()?.range(range)?.next().transpose()?;
-        Ok(first.map(|(entry, _)| JobId(entry.value().3)))
     }
 
     fn limit_key(&mut self, queue: &str, key: &str) -> Result<Option<KeyRecord>> {

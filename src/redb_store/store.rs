@@ -234,11 +234,11 @@ impl Store {
         F: FnOnce(&mut Transaction<'_, '_>) -> std::result::Result<(), E>,
         E: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
-        self.complete_with_reporting(lease, output, None, f)
+        self.complete_with_progress(lease, output, None, f)
     }
 
     /// [`Store::complete_with`], recording the attempt's last progress.
-    pub(crate) fn complete_with_reporting<F, E>(
+    pub(crate) fn complete_with_progress<F, E>(
         &self,
         lease: &Lease,
         output: &[u8],

@@ -5,7 +5,8 @@ use super::*;
 use crate::error::Error;
 use crate::ids::{Attempt, JobId, StoreTime};
 use crate::input;
-use crate::job::{JobRecord, JobState, LimitKey, NewJob, RunRecord, Uniqueness};
+use crate::job::{JobRecord, JobState, LimitKey, RunRecord, Uniqueness};
+use crate::new_job::NewJob;
 
 // ----- a new job -----
 

@@ -3,7 +3,7 @@
 use crate::error::Error;
 use crate::ids::StoreTime;
 use crate::input;
-use crate::job::NewJob;
+use crate::new_job::NewJob;
 use crate::schedule::{
     CatchUp, JobTemplate, MAX_TICKS_PER_PASS, Schedule, ScheduleRecord, Tick, When,
 };
