@@ -255,10 +255,11 @@ pub(crate) fn claim_batch(
         false => (record, rules::claim_room(None, 0, StoreTime::ZERO)),
     };
     let n = protocol::capped(r, queue, record.as_ref(), &room, n);
+    let limits = record.as_ref().map(|q| q.limits).unwrap_or_default();
     let mut leases = Vec::new();
     // One at a time while expired leases are about, each weighed against the ready jobs.
     while expired_left && leases.len() < n {
-        match protocol::next_claim(r, queue, worker, terms, &mut expired_left)? {
+        match protocol::next_claim(r, queue, worker, terms, &limits, &mut expired_left)? {
             Some(lease) => leases.push(lease),
             None => break,
         }

@@ -53,6 +53,9 @@ pub(crate) struct PgRecords<'a, 'b, 'c> {
     settings: &'a Settings,
     /// Queues already notified in this transaction.
     notified: BTreeSet<String>,
+    /// Its store time, read once: every decision of one transaction is made at one time,
+    /// as a redb transaction's is (and each reading is a round trip).
+    now: Option<StoreTime>,
     /// Its events, for the subscribers once it commits.
     pub events: crate::events::Pending,
 }
@@ -68,6 +71,7 @@ impl<'a, 'b, 'c> PgRecords<'a, 'b, 'c> {
             p,
             settings,
             notified: BTreeSet::new(),
+            now: None,
             events: Default::default(),
         }
     }
@@ -230,7 +234,10 @@ impl Records for PgRecords<'_, '_, '_> {
     /// The database's clock at this statement (a transaction may wait for a row lock: a time
     /// read before it would be stale).
     fn now(&mut self) -> Result<StoreTime> {
-        now(self.tx, self.p)
+        match self.now {
+            Some(now) => Ok(now),
+            None => Ok(*self.now.insert(now(self.tx, self.p)?)),
+        }
     }
 
     fn job(&mut self, job: JobId) -> Result<Option<JobRecord>> {

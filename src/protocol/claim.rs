@@ -13,7 +13,7 @@ use crate::ids::JobId;
 use crate::input;
 use crate::job::{JobRecord, ReclaimPath};
 use crate::lease::{Lease, LeaseTerms};
-use crate::queue::QueueRecord;
+use crate::queue::{QueueLimits, QueueRecord};
 use crate::rules::{self, Granted, corrupt_running};
 
 /// Claims up to `n` jobs of `queue` in one transaction, most urgent first.
@@ -37,8 +37,10 @@ pub(crate) fn claim_batch(
     // Once no lease has expired, none will within this transaction (a lease it grants ends
     // later than any it finds), so the rest of the batch skips that search.
     let mut expired_left = true;
+    let limits = record.as_ref().map(|q| q.limits).unwrap_or_default();
+    let limits = &limits;
     while leases.len() < n {
-        match next_claim(r, queue, worker, terms, &mut expired_left)? {
+        match next_claim(r, queue, worker, terms, limits, &mut expired_left)? {
             Some(l) => leases.push(l),
             None => break,
         }
@@ -81,13 +83,14 @@ pub(crate) fn claim_plan<R: ?Sized>(
     Ok(leases)
 }
 
-/// The next claim of a batch, inputs checked and room counted. Looks for expired leases only while
-/// `expired_left`, and clears it once it finds none.
+/// The next claim of a batch, inputs checked and room counted, under the queue's `limits`.
+/// Looks for expired leases only while `expired_left`, and clears it once it finds none.
 pub(crate) fn next_claim(
     r: &mut (impl Records + ?Sized),
     queue: &str,
     worker: &str,
     terms: LeaseTerms,
+    limits: &QueueLimits,
     expired_left: &mut bool,
 ) -> Result<Option<Lease>> {
     loop {
@@ -115,7 +118,7 @@ pub(crate) fn next_claim(
                 taken
             }
         };
-        if !super::keys::has_room(r, &job)? {
+        if !super::keys::has_room(r, &job, limits)? {
             // Its key is at its limit (lowered since it became its head): parked now.
             continue;
         }
@@ -249,7 +252,8 @@ pub(crate) fn claim_job(
         true => expire(r, &job, ReclaimPath::Takeover, &Stages::default())?.0,
         false => job,
     };
-    if !rules::claimable(&job, r.now()?) || !super::keys::has_room(r, &job)? {
+    let limits = record.as_ref().map(|q| q.limits).unwrap_or_default();
+    if !rules::claimable(&job, r.now()?) || !super::keys::has_room(r, &job, &limits)? {
         return Ok(None);
     }
     let lease = grant(r, &job, worker, terms)?;

@@ -5,6 +5,7 @@
 use super::Records;
 use crate::error::Result;
 use crate::job::JobRecord;
+use crate::queue::QueueLimits;
 use crate::rules;
 
 /// Stores `new` over `old` ([`Records::save`]), and settles its key if it has one and the
@@ -40,15 +41,19 @@ pub(crate) fn save_all(
     Ok(())
 }
 
-/// Whether one more job of `job`'s key may start now (one without a key always may). A
-/// head found without room is parked, so no claim meets it again until its key has room.
-pub(crate) fn has_room(r: &mut (impl Records + ?Sized), job: &JobRecord) -> Result<bool> {
+/// Whether one more job of `job`'s key may start now under its queue's `limits` (one
+/// without a key always may). A head found without room is parked, so no claim meets it
+/// again until its key has room.
+pub(crate) fn has_room(
+    r: &mut (impl Records + ?Sized),
+    job: &JobRecord,
+    limits: &QueueLimits,
+) -> Result<bool> {
     let Some(limit) = &job.limit else {
         return Ok(true);
     };
     let record = r.limit_key(&job.queue, &limit.key)?.unwrap_or_default();
-    let limits = r.queue(&job.queue, false)?.unwrap_or_default().limits;
-    if rules::key_has_room(&limits, &record, r.now()?) {
+    if rules::key_has_room(limits, &record, r.now()?) {
         return Ok(true);
     }
     if rules::in_claim_order(job) {
