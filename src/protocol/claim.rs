@@ -93,6 +93,7 @@ pub(crate) fn next_claim(
     limits: &QueueLimits,
     expired_left: &mut bool,
 ) -> Result<Option<Lease>> {
+    let mut parked = None;
     loop {
         let expired = match expired_left {
             true => next_expired(r, queue)?,
@@ -119,7 +120,14 @@ pub(crate) fn next_claim(
             }
         };
         if !super::keys::has_room(r, &job, limits)? {
-            // Its key is at its limit (lowered since it became its head): parked now.
+            // Its key is at its limit (lowered since it became its head): parked now. An
+            // index that still names it is damaged, and would be met again and again.
+            if parked.replace(job.id) == Some(job.id) {
+                return Err(Error::Corrupt(format!(
+                    "job {} stays in the claim order after it was parked",
+                    job.id
+                )));
+            }
             continue;
         }
         if let Some(lease) = grant(r, &job, worker, terms)? {

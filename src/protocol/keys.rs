@@ -18,13 +18,10 @@ pub(crate) fn save(
 ) -> Result<JobRecord> {
     let stored = rules::parked_on_arrival(Some(old), new).unwrap_or_else(|| new.clone());
     r.save(old, &stored)?;
-    after(r, Some(old), &stored)?;
-    match stored.limit.is_some() && stored.state.is_waiting() {
-        true => r
-            .job(stored.id)?
-            .ok_or(crate::Error::Internal("a job saved is gone")),
-        false => Ok(stored),
-    }
+    Ok(match after(r, Some(old), &stored)? {
+        Some(head) if head.id == stored.id => head,
+        _ => stored,
+    })
 }
 
 /// [`save`] for many changes ([`Records::save_all`]).
@@ -87,34 +84,42 @@ pub(crate) fn reopen(r: &mut (impl Records + ?Sized), queue: &str) -> Result<()>
 /// batch completion): what [`save`] does for an end.
 #[cfg(feature = "postgres")]
 pub(crate) fn ended(r: &mut (impl Records + ?Sized), queue: &str, key: &str) -> Result<()> {
-    settle(r, queue, key, -1)
+    settle(r, queue, key, -1).map(drop)
 }
 
 /// Settles the key of `new` (stored over `old`; `None`: a new job, stored parked as
-/// [`rules::new_job`] makes it) if the change moves it.
+/// [`rules::new_job`] makes it) if the change moves it. Returns the job it made the key's
+/// head, if it made one (as stored).
 pub(crate) fn after(
     r: &mut (impl Records + ?Sized),
     old: Option<&JobRecord>,
     new: &JobRecord,
-) -> Result<()> {
+) -> Result<Option<JobRecord>> {
     let Some(limit) = &new.limit else {
-        return Ok(());
+        return Ok(None);
     };
     match rules::key_moved(old, new) {
         Some(delta) => settle(r, &new.queue, &limit.key, delta),
-        None => Ok(()),
+        None => Ok(None),
     }
 }
 
 /// Counts `delta` more running jobs of `key` and moves its head where [`rules::key_head`]
-/// says: the old head parked, the new one in the claim order. A job another transaction
-/// holds is left as it is: that transaction changes it and settles the key after this one.
-fn settle(r: &mut (impl Records + ?Sized), queue: &str, key: &str, delta: i64) -> Result<()> {
+/// says: the old head parked, the new one in the claim order (returned, as stored, if it
+/// was parked). A job another transaction holds is left as it is: that transaction changes
+/// it and settles the key after this one.
+fn settle(
+    r: &mut (impl Records + ?Sized),
+    queue: &str,
+    key: &str,
+    delta: i64,
+) -> Result<Option<JobRecord>> {
     let limits = r.queue(queue, false)?.unwrap_or_default().limits;
     let now = r.now()?;
     let record = r.limit_key(queue, key)?.unwrap_or_default();
     let record = rules::counted(record, delta, &limits, now);
     let mut head = rules::key_head(&limits, &record, now, || r.first_of_key(queue, key))?;
+    let mut unparked = None;
     if head != record.head {
         if let Some(old) = record.head
             && let Some(job) = r.try_job(old)?
@@ -125,7 +130,9 @@ fn settle(r: &mut (impl Records + ?Sized), queue: &str, key: &str, delta: i64) -
         if let Some(new) = head {
             match r.try_job(new)? {
                 Some(job) if !rules::in_claim_order(&job) => {
-                    r.save(&job, &rules::parked(&job, false))?
+                    let new = rules::parked(&job, false);
+                    r.save(&job, &new)?;
+                    unparked = Some(new);
                 }
                 Some(_) => {}
                 None => head = None,
@@ -133,5 +140,6 @@ fn settle(r: &mut (impl Records + ?Sized), queue: &str, key: &str, delta: i64) -
         }
     }
     let record = crate::queue::KeyRecord { head, ..record };
-    r.save_limit_key(queue, key, (!record.is_empty()).then_some(&record))
+    r.save_limit_key(queue, key, (!record.is_empty()).then_some(&record))?;
+    Ok(unparked)
 }

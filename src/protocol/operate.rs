@@ -128,7 +128,7 @@ pub(crate) fn edit(
     let (now, max_payload) = (r.now()?, r.policy().max_payload);
     let new = rules::edit(&job, edit, edit.wait(), max_payload, now)?;
     r.edit(&job, &new, edit.payload.as_deref())?;
-    keys::after(r, Some(&job), &new)
+    keys::after(r, Some(&job), &new).map(drop)
 }
 
 /// Puts a dead or cancelled job back in the queue with a fresh retry budget (an operator's

@@ -166,6 +166,12 @@ fn an_expired_lease_frees_its_keys_slot_by_the_reaper_and_by_takeover(kind: Kind
     assert_eq!(taken.len(), 1, "one slot, taken over");
     assert_eq!(taken[0].job, a0.job);
     assert_eq!(f.stats().unwrap().total(JobState::Running), 1);
+    // and a claim by name: the expired job comes back to its key's order as its head, and
+    // is granted from there (the store checks clean when the test ends)
+    f.advance(LEASE);
+    let named = f.claim_job(a0.job, "y", lease()).unwrap();
+    assert_eq!(named.map(|l| l.job), Some(a0.job));
+    assert!(claim_all(&f, "w").is_empty(), "the key's one slot is held");
 }
 
 fn a_new_limit_takes_effect_at_once_and_a_lowered_one_at_the_next_claim(kind: Kind) {
