@@ -64,15 +64,3 @@ impl JobContext {
         }
     }
 }
-
-/// The generation of `queue` once it moves past `seen`, or `None` after `timeout`: a plain
-/// future over the notifier's wakers (no thread, no polling).
-pub(crate) async fn changed(
-    notifier: &crate::notify::Notifier,
-    queue: &str,
-    seen: u64,
-    timeout: Duration,
-) -> Option<u64> {
-    let changed = std::future::poll_fn(|cx| notifier.poll_changed(queue, seen, cx));
-    tokio::time::timeout(timeout, changed).await.ok()
-}

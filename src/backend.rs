@@ -9,9 +9,9 @@ use std::time::Duration;
 
 use crate::error::Result;
 use crate::ids::{Attempt, JobId, StoreTime};
-use crate::job::JobState;
 use crate::lease::{Lease, LeaseTerms, Renewal};
 use crate::protocol::{self, Records};
+use crate::state::JobState;
 
 /// What the application's writes return: its own error, whatever it is.
 pub(crate) type WritesResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;

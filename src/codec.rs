@@ -12,7 +12,8 @@ use bincode::config::{self, Configuration, Limit};
 use bincode::{Decode, Encode};
 
 use crate::ids::{Attempt, JobId, StoreTime};
-use crate::job::{JobRecord, JobState, LeaseRecord, Uniqueness};
+use crate::job::{JobRecord, LeaseRecord, Uniqueness};
+use crate::state::JobState;
 
 /// The current format version byte. Version 2 changed the job record (a lease's deadline,
 /// the key's uniqueness window, a job's own time limit, its metadata); version 3 appended

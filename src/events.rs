@@ -19,7 +19,8 @@ use crossbeam_channel::{Receiver, Sender, TrySendError};
 use parking_lot::Mutex;
 
 use crate::ids::{Attempt, JobId};
-use crate::job::{JobState, Outcome, ReclaimPath};
+use crate::job::{Outcome, ReclaimPath};
+use crate::state::JobState;
 
 /// How many events a subscriber may leave unread before newer ones are dropped.
 pub const EVENTS_BUFFER: usize = 10_000;

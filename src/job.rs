@@ -1,4 +1,4 @@
-//! Plain data: what a job is, the states it moves through, and the record of each attempt.
+//! Plain data: what a job is (its states are `state.rs`'s), and the record of each attempt.
 //! No machinery lives here: what moves a job between states is decided in [`crate::rules`]
 //! and stored by each engine.
 
@@ -9,91 +9,8 @@ use bincode::{Decode, Encode};
 
 use crate::ids::{Attempt, GroupId, JobId, StoreTime};
 use crate::retry::RetryPolicy;
+use crate::state::JobState;
 use crate::workflow::{Flow, Need};
-
-/// Where a job is in its life. The state machine is drawn in the crate docs.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Encode, Decode)]
-pub enum JobState {
-    /// Waiting to be claimed; claimable once its `run_at` has come.
-    Queued,
-    /// Held by a worker under a lease that expires at `lease.expires_at` unless renewed.
-    Running,
-    /// An attempt failed (or its lease expired) and the job waits out a backoff before it is
-    /// claimable again; claimable once its `run_at` has come.
-    RetryWait,
-    /// Finished: the holder completed it. Terminal.
-    Succeeded,
-    /// Its retry budget is spent. Terminal until an operator retries it.
-    Dead,
-    /// Cancelled on request, or because a job it waited for ended otherwise than it
-    /// required. Terminal.
-    Cancelled,
-    /// Waits for other jobs ([`NewJob::after`], [`crate::NewGroup`]): claimable once each
-    /// has ended as it requires, cancelled as soon as one ended otherwise.
-    Blocked,
-}
-
-impl JobState {
-    /// Every state, in a stable order (used for stats).
-    pub const ALL: [JobState; 7] = [
-        JobState::Blocked,
-        JobState::Queued,
-        JobState::Running,
-        JobState::RetryWait,
-        JobState::Succeeded,
-        JobState::Dead,
-        JobState::Cancelled,
-    ];
-
-    /// Whether the job will not run again on its own.
-    pub fn is_terminal(self) -> bool {
-        matches!(
-            self,
-            JobState::Succeeded | JobState::Dead | JobState::Cancelled
-        )
-    }
-
-    /// Whether the job waits to be claimed (queued or in retry backoff).
-    pub fn is_waiting(self) -> bool {
-        matches!(self, JobState::Queued | JobState::RetryWait)
-    }
-
-    /// A stable one-byte code, used in index keys.
-    pub(crate) fn code(self) -> u8 {
-        match self {
-            JobState::Queued => 0,
-            JobState::Running => 1,
-            JobState::RetryWait => 2,
-            JobState::Succeeded => 3,
-            JobState::Dead => 4,
-            JobState::Cancelled => 5,
-            JobState::Blocked => 6,
-        }
-    }
-
-    pub(crate) fn from_code(code: u8) -> Option<JobState> {
-        JobState::ALL.into_iter().find(|s| s.code() == code)
-    }
-
-    /// The lower-case name used in output (`queued`, `retry_wait`, ...).
-    pub fn name(self) -> &'static str {
-        match self {
-            JobState::Queued => "queued",
-            JobState::Running => "running",
-            JobState::RetryWait => "retry_wait",
-            JobState::Succeeded => "succeeded",
-            JobState::Dead => "dead",
-            JobState::Cancelled => "cancelled",
-            JobState::Blocked => "blocked",
-        }
-    }
-}
-
-impl fmt::Display for JobState {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
 
 /// How long a job's unique key keeps another job with the same key from being enqueued.
 ///

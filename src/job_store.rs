@@ -18,8 +18,9 @@ use std::time::Duration;
 use crate::backend::{End, LeaseBackend, write};
 use crate::error::{Error, Result};
 use crate::ids::{GroupId, JobId, StoreTime};
-use crate::job::{Job, JobState, Run};
+use crate::job::{Job, Run};
 use crate::lease::{Lease, LeaseTerms, Renewal};
+use crate::new_job::NewGroup;
 use crate::new_job::NewJob;
 use crate::protocol;
 use crate::query::{JobFilter, QueueTiming};
@@ -28,8 +29,9 @@ use crate::report::{BulkReport, CheckReport, ReapReport};
 use crate::retry::RetryPolicy;
 use crate::rules::Retry;
 use crate::schedule::{Schedule, ScheduleInfo};
+use crate::state::JobState;
 use crate::stats::Stats;
-use crate::workflow::{Group, NewGroup};
+use crate::workflow::Group;
 
 /// The read side of a store: what an operator's tools ask.
 pub trait ReadJobs: Send + Sync {
@@ -515,7 +517,7 @@ pub trait JobStore: ReadJobs + LeaseBackend {
         timeout: Duration,
     ) -> std::pin::Pin<Box<dyn std::future::Future<Output = u64> + Send + 'a>> {
         Box::pin(async move {
-            match crate::asynchronous::changed(self.notifier(), queue, seen, timeout).await {
+            match self.notifier().changed(queue, seen, timeout).await {
                 Some(generation) => generation,
                 None => self.work_generation(queue),
             }

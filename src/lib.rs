@@ -98,6 +98,7 @@ mod queue;
 mod report;
 mod retry;
 mod schedule;
+mod state;
 mod stats;
 mod workflow;
 
@@ -148,10 +149,10 @@ pub use engine::{Backend, Engine};
 pub use error::{ConfigError, Error, InputError, LeaseLost, OpenError, Result};
 pub use events::{EVENTS_BUFFER, Event, Events};
 pub use ids::{Attempt, GroupId, InstanceId, JobId, StoreTime};
-pub use job::{Job, JobLease, JobState, Outcome, ReclaimPath, Run, Uniqueness};
+pub use job::{Job, JobLease, Outcome, ReclaimPath, Run, Uniqueness};
 pub use job_store::{JobStore, ReadJobs};
 pub use lease::{Lease, LeaseTerms, Renewal};
-pub use new_job::NewJob;
+pub use new_job::{NewGroup, NewJob};
 pub use pool::{
     AnyWrites, AttemptEnded, DEFAULT_MAX_BATCH, DEFAULT_SHUTDOWN_GRACE, DEFAULT_WINDOW,
     Interrupted, Interruption, JobContext, JobError, LATENCY_BOUNDS, LATENCY_BUCKETS, Latencies,
@@ -171,9 +172,10 @@ pub use schedule::{
     CatchUp, MAX_TICKS_PER_PASS, MIN_INTERVAL, ON_TIME, Schedule, ScheduleInfo, Tick, When,
 };
 pub use scheduler::{Scheduler, SchedulerMetrics};
+pub use state::JobState;
 pub use stats::{Counters, QueueCounts, Stats, WriteMetrics};
 pub use workflow::{
-    Group, MAX_DEPENDENCIES, MAX_GROUP_MEMBERS, MAX_GROUP_WAITERS, Need, NewGroup, Require, Target,
+    Group, MAX_DEPENDENCIES, MAX_GROUP_MEMBERS, MAX_GROUP_WAITERS, Need, Require, Target,
 };
 
 /// The redb this build stores into: the application's own tables in the store's file

@@ -16,7 +16,7 @@ use crate::backend::{LeaseBackend, Step};
 use crate::clock::{Clock, ManualClock, StoreClock};
 use crate::error::{Error, Result};
 use crate::ids::{Attempt, GroupId, JobId, StoreTime};
-use crate::job::{Job, JobRecord, JobState, Outcome, Run, RunRecord};
+use crate::job::{Job, JobRecord, Outcome, Run, RunRecord};
 use crate::job_store::{JobStore, ReadJobs};
 use crate::notify::Notifier;
 use crate::protocol::{HeldSchedule, Inserted, NamedRecords, Records};
@@ -25,6 +25,7 @@ use crate::queue::{KeyRecord, QueueRecord, QueueSettings, ServedMarks};
 use crate::report::{CheckReport, ReaperPass};
 use crate::rules;
 use crate::schedule::{ScheduleInfo, ScheduleRecord};
+use crate::state::JobState;
 use crate::stats::{Counters, Stats};
 use crate::workflow::{Group, GroupRecord, Target};
 

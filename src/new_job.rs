@@ -1,5 +1,5 @@
 //! What an application hands the store to enqueue: a job's payload, queue and options,
-//! built step by step. The rule that turns it into a stored record is
+//! built step by step, and a group to open with its callbacks. The rule that turns it into a stored record is
 //! [`crate::rules::new_job`].
 
 use std::time::Duration;
@@ -183,6 +183,35 @@ impl NewJob {
     /// enqueue its key answers would join nothing).
     pub fn in_group(mut self, group: GroupId) -> NewJob {
         self.group = Some(group);
+        self
+    }
+}
+
+/// A group to open ([`crate::JobStore::open_group`]): jobs added to it with
+/// [`NewJob::in_group`] until it is sealed, and callbacks that run once, when the sealed
+/// group's every member has ended (Sidekiq's batch callbacks, Celery's chord).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NewGroup {
+    pub(crate) on_complete: Option<NewJob>,
+    pub(crate) on_success: Option<NewJob>,
+}
+
+impl NewGroup {
+    /// A group with no callback.
+    pub fn new() -> NewGroup {
+        NewGroup::default()
+    }
+
+    /// A job that runs once every member has ended, however (its handler reads the counts
+    /// with [`crate::ReadJobs::group`]).
+    pub fn on_complete(mut self, job: NewJob) -> NewGroup {
+        self.on_complete = Some(job);
+        self
+    }
+
+    /// A job that runs once every member has succeeded; cancelled instead if any did not.
+    pub fn on_success(mut self, job: NewJob) -> NewGroup {
+        self.on_success = Some(job);
         self
     }
 }

@@ -68,10 +68,18 @@ impl Notifier {
         wakers.into_iter().for_each(Waker::wake);
     }
 
-    /// [`Notifier::wait`] for a future: ready with the generation once it differs from
-    /// `seen`, otherwise pending with `cx`'s waker left for the next wake-up.
+    /// [`Notifier::wait`] as a future: the generation of `queue` once it moves past `seen`,
+    /// or `None` after `timeout` (no thread, no polling: the notifier keeps the wakers).
+    #[cfg(feature = "tokio")]
+    pub(crate) async fn changed(&self, queue: &str, seen: u64, timeout: Duration) -> Option<u64> {
+        let changed = std::future::poll_fn(|cx| self.poll_changed(queue, seen, cx));
+        tokio::time::timeout(timeout, changed).await.ok()
+    }
+
+    /// Ready with the generation once it differs from `seen`, otherwise pending with `cx`'s
+    /// waker left for the next wake-up.
     #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
-    pub(crate) fn poll_changed(&self, queue: &str, seen: u64, cx: &mut Context<'_>) -> Poll<u64> {
+    fn poll_changed(&self, queue: &str, seen: u64, cx: &mut Context<'_>) -> Poll<u64> {
         let mut state = self.state.lock();
         let now = state.of(queue);
         if now != seen {

@@ -4,7 +4,8 @@
 use std::time::Duration;
 
 use crate::ids::{JobId, StoreTime};
-use crate::job::{JobRecord, JobState};
+use crate::job::JobRecord;
+use crate::state::JobState;
 
 /// Which jobs to list (or act on in bulk), and in what order. Build it from
 /// `JobFilter::default()` with the fields that matter.

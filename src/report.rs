@@ -5,7 +5,8 @@ use std::time::Duration;
 use bincode::{Decode, Encode};
 
 use crate::ids::{Attempt, JobId, StoreTime};
-use crate::job::{JobState, ReclaimPath};
+use crate::job::ReclaimPath;
+use crate::state::JobState;
 
 /// One lease taken back.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::ids::StoreTime;
-use crate::job::JobState;
+use crate::state::JobState;
 
 macro_rules! lifetime_counters {
     ($($(#[$doc:meta])* $name:ident),* $(,)?) => {

@@ -1,5 +1,5 @@
-//! Plain data of jobs that wait for jobs: a job's dependencies ([`NewJob::after`]) and
-//! groups of jobs with callbacks that run once every member has ended ([`NewGroup`]). What
+//! Plain data of jobs that wait for jobs: a job's dependencies ([`crate::NewJob::after`]) and
+//! groups of jobs with callbacks that run once every member has ended ([`crate::NewGroup`]). What
 //! releases a waiting job is decided in [`crate::rules`] and done by the protocol in the
 //! same transaction as the end that releases it.
 //!
@@ -19,8 +19,7 @@ use std::fmt;
 use bincode::{Decode, Encode};
 
 use crate::ids::{GroupId, JobId, StoreTime};
-use crate::job::JobState;
-use crate::new_job::NewJob;
+use crate::state::JobState;
 
 /// The most dependencies one job may have.
 pub const MAX_DEPENDENCIES: usize = 64;
@@ -245,34 +244,5 @@ impl Group {
 impl fmt::Debug for Group {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         self.0.fmt(f)
-    }
-}
-
-/// A group to open ([`crate::JobStore::open_group`]): jobs added to it with
-/// [`NewJob::in_group`] until it is sealed, and callbacks that run once, when the sealed
-/// group's every member has ended (Sidekiq's batch callbacks, Celery's chord).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct NewGroup {
-    pub(crate) on_complete: Option<NewJob>,
-    pub(crate) on_success: Option<NewJob>,
-}
-
-impl NewGroup {
-    /// A group with no callback.
-    pub fn new() -> NewGroup {
-        NewGroup::default()
-    }
-
-    /// A job that runs once every member has ended, however (its handler reads the counts
-    /// with [`crate::ReadJobs::group`]).
-    pub fn on_complete(mut self, job: NewJob) -> NewGroup {
-        self.on_complete = Some(job);
-        self
-    }
-
-    /// A job that runs once every member has succeeded; cancelled instead if any did not.
-    pub fn on_success(mut self, job: NewJob) -> NewGroup {
-        self.on_success = Some(job);
-        self
     }
 }

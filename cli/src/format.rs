@@ -1,5 +1,5 @@
 //! How the tool prints: durations as `1m30s`, store times relative to now, aligned tables,
-//! payloads as text or hex.
+//! payloads as text or hex, and values as JSON.
 
 use std::time::Duration;
 
@@ -161,6 +161,14 @@ pub fn metadata(pairs: &[(String, String)]) -> String {
         .map(|(k, v)| format!("{k}={v}"))
         .collect::<Vec<_>>()
         .join(",")
+}
+
+/// `value` as pretty JSON on standard output (a failure to encode said on standard error).
+pub fn print_json(value: &impl serde::Serialize) {
+    match serde_json::to_string_pretty(value) {
+        Ok(s) => println!("{s}"),
+        Err(e) => eprintln!("leasehold: cannot print JSON: {e}"),
+    }
 }
 
 #[cfg(test)]

@@ -15,7 +15,7 @@ use super::target::Reader;
 use serde::Serialize;
 
 use super::SortArg;
-use super::format::{self, Table, dms, ms};
+use super::format::{self, Table, dms, ms, print_json};
 
 /// A job as the JSON output shows it (store times in milliseconds on the store clock).
 #[derive(Serialize)]
@@ -216,13 +216,6 @@ fn open(db: &Path) -> Result<Reader, Error> {
         );
     }
     Ok(store)
-}
-
-pub fn print_json(value: &impl Serialize) {
-    match serde_json::to_string_pretty(value) {
-        Ok(s) => println!("{s}"),
-        Err(e) => eprintln!("leasehold: cannot print JSON: {e}"),
-    }
 }
 
 pub fn stats(db: &Path, json: bool) -> Result<ExitCode, Error> {

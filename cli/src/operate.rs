@@ -8,8 +8,7 @@ use std::time::Duration;
 use leasehold::{Error, JobId, JobState, NewJob, OpenError, Sharing, Store, StoreReader};
 use serde::Serialize;
 
-use super::format::{self, dms};
-use super::inspect::print_json;
+use super::format::{self, dms, print_json};
 use super::target::{Writer, open_postgres, postgres_url};
 
 /// Opens the store for writing: a database by its URL (its tables made if missing), a file

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::ids::{Attempt, GroupId, JobId};
-use crate::job::JobState;
+use crate::state::JobState;
 
 /// Everything a store operation can fail with.
 #[derive(Debug, thiserror::Error)]

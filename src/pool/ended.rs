@@ -11,8 +11,9 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 
 use crate::ids::{Attempt, JobId};
-use crate::job::{JobState, Outcome};
+use crate::job::Outcome;
 use crate::lease::Lease;
+use crate::state::JobState;
 
 /// An attempt of this pool's that ended in the store through the pool's own write.
 ///

@@ -39,9 +39,9 @@ use crate::clock::RealDeadline;
 use crate::config::LeaseSettings;
 use crate::error::{Error, Result};
 use crate::ids::{Attempt, JobId, StoreTime};
-use crate::job::JobState;
 use crate::job_store::JobStore;
 use crate::lease::{Lease, LeaseTerms};
+use crate::state::JobState;
 pub(crate) use context::AttemptState;
 #[cfg(feature = "testing")]
 pub(crate) use run::failure_of_rolled_back_completion;

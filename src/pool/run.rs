@@ -15,8 +15,9 @@ use super::{Flight, Shared};
 use crate::backend::{AnyWrites, End};
 use crate::clock::Stopwatch;
 use crate::error::Error;
-use crate::job::{JobState, Outcome};
+use crate::job::Outcome;
 use crate::rules::{self, Retry};
+use crate::state::JobState;
 
 pub(crate) fn worker_loop(shared: &Shared, jobs: &Receiver<Flight>, slots: &Sender<()>) {
     for flight in jobs.iter() {

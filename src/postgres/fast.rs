@@ -17,17 +17,17 @@ use postgres::types::ToSql;
 
 use super::Prepared;
 use super::named::{queue_columns, queue_from};
-use super::records::{PgRecords, Tx};
 use super::rows::{Col, attempt, clamp, id, key, metadata_column, micros, time};
+use super::transaction::{PgRecords, Tx};
 use crate::batches::Batch;
 use crate::error::{Error, Result};
 use crate::ids::{Attempt, JobId, StoreTime};
 use crate::input;
-use crate::job::JobState;
 use crate::lease::{Lease, LeaseTerms, Renewal};
 use crate::new_job::NewJob;
 use crate::protocol::{self, Records};
 use crate::rules;
+use crate::state::JobState;
 
 // ----- enqueue: `protocol::enqueue` for jobs no unique key can answer -----
 

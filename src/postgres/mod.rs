@@ -26,6 +26,7 @@ mod rows;
 mod schema;
 mod schema_check;
 mod store;
+mod transaction;
 mod vacuum;
 
 use std::sync::Arc;
@@ -442,13 +443,13 @@ impl PgStore {
     /// processes', by the `NOTIFY` it sent).
     fn records<T>(
         &self,
-        mut f: impl FnMut(&mut records::PgRecords<'_, '_, '_>) -> Result<T>,
+        mut f: impl FnMut(&mut transaction::PgRecords<'_, '_, '_>) -> Result<T>,
     ) -> Result<T> {
         let settings = self.settings();
         let mut readied = std::collections::BTreeSet::new();
         let mut events = Vec::new();
         let answer = self.in_transaction(|tx, p| {
-            let mut r = records::PgRecords::new(tx, p, settings);
+            let mut r = transaction::PgRecords::new(tx, p, settings);
             r.events = crate::events::Pending::of(&self.inner.hub);
             let answer = f(&mut r);
             readied = r.readied_queues();

@@ -7,8 +7,8 @@ use postgres::Transaction;
 use postgres::types::ToSql;
 
 use super::Prepared;
-use super::records::PgRecords;
 use super::rows::{Col, id, micros, time, us};
+use super::transaction::PgRecords;
 use crate::codec;
 use crate::error::{Error, Result};
 use crate::ids::StoreTime;
@@ -42,6 +42,9 @@ impl PgRecords<'_, '_, '_> {
 
 impl NamedRecords for PgRecords<'_, '_, '_> {
     fn queue(&mut self, queue: &str, lock: bool) -> Result<Option<QueueRecord>> {
+        if lock {
+            self.waited();
+        }
         queue_record(self.tx, self.p, queue, lock)
     }
 
@@ -103,6 +106,7 @@ impl NamedRecords for PgRecords<'_, '_, '_> {
             "SELECT running, head, recent, {s}.us(opens_at) FROM {s}.leasehold_limit_keys
              WHERE queue = $1 AND key = $2 FOR UPDATE",
         )?;
+        self.waited();
         if self.tx.query_opt(&st, &[&queue, &key])?.is_none() {
             // Made (empty) and locked, so that two transactions that find none are one
             // after the other; an empty record is removed again by the save.
@@ -185,6 +189,7 @@ impl NamedRecords for PgRecords<'_, '_, '_> {
     /// are one after the other; an empty row is no schedule, and a transaction that finds
     /// none and writes none is rolled back by its error or leaves only that row.
     fn schedule(&mut self, name: &str) -> Result<Option<ScheduleRecord>> {
+        self.waited();
         let st = self.get(
             "INSERT INTO {s}.leasehold_schedules (name, record) VALUES ($1, '') ON CONFLICT DO NOTHING",
         )?;

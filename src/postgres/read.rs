@@ -7,10 +7,11 @@ use std::time::Duration;
 use postgres::Transaction;
 
 use super::rows::{Col, attempt, job_by, job_columns, key, outcome_from, record, time};
-use super::{Prepared, records::now};
+use super::{Prepared, transaction::now};
 use crate::error::{Error, Result};
 use crate::ids::{JobId, StoreTime};
-use crate::job::{JobRecord, JobState, RunRecord};
+use crate::job::{JobRecord, RunRecord};
+use crate::state::JobState;
 use crate::stats::{Counters, Stats};
 
 type Tx<'a, 'b> = &'a mut Transaction<'b>;

@@ -5,18 +5,17 @@
 //! `fast.rs` keeps it); queues, limit keys and schedules are `named.rs`'s. Nothing here
 //! decides what becomes of a job.
 
-use std::collections::BTreeSet;
 use std::time::Duration;
 
-use postgres::Transaction;
 use postgres::types::ToSql;
 
 use super::rows::{
     Col, clamp, flow_column, id, job_by, job_columns, key, metadata_column, micros,
-    outcome_columns, time, unique_for_us, us,
+    outcome_columns, unique_for_us, us,
 };
 use super::schema::key_held;
-use super::{PgError, Prepared, Settings, fast};
+use super::transaction::{PgRecords, notify, now};
+use super::{PgError, fast};
 use crate::codec;
 use crate::error::{Error, Result};
 use crate::ids::{Attempt, GroupId, JobId, StoreTime};
@@ -27,69 +26,6 @@ use crate::protocol::{Inserted, Policy, Position, Records};
 use crate::rules;
 use crate::stats::Counters;
 use crate::workflow::{GroupRecord, Target};
-
-pub(crate) type Tx<'a, 'b> = &'a mut Transaction<'b>;
-
-const NOW: &str = "SELECT {s}.us({now})";
-
-/// The store's clock: the database's.
-pub(crate) fn now(tx: Tx<'_, '_>, p: &mut Prepared<'_>) -> Result<StoreTime> {
-    let st = p.get(tx, NOW)?;
-    Ok(time(tx.query_one(&st, &[])?.col(0)?))
-}
-
-/// Tells listening stores on every machine that `queue` has work, when this transaction
-/// commits (PostgreSQL folds repeats of one payload within a transaction into one).
-pub(crate) fn notify(tx: Tx<'_, '_>, p: &mut Prepared<'_>, queue: &str) -> Result<()> {
-    let st = p.get(tx, "SELECT pg_notify($1, $2)")?;
-    tx.execute(&st, &[&p.names.channel, &queue])?;
-    Ok(())
-}
-
-/// One transaction of a [`super::PgStore`], as the protocol sees it.
-pub(crate) struct PgRecords<'a, 'b, 'c> {
-    pub tx: &'a mut Transaction<'b>,
-    pub p: &'a mut Prepared<'c>,
-    settings: &'a Settings,
-    /// Queues already notified in this transaction.
-    notified: BTreeSet<String>,
-    /// Its store time, read once: every decision of one transaction is made at one time,
-    /// as a redb transaction's is (and each reading is a round trip).
-    now: Option<StoreTime>,
-    /// Its events, for the subscribers once it commits.
-    pub events: crate::events::Pending,
-}
-
-impl<'a, 'b, 'c> PgRecords<'a, 'b, 'c> {
-    pub(crate) fn new(
-        tx: &'a mut Transaction<'b>,
-        p: &'a mut Prepared<'c>,
-        settings: &'a Settings,
-    ) -> PgRecords<'a, 'b, 'c> {
-        PgRecords {
-            tx,
-            p,
-            settings,
-            notified: BTreeSet::new(),
-            now: None,
-            events: Default::default(),
-        }
-    }
-
-    /// The queues this transaction readied (and notified).
-    pub(crate) fn readied_queues(&mut self) -> BTreeSet<String> {
-        std::mem::take(&mut self.notified)
-    }
-
-    /// Whether the one-statement shortcuts of `fast.rs` are taken.
-    pub(crate) fn shortcuts(&self) -> bool {
-        self.settings.shortcuts
-    }
-
-    pub(super) fn get(&mut self, template: &'static str) -> Result<postgres::Statement> {
-        self.p.get(self.tx, template)
-    }
-}
 
 const JOB_LOCKED: &str = concat!(
     "SELECT ",
@@ -242,6 +178,7 @@ impl Records for PgRecords<'_, '_, '_> {
 
     fn job(&mut self, job: JobId) -> Result<Option<JobRecord>> {
         let st = self.get(JOB_LOCKED)?;
+        self.waited();
         job_by(self.tx, &st, job)
     }
 
@@ -254,6 +191,7 @@ impl Records for PgRecords<'_, '_, '_> {
                 .collect();
         }
         let st = self.get(JOBS_LOCKED)?;
+        self.waited();
         let mut keys: Vec<i64> = ids.iter().map(|&id| key(id)).collect();
         keys.sort_unstable();
         (self.tx.query(&st, &[&keys])?.iter())
@@ -263,6 +201,7 @@ impl Records for PgRecords<'_, '_, '_> {
 
     fn insert(&mut self, job: JobRecord, payload: &[u8]) -> Result<Inserted> {
         let st = self.get(INSERT)?;
+        self.waited();
         let max_attempts = i64::from(job.max_attempts);
         let time_limit = job.time_limit.map(micros);
         let unique_for = unique_for_us(job.uniqueness);
@@ -663,6 +602,7 @@ impl Records for PgRecords<'_, '_, '_> {
 
     fn group(&mut self, group: GroupId) -> Result<Option<GroupRecord>> {
         let st = self.get("SELECT record FROM {s}.leasehold_groups WHERE id = $1 FOR UPDATE")?;
+        self.waited();
         match self.tx.query_opt(&st, &[&clamp(group.0)])? {
             Some(row) => codec::decode(row.col::<&[u8]>(0)?)
                 .map(Some)

@@ -9,7 +9,8 @@ use postgres::types::FromSql;
 use super::PgError;
 use crate::error::{Error, Result};
 use crate::ids::{Attempt, JobId, StoreTime};
-use crate::job::{JobRecord, JobState, LeaseRecord, Outcome, ReclaimPath, Uniqueness};
+use crate::job::{JobRecord, LeaseRecord, Outcome, ReclaimPath, Uniqueness};
+use crate::state::JobState;
 
 /// A column of a row read as the type leasehold made it with: every value read goes through
 /// here, never `Row::get` (which panics), so a table whose column was altered by hand is a

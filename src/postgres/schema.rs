@@ -516,7 +516,7 @@ pub(crate) fn prepare(client: &mut Client, names: &Names, create: bool) -> Resul
     if upgraded.is_some_and(|v| v <= 5) {
         tx.batch_execute(&names.sql(since_6!()))?;
     }
-    super::schema_check::check_tables(&mut tx, names)?;
+    super::schema_check::check_tables(&mut tx, &names.schema)?;
     if let Some(older) = upgraded {
         tx.execute(
             &names.sql("UPDATE {s}.leasehold_meta SET value = $1 WHERE key = 'schema_version'"),

@@ -4,7 +4,6 @@
 
 use super::PgError;
 use super::rows::Col;
-use super::schema::Names;
 use crate::error::Result;
 
 /// Every column leasehold reads or writes, with the type it made it with (PostgreSQL's
@@ -131,9 +130,9 @@ const FUNCTIONS: &[&str] = &["us", "at", "clock", "add_job"];
 
 /// Refuses a store whose tables were altered by hand, naming what changed: a column's type
 /// that a read would fail on (or worse, read wrongly), a missing column, index or function.
-pub(super) fn check_tables(tx: &mut postgres::Transaction<'_>, names: &Names) -> Result<()> {
+pub(super) fn check_tables(tx: &mut postgres::Transaction<'_>, schema: &str) -> Result<()> {
     let altered = |detail: String| PgError::SchemaAltered {
-        schema: Some(names.schema.clone()),
+        schema: Some(schema.to_owned()),
         detail,
     };
     let found: Vec<(String, String, String)> = tx
@@ -144,7 +143,7 @@ pub(super) fn check_tables(tx: &mut postgres::Transaction<'_>, names: &Names) ->
              JOIN pg_namespace n ON n.oid = c.relnamespace
              JOIN pg_type t ON t.oid = a.atttypid
              WHERE n.nspname = $1 AND c.relkind = 'r' AND a.attnum > 0 AND NOT a.attisdropped",
-            &[&names.schema],
+            &[&schema],
         )?
         .iter()
         .map(|row| Ok((row.col(0)?, row.col(1)?, row.col(2)?)))
@@ -166,7 +165,7 @@ pub(super) fn check_tables(tx: &mut postgres::Transaction<'_>, names: &Names) ->
     let indexes: Vec<String> = tx
         .query(
             "SELECT indexname::text FROM pg_indexes WHERE schemaname = $1",
-            &[&names.schema],
+            &[&schema],
         )?
         .iter()
         .map(|row| row.col(0))
@@ -178,7 +177,7 @@ pub(super) fn check_tables(tx: &mut postgres::Transaction<'_>, names: &Names) ->
         .query(
             "SELECT p.proname::text FROM pg_proc p
              JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = $1",
-            &[&names.schema],
+            &[&schema],
         )?
         .iter()
         .map(|row| row.col(0))

@@ -1,18 +1,19 @@
 //! The public operations of a [`PgStore`]: the same calls, arguments and answers as
 //! [`crate::Store`]'s, each one transaction of [`protocol`].
 
-use super::records::PgRecords;
+use super::transaction::PgRecords;
 use super::{PgStore, Prepared};
 use super::{fast, read};
 use crate::backend::LeaseBackend;
 use crate::error::{Error, Result};
 use crate::ids::{JobId, StoreTime};
-use crate::job::{Job, JobState, Run};
+use crate::job::{Job, Run};
 use crate::job_store::{JobStore, ReadJobs};
 use crate::lease::Lease;
 use crate::new_job::NewJob;
 use crate::pool::Output;
 use crate::protocol;
+use crate::state::JobState;
 use crate::stats::Stats;
 
 /// The application's side of a leasehold transaction on PostgreSQL: its own SQL and
@@ -220,7 +221,7 @@ impl ReadJobs for PgStore {
     /// Store time: the database's clock, in nanoseconds since the Unix epoch (PostgreSQL
     /// keeps microseconds).
     fn now(&self) -> Result<StoreTime> {
-        self.in_transaction(super::records::now)
+        self.in_transaction(super::transaction::now)
     }
 
     /// The job, if it exists.

@@ -8,11 +8,12 @@ use super::Records;
 use crate::error::{Error, Result};
 use crate::ids::{Attempt, JobId};
 use crate::input;
-use crate::job::{JobRecord, JobState, ReclaimPath};
+use crate::job::{JobRecord, ReclaimPath};
 use crate::lease::Renewal;
 use crate::report::Reclaim;
 use crate::retry::RetryPolicy;
 use crate::rules::{self, Change, Renewed, Retry, Stage, Write, corrupt_running};
+use crate::state::JobState;
 
 /// Renews the lease by its length from now (up to the attempt's deadline) if the caller
 /// still holds it, storing progress. A cancel requested meanwhile ends the attempt here and

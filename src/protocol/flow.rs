@@ -1,7 +1,7 @@
 //! Jobs that wait for jobs, in the transaction that changes them: a new job's dependencies
 //! found and linked, the release that every end of an awaited job makes ([`settle`]), the
-//! re-arming a retry makes ([`unsettle`]), and groups opened, sealed and cancelled. What
-//! becomes of each waiter and group is the rule book's ([`crate::rules`]).
+//! re-arming a retry makes ([`unsettle`]); groups' own calls are `group.rs`'s. What becomes
+//! of each waiter and group is the rule book's ([`crate::rules`]).
 //!
 //! The release is part of the end that causes it: [`super::attempt::store_end`] (every end
 //! of an attempt, past the fence) and a cancel call [`settle`] in their own transaction, so
@@ -11,10 +11,11 @@
 use super::Records;
 use crate::error::{Error, Result};
 use crate::ids::{GroupId, JobId, StoreTime};
-use crate::job::{JobRecord, JobState};
+use crate::job::JobRecord;
 use crate::new_job::NewJob;
 use crate::rules;
-use crate::workflow::{GroupRecord, Need, NewGroup, Target};
+use crate::state::JobState;
+use crate::workflow::{GroupRecord, Need, Target};
 
 /// A new job's dependencies as they stand, and the group it joins, checked before anything
 /// is written: each dependency exists (a job, or a sealed group; the open group's own
@@ -137,7 +138,7 @@ type Ended = (Target, JobState, Option<GroupId>);
 /// Settles each end in `ended` and every end it causes in turn, a round at a time: each
 /// group counts a round's ends of its members with one write, and the jobs waiting for a
 /// round's jobs are found with one search.
-fn walk(r: &mut (impl Records + ?Sized), mut ended: Vec<Ended>) -> Result<()> {
+pub(super) fn walk(r: &mut (impl Records + ?Sized), mut ended: Vec<Ended>) -> Result<()> {
     let now = r.now()?;
     while !ended.is_empty() {
         let round = std::mem::take(&mut ended);
@@ -270,91 +271,4 @@ fn standing(r: &mut (impl Records + ?Sized), waiter: &JobRecord) -> Result<Vec<N
         };
     }
     Ok(fresh)
-}
-
-/// Opens a group with its callbacks, each a job blocked until the group ends
-/// ([`NewGroup`]). Returns the group's id.
-pub(crate) fn open_group(r: &mut (impl Records + ?Sized), new: &NewGroup) -> Result<GroupId> {
-    rules::check_callbacks(new)?;
-    let max_payload = r.policy().max_payload;
-    let callbacks = [(&new.on_complete, true), (&new.on_success, false)];
-    for (job, _) in &callbacks {
-        if let Some(job) = job {
-            crate::input::check_new_job(job, max_payload)?;
-        }
-    }
-    let now = r.now()?;
-    let id = r.insert_group(rules::new_group(GroupId(0), now))?;
-    for (job, any_end) in callbacks {
-        if let Some(job) = job {
-            let require = match any_end {
-                true => crate::Require::any_end(),
-                false => crate::Require::success(),
-            };
-            let callback = job.clone().after_with(Target::Group(id), require);
-            super::operate::enqueue_as(r, &callback, true, None)?;
-        }
-    }
-    Ok(id)
-}
-
-/// Enqueues `members` into the open group `id`, its record read and written once for all
-/// of them (each member is enqueued as [`super::enqueue`] would, with its group set).
-pub(crate) fn enqueue_members(
-    r: &mut (impl Records + ?Sized),
-    id: GroupId,
-    members: &[NewJob],
-) -> Result<Vec<JobId>> {
-    let mut group = r.group(id)?.ok_or(Error::GroupNotFound(id))?;
-    let mut ids = Vec::with_capacity(members.len());
-    for member in members {
-        let member = NewJob {
-            group: Some(id),
-            ..member.clone()
-        };
-        ids.push(super::operate::enqueue_as(
-            r,
-            &member,
-            false,
-            Some(&mut group),
-        )?);
-    }
-    r.save_group(&group)?;
-    Ok(ids)
-}
-
-/// Seals a group: no job joins it any more, and it ends once every member has (at once,
-/// if every one has). Sealing a sealed group changes nothing.
-pub(crate) fn seal_group(r: &mut (impl Records + ?Sized), id: GroupId) -> Result<()> {
-    let group = r.group(id)?.ok_or(Error::GroupNotFound(id))?;
-    if group.sealed {
-        return Ok(());
-    }
-    let (sealed, over) = rules::sealed(&group, r.now()?);
-    r.save_group(&sealed)?;
-    match (over, sealed.outcome()) {
-        (true, Some(outcome)) => walk(r, vec![(Target::Group(id), outcome, None)]),
-        _ => Ok(()),
-    }
-}
-
-/// Cancels a group: its callbacks (and whatever waits for it) cancelled first, so that none
-/// runs; then sealed; then every member not yet ended cancelled (waiting ones at once,
-/// running ones at their next heartbeat, as [`super::cancel`] does). Returns how many jobs
-/// it cancelled or flagged.
-pub(crate) fn cancel_group(r: &mut (impl Records + ?Sized), id: GroupId) -> Result<usize> {
-    let group = r.group(id)?.ok_or(Error::GroupNotFound(id))?;
-    let mut changed = 0;
-    for waiter in group.waiters {
-        if r.job(waiter)?.is_some_and(|j| j.state == JobState::Blocked) {
-            changed += usize::from(super::cancel(r, waiter)?.1);
-        }
-    }
-    seal_group(r, id)?;
-    for member in r.members(id)? {
-        if r.job(member)?.is_some_and(|j| !j.state.is_terminal()) {
-            changed += usize::from(super::cancel(r, member)?.1);
-        }
-    }
-    Ok(changed)
 }

@@ -22,13 +22,15 @@
 //! | `records.rs` | what an engine implements: records loaded and saved in a transaction |
 //! | `attempt.rs` | an attempt's life: granted, renewed, ended, expired |
 //! | `claim.rs` | claims: the claim order, takeover, a queue's limits |
-//! | `flow.rs` | jobs that wait for jobs: links made at enqueue, released by ends, groups |
+//! | `flow.rs` | jobs that wait for jobs: links made at enqueue, released by ends |
+//! | `group.rs` | groups: opened with their callbacks, members enqueued, sealed, cancelled |
 //! | `keys.rs` | limits per key: each change of a keyed job counts its key and moves its head |
 //! | `operate.rs` | the rest: enqueue, cancel, retry, reclaims, queues' settings, schedules |
 
 mod attempt;
 mod claim;
 mod flow;
+mod group;
 mod keys;
 mod operate;
 mod records;
@@ -43,7 +45,7 @@ pub(crate) use claim::{capped, next_claim, noted, room};
 pub(crate) use claim::{claim_batch, claim_job, claim_plan};
 #[cfg(feature = "postgres")]
 pub(crate) use flow::settle_all;
-pub(crate) use flow::{cancel_group, enqueue_members, open_group, seal_group};
+pub(crate) use group::{cancel_group, enqueue_members, open_group, seal_group};
 #[cfg(feature = "postgres")]
 pub(crate) use keys::ended as key_ended;
 pub(crate) use operate::{

@@ -8,13 +8,14 @@ use crate::batches::Batch;
 use crate::error::{Error, Result};
 use crate::ids::{JobId, StoreTime};
 use crate::input;
-use crate::job::{JobRecord, JobState, ReclaimPath};
+use crate::job::{JobRecord, ReclaimPath};
 use crate::new_job::NewJob;
 use crate::queue::QueueLimits;
 use crate::report::Reclaim;
 use crate::retry::RetryPolicy;
 use crate::rules::{self, Firing};
 use crate::schedule::Schedule;
+use crate::state::JobState;
 use crate::workflow::GroupRecord;
 
 /// Enqueues a job; with a unique key that another job holds ([`rules::holds_key`]), returns

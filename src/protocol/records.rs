@@ -13,12 +13,13 @@
 use crate::error::Result;
 use crate::events::Pending;
 use crate::ids::{Attempt, GroupId, JobId, StoreTime};
-use crate::job::{JobRecord, JobState, Outcome, RunRecord};
+use crate::job::{JobRecord, Outcome, RunRecord};
 use crate::lease::{Lease, LeaseTerms, Renewal};
 use crate::new_job::NewJob;
 use crate::queue::{KeyRecord, QueueRecord};
 use crate::rules;
 use crate::schedule::ScheduleRecord;
+use crate::state::JobState;
 use crate::stats::Counters;
 use crate::workflow::{GroupRecord, Target};
 

@@ -5,13 +5,13 @@ use redb::{Key, Table, TableDefinition, TableHandle, Value, WriteTransaction};
 
 use crate::error::{InputError, Result};
 use crate::ids::{JobId, StoreTime};
-use crate::job::JobState;
 use crate::lease::Lease;
 use crate::new_job::NewJob;
 use crate::pool::Output;
 use crate::protocol::{self, End};
 use crate::redb_store::writing::Tx;
 use crate::rules::Retry;
+use crate::state::JobState;
 
 /// The prefix of the store's own table names in the file; the application's tables live
 /// beside them under any other name.

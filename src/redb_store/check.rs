@@ -6,13 +6,14 @@ use redb::{ReadTransaction, ReadableTable};
 
 use crate::codec;
 use crate::error::{Error, Result};
-use crate::job::{JobState, RunRecord};
+use crate::job::RunRecord;
 use crate::queue::KeyRecord;
 use crate::redb_store::index::entries;
 use crate::redb_store::reading::optional;
 use crate::redb_store::schema;
 use crate::redb_store::writing::decode_job;
 use crate::report::CheckReport;
+use crate::state::JobState;
 
 type Ready = BTreeMap<(String, i32, u64, u64), ()>;
 type Expiry = BTreeMap<(String, u64, u64), ()>;

@@ -6,8 +6,9 @@
 
 use crate::codec;
 use crate::error::Result;
-use crate::job::{JobRecord, JobState};
+use crate::job::JobRecord;
 use crate::redb_store::writing::{Tables, Tx};
+use crate::state::JobState;
 
 /// The index entries one job record implies, borrowing the record's strings (this runs twice
 /// on every write, so it allocates nothing).

@@ -42,6 +42,7 @@ mod records;
 mod schema;
 mod search;
 mod shared;
+mod snapshots;
 mod started;
 mod store;
 mod store_reader;

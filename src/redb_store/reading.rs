@@ -9,111 +9,13 @@ use redb::{ReadTransaction, ReadableTable, TableDefinition};
 use crate::codec;
 use crate::error::{Error, Result};
 use crate::ids::{JobId, StoreTime};
-use crate::job::{Job, JobRecord, JobState, Run, RunRecord};
+use crate::job::{Job, JobRecord, Run, RunRecord};
 use crate::query::{JobFilter, JobOrder, QueueTiming};
 use crate::queue::QueueRecord;
 use crate::redb_store::schema::{self, meta_key};
 use crate::redb_store::writing::decode_job;
+use crate::state::JobState;
 use crate::stats::Stats;
-
-/// A handle the read side reads a redb file through: the [`crate::Store`] and the read-only
-/// [`crate::StoreReader`] alike. What they read, and how, is written once below.
-pub(crate) trait Snapshots: Send + Sync {
-    /// A read snapshot of the file.
-    fn snapshot(&self) -> Result<ReadTransaction>;
-    /// Store time now.
-    fn store_time(&self) -> StoreTime;
-    /// Runs `f` on a read snapshot, a damaged page reported as corruption (see
-    /// [`contained`]).
-    fn reading<T>(&self, what: &str, f: impl FnOnce(&ReadTransaction) -> Result<T>) -> Result<T> {
-        contained(what, || f(&self.snapshot()?))
-    }
-}
-
-impl<S: Snapshots> crate::ReadJobs for S {
-    fn now(&self) -> Result<StoreTime> {
-        Ok(self.store_time())
-    }
-
-    fn job(&self, id: JobId) -> Result<Option<Job>> {
-        self.reading("a job record", |read| job(read, id))
-    }
-
-    fn history(&self, id: JobId) -> Result<Vec<Run>> {
-        self.reading("a job's history", |read| history(read, id))
-    }
-
-    fn payload(&self, id: JobId) -> Result<Option<Vec<u8>>> {
-        self.reading("a payload", |read| bytes(read, schema::PAYLOADS, id))
-    }
-
-    fn output(&self, id: JobId) -> Result<Option<Vec<u8>>> {
-        self.reading("an output", |read| bytes(read, schema::OUTPUTS, id))
-    }
-
-    fn group(&self, id: crate::GroupId) -> Result<Option<crate::Group>> {
-        self.reading("a group's record", |read| {
-            let Some(groups) = optional(read, schema::GROUPS)? else {
-                return Ok(None);
-            };
-            let Some(bytes) = groups.get(id.0)? else {
-                return Ok(None);
-            };
-            let record = codec::decode(bytes.value())
-                .map_err(|e| Error::Corrupt(format!("the record of group {id}: {e}")))?;
-            Ok(Some(crate::Group(record)))
-        })
-    }
-
-    fn waiters(&self, id: JobId) -> Result<Vec<JobId>> {
-        self.reading("what waits for a job", |read| {
-            let Some(waits) = optional(read, schema::WAITS)? else {
-                return Ok(Vec::new());
-            };
-            let mut found = Vec::new();
-            for entry in waits.range((id.0, 0)..=(id.0, u64::MAX))? {
-                let waiter = JobId(entry?.0.value().1);
-                if record(read, waiter)?.is_some() {
-                    found.push(waiter);
-                }
-            }
-            Ok(found)
-        })
-    }
-
-    /// Reads the records (for operators and tools), running and waiting ones through their
-    /// index.
-    fn jobs(&self, filter: &JobFilter) -> Result<Vec<Job>> {
-        let now = self.store_time();
-        self.reading("the job records", |read| list(read, filter, now))
-    }
-
-    fn timing(&self, queue: &str) -> Result<QueueTiming> {
-        let now = self.store_time();
-        self.reading("the queue's schedule", |read| timing(read, queue, now))
-    }
-
-    /// Reads the `counts` index, not the jobs.
-    fn stats(&self) -> Result<Stats> {
-        let now = self.store_time();
-        self.reading("the counts", |read| stats(read, now))
-    }
-
-    fn queue_settings(&self, queue: &str) -> Result<crate::QueueSettings> {
-        self.reading("the queue's record", |read| queue_settings(read, queue))
-    }
-
-    fn schedules(&self) -> Result<Vec<crate::ScheduleInfo>> {
-        self.reading("the schedules", schedules)
-    }
-
-    /// Proves the indexes match the records (like SQLite's `PRAGMA integrity_check`): every
-    /// index entry is implied by a record, every record has all of its entries, the counts
-    /// are right, and history has one record per attempt.
-    fn check(&self) -> Result<crate::report::CheckReport> {
-        self.reading("the whole store", crate::redb_store::check::check)
-    }
-}
 
 /// Runs a read, turning a panic of the storage engine into [`Error::Corrupt`] naming `what`
 /// was being read: redb panics on some damaged pages, and a damaged file must be an error the
@@ -142,7 +44,7 @@ pub(crate) fn job(read: &ReadTransaction, id: JobId) -> Result<Option<Job>> {
     record(read, id).map(|record| record.map(Job))
 }
 
-fn record(read: &ReadTransaction, id: JobId) -> Result<Option<JobRecord>> {
+pub(crate) fn record(read: &ReadTransaction, id: JobId) -> Result<Option<JobRecord>> {
     let jobs = read.open_table(schema::JOBS)?;
     match jobs.get(id.0)? {
         Some(b) => decode_job(b.value()).map(Some),

@@ -7,7 +7,7 @@ use redb::ReadableTable;
 use crate::codec;
 use crate::error::{Error, Result};
 use crate::ids::{Attempt, GroupId, JobId, StoreTime};
-use crate::job::{JobRecord, JobState, Outcome, RunRecord};
+use crate::job::{JobRecord, Outcome, RunRecord};
 use crate::protocol::{HeldSchedule, Inserted, NamedRecords, Policy, Position, Records};
 use crate::queue::{KeyRecord, QueueRecord};
 use crate::redb_store::schema::meta_key;
@@ -15,6 +15,7 @@ use crate::redb_store::writing::{Tx, load, read_u64, write_u64};
 use crate::redb_store::{index, search};
 use crate::rules;
 use crate::schedule::ScheduleRecord;
+use crate::state::JobState;
 use crate::stats::Counters;
 use crate::workflow::{GroupRecord, Target};
 

@@ -5,7 +5,7 @@ use redb::ReadableTable;
 
 use crate::error::Result;
 use crate::ids::{JobId, StoreTime};
-use crate::job::JobState;
+use crate::state::JobState;
 
 /// The first entry of `queue` in an expiry index, a writer's or a reader's, at or before
 /// `bound`: the indexed expiry and its job.

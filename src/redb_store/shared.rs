@@ -14,17 +14,18 @@ use crate::batches::Batch;
 use crate::error::Result;
 use crate::ids::InstanceId;
 use crate::ids::{Attempt, JobId};
-use crate::job::{JobState, ReclaimPath};
+use crate::job::ReclaimPath;
 use crate::protocol::{Stages, expire};
 use crate::redb_store::instance::{self, Liveness, Registration};
 use crate::redb_store::neighbours::{Neighbours, Survivor};
 use crate::redb_store::reading;
-use crate::redb_store::reading::Snapshots as _;
+use crate::redb_store::snapshots::Snapshots as _;
 use crate::redb_store::started;
 use crate::redb_store::store::{Inner, Store};
 use crate::redb_store::writing::{Tx, load};
 use crate::report::ReapReport;
 use crate::report::Reclaim;
+use crate::state::JobState;
 
 impl Store {
     /// Starts watching the other processes, when several share the store: after recovery at

@@ -23,7 +23,7 @@ use crate::redb_store::app_transaction::Transaction;
 use crate::redb_store::group::{CommitShape, Group};
 use crate::redb_store::neighbours::Neighbours;
 use crate::redb_store::reading;
-use crate::redb_store::reading::Snapshots as _;
+use crate::redb_store::snapshots::Snapshots as _;
 use crate::redb_store::started::{self, StartedTable};
 use crate::redb_store::writing::{Policy, Tx};
 use crate::report::{ReapReport, Reclaim};
@@ -363,7 +363,7 @@ impl Drop for Inner {
     }
 }
 
-impl reading::Snapshots for Store {
+impl crate::redb_store::snapshots::Snapshots for Store {
     fn snapshot(&self) -> Result<redb::ReadTransaction> {
         Ok(self.inner.db.begin_read()?)
     }

@@ -9,7 +9,7 @@ use crate::error::Result;
 use crate::ids::{InstanceId, JobId, StoreTime};
 use crate::redb_store::open::{self, ReadView};
 use crate::redb_store::reading;
-use crate::redb_store::reading::Snapshots as _;
+use crate::redb_store::snapshots::Snapshots as _;
 
 /// A read-only handle on a store file, beside the process that writes it.
 ///
@@ -151,7 +151,7 @@ impl StoreReader {
     }
 }
 
-impl reading::Snapshots for StoreReader {
+impl crate::redb_store::snapshots::Snapshots for StoreReader {
     fn snapshot(&self) -> Result<redb::ReadTransaction> {
         Ok(self.db.begin_read()?)
     }

@@ -294,7 +294,7 @@ impl<'t> Tx<'t> {
 
     /// How many jobs of `queue` are in `state` as of this transaction (the table, and what
     /// the transaction changed so far).
-    pub(crate) fn count(&self, queue: &str, state: crate::job::JobState) -> Result<u64> {
+    pub(crate) fn count(&self, queue: &str, state: crate::state::JobState) -> Result<u64> {
         let stored = self
             .tables
             .counts

@@ -3,10 +3,11 @@
 use super::*;
 use crate::ids::StoreTime;
 use crate::input;
-use crate::job::{JobRecord, JobState, Outcome, ReclaimPath};
+use crate::job::{JobRecord, Outcome, ReclaimPath};
 use crate::queue::QueueRecord;
 use crate::report::Reclaim;
 use crate::retry::RetryPolicy;
+use crate::state::JobState;
 use crate::stats::Counters;
 
 // ----- renewals -----

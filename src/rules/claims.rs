@@ -2,8 +2,9 @@
 
 use super::*;
 use crate::ids::StoreTime;
-use crate::job::{JobRecord, JobState, LeaseRecord};
+use crate::job::{JobRecord, LeaseRecord};
 use crate::lease::LeaseTerms;
+use crate::state::JobState;
 
 /// Whether a lease that expired is taken over before the most urgent due waiting job (of
 /// priority `ready`, if there is one): when it is at least as urgent. An expired lease is a

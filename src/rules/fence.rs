@@ -2,7 +2,8 @@
 
 use crate::error::LeaseLost;
 use crate::ids::{Attempt, JobId, StoreTime};
-use crate::job::{JobRecord, JobState, LeaseRecord, Outcome};
+use crate::job::{JobRecord, LeaseRecord, Outcome};
+use crate::state::JobState;
 use crate::stats::Counters;
 
 /// Which kind of fenced write asks.

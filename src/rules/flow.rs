@@ -4,8 +4,10 @@
 use super::attempt::finish;
 use crate::error::Error;
 use crate::ids::{GroupId, JobId, StoreTime};
-use crate::job::{JobRecord, JobState};
-use crate::workflow::{GroupRecord, MAX_GROUP_MEMBERS, MAX_GROUP_WAITERS, Need, NewGroup, Target};
+use crate::job::JobRecord;
+use crate::new_job::NewGroup;
+use crate::state::JobState;
+use crate::workflow::{GroupRecord, MAX_GROUP_MEMBERS, MAX_GROUP_WAITERS, Need, Target};
 
 /// A new job's record with its dependencies as they stand (`needs`, each found, those over
 /// already marked with how they ended) and its group: blocked while one is open, cancelled

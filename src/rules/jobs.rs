@@ -5,8 +5,9 @@ use super::*;
 use crate::error::Error;
 use crate::ids::{Attempt, JobId, StoreTime};
 use crate::input;
-use crate::job::{JobRecord, JobState, LimitKey, RunRecord, Uniqueness};
+use crate::job::{JobRecord, LimitKey, RunRecord, Uniqueness};
 use crate::new_job::NewJob;
+use crate::state::JobState;
 
 // ----- a new job -----
 

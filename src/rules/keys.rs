@@ -12,8 +12,9 @@
 
 use crate::ids::JobId;
 use crate::ids::StoreTime;
-use crate::job::{JobRecord, JobState};
+use crate::job::JobRecord;
 use crate::queue::{KeyRecord, QueueLimits, Rate};
+use crate::state::JobState;
 
 /// Whether one more of a key's jobs may start at `now` under `limits`, with `record` as it
 /// stands: fewer of them run than the per-key limit, and fewer were claimed in the per-key

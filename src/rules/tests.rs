@@ -4,11 +4,12 @@ use std::time::Duration;
 
 use super::*;
 use crate::ids::{Attempt, JobId, StoreTime};
-use crate::job::{JobRecord, JobState, Outcome, ReclaimPath};
+use crate::job::{JobRecord, Outcome, ReclaimPath};
 use crate::lease::LeaseTerms;
 use crate::new_job::NewJob;
 use crate::retry::RetryPolicy;
 use crate::schedule::{CatchUp, MAX_TICKS_PER_PASS, Schedule, Tick};
+use crate::state::JobState;
 use crate::stats::Counters;
 
 fn queued(id: u64) -> JobRecord {

@@ -5,7 +5,7 @@
 //! operations, and answers a refusal with the store's typed error.
 
 use crate::ids::JobId;
-use crate::job::JobState;
+use crate::state::JobState;
 use crate::web::{Inner, PageResult, WebError, pages, params, redirect};
 
 /// What can be done to a job.

@@ -13,7 +13,7 @@ use std::fmt::Write;
 use std::time::Duration;
 
 use crate::ids::StoreTime;
-use crate::job::JobState;
+use crate::state::JobState;
 use crate::stats::Stats;
 
 /// How far back the chart looks.

@@ -16,9 +16,9 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::{MetricType, TypedMetric};
 use prometheus_client::registry::Registry;
 
-use crate::job::JobState;
 use crate::pool::{LATENCY_BOUNDS, Latencies, PoolStats};
 use crate::query::QueueTiming;
+use crate::state::JobState;
 use crate::stats::{Stats, WriteMetrics};
 
 /// The content type of the text `render` makes.

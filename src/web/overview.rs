@@ -9,7 +9,7 @@ use std::fmt::Write;
 use std::time::Duration;
 
 use crate::ids::StoreTime;
-use crate::job::JobState;
+use crate::state::JobState;
 use crate::stats::Stats;
 use crate::web::chart::Rate;
 use crate::web::counts::Reading;

@@ -10,8 +10,8 @@ use std::fmt::Write;
 use http::StatusCode;
 
 use crate::ids::{InstanceId, JobId};
-use crate::job::JobState;
 use crate::redb_store::HolderState;
+use crate::state::JobState;
 use crate::web::html::{Frame, Table, duration, escape, relative, state_badge, url_component};
 use crate::web::{Inner, PageResult, Request, Response, WebError, metrics, params, timeline};
 

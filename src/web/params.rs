@@ -6,8 +6,8 @@
 use std::collections::BTreeMap;
 
 use crate::ids::JobId;
-use crate::job::JobState;
 use crate::query::{JobFilter, JobOrder};
+use crate::state::JobState;
 use crate::web::WebError;
 
 /// The most jobs one listing page shows.

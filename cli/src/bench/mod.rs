@@ -31,7 +31,7 @@ use leasehold::JobStore;
 use leasehold::{Durability, Error, NewJob, Sharing, Store, StoreBuilder};
 
 use super::format;
-use super::inspect::print_json;
+use super::format::print_json;
 use commit_shape::commit_shape;
 use measure::{Row, timed};
 use pool::{PoolShape, end_to_end, wake_latency, write_path_ceiling};
