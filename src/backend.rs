@@ -71,6 +71,13 @@ impl std::error::Error for WritesPanicked {}
 /// The answers of a round: one per completion, in order, then the claim's.
 pub type RoundResults = (Vec<Result<()>>, Result<Vec<Lease>>);
 
+/// The answers of a round that failed whole: `e` for each of its `n` completions and for
+/// its claim.
+pub(crate) fn round_failed(n: usize, e: crate::Error) -> RoundResults {
+    let each = crate::error::shared_by_all(e);
+    ((0..n).map(|_| Err(each())).collect(), Err(each()))
+}
+
 /// A claim a round makes: of each queue up to its share of `plan`, what one cannot fill
 /// taken by the others ([`protocol::claim_plan`](crate::protocol::claim_plan)), for
 /// `worker` under `terms`. A pool of one queue asks one share.
@@ -307,10 +314,7 @@ pub trait LeaseBackend: Send + Sync + 'static {
         });
         match round {
             Ok((completed, claimed)) => (completed, Ok(claimed)),
-            Err(e) => {
-                let each = crate::error::shared_by_all(e);
-                ((0..count).map(|_| Err(each())).collect(), Err(each()))
-            }
+            Err(e) => round_failed(count, e),
         }
     }
     /// Makes what was committed durable (redb's eventual durability); a no-op elsewhere.

@@ -188,10 +188,7 @@ impl PgStore {
         });
         match outcome {
             Ok((results, claimed)) => (results, Ok(claimed)),
-            Err(e) => {
-                let each = crate::error::shared_by_all(e);
-                (done.iter().map(|_| Err(each())).collect(), Err(each()))
-            }
+            Err(e) => crate::backend::round_failed(done.len(), e),
         }
     }
 
