@@ -275,23 +275,21 @@ impl NamedRecords for Tx<'_> {
     }
 
     fn limit_key(&mut self, queue: &str, key: &str) -> Result<Option<KeyRecord>> {
-        match self.tables.limit_keys()?.get((queue, key))? {
-            Some(b) => codec::decode(b.value()).map(Some).map_err(|e| {
-                Error::Corrupt(format!("the record of limit key {key:?} of {queue:?}: {e}"))
-            }),
-            None => Ok(None),
-        }
+        let found = self.tables.limit_keys()?.get((queue, key))?;
+        found.map(|b| key_record(queue, key, b.value())).transpose()
     }
 
-    /// The record, and its entry in `key_gates` kept in step.
+    /// The record, and its entry in `key_gates` kept in step (the old record's gate is the
+    /// one the write replaces, read from what the write returns).
     fn save_limit_key(&mut self, queue: &str, key: &str, record: Option<&KeyRecord>) -> Result<()> {
-        let old = self.limit_key(queue, key)?.and_then(|k| k.opens_at);
         let new = record.and_then(|k| k.opens_at);
         let table = self.tables.limit_keys()?;
-        match record {
+        let old = match record {
             Some(record) => table.insert((queue, key), codec::encode(record).as_slice())?,
             None => table.remove((queue, key))?,
         };
+        let old = old.map(|b| key_record(queue, key, b.value())).transpose()?;
+        let old = old.and_then(|k| k.opens_at);
         if old != new {
             let gates = self.tables.key_gates()?;
             if let Some(at) = old {
@@ -389,6 +387,12 @@ impl Tx<'_> {
             .get(key.as_str())?
             .map(|v| String::from_utf8_lossy(v.value()).into_owned()))
     }
+}
+
+/// A limit key's record as stored.
+fn key_record(queue: &str, key: &str, bytes: &[u8]) -> Result<KeyRecord> {
+    codec::decode(bytes)
+        .map_err(|e| Error::Corrupt(format!("the record of limit key {key:?} of {queue:?}: {e}")))
 }
 
 pub(crate) fn decode_schedule(name: &str, bytes: &[u8]) -> Result<ScheduleRecord> {
