@@ -15,7 +15,7 @@
 //! | `writing.rs` | a write transaction as the protocol sees it: the tables, the time, the tallies |
 //! | `app_transaction.rs` | the application's side of a leasehold transaction |
 //! | `index.rs`, `search.rs` | index maintenance, and finding work in the indexes |
-//! | `reading.rs`, `store_reader.rs`, `check.rs` | the read side, the read-only view, the integrity check |
+//! | `reading.rs`, `snapshots.rs`, `store_reader.rs`, `check.rs` | the read side (functions over a snapshot, and `ReadJobs` once over them for a store and a reader), the read-only view, the integrity check |
 //! | `schema.rs` | the tables (records become bytes in the crate's one codec, `src/codec.rs`) |
 //! | `group.rs` | group commit |
 //! | `instance.rs`, `neighbours.rs`, `shared.rs` | processes sharing a store |

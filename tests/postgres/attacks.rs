@@ -536,12 +536,21 @@ fn a_stopped_pool_process_past_its_leases_is_taken_over_and_its_late_writes_are_
         2,
         "both leases taken over at claim"
     );
+    // Woken, each of the pool's two attempts writes late: its end, refused by the fence, or
+    // first its renewal, refused, after which the pool withholds the end. Which comes
+    // first is the scheduler's choice (on a loaded machine the heartbeat's overdue timer
+    // often wins); either way the store counts a refusal for each.
+    let refused = (after.fenced_writes_rejected - before.fenced_writes_rejected)
+        + (after.leases_lost - before.leases_lost);
     assert!(
-        after.fenced_writes_rejected > before.fenced_writes_rejected,
-        "the late completion's write refused and counted: {before:?} -> {after:?}"
+        refused >= 2,
+        "each late writer refused and counted: {before:?} -> {after:?}"
     );
     let rejected: u64 = stats.split(' ').next().unwrap().parse().unwrap();
-    assert!(rejected >= 1, "the pool counted its refused write: {stats}");
+    assert!(
+        rejected >= 1,
+        "the pool counted its refused or withheld results: {stats}"
+    );
     let effects = effects(&mut db);
     assert_eq!(
         effects,
