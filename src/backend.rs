@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use crate::error::Result;
 use crate::ids::{Attempt, JobId, StoreTime};
-use crate::lease::{Lease, LeaseTerms, Renewal};
+use crate::lease::{Holding, Lease, LeaseTerms, Renewal};
 use crate::protocol::{self, Records};
 use crate::state::JobState;
 
@@ -45,8 +45,8 @@ impl AnyWrites {
 
 /// A completion a pool hands over to be committed with others.
 pub struct Completion {
-    pub job: JobId,
-    pub attempt: Attempt,
+    /// The attempt it ends, under the fence.
+    pub by: Holding,
     pub output: Vec<u8>,
     /// The attempt's last progress.
     pub progress: Option<u64>,
@@ -128,8 +128,7 @@ pub(crate) fn round(
 pub(crate) fn completions(done: &[(&Lease, &[u8])]) -> Vec<Completion> {
     done.iter()
         .map(|(lease, output)| Completion {
-            job: lease.job,
-            attempt: lease.attempt,
+            by: lease.holding(),
             output: output.to_vec(),
             progress: None,
             writes: None,
@@ -216,7 +215,7 @@ pub trait LeaseBackend: Send + Sync + 'static {
     fn marks_due(&self, queues: &mut dyn Iterator<Item = &str>) -> Vec<String>;
     /// One answer per lease, or the error that failed the whole batch (nothing renewed).
     fn renew_batch(&self, beats: &[(&Lease, u64)]) -> Result<Vec<Result<Renewal>>> {
-        let leases: Vec<_> = beats.iter().map(|(l, p)| (l.job, l.attempt, *p)).collect();
+        let leases: Vec<_> = beats.iter().map(|(l, p)| (l.holding(), *p)).collect();
         let marks = self.marks_due(&mut beats.iter().map(|(l, _)| l.queue.as_str()));
         write(self, move |r| {
             let renewed = r.renew_batch(&leases)?;
@@ -227,8 +226,8 @@ pub trait LeaseBackend: Send + Sync + 'static {
     /// Ends the attempt as its holder says, recording its last progress with it; the job's
     /// state after.
     fn end(&self, lease: &Lease, end: End, progress: Option<u64>) -> Result<JobState> {
-        let (job, at) = (lease.job, lease.attempt);
-        write(self, move |r| protocol::end(r, job, at, &end, progress))
+        let by = lease.holding();
+        write(self, move |r| protocol::end(r, by, &end, progress))
     }
     /// Completes the attempt and claims the same worker's next job of its queue, at once.
     fn complete_then_claim(
@@ -241,11 +240,11 @@ pub trait LeaseBackend: Send + Sync + 'static {
         // Checked before anything is written: a bad setting found by the claim after the
         // completion wrote would fail the commit of its neighbours too.
         crate::config::check_terms(&terms)?;
-        let (job, at, output) = (lease.job, lease.attempt, output.to_vec());
+        let (by, output) = (lease.holding(), output.to_vec());
         let marks = self.marks_due(&mut std::iter::once(lease.queue.as_str()));
         let (queue, worker) = (lease.queue.clone(), lease.worker.clone());
         write(self, move |r| {
-            r.complete(job, at, &output, progress)?;
+            r.complete(by, &output, progress)?;
             let claimed = r.claim_batch(&queue, &worker, terms, 1)?;
             r.mark_served(&marks)?;
             Ok(claimed.into_iter().next())
@@ -296,7 +295,7 @@ pub trait LeaseBackend: Send + Sync + 'static {
                     .into()));
                     continue;
                 }
-                match r.complete(c.job, c.attempt, &c.output, c.progress) {
+                match r.complete(c.by, &c.output, c.progress) {
                     Err(e) if !e.is_refusal() => return Err(e),
                     answer => completed.push(answer),
                 }

@@ -20,9 +20,10 @@ use crate::state::JobState;
 /// its part in workflows ([`crate::workflow::Flow`]) and may name the state `Blocked`;
 /// version 4 appended a retry policy to the records of jobs, queues and schedules; version
 /// 5 appended a limit key to the records of jobs and schedules, and a per-key limit to a
-/// queue's limits ([`decode_job`], [`decode_queue`], [`decode_schedule`]). Every other
-/// record is encoded as in version 1, so for them all versions decode alike.
-pub const FORMAT_VERSION: u8 = 5;
+/// queue's limits ([`decode_job`], [`decode_queue`], [`decode_schedule`]); version 6
+/// appended its lease's token to a job's record. Every other record is encoded as in
+/// version 1, so for them all versions decode alike.
+pub const FORMAT_VERSION: u8 = 6;
 
 /// The version before workflows, whose job records end where [`JobRecord::flow`] begins.
 const BEFORE_FLOW: u8 = 2;
@@ -34,6 +35,9 @@ const BEFORE_RETRY: u8 = 3;
 /// The version before limit keys, whose records of jobs and schedules end where their limit
 /// key begins, and whose queue limits have no per-key limit.
 const BEFORE_KEYS: u8 = 4;
+
+/// The version before lease tokens, whose job records end where their token begins.
+const BEFORE_TOKEN: u8 = 5;
 
 /// The first format version, still read.
 const FIRST_VERSION: u8 = 1;
@@ -109,6 +113,7 @@ pub(crate) fn decode_job(bytes: &[u8]) -> Result<JobRecord, CodecError> {
             let flow = || encode(&crate::workflow::Flow::default());
             let retry = || encode(&None::<crate::RetryPolicy>);
             let key = || encode(&None::<crate::job::LimitKey>);
+            let token = || encode(&crate::ids::LeaseToken::NONE);
             decode_appended(
                 version,
                 body,
@@ -116,6 +121,7 @@ pub(crate) fn decode_job(bytes: &[u8]) -> Result<JobRecord, CodecError> {
                     (BEFORE_FLOW, &flow),
                     (BEFORE_RETRY, &retry),
                     (BEFORE_KEYS, &key),
+                    (BEFORE_TOKEN, &token),
                 ],
             )
         }
@@ -266,6 +272,7 @@ impl From<JobRecordV1> for JobRecord {
             flow: Default::default(),
             retry: None,
             limit: None,
+            token: crate::ids::LeaseToken::NONE,
         }
     }
 }
@@ -453,10 +460,10 @@ mod tests {
         let mut job = a_dead_job();
         job.metadata = vec![("k".into(), "v".into())];
         // Version 2 wrote the same fields up to the flow, and nothing after them (the flow,
-        // then a retry policy's and a limit key's `None`, one byte each).
+        // then a retry policy's and a limit key's `None` and no token, one byte each).
         let current = encode(&job);
         let flow_len = encode(&crate::workflow::Flow::default()).len() - 1;
-        let mut v2 = current[..current.len() - flow_len - 2].to_vec();
+        let mut v2 = current[..current.len() - flow_len - 3].to_vec();
         v2[0] = BEFORE_FLOW;
         assert_eq!(decode_job(&v2), Ok(job.clone()));
         // A record that does wait for something is no version 2 record.
@@ -472,10 +479,10 @@ mod tests {
         let policy = crate::RetryPolicy::fixed(Duration::from_secs(5));
         let mut job = a_dead_job();
         job.flow.awaited = true;
-        // Version 3 wrote every field but the last two, the policy and the limit key
-        // (`None`: one byte each).
+        // Version 3 wrote every field but the last three, the policy, the limit key and the
+        // token (`None` and no token: one byte each).
         let mut v3 = encode(&job);
-        v3.truncate(v3.len() - 2);
+        v3.truncate(v3.len() - 3);
         v3[0] = BEFORE_RETRY;
         assert_eq!(decode_job(&v3), Ok(job.clone()));
         let queue = QueueRecord {
@@ -514,9 +521,10 @@ mod tests {
     fn records_of_format_version_4_read_as_ones_with_no_limit_key() {
         let mut job = a_dead_job();
         job.retry = Some(crate::RetryPolicy::fixed(Duration::from_secs(5)));
-        // Version 4 wrote every field but the last, the limit key (`None`: one byte).
+        // Version 4 wrote every field but the last two, the limit key and the token (`None`
+        // and no token: one byte each).
         let mut v4 = encode(&job);
-        v4.pop();
+        v4.truncate(v4.len() - 2);
         v4[0] = BEFORE_KEYS;
         assert_eq!(decode_job(&v4), Ok(job.clone()));
         job.limit = Some(crate::job::LimitKey {
@@ -525,8 +533,28 @@ mod tests {
         });
         assert_eq!(decode_job(&encode(&job)), Ok(job.clone()));
         let mut older = encode(&job);
+        older.pop();
         older[0] = BEFORE_KEYS;
         assert!(decode_job(&older).is_err(), "its key is trailing bytes");
+    }
+
+    #[test]
+    fn a_job_record_of_format_version_5_reads_as_one_whose_lease_has_no_token() {
+        let mut job = a_dead_job();
+        job.limit = Some(crate::job::LimitKey {
+            key: "tenant-7".into(),
+            parked: false,
+        });
+        // Version 5 wrote every field but the last, the token (none: one byte).
+        let mut v5 = encode(&job);
+        v5.pop();
+        v5[0] = BEFORE_TOKEN;
+        assert_eq!(decode_job(&v5), Ok(job.clone()));
+        job.token = crate::ids::LeaseToken(0xfeed_f00d_dead_beef);
+        assert_eq!(decode_job(&encode(&job)), Ok(job.clone()));
+        let mut older = encode(&job);
+        older[0] = BEFORE_TOKEN;
+        assert!(decode_job(&older).is_err(), "its token is trailing bytes");
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! Small newtypes for the numbers the lease protocol must never mix up: job ids, attempts
-//! (the fencing token) and store time.
+//! and lease tokens (together, the fence) and store time.
 
 use std::fmt;
 use std::time::Duration;
@@ -48,6 +48,38 @@ impl Attempt {
 impl fmt::Display for Attempt {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "#{}", self.0)
+    }
+}
+
+/// The token of one lease, drawn at random when the lease is granted and kept in the job's
+/// record: with the [`Attempt`], what a holder's write must name for the fence to let it
+/// through.
+///
+/// An attempt number names one execution within one history of the store. A store that
+/// loses its last commits — a PostgreSQL standby promoted before it received them, a store
+/// file put back from a backup — grants the same attempt number again, to another holder,
+/// while the first may still be running; the token (64 random bits) tells the two apart, so
+/// the stale holder's renewals and ends are refused. [`LeaseToken::NONE`] is the token of
+/// leases granted by builds before tokens, and of jobs never claimed.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Encode, Decode)]
+pub struct LeaseToken(pub u64);
+
+impl LeaseToken {
+    /// No token: a job never claimed, or a lease granted by a build before tokens.
+    pub const NONE: LeaseToken = LeaseToken(0);
+
+    /// A new token, never [`LeaseToken::NONE`].
+    pub(crate) fn fresh() -> LeaseToken {
+        match crate::clock::random_u64() {
+            0 => LeaseToken(1),
+            n => LeaseToken(n),
+        }
+    }
+}
+
+impl fmt::Display for LeaseToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:016x}", self.0)
     }
 }
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use bincode::{Decode, Encode};
 
-use crate::ids::{Attempt, GroupId, JobId, StoreTime};
+use crate::ids::{Attempt, GroupId, JobId, LeaseToken, StoreTime};
 use crate::retry::RetryPolicy;
 use crate::state::JobState;
 use crate::workflow::{Flow, Need};
@@ -107,9 +107,13 @@ pub(crate) struct JobRecord {
     /// Its own backoff between failed attempts (else its queue's, else the store's). (After
     /// the fields of format 3, so that the codec reads an older record as one with none.)
     pub retry: Option<RetryPolicy>,
-    /// The key its queue's per-key limit counts it under, if it has one. (Last, so that the
-    /// codec reads an older record as one without.)
+    /// The key its queue's per-key limit counts it under, if it has one. (After the fields
+    /// of format 4, so that the codec reads an older record as one without.)
     pub limit: Option<LimitKey>,
+    /// The token of its current or last lease (see [`LeaseToken`]), kept after the attempt
+    /// ends so that a refused write can be told whether it was its own holder's. (Last, so
+    /// that the codec reads an older record as one with [`LeaseToken::NONE`].)
+    pub token: LeaseToken,
 }
 
 /// A job's limit key as stored: the key, and whether the job is parked.

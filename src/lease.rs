@@ -2,19 +2,24 @@
 
 use std::time::Duration;
 
-use crate::ids::{Attempt, JobId, StoreTime};
+use crate::ids::{Attempt, JobId, LeaseToken, StoreTime};
 
 /// A worker's hold on one attempt of one job.
 ///
-/// `attempt` is the fencing token: heartbeat, complete, fail and release succeed only while
-/// the job is still `Running` under this very attempt. Cloning a lease does not clone the
-/// right to act on it: a stale clone is refused by the store like any other stale holder.
+/// `attempt` and `token` are the fence: heartbeat, complete, fail and release succeed only
+/// while the job is still `Running` under this very attempt, granted by this very lease.
+/// Cloning a lease does not clone the right to act on it: a stale clone is refused by the
+/// store like any other stale holder.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Lease {
     /// The job.
     pub job: JobId,
-    /// The attempt this lease was granted for; the fencing token.
+    /// The attempt this lease was granted for.
     pub attempt: Attempt,
+    /// The lease's own token, drawn when it was granted: it tells this lease from another
+    /// granted for the same attempt number by a store that lost its last commits (see
+    /// [`LeaseToken`]).
+    pub token: LeaseToken,
     /// The job's queue.
     pub queue: String,
     /// The worker that claimed it.
@@ -31,6 +36,29 @@ pub struct Lease {
     pub deadline: Option<StoreTime>,
     /// The job's payload.
     pub payload: Vec<u8>,
+}
+
+impl Lease {
+    /// What this lease's writes name for the fence.
+    pub(crate) fn holding(&self) -> Holding {
+        Holding {
+            job: self.job,
+            attempt: self.attempt,
+            token: self.token,
+        }
+    }
+}
+
+/// What a holder's write names, and the fence compares with the job's record: the job, the
+/// attempt and the token of the lease it holds.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Holding {
+    /// The job.
+    pub job: JobId,
+    /// The attempt the lease was granted for.
+    pub attempt: Attempt,
+    /// The lease's token.
+    pub token: LeaseToken,
 }
 
 /// The terms a lease is granted on. A plain [`Duration`] converts into terms with no stall

@@ -148,7 +148,7 @@ pub use edit::Edit;
 pub use engine::{Backend, Engine};
 pub use error::{ConfigError, Error, InputError, LeaseLost, OpenError, Result};
 pub use events::{EVENTS_BUFFER, Event, Events};
-pub use ids::{Attempt, GroupId, InstanceId, JobId, StoreTime};
+pub use ids::{Attempt, GroupId, InstanceId, JobId, LeaseToken, StoreTime};
 pub use job::{Job, JobLease, Outcome, ReclaimPath, Run, Uniqueness};
 pub use job_store::{JobStore, ReadJobs};
 pub use lease::{Lease, LeaseTerms, Renewal};

@@ -31,6 +31,7 @@ fn forged_lease(job: u64, attempt: u32) -> Lease {
     Lease {
         job: JobId(job),
         attempt: Attempt(attempt),
+        token: leasehold::LeaseToken::NONE,
         queue: Q.into(),
         worker: "forger".into(),
         claimed_at: StoreTime::ZERO,

@@ -86,11 +86,28 @@ pub enum PgError {
     /// The role lacks a right the operation needs (creating the schema, writing a table).
     #[error("permission denied: {0}")]
     PermissionDenied(String),
-    /// The connection was lost while the transaction committed: it may or may not have been
-    /// applied. Retrying is safe through the fence (a completion that did land is refused as
-    /// already ended by its holder).
-    #[error("the connection was lost while committing; the outcome is unknown: {0}")]
+    /// The transaction may or may not have been applied, or may be lost by a failover: the
+    /// connection was lost while it committed, or the server committed it locally but
+    /// its wait for the synchronous standby was cancelled (by an operator, a watchdog, a
+    /// shutdown), so the standby may not have it. Retrying is safe through the fence (a
+    /// completion that did land is refused as already ended by its holder); an enqueue
+    /// retried without a unique key may make a second job.
+    #[error("the commit's outcome is unknown: {0}")]
     OutcomeUnknown(String),
+    /// The server is on an older timeline than one this handle has already written on: an
+    /// old primary, started again after a standby was promoted in its place (a URL that
+    /// names both may reach it first). Its commits since the promotion exist only there,
+    /// and writing on it would fork the store's history; nothing was done. Fence or rewind
+    /// the old primary (`pg_rewind`, or make it a standby) before it takes connections.
+    #[error(
+        "the server is on timeline {found}, behind timeline {seen} this handle already wrote          on: an old primary after a failover? Nothing was done; fence or rewind it"
+    )]
+    StalePrimary {
+        /// The server's timeline.
+        found: u32,
+        /// The newest timeline this handle has seen.
+        seen: u32,
+    },
     /// Any other error the server or the connection reported.
     #[error("PostgreSQL: {message}")]
     Database {

@@ -313,8 +313,7 @@ fn commit(
         .map(|h| {
             let lease = &h.flight.lease;
             let item = Completion {
-                job: lease.job,
-                attempt: lease.attempt,
+                by: lease.holding(),
                 output: h.output,
                 progress: Some(h.flight.state.progress()),
                 writes: h.writes,

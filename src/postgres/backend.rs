@@ -10,7 +10,7 @@ use crate::backend::Completion;
 use crate::backend::{Claim, LeaseBackend, RoundResults, Step};
 use crate::clock::Stopwatch;
 use crate::error::{ConfigError, Result};
-use crate::ids::{JobId, StoreTime};
+use crate::ids::StoreTime;
 use crate::lease::Lease;
 use crate::protocol;
 
@@ -59,7 +59,7 @@ impl PgStore {
                 None => self.complete_each_and_claim(done, Side::Alone),
             };
         };
-        let jobs = done.iter().map(|c| super::rows::key(c.job)).collect();
+        let jobs = done.iter().map(|c| super::rows::key(c.by.job)).collect();
         std::thread::scope(|scope| {
             // Dropped when the completions' transaction has ended (or its thread unwound):
             // the claim's `settle` then returns.
@@ -121,15 +121,17 @@ impl PgStore {
             // writes, under a savepoint of its own.
             let mut times = std::collections::HashMap::new();
             for c in done.iter() {
-                *times.entry(c.job).or_insert(0) += 1;
+                *times.entry(c.by.job).or_insert(0) += 1;
             }
             let batchable = |c: &Completion| {
-                c.writes.is_none() && c.output.len() <= s.policy.max_payload && times[&c.job] == 1
+                c.writes.is_none()
+                    && c.output.len() <= s.policy.max_payload
+                    && times[&c.by.job] == 1
             };
             let batch: Vec<_> = done
                 .iter()
                 .filter(|c| batchable(c))
-                .map(|c| (c.job, c.attempt, c.output.as_slice(), c.progress))
+                .map(|c| (c.by, c.output.as_slice(), c.progress))
                 .collect();
             let mut completed = match batch.len() {
                 0 | 1 => Default::default(),
@@ -138,8 +140,8 @@ impl PgStore {
             let batched = batch.len() > 1;
             let mut results = Vec::with_capacity(done.len());
             for c in done.iter_mut() {
-                let (job, attempt, progress) = (c.job, c.attempt, c.progress);
-                let in_batch = completed.remove(&(job, attempt));
+                let (by, progress) = (c.by, c.progress);
+                let in_batch = completed.remove(&by);
                 if let (false, Side::BesideClaim(claim_has_taken)) = (in_batch, &side) {
                     claim_has_taken();
                 }
@@ -147,12 +149,12 @@ impl PgStore {
                     Ok(())
                 } else if batched && batchable(c) {
                     // In the statement and not completed by it: the fence says why.
-                    protocol::complete(r, job, attempt, &c.output, progress)
+                    protocol::complete(r, by, &c.output, progress)
                 } else if let Some(writes) = &mut c.writes {
-                    let end = (job, attempt, c.output.as_slice(), progress);
+                    let end = (by, c.output.as_slice(), progress);
                     self.complete_with_writes_in(r.tx, r.p, &mut r.events, end, writes)
                 } else {
-                    fast::complete(r, job, attempt, &c.output, progress)
+                    fast::complete(r, by, &c.output, progress)
                 };
                 match result {
                     Err(e) if !e.is_refusal() && !matches!(e, crate::Error::Application(_)) => {
@@ -192,7 +194,7 @@ impl PgStore {
         }
     }
 
-    /// One completion of a round with the application's writes (job, attempt, output,
+    /// One completion of a round with the application's writes (its holding, output,
     /// progress), under a savepoint: the fence first (a refusal keeps only its counter),
     /// then the writes; if they fail, panic, or swallowed an SQL error, the savepoint is
     /// rolled back and this completion alone answers the failure, the round going on. A
@@ -203,7 +205,7 @@ impl PgStore {
         tx: &mut postgres::Transaction<'_>,
         p: &mut super::Prepared<'_>,
         events: &mut crate::events::Pending,
-        (job, attempt, output, progress): (JobId, crate::ids::Attempt, &[u8], Option<u64>),
+        (by, output, progress): (crate::lease::Holding, &[u8], Option<u64>),
         writes: &mut AnyWrites,
     ) -> Result<()> {
         let Some(writes) = writes.as_mut::<super::store::SqlWrites>() else {
@@ -219,7 +221,7 @@ impl PgStore {
         let s = self.settings();
         let mut inner = PgRecords::new(&mut sp, p, s);
         inner.events = events.alike();
-        let end = fast::complete(&mut inner, job, attempt, output, progress);
+        let end = fast::complete(&mut inner, by, output, progress);
         let told = std::mem::take(&mut inner.events);
         if let Err(e) = end {
             if e.is_refusal() {
@@ -424,8 +426,11 @@ mod tests {
             then.map_err(Into::into)
         });
         Completion {
-            job: JobId(0),
-            attempt: crate::ids::Attempt(0),
+            by: crate::lease::Holding {
+                job: crate::JobId(0),
+                attempt: crate::ids::Attempt(0),
+                token: crate::LeaseToken::NONE,
+            },
             output: output.bytes,
             progress: None,
             writes: output.writes.map(|w| AnyWrites(Box::new(w))),
@@ -450,8 +455,7 @@ mod tests {
 
     fn of(lease: &Lease, c: Completion) -> Completion {
         Completion {
-            job: lease.job,
-            attempt: lease.attempt,
+            by: lease.holding(),
             ..c
         }
     }
@@ -553,7 +557,7 @@ mod tests {
         let terms = LeaseTerms::new(Duration::from_secs(60));
         let lease = store.claim("q", "w", terms).unwrap().unwrap();
         store
-            .records(|r| crate::protocol::complete(r, id, lease.attempt, b"out", Some(3)))
+            .records(|r| crate::protocol::complete(r, lease.holding(), b"out", Some(3)))
             .unwrap();
         let history = store.history(id).unwrap();
         assert_eq!(history.len(), 1, "{history:?}");

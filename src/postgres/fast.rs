@@ -17,13 +17,15 @@ use postgres::types::ToSql;
 
 use super::Prepared;
 use super::named::{queue_columns, queue_from};
-use super::rows::{Col, attempt, clamp, id, key, metadata_column, micros, time};
+use super::rows::{
+    Col, attempt, clamp, id, key, metadata_column, micros, time, token, token_column,
+};
 use super::transaction::{PgRecords, Tx};
 use crate::batches::Batch;
 use crate::error::{Error, Result};
-use crate::ids::{Attempt, JobId, StoreTime};
+use crate::ids::{JobId, LeaseToken, StoreTime};
 use crate::input;
-use crate::lease::{Lease, LeaseTerms, Renewal};
+use crate::lease::{Holding, Lease, LeaseTerms, Renewal};
 use crate::new_job::NewJob;
 use crate::protocol::{self, Records};
 use crate::rules;
@@ -168,7 +170,8 @@ picked AS (
 ),
 granted AS (
     UPDATE {s}.leasehold_jobs j
-    SET state = 'running', attempt = j.attempt + 1, lease_owner = $3, lease_claimed_at = c.t,
+    SET state = 'running', attempt = j.attempt + 1, lease_token = $8, lease_owner = $3,
+        lease_claimed_at = c.t,
         -- rules::grant: the deadline is the job's own limit or the claimer's; the lease
         -- never runs past it (least() passes over a NULL deadline)
         lease_deadline = c.t + coalesce(j.time_limit_us, $7::bigint) * interval '1 microsecond',
@@ -321,9 +324,13 @@ fn claim_waiting(
     let (length, stall) = (micros(terms.length), terms.stall_timeout.map(micros));
     let time_limit = terms.time_limit.map(micros);
     let (mut touched, mut dead) = (Vec::new(), Vec::new());
+    // One token for the leases of a statement: a token tells a lease from another granted
+    // for the same attempt of the same job, which no statement grants twice.
+    let token = LeaseToken::fresh();
+    let token_column = super::rows::token_column(token);
     while leases.len() < n {
         let limit = i64::try_from(n - leases.len()).unwrap_or(i64::MAX);
-        let params: [&(dyn ToSql + Sync); 7] = [
+        let params: [&(dyn ToSql + Sync); 8] = [
             &queue,
             &limit,
             &worker,
@@ -331,6 +338,7 @@ fn claim_waiting(
             &stall,
             &rules::ATTEMPTS_EXHAUSTED,
             &time_limit,
+            &token_column,
         ];
         let rows = tx.query(&claim, &params)?;
         let mut claimed = Vec::with_capacity(rows.len());
@@ -350,6 +358,7 @@ fn claim_waiting(
             let lease = Lease {
                 job: id(r.col(0)?),
                 attempt: attempt(at)?,
+                token,
                 queue: queue.to_owned(),
                 worker: worker.to_owned(),
                 claimed_at: time(r.col(2)?),
@@ -406,7 +415,8 @@ const LOOK: &str = concat!(
 
 const RENEW_MANY: &str = "
 WITH c AS MATERIALIZED (SELECT {now} AS t),
-r AS (SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[]) AS r(id, attempt, progress))
+r AS (SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::bigint[])
+      AS r(id, attempt, token, progress))
 UPDATE {s}.leasehold_jobs j
 SET lease_expires_at = greatest(j.lease_expires_at,
         least(c.t + j.lease_length_us * interval '1 microsecond', j.lease_deadline)),
@@ -414,23 +424,24 @@ SET lease_expires_at = greatest(j.lease_expires_at,
     progress_at = CASE WHEN j.progress = r.progress THEN j.progress_at ELSE c.t END,
     updated_at = c.t
 FROM c, r
-WHERE j.id = r.id AND j.attempt = r.attempt AND j.state = 'running' AND NOT j.cancel_requested
+WHERE j.id = r.id AND j.attempt = r.attempt AND j.lease_token = r.token AND j.state = 'running'
+    AND NOT j.cancel_requested
     AND NOT (j.stall_timeout_us IS NOT NULL AND j.progress = r.progress
              AND c.t - j.progress_at >= j.stall_timeout_us * interval '1 microsecond')
     AND NOT coalesce(j.lease_deadline <= c.t, false)
-RETURNING j.id, j.attempt, {s}.us(j.lease_expires_at)";
+RETURNING j.id, j.attempt, j.lease_token, {s}.us(j.lease_expires_at)";
 
 /// Renews many leases in one statement, each as [`protocol::heartbeat`] would; a lease the
 /// statement did not renew (cancelled, stalled, timed out or refused) goes through that
 /// function, which says why.
 pub(crate) fn heartbeat_batch(
     r: &mut PgRecords<'_, '_, '_>,
-    leases: &[(JobId, Attempt, u64)],
+    leases: &[(Holding, u64)],
 ) -> Result<Vec<Result<Renewal>>> {
     if !r.shortcuts() {
         let mut answers = Vec::with_capacity(leases.len());
-        for &(job, at, progress) in leases {
-            answers.push(match protocol::heartbeat(r, job, at, progress) {
+        for &(by, progress) in leases {
+            answers.push(match protocol::heartbeat(r, by, progress) {
                 Err(e) if !e.is_lease_lost() => return Err(e),
                 answer => answer,
             });
@@ -441,25 +452,27 @@ pub(crate) fn heartbeat_batch(
     // In id order, as a batch of completions locks its rows (see [`COMPLETE_MANY`]): a
     // pool renews the jobs it is also completing.
     let mut sorted = leases.to_vec();
-    sorted.sort_by_key(|l| l.0);
-    let ids: Vec<i64> = sorted.iter().map(|l| key(l.0)).collect();
-    let attempts: Vec<i64> = sorted.iter().map(|l| i64::from(l.1.0)).collect();
-    let progress: Vec<i64> = sorted.iter().map(|l| clamp(l.2)).collect();
-    // Keyed by job and attempt: a batch may hold a stale attempt beside the live one of the
-    // same job, and only the live one was renewed.
-    let renewed: std::collections::HashMap<(i64, i64), i64> =
-        r.tx.query(&renew, &[&ids, &attempts, &progress])?
+    sorted.sort_by_key(|l| l.0.job);
+    let ids: Vec<i64> = sorted.iter().map(|l| key(l.0.job)).collect();
+    let attempts: Vec<i64> = sorted.iter().map(|l| i64::from(l.0.attempt.0)).collect();
+    let tokens: Vec<i64> = sorted.iter().map(|l| token_column(l.0.token)).collect();
+    let progress: Vec<i64> = sorted.iter().map(|l| clamp(l.1)).collect();
+    // Keyed by job, attempt and token: a batch may hold a stale lease beside the live one
+    // of the same job, and only the live one was renewed.
+    let renewed: std::collections::HashMap<(i64, i64, i64), i64> =
+        r.tx.query(&renew, &[&ids, &attempts, &tokens, &progress])?
             .iter()
-            .map(|row| Ok(((row.col(0)?, row.col(1)?), row.col(2)?)))
+            .map(|row| Ok(((row.col(0)?, row.col(1)?, row.col(2)?), row.col(3)?)))
             .collect::<Result<_>>()?;
     let mut answers = Vec::with_capacity(leases.len());
-    for &(job, at, progress) in leases {
-        answers.push(match renewed.get(&(key(job), i64::from(at.0))) {
+    for &(by, progress) in leases {
+        let lease = (key(by.job), i64::from(by.attempt.0), token_column(by.token));
+        answers.push(match renewed.get(&lease) {
             Some(us) => Ok(Renewal::Renewed {
                 expires_at: time(*us),
             }),
             // The slow path, one by one: cancelled, stalled or refused.
-            None => match protocol::heartbeat(r, job, at, progress) {
+            None => match protocol::heartbeat(r, by, progress) {
                 Err(e) if !e.is_lease_lost() => return Err(e),
                 answer => answer,
             },
@@ -474,20 +487,19 @@ pub(crate) fn heartbeat_batch(
 /// fence holds (the common case); a refusal takes the slow path, which says why.
 pub(crate) fn complete(
     r: &mut PgRecords<'_, '_, '_>,
-    job: JobId,
-    at: Attempt,
+    by: Holding,
     output: &[u8],
     progress: Option<u64>,
 ) -> Result<()> {
     input::check_size("output", output.len(), r.policy().max_payload)?;
-    match complete_many(r, &[(job, at, output, progress)])?.is_empty() {
-        true => protocol::complete(r, job, at, output, progress),
+    match complete_many(r, &[(by, output, progress)])?.is_empty() {
+        true => protocol::complete(r, by, output, progress),
         false => Ok(()),
     }
 }
 
 /// Completes attempts whose fence holds, in one statement: updates each row under the fence
-/// (`id AND attempt AND state = 'running'`), which locks it and ends the attempt, moving its
+/// (`id AND attempt AND lease_token AND state = 'running'`), which locks it and ends the attempt, moving its
 /// holder and claim time from the lease to the row's last attempt (`last_worker`,
 /// `last_claimed_at`: the history of a succeeded job reads its last attempt there, and no
 /// history row is written; see `MIGRATE_FROM_2` in the schema).
@@ -508,13 +520,14 @@ SET state = 'succeeded', finished_at = c.t, updated_at = c.t,
     lease_owner = NULL, lease_claimed_at = NULL, lease_expires_at = NULL,
     lease_indexed_expiry = NULL, lease_length_us = NULL, stall_timeout_us = NULL,
     lease_deadline = NULL
-FROM unnest($1::bigint[], $2::bigint[], $3::bytea[], $4::bigint[]) AS r(id, attempt, output, progress),
+FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::bytea[], $5::bigint[])
+         AS r(id, attempt, token, output, progress),
      c
-WHERE j.id = r.id AND j.attempt = r.attempt AND j.state = 'running'
+WHERE j.id = r.id AND j.attempt = r.attempt AND j.lease_token = r.token AND j.state = 'running'
     -- rules::before_deadline: an attempt past its deadline is left to the one-by-one path,
     -- which refuses the completion
     AND NOT coalesce(j.lease_deadline <= c.t, false)
-RETURNING j.id, j.attempt, j.awaited, j.grp, j.queue, j.limit_key";
+RETURNING j.id, j.attempt, j.awaited, j.grp, j.queue, j.limit_key, j.lease_token";
 
 /// Completes many attempts with one statement where their fences hold; returns those it
 /// completed. The caller completes the others one by one, which says why each was refused.
@@ -524,27 +537,33 @@ RETURNING j.id, j.attempt, j.awaited, j.grp, j.queue, j.limit_key";
 /// [`protocol::complete`] ends with).
 pub(crate) fn complete_many(
     r: &mut PgRecords<'_, '_, '_>,
-    done: &[(JobId, Attempt, &[u8], Option<u64>)],
-) -> Result<std::collections::HashSet<(JobId, Attempt)>> {
+    done: &[(Holding, &[u8], Option<u64>)],
+) -> Result<std::collections::HashSet<Holding>> {
     if !r.shortcuts() {
         // (the caller completes each one by one)
         return Ok(Default::default());
     }
     let st = r.p.get(r.tx, COMPLETE_MANY)?;
     let mut done = done.to_vec();
-    done.sort_by_key(|d| d.0);
-    let ids: Vec<i64> = done.iter().map(|d| key(d.0)).collect();
-    let attempts: Vec<i64> = done.iter().map(|d| i64::from(d.1.0)).collect();
-    let outputs: Vec<&[u8]> = done.iter().map(|d| d.2).collect();
-    let progress: Vec<Option<i64>> = done.iter().map(|d| d.3.map(clamp)).collect();
-    let rows = r.tx.query(&st, &[&ids, &attempts, &outputs, &progress])?;
+    done.sort_by_key(|d| d.0.job);
+    let ids: Vec<i64> = done.iter().map(|d| key(d.0.job)).collect();
+    let attempts: Vec<i64> = done.iter().map(|d| i64::from(d.0.attempt.0)).collect();
+    let tokens: Vec<i64> = done.iter().map(|d| token_column(d.0.token)).collect();
+    let outputs: Vec<&[u8]> = done.iter().map(|d| d.1).collect();
+    let progress: Vec<Option<i64>> = done.iter().map(|d| d.2.map(clamp)).collect();
+    let rows =
+        r.tx.query(&st, &[&ids, &attempts, &tokens, &outputs, &progress])?;
     let mut completed = std::collections::HashSet::with_capacity(rows.len());
     let mut awaited = Vec::new();
     let mut keyed = Vec::new();
     for row in &rows {
         let job = id(row.col(0)?);
         let at = attempt(row.col(1)?)?;
-        completed.insert((job, at));
+        completed.insert(Holding {
+            job,
+            attempt: at,
+            token: token(row.col(6)?),
+        });
         if let Some(key) = row.col::<Option<String>>(5)? {
             keyed.push((row.col::<String>(4)?, key));
         }

@@ -16,6 +16,7 @@
 //! connections of the synchronous `postgres` client and lends one to each operation.
 
 mod backend;
+mod connection;
 mod error;
 mod fast;
 mod listen;
@@ -26,6 +27,7 @@ mod rows;
 mod schema;
 mod schema_check;
 mod store;
+mod timeline;
 mod transaction;
 mod vacuum;
 
@@ -34,7 +36,9 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use postgres::{Client, NoTls, Statement};
+use postgres::Statement;
+
+use connection::Connection;
 
 /// The PostgreSQL client this build uses: [`PgTransaction::sql`] hands out its types, so
 /// name them through this re-export rather than a separately chosen version.
@@ -248,12 +252,14 @@ impl PgStoreBuilder {
                 vacuum_thread: Mutex::new(None),
                 upgraded_from: std::sync::OnceLock::new(),
                 served: crate::queue::ServedMarks::default(),
+                timelines: Default::default(),
             }),
         };
         let create = store.inner.settings.create;
         let upgraded = store.with_connection(|conn| {
             schema::prepare(&mut conn.client, &store.inner.names, create)
         })?;
+        store.inner.timelines.ready();
         if let Some(older) = upgraded {
             let _ = store.inner.upgraded_from.set(older);
         }
@@ -301,6 +307,8 @@ struct Inner {
     upgraded_from: std::sync::OnceLock<u32>,
     /// When this handle last marked each queue served (see [`crate::queue`]).
     served: crate::queue::ServedMarks,
+    /// The servers' timelines its connections found (see `timeline.rs`).
+    timelines: timeline::Timelines,
 }
 
 impl Drop for Inner {
@@ -313,14 +321,6 @@ impl Drop for Inner {
             let _ = thread.join();
         }
     }
-}
-
-/// One connection and the statements prepared on it.
-struct Connection {
-    client: Client,
-    prepared: std::collections::HashMap<&'static str, Statement>,
-    /// The handle's statements epoch when `prepared` was begun.
-    epoch: u64,
 }
 
 impl std::fmt::Debug for PgStore {
@@ -364,12 +364,10 @@ impl PgStore {
         let epoch = self.inner.statements_epoch.load(Ordering::SeqCst);
         let mut conn = match idle {
             Some(conn) if !conn.client.is_closed() => conn,
-            _ => Connection {
-                client: self.connect()?,
-                prepared: std::collections::HashMap::new(),
-                epoch,
-            },
+            _ => self.connect(epoch)?,
         };
+        // (a connection refused here is dropped, not lent again)
+        self.inner.timelines.vet(&mut conn, &self.inner.names)?;
         if conn.epoch != epoch {
             // Dropping a statement closes it on the server; the next use prepares it anew.
             conn.prepared.clear();
@@ -389,21 +387,10 @@ impl PgStore {
         result
     }
 
-    /// A new connection with the store's session settings: a statement timeout, and the
-    /// isolation level the protocol is written for. Every statement of the protocol
-    /// re-checks its predicate on the rows it locks, which is what READ COMMITTED gives; a
-    /// role or database whose default is SERIALIZABLE would abort claims and completions
-    /// for conflicts that are none (and the application's SQL with them).
-    fn connect(&self) -> Result<Client> {
-        let mut client = self.inner.config.connect(NoTls).map_err(PgError::connect)?;
-        let timeout = self.inner.settings.statement_timeout.as_millis().max(1);
-        client
-            .batch_execute(&format!(
-                "SET statement_timeout = {timeout};
-                 SET default_transaction_isolation = 'read committed'"
-            ))
-            .map_err(PgError::from)?;
-        Ok(client)
+    /// A new connection with the store's session settings ([`Connection::open`]).
+    fn connect(&self, epoch: u64) -> Result<Connection> {
+        let timeout = self.inner.settings.statement_timeout;
+        Connection::open(&self.inner.config, timeout, epoch)
     }
 
     /// Runs `f` in a transaction, retried (from the start) when PostgreSQL aborts it for a
@@ -468,7 +455,10 @@ impl PgStore {
     ) -> Result<T> {
         self.with_connection(|conn| {
             let Connection {
-                client, prepared, ..
+                client,
+                prepared,
+                warnings,
+                ..
             } = conn;
             let mut tx = client.transaction().map_err(PgError::at_begin)?;
             self.simulate_time(&mut tx)?;
@@ -480,7 +470,7 @@ impl PgStore {
                     names: &self.inner.names,
                 },
             );
-            finish(tx, value)
+            finish(tx, warnings, value)
         })
     }
 
@@ -504,18 +494,24 @@ impl PgStore {
     }
 }
 
-/// Ends a transaction by what its work returned: commits a success, and also a refusal by
-/// the fence (which wrote nothing but the refusal's counter); rolls back anything else.
 /// Store time on a simulated clock: its reading, in the microseconds PostgreSQL keeps.
 fn simulated_time(clock: &crate::clock::ManualClock) -> crate::ids::StoreTime {
     let us = u64::try_from(clock.elapsed().as_micros()).unwrap_or(u64::MAX);
     crate::ids::StoreTime(us.saturating_mul(1000))
 }
 
-fn finish<T>(tx: postgres::Transaction<'_>, value: Result<T>) -> Result<T> {
+/// Ends a transaction by what its work returned: commits a success (a commit the server
+/// only warned about is of unknown outcome: [`connection::commit`]), and also a refusal by
+/// the fence (which wrote nothing but the refusal's counter, and stands whatever becomes of
+/// it); rolls back anything else.
+fn finish<T>(
+    tx: postgres::Transaction<'_>,
+    warnings: &connection::Warnings,
+    value: Result<T>,
+) -> Result<T> {
     match value {
         Ok(v) => {
-            tx.commit().map_err(PgError::at_commit)?;
+            connection::commit(tx, warnings)?;
             Ok(v)
         }
         Err(e) if e.is_lease_lost() => {

@@ -20,7 +20,7 @@ use crate::codec;
 use crate::error::{Error, Result};
 use crate::ids::{Attempt, GroupId, JobId, StoreTime};
 use crate::job::{JobRecord, Outcome, RunRecord};
-use crate::lease::{Lease, LeaseTerms, Renewal};
+use crate::lease::{Holding, Lease, LeaseTerms, Renewal};
 use crate::new_job::NewJob;
 use crate::protocol::{Inserted, Policy, Position, Records};
 use crate::rules;
@@ -71,7 +71,7 @@ SET state = $2, attempt = $3, failures = $4, run_at = {s}.at($5), lease_owner = 
     progress = $12, progress_at = {s}.at($13), cancel_requested = $14, last_error = $15,
     finished_at = {s}.at($16), updated_at = {s}.at($17), lease_deadline = {s}.at($18),
     key_released = $19, flow = $20, awaited = $21,
-    parked = $22
+    parked = $22, lease_token = $23
 WHERE id = $1";
 
 /// Whether `new` gives its queue a waiting job `old` did not: its idle workers are to be
@@ -90,15 +90,15 @@ SET state = r.state, attempt = r.attempt, failures = r.failures, run_at = {s}.at
     progress_at = {s}.at(r.progress_at), cancel_requested = r.cancel, last_error = r.error,
     finished_at = {s}.at(r.finished), updated_at = {s}.at(r.updated),
     lease_deadline = {s}.at(r.deadline), key_released = r.released, flow = r.flow,
-    awaited = r.awaited, parked = r.parked
+    awaited = r.awaited, parked = r.parked, lease_token = r.token
 FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::bigint[], $5::bigint[], $6::text[],
             $7::bigint[], $8::bigint[], $9::bigint[], $10::bigint[], $11::bigint[],
             $12::bigint[], $13::bigint[], $14::boolean[], $15::text[], $16::bigint[],
             $17::bigint[], $18::bigint[], $19::boolean[], $20::bytea[], $21::boolean[],
-            $22::boolean[])
+            $22::boolean[], $23::bigint[])
     AS r(id, state, attempt, failures, run_at, owner, claimed, expires, indexed, length, stall,
          progress, progress_at, cancel, error, finished, updated, deadline, released, flow,
-         awaited, parked)
+         awaited, parked, token)
 WHERE j.id = r.id";
 
 /// The most urgent due waiting job of the queue.
@@ -145,17 +145,11 @@ impl Records for PgRecords<'_, '_, '_> {
         fast::claim_batch(self, queue, worker, terms, n, None)
     }
 
-    fn complete(
-        &mut self,
-        id: JobId,
-        attempt: Attempt,
-        output: &[u8],
-        progress: Option<u64>,
-    ) -> Result<()> {
-        fast::complete(self, id, attempt, output, progress)
+    fn complete(&mut self, by: Holding, output: &[u8], progress: Option<u64>) -> Result<()> {
+        fast::complete(self, by, output, progress)
     }
 
-    fn renew_batch(&mut self, leases: &[(JobId, Attempt, u64)]) -> Result<Vec<Result<Renewal>>> {
+    fn renew_batch(&mut self, leases: &[(Holding, u64)]) -> Result<Vec<Result<Renewal>>> {
         fast::heartbeat_batch(self, leases)
     }
 
@@ -268,7 +262,8 @@ impl Records for PgRecords<'_, '_, '_> {
     fn save(&mut self, old: &JobRecord, job: &JobRecord) -> Result<()> {
         let st = self.get(SAVE)?;
         let lease = job.lease.as_ref();
-        let params: [&(dyn ToSql + Sync); 22] = [
+        let token = super::rows::token_column(job.token);
+        let params: [&(dyn ToSql + Sync); 23] = [
             &key(job.id),
             &job.state.name(),
             &i64::from(job.attempt.0),
@@ -291,6 +286,7 @@ impl Records for PgRecords<'_, '_, '_> {
             &flow_column(&job.flow),
             &job.flow.awaited,
             &job.limit.as_ref().is_some_and(|l| l.parked),
+            &token,
         ];
         self.tx.execute(&st, &params)?;
         if readied_by(old, job) {
@@ -338,8 +334,11 @@ impl Records for PgRecords<'_, '_, '_> {
         let parked: Vec<bool> = (jobs.iter())
             .map(|j| j.limit.as_ref().is_some_and(|l| l.parked))
             .collect();
+        let tokens: Vec<i64> = (jobs.iter())
+            .map(|j| super::rows::token_column(j.token))
+            .collect();
         let st = self.get(SAVE_MANY)?;
-        let params: [&(dyn ToSql + Sync); 22] = [
+        let params: [&(dyn ToSql + Sync); 23] = [
             &ids,
             &states,
             &attempts,
@@ -362,6 +361,7 @@ impl Records for PgRecords<'_, '_, '_> {
             &flows,
             &awaited,
             &parked,
+            &tokens,
         ];
         self.tx.execute(&st, &params)?;
         for (old, new) in changes {

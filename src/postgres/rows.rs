@@ -8,7 +8,7 @@ use postgres::types::FromSql;
 
 use super::PgError;
 use crate::error::{Error, Result};
-use crate::ids::{Attempt, JobId, StoreTime};
+use crate::ids::{Attempt, JobId, LeaseToken, StoreTime};
 use crate::job::{JobRecord, LeaseRecord, Outcome, ReclaimPath, Uniqueness};
 use crate::state::JobState;
 
@@ -55,7 +55,7 @@ macro_rules! job_columns {
     {s}.us(lease_expires_at), {s}.us(lease_indexed_expiry), lease_length_us, stall_timeout_us,
     progress, {s}.us(progress_at), cancel_requested, last_error, {s}.us(finished_at),
     {s}.us(updated_at), {s}.us(lease_deadline), time_limit_us, unique_for_us, key_released,
-    metadata, flow, retry, limit_key, parked"
+    metadata, flow, retry, limit_key, parked, lease_token"
     };
 }
 pub(crate) use job_columns;
@@ -141,7 +141,18 @@ pub(crate) fn record(row: &postgres::Row) -> Result<JobRecord> {
                 })
             })
             .transpose()?,
+        token: token(row.col(31)?),
     })
+}
+
+/// A lease's token as the `lease_token` column keeps it (a `bigint`: the same 64 bits).
+pub(crate) fn token_column(token: LeaseToken) -> i64 {
+    i64::from_ne_bytes(token.0.to_ne_bytes())
+}
+
+/// The `lease_token` column's value as the token.
+pub(crate) fn token(column: i64) -> LeaseToken {
+    LeaseToken(u64::from_ne_bytes(column.to_ne_bytes()))
 }
 
 /// A job's part in workflows as the `flow` column keeps it: `NULL` for none.

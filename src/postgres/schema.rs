@@ -31,8 +31,11 @@ use crate::error::Result;
 /// is refused ([`PgError::OlderSchema`]) and leaves it as it is. Version 5 adds a retry
 /// policy to jobs and queues (`since_5`) and writes schedules' records in codec format 4,
 /// which version 4 builds cannot read. Version 6 adds limit keys (`since_6`), and writes
-/// schedules' records in codec format 5.
-pub const VERSION: u32 = 6;
+/// schedules' records in codec format 5. Version 7 adds each lease's token (`since_7`),
+/// which the fence compares, and the server timeline the store last wrote on (the
+/// `timeline` key of `leasehold_meta`: see `timeline.rs`); version 6 builds would grant
+/// leases without a token, and are refused.
+pub const VERSION: u32 = 7;
 
 /// The tables version 2 added, made by a new store and by the upgrade from version 1 alike:
 /// each queue's record (pause, limits, the rate window, the served mark) and each periodic
@@ -132,6 +135,20 @@ CREATE INDEX IF NOT EXISTS leasehold_jobs_keyed ON {s}.leasehold_jobs (queue, li
     };
 }
 
+/// What version 7 added, made by a new store and by the upgrade alike: the token of each
+/// job's current or last lease (see [`crate::LeaseToken`]; 0 for a lease granted before).
+macro_rules! since_7 {
+    () => {
+        concat!(
+            "
+ALTER TABLE {s}.leasehold_jobs ADD COLUMN IF NOT EXISTS lease_token bigint NOT NULL DEFAULT 0;
+",
+            super::timeline::on_timeline!(),
+            add_job!()
+        )
+    };
+}
+
 /// `{s}.add_job(queue, payload, priority, run_at, max_attempts, unique_key, metadata)`: an
 /// enqueue from SQL (graphile-worker's `add_job`), for triggers, other languages and the
 /// application's own transactions, with `protocol::enqueue`'s checks and answers: the same
@@ -168,6 +185,9 @@ BEGIN
     ELSIF octet_length(coalesce(add_job.payload, '\x')) > 1048576 THEN
         RAISE EXCEPTION 'payload is % bytes; the limit is 1048576', octet_length(add_job.payload)
             USING ERRCODE = '22023';
+    ELSIF add_job.run_at IS NOT NULL AND NOT isfinite(add_job.run_at) THEN
+        RAISE EXCEPTION 'run_at must be a finite time, got %', add_job.run_at
+            USING ERRCODE = '22023';
     ELSIF add_job.max_attempts IS NULL OR add_job.max_attempts < 1 THEN
         RAISE EXCEPTION 'max attempts must be at least 1' USING ERRCODE = '22023';
     ELSIF add_job.unique_key IS NOT NULL
@@ -191,6 +211,8 @@ BEGIN
         END IF;
         keys := keys || split_part(pair, '=', 1);
     END LOOP;
+    -- A server on a timeline the store has not written on: its ids first (timeline.rs).
+    PERFORM {s}.on_timeline();
     LOOP
         INSERT INTO {s}.leasehold_jobs
             (queue, state, priority, max_attempts, unique_key, created_at, run_at, progress_at,
@@ -369,6 +391,7 @@ CREATE TABLE {s}.leasehold_counters (name text PRIMARY KEY, value bigint NOT NUL
     since_4!(),
     since_5!(),
     since_6!(),
+    since_7!(),
     r#"
 INSERT INTO {s}.leasehold_counters (name, value) VALUES
     ('reclaimed_by_reaper', 0), ('reclaimed_by_takeover', 0), ('reclaimed_at_open', 0),
@@ -459,6 +482,7 @@ pub(crate) fn prepare(client: &mut Client, names: &Names, create: bool) -> Resul
             ),
             &[&VERSION.to_string()],
         )?;
+        super::timeline::record(&mut tx, names)?;
         tx.commit()?;
         return Ok(None);
     }
@@ -515,6 +539,10 @@ pub(crate) fn prepare(client: &mut Client, names: &Names, create: bool) -> Resul
     }
     if upgraded.is_some_and(|v| v <= 5) {
         tx.batch_execute(&names.sql(since_6!()))?;
+    }
+    if upgraded.is_some_and(|v| v <= 6) {
+        tx.batch_execute(&names.sql(since_7!()))?;
+        super::timeline::record(&mut tx, names)?;
     }
     super::schema_check::check_tables(&mut tx, &names.schema)?;
     if let Some(older) = upgraded {

@@ -51,6 +51,7 @@ const COLUMNS: &[(&str, &[(&str, &str)])] = &[
             ("retry", "bytea"),
             ("limit_key", "text"),
             ("parked", "bool"),
+            ("lease_token", "int8"),
         ],
     ),
     (
@@ -126,7 +127,7 @@ const INDEXES: &[&str] = &[
 ];
 
 /// The functions every statement calls.
-const FUNCTIONS: &[&str] = &["us", "at", "clock", "add_job"];
+const FUNCTIONS: &[&str] = &["us", "at", "clock", "add_job", "on_timeline"];
 
 /// Refuses a store whose tables were altered by hand, naming what changed: a column's type
 /// that a read would fail on (or worse, read wrongly), a missing column, index or function.

@@ -114,7 +114,7 @@ impl PgStore {
         let done = self.in_transaction(|tx, p| {
             let mut r = PgRecords::new(tx, p, s);
             r.events = crate::events::Pending::of(&self.inner.hub);
-            fast::complete(&mut r, lease.job, lease.attempt, output, progress)?;
+            fast::complete(&mut r, lease.holding(), output, progress)?;
             told = r.events.take();
             let written = writes(&mut PgTransaction::new(tx, p.cache, self));
             applied(tx, written.map_err(application_error))

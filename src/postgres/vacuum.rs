@@ -149,7 +149,7 @@ impl PgStore {
     /// whether a transaction older than the vacuum was still open after it (so that it may
     /// have removed little).
     fn vacuum_table(&self, table: &str) -> Result<bool> {
-        let mut client = self.connect()?;
+        let mut client = self.connect(0)?.client;
         tracing::info!(table, "vacuuming the store's table");
         client
             .batch_execute("SET statement_timeout = 0")

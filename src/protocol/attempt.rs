@@ -9,7 +9,7 @@ use crate::error::{Error, Result};
 use crate::ids::{Attempt, JobId};
 use crate::input;
 use crate::job::{JobRecord, ReclaimPath};
-use crate::lease::Renewal;
+use crate::lease::{Holding, Renewal};
 use crate::report::Reclaim;
 use crate::retry::RetryPolicy;
 use crate::rules::{self, Change, Renewed, Retry, Stage, Write, corrupt_running};
@@ -21,11 +21,10 @@ use crate::state::JobState;
 /// attempt's deadline.
 pub(crate) fn heartbeat(
     r: &mut (impl Records + ?Sized),
-    id: JobId,
-    attempt: Attempt,
+    by: Holding,
     progress: u64,
 ) -> Result<Renewal> {
-    let job = fence(r, id, attempt, Write::Heartbeat)?;
+    let job = fence(r, by, Write::Heartbeat)?;
     let now = r.now()?;
     let (change, answer) = match rules::renew(&job, progress, now, || backoff(r, &job))? {
         Renewed::Cancelled(change) => (change, Renewal::Cancelled),
@@ -47,17 +46,16 @@ pub(crate) fn heartbeat(
 /// the holder's last progress, recorded with the attempt.
 pub(crate) fn complete(
     r: &mut (impl Records + ?Sized),
-    id: JobId,
-    attempt: Attempt,
+    by: Holding,
     output: &[u8],
     progress: Option<u64>,
 ) -> Result<()> {
     input::check_size("output", output.len(), r.policy().max_payload)?;
-    let job = fence(r, id, attempt, Write::End)?;
+    let job = fence(r, by, Write::End)?;
     let now = r.now()?;
     store_end(r, &job, rules::complete(&job, progress, now))?;
     if !output.is_empty() {
-        r.keep_output(id, output)?;
+        r.keep_output(by.job, output)?;
     }
     Ok(())
 }
@@ -83,20 +81,19 @@ pub enum End {
 /// the job's state after.
 pub(crate) fn end(
     r: &mut (impl Records + ?Sized),
-    id: JobId,
-    attempt: Attempt,
+    by: Holding,
     end: &End,
     progress: Option<u64>,
 ) -> Result<JobState> {
     let write = match end {
         End::Complete(output) => {
-            r.complete(id, attempt, output, progress)?;
+            r.complete(by, output, progress)?;
             return Ok(JobState::Succeeded);
         }
         End::TimeOut => Write::TimeOut,
         _ => Write::End,
     };
-    let job = fence(r, id, attempt, write)?;
+    let job = fence(r, by, write)?;
     let now = r.now()?;
     let change = match end {
         End::Fail(error, retry) => {
@@ -160,18 +157,17 @@ pub(crate) fn expire(
 }
 
 /// The fence ([`rules::fence`], then [`rules::before_deadline`]): the job must be `Running`
-/// under exactly this attempt, and an end its holder writes must come before the attempt's
-/// deadline. A refusal changes nothing but its counter.
+/// under exactly this attempt and lease, and an end its holder writes must come before the
+/// attempt's deadline. A refusal changes nothing but its counter.
 pub(crate) fn fence(
     r: &mut (impl Records + ?Sized),
-    id: JobId,
-    attempt: Attempt,
+    by: Holding,
     write: Write,
 ) -> Result<JobRecord> {
-    let found = r.job(id)?;
-    let verdict = rules::fence(found, id, attempt, write, || {
+    let found = r.job(by.job)?;
+    let verdict = rules::fence(found, by, write, || {
         Ok::<_, Error>(rules::ended_by_its_holder(
-            r.run_outcome(id, attempt)?.as_ref(),
+            r.run_outcome(by.job, by.attempt)?.as_ref(),
         ))
     })?;
     let verdict = match verdict {

@@ -9,7 +9,7 @@ use super::Records;
 use super::attempt::{Stages, expire};
 use crate::config::check_terms;
 use crate::error::{Error, Result};
-use crate::ids::JobId;
+use crate::ids::{JobId, LeaseToken};
 use crate::input;
 use crate::job::{JobRecord, ReclaimPath};
 use crate::lease::{Lease, LeaseTerms};
@@ -278,7 +278,7 @@ fn grant(
     terms: LeaseTerms,
 ) -> Result<Option<Lease>> {
     let now = r.now()?;
-    let new = match rules::grant(job, worker, terms, now) {
+    let new = match rules::grant(job, worker, terms, now, LeaseToken::fresh()) {
         Granted::Exhausted(dead) => {
             let dead = super::keys::save(r, job, &dead)?;
             super::flow::settle(r, &dead)?;
@@ -301,6 +301,7 @@ fn grant(
     Ok(Some(Lease {
         job: new.id,
         attempt: new.attempt,
+        token: new.token,
         queue: new.queue,
         worker: worker.to_owned(),
         claimed_at: now,

@@ -14,7 +14,7 @@ use crate::error::Result;
 use crate::events::Pending;
 use crate::ids::{Attempt, GroupId, JobId, StoreTime};
 use crate::job::{JobRecord, Outcome, RunRecord};
-use crate::lease::{Lease, LeaseTerms, Renewal};
+use crate::lease::{Holding, Lease, LeaseTerms, Renewal};
 use crate::new_job::NewJob;
 use crate::queue::{KeyRecord, QueueRecord};
 use crate::rules;
@@ -122,30 +122,19 @@ pub trait Records: NamedRecords {
         super::claim_batch(self, queue, worker, terms, n)
     }
     /// [`super::complete`].
-    fn complete(
-        &mut self,
-        id: JobId,
-        attempt: Attempt,
-        output: &[u8],
-        progress: Option<u64>,
-    ) -> Result<()> {
-        super::complete(self, id, attempt, output, progress)
+    fn complete(&mut self, by: Holding, output: &[u8], progress: Option<u64>) -> Result<()> {
+        super::complete(self, by, output, progress)
     }
-    /// [`super::heartbeat`] for each of `leases` (job, attempt, progress): an answer each, in
-    /// their order.
-    fn renew_batch(&mut self, leases: &[(JobId, Attempt, u64)]) -> Result<Vec<Result<Renewal>>> {
+    /// [`super::heartbeat`] for each of `leases` (the lease's holding, progress): an answer
+    /// each, in their order.
+    fn renew_batch(&mut self, leases: &[(Holding, u64)]) -> Result<Vec<Result<Renewal>>> {
         // Renewed in job order, so that an index is walked once from left to right rather
         // than at random (a pool's leases come in no order).
         let mut order: Vec<usize> = (0..leases.len()).collect();
-        order.sort_unstable_by_key(|&i| leases[i].0);
+        order.sort_unstable_by_key(|&i| leases[i].0.job);
         let mut answers: Vec<_> = order
             .into_iter()
-            .map(|i| {
-                (
-                    i,
-                    super::heartbeat(self, leases[i].0, leases[i].1, leases[i].2),
-                )
-            })
+            .map(|i| (i, super::heartbeat(self, leases[i].0, leases[i].1)))
             .collect();
         answers.sort_unstable_by_key(|&(i, _)| i);
         Ok(answers.into_iter().map(|(_, answer)| answer).collect())

@@ -72,20 +72,20 @@ impl<'a, 't> Transaction<'a, 't> {
         output: &[u8],
         progress: Option<u64>,
     ) -> Result<()> {
-        protocol::complete(self.tx, lease.job, lease.attempt, output, progress)
+        protocol::complete(self.tx, lease.holding(), output, progress)
     }
 
     /// Fails an attempt in this transaction, if its lease still holds.
     pub fn fail(&mut self, lease: &Lease, error: &str) -> Result<JobState> {
         let fail = End::Fail(error.to_owned(), Retry::WhileBudgetLasts);
-        protocol::end(self.tx, lease.job, lease.attempt, &fail, None)
+        protocol::end(self.tx, lease.holding(), &fail, None)
     }
 
     /// Fails an attempt for good in this transaction, if its lease still holds (see
     /// [`JobStore::fail_permanently`](crate::JobStore::fail_permanently)).
     pub fn fail_permanently(&mut self, lease: &Lease, error: &str) -> Result<JobState> {
         let fail = End::Fail(error.to_owned(), Retry::Never);
-        protocol::end(self.tx, lease.job, lease.attempt, &fail, None)
+        protocol::end(self.tx, lease.holding(), &fail, None)
     }
 }
 
@@ -103,11 +103,11 @@ impl RedbWrites {
     pub(crate) fn complete(
         &mut self,
         tx: &mut Tx<'_>,
-        lease: (JobId, crate::ids::Attempt),
+        by: crate::lease::Holding,
         output: &[u8],
         progress: Option<u64>,
     ) -> Result<()> {
-        protocol::complete(tx, lease.0, lease.1, output, progress)?;
+        protocol::complete(tx, by, output, progress)?;
         let txn = tx.tables.txn();
         let writes = &mut self.0;
         let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {

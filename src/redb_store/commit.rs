@@ -204,19 +204,18 @@ fn completions<T: Default + Send + 'static>(done: Vec<Completion>) -> Vec<Op<T>>
     done.into_iter()
         .map(|c| -> Op<T> {
             let Completion {
-                job,
-                attempt,
+                by,
                 output,
                 progress,
                 writes,
             } = c;
             match writes.map(|w| w.take::<RedbWrites>()) {
                 None => Box::new(move |tx| {
-                    protocol::complete(tx, job, attempt, &output, progress).map(|()| T::default())
+                    protocol::complete(tx, by, &output, progress).map(|()| T::default())
                 }),
                 Some(Some(mut writes)) => Box::new(move |tx| {
                     writes
-                        .complete(tx, (job, attempt), &output, progress)
+                        .complete(tx, by, &output, progress)
                         .map(|()| T::default())
                 }),
                 Some(None) => Box::new(|_| {

@@ -287,7 +287,7 @@ pub(crate) fn lease_expiries(
 
 /// Jobs matching `filter` at `now`: for operators and tools, not hot paths.
 ///
-/// Running and waiting jobs are found through their index (`expiry`, `ready`), so listing
+/// Running and waiting jobs are found through their index (`expiry`, `ready` and `keyed`), so listing
 /// them reads only them, however many finished jobs the store keeps; other listings read
 /// the records in id order from the cursor on (newest first from the end, for
 /// [`JobOrder::Newest`]), and stop at the limit where the order allows it.
@@ -337,8 +337,10 @@ pub(crate) fn list(read: &ReadTransaction, filter: &JobFilter, now: StoreTime) -
 }
 
 /// The ids of every job that can pass `filter`, from an index, where its state has one that
-/// holds only jobs in that state: `expiry` for running jobs, `ready` for waiting ones (both
-/// keyed by queue first). `None`: no index narrows it; read the records.
+/// holds only jobs in that state: `expiry` for running jobs, `ready` and `keyed` for waiting
+/// ones (`ready` holds only those in the claim order: a keyed job parked behind its key's
+/// head is in `keyed` alone; all keyed by queue first). `None`: no index narrows it; read
+/// the records.
 fn indexed_candidates(read: &ReadTransaction, filter: &JobFilter) -> Result<Option<Vec<u64>>> {
     let queue = filter.queue.as_deref();
     let ids = match filter.state {
@@ -360,9 +362,24 @@ fn indexed_candidates(read: &ReadTransaction, filter: &JobFilter) -> Result<Opti
                 }
                 None => ready.range::<(&str, i32, u64, u64)>(..)?,
             };
-            entries
+            let mut ids = entries
                 .map(|e| Ok(e?.0.value().3))
-                .collect::<Result<Vec<_>>>()?
+                .collect::<Result<Vec<_>>>()?;
+            if let Some(keyed) = optional(read, schema::KEYED)? {
+                let entries = match queue {
+                    Some(q) => keyed.range((q, "", 0u64, 0u64)..)?,
+                    None => keyed.range::<(&str, &str, u64, u64)>(..)?,
+                };
+                for entry in entries {
+                    let entry = entry?.0;
+                    let (q, _, _, id) = entry.value();
+                    if queue.is_some_and(|queue| queue != q) {
+                        break;
+                    }
+                    ids.push(id);
+                }
+            }
+            ids
         }
         _ => return Ok(None),
     };

@@ -47,8 +47,9 @@ use redb::TableDefinition;
 /// `waits`, `members` and `groups`. Version 7 writes records in format version 4 (a
 /// retry policy of a job, a queue, a schedule's jobs). Version 8 writes records in format
 /// version 5 (limit keys, a queue's per-key limits) and adds `keyed`, `limit_keys` and
-/// `key_gates`.
-pub const SCHEMA_VERSION: u32 = 8;
+/// `key_gates`. Version 9 writes job records in format version 6 (each lease's token, which
+/// the fence compares: a build of version 8 would grant leases without one).
+pub const SCHEMA_VERSION: u32 = 9;
 
 /// The marker that says "this redb file is a leasehold store".
 pub(crate) const MARKER: &[u8] = b"leasehold store";

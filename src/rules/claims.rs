@@ -1,7 +1,7 @@
 //! Claims: the claim order, which jobs are claimable, and a new attempt granted.
 
 use super::*;
-use crate::ids::StoreTime;
+use crate::ids::{LeaseToken, StoreTime};
 use crate::job::{JobRecord, LeaseRecord};
 use crate::lease::LeaseTerms;
 use crate::state::JobState;
@@ -42,8 +42,15 @@ pub(crate) enum Granted {
     Exhausted(JobRecord),
 }
 
-/// Starts a new attempt of the waiting `job` under a lease for `worker` at `now`.
-pub(crate) fn grant(job: &JobRecord, worker: &str, terms: LeaseTerms, now: StoreTime) -> Granted {
+/// Starts a new attempt of the waiting `job` under a lease for `worker` at `now`, the lease
+/// drawn as `token` (fresh for each grant: see [`crate::LeaseToken`]).
+pub(crate) fn grant(
+    job: &JobRecord,
+    worker: &str,
+    terms: LeaseTerms,
+    now: StoreTime,
+    token: LeaseToken,
+) -> Granted {
     let Some(attempt) = job.attempt.next() else {
         let mut dead = job.clone();
         finish(&mut dead, JobState::Dead, now);
@@ -58,6 +65,7 @@ pub(crate) fn grant(job: &JobRecord, worker: &str, terms: LeaseTerms, now: Store
     let mut new = job.clone();
     new.state = JobState::Running;
     new.attempt = attempt;
+    new.token = token;
     new.lease = Some(LeaseRecord {
         owner: worker.to_owned(),
         claimed_at: now,

@@ -1,8 +1,9 @@
 //! The fence: which writes of an attempt's holder hold, and how a refusal is counted.
 
 use crate::error::LeaseLost;
-use crate::ids::{Attempt, JobId, StoreTime};
+use crate::ids::StoreTime;
 use crate::job::{JobRecord, LeaseRecord, Outcome};
+use crate::lease::Holding;
 use crate::state::JobState;
 use crate::stats::Counters;
 
@@ -18,21 +19,25 @@ pub(crate) enum Write {
     TimeOut,
 }
 
-/// The fence's verdict on a write by attempt `attempt` of job `id`, given the record found
-/// (`None`: no such job), which it hands back when the write holds. `ended_by_holder` is asked only when the job is at that attempt
-/// but no longer running: whether its history says its holder completed, failed or
-/// released it (a heartbeat tick overlapping the holder's own end lost nothing).
+/// The fence's verdict on a write by the holder of a lease (`by`: the job, the attempt and
+/// the lease's token), given the record found (`None`: no such job), which it hands back
+/// when the write holds: the job must be `Running` under that attempt, granted by that
+/// lease. The token tells this lease from another granted for the same attempt number by
+/// a store that lost its last commits (see [`crate::LeaseToken`]). `ended_by_holder` is
+/// asked only when the job is at that attempt under that lease but no longer running:
+/// whether its history says its holder completed, failed or released it (a heartbeat tick
+/// overlapping the holder's own end lost nothing).
 ///
 /// `Ok` when the write holds; else the refusal to return, and what the counters gain.
 pub(crate) fn fence<E>(
     found: Option<JobRecord>,
-    id: JobId,
-    attempt: Attempt,
+    by: Holding,
     write: Write,
     ended_by_holder: impl FnOnce() -> Result<bool, E>,
 ) -> Result<Result<JobRecord, Refused>, E> {
+    let same_lease = |job: &JobRecord| job.attempt == by.attempt && job.token == by.token;
     let found = match found {
-        Some(job) if job.state == JobState::Running && job.attempt == attempt => {
+        Some(job) if job.state == JobState::Running && same_lease(&job) => {
             return Ok(Ok(job));
         }
         found => found,
@@ -40,8 +45,8 @@ pub(crate) fn fence<E>(
     let ended_by_holder = match &found {
         // Only its holder's completion makes a job succeed (an engine may keep no history
         // row of that attempt: the PostgreSQL one keeps it in the job's row).
-        Some(job) if job.attempt == attempt && job.state == JobState::Succeeded => true,
-        Some(job) if job.attempt == attempt => ended_by_holder()?,
+        Some(job) if same_lease(job) && job.state == JobState::Succeeded => true,
+        Some(job) if same_lease(job) => ended_by_holder()?,
         _ => false,
     };
     let mut counts = Counters::default();
@@ -51,8 +56,8 @@ pub(crate) fn fence<E>(
         Write::End | Write::TimeOut => counts.fenced_writes_rejected = 1,
     }
     let lost = LeaseLost {
-        job: id,
-        attempt,
+        job: by.job,
+        attempt: by.attempt,
         found: found.map(|j| (j.attempt, j.state)),
         ended_by_holder,
     };

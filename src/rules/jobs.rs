@@ -53,6 +53,7 @@ pub(crate) fn new_job(
             .limit_key
             .clone()
             .map(|key| LimitKey { key, parked: true }),
+        token: crate::ids::LeaseToken::NONE,
     })
 }
 

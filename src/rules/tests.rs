@@ -3,9 +3,9 @@
 use std::time::Duration;
 
 use super::*;
-use crate::ids::{Attempt, JobId, StoreTime};
+use crate::ids::{Attempt, JobId, LeaseToken, StoreTime};
 use crate::job::{JobRecord, Outcome, ReclaimPath};
-use crate::lease::LeaseTerms;
+use crate::lease::{Holding, LeaseTerms};
 use crate::new_job::NewJob;
 use crate::retry::RetryPolicy;
 use crate::schedule::{CatchUp, MAX_TICKS_PER_PASS, Schedule, Tick};
@@ -30,6 +30,7 @@ fn running(at: StoreTime) -> JobRecord {
         "w",
         LeaseTerms::new(Duration::from_nanos(100)),
         at,
+        LeaseToken(77),
     ) {
         Granted::Lease(job) => job,
         Granted::Exhausted(_) => unreachable!("a fresh job has attempts left"),
@@ -47,6 +48,7 @@ fn a_grant_increments_the_attempt_and_an_exhausted_counter_makes_the_job_dead() 
         "w",
         LeaseTerms::new(Duration::from_secs(1)),
         StoreTime(5),
+        LeaseToken(78),
     ) {
         Granted::Exhausted(dead) => {
             assert_eq!(
@@ -63,27 +65,23 @@ fn a_grant_increments_the_attempt_and_an_exhausted_counter_makes_the_job_dead() 
 #[test]
 fn the_fence_counts_a_refused_end_and_a_lost_renewal_but_not_one_after_the_holders_end() {
     let job = running(StoreTime(2_000));
-    let held: Result<_, ()> = fence(Some(job.clone()), job.id, job.attempt, Write::End, || {
-        Ok(false)
-    });
+    let held: Result<_, ()> = fence(Some(job.clone()), holding(&job), Write::End, || Ok(false));
     assert_eq!(held.unwrap().unwrap(), job);
-    let refused = fence::<()>(Some(job.clone()), job.id, Attempt(9), Write::End, || {
-        Ok(false)
-    })
-    .unwrap()
-    .unwrap_err();
+    let stale = Holding {
+        attempt: Attempt(9),
+        ..holding(&job)
+    };
+    let refused = fence::<()>(Some(job.clone()), stale, Write::End, || Ok(false))
+        .unwrap()
+        .unwrap_err();
     assert_eq!(
         (refused.lost.found, refused.counts.fenced_writes_rejected),
         (Some((job.attempt, JobState::Running)), 1)
     );
     let done = complete(&job, None, StoreTime(2_050)).job;
-    let refused = fence::<()>(
-        Some(done.clone()),
-        done.id,
-        done.attempt,
-        Write::Heartbeat,
-        || Ok(true),
-    )
+    let refused = fence::<()>(Some(done.clone()), holding(&done), Write::Heartbeat, || {
+        Ok(true)
+    })
     .unwrap()
     .unwrap_err();
     assert!(refused.lost.ended_by_holder);
@@ -92,10 +90,59 @@ fn the_fence_counts_a_refused_end_and_a_lost_renewal_but_not_one_after_the_holde
         Counters::default(),
         "a renewal after the holder's own end lost nothing"
     );
-    let gone = fence::<()>(None, JobId(7), Attempt(1), Write::Heartbeat, || Ok(true))
+    let nobody = Holding {
+        job: JobId(7),
+        attempt: Attempt(1),
+        token: LeaseToken(1),
+    };
+    let gone = fence::<()>(None, nobody, Write::Heartbeat, || Ok(true))
         .unwrap()
         .unwrap_err();
     assert_eq!((gone.lost.found, gone.counts.leases_lost), (None, 1));
+}
+
+fn holding(job: &JobRecord) -> Holding {
+    Holding {
+        job: job.id,
+        attempt: job.attempt,
+        token: job.token,
+    }
+}
+
+/// A store that lost its last commits (a failover to a standby that had not seen them)
+/// grants the same attempt number again: the first holder's lease, whose token differs, is
+/// refused while the job runs under the second, and is not told that the second's end was
+/// its own.
+#[test]
+fn the_fence_refuses_a_lease_of_the_same_attempt_granted_under_another_token() {
+    let regranted = running(StoreTime(3_000));
+    let first = Holding {
+        token: LeaseToken(76),
+        ..holding(&regranted)
+    };
+    assert_eq!(first.attempt, regranted.attempt);
+    for write in [Write::Heartbeat, Write::End, Write::TimeOut] {
+        let refused = fence::<()>(Some(regranted.clone()), first, write, || Ok(true))
+            .unwrap()
+            .unwrap_err();
+        assert_eq!(
+            refused.lost.found,
+            Some((regranted.attempt, JobState::Running))
+        );
+    }
+    let ended = complete(&regranted, None, StoreTime(3_050)).job;
+    let refused = fence::<()>(Some(ended.clone()), first, Write::End, || Ok(true))
+        .unwrap()
+        .unwrap_err();
+    assert!(
+        !refused.lost.ended_by_holder,
+        "the end was the other lease's"
+    );
+    assert_eq!(refused.counts.fenced_writes_rejected, 1);
+    let holder = fence::<()>(Some(ended), holding(&regranted), Write::Heartbeat, || {
+        Ok(true)
+    });
+    assert!(holder.unwrap().unwrap_err().lost.ended_by_holder);
 }
 
 #[test]

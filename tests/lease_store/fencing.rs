@@ -537,3 +537,36 @@ fn a_stale_completion_before_the_live_one_in_a_batch_is_answered_as_if_alone_and
     assert!(results[1].is_ok() && results[2].is_ok(), "{results:?}");
     assert_eq!(f.output(live.job).unwrap().unwrap(), b"live");
 }
+
+/// A store file put back from a backup has lost its last commits, as a PostgreSQL standby
+/// promoted before it received them has: the same attempt number is granted again. A lease
+/// granted in the lost history is refused (its token is not the job's), heartbeat and
+/// completion alike, and the lease granted again holds.
+#[test]
+fn a_lease_from_a_history_the_store_lost_is_refused_though_its_attempt_is_granted_again() {
+    use leasehold::{JobStore, ReadJobs, Store};
+    let dir = tempfile::tempdir().unwrap();
+    let (path, backup) = (dir.path().join("s.redb"), dir.path().join("backup.redb"));
+    let id = {
+        let store = Store::open(&path).unwrap();
+        store.enqueue(NewJob::new(Q, "x")).unwrap()
+    };
+    std::fs::copy(&path, &backup).unwrap();
+    let lost = {
+        let store = Store::open(&path).unwrap();
+        store.claim(Q, "a", LEASE.into()).unwrap().unwrap()
+    };
+    std::fs::copy(&backup, &path).unwrap();
+    let store = Store::open(&path).unwrap();
+    let again = store.claim(Q, "b", LEASE.into()).unwrap().unwrap();
+    assert_eq!((again.job, again.attempt), (lost.job, lost.attempt));
+    assert!(store.heartbeat(&lost, 1).unwrap_err().is_lease_lost());
+    let refused = store.complete(&lost, b"a").unwrap_err();
+    assert!(
+        matches!(&refused, Error::LeaseLost(l) if !l.ended_by_holder),
+        "{refused:?}"
+    );
+    store.complete(&again, b"b").unwrap();
+    assert_eq!(store.output(id).unwrap().as_deref(), Some(&b"b"[..]));
+    assert!(store.check().unwrap().is_clean());
+}

@@ -20,6 +20,7 @@ crate::on_both::on_both!(
     limits_per_key_outlive_a_reopen,
     a_rate_per_key_allows_so_many_claims_of_each_key_in_any_window,
     a_bad_limit_key_or_per_key_limit_is_refused_and_nothing_is_written,
+    a_filter_by_state_finds_a_keys_parked_jobs_and_a_bulk_cancel_takes_them_all,
 );
 
 /// A job of `key`, its payload naming it.
@@ -47,26 +48,27 @@ fn jobs_in(f: &Backend, state: JobState) -> Vec<JobId> {
     ids
 }
 
-/// Completes the running job `id`'s current attempt.
+thread_local! {
+    /// The last lease [`claim_all`] took of each job, for [`complete_id`].
+    static HELD: std::cell::RefCell<std::collections::HashMap<JobId, Lease>> =
+        Default::default();
+}
+
+/// Completes the running job `id`'s current attempt, under the lease [`claim_all`] took.
 fn complete_id(f: &Backend, id: JobId) {
-    let job = f.job(id).unwrap().unwrap();
-    let held = Lease {
-        job: id,
-        attempt: job.attempt(),
-        queue: Q.into(),
-        worker: "w".into(),
-        claimed_at: job.created_at(),
-        expires_at: job.created_at(),
-        length: LEASE,
-        deadline: None,
-        payload: Vec::new(),
-    };
+    let held = HELD.with(|h| h.borrow().get(&id).cloned()).unwrap();
+    assert_eq!(f.job(id).unwrap().unwrap().attempt(), held.attempt);
     f.complete(&held, b"").unwrap();
 }
 
 /// Claims everything claimable now, by one claim of a big batch.
 fn claim_all(f: &Backend, worker: &str) -> Vec<Lease> {
-    f.claim_batch(Q, worker, lease(), 100).unwrap()
+    let leases = f.claim_batch(Q, worker, lease(), 100).unwrap();
+    HELD.with(|h| {
+        let mut held = h.borrow_mut();
+        held.extend(leases.iter().map(|l| (l.job, l.clone())));
+    });
+    leases
 }
 
 fn a_key_at_its_limit_holds_back_only_its_own_jobs(kind: Kind) {
@@ -329,4 +331,52 @@ fn a_rate_per_key_allows_so_many_claims_of_each_key_in_any_window(kind: Kind) {
         f.set_queue_limits(Q, QueueLimits::none().per_key_rate(0, minute)),
         Err(Error::Input(InputError::BadRate { .. }))
     ));
+}
+
+/// Of a key's waiting jobs only its head stands in the claim order; the others are parked.
+/// A listing or a bulk action by state finds them all the same: an operator's "cancel every
+/// waiting job of the queue" leaves none of a tenant's backlog behind.
+fn a_filter_by_state_finds_a_keys_parked_jobs_and_a_bulk_cancel_takes_them_all(kind: Kind) {
+    let f = kind.open();
+    f.set_queue_limits(Q, QueueLimits::none().per_key(1))
+        .unwrap();
+    for key in ["a", "b", "c"] {
+        for i in 0..10 {
+            f.enqueue(job(key, &format!("{key}{i}"))).unwrap();
+        }
+    }
+    f.enqueue(NewJob::new(Q, "plain")).unwrap();
+    f.enqueue(NewJob::new("other", "elsewhere").limit_key("a"))
+        .unwrap();
+    let running = f.claim_batch(Q, "w", lease(), 2).unwrap();
+    assert_eq!(running.len(), 2);
+    assert_eq!(f.stats().unwrap().queues[Q].get(JobState::Queued), 29);
+    assert_eq!(
+        jobs_in(&f, JobState::Queued).len(),
+        29,
+        "every waiting job is listed"
+    );
+    let everywhere = JobFilter {
+        state: Some(JobState::Queued),
+        ..JobFilter::default()
+    };
+    assert_eq!(f.jobs(&everywhere).unwrap().len(), 30);
+    let report = f
+        .cancel_all(&JobFilter {
+            queue: Some(Q.into()),
+            state: Some(JobState::Queued),
+            ..JobFilter::default()
+        })
+        .unwrap();
+    assert_eq!((report.matched, report.changed), (29, 29));
+    assert!(jobs_in(&f, JobState::Queued).is_empty());
+    assert_eq!(f.stats().unwrap().queues[Q].get(JobState::Queued), 0);
+    for lease in &running {
+        f.complete(lease, b"").unwrap();
+    }
+    assert!(
+        claim_all(&f, "w").is_empty(),
+        "nothing of the backlog is left to run"
+    );
+    assert!(f.claim("other", "w", lease()).unwrap().is_some());
 }

@@ -1,11 +1,17 @@
-//! A failover that loses nothing: a primary and a synchronous streaming standby of the
-//! machine's own PostgreSQL binaries (`initdb`, `pg_basebackup`), in a temporary directory on
-//! free ports, so nothing touches the machine's main server. Worker processes drain with a
-//! multi-host URL (`target_session_attrs=read-write`); the primary is stopped hard
-//! (immediate mode) mid-drain and the standby promoted. Then: no completion a pool reported
-//! committed is lost, no job's effect is committed twice, every lease held at the failover is
-//! fenced or taken back, the pools carry on by themselves, and store time on the new
-//! primary is not behind the old one's last commit.
+//! Failovers, on a primary and a streaming standby of the machine's own PostgreSQL binaries
+//! (`initdb`, `pg_basebackup`) in a temporary directory on free ports, so nothing touches the
+//! machine's main server.
+//!
+//! - With a synchronous standby, nothing acknowledged is lost: worker processes drain with a
+//!   multi-host URL (`target_session_attrs=read-write`); the primary is stopped hard
+//!   (immediate mode) mid-drain and the standby promoted. No completion a pool reported
+//!   committed is lost, no job's effect is committed twice, every lease held at the
+//!   failover is fenced or taken back, the pools carry on by themselves, and store time on
+//!   the new primary is not behind the old one's last commit. A commit whose wait for the
+//!   standby is cancelled is not acknowledged.
+//! - With an asynchronous standby, the last commits may be lost, but nothing acknowledged
+//!   is handed out twice: a stale holder is fenced (its lease's token), no job id names two
+//!   jobs, and a handle that wrote on the new primary refuses the old one when it returns.
 //!
 //! Runs where `LEASEHOLD_PG_URL` is set (the machines that run PostgreSQL, and `.ci/run`)
 //! and the binaries are found; elsewhere one line says it did not run.
@@ -14,9 +20,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use leasehold::postgres::PgStore;
 use leasehold::postgres::client as postgres;
-use leasehold::{JobState, ReadJobs};
+use leasehold::postgres::{PgError, PgStore};
+use leasehold::{JobId, JobState, JobStore, NewGroup, NewJob, ReadJobs};
 
 use crate::say;
 
@@ -46,6 +52,13 @@ impl Drop for Pair {
 fn free_port() -> u16 {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     listener.local_addr().unwrap().port()
+}
+
+/// Whether the primary waits for its standby at each commit.
+#[derive(Copy, Clone, PartialEq, Eq)]
+enum Replication {
+    Synchronous,
+    Asynchronous,
 }
 
 /// `tool` of the server's binaries run as the `postgres` user (the server refuses root).
@@ -81,8 +94,9 @@ impl Pair {
         usable.then_some(bin)
     }
 
-    /// A primary with synchronous replication to `standby1`, and that standby streaming.
-    fn start(bin: PathBuf) -> Pair {
+    /// A primary replicating to `standby1` as `replication` says, and that standby
+    /// streaming.
+    fn start(bin: PathBuf, replication: Replication) -> Pair {
         let dir = tempfile::tempdir().unwrap();
         let (uid, gid) = (id("-u"), id("-g"));
         std::os::unix::fs::chown(dir.path(), Some(uid), Some(gid)).unwrap();
@@ -106,10 +120,16 @@ impl Pair {
                 &["-D", p, "-U", "postgres", "--auth=trust"],
             ),
         );
+        let waits_for = match replication {
+            Replication::Synchronous => "standby1",
+            Replication::Asynchronous => "",
+        };
         pair.configure(
             &pair.primary,
-            "wal_level = replica\nmax_wal_senders = 4\n\
-             synchronous_standby_names = 'standby1'\nsynchronous_commit = on\n",
+            &format!(
+                "wal_level = replica\nmax_wal_senders = 4\n\
+                 synchronous_standby_names = '{waits_for}'\nsynchronous_commit = on\n"
+            ),
         );
         ok(
             "start the primary",
@@ -153,17 +173,61 @@ impl Pair {
             pair.pg_ctl(&pair.standby, &["start", "-w"]),
         );
         let mut admin = pair.client(&pair.primary);
-        crate::db::wait_until("the standby to replicate synchronously", || {
+        let state = match replication {
+            Replication::Synchronous => "sync",
+            Replication::Asynchronous => "async",
+        };
+        crate::db::wait_until("the standby to stream", || {
             let rows = admin
                 .query(
                     "SELECT 1 FROM pg_stat_replication WHERE application_name = 'standby1' \
-                     AND sync_state = 'sync'",
-                    &[],
+                     AND sync_state = $1",
+                    &[&state],
                 )
                 .unwrap();
             !rows.is_empty()
         });
         pair
+    }
+
+    /// Waits until the standby has replayed everything the primary has written so far.
+    fn caught_up(&self) {
+        let mut primary = self.client(&self.primary);
+        let lsn: String = primary
+            .query_one("SELECT pg_current_wal_lsn()::text", &[])
+            .unwrap()
+            .try_get(0)
+            .unwrap();
+        let mut standby = self.client(&self.standby);
+        crate::db::wait_until("the standby to replay the primary's commits", || {
+            let sql = "SELECT pg_last_wal_replay_lsn() >= $1::text::pg_lsn";
+            standby
+                .query_one(sql, &[&lsn])
+                .unwrap()
+                .try_get::<_, bool>(0)
+                .unwrap()
+        });
+    }
+
+    /// Stops the primary hard and promotes the standby, which then holds what it had
+    /// received: a standby stopped before is started again first (it has only what it had
+    /// received when it stopped).
+    fn fail_over(&self) {
+        ok(
+            "stop the primary",
+            self.pg_ctl(&self.primary, &["stop", "-m", "immediate", "-w"]),
+        );
+        let running = self.pg_ctl(&self.standby, &["status"]).status.success();
+        if !running {
+            ok(
+                "start the standby again",
+                self.pg_ctl(&self.standby, &["start", "-w"]),
+            );
+        }
+        ok(
+            "promote the standby",
+            self.pg_ctl(&self.standby, &["promote", "-w"]),
+        );
     }
 
     /// Appends `settings` to the node's configuration, with its port, its socket in the
@@ -235,17 +299,29 @@ fn id(flag: &str) -> u32 {
         .unwrap()
 }
 
-#[test]
-fn a_failover_to_a_synchronous_standby_loses_no_acknowledged_completion() {
+/// A pair of servers started for `test`, or `None` (and a line saying why) where they
+/// cannot be.
+fn pair(test: &str, replication: Replication) -> Option<Pair> {
     if std::env::var("LEASEHOLD_PG_URL").is_err() {
-        say("the failover test did not run: LEASEHOLD_PG_URL is not set");
-        return;
+        say(&format!(
+            "the failover test {test} did not run: LEASEHOLD_PG_URL is not set"
+        ));
+        return None;
     }
     let Some(bin) = Pair::binaries() else {
-        say("the failover test did not run: no PostgreSQL binaries to run as user postgres");
+        say(&format!(
+            "the failover test {test} did not run: no PostgreSQL binaries to run as user postgres"
+        ));
+        return None;
+    };
+    Some(Pair::start(bin, replication))
+}
+
+#[test]
+fn a_failover_to_a_synchronous_standby_loses_no_acknowledged_completion() {
+    let Some(pair) = pair("of a drain", Replication::Synchronous) else {
         return;
     };
-    let pair = Pair::start(bin);
     let url = pair.multi_host_url();
     let schema = "lh_failover";
     let store = PgStore::builder(&url).schema(schema).open().unwrap();
@@ -346,4 +422,212 @@ fn a_failover_to_a_synchronous_standby_loses_no_acknowledged_completion() {
         counters.fenced_writes_rejected,
         resumed.unwrap_or_default(),
     ));
+}
+
+/// Whether `e` is the commit's outcome unknown.
+fn outcome_unknown(e: &leasehold::Error) -> bool {
+    matches!(e, leasehold::Error::Postgres(PgError::OutcomeUnknown(_)))
+}
+
+/// A standby stalled (stopped: the primary's commits wait for it at `COMMIT`), then the
+/// waits cancelled as an operator or a watchdog would (`pg_cancel_backend`): PostgreSQL
+/// answers such a `COMMIT` with success and a warning, and the commit is on the primary
+/// alone. The store answers that its outcome is unknown, never `Ok`: after the primary
+/// dies and the standby is promoted, the job is running at its attempt again and the
+/// enqueued job does not exist, as the caller was told they might.
+#[test]
+fn a_commit_whose_wait_for_the_synchronous_standby_was_cancelled_is_not_acknowledged() {
+    let Some(pair) = pair("of a cancelled wait", Replication::Synchronous) else {
+        return;
+    };
+    let url = pair.multi_host_url();
+    let schema = "lh_cancelled_wait";
+    let store = PgStore::builder(&url).schema(schema).open().unwrap();
+    let job = store.enqueue(NewJob::new("q", "x")).unwrap();
+    let lease = store
+        .claim("q", "w", Duration::from_secs(600).into())
+        .unwrap()
+        .unwrap();
+    ok(
+        "stop the standby",
+        pair.pg_ctl(&pair.standby, &["stop", "-m", "fast", "-w"]),
+    );
+    let completing = {
+        let (store, lease) = (store.clone(), lease.clone());
+        std::thread::spawn(move || store.complete(&lease, b"done"))
+    };
+    let enqueuing = {
+        let store = store.clone();
+        std::thread::spawn(move || store.enqueue(NewJob::new("q", "y")))
+    };
+    let mut admin = pair.client(&pair.primary);
+    crate::db::wait_until("both commits to wait for the standby", || {
+        let sql = "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'";
+        admin
+            .query_one(sql, &[])
+            .unwrap()
+            .try_get::<_, i64>(0)
+            .unwrap()
+            == 2
+    });
+    admin
+        .batch_execute(
+            "SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE wait_event = 'SyncRep'",
+        )
+        .unwrap();
+    let completed = completing.join().unwrap();
+    let enqueued = enqueuing.join().unwrap();
+    assert!(
+        completed.as_ref().is_err_and(outcome_unknown),
+        "a completion only the primary has: {completed:?}"
+    );
+    assert!(
+        enqueued.as_ref().is_err_and(outcome_unknown),
+        "an enqueue only the primary has: {enqueued:?}"
+    );
+    // What the caller was not told it had: gone with the primary.
+    pair.fail_over();
+    let store = PgStore::builder(pair.url(&pair.standby))
+        .schema(schema)
+        .open()
+        .unwrap();
+    let found = store.job(job).unwrap().unwrap();
+    assert_eq!(
+        (found.state(), found.attempt()),
+        (JobState::Running, lease.attempt)
+    );
+    assert_eq!(store.stats().unwrap().total(JobState::Queued), 0);
+    // The retry the unknown outcome calls for lands on the new primary.
+    store.complete(&lease, b"done").unwrap();
+    assert_eq!(
+        store.job(job).unwrap().unwrap().state(),
+        JobState::Succeeded
+    );
+}
+
+/// An asynchronous standby behind its primary (stopped, then started again only after the
+/// primary died) is promoted: the claim of job 1 and the last enqueues are lost. The job is
+/// granted again at the same attempt number, to another holder; the first holder's lease
+/// (another token) is refused, its heartbeat and its completion alike, and the second's
+/// completion is its own. No job id or group id acknowledged before the failover is handed
+/// out again. Then the old primary is started again beside the promoted one: a handle that
+/// wrote on the promoted server and must connect anew refuses it rather than write there.
+#[test]
+fn after_an_asynchronous_failover_a_stale_holder_is_fenced_no_id_is_handed_out_twice_and_the_old_primary_is_refused()
+ {
+    let Some(pair) = pair("of an asynchronous standby", Replication::Asynchronous) else {
+        return;
+    };
+    let url = pair.multi_host_url();
+    let schema = "lh_async_failover";
+    let a = PgStore::builder(&url).schema(schema).open().unwrap();
+    let job = a.enqueue(NewJob::new("q", "x")).unwrap();
+    pair.caught_up();
+    ok(
+        "stop the standby",
+        pair.pg_ctl(&pair.standby, &["stop", "-m", "fast", "-w"]),
+    );
+    // What only the primary will ever have.
+    let first = a
+        .claim("q", "a", Duration::from_secs(600).into())
+        .unwrap()
+        .unwrap();
+    let acknowledged: Vec<JobId> = (0..41)
+        .map(|i| a.enqueue(NewJob::new("other", format!("{i}"))).unwrap())
+        .collect();
+    let group = a.open_group(NewGroup::new()).unwrap();
+    pair.fail_over();
+
+    let b = PgStore::builder(&url).schema(schema).open().unwrap();
+    let second = b
+        .claim("q", "b", Duration::from_secs(600).into())
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (second.job, second.attempt),
+        (first.job, first.attempt),
+        "the standby never saw the first claim: the same attempt number is granted again"
+    );
+    assert_ne!(second.token, first.token);
+    let renewal = a.heartbeat(&first, 1);
+    assert!(
+        renewal.as_ref().is_err_and(|e| e.is_lease_lost()),
+        "{renewal:?}"
+    );
+    let late = a.complete(&first, b"from a");
+    let Err(leasehold::Error::LeaseLost(lost)) = &late else {
+        panic!("the stale holder's completion: {late:?}");
+    };
+    assert!(!lost.ended_by_holder);
+    b.complete(&second, b"from b").unwrap();
+    assert_eq!(b.output(job).unwrap().as_deref(), Some(&b"from b"[..]));
+    let again = a.complete(&first, b"from a");
+    assert!(
+        again
+            .as_ref()
+            .is_err_and(|e| matches!(e, leasehold::Error::LeaseLost(l) if !l.ended_by_holder)),
+        "the end was the other holder's: {again:?}"
+    );
+    // No acknowledged id names another job or group.
+    let newest = *acknowledged.last().unwrap();
+    for store in [&a, &b] {
+        let made = store.enqueue(NewJob::new("other", "after")).unwrap();
+        assert!(
+            made > newest,
+            "job id {made} after {newest} was acknowledged"
+        );
+        let made = store.open_group(NewGroup::new()).unwrap();
+        assert!(
+            made > group,
+            "group id {made} after {group} was acknowledged"
+        );
+    }
+    for id in &acknowledged {
+        assert!(
+            b.job(*id).unwrap().is_none(),
+            "job {id} was lost, not reused"
+        );
+    }
+
+    // The old primary comes back as a primary of its own, first in the URL.
+    ok(
+        "start the old primary again",
+        pair.pg_ctl(&pair.primary, &["start", "-w"]),
+    );
+    let mut new = pair.client(&pair.standby);
+    new.batch_execute(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+         WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()",
+    )
+    .unwrap();
+    // (the first operation may meet a connection the termination closed, and retries)
+    let refused = (0..3)
+        .map(|_| b.enqueue(NewJob::new("other", "on the old primary?")))
+        .find(|r| {
+            !r.as_ref()
+                .is_err_and(|e| e.to_string().contains("terminat"))
+        })
+        .unwrap();
+    assert!(
+        matches!(
+            &refused,
+            Err(leasehold::Error::Postgres(PgError::StalePrimary {
+                found: 1,
+                seen: 2
+            }))
+        ),
+        "{refused:?}"
+    );
+    let on_old: i64 = pair
+        .client(&pair.primary)
+        .query_one(
+            &format!(
+                "SELECT count(*) FROM {schema}.leasehold_jobs WHERE payload = 'on the old primary?'"
+            ),
+            &[],
+        )
+        .unwrap()
+        .try_get(0)
+        .unwrap();
+    assert_eq!(on_old, 0, "nothing was written on the old primary");
 }
