@@ -59,18 +59,21 @@ fn next_deadline(shared: &Shared) -> Option<std::time::Duration> {
         .map(|deadline| deadline.saturating_since(now))
 }
 
-/// Interrupts every attempt whose deadline has come; its worker ends it as timed out. (A
-/// renewal would end it in the store too; interrupted first, it is left out of renewals.)
+/// Interrupts every attempt whose deadline has come and ends it in the store as timed out,
+/// at once, whether or not its handler returns: a handler that never looks at its
+/// interruption does not keep its job `Running` past the limit, and whatever it returns
+/// later is refused by the fence. (Interrupted, it is left out of renewals.)
 fn time_out_due(shared: &Shared) {
     let now = shared.store.clock();
-    for flight in shared.flights.lock().values() {
-        if flight.lease.deadline.is_some_and(|d| d <= now)
-            && flight
-                .state
-                .interrupt(Interruption::TimedOut, Some(&shared.counters.timed_out))
-        {
-            tracing::warn!(job = %flight.lease.job, attempt = %flight.lease.attempt, "attempt ran into its time limit; interrupting");
-        }
+    let due: Vec<Flight> = (shared.flights.lock().values())
+        .filter(|f| f.lease.deadline.is_some_and(|d| d <= now))
+        .filter(|f| (f.state).interrupt(Interruption::TimedOut, Some(&shared.counters.timed_out)))
+        .cloned()
+        .collect();
+    for flight in &due {
+        let lease = &flight.lease;
+        tracing::warn!(job = %lease.job, attempt = %lease.attempt, "attempt ran into its time limit; interrupting and ending it");
+        let _ = super::run::time_out(shared, flight);
     }
 }
 

@@ -75,13 +75,26 @@ pub(crate) fn release(shared: &Shared, flight: &Flight) -> crate::Result<()> {
     Ok(())
 }
 
-/// Ends the attempt as timed out in the store, with the holder's last progress if it ran.
-fn time_out(shared: &Shared, flight: &Flight, progress: Option<u64>) -> crate::Result<()> {
+/// Ends the attempt as timed out in the store, with the holder's last progress if it ran:
+/// the pool's timer saw its deadline (see `heartbeat::time_out_due`). A refusal means it
+/// ended otherwise meanwhile (a renewal found the deadline, a completion landed before it);
+/// a failure leaves it to end at its deadline, where its lease runs out. Returns whether it
+/// ended it.
+pub(super) fn time_out(shared: &Shared, flight: &Flight) -> bool {
     let lease = &flight.lease;
-    let state = shared.store.end(lease, End::TimeOut, progress)?;
-    let outcome = rules::time_out_outcome(lease.claimed_at, lease.deadline);
-    shared.ended(lease, outcome, state);
-    Ok(())
+    let progress = flight.state.started().then(|| flight.state.progress());
+    match shared.store.end(lease, End::TimeOut, progress) {
+        Ok(state) => {
+            let outcome = rules::time_out_outcome(lease.claimed_at, lease.deadline);
+            shared.ended(lease, outcome, state);
+            true
+        }
+        Err(e) if e.is_lease_lost() => false,
+        Err(e) => {
+            tracing::warn!(job = %lease.job, error = %e, "recording the time-out failed; the lease ends at its deadline");
+            false
+        }
+    }
 }
 
 /// Where a worker stands once a job's verdict is dealt with.
@@ -208,14 +221,8 @@ fn run_one(shared: &Shared, flight: Flight, waited: bool) -> After {
         (Some(Interruption::Shutdown), Verdict::Fail { .. } | Verdict::Snooze(_)) => {}
         (Some(Interruption::LeaseExpired), _) => give_back(shared, &flight),
         (Some(Interruption::TimedOut), _) if !flight.state.ended_in_store() => {
-            // The pool's timer saw the deadline first: the attempt ends here, timed out.
-            match time_out(shared, &flight, Some(flight.state.progress())) {
-                Ok(()) => {}
-                Err(e) if e.is_lease_lost() => bump(&shared.counters.rejected_writes),
-                Err(e) => {
-                    tracing::warn!(job = %lease.job, error = %e, "recording the time-out failed; the lease ends at its deadline")
-                }
-            }
+            // The pool's timer saw the deadline first and ended the attempt in the store.
+            tracing::info!(job = %lease.job, attempt = %lease.attempt, "result withheld: the attempt ran into its time limit");
         }
         (Some(why), _) => {
             // LeaseLost, Cancelled, Stalled, a time-out the store ended: the store would
@@ -229,24 +236,14 @@ fn run_one(shared: &Shared, flight: Flight, waited: bool) -> After {
 
 /// A job claimed ahead that was interrupted while it waited for a worker is not run: one
 /// whose lease ran out, or that renewals falling behind took from the queue, is given back
-/// (a refusal if another pool took it meanwhile); a deadline that passed ends the attempt
-/// as timed out; a shutdown has released it, and a lost lease, a cancel or a stall the
+/// (a refusal if another pool took it meanwhile); a shutdown has released it, the pool's
+/// timer has ended one whose deadline passed, and a lost lease, a cancel or a stall the
 /// store has ended already.
 fn unstarted(shared: &Shared, flight: &Flight, why: Interruption) {
     let lease = &flight.lease;
     tracing::info!(job = %lease.job, attempt = %lease.attempt, reason = %why, "claimed ahead and interrupted before it started: not run");
-    match why {
-        Interruption::LeaseExpired => give_back(shared, flight),
-        Interruption::TimedOut if !flight.state.ended_in_store() => {
-            match time_out(shared, flight, None) {
-                Ok(()) => {}
-                Err(e) if e.is_lease_lost() => {}
-                Err(e) => {
-                    tracing::warn!(job = %lease.job, error = %e, "recording the time-out failed; the lease ends at its deadline");
-                }
-            }
-        }
-        _ => {}
+    if why == Interruption::LeaseExpired {
+        give_back(shared, flight);
     }
 }
 
@@ -410,13 +407,7 @@ fn fenced(shared: &Shared, flight: &Flight, e: &Error) {
     // (`rules::before_deadline`), so the attempt ran into its limit and ends here as timed
     // out, rather than when the reaper finds it.
     let running = Some((lease.attempt, JobState::Running));
-    if e.lease_lost().is_some_and(|l| l.found == running) {
-        match time_out(shared, flight, Some(flight.state.progress())) {
-            Ok(()) => bump(&shared.counters.timed_out),
-            Err(e) if e.is_lease_lost() => {}
-            Err(e) => {
-                tracing::warn!(job = %lease.job, error = %e, "recording the time-out failed; the lease ends at its deadline");
-            }
-        }
+    if e.lease_lost().is_some_and(|l| l.found == running) && time_out(shared, flight) {
+        bump(&shared.counters.timed_out);
     }
 }

@@ -522,9 +522,10 @@ fn a_time_limit_interrupts_the_handler_at_its_deadline_not_at_the_next_heartbeat
     p.shutdown(Duration::ZERO);
 }
 
-/// A handler that never looks at its interruption: its result, when it comes, is withheld
-/// and the attempt ends timed out. (Its lease stops at the deadline too: had the pool died
-/// meanwhile, the job would be back then, not a lease later.)
+/// A handler that never looks at its interruption: the pool ends its attempt in the store
+/// at the deadline, timed out, while the handler still runs (no reaper here), and its
+/// result, when it comes, is withheld. (Its lease stops at the deadline too: had the pool
+/// died meanwhile, the job would be back then, not a lease later.)
 fn a_handler_that_ignores_its_time_limit_commits_nothing_and_its_attempt_ends_timed_out(
     kind: Kind,
 ) {
@@ -547,10 +548,15 @@ fn a_handler_that_ignores_its_time_limit_commits_nothing_and_its_attempt_ends_ti
     );
     f.advance(Duration::from_secs(30));
     wait_until("the pool to see the deadline", || p.stats().timed_out == 1);
+    wait_until(
+        "the attempt to end in the store, the handler still in it",
+        || f.job(id).unwrap().unwrap().state() != JobState::Running,
+    );
+    assert_eq!(p.stats().in_flight, 1, "the handler has not returned");
     gate_tx.send(()).unwrap();
     wait_until("the worker to let go", || p.stats().in_flight == 0);
     let job = f.job(id).unwrap().unwrap();
-    assert_ne!(job.state(), JobState::Succeeded);
+    assert_eq!((job.state(), job.failures()), (JobState::RetryWait, 1));
     assert_eq!(
         f.history(id).unwrap()[0].outcome(),
         Some(&Outcome::TimedOut {
