@@ -91,6 +91,8 @@ fn dispatch_until_stopped(
     let mut found_none = false;
     // Since when rounds have given way to another process writing the store.
     let mut way = GiveWay::default();
+    // Claims that failed in a row, for the wait before the next (see `after_failed_claim`).
+    let mut failed_claims = 0u32;
     // How each round's claim is shared among the pool's queues, and which are quiet.
     let mut planner = Planner::new(&shared.queues);
     loop {
@@ -211,6 +213,9 @@ fn dispatch_until_stopped(
                 let until = |queue: &str| quiet_until(shared, now, queue);
                 planner.claimed(&plan, of, want, generation, until);
             }
+            if !matches!(result, Err(ClaimFailed)) {
+                failed_claims = 0;
+            }
             match result.map(|got| got.map(|g| g.len())) {
                 Ok(Some(claimed)) if claimed > 0 => {
                     found_none = false;
@@ -225,13 +230,31 @@ fn dispatch_until_stopped(
                 Ok(None) => found_none = true,
                 Err(Closed) => return,
                 Err(ClaimFailed) => {
-                    if stop.recv_timeout(shared.settings.heartbeat()).is_ok() {
+                    failed_claims = failed_claims.saturating_add(1);
+                    if stop
+                        .recv_timeout(after_failed_claim(shared, failed_claims))
+                        .is_ok()
+                    {
                         return;
                     }
                 }
             }
         }
     }
+}
+
+/// How long the dispatcher waits before it claims again after `failures` claims in a row
+/// failed: 10 ms doubled at each, with jitter, at most a heartbeat. A deadlock, a lock wait
+/// past the statement timeout or a lost connection is over soon; waiting a whole heartbeat
+/// (20 s at the default lease) after each kept a pool of a contended queue idle for tens of
+/// seconds while its work waited. The jitter keeps pools that failed together from
+/// meeting again.
+fn after_failed_claim(shared: &Shared, failures: u32) -> Duration {
+    let base =
+        Duration::from_millis(10).saturating_mul(1 << failures.clamp(1, 12).saturating_sub(1));
+    let base = base.min(shared.settings.heartbeat());
+    let jitter = crate::clock::random_u64() % (u64::try_from(base.as_micros()).unwrap_or(1) + 1);
+    (base / 2).saturating_add(Duration::from_micros(jitter / 2))
 }
 
 /// Waits for a worker to free its slot: `false` if the pool is stopping (or its workers are

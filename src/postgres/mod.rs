@@ -409,7 +409,13 @@ impl PgStore {
                 Err(Error::Postgres(e)) if e.is_stale_statement() && tries < ATTEMPTS => {
                     self.inner.statements_epoch.fetch_add(1, Ordering::SeqCst);
                 }
-                Err(Error::Postgres(e)) if e.is_transient() && tries < ATTEMPTS => continue,
+                Err(Error::Postgres(e)) if e.is_transient() && tries < ATTEMPTS => {
+                    // Two transactions that deadlocked and run again at once may meet again:
+                    // a few milliseconds apart, at random, they seldom do.
+                    let most = 1u64 << tries.min(6);
+                    let wait = crate::clock::random_u64() % (most * 1000);
+                    std::thread::sleep(Duration::from_micros(wait));
+                }
                 Err(Error::Postgres(PgError::SchemaAltered {
                     schema: None,
                     detail,

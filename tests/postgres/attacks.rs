@@ -1,8 +1,9 @@
 //! What attacks on the PostgreSQL engine broke, each defect with its regression test: names
 //! and schemas PostgreSQL cannot take, tables altered by hand, backends ended while
 //! committing, a role whose default isolation is serializable, deadlocks in the
-//! application's SQL, an application that swallows its SQL error, and a pool process
-//! stopped (`SIGSTOP`) past its leases.
+//! application's SQL, an application that swallows its SQL error, a pool process
+//! stopped (`SIGSTOP`) past its leases, keyed claims that deadlock, and a keyed claim that
+//! waits for its key's row.
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -674,4 +675,130 @@ fn a_restart_mid_transaction_rolls_it_back_and_a_working_pool_goes_on_with_each_
         .unwrap();
     assert!(in_flight.is_empty(), "{in_flight:?}");
     assert!(store.check().unwrap().is_clean());
+}
+
+/// Claims of a keyed queue that deadlock (forced here: a trigger on the limit keys' table
+/// raises SQLSTATE 40P01 for its first 12 writes) fail whole rounds after five tries each.
+/// The pool claims again milliseconds later, not a heartbeat later: with an hour's lease
+/// (a heartbeat every 20 minutes) every job still runs, once.
+#[test]
+fn a_keyed_pool_whose_claims_deadlock_claims_again_soon_not_a_heartbeat_later() {
+    let mut db = db!("keyed_deadlocks");
+    let store = db.store();
+    store
+        .set_queue_limits(Q, leasehold::QueueLimits::none().per_key(2))
+        .unwrap();
+    let jobs: Vec<NewJob> = (0..20)
+        .map(|i| NewJob::new(Q, format!("{i}")).limit_key(format!("tenant-{}", i % 4)))
+        .collect();
+    store.enqueue_batch(jobs).unwrap();
+    db.sql(
+        "CREATE SEQUENCE {s}.forced;
+         CREATE FUNCTION {s}.deadlock() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN
+             IF nextval('{s}.forced') <= 12 THEN
+                 RAISE EXCEPTION 'deadlock forced by the test' USING ERRCODE = '40P01';
+             END IF;
+             RETURN NEW;
+         END $$;
+         CREATE TRIGGER deadlock BEFORE INSERT OR UPDATE ON {s}.leasehold_limit_keys
+             FOR EACH ROW EXECUTE FUNCTION {s}.deadlock();",
+    );
+    let ran = std::sync::Arc::new(AtomicUsize::new(0));
+    let counted = ran.clone();
+    let pool = WorkerPool::builder(store.clone(), Q)
+        .concurrency(4)
+        .lease(Duration::from_secs(3600))
+        .start(move |_ctx| {
+            counted.fetch_add(1, Ordering::SeqCst);
+            Ok(Output::new(Vec::new()))
+        })
+        .unwrap();
+    wait_until("every job to succeed", || {
+        store.stats().unwrap().total(JobState::Succeeded) == 20
+    });
+    let stats = pool.stats();
+    pool.shutdown(Duration::from_secs(10));
+    assert!(stats.claim_errors >= 2, "rounds failed whole: {stats:?}");
+    assert_eq!(ran.load(Ordering::SeqCst), 20, "each job ran once");
+}
+
+/// A keyed claim that waits for its key's row (another transaction holds it) decides at a
+/// time read after the wait: its lease's claim time is not before the lock was let go, and
+/// it is the very instant the key's rate window records. So a history audited against the
+/// rate shows the times the rate was judged at.
+#[test]
+fn a_keyed_claim_that_waited_for_its_key_is_dated_after_the_wait_and_its_window_records_that_instant()
+ {
+    let mut db = db!("keyed_claim_time");
+    let store = db.store();
+    let limits = leasehold::QueueLimits::none().per_key_rate(2, Duration::from_secs(3600));
+    store.set_queue_limits(Q, limits).unwrap();
+    let id = store
+        .enqueue(NewJob::new(Q, "x").limit_key("tenant"))
+        .unwrap();
+    let mut holder = postgres::Client::connect(&db.url, postgres::NoTls).unwrap();
+    let mut tx = holder.transaction().unwrap();
+    let keys = format!("{}.leasehold_limit_keys", db.schema);
+    let held = tx
+        .execute(
+            &format!("SELECT 1 FROM {keys} WHERE key = 'tenant' FOR UPDATE"),
+            &[],
+        )
+        .unwrap();
+    assert_eq!(held, 1, "the key has its record while its job waits");
+    let claiming = {
+        let store = store.clone();
+        std::thread::spawn(move || store.claim(Q, "w", LEASE.into()))
+    };
+    wait_until("the claim to wait for the key's row", || {
+        let sql = "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' \
+                   AND query LIKE '%leasehold_limit_keys%'";
+        db.admin
+            .query_one(sql, &[])
+            .unwrap()
+            .try_get::<_, i64>(0)
+            .unwrap()
+            == 1
+    });
+    let released: i64 = tx
+        .query_one(
+            "SELECT (extract(epoch FROM clock_timestamp()) * 1e6)::bigint",
+            &[],
+        )
+        .unwrap()
+        .try_get(0)
+        .unwrap();
+    tx.rollback().unwrap();
+    let lease = claiming.join().unwrap().unwrap().unwrap();
+    assert_eq!(lease.job, id);
+    let claimed_us = (lease.claimed_at.as_nanos() / 1000) as i64;
+    assert!(
+        claimed_us >= released,
+        "the claim is dated {claimed_us}, before the lock it waited for was let go at {released}"
+    );
+    let recorded: Vec<i64> = db
+        .admin
+        .query_one(
+            &format!("SELECT recent FROM {keys} WHERE key = 'tenant'"),
+            &[],
+        )
+        .unwrap()
+        .try_get(0)
+        .unwrap();
+    assert_eq!(
+        recorded,
+        vec![claimed_us],
+        "the rate window keeps the claim's own instant"
+    );
+    assert_eq!(
+        store
+            .job(id)
+            .unwrap()
+            .unwrap()
+            .lease()
+            .unwrap()
+            .claimed_at(),
+        lease.claimed_at
+    );
 }
