@@ -326,11 +326,7 @@ impl<S: Survivor> Watcher<S> {
         self.exited.retain(|id| alive.contains(id));
         let dir = self.me.lock().directory().to_owned();
         let names: Vec<InstanceId> = registered.iter().map(|(id, _)| *id).collect();
-        for stray in instance::strays(&dir, &names) {
-            if stray.id != self.id {
-                stray.bury();
-            }
-        }
+        clear_strays(&store, self.id, &dir, &names);
     }
 
     /// Makes this process's lock file again if someone removed or replaced it: without it,
@@ -361,6 +357,51 @@ impl<S: Survivor> Watcher<S> {
     }
 }
 
+/// Clears the instance files of `dir` whose lock is free and that `registered` (the
+/// registrations as read at the start of a scan) does not name. A process may have
+/// registered since, and died: its file then looks like a stray's, and burying it would
+/// leave its leases to nobody (its registration naming a file that is gone) until they
+/// expired. So the registrations are read again once the free locks are held: a lock found
+/// free belongs to a process that is gone and can no longer register, so this second
+/// reading tells a stray from a registered instance that died. The latter's leases are
+/// taken back before its file goes.
+fn clear_strays<S: Survivor>(
+    store: &Arc<S>,
+    me: InstanceId,
+    dir: &std::path::Path,
+    registered: &[InstanceId],
+) {
+    let strays: Vec<_> = instance::strays(dir, registered)
+        .into_iter()
+        .filter(|stray| stray.id != me)
+        .collect();
+    if strays.is_empty() {
+        return;
+    }
+    let now = match store.clone().registrations() {
+        Ok(now) => now,
+        // Nothing is buried on a guess: the next scan looks again.
+        Err(e) => {
+            tracing::warn!(error = %e, "reading the registered process instances failed");
+            return;
+        }
+    };
+    for stray in strays {
+        if now.iter().any(|(id, _)| *id == stray.id) {
+            match store.clone().reclaim_instance(stray.id) {
+                Ok(n) => {
+                    tracing::warn!(instance = %stray.id, reclaimed = n, "a process sharing the store died as it joined; took back its leases");
+                }
+                Err(e) => {
+                    tracing::error!(instance = %stray.id, error = %e, "taking back a dead process's leases failed");
+                    continue;
+                }
+            }
+        }
+        stray.bury();
+    }
+}
+
 /// A descriptor that becomes readable when process `pid` exits (Linux 5.3+); `None` where
 /// the kernel has none, which leaves that neighbour to the rescan.
 fn pidfd_open(pid: u32) -> Option<OwnedFd> {
@@ -371,4 +412,68 @@ fn pidfd_open(pid: u32) -> Option<OwnedFd> {
     let fd = RawFd::try_from(fd).ok().filter(|fd| *fd >= 0)?;
     // SAFETY: `fd` was just returned by the kernel as a new descriptor that nothing else owns.
     Some(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+
+    /// A store that registers what the test says and records whose leases were taken back.
+    #[derive(Default)]
+    struct FakeStore {
+        registered: Mutex<Vec<(InstanceId, Registration)>>,
+        reclaimed: Mutex<Vec<InstanceId>>,
+    }
+
+    impl Survivor for FakeStore {
+        fn reclaim_instance(self: Arc<Self>, dead: InstanceId) -> Result<usize> {
+            self.reclaimed.lock().push(dead);
+            self.registered.lock().retain(|(id, _)| *id != dead);
+            Ok(1)
+        }
+        fn registrations(self: Arc<Self>) -> Result<Vec<(InstanceId, Registration)>> {
+            Ok(self.registered.lock().clone())
+        }
+        fn reregister(self: Arc<Self>, _: InstanceId, _: &Registration) -> Result<()> {
+            Ok(())
+        }
+        fn wake_local(&self) {}
+    }
+
+    /// A process that registered after a scan read the registrations, and died at once, is
+    /// not buried as a stray: the scan reads the registrations again and takes its leases
+    /// back first. A file no registration names is buried as before.
+    #[test]
+    fn an_instance_that_registered_after_the_scan_began_and_died_has_its_leases_taken_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.redb");
+        std::fs::write(&path, b"").unwrap();
+        let joined = Instance::register(&path).unwrap();
+        let stray = Instance::register(&path).unwrap();
+        let me = Instance::register(&path).unwrap();
+        let store = Arc::new(FakeStore::default());
+        store
+            .registered
+            .lock()
+            .push((joined.id(), joined.registration().clone()));
+        let (joined_id, stray_id) = (joined.id(), stray.id());
+        let files = me.directory().to_owned();
+        // Both die: their locks are free, their files stay.
+        drop((joined, stray));
+        // The scan had read the registrations before `joined` registered: it names neither.
+        clear_strays(&store, me.id(), &files, &[me.id()]);
+        assert_eq!(*store.reclaimed.lock(), vec![joined_id]);
+        let left: Vec<_> = std::fs::read_dir(&files)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        assert_eq!(
+            left,
+            vec![format!("{}.lock", me.id())],
+            "both dead files are gone"
+        );
+        assert_ne!(joined_id, stray_id);
+    }
 }
