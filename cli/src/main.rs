@@ -1,11 +1,6 @@
-//! The `leasehold` tool: inspect, repair and watch a store file.
-//!
-//! Read commands (`stats`, `jobs`, `show`, `check`, `watch`) open the store read-only, so
-//! they work while the application that owns it is running. Write commands (`enqueue`,
-//! `retry`, `cancel`, `purge`, `reap`, `compact`) need the writer's seat and say who holds it
-//! when they cannot have it.
-//!
-//! Exit codes: 0 ok, 1 operation refused, 2 usage error, 3 store problem.
+//! The `leasehold` tool: inspect, operate and watch a store (a redb file or a PostgreSQL
+//! schema); `--help` says which commands read and which write, and what each exit code
+//! means (a test holds that text to the commands there are).
 
 mod bench;
 /// A process holding leases, for the bench; the library's process tests start the same code.
@@ -37,13 +32,19 @@ use leasehold::{Error, JobState, Store};
 #[command(
     name = "leasehold",
     version,
-    about = "Inspect, repair and watch a leasehold job store",
-    long_about = "Inspect, repair and watch a leasehold job store.\n\n\
-        Read commands (stats, jobs, show, check, watch) open the store read-only and work \
-        while the application that owns it runs. Write commands (enqueue, retry, cancel, \
-        purge, reap, compact) need the writer's seat.\n\n\
-        Exit codes: 0 ok, 1 operation refused, 2 usage error, 3 store problem \
-        (missing, locked, corrupt, newer schema)."
+    about = "Inspect, operate and watch a leasehold job store",
+    long_about = "Inspect, operate and watch a leasehold job store: a redb file, or a \
+        PostgreSQL database given as a URL.\n\n\
+        Read commands (stats, jobs, show, group, schedules, check, watch, serve; backoff \
+        without a policy) read the store beside the application that runs it. Write \
+        commands (enqueue, edit, promote, retry, cancel, pause, resume, limit, backoff with \
+        a policy, purge, reap, compact; group --seal or --cancel; schedules pause, resume or \
+        remove) write beside it too: a redb file that processes share is joined as one \
+        more of them, a file one process writes needs that process stopped. demo and bench \
+        make stores of their own.\n\n\
+        Exit codes: 0 ok; 1 refused (no store at --db, no such job, queue or schedule, a \
+        job in the wrong state; nothing was changed); 2 usage error; 3 store problem \
+        (locked by another writer, damaged, a newer schema, unreachable)."
 )]
 struct Cli {
     /// The store file, or a PostgreSQL database as a URL
@@ -718,11 +719,19 @@ fn explain(e: &Error) -> String {
         Error::Open(OpenError::Io { path, source })
             if source.kind() == std::io::ErrorKind::NotFound =>
         {
-            format!(
-                "no store at {} (set --db or LEASEHOLD_DB; `leasehold --create enqueue ...` \
-                 makes one)",
-                path.display()
-            )
+            match path.parent().filter(|dir| !dir.as_os_str().is_empty()) {
+                // `--create` makes a store, never the directories it would sit in.
+                Some(dir) if !dir.is_dir() => format!(
+                    "no directory {} to hold the store {} ({source}); make it first",
+                    dir.display(),
+                    path.display()
+                ),
+                _ => format!(
+                    "no store at {} (set --db or LEASEHOLD_DB; `leasehold --create enqueue \
+                     ...` makes one)",
+                    path.display()
+                ),
+            }
         }
         Error::Postgres(PgError::NoStore(schema)) => format!(
             "no leasehold store in schema {schema} of that database (is `?schema=` right? \
@@ -739,5 +748,31 @@ fn explain(e: &Error) -> String {
             format!("cannot reach the database ({why}); check the URL in --db or LEASEHOLD_DB")
         }
         other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    /// `--help` names every command as a read or a write, so that a command added later
+    /// cannot be left out of it again.
+    #[test]
+    fn the_help_names_every_command() {
+        let cli = super::Cli::command();
+        let about = cli
+            .get_long_about()
+            .map(|a| a.to_string())
+            .unwrap_or_default();
+        let words: Vec<&str> = about
+            .split(|c: char| !c.is_ascii_alphanumeric() && c != '-')
+            .collect();
+        for command in cli.get_subcommands() {
+            let name = command.get_name();
+            assert!(
+                name == "help" || command.is_hide_set() || words.contains(&name),
+                "`leasehold --help` does not name {name}"
+            );
+        }
     }
 }

@@ -505,6 +505,17 @@ fn every_error_has_its_exit_code_and_says_what_is_wrong() {
     t.fails(&["enqueue", "--queue", "q", "x"], 1);
     t.fails(&["pause", "q"], 1);
     assert!(!t.db.exists());
+    // --create in a directory that does not exist: the directory is named, and --create is
+    // not suggested to one who gave it
+    let nowhere = Tool {
+        db: t.db.with_file_name("no-such-dir").join("s.redb"),
+        ..Tool::without_store()
+    };
+    let err = nowhere.fails(&["--create", "enqueue", "--queue", "q", "x"], 1);
+    assert!(
+        err.contains("no directory") && err.contains("no-such-dir") && !err.contains("--create"),
+        "{err}"
+    );
     t.ok(&["--create", "enqueue", "--queue", "q", "x"]);
     assert!(t.db.exists());
     // usage errors
