@@ -189,11 +189,13 @@ impl NewJob {
 
 /// A group to open ([`crate::JobStore::open_group`]): jobs added to it with
 /// [`NewJob::in_group`] until it is sealed, and callbacks that run once, when the sealed
-/// group's every member has ended (Sidekiq's batch callbacks, Celery's chord).
+/// group's every member has ended (Sidekiq's batch callbacks, Celery's chord). A group may
+/// have several callbacks of each kind, each a job of its own; at most
+/// [`crate::MAX_GROUP_WAITERS`] jobs wait for one group in all.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct NewGroup {
-    pub(crate) on_complete: Option<NewJob>,
-    pub(crate) on_success: Option<NewJob>,
+    pub(crate) on_complete: Vec<NewJob>,
+    pub(crate) on_success: Vec<NewJob>,
 }
 
 impl NewGroup {
@@ -202,16 +204,17 @@ impl NewGroup {
         NewGroup::default()
     }
 
-    /// A job that runs once every member has ended, however (its handler reads the counts
-    /// with [`crate::ReadJobs::group`]).
+    /// Adds a job that runs once every member has ended, however (its handler reads the
+    /// counts with [`crate::ReadJobs::group`]). Each call adds one more.
     pub fn on_complete(mut self, job: NewJob) -> NewGroup {
-        self.on_complete = Some(job);
+        self.on_complete.push(job);
         self
     }
 
-    /// A job that runs once every member has succeeded; cancelled instead if any did not.
+    /// Adds a job that runs once every member has succeeded; cancelled instead if any did
+    /// not. Each call adds one more.
     pub fn on_success(mut self, job: NewJob) -> NewGroup {
-        self.on_success = Some(job);
+        self.on_success.push(job);
         self
     }
 }

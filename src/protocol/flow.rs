@@ -85,7 +85,9 @@ fn refuse_open_callback(r: &mut (impl Records + ?Sized), dep: &JobRecord) -> Res
 }
 
 /// The rest of a new job's links, once it is stored under its id: its group's count, the
-/// groups it waits for, and, if it was cancelled at once (a dependency had died), that end.
+/// groups it waits for (each lists it among its waiters, also one that had ended already,
+/// whose end the job's need counted at once), and, if it was cancelled at once (a
+/// dependency had died), that end.
 pub(super) fn linked(
     r: &mut (impl Records + ?Sized),
     job: &JobRecord,
@@ -95,7 +97,7 @@ pub(super) fn linked(
     if let Some(group) = joined {
         r.save_group(&group)?;
     }
-    for need in job.flow.needs.iter().filter(|n| n.ended.is_none()) {
+    for need in &job.flow.needs {
         if let Target::Group(g) = need.on {
             let group = r.group(g)?.ok_or(Error::GroupNotFound(g))?;
             r.save_group(&rules::waited_for(&group, job.id, callback)?)?;

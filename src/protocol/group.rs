@@ -18,23 +18,22 @@ use crate::workflow::Target;
 pub(crate) fn open_group(r: &mut (impl Records + ?Sized), new: &NewGroup) -> Result<GroupId> {
     rules::check_callbacks(new)?;
     let max_payload = r.policy().max_payload;
-    let callbacks = [(&new.on_complete, true), (&new.on_success, false)];
+    let any_end = new.on_complete.iter().map(|job| (job, true));
+    let callbacks: Vec<(&NewJob, bool)> = any_end
+        .chain(new.on_success.iter().map(|job| (job, false)))
+        .collect();
     for (job, _) in &callbacks {
-        if let Some(job) = job {
-            crate::input::check_new_job(job, max_payload)?;
-        }
+        crate::input::check_new_job(job, max_payload)?;
     }
     let now = r.now()?;
     let id = r.insert_group(rules::new_group(GroupId(0), now))?;
     for (job, any_end) in callbacks {
-        if let Some(job) = job {
-            let require = match any_end {
-                true => crate::Require::any_end(),
-                false => crate::Require::success(),
-            };
-            let callback = job.clone().after_with(Target::Group(id), require);
-            enqueue_as(r, &callback, true, None)?;
-        }
+        let require = match any_end {
+            true => crate::Require::any_end(),
+            false => crate::Require::success(),
+        };
+        let callback = job.clone().after_with(Target::Group(id), require);
+        enqueue_as(r, &callback, true, None)?;
     }
     Ok(id)
 }

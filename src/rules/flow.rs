@@ -208,7 +208,7 @@ fn ends(group: &mut GroupRecord, now: StoreTime) -> bool {
 
 /// Refuses callbacks that would join a group (a callback is no group's member).
 pub(crate) fn check_callbacks(new: &NewGroup) -> Result<(), Error> {
-    for job in [&new.on_complete, &new.on_success].into_iter().flatten() {
+    for job in new.on_complete.iter().chain(&new.on_success) {
         if job.group.is_some() {
             return Err(Error::Input(crate::InputError::CallbackInGroup));
         }

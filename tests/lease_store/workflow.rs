@@ -29,7 +29,81 @@ crate::on_both::on_both!(
     a_member_cannot_have_a_unique_key,
     a_member_whose_dependency_already_died_is_cancelled_and_counted_at_once,
     a_dependency_a_claim_finds_exhausted_dies_and_cancels_its_waiters,
+    a_group_runs_every_callback_it_was_given_and_refuses_more_than_its_waiters_allow,
+    a_waiter_declared_after_its_group_ended_runs_and_is_listed_among_its_waiters,
 );
+
+/// Each `on_complete` and `on_success` adds a callback (a second used to replace the first
+/// without a word): all of them run once the group ends, each as its kind says. A group
+/// waited for by more than [`leasehold::MAX_GROUP_WAITERS`] jobs is refused whole.
+fn a_group_runs_every_callback_it_was_given_and_refuses_more_than_its_waiters_allow(kind: Kind) {
+    let f = kind.open();
+    let (group, members) = f
+        .enqueue_group(
+            NewGroup::new()
+                .on_complete(NewJob::new("done", "any 1"))
+                .on_complete(NewJob::new("done", "any 2"))
+                .on_success(NewJob::new("done", "good 1"))
+                .on_success(NewJob::new("done", "good 2")),
+            vec![NewJob::new(Q, "a"), NewJob::new(Q, "b")],
+        )
+        .unwrap();
+    let waiters = f.group(group).unwrap().unwrap().waiters().to_vec();
+    assert_eq!(waiters.len(), 4);
+    let first = f.claim_one("w");
+    f.complete(&first, b"").unwrap();
+    let second = f.claim_one("w");
+    f.fail_permanently(&second, "no").unwrap();
+    assert_eq!(members.len(), 2);
+    let states: Vec<JobState> = waiters.iter().map(|&w| state(&f, w)).collect();
+    assert_eq!(
+        states,
+        [
+            JobState::Queued,
+            JobState::Queued,
+            JobState::Cancelled,
+            JobState::Cancelled
+        ]
+    );
+    let mut ran: Vec<String> = std::iter::from_fn(|| f.claim("done", "w", lease()).unwrap())
+        .map(|l| String::from_utf8_lossy(&l.payload).into_owned())
+        .collect();
+    ran.sort();
+    assert_eq!(ran, ["any 1", "any 2"]);
+    let too_many = (0..=leasehold::MAX_GROUP_WAITERS).fold(NewGroup::new(), |g, i| {
+        g.on_complete(NewJob::new("done", format!("{i}")))
+    });
+    let before = f.stats().unwrap().total(JobState::Blocked);
+    assert!(matches!(
+        f.open_group(too_many),
+        Err(Error::GroupLimit {
+            limit: "waiters",
+            ..
+        })
+    ));
+    assert_eq!(
+        f.stats().unwrap().total(JobState::Blocked),
+        before,
+        "nothing of the refused group was written"
+    );
+}
+
+/// A job that waits for a group which has already ended runs at once (or is cancelled), as
+/// its need asks, and the group lists it among its waiters like any other.
+fn a_waiter_declared_after_its_group_ended_runs_and_is_listed_among_its_waiters(kind: Kind) {
+    let f = kind.open();
+    let (group, _) = f
+        .enqueue_group(NewGroup::new(), vec![NewJob::new(Q, "only")])
+        .unwrap();
+    let l = f.claim_one("w");
+    f.complete(&l, b"").unwrap();
+    assert!(f.group(group).unwrap().unwrap().finished_at().is_some());
+    let late = f
+        .enqueue(NewJob::new("after", "late").after_with(Target::Group(group), Require::success()))
+        .unwrap();
+    assert_eq!(state(&f, late), JobState::Queued);
+    assert_eq!(f.group(group).unwrap().unwrap().waiters(), [late]);
+}
 
 fn a_dependency_a_claim_finds_exhausted_dies_and_cancels_its_waiters(kind: Kind) {
     let mut f = kind.open();
