@@ -70,6 +70,23 @@ impl JobFilter {
     }
 }
 
+/// What a listing does with a job whose record it cannot read (damaged by hand or by a
+/// fault): a record that is not a job's (`Error::Corrupt`) is left out, and said on
+/// `tracing`, so that one bad record does not hide every other job from an operator
+/// (`check` names it); any other error fails the listing.
+pub(crate) fn unreadable(id: u64, e: crate::Error) -> crate::Result<()> {
+    match e {
+        crate::Error::Corrupt(why) => {
+            tracing::warn!(
+                job = id,
+                "a job's record cannot be read; the listing leaves it out: {why}"
+            );
+            Ok(())
+        }
+        e => Err(e),
+    }
+}
+
 /// The order of a job listing.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 pub enum JobOrder {

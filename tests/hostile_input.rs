@@ -424,3 +424,43 @@ fn a_fifo_a_directory_and_a_device_are_refused_without_blocking() {
         }
     }
 }
+
+/// A job record damaged in the file (written through redb directly) is left out of a
+/// listing, by state or not, and the other jobs are listed; `check` names the damage.
+#[test]
+fn a_listing_leaves_out_a_damaged_job_record_and_lists_the_rest() {
+    const JOBS: leasehold::redb::TableDefinition<u64, &[u8]> =
+        leasehold::redb::TableDefinition::new("leasehold.jobs");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.redb");
+    let ids: Vec<JobId> = {
+        let store = Store::open(&path).unwrap();
+        (0..3)
+            .map(|i| store.enqueue(NewJob::new(Q, format!("{i}"))).unwrap())
+            .collect()
+    };
+    {
+        let db = leasehold::redb::Database::open(&path).unwrap();
+        let txn = db.begin_write().unwrap();
+        txn.open_table(JOBS)
+            .unwrap()
+            .insert(ids[1].0, &[0xFF, 1, 2][..])
+            .unwrap();
+        txn.commit().unwrap();
+    }
+    let store = Store::open(&path).unwrap();
+    for state in [None, Some(JobState::Queued)] {
+        let filter = leasehold::JobFilter {
+            state,
+            ..leasehold::JobFilter::default()
+        };
+        let listed: Vec<JobId> = store
+            .jobs(&filter)
+            .unwrap()
+            .iter()
+            .map(|j| j.id())
+            .collect();
+        assert_eq!(listed, [ids[0], ids[2]], "{state:?}");
+    }
+    assert!(!store.check().unwrap().is_clean());
+}

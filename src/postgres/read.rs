@@ -91,13 +91,20 @@ pub(crate) fn list(
     let metadata = super::rows::metadata_column(&filter.metadata);
     let unchanged = filter.unchanged_for.map(super::rows::micros);
     let after = filter.after.map(super::rows::key);
-    tx.query(
+    let rows = tx.query(
         &sql,
         &[&filter.queue, &state, &limit, &metadata, &unchanged, &after],
-    )?
-    .iter()
-    .map(record)
-    .collect()
+    )?;
+    let mut jobs = Vec::with_capacity(rows.len());
+    for row in &rows {
+        match record(row) {
+            Ok(job) => jobs.push(job),
+            Err(e) => {
+                crate::query::unreadable(row.col::<i64>(0).map_or(0, |id| id.unsigned_abs()), e)?
+            }
+        }
+    }
+    Ok(jobs)
 }
 
 const TIMING: &str = "

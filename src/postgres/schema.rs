@@ -136,7 +136,9 @@ CREATE INDEX IF NOT EXISTS leasehold_jobs_keyed ON {s}.leasehold_jobs (queue, li
 }
 
 /// What version 7 added, made by a new store and by the upgrade alike: the token of each
-/// job's current or last lease (see [`crate::LeaseToken`]; 0 for a lease granted before).
+/// job's current or last lease (see [`crate::LeaseToken`]; 0 for a lease granted before),
+/// the timeline the store writes on, and time conversions that take every value a column
+/// may hold.
 macro_rules! since_7 {
     () => {
         concat!(
@@ -144,8 +146,28 @@ macro_rules! since_7 {
 ALTER TABLE {s}.leasehold_jobs ADD COLUMN IF NOT EXISTS lease_token bigint NOT NULL DEFAULT 0;
 ",
             super::timeline::on_timeline!(),
+            time_functions!(),
             add_job!()
         )
+    };
+}
+
+/// `{s}.us(t)`, a time as the microseconds since the Unix epoch that store time keeps, and
+/// `{s}.at(us)`, back. Total: `infinity` (which an older `add_job` let in) reads as the end
+/// of store time (`u64::MAX` nanoseconds, in microseconds: 18446744073709551), and that
+/// value is written back as `infinity`; `-infinity` reads as the epoch. So a row with such a
+/// time is read, listed, cancelled and purged like any other.
+macro_rules! time_functions {
+    () => {
+        "
+CREATE OR REPLACE FUNCTION {s}.us(t timestamptz) RETURNS bigint LANGUAGE sql STABLE PARALLEL SAFE
+    AS $$ SELECT CASE WHEN isfinite(t) OR t IS NULL
+                      THEN floor(extract(epoch FROM t) * 1000000)::bigint
+                      WHEN t > 'epoch' THEN 18446744073709551 ELSE 0 END $$;
+CREATE OR REPLACE FUNCTION {s}.at(us bigint) RETURNS timestamptz LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$ SELECT CASE WHEN us >= 18446744073709551 THEN timestamptz 'infinity'
+                      ELSE timestamptz 'epoch' + us * interval '1 microsecond' END $$;
+"
     };
 }
 
@@ -315,10 +337,9 @@ const CREATE: &str = concat!(
     r#"
 CREATE SCHEMA IF NOT EXISTS {s};
 CREATE TABLE {s}.leasehold_meta (key text PRIMARY KEY, value text NOT NULL);
-CREATE FUNCTION {s}.us(t timestamptz) RETURNS bigint LANGUAGE sql STABLE PARALLEL SAFE
-    AS $$ SELECT floor(extract(epoch FROM t) * 1000000)::bigint $$;
-CREATE FUNCTION {s}.at(us bigint) RETURNS timestamptz LANGUAGE sql IMMUTABLE PARALLEL SAFE
-    AS $$ SELECT timestamptz 'epoch' + us * interval '1 microsecond' $$;
+"#,
+    time_functions!(),
+    r#"
 -- A transaction's simulated time, for the conformance tests (statements of a store opened
 -- for them read it; every other store reads clock_timestamp() directly).
 CREATE FUNCTION {s}.clock() RETURNS timestamptz LANGUAGE sql STABLE

@@ -315,7 +315,14 @@ pub(crate) fn list(read: &ReadTransaction, filter: &JobFilter, now: StoreTime) -
             }
             for id in ids {
                 let Some(bytes) = jobs.get(id)? else { continue };
-                if !take(decode_job(bytes.value())?) {
+                let job = match decode_job(bytes.value()) {
+                    Ok(job) => job,
+                    Err(e) => {
+                        crate::query::unreadable(id, e)?;
+                        continue;
+                    }
+                };
+                if !take(job) {
                     break;
                 }
             }
@@ -327,7 +334,15 @@ pub(crate) fn list(read: &ReadTransaction, filter: &JobFilter, now: StoreTime) -
                 _ => Box::new(range),
             };
             for entry in records {
-                if !take(decode_job(entry?.1.value())?) {
+                let (id, bytes) = entry?;
+                let job = match decode_job(bytes.value()) {
+                    Ok(job) => job,
+                    Err(e) => {
+                        crate::query::unreadable(id.value(), e)?;
+                        continue;
+                    }
+                };
+                if !take(job) {
                     break;
                 }
             }

@@ -802,3 +802,62 @@ fn a_keyed_claim_that_waited_for_its_key_is_dated_after_the_wait_and_its_window_
         lease.claimed_at
     );
 }
+
+/// A row with `run_at = 'infinity'` (which `add_job` let in before it refused it) reads,
+/// lists and cancels like any other; a row damaged by hand (its `flow` bytes no record) is
+/// left out of a listing, which lists the rest; and `add_job` now refuses `infinity`.
+#[test]
+fn a_row_with_an_infinite_time_is_read_listed_and_cancelled_and_a_damaged_row_is_left_out() {
+    let mut db = db!("unreadable_rows");
+    let store = db.store();
+    let far = store.enqueue(NewJob::new(Q, "far")).unwrap();
+    let damaged = store.enqueue(NewJob::new(Q, "damaged")).unwrap();
+    let plain = store.enqueue(NewJob::new(Q, "plain")).unwrap();
+    db.sql(&format!(
+        "UPDATE {{s}}.leasehold_jobs SET run_at = 'infinity' WHERE id = {far}"
+    ));
+    db.sql(&format!(
+        "UPDATE {{s}}.leasehold_jobs SET flow = '\\x0102' WHERE id = {damaged}"
+    ));
+    let job = store.job(far).unwrap().unwrap();
+    let century = Duration::from_secs(100 * 365 * 86_400);
+    assert!(job.run_at() > store.now().unwrap().saturating_add(century));
+    let queued = leasehold::JobFilter {
+        queue: Some(Q.into()),
+        ..leasehold::JobFilter::default()
+    };
+    let listed: Vec<_> = store
+        .jobs(&queued)
+        .unwrap()
+        .iter()
+        .map(|j| j.id())
+        .collect();
+    assert_eq!(
+        listed,
+        [far, plain],
+        "the damaged row is left out, the rest listed"
+    );
+    assert_eq!(store.cancel(far).unwrap(), JobState::Cancelled);
+    let run_at: String = db
+        .admin
+        .query_one(
+            &format!(
+                "SELECT run_at::text FROM {}.leasehold_jobs WHERE id = $1",
+                db.schema
+            ),
+            &[&(far.0 as i64)],
+        )
+        .unwrap()
+        .try_get(0)
+        .unwrap();
+    assert_eq!(run_at, "infinity", "written back as it was");
+    let refused = db.admin.query_one(
+        &format!("SELECT {}.add_job('q', run_at => 'infinity')", db.schema),
+        &[],
+    );
+    let refused = refused.unwrap_err();
+    assert!(
+        refused.to_string().contains("finite") || format!("{refused:?}").contains("finite"),
+        "{refused:?}"
+    );
+}
