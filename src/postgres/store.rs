@@ -129,6 +129,11 @@ impl PgStore {
     /// if it rolls back. The same checks and answers as [`JobStore::enqueue`] (unique keys,
     /// dependencies, groups); the store's `NOTIFY` goes with the commit, so pools on every
     /// machine wake for it then. The schema must be this store's, made by it.
+    ///
+    /// On an error (a refused input included) the application's transaction is aborted, as
+    /// a failed statement of its own would abort it: its later statements fail, and its
+    /// `COMMIT` rolls back, so no write of the application's commits without its job. (A
+    /// savepoint taken before the call lets the application roll back to it and go on.)
     pub fn enqueue_in(&self, tx: &mut postgres::Transaction<'_>, job: NewJob) -> Result<JobId> {
         let mut cache = std::collections::HashMap::new();
         self.enqueue_on(tx, &mut cache, &[job]).map(|ids| ids[0])
@@ -158,10 +163,20 @@ impl PgStore {
             names: &self.inner.names,
         };
         let mut r = PgRecords::new(tx, &mut p, self.settings());
-        match jobs {
+        let made = match jobs {
             [job] => fast::enqueue(&mut r, job).map(|id| vec![id]),
             jobs => fast::enqueue_batch(&mut r, jobs),
+        };
+        if made.is_err() {
+            // A refusal found before any statement (a bad input), or after some of the batch
+            // were written (a sealed group): either way the transaction must not commit
+            // without the jobs, so it is aborted as a failed statement aborts it. (One that
+            // a statement failed is aborted already, and refuses this one too.)
+            let _ = tx.batch_execute(
+                "DO $$ BEGIN RAISE EXCEPTION 'leasehold refused an enqueue in this transaction'; END $$",
+            );
         }
+        made
     }
 
     /// Runs `f` in one transaction with the application's own statements and enqueues

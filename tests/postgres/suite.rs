@@ -1302,10 +1302,42 @@ fn an_enqueue_in_the_applications_own_transaction_commits_with_it_or_not_at_all(
     );
     store.complete(&l, b"").unwrap();
     assert_eq!(store.job(after).unwrap().unwrap().state(), JobState::Queued);
-    // A refused enqueue is the application's transaction's error too.
+    // A refused enqueue is the application's transaction's error too: it is aborted, so the
+    // application's row does not commit without its job.
     let mut tx = app.transaction().unwrap();
+    tx.execute(&format!("INSERT INTO {schema}.orders VALUES (3)"), &[])
+        .unwrap();
     let refused = store.enqueue_in(&mut tx, NewJob::new("", "no queue"));
     assert!(matches!(refused, Err(Error::Input(_))), "{refused:?}");
+    let after = tx.execute(&format!("INSERT INTO {schema}.orders VALUES (4)"), &[]);
+    assert!(
+        after
+            .as_ref()
+            .is_err_and(|e| e.code().is_some_and(|c| c.code() == "25P02")),
+        "the transaction is aborted: {after:?}"
+    );
+    let _ = tx.commit();
+    let orders: i64 = app
+        .query_one(&format!("SELECT count(*) FROM {schema}.orders"), &[])
+        .unwrap()
+        .try_get(0)
+        .unwrap();
+    assert_eq!(orders, 1, "only order 2, committed with its job");
+    // A batch refused part way (its last job names a sealed group) writes none of it.
+    let sealed = store.open_group(leasehold::NewGroup::new()).unwrap();
+    store.seal_group(sealed).unwrap();
+    let before = store.stats().unwrap().total(JobState::Queued);
+    let mut tx = app.transaction().unwrap();
+    let refused = store.enqueue_batch_in(
+        &mut tx,
+        vec![
+            NewJob::new(Q, "first"),
+            NewJob::new(Q, "late").in_group(sealed),
+        ],
+    );
+    assert!(refused.is_err(), "{refused:?}");
+    let _ = tx.commit();
+    assert_eq!(store.stats().unwrap().total(JobState::Queued), before);
     let check = store.check().unwrap();
     assert!(check.is_clean(), "{:?}", check.problems);
 }
