@@ -365,9 +365,20 @@ pub trait JobStore: ReadJobs + LeaseBackend {
         })
     }
 
+    /// Makes `queue` known to the store with no settings, so that an application may set its
+    /// controls before its first job is enqueued; a queue already known is left as it is.
+    /// The controls below refuse a queue the store does not know ([`Error::QueueNotFound`]),
+    /// so that a mistyped name makes no new queue.
+    fn declare_queue(&self, queue: &str) -> Result<()> {
+        let queue = queue.to_owned();
+        write(self, move |r| protocol::declare_queue(r, &queue))
+    }
+
     /// Pauses `queue`: from the next claim on, in every process and machine, no claim takes
     /// its jobs (running jobs finish, and are renewed, completed and reaped as ever).
-    /// Recorded in the store, so it outlasts the process that paused it.
+    /// Recorded in the store, so it outlasts the process that paused it. A queue the store
+    /// does not know is refused ([`Error::QueueNotFound`]; see
+    /// [`JobStore::declare_queue`]).
     fn pause_queue(&self, queue: &str) -> Result<()> {
         let queue = queue.to_owned();
         write(self, move |r| protocol::pause_queue(r, &queue, true))
@@ -381,7 +392,8 @@ pub trait JobStore: ReadJobs + LeaseBackend {
 
     /// Sets `queue`'s limits, which every claim of every process and machine keeps
     /// ([`QueueLimits`]): at most so many of its jobs held at once, at most so many claims
-    /// per period. `QueueLimits::none()` lifts them.
+    /// per period. `QueueLimits::none()` lifts them. A queue the store does not know is
+    /// refused ([`Error::QueueNotFound`]): declare it first ([`JobStore::declare_queue`]).
     fn set_queue_limits(&self, queue: &str, limits: QueueLimits) -> Result<()> {
         let queue = queue.to_owned();
         write(self, move |r| protocol::set_queue_limits(r, &queue, limits))
@@ -390,7 +402,8 @@ pub trait JobStore: ReadJobs + LeaseBackend {
     /// Sets the retry policy of `queue`'s jobs that have none of their own
     /// ([`crate::NewJob::retry_policy`]): each of their failures from now on, in every
     /// process and machine, waits by it; `None` leaves them the store's
-    /// ([`crate::StoreBuilder::retry_policy`]). An invalid policy is an input error.
+    /// ([`crate::StoreBuilder::retry_policy`]). An invalid policy is an input error; a queue
+    /// the store does not know is refused ([`Error::QueueNotFound`]).
     fn set_queue_retry_policy(&self, queue: &str, policy: Option<RetryPolicy>) -> Result<()> {
         let queue = queue.to_owned();
         write(self, move |r| {

@@ -1063,6 +1063,7 @@ fn ten_tenants_stay_at_two_jobs_each_through_kills_of_three_worker_processes() {
     let log = dir.path().join("handlers.log");
     std::fs::write(&log, "").unwrap();
     let observer = shared(&path);
+    observer.declare_queue(TENANTS).unwrap();
     observer
         .set_queue_limits(TENANTS, leasehold::QueueLimits::none().per_key(2))
         .unwrap();

@@ -306,6 +306,7 @@ impl Sim {
         // one or two of a tenant's jobs at once, for the jobs that have a tenant
         let per_key = 1 + self.rng.below(2) as u32;
         let limits = leasehold::QueueLimits::none().per_key(per_key);
+        (self.store().declare_queue(QUEUE)).map_err(|e| e.to_string())?;
         (self.store().set_queue_limits(QUEUE, limits)).map_err(|e| e.to_string())?;
         self.store()
             .enqueue_batch(

@@ -44,6 +44,8 @@ pub(super) fn act(dir: &Path, mut say: impl FnMut(String)) -> Result<ScheduleAct
     let store = Store::builder(&path)
         .sharing(Sharing::MultiProcess)
         .open()?;
+    // (the queue is set up before its first job: declared, so the store knows it)
+    store.declare_queue(QUEUE)?;
     store.set_queue_limits(QUEUE, QueueLimits::none().concurrency(LIMIT))?;
     let (tick, work) = (TICK_MS.to_string(), WORK_MS.to_string());
     let helpers = (0..2)

@@ -733,6 +733,10 @@ fn explain(e: &Error) -> String {
                 ),
             }
         }
+        Error::QueueNotFound(queue) => format!(
+            "no job has used queue {queue:?} and it has no settings: is the name right? \
+             (`--create` sets it anyway)"
+        ),
         Error::Postgres(PgError::NoStore(schema)) => format!(
             "no leasehold store in schema {schema} of that database (is `?schema=` right? \
              `leasehold --create enqueue ...` makes one)"

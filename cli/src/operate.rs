@@ -65,15 +65,6 @@ fn known_queue(store: &Writer, queue: &str) -> Result<bool, Error> {
     Ok(store.stats()?.queues.iter().any(|(name, _)| name == queue))
 }
 
-/// Refuses a queue the store does not know (a typo would otherwise make a new one).
-fn unknown_queue(queue: &str) -> ExitCode {
-    eprintln!(
-        "leasehold: no job has used queue {queue:?} and it has no settings: is the name \
-         right? (`--create` sets it anyway)"
-    );
-    ExitCode::from(1)
-}
-
 /// The arguments of `leasehold enqueue`.
 #[derive(clap::Args)]
 pub struct NewJobArgs {
@@ -503,8 +494,8 @@ pub fn pause(
     pause: bool,
 ) -> Result<ExitCode, Error> {
     let store = open(db, false)?;
-    if !create && !known_queue(&store, queue)? {
-        return Ok(unknown_queue(queue));
+    if create {
+        store.declare_queue(queue)?;
     }
     match pause {
         true => store.pause_queue(queue)?,
@@ -548,8 +539,8 @@ pub fn limit(
     change: LimitChange,
 ) -> Result<ExitCode, Error> {
     let store = open(db, false)?;
-    if !create && !known_queue(&store, queue)? {
-        return Ok(unknown_queue(queue));
+    if create {
+        store.declare_queue(queue)?;
     }
     let mut limits = store.queue_settings(queue)?.limits;
     if let Some(concurrency) = change.concurrency {
@@ -601,11 +592,15 @@ pub fn backoff(
     change: Option<Option<leasehold::RetryPolicy>>,
 ) -> Result<ExitCode, Error> {
     let store = open(db, false)?;
-    if !create && !known_queue(&store, queue)? {
-        return Ok(unknown_queue(queue));
+    if create {
+        store.declare_queue(queue)?;
     }
-    if let Some(policy) = change {
-        store.set_queue_retry_policy(queue, policy)?;
+    match change {
+        Some(policy) => store.set_queue_retry_policy(queue, policy)?,
+        None if !known_queue(&store, queue)? => {
+            return Err(Error::QueueNotFound(queue.to_owned()));
+        }
+        None => {}
     }
     let policy = store.queue_settings(queue)?.retry;
     if json {

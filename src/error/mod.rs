@@ -35,6 +35,15 @@ pub enum Error {
     /// No schedule of this name.
     #[error("no schedule named {0:?}")]
     ScheduleNotFound(String),
+    /// A queue's controls (pause, resume, limits, retry policy) named a queue the store does
+    /// not know: no job of it is stored and it has no settings. A typo would otherwise make
+    /// a new queue and leave the meant one as it was. Nothing was written; an application
+    /// that sets a queue's controls before its first job declares it first
+    /// ([`crate::JobStore::declare_queue`]).
+    #[error(
+        "no job has used queue {0:?} and it has no settings: is the name right? (declare it          first to set a new queue's controls)"
+    )]
+    QueueNotFound(String),
     /// A job was to wait for a job that does not exist (never enqueued, or purged). Nothing
     /// was written.
     #[error("job {0} does not exist, so nothing can wait for it")]
@@ -207,6 +216,7 @@ impl Error {
                 | Error::Config(_)
                 | Error::JobNotFound(_)
                 | Error::ScheduleNotFound(_)
+                | Error::QueueNotFound(_)
                 | Error::ScheduleConflict(_)
                 | Error::DependencyNotFound(_)
                 | Error::EditConflict { .. }

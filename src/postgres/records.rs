@@ -535,6 +535,11 @@ impl Records for PgRecords<'_, '_, '_> {
             .collect()
     }
 
+    fn has_jobs(&mut self, queue: &str) -> Result<bool> {
+        let st = self.get("SELECT EXISTS (SELECT 1 FROM {s}.leasehold_jobs WHERE queue = $1)")?;
+        self.tx.query_one(&st, &[&queue])?.col(0)
+    }
+
     fn running(&mut self, queue: &str) -> Result<u64> {
         let st = self.get(
             "SELECT count(*) FROM {s}.leasehold_jobs WHERE queue = $1 AND state = 'running'",

@@ -49,9 +49,9 @@ pub(crate) use group::{cancel_group, enqueue_members, open_group, seal_group};
 #[cfg(feature = "postgres")]
 pub(crate) use keys::ended as key_ended;
 pub(crate) use operate::{
-    cancel, declare_schedule, edit, enqueue, enqueue_batch, fire_schedules, mark_served,
-    pause_queue, pause_schedule, purge, purge_in_batches, reap_batch, remove_schedule, retry,
-    set_queue_limits, set_queue_retry_policy,
+    cancel, declare_queue, declare_schedule, edit, enqueue, enqueue_batch, fire_schedules,
+    mark_served, pause_queue, pause_schedule, purge, purge_in_batches, reap_batch, remove_schedule,
+    retry, set_queue_limits, set_queue_retry_policy,
 };
 pub(crate) use records::{HeldSchedule, Inserted, NamedRecords, Position, Records};
 

@@ -10,7 +10,7 @@ use crate::ids::{JobId, StoreTime};
 use crate::input;
 use crate::job::{JobRecord, ReclaimPath};
 use crate::new_job::NewJob;
-use crate::queue::QueueLimits;
+use crate::queue::{QueueLimits, QueueRecord};
 use crate::report::Reclaim;
 use crate::retry::RetryPolicy;
 use crate::rules::{self, Firing};
@@ -261,8 +261,7 @@ pub(crate) fn mark_served(r: &mut (impl Records + ?Sized), queue: &str) -> Resul
 /// Pauses `queue` (or resumes it): claims take none of its jobs while it is paused, in any
 /// process; running jobs finish. A resume wakes its waiting workers.
 pub(crate) fn pause_queue(r: &mut (impl Records + ?Sized), queue: &str, pause: bool) -> Result<()> {
-    input::check_queue(queue)?;
-    let record = r.queue(queue, true)?;
+    let record = known_queue(r, queue)?;
     r.save_queue(queue, &rules::paused(record.as_ref(), pause))?;
     super::tell(r, || crate::Event::QueuePaused {
         queue: queue.to_owned(),
@@ -280,8 +279,9 @@ pub(crate) fn set_queue_limits(
     queue: &str,
     limits: QueueLimits,
 ) -> Result<()> {
-    input::check_queue(queue)?;
-    let record = r.queue(queue, true)?;
+    // (limits that make no sense are refused first, whatever the queue)
+    rules::limited(None, limits)?;
+    let record = known_queue(r, queue)?;
     let per_key = |l: &QueueLimits| (l.per_key, l.per_key_rate);
     let old = record
         .as_ref()
@@ -302,9 +302,30 @@ pub(crate) fn set_queue_retry_policy(
     queue: &str,
     retry: Option<RetryPolicy>,
 ) -> Result<()> {
+    rules::with_retry(None, retry.clone())?;
+    let record = known_queue(r, queue)?;
+    r.save_queue(queue, &rules::with_retry(record.as_ref(), retry)?)
+}
+
+/// The record of `queue`, held for writing, for a change of its controls: a queue the store
+/// does not know (no record, no job) is refused, so that a typo makes no new queue.
+fn known_queue(r: &mut (impl Records + ?Sized), queue: &str) -> Result<Option<QueueRecord>> {
     input::check_queue(queue)?;
     let record = r.queue(queue, true)?;
-    r.save_queue(queue, &rules::with_retry(record.as_ref(), retry)?)
+    if record.is_none() && !r.has_jobs(queue)? {
+        return Err(Error::QueueNotFound(queue.to_owned()));
+    }
+    Ok(record)
+}
+
+/// Makes `queue` known with no settings, so that its controls may be set before its first
+/// job; a queue known already is left as it is.
+pub(crate) fn declare_queue(r: &mut (impl Records + ?Sized), queue: &str) -> Result<()> {
+    input::check_queue(queue)?;
+    if r.queue(queue, true)?.is_none() {
+        r.save_queue(queue, &QueueRecord::default())?;
+    }
+    Ok(())
 }
 
 /// Declares a schedule ([`rules::declare`]): new, or as it was but for its job and catch-up.

@@ -192,6 +192,10 @@ pub trait Records: NamedRecords {
         let expiring = self.scan(None, &|j| indexed_by(j, bound).is_some())?;
         Ok(in_expiry_order(expiring).into_iter().take(limit).collect())
     }
+    /// Whether any job of `queue` is stored, in any state.
+    fn has_jobs(&mut self, queue: &str) -> Result<bool> {
+        Ok(!self.scan(Some(queue), &|_| true)?.is_empty())
+    }
     /// How many jobs of `queue` are running.
     fn running(&mut self, queue: &str) -> Result<u64> {
         let running = self.scan(Some(queue), &|j| j.state == JobState::Running)?;

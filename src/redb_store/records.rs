@@ -165,6 +165,15 @@ impl Records for Tx<'_> {
         Tx::count(self, queue, JobState::Running)
     }
 
+    fn has_jobs(&mut self, queue: &str) -> Result<bool> {
+        for state in JobState::ALL {
+            if Tx::count(self, queue, state)? > 0 {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
     fn finished(&mut self, from: Position, until: StoreTime, n: usize) -> Result<Vec<JobRecord>> {
         let mut ids = Vec::new();
         for entry in self

@@ -104,6 +104,7 @@ fn a_reclaim_is_told_as_an_end_with_its_path(kind: Kind) {
 
 fn schedules_fired_limits_reached_and_pauses_are_told(kind: Kind) {
     let f = kind.open();
+    f.declare_queue(Q).unwrap();
     let events = f.subscribe();
     let every = Duration::from_secs(60);
     f.declare_schedule(Schedule::every("tick", every, NewJob::new("ticks", "t")))

@@ -73,6 +73,7 @@ fn claim_all(f: &Backend, worker: &str) -> Vec<Lease> {
 
 fn a_key_at_its_limit_holds_back_only_its_own_jobs(kind: Kind) {
     let f = kind.open();
+    f.declare_queue(Q).unwrap();
     f.set_queue_limits(Q, QueueLimits::none().per_key(2))
         .unwrap();
     for i in 0..5 {
@@ -101,6 +102,7 @@ fn a_key_at_its_limit_holds_back_only_its_own_jobs(kind: Kind) {
 
 fn a_keys_jobs_go_in_the_order_they_fall_due_and_priority_orders_the_keys(kind: Kind) {
     let f = kind.open();
+    f.declare_queue(Q).unwrap();
     f.set_queue_limits(Q, QueueLimits::none().per_key(1))
         .unwrap();
     f.enqueue(job("a", "a-low").priority(5)).unwrap();
@@ -121,6 +123,7 @@ fn a_keys_jobs_go_in_the_order_they_fall_due_and_priority_orders_the_keys(kind: 
 
 fn a_delayed_or_backing_off_job_holds_back_no_due_job_of_its_key(kind: Kind) {
     let f = kind.open();
+    f.declare_queue(Q).unwrap();
     f.set_queue_limits(Q, QueueLimits::none().per_key(1))
         .unwrap();
     let policy = RetryPolicy::fixed(Duration::from_secs(30));
@@ -149,6 +152,7 @@ fn a_delayed_or_backing_off_job_holds_back_no_due_job_of_its_key(kind: Kind) {
 
 fn an_expired_lease_frees_its_keys_slot_by_the_reaper_and_by_takeover(kind: Kind) {
     let f = kind.open();
+    f.declare_queue(Q).unwrap();
     f.set_queue_limits(Q, QueueLimits::none().per_key(1))
         .unwrap();
     for i in 0..3 {
@@ -178,6 +182,7 @@ fn an_expired_lease_frees_its_keys_slot_by_the_reaper_and_by_takeover(kind: Kind
 
 fn a_new_limit_takes_effect_at_once_and_a_lowered_one_at_the_next_claim(kind: Kind) {
     let f = kind.open();
+    f.declare_queue(Q).unwrap();
     f.set_queue_limits(Q, QueueLimits::none().per_key(1))
         .unwrap();
     for i in 0..4 {
@@ -212,6 +217,7 @@ fn a_new_limit_takes_effect_at_once_and_a_lowered_one_at_the_next_claim(kind: Ki
 
 fn a_cancelled_or_edited_head_hands_its_place_to_the_next_job_of_its_key(kind: Kind) {
     let f = kind.open();
+    f.declare_queue(Q).unwrap();
     f.set_queue_limits(Q, QueueLimits::none().per_key(1))
         .unwrap();
     let a0 = f.enqueue(job("a", "a0")).unwrap();
@@ -233,6 +239,7 @@ fn a_cancelled_or_edited_head_hands_its_place_to_the_next_job_of_its_key(kind: K
 
 fn a_keyed_job_released_by_its_dependency_or_retried_takes_its_keys_order(kind: Kind) {
     let f = kind.open();
+    f.declare_queue(Q).unwrap();
     f.set_queue_limits(Q, QueueLimits::none().per_key(1))
         .unwrap();
     let first = f.enqueue(NewJob::new("other", "dep")).unwrap();
@@ -253,6 +260,7 @@ fn a_keyed_job_released_by_its_dependency_or_retried_takes_its_keys_order(kind: 
 
 fn limits_per_key_outlive_a_reopen(kind: Kind) {
     let mut f = kind.open();
+    f.declare_queue(Q).unwrap();
     f.set_queue_limits(Q, QueueLimits::none().per_key(1).concurrency(10))
         .unwrap();
     for i in 0..3 {
@@ -275,6 +283,7 @@ fn limits_per_key_outlive_a_reopen(kind: Kind) {
 
 fn a_bad_limit_key_or_per_key_limit_is_refused_and_nothing_is_written(kind: Kind) {
     let f = kind.open();
+    f.declare_queue(Q).unwrap();
     assert!(matches!(
         f.enqueue(job("", "x")),
         Err(Error::Input(InputError::BadLimitKey { len: 0, .. }))
@@ -293,6 +302,7 @@ fn a_bad_limit_key_or_per_key_limit_is_refused_and_nothing_is_written(kind: Kind
 
 fn a_rate_per_key_allows_so_many_claims_of_each_key_in_any_window(kind: Kind) {
     let f = kind.open();
+    f.declare_queue(Q).unwrap();
     let minute = Duration::from_secs(60);
     f.set_queue_limits(Q, QueueLimits::none().per_key_rate(2, minute))
         .unwrap();
@@ -338,6 +348,7 @@ fn a_rate_per_key_allows_so_many_claims_of_each_key_in_any_window(kind: Kind) {
 /// waiting job of the queue" leaves none of a tenant's backlog behind.
 fn a_filter_by_state_finds_a_keys_parked_jobs_and_a_bulk_cancel_takes_them_all(kind: Kind) {
     let f = kind.open();
+    f.declare_queue(Q).unwrap();
     f.set_queue_limits(Q, QueueLimits::none().per_key(1))
         .unwrap();
     for key in ["a", "b", "c"] {

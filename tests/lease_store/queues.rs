@@ -12,7 +12,49 @@ crate::on_both::on_both!(
     a_rate_limit_allows_so_many_claims_in_any_window,
     limits_that_make_no_sense_are_refused_and_none_lifts_them,
     a_snoozed_job_waits_out_its_delay_without_spending_budget,
+    a_queues_controls_refuse_a_queue_the_store_does_not_know_until_it_is_declared,
 );
+
+/// Pause, resume, limits and a retry policy on a name no job has used and that has no
+/// settings are refused and write nothing (a typo would make a new queue and leave the
+/// meant one as it was); a queue with a job, or declared, is known, and declaring it again
+/// keeps its settings.
+fn a_queues_controls_refuse_a_queue_the_store_does_not_know_until_it_is_declared(kind: Kind) {
+    let f = kind.open();
+    f.enqueue(NewJob::new(Q, "x")).unwrap();
+    let typo = "qq";
+    let refusals = [
+        f.pause_queue(typo),
+        f.resume_queue(typo),
+        f.set_queue_limits(typo, QueueLimits::none().concurrency(1)),
+        f.set_queue_retry_policy(typo, Some(leasehold::RetryPolicy::fixed(LEASE))),
+    ];
+    for refused in refusals {
+        assert!(
+            matches!(&refused, Err(Error::QueueNotFound(q)) if q == typo),
+            "{refused:?}"
+        );
+    }
+    assert!(
+        !f.stats().unwrap().queues.contains_key(typo),
+        "nothing was made"
+    );
+    // a queue with a job is known; a declared one too, and declaring keeps its settings
+    f.pause_queue(Q).unwrap();
+    f.declare_queue("later").unwrap();
+    f.set_queue_limits("later", QueueLimits::none().concurrency(2))
+        .unwrap();
+    f.declare_queue("later").unwrap();
+    assert_eq!(
+        f.queue_settings("later").unwrap().limits.concurrency,
+        Some(2)
+    );
+    assert!(f.queue_settings(Q).unwrap().paused);
+    assert!(matches!(
+        f.declare_queue(""),
+        Err(Error::Input(InputError::EmptyQueueName))
+    ));
+}
 
 fn a_paused_queue_grants_no_claim_until_it_resumes_and_its_running_jobs_finish(kind: Kind) {
     let f = kind.open();
@@ -101,6 +143,7 @@ fn a_rate_limit_allows_so_many_claims_in_any_window(kind: Kind) {
 
 fn limits_that_make_no_sense_are_refused_and_none_lifts_them(kind: Kind) {
     let f = kind.open();
+    f.declare_queue(Q).unwrap();
     assert!(matches!(
         f.set_queue_limits(Q, QueueLimits::none().concurrency(0)),
         Err(Error::Input(InputError::ZeroConcurrency))

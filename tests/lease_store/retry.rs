@@ -206,6 +206,7 @@ fn claim_when_due(f: &crate::on_both::Backend, queue: &str, id: JobId) -> leaseh
 
 fn a_failure_waits_by_the_jobs_policy_else_its_queues_else_the_stores(kind: Kind) {
     let f = kind.with(no_jitter());
+    f.declare_queue(Q).unwrap();
     f.set_queue_retry_policy(Q, Some(RetryPolicy::fixed(30 * SECOND)))
         .unwrap();
     assert_eq!(
@@ -251,6 +252,7 @@ fn a_failure_waits_by_the_jobs_policy_else_its_queues_else_the_stores(kind: Kind
 
 fn stalls_and_time_outs_wait_by_the_queues_policy_too(kind: Kind) {
     let f = kind.with(no_jitter());
+    f.declare_queue(Q).unwrap();
     f.set_queue_retry_policy(Q, Some(RetryPolicy::fixed(30 * SECOND)))
         .unwrap();
     let stalls = f.enqueue(NewJob::new(Q, "stalls")).unwrap();
@@ -277,6 +279,7 @@ fn stalls_and_time_outs_wait_by_the_queues_policy_too(kind: Kind) {
 
 fn a_queues_retry_policy_and_a_jobs_outlive_a_reopen(kind: Kind) {
     let mut f = kind.with(no_jitter());
+    f.declare_queue(Q).unwrap();
     let policy = RetryPolicy::exponential(SECOND, 8 * SECOND).jitter(0.25);
     f.set_queue_retry_policy(Q, Some(policy.clone())).unwrap();
     let own = RetryPolicy::delays([SECOND, 2 * SECOND, 3 * SECOND]);
@@ -292,6 +295,7 @@ fn a_queues_retry_policy_and_a_jobs_outlive_a_reopen(kind: Kind) {
 
 fn an_invalid_retry_policy_is_refused_and_changes_nothing(kind: Kind) {
     let f = kind.open();
+    f.declare_queue(Q).unwrap();
     let kept = RetryPolicy::fixed(SECOND);
     f.set_queue_retry_policy(Q, Some(kept.clone())).unwrap();
     let bad = [

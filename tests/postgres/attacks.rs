@@ -685,6 +685,7 @@ fn a_restart_mid_transaction_rolls_it_back_and_a_working_pool_goes_on_with_each_
 fn a_keyed_pool_whose_claims_deadlock_claims_again_soon_not_a_heartbeat_later() {
     let mut db = db!("keyed_deadlocks");
     let store = db.store();
+    store.declare_queue(Q).unwrap();
     store
         .set_queue_limits(Q, leasehold::QueueLimits::none().per_key(2))
         .unwrap();
@@ -733,6 +734,7 @@ fn a_keyed_claim_that_waited_for_its_key_is_dated_after_the_wait_and_its_window_
     let mut db = db!("keyed_claim_time");
     let store = db.store();
     let limits = leasehold::QueueLimits::none().per_key_rate(2, Duration::from_secs(3600));
+    store.declare_queue(Q).unwrap();
     store.set_queue_limits(Q, limits).unwrap();
     let id = store
         .enqueue(NewJob::new(Q, "x").limit_key("tenant"))

@@ -135,6 +135,7 @@ fn claimers_on_many_connections_keep_each_tenants_limit_and_run_every_job_once()
     use std::collections::BTreeMap;
     let db = db!("keyed race");
     let store = db.store();
+    store.declare_queue(Q).unwrap();
     (store.set_queue_limits(Q, leasehold::QueueLimits::none().per_key(2))).unwrap();
     let jobs = 300u64;
     let batch = (0..jobs).map(|i| {

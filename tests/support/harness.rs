@@ -227,6 +227,15 @@ fn builder(path: &std::path::Path, clock: &ManualClock) -> leasehold::StoreBuild
 }
 
 impl Harness {
+    /// Declares `queue` to the store, as an application does before it sets the controls
+    /// of a queue that may have no job yet (the store refuses a queue it does not know; the
+    /// model knows every queue).
+    fn declared(&self, queue: &str) -> Result<(), String> {
+        self.store()
+            .declare_queue(queue)
+            .map_err(|e| format!("declare {queue}: {e}"))
+    }
+
     pub fn new() -> Harness {
         let dir = tempfile::tempdir().expect("tempdir");
         let clock = ManualClock::new();
@@ -440,6 +449,8 @@ impl Harness {
             Op::Backoff { queue, policy } => {
                 let q = QUEUES[usize::from(*queue) % QUEUES.len()];
                 let policy = policy.map(backoff);
+                // (an application declares the queues whose controls it sets: see `declared`)
+                self.declared(q)?;
                 self.store()
                     .set_queue_retry_policy(q, policy.as_ref().map(|(p, _)| p.clone()))
                     .map_err(|e| format!("backoff: {e}"))?;
@@ -688,6 +699,7 @@ impl Harness {
             }
             Op::Pause { queue, pause } => {
                 let q = QUEUES[usize::from(*queue) % QUEUES.len()];
+                self.declared(q)?;
                 match pause {
                     true => self.store().pause_queue(q),
                     false => self.store().resume_queue(q),
@@ -721,6 +733,7 @@ impl Harness {
                 if let Some((claims, per)) = key_rate {
                     limits = limits.per_key_rate(claims, Duration::from_nanos(per));
                 }
+                self.declared(q)?;
                 self.store()
                     .set_queue_limits(q, limits)
                     .map_err(|e| format!("limit: {e}"))?;

@@ -292,7 +292,8 @@ impl Model {
         if let Some(g) = group {
             self.groups.get_mut(&g).expect("checked").members += 1;
         }
-        for n in needs.iter().filter(|n| n.ended.is_none()) {
+        // (a group lists every job that waits for it, one declared after it ended too)
+        for n in &needs {
             if let MTarget::Group(g) = n.on {
                 self.groups.get_mut(&g).expect("checked").waiters.push(id);
             }

@@ -42,6 +42,7 @@ fn the_overview_shows_a_queues_limits_and_backoff_and_a_job_page_its_own_backoff
     let page = page_of(&f).build();
     let settings = |html: &str| html.find("data-settings").map(|at| html[at..].to_owned());
     assert_eq!(settings(&expect(get(&page, "/"), StatusCode::OK)), None);
+    f.declare_queue(Q).unwrap();
     f.set_queue_limits(Q, leasehold::QueueLimits::none().concurrency(2).per_key(1))
         .unwrap();
     let fixed = leasehold::RetryPolicy::fixed(Duration::from_secs(30)).jitter(0.5);

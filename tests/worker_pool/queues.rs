@@ -88,6 +88,7 @@ fn a_failure_that_asks_to_be_retried_in_a_while_waits_that_long_and_spends_budge
 
 fn pools_stop_claiming_a_paused_queue_and_take_it_up_again_when_it_resumes(kind: Kind) {
     let f = kind.open();
+    f.declare_queue(Q).unwrap();
     f.pause_queue(Q).unwrap();
     f.enqueue_n(3);
     let p = pool(&f, "w")
@@ -108,6 +109,7 @@ fn pools_stop_claiming_a_paused_queue_and_take_it_up_again_when_it_resumes(kind:
 /// counts itself in and out, and the count never passes two.
 fn a_concurrency_limit_holds_across_two_pools_at_every_moment(kind: Kind) {
     let f = kind.open();
+    f.declare_queue(Q).unwrap();
     f.set_queue_limits(Q, QueueLimits::none().concurrency(2))
         .unwrap();
     f.enqueue_n(12);
@@ -182,6 +184,7 @@ fn one_pool_over_weighted_queues_takes_each_by_its_weight_then_what_is_left(kind
 
 fn a_paused_queues_share_goes_to_the_other_queues_of_the_pool(kind: Kind) {
     let f = kind.open();
+    f.declare_queue("a").unwrap();
     f.pause_queue("a").unwrap();
     for _ in 0..10 {
         f.enqueue(NewJob::new("a", "x")).unwrap();

@@ -50,6 +50,7 @@ pub(super) fn rows<S: JobStore>(
 /// waiting; the first `at_limit` tenants hold two running. The last tenant has enough jobs
 /// for `claims` more.
 fn prepare<S: JobStore>(store: &S, at_limit: usize, claims: usize) -> Result<(), Error> {
+    store.declare_queue(QUEUE)?;
     store.set_queue_limits(QUEUE, QueueLimits::none().per_key(2))?;
     let job = |t: usize| NewJob::new(QUEUE, Vec::new()).limit_key(format!("tenant-{t}"));
     for _ in 0..EACH + 2 {
