@@ -100,6 +100,8 @@ impl From<&String> for Queues {
 pub(crate) struct Planner {
     lanes: Vec<Lane>,
     strict: bool,
+    /// The weights of the queues open at the last plan: what a job costs a queue's credit.
+    total: i64,
 }
 
 #[derive(Debug)]
@@ -124,6 +126,7 @@ impl Planner {
                 })
                 .collect(),
             strict: queues.strict,
+            total: 0,
         }
     }
 
@@ -162,6 +165,7 @@ impl Planner {
             (false, Some(&first)) => {
                 let jobs = i64::try_from(n).unwrap_or(i64::MAX);
                 let total: i64 = open.iter().map(|&i| self.lanes[i].weight).sum();
+                self.total = total;
                 for &i in &open {
                     let lane = &mut self.lanes[i];
                     lane.credit = lane.credit.saturating_add(lane.weight.saturating_mul(jobs));
@@ -175,9 +179,13 @@ impl Planner {
             }
         };
         let mut plan = vec![(self.lanes[pick].queue.clone(), n)];
-        plan.extend(
-            (open.into_iter().filter(|&i| i != pick)).map(|i| (self.lanes[i].queue.clone(), 0)),
-        );
+        // What the one asked cannot give goes to the others in this order: in strict order
+        // as given; by weight, the furthest behind its share first.
+        let mut others: Vec<usize> = open.into_iter().filter(|&i| i != pick).collect();
+        if !self.strict {
+            others.sort_by_key(|&i| (std::cmp::Reverse(self.lanes[i].credit), i));
+        }
+        plan.extend(others.into_iter().map(|i| (self.lanes[i].queue.clone(), 0)));
         plan
     }
 
@@ -186,6 +194,14 @@ impl Planner {
     /// the round came up short (it was then asked for what was left), from `seen` (its
     /// generation read before the round) until `until` says. One that gave some but fewer
     /// (the last of its work, or jobs locked by a commit beside) is asked again.
+    ///
+    /// By weight, the round is settled as if only the queues that had work had been in it:
+    /// one that gave nothing it was asked for (paused, empty, at its limit) gets back its
+    /// credit of the round and what it was charged, and keeps none beyond (an idle queue
+    /// saves no claim on the jobs to come); each other pays for the jobs it gave, at the
+    /// weights of the queues that had work. So over the rounds the queues with work share
+    /// the jobs by weight, however often one without work is asked first and its share
+    /// taken by the others (the furthest behind first).
     pub(crate) fn claimed(
         &mut self,
         plan: &[(String, usize)],
@@ -195,6 +211,31 @@ impl Planner {
         until: impl Fn(&str) -> StoreTime,
     ) {
         let short = plan.iter().map(|(q, _)| claimed(q)).sum::<usize>() < asked;
+        if !self.strict {
+            let idle = |queue: &str, share: usize| claimed(queue) == 0 && (short || share > 0);
+            let idle_weight: i64 = (plan.iter())
+                .filter(|(q, share)| idle(q, *share))
+                .filter_map(|(q, _)| self.lanes.iter().find(|l| l.queue == *q))
+                .map(|l| l.weight)
+                .sum();
+            let working = self.total.saturating_sub(idle_weight);
+            let jobs = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+            for (queue, share) in plan {
+                let Some(lane) = self.lanes.iter_mut().find(|l| l.queue == *queue) else {
+                    continue;
+                };
+                let charged = self.total.saturating_mul(jobs(*share));
+                if idle(queue, *share) {
+                    let accrued = lane.weight.saturating_mul(jobs(asked));
+                    lane.credit = (lane.credit.saturating_add(charged))
+                        .saturating_sub(accrued)
+                        .min(0);
+                } else {
+                    let owed = working.saturating_mul(jobs(claimed(queue)));
+                    lane.credit = lane.credit.saturating_add(charged).saturating_sub(owed);
+                }
+            }
+        }
         for (queue, share) in plan {
             if claimed(queue) == 0
                 && (short || *share > 0)
@@ -312,6 +353,48 @@ mod tests {
         );
         assert_eq!(p.next_wake(), None);
         assert_eq!(shares(&mut p, 2), [0, 2, 0], "b's turn");
+    }
+
+    /// Of a, b and c at 3:1:2, c is paused (its jobs due, so it wakes at once and is asked
+    /// again and again, giving nothing): each round's jobs go to the others, in their order,
+    /// to a first. Charged to whoever took them, a and b still share 3:1 over the rounds
+    /// (it came out 3.1 to 4.6 when the one asked paid for its round whoever took it).
+    #[test]
+    fn a_paused_queue_leaves_its_share_to_the_others_by_weight_not_to_the_first() {
+        let q = Queues::weighted([("a", 3), ("b", 1), ("c", 2)]);
+        for n in [1, 4, 7] {
+            let mut p = Planner::new(&q);
+            let mut count = [0usize; 3];
+            for round in 0..4000u64 {
+                p.wake(StoreTime(round), |_| 0);
+                let plan = p.plan(n);
+                // protocol::claim_plan: each its share, then what is left in plan order
+                let mut got = std::collections::BTreeMap::new();
+                let mut left = 0;
+                for (queue, share) in &plan {
+                    let gives = if queue == "c" { 0 } else { *share };
+                    left += share - gives;
+                    got.insert(queue.clone(), gives);
+                }
+                for (queue, _) in &plan {
+                    if queue != "c" && left > 0 {
+                        *got.get_mut(queue).unwrap() += left;
+                        left = 0;
+                    }
+                }
+                for (i, name) in ["a", "b", "c"].iter().enumerate() {
+                    count[i] += got.get(*name).copied().unwrap_or(0);
+                }
+                let of = |queue: &str| got.get(queue).copied().unwrap_or(0);
+                p.claimed(&plan, of, n, |_| 0, |_| StoreTime(round + 1));
+            }
+            assert_eq!(count[2], 0);
+            let ratio = count[0] as f64 / count[1] as f64;
+            assert!(
+                (2.95..=3.05).contains(&ratio),
+                "{n} a round: {count:?}, a:b {ratio:.2}"
+            );
+        }
     }
 
     #[test]
