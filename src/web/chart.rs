@@ -149,6 +149,18 @@ fn between((from, a): (StoreTime, Finished), (until, b): (StoreTime, Finished)) 
 pub(crate) fn svg(rates: &[Rate], now: StoreTime) -> String {
     const W: f64 = 600.0;
     const H: f64 = 120.0;
+    // A page just made has one sample, and a rate needs two: it says so rather than draw
+    // an empty chart that reads as "nothing finished".
+    let waiting = match rates.is_empty() {
+        true => format!(
+            "<text x=\"{}\" y=\"{}\" font-size=\"11\" fill=\"#6b7280\" \
+             text-anchor=\"middle\">jobs finished per second show here once this page has \
+             watched the store for a second or two (it reloads itself)</text>",
+            W / 2.0,
+            H / 2.0
+        ),
+        false => String::new(),
+    };
     let top = rates
         .iter()
         .map(|r| r.succeeded.max(r.dead))
@@ -171,7 +183,8 @@ pub(crate) fn svg(rates: &[Rate], now: StoreTime) -> String {
          <text x=\"4\" y=\"12\" font-size=\"10\" fill=\"#6b7280\">{top:.1}/s</text>\
          <text x=\"4\" y=\"{H}\" font-size=\"10\" fill=\"#6b7280\" dy=\"-2\">-15 min</text>\
          <polyline fill=\"none\" stroke=\"#2a7\" stroke-width=\"1.5\" points=\"{ok}\"/>\
-         <polyline fill=\"none\" stroke=\"#c22\" stroke-width=\"1.5\" points=\"{dead}\"/></svg>",
+         <polyline fill=\"none\" stroke=\"#c22\" stroke-width=\"1.5\" points=\"{dead}\"/>\
+         {waiting}</svg>",
         ok = line(|r| r.succeeded),
         dead = line(|r| r.dead),
     )
@@ -181,6 +194,21 @@ pub(crate) fn svg(rates: &[Rate], now: StoreTime) -> String {
 mod tests {
     use super::*;
     use crate::stats::QueueCounts;
+
+    #[test]
+    fn a_chart_with_no_rate_yet_says_it_is_waiting_for_a_second_sample() {
+        let empty = svg(&[], StoreTime(1));
+        assert!(
+            empty.contains("once this page has watched the store"),
+            "{empty}"
+        );
+        let rate = Rate {
+            until: StoreTime(1),
+            succeeded: 2.0,
+            dead: 0.0,
+        };
+        assert!(!svg(&[rate], StoreTime(1)).contains("once this page"));
+    }
 
     fn stats(at_secs: u64, succeeded: u64, dead: u64) -> Stats {
         let mut q = QueueCounts::default();
