@@ -14,9 +14,10 @@ const LEASE: Duration = Duration::from_secs(60);
 
 fn open(durability: Durability) -> (tempfile::TempDir, Store) {
     let dir = tempfile::tempdir().unwrap();
+    // (eventual durability needs the file to itself)
     let sharing = match durability {
         Durability::Immediate => leasehold::Sharing::SingleWriter,
-        Durability::Eventual { .. } => leasehold::Sharing::Exclusive,
+        _ => leasehold::Sharing::Exclusive,
     };
     let store = Store::builder(dir.path().join("bench.redb"))
         .sharing(sharing)
@@ -57,7 +58,7 @@ fn claim_complete(c: &mut Criterion) {
             b.iter_batched(
                 || store.enqueue(NewJob::new("q", &b"payload"[..])).unwrap(),
                 |_| {
-                    let l = store.claim("q", "w", LEASE.into()).unwrap().unwrap();
+                    let l = store.claim("q", "w", LEASE).unwrap().unwrap();
                     store.complete(&l, b"").unwrap();
                 },
                 BatchSize::SmallInput,
@@ -72,14 +73,10 @@ fn heartbeat(c: &mut Criterion) {
     for (name, durability) in modes() {
         let (_dir, store) = open(durability);
         store
-            .enqueue_batch(
-                (0..1000)
-                    .map(|i| NewJob::new("q", format!("{i}")))
-                    .collect(),
-            )
+            .enqueue_batch((0..1000).map(|i| NewJob::new("q", format!("{i}"))))
             .unwrap();
         let leases: Vec<_> = (0..1000)
-            .map(|_| store.claim("q", "w", LEASE.into()).unwrap().unwrap())
+            .map(|_| store.claim("q", "w", LEASE).unwrap().unwrap())
             .collect();
         g.bench_function(format!("{name}/single"), |b| {
             b.iter(|| store.heartbeat(&leases[0], 1).unwrap())
@@ -112,15 +109,9 @@ fn reap(c: &mut Criterion) {
                     .open()
                     .unwrap();
                 store
-                    .enqueue_batch(
-                        (0..100_000)
-                            .map(|i| NewJob::new("q", format!("{i}")))
-                            .collect(),
-                    )
+                    .enqueue_batch((0..100_000).map(|i| NewJob::new("q", format!("{i}"))))
                     .unwrap();
-                store
-                    .claim_batch("q", "dead", LEASE.into(), 100_000)
-                    .unwrap();
+                store.claim_batch("q", "dead", LEASE, 100_000).unwrap();
                 clock.advance(LEASE * 2);
                 (dir, store)
             },
@@ -148,9 +139,7 @@ fn end_to_end(c: &mut Criterion) {
                         for chunk in 0..(2000 / 100) {
                             store
                                 .enqueue_batch(
-                                    (0..100)
-                                        .map(|i| NewJob::new("e2e", format!("{chunk}-{i}")))
-                                        .collect(),
+                                    (0..100).map(|i| NewJob::new("e2e", format!("{chunk}-{i}"))),
                                 )
                                 .unwrap();
                         }

@@ -31,7 +31,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let seen = store.work_generation("uploads");
     let jobs = (1..=20).map(|i| NewJob::new("uploads", format!("photo-{i}.jpg")));
-    let ids = store.enqueue_batch(jobs.collect())?;
+    let ids = store.enqueue_batch(jobs)?;
     // An async wait for work, as a claim loop of the application's own would use it.
     store
         .wait_for_work_async("uploads", seen, Duration::from_secs(1))

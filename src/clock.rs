@@ -385,6 +385,7 @@ impl StoreClock {
     }
 
     /// The same source on the same timeline, as a store opened anew resumes it.
+    #[cfg(feature = "__internal")]
     pub(crate) fn resumed(&self) -> StoreClock {
         StoreClock::resume(self.source.clone(), Some(self.anchor), self.now()).0
     }

@@ -140,6 +140,7 @@ mod tests {
 
 /// What a commit promises.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Durability {
     /// Every commit is on disk (fsync'd) when the call returns. A crash or power loss loses
     /// nothing that was acknowledged. The default.

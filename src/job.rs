@@ -19,6 +19,7 @@ use crate::workflow::{Flow, Need};
 /// `unique: [period: ...]`): "send this report at most once a day". A dead or cancelled job
 /// never keeps it: its work was not done, and asking for it again must make a new job.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash, Encode, Decode)]
+#[non_exhaustive]
 pub enum Uniqueness {
     /// While the job waits or runs (the default).
     #[default]
@@ -150,6 +151,7 @@ impl JobRecord {
 
 /// How a lease was found expired and taken back.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Encode, Decode)]
+#[non_exhaustive]
 pub enum ReclaimPath {
     /// A reaper pass found it expired.
     Reaper,
@@ -177,6 +179,7 @@ impl fmt::Display for ReclaimPath {
 
 /// How one attempt ended.
 #[derive(Clone, Debug, PartialEq, Eq, Encode, Decode)]
+#[non_exhaustive]
 pub enum Outcome {
     /// The holder completed the job.
     Succeeded,

@@ -11,6 +11,7 @@ use crate::ids::{Attempt, JobId, LeaseToken, StoreTime};
 /// Cloning a lease does not clone the right to act on it: a stale clone is refused by the
 /// store like any other stale holder.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Lease {
     /// The job.
     pub job: JobId,
@@ -64,6 +65,7 @@ pub struct Holding {
 /// The terms a lease is granted on. A plain [`Duration`] converts into terms with no stall
 /// timeout, so `store.claim(queue, worker, Duration::from_secs(60))` reads as it should.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct LeaseTerms {
     /// How long the lease lasts; each renewal extends it by this much from the renewal.
     pub length: Duration,
@@ -108,6 +110,7 @@ impl From<Duration> for LeaseTerms {
 
 /// The answer to a successful heartbeat.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Renewal {
     /// The lease now expires at this store time.
     Renewed {

@@ -59,14 +59,14 @@
 //! let store = Store::builder(dir.path().join("jobs.redb")).clock(clock.clone()).open()?;
 //! let id = store.enqueue(NewJob::new("thumbnails", b"photo-1.jpg".to_vec()))?;
 //!
-//! let lease = store.claim("thumbnails", "worker-a", Duration::from_secs(60).into())?.unwrap();
+//! let lease = store.claim("thumbnails", "worker-a", Duration::from_secs(60))?.unwrap();
 //! store.heartbeat(&lease, 1)?;                       // renews by 60 s from now
 //!
 //! clock.advance(Duration::from_secs(61));            // worker-a went silent...
 //! let report = store.reap()?;                        // ...and the reaper takes the job back
 //! assert_eq!(report.reclaimed.len(), 1);
 //!
-//! let again = store.claim("thumbnails", "worker-b", Duration::from_secs(60).into())?.unwrap();
+//! let again = store.claim("thumbnails", "worker-b", Duration::from_secs(60))?.unwrap();
 //! assert!(store.complete(&lease, b"late").unwrap_err().is_lease_lost()); // fenced
 //! store.complete(&again, b"done")?;
 //! assert_eq!(store.job(id)?.unwrap().state(), JobState::Succeeded);
@@ -110,6 +110,7 @@ mod rules;
 // The contract both engines keep, the seam between them and what runs on them, and the
 // wake-ups both use.
 mod backend;
+mod conveniences;
 mod engine;
 mod job_store;
 mod notify;
@@ -121,6 +122,7 @@ mod asynchronous;
 mod json;
 pub mod memory;
 mod pool;
+pub mod prelude;
 mod reaper;
 mod scheduler;
 mod ticker;
@@ -188,13 +190,12 @@ pub use redb;
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
 
-/// For leasehold's own fuzzers, tests and bench; not part of the API.
+/// For leasehold's own fuzzers and tests (the `__internal` feature); not part of the API.
+#[cfg(feature = "__internal")]
 #[doc(hidden)]
 pub mod __private {
     use crate::codec::{decode, decode_job, encode};
     use crate::job::{JobRecord, RunRecord};
-
-    pub use crate::redb_store::CommitShape;
 
     /// Decodes `data` as every kind of stored record, for the fuzzers: whatever the bytes,
     /// decoding returns an error or a value and never panics.

@@ -29,8 +29,11 @@ use crate::state::JobState;
 use crate::stats::{Counters, Stats};
 use crate::workflow::{Group, GroupRecord, Target};
 
+#[cfg(feature = "__internal")]
 #[doc(hidden)]
 pub use crate::protocol::Policy;
+#[cfg(not(feature = "__internal"))]
+use crate::protocol::Policy;
 
 /// A store in memory (see the module's documentation). Clones share the store.
 #[derive(Clone, Debug)]
@@ -80,6 +83,7 @@ impl MemoryStore {
 
     /// For the suites: this store's jobs under `policy` (checked), as a process that opens
     /// a store with other settings sees them.
+    #[cfg(feature = "__internal")]
     #[doc(hidden)]
     pub fn with_policy(&self, policy: Policy) -> Result<MemoryStore> {
         policy.check()?;
@@ -107,6 +111,7 @@ impl MemoryStore {
 
     /// For the suites: runs `hold` with the writer's seat taken, as a store that stopped
     /// answering writes (reads go on).
+    #[cfg(feature = "__internal")]
     #[doc(hidden)]
     pub fn hold_writes(&self, hold: impl FnOnce()) {
         let _seat = self.0.state.1.lock();
@@ -457,3 +462,5 @@ impl JobStore for MemoryStore {}
 
 // None: a store in memory has no tables of the application's.
 crate::engine::engine!(MemoryStore, std::convert::Infallible);
+
+crate::conveniences::conveniences!(MemoryStore);

@@ -103,8 +103,8 @@ impl NewJob {
     /// another with the same key returns the existing job's id and creates nothing. With
     /// [`NewJob::unique_for`] or [`NewJob::unique_until_purged`] a job that succeeded keeps
     /// the key longer.
-    pub fn unique_key(mut self, key: &str) -> NewJob {
-        self.unique_key = Some(key.to_owned());
+    pub fn unique_key(mut self, key: impl Into<String>) -> NewJob {
+        self.unique_key = Some(key.into());
         self
     }
 

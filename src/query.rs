@@ -89,6 +89,7 @@ pub(crate) fn unreadable(id: u64, e: crate::Error) -> crate::Result<()> {
 
 /// The order of a job listing.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum JobOrder {
     /// Oldest first (by id).
     #[default]

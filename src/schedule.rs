@@ -37,6 +37,7 @@ pub(crate) const SCHEDULE_KEY: &str = "schedule";
 
 /// When a schedule ticks.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Encode, Decode)]
+#[non_exhaustive]
 pub enum When {
     /// Every interval of store time, from when it was declared.
     Every(Duration),
@@ -54,6 +55,7 @@ pub enum When {
 
 /// What a schedule does about ticks it missed while no scheduler ran.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash, Encode, Decode)]
+#[non_exhaustive]
 pub enum CatchUp {
     /// One job for all the missed ticks, now (the latest tick's).
     #[default]
@@ -135,6 +137,7 @@ impl Schedule {
 /// Where a schedule's next tick is: on the store clock (every interval) or on the wall
 /// clock (cron), in whole seconds since the Unix epoch.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Encode, Decode)]
+#[non_exhaustive]
 pub enum Tick {
     /// A store time.
     Store(StoreTime),
@@ -184,7 +187,7 @@ impl JobTemplate {
     pub(crate) fn job(&self, name: &str, tick: Tick) -> NewJob {
         let mut job = NewJob::new(self.queue.clone(), self.payload.clone())
             .priority(self.priority)
-            .unique_key(&format!("schedule:{name}:{}", tick.key()))
+            .unique_key(format!("schedule:{name}:{}", tick.key()))
             .unique_until_purged();
         if let Some(m) = self.max_attempts {
             job = job.max_attempts(m);

@@ -7,6 +7,7 @@ use bincode::{Decode, Encode};
 
 /// Where a job is in its life. The state machine is drawn in the crate docs.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Encode, Decode)]
+#[non_exhaustive]
 pub enum JobState {
     /// Waiting to be claimed; claimable once its `run_at` has come.
     Queued,

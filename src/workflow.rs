@@ -87,6 +87,7 @@ impl fmt::Display for Require {
 
 /// What a job waits for: another job, or a group's end.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Encode, Decode)]
+#[non_exhaustive]
 pub enum Target {
     /// A job.
     Job(JobId),

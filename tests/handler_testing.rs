@@ -98,7 +98,7 @@ fn a_worker_paused_past_its_lease_commits_nothing_once_another_took_the_job_over
     let ran = t
         .run_one(Q, |ctx| {
             t.advance(TestStore::LEASE * 2); // a GC pause, a stopped VM
-            let other = t.claim(Q, "worker-b", TestStore::LEASE.into())?.unwrap();
+            let other = t.claim(Q, "worker-b", TestStore::LEASE)?.unwrap();
             assert_eq!(other.attempt.0, ctx.attempt().0 + 1);
             send(ctx)
         })
@@ -113,10 +113,7 @@ fn a_worker_paused_past_its_lease_commits_nothing_once_another_took_the_job_over
 fn a_dead_workers_job_is_taken_back_after_its_lease_and_runs_again() {
     let t = TestStore::new().unwrap();
     let id = t.enqueue(NewJob::new(Q, "hello")).unwrap();
-    let dead = t
-        .claim(Q, "worker-a", TestStore::LEASE.into())
-        .unwrap()
-        .unwrap();
+    let dead = t.claim(Q, "worker-a", TestStore::LEASE).unwrap().unwrap();
     assert!(
         t.reap().unwrap().reclaimed.is_empty(),
         "not before its lease ends"
@@ -140,9 +137,7 @@ fn a_dead_workers_job_is_taken_back_after_its_lease_and_runs_again() {
 fn a_restart_takes_back_what_the_old_process_held_and_the_directory_goes_with_the_store() {
     let mut t = TestStore::new().unwrap();
     let id = t.enqueue(NewJob::new(Q, "hello")).unwrap();
-    t.claim(Q, "worker-a", TestStore::LEASE.into())
-        .unwrap()
-        .unwrap();
+    t.claim(Q, "worker-a", TestStore::LEASE).unwrap().unwrap();
     let recovered = t.restart().unwrap();
     assert_eq!(recovered.reclaimed.len(), 1);
     assert_eq!(t.job(id).unwrap().unwrap().state(), JobState::Queued);
@@ -226,9 +221,7 @@ mod on_postgres {
         let ran = t
             .run_one(Q, |ctx| {
                 t.advance(TestStore::LEASE * 2);
-                t.claim(Q, "other", TestStore::LEASE.into())
-                    .unwrap()
-                    .unwrap();
+                t.claim(Q, "other", TestStore::LEASE).unwrap().unwrap();
                 send(schema.clone())(ctx)
             })
             .unwrap()
@@ -242,10 +235,7 @@ mod on_postgres {
     fn expire_moves_the_test_clock_just_past_a_lease_and_the_reaper_takes_it_back() {
         let Some(t) = store() else { return };
         let id = t.enqueue(NewJob::new(Q, "x")).unwrap();
-        let lease = t
-            .claim(Q, "silent", TestStore::LEASE.into())
-            .unwrap()
-            .unwrap();
+        let lease = t.claim(Q, "silent", TestStore::LEASE).unwrap().unwrap();
         t.advance(TestStore::LEASE / 2);
         t.heartbeat(&lease, 1).unwrap();
         t.expire(&lease).unwrap();

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use leasehold::{
     Attempt, ConfigError, Error, InputError, JobId, JobState, Lease, LeaseTerms, ManualClock,
-    NewJob, OpenError, Stats, Store, StoreTime, WorkerPool,
+    NewJob, OpenError, Stats, Store, WorkerPool,
 };
 use leasehold::{JobStore, ReadJobs};
 
@@ -27,19 +27,15 @@ type Refusal = (&'static str, Error, fn(&Error) -> bool);
 type BadFile = (&'static str, Vec<u8>, fn(&OpenError) -> bool);
 type BadStore = (&'static str, std::path::PathBuf, fn(&OpenError) -> bool);
 
-fn forged_lease(job: u64, attempt: u32) -> Lease {
-    Lease {
-        job: JobId(job),
-        attempt: Attempt(attempt),
-        token: leasehold::LeaseToken::NONE,
-        queue: Q.into(),
-        worker: "forger".into(),
-        claimed_at: StoreTime::ZERO,
-        expires_at: StoreTime::ZERO,
-        length: LEASE,
-        deadline: None,
-        payload: Vec::new(),
-    }
+/// A lease no grant made: a real one's copy naming another job or attempt, with no token
+/// (a lease is not built field by field outside the crate).
+fn forged_lease(real: &Lease, job: u64, attempt: u32) -> Lease {
+    let mut forged = real.clone();
+    forged.job = JobId(job);
+    forged.attempt = Attempt(attempt);
+    forged.token = leasehold::LeaseToken::NONE;
+    forged.worker = "forger".into();
+    forged
 }
 
 fn snapshot(store: &Store) -> (Stats, Vec<Option<leasehold::Job>>) {
@@ -60,27 +56,28 @@ fn hostile_api_inputs_are_refused_with_their_own_error_and_change_nothing() {
         .unwrap();
     // A store with something in every state worth touching.
     store
-        .enqueue_batch((0..4).map(|i| NewJob::new(Q, format!("{i}"))).collect())
+        .enqueue_batch((0..4).map(|i| NewJob::new(Q, format!("{i}"))))
         .unwrap();
-    let done = store.claim(Q, "w", LEASE.into()).unwrap().unwrap();
+    let done = store.claim(Q, "w", LEASE).unwrap().unwrap();
     store.complete(&done, b"ok").unwrap();
-    let running = store.claim(Q, "w", LEASE.into()).unwrap().unwrap();
-    let cancelled = store.claim(Q, "w", LEASE.into()).unwrap().unwrap();
+    let running = store.claim(Q, "w", LEASE).unwrap().unwrap();
+    let cancelled = store.claim(Q, "w", LEASE).unwrap().unwrap();
     store.cancel(cancelled.job).unwrap();
     assert_eq!(
         store.heartbeat(&cancelled, 1).unwrap(),
         leasehold::Renewal::Cancelled
     );
 
+    let (unknown, forged) = (forged_lease(&done, 999, 1), forged_lease(&done, 2, 7));
     let cases: Vec<Case> = vec![
         (
             "zero lease",
-            Box::new(|s| s.claim(Q, "w", Duration::ZERO.into()).unwrap_err()),
+            Box::new(|s| s.claim(Q, "w", Duration::ZERO).unwrap_err()),
             |e| matches!(e, Error::Config(ConfigError::ZeroLease)),
         ),
         (
             "absurd lease",
-            Box::new(|s| s.claim(Q, "w", Duration::MAX.into()).unwrap_err()),
+            Box::new(|s| s.claim(Q, "w", Duration::MAX).unwrap_err()),
             |e| matches!(e, Error::Config(ConfigError::LeaseTooLong { .. })),
         ),
         (
@@ -103,7 +100,7 @@ fn hostile_api_inputs_are_refused_with_their_own_error_and_change_nothing() {
         ),
         (
             "empty queue name at claim",
-            Box::new(|s| s.claim("", "w", LEASE.into()).unwrap_err()),
+            Box::new(|s| s.claim("", "w", LEASE).unwrap_err()),
             |e| matches!(e, Error::Input(InputError::EmptyQueueName)),
         ),
         (
@@ -131,7 +128,7 @@ fn hostile_api_inputs_are_refused_with_their_own_error_and_change_nothing() {
         ),
         (
             "empty worker id",
-            Box::new(|s| s.claim(Q, "", LEASE.into()).unwrap_err()),
+            Box::new(|s| s.claim(Q, "", LEASE).unwrap_err()),
             |e| matches!(e, Error::Input(InputError::BadWorkerId { .. })),
         ),
         (
@@ -141,17 +138,17 @@ fn hostile_api_inputs_are_refused_with_their_own_error_and_change_nothing() {
         ),
         (
             "unknown job: claim_job",
-            Box::new(|s| s.claim_job(JobId(999), "w", LEASE.into()).unwrap_err()),
+            Box::new(|s| s.claim_job(JobId(999), "w", LEASE).unwrap_err()),
             |e| matches!(e, Error::JobNotFound(JobId(999))),
         ),
         (
             "unknown job: forged lease",
-            Box::new(|s| s.complete(&forged_lease(999, 1), b"").unwrap_err()),
+            Box::new(move |s| s.complete(&unknown, b"").unwrap_err()),
             |e| matches!(e, Error::LeaseLost(l) if l.found.is_none()),
         ),
         (
             "forged attempt on a running job",
-            Box::new(|s| s.heartbeat(&forged_lease(2, 7), 1).unwrap_err()),
+            Box::new(move |s| s.heartbeat(&forged, 1).unwrap_err()),
             |e| matches!(e, Error::LeaseLost(l) if l.found == Some((Attempt(1), JobState::Running))),
         ),
         (
@@ -256,12 +253,8 @@ fn hostile_files_are_refused_with_their_own_error_and_left_byte_for_byte() {
     let good = dir.path().join("good.redb");
     {
         let s = Store::open(&good).unwrap();
-        s.enqueue_batch(
-            (0..50)
-                .map(|i| NewJob::new(Q, vec![i as u8; 200]))
-                .collect(),
-        )
-        .unwrap();
+        s.enqueue_batch((0..50).map(|i| NewJob::new(Q, vec![i as u8; 200])))
+            .unwrap();
     }
     let image = std::fs::read(&good).unwrap();
     let mut random = vec![0u8; 64 * 1024];

@@ -119,11 +119,8 @@ fn workload(
 ) -> leasehold::Result<()> {
     let mut ack = |f: Fact| facts.push((disk.syncs(), f));
     for round in 0..6u32 {
-        let ids = store.enqueue_batch(
-            (0..4)
-                .map(|i| NewJob::new("q", vec![round as u8; 100 + i * 50]))
-                .collect(),
-        )?;
+        let ids = store
+            .enqueue_batch((0..4).map(|i| NewJob::new("q", vec![round as u8; 100 + i * 50])))?;
         for id in &ids {
             ack(Fact::Exists(*id));
         }

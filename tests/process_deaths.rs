@@ -9,7 +9,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 use std::collections::BTreeMap;
-use std::io::{BufReader, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::time::Duration;
@@ -47,7 +47,7 @@ fn shared(path: &Path) -> Store {
 struct Holder {
     child: Child,
     claimed: Vec<JobId>,
-    out: std::io::Lines<BufReader<std::process::ChildStdout>>,
+    out: Box<dyn Iterator<Item = std::io::Result<String>> + Send>,
 }
 
 /// A test that fails must not leave its helper processes running.
@@ -83,7 +83,7 @@ impl Holder {
                     return Holder {
                         child,
                         claimed,
-                        out,
+                        out: Box::new(out),
                     };
                 }
                 _ => panic!("unexpected child output: {line}"),
@@ -167,7 +167,7 @@ fn a_killed_processs_leases_are_taken_back_by_a_survivor_at_once() {
     let (_dir, path) = store_path();
     let store = shared(&path);
     store
-        .enqueue_batch((0..5).map(|i| NewJob::new(Q, format!("job {i}"))).collect())
+        .enqueue_batch((0..5).map(|i| NewJob::new(Q, format!("job {i}"))))
         .unwrap();
     let victim = Holder::start(&path, &["--claim", "3"]);
     let taken = victim.claimed.clone();
@@ -189,9 +189,7 @@ fn a_killed_processs_leases_are_taken_back_by_a_survivor_at_once() {
         (counters.reclaimed_process_died, counters.reclaimed_at_open),
         (3, 0)
     );
-    let again = store
-        .claim(Q, "survivor", Duration::from_secs(60).into())
-        .unwrap();
+    let again = store.claim(Q, "survivor", Duration::from_secs(60)).unwrap();
     assert_eq!(again.unwrap().attempt.0, 2);
     assert!(store.check().unwrap().is_clean());
 }
@@ -273,7 +271,7 @@ fn opening_takes_back_only_the_leases_of_processes_that_are_gone() {
     {
         let store = shared(&path);
         store
-            .enqueue_batch((0..4).map(|i| NewJob::new(Q, format!("job {i}"))).collect())
+            .enqueue_batch((0..4).map(|i| NewJob::new(Q, format!("job {i}"))))
             .unwrap();
     }
     let alive = Holder::start(&path, &["--claim", "2"]);
@@ -358,7 +356,7 @@ fn a_pool_gives_way_to_another_process_writing_and_commits_everything_once_it_is
     let (_dir, path) = store_path();
     let store = shared(&path);
     store
-        .enqueue_batch((0..20).map(|i| NewJob::new(Q, format!("{i}"))).collect())
+        .enqueue_batch((0..20).map(|i| NewJob::new(Q, format!("{i}"))))
         .unwrap();
     // Declared first so that it is dropped last: if an assertion fails while the other
     // process writes, the holder (dropped, so killed) lets the pool's round end first.
@@ -517,11 +515,7 @@ fn worker_processes_killed_at_random_lose_nothing_and_commit_each_job_once() {
     let top_up = |store: &Store, jobs: &mut u64| {
         if store.stats().unwrap().total(JobState::Queued) < 200 {
             store
-                .enqueue_batch(
-                    (0..400)
-                        .map(|i| NewJob::new(SOAK_QUEUE, format!("{i}")))
-                        .collect(),
-                )
+                .enqueue_batch((0..400).map(|i| NewJob::new(SOAK_QUEUE, format!("{i}"))))
                 .unwrap();
             *jobs += 400;
         }
@@ -639,7 +633,7 @@ fn a_stopped_process_keeps_its_lock_so_the_lease_decides_and_its_late_commit_is_
     });
     assert_eq!(died_path(&store, id), Some(ReclaimPath::Reaper));
     let live = store
-        .claim(Q, "survivor", Duration::from_secs(60).into())
+        .claim(Q, "survivor", Duration::from_secs(60))
         .unwrap()
         .unwrap();
     store.complete(&live, b"done").unwrap();
@@ -713,7 +707,7 @@ fn a_live_holders_leases_are_never_taken_through_another_name_of_the_store() {
     {
         let store = shared(&path);
         store
-            .enqueue_batch((0..3).map(|i| NewJob::new(Q, format!("job {i}"))).collect())
+            .enqueue_batch((0..3).map(|i| NewJob::new(Q, format!("job {i}"))))
             .unwrap();
     }
     let holder = Holder::start(&path, &["--claim", "3"]);
@@ -764,7 +758,7 @@ fn an_instance_file_removed_or_replaced_by_hand_proves_nothing_and_is_made_again
     let (_dir, path) = store_path();
     let store = shared(&path);
     store
-        .enqueue_batch((0..2).map(|i| NewJob::new(Q, format!("job {i}"))).collect())
+        .enqueue_batch((0..2).map(|i| NewJob::new(Q, format!("job {i}"))))
         .unwrap();
     let holder = Holder::start(&path, &["--claim", "2"]);
     let file = other_instance_file(&path, &store);
@@ -814,7 +808,7 @@ fn a_fifo_or_a_directory_among_the_instance_files_stalls_nobody() {
     let (_dir, path) = store_path();
     let store = shared(&path);
     store
-        .enqueue_batch((0..2).map(|i| NewJob::new(Q, format!("job {i}"))).collect())
+        .enqueue_batch((0..2).map(|i| NewJob::new(Q, format!("job {i}"))))
         .unwrap();
     let procs = path.with_file_name("shared.redb.procs");
     let fifo = procs.join("00000000feedface.lock");
@@ -936,7 +930,7 @@ fn groups_through_worker_kills_run_every_member_once_and_each_callback_once() {
         // kills too find work under way.
         if (groups.len() as u64) >= GROUPS {
             let more = (0..40).map(|i| NewJob::new(SOAK_QUEUE, format!("plain {i}")));
-            observer.enqueue_batch(more.collect()).unwrap();
+            observer.enqueue_batch(more).unwrap();
             plain += 40;
         } else {
             let callbacks = leasehold::NewGroup::new()
@@ -1075,7 +1069,7 @@ fn ten_tenants_stay_at_two_jobs_each_through_kills_of_three_worker_processes() {
                 let tenant = &tenants[i % tenants.len()];
                 NewJob::new(TENANTS, tenant.as_str()).limit_key(tenant)
             });
-            observer.enqueue_batch(batch.collect()).unwrap();
+            observer.enqueue_batch(batch).unwrap();
             *jobs += 200;
         }
     };

@@ -12,9 +12,9 @@ use std::process::Stdio;
 use std::sync::mpsc;
 use std::time::Duration;
 
+use leasehold::ReadJobs;
 use leasehold::redb::ReadableTable;
 use leasehold::{JobId, JobState, NewJob, Outcome, Store, StoreTime};
-use leasehold::{JobStore, ReadJobs};
 
 #[path = "support/helper_process.rs"]
 mod helper_process;
@@ -125,11 +125,7 @@ fn a_store_killed_at_random_moments_reopens_clean_with_every_reported_commit() {
             let waiting = store.stats().unwrap().total(JobState::Queued);
             if waiting < 20 {
                 let ids = store
-                    .enqueue_batch(
-                        (0..40)
-                            .map(|i| NewJob::new(QUEUE, format!("{kill}-{i}")))
-                            .collect(),
-                    )
+                    .enqueue_batch((0..40).map(|i| NewJob::new(QUEUE, format!("{kill}-{i}"))))
                     .unwrap();
                 enqueued += ids.len() as u64;
             }
@@ -224,11 +220,7 @@ fn without_recovery_an_orphaned_lease_is_due_within_one_lease_of_reopening() {
     let path = dir.path().join("orphans.redb");
     Store::open(&path)
         .unwrap()
-        .enqueue_batch(
-            (0..20)
-                .map(|i| NewJob::new(QUEUE, format!("{i}")))
-                .collect(),
-        )
+        .enqueue_batch((0..20).map(|i| NewJob::new(QUEUE, format!("{i}"))))
         .unwrap();
     let heard = run_and_kill(&path, 3, false);
     let store = Store::builder(&path).recover_on_open(false).open().unwrap();
@@ -264,7 +256,7 @@ fn a_process_that_crash_loops_on_one_job_spends_that_jobs_budget_alone() {
         100 => NewJob::new(QUEUE, "poison"),
         _ => NewJob::new(QUEUE, format!("{i}")),
     });
-    let ids = store.enqueue_batch(jobs.collect()).unwrap();
+    let ids = store.enqueue_batch(jobs).unwrap();
     let poison = ids[100];
     drop(store);
     let db = path.to_str().unwrap();

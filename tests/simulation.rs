@@ -549,9 +549,8 @@ impl Sim {
                                 stalled,
                             }
                         }
-                        Ok(Renewal::Cancelled | Renewal::Stalled | Renewal::TimedOut) => {
-                            Worker::Idle
-                        }
+                        // cancelled, stalled, timed out: the attempt is over
+                        Ok(_) => Worker::Idle,
                         Err(e) if e.is_lease_lost() => Worker::Idle,
                         Err(e) => return Err(format!("heartbeat: {e}")),
                     }
@@ -756,6 +755,7 @@ impl Sim {
                     }
                     group.finished_at()
                 }
+                other => return Err(format!("a target the simulation does not know: {other:?}")),
             };
             match ended {
                 Some(at) if at <= first_claim => {}

@@ -187,11 +187,7 @@ impl Demo {
             );
         }
         let store = self.store.clone();
-        store.enqueue_batch(
-            (0..jobs)
-                .map(|i| NewJob::new(THUMBS, format!("photo-{i}.jpg")))
-                .collect(),
-        )?;
+        store.enqueue_batch((0..jobs).map(|i| NewJob::new(THUMBS, format!("photo-{i}.jpg"))))?;
         let paused_job = store.enqueue(NewJob::new(SPECIAL, "pause").priority(-10))?;
         let hung_job = store.enqueue(NewJob::new(SPECIAL, "hang"))?;
         let total = jobs as u64 + 2;
@@ -417,6 +413,7 @@ impl Watch {
                 ReclaimPath::Takeover => "taken over by a claimer",
                 ReclaimPath::Recovery => "recovered at open",
                 ReclaimPath::ProcessDied => "taken back when its process died",
+                _ => "taken back",
             };
             d.say(format!(
                 "job {job}: edge-a's lease expired at {}; {how} {} later: detection delay {} (bound {})",

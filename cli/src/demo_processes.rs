@@ -46,11 +46,7 @@ pub(super) fn act(
     let store = Store::builder(&path)
         .sharing(Sharing::MultiProcess)
         .open()?;
-    store.enqueue_batch(
-        (0..jobs)
-            .map(|i| NewJob::new(QUEUE, format!("clip-{i}.mp4")))
-            .collect(),
-    )?;
+    store.enqueue_batch((0..jobs).map(|i| NewJob::new(QUEUE, format!("clip-{i}.mp4"))))?;
     let mut helpers = (0..PROCESSES)
         .map(|_| {
             Helper::start(

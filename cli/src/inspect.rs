@@ -67,6 +67,7 @@ fn need_view(n: &leasehold::Need) -> NeedView {
     let (kind, id) = match n.on() {
         Target::Job(id) => ("job", id.0),
         Target::Group(id) => ("group", id.0),
+        _ => ("target", 0),
     };
     NeedView {
         kind,
@@ -150,6 +151,7 @@ impl JobView {
                 Uniqueness::WhileUnfinished => "while_unfinished",
                 Uniqueness::AfterSuccess(_) => "after_success",
                 Uniqueness::UntilPurged => "until_purged",
+                _ => "other",
             },
             unique_for_ms: match j.uniqueness() {
                 Uniqueness::AfterSuccess(d) => Some(d.as_millis() as u64),
@@ -595,11 +597,13 @@ pub fn schedules(db: &Path, json: bool) -> Result<ExitCode, Error> {
             when: match s.when() {
                 When::Every(d) => format!("every {}", format::duration(*d)),
                 When::Cron { expr, zone } => format!("cron {expr:?} in {zone}"),
+                other => format!("{other:?}"),
             },
             catch_up: match s.catch_up() {
                 CatchUp::Once => "once",
                 CatchUp::All => "all",
                 CatchUp::Skip => "skip",
+                _ => "other",
             },
             paused: s.paused(),
             next_in_ms: s.next_in_ms(now, wall),
@@ -845,6 +849,7 @@ pub fn show(db: &Path, json: bool, id: u64, raw: bool) -> Result<ExitCode, Error
                 format::duration(d)
             ),
             Uniqueness::UntilPurged => println!("unique key {k}, kept until purged"),
+            other => println!("unique key {k} ({other:?})"),
         }
     }
     if let Some(k) = job.limit_key() {

@@ -427,7 +427,7 @@ enum Command {
         scale: f64,
         /// Runs only the scenario groups whose name contains this: raw, enqueue,
         /// claim-complete, heartbeat, end-to-end-durable, end-to-end-non-durable
-        /// (both: end-to-end), commit-shape, wake, processes, depth, reap, drain-redb,
+        /// (both: end-to-end), group-commit, wake, processes, depth, reap, drain-redb,
         /// drain-writes-redb (every completion writes a row of the application's) and
         /// drain-postgres (all three: drain; enqueue, then drain with 1 and 16 workers, as the
         /// peer harness does, and on PostgreSQL 16 workers again on three times the jobs;

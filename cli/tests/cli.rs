@@ -212,7 +212,7 @@ fn edit_and_promote_change_a_waiting_job_and_refuse_one_claimed_since() {
     {
         let store = leasehold::Store::open(&t.db).unwrap();
         let l = store
-            .claim("q", "w", Duration::from_secs(60).into())
+            .claim("q", "w", Duration::from_secs(60))
             .unwrap()
             .unwrap();
         store.fail(&l, "flaky").unwrap();
@@ -875,7 +875,7 @@ fn bulk_retry_and_cancel_say_how_many_ask_first_and_act_on_exactly_the_selection
             }
             let id = store.enqueue(job).unwrap();
             let lease = store
-                .claim_job(id, "w", Duration::from_secs(60).into())
+                .claim_job(id, "w", Duration::from_secs(60))
                 .unwrap()
                 .unwrap();
             store.fail(&lease, "boom").unwrap();
@@ -958,7 +958,7 @@ fn stats_warns_of_a_queue_whose_work_waits_with_nobody_asking_for_it() {
             .unwrap();
         clock.advance(Duration::from_secs(600));
         let l = store
-            .claim("uploads", "w", Duration::from_secs(60).into())
+            .claim("uploads", "w", Duration::from_secs(60))
             .unwrap()
             .unwrap();
         store.complete(&l, b"").unwrap();

@@ -611,6 +611,7 @@ pub enum InputError {
 /// Carries what the store found instead.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("lease lost on job {job} attempt {attempt}: {}", describe_found(.found, *.ended_by_holder))]
+#[non_exhaustive]
 pub struct LeaseLost {
     /// The job the caller thought it held.
     pub job: JobId,

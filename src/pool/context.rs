@@ -20,6 +20,7 @@ use crate::rules::Retry;
 /// Why a handler is asked to stop. Whatever it returns afterwards is not committed (except
 /// where noted): its lease is gone or going.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Interruption {
     /// A renewal was refused: the job was taken back (and may be running elsewhere).
     LeaseLost,

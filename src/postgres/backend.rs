@@ -472,7 +472,7 @@ mod tests {
             ))
             .unwrap();
         let ids = store
-            .enqueue_batch((0..6).map(|i| NewJob::new("q", format!("{i}"))).collect())
+            .enqueue_batch((0..6).map(|i| NewJob::new("q", format!("{i}"))))
             .unwrap();
         let terms = LeaseTerms::new(Duration::from_secs(60));
         let leases = store.claim_batch("q", "w", terms, 5).unwrap();

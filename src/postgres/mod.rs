@@ -92,6 +92,7 @@ impl PgStoreBuilder {
     /// For the conformance tests: with `false`, every operation runs the protocol's own
     /// steps ([`crate::protocol`] over this engine's records) and none of the one-statement
     /// shortcuts, so that the suites hold the shortcuts to the same answers.
+    #[cfg(feature = "__internal")]
     #[doc(hidden)]
     pub fn shortcuts(mut self, on: bool) -> PgStoreBuilder {
         self.settings.shortcuts = on;
@@ -100,6 +101,7 @@ impl PgStoreBuilder {
 
     /// For the conformance tests: every transaction reads store time from `clock` (as
     /// microseconds since the Unix epoch) instead of the database's clock.
+    #[cfg(feature = "__internal")]
     #[doc(hidden)]
     pub fn simulated_clock(mut self, clock: crate::clock::ManualClock) -> PgStoreBuilder {
         self.simulated_clock = Some(clock);

@@ -349,3 +349,5 @@ impl JobStore for PgStore {
         self.inner.notifier.generation(queue)
     }
 }
+
+crate::conveniences::conveniences!(PgStore);

@@ -11,7 +11,6 @@ use crate::clock::{Clock, MonotonicClock};
 use crate::config::Durability;
 use crate::error::{ConfigError, Result};
 use crate::ids::InstanceId;
-use crate::redb_store::group::CommitShape;
 use crate::redb_store::neighbours::Neighbours;
 use crate::redb_store::open::{self, EngineOptions};
 use crate::redb_store::started;
@@ -32,7 +31,6 @@ pub struct StoreBuilder {
     simulated_instance: Option<InstanceId>,
     verify_on_open: bool,
     cache_size: usize,
-    commit_shape: CommitShape,
 }
 
 impl StoreBuilder {
@@ -113,17 +111,10 @@ impl StoreBuilder {
     /// For the model-based test: grants leases as held by process instance `id`, as a store
     /// shared by processes does, without any of the sharing (see
     /// [`Store::reclaim_dead_instance`]).
+    #[cfg(feature = "__internal")]
     #[doc(hidden)]
     pub fn simulated_instance(mut self, id: InstanceId) -> StoreBuilder {
         self.simulated_instance = Some(id);
-        self
-    }
-
-    /// Who commits concurrent operations. Default: [`CommitShape::LeaderFollower`]; the
-    /// other shape is kept so that `leasehold bench` can show why (see [`crate::redb_store::group`]).
-    #[doc(hidden)]
-    pub fn commit_shape(mut self, shape: CommitShape) -> StoreBuilder {
-        self.commit_shape = shape;
         self
     }
 
@@ -197,15 +188,7 @@ impl StoreBuilder {
                 .map(Neighbours::instance)
                 .or(self.simulated_instance),
         };
-        let store = Store::from_parts(
-            db,
-            clock,
-            self.path,
-            self.durability,
-            policy,
-            self.commit_shape,
-            neighbours,
-        )?;
+        let store = Store::from_parts(db, clock, self.path, self.durability, policy, neighbours)?;
         if let Some(older) = upgraded_from {
             let _ = store.inner.upgraded_from.set(older);
         }
@@ -236,6 +219,7 @@ impl StoreBuilder {
 
 /// How a store file is shared between processes.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Sharing {
     /// One process writes; any number of others may open the file read-only at the same time
     /// ([`StoreReader`](crate::StoreReader), the `leasehold` tool's `stats`, `jobs`, `show`,
@@ -281,7 +265,6 @@ impl Store {
             simulated_instance: None,
             verify_on_open: true,
             cache_size: 64 << 20,
-            commit_shape: CommitShape::default(),
         }
     }
 

@@ -19,11 +19,10 @@
 //! A failed commit is reported to every caller of the group (never dropped); as redb says, it
 //! may still have become durable, which every fenced operation tolerates on retry.
 //!
-//! The other shape the throughput issue asked to weigh, a dedicated writer thread fed by the
-//! callers, is here too ([`CommitShape::WriterThread`]), so that `leasehold bench` can measure
-//! both in one run: the writer thread makes every caller wake another thread and be woken
-//! back, which costs more than a whole non-durable commit; leader/follower, the default,
-//! lets an uncontended caller commit on its own thread.
+//! The other shape weighed, a dedicated writer thread fed by the callers, was measured
+//! beside this one and removed (BENCHMARKS.md keeps the figures): it makes every caller wake
+//! another thread and be woken back, which costs more than a whole non-durable commit,
+//! where leader/follower lets an uncontended caller commit on its own thread.
 
 use std::cell::RefCell;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -99,32 +98,16 @@ pub(crate) trait Committer {
     fn commit_group(&self, ops: &mut [Box<dyn PendingOp>]) -> Result<bool>;
 }
 
-/// Who commits a group of concurrent operations (one transaction, one fsync for all).
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
-pub enum CommitShape {
-    /// The first caller to find no commit under way commits for everyone queued behind it.
-    #[default]
-    LeaderFollower,
-    /// One thread per store commits everything queued; callers hand their operation to it
-    /// and wait. Kept for comparison (`leasehold bench`): it is the slower shape here.
-    WriterThread,
-}
-
 #[derive(Default)]
 pub(crate) struct Group {
     state: Mutex<State>,
     cond: Condvar,
-    shape: CommitShape,
-    /// Wakes the writer thread (writer-thread shape only).
-    work: Condvar,
 }
 
 #[derive(Default)]
 struct State {
     queue: Vec<Box<dyn PendingOp>>,
     leading: bool,
-    /// The store is gone: the writer thread exits.
-    closed: bool,
     /// How many operations the last group carried.
     last_group: usize,
 }
@@ -145,14 +128,7 @@ impl std::fmt::Debug for Group {
 }
 
 impl Group {
-    pub(crate) fn new(shape: CommitShape) -> Group {
-        Group {
-            shape,
-            ..Group::default()
-        }
-    }
-
-    /// Whether a group transaction is under way (its leader, or the writer thread, at work).
+    /// Whether a group transaction is under way (its leader at work).
     pub(crate) fn leading(&self) -> bool {
         self.state.lock().leading
     }
@@ -196,14 +172,11 @@ impl Group {
                 slot: slot.clone(),
             }));
         }
-        if self.shape == CommitShape::WriterThread {
-            self.work.notify_one();
-        }
         // Operations finish in queue order, so the last one done means all are.
         while let Some(last) = slots.last()
             && !last.done.load(Ordering::Acquire)
         {
-            if state.leading || self.shape == CommitShape::WriterThread {
+            if state.leading {
                 self.cond.wait(&mut state);
                 continue;
             }
@@ -229,31 +202,6 @@ impl Group {
             .collect()
     }
 
-    /// The writer thread's loop (writer-thread shape): commits whatever is queued, one group
-    /// at a time, until [`Group::close`]. `committer` yields the store while it lives.
-    pub(crate) fn writer_loop<C: Committer>(&self, committer: impl Fn() -> Option<C>) {
-        let mut state = self.state.lock();
-        loop {
-            if state.closed {
-                return;
-            }
-            if state.queue.is_empty() || state.leading {
-                self.work.wait(&mut state);
-                continue;
-            }
-            state.leading = true;
-            state = self.commit_next(state, |batch| match committer() {
-                Some(c) => lead(&c, batch),
-                None => {
-                    for op in batch.iter_mut() {
-                        op.fail(Error::InUse("the store was closed"));
-                        op.finish();
-                    }
-                }
-            });
-        }
-    }
-
     /// Takes the next group (the caller leads, `leading` set), commits it with `commit`
     /// outside the lock, then gives up the lead and wakes the waiting callers.
     fn commit_next<'g>(
@@ -274,12 +222,6 @@ impl Group {
         state.leading = false;
         self.cond.notify_all();
         state
-    }
-
-    /// Stops the writer thread.
-    pub(crate) fn close(&self) {
-        self.state.lock().closed = true;
-        self.work.notify_all();
     }
 
     /// Runs `f` on the caller's thread with the group's writer seat to itself: for
@@ -335,7 +277,6 @@ impl Drop for Release<'_> {
     fn drop(&mut self) {
         self.0.state.lock().leading = false;
         self.0.cond.notify_all();
-        self.0.work.notify_all();
     }
 }
 

@@ -50,9 +50,9 @@ mod writing;
 
 pub use app_transaction::{RESERVED_TABLE_PREFIX, RedbWrites, Transaction};
 pub use builder::{Sharing, StoreBuilder};
-pub use group::CommitShape;
 pub use schema::SCHEMA_VERSION;
 pub use store::Store;
 pub use store_reader::{HolderState, StoreReader};
 
+#[cfg(feature = "__internal")]
 pub(crate) use crate::codec::decode_counters;

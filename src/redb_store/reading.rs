@@ -462,7 +462,7 @@ mod tests {
         let store = Store::open(dir.path().join("old.redb")).unwrap();
         let id = store.enqueue(NewJob::new("q", "x")).unwrap();
         let lease = store
-            .claim("q", "w", Duration::from_secs(30).into())
+            .claim("q", "w", Duration::from_secs(30))
             .unwrap()
             .unwrap();
         let stored = |store: &Store| {

@@ -285,7 +285,7 @@ mod tests {
             .unwrap();
         let id = store.enqueue(NewJob::new("q", "x")).unwrap();
         store
-            .claim("q", "w", std::time::Duration::from_secs(3600).into())
+            .claim("q", "w", std::time::Duration::from_secs(3600))
             .unwrap();
         let copy = store.clone();
         assert_eq!(lock_files(&path), 1);

@@ -20,7 +20,7 @@ use crate::notify::Notifier;
 use crate::protocol;
 use crate::queue::ServedMarks;
 use crate::redb_store::app_transaction::Transaction;
-use crate::redb_store::group::{CommitShape, Group};
+use crate::redb_store::group::Group;
 use crate::redb_store::neighbours::Neighbours;
 use crate::redb_store::reading;
 use crate::redb_store::snapshots::Snapshots as _;
@@ -74,8 +74,6 @@ pub(crate) struct Inner {
     pub(crate) neighbours: Option<Neighbours>,
     /// When this handle last marked each queue served (see [`crate::queue`]).
     pub(super) served: ServedMarks,
-    /// The writer thread of [`CommitShape::WriterThread`], joined when the store closes.
-    writer: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// This process's table of how far its pools' leases got (a store on a file; see
     /// [`crate::redb_store::started`]).
     pub(crate) started: std::sync::OnceLock<StartedTable>,
@@ -94,7 +92,6 @@ impl Store {
         path: PathBuf,
         durability: Durability,
         policy: Policy,
-        shape: CommitShape,
         neighbours: Option<Neighbours>,
     ) -> Result<Store> {
         let store = Store {
@@ -109,26 +106,15 @@ impl Store {
                 hub: Default::default(),
                 writes: AtomicU64::new(0),
                 handles: AtomicUsize::new(1),
-                group: Arc::new(Group::new(shape)),
+                group: Arc::new(Group::default()),
                 recovered: std::sync::OnceLock::new(),
                 upgraded_from: std::sync::OnceLock::new(),
                 neighbours,
                 served: ServedMarks::default(),
-                writer: Mutex::new(None),
                 started: std::sync::OnceLock::new(),
             }),
             counted: true,
         };
-        if shape == CommitShape::WriterThread {
-            // The thread holds the store weakly, so dropping the last handle still closes it.
-            let group = store.inner.group.clone();
-            let weak = Arc::downgrade(&store.inner);
-            let writer = std::thread::Builder::new()
-                .name("lh-writer".into())
-                .spawn(move || group.writer_loop(|| weak.upgrade().map(Store::borrowed)))
-                .map_err(Error::ThreadSpawn)?;
-            *store.inner.writer.lock() = Some(writer);
-        }
         Ok(store)
     }
 
@@ -341,15 +327,6 @@ impl Drop for Inner {
         if let Some(n) = &self.neighbours {
             n.stop();
         }
-        self.group.close();
-        // Joined unless this is the writer thread itself, holding the last handle for a moment
-        // (it then returns from its loop as soon as this drop is over).
-        if let Some(writer) = self.writer.get_mut().take()
-            && writer.thread().id() != std::thread::current().id()
-            && writer.join().is_err()
-        {
-            tracing::error!("the store's writer thread panicked");
-        }
         if self.flush.get_mut().dirty {
             let flushed = self
                 .db
@@ -428,3 +405,5 @@ mod tests {
         }
     }
 }
+
+crate::conveniences::conveniences!(Store);

@@ -33,6 +33,7 @@ impl std::fmt::Debug for StoreReader {
 /// What is known of the process holding a lease, where processes share a store (see
 /// [`StoreReader::holders`]).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum HolderState {
     /// Its process holds its instance lock.
     Alive,

@@ -18,7 +18,7 @@
 //!
 //! // A worker claims the job and dies without a word: its lease runs out, the reaper takes
 //! // the job back.
-//! let dead = t.claim("thumbs", "worker-a", TestStore::LEASE.into())?.expect("a job");
+//! let dead = t.claim("thumbs", "worker-a", TestStore::LEASE)?.expect("a job");
 //! t.expire(&dead)?;
 //! assert_eq!(t.reap()?.reclaimed.len(), 1);
 //!
@@ -26,7 +26,7 @@
 //! // worker takes the job over, so the late result is refused by the fence.
 //! let ran = t.run_one("thumbs", |ctx| {
 //!     t.advance(TestStore::LEASE * 2);
-//!     t.claim("thumbs", "worker-c", TestStore::LEASE.into())?;
+//!     t.claim("thumbs", "worker-c", TestStore::LEASE)?;
 //!     Ok(Output::new(ctx.payload().to_vec()))
 //! })?;
 //! assert_eq!(ran.map(|r| r.verdict), Some(Verdict::Fenced));
@@ -189,7 +189,7 @@ impl TestStore {
         H: FnOnce(&JobContext) -> std::result::Result<O, JobError>,
         O: Into<Output<crate::RedbWrites>>,
     {
-        match self.claim(queue, TestStore::WORKER, TestStore::LEASE.into())? {
+        match self.claim(queue, TestStore::WORKER, TestStore::LEASE)? {
             Some(lease) => run_claimed::<Store, _, _>(self.store(), lease, handler).map(Some),
             None => Ok(None),
         }

@@ -93,10 +93,7 @@ impl TestPgStore {
         O: Into<Output<crate::postgres::SqlWrites>>,
     {
         let worker = super::TestStore::WORKER;
-        match self
-            .store
-            .claim(queue, worker, super::TestStore::LEASE.into())?
-        {
+        match self.store.claim(queue, worker, super::TestStore::LEASE)? {
             Some(lease) => run_claimed::<PgStore, _, _>(&self.store, lease, handler).map(Some),
             None => Ok(None),
         }

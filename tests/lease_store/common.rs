@@ -4,8 +4,8 @@ use std::ops::Deref;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use leasehold::ReadJobs;
 use leasehold::{JobId, Lease, ManualClock, NewJob, Store, StoreBuilder};
-use leasehold::{JobStore, ReadJobs};
 use tempfile::TempDir;
 
 pub const Q: &str = "q";
@@ -70,12 +70,12 @@ impl Fixture {
     }
 
     pub fn enqueue_n(&self, n: usize) -> Vec<JobId> {
-        self.enqueue_batch((0..n).map(|i| NewJob::new(Q, format!("job {i}"))).collect())
+        self.enqueue_batch((0..n).map(|i| NewJob::new(Q, format!("job {i}"))))
             .expect("enqueue")
     }
 
     pub fn claim_one(&self, worker: &str) -> Lease {
-        self.claim(Q, worker, LEASE.into())
+        self.claim(Q, worker, LEASE)
             .expect("claim")
             .expect("a claimable job")
     }

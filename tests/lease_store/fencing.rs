@@ -554,11 +554,11 @@ fn a_lease_from_a_history_the_store_lost_is_refused_though_its_attempt_is_grante
     std::fs::copy(&path, &backup).unwrap();
     let lost = {
         let store = Store::open(&path).unwrap();
-        store.claim(Q, "a", LEASE.into()).unwrap().unwrap()
+        store.claim(Q, "a", LEASE).unwrap().unwrap()
     };
     std::fs::copy(&backup, &path).unwrap();
     let store = Store::open(&path).unwrap();
-    let again = store.claim(Q, "b", LEASE.into()).unwrap().unwrap();
+    let again = store.claim(Q, "b", LEASE).unwrap().unwrap();
     assert_eq!((again.job, again.attempt), (lost.job, lost.attempt));
     assert!(store.heartbeat(&lost, 1).unwrap_err().is_lease_lost());
     let refused = store.complete(&lost, b"a").unwrap_err();

@@ -1,6 +1,5 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use leasehold::__private::CommitShape;
 use leasehold::{JobState, Outcome};
 use leasehold::{JobStore, ReadJobs};
 
@@ -13,15 +12,6 @@ fn concurrent_operations_in_shared_commits_each_get_their_own_answer() {
     operations_get_their_own_answer(Fixture::with(|b| b.default_max_attempts(1000)));
 }
 
-/// The same through the writer-thread shape kept for comparison (see `leasehold bench`).
-#[test]
-fn the_writer_thread_shape_gives_each_operation_its_own_answer_too() {
-    operations_get_their_own_answer(Fixture::with(|b| {
-        b.default_max_attempts(1000)
-            .commit_shape(CommitShape::WriterThread)
-    }));
-}
-
 fn operations_get_their_own_answer(f: Fixture) {
     let ids = f.enqueue_n(400);
     let refused = AtomicU64::new(0);
@@ -32,7 +22,7 @@ fn operations_get_their_own_answer(f: Fixture) {
             s.spawn(move || {
                 let mut stale = Vec::new();
                 let mut n = 0u64;
-                while let Some(l) = store.claim(Q, &format!("w{t}"), LEASE.into()).unwrap() {
+                while let Some(l) = store.claim(Q, &format!("w{t}"), LEASE).unwrap() {
                     n += 1;
                     if n.is_multiple_of(3) {
                         store.fail(&l, "transient").unwrap();

@@ -151,12 +151,8 @@ fn opening_an_older_store_upgrades_it_and_says_so_once() {
 #[test]
 fn a_damaged_store_is_refused_as_corrupt() {
     let mut f = Fixture::new();
-    f.enqueue_batch(
-        (0..200)
-            .map(|i| NewJob::new(Q, vec![i as u8; 300]))
-            .collect(),
-    )
-    .unwrap();
+    f.enqueue_batch((0..200).map(|i| NewJob::new(Q, vec![i as u8; 300])))
+        .unwrap();
     f.close();
     let path = f.path();
     let original = std::fs::read(&path).unwrap();

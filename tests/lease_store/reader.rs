@@ -51,7 +51,7 @@ fn a_reader_agrees_with_the_writer_on_store_time() {
     assert!(w1 <= r && r <= w2, "{w1} {r} {w2}");
     let timing = reader.timing(Q).unwrap();
     assert!(timing.earliest_run_at.unwrap() <= reader.now());
-    let _ = writer.claim(Q, "w", LEASE.into()).unwrap().unwrap();
+    let _ = writer.claim(Q, "w", LEASE).unwrap().unwrap();
     let timing = reader.timing(Q).unwrap();
     assert!(timing.next_expiry.unwrap() > reader.now());
 }

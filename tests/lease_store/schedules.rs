@@ -516,6 +516,11 @@ fn race(kind: Kind, steps: &[Step]) -> Result<(), String> {
                 .iter()
                 .filter_map(|p| latest(*p).filter(|t| p.0 - t < 60_000_000_000))
                 .collect(),
+            other => {
+                return Err(format!(
+                    "a catch-up policy the test does not know: {other:?}"
+                ));
+            }
         };
         want.sort_unstable();
         want.dedup();

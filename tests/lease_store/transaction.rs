@@ -32,9 +32,7 @@ fn calling_the_store_from_inside_its_own_transaction_is_an_error_not_a_hang() {
         })
         .unwrap_err();
     assert!(matches!(err, Error::Reentered), "{err:?}");
-    let err = f
-        .transaction(|_t| store.claim(Q, "w2", LEASE.into()))
-        .unwrap_err();
+    let err = f.transaction(|_t| store.claim(Q, "w2", LEASE)).unwrap_err();
     assert!(matches!(err, Error::Reentered), "{err:?}");
     assert!(matches!(
         f.transaction(|_t| f.reap().map(|_| ())),

@@ -91,7 +91,7 @@ fn a_pool_handler_failing_with_a_nul_byte_has_its_failure_recorded() {
         }))
     ));
     assert!(matches!(
-        store.claim(Q, "w\0", LEASE.into()),
+        store.claim(Q, "w\0", LEASE),
         Err(Error::Input(InputError::NulByte {
             what: "worker id",
             ..
@@ -136,7 +136,7 @@ fn a_column_altered_by_hand_is_a_typed_error_naming_it_never_a_panic() {
                 "job" => store.job(id).map(|_| ()),
                 "jobs" => store.jobs(&Default::default()).map(|_| ()),
                 "payload" => store.payload(id).map(|_| ()),
-                _ => store.claim(Q, "w", LEASE.into()).map(|_| ()),
+                _ => store.claim(Q, "w", LEASE).map(|_| ()),
             };
             match pg_error(result) {
                 PgError::SchemaAltered { schema, detail } => {
@@ -161,7 +161,7 @@ fn a_column_altered_by_hand_is_a_typed_error_naming_it_never_a_panic() {
     // put back as it was, the live handle and a new one work again
     assert_eq!(store.job(id).unwrap().unwrap().state(), JobState::Queued);
     let reopened = db.builder().open().unwrap();
-    let lease = reopened.claim(Q, "w", LEASE.into()).unwrap().unwrap();
+    let lease = reopened.claim(Q, "w", LEASE).unwrap().unwrap();
     reopened.complete(&lease, b"").unwrap();
     // a dropped index is named too
     db.sql("DROP INDEX {s}.leasehold_jobs_unique");
@@ -185,7 +185,7 @@ fn a_statement_prepared_before_a_compatible_alteration_is_prepared_again() {
     for _ in 0..3 {
         assert_eq!(store.job(id).unwrap().unwrap().queue(), Q);
     }
-    let lease = store.claim(Q, "w", LEASE.into()).unwrap().unwrap();
+    let lease = store.claim(Q, "w", LEASE).unwrap().unwrap();
     store.complete(&lease, b"done").unwrap();
 }
 
@@ -261,22 +261,22 @@ fn a_backend_ended_while_committing_leaves_every_write_an_unknown_outcome() {
         other => panic!("{what}: expected OutcomeUnknown, got {other:?}"),
     };
     let ids = store
-        .enqueue_batch((0..6).map(|i| NewJob::new(Q, format!("{i}"))).collect())
+        .enqueue_batch((0..6).map(|i| NewJob::new(Q, format!("{i}"))))
         .unwrap();
     let e = ended_while_committing(&mut db, &app, || store.enqueue(NewJob::new(Q, "e")));
     unknown("enqueue", e.err());
     let e = ended_while_committing(&mut db, &app, || {
-        store.enqueue_batch([NewJob::new(Q, "b1"), NewJob::new(Q, "b2")].into())
+        store.enqueue_batch([NewJob::new(Q, "b1"), NewJob::new(Q, "b2")])
     });
     unknown("enqueue_batch", e.err());
     let e = ended_while_committing(&mut db, &app, || {
         store.transaction(|t| t.enqueue(NewJob::new(Q, "t")))
     });
     unknown("transaction", e.err());
-    let e = ended_while_committing(&mut db, &app, || store.claim(Q, "w", LEASE.into()));
+    let e = ended_while_committing(&mut db, &app, || store.claim(Q, "w", LEASE));
     unknown("claim", e.err());
     let leases: Vec<_> = (0..3)
-        .map(|_| store.claim(Q, "w", LEASE.into()).unwrap().unwrap())
+        .map(|_| store.claim(Q, "w", LEASE).unwrap().unwrap())
         .collect();
     let e = ended_while_committing(&mut db, &app, || store.heartbeat(&leases[0], 1));
     unknown("heartbeat", e.err());
@@ -288,7 +288,7 @@ fn a_backend_ended_while_committing_leaves_every_write_an_unknown_outcome() {
     unknown("complete_with", e.err());
     let e = ended_while_committing(&mut db, &app, || store.fail(&leases[2], "boom"));
     unknown("fail", e.err());
-    let lease = store.claim(Q, "w", LEASE.into()).unwrap().unwrap();
+    let lease = store.claim(Q, "w", LEASE).unwrap().unwrap();
     let e = ended_while_committing(&mut db, &app, || store.release(&lease));
     unknown("release", e.err());
     let e = ended_while_committing(&mut db, &app, || store.cancel(ids[5]));
@@ -347,7 +347,7 @@ fn a_role_whose_default_isolation_is_serializable_runs_pools_as_read_committed()
             })
             .unwrap();
         let ids = store
-            .enqueue_batch((0..200).map(|i| NewJob::new(Q, format!("{i}"))).collect())
+            .enqueue_batch((0..200).map(|i| NewJob::new(Q, format!("{i}"))))
             .unwrap();
         let pool = WorkerPool::builder(store.clone(), Q)
             .concurrency(6)
@@ -385,10 +385,10 @@ fn a_deadlock_in_the_applications_sql_runs_the_completion_again_and_spends_no_at
     let store = db.store();
     db.sql("CREATE TABLE {s}.rows (k int PRIMARY KEY, v int NOT NULL); INSERT INTO {s}.rows VALUES (1, 0), (2, 0)");
     let ids = store
-        .enqueue_batch([NewJob::new(Q, "a"), NewJob::new(Q, "b")].into())
+        .enqueue_batch([NewJob::new(Q, "a"), NewJob::new(Q, "b")])
         .unwrap();
     let leases: Vec<_> = (0..2)
-        .map(|_| store.claim(Q, "w", LEASE.into()).unwrap().unwrap())
+        .map(|_| store.claim(Q, "w", LEASE).unwrap().unwrap())
         .collect();
     let both_hold_one = std::sync::Barrier::new(2);
     let runs = AtomicUsize::new(0);
@@ -445,7 +445,7 @@ fn an_sql_error_the_application_swallowed_does_not_commit_as_a_quiet_rollback() 
     let db = db!("swallowed error");
     let store = db.store();
     let id = store.enqueue(NewJob::new(Q, "x")).unwrap();
-    let lease = store.claim(Q, "w", LEASE.into()).unwrap().unwrap();
+    let lease = store.claim(Q, "w", LEASE).unwrap().unwrap();
     let answer = store.complete_with(&lease, b"done", |t| {
         let _ = t.sql().execute("SELECT 1 / 0", &[]);
         Ok::<(), postgres::Error>(())
@@ -501,7 +501,7 @@ fn a_stopped_pool_process_past_its_leases_is_taken_over_and_its_late_writes_are_
     let store = db.store();
     db.sql("CREATE TABLE {s}.effects (job bigint NOT NULL, who text NOT NULL)");
     let ids: BTreeSet<u64> = store
-        .enqueue_batch((0..2).map(|i| NewJob::new("pp", format!("{i}"))).collect())
+        .enqueue_batch((0..2).map(|i| NewJob::new("pp", format!("{i}"))))
         .unwrap()
         .iter()
         .map(|id| id.0)
@@ -584,7 +584,7 @@ fn a_restart_mid_transaction_rolls_it_back_and_a_working_pool_goes_on_with_each_
     let store = db.store();
     db.sql("CREATE TABLE {s}.effects (job bigint NOT NULL, who text NOT NULL)");
     let ids = store
-        .enqueue_batch((0..300).map(|i| NewJob::new(Q, format!("{i}"))).collect())
+        .enqueue_batch((0..300).map(|i| NewJob::new(Q, format!("{i}"))))
         .unwrap();
     let table = format!("{}.effects", db.schema);
     let done = std::sync::Arc::new(AtomicUsize::new(0));
@@ -751,7 +751,7 @@ fn a_keyed_claim_that_waited_for_its_key_is_dated_after_the_wait_and_its_window_
     assert_eq!(held, 1, "the key has its record while its job waits");
     let claiming = {
         let store = store.clone();
-        std::thread::spawn(move || store.claim(Q, "w", LEASE.into()))
+        std::thread::spawn(move || store.claim(Q, "w", LEASE))
     };
     wait_until("the claim to wait for the key's row", || {
         let sql = "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' \

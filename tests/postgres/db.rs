@@ -2,7 +2,6 @@
 
 use std::time::Duration;
 
-use leasehold::JobStore;
 use leasehold::RetryPolicy;
 use leasehold::postgres::PgStore;
 use leasehold::postgres::client as postgres;
@@ -183,7 +182,7 @@ impl PgPool {
 /// `effects` row; adds their ids to `taken`.
 pub fn survive(store: &PgStore, schema: &str, taken: &mut std::collections::BTreeSet<u64>) {
     let sql = format!("INSERT INTO {schema}.effects (job, who) VALUES ($1, 'survivor')");
-    while let Some(lease) = store.claim("pp", "survivor", LEASE.into()).unwrap() {
+    while let Some(lease) = store.claim("pp", "survivor", LEASE).unwrap() {
         let job = lease.job.0 as i64;
         store
             .complete_with(&lease, b"survivor", |t| {

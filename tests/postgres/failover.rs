@@ -445,7 +445,7 @@ fn a_commit_whose_wait_for_the_synchronous_standby_was_cancelled_is_not_acknowle
     let store = PgStore::builder(&url).schema(schema).open().unwrap();
     let job = store.enqueue(NewJob::new("q", "x")).unwrap();
     let lease = store
-        .claim("q", "w", Duration::from_secs(600).into())
+        .claim("q", "w", Duration::from_secs(600))
         .unwrap()
         .unwrap();
     ok(
@@ -529,7 +529,7 @@ fn after_an_asynchronous_failover_a_stale_holder_is_fenced_no_id_is_handed_out_t
     );
     // What only the primary will ever have.
     let first = a
-        .claim("q", "a", Duration::from_secs(600).into())
+        .claim("q", "a", Duration::from_secs(600))
         .unwrap()
         .unwrap();
     let acknowledged: Vec<JobId> = (0..41)
@@ -540,7 +540,7 @@ fn after_an_asynchronous_failover_a_stale_holder_is_fenced_no_id_is_handed_out_t
 
     let b = PgStore::builder(&url).schema(schema).open().unwrap();
     let second = b
-        .claim("q", "b", Duration::from_secs(600).into())
+        .claim("q", "b", Duration::from_secs(600))
         .unwrap()
         .unwrap();
     assert_eq!(

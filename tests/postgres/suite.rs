@@ -16,13 +16,13 @@ fn a_job_is_enqueued_claimed_and_completed_with_its_history() {
     let db = db!("round trip");
     let store = db.store();
     let id = store.enqueue(NewJob::new(Q, "photo-1.jpg")).unwrap();
-    let lease = store.claim(Q, "w", LEASE.into()).unwrap().unwrap();
+    let lease = store.claim(Q, "w", LEASE).unwrap().unwrap();
     assert_eq!((lease.job, lease.attempt.0), (id, 1));
     assert_eq!(lease.payload, b"photo-1.jpg");
     assert!(lease.expires_at > lease.claimed_at);
     assert_eq!(store.job(id).unwrap().unwrap().state(), JobState::Running);
     assert!(
-        store.claim(Q, "w", LEASE.into()).unwrap().is_none(),
+        store.claim(Q, "w", LEASE).unwrap().is_none(),
         "nothing else to claim"
     );
     store.complete(&lease, b"thumb").unwrap();
@@ -47,11 +47,7 @@ fn a_claim_reads_the_jobs_it_takes_not_every_waiting_job_of_the_queue() {
     // the time, whose order it does not keep).
     for chunk in 0..120 {
         store
-            .enqueue_batch(
-                (0..500)
-                    .map(|i| NewJob::new(Q, format!("{chunk}.{i}")))
-                    .collect(),
-            )
+            .enqueue_batch((0..500).map(|i| NewJob::new(Q, format!("{chunk}.{i}"))))
             .unwrap();
     }
     // What the claims read of the ready index, from the server's statistics (which a
@@ -68,10 +64,7 @@ fn a_claim_reads_the_jobs_it_takes_not_every_waiting_job_of_the_queue() {
             .unwrap()
     };
     for _ in 0..8 {
-        assert_eq!(
-            store.claim_batch(Q, "w", LEASE.into(), 10).unwrap().len(),
-            10
-        );
+        assert_eq!(store.claim_batch(Q, "w", LEASE, 10).unwrap().len(), 10);
     }
     let mut tuples = 0;
     wait_until("the claims' reads in the statistics", || {
@@ -88,7 +81,7 @@ fn concurrent_claimers_never_both_win_a_job() {
     let db = db!("claim race");
     let store = db.store();
     let ids = store
-        .enqueue_batch((0..200).map(|i| NewJob::new(Q, format!("{i}"))).collect())
+        .enqueue_batch((0..200).map(|i| NewJob::new(Q, format!("{i}"))))
         .unwrap();
     let claimed: Vec<Vec<u64>> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..8)
@@ -97,7 +90,7 @@ fn concurrent_claimers_never_both_win_a_job() {
                 s.spawn(move || {
                     let mut mine = Vec::new();
                     while let Some(l) = store
-                        .claim_batch(Q, &format!("w{w}"), LEASE.into(), 3)
+                        .claim_batch(Q, &format!("w{w}"), LEASE, 3)
                         .unwrap()
                         .pop()
                     {
@@ -142,16 +135,14 @@ fn claimers_on_many_connections_keep_each_tenants_limit_and_run_every_job_once()
         let tenant = format!("tenant-{}", i % 5);
         NewJob::new(Q, tenant.clone()).limit_key(tenant)
     });
-    store.enqueue_batch(batch.collect()).unwrap();
+    store.enqueue_batch(batch).unwrap();
     let counts = parking_lot::Mutex::new((BTreeMap::<String, usize>::new(), BTreeMap::new()));
     std::thread::scope(|s| {
         for w in 0..8 {
             let (store, counts) = (store.clone(), &counts);
             s.spawn(move || {
                 loop {
-                    let got = store
-                        .claim_batch(Q, &format!("w{w}"), LEASE.into(), 2)
-                        .unwrap();
+                    let got = store.claim_batch(Q, &format!("w{w}"), LEASE, 2).unwrap();
                     if got.is_empty() {
                         if store.stats().unwrap().total(JobState::Succeeded) == jobs {
                             return;
@@ -216,7 +207,7 @@ fn a_claim_takes_the_most_urgent_job_and_skips_delayed_ones() {
         )
         .unwrap();
     let order: Vec<_> = store
-        .claim_batch(Q, "w", LEASE.into(), 10)
+        .claim_batch(Q, "w", LEASE, 10)
         .unwrap()
         .iter()
         .map(|l| l.job)
@@ -233,13 +224,13 @@ fn an_expired_lease_is_taken_over_and_the_old_holder_is_fenced() {
     let mut db = db!("takeover");
     let store = db.store();
     let id = store.enqueue(NewJob::new(Q, "x")).unwrap();
-    let old = store.claim(Q, "a", LEASE.into()).unwrap().unwrap();
+    let old = store.claim(Q, "a", LEASE).unwrap().unwrap();
     assert!(matches!(
         store.heartbeat(&old, 1).unwrap(),
         Renewal::Renewed { .. }
     ));
     db.lapse(id);
-    let new = store.claim(Q, "b", LEASE.into()).unwrap().unwrap();
+    let new = store.claim(Q, "b", LEASE).unwrap().unwrap();
     assert_eq!((new.job, new.attempt.0), (id, 2));
     let lost = store.heartbeat(&old, 2).unwrap_err();
     assert!(lost.is_lease_lost(), "{lost}");
@@ -272,9 +263,9 @@ fn the_reaper_takes_back_expired_leases_in_bounded_batches_and_leaves_renewed_on
     let mut db = db!("reaper");
     let store = db.builder().reap_batch(3).open().unwrap();
     let ids = store
-        .enqueue_batch((0..10).map(|i| NewJob::new(Q, format!("{i}"))).collect())
+        .enqueue_batch((0..10).map(|i| NewJob::new(Q, format!("{i}"))))
         .unwrap();
-    let leases = store.claim_batch(Q, "w", LEASE.into(), 10).unwrap();
+    let leases = store.claim_batch(Q, "w", LEASE, 10).unwrap();
     assert_eq!(leases.len(), 10);
     for id in &ids[..8] {
         db.lapse(*id);
@@ -316,9 +307,9 @@ fn a_failed_job_is_retried_while_its_budget_lasts_then_dead() {
     let db = db!("retries");
     let store = db.store();
     let id = store.enqueue(NewJob::new(Q, "x").max_attempts(2)).unwrap();
-    let first = store.claim(Q, "w", LEASE.into()).unwrap().unwrap();
+    let first = store.claim(Q, "w", LEASE).unwrap().unwrap();
     assert_eq!(store.fail(&first, "boom").unwrap(), JobState::RetryWait);
-    let second = store.claim(Q, "w", LEASE.into()).unwrap().unwrap();
+    let second = store.claim(Q, "w", LEASE).unwrap().unwrap();
     assert_eq!(second.attempt.0, 2);
     assert_eq!(store.fail(&second, "boom again").unwrap(), JobState::Dead);
     let job = store.job(id).unwrap().unwrap();
@@ -328,15 +319,7 @@ fn a_failed_job_is_retried_while_its_budget_lasts_then_dead() {
     );
     store.retry(id).unwrap();
     assert_eq!(store.job(id).unwrap().unwrap().state(), JobState::Queued);
-    assert_eq!(
-        store
-            .claim(Q, "w", LEASE.into())
-            .unwrap()
-            .unwrap()
-            .attempt
-            .0,
-        3
-    );
+    assert_eq!(store.claim(Q, "w", LEASE).unwrap().unwrap().attempt.0, 3);
 }
 
 #[test]
@@ -344,7 +327,7 @@ fn a_release_gives_the_job_back_without_spending_budget() {
     let db = db!("release");
     let store = db.store();
     let id = store.enqueue(NewJob::new(Q, "x")).unwrap();
-    let l = store.claim(Q, "w", LEASE.into()).unwrap().unwrap();
+    let l = store.claim(Q, "w", LEASE).unwrap().unwrap();
     store.release(&l).unwrap();
     let job = store.job(id).unwrap().unwrap();
     assert_eq!((job.state(), job.failures()), (JobState::Queued, 0));
@@ -358,7 +341,7 @@ fn a_cancel_ends_a_waiting_job_at_once_and_a_running_one_at_its_next_heartbeat()
     let store = db.store();
     let waiting = store.enqueue(NewJob::new(Q, "a")).unwrap();
     let running = store.enqueue(NewJob::new(Q, "b").priority(-1)).unwrap();
-    let l = store.claim(Q, "w", LEASE.into()).unwrap().unwrap();
+    let l = store.claim(Q, "w", LEASE).unwrap().unwrap();
     assert_eq!(l.job, running);
     assert_eq!(store.cancel(waiting).unwrap(), JobState::Cancelled);
     assert_eq!(store.cancel(running).unwrap(), JobState::Running);
@@ -369,7 +352,7 @@ fn a_cancel_ends_a_waiting_job_at_once_and_a_running_one_at_its_next_heartbeat()
     );
     assert!(store.complete(&l, b"").unwrap_err().is_lease_lost());
     store.enqueue(NewJob::new(Q, "c")).unwrap();
-    let done = store.claim(Q, "w", LEASE.into()).unwrap().unwrap();
+    let done = store.claim(Q, "w", LEASE).unwrap().unwrap();
     store.complete(&done, b"").unwrap();
     assert!(matches!(
         store.cancel(done.job),
@@ -414,7 +397,7 @@ fn a_unique_key_deduplicates_live_jobs_and_blocks_a_retry_while_held() {
         .unwrap();
     let again = store.enqueue(NewJob::new(Q, "b").unique_key("k")).unwrap();
     assert_eq!(first, again);
-    let l = store.claim(Q, "w", LEASE.into()).unwrap().unwrap();
+    let l = store.claim(Q, "w", LEASE).unwrap().unwrap();
     store.fail(&l, "x").unwrap(); // dead: the key is free
     let second = store.enqueue(NewJob::new(Q, "c").unique_key("k")).unwrap();
     assert_ne!(second, first);
@@ -431,7 +414,7 @@ fn application_writes_commit_with_the_completion_and_not_after_the_fence_refused
     let store = db.store();
     let table = format!("{}.sent", db.schema);
     let id = store.enqueue(NewJob::new(Q, "hello")).unwrap();
-    let l = store.claim(Q, "w", LEASE.into()).unwrap().unwrap();
+    let l = store.claim(Q, "w", LEASE).unwrap().unwrap();
     store
         .complete_with(&l, b"ok", |t| {
             t.sql().execute(
@@ -454,9 +437,9 @@ fn application_writes_commit_with_the_completion_and_not_after_the_fence_refused
 
     // a holder whose lease was taken over commits nothing of its own
     let id2 = store.enqueue(NewJob::new(Q, "again")).unwrap();
-    let stale = store.claim(Q, "a", LEASE.into()).unwrap().unwrap();
+    let stale = store.claim(Q, "a", LEASE).unwrap().unwrap();
     db.lapse(id2);
-    let _taker = store.claim(Q, "b", LEASE.into()).unwrap().unwrap();
+    let _taker = store.claim(Q, "b", LEASE).unwrap().unwrap();
     let refused = store.complete_with(&stale, b"late", |t| {
         t.sql()
             .execute(&format!("INSERT INTO {table} VALUES (999, 'late')"), &[])?;
@@ -466,10 +449,10 @@ fn application_writes_commit_with_the_completion_and_not_after_the_fence_refused
     assert_eq!(count(&mut db), 1);
 
     // an application error rolls the completion back; the lease holds
-    let l3 = store.claim(Q, "b", LEASE.into()).unwrap();
+    let l3 = store.claim(Q, "b", LEASE).unwrap();
     assert!(l3.is_none(), "job 2 is held by b");
     let id3 = store.enqueue(NewJob::new(Q, "third")).unwrap();
-    let l3 = store.claim(Q, "c", LEASE.into()).unwrap().unwrap();
+    let l3 = store.claim(Q, "c", LEASE).unwrap().unwrap();
     assert_eq!(l3.job, id3);
     let failed = store.complete_with(&l3, b"", |_t| Err("disk full"));
     assert!(matches!(failed, Err(Error::Application(_))));
@@ -481,12 +464,12 @@ fn a_thousand_leases_renew_in_one_statement_each_with_its_own_answer() {
     let mut db = db!("heartbeat batch");
     let store = db.store();
     store
-        .enqueue_batch((0..1000).map(|i| NewJob::new(Q, format!("{i}"))).collect())
+        .enqueue_batch((0..1000).map(|i| NewJob::new(Q, format!("{i}"))))
         .unwrap();
-    let leases = store.claim_batch(Q, "w", LEASE.into(), 1000).unwrap();
+    let leases = store.claim_batch(Q, "w", LEASE, 1000).unwrap();
     assert_eq!(leases.len(), 1000);
     db.lapse(leases[7].job);
-    let _taker = store.claim(Q, "other", LEASE.into()).unwrap().unwrap();
+    let _taker = store.claim(Q, "other", LEASE).unwrap().unwrap();
     let beats: Vec<_> = leases.iter().map(|l| (l, 3)).collect();
     let answers = store.heartbeat_batch(&beats);
     assert_eq!(answers.len(), 1000);
@@ -555,7 +538,7 @@ fn a_job_that_succeeded_before_the_upgrade_to_version_3_keeps_its_history_and_on
     let mut db = db!("upgrade from 2");
     let store = db.store();
     let before = store.enqueue(NewJob::new(Q, "before")).unwrap();
-    let lease = store.claim(Q, "old", LEASE.into()).unwrap().unwrap();
+    let lease = store.claim(Q, "old", LEASE).unwrap().unwrap();
     store.complete(&lease, b"").unwrap();
     drop(store);
     // What a version 2 build made and left: no columns of the last attempt, and the
@@ -570,7 +553,7 @@ fn a_job_that_succeeded_before_the_upgrade_to_version_3_keeps_its_history_and_on
     let store = db.builder().open().unwrap();
     assert_eq!(store.upgraded_from(), Some(2));
     let after = store.enqueue(NewJob::new(Q, "after")).unwrap();
-    let lease = store.claim(Q, "new", LEASE.into()).unwrap().unwrap();
+    let lease = store.claim(Q, "new", LEASE).unwrap().unwrap();
     store.heartbeat(&lease, 5).unwrap();
     store.complete(&lease, b"").unwrap();
     for (job, worker, progress) in [(before, "old", 0), (after, "new", 5)] {
@@ -676,7 +659,7 @@ fn a_pool_on_postgres_runs_every_job_once_with_its_sql_in_the_completion() {
     let store = db.store();
     let table = format!("{}.done", db.schema);
     let ids = store
-        .enqueue_batch((0..200).map(|i| NewJob::new(Q, format!("{i}"))).collect())
+        .enqueue_batch((0..200).map(|i| NewJob::new(Q, format!("{i}"))))
         .unwrap();
     let pool = leasehold::WorkerPool::builder(store.clone(), Q)
         .concurrency(4)
@@ -757,7 +740,7 @@ fn a_pool_whose_lease_is_taken_over_stops_its_handler_and_commits_nothing() {
     let mut taker = None;
     wait_until("a claim to take the lapsed lease over", || {
         db.lapse(id);
-        taker = store.claim(Q, "other", LEASE.into()).unwrap();
+        taker = store.claim(Q, "other", LEASE).unwrap();
         taker.is_some()
     });
     let taker = taker.unwrap();
@@ -777,7 +760,7 @@ fn a_reaper_thread_on_postgres_takes_back_an_expired_lease() {
     let mut db = db!("reaper thread");
     let store = db.store();
     let id = store.enqueue(NewJob::new(Q, "x")).unwrap();
-    store.claim(Q, "silent", LEASE.into()).unwrap().unwrap();
+    store.claim(Q, "silent", LEASE).unwrap().unwrap();
     db.lapse(id);
     let reaper = leasehold::Reaper::start(store.clone(), Duration::from_millis(20)).unwrap();
     // (the pass counts what it took back once it is over: after its commit is seen)
@@ -907,7 +890,7 @@ fn a_connection_killed_mid_statement_is_a_typed_error_and_loses_nothing() {
     let mut db = db!("killed backend");
     let store = db.store();
     let id = store.enqueue(NewJob::new(Q, "x")).unwrap();
-    let lease = store.claim(Q, "w", LEASE.into()).unwrap().unwrap();
+    let lease = store.claim(Q, "w", LEASE).unwrap().unwrap();
     // hold the job's row, so that the completion waits inside its statement
     let locker = format!(
         "SELECT 1 FROM {}.leasehold_jobs WHERE id = $1 FOR UPDATE",
@@ -944,7 +927,7 @@ fn a_statement_stuck_past_the_timeout_fails_typed_and_changes_nothing() {
         .open()
         .unwrap();
     let id = store.enqueue(NewJob::new(Q, "x")).unwrap();
-    let lease = store.claim(Q, "w", LEASE.into()).unwrap().unwrap();
+    let lease = store.claim(Q, "w", LEASE).unwrap().unwrap();
     let locker = format!(
         "SELECT 1 FROM {}.leasehold_jobs WHERE id = $1 FOR UPDATE",
         db.schema
@@ -995,7 +978,7 @@ fn kills() -> usize {
 /// Enqueues `n` jobs of the queue the `pg-worker` helpers drain.
 pub(crate) fn enqueue_kills(store: &PgStore, n: u64) {
     let jobs = (0..n).map(|i| NewJob::new("kills", format!("{i}")));
-    store.enqueue_batch(jobs.collect()).unwrap();
+    store.enqueue_batch(jobs).unwrap();
 }
 
 /// A `pg-worker` helper process and the commits it has reported.
@@ -1043,13 +1026,10 @@ impl PgWorker {
     }
 
     /// Adds the commits it reported within `wait` to `committed`.
-    /// (The harness's notes about a long-running helper are passed over.)
     pub(crate) fn take_reported(&mut self, committed: &mut Vec<i64>, wait: Duration) {
         let lines = self.lines.recv_timeout(wait).into_iter();
         for line in lines.chain(self.lines.try_iter().collect::<Vec<_>>()) {
-            if !line.contains("has been running for over") {
-                record(&line, committed);
-            }
+            record(&line, committed);
         }
     }
 
@@ -1079,6 +1059,7 @@ impl Drop for PgWorker {
     }
 }
 
+/// One line of a pg-worker: a commit it reported.
 fn record(line: &str, committed: &mut Vec<i64>) {
     match line.split_whitespace().collect::<Vec<_>>().as_slice() {
         ["committed", id] => committed.push(id.parse().unwrap()),
@@ -1184,7 +1165,7 @@ fn connections_refused_for_want_of_room_are_a_typed_error_and_a_pool_loses_nothi
         drop(hold);
         let jobs = 300;
         store
-            .enqueue_batch((0..jobs).map(|i| NewJob::new(Q, format!("{i}"))).collect())
+            .enqueue_batch((0..jobs).map(|i| NewJob::new(Q, format!("{i}"))))
             .unwrap();
         // The store's idle connection ended by the server, and every connection the role
         // may have held elsewhere: the pool's first rounds are refused, typed, and counted.
@@ -1296,7 +1277,7 @@ fn an_enqueue_in_the_applications_own_transaction_commits_with_it_or_not_at_all(
     );
     tx.commit().unwrap();
     assert_ne!(store.wait_for_work(Q, seen, Duration::from_secs(30)), seen);
-    let l = store.claim(Q, "w", LEASE.into()).unwrap().unwrap();
+    let l = store.claim(Q, "w", LEASE).unwrap().unwrap();
     assert_eq!(
         (l.job, l.payload.as_slice()),
         (id, b"ship order 2".as_slice())
@@ -1450,7 +1431,7 @@ fn add_job_enqueues_from_sql_as_the_store_does_with_its_refusals_and_unique_keys
     }
     assert_eq!(store.jobs(&Default::default()).unwrap().len(), before);
     // A job it made runs like any other.
-    let l = store.claim_job(sql, "w", LEASE.into()).unwrap().unwrap();
+    let l = store.claim_job(sql, "w", LEASE).unwrap().unwrap();
     store.complete(&l, b"").unwrap();
     let check = store.check().unwrap();
     assert!(check.is_clean(), "{:?}", check.problems);
@@ -1485,7 +1466,7 @@ fn groups_through_worker_kills_on_postgres_run_every_member_once_and_each_callba
             groups.push(store.enqueue_group(callbacks, members).unwrap().0);
         } else {
             let more = (0..40).map(|i| NewJob::new("kills", format!("plain {i}")));
-            store.enqueue_batch(more.collect()).unwrap();
+            store.enqueue_batch(more).unwrap();
             plain += 40;
         }
         rng ^= rng << 13;
@@ -1527,11 +1508,7 @@ fn worker_processes_on_postgres_killed_at_random_lose_nothing_and_commit_each_jo
     let store = db.store();
     let jobs = 300;
     let ids = store
-        .enqueue_batch(
-            (0..jobs)
-                .map(|i| NewJob::new("kills", format!("{i}")))
-                .collect(),
-        )
+        .enqueue_batch((0..jobs).map(|i| NewJob::new("kills", format!("{i}"))))
         .unwrap();
     let lease_ms = 300;
     // Half of the processes are worker pools (claims ahead, completions and their effect
@@ -1555,11 +1532,7 @@ fn worker_processes_on_postgres_killed_at_random_lose_nothing_and_commit_each_jo
         // some jobs must remain for the next kill to land mid-work
         if store.stats().unwrap().total(JobState::Succeeded) as usize >= ids.len() {
             store
-                .enqueue_batch(
-                    (0..20)
-                        .map(|i| NewJob::new("kills", format!("more {i}")))
-                        .collect(),
-                )
+                .enqueue_batch((0..20).map(|i| NewJob::new("kills", format!("more {i}"))))
                 .unwrap();
         }
     }
@@ -1665,13 +1638,9 @@ fn check_is_clean_after_every_kind_of_end_and_names_a_broken_row() {
     let mut db = db!("check");
     let store = db.store();
     let ids = store
-        .enqueue_batch(
-            (0..5)
-                .map(|i| NewJob::new(Q, format!("{i}")).max_attempts(1))
-                .collect(),
-        )
+        .enqueue_batch((0..5).map(|i| NewJob::new(Q, format!("{i}")).max_attempts(1)))
         .unwrap();
-    let leases = store.claim_batch(Q, "w", LEASE.into(), 4).unwrap();
+    let leases = store.claim_batch(Q, "w", LEASE, 4).unwrap();
     store.complete(&leases[0], b"").unwrap();
     store.fail(&leases[1], "x").unwrap();
     store.release(&leases[2]).unwrap();
@@ -1682,7 +1651,7 @@ fn check_is_clean_after_every_kind_of_end_and_names_a_broken_row() {
     assert!(report.is_clean(), "{:?}", report.problems);
     assert_eq!(report.jobs, 5);
     // a running job whose lease was lost to a bad hand-written UPDATE
-    let l = store.claim(Q, "w", LEASE.into()).unwrap().unwrap();
+    let l = store.claim(Q, "w", LEASE).unwrap().unwrap();
     db.sql(&format!(
         "UPDATE {{s}}.leasehold_jobs SET lease_owner = NULL WHERE id = {}",
         l.job.0
@@ -1702,9 +1671,9 @@ fn purge_deletes_old_finished_jobs_with_their_history_in_batches() {
     let mut db = db!("purge");
     let store = db.builder().reap_batch(3).open().unwrap();
     store
-        .enqueue_batch((0..10).map(|i| NewJob::new(Q, format!("{i}"))).collect())
+        .enqueue_batch((0..10).map(|i| NewJob::new(Q, format!("{i}"))))
         .unwrap();
-    for l in store.claim_batch(Q, "w", LEASE.into(), 8).unwrap() {
+    for l in store.claim_batch(Q, "w", LEASE, 8).unwrap() {
         store.complete(&l, b"").unwrap();
     }
     assert_eq!(
@@ -1751,9 +1720,9 @@ fn dead_and_vacuums(db: &mut Db) -> (i64, i64) {
 /// Churn: `n` jobs enqueued, claimed and completed, two dead row versions each.
 fn churn(store: &PgStore, n: usize) {
     store
-        .enqueue_batch((0..n).map(|i| NewJob::new(Q, format!("{i}"))).collect())
+        .enqueue_batch((0..n).map(|i| NewJob::new(Q, format!("{i}"))))
         .unwrap();
-    for l in store.claim_batch(Q, "w", LEASE.into(), n).unwrap() {
+    for l in store.claim_batch(Q, "w", LEASE, n).unwrap() {
         store.complete(&l, b"").unwrap();
     }
 }
@@ -2011,7 +1980,7 @@ fn a_worker_cut_off_from_the_database_past_its_lease_loses_its_job_and_its_late_
     net.link(false);
     let mut taker = None;
     wait_until("the lapsed lease to be taken over", || {
-        taker = store.claim("p", "survivor", LEASE.into()).unwrap();
+        taker = store.claim("p", "survivor", LEASE).unwrap();
         taker.is_some()
     });
     let taker = taker.unwrap();
@@ -2066,7 +2035,7 @@ fn a_whole_pool_cut_off_past_its_leases_stops_its_handlers_and_its_late_writes_a
     let store = db.store();
     db.sql("CREATE TABLE {s}.effects (job bigint NOT NULL, who text NOT NULL)");
     let ids: BTreeSet<u64> = store
-        .enqueue_batch((0..4).map(|i| NewJob::new("pp", format!("{i}"))).collect())
+        .enqueue_batch((0..4).map(|i| NewJob::new("pp", format!("{i}"))))
         .unwrap()
         .iter()
         .map(|id| id.0)

@@ -21,7 +21,7 @@ pub fn open_file(data: &[u8]) {
         let _ = store.check();
         let _ = store.stats();
         let _ = store.enqueue(leasehold::NewJob::new("q", b"x".to_vec()));
-        let _ = store.claim("q", "w", std::time::Duration::from_secs(1).into());
+        let _ = store.claim("q", "w", std::time::Duration::from_secs(1));
     }
 }
 

@@ -604,6 +604,7 @@ impl Harness {
                     Renewal::Cancelled => MRenewal::Cancelled,
                     Renewal::Stalled => MRenewal::Stalled,
                     Renewal::TimedOut => MRenewal::TimedOut,
+                    other => panic!("a renewal the model does not know: {other:?}"),
                 });
                 let want = self.model.heartbeat(l.job.0, l.attempt.0, p);
                 same("heartbeat", got, want)
@@ -906,6 +907,9 @@ impl Harness {
                             .group(g)
                             .map_err(|e| e.to_string())?
                             .is_some_and(|g| g.finished_at().is_none()),
+                        other => {
+                            return Err(format!("a target the harness does not know: {other:?}"));
+                        }
                     } && need.ended().is_none();
                 }
                 if !open {

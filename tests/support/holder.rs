@@ -22,12 +22,12 @@ pub fn run(
 ) -> Result<ExitCode, leasehold::Error> {
     let store = builder.open()?;
     let jobs = (0..enqueue).map(|i| NewJob::new(queue, format!("job {i}").into_bytes()));
-    store.enqueue_batch(jobs.collect())?;
+    store.enqueue_batch(jobs)?;
     let mut out = std::io::stdout().lock();
     let worker = format!("child-{}", std::process::id());
     let mut held = Vec::new();
     for _ in 0..claim {
-        match store.claim(queue, &worker, lease.into())? {
+        match store.claim(queue, &worker, lease)? {
             Some(l) => {
                 let _ = writeln!(out, "claimed {} {}", l.job.0, l.attempt.0);
                 held.push(l);

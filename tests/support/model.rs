@@ -976,6 +976,7 @@ impl Model {
             ReclaimPath::Takeover => self.counters.takeover += 1,
             ReclaimPath::Recovery => self.counters.at_open += 1,
             ReclaimPath::ProcessDied => self.counters.process_died += 1,
+            other => panic!("a reclaim path the model does not know: {other:?}"),
         }
         if matches!(path, ReclaimPath::Reaper | ReclaimPath::Takeover) {
             self.counters.worst_detection =

@@ -17,7 +17,7 @@ pub fn run(url: &str, schema: &str, lease: Duration) -> Result<ExitCode, leaseho
         .statement_timeout(Duration::from_secs(5))
         .open()?;
     let mut out = std::io::stdout();
-    let Some(lease) = store.claim("p", "partitioned", lease.into())? else {
+    let Some(lease) = store.claim("p", "partitioned", lease)? else {
         let _ = writeln!(out, "nothing");
         return Ok(ExitCode::FAILURE);
     };

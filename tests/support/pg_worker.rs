@@ -87,7 +87,7 @@ fn work(store: &PgStore, out: &Mutex<std::io::Stdout>, effects: &str, i: usize, 
     let worker = format!("pg-killable-{}-{i}", std::process::id());
     let mut seed = std::process::id() as u64 * 31 + i as u64;
     loop {
-        let claimed = match store.claim("kills", &worker, lease.into()) {
+        let claimed = match store.claim("kills", &worker, lease) {
             Ok(Some(l)) => l,
             Ok(None) => {
                 std::thread::sleep(Duration::from_millis(5));

@@ -103,7 +103,7 @@ fn work(store: &Store, out: &Mutex<std::io::Stdout>, queue: &str, i: usize, leas
     let worker = format!("killable-{}-{i}", std::process::id());
     let mut seed = std::process::id() as u64 * 31 + i as u64;
     loop {
-        let claimed = match store.claim(queue, &worker, lease.into()) {
+        let claimed = match store.claim(queue, &worker, lease) {
             Ok(Some(l)) => l,
             Ok(None) => {
                 std::thread::sleep(Duration::from_millis(5));

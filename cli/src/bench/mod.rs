@@ -5,8 +5,8 @@
 //! measurements of the machine, never compared with store time.
 #![allow(clippy::disallowed_methods)]
 
-mod commit_shape;
 mod drain;
+mod group_commit;
 mod keyed;
 mod measure;
 mod page;
@@ -26,13 +26,12 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use leasehold::__private::CommitShape;
 use leasehold::JobStore;
 use leasehold::{Durability, Error, NewJob, Sharing, Store, StoreBuilder};
 
 use super::format;
 use super::format::print_json;
-use commit_shape::commit_shape;
+use group_commit::group_commit;
 use measure::{Row, timed};
 use pool::{PoolShape, end_to_end, wake_latency, write_path_ceiling};
 use raw::{RawRates, raw_baselines};
@@ -175,14 +174,10 @@ fn scenarios(dir: &Path, scale: f64, only: Option<&str>) -> Result<Vec<Row>, Err
             let s_ = store_with(dir, &format!("cc-{name}.redb"), true, |b| {
                 b.sharing(sharing)
             })?;
-            s_.enqueue_batch(
-                (0..jobs)
-                    .map(|_| NewJob::new("q", payload.clone()))
-                    .collect(),
-            )?;
+            s_.enqueue_batch((0..jobs).map(|_| NewJob::new("q", payload.clone())))?;
             let (s, total) = timed(jobs, |_| {
                 let l = s_
-                    .claim("q", "w", LEASE.into())?
+                    .claim("q", "w", LEASE)?
                     .ok_or(Error::InUse("ran out of jobs"))?;
                 s_.complete(&l, b"")
             })?;
@@ -196,14 +191,10 @@ fn scenarios(dir: &Path, scale: f64, only: Option<&str>) -> Result<Vec<Row>, Err
     if want("heartbeat") {
         let s_ = store(dir, "hb.redb", true)?;
         // Heartbeats: one lease per call, and 1,000 leases in one call.
-        s_.enqueue_batch(
-            (0..1000)
-                .map(|_| NewJob::new("hb", payload.clone()))
-                .collect(),
-        )?;
+        s_.enqueue_batch((0..1000).map(|_| NewJob::new("hb", payload.clone())))?;
         let leases: Vec<_> = (0..1000)
             .map(|_| {
-                s_.claim("hb", "w", LEASE.into())
+                s_.claim("hb", "w", LEASE)
                     .map(|l| l.ok_or(Error::InUse("ran out of jobs")))
             })
             .collect::<Result<Result<_, _>, _>>()??;
@@ -269,14 +260,12 @@ fn scenarios(dir: &Path, scale: f64, only: Option<&str>) -> Result<Vec<Row>, Err
             rows.push(end_to_end(dir, false, pool, n(4000))?);
         }
     }
-    // The two group-commit shapes the throughput issue asked to weigh, same work, same run.
-    if want("commit-shape") {
+    // Group commit: one job a call from 1 and 16 threads, how many calls a commit carries.
+    if want("group-commit") {
         for durable in [true, false] {
             for threads in [1usize, 16] {
-                for shape in [CommitShape::LeaderFollower, CommitShape::WriterThread] {
-                    let calls = if durable { n(600) } else { n(3000) };
-                    rows.push(commit_shape(dir, durable, shape, threads, calls)?);
-                }
+                let calls = if durable { n(600) } else { n(3000) };
+                rows.push(group_commit(dir, durable, threads, calls)?);
             }
         }
     }

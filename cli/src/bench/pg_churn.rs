@@ -12,7 +12,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use leasehold::JobStore;
 use leasehold::postgres::PgStore;
 use leasehold::{Error, NewJob, Reaper, WorkerPool};
 
@@ -93,11 +92,7 @@ fn run(
             let mut enqueued = 0u64;
             while !stop.load(Ordering::Relaxed) {
                 if enqueued.saturating_sub(done.load(Ordering::Relaxed)) < BACKLOG {
-                    store.enqueue_batch(
-                        (0..500)
-                            .map(|i| NewJob::new("churn", format!("{i}")))
-                            .collect(),
-                    )?;
+                    store.enqueue_batch((0..500).map(|i| NewJob::new("churn", format!("{i}"))))?;
                     enqueued += 500;
                 } else {
                     std::thread::sleep(Duration::from_millis(2));

@@ -34,7 +34,7 @@ pub(super) fn rows(url: &str, scale: f64) -> Result<Vec<Row>, Error> {
             .map(|_| Helper::start(Path::new(&db), &args))
             .collect::<Result<Vec<_>, _>>()?;
         let start = Instant::now();
-        store.enqueue_batch((0..jobs).map(|_| NewJob::new("pp", Vec::new())).collect())?;
+        store.enqueue_batch((0..jobs).map(|_| NewJob::new("pp", Vec::new())))?;
         // (each look counts the table's jobs by state: looked at every 20 ms, so that the
         // bench's own reading costs the server little beside the workers)
         while store.stats()?.total(JobState::Succeeded) < jobs as u64 {

@@ -84,12 +84,8 @@ pub(super) fn write_path_ceiling(dir: &Path, jobs: usize) -> Result<Row, Error> 
     let start = Instant::now();
     let mut moved = 0;
     while moved < jobs {
-        store.enqueue_batch(
-            (0..BATCH)
-                .map(|i| NewJob::new("ceiling", format!("{i}")))
-                .collect(),
-        )?;
-        let leases = store.claim_batch("ceiling", "w", LEASE.into(), BATCH)?;
+        store.enqueue_batch((0..BATCH).map(|i| NewJob::new("ceiling", format!("{i}"))))?;
+        let leases = store.claim_batch("ceiling", "w", LEASE, BATCH)?;
         let done: Vec<_> = leases.iter().map(|l| (l, [].as_slice())).collect();
         for result in store.complete_batch(&done) {
             result?;

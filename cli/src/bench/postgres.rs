@@ -254,12 +254,8 @@ fn wake_across_handles(scratch: &Scratch, n: usize) -> Result<Row, Error> {
 /// what keeps a heartbeat-heavy table from bloating its indexes.
 fn renewals(scratch: &mut Scratch) -> Result<Vec<Row>, Error> {
     let store = scratch.store("beat")?;
-    store.enqueue_batch(
-        (0..1000)
-            .map(|i| NewJob::new("b", format!("{i}")))
-            .collect(),
-    )?;
-    let leases = store.claim_batch("b", "w", LEASE.into(), 1000)?;
+    store.enqueue_batch((0..1000).map(|i| NewJob::new("b", format!("{i}"))))?;
+    let leases = store.claim_batch("b", "w", LEASE, 1000)?;
     let beats: Vec<_> = leases.iter().map(|l| (l, 1)).collect();
     let rounds = 30;
     let (batch, total) = timed(rounds, |i| {
@@ -321,7 +317,7 @@ fn claim_at_depth(scratch: &mut Scratch, waiting: usize) -> Result<Row, Error> {
     ))?;
     let (s, total) = timed(300, |_| {
         let lease = store
-            .claim("d", "w", LEASE.into())?
+            .claim("d", "w", LEASE)?
             .ok_or(Error::Corrupt("empty".into()))?;
         store.complete(&lease, b"")
     })?;

@@ -160,11 +160,7 @@ pub(super) fn kill_to_claimable(dir: &Path, kills: usize, held: usize) -> Result
     let mut samples = Vec::with_capacity(kills);
     let begin = Instant::now();
     for _ in 0..kills {
-        store.enqueue_batch(
-            (0..held)
-                .map(|i| NewJob::new("k", format!("{i}")))
-                .collect(),
-        )?;
+        store.enqueue_batch((0..held).map(|i| NewJob::new("k", format!("{i}"))))?;
         let held_arg = held.to_string();
         let victim = Helper::start(
             &path,
@@ -197,7 +193,7 @@ pub(super) fn kill_to_claimable(dir: &Path, kills: usize, held: usize) -> Result
         }
         samples.push(t.elapsed());
         // leave the queue empty for the next round
-        for lease in store.claim_batch("k", "bench", Duration::from_secs(60).into(), held)? {
+        for lease in store.claim_batch("k", "bench", Duration::from_secs(60), held)? {
             store.complete(&lease, b"")?;
         }
     }

@@ -19,17 +19,12 @@ pub(super) fn claim_at_depth(dir: &Path, waiting: usize) -> Result<Row, Error> {
     let store = store(dir, &format!("depth-{waiting}.redb"), false)?;
     let ids: Vec<usize> = (0..waiting).collect();
     for chunk in ids.chunks(10_000) {
-        store.enqueue_batch(
-            chunk
-                .iter()
-                .map(|i| NewJob::new("deep", format!("{i}")))
-                .collect(),
-        )?;
+        store.enqueue_batch(chunk.iter().map(|i| NewJob::new("deep", format!("{i}"))))?;
     }
     let n = 2_000.min(waiting);
     let (s, total) = timed(n, |_| {
         store
-            .claim("deep", "w", LEASE.into())?
+            .claim("deep", "w", LEASE)?
             .ok_or(Error::InUse("ran out of jobs"))
             .map(|_| ())
     })?;
@@ -115,19 +110,10 @@ pub(super) fn reap_under_load(dir: &Path, expired: usize) -> Result<Row, Error> 
     let store = store_with(dir, "reap.redb", false, |b| b.clock(clock.clone()))?;
     let ids: Vec<usize> = (0..expired).collect();
     for chunk in ids.chunks(10_000) {
-        store.enqueue_batch(
-            chunk
-                .iter()
-                .map(|i| NewJob::new("dead", format!("{i}")))
-                .collect(),
-        )?;
-        store.claim_batch("dead", "dead-pool", LEASE.into(), chunk.len())?;
+        store.enqueue_batch(chunk.iter().map(|i| NewJob::new("dead", format!("{i}"))))?;
+        store.claim_batch("dead", "dead-pool", LEASE, chunk.len())?;
     }
-    store.enqueue_batch(
-        (0..100_000)
-            .map(|i| NewJob::new("live", format!("{i}")))
-            .collect(),
-    )?;
+    store.enqueue_batch((0..100_000).map(|i| NewJob::new("live", format!("{i}"))))?;
     clock.advance(LEASE * 2);
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let waits = Arc::new(Mutex::new(Vec::new()));
@@ -136,7 +122,7 @@ pub(super) fn reap_under_load(dir: &Path, expired: usize) -> Result<Row, Error> 
         std::thread::spawn(move || {
             while !stop.load(Ordering::Relaxed) {
                 let t = Instant::now();
-                if store.claim("live", "w", LEASE.into()).is_err() {
+                if store.claim("live", "w", LEASE).is_err() {
                     break;
                 }
                 waits.lock().push(t.elapsed());

@@ -14,8 +14,8 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use leasehold::ReadJobs;
 use leasehold::{Error, JobState, Lease, NewJob, Store};
-use leasehold::{JobStore, ReadJobs};
 
 use super::super::helper::{Helper, io};
 use super::measure::{Row, Samples};
@@ -37,10 +37,10 @@ fn serve(store: Store, stream: UnixStream) {
             .collect();
         let next = match done.as_slice() {
             [job, _] if *job != 0 => match held.remove(job) {
-                Some(lease) => store.complete_and_claim(&lease, b"", LEASE.into()),
+                Some(lease) => store.complete_and_claim(&lease, b"", LEASE),
                 None => Ok(None),
             },
-            _ => store.claim("seat", &worker, LEASE.into()),
+            _ => store.claim("seat", &worker, LEASE),
         };
         let reply = match next {
             Ok(Some(lease)) => {
@@ -101,11 +101,7 @@ pub(super) fn seat_end_to_end(
     jobs: usize,
 ) -> Result<Row, Error> {
     let store = store(dir, "seat.redb", true)?;
-    store.enqueue_batch(
-        (0..jobs)
-            .map(|i| NewJob::new("seat", format!("{i}")))
-            .collect(),
-    )?;
+    store.enqueue_batch((0..jobs).map(|i| NewJob::new("seat", format!("{i}"))))?;
     let socket = dir.join("seat.sock");
     let listener = UnixListener::bind(&socket).map_err(io)?;
     let s = store.clone();

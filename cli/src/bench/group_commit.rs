@@ -1,29 +1,27 @@
-//! The two group-commit shapes the throughput issue asked to weigh, leader/follower and a
-//! dedicated writer thread, doing the same work in the same run.
+//! Group commit: threads that each enqueue one job a call share commits (leader/follower:
+//! the first caller to find no commit under way commits for everyone queued behind it). A
+//! dedicated writer thread, the other shape once weighed, was slower and is gone;
+//! BENCHMARKS.md keeps its figures.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use leasehold::__private::CommitShape;
 use leasehold::JobStore;
 use leasehold::{Error, NewJob, Sharing};
 
 use super::measure::{Row, Samples};
 use super::store_with;
 
-/// `threads` threads each enqueueing `calls` jobs one call at a time, through one group
-/// commit shape: every call's latency, and the total rate.
-pub(super) fn commit_shape(
+/// `threads` threads each enqueueing `calls` jobs one call at a time: every call's
+/// latency, and the total rate.
+pub(super) fn group_commit(
     dir: &Path,
     durable: bool,
-    shape: CommitShape,
     threads: usize,
     calls: usize,
 ) -> Result<Row, Error> {
-    let name = format!("shape-{durable}-{shape:?}-{threads}.redb");
-    let store = store_with(dir, &name, durable, |b| {
-        b.sharing(Sharing::Exclusive).commit_shape(shape)
-    })?;
+    let name = format!("group-{durable}-{threads}.redb");
+    let store = store_with(dir, &name, durable, |b| b.sharing(Sharing::Exclusive))?;
     let start = Instant::now();
     let per_thread: Vec<Result<Vec<Duration>, Error>> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
@@ -55,11 +53,7 @@ pub(super) fn commit_shape(
     }
     let commits = store.metrics().write_transactions.max(1);
     let label = format!(
-        "enqueue, one job per call, {} ({:.1} calls/commit)",
-        match shape {
-            CommitShape::LeaderFollower => "leader/follower group commit",
-            CommitShape::WriterThread => "writer-thread group commit",
-        },
+        "enqueue, one job per call, group commit ({:.1} calls/commit)",
         (threads * calls) as f64 / commits as f64
     );
     Ok(Samples(samples).row(
