@@ -137,10 +137,6 @@ pub mod testing;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 
-// What a person and a scraper see of a store: the status page and /metrics.
-#[cfg(feature = "web")]
-pub mod web;
-
 pub use clock::{Clock, ClockReading, ManualClock, MonotonicClock};
 pub use config::{
     DEFAULT_LEASE, DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_PAYLOAD, DEFAULT_REAP_BATCH,

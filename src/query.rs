@@ -30,6 +30,17 @@ pub struct JobFilter {
 }
 
 impl JobFilter {
+    /// Checks the filter's queue and metadata as an enqueue checks a job's: for a caller
+    /// that takes them from a person (a form, a command line) and would rather say what is
+    /// wrong than list nothing. A store lists nothing for a filter no job can pass, and
+    /// never refuses one.
+    pub fn check(&self) -> Result<(), crate::InputError> {
+        if let Some(queue) = &self.queue {
+            crate::input::check_queue(queue)?;
+        }
+        crate::input::check_metadata(&self.metadata)
+    }
+
     /// Whether any job could pass the filter: not if it names a queue or a metadata pair no
     /// job can have (a NUL byte, a key with `=`: an enqueue refuses them). Such a filter
     /// answers nothing on every engine, rather than match by accident where an engine

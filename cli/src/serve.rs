@@ -1,5 +1,5 @@
 //! `leasehold serve`: the status page and `/metrics` of a store file or a database
-//! ([`leasehold::web::StatusPage`]) on a small threaded HTTP server (tiny_http: threads, no
+//! ([`leasehold_web::StatusPage`]) on a small threaded HTTP server (tiny_http: threads, no
 //! async runtime), beside the application that runs the store.
 //!
 //! A file is read as the tool's read commands read it, while its application writes it;
@@ -15,8 +15,8 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use leasehold::web::{MAX_BODY, StatusPage};
 use leasehold::{Error, ReadJobs, StoreReader};
+use leasehold_web::{MAX_BODY, StatusPage};
 
 use super::target::{describe, open_postgres, postgres_url};
 
@@ -29,7 +29,7 @@ pub struct Settings {
 }
 
 pub fn run(db: &Path, settings: Settings) -> Result<ExitCode, Error> {
-    let min = leasehold::web::MIN_TOKEN_OFF_LOOPBACK;
+    let min = leasehold_web::MIN_TOKEN_OFF_LOOPBACK;
     if !settings.listen.ip().is_loopback() && settings.token.as_ref().is_none_or(|t| t.len() < min)
     {
         eprintln!(
@@ -88,7 +88,7 @@ pub fn run(db: &Path, settings: Settings) -> Result<ExitCode, Error> {
 
 /// The page over `db`: a database read and written through one handle; a file read
 /// beside its application and opened for each action.
-fn page(db: &Path) -> Result<leasehold::web::StatusPageBuilder, Error> {
+fn page(db: &Path) -> Result<leasehold_web::StatusPageBuilder, Error> {
     if let Some(url) = postgres_url(db) {
         let store = Arc::new(open_postgres(url, false)?);
         let reads: Arc<dyn ReadJobs> = store.clone();

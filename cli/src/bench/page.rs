@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use leasehold::web::StatusPage;
 use leasehold::{Engine, Error, JobStore, NewJob, ReadJobs, WorkerPool};
+use leasehold_web::StatusPage;
 
 use super::LEASE;
 use super::measure::{Row, Samples};

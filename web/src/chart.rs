@@ -12,9 +12,9 @@ use std::collections::{BTreeMap, VecDeque};
 use std::fmt::Write;
 use std::time::Duration;
 
-use crate::ids::StoreTime;
-use crate::state::JobState;
-use crate::stats::Stats;
+use leasehold::JobState;
+use leasehold::Stats;
+use leasehold::StoreTime;
 
 /// How far back the chart looks.
 pub(crate) const WINDOW: Duration = Duration::from_secs(15 * 60);
@@ -193,7 +193,7 @@ pub(crate) fn svg(rates: &[Rate], now: StoreTime) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::stats::QueueCounts;
+    use leasehold::QueueCounts;
 
     #[test]
     fn a_chart_with_no_rate_yet_says_it_is_waiting_for_a_second_sample() {
@@ -214,10 +214,8 @@ mod tests {
         let mut q = QueueCounts::default();
         q.by_state.insert(JobState::Succeeded, succeeded);
         q.by_state.insert(JobState::Dead, dead);
-        let mut s = Stats {
-            now: StoreTime(at_secs * 1_000_000_000),
-            ..Stats::default()
-        };
+        let mut s = Stats::default();
+        s.now = StoreTime(at_secs * 1_000_000_000);
         s.queues.insert("q".into(), q);
         s
     }

@@ -46,7 +46,7 @@ pub enum WebError {
         max: usize,
     },
     /// The request names a host the page does not answer to (see
-    /// [`StatusPageBuilder::allow_host`](crate::web::StatusPageBuilder::allow_host)): a page
+    /// [`StatusPageBuilder::allow_host`](crate::StatusPageBuilder::allow_host)): a page
     /// of another site whose name was pointed at this machine (DNS rebinding), or a name the
     /// operator has not allowed.
     #[error(
@@ -58,7 +58,7 @@ pub enum WebError {
     ReadOnly,
     /// The store refused or failed: its own typed error, shown as it is.
     #[error(transparent)]
-    Store(#[from] crate::Error),
+    Store(#[from] leasehold::Error),
 }
 
 impl WebError {
@@ -82,16 +82,16 @@ impl WebError {
 /// A store error as an HTTP status: a refusal of the request (a job that is not there, an
 /// input the store refuses, a state the action does not apply to) is the client's; a store
 /// held by another process is a conflict to retry; the rest is the server's.
-fn store_status(e: &crate::Error) -> StatusCode {
-    use crate::Error as E;
+fn store_status(e: &leasehold::Error) -> StatusCode {
+    use leasehold::Error as E;
     match e {
         E::JobNotFound(_) | E::ScheduleNotFound(_) | E::GroupNotFound(_) => StatusCode::NOT_FOUND,
         E::Input(_) => StatusCode::BAD_REQUEST,
         E::Refused { .. }
         | E::UniqueKeyHeld { .. }
         | E::EditConflict { .. }
-        | E::Open(crate::OpenError::Locked { .. }) => StatusCode::CONFLICT,
-        E::Open(crate::OpenError::IncompatibleSharing { .. }) => StatusCode::CONFLICT,
+        | E::Open(leasehold::OpenError::Locked { .. }) => StatusCode::CONFLICT,
+        E::Open(leasehold::OpenError::IncompatibleSharing { .. }) => StatusCode::CONFLICT,
         _ => StatusCode::INTERNAL_SERVER_ERROR,
     }
 }

@@ -209,7 +209,7 @@ fn a_page_without_a_writer_refuses_actions(kind: Kind) {
     let f = kind.open();
     let id = f.enqueue(NewJob::new(Q, "p")).unwrap();
     let reads: std::sync::Arc<dyn leasehold::ReadJobs> = f.handle();
-    let page = leasehold::web::StatusPage::builder(reads).build();
+    let page = leasehold_web::StatusPage::builder(reads).build();
     let secret = form_secret(&expect(get(&page, "/"), StatusCode::OK));
     let refused = expect(
         post(

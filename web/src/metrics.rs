@@ -16,10 +16,10 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::{MetricType, TypedMetric};
 use prometheus_client::registry::Registry;
 
-use crate::pool::{LATENCY_BOUNDS, Latencies, PoolStats};
-use crate::query::QueueTiming;
-use crate::state::JobState;
-use crate::stats::{Stats, WriteMetrics};
+use leasehold::JobState;
+use leasehold::QueueTiming;
+use leasehold::{LATENCY_BOUNDS, Latencies, PoolStats};
+use leasehold::{Stats, WriteMetrics};
 
 /// The content type of the text `render` makes.
 pub(crate) const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -30,7 +30,7 @@ type Labels = Vec<(&'static str, String)>;
 pub(crate) struct Scrape<'a> {
     pub stats: &'a Stats,
     pub timings: &'a [(String, QueueTiming)],
-    pub schedules: &'a [crate::ScheduleInfo],
+    pub schedules: &'a [leasehold::ScheduleInfo],
     pub pools: &'a [(String, PoolStats)],
     pub writes: Option<WriteMetrics>,
     /// How old the counts are (zero: counted for this scrape).
@@ -39,13 +39,15 @@ pub(crate) struct Scrape<'a> {
     pub wall: std::time::SystemTime,
     /// Each lease's holder process and its state, where processes share a file (empty
     /// elsewhere).
-    pub holders: Vec<(crate::InstanceId, crate::HolderState)>,
+    pub holders: Vec<(leasehold::InstanceId, leasehold::HolderState)>,
+    /// The queues whose due work waits with nobody asking for it, as the store says.
+    pub unserved: &'a [leasehold::UnservedQueue],
 }
 
 /// Each queue's limits as they bind now, and whether anyone serves it: the concurrency
 /// limit and how many of its jobs it holds, how many due jobs wait because it is full, and
-/// whether its due work has waited [`crate::UNSERVED_AFTER`] with no worker asking (as
-/// [`crate::ReadJobs::unserved_queues`] says).
+/// whether its due work has waited [`leasehold::UNSERVED_AFTER`] with no worker asking (as
+/// [`leasehold::ReadJobs::unserved_queues`] says).
 fn queue_health(registry: &mut Registry, s: &Scrape<'_>) {
     let now = s.stats.now;
     let (limit, at_limit, unserved, per_key) = (
@@ -69,9 +71,7 @@ fn queue_health(registry: &mut Registry, s: &Scrape<'_>) {
         if let Some(max) = counts.limits.per_key {
             per_key.get_or_create(&q).set(i64::from(max));
         }
-        let idle = !counts.paused
-            && waiting > 0
-            && due.is_some_and(|since| crate::queue::unserved(since, counts.served_at, now));
+        let idle = s.unserved.iter().any(|u| u.queue == *queue);
         unserved.get_or_create(&q).set(i64::from(idle));
     }
     registry.register(
@@ -142,9 +142,9 @@ pub(crate) fn render(s: &Scrape<'_>) -> Result<String, std::fmt::Error> {
             Family::<Labels, Gauge>::default(),
         );
         for state in [
-            crate::HolderState::Alive,
-            crate::HolderState::Gone,
-            crate::HolderState::Unknown,
+            leasehold::HolderState::Alive,
+            leasehold::HolderState::Gone,
+            leasehold::HolderState::Unknown,
         ] {
             let held: Vec<_> = s.holders.iter().filter(|(_, h)| *h == state).collect();
             let distinct: std::collections::BTreeSet<_> = held.iter().map(|(i, _)| i).collect();

@@ -9,9 +9,9 @@
 
 use std::fmt::Write;
 
-use crate::ids::StoreTime;
-use crate::job::{Job, Outcome, Run};
-use crate::web::html::{duration, escape};
+use crate::html::{duration, escape};
+use leasehold::StoreTime;
+use leasehold::{Job, Outcome, Run};
 
 const W: f64 = 600.0;
 const ROW: f64 = 16.0;
@@ -33,6 +33,7 @@ fn class(outcome: Option<&Outcome>) -> &'static str {
             | Outcome::NeverStarted { .. }
             | Outcome::ResultLost { .. },
         ) => "ended",
+        Some(_) => "ended",
     }
 }
 

@@ -1,7 +1,7 @@
 //! The pages but the overview ([`super::overview`]): the job list, a job, `/metrics`, the
 //! sign-in, the confirmations and the errors, and what every page shares (its frame, the
 //! action buttons, the banner an action leaves). Each reads what it shows through
-//! [`ReadJobs`](crate::ReadJobs) (never a write transaction) and renders it as plain HTML,
+//! [`ReadJobs`](leasehold::ReadJobs) (never a write transaction) and renders it as plain HTML,
 //! with no script: forms and links do the rest.
 
 use std::collections::BTreeMap;
@@ -9,11 +9,11 @@ use std::fmt::Write;
 
 use http::StatusCode;
 
-use crate::ids::{InstanceId, JobId};
-use crate::redb_store::HolderState;
-use crate::state::JobState;
-use crate::web::html::{Frame, Table, duration, escape, relative, state_badge, url_component};
-use crate::web::{Inner, PageResult, Request, Response, WebError, metrics, params, timeline};
+use crate::html::{Frame, Table, duration, escape, relative, state_badge, url_component};
+use crate::{Inner, PageResult, Request, Response, WebError, metrics, params, timeline};
+use leasehold::HolderState;
+use leasehold::JobState;
+use leasehold::{InstanceId, JobId};
 
 impl Inner {
     pub(super) fn frame<'a>(&'a self, title: &'a str, refresh: Option<u32>) -> Frame<'a> {
@@ -65,7 +65,7 @@ impl Inner {
 }
 
 pub(super) fn ok(body: String) -> PageResult {
-    Ok(crate::web::html(StatusCode::OK, body))
+    Ok(crate::html(StatusCode::OK, body))
 }
 
 /// What an action that went through says on the page it returns to.
@@ -106,7 +106,7 @@ pub(super) fn job_link(inner: &Inner, id: JobId) -> String {
 pub(crate) fn jobs(inner: &Inner, query: &[(String, String)]) -> PageResult {
     let listing = params::Listing::parse(query)?;
     if let Some(id) = listing.id {
-        return crate::web::redirect(&format!("{}/jobs/{}", inner.base, id.0));
+        return crate::redirect(&format!("{}/jobs/{}", inner.base, id.0));
     }
     let store = &inner.reads;
     let now = store.now()?;
@@ -193,17 +193,18 @@ pub(crate) fn jobs(inner: &Inner, query: &[(String, String)]) -> PageResult {
 }
 
 /// A link to a job's or a group's page.
-fn target_link(inner: &Inner, target: crate::Target) -> String {
+fn target_link(inner: &Inner, target: leasehold::Target) -> String {
     match target {
-        crate::Target::Job(id) => format!("<a href=\"{}/jobs/{id}\">job {id}</a>", inner.base),
-        crate::Target::Group(g) => {
+        leasehold::Target::Job(id) => format!("<a href=\"{}/jobs/{id}\">job {id}</a>", inner.base),
+        leasehold::Target::Group(g) => {
             format!("<a href=\"{}/groups/{}\">group {g}</a>", inner.base, g.0)
         }
+        other => escape(&format!("{other:?}")),
     }
 }
 
 /// One group: sealed or open, its members' ends so far, how it ended, what waits for it.
-pub(crate) fn group(inner: &Inner, id: crate::GroupId) -> PageResult {
+pub(crate) fn group(inner: &Inner, id: leasehold::GroupId) -> PageResult {
     let store = &inner.reads;
     let Some(group) = store.group(id)? else {
         return Err(WebError::NotFound(format!("group {id}")));
@@ -238,7 +239,7 @@ pub(crate) fn group(inner: &Inner, id: crate::GroupId) -> PageResult {
             .map_or("purged".into(), |j| state_badge(j.state()));
         row(
             "waited for by",
-            format!("{} {state}", target_link(inner, crate::Target::Job(w))),
+            format!("{} {state}", target_link(inner, leasehold::Target::Job(w))),
         );
     }
     let body = t.finish("");
@@ -338,12 +339,12 @@ pub(crate) fn job(inner: &Inner, id: JobId, query: &[(String, String)]) -> PageR
         );
     }
     if let Some(g) = job.group() {
-        row("group", target_link(inner, crate::Target::Group(g)));
+        row("group", target_link(inner, leasehold::Target::Group(g)));
     }
     let waiters = store.waiters(id)?;
     if !waiters.is_empty() {
         let links: Vec<String> = (waiters.iter())
-            .map(|w| target_link(inner, crate::Target::Job(*w)))
+            .map(|w| target_link(inner, leasehold::Target::Job(*w)))
             .collect();
         row("waited for by", links.join(", "));
     }
@@ -425,9 +426,10 @@ pub(crate) fn metrics(inner: &Inner, query: &[(String, String)]) -> PageResult {
         counts_age: counted.age,
         wall: crate::clock::wall_now(),
         holders: inner.holders()?.into_values().collect(),
+        unserved: &counted.reading.unserved,
     })
-    .map_err(|_| WebError::Store(crate::Error::Internal("encoding the metrics")))?;
-    Ok(crate::web::respond(
+    .map_err(|_| WebError::Store(leasehold::Error::Internal("encoding the metrics")))?;
+    Ok(crate::respond(
         StatusCode::OK,
         metrics::CONTENT_TYPE,
         text.into_bytes(),
@@ -450,7 +452,7 @@ pub(crate) fn login(inner: &Inner, refused: Option<&str>) -> Response {
         Some(_) => StatusCode::FORBIDDEN,
         None => StatusCode::OK,
     };
-    crate::web::html(status, inner.frame("Sign in", None).render(&body))
+    crate::html(status, inner.frame("Sign in", None).render(&body))
 }
 
 /// The confirmation an action asks for before it changes anything.
@@ -471,7 +473,7 @@ pub(crate) fn confirm(
         escape(yes),
         inner.base
     );
-    crate::web::html(
+    crate::html(
         StatusCode::OK,
         inner.frame("Are you sure?", None).render(&body),
     )
@@ -487,7 +489,7 @@ pub(crate) fn error_page(inner: &Inner, request: &Request, e: &WebError) -> Resp
         return r;
     }
     if scraper {
-        return crate::web::respond(
+        return crate::respond(
             status,
             "text/plain; charset=utf-8",
             format!("{e}\n").into_bytes(),
@@ -499,5 +501,5 @@ pub(crate) fn error_page(inner: &Inner, request: &Request, e: &WebError) -> Resp
         inner.base
     );
     let title = status.canonical_reason().unwrap_or("Error");
-    crate::web::html(status, inner.frame(title, None).render(&body))
+    crate::html(status, inner.frame(title, None).render(&body))
 }

@@ -13,7 +13,7 @@
 //!   request a browser sends from another origin (its `Origin`, or else its `Referer`, names
 //!   another host) is refused as well.
 //! - the **host check**: a request's `Host` must be an IP address, `localhost`, or a name the
-//!   operator allowed ([`crate::web::StatusPageBuilder::allow_host`]). A page on another
+//!   operator allowed ([`crate::StatusPageBuilder::allow_host`]). A page on another
 //!   site whose name an attacker points at this machine (DNS rebinding) names its own host,
 //!   and is refused before it can read the form secret off a page.
 

@@ -1,5 +1,8 @@
-//! A status page and Prometheus metrics for a store, for a person at a browser and for a
-//! fleet's scraper (feature `web`).
+//! A status page and Prometheus metrics for a [leasehold](https://docs.rs/leasehold) store,
+//! for a person at a browser and for a fleet's scraper: a crate of its own, so that an
+//! application that does not serve the page compiles none of it.
+
+#![warn(missing_docs)]
 //!
 //! [`StatusPage`] answers HTTP requests given as [`http`] types, so it serves from whatever
 //! server the application already runs (and from `leasehold serve`, which runs it on a
@@ -24,9 +27,15 @@
 //! engine), and an action is one of the store's own operations, refused with the store's
 //! typed error.
 
+/// The README's example is compiled and run as a doctest, so it cannot rot.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
+
 mod access;
 mod actions;
 mod chart;
+mod clock;
 mod counts;
 mod error;
 mod html;
@@ -47,12 +56,12 @@ pub use error::WebError;
 /// build them with the same version.
 pub use http;
 
-use crate::error::Result;
-use crate::ids::{InstanceId, JobId};
-use crate::job_store::{JobStore, ReadJobs};
-use crate::pool::PoolStats;
-use crate::redb_store::HolderState;
-use crate::stats::WriteMetrics;
+use leasehold::HolderState;
+use leasehold::PoolStats;
+use leasehold::Result;
+use leasehold::WriteMetrics;
+use leasehold::{InstanceId, JobId};
+use leasehold::{JobStore, ReadJobs};
 
 /// A request as the page reads it: its body already read (the page takes at most
 /// [`MAX_BODY`] bytes of it).
@@ -327,7 +336,7 @@ impl StatusPageBuilder {
     }
 
     /// Where the page finds which process holds each running lease (a file that
-    /// processes share: [`crate::StoreReader::holders`]).
+    /// processes share: [`leasehold::StoreReader::holders`]).
     pub fn holders(
         mut self,
         holders: impl Fn() -> Result<Vec<(JobId, InstanceId, HolderState)>> + Send + Sync + 'static,
@@ -337,7 +346,7 @@ impl StatusPageBuilder {
     }
 
     /// Where the page learns whether the file's last writer closed it (a file read beside
-    /// its application: [`crate::StoreReader::closed_cleanly`]). When it did not, the page
+    /// its application: [`leasehold::StoreReader::closed_cleanly`]). When it did not, the page
     /// says that the leases it shows are the last commit's, held by no process now.
     pub fn closed_cleanly(mut self, closed: impl Fn() -> bool + Send + Sync + 'static) -> Self {
         self.inner.closed_cleanly = Some(Box::new(closed));
@@ -345,7 +354,7 @@ impl StatusPageBuilder {
     }
 
     /// Adds a pool's counters to `/metrics` (labelled `pool="name"`) and the overview:
-    /// `stats` is usually `move || pool.stats()` on a shared [`crate::WorkerPool`].
+    /// `stats` is usually `move || pool.stats()` on a shared [`leasehold::WorkerPool`].
     pub fn pool(
         mut self,
         name: impl Into<String>,
@@ -356,7 +365,7 @@ impl StatusPageBuilder {
     }
 
     /// Adds this process's write transactions on the store to `/metrics`
-    /// (e.g. `move || store.metrics()` on a [`crate::Store`]).
+    /// (e.g. `move || store.metrics()` on a [`leasehold::Store`]).
     pub fn write_metrics(
         mut self,
         metrics: impl Fn() -> WriteMetrics + Send + Sync + 'static,

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use http::StatusCode;
-use leasehold::web::StatusPage;
 use leasehold::{JobFilter, JobState, NewJob, ReadJobs};
+use leasehold_web::StatusPage;
 
 use crate::on_both::{Kind, Q};
 use crate::{expect, get, page_of, shown_count};

@@ -4,16 +4,16 @@
 //! with a question; only the confirming one changes anything), runs one of the store's own
 //! operations, and answers a refusal with the store's typed error.
 
-use crate::ids::JobId;
-use crate::state::JobState;
-use crate::web::{Inner, PageResult, WebError, pages, params, redirect};
+use crate::{Inner, PageResult, WebError, pages, params, redirect};
+use leasehold::JobId;
+use leasehold::JobState;
 
 /// What can be done to a job.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum JobAction {
     Cancel,
     Retry,
-    /// Due now ([`crate::Edit::now`]), only if the job is still at the attempt the page
+    /// Due now ([`leasehold::Edit::now`]), only if the job is still at the attempt the page
     /// showed.
     Promote,
 }
@@ -34,7 +34,7 @@ impl JobAction {
 pub(crate) enum QueueAction {
     Pause,
     Resume,
-    /// Every dead job of the queue queued again ([`crate::JobStore::retry_all`]).
+    /// Every dead job of the queue queued again ([`leasehold::JobStore::retry_all`]).
     RetryDead,
 }
 
@@ -131,7 +131,7 @@ pub(crate) fn on_job(
             "retried"
         }
         JobAction::Promote => {
-            let edit = crate::Edit::new().now();
+            let edit = leasehold::Edit::new().now();
             store.edit(id, edit.if_attempt(seen.unwrap_or_default()))?;
             "promoted"
         }
@@ -145,7 +145,7 @@ pub(crate) fn on_queue(
     action: QueueAction,
     form: &[(String, String)],
 ) -> PageResult {
-    let name = crate::web::html::url_component(queue);
+    let name = crate::html::url_component(queue);
     if !checked(inner, form)? {
         let (path, question, yes) = match action {
             QueueAction::Pause => (
@@ -183,10 +183,10 @@ pub(crate) fn on_queue(
             "resumed"
         }
         QueueAction::RetryDead => {
-            let report = store.retry_all(&crate::JobFilter {
+            let report = store.retry_all(&leasehold::JobFilter {
                 queue: Some(queue.to_owned()),
                 state: Some(JobState::Dead),
-                ..crate::JobFilter::default()
+                ..leasehold::JobFilter::default()
             })?;
             return redirect(&format!(
                 "{}/?did=retried_dead&n={}&refused={}&refresh=0",
@@ -230,7 +230,7 @@ pub(crate) fn logout(
 /// Sets the session cookie to `value` on `r`, scoped to the page's path.
 fn set_cookie(
     inner: &Inner,
-    r: &mut crate::web::Response,
+    r: &mut crate::Response,
     value: &str,
     extra: &str,
 ) -> Result<(), WebError> {
@@ -242,7 +242,7 @@ fn set_cookie(
     let secure = if inner.access.secure { "; Secure" } else { "" };
     let cookie = format!(
         "{}={value}; HttpOnly; SameSite=Strict; Path={path}{secure}{extra}",
-        crate::web::access::COOKIE
+        crate::access::COOKIE
     );
     let value = http::HeaderValue::from_str(&cookie)
         .map_err(|_| WebError::BadRequest("the session cannot be set as a cookie".into()))?;

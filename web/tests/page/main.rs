@@ -1,4 +1,4 @@
-//! The status page and `/metrics` (feature `web`), driven through `StatusPage::handle` as
+//! The status page and `/metrics` (the `leasehold-web` crate), driven through `StatusPage::handle` as
 //! any server would call it, on both engines: what the page shows matches what the store
 //! says, its actions reach the store only when confirmed with the form secret, and hostile
 //! requests get clear HTTP errors and change nothing. (The page in a real browser, served by
@@ -6,11 +6,11 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
-#[path = "../support/backends.rs"]
+#[path = "../../../tests/support/backends.rs"]
 mod backends;
-#[path = "../support/on_both.rs"]
+#[path = "../../../tests/support/on_both.rs"]
 mod on_both;
-#[path = "../support/status_page.rs"]
+#[path = "../../../tests/support/status_page.rs"]
 mod status_page;
 
 mod actions;
@@ -21,8 +21,8 @@ mod pages;
 use std::sync::Arc;
 
 use http::{Method, StatusCode};
-use leasehold::web::{Response, StatusPage, StatusPageBuilder};
 use leasehold::{JobStore, ReadJobs};
+use leasehold_web::{Response, StatusPage, StatusPageBuilder};
 
 use on_both::Backend;
 pub use status_page::{form_secret, shown_count};
@@ -37,7 +37,7 @@ pub fn page_of(f: &Backend) -> StatusPageBuilder {
         .counts_fresh_for(std::time::Duration::ZERO)
 }
 
-pub fn request(method: Method, uri: &str, body: &str) -> leasehold::web::Request {
+pub fn request(method: Method, uri: &str, body: &str) -> leasehold_web::Request {
     let mut r = http::Request::builder().method(method).uri(uri);
     if !body.is_empty() {
         r = r.header(

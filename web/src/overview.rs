@@ -8,14 +8,14 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::time::Duration;
 
-use crate::ids::StoreTime;
-use crate::state::JobState;
-use crate::stats::Stats;
-use crate::web::chart::Rate;
-use crate::web::counts::Reading;
-use crate::web::html::{Table, duration, escape, relative, store_time, url_component};
-use crate::web::pages::{done_banner, job_link, ok};
-use crate::web::{Inner, PageResult, WebError, chart, params};
+use crate::chart::Rate;
+use crate::counts::Reading;
+use crate::html::{Table, duration, escape, relative, store_time, url_component};
+use crate::pages::{done_banner, job_link, ok};
+use crate::{Inner, PageResult, WebError, chart, params};
+use leasehold::JobState;
+use leasehold::Stats;
+use leasehold::StoreTime;
 
 /// The overview reloads itself this often unless told otherwise (`?refresh=0` stops it).
 const REFRESH_SECS: u32 = 5;
@@ -230,10 +230,10 @@ fn queues(
 /// holding process where processes share a file.
 fn leases(inner: &Inner, stats: &Stats, now: StoreTime) -> Result<String, WebError> {
     let mut out = "<h2>Leases held</h2>".to_owned();
-    let running = inner.reads.jobs(&crate::JobFilter {
+    let running = inner.reads.jobs(&leasehold::JobFilter {
         state: Some(JobState::Running),
         limit: Some(LEASES_SHOWN),
-        ..crate::JobFilter::default()
+        ..leasehold::JobFilter::default()
     })?;
     let holders = inner.holders()?;
     let mut t = Table::new(
@@ -348,7 +348,7 @@ fn pools(inner: &Inner) -> String {
 
 /// The periodic jobs: when each ticks, its next tick, what it has fired; nothing where the
 /// store has none.
-fn schedules(store: &dyn crate::ReadJobs, now: StoreTime) -> Result<String, WebError> {
+fn schedules(store: &dyn leasehold::ReadJobs, now: StoreTime) -> Result<String, WebError> {
     let list = store.schedules()?;
     if list.is_empty() {
         return Ok(String::new());
@@ -367,10 +367,11 @@ fn schedules(store: &dyn crate::ReadJobs, now: StoreTime) -> Result<String, WebE
             escape(s.name()),
             escape(s.queue()),
             match s.when() {
-                crate::When::Every(d) => format!("every {}", duration(*d)),
-                crate::When::Cron { expr, zone } => {
+                leasehold::When::Every(d) => format!("every {}", duration(*d)),
+                leasehold::When::Cron { expr, zone } => {
                     format!("cron <code>{}</code> in {}", escape(expr), escape(zone))
                 }
+                other => escape(&format!("{other:?}")),
             },
             match (s.paused(), next >= 0) {
                 (true, _) => "<span class=\"state dead\">paused</span>".to_owned(),
@@ -395,7 +396,7 @@ fn schedules(store: &dyn crate::ReadJobs, now: StoreTime) -> Result<String, WebE
 
 /// What the last reaper pass did, and a warning when none has run for a while: without a
 /// reaper, an expired lease is taken back only when a claim passes by.
-fn reaper_line(pass: Option<&crate::ReaperPass>, now: StoreTime) -> String {
+fn reaper_line(pass: Option<&leasehold::ReaperPass>, now: StoreTime) -> String {
     match pass {
         None => "<p class=\"error\" id=\"reaper\">No reaper pass is recorded in this store: \
                  expired leases are taken back only by claims. Is a Reaper running beside \
@@ -425,7 +426,7 @@ fn reaper_line(pass: Option<&crate::ReaperPass>, now: StoreTime) -> String {
 }
 
 /// A queue's settings under its name, where it has any: its limits and its retry policy.
-fn settings(counts: &crate::QueueCounts) -> String {
+fn settings(counts: &leasehold::QueueCounts) -> String {
     let mut parts = Vec::new();
     if let Some(n) = counts.limits.concurrency {
         parts.push(format!("at most {n} held"));

@@ -5,7 +5,7 @@
 use std::fmt::Write;
 use std::time::Duration;
 
-use crate::ids::StoreTime;
+use leasehold::StoreTime;
 
 /// `text` made safe inside HTML text and double-quoted attributes.
 pub(crate) fn escape(text: &str) -> String {
@@ -159,7 +159,7 @@ impl Table {
 }
 
 /// A state name in its colour.
-pub(crate) fn state_badge(state: crate::JobState) -> String {
+pub(crate) fn state_badge(state: leasehold::JobState) -> String {
     format!("<span class=\"state {0}\">{0}</span>", state.name())
 }
 

@@ -5,10 +5,10 @@
 
 use std::collections::BTreeMap;
 
-use crate::ids::JobId;
-use crate::query::{JobFilter, JobOrder};
-use crate::state::JobState;
-use crate::web::WebError;
+use crate::WebError;
+use leasehold::JobId;
+use leasehold::JobState;
+use leasehold::{JobFilter, JobOrder};
 
 /// The most jobs one listing page shows.
 pub(crate) const MAX_LIMIT: usize = 500;
@@ -35,25 +35,31 @@ pub(crate) fn job_id(segment: &str) -> Result<JobId, WebError> {
 }
 
 /// An attempt from a parameter.
-pub(crate) fn attempt(value: &str) -> Result<crate::Attempt, WebError> {
+pub(crate) fn attempt(value: &str) -> Result<leasehold::Attempt, WebError> {
     (value.parse::<u32>().ok())
-        .map(crate::Attempt)
+        .map(leasehold::Attempt)
         .ok_or_else(|| WebError::BadRequest(format!("{value:?} is not an attempt")))
 }
 
 /// A group id from a path segment.
-pub(crate) fn group_id(segment: &str) -> Result<crate::GroupId, WebError> {
+pub(crate) fn group_id(segment: &str) -> Result<leasehold::GroupId, WebError> {
     segment
         .parse::<u64>()
         .ok()
         .filter(|&id| id > 0)
-        .map(crate::GroupId)
+        .map(leasehold::GroupId)
         .ok_or_else(|| WebError::BadRequest(format!("{segment:?} is not a group id")))
 }
 
 /// A queue name from a path segment or a parameter, checked as the store checks one.
 pub(crate) fn queue(name: &str) -> Result<String, WebError> {
-    crate::input::check_queue(name).map_err(|e| WebError::BadRequest(format!("queue: {e}")))?;
+    let named = JobFilter {
+        queue: Some(name.to_owned()),
+        ..JobFilter::default()
+    };
+    named
+        .check()
+        .map_err(|e| WebError::BadRequest(format!("queue: {e}")))?;
     Ok(name.to_owned())
 }
 
@@ -142,7 +148,12 @@ impl Listing {
                 l.meta.len()
             )));
         }
-        crate::input::check_metadata(&l.meta)
+        let filtered = JobFilter {
+            metadata: l.meta.clone(),
+            ..JobFilter::default()
+        };
+        filtered
+            .check()
             .map_err(|e| WebError::BadRequest(format!("meta: {e}")))?;
         Ok(l)
     }

@@ -21,11 +21,11 @@ use std::time::Duration;
 use parking_lot::Mutex;
 
 use crate::clock::Stopwatch;
-use crate::error::Result;
-use crate::job_store::ReadJobs;
-use crate::query::QueueTiming;
-use crate::queue::UnservedQueue;
-use crate::stats::Stats;
+use leasehold::QueueTiming;
+use leasehold::ReadJobs;
+use leasehold::Result;
+use leasehold::Stats;
+use leasehold::UnservedQueue;
 
 /// A count that took at least this long is refreshed in the background.
 const SLOW: Duration = Duration::from_millis(20);
@@ -190,16 +190,16 @@ mod tests {
     use std::sync::atomic::AtomicU64;
 
     use super::*;
-    use crate::ids::{JobId, StoreTime};
-    use crate::job::{Job, Run};
-    use crate::query::JobFilter;
-    use crate::queue::QueueSettings;
-    use crate::report::CheckReport;
-    use crate::schedule::ScheduleInfo;
+    use leasehold::CheckReport;
+    use leasehold::JobFilter;
+    use leasehold::QueueSettings;
+    use leasehold::ScheduleInfo;
+    use leasehold::{Job, Run};
+    use leasehold::{JobId, StoreTime};
 
     /// A store whose count takes a while, and that says how many counts it finished.
     struct Slow {
-        store: crate::Store,
+        store: leasehold::Store,
         counted: AtomicU64,
     }
 
@@ -219,7 +219,7 @@ mod tests {
         fn output(&self, job: JobId) -> Result<Option<Vec<u8>>> {
             self.store.output(job)
         }
-        fn group(&self, group: crate::GroupId) -> Result<Option<crate::Group>> {
+        fn group(&self, group: leasehold::GroupId) -> Result<Option<leasehold::Group>> {
             self.store.group(group)
         }
         fn waiters(&self, job: JobId) -> Result<Vec<JobId>> {
@@ -255,7 +255,7 @@ mod tests {
     fn a_slow_count_is_repeated_in_the_background_and_its_thread_is_joined_when_the_page_goes() {
         let dir = tempfile::tempdir().unwrap();
         let slow = Arc::new(Slow {
-            store: crate::Store::open(dir.path().join("s.redb")).unwrap(),
+            store: leasehold::Store::open(dir.path().join("s.redb")).unwrap(),
             counted: AtomicU64::new(0),
         });
         let store: Arc<dyn ReadJobs> = slow.clone();
