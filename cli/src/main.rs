@@ -3,8 +3,9 @@
 //! means (a test holds that text to the commands there are).
 
 mod bench;
-/// A process holding leases, for the bench; the library's process tests start the same code.
-#[path = "../../tests/support/holder.rs"]
+/// A process holding leases, for the bench; the library's process tests start the same code
+/// (it lives here so that the tool's package holds every file it builds from).
+#[path = "holder.rs"]
 mod child;
 mod demo;
 mod demo_processes;

@@ -33,7 +33,7 @@ use std::time::Duration;
 
 use leasehold::{Sharing, Store};
 
-#[path = "holder.rs"]
+#[path = "../../cli/src/holder.rs"]
 mod holder;
 #[path = "pg_holder.rs"]
 mod pg_holder;

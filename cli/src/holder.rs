@@ -1,5 +1,5 @@
-//! A process holding leases: the `holder` role of the library's test helper process
-//! (`helper_process.rs`), and the tool's hidden `__child`, which its bench kills. It opens a
+//! A process holding leases: the tool's hidden `__child`, which its bench kills, and the
+//! `holder` role of the library's test helper process (`tests/support/helper_process.rs`). It opens a
 //! store, optionally enqueues and claims jobs, reports them on stdout, and holds the store until
 //! killed or its stdin closes (a line `complete` on stdin makes it try to complete what it
 //! holds, and report the verdict; a line `write` makes it hold the store's writer seat, in a
