@@ -22,9 +22,10 @@
 //!   [`Outcome::LeaseExpired`] in the job's history and moves the job on; a claimer takes an
 //!   expired job over; a worker that shuts down on purpose [releases](crate::JobStore::release) its
 //!   jobs. (And at open, leases left by a process that is gone are taken back at once.)
-//! * **Fencing.** The attempt is the fencing token: a paused worker that wakes after its job
-//!   was reclaimed has its heartbeat, completion and failure refused with
-//!   [`Error::LeaseLost`]. A false reclaim can run a job twice, so side effects must be
+//! * **Fencing.** The attempt, with the lease's random [`LeaseToken`], is the fence: a
+//!   paused worker that wakes after its job was reclaimed has its heartbeat, completion and
+//!   failure refused with [`Error::LeaseLost`], also after a database failover or a restored
+//!   backup granted the same attempt number again. A false reclaim can run a job twice, so side effects must be
 //!   idempotent; [`Store::complete_with`] commits the application's own writes in the same
 //!   transaction as the completion, guarded by the fence.
 //!
@@ -33,19 +34,26 @@
 //! must come.
 //!
 //! ## The state machine
+//! Every job is in one [`JobState`]; these are the moves between them.
 //! ```text
-//!             enqueue (delay → run_at)
-//!                  │
-//!                  ▼         cancel
-//!   ┌──────────► Queued ─────────────────────────────► Cancelled
-//!   │              │ claim (attempt += 1)                  ▲
-//!   │ release,     ▼                                       │ cancel: flagged, then
-//!   │ lease     Running ── complete ──► Succeeded          │ next heartbeat/end
-//!   │ expired      │  │                                    │
-//!   │ (budget   ───┘  └── fail ──► RetryWait ── run_at ──► (claimable like Queued)
-//!   │  left)          │                │
-//!   └─────────────────┘                └──── cancel ─────► Cancelled
-//!           fail / lease expired with budget spent ──────► Dead
+//!   enqueue
+//!      │
+//!      ├── waits for jobs or a group ──► Blocked ── one ended otherwise ──► Cancelled
+//!      │                                    │
+//!      │                                    │ what it waits for ended as it needs
+//!      ▼                                    ▼
+//!   Queued ◄────────────────────────────────────────────────┐
+//!      │                                                    │ release; lease expired with
+//!      │ claim: attempt + 1, a new lease token              │ budget left; snooze
+//!      ▼                                                    │
+//!   Running ────────────────────────────────────────────────┘
+//!      ├── complete ──────────────────────────────────────────► Succeeded
+//!      ├── fail, stall, time limit, budget left ──────────────► RetryWait ── backoff over ──► as Queued
+//!      └── fail, stall, time limit, lease expired with the
+//!          budget spent; fail_permanently ────────────────────► Dead
+//!
+//!   cancel: a waiting, backing-off or blocked job ──► Cancelled at once;
+//!           a running one at its holder's next heartbeat or end
 //! ```
 //!
 //! ## Quick start
@@ -185,6 +193,56 @@ pub use redb;
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
+
+/// The guide's page `docs/workers.md`, its examples run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/workers.md")]
+struct GuideWorkers;
+
+/// The guide's page `docs/workflows.md`, its examples run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/workflows.md")]
+struct GuideWorkflows;
+
+/// The guide's page `docs/queues.md`, its examples run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/queues.md")]
+struct GuideQueues;
+
+/// The guide's page `docs/schedules.md`, its examples run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/schedules.md")]
+struct GuideSchedules;
+
+/// The guide's page `docs/processes.md`, its examples run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/processes.md")]
+struct GuideProcesses;
+
+/// The guide's page `docs/postgres.md`, its examples run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/postgres.md")]
+struct GuidePostgres;
+
+/// The guide's page `docs/operating.md`, its examples run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/operating.md")]
+struct GuideOperating;
+
+/// The guide's page `docs/page.md`, its examples run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/page.md")]
+struct GuidePage;
+
+/// The guide's page `docs/events.md`, its examples run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/events.md")]
+struct GuideEvents;
+
+/// The guide's page `docs/testing-handlers.md`, its examples run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/testing-handlers.md")]
+struct GuideTestingHandlers;
 
 /// For leasehold's own fuzzers and tests (the `__internal` feature); not part of the API.
 #[cfg(feature = "__internal")]

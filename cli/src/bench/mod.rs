@@ -342,7 +342,7 @@ fn scenarios(dir: &Path, scale: f64, only: Option<&str>) -> Result<Vec<Row>, Err
                     rows.extend(drain::drain("PostgreSQL", store, workers, drained)?);
                 }
                 // Three times as deep: a claim whose cost grows with the waiting jobs (as
-                // one that sorted them all did until session 16) shows here first.
+                // one that sorted them all did until the work of 2026-12-04 (69bf12f)) shows here first.
                 let store = scratch.store("draindeep")?;
                 rows.extend(drain::drain("PostgreSQL", store, 16, 3 * drained)?);
             }
