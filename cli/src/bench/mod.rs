@@ -447,7 +447,6 @@ fn scenarios(dir: &Path, scale: f64, only: Option<&str>) -> Result<Vec<Row>, Err
             Err(_) => eprintln!("postgres: not run (set LEASEHOLD_PG_URL to a server to run it)"),
         }
     }
-    // Minutes long, so only when asked for by name.
     // The status page on a million jobs, and its cost to workers beside it: only when asked
     // for by name (filling the store takes minutes).
     if only == Some("page") {
@@ -467,6 +466,7 @@ fn scenarios(dir: &Path, scale: f64, only: Option<&str>) -> Result<Vec<Row>, Err
                 // rows since updated until a vacuum: the same pages once one has run.
                 scratch.sql("VACUUM (ANALYZE) {s}_page.leasehold_jobs")?;
                 let label = format!("PostgreSQL, {jobs} jobs, after VACUUM");
+                rows.push(page::count(&label, &db, rounds)?);
                 rows.extend(page::pages(&label, &page::view(&db), rounds)?);
                 let live = scratch.store("pagedrain")?;
                 rows.extend(page::cost_to_workers("PostgreSQL", &live, drained)?);
