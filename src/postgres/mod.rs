@@ -103,7 +103,17 @@ impl PgStoreBuilder {
     /// microseconds since the Unix epoch) instead of the database's clock.
     #[cfg(feature = "__internal")]
     #[doc(hidden)]
-    pub fn simulated_clock(mut self, clock: crate::clock::ManualClock) -> PgStoreBuilder {
+    pub fn simulated_clock(self, clock: crate::clock::ManualClock) -> PgStoreBuilder {
+        self.with_simulated_clock(clock)
+    }
+
+    /// The same, for `leasehold::testing`'s `TestPgStore`, which needs it without the
+    /// internal feature.
+    #[cfg(any(feature = "__internal", feature = "testing"))]
+    pub(crate) fn with_simulated_clock(
+        mut self,
+        clock: crate::clock::ManualClock,
+    ) -> PgStoreBuilder {
         self.simulated_clock = Some(clock);
         self
     }

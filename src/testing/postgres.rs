@@ -60,7 +60,7 @@ impl TestPgStore {
         );
         let store = configure(PgStore::builder(url))
             .schema(schema)
-            .simulated_clock(clock.clone())
+            .with_simulated_clock(clock.clone())
             .open()?;
         Ok(TestPgStore { store, clock })
     }
