@@ -133,6 +133,11 @@ impl PgStore {
                 .filter(|c| batchable(c))
                 .map(|c| (c.by, c.output.as_slice(), c.progress))
                 .collect();
+            if done.len() > 1 && batch.len() < done.len() {
+                // Some go one by one, in the workers' order: their rows are locked first,
+                // in the order of their ids (see `fast::lock_running`).
+                fast::lock_running(r, done.iter().map(|c| c.by.job))?;
+            }
             let mut completed = match batch.len() {
                 0 | 1 => Default::default(),
                 _ => fast::complete_many(r, &batch)?,
@@ -152,7 +157,13 @@ impl PgStore {
                     protocol::complete(r, by, &c.output, progress)
                 } else if let Some(writes) = &mut c.writes {
                     let end = (by, c.output.as_slice(), progress);
-                    self.complete_with_writes_in(r.tx, r.p, &mut r.events, end, writes)
+                    self.complete_with_writes_in(
+                        r.tx,
+                        r.p,
+                        (&mut r.events, &mut r.counts),
+                        end,
+                        writes,
+                    )
                 } else {
                     fast::complete(r, by, &c.output, progress)
                 };
@@ -204,7 +215,7 @@ impl PgStore {
         &self,
         tx: &mut postgres::Transaction<'_>,
         p: &mut super::Prepared<'_>,
-        events: &mut crate::events::Pending,
+        (events, counts): (&mut crate::events::Pending, &mut crate::stats::Counters),
         (by, output, progress): (crate::lease::Holding, &[u8], Option<u64>),
         writes: &mut AnyWrites,
     ) -> Result<()> {
@@ -223,9 +234,12 @@ impl PgStore {
         inner.events = events.alike();
         let end = fast::complete(&mut inner, by, output, progress);
         let told = std::mem::take(&mut inner.events);
+        // (what it counted is the enclosing transaction's once the savepoint is kept)
+        let counted = inner.take_counts();
         if let Err(e) = end {
             if e.is_refusal() {
                 sp.commit().map_err(super::PgError::from)?;
+                counts.add(&counted);
             }
             return Err(e);
         }
@@ -249,6 +263,7 @@ impl PgStore {
             Ok(()) => {
                 sp.commit().map_err(super::PgError::from)?;
                 events.append(told);
+                counts.add(&counted);
                 Ok(())
             }
             Err(e) if e.is_transient() => Err(e),

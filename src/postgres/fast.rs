@@ -411,21 +411,62 @@ const LOOK: &str = concat!(
      FROM (SELECT 1) one LEFT JOIN {s}.leasehold_queues q ON q.queue = $1"
 );
 
+// ----- locks -----
+
+/// The running rows of `jobs`, locked in the order of their ids ("Locked in id order",
+/// below).
+const LOCK_RUNNING: &str = "SELECT id FROM {s}.leasehold_jobs
+WHERE id = ANY($1) AND state = 'running' ORDER BY id FOR UPDATE";
+
+/// Locks the rows of `jobs` that are running, in the order of their ids, for a transaction
+/// that then writes them in another order: a round's completions one by one (each with
+/// the application's writes, in the order the workers finished). Two rounds, or a round
+/// and a heartbeat's renewals, that met two rows the other way round deadlocked. Only
+/// running rows: a completion's row is running unless its lease was lost, and a waiting
+/// row is one a claim beside this transaction may be about to take.
+pub(crate) fn lock_running(
+    r: &mut PgRecords<'_, '_, '_>,
+    jobs: impl Iterator<Item = JobId>,
+) -> Result<()> {
+    let mut ids: Vec<i64> = jobs.map(key).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    let st = r.p.get(r.tx, LOCK_RUNNING)?;
+    r.waited();
+    r.tx.execute(&st, &[&ids])?;
+    Ok(())
+}
+
 // ----- heartbeat -----
+
+// Locked in id order. The statements that write many jobs by id (RENEW_MANY,
+// COMPLETE_MANY) lock their rows first, in a `locked` CTE, in the order of the ids. An
+// `UPDATE ... FROM unnest(...)` locks rows in the order its plan meets them, which the
+// planner chooses: the partial index of running jobs, in the order of their lease expiry
+// (which renewals change), or the ids passed. A pool's heartbeat renews the leases of jobs
+// its own round is completing, on another connection: two orders, and each pair of such
+// statements that met two rows the other way round deadlocked, costing both a second of
+// PostgreSQL's `deadlock_timeout` and the round a retry (489 times in one run of the
+// PostgreSQL suite). In one order, no statement holds a row another waits for while it
+// waits for one the other holds. It costs a second probe of each row's key.
 
 const RENEW_MANY: &str = "
 WITH c AS MATERIALIZED (SELECT {now} AS t),
 r AS (SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::bigint[])
-      AS r(id, attempt, token, progress))
+      AS r(id, attempt, token, progress)),
+-- (the rows locked in the order of their ids first: see above)
+locked AS MATERIALIZED (
+    SELECT id FROM {s}.leasehold_jobs WHERE id = ANY($1) ORDER BY id FOR UPDATE
+)
 UPDATE {s}.leasehold_jobs j
 SET lease_expires_at = greatest(j.lease_expires_at,
         least(c.t + j.lease_length_us * interval '1 microsecond', j.lease_deadline)),
     progress = r.progress,
     progress_at = CASE WHEN j.progress = r.progress THEN j.progress_at ELSE c.t END,
     updated_at = c.t
-FROM c, r
-WHERE j.id = r.id AND j.attempt = r.attempt AND j.lease_token = r.token AND j.state = 'running'
-    AND NOT j.cancel_requested
+FROM c, r, locked
+WHERE j.id = r.id AND j.id = locked.id AND j.attempt = r.attempt AND j.lease_token = r.token
+    AND j.state = 'running' AND NOT j.cancel_requested
     AND NOT (j.stall_timeout_us IS NOT NULL AND j.progress = r.progress
              AND c.t - j.progress_at >= j.stall_timeout_us * interval '1 microsecond')
     AND NOT coalesce(j.lease_deadline <= c.t, false)
@@ -504,12 +545,12 @@ pub(crate) fn complete(
 /// `last_claimed_at`: the history of a succeeded job reads its last attempt there, and no
 /// history row is written; see `MIGRATE_FROM_2` in the schema).
 ///
-/// It touches each row once, found by key (locking the rows first in a CTE made the planner
-/// hash every running job of the table and touch each row twice). The rows come in the
-/// order of the ids passed, which [`complete_many`] sorts, and are locked in it, so that
-/// two batches lock overlapping rows alike.
+/// The rows are locked in the order of their ids first ("Locked in id order", above).
 const COMPLETE_MANY: &str = "
-WITH c AS MATERIALIZED (SELECT {now} AS t)
+WITH c AS MATERIALIZED (SELECT {now} AS t),
+locked AS MATERIALIZED (
+    SELECT id FROM {s}.leasehold_jobs WHERE id = ANY($1) ORDER BY id FOR UPDATE
+)
 UPDATE {s}.leasehold_jobs j
 SET state = 'succeeded', finished_at = c.t, updated_at = c.t,
     output = CASE WHEN octet_length(r.output) > 0 THEN r.output END,
@@ -522,8 +563,9 @@ SET state = 'succeeded', finished_at = c.t, updated_at = c.t,
     lease_deadline = NULL
 FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::bytea[], $5::bigint[])
          AS r(id, attempt, token, output, progress),
-     c
-WHERE j.id = r.id AND j.attempt = r.attempt AND j.lease_token = r.token AND j.state = 'running'
+     c, locked
+WHERE j.id = r.id AND j.id = locked.id AND j.attempt = r.attempt AND j.lease_token = r.token
+    AND j.state = 'running'
     -- rules::before_deadline: an attempt past its deadline is left to the one-by-one path,
     -- which refuses the completion
     AND NOT coalesce(j.lease_deadline <= c.t, false)

@@ -457,6 +457,7 @@ impl PgStore {
             let mut r = transaction::PgRecords::new(tx, p, settings);
             r.events = crate::events::Pending::of(&self.inner.hub);
             let answer = f(&mut r);
+            let answer = r.counted(answer);
             readied = r.readied_queues();
             events = r.events.take();
             answer
@@ -532,6 +533,7 @@ fn finish<T>(
             connection::commit(tx, warnings)?;
             Ok(v)
         }
+        // (a refusal keeps its counter: `PgRecords::counted`)
         Err(e) if e.is_lease_lost() => {
             tx.commit().map_err(PgError::at_commit)?;
             Err(e)

@@ -468,24 +468,8 @@ impl Records for PgRecords<'_, '_, '_> {
     }
 
     fn count(&mut self, c: &Counters) -> Result<()> {
-        for (name, by) in c.named() {
-            if by > 0 {
-                // An upsert: a counter added after a store was made has no row there yet.
-                let st = self.get(
-                    "INSERT INTO {s}.leasehold_counters AS c (name, value) VALUES ($1, $2)
-                     ON CONFLICT (name) DO UPDATE SET value = c.value + excluded.value",
-                )?;
-                self.tx.execute(&st, &[&name, &clamp(by)])?;
-            }
-        }
-        if !c.worst_detection_delay.is_zero() {
-            let worst = self.get(
-                "UPDATE {s}.leasehold_counters SET value = greatest(value, $1)
-                 WHERE name = 'worst_detection_delay_us'",
-            )?;
-            self.tx
-                .execute(&worst, &[&micros(c.worst_detection_delay)])?;
-        }
+        // Written just before the commit (`PgRecords::write_counts`).
+        self.counts.add(c);
         Ok(())
     }
 

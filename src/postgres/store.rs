@@ -114,10 +114,15 @@ impl PgStore {
         let done = self.in_transaction(|tx, p| {
             let mut r = PgRecords::new(tx, p, s);
             r.events = crate::events::Pending::of(&self.inner.hub);
-            fast::complete(&mut r, lease.holding(), output, progress)?;
+            let end = fast::complete(&mut r, lease.holding(), output, progress);
+            if end.is_err() {
+                return r.counted(end);
+            }
             told = r.events.take();
+            let counts = r.take_counts();
             let written = writes(&mut PgTransaction::new(tx, p.cache, self));
-            applied(tx, written.map_err(application_error))
+            applied(tx, written.map_err(application_error))?;
+            super::transaction::write_counts(tx, p, &counts)
         });
         done?;
         self.inner.hub.publish(told);
@@ -167,6 +172,7 @@ impl PgStore {
             [job] => fast::enqueue(&mut r, job).map(|id| vec![id]),
             jobs => fast::enqueue_batch(&mut r, jobs),
         };
+        let made = r.counted(made);
         if made.is_err() {
             // A refusal found before any statement (a bad input), or after some of the batch
             // were written (a sealed group): either way the transaction must not commit

@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 
 use postgres::Transaction;
 
-use super::rows::{Col, time};
+use super::rows::{Col, clamp, micros, time};
 use super::{Prepared, Settings};
 use crate::error::Result;
 use crate::ids::StoreTime;
@@ -44,6 +44,12 @@ pub(crate) struct PgRecords<'a, 'b, 'c> {
     pub(super) now: Option<StoreTime>,
     /// Its events, for the subscribers once it commits.
     pub events: crate::events::Pending,
+    /// What its steps counted, written by [`PgRecords::write_counts`] just before it
+    /// commits: a counter's row is one every writer of the store updates, so it is locked
+    /// last and for the shortest time. Taken mid-transaction, between two job rows, it
+    /// made one round's completions deadlock with another's (each holding a job row the
+    /// other wanted, one of them also the counter).
+    pub(super) counts: crate::stats::Counters,
 }
 
 impl<'a, 'b, 'c> PgRecords<'a, 'b, 'c> {
@@ -59,7 +65,27 @@ impl<'a, 'b, 'c> PgRecords<'a, 'b, 'c> {
             notified: BTreeSet::new(),
             now: None,
             events: Default::default(),
+            counts: Default::default(),
         }
+    }
+
+    /// `answer`, after writing what this transaction's steps counted
+    /// ([`PgRecords::counts`]) where the transaction is to commit: on success, and on a
+    /// refusal by the fence, which commits its counter alone. The last statement before
+    /// the commit.
+    pub(crate) fn counted<T>(&mut self, answer: Result<T>) -> Result<T> {
+        let counts = std::mem::take(&mut self.counts);
+        match answer {
+            Ok(value) => write_counts(self.tx, self.p, &counts).map(|()| value),
+            Err(e) if e.is_lease_lost() => write_counts(self.tx, self.p, &counts).and(Err(e)),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Takes what this transaction's steps counted, for a caller that writes them later
+    /// ([`write_counts`]) or adds them to an enclosing transaction's.
+    pub(crate) fn take_counts(&mut self) -> crate::stats::Counters {
+        std::mem::take(&mut self.counts)
     }
 
     /// The queues this transaction readied (and notified).
@@ -81,4 +107,38 @@ impl<'a, 'b, 'c> PgRecords<'a, 'b, 'c> {
     pub(super) fn get(&mut self, template: &'static str) -> Result<postgres::Statement> {
         self.p.get(self.tx, template)
     }
+}
+
+/// Adds `counts` to the store's counters: one statement, the rows in the order of their
+/// names, so that two transactions writing several counters take their locks in one order.
+pub(crate) fn write_counts(
+    tx: &mut Transaction<'_>,
+    p: &mut Prepared<'_>,
+    counts: &crate::stats::Counters,
+) -> Result<()> {
+    let mut named: Vec<(&str, i64)> = (counts.named().into_iter())
+        .filter(|(_, by)| *by > 0)
+        .map(|(name, by)| (name, clamp(by)))
+        .collect();
+    if !named.is_empty() {
+        named.sort_unstable();
+        let (names, by): (Vec<&str>, Vec<i64>) = named.into_iter().unzip();
+        // An upsert: a counter added after a store was made has no row there yet.
+        let st = p.get(
+            tx,
+            "INSERT INTO {s}.leasehold_counters AS c (name, value)
+             SELECT * FROM unnest($1::text[], $2::bigint[]) ORDER BY 1
+             ON CONFLICT (name) DO UPDATE SET value = c.value + excluded.value",
+        )?;
+        tx.execute(&st, &[&names, &by])?;
+    }
+    if !counts.worst_detection_delay.is_zero() {
+        let worst = p.get(
+            tx,
+            "UPDATE {s}.leasehold_counters SET value = greatest(value, $1)
+             WHERE name = 'worst_detection_delay_us'",
+        )?;
+        tx.execute(&worst, &[&micros(counts.worst_detection_delay)])?;
+    }
+    Ok(())
 }

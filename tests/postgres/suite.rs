@@ -968,6 +968,75 @@ fn a_role_without_rights_is_refused_with_permission_denied() {
     }
 }
 
+/// Waits until `done` holds of the store's counts; past a generous deadline (a loaded CI
+/// machine runs the helper processes slowly), fails naming what is left and who holds it:
+/// a bare timeout tells nothing.
+fn wait_for_unfinished(
+    store: &PgStore,
+    what: &str,
+    mut done: impl FnMut(&leasehold::Stats) -> bool,
+) {
+    #[allow(clippy::disallowed_methods)] // a test deadline, not store time
+    let deadline = std::time::Instant::now() + Duration::from_secs(180);
+    loop {
+        let stats = store.stats().unwrap();
+        if done(&stats) {
+            return;
+        }
+        #[allow(clippy::disallowed_methods)]
+        if std::time::Instant::now() > deadline {
+            let now = store.now().unwrap();
+            let left: Vec<String> = [
+                JobState::Running,
+                JobState::Queued,
+                JobState::RetryWait,
+                JobState::Blocked,
+                JobState::Dead,
+                JobState::Cancelled,
+            ]
+            .into_iter()
+            .flat_map(|state| {
+                let filter = leasehold::JobFilter {
+                    state: Some(state),
+                    limit: Some(5),
+                    ..Default::default()
+                };
+                store.jobs(&filter).unwrap()
+            })
+            .map(|job| {
+                let lease = job.lease().map(|l| {
+                    let left = l.expires_at().as_nanos() as i128 - now.as_nanos() as i128;
+                    format!("held by {} for {} ms more", l.owner(), left / 1_000_000)
+                });
+                // How its last attempts ended, and how long each held it.
+                let history = store.history(job.id()).unwrap_or_default();
+                let last: Vec<String> = (history.iter().rev().take(3))
+                    .map(|run| {
+                        let held = run.ended_at().map(|end| {
+                            (end.as_nanos() as i128 - run.claimed_at().as_nanos() as i128)
+                                / 1_000_000
+                        });
+                        format!("{} {:?} after {held:?} ms", run.worker(), run.outcome())
+                    })
+                    .collect();
+                format!(
+                    "job {} {:?} attempt {} failures {} run at +{} ms {:?} needs {:?}; last runs {last:?}",
+                    job.id(),
+                    job.state(),
+                    job.attempt(),
+                    job.failures(),
+                    (job.run_at().as_nanos() as i128 - now.as_nanos() as i128) / 1_000_000,
+                    lease,
+                    job.needs(),
+                )
+            })
+            .collect();
+            panic!("timed out waiting for {what}: {stats:?}; {left:#?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 fn kills() -> usize {
     std::env::var("LEASEHOLD_PG_KILLS")
         .ok()
@@ -1477,8 +1546,12 @@ fn groups_through_worker_kills_on_postgres_run_every_member_once_and_each_callba
         workers.push(start());
     }
     let jobs = (GROUPS * (MEMBERS + 2)) as u64 + plain;
-    wait_until("every member and callback to succeed", || {
-        store.stats().unwrap().total(JobState::Succeeded) == jobs
+    wait_for_unfinished(&store, "every member and callback to succeed", |stats| {
+        // What the workers say as they go: a worker that stopped says why here.
+        for w in &mut workers {
+            w.take_reported(&mut committed, Duration::ZERO);
+        }
+        stats.total(JobState::Succeeded) == jobs
     });
     for w in workers.drain(..) {
         w.kill_after(0, &mut committed);
@@ -1543,46 +1616,7 @@ fn worker_processes_on_postgres_killed_at_random_lose_nothing_and_commit_each_jo
             + stats.total(JobState::Running)
             + stats.total(JobState::RetryWait)
     };
-    #[allow(clippy::disallowed_methods)] // a test deadline, not store time
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    #[allow(clippy::disallowed_methods)]
-    while unfinished() > 0 {
-        if std::time::Instant::now() > deadline {
-            // Say what is left and who holds it: a bare timeout tells nothing.
-            let now = store.now().unwrap();
-            let left: Vec<String> = [JobState::Running, JobState::Queued, JobState::RetryWait]
-                .into_iter()
-                .flat_map(|state| {
-                    let filter = leasehold::JobFilter {
-                        state: Some(state),
-                        limit: Some(5),
-                        ..Default::default()
-                    };
-                    store.jobs(&filter).unwrap()
-                })
-                .map(|job| {
-                    let lease = job.lease().map(|l| {
-                        let left = l.expires_at().as_nanos() as i128 - now.as_nanos() as i128;
-                        format!("held by {} for {} ms more", l.owner(), left / 1_000_000)
-                    });
-                    format!(
-                        "job {} {:?} attempt {} failures {} run at +{} ms {:?}",
-                        job.id(),
-                        job.state(),
-                        job.attempt(),
-                        job.failures(),
-                        (job.run_at().as_nanos() as i128 - now.as_nanos() as i128) / 1_000_000,
-                        lease
-                    )
-                })
-                .collect();
-            panic!(
-                "timed out waiting for every job to succeed: {:?}; {left:#?}",
-                store.stats().unwrap()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_for_unfinished(&store, "every job to succeed", |_| unfinished() == 0);
     for w in workers.drain(..) {
         w.kill_after(0, &mut committed);
     }
@@ -2091,4 +2125,83 @@ fn a_whole_pool_cut_off_past_its_leases_stops_its_handlers_and_its_late_writes_a
         assert_eq!(history[1].outcome(), Some(&Outcome::Succeeded));
     }
     assert!(store.check().unwrap().is_clean());
+}
+
+/// Two pools on one queue: each round completes its jobs one by one (each brings the
+/// application's writes), in the order the workers finished, while each pool's heartbeat
+/// renews the same jobs' leases in one statement on another connection. Every one of them
+/// locks the rows in the order of their ids, so none deadlocks: PostgreSQL broke such a
+/// deadlock after a second (its `deadlock_timeout`) and the round ran again, long enough
+/// for short leases to run out. The server counts the deadlocks it broke per database, so
+/// the test has a database of its own.
+#[test]
+fn rounds_and_renewals_of_pools_on_one_queue_never_deadlock() {
+    let mut db = db!("no deadlocks");
+    let name = format!("{}_dl", db.schema);
+    db.sql(&format!("CREATE DATABASE {name}"));
+    let url = match db.url.split_once('?') {
+        Some((base, params)) => format!("{}/{name}?{params}", base.rsplit_once('/').unwrap().0),
+        None => format!("{}/{name}", db.url.rsplit_once('/').unwrap().0),
+    };
+    let jobs = 3000;
+    {
+        let store = PgStore::builder(&url).open().unwrap();
+        let mut app = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+        app.batch_execute("CREATE TABLE effects (job bigint NOT NULL)")
+            .unwrap();
+        store
+            .enqueue_batch((0..jobs).map(|i| NewJob::new(Q, format!("{i}"))))
+            .unwrap();
+        let pools: Vec<_> = (0..2)
+            .map(|_| {
+                leasehold::WorkerPool::builder(store.clone(), Q)
+                    .concurrency(8)
+                    .lease(Duration::from_secs(30))
+                    .heartbeat_every(Duration::from_millis(5))
+                    .start(|ctx| {
+                        let job = ctx.job().0 as i64;
+                        // Workers finish out of the order they started in.
+                        std::thread::sleep(Duration::from_micros((job as u64 * 7919) % 3000));
+                        Ok(leasehold::Output::with_sql(Vec::new(), move |t| {
+                            t.sql()
+                                .execute("INSERT INTO effects (job) VALUES ($1)", &[&job])?;
+                            Ok::<(), postgres::Error>(())
+                        }))
+                    })
+                    .unwrap()
+            })
+            .collect();
+        wait_until("every job to succeed", || {
+            store.stats().unwrap().total(JobState::Succeeded) == jobs
+        });
+        for pool in pools {
+            pool.shutdown(Duration::from_secs(10));
+        }
+    }
+    // A backend's counts reach the server's when it exits.
+    let backends = |db: &mut Db| -> i64 {
+        let sql = "SELECT count(*) FROM pg_stat_activity WHERE datname = $1";
+        db.admin
+            .query_one(sql, &[&name])
+            .unwrap()
+            .try_get(0)
+            .unwrap()
+    };
+    wait_until("the test's connections to end", || backends(&mut db) == 0);
+    db.admin
+        .batch_execute("SELECT pg_stat_clear_snapshot()")
+        .unwrap();
+    let deadlocks: i64 = (db.admin)
+        .query_one(
+            "SELECT deadlocks FROM pg_stat_database WHERE datname = $1",
+            &[&name],
+        )
+        .unwrap()
+        .try_get(0)
+        .unwrap();
+    db.sql(&format!("DROP DATABASE {name}"));
+    assert_eq!(
+        deadlocks, 0,
+        "deadlocks PostgreSQL broke among {jobs} jobs' rounds"
+    );
 }
