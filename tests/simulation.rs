@@ -880,8 +880,30 @@ fn seeds(var: &str, default: u64) -> Vec<u64> {
 }
 
 /// Runs every seed on a simulation `make` builds; panics with a replay line on the first
-/// that fails.
-fn simulate(seeds: &[u64], make: impl Fn(u64) -> Sim, replay: &str) -> Tally {
+/// that fails. Seeds are independent, so they run on a thread per core: the simulation is
+/// CPU-bound and would otherwise be the longest test of the suite.
+fn simulate(seeds: &[u64], make: impl Fn(u64) -> Sim + Sync, replay: &str) -> Tally {
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(4);
+    let chunk = seeds.len().div_ceil(threads).max(1);
+    let parts: Vec<Tally> = std::thread::scope(|scope| {
+        let runs: Vec<_> = seeds
+            .chunks(chunk)
+            .map(|seeds| scope.spawn(|| run_seeds(seeds, &make, replay)))
+            .collect();
+        runs.into_iter()
+            .map(|run| run.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+            .collect()
+    });
+    let mut totals = Tally::default();
+    for t in &parts {
+        totals.add(t);
+    }
+    totals
+}
+
+fn run_seeds(seeds: &[u64], make: &impl Fn(u64) -> Sim, replay: &str) -> Tally {
     let mut totals = Tally::default();
     for seed in seeds {
         let mut sim = make(*seed);
@@ -890,23 +912,27 @@ fn simulate(seeds: &[u64], make: impl Fn(u64) -> Sim, replay: &str) -> Tally {
                 "seed {seed}: {why}\nreplay: {replay}LEASEHOLD_SIM_SEED={seed} cargo test --test simulation"
             );
         }
-        let t = &sim.tally;
-        totals.duplicates += t.duplicates;
-        totals.pool_deaths += t.pool_deaths;
-        totals.restarts += t.restarts;
-        totals.process_deaths += t.process_deaths;
-        totals.pauses += t.pauses;
-        totals.stalls += t.stalls;
-        totals.crashes += t.crashes;
-        totals.late_commits_refused += t.late_commits_refused;
-        totals.rounds += t.rounds;
-        totals.pipe_crashes += t.pipe_crashes;
-        totals.given_back_unrun += t.given_back_unrun;
+        totals.add(&sim.tally);
     }
     totals
 }
 
 impl Tally {
+    /// Adds another run's counts to these.
+    fn add(&mut self, t: &Tally) {
+        self.duplicates += t.duplicates;
+        self.pool_deaths += t.pool_deaths;
+        self.restarts += t.restarts;
+        self.process_deaths += t.process_deaths;
+        self.pauses += t.pauses;
+        self.stalls += t.stalls;
+        self.crashes += t.crashes;
+        self.late_commits_refused += t.late_commits_refused;
+        self.rounds += t.rounds;
+        self.pipe_crashes += t.pipe_crashes;
+        self.given_back_unrun += t.given_back_unrun;
+    }
+
     fn summary(&self, seeds: usize) -> String {
         format!(
             "{seeds} seeds: {} crashes, {} pauses, {} stalls, {} pool deaths, {} process deaths, {} restarts; a pipelined pool's {} rounds, {} crashes with completions waiting, {} jobs claimed ahead given back unrun; {} jobs ran twice, {} late commits refused, 0 duplicate commits",
