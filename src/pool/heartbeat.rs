@@ -158,9 +158,17 @@ fn apply(shared: &Shared, flight: &Flight, result: crate::Result<Renewal>) {
 /// would otherwise go on with jobs other workers may now hold. It never writes to the store.
 /// A heartbeat that still ticks judges its own renewals; a paused pool is frozen, as a
 /// stopped process would be, and sheds nothing.
+///
+/// It sleeps until the heartbeat would first be overdue, and only once it is, looks again
+/// every [`super::dispatch::recheck`]: a pool whose heartbeat ticks (an idle one's ticks
+/// once an interval) wakes this thread about once a heartbeat interval, not ten times a
+/// second, which on a device that waits for work on a battery is most of its wake-ups.
 pub(crate) fn watch_loop(shared: &Shared, stop: &Receiver<()>) {
     loop {
-        match stop.recv_timeout(super::dispatch::recheck(shared)) {
+        let wait = shared
+            .until_heartbeat_overdue()
+            .max(super::dispatch::recheck(shared));
+        match stop.recv_timeout(wait) {
             Err(RecvTimeoutError::Timeout) => {}
             Ok(()) | Err(RecvTimeoutError::Disconnected) => return,
         }

@@ -598,12 +598,20 @@ impl Shared {
     /// return, or its thread starved. A renewal under load may take long; one stuck for a
     /// second past its time while the leases run out is treated as gone.
     pub(crate) fn heartbeat_overdue(&self) -> bool {
+        self.until_heartbeat_overdue().is_zero()
+    }
+
+    /// How long until the heartbeat is overdue if it begins no tick meanwhile; zero once it
+    /// is.
+    pub(crate) fn until_heartbeat_overdue(&self) -> Duration {
         let since = self
             .heartbeat_clock
             .elapsed()
             .saturating_sub(Duration::from_nanos(self.last_tick.load(Ordering::SeqCst)));
         let beat = self.settings.heartbeat();
-        since > beat + (beat / 2).max(Duration::from_secs(1))
+        let grace = beat + (beat / 2).max(Duration::from_secs(1));
+        // (overdue once `since` is past the grace, not at it)
+        (grace + Duration::from_nanos(1)).saturating_sub(since)
     }
 
     pub(crate) fn renewed_at(&self, now: StoreTime) {

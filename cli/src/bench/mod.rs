@@ -7,6 +7,7 @@
 
 mod drain;
 mod group_commit;
+mod idle;
 mod keyed;
 mod measure;
 mod page;
@@ -271,6 +272,32 @@ fn scenarios(dir: &Path, scale: f64, only: Option<&str>) -> Result<Vec<Row>, Err
     }
     if want("wake") {
         rows.push(wake_latency(dir, n(300))?);
+    }
+    // What waiting costs: the wake-ups of an idle pool, reaper and scheduler.
+    if want("idle") {
+        let window = Duration::from_secs_f64((10.0 * scale).clamp(1.0, 30.0));
+        let file = store(dir, "idle.redb", true)?;
+        rows.push(idle::idle_wakeups(
+            "redb, single-writer file",
+            file.into(),
+            window,
+        )?);
+        let shared = store_with(dir, "idle-shared.redb", true, |b| {
+            b.sharing(Sharing::MultiProcess)
+        })?;
+        rows.push(idle::idle_wakeups(
+            "redb, shared file",
+            shared.into(),
+            window,
+        )?);
+        match std::env::var("LEASEHOLD_PG_URL") {
+            Ok(url) => {
+                let scratch = postgres::Scratch::new(&url)?;
+                let store = scratch.store("idle")?;
+                rows.push(idle::idle_wakeups("PostgreSQL", store.into(), window)?);
+            }
+            Err(_) => eprintln!("idle: PostgreSQL not run (set LEASEHOLD_PG_URL to a server)"),
+        }
     }
     // Several processes on one store: 4 x 4 against 1 x 16 in the same run, the time from
     // a worker process's death to its jobs being claimable, and wake-ups across processes.
