@@ -1,0 +1,65 @@
+//! What an idle process costs: a test of its own, in a process of its own, since it counts
+//! the wake-ups of every library thread of the process (another test's pool or PostgreSQL
+//! listener beside it would be counted too).
+#![cfg(target_os = "linux")]
+
+use std::time::Duration;
+
+/// A pool with nothing to do and a reaper beside it, on a store file: what they cost their
+/// process while they wait is wake-ups, and a device that waits for work on a battery pays
+/// for each. Their threads together wake about once a heartbeat interval and once a reaper
+/// interval, never ten times a second (the pool's watch over its heartbeat did, when it
+/// looked every 100 ms whether the heartbeat had stopped). Counted by the kernel: each
+/// thread's voluntary context switches (a thread that sleeps and wakes switches once), over
+/// two seconds of idleness.
+#[test]
+fn an_idle_pool_and_its_reaper_wake_their_threads_seldom() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = leasehold::Store::open(dir.path().join("idle.redb")).unwrap();
+    let pool = leasehold::WorkerPool::builder(store.clone(), "q")
+        .concurrency(4)
+        .start(|_| Ok(()))
+        .unwrap();
+    let reaper = leasehold::Reaper::start(store.clone(), Duration::from_secs(15)).unwrap();
+    #[allow(clippy::disallowed_methods)] // a test deadline, not store time
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while pool.stats().idle_waits == 0 {
+        #[allow(clippy::disallowed_methods)]
+        let late = std::time::Instant::now() > deadline;
+        assert!(!late, "the dispatcher did not go idle");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // The library's threads (`lh-…`, `leasehold-…`): each one's name and voluntary
+    // switches so far, by thread id.
+    let switches = || -> std::collections::BTreeMap<String, (String, u64)> {
+        let tasks = std::fs::read_dir("/proc/self/task").unwrap();
+        let mut threads = std::collections::BTreeMap::new();
+        for task in tasks.map(|t| t.unwrap().path()) {
+            let comm = std::fs::read_to_string(task.join("comm")).unwrap_or_default();
+            if !(comm.starts_with("lh-") || comm.starts_with("leasehold")) {
+                continue;
+            }
+            let status = std::fs::read_to_string(task.join("status")).unwrap_or_default();
+            let count = (status.lines())
+                .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+                .map_or(0, |n| n.trim().parse::<u64>().unwrap());
+            let tid = task.file_name().unwrap().to_string_lossy().into_owned();
+            threads.insert(tid, (comm.trim().to_owned(), count));
+        }
+        threads
+    };
+    let before = switches();
+    // A window to count in, not a timing: the count is of what happened within it.
+    std::thread::sleep(Duration::from_secs(2));
+    let woke: Vec<(String, u64)> = (switches().into_iter())
+        .map(|(tid, (comm, n))| (comm, n - before.get(&tid).map_or(0, |b| b.1)))
+        .filter(|(_, n)| *n > 0)
+        .collect();
+    let total: u64 = woke.iter().map(|(_, n)| n).sum();
+    assert!(
+        total <= 2,
+        "the idle pool and reaper woke their threads {total} times in 2 s: {woke:?}"
+    );
+    drop(reaper);
+    drop(pool);
+}
