@@ -388,8 +388,11 @@ impl PgStore {
         let result = f(&mut conn);
         // A connection that failed is not lent again, even where the client has not yet seen
         // it close: a backend ended by an operator or a restart resets the socket, and the
-        // next operation on it would fail for nothing. (A refusal is no failure of it.)
-        let failed = matches!(&result, Err(e) if !e.is_refusal());
+        // next operation on it would fail for nothing. (A refusal is no failure of it; nor is
+        // a deadlock or a serialization failure the server answered, after which the
+        // connection is as good as before: dropping it made a retry open another beside the
+        // one still closing.)
+        let failed = matches!(&result, Err(e) if !e.is_refusal() && !e.is_transient());
         if !failed && !conn.client.is_closed() {
             let mut idle = self.inner.idle.lock();
             if idle.len() < self.inner.settings.connections {
