@@ -1,5 +1,6 @@
 //! Limits per key: what a claim costs when 999 of a queue's 1,000 tenants are at their
 //! limit (their waiting jobs parked, out of the claim order) against one where none is.
+//! (Fewer tenants below scale 1, so that a tiny run stays tiny; the rows name how many.)
 //! Each claim is timed alone; its job is completed after, untimed, so every claim meets the
 //! same queue.
 
@@ -11,50 +12,55 @@ use super::LEASE;
 use super::measure::{Row, Samples};
 
 const QUEUE: &str = "tenants";
-const TENANTS: usize = 1000;
 /// Waiting jobs per tenant.
 const EACH: usize = 5;
 
-/// The rows of one engine: claims with no tenant at its limit, then with 999 at it. `open`
-/// makes a fresh store under a name.
+/// The rows of one engine: claims with no tenant of `tenants` at its limit, then with all
+/// but one at it. `open` makes a fresh store under a name.
 pub(super) fn rows<S: JobStore>(
     label: &str,
     durability: &'static str,
     open: impl Fn(&str) -> Result<S, Error>,
     claims: usize,
+    tenants: usize,
 ) -> Result<Vec<Row>, Error> {
     // For scale: the same claims of jobs without a key.
     let plain = open("keyed_plain")?;
-    for _ in 0..(TENANTS * (EACH + 2) + claims).div_ceil(1000) {
+    for _ in 0..(tenants * (EACH + 2) + claims).div_ceil(1000) {
         plain.enqueue_batch((0..1000).map(|_| NewJob::new(QUEUE, Vec::new())).collect())?;
     }
     let name = format!("keyed: claim of one job without a key, for scale ({label})");
     let mut rows = vec![claimed(&plain, &name, durability, claims)?];
     let free = open("keyed_free")?;
-    prepare(&free, 0, claims)?;
+    prepare(&free, tenants, 0, claims)?;
     let name = format!(
-        "keyed: claim of one job, {TENANTS} tenants at 2 each, none at its limit ({label})"
+        "keyed: claim of one job, {tenants} tenants at 2 each, none at its limit ({label})"
     );
     rows.push(claimed(&free, &name, durability, claims)?);
     let full = open("keyed_full")?;
-    prepare(&full, TENANTS - 1, claims)?;
+    prepare(&full, tenants, tenants - 1, claims)?;
     let name = format!(
-        "keyed: claim of one job, {TENANTS} tenants at 2 each, {} at their limit ({label})",
-        TENANTS - 1
+        "keyed: claim of one job, {tenants} tenants at 2 each, {} at their limit ({label})",
+        tenants - 1
     );
     rows.push(claimed(&full, &name, durability, claims)?);
     Ok(rows)
 }
 
-/// A queue of `TENANTS` tenants limited to two running jobs each, `EACH` jobs of each
+/// A queue of `tenants` tenants limited to two running jobs each, `EACH` jobs of each
 /// waiting; the first `at_limit` tenants hold two running. The last tenant has enough jobs
 /// for `claims` more.
-fn prepare<S: JobStore>(store: &S, at_limit: usize, claims: usize) -> Result<(), Error> {
+fn prepare<S: JobStore>(
+    store: &S,
+    tenants: usize,
+    at_limit: usize,
+    claims: usize,
+) -> Result<(), Error> {
     store.declare_queue(QUEUE)?;
     store.set_queue_limits(QUEUE, QueueLimits::none().per_key(2))?;
     let job = |t: usize| NewJob::new(QUEUE, Vec::new()).limit_key(format!("tenant-{t}"));
     for _ in 0..EACH + 2 {
-        store.enqueue_batch((0..TENANTS - 1).map(job).collect())?;
+        store.enqueue_batch((0..tenants - 1).map(job).collect())?;
     }
     let mut held = 0;
     while held < 2 * at_limit {
@@ -66,7 +72,7 @@ fn prepare<S: JobStore>(store: &S, at_limit: usize, claims: usize) -> Result<(),
         held += got.len();
     }
     for _ in 0..(claims + EACH).div_ceil(1000) {
-        store.enqueue_batch((0..1000).map(|_| job(TENANTS - 1)).collect())?;
+        store.enqueue_batch((0..1000).map(|_| job(tenants - 1)).collect())?;
     }
     Ok(())
 }

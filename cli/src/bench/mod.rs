@@ -416,16 +416,23 @@ fn scenarios(dir: &Path, scale: f64, only: Option<&str>) -> Result<Vec<Row>, Err
     // Limits per key: a claim with 999 of 1,000 tenants at their limit against one with none.
     if want("keyed") {
         let claims = ((2_000.0 * scale) as usize).max(100);
+        let tenants = ((1_000.0 * scale) as usize).clamp(20, 1_000);
         // (redb not durable as well: without a flush per claim, what the index costs shows)
         let open = |name: &str| store(dir, &format!("{name}.redb"), false);
-        rows.extend(keyed::rows("redb", "non-durable", open, claims * 5)?);
+        rows.extend(keyed::rows(
+            "redb",
+            "non-durable",
+            open,
+            claims * 5,
+            tenants,
+        )?);
         let open = |name: &str| store(dir, &format!("{name}-durable.redb"), true);
-        rows.extend(keyed::rows("redb", "durable", open, claims)?);
+        rows.extend(keyed::rows("redb", "durable", open, claims, tenants)?);
         match std::env::var("LEASEHOLD_PG_URL") {
             Ok(url) => {
                 let scratch = postgres::Scratch::new(&url)?;
                 let open = |n: &str| scratch.store(n);
-                rows.extend(keyed::rows("PostgreSQL", "durable", open, claims)?);
+                rows.extend(keyed::rows("PostgreSQL", "durable", open, claims, tenants)?);
             }
             Err(_) => eprintln!("keyed: PostgreSQL not run (set LEASEHOLD_PG_URL to a server)"),
         }
