@@ -203,6 +203,13 @@ pub trait LeaseBackend: Send + Sync + 'static {
     fn another_process_writes(&self) -> bool {
         false
     }
+    /// Whether every write to the store goes through this process's handles (a redb file
+    /// one process holds, a store in memory), so that what wakes this handle's waiters is
+    /// every change there is: a [`crate::Scheduler`] then sleeps until its next tick.
+    /// `false` where another process or machine may change the store unheard.
+    fn sole_writer(&self) -> bool {
+        false
+    }
     /// Whether a round's time is mostly spent waiting for a database server, so that a pool
     /// delivers one round's answers while the next runs (see [`crate::pool`]'s `dispatch`).
     /// `false` where a round's work is the pool's own process's: a thread delivering beside

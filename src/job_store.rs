@@ -418,7 +418,9 @@ pub trait JobStore: ReadJobs + LeaseBackend {
         let wall = crate::clock::wall_seconds(crate::clock::wall_now());
         write(self, move |r| {
             protocol::declare_schedule(r, &schedule, wall)
-        })
+        })?;
+        self.notifier().notify_schedules();
+        Ok(())
     }
 
     /// Fires every schedule whose tick has come, at the wall clock's time now (see
@@ -440,19 +442,25 @@ pub trait JobStore: ReadJobs + LeaseBackend {
     /// are missed ticks then, handled by its catch-up policy).
     fn pause_schedule(&self, name: &str) -> Result<()> {
         let name = name.to_owned();
-        write(self, move |r| protocol::pause_schedule(r, &name, true))
+        write(self, move |r| protocol::pause_schedule(r, &name, true))?;
+        self.notifier().notify_schedules();
+        Ok(())
     }
 
     /// Resumes a paused schedule.
     fn resume_schedule(&self, name: &str) -> Result<()> {
         let name = name.to_owned();
-        write(self, move |r| protocol::pause_schedule(r, &name, false))
+        write(self, move |r| protocol::pause_schedule(r, &name, false))?;
+        self.notifier().notify_schedules();
+        Ok(())
     }
 
     /// Removes a schedule (its jobs already enqueued stay); `false` if there was none.
     fn remove_schedule(&self, name: &str) -> Result<bool> {
         let name = name.to_owned();
-        write(self, move |r| protocol::remove_schedule(r, &name))
+        let removed = write(self, move |r| protocol::remove_schedule(r, &name))?;
+        self.notifier().notify_schedules();
+        Ok(removed)
     }
 
     /// One reaper pass: takes back every lease that expired at or before now, in
@@ -545,10 +553,12 @@ pub trait JobStore: ReadJobs + LeaseBackend {
         self.hub().subscribe()
     }
 
-    /// Wakes every waiter of [`JobStore::wait_for_work`]: for time that moved without a
-    /// commit, such as a [`ManualClock`](crate::ManualClock) advanced by a test.
+    /// Wakes every waiter of [`JobStore::wait_for_work`], and a
+    /// [`Scheduler`](crate::Scheduler) asleep until its next tick: for time that moved
+    /// without a commit, such as a [`ManualClock`](crate::ManualClock) advanced by a test.
     fn wake_all(&self) {
         self.notifier().notify_all();
+        self.notifier().notify_schedules();
     }
 }
 

@@ -429,6 +429,9 @@ impl LeaseBackend for MemoryStore {
     fn notifier(&self) -> &Notifier {
         &self.0.notifier
     }
+    fn sole_writer(&self) -> bool {
+        true
+    }
     fn hub(&self) -> &crate::events::Hub {
         &self.0.hub
     }

@@ -4,6 +4,9 @@
 //! waiters; a waiter compares the generation with the one it saw before it last looked for
 //! work, so a wake-up between its look and its wait is never lost. Async waiters (the `tokio`
 //! feature) leave a [`Waker`] under the same lock instead of sleeping on the condition.
+//!
+//! The scheduler waits apart, on a generation of its own and its own condition: a change of
+//! a schedule through this handle wakes it, and the commits that wake workers do not.
 
 use std::collections::HashMap;
 use std::task::{Context, Poll, Waker};
@@ -15,6 +18,8 @@ use parking_lot::{Condvar, Mutex};
 pub struct Notifier {
     state: Mutex<Generations>,
     cond: Condvar,
+    /// Where the scheduler waits for [`Notifier::notify_schedules`].
+    schedules_cond: Condvar,
 }
 
 #[derive(Debug, Default)]
@@ -22,6 +27,8 @@ struct Generations {
     /// Bumped by a wake-up of every queue.
     all: u64,
     per_queue: HashMap<String, u64>,
+    /// Bumped by a change of a schedule (and by whatever wakes everything).
+    schedules: u64,
     /// Async waiters, woken (and forgotten) by every wake-up; each looks at its own queue's
     /// generation and leaves its waker again if nothing changed for it.
     wakers: Vec<Waker>,
@@ -49,6 +56,28 @@ impl Notifier {
         }
         if any {
             self.wake(state);
+        }
+    }
+
+    /// The schedules' generation; pass it to [`Notifier::wait_schedules`] after looking at
+    /// them.
+    pub(crate) fn schedules_generation(&self) -> u64 {
+        self.state.lock().schedules
+    }
+
+    /// Wakes the scheduler: a schedule changed (or time moved, or it is asked to stop).
+    pub(crate) fn notify_schedules(&self) {
+        self.state.lock().schedules += 1;
+        self.schedules_cond.notify_all();
+    }
+
+    /// Waits until the schedules' generation differs from `seen` or `deadline` passes.
+    pub(crate) fn wait_schedules(&self, seen: u64, deadline: &crate::clock::RealDeadline) {
+        let mut state = self.state.lock();
+        while state.schedules == seen && !deadline.passed() {
+            let _ = self
+                .schedules_cond
+                .wait_for(&mut state, deadline.remaining());
         }
     }
 

@@ -1,19 +1,33 @@
-//! The scheduler: a named background thread that fires the store's schedules on a timer
-//! ([`JobStore::fire_schedules_at`](crate::JobStore::fire_schedules_at)).
+//! The scheduler: a named background thread that fires the store's schedules when their
+//! ticks come ([`JobStore::fire_schedules_at`](crate::JobStore::fire_schedules_at)).
 //!
 //! Run one in every process that should keep schedules going, as many as you like: each
 //! tick enqueues exactly one job whichever comes first (the store decides), so a second
-//! scheduler is a spare, not a duplicate. Like the reaper, the loop only waits and calls the
-//! step, and the thread stops when asked and is always joined.
+//! scheduler is a spare, not a duplicate. Between passes the thread sleeps until the next
+//! tick is due, or a schedule changes through this handle: an idle process on a battery
+//! pays nothing for a schedule that fires once an hour. Where another process or machine
+//! may change the schedules unheard (a shared file, PostgreSQL), it also looks every
+//! `interval`. The thread stops when asked and is always joined.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::thread::JoinHandle;
 use std::time::Duration;
 
+use crate::clock::RealDeadline;
 use crate::engine::Backend;
-use crate::error::{ConfigError, Result};
+use crate::error::{ConfigError, Error, Result};
 use crate::job_store::JobStore;
-use crate::ticker::Ticker;
+use crate::schedule::Tick;
+
+/// The longest a scheduler sleeps where it hears every change of the schedules: a cron
+/// tick is timed by the wall clock, which an operator or NTP may set meanwhile, so the
+/// sleep is looked at again at least this often.
+const LONGEST_SLEEP: Duration = Duration::from_secs(60);
+
+/// Past its tick by this much, a scheduler wakes: the wall clock it compares with may run a
+/// hair behind the one it sleeps on.
+const MARGIN: Duration = Duration::from_millis(1);
 
 /// Counters of a running scheduler (relaxed atomics: for observation).
 #[derive(Debug, Default)]
@@ -44,24 +58,41 @@ impl SchedulerMetrics {
 /// A running scheduler thread, stopped and joined by [`Scheduler::stop`] or on drop.
 #[derive(Debug)]
 pub struct Scheduler {
-    ticker: Ticker,
+    store: Backend,
+    stopping: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
     metrics: Arc<SchedulerMetrics>,
 }
 
 impl Scheduler {
-    /// Starts a scheduler that fires due ticks every `interval` (a second is right for
-    /// cron's minutes; a tick fires at most one interval late), the first pass at once.
+    /// Starts a scheduler, its first pass at once. It fires each tick when it comes and
+    /// sleeps in between: until the next tick, or until a schedule is declared, paused,
+    /// resumed or removed through this handle (or [`JobStore::wake_all`]). `interval` is how
+    /// often it looks anyway where another process or machine may change the schedules
+    /// unheard (a shared redb file, PostgreSQL): a schedule declared there fires its first
+    /// tick at most one interval late (a second is right for cron's minutes). It is also the
+    /// wait before trying again after a pass that failed.
     pub fn start(store: impl Into<Backend>, interval: Duration) -> Result<Scheduler> {
         if interval.is_zero() {
             return Err(ConfigError::ZeroSchedulerInterval.into());
         }
-        let store = store.into().0;
+        let store = store.into();
         let metrics = Arc::new(SchedulerMetrics::default());
-        let m = metrics.clone();
-        let ticker = Ticker::start("leasehold-scheduler", Duration::ZERO, interval, move || {
-            pass(&*store, &m)
-        })?;
-        Ok(Scheduler { ticker, metrics })
+        let stopping = Arc::new(AtomicBool::new(false));
+        let thread = std::thread::Builder::new()
+            .name("leasehold-scheduler".into())
+            .spawn({
+                let (store, stopping, metrics) =
+                    (store.0.clone(), stopping.clone(), metrics.clone());
+                move || run(&*store, interval, &stopping, &metrics)
+            })
+            .map_err(Error::ThreadSpawn)?;
+        Ok(Scheduler {
+            store,
+            stopping,
+            thread: Some(thread),
+            metrics,
+        })
     }
 
     /// The scheduler's counters.
@@ -71,12 +102,87 @@ impl Scheduler {
 
     /// Stops the thread and waits for it. Idempotent; a pass in progress finishes first.
     pub fn stop(&mut self) {
-        self.ticker.stop();
+        self.stopping.store(true, Ordering::SeqCst);
+        self.store.0.notifier().notify_schedules();
+        if let Some(thread) = self.thread.take()
+            && thread.join().is_err()
+        {
+            tracing::error!("the scheduler thread panicked");
+        }
     }
 }
 
-fn pass(store: &dyn JobStore, metrics: &SchedulerMetrics) {
-    match store.fire_schedules_at(crate::clock::wall_now()) {
+impl Drop for Scheduler {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// The scheduler's loop: a pass, then a sleep until the next tick (or a change, or at most
+/// `interval` where changes may go unheard), until it is stopped.
+fn run(
+    store: &dyn JobStore,
+    interval: Duration,
+    stopping: &AtomicBool,
+    metrics: &SchedulerMetrics,
+) {
+    let longest = if store.sole_writer() {
+        LONGEST_SLEEP.max(interval)
+    } else {
+        interval
+    };
+    let notifier = store.notifier();
+    // A tick found due right after a pass is fired by one more pass at once (it came
+    // between the pass's reading of the clock and ours); found due again after that, it
+    // cannot fire for now, and waits an interval like a failed pass.
+    let mut behind = false;
+    while !stopping.load(Ordering::SeqCst) {
+        let seen = notifier.schedules_generation();
+        let passed = pass(store, metrics);
+        let wait = match until_next_tick(store) {
+            Ok(Some(next)) if passed && next.is_zero() => {
+                if !behind {
+                    behind = true;
+                    continue;
+                }
+                interval
+            }
+            Ok(Some(next)) if passed => {
+                behind = false;
+                next.min(longest) + MARGIN
+            }
+            Ok(None) if passed => longest,
+            Ok(_) => interval,
+            Err(e) => {
+                tracing::warn!(error = %e, "the scheduler could not read the schedules");
+                interval
+            }
+        };
+        notifier.wait_schedules(seen, &RealDeadline::after(wait));
+    }
+}
+
+/// How long until the soonest tick of a schedule that is not paused (zero where one is
+/// due); `None` without one.
+fn until_next_tick(store: &dyn JobStore) -> Result<Option<Duration>> {
+    let now = store.clock();
+    let wall = crate::clock::wall_now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    Ok((store.schedules()?.iter())
+        .filter(|s| !s.paused())
+        .map(|s| match s.next_tick() {
+            Tick::Store(at) => at.saturating_since(now),
+            Tick::Wall(secs) => {
+                Duration::from_secs(u64::try_from(secs).unwrap_or(0)).saturating_sub(wall)
+            }
+        })
+        .min())
+}
+
+/// One pass; whether it succeeded.
+fn pass(store: &dyn JobStore, metrics: &SchedulerMetrics) -> bool {
+    let ok = match store.fire_schedules_at(crate::clock::wall_now()) {
         Ok(fired) => {
             for job in &fired {
                 tracing::debug!(%job, "a schedule's tick enqueued a job");
@@ -84,11 +190,14 @@ fn pass(store: &dyn JobStore, metrics: &SchedulerMetrics) {
             metrics
                 .fired
                 .fetch_add(fired.len() as u64, Ordering::Relaxed);
+            true
         }
         Err(e) => {
             metrics.errors.fetch_add(1, Ordering::Relaxed);
             tracing::error!(error = %e, "scheduler pass failed");
+            false
         }
-    }
+    };
     metrics.passes.fetch_add(1, Ordering::Relaxed);
+    ok
 }

@@ -5,17 +5,29 @@
 
 use std::time::Duration;
 
-/// A pool with nothing to do and a reaper beside it, on a store file: what they cost their
-/// process while they wait is wake-ups, and a device that waits for work on a battery pays
-/// for each. Their threads together wake about once a heartbeat interval and once a reaper
-/// interval, never ten times a second (the pool's watch over its heartbeat did, when it
-/// looked every 100 ms whether the heartbeat had stopped). Counted by the kernel: each
-/// thread's voluntary context switches (a thread that sleeps and wakes switches once), over
-/// two seconds of idleness.
+/// A pool with nothing to do, a reaper and a scheduler beside it, on a store file: what they
+/// cost their process while they wait is wake-ups, and a device that waits for work on a
+/// battery pays for each. Their threads together wake about once a heartbeat interval and
+/// once a reaper interval, never ten times a second (the pool's watch over its heartbeat
+/// did, when it looked every 100 ms whether the heartbeat had stopped; the scheduler did,
+/// at an interval of 100 ms, when it passed every interval rather than sleep until its
+/// schedule's next tick, an hour away here). Counted by the kernel: each thread's
+/// voluntary context switches (a thread that sleeps and wakes switches once), over two
+/// seconds of idleness.
 #[test]
-fn an_idle_pool_and_its_reaper_wake_their_threads_seldom() {
+fn an_idle_pool_its_reaper_and_its_scheduler_wake_their_threads_seldom() {
     let dir = tempfile::tempdir().unwrap();
     let store = leasehold::Store::open(dir.path().join("idle.redb")).unwrap();
+    use leasehold::JobStore;
+    let hourly = leasehold::NewJob::new("q", "hourly");
+    store
+        .declare_schedule(leasehold::Schedule::every(
+            "hourly",
+            Duration::from_secs(3600),
+            hourly,
+        ))
+        .unwrap();
+    let scheduler = leasehold::Scheduler::start(store.clone(), Duration::from_millis(100)).unwrap();
     let pool = leasehold::WorkerPool::builder(store.clone(), "q")
         .concurrency(4)
         .start(|_| Ok(()))
@@ -58,8 +70,10 @@ fn an_idle_pool_and_its_reaper_wake_their_threads_seldom() {
     let total: u64 = woke.iter().map(|(_, n)| n).sum();
     assert!(
         total <= 2,
-        "the idle pool and reaper woke their threads {total} times in 2 s: {woke:?}"
+        "the idle pool, reaper and scheduler woke their threads {total} times in 2 s: {woke:?}"
     );
+    assert_eq!(scheduler.metrics().fired(), 0);
+    drop(scheduler);
     drop(reaper);
     drop(pool);
 }

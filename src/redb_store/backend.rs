@@ -58,6 +58,10 @@ impl LeaseBackend for Store {
         Store::another_process_writes(self)
     }
 
+    fn sole_writer(&self) -> bool {
+        self.inner.neighbours.is_none()
+    }
+
     fn next_due(&self, queue: &str) -> Result<Option<StoreTime>> {
         Store::next_due(self, queue)
     }

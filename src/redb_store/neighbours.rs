@@ -12,13 +12,17 @@
 //!   workers here are woken as for a commit of their own;
 //! * a stop signal from the handle's drop.
 //!
-//! Every [`RESCAN`] it also reads the instances the store registers (a read transaction):
-//! new neighbours get a pidfd, and an instance whose process ended without a pidfd event (a
-//! handle dropped in a live process, a kernel without pidfds) is found dead there. A
-//! neighbour whose pidfd says it exited while its lock is still held (a child it forked
-//! without `exec` holds it) is watched by the rescan alone from then on: its pidfd stays
-//! readable, and polling it again would spin. The scan also checks that this process's own
-//! lock file is still in place, and makes it again if someone removed or replaced it.
+//! It reads the instances the store registers (a read transaction) when a neighbour says it
+//! joined or left, and every [`RESCAN`] while a live neighbour is watched by no pidfd, or
+//! else every [`SLOW_RESCAN`]: new neighbours get a pidfd, and an instance whose process
+//! ended without a pidfd event (a kernel without pidfds) is found dead there. A neighbour
+//! whose pidfd says it exited while its lock is still held (a child it forked without
+//! `exec` holds it) is watched by the rescan alone from then on: its pidfd stays readable,
+//! and polling it again would spin. The scan also checks that this process's own lock file
+//! is still in place, and makes it again if someone removed or replaced it. When every
+//! neighbour has a pidfd, nothing the rescan finds is urgent (a death wakes the thread by
+//! its pidfd, a join or a clean close by its datagram), so an idle process wakes for it
+//! seldom.
 
 use std::collections::BTreeMap;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -34,8 +38,13 @@ use crate::error::{Error, OpenError, Result};
 use crate::ids::InstanceId;
 use crate::redb_store::instance::{self, Instance, Liveness, Registration};
 
-/// How often the instance directory is listed again when nothing else wakes the thread.
+/// How often the registered instances are read again, when nothing else wakes the thread,
+/// while a live neighbour is watched by no pidfd (its death is found by this reading alone).
 pub(crate) const RESCAN: Duration = Duration::from_millis(100);
+
+/// How often they are read again while every live neighbour has a pidfd: for a lock file of
+/// this process's that someone removed, and for stray files.
+pub(crate) const SLOW_RESCAN: Duration = Duration::from_secs(5);
 
 /// What the watcher thread needs of the store (implemented by the store's shared state).
 pub(crate) trait Survivor: Send + Sync + 'static {
@@ -57,8 +66,8 @@ pub(crate) struct Neighbours {
     id: InstanceId,
     /// The other registered instances as last read: whom a wake-up goes to.
     peers: Arc<Mutex<Vec<InstanceId>>>,
-    /// How many times the watcher thread has woken (a relaxed count, for tests that show it
-    /// does not spin).
+    /// How many times the watcher thread has woken and read the registry (a relaxed count,
+    /// for tests that show it does not spin, or that a scan ran).
     wakeups: Arc<std::sync::atomic::AtomicU64>,
     /// Sends wake-ups (and, cloned into the thread, receives them).
     socket: UnixDatagram,
@@ -143,6 +152,7 @@ impl Neighbours {
             stop,
             pidfds: BTreeMap::new(),
             exited: std::collections::BTreeSet::new(),
+            unwatched: true,
         };
         let handle = std::thread::Builder::new()
             .name("lh-neighbours".into())
@@ -175,9 +185,11 @@ impl Neighbours {
         }
     }
 
-    /// Removes this process's instance file at a clean close, its leases given back.
+    /// Removes this process's instance file at a clean close, its leases given back, and
+    /// tells the others, whose watchers then read the registry again.
     pub(crate) fn retire(&self) {
         self.instance.lock().retire();
+        self.send_to_others(b"l");
     }
 
     /// Stops the watcher thread and waits for it (unless this is that thread, which ends
@@ -216,6 +228,9 @@ struct Watcher<S> {
     /// Neighbours whose pidfd said their process exited while their lock stayed held (by a
     /// child forked without `exec`): watched by the rescan alone, never by a pidfd again.
     exited: std::collections::BTreeSet<InstanceId>,
+    /// Whether the last scan left a live neighbour without a pidfd (or did not finish):
+    /// rescans every [`RESCAN`] then, every [`SLOW_RESCAN`] otherwise.
+    unwatched: bool,
 }
 
 impl<S: Survivor> Watcher<S> {
@@ -232,12 +247,11 @@ impl<S: Survivor> Watcher<S> {
                     revents: 0,
                 })
                 .collect();
-            let timeout = RESCAN.as_millis() as libc::c_int;
+            let rescan = if self.unwatched { RESCAN } else { SLOW_RESCAN };
+            let timeout = rescan.as_millis() as libc::c_int;
             // SAFETY: `fds` is a valid, writable array of `fds.len()` pollfd structs, and
             // every descriptor in it stays open for the call (owned by `self`).
             let ready = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout) };
-            self.wakeups
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             if ready < 0 {
                 std::thread::sleep(Duration::from_millis(10));
             }
@@ -248,8 +262,8 @@ impl<S: Survivor> Watcher<S> {
                 let mut buf = [0u8; 16];
                 let mut woken = false;
                 while let Ok(n) = self.receive.recv(&mut buf) {
-                    // "w": a neighbour's commit gave a queue work; "j": a neighbour joined
-                    // (the scan below picks it up).
+                    // "w": a neighbour's commit gave a queue work; "j" and "l": a neighbour
+                    // joined or left (the scan below picks it up).
                     woken |= buf[..n] == *b"w";
                 }
                 if woken {
@@ -272,6 +286,10 @@ impl<S: Survivor> Watcher<S> {
                 return;
             }
             self.scan();
+            // (counted once the scan is done: a test that sees the count move knows a whole
+            // scan ran since)
+            self.wakeups
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
     }
 
@@ -281,6 +299,8 @@ impl<S: Survivor> Watcher<S> {
         let Some(store) = self.store.upgrade() else {
             return;
         };
+        // (until this scan finishes, as if a neighbour were watched by the rescan alone)
+        self.unwatched = true;
         self.keep_in_place(&store);
         let registered = match store.clone().registrations() {
             Ok(r) => r,
@@ -324,6 +344,7 @@ impl<S: Survivor> Watcher<S> {
         }
         self.pidfds.retain(|id, _| alive.contains(id));
         self.exited.retain(|id| alive.contains(id));
+        self.unwatched = alive.iter().any(|id| !self.pidfds.contains_key(id));
         let dir = self.me.lock().directory().to_owned();
         let names: Vec<InstanceId> = registered.iter().map(|(id, _)| *id).collect();
         clear_strays(&store, self.id, &dir, &names);

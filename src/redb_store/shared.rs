@@ -83,7 +83,7 @@ impl Store {
     }
 
     /// For the process tests: how many times this handle's watcher of the other processes
-    /// has woken (`None` unless processes share the store).
+    /// has woken and read the registry (`None` unless processes share the store).
     #[doc(hidden)]
     pub fn watcher_wakeups(&self) -> Option<u64> {
         self.inner.neighbours.as_ref().map(Neighbours::wakeups)

@@ -19,6 +19,7 @@ crate::on_both::on_both!(
     a_declaration_is_checked_as_its_ticks_jobs_will_be_and_options_it_cannot_honour_are_refused,
     a_schedule_that_cannot_fire_is_passed_over_shown_with_its_failure_and_the_others_fire,
     schedulers_that_race_die_and_come_back_enqueue_every_tick_once_as_its_policy_says,
+    a_scheduler_asleep_until_its_next_tick_wakes_for_a_schedule_changed_and_for_time_moved,
 );
 
 const MINUTE: Duration = Duration::from_secs(60);
@@ -531,4 +532,48 @@ fn race(kind: Kind, steps: &[Step]) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// A scheduler sleeps until its next tick, not a pass every interval; it wakes when a
+/// schedule changes through its handle and when time moves (here a manual clock, advanced
+/// with `wake_all`), and fires then. Its interval is an hour: a scheduler that passed only
+/// every interval would fire nothing here.
+fn a_scheduler_asleep_until_its_next_tick_wakes_for_a_schedule_changed_and_for_time_moved(
+    kind: Kind,
+) {
+    let f = kind.open();
+    let hour = Duration::from_secs(3600);
+    let scheduler = f.handle().start_scheduler(hour).unwrap();
+    crate::common::wait_until("the first pass", || scheduler.metrics().passes() >= 1);
+    let passes = scheduler.metrics().passes();
+    f.declare_schedule(Schedule::every("report", MINUTE, NewJob::new(Q, "report")))
+        .unwrap();
+    crate::common::wait_until("a pass after the declaration", || {
+        scheduler.metrics().passes() > passes
+    });
+    assert_eq!(
+        scheduler.metrics().fired(),
+        0,
+        "its first tick is a minute away"
+    );
+    f.advance(MINUTE);
+    f.wake_all();
+    crate::common::wait_until("the tick to fire", || scheduler.metrics().fired() == 1);
+    assert_eq!(scheduled(&f).len(), 1);
+    // Paused, then resumed a minute late: the resumption wakes it, and the missed tick
+    // fires as the schedule's catch-up says (one job for the ticks missed).
+    f.pause_schedule("report").unwrap();
+    let passes = scheduler.metrics().passes();
+    f.advance(MINUTE);
+    f.wake_all();
+    crate::common::wait_until("a pass after the clock moved", || {
+        scheduler.metrics().passes() > passes
+    });
+    assert_eq!(scheduler.metrics().fired(), 1, "paused");
+    f.resume_schedule("report").unwrap();
+    crate::common::wait_until("the missed tick to fire", || {
+        scheduler.metrics().fired() == 2
+    });
+    assert_eq!(scheduled(&f).len(), 2);
+    drop(scheduler);
 }

@@ -139,6 +139,7 @@ impl AppTx for PgApp<'_, '_, '_> {
 #[allow(dead_code)] // each test binary uses its part
 pub trait ModelStore: JobStore {
     fn start_reaper(&self, every: Duration) -> leasehold::Result<Reaper>;
+    fn start_scheduler(&self, interval: Duration) -> leasehold::Result<leasehold::Scheduler>;
     /// Completes `l` and, in the same transaction, makes the application's write; returns
     /// the follow-up job's id if it enqueued one.
     fn complete_with_app(
@@ -169,6 +170,12 @@ macro_rules! model_store {
             $($own)*
             fn start_reaper(&self, every: Duration) -> leasehold::Result<Reaper> {
                 Reaper::start(self.clone(), every)
+            }
+            fn start_scheduler(
+                &self,
+                interval: Duration,
+            ) -> leasehold::Result<leasehold::Scheduler> {
+                leasehold::Scheduler::start(self.clone(), interval)
             }
             fn pool(&self, queues: leasehold::Queues) -> leasehold::PoolBuilder {
                 leasehold::WorkerPool::builder(leasehold::Backend::from(self.clone()), queues)
