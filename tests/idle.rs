@@ -2,8 +2,55 @@
 //! the wake-ups of every library thread of the process (another test's pool or PostgreSQL
 //! listener beside it would be counted too).
 #![cfg(target_os = "linux")]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::Duration;
+
+/// The tests of this file count every library thread of the process: one at a time.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// The library's threads (`lh-…`, `leasehold-…`): each one's name and voluntary switches so
+/// far, by thread id.
+fn switches() -> std::collections::BTreeMap<String, (String, u64)> {
+    let tasks = std::fs::read_dir("/proc/self/task").unwrap();
+    let mut threads = std::collections::BTreeMap::new();
+    for task in tasks.map(|t| t.unwrap().path()) {
+        let comm = std::fs::read_to_string(task.join("comm")).unwrap_or_default();
+        if !(comm.starts_with("lh-") || comm.starts_with("leasehold")) {
+            continue;
+        }
+        let status = std::fs::read_to_string(task.join("status")).unwrap_or_default();
+        let count = (status.lines())
+            .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+            .map_or(0, |n| n.trim().parse::<u64>().unwrap());
+        let tid = task.file_name().unwrap().to_string_lossy().into_owned();
+        threads.insert(tid, (comm.trim().to_owned(), count));
+    }
+    threads
+}
+
+/// Each library thread's wake-ups over two seconds from now (those that woke at all).
+fn woken_in_two_seconds() -> Vec<(String, u64)> {
+    let before = switches();
+    // A window to count in, not a timing: the count is of what happened within it.
+    std::thread::sleep(Duration::from_secs(2));
+    (switches().into_iter())
+        .map(|(tid, (comm, n))| (comm, n - before.get(&tid).map_or(0, |b| b.1)))
+        .filter(|(_, n)| *n > 0)
+        .collect()
+}
+
+/// Waits (a generous deadline) until `pool`'s dispatcher has gone idle.
+fn until_idle(pool: &leasehold::WorkerPool) {
+    #[allow(clippy::disallowed_methods)] // a test deadline, not store time
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while pool.stats().idle_waits == 0 {
+        #[allow(clippy::disallowed_methods)]
+        let late = std::time::Instant::now() > deadline;
+        assert!(!late, "the dispatcher did not go idle");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
 
 /// A pool with nothing to do, a reaper and a scheduler beside it, on a store file: what they
 /// cost their process while they wait is wake-ups, and a device that waits for work on a
@@ -16,6 +63,7 @@ use std::time::Duration;
 /// seconds of idleness.
 #[test]
 fn an_idle_pool_its_reaper_and_its_scheduler_wake_their_threads_seldom() {
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let store = leasehold::Store::open(dir.path().join("idle.redb")).unwrap();
     use leasehold::JobStore;
@@ -33,40 +81,8 @@ fn an_idle_pool_its_reaper_and_its_scheduler_wake_their_threads_seldom() {
         .start(|_| Ok(()))
         .unwrap();
     let reaper = leasehold::Reaper::start(store.clone(), Duration::from_secs(15)).unwrap();
-    #[allow(clippy::disallowed_methods)] // a test deadline, not store time
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while pool.stats().idle_waits == 0 {
-        #[allow(clippy::disallowed_methods)]
-        let late = std::time::Instant::now() > deadline;
-        assert!(!late, "the dispatcher did not go idle");
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    // The library's threads (`lh-…`, `leasehold-…`): each one's name and voluntary
-    // switches so far, by thread id.
-    let switches = || -> std::collections::BTreeMap<String, (String, u64)> {
-        let tasks = std::fs::read_dir("/proc/self/task").unwrap();
-        let mut threads = std::collections::BTreeMap::new();
-        for task in tasks.map(|t| t.unwrap().path()) {
-            let comm = std::fs::read_to_string(task.join("comm")).unwrap_or_default();
-            if !(comm.starts_with("lh-") || comm.starts_with("leasehold")) {
-                continue;
-            }
-            let status = std::fs::read_to_string(task.join("status")).unwrap_or_default();
-            let count = (status.lines())
-                .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
-                .map_or(0, |n| n.trim().parse::<u64>().unwrap());
-            let tid = task.file_name().unwrap().to_string_lossy().into_owned();
-            threads.insert(tid, (comm.trim().to_owned(), count));
-        }
-        threads
-    };
-    let before = switches();
-    // A window to count in, not a timing: the count is of what happened within it.
-    std::thread::sleep(Duration::from_secs(2));
-    let woke: Vec<(String, u64)> = (switches().into_iter())
-        .map(|(tid, (comm, n))| (comm, n - before.get(&tid).map_or(0, |b| b.1)))
-        .filter(|(_, n)| *n > 0)
-        .collect();
+    until_idle(&pool);
+    let woke = woken_in_two_seconds();
     let total: u64 = woke.iter().map(|(_, n)| n).sum();
     assert!(
         total <= 2,
@@ -76,4 +92,50 @@ fn an_idle_pool_its_reaper_and_its_scheduler_wake_their_threads_seldom() {
     drop(scheduler);
     drop(reaper);
     drop(pool);
+}
+
+/// On PostgreSQL, the `LISTEN` thread of an idle pool sleeps until a notification comes (it
+/// looked at its stop flag five times a second once), and the store's close wakes it to
+/// stop: once the last handle is dropped, the thread is gone, not left to end later.
+#[test]
+fn the_listen_thread_of_an_idle_pool_on_postgres_sleeps_and_ends_with_its_store() {
+    let Ok(url) = std::env::var("LEASEHOLD_PG_URL") else {
+        println!("the LISTEN thread's idle test did not run: LEASEHOLD_PG_URL is not set");
+        return;
+    };
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let schema = format!("lh_idle_{}", std::process::id());
+    let store = leasehold::postgres::PgStore::builder(&url)
+        .schema(&schema)
+        .open()
+        .unwrap();
+    let pool = leasehold::WorkerPool::builder(store.clone(), "q")
+        .concurrency(1)
+        .start(|_| Ok(()))
+        .unwrap();
+    until_idle(&pool);
+    let listening = || {
+        (switches().into_values())
+            .filter(|(comm, _)| comm.starts_with("leasehold-list"))
+            .count()
+    };
+    assert_eq!(listening(), 1, "an idle pool on PostgreSQL listens");
+    let woke = woken_in_two_seconds();
+    let listen: u64 = (woke.iter())
+        .filter(|(comm, _)| comm.starts_with("leasehold-list"))
+        .map(|(_, n)| n)
+        .sum();
+    assert!(
+        listen <= 1,
+        "the LISTEN thread woke {listen} times in 2 s: {woke:?}"
+    );
+    drop(pool);
+    drop(store);
+    assert_eq!(listening(), 0, "the LISTEN thread outlived its store");
+    let mut admin =
+        leasehold::postgres::client::Client::connect(&url, leasehold::postgres::client::NoTls)
+            .unwrap();
+    admin
+        .batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
+        .unwrap();
 }

@@ -6,6 +6,9 @@
 //! connection pooler `LISTEN` does not work, a listener reconnecting misses what was sent
 //! meanwhile, and PostgreSQL drops notifications of a full queue. So idle pools also look
 //! every 250–500 ms (jittered), and a listener that reconnects wakes every waiter once.
+//!
+//! The thread sleeps until a notification comes: a handle that closes wakes its listener
+//! with one of its own ([`LOOK_AT_STOP`]), sent on a connection it still has.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -20,15 +23,24 @@ use crate::notify::Notifier;
 /// The payload that wakes the waiters of every queue (a reaper's pass readies any queue).
 pub(crate) const ALL_QUEUES: &str = "*";
 
-/// How often the listener thread looks at its stop flag between notifications.
-const STOP_CHECK: Duration = Duration::from_millis(200);
+/// The payload that asks the store's listeners to look at their stop flag: a handle that
+/// closes sends it, so its listener, asleep until a notification comes, stops at once (no
+/// queue has an empty name; the listeners of other handles look and sleep again).
+pub(crate) const LOOK_AT_STOP: &str = "";
+
+/// How often the listener thread looks at its stop flag when nothing wakes it. A closing
+/// handle wakes it with [`LOOK_AT_STOP`]; this only bounds how long a thread lingers whose
+/// wake-up could not be sent (the handle had no connection left to send it on). It looked
+/// five times a second once, which was most of what an idle process on PostgreSQL woke for.
+const STOP_CHECK: Duration = Duration::from_secs(10);
 
 /// The channel of the store in `schema`.
 pub(crate) fn channel(schema: &str) -> String {
     format!("leasehold_{schema}")
 }
 
-/// The listener thread of one `PgStore`, stopped and joined when dropped.
+/// The listener thread of one `PgStore`, stopped by [`Listener::stop`] (or, dropped, asked
+/// to stop and left to end at its next look at the flag).
 pub(crate) struct Listener {
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
@@ -52,14 +64,24 @@ impl Listener {
     }
 }
 
-impl Drop for Listener {
-    fn drop(&mut self) {
+impl Listener {
+    /// Stops the thread: `wake` sends [`LOOK_AT_STOP`] on the channel it listens on (`true`
+    /// if it was sent). Woken, the thread is waited for; otherwise it is left to end by
+    /// itself within [`STOP_CHECK`], rather than a handle's close waiting that long.
+    pub(crate) fn stop(mut self, wake: impl FnOnce() -> bool) {
         self.stop.store(true, Ordering::SeqCst);
-        if let Some(thread) = self.thread.take()
+        if wake()
+            && let Some(thread) = self.thread.take()
             && thread.thread().id() != std::thread::current().id()
         {
             let _ = thread.join();
         }
+    }
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
     }
 }
 
@@ -90,6 +112,11 @@ fn listen(config: &postgres::Config, channel: &str, notifier: &Notifier, stop: &
             let mut it = notifications.timeout_iter(STOP_CHECK);
             let quiet = loop {
                 match it.next() {
+                    Ok(Some(n)) if n.payload() == LOOK_AT_STOP => {
+                        if stop.load(Ordering::SeqCst) {
+                            return;
+                        }
+                    }
                     Ok(Some(n)) if n.payload() == ALL_QUEUES => notifier.notify_all(),
                     Ok(Some(n)) => notifier.notify([&n.payload().to_owned()]),
                     Ok(None) => break Ok(()),

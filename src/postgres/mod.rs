@@ -325,6 +325,21 @@ struct Inner {
 
 impl Drop for Inner {
     fn drop(&mut self) {
+        // The listener sleeps until a notification comes: one sent on the connection this
+        // handle used last wakes it to stop. (One try: on a server gone silent it fails in
+        // the connection's TCP timeout, and the listener then ends by itself a little later.)
+        if let Some(Some(listener)) = self.listener.take() {
+            let idle = self.idle.get_mut();
+            let channel = &self.names.channel;
+            listener.stop(|| {
+                idle.last_mut().is_some_and(|conn| {
+                    let sql = "SELECT pg_notify($1, $2)";
+                    let args: [&(dyn postgres::types::ToSql + Sync); 2] =
+                        [channel, &listen::LOOK_AT_STOP];
+                    conn.client.execute(sql, &args).is_ok()
+                })
+            });
+        }
         // Unless this is the vacuum thread itself, holding the last handle for a moment (it
         // returns right after).
         if let Some(thread) = self.vacuum_thread.get_mut().take()
