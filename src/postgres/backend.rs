@@ -366,10 +366,18 @@ impl LeaseBackend for PgStore {
     }
 
     fn idle_poll(&self) -> Option<Duration> {
-        // Other machines' enqueues wake nobody here: poll, with jitter so that many idle
-        // pools do not look in step.
-        let jitter = crate::clock::random_u64() % 250;
-        Some(Duration::from_millis(250 + jitter))
+        // Other machines' enqueues wake this process's pools through the listener, while it
+        // listens; a notification is a hint, so they look now and then all the same (see
+        // `listen.rs`), with jitter so that many idle pools do not look in step.
+        let listening = (self.inner.listener.get())
+            .is_some_and(|l| l.as_ref().is_some_and(super::listen::Listener::listening));
+        let (base, jitter) = if listening {
+            (5_000, 1_000)
+        } else {
+            (250, 250)
+        };
+        let jitter = crate::clock::random_u64() % jitter;
+        Some(Duration::from_millis(base + jitter))
     }
 
     fn next_due(&self, queue: &str) -> Result<Option<StoreTime>> {

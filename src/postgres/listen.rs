@@ -4,8 +4,12 @@
 //!
 //! A notification is a hint, never the only way work is found: behind a transaction-mode
 //! connection pooler `LISTEN` does not work, a listener reconnecting misses what was sent
-//! meanwhile, and PostgreSQL drops notifications of a full queue. So idle pools also look
-//! every 250–500 ms (jittered), and a listener that reconnects wakes every waiter once.
+//! meanwhile, and PostgreSQL drops notifications of a full queue. So a listener that starts
+//! listening (first or again) wakes every waiter once, and idle pools also look on their
+//! own: every 5–6 s while the listener is connected (a notification lost there costs that
+//! much latency at most), every 250–500 ms while it is not or where
+//! `PgStoreBuilder::listen(false)` turned it off (behind a transaction-mode pooler), both
+//! jittered.
 //!
 //! The thread sleeps until a notification comes: a handle that closes wakes its listener
 //! with one of its own ([`LOOK_AT_STOP`]), sent on a connection it still has.
@@ -43,6 +47,8 @@ pub(crate) fn channel(schema: &str) -> String {
 /// to stop and left to end at its next look at the flag).
 pub(crate) struct Listener {
     stop: Arc<AtomicBool>,
+    /// Whether the thread is connected and listening now.
+    listening: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -53,14 +59,24 @@ impl Listener {
         notifier: Arc<Notifier>,
     ) -> std::io::Result<Listener> {
         let stop = Arc::new(AtomicBool::new(false));
-        let stopped = stop.clone();
+        let listening = Arc::new(AtomicBool::new(false));
         let thread = std::thread::Builder::new()
             .name("leasehold-listen".into())
-            .spawn(move || listen(&config, &channel, &notifier, &stopped))?;
+            .spawn({
+                let (stop, listening) = (stop.clone(), listening.clone());
+                move || listen(&config, &channel, &notifier, &stop, &listening)
+            })?;
         Ok(Listener {
             stop,
+            listening,
             thread: Some(thread),
         })
+    }
+
+    /// Whether the thread is connected and listening now: other machines' enqueues wake
+    /// this process's pools, which then need look for work on their own only seldom.
+    pub(crate) fn listening(&self) -> bool {
+        self.listening.load(Ordering::SeqCst)
     }
 }
 
@@ -85,9 +101,15 @@ impl Drop for Listener {
     }
 }
 
-fn listen(config: &postgres::Config, channel: &str, notifier: &Notifier, stop: &AtomicBool) {
-    let mut first = true;
+fn listen(
+    config: &postgres::Config,
+    channel: &str,
+    notifier: &Notifier,
+    stop: &AtomicBool,
+    listening: &AtomicBool,
+) {
     while !stop.load(Ordering::SeqCst) {
+        listening.store(false, Ordering::SeqCst);
         let mut client = match config.connect(NoTls) {
             Ok(client) => client,
             Err(e) => {
@@ -101,11 +123,11 @@ fn listen(config: &postgres::Config, channel: &str, notifier: &Notifier, stop: &
             wait_or_stop(stop, Duration::from_secs(1));
             continue;
         }
-        if !first {
-            // What was sent while this listener was away is lost: everyone looks once.
-            notifier.notify_all();
-        }
-        first = false;
+        listening.store(true, Ordering::SeqCst);
+        // What was sent before this listener listened is lost, at its start too (a waiter
+        // that read its generation before, and an enqueue that committed in between): everyone
+        // looks once.
+        notifier.notify_all();
         let mut notifications = client.notifications();
         loop {
             // Notifications until a quiet STOP_CHECK, then a look at the stop flag.
@@ -127,6 +149,7 @@ fn listen(config: &postgres::Config, channel: &str, notifier: &Notifier, stop: &
                 Ok(()) if stop.load(Ordering::SeqCst) => return,
                 Ok(()) => {}
                 Err(e) => {
+                    listening.store(false, Ordering::SeqCst);
                     tracing::warn!(error = %e, "the wake-up listener lost its connection");
                     break;
                 }

@@ -76,6 +76,23 @@ fn a_claim_reads_the_jobs_it_takes_not_every_waiting_job_of_the_queue() {
     assert!(tuples < 2_000, "8 claims of 10 read {tuples} index entries");
 }
 
+/// A waiter that read its queue's generation before the handle's listener listened (the
+/// first read starts it) is woken once it does: an enqueue committed in between sent its
+/// notification to nobody, and was found only by the pools' own looks, or, for a
+/// `wait_for_work` caller, at its timeout. (Here nothing is enqueued: the wake-up is the
+/// listener's own, and without it the wait would last its minute.)
+#[test]
+fn a_waiter_from_before_the_listener_listened_is_woken_when_it_does() {
+    let db = db!("listen start");
+    let store = db.store();
+    let seen = store.work_generation(Q);
+    let now = store.wait_for_work(Q, seen, Duration::from_secs(60));
+    assert_ne!(
+        now, seen,
+        "woken by the listener's start, not by the timeout"
+    );
+}
+
 #[test]
 fn concurrent_claimers_never_both_win_a_job() {
     let db = db!("claim race");
