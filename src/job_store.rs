@@ -435,7 +435,7 @@ pub trait JobStore: ReadJobs + LeaseBackend {
     /// Returns the jobs enqueued. A [`Scheduler`](crate::Scheduler) calls it on a timer.
     fn fire_schedules_at(&self, wall: std::time::SystemTime) -> Result<Vec<JobId>> {
         let wall = crate::clock::wall_seconds(wall);
-        write(self, move |r| protocol::fire_schedules(r, wall))
+        write(self, move |r| protocol::fire_schedules(r, wall)).map(|fired| fired.jobs)
     }
 
     /// Pauses a schedule: none of its ticks fire until it resumes (those that pass meanwhile

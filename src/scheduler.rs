@@ -18,6 +18,7 @@ use crate::clock::RealDeadline;
 use crate::engine::Backend;
 use crate::error::{ConfigError, Error, Result};
 use crate::job_store::JobStore;
+use crate::protocol;
 use crate::schedule::Tick;
 
 /// The longest a scheduler sleeps where it hears every change of the schedules: a cron
@@ -138,66 +139,59 @@ fn run(
     let mut behind = false;
     while !stopping.load(Ordering::SeqCst) {
         let seen = notifier.schedules_generation();
-        let passed = pass(store, metrics);
-        let wait = match until_next_tick(store) {
-            Ok(Some(next)) if passed && next.is_zero() => {
-                if !behind {
+        let wait = match pass(store, metrics) {
+            Some(Some(next)) => match until(store, next) {
+                due if due.is_zero() && !behind => {
                     behind = true;
                     continue;
                 }
-                interval
-            }
-            Ok(Some(next)) if passed => {
-                behind = false;
-                next.min(longest) + MARGIN
-            }
-            Ok(None) if passed => longest,
-            Ok(_) => interval,
-            Err(e) => {
-                tracing::warn!(error = %e, "the scheduler could not read the schedules");
-                interval
-            }
+                due if due.is_zero() => interval,
+                due => {
+                    behind = false;
+                    due.min(longest) + MARGIN
+                }
+            },
+            Some(None) => longest,
+            None => interval,
         };
         notifier.wait_schedules(seen, &RealDeadline::after(wait));
     }
 }
 
-/// How long until the soonest tick of a schedule that is not paused (zero where one is
-/// due); `None` without one.
-fn until_next_tick(store: &dyn JobStore) -> Result<Option<Duration>> {
-    let now = store.clock();
-    let wall = crate::clock::wall_now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
-    Ok((store.schedules()?.iter())
-        .filter(|s| !s.paused())
-        .map(|s| match s.next_tick() {
-            Tick::Store(at) => at.saturating_since(now),
-            Tick::Wall(secs) => {
-                Duration::from_secs(u64::try_from(secs).unwrap_or(0)).saturating_sub(wall)
-            }
-        })
-        .min())
+/// How long until `tick`, by the store's clock (an interval's tick) or the wall clock (a
+/// cron tick); zero where it has come.
+fn until(store: &dyn JobStore, tick: Tick) -> Duration {
+    match tick {
+        Tick::Store(at) => at.saturating_since(store.clock()),
+        Tick::Wall(secs) => {
+            let wall = crate::clock::wall_now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default();
+            Duration::from_secs(u64::try_from(secs).unwrap_or(0)).saturating_sub(wall)
+        }
+    }
 }
 
-/// One pass; whether it succeeded.
-fn pass(store: &dyn JobStore, metrics: &SchedulerMetrics) -> bool {
-    let ok = match store.fire_schedules_at(crate::clock::wall_now()) {
+/// One pass, in one transaction: `Some` with the soonest tick left (`None` for none) if it
+/// succeeded.
+fn pass(store: &dyn JobStore, metrics: &SchedulerMetrics) -> Option<Option<Tick>> {
+    let wall = crate::clock::wall_seconds(crate::clock::wall_now());
+    let fired = crate::backend::write(store, move |r| protocol::fire_schedules(r, wall));
+    metrics.passes.fetch_add(1, Ordering::Relaxed);
+    match fired {
         Ok(fired) => {
-            for job in &fired {
+            for job in &fired.jobs {
                 tracing::debug!(%job, "a schedule's tick enqueued a job");
             }
             metrics
                 .fired
-                .fetch_add(fired.len() as u64, Ordering::Relaxed);
-            true
+                .fetch_add(fired.jobs.len() as u64, Ordering::Relaxed);
+            Some(fired.next)
         }
         Err(e) => {
             metrics.errors.fetch_add(1, Ordering::Relaxed);
             tracing::error!(error = %e, "scheduler pass failed");
-            false
+            None
         }
-    };
-    metrics.passes.fetch_add(1, Ordering::Relaxed);
-    ok
+    }
 }

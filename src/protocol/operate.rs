@@ -349,11 +349,17 @@ pub(crate) fn declare_schedule(
 /// whichever process's scheduler comes first. A schedule that cannot fire (its record
 /// unreadable, its ticks refused) is passed over with its failure kept beside it, and the
 /// others fire. Returns the jobs enqueued.
-pub(crate) fn fire_schedules(r: &mut (impl Records + ?Sized), wall: i64) -> Result<Vec<JobId>> {
+pub(crate) fn fire_schedules(r: &mut (impl Records + ?Sized), wall: i64) -> Result<Fired> {
     let held = r.schedules()?;
     let now = r.now()?;
     let mut enqueued = Vec::new();
+    let mut next = None;
     for (name, record, kept) in held {
+        // (a record that cannot be read has no tick to wait for: it fails each pass)
+        let (paused, tick) = match &record {
+            Ok(r) => (r.paused, Some(r.next)),
+            Err(_) => (true, None),
+        };
         let failure = match rules::firing(record, now, wall, r.policy().max_payload) {
             Firing::Fire { jobs, save } => {
                 for job in &jobs {
@@ -364,13 +370,21 @@ pub(crate) fn fire_schedules(r: &mut (impl Records + ?Sized), wall: i64) -> Resu
                     });
                     enqueued.push(id);
                 }
+                let tick = save.as_ref().map(|new| new.next).or(tick);
                 if let Some(new) = save {
                     r.save_schedule(&new)?;
+                }
+                if let Some(tick) = tick.filter(|_| !paused) {
+                    next = soonest(next, tick, now, wall);
                 }
                 None
             }
             Firing::Failed(why) => {
                 tracing::warn!(schedule = %name, error = %why, "a schedule could not fire; the others did");
+                // (due and not fired: the soonest, so that the scheduler tries again soon)
+                if let Some(tick) = tick.filter(|_| !paused) {
+                    next = soonest(next, tick, now, wall);
+                }
                 Some(why)
             }
         };
@@ -378,7 +392,37 @@ pub(crate) fn fire_schedules(r: &mut (impl Records + ?Sized), wall: i64) -> Resu
             r.note_schedule_failure(&name, failure.as_deref())?;
         }
     }
-    Ok(enqueued)
+    Ok(Fired {
+        jobs: enqueued,
+        next,
+    })
+}
+
+/// What a pass over the schedules did: the jobs it enqueued, and the soonest tick of a
+/// schedule that is not paused (one due that did not fire included), if any.
+pub(crate) struct Fired {
+    pub jobs: Vec<JobId>,
+    pub next: Option<crate::schedule::Tick>,
+}
+
+/// The sooner of `next` and `tick`, as of store time `now` and the wall clock's `wall`
+/// seconds (a store tick and a wall tick compare by how long until each).
+fn soonest(
+    next: Option<crate::schedule::Tick>,
+    tick: crate::schedule::Tick,
+    now: crate::StoreTime,
+    wall: i64,
+) -> Option<crate::schedule::Tick> {
+    let until = |t: crate::schedule::Tick| match t {
+        crate::schedule::Tick::Store(at) => at.saturating_since(now),
+        crate::schedule::Tick::Wall(secs) => {
+            std::time::Duration::from_secs(u64::try_from(secs.saturating_sub(wall)).unwrap_or(0))
+        }
+    };
+    match next {
+        Some(n) if until(n) <= until(tick) => Some(n),
+        _ => Some(tick),
+    }
 }
 
 /// Pauses (or resumes) a schedule: no tick of a paused one fires.
