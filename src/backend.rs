@@ -203,12 +203,18 @@ pub trait LeaseBackend: Send + Sync + 'static {
     fn another_process_writes(&self) -> bool {
         false
     }
-    /// Whether every write to the store goes through this process's handles (a redb file
-    /// one process holds, a store in memory), so that what wakes this handle's waiters is
-    /// every change there is: a [`crate::Scheduler`] then sleeps until its next tick.
-    /// `false` where another process or machine may change the store unheard.
-    fn sole_writer(&self) -> bool {
+    /// Whether a change of the schedules made anywhere (this process, another process of a
+    /// shared file, another machine) wakes this handle's scheduler
+    /// ([`LeaseBackend::schedules_changed`] there): a [`crate::Scheduler`] then sleeps until
+    /// its next tick. An engine whose wake-ups need a listener starts it here. `false` where
+    /// a change may go unheard, for now or for good.
+    fn hears_schedule_changes(&self) -> bool {
         false
+    }
+    /// A schedule was declared, paused, resumed or removed through this handle: wakes its
+    /// scheduler, and those of every other process or machine that can be told.
+    fn schedules_changed(&self) {
+        self.notifier().notify_schedules();
     }
     /// Whether a round's time is mostly spent waiting for a database server, so that a pool
     /// delivers one round's answers while the next runs (see [`crate::pool`]'s `dispatch`).

@@ -419,7 +419,7 @@ pub trait JobStore: ReadJobs + LeaseBackend {
         write(self, move |r| {
             protocol::declare_schedule(r, &schedule, wall)
         })?;
-        self.notifier().notify_schedules();
+        self.schedules_changed();
         Ok(())
     }
 
@@ -443,7 +443,7 @@ pub trait JobStore: ReadJobs + LeaseBackend {
     fn pause_schedule(&self, name: &str) -> Result<()> {
         let name = name.to_owned();
         write(self, move |r| protocol::pause_schedule(r, &name, true))?;
-        self.notifier().notify_schedules();
+        self.schedules_changed();
         Ok(())
     }
 
@@ -451,7 +451,7 @@ pub trait JobStore: ReadJobs + LeaseBackend {
     fn resume_schedule(&self, name: &str) -> Result<()> {
         let name = name.to_owned();
         write(self, move |r| protocol::pause_schedule(r, &name, false))?;
-        self.notifier().notify_schedules();
+        self.schedules_changed();
         Ok(())
     }
 
@@ -459,7 +459,7 @@ pub trait JobStore: ReadJobs + LeaseBackend {
     fn remove_schedule(&self, name: &str) -> Result<bool> {
         let name = name.to_owned();
         let removed = write(self, move |r| protocol::remove_schedule(r, &name))?;
-        self.notifier().notify_schedules();
+        self.schedules_changed();
         Ok(removed)
     }
 

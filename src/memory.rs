@@ -429,7 +429,7 @@ impl LeaseBackend for MemoryStore {
     fn notifier(&self) -> &Notifier {
         &self.0.notifier
     }
-    fn sole_writer(&self) -> bool {
+    fn hears_schedule_changes(&self) -> bool {
         true
     }
     fn hub(&self) -> &crate::events::Hub {

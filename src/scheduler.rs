@@ -4,10 +4,9 @@
 //! Run one in every process that should keep schedules going, as many as you like: each
 //! tick enqueues exactly one job whichever comes first (the store decides), so a second
 //! scheduler is a spare, not a duplicate. Between passes the thread sleeps until the next
-//! tick is due, or a schedule changes through this handle: an idle process on a battery
-//! pays nothing for a schedule that fires once an hour. Where another process or machine
-//! may change the schedules unheard (a shared file, PostgreSQL), it also looks every
-//! `interval`. The thread stops when asked and is always joined.
+//! tick is due, or a schedule changes anywhere (each engine tells every handle's scheduler:
+//! see [`Scheduler::start`]): an idle process on a battery pays nothing for a schedule that
+//! fires once an hour. The thread stops when asked and is always joined.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -21,9 +20,9 @@ use crate::job_store::JobStore;
 use crate::protocol;
 use crate::schedule::Tick;
 
-/// The longest a scheduler sleeps where it hears every change of the schedules: a cron
-/// tick is timed by the wall clock, which an operator or NTP may set meanwhile, so the
-/// sleep is looked at again at least this often.
+/// The longest a scheduler sleeps while it hears every change of the schedules: a cron tick
+/// is timed by the wall clock, which an operator or NTP may set meanwhile, and a wake-up
+/// from another process may be lost (a full socket), so it looks at least this often.
 const LONGEST_SLEEP: Duration = Duration::from_secs(60);
 
 /// Past its tick by this much, a scheduler wakes: the wall clock it compares with may run a
@@ -68,11 +67,12 @@ pub struct Scheduler {
 impl Scheduler {
     /// Starts a scheduler, its first pass at once. It fires each tick when it comes and
     /// sleeps in between: until the next tick, or until a schedule is declared, paused,
-    /// resumed or removed through this handle (or [`JobStore::wake_all`]). `interval` is how
-    /// often it looks anyway where another process or machine may change the schedules
-    /// unheard (a shared redb file, PostgreSQL): a schedule declared there fires its first
-    /// tick at most one interval late (a second is right for cron's minutes). It is also the
-    /// wait before trying again after a pass that failed.
+    /// resumed or removed through any handle of the store (another process of a shared
+    /// redb file tells it by a datagram, another machine on PostgreSQL by a notification),
+    /// or [`JobStore::wake_all`] is called. `interval` is how often it looks while it may
+    /// miss such a change (on PostgreSQL, while its `LISTEN` connection is down: a schedule
+    /// declared elsewhere then fires its first tick at most one interval late; a second is
+    /// right for cron's minutes), and the wait before trying again after a failed pass.
     pub fn start(store: impl Into<Backend>, interval: Duration) -> Result<Scheduler> {
         if interval.is_zero() {
             return Err(ConfigError::ZeroSchedulerInterval.into());
@@ -127,11 +127,6 @@ fn run(
     stopping: &AtomicBool,
     metrics: &SchedulerMetrics,
 ) {
-    let longest = if store.sole_writer() {
-        LONGEST_SLEEP.max(interval)
-    } else {
-        interval
-    };
     let notifier = store.notifier();
     // A tick found due right after a pass is fired by one more pass at once (it came
     // between the pass's reading of the clock and ours); found due again after that, it
@@ -139,6 +134,11 @@ fn run(
     let mut behind = false;
     while !stopping.load(Ordering::SeqCst) {
         let seen = notifier.schedules_generation();
+        let longest = if store.hears_schedule_changes() {
+            LONGEST_SLEEP.max(interval)
+        } else {
+            interval
+        };
         let wait = match pass(store, metrics) {
             Some(Some(next)) => match until(store, next) {
                 due if due.is_zero() && !behind => {

@@ -332,6 +332,33 @@ fn the_watcher_of_neighbours_each_with_a_pidfd_sleeps_while_nothing_happens() {
     });
 }
 
+/// A scheduler on a shared file sleeps until its next tick, and a schedule another
+/// process declares wakes it (a datagram, as an enqueue's does): here its interval is an
+/// hour, so a scheduler that only looked every interval would fire nothing. (Two handles of
+/// one process stand for the two processes: each is an instance of its own.)
+#[test]
+fn a_schedule_declared_in_another_process_of_a_shared_file_wakes_the_scheduler() {
+    let (_dir, path) = store_path();
+    let here = shared(&path);
+    let scheduler = leasehold::Scheduler::start(here.clone(), Duration::from_secs(3600)).unwrap();
+    wait_until("the scheduler's first pass", || {
+        scheduler.metrics().passes() >= 1
+    });
+    let there = shared(&path);
+    let tick = Duration::from_secs(1); // (the shortest interval a schedule may have)
+    there
+        .declare_schedule(leasehold::Schedule::every(
+            "often",
+            tick,
+            NewJob::new(Q, "tick"),
+        ))
+        .unwrap();
+    wait_until("the other process's scheduler to fire the tick", || {
+        scheduler.metrics().fired() >= 1
+    });
+    assert!(here.stats().unwrap().total(JobState::Queued) >= 1);
+}
+
 #[test]
 fn a_process_that_ends_cleanly_leaves_its_neighbours_leases_alone() {
     let (_dir, path) = store_path();

@@ -365,6 +365,31 @@ impl LeaseBackend for PgStore {
         true
     }
 
+    fn hears_schedule_changes(&self) -> bool {
+        // (through the listener, started here if no pool started it)
+        self.listening();
+        (self.inner.listener.get())
+            .is_some_and(|l| l.as_ref().is_some_and(super::listen::Listener::listening))
+    }
+
+    fn schedules_changed(&self) {
+        self.inner.notifier.notify_schedules();
+        // Every machine's schedulers, through their listeners; a hint (a scheduler whose
+        // listener is down looks every interval), so a failure here is only logged.
+        let channel = &self.inner.names.channel;
+        let sent = self.with_connection(|conn| {
+            conn.client
+                .execute(
+                    "SELECT pg_notify($1, $2)",
+                    &[channel, &super::listen::LOOK_AGAIN],
+                )
+                .map_err(crate::Error::from)
+        });
+        if let Err(e) = sent {
+            tracing::warn!(error = %e, "telling other machines' schedulers of a change failed");
+        }
+    }
+
     fn idle_poll(&self) -> Option<Duration> {
         // Other machines' enqueues wake this process's pools through the listener, while it
         // listens; a notification is a hint, so they look now and then all the same (see

@@ -12,7 +12,8 @@
 //! jittered.
 //!
 //! The thread sleeps until a notification comes: a handle that closes wakes its listener
-//! with one of its own ([`LOOK_AT_STOP`]), sent on a connection it still has.
+//! with one of its own ([`LOOK_AGAIN`]), sent on a connection it still has; the same
+//! payload, sent when the schedules change, wakes every machine's schedulers.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -27,13 +28,14 @@ use crate::notify::Notifier;
 /// The payload that wakes the waiters of every queue (a reaper's pass readies any queue).
 pub(crate) const ALL_QUEUES: &str = "*";
 
-/// The payload that asks the store's listeners to look at their stop flag: a handle that
-/// closes sends it, so its listener, asleep until a notification comes, stops at once (no
-/// queue has an empty name; the listeners of other handles look and sleep again).
-pub(crate) const LOOK_AT_STOP: &str = "";
+/// The payload that tells the store's listeners something other than a queue's work
+/// changed (no queue has an empty name): the schedules, so that each wakes its schedulers,
+/// or a handle is closing, so that its own listener, asleep until a notification comes,
+/// looks at its stop flag and stops at once. The others look and sleep again.
+pub(crate) const LOOK_AGAIN: &str = "";
 
 /// How often the listener thread looks at its stop flag when nothing wakes it. A closing
-/// handle wakes it with [`LOOK_AT_STOP`]; this only bounds how long a thread lingers whose
+/// handle wakes it with [`LOOK_AGAIN`]; this only bounds how long a thread lingers whose
 /// wake-up could not be sent (the handle had no connection left to send it on). It looked
 /// five times a second once, which was most of what an idle process on PostgreSQL woke for.
 const STOP_CHECK: Duration = Duration::from_secs(10);
@@ -81,7 +83,7 @@ impl Listener {
 }
 
 impl Listener {
-    /// Stops the thread: `wake` sends [`LOOK_AT_STOP`] on the channel it listens on (`true`
+    /// Stops the thread: `wake` sends [`LOOK_AGAIN`] on the channel it listens on (`true`
     /// if it was sent). Woken, the thread is waited for; otherwise it is left to end by
     /// itself within [`STOP_CHECK`], rather than a handle's close waiting that long.
     pub(crate) fn stop(mut self, wake: impl FnOnce() -> bool) {
@@ -126,18 +128,20 @@ fn listen(
         listening.store(true, Ordering::SeqCst);
         // What was sent before this listener listened is lost, at its start too (a waiter
         // that read its generation before, and an enqueue that committed in between): everyone
-        // looks once.
+        // looks once, schedulers too.
         notifier.notify_all();
+        notifier.notify_schedules();
         let mut notifications = client.notifications();
         loop {
             // Notifications until a quiet STOP_CHECK, then a look at the stop flag.
             let mut it = notifications.timeout_iter(STOP_CHECK);
             let quiet = loop {
                 match it.next() {
-                    Ok(Some(n)) if n.payload() == LOOK_AT_STOP => {
+                    Ok(Some(n)) if n.payload() == LOOK_AGAIN => {
                         if stop.load(Ordering::SeqCst) {
                             return;
                         }
+                        notifier.notify_schedules();
                     }
                     Ok(Some(n)) if n.payload() == ALL_QUEUES => notifier.notify_all(),
                     Ok(Some(n)) => notifier.notify([&n.payload().to_owned()]),

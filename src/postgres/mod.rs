@@ -335,7 +335,7 @@ impl Drop for Inner {
                 idle.last_mut().is_some_and(|conn| {
                     let sql = "SELECT pg_notify($1, $2)";
                     let args: [&(dyn postgres::types::ToSql + Sync); 2] =
-                        [channel, &listen::LOOK_AT_STOP];
+                        [channel, &listen::LOOK_AGAIN];
                     conn.client.execute(sql, &args).is_ok()
                 })
             });

@@ -58,8 +58,17 @@ impl LeaseBackend for Store {
         Store::another_process_writes(self)
     }
 
-    fn sole_writer(&self) -> bool {
-        self.inner.neighbours.is_none()
+    fn hears_schedule_changes(&self) -> bool {
+        // (on a shared file, by a datagram from the process that changed them: lost only
+        // where that process found this one's socket full)
+        true
+    }
+
+    fn schedules_changed(&self) {
+        self.inner.notifier.notify_schedules();
+        if let Some(n) = &self.inner.neighbours {
+            n.schedules_changed();
+        }
     }
 
     fn next_due(&self, queue: &str) -> Result<Option<StoreTime>> {

@@ -56,6 +56,8 @@ pub(crate) trait Survivor: Send + Sync + 'static {
     fn reregister(self: Arc<Self>, me: InstanceId, registration: &Registration) -> Result<()>;
     /// Wakes every worker of this process that waits for work.
     fn wake_local(&self);
+    /// Wakes this process's schedulers: another process changed the schedules.
+    fn wake_schedules(&self);
 }
 
 /// This handle's place among the processes of a shared store.
@@ -170,6 +172,12 @@ impl Neighbours {
         self.send_to_others(b"w");
     }
 
+    /// Tells every other registered process that the schedules changed: their schedulers
+    /// look at them again.
+    pub(crate) fn schedules_changed(&self) {
+        self.send_to_others(b"s");
+    }
+
     /// Announces this instance to the others, so that their watchers look at it now (and
     /// hold a pidfd for it) rather than at their next rescan.
     pub(crate) fn announce(&self) {
@@ -260,16 +268,23 @@ impl<S: Survivor> Watcher<S> {
             }
             if fds[1].revents != 0 {
                 let mut buf = [0u8; 16];
-                let mut woken = false;
+                let (mut woken, mut schedules) = (false, false);
                 while let Ok(n) = self.receive.recv(&mut buf) {
-                    // "w": a neighbour's commit gave a queue work; "j" and "l": a neighbour
-                    // joined or left (the scan below picks it up).
+                    // "w": a neighbour's commit gave a queue work; "s": it changed the
+                    // schedules; "j" and "l": a neighbour joined or left (the scan below
+                    // picks it up).
                     woken |= buf[..n] == *b"w";
+                    schedules |= buf[..n] == *b"s";
                 }
-                if woken {
-                    match self.store.upgrade() {
-                        Some(store) => store.wake_local(),
-                        None => return,
+                if woken || schedules {
+                    let Some(store) = self.store.upgrade() else {
+                        return;
+                    };
+                    if woken {
+                        store.wake_local();
+                    }
+                    if schedules {
+                        store.wake_schedules();
                     }
                 }
             }
@@ -461,6 +476,7 @@ mod tests {
             Ok(())
         }
         fn wake_local(&self) {}
+        fn wake_schedules(&self) {}
     }
 
     /// A process that registered after a scan read the registrations, and died at once, is

@@ -143,6 +143,10 @@ impl Survivor for Inner {
     fn wake_local(&self) {
         self.notifier.notify_all();
     }
+
+    fn wake_schedules(&self) {
+        self.notifier.notify_schedules();
+    }
 }
 
 impl Drop for Store {

@@ -93,6 +93,34 @@ fn a_waiter_from_before_the_listener_listened_is_woken_when_it_does() {
     );
 }
 
+/// A scheduler on PostgreSQL sleeps until its next tick, and a schedule declared on another
+/// machine wakes it (a notification on the store's channel): here its interval is an hour,
+/// so a scheduler that only looked every interval would fire nothing.
+#[test]
+fn a_schedule_declared_on_another_machine_wakes_the_scheduler() {
+    let db = db!("schedules across machines");
+    let here = db.store();
+    let scheduler = leasehold::Scheduler::start(here.clone(), Duration::from_secs(3600)).unwrap();
+    // Its first pass, then one more once its listener listens (which wakes it): from then
+    // on nothing but a notification wakes it before its next tick.
+    wait_until("the scheduler's pass once it listens", || {
+        scheduler.metrics().passes() >= 2
+    });
+    let there = db.store();
+    let tick = Duration::from_secs(1); // (the shortest interval a schedule may have)
+    there
+        .declare_schedule(leasehold::Schedule::every(
+            "often",
+            tick,
+            NewJob::new(Q, "tick"),
+        ))
+        .unwrap();
+    wait_until("this machine's scheduler to fire the tick", || {
+        scheduler.metrics().fired() >= 1
+    });
+    assert!(here.stats().unwrap().total(JobState::Queued) >= 1);
+}
+
 #[test]
 fn concurrent_claimers_never_both_win_a_job() {
     let db = db!("claim race");
