@@ -95,7 +95,11 @@ pub fn run(json: bool, scale: f64, only: Option<&str>) -> Result<ExitCode, Error
                 r.operation.clone(),
                 r.durability.into(),
                 r.concurrency.to_string(),
-                format!("{:.0}", r.ops_per_sec),
+                // (a tenth where it is small: an idle process's wake-ups a second)
+                match r.ops_per_sec {
+                    x if x < 10.0 => format!("{x:.1}"),
+                    x => format!("{x:.0}"),
+                },
                 r.p50_us
                     .map(|v| format!("{v:.0}"))
                     .unwrap_or_else(|| "-".into()),
