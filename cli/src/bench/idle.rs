@@ -53,8 +53,10 @@ pub(super) fn idle_wakeups(engine: &str, store: Backend, window: Duration) -> Re
             (
                 format!(
                     "idle: a pool of 4, a reaper (15 s), a scheduler (1 s), nothing to do \
-                     ({engine}; {} threads; ops/s = their wake-ups per second; most: {most})",
-                    after.len()
+                     ({engine}; {} threads; ops/s = their wake-ups per second; most: {most}; \
+                     RSS of this bench process {} MiB)",
+                    after.len(),
+                    super::scale::resident_mib(&super::scale::Resident::This)
                 ),
                 total as f64 / elapsed,
             )

@@ -82,12 +82,12 @@ fn held_alone(path: &Path, verify: bool) -> std::io::Result<u64> {
 
 /// This process's resident memory, from /proc (0 where there is none).
 /// Whose resident memory to read.
-enum Resident {
+pub(super) enum Resident {
     This,
     Child(u32),
 }
 
-fn resident_mib(whose: &Resident) -> u64 {
+pub(super) fn resident_mib(whose: &Resident) -> u64 {
     let status = match whose {
         Resident::This => "/proc/self/status".to_owned(),
         Resident::Child(pid) => format!("/proc/{pid}/status"),
