@@ -454,9 +454,11 @@ const RENEW_MANY: &str = "
 WITH c AS MATERIALIZED (SELECT {now} AS t),
 r AS (SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::bigint[])
       AS r(id, attempt, token, progress)),
--- (the rows locked in the order of their ids first: see above)
+-- (the rows locked in the order of their ids first: see above; running ones only, as
+-- COMPLETE_MANY's)
 locked AS MATERIALIZED (
-    SELECT id FROM {s}.leasehold_jobs WHERE id = ANY($1) ORDER BY id FOR UPDATE
+    SELECT id FROM {s}.leasehold_jobs WHERE id = ANY($1) AND state = 'running'
+    ORDER BY id FOR UPDATE
 )
 UPDATE {s}.leasehold_jobs j
 SET lease_expires_at = greatest(j.lease_expires_at,
@@ -548,8 +550,11 @@ pub(crate) fn complete(
 /// The rows are locked in the order of their ids first ("Locked in id order", above).
 const COMPLETE_MANY: &str = "
 WITH c AS MATERIALIZED (SELECT {now} AS t),
+-- (running rows only: a waiting one, of a lease given back, is one a claim beside this
+-- statement may be about to take, and locked here it would be passed over)
 locked AS MATERIALIZED (
-    SELECT id FROM {s}.leasehold_jobs WHERE id = ANY($1) ORDER BY id FOR UPDATE
+    SELECT id FROM {s}.leasehold_jobs WHERE id = ANY($1) AND state = 'running'
+    ORDER BY id FOR UPDATE
 )
 UPDATE {s}.leasehold_jobs j
 SET state = 'succeeded', finished_at = c.t, updated_at = c.t,
