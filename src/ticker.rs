@@ -1,6 +1,7 @@
 //! A named background thread that runs a step on a timer at a fixed rate, stops at once when
 //! asked (a message on a channel wakes it, rather than a sleep it must finish) and is always
-//! joined: the shape of the reaper and the scheduler.
+//! joined: the shape of the reaper. (The scheduler sleeps until its next tick instead: its
+//! own loop in `scheduler.rs`.)
 
 use std::thread::JoinHandle;
 use std::time::Duration;

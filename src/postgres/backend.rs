@@ -313,8 +313,14 @@ impl PgStore {
         }
     }
 
+    /// Whether this handle's `LISTEN` thread is connected and listening now.
+    fn listens(&self) -> bool {
+        (self.inner.listener.get())
+            .is_some_and(|l| l.as_ref().is_some_and(super::listen::Listener::listening))
+    }
+
     /// Starts the `LISTEN` thread if it is not running: a pool is about to wait for work.
-    pub(super) fn listening(&self) {
+    pub(super) fn start_listening(&self) {
         self.inner.listener.get_or_init(|| {
             if !self.inner.settings.listen {
                 return None;
@@ -367,9 +373,8 @@ impl LeaseBackend for PgStore {
 
     fn hears_schedule_changes(&self) -> bool {
         // (through the listener, started here if no pool started it)
-        self.listening();
-        (self.inner.listener.get())
-            .is_some_and(|l| l.as_ref().is_some_and(super::listen::Listener::listening))
+        self.start_listening();
+        self.listens()
     }
 
     fn schedules_changed(&self) {
@@ -378,12 +383,7 @@ impl LeaseBackend for PgStore {
         // listener is down looks every interval), so a failure here is only logged.
         let channel = &self.inner.names.channel;
         let sent = self.with_connection(|conn| {
-            conn.client
-                .execute(
-                    "SELECT pg_notify($1, $2)",
-                    &[channel, &super::listen::LOOK_AGAIN],
-                )
-                .map_err(crate::Error::from)
+            super::listen::look_again(&mut conn.client, channel).map_err(crate::Error::from)
         });
         if let Err(e) = sent {
             tracing::warn!(error = %e, "telling other machines' schedulers of a change failed");
@@ -394,9 +394,7 @@ impl LeaseBackend for PgStore {
         // Other machines' enqueues wake this process's pools through the listener, while it
         // listens; a notification is a hint, so they look now and then all the same (see
         // `listen.rs`), with jitter so that many idle pools do not look in step.
-        let listening = (self.inner.listener.get())
-            .is_some_and(|l| l.as_ref().is_some_and(super::listen::Listener::listening));
-        let (base, jitter) = if listening {
+        let (base, jitter) = if self.listens() {
             (5_000, 1_000)
         } else {
             (250, 250)

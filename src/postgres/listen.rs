@@ -34,6 +34,17 @@ pub(crate) const ALL_QUEUES: &str = "*";
 /// looks at its stop flag and stops at once. The others look and sleep again.
 pub(crate) const LOOK_AGAIN: &str = "";
 
+/// Sends [`LOOK_AGAIN`] on `channel` over `client`, delivered when it commits (at once,
+/// outside a transaction).
+pub(crate) fn look_again(
+    client: &mut postgres::Client,
+    channel: &str,
+) -> Result<(), postgres::Error> {
+    client
+        .execute("SELECT pg_notify($1, $2)", &[&channel, &LOOK_AGAIN])
+        .map(drop)
+}
+
 /// How often the listener thread looks at its stop flag when nothing wakes it. A closing
 /// handle wakes it with [`LOOK_AGAIN`]; this only bounds how long a thread lingers whose
 /// wake-up could not be sent (the handle had no connection left to send it on). It looked

@@ -332,12 +332,8 @@ impl Drop for Inner {
             let idle = self.idle.get_mut();
             let channel = &self.names.channel;
             listener.stop(|| {
-                idle.last_mut().is_some_and(|conn| {
-                    let sql = "SELECT pg_notify($1, $2)";
-                    let args: [&(dyn postgres::types::ToSql + Sync); 2] =
-                        [channel, &listen::LOOK_AGAIN];
-                    conn.client.execute(sql, &args).is_ok()
-                })
+                (idle.last_mut())
+                    .is_some_and(|conn| listen::look_again(&mut conn.client, channel).is_ok())
             });
         }
         // Unless this is the vacuum thread itself, holding the last handle for a moment (it

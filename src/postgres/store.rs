@@ -351,7 +351,7 @@ impl JobStore for PgStore {
     /// Starts this handle's `LISTEN` connection, if it has none yet: commits on other
     /// machines wake its waiters from then on.
     fn work_generation(&self, queue: &str) -> u64 {
-        self.listening();
+        self.start_listening();
         self.inner.notifier.generation(queue)
     }
 }
