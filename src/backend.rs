@@ -333,6 +333,13 @@ pub trait LeaseBackend: Send + Sync + 'static {
     fn flush(&self) -> Result<()> {
         Ok(())
     }
+    /// The store's time now, and whether some lease may have expired by it, as the expiry
+    /// index holds it (at or before the real expiry): `false` lets a reaper's pass skip its
+    /// write transactions, so that an idle store's reaper reads where it would commit.
+    /// `true` where the engine cannot tell for less than the pass costs.
+    fn leases_expired_now(&self) -> Result<(StoreTime, bool)> {
+        Ok((self.clock(), true))
+    }
     /// Keeps `pass` as the store's last reaper pass ([`crate::Stats::last_reaper_pass`]).
     fn note_reaper_pass(&self, pass: &crate::ReaperPass) -> Result<()>;
     /// What an engine does at the end of a reaper's pass besides (PostgreSQL: a vacuum,

@@ -468,27 +468,7 @@ pub trait JobStore: ReadJobs + LeaseBackend {
     /// succeeded and cancelled jobs that outlived it, in batches too. The pass is recorded
     /// as the store's last ([`Stats::last_reaper_pass`]).
     fn reap(&self) -> Result<ReapReport> {
-        self.reap_every(None)
-    }
-
-    /// A reaper's pass ([`JobStore::reap`]), recorded with how often its reaper runs
-    /// (`None` for one called directly).
-    #[doc(hidden)]
-    fn reap_every(&self, every: Option<Duration>) -> Result<ReapReport> {
-        let began = self.clock();
-        let pass = crate::batches::run(self.policy().reap_batch, |limit| {
-            write(self, move |r| {
-                protocol::reap_batch(r, limit, crate::ReclaimPath::Reaper, &Default::default())
-            })
-        })?;
-        let mut report = ReapReport::from(pass);
-        if let Some(keep) = self.policy().retention {
-            report.purged = self.purge(keep, &[JobState::Succeeded, JobState::Cancelled])?;
-        }
-        self.after_reap(&mut report)?;
-        let pass = crate::ReaperPass::of(&report, began, self.clock(), every);
-        self.note_reaper_pass(&pass)?;
-        Ok(report)
+        reaper_pass(self, None, None).map(|(report, _)| report)
     }
 
     /// Deletes terminal jobs in `states` (succeeded, dead, cancelled) that finished at least
@@ -564,6 +544,46 @@ pub trait JobStore: ReadJobs + LeaseBackend {
 
 /// `act` on every job `filter` names, a page of them per transaction (see
 /// [`crate::batches::bulk`]).
+/// A reaper's pass ([`JobStore::reap`]) by a reaper that runs `every` (`None`: a pass called
+/// directly), which last kept its record at `kept`. The record ([`crate::ReaperPass`]) is
+/// kept, and its time returned, unless the pass had nothing to do and the last one kept is
+/// younger than an interval and a half: an idle reaper then writes every other pass (what
+/// shows it alive, [`crate::ReaperPass::late`], allows three intervals), and an idle store's
+/// pass, which reads rather than commits a transaction that takes nothing, mostly writes
+/// nothing at all.
+pub(crate) fn reaper_pass(
+    store: &(impl JobStore + ?Sized),
+    every: Option<Duration>,
+    kept: Option<StoreTime>,
+) -> Result<(ReapReport, Option<StoreTime>)> {
+    let (began, expired) = store.leases_expired_now()?;
+    let mut report = match expired {
+        true => ReapReport::from(crate::batches::run(store.policy().reap_batch, |limit| {
+            write(store, move |r| {
+                protocol::reap_batch(r, limit, crate::ReclaimPath::Reaper, &Default::default())
+            })
+        })?),
+        false => ReapReport::default(),
+    };
+    if let Some(keep) = store.policy().retention {
+        report.purged = store.purge(keep, &[JobState::Succeeded, JobState::Cancelled])?;
+    }
+    store.after_reap(&mut report)?;
+    let ended = store.clock();
+    let idle =
+        report.reclaimed.is_empty() && report.purged == 0 && report.vacuum_started.is_empty();
+    let recent = |every: Duration, kept: StoreTime| ended.saturating_since(kept) < every * 3 / 2;
+    if idle
+        && every
+            .zip(kept)
+            .is_some_and(|(every, kept)| recent(every, kept))
+    {
+        return Ok((report, None));
+    }
+    store.note_reaper_pass(&crate::ReaperPass::of(&report, began, ended, every))?;
+    Ok((report, Some(ended)))
+}
+
 fn bulk(
     store: &(impl JobStore + ?Sized),
     filter: &JobFilter,

@@ -455,6 +455,14 @@ impl LeaseBackend for MemoryStore {
     fn marks_due(&self, queues: &mut dyn Iterator<Item = &str>) -> Vec<String> {
         self.0.served.due(queues, self.0.clock.now())
     }
+    fn leases_expired_now(&self) -> Result<(StoreTime, bool)> {
+        let now = self.0.clock.now();
+        let expired = |j: &JobRecord| {
+            j.state == JobState::Running
+                && j.lease.as_ref().is_some_and(|l| l.indexed_expiry <= now)
+        };
+        Ok((now, self.read(|s| s.jobs.values().any(expired))))
+    }
     fn note_reaper_pass(&self, pass: &ReaperPass) -> Result<()> {
         self.0.state.0.write().last_pass = Some(pass.clone());
         Ok(())

@@ -7,8 +7,10 @@
 //!
 //! The mark is written by claims and renewals themselves, in their own transaction, but at
 //! most once every [`MARK_EVERY`] of store time per handle and queue: a busy pool's hot
-//! path writes nothing extra, and an idle pool (which looks at least once a heartbeat
-//! interval) keeps its queue marked at the cost of one small write every half minute.
+//! path writes nothing extra. A pool claims whenever its queue has work due, so a queue
+//! whose work waits while a pool serves it is marked; an idle pool whose queue has nothing
+//! due reads its next due time and writes nothing (an idle device's pool wakes as seldom
+//! as it can), so the mark then says when it last found work, or renewed a lease.
 
 use std::collections::HashMap;
 use std::time::Duration;

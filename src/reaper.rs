@@ -72,10 +72,12 @@ impl Reaper {
         let metrics = Arc::new(ReaperMetrics::default());
         let m = metrics.clone();
         let mut watch = UnservedWatch::default();
+        // When this reaper last kept its pass's record (see `job_store::reaper_pass`).
+        let mut kept = None;
         // Fixed rate: the next pass is due one interval after the last was due, not after
         // it ended, so a slow pass does not stretch the detection bound.
         let ticker = Ticker::start("leasehold-reaper", interval, interval, move || {
-            tick(&*store, interval, &m);
+            tick(&*store, interval, &m, &mut kept);
             watch.look(&*store, &m);
         })?;
         Ok(Reaper { ticker, metrics })
@@ -92,9 +94,15 @@ impl Reaper {
     }
 }
 
-fn tick(store: &dyn JobStore, every: Duration, metrics: &ReaperMetrics) {
-    match store.reap_every(Some(every)) {
-        Ok(report) => {
+fn tick(
+    store: &dyn JobStore,
+    every: Duration,
+    metrics: &ReaperMetrics,
+    kept: &mut Option<crate::StoreTime>,
+) {
+    match crate::job_store::reaper_pass(store, Some(every), *kept) {
+        Ok((report, noted)) => {
+            *kept = noted.or(*kept);
             for r in &report.reclaimed {
                 tracing::info!(
                     job = %r.job,
@@ -176,5 +184,94 @@ impl UnservedWatch {
             );
             self.warned.insert(u.queue, now);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use std::time::Duration;
+
+    use crate::job_store::reaper_pass;
+    use crate::{JobStore, LeaseTerms, NewJob, ReadJobs, Store};
+
+    /// An idle reaper keeps its pass's record every other pass, never so seldom that it looks
+    /// late; a pass that takes a lease back is recorded at once.
+    #[test]
+    fn an_idle_reaper_records_every_other_pass_and_a_busy_one_each() {
+        let dir = tempfile::tempdir().unwrap();
+        let clock = crate::ManualClock::new();
+        let store = Store::builder(dir.path().join("r.redb"))
+            .clock(clock.clone())
+            .open()
+            .unwrap();
+        let every = Duration::from_secs(15);
+        let writes = || store.metrics().write_transactions;
+        let (_, mut kept) = reaper_pass(&store, Some(every), None).unwrap();
+        assert!(kept.is_some(), "a reaper's first pass is recorded");
+        let before = writes();
+        let mut recorded = 0;
+        for _ in 0..6 {
+            clock.advance(every);
+            let (report, noted) = reaper_pass(&store, Some(every), kept).unwrap();
+            assert!(report.reclaimed.is_empty());
+            if noted.is_some() {
+                recorded += 1;
+                kept = noted;
+            }
+            let last = store.stats().unwrap().last_reaper_pass.unwrap();
+            assert!(!last.late(store.now()), "an idle reaper looked late");
+        }
+        assert_eq!(recorded, 3, "every other idle pass is recorded");
+        assert_eq!(
+            writes() - before,
+            3,
+            "the idle passes committed their records only"
+        );
+
+        store.enqueue(NewJob::new("q", "x")).unwrap();
+        store
+            .claim("q", "w", LeaseTerms::new(Duration::from_secs(1)))
+            .unwrap()
+            .unwrap();
+        clock.advance(Duration::from_secs(2));
+        let (report, noted) = reaper_pass(&store, Some(every), kept).unwrap();
+        assert_eq!(report.reclaimed.len(), 1);
+        assert_eq!(
+            noted,
+            Some(store.now()),
+            "a pass that took a lease back is recorded, however recent the last record"
+        );
+    }
+
+    /// A pass over a store where no lease has expired reads, and writes nothing: it ends
+    /// while the store answers no write (it took the writer's seat for a transaction that
+    /// took nothing once).
+    #[test]
+    fn a_pass_with_no_expired_lease_takes_no_write_transaction() {
+        let (store, clock) = crate::memory::MemoryStore::manual();
+        store.enqueue(NewJob::new("q", "x")).unwrap();
+        store
+            .claim("q", "w", LeaseTerms::new(Duration::from_secs(60)))
+            .unwrap()
+            .unwrap();
+        let every = Duration::from_secs(15);
+        let (_, kept) = reaper_pass(&store, Some(every), None).unwrap();
+        clock.advance(every);
+        let (done, ended) = crossbeam_channel::bounded(1);
+        store.hold_writes(|| {
+            let store = store.clone();
+            std::thread::spawn(move || {
+                let _ = done.send(
+                    reaper_pass(&store, Some(every), kept).map(|(r, n)| (r.reclaimed.len(), n)),
+                );
+            });
+            let pass = ended.recv_timeout(Duration::from_secs(20));
+            assert!(
+                matches!(pass, Ok(Ok((0, None)))),
+                "the pass did not end without the writer's seat: {pass:?}"
+            );
+        });
     }
 }

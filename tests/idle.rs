@@ -94,9 +94,50 @@ fn an_idle_pool_its_reaper_and_its_scheduler_wake_their_threads_seldom() {
     drop(pool);
 }
 
+/// An idle pool looks for work on its own once a heartbeat (a change made elsewhere may wake
+/// no one), and a look that finds nothing due reads the queue's next due time rather than
+/// claim: it takes no write transaction (each look was a claim once; on PostgreSQL a
+/// transaction of four round trips where one statement now serves). So an idle pool goes on
+/// looking while the store answers no write; and work that comes is still found.
+#[test]
+fn an_idle_pools_looks_that_find_nothing_due_take_no_write_transaction() {
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let (store, _clock) = leasehold::memory::MemoryStore::manual();
+    let pool = leasehold::WorkerPool::builder(store.clone(), "q")
+        .concurrency(2)
+        .lease(Duration::from_millis(600))
+        .heartbeat_every(Duration::from_millis(20))
+        .start(|_| Ok(()))
+        .unwrap();
+    until_idle(&pool);
+    #[allow(clippy::disallowed_methods)] // a test deadline, not store time
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let late = || {
+        #[allow(clippy::disallowed_methods)]
+        let late = std::time::Instant::now() > deadline;
+        late
+    };
+    store.hold_writes(|| {
+        let looks = pool.stats().idle_waits;
+        while pool.stats().idle_waits < looks + 10 {
+            assert!(
+                !late(),
+                "the idle pool's looks waited for the writer's seat"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    });
+    use leasehold::{JobStore, ReadJobs};
+    let id = store.enqueue(leasehold::NewJob::new("q", "x")).unwrap();
+    while store.job(id).unwrap().unwrap().state() != leasehold::JobState::Succeeded {
+        assert!(!late(), "the idle pool did not run the job that came");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 /// On PostgreSQL, the `LISTEN` thread of an idle pool sleeps until a notification comes (it
 /// looked at its stop flag five times a second once), the pool looks for work on its own
-/// only every 5-6 s while it listens (every 250-500 ms once: 57 wake-ups in 2 s), and the
+/// only once a heartbeat while it listens (every 250-500 ms once: 57 wake-ups in 2 s), and the
 /// store's close wakes the listener to stop: once the last handle is dropped, the thread is
 /// gone, not left to end later.
 #[test]
@@ -131,8 +172,8 @@ fn the_listen_thread_of_an_idle_pool_on_postgres_sleeps_and_ends_with_its_store(
         listen <= 1,
         "the LISTEN thread woke {listen} times in 2 s: {woke:?}"
     );
-    // and, while it listens, the pool's own look for work (in case a notification was
-    // lost) comes every 5-6 s: in two seconds, at most one look's switches
+    // and, while it listens, the pool's own look for work (for what no notification
+    // announces) comes once a heartbeat (20 s): in two seconds, at most one look's switches
     let total: u64 = woke.iter().map(|(_, n)| n).sum();
     assert!(
         total <= 15,

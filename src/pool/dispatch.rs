@@ -14,11 +14,20 @@ use super::{Flight, Shared, run};
 use crate::backend::{Claim, Completion};
 use crate::clock::Stopwatch;
 
-/// How long an idle dispatcher sleeps at most: commits by *other processes* do not wake it,
-/// so it looks again at least this often.
+/// How long an idle dispatcher sleeps at most: some changes wake no one (room freed in a
+/// limited queue by another process, say), so it looks again at least this often: the
+/// store's own poll where it has one, else a heartbeat less up to a tenth at random, so
+/// that the pools of many processes do not look in step.
 fn idle_cap(shared: &Shared) -> Duration {
     let beat = shared.settings.heartbeat();
-    shared.store.idle_poll().map_or(beat, |poll| poll.min(beat))
+    match shared.store.idle_poll() {
+        Some(poll) => poll.min(beat),
+        None => {
+            let tenth = u64::try_from((beat / 10).as_micros()).unwrap_or(u64::MAX);
+            let jitter = crate::clock::random_u64() % tenth.saturating_add(1);
+            beat.saturating_sub(Duration::from_micros(jitter))
+        }
+    }
 }
 
 pub(crate) fn dispatch_loop(
@@ -196,9 +205,22 @@ fn dispatch_until_stopped(
                         .wait_for_any_work(&planner.waits(&seen), timeout);
                 }
                 shared.handover.set_idle(false);
-                // Whatever woke it, every queue is asked again: some changes wake no one
-                // (a slot freed in another process, time moved on a clock of a test's).
-                planner.rouse();
+                // Some changes wake no one (a slot freed in another process, time moved on
+                // a clock of a test's): once the wait has run out with no wake-up, each
+                // queue's next due time is read first (one statement on PostgreSQL, where a
+                // claim takes a transaction) and a queue with nothing due stays quiet. Any
+                // other end of the wait asks every queue again.
+                let woken = (planner.waits(&seen).iter())
+                    .any(|(queue, seen)| shared.store.work_generation(queue) != *seen);
+                if woken
+                    || shared.handover.pending()
+                    || !{
+                        let now = shared.store.clock();
+                        planner.stay_quiet(|queue| still_quiet(shared, now, queue))
+                    }
+                {
+                    planner.rouse();
+                }
                 continue;
             }
             let want = if plan.is_empty() { 0 } else { want };
@@ -429,6 +451,17 @@ fn idle_timeout(
 ) -> Duration {
     let cap = idle_cap(shared);
     wake.map_or(cap, |at| at.saturating_since(now).min(cap))
+}
+
+/// Until when `queue`, quiet, stays so at `now` without a claim to ask it: its next due
+/// time (capped) if that is still to come; `None` if something is due, or its reading failed.
+fn still_quiet(shared: &Shared, now: crate::StoreTime, queue: &str) -> Option<crate::StoreTime> {
+    let cap = idle_cap(shared);
+    match shared.store.next_due(queue) {
+        Ok(Some(due)) if due > now => Some(now.saturating_add(due.saturating_since(now).min(cap))),
+        Ok(None) => Some(now.saturating_add(cap)),
+        Ok(Some(_)) | Err(_) => None,
+    }
 }
 
 /// Until when a queue a claim found short is quiet: its next delayed job or lease expiry,

@@ -246,6 +246,23 @@ impl Planner {
         }
     }
 
+    /// Keeps every queue quiet, each until `until` says (a new bound, its generation as it
+    /// was), if `until` has one for each; `false` (and nothing changed) if one has none: a
+    /// queue may have work, and the next round asks them all.
+    pub(crate) fn stay_quiet(&mut self, until: impl Fn(&str) -> Option<StoreTime>) -> bool {
+        let mut bounds = Vec::with_capacity(self.lanes.len());
+        for lane in &self.lanes {
+            match (lane.quiet, until(&lane.queue)) {
+                (Some((seen, _)), Some(at)) => bounds.push((seen, at)),
+                _ => return false,
+            }
+        }
+        for (lane, bound) in self.lanes.iter_mut().zip(bounds) {
+            lane.quiet = Some(bound);
+        }
+        true
+    }
+
     /// The earliest time a quiet queue's wait ends, if any is quiet.
     pub(crate) fn next_wake(&self) -> Option<StoreTime> {
         self.lanes.iter().filter_map(|l| l.quiet.map(|q| q.1)).min()

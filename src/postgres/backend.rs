@@ -302,15 +302,21 @@ impl PgStore {
         {
             return estimate;
         }
-        let read = crate::ReadJobs::now(self);
+        // (one statement outside a transaction: one round trip)
+        let read = self.alone(super::transaction::now);
         self.inner.reading_clock.store(false, Ordering::SeqCst);
         match read {
             Ok(now) => {
-                *self.inner.clock.lock() = (now, Stopwatch::start());
+                self.clock_read(now);
                 now
             }
             Err(_) => estimate,
         }
+    }
+
+    /// The server's clock read `now`: estimates start from it.
+    fn clock_read(&self, now: StoreTime) {
+        *self.inner.clock.lock() = (now, Stopwatch::start());
     }
 
     /// Whether this handle's `LISTEN` thread is connected and listening now.
@@ -391,23 +397,24 @@ impl LeaseBackend for PgStore {
     }
 
     fn idle_poll(&self) -> Option<Duration> {
-        // Other machines' enqueues wake this process's pools through the listener, while it
-        // listens; a notification is a hint, so they look now and then all the same (see
-        // `listen.rs`), with jitter so that many idle pools do not look in step.
-        let (base, jitter) = if self.listens() {
-            (5_000, 1_000)
-        } else {
-            (250, 250)
-        };
-        let jitter = crate::clock::random_u64() % jitter;
-        Some(Duration::from_millis(base + jitter))
+        // While the listener listens, every machine's enqueue wakes this process's pools
+        // (and a listener that listens again wakes them all, for what it missed): they look
+        // on their own only as seldom as on any engine, once a heartbeat, for what no
+        // notification announces (room freed by another machine in a limited queue). While
+        // it does not, or where `PgStoreBuilder::listen(false)` turned it off, every
+        // 250–500 ms, jittered so that many pools do not look in step.
+        if self.listens() {
+            return None;
+        }
+        let jitter = crate::clock::random_u64() % 250;
+        Some(Duration::from_millis(250 + jitter))
     }
 
     fn next_due(&self, queue: &str) -> Result<Option<StoreTime>> {
         if super::store::no_queue_has(queue) {
             return Ok(None);
         }
-        self.in_transaction(|tx, p| read::next_due(tx, p, queue))
+        self.alone(|c, p| read::next_due(c, p, queue))
     }
 
     fn marks_due(&self, queues: &mut dyn Iterator<Item = &str>) -> Vec<String> {
@@ -439,8 +446,16 @@ impl LeaseBackend for PgStore {
         self.complete_each_then_claim(&mut done, claim.filter(|c| c.wanted() > 0))
     }
 
+    fn leases_expired_now(&self) -> Result<(StoreTime, bool)> {
+        // (the server's time comes with the answer: the reading serves the pass's clock)
+        let (now, expired) = self.alone(read::any_lease_expired_now)?;
+        self.clock_read(now);
+        Ok((now, expired))
+    }
+
     fn note_reaper_pass(&self, pass: &crate::ReaperPass) -> Result<()> {
-        self.in_transaction(|tx, p| fast::note_reaper_pass(tx, p, pass))
+        // (one statement: atomic on its own, one round trip where a transaction takes three)
+        self.alone(|c, p| fast::note_reaper_pass(c, p, pass))
     }
 
     /// A vacuum of the jobs' table, when its dead rows ask for one.

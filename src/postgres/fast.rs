@@ -669,16 +669,16 @@ pub(crate) const REAPER_PASS: &str = "reaper.last_pass";
 /// Keeps `pass` as the store's last reaper pass (the crate's codec, hex in the meta table's
 /// text).
 pub(crate) fn note_reaper_pass(
-    tx: Tx<'_, '_>,
+    c: &mut impl postgres::GenericClient,
     p: &mut Prepared<'_>,
     pass: &crate::ReaperPass,
 ) -> Result<()> {
     let st = p.get(
-        tx,
+        c,
         "INSERT INTO {s}.leasehold_meta (key, value) VALUES ($1, encode($2, 'hex'))
          ON CONFLICT (key) DO UPDATE SET value = excluded.value",
     )?;
-    tx.execute(&st, &[&REAPER_PASS, &crate::codec::encode(pass)])?;
+    c.execute(&st, &[&REAPER_PASS, &crate::codec::encode(pass)])?;
     Ok(())
 }
 

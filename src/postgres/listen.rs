@@ -6,8 +6,8 @@
 //! connection pooler `LISTEN` does not work, a listener reconnecting misses what was sent
 //! meanwhile, and PostgreSQL drops notifications of a full queue. So a listener that starts
 //! listening (first or again) wakes every waiter once, and idle pools also look on their
-//! own: every 5–6 s while the listener is connected (a notification lost there costs that
-//! much latency at most), every 250–500 ms while it is not or where
+//! own: once a heartbeat while the listener is connected (as on any engine, for what no
+//! notification announces), every 250–500 ms while it is not or where
 //! `PgStoreBuilder::listen(false)` turned it off (behind a transaction-mode pooler), both
 //! jittered.
 //!
@@ -48,8 +48,10 @@ pub(crate) fn look_again(
 /// How often the listener thread looks at its stop flag when nothing wakes it. A closing
 /// handle wakes it with [`LOOK_AGAIN`]; this only bounds how long a thread lingers whose
 /// wake-up could not be sent (the handle had no connection left to send it on). It looked
-/// five times a second once, which was most of what an idle process on PostgreSQL woke for.
-const STOP_CHECK: Duration = Duration::from_secs(10);
+/// five times a second once, which was most of what an idle process on PostgreSQL woke for;
+/// each look wakes the thread about three times (the client's timer wheel wakes it at its
+/// coarse slot, then at finer ones), so a look every 30 s costs about 0.1 a second.
+const STOP_CHECK: Duration = Duration::from_secs(30);
 
 /// The channel of the store in `schema`.
 pub(crate) fn channel(schema: &str) -> String {

@@ -427,11 +427,17 @@ impl PgStore {
         &self,
         mut f: impl FnMut(&mut postgres::Transaction<'_>, &mut Prepared<'_>) -> Result<T>,
     ) -> Result<T> {
+        self.retried(|| self.transaction_once(&mut f))
+    }
+
+    /// Runs `once` again (from the start) where PostgreSQL aborted it for a serialization
+    /// failure or a deadlock, or a statement prepared before a column was altered.
+    fn retried<T>(&self, mut once: impl FnMut() -> Result<T>) -> Result<T> {
         const ATTEMPTS: usize = 5;
         let mut tries = 0;
         loop {
             tries += 1;
-            match self.transaction_once(&mut f) {
+            match once() {
                 Err(Error::Postgres(e)) if e.is_stale_statement() && tries < ATTEMPTS => {
                     self.inner.statements_epoch.fetch_add(1, Ordering::SeqCst);
                 }
@@ -507,6 +513,35 @@ impl PgStore {
         })
     }
 
+    /// Runs `f`, one statement, on a connection outside any transaction (retried as
+    /// [`PgStore::in_transaction`] retries): one round trip where a transaction takes three.
+    /// A statement is atomic on its own, and a write commits with it. What an idle pool and
+    /// an idle reaper do now and then is done this way, so that they wake their threads as
+    /// seldom as they can.
+    fn alone<T>(
+        &self,
+        mut f: impl FnMut(&mut postgres::Client, &mut Prepared<'_>) -> Result<T>,
+    ) -> Result<T> {
+        self.retried(|| {
+            self.with_connection(|conn| {
+                if let Some(clock) = &self.inner.simulated_clock {
+                    // (for this session: each transaction sets its own time all the same)
+                    let us = (simulated_time(clock).0 / 1000).to_string();
+                    (conn.client)
+                        .execute("SELECT set_config('leasehold.now_us', $1, false)", &[&us])
+                        .map_err(PgError::from)?;
+                }
+                f(
+                    &mut conn.client,
+                    &mut Prepared {
+                        cache: &mut conn.prepared,
+                        names: &self.inner.names,
+                    },
+                )
+            })
+        })
+    }
+
     /// Sets the transaction's store time from the simulated clock, if there is one.
     fn simulate_time(&self, tx: &mut postgres::Transaction<'_>) -> Result<()> {
         if let Some(clock) = &self.inner.simulated_clock {
@@ -567,13 +602,13 @@ impl Prepared<'_> {
     /// connection.
     fn get(
         &mut self,
-        tx: &mut postgres::Transaction<'_>,
+        client: &mut impl postgres::GenericClient,
         template: &'static str,
     ) -> Result<Statement> {
         if let Some(st) = self.cache.get(template) {
             return Ok(st.clone());
         }
-        let st = tx
+        let st = client
             .prepare(&self.names.sql(template))
             .map_err(PgError::from)?;
         self.cache.insert(template, st.clone());

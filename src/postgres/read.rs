@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use postgres::Transaction;
 
+use super::named::queue_columns;
 use super::rows::{Col, attempt, job_by, job_columns, key, outcome_from, record, time};
 use super::{Prepared, transaction::now};
 use crate::error::{Error, Result};
@@ -190,37 +191,68 @@ pub(crate) fn check(tx: Tx<'_, '_>, p: &mut Prepared<'_>) -> Result<crate::repor
     })
 }
 
-const NEXT_DUE: &str = "
+/// The store's time, and whether some lease of any queue expired by it as indexed.
+const ANY_EXPIRED: &str = "
+WITH c AS MATERIALIZED (SELECT {now} AS t)
+SELECT {s}.us(c.t),
+       EXISTS (SELECT 1 FROM {s}.leasehold_jobs
+               WHERE state = 'running' AND lease_indexed_expiry <= c.t)
+FROM c";
+
+/// The store's time, and whether some lease of any queue expired by it as the index holds
+/// it (at or before its real expiry): whether a reaper's pass has anything to look at. One
+/// statement.
+pub(crate) fn any_lease_expired_now(
+    c: &mut impl postgres::GenericClient,
+    p: &mut Prepared<'_>,
+) -> Result<(StoreTime, bool)> {
+    let st = p.get(c, ANY_EXPIRED)?;
+    let row = c.query_one(&st, &[])?;
+    Ok((time(row.col(0)?), row.col(1)?))
+}
+
+/// [`next_due`]'s one statement: the earliest due time, the store's time, the queue's record
+/// (its columns null where it has none: left-joined) and, where it has one, how many of its
+/// jobs run (which its limits count).
+const NEXT_DUE: &str = concat!(
+    "
 SELECT {s}.us(least(
     (SELECT min(run_at) FROM {s}.leasehold_jobs
      WHERE queue = $1 AND state IN ('queued', 'retry_wait') AND NOT parked),
     (SELECT min(lease_indexed_expiry) FROM {s}.leasehold_jobs
      WHERE queue = $1 AND state = 'running'),
     (SELECT min(opens_at) FROM {s}.leasehold_limit_keys
-     WHERE queue = $1 AND opens_at IS NOT NULL)))";
+     WHERE queue = $1 AND opens_at IS NOT NULL))),
+    {s}.us({now}),
+    CASE WHEN q.queue IS NULL THEN 0
+         ELSE (SELECT count(*) FROM {s}.leasehold_jobs WHERE queue = $1 AND state = 'running')
+    END,
+    ",
+    queue_columns!(),
+    "
+FROM (SELECT 1) AS one LEFT JOIN {s}.leasehold_queues q ON q.queue = $1"
+);
 
 /// The next time something in `queue` may become claimable without a commit: the earliest
-/// due time of a waiting job or expiry (as indexed: at or before the real one) of a lease.
+/// due time of a waiting job or expiry (as indexed: at or before the real one) of a lease;
+/// while the queue has no room, when it may have some ([`crate::rules::next_look`]).
+///
+/// One statement, so that it can run outside a transaction ([`super::PgStore`]'s
+/// `alone`): an idle pool asks it after each look.
 pub(crate) fn next_due(
-    tx: Tx<'_, '_>,
+    c: &mut impl postgres::GenericClient,
     p: &mut Prepared<'_>,
     queue: &str,
 ) -> Result<Option<StoreTime>> {
-    let st = p.get(tx, NEXT_DUE)?;
-    let due = tx
-        .query_one(&st, &[&queue])?
-        .col::<Option<i64>>(0)?
-        .map(time);
+    let st = p.get(c, NEXT_DUE)?;
+    let row = c.query_one(&st, &[&queue])?;
+    let due = row.col::<Option<i64>>(0)?.map(time);
+    let now = time(row.col(1)?);
+    let running = u64::try_from(row.col::<i64>(2)?).unwrap_or(0);
     // A queue without a record has room; one with a record may not.
-    let Some(record) = super::named::queue_record(tx, p, queue, false)? else {
+    let Some(record) = super::named::queue_from(&row, 3)? else {
         return Ok(due);
     };
-    let st = p.get(
-        tx,
-        "SELECT count(*) FROM {s}.leasehold_jobs WHERE queue = $1 AND state = 'running'",
-    )?;
-    let running = u64::try_from(tx.query_one(&st, &[&queue])?.col::<i64>(0)?).unwrap_or(0);
-    let now = now(tx, p)?;
     Ok(crate::rules::next_look(
         Some(&record),
         running,
@@ -348,11 +380,11 @@ pub(crate) fn stats(tx: Tx<'_, '_>, p: &mut Prepared<'_>) -> Result<Stats> {
 
 /// The queues whose due work has waited [`crate::UNSERVED_AFTER`] with nobody serving them.
 pub(crate) fn unserved_queues(
-    tx: Tx<'_, '_>,
+    c: &mut impl postgres::GenericClient,
     p: &mut Prepared<'_>,
 ) -> Result<Vec<crate::UnservedQueue>> {
     let st = p.get(
-        tx,
+        c,
         "SELECT w.queue, {s}.us(w.since), {s}.us(q.served_at)
          FROM (SELECT queue, min(run_at) AS since FROM {s}.leasehold_jobs
                WHERE state IN ('queued', 'retry_wait') AND NOT parked
@@ -364,7 +396,7 @@ pub(crate) fn unserved_queues(
                 OR q.served_at <= {now} - $1::bigint * interval '1 microsecond')
          ORDER BY w.queue",
     )?;
-    tx.query(&st, &[&super::rows::micros(crate::UNSERVED_AFTER)])?
+    c.query(&st, &[&super::rows::micros(crate::UNSERVED_AFTER)])?
         .iter()
         .map(|row| {
             Ok(crate::UnservedQueue {

@@ -242,7 +242,7 @@ impl ReadJobs for PgStore {
     /// Store time: the database's clock, in nanoseconds since the Unix epoch (PostgreSQL
     /// keeps microseconds).
     fn now(&self) -> Result<StoreTime> {
-        self.in_transaction(super::transaction::now)
+        self.in_transaction(|tx, p| super::transaction::now(tx, p))
     }
 
     /// The job, if it exists.
@@ -323,7 +323,8 @@ impl ReadJobs for PgStore {
     /// The queues with due work and nobody serving them (see
     /// [`ReadJobs::unserved_queues`](crate::ReadJobs::unserved_queues)).
     fn unserved_queues(&self) -> Result<Vec<crate::UnservedQueue>> {
-        self.in_transaction(read::unserved_queues)
+        // (one statement: a reaper asks it once a minute, idle or not)
+        self.alone(read::unserved_queues)
     }
 
     fn time_is_wall_clock(&self) -> bool {

@@ -16,10 +16,10 @@ pub(crate) type Tx<'a, 'b> = &'a mut Transaction<'b>;
 
 const NOW: &str = "SELECT {s}.us({now})";
 
-/// The store's clock: the database's.
-pub(crate) fn now(tx: Tx<'_, '_>, p: &mut Prepared<'_>) -> Result<StoreTime> {
-    let st = p.get(tx, NOW)?;
-    Ok(time(tx.query_one(&st, &[])?.col(0)?))
+/// The store's clock: the database's (in a transaction or alone).
+pub(crate) fn now(c: &mut impl postgres::GenericClient, p: &mut Prepared<'_>) -> Result<StoreTime> {
+    let st = p.get(c, NOW)?;
+    Ok(time(c.query_one(&st, &[])?.col(0)?))
 }
 
 /// Tells listening stores on every machine that `queue` has work, when this transaction

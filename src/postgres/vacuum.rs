@@ -82,9 +82,9 @@ impl PgStore {
             *state = Vacuum::Running;
         }
         let tables = self
-            .with_connection(|conn| {
-                conn.client
-                    .query(DEAD_ROWS, &[&self.inner.names.schema])
+            .alone(|c, p| {
+                let st = p.get(c, DEAD_ROWS)?;
+                c.query(&st, &[&self.inner.names.schema])
                     .map_err(PgError::from)?
                     .iter()
                     .map(|row| Ok((row.col(0)?, row.col(1)?, row.col(2)?)))

@@ -108,6 +108,15 @@ impl LeaseBackend for Store {
         Store::flush(self)
     }
 
+    fn leases_expired_now(&self) -> Result<(StoreTime, bool)> {
+        use super::snapshots::Snapshots;
+        let now = self.now();
+        let expired = self.reading("the lease expiry index", |read| {
+            super::reading::any_indexed_expiry_by(read, now)
+        })?;
+        Ok((now, expired))
+    }
+
     fn note_reaper_pass(&self, pass: &crate::ReaperPass) -> Result<()> {
         let pass = pass.clone();
         self.write(move |tx| super::writing::note_reaper_pass(tx, &pass))

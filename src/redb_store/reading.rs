@@ -259,6 +259,19 @@ pub(crate) fn earliest_indexed_expiry(
     Ok(crate::redb_store::search::first_expiry_entry(&expiry, queue, u64::MAX)?.map(|(at, _)| at))
 }
 
+/// Whether some lease of any queue expired by `at` as the index holds it (at or before its
+/// real expiry): whether a reaper's pass has anything to look at.
+pub(crate) fn any_indexed_expiry_by(read: &ReadTransaction, at: StoreTime) -> Result<bool> {
+    let counts = read.open_table(schema::COUNTS)?;
+    let expiry = read.open_table(schema::EXPIRY)?;
+    for queue in crate::redb_store::search::running_queues(&counts)? {
+        if crate::redb_store::search::first_expiry_entry(&expiry, &queue, at.0)?.is_some() {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
 /// The real earliest lease expiry of `queue`, and the earliest one at or after `now`, from the
 /// running jobs' records (the index may lag renewals). Reads every running job of the queue:
 /// for operators' views.
