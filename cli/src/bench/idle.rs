@@ -42,7 +42,7 @@ pub(super) fn idle_wakeups(engine: &str, store: Backend, window: Duration) -> Re
             let total: u64 = by_name.values().sum();
             let mut most: Vec<_> = by_name.into_iter().filter(|(_, n)| *n > 0).collect();
             most.sort_by_key(|m| std::cmp::Reverse(m.1));
-            let most: Vec<String> = (most.iter().take(3))
+            let most: Vec<String> = (most.iter().take(4))
                 .map(|(name, n)| format!("{name} {:.1}/s", *n as f64 / elapsed))
                 .collect();
             let most = if most.is_empty() {

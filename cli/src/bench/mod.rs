@@ -279,7 +279,9 @@ fn scenarios(dir: &Path, scale: f64, only: Option<&str>) -> Result<Vec<Row>, Err
     }
     // What waiting costs: the wake-ups of an idle pool, reaper and scheduler.
     if want("idle") {
-        let window = Duration::from_secs_f64((10.0 * scale).clamp(1.0, 30.0));
+        // (a minute at full scale: longer than the slowest idle timer, a pool's look once a
+        // heartbeat (20 s) and the PostgreSQL listener's check every 30 s, so each is counted)
+        let window = Duration::from_secs_f64((60.0 * scale).clamp(1.0, 60.0));
         let file = store(dir, "idle.redb", true)?;
         rows.push(idle::idle_wakeups(
             "redb, single-writer file",
