@@ -73,7 +73,7 @@ impl JobFilter {
     pub(crate) fn arrange(&self, mut admitted: Vec<JobRecord>) -> Vec<crate::Job> {
         match self.order {
             JobOrder::Oldest | JobOrder::Newest => {}
-            JobOrder::Priority => admitted.sort_by_key(|j| (j.priority, j.run_at, j.id)),
+            JobOrder::Priority => admitted.sort_by_key(crate::rules::claim_order),
             JobOrder::Updated => admitted.sort_by_key(|j| std::cmp::Reverse((j.updated_at, j.id))),
         }
         admitted.truncate(self.limit.unwrap_or(usize::MAX));

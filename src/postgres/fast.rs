@@ -28,7 +28,7 @@ use crate::input;
 use crate::lease::{Holding, Lease, LeaseTerms, Renewal};
 use crate::new_job::NewJob;
 use crate::protocol::{self, Records};
-use crate::rules;
+use crate::rules::{self, claim_order_sql};
 use crate::state::JobState;
 
 // ----- enqueue: `protocol::enqueue` for jobs no unique key can answer -----
@@ -151,7 +151,8 @@ fn insert_many(r: &mut PgRecords<'_, '_, '_>, jobs: &[NewJob]) -> Result<Vec<Job
 
 // ----- claim -----
 
-const CLAIM: &str = "
+const CLAIM: &str = concat!(
+    "
 WITH c AS MATERIALIZED (SELECT {now} AS t),
 picked AS (
     -- The time as a scalar (an InitPlan), not a join with c: the ready index's order then
@@ -164,7 +165,9 @@ picked AS (
     SELECT id, attempt FROM {s}.leasehold_jobs
     WHERE queue = $1 AND state IN ('queued', 'retry_wait') AND NOT parked
         AND run_at <= (SELECT t FROM c) AND limit_key IS NULL
-    ORDER BY priority, run_at, id
+    ORDER BY ",
+    claim_order_sql!(),
+    "
     LIMIT $2
     FOR UPDATE SKIP LOCKED
 ),
@@ -197,7 +200,8 @@ exhausted AS (
 SELECT id, attempt, t, expires, payload, priority, run_at, deadline, NULL::boolean, NULL::bigint
 FROM granted
 UNION ALL
-SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, awaited, grp FROM exhausted";
+SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, awaited, grp FROM exhausted"
+);
 
 /// Claims up to `n` jobs of `queue`, most urgent first, as [`protocol::claim_batch`] does:
 /// a job is taken if it is waiting and due, or running with an expired lease (taken over),

@@ -12,6 +12,7 @@ use super::{Prepared, transaction::now};
 use crate::error::{Error, Result};
 use crate::ids::{JobId, StoreTime};
 use crate::job::{JobRecord, RunRecord};
+use crate::rules::claim_order_sql;
 use crate::state::JobState;
 use crate::stats::{Counters, Stats};
 
@@ -49,7 +50,7 @@ pub(crate) fn list(
     let order = match filter.order {
         JobOrder::Oldest => " ORDER BY id",
         JobOrder::Newest => " ORDER BY id DESC",
-        JobOrder::Priority => " ORDER BY priority, run_at, id",
+        JobOrder::Priority => concat!(" ORDER BY ", claim_order_sql!()),
         JobOrder::Updated => " ORDER BY updated_at DESC, id DESC",
     };
     let limit = filter

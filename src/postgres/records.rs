@@ -23,7 +23,7 @@ use crate::job::{JobRecord, Outcome, RunRecord};
 use crate::lease::{Holding, Lease, LeaseTerms, Renewal};
 use crate::new_job::NewJob;
 use crate::protocol::{Inserted, Policy, Position, Records};
-use crate::rules;
+use crate::rules::{self, claim_order_sql, key_order_sql};
 use crate::stats::Counters;
 use crate::workflow::{GroupRecord, Target};
 
@@ -102,12 +102,16 @@ FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::bigint[], $5::bigint[], 
 WHERE j.id = r.id";
 
 /// The most urgent due waiting job of the queue.
-const FIRST_READY: &str = "
+const FIRST_READY: &str = concat!(
+    "
 SELECT id, priority FROM {s}.leasehold_jobs
 WHERE queue = $1 AND state IN ('queued', 'retry_wait') AND NOT parked AND run_at <= {s}.at($2)
-ORDER BY priority, run_at, id
+ORDER BY ",
+    claim_order_sql!(),
+    "
 LIMIT 1
-FOR UPDATE SKIP LOCKED";
+FOR UPDATE SKIP LOCKED"
+);
 
 /// The earliest indexed expiry of the queue up to a bound.
 const FIRST_EXPIRED: &str = "
@@ -625,11 +629,13 @@ impl Records for PgRecords<'_, '_, '_> {
 
     /// The key's index in its key's order; read without locking (the key's record is held).
     fn first_of_key(&mut self, queue: &str, key: &str) -> Result<Option<JobId>> {
-        let st = self.get(
+        let st = self.get(concat!(
             "SELECT id FROM {s}.leasehold_jobs
              WHERE queue = $1 AND limit_key = $2 AND state IN ('queued', 'retry_wait')
-             ORDER BY run_at, id LIMIT 1",
-        )?;
+             ORDER BY ",
+            key_order_sql!(),
+            " LIMIT 1",
+        ))?;
         let row = self.tx.query_opt(&st, &[&queue, &key])?;
         row.map(|r| r.col(0).map(id)).transpose()
     }

@@ -177,7 +177,7 @@ pub trait Records: NamedRecords {
         let due = self.scan(Some(queue), &|j| {
             rules::in_claim_order(j) && j.run_at <= now
         })?;
-        let first = due.iter().min_by_key(|j| (j.priority, j.run_at, j.id));
+        let first = due.iter().min_by_key(|j| rules::claim_order(j));
         Ok(first.map(|j| (j.priority, j.id)))
     }
     /// The running job of `queue` whose *indexed* expiry is first, at or before `bound` (the
@@ -219,9 +219,8 @@ pub trait Records: NamedRecords {
         let waiting = self.scan(Some(queue), &of_key)?;
         Ok(waiting
             .iter()
-            .map(|j| (j.run_at, j.id))
-            .min()
-            .map(|(_, id)| id))
+            .min_by_key(|j| rules::key_order(j))
+            .map(|j| j.id))
     }
     /// Deletes a job entirely: its record, every index entry, payload, output and history.
     fn delete(&mut self, job: &JobRecord) -> Result<()>;

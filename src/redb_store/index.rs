@@ -35,9 +35,12 @@ pub(crate) struct Entries<'a> {
 pub(crate) fn entries(job: &JobRecord) -> Entries<'_> {
     let id = job.id.0;
     let q = job.queue.as_str();
+    // (the two orders' keys, as the rules name them)
+    let (priority, run_at, _) = crate::rules::claim_order(job);
+    let (key_run_at, _) = crate::rules::key_order(job);
     Entries {
         id,
-        ready: crate::rules::in_claim_order(job).then_some((q, job.priority, job.run_at.0, id)),
+        ready: crate::rules::in_claim_order(job).then_some((q, priority, run_at.0, id)),
         expiry: match (&job.state, &job.lease) {
             (JobState::Running, Some(l)) => Some((q, l.indexed_expiry.0, id)),
             _ => None,
@@ -52,7 +55,7 @@ pub(crate) fn entries(job: &JobRecord) -> Entries<'_> {
         },
         count: (q, job.state.code()),
         keyed: match &job.limit {
-            Some(l) if job.state.is_waiting() => Some((q, l.key.as_str(), job.run_at.0, id)),
+            Some(l) if job.state.is_waiting() => Some((q, l.key.as_str(), key_run_at.0, id)),
             _ => None,
         },
     }

@@ -12,7 +12,9 @@
 //! * **New job** ([`new_job`]): checked inputs, `Queued`, due after its delay.
 //! * **Fence** ([`fence`]): a write holds only for a job `Running` under the caller's
 //!   attempt; a refusal moves one counter (a renewal after the holder's own end moves none).
-//! * **Claim order** ([`takes_over`]): an expired lease is taken over before the most urgent
+//! * **The orders** ([`claim_order`], [`key_order`]): waiting jobs by priority, run time,
+//!   id; a key's jobs by run time, id.
+//! * **Takeover** ([`takes_over`]): an expired lease is taken over before the most urgent
 //!   ready job only when it is at least as urgent.
 //! * **Grant** ([`grant`]): a new attempt under a lease; a job whose attempt counter is
 //!   exhausted is dead instead, never leased with a fence equal to the last.
@@ -36,6 +38,7 @@ mod fence;
 mod flow;
 mod jobs;
 mod keys;
+mod order;
 mod queues;
 mod schedules;
 #[cfg(test)]
@@ -47,6 +50,7 @@ pub(crate) use fence::*;
 pub(crate) use flow::*;
 pub(crate) use jobs::*;
 pub(crate) use keys::*;
+pub(crate) use order::*;
 pub(crate) use queues::*;
 pub(crate) use schedules::*;
 

@@ -11,6 +11,7 @@ crate::on_both::on_both!(
     only_one_of_many_racing_claimers_wins_a_job,
     racing_claimers_take_every_job_exactly_once,
     lower_priority_number_runs_first_and_fifo_within_a_priority,
+    the_claim_order_is_priority_then_run_time_then_id,
     delayed_job_is_invisible_until_due_even_to_claim_job,
     a_delayed_urgent_job_does_not_hide_due_jobs_of_lower_urgency,
     queues_are_separate,
@@ -96,6 +97,29 @@ fn lower_priority_number_runs_first_and_fifo_within_a_priority(kind: Kind) {
     let high2 = f.enqueue(NewJob::new(Q, "high2").priority(-3)).unwrap();
     let order: Vec<_> = (0..4).map(|_| f.claim_one("w").job).collect();
     assert_eq!(order, vec![high1, high2, low1, low2]);
+}
+
+/// The claim order (the rule book's `claim_order`, each engine's ready index and SQL): the
+/// lowest priority number, then the earliest run time, then the oldest id, where a job
+/// enqueued first is due later than one enqueued after it.
+fn the_claim_order_is_priority_then_run_time_then_id(kind: Kind) {
+    let f = kind.open();
+    let later = Duration::from_secs(10);
+    let first_due_last = f
+        .enqueue(NewJob::new(Q, "a").priority(1).delay(later))
+        .unwrap();
+    let due_now = f.enqueue(NewJob::new(Q, "b").priority(1)).unwrap();
+    let soon = Duration::from_secs(5);
+    let urgent_due_soon = f
+        .enqueue(NewJob::new(Q, "c").priority(0).delay(soon))
+        .unwrap();
+    let due_now_too = f.enqueue(NewJob::new(Q, "d").priority(1)).unwrap();
+    f.advance(later);
+    let order: Vec<_> = (0..4).map(|_| f.claim_one("w").job).collect();
+    assert_eq!(
+        order,
+        vec![urgent_due_soon, due_now, due_now_too, first_due_last]
+    );
 }
 
 fn delayed_job_is_invisible_until_due_even_to_claim_job(kind: Kind) {
