@@ -66,7 +66,7 @@ pub(crate) fn run<T, E>(
         if batch.looked < limit {
             return Ok(pass);
         }
-        let jitter = crate::clock::random_u64() % (PAUSE.as_micros() as u64 + 1);
+        let jitter = crate::random::random_u64() % (PAUSE.as_micros() as u64 + 1);
         std::thread::sleep(Duration::from_micros(jitter));
     }
 }

@@ -76,7 +76,7 @@ impl MonotonicClock {
     /// A handle on the host's monotonic clock.
     pub fn new() -> MonotonicClock {
         MonotonicClock {
-            epoch: boot_id().unwrap_or_else(random_u128),
+            epoch: boot_id().unwrap_or_else(crate::random::random_u128),
         }
     }
 }
@@ -184,20 +184,6 @@ pub(crate) fn wall_now() -> std::time::SystemTime {
     std::time::SystemTime::now()
 }
 
-/// A random number from the standard library's per-process hash keys; enough for epochs,
-/// worker ids and jitter, none of which need cryptographic quality.
-pub(crate) fn random_u64() -> u64 {
-    use std::collections::hash_map::RandomState;
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = RandomState::new().build_hasher();
-    h.write_u64(fallback_nanos());
-    h.finish()
-}
-
-fn random_u128() -> u128 {
-    (u128::from(random_u64()) << 64) | u128::from(random_u64())
-}
-
 /// A point in real (host monotonic) time, for thread lifecycles only: how long a shutdown
 /// waits, how long a test waits. Never compared with store time or stored.
 #[derive(Copy, Clone, Debug)]
@@ -273,7 +259,7 @@ impl ManualClock {
     pub fn new() -> ManualClock {
         ManualClock {
             inner: Arc::new(ManualInner {
-                epoch: random_u128(),
+                epoch: crate::random::random_u128(),
                 ticks: AtomicU64::new(0),
             }),
         }

@@ -70,7 +70,7 @@ impl LeaseToken {
 
     /// A new token, never [`LeaseToken::NONE`].
     pub(crate) fn fresh() -> LeaseToken {
-        match crate::clock::random_u64() {
+        match crate::random::random_u64() {
             0 => LeaseToken(1),
             n => LeaseToken(n),
         }

@@ -103,6 +103,7 @@ mod lease;
 mod new_job;
 mod query;
 mod queue;
+mod random;
 mod report;
 mod retry;
 mod schedule;

@@ -294,6 +294,6 @@ fn default_worker_id() -> String {
         .filter(|h| !h.is_empty())
         .or_else(|| std::env::var("HOSTNAME").ok())
         .unwrap_or_else(|| "host".to_owned());
-    let suffix = crate::clock::random_u64() & 0xFFFF;
+    let suffix = crate::random::random_u64() & 0xFFFF;
     format!("{host}-{}-{suffix:04x}", std::process::id())
 }

@@ -24,7 +24,7 @@ fn idle_cap(shared: &Shared) -> Duration {
         Some(poll) => poll.min(beat),
         None => {
             let tenth = u64::try_from((beat / 10).as_micros()).unwrap_or(u64::MAX);
-            let jitter = crate::clock::random_u64() % tenth.saturating_add(1);
+            let jitter = crate::random::random_u64() % tenth.saturating_add(1);
             beat.saturating_sub(Duration::from_micros(jitter))
         }
     }
@@ -275,7 +275,7 @@ fn after_failed_claim(shared: &Shared, failures: u32) -> Duration {
     let base =
         Duration::from_millis(10).saturating_mul(1 << failures.clamp(1, 12).saturating_sub(1));
     let base = base.min(shared.settings.heartbeat());
-    let jitter = crate::clock::random_u64() % (u64::try_from(base.as_micros()).unwrap_or(1) + 1);
+    let jitter = crate::random::random_u64() % (u64::try_from(base.as_micros()).unwrap_or(1) + 1);
     (base / 2).saturating_add(Duration::from_micros(jitter / 2))
 }
 

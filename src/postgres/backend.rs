@@ -406,7 +406,7 @@ impl LeaseBackend for PgStore {
         if self.listens() {
             return None;
         }
-        let jitter = crate::clock::random_u64() % 250;
+        let jitter = crate::random::random_u64() % 250;
         Some(Duration::from_millis(250 + jitter))
     }
 

@@ -21,6 +21,7 @@ mod error;
 mod fast;
 mod listen;
 mod named;
+mod names;
 mod read;
 mod records;
 mod rows;
@@ -242,7 +243,7 @@ impl PgStoreBuilder {
         if config.get_tcp_user_timeout().is_none() {
             config.tcp_user_timeout(TCP_USER_TIMEOUT);
         }
-        let schema = schema::Names::new(&self.schema, self.simulated_clock.is_some())?;
+        let schema = names::Names::new(&self.schema, self.simulated_clock.is_some())?;
         let store = PgStore {
             inner: Arc::new(Inner {
                 config,
@@ -290,7 +291,7 @@ pub struct PgStore {
 
 struct Inner {
     config: postgres::Config,
-    names: schema::Names,
+    names: names::Names,
     settings: Settings,
     simulated_clock: Option<crate::clock::ManualClock>,
     idle: Mutex<Vec<Connection>>,
@@ -445,7 +446,7 @@ impl PgStore {
                     // Two transactions that deadlocked and run again at once may meet again:
                     // a few milliseconds apart, at random, they seldom do.
                     let most = 1u64 << tries.min(6);
-                    let wait = crate::clock::random_u64() % (most * 1000);
+                    let wait = crate::random::random_u64() % (most * 1000);
                     std::thread::sleep(Duration::from_micros(wait));
                 }
                 Err(Error::Postgres(PgError::SchemaAltered {
@@ -594,7 +595,7 @@ fn finish<T>(
 /// The statements prepared on one connection, by the template they were made from.
 struct Prepared<'c> {
     cache: &'c mut std::collections::HashMap<&'static str, Statement>,
-    names: &'c schema::Names,
+    names: &'c names::Names,
 }
 
 impl Prepared<'_> {

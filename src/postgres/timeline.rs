@@ -24,7 +24,7 @@ use postgres::Transaction;
 
 use super::PgError;
 use super::connection::{Connection, TIMELINE};
-use super::schema::Names;
+use super::names::Names;
 use crate::error::Result;
 
 /// What a handle knows of its servers' timelines.

@@ -40,7 +40,7 @@ pub(crate) fn create_atomically(path: &Path, builder: &redb::Builder) -> Result<
     let tmp = dir.join(format!(
         ".{name}.creating-{}-{:x}",
         std::process::id(),
-        crate::clock::random_u64()
+        crate::random::random_u64()
     ));
     let made = crate::redb_store::contain::quietly(|| builder.create(&tmp));
     let result = match made {

@@ -169,7 +169,7 @@ impl Instance {
             source,
         };
         std::fs::create_dir_all(&dir).map_err(io)?;
-        let id = InstanceId(crate::clock::random_u64());
+        let id = InstanceId(crate::random::random_u64());
         let (path, lock) = make_lock_file(&dir, id, try_lock)?;
         let registration = registration_of(&path, &lock).map_err(io)?;
         Ok(Instance {
@@ -237,7 +237,7 @@ fn make_lock_file(
         path: dir.to_owned(),
         source,
     };
-    let tmp = dir.join(format!(".{id}.{:x}.new", crate::clock::random_u64()));
+    let tmp = dir.join(format!(".{id}.{:x}.new", crate::random::random_u64()));
     let mut file = File::create(&tmp).map_err(io)?;
     let made = lock_file(&file, dir, try_lock).and_then(|()| {
         check_locks_work(&tmp, dir, try_lock)?;

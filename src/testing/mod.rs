@@ -127,7 +127,7 @@ impl TestStore {
         let dir = std::env::temp_dir().join(format!(
             "leasehold-test-{}-{:016x}",
             std::process::id(),
-            crate::clock::random_u64()
+            crate::random::random_u64()
         ));
         std::fs::create_dir(&dir).map_err(|source| OpenError::Io {
             path: dir.clone(),

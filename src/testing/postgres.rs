@@ -56,7 +56,7 @@ impl TestPgStore {
         let schema = format!(
             "leasehold_test_{}_{:016x}",
             std::process::id(),
-            crate::clock::random_u64()
+            crate::random::random_u64()
         );
         let store = configure(PgStore::builder(url))
             .schema(schema)
