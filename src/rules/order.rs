@@ -27,6 +27,7 @@ pub(crate) fn key_order(job: &JobRecord) -> (StoreTime, JobId) {
 }
 
 /// [`claim_order`] as the columns of an `ORDER BY` (a literal, for `concat!`).
+#[cfg(feature = "postgres")]
 macro_rules! claim_order_sql {
     () => {
         "priority, run_at, id"
@@ -34,10 +35,12 @@ macro_rules! claim_order_sql {
 }
 
 /// [`key_order`] as the columns of an `ORDER BY` (a literal, for `concat!`).
+#[cfg(feature = "postgres")]
 macro_rules! key_order_sql {
     () => {
         "run_at, id"
     };
 }
 
+#[cfg(feature = "postgres")]
 pub(crate) use {claim_order_sql, key_order_sql};
