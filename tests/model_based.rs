@@ -140,3 +140,59 @@ fn next_schema() -> u64 {
     static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
+
+/// A sequence the PostgreSQL case once failed: a pool's round completes a job and claims
+/// beside it, and the completion releases a job waiting for it in the claimed queue. The
+/// round decides as if its completions came first, so the claim takes the released job too
+/// (it took only the job that waited before, the claim running beside the completion's
+/// transaction without waiting for it).
+#[test]
+fn a_round_claims_the_waiter_its_own_completion_released() {
+    let enqueue = |queue: u8, delay_s: u8, after: Vec<(u16, u8)>| Op::Enqueue {
+        queue,
+        priority: 0,
+        delay_s,
+        max_attempts: None,
+        unique: None,
+        after,
+        group: None,
+        backoff: None,
+        limit: None,
+    };
+    let ops = vec![
+        enqueue(32, 0, vec![]),
+        Op::Limit {
+            queue: 0,
+            concurrency: None,
+            rate: None,
+            per_key: None,
+            key_rate: None,
+        },
+        Op::ClaimBatch {
+            queue: 6,
+            worker: 0,
+            lease_s: 0,
+            n: 0,
+        },
+        enqueue(0, 0, vec![]),
+        enqueue(103, 0, vec![]),
+        enqueue(104, 220, vec![(48946, 24)]),
+        Op::Round {
+            leases: (0, 0),
+            queue: 50,
+            worker: 0,
+            lease_s: 0,
+            n: 53,
+        },
+    ];
+    Harness::new().run(&ops).unwrap();
+    Harness::memory().run(&ops).unwrap();
+    if let Ok(url) = std::env::var("LEASEHOLD_PG_URL") {
+        for shortcuts in [true, false] {
+            let schema = format!("lh_model_{}_{}", std::process::id(), next_schema());
+            Harness::postgres(&url, &schema, shortcuts)
+                .run(&ops)
+                .unwrap();
+        }
+    }
+}

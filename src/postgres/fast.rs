@@ -289,7 +289,18 @@ pub(crate) fn claim_batch(
         r.tx.batch_execute("ROLLBACK TO SAVEPOINT leasehold_claim")?;
         leases.truncate(before);
         (beside.settle)();
+        unsettled = None;
         dead = claim_waiting(r.tx, r.p, queue, worker, terms, n, &mut leases)?.1;
+    }
+    if let Some(beside) = unsettled
+        && leases.len() < n
+    {
+        // Short: a completion beside may have readied jobs of this queue (the waiters it
+        // releases). As if it came first, the claim waits for it to commit and takes what
+        // waits then (a new statement sees what committed before it began). A claim that
+        // fills its batch, as a busy pool's does, never waits here.
+        (beside.settle)();
+        dead.extend(claim_waiting(r.tx, r.p, queue, worker, terms, n, &mut leases)?.1);
     }
     // rules::grant made them dead: what waits for them learns it in this transaction.
     if !dead.is_empty() {
