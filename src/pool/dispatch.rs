@@ -453,30 +453,40 @@ fn idle_timeout(
     wake.map_or(cap, |at| at.saturating_since(now).min(cap))
 }
 
-/// Until when `queue`, quiet, stays so at `now` without a claim to ask it: its next due
-/// time (capped) if that is still to come; `None` if something is due, or its reading failed.
-fn still_quiet(shared: &Shared, now: crate::StoreTime, queue: &str) -> Option<crate::StoreTime> {
+/// How long `queue`, with nothing to claim at `now`, may stay quiet: until its next due
+/// time (capped by [`idle_cap`]) while that is still to come; `Ok(None)` if something is
+/// due already. The one reading of it for both ends of a quiet spell below.
+fn quiet_for(
+    shared: &Shared,
+    now: crate::StoreTime,
+    queue: &str,
+) -> crate::Result<Option<Duration>> {
     let cap = idle_cap(shared);
-    match shared.store.next_due(queue) {
-        Ok(Some(due)) if due > now => Some(now.saturating_add(due.saturating_since(now).min(cap))),
-        Ok(None) => Some(now.saturating_add(cap)),
-        Ok(Some(_)) | Err(_) => None,
-    }
+    Ok(match shared.store.next_due(queue)? {
+        Some(due) if due > now => Some(due.saturating_since(now).min(cap)),
+        Some(_) => None,
+        None => Some(cap),
+    })
+}
+
+/// Until when `queue`, quiet, stays so at `now` without a claim to ask it; `None` if
+/// something is due, or its reading failed (the round then asks it).
+fn still_quiet(shared: &Shared, now: crate::StoreTime, queue: &str) -> Option<crate::StoreTime> {
+    let wait = quiet_for(shared, now, queue).ok().flatten()?;
+    Some(now.saturating_add(wait))
 }
 
 /// Until when a queue a claim found short is quiet: its next delayed job or lease expiry,
 /// capped.
 fn quiet_until(shared: &Shared, now: crate::StoreTime, queue: &str) -> crate::StoreTime {
-    let cap = idle_cap(shared);
-    let wait = match shared.store.next_due(queue) {
-        Ok(Some(due)) if due > now => due.saturating_since(now).min(cap),
+    let wait = match quiet_for(shared, now, queue) {
+        Ok(Some(wait)) => wait,
         // Due already but not claimable (lost a race, or our own lease is about to be
         // renewed): look again soon, without spinning.
-        Ok(Some(_)) => Duration::from_millis(1).min(cap),
-        Ok(None) => cap,
+        Ok(None) => Duration::from_millis(1).min(idle_cap(shared)),
         Err(e) => {
             tracing::warn!(error = %e, "reading the next due time failed");
-            cap
+            idle_cap(shared)
         }
     };
     now.saturating_add(wait)
