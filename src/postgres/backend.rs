@@ -302,8 +302,7 @@ impl PgStore {
         {
             return estimate;
         }
-        // (one statement outside a transaction: one round trip)
-        let read = self.alone(super::transaction::now);
+        let read = crate::ReadJobs::now(self);
         self.inner.reading_clock.store(false, Ordering::SeqCst);
         match read {
             Ok(now) => {
