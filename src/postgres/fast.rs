@@ -28,7 +28,7 @@ use crate::input;
 use crate::lease::{Holding, Lease, LeaseTerms, Renewal};
 use crate::new_job::NewJob;
 use crate::protocol::{self, Records};
-use crate::rules::{self, claim_order_sql};
+use crate::rules::{self, claim_order_sql, key_order_sql};
 use crate::state::JobState;
 
 // ----- enqueue: `protocol::enqueue` for jobs no unique key can answer -----
@@ -151,6 +151,35 @@ fn insert_many(r: &mut PgRecords<'_, '_, '_>, jobs: &[NewJob]) -> Result<Vec<Job
 
 // ----- claim -----
 
+/// [`crate::rules::grant`] as the `SET` of an `UPDATE` of the jobs table aliased `j`, at the
+/// time `c.t`: `$3` the worker, `$4` the lease's length and `$5` its stall timeout (in
+/// microseconds), `$7` the claimer's time limit, `$8` the lease's token. (The caller's
+/// `WHERE` leaves out a job whose attempt counter is exhausted.)
+macro_rules! grant_sql {
+    () => {
+        "SET state = 'running', attempt = j.attempt + 1, lease_token = $8, lease_owner = $3,
+        lease_claimed_at = c.t,
+        -- rules::grant: the deadline is the job's own limit or the claimer's; the lease
+        -- never runs past it (least() passes over a NULL deadline)
+        lease_deadline = c.t + coalesce(j.time_limit_us, $7::bigint) * interval '1 microsecond',
+        lease_expires_at = least(c.t + $4::bigint * interval '1 microsecond',
+            c.t + coalesce(j.time_limit_us, $7::bigint) * interval '1 microsecond'),
+        lease_indexed_expiry = least(c.t + $4::bigint * interval '1 microsecond',
+            c.t + coalesce(j.time_limit_us, $7::bigint) * interval '1 microsecond'),
+        lease_length_us = $4::bigint, stall_timeout_us = $5::bigint, progress = 0,
+        progress_at = c.t, updated_at = c.t"
+    };
+}
+
+/// What a grant returns ([`claim_waiting`] reads it): id, attempt, the time of the claim,
+/// the expiry, the payload, and the job's place in the claim order, its deadline.
+macro_rules! granted_sql {
+    () => {
+        "RETURNING j.id, j.attempt, {s}.us(c.t) AS t, {s}.us(j.lease_expires_at) AS expires,
+        j.payload, j.priority, {s}.us(j.run_at) AS run_at, {s}.us(j.lease_deadline) AS deadline"
+    };
+}
+
 const CLAIM: &str = concat!(
     "
 WITH c AS MATERIALIZED (SELECT {now} AS t),
@@ -173,21 +202,14 @@ picked AS (
 ),
 granted AS (
     UPDATE {s}.leasehold_jobs j
-    SET state = 'running', attempt = j.attempt + 1, lease_token = $8, lease_owner = $3,
-        lease_claimed_at = c.t,
-        -- rules::grant: the deadline is the job's own limit or the claimer's; the lease
-        -- never runs past it (least() passes over a NULL deadline)
-        lease_deadline = c.t + coalesce(j.time_limit_us, $7::bigint) * interval '1 microsecond',
-        lease_expires_at = least(c.t + $4::bigint * interval '1 microsecond',
-            c.t + coalesce(j.time_limit_us, $7::bigint) * interval '1 microsecond'),
-        lease_indexed_expiry = least(c.t + $4::bigint * interval '1 microsecond',
-            c.t + coalesce(j.time_limit_us, $7::bigint) * interval '1 microsecond'),
-        lease_length_us = $4::bigint, stall_timeout_us = $5::bigint, progress = 0,
-        progress_at = c.t, updated_at = c.t
+    ",
+    grant_sql!(),
+    "
     FROM picked, c
     WHERE j.id = picked.id AND picked.attempt < 4294967295
-    RETURNING j.id, j.attempt, {s}.us(c.t) AS t, {s}.us(j.lease_expires_at) AS expires, j.payload,
-        j.priority, {s}.us(j.run_at) AS run_at, {s}.us(j.lease_deadline) AS deadline
+    ",
+    granted_sql!(),
+    "
 ),
 -- rules::grant: a job whose attempt counter is exhausted is dead, never leased again
 exhausted AS (
@@ -201,6 +223,105 @@ SELECT id, attempt, t, expires, payload, priority, run_at, deadline, NULL::boole
 FROM granted
 UNION ALL
 SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, awaited, grp FROM exhausted"
+);
+
+/// [`CLAIM`] for a queue where jobs with a limit key wait: what [`protocol::next_claim`] and
+/// [`protocol::keys`]' `has_room` and `settle` do for a key's head, in one statement.
+///
+/// It takes the most urgent claimable jobs up to and including the first with a key (taking
+/// that one may make the next job of its key the head, which a claim one at a time would
+/// meet before the rest), and only if each of them is one it can decide for: the keyed one
+/// is its key's head, its key has room under the queue's per-key limit, no attempt counter
+/// is exhausted. Then it grants them, counts the key's new running job, makes the first of
+/// the key's waiting jobs in the key's order its head while the key has room (left headless
+/// if another transaction holds that job, as `settle` leaves it), and unparks that head.
+/// Otherwise it grants nothing and says so (`blocked`): the protocol's own steps take the
+/// next job, and say why. (A queue with a per-key rate is the protocol's: its window.) `$6`
+/// is the queue's per-key limit, as the claim read it with the queue's record; `$9` the
+/// channel of the store's notifications.
+const KEYED_CLAIM: &str = concat!(
+    "
+WITH c AS MATERIALIZED (SELECT {now} AS t),
+picked AS MATERIALIZED (
+    SELECT id, attempt, limit_key, priority, run_at FROM {s}.leasehold_jobs
+    WHERE queue = $1 AND state IN ('queued', 'retry_wait') AND NOT parked
+        AND run_at <= (SELECT t FROM c)
+    ORDER BY ",
+    claim_order_sql!(),
+    "
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+),
+-- those a claim of one job at a time takes first: up to the first with a key
+first AS MATERIALIZED (
+    SELECT * FROM picked a WHERE NOT EXISTS (
+        SELECT 1 FROM picked b WHERE b.limit_key IS NOT NULL
+            AND (b.priority, b.run_at, b.id) < (a.priority, a.run_at, a.id))
+),
+-- its key's record, held: one key's claims and ends count its running jobs one at a time
+key_row AS MATERIALIZED (
+    -- (the key as a scalar, so that it bounds the index scan: the first job has one at most)
+    SELECT k.key, k.running, k.head FROM {s}.leasehold_limit_keys k
+    WHERE k.queue = $1 AND k.key = (SELECT limit_key FROM first WHERE limit_key IS NOT NULL)
+    FOR UPDATE
+),
+keyed AS MATERIALIZED (
+    SELECT f.id, f.limit_key AS key,
+        -- rules::key_has_room, now and with the job it starts
+        coalesce(k.head = f.id AND ($6::integer IS NULL OR k.running < $6::integer), false) AS ok,
+        coalesce($6::integer IS NULL OR k.running + 1 < $6::integer, false) AS room_after
+    FROM first f LEFT JOIN key_row k ON k.key = f.limit_key
+    WHERE f.limit_key IS NOT NULL
+),
+go AS MATERIALIZED (
+    SELECT NOT EXISTS (SELECT 1 FROM keyed WHERE NOT ok)
+        AND NOT EXISTS (SELECT 1 FROM first WHERE attempt >= 4294967295) AS ok
+),
+-- rules::key_head: the first of the key's waiting jobs in the key's order, if it can be held
+head AS MATERIALIZED (
+    SELECT j.id, j.parked FROM {s}.leasehold_jobs j
+    WHERE (SELECT ok FROM go) AND j.id = (
+        -- (scalars again: the key's index serves the order and the scan stops at one)
+        SELECT n.id FROM {s}.leasehold_jobs n
+        WHERE (SELECT room_after FROM keyed) AND n.queue = $1
+            AND n.limit_key = (SELECT key FROM keyed)
+            AND n.state IN ('queued', 'retry_wait') AND n.id <> (SELECT id FROM keyed)
+        ORDER BY ",
+    key_order_sql!(),
+    "
+        LIMIT 1)
+    FOR UPDATE SKIP LOCKED
+),
+granted AS (
+    UPDATE {s}.leasehold_jobs j
+    ",
+    grant_sql!(),
+    "
+    FROM first f, c
+    WHERE j.id = f.id AND (SELECT ok FROM go)
+    ",
+    granted_sql!(),
+    "
+),
+unparked AS (
+    UPDATE {s}.leasehold_jobs j SET parked = false FROM head h
+    WHERE j.id = h.id AND h.parked
+    RETURNING j.id
+),
+counted AS (
+    UPDATE {s}.leasehold_limit_keys k
+    SET running = k.running + 1, head = (SELECT id FROM head), recent = '{}', opens_at = NULL
+    FROM keyed kd
+    WHERE k.queue = $1 AND k.key = kd.key AND (SELECT ok FROM go)
+    RETURNING k.key
+),
+-- the head it unparked readies the queue: its idle workers are woken (`Records::readied`)
+told AS (SELECT pg_notify($9, $1) FROM unparked)
+SELECT id, attempt, t, expires, payload, priority, run_at, deadline,
+    (SELECT count(*) FROM told) > 0 AS readied, false AS blocked
+FROM granted
+UNION ALL
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM go WHERE NOT ok"
 );
 
 /// Claims up to `n` jobs of `queue`, most urgent first, as [`protocol::claim_batch`] does:
@@ -238,8 +359,15 @@ pub(crate) fn claim_batch(
     let row = r.tx.query_one(&look, &[&queue])?;
     let mut expired_left = row.col::<Option<i64>>(0)?.is_some();
     let record = queue_from(&row, 1)?;
-    if row.col::<bool>(1 + super::named::QUEUE_COLUMNS)? {
-        // Jobs with limit keys wait: the protocol claims, counting each key.
+    // Jobs with limit keys wait: a claim counts each key ([`KEYED_CLAIM`]).
+    let keyed = row.col::<bool>(1 + super::named::QUEUE_COLUMNS)?;
+    if keyed
+        && (expired_left
+            || record
+                .as_ref()
+                .is_some_and(|q| q.limits.per_key_rate.is_some()))
+    {
+        // A takeover of a keyed job, or a per-key rate's window: the protocol's own steps.
         if let Some(beside) = beside {
             (beside.settle)();
         }
@@ -251,7 +379,7 @@ pub(crate) fn claim_batch(
     // Completions still committing beside this claim, which it has not waited for.
     let mut unsettled = beside.filter(|b| !b.jobs.is_empty());
     if let Some(beside) = beside
-        && (expired_left || limited)
+        && (expired_left || limited || keyed)
     {
         // (each statement from here on sees what committed before it began)
         (beside.settle)();
@@ -270,6 +398,11 @@ pub(crate) fn claim_batch(
             Some(lease) => leases.push(lease),
             None => break,
         }
+    }
+    if keyed {
+        claim_keyed(r, queue, worker, terms, n, &limits, &mut leases)?;
+        protocol::noted(r, queue, record, leases.len())?;
+        return Ok(leases);
     }
     // Then the rest in one statement, as if the completions beside had committed.
     if unsettled.is_some() {
@@ -319,6 +452,97 @@ pub(crate) fn claim_batch(
     Ok(leases)
 }
 
+/// Claims waiting jobs of a queue where jobs with a limit key wait until `leases` holds `n`
+/// (or none is left): [`KEYED_CLAIM`] while it can decide, else one claim by the protocol's
+/// own steps ([`protocol::next_claim`]: a key without room parks its head, an exhausted job
+/// dies), and on. Tells each claim it grants.
+fn claim_keyed(
+    r: &mut PgRecords<'_, '_, '_>,
+    queue: &str,
+    worker: &str,
+    terms: LeaseTerms,
+    n: usize,
+    limits: &crate::QueueLimits,
+    leases: &mut Vec<Lease>,
+) -> Result<()> {
+    let (length, stall) = (micros(terms.length), terms.stall_timeout.map(micros));
+    let time_limit = terms.time_limit.map(micros);
+    let token = LeaseToken::fresh();
+    let token_column = super::rows::token_column(token);
+    while leases.len() < n {
+        let claim = r.p.get(r.tx, KEYED_CLAIM)?;
+        let limit = i64::try_from(n - leases.len()).unwrap_or(i64::MAX);
+        let per_key = limits.per_key.map(|n| i32::try_from(n).unwrap_or(i32::MAX));
+        let channel = &r.p.names.channel;
+        let params: [&(dyn ToSql + Sync); 9] = [
+            &queue,
+            &limit,
+            &worker,
+            &length,
+            &stall,
+            &per_key,
+            &time_limit,
+            &token_column,
+            channel,
+        ];
+        // (it may have waited for a key's row)
+        r.waited();
+        let rows = r.tx.query(&claim, &params)?;
+        if rows.is_empty() {
+            break;
+        }
+        if rows[0].col::<bool>(9)? {
+            let mut expired_left = false;
+            match protocol::next_claim(r, queue, worker, terms, limits, &mut expired_left)? {
+                Some(lease) => leases.push(lease),
+                None => break,
+            }
+            continue;
+        }
+        let mut claimed = Vec::with_capacity(rows.len());
+        for row in &rows {
+            if row.col::<Option<bool>>(8)? == Some(true) {
+                r.notified.insert(queue.to_owned());
+            }
+            let order = (row.col::<i32>(5)?, row.col::<i64>(6)?, row.col::<i64>(0)?);
+            claimed.push((order, granted(row, queue, worker, token, terms)?));
+        }
+        claimed.sort_by_key(|(order, _)| *order);
+        for (_, lease) in claimed {
+            protocol::tell(r, || crate::Event::Claimed {
+                job: lease.job,
+                attempt: lease.attempt,
+                queue: lease.queue.clone(),
+                worker: lease.worker.clone(),
+            });
+            leases.push(lease);
+        }
+    }
+    Ok(())
+}
+
+/// The lease of a row [`granted_sql`] returned.
+fn granted(
+    row: &postgres::Row,
+    queue: &str,
+    worker: &str,
+    token: LeaseToken,
+    terms: LeaseTerms,
+) -> Result<Lease> {
+    Ok(Lease {
+        job: id(row.col(0)?),
+        attempt: attempt(row.col(1)?)?,
+        token,
+        queue: queue.to_owned(),
+        worker: worker.to_owned(),
+        claimed_at: time(row.col(2)?),
+        expires_at: time(row.col(3)?),
+        length: terms.length,
+        deadline: row.col::<Option<i64>>(7)?.map(time),
+        payload: row.col(4)?,
+    })
+}
+
 /// A job a claim made dead (its attempt counter exhausted) that others await: its end is
 /// still to settle ([`protocol::settle_all`]).
 type MadeDead = (JobId, JobState, Option<crate::GroupId>);
@@ -360,7 +584,7 @@ fn claim_waiting(
         let mut exhausted = 0;
         for r in &rows {
             touched.push(r.col::<i64>(0)?);
-            let Some(at) = r.col::<Option<i64>>(1)? else {
+            if r.col::<Option<i64>>(1)?.is_none() {
                 exhausted += 1;
                 if r.col::<Option<bool>>(8)? == Some(true) {
                     let group = r.col::<Option<i64>>(9)?;
@@ -370,19 +594,7 @@ fn claim_waiting(
                 continue;
             };
             let order = (r.col::<i32>(5)?, r.col::<i64>(6)?, r.col::<i64>(0)?);
-            let lease = Lease {
-                job: id(r.col(0)?),
-                attempt: attempt(at)?,
-                token,
-                queue: queue.to_owned(),
-                worker: worker.to_owned(),
-                claimed_at: time(r.col(2)?),
-                expires_at: time(r.col(3)?),
-                length: terms.length,
-                deadline: r.col::<Option<i64>>(7)?.map(time),
-                payload: r.col(4)?,
-            };
-            claimed.push((order, lease));
+            claimed.push((order, granted(r, queue, worker, token, terms)?));
         }
         claimed.sort_by_key(|(order, _)| *order);
         leases.extend(claimed.into_iter().map(|(_, lease)| lease));
