@@ -378,6 +378,16 @@ fn scenarios(dir: &Path, scale: f64, only: Option<&str>) -> Result<Vec<Row>, Err
                 // one that sorted them all did until the work of 2026-12-04 (69bf12f)) shows here first.
                 let store = scratch.store("draindeep")?;
                 rows.extend(drain::drain("PostgreSQL", store, 16, 3 * drained)?);
+                // What running a round's two halves (its completions, the claim that
+                // refills its workers) side by side on two connections buys: the same
+                // drains with the halves one after the other in one transaction.
+                for workers in [1, 16] {
+                    let name = format!("drainserial{workers}");
+                    let store = scratch.store_with(&name, |b| b.side_by_side_from(usize::MAX))?;
+                    let label = "PostgreSQL, a round's halves one after the other";
+                    let [_, drain] = drain::drain(label, store, workers, drained)?;
+                    rows.push(drain);
+                }
             }
             Err(_) => eprintln!("drain-postgres: not run (set LEASEHOLD_PG_URL to a server)"),
         }

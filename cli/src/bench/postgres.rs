@@ -35,9 +35,16 @@ impl Scratch {
     }
 
     pub(super) fn store(&self, name: &str) -> Result<PgStore, Error> {
-        PgStore::builder(&self.url)
-            .schema(format!("{}_{name}", self.schema))
-            .open()
+        self.store_with(name, |b| b)
+    }
+
+    /// [`Scratch::store`], its builder first passed through `with`.
+    pub(super) fn store_with(
+        &self,
+        name: &str,
+        with: impl FnOnce(leasehold::postgres::PgStoreBuilder) -> leasehold::postgres::PgStoreBuilder,
+    ) -> Result<PgStore, Error> {
+        with(PgStore::builder(&self.url).schema(format!("{}_{name}", self.schema))).open()
     }
 
     pub(super) fn sql(&mut self, sql: &str) -> Result<(), Error> {
