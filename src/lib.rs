@@ -261,6 +261,14 @@ pub mod __private {
         let _ = decode::<crate::clock::Anchor>(data);
     }
 
+    /// When an idle pool of `queue` would look again on any store (`LeaseBackend::next_due`).
+    pub fn next_due(
+        store: &(impl crate::JobStore + ?Sized),
+        queue: &str,
+    ) -> crate::Result<Option<crate::StoreTime>> {
+        crate::backend::LeaseBackend::next_due(store, queue)
+    }
+
     /// Rewrites job `id`'s attempt counter on any store, as a store that ran that many
     /// claims would hold it: for the suites' tests of an exhausted counter.
     pub fn forge_attempt(store: &impl crate::JobStore, id: crate::JobId, attempt: u32) {

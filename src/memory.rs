@@ -445,11 +445,9 @@ impl LeaseBackend for MemoryStore {
                 .filter_map(|j| Some(j.lease.as_ref()?.indexed_expiry))
                 .collect();
             let (running, expiry) = (expiries.len() as u64, expiries.into_iter().min());
-            let look = crate::rules::next_look(record, running, now, waiting, expiry);
             let gates = s.keys.iter().filter(|((q, _), _)| q == queue);
-            look.into_iter()
-                .chain(gates.filter_map(|(_, k)| k.opens_at))
-                .min()
+            let gate = gates.filter_map(|(_, k)| k.opens_at).min();
+            crate::rules::next_look(record, running, now, waiting, expiry, gate)
         }))
     }
     fn marks_due(&self, queues: &mut dyn Iterator<Item = &str>) -> Vec<String> {

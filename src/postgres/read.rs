@@ -221,13 +221,13 @@ SELECT {s}.us(least(
     (SELECT min(run_at) FROM {s}.leasehold_jobs
      WHERE queue = $1 AND state IN ('queued', 'retry_wait') AND NOT parked),
     (SELECT min(lease_indexed_expiry) FROM {s}.leasehold_jobs
-     WHERE queue = $1 AND state = 'running'),
-    (SELECT min(opens_at) FROM {s}.leasehold_limit_keys
-     WHERE queue = $1 AND opens_at IS NOT NULL))),
+     WHERE queue = $1 AND state = 'running'))),
     {s}.us({now}),
     CASE WHEN q.queue IS NULL THEN 0
          ELSE (SELECT count(*) FROM {s}.leasehold_jobs WHERE queue = $1 AND state = 'running')
     END,
+    {s}.us((SELECT min(opens_at) FROM {s}.leasehold_limit_keys
+            WHERE queue = $1 AND opens_at IS NOT NULL)),
     ",
     queue_columns!(),
     "
@@ -250,16 +250,15 @@ pub(crate) fn next_due(
     let due = row.col::<Option<i64>>(0)?.map(time);
     let now = time(row.col(1)?);
     let running = u64::try_from(row.col::<i64>(2)?).unwrap_or(0);
-    // A queue without a record has room; one with a record may not.
-    let Some(record) = super::named::queue_from(&row, 3)? else {
-        return Ok(due);
-    };
+    let gate = row.col::<Option<i64>>(3)?.map(time);
+    let record = super::named::queue_from(&row, 4)?;
     Ok(crate::rules::next_look(
-        Some(&record),
+        record.as_ref(),
         running,
         now,
         due,
         None,
+        gate,
     ))
 }
 

@@ -155,8 +155,7 @@ pub(crate) fn next_look(
         None => None,
     };
     let running = running.map_or(0, |v| v.value());
-    let look = crate::rules::next_look(record.as_ref(), running, now, waiting, expiry);
-    // (a limit key held back by its rate has room again at its gate)
+    // (only a queue with a per-key rate has keys with gates)
     let gate = match record
         .as_ref()
         .is_some_and(|q| q.limits.per_key_rate.is_some())
@@ -171,7 +170,8 @@ pub(crate) fn next_look(
         },
         false => None,
     };
-    Ok(look.into_iter().chain(gate).min())
+    let look = crate::rules::next_look(record.as_ref(), running, now, waiting, expiry, gate);
+    Ok(look)
 }
 
 /// Every schedule, by name.

@@ -99,20 +99,23 @@ pub(crate) fn note_claims(record: &QueueRecord, n: usize, now: StoreTime) -> Que
 }
 
 /// When a waiting pool should look at a queue again at `now`: when its next waiting job
-/// (`waiting`: the earliest run time) or lease expiry (`expiry`: the earliest indexed one)
-/// falls due; but while the queue has no room for a claim (paused, full, its rate spent:
-/// see [`claim_room`], with `record` and `running` as there), when there may be room.
+/// (`waiting`: the earliest run time of one in the claim order) or lease expiry (`expiry`:
+/// the earliest indexed one) falls due, or a limit key's rate window opens again (`gate`:
+/// the earliest, when its parked jobs may have a head); but while the queue has no room
+/// for a claim (paused, full, its rate spent: see [`claim_room`], with `record` and
+/// `running` as there), only when there may be room, whatever its keys' windows say.
 pub(crate) fn next_look(
     record: Option<&QueueRecord>,
     running: u64,
     now: StoreTime,
     waiting: Option<StoreTime>,
     expiry: Option<StoreTime>,
+    gate: Option<StoreTime>,
 ) -> Option<StoreTime> {
     let room = claim_room(record, running, now);
     match room.allowed {
         0 => room.more_at,
-        _ => waiting.into_iter().chain(expiry).min(),
+        _ => waiting.into_iter().chain(expiry).chain(gate).min(),
     }
 }
 

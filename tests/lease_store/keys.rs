@@ -21,6 +21,7 @@ crate::on_both::on_both!(
     a_rate_per_key_allows_so_many_claims_of_each_key_in_any_window,
     a_bad_limit_key_or_per_key_limit_is_refused_and_nothing_is_written,
     a_filter_by_state_finds_a_keys_parked_jobs_and_a_bulk_cancel_takes_them_all,
+    an_idle_pool_looks_again_when_a_keys_rate_window_opens_unless_its_queue_has_no_room,
 );
 
 /// A job of `key`, its payload naming it.
@@ -390,4 +391,22 @@ fn a_filter_by_state_finds_a_keys_parked_jobs_and_a_bulk_cancel_takes_them_all(k
         "nothing of the backlog is left to run"
     );
     assert!(f.claim("other", "w", lease()).unwrap().is_some());
+}
+
+fn an_idle_pool_looks_again_when_a_keys_rate_window_opens_unless_its_queue_has_no_room(kind: Kind) {
+    let f = kind.open();
+    f.declare_queue(Q).unwrap();
+    let window = Duration::from_secs(30);
+    f.set_queue_limits(Q, QueueLimits::none().per_key_rate(1, window))
+        .unwrap();
+    f.enqueue(job("a", "a0")).unwrap();
+    f.enqueue(job("a", "a1")).unwrap();
+    let a0 = f.claim(Q, "w", lease()).unwrap().unwrap();
+    let now = a0.claimed_at;
+    // a1 waits for its key's window (30 s), before a0's lease runs out (60 s)
+    let due = leasehold::__private::next_due(&*f, Q).unwrap();
+    assert_eq!(due, Some(now.saturating_add(window)));
+    // a paused queue has no room whatever its keys' windows say: nothing to look for
+    f.pause_queue(Q).unwrap();
+    assert_eq!(leasehold::__private::next_due(&*f, Q).unwrap(), None);
 }
