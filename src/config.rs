@@ -15,6 +15,54 @@ pub const DEFAULT_MAX_ATTEMPTS: u32 = 25;
 /// The default payload (and output) size limit.
 pub const DEFAULT_MAX_PAYLOAD: usize = 1 << 20;
 
+/// The setters of a store's [`crate::protocol::Policy`], the same on every engine's builder:
+/// `policy_setters!(Builder, path.to.policy, "how retention frees room on this engine")`
+/// inside the builder's `impl`. (The retention's last sentence is the engine's own: what the
+/// purge gives back differs.)
+macro_rules! policy_setters {
+    ($builder:ident, $($policy:ident).+, $retention:literal) => {
+        /// The backoff between failed attempts of jobs (and queues) that have none of their
+        /// own. Default: [`RetryPolicy::default`](crate::RetryPolicy::default).
+        pub fn retry_policy(mut self, retry: crate::RetryPolicy) -> $builder {
+            self.$($policy).+.retry = retry;
+            self
+        }
+
+        /// The retry budget of jobs enqueued without one. Default: 25.
+        pub fn default_max_attempts(mut self, n: u32) -> $builder {
+            self.$($policy).+.default_max_attempts = n;
+            self
+        }
+
+        /// The largest payload or output accepted. Default: 1 MiB.
+        pub fn max_payload(mut self, bytes: usize) -> $builder {
+            self.$($policy).+.max_payload = bytes;
+            self
+        }
+
+        /// Deletes succeeded and cancelled jobs, with their payload, output and history, once
+        /// they finished more than `keep` ago: each reaper pass
+        /// ([`JobStore::reap`](crate::JobStore::reap)) purges them in batches of
+        #[doc = concat!("[`", stringify!($builder), "::reap_batch`], ", $retention)]
+        /// Dead jobs are kept for an operator to retry or purge
+        /// ([`JobStore::purge`](crate::JobStore::purge)). Default: off, every job is kept
+        /// until purged.
+        pub fn retention(mut self, keep: std::time::Duration) -> $builder {
+            self.$($policy).+.retention = Some(keep);
+            self
+        }
+
+        /// How many leases one reaper transaction takes back (and how many finished jobs one
+        /// purge deletes), so that reclaiming a whole dead pool does not hold the store's
+        /// writes for long. Default: 500.
+        pub fn reap_batch(mut self, n: usize) -> $builder {
+            self.$($policy).+.reap_batch = n;
+            self
+        }
+    };
+}
+pub(crate) use policy_setters;
+
 /// How long a lease lasts and how often its holder renews it.
 ///
 /// The worst-case time for a dead holder's job to be taken back is

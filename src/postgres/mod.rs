@@ -49,7 +49,6 @@ pub use schema::VERSION as SCHEMA_VERSION;
 pub use store::{PgTransaction, SqlWrites};
 
 use crate::error::{Error, Result};
-use crate::retry::RetryPolicy;
 
 /// The dead row versions past which a reaper pass vacuums a table (plus a fifth of its live
 /// rows); see [`PgStoreBuilder::vacuum_when_dead`].
@@ -90,6 +89,12 @@ pub(crate) struct Settings {
 }
 
 impl PgStoreBuilder {
+    crate::config::policy_setters!(
+        PgStoreBuilder,
+        settings.policy,
+        "so the table stays the size of the live work and autovacuum has dead rows of bounded count to clean."
+    );
+
     /// For the conformance tests: with `false`, every operation runs the protocol's own
     /// steps ([`crate::protocol`] over this engine's records) and none of the one-statement
     /// shortcuts, so that the suites hold the shortcuts to the same answers.
@@ -135,34 +140,6 @@ impl PgStoreBuilder {
         self
     }
 
-    /// How failed jobs back off. Default: [`RetryPolicy::default`].
-    pub fn retry_policy(mut self, policy: RetryPolicy) -> PgStoreBuilder {
-        self.settings.policy.retry = policy;
-        self
-    }
-
-    /// The retry budget of jobs enqueued without one. Default: 25.
-    pub fn default_max_attempts(mut self, n: u32) -> PgStoreBuilder {
-        self.settings.policy.default_max_attempts = n;
-        self
-    }
-
-    /// The largest payload or output accepted. Default: 1 MiB.
-    pub fn max_payload(mut self, bytes: usize) -> PgStoreBuilder {
-        self.settings.policy.max_payload = bytes;
-        self
-    }
-
-    /// Deletes succeeded and cancelled jobs with their history once they finished more than
-    /// `keep` ago: each reaper pass ([`JobStore::reap`](crate::JobStore::reap)) purges them in batches of
-    /// [`PgStoreBuilder::reap_batch`], so the table stays the size of the live work and
-    /// autovacuum has dead rows of bounded count to clean. Dead jobs are kept for an
-    /// operator. Default: off, every job is kept until purged.
-    pub fn retention(mut self, keep: Duration) -> PgStoreBuilder {
-        self.settings.policy.retention = Some(keep);
-        self
-    }
-
     /// Each reaper pass ([`JobStore::reap`](crate::JobStore::reap)) vacuums the store's job or history table itself,
     /// in the background, once it holds more than `dead` dead row versions plus a fifth of
     /// its live rows (2 s apart at least): where autovacuum is off (as on some servers)
@@ -189,12 +166,6 @@ impl PgStoreBuilder {
     /// store. Default: on.
     pub fn create_if_missing(mut self, create: bool) -> PgStoreBuilder {
         self.settings.create = create;
-        self
-    }
-
-    /// The most leases one reaper transaction takes back. Default: 500.
-    pub fn reap_batch(mut self, n: usize) -> PgStoreBuilder {
-        self.settings.policy.reap_batch = n;
         self
     }
 

@@ -3,7 +3,6 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
 use redb::ConcurrencyMode;
 
@@ -16,7 +15,6 @@ use crate::redb_store::open::{self, EngineOptions};
 use crate::redb_store::started;
 use crate::redb_store::store::Store;
 use crate::redb_store::writing::Policy;
-use crate::retry::RetryPolicy;
 
 /// Configures and opens a [`Store`]. See [`Store::builder`].
 #[derive(Debug)]
@@ -34,6 +32,12 @@ pub struct StoreBuilder {
 }
 
 impl StoreBuilder {
+    crate::config::policy_setters!(
+        StoreBuilder,
+        policy,
+        "so the file stops growing under a steady load (redb reuses the freed pages)."
+    );
+
     /// The time source. Default: the host's [`MonotonicClock`]. Tests use a
     /// [`ManualClock`](crate::ManualClock).
     pub fn clock(mut self, clock: impl Clock) -> StoreBuilder {
@@ -44,41 +48,6 @@ impl StoreBuilder {
     /// What a commit promises. Default: [`Durability::Immediate`].
     pub fn durability(mut self, durability: Durability) -> StoreBuilder {
         self.durability = durability;
-        self
-    }
-
-    /// The backoff between failed attempts. Default: [`RetryPolicy::default`].
-    pub fn retry_policy(mut self, retry: RetryPolicy) -> StoreBuilder {
-        self.policy.retry = retry;
-        self
-    }
-
-    /// The retry budget of jobs enqueued without one. Default: 25.
-    pub fn default_max_attempts(mut self, n: u32) -> StoreBuilder {
-        self.policy.default_max_attempts = n;
-        self
-    }
-
-    /// The largest payload or output accepted. Default: 1 MiB.
-    pub fn max_payload(mut self, bytes: usize) -> StoreBuilder {
-        self.policy.max_payload = bytes;
-        self
-    }
-
-    /// Deletes succeeded and cancelled jobs, with their payload, output and history, once
-    /// they finished more than `keep` ago: each reaper pass ([`JobStore::reap`](crate::JobStore::reap)) purges them in
-    /// batches of [`StoreBuilder::reap_batch`], so the file stops growing under a steady load
-    /// (redb reuses the freed pages). Dead jobs are kept for an operator to retry or purge
-    /// ([`JobStore::purge`](crate::JobStore::purge)). Default: off, every job is kept until purged.
-    pub fn retention(mut self, keep: Duration) -> StoreBuilder {
-        self.policy.retention = Some(keep);
-        self
-    }
-
-    /// How many leases one reaper transaction takes back, so that reclaiming a whole dead
-    /// pool does not hold the write lock for long. Default: 500.
-    pub fn reap_batch(mut self, n: usize) -> StoreBuilder {
-        self.policy.reap_batch = n;
         self
     }
 
