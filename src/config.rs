@@ -22,8 +22,8 @@ pub const DEFAULT_MAX_PAYLOAD: usize = 1 << 20;
 macro_rules! policy_setters {
     ($builder:ident, $($policy:ident).+, $retention:literal) => {
         /// The backoff between failed attempts of jobs (and queues) that have none of their
-        /// own. Default: [`RetryPolicy::default`](crate::RetryPolicy::default).
-        pub fn retry_policy(mut self, retry: crate::RetryPolicy) -> $builder {
+        /// own. Default: [`RetryPolicy::default`](crate::retry::RetryPolicy::default).
+        pub fn retry_policy(mut self, retry: crate::retry::RetryPolicy) -> $builder {
             self.$($policy).+.retry = retry;
             self
         }
@@ -42,10 +42,10 @@ macro_rules! policy_setters {
 
         /// Deletes succeeded and cancelled jobs, with their payload, output and history, once
         /// they finished more than `keep` ago: each reaper pass
-        /// ([`JobStore::reap`](crate::JobStore::reap)) purges them in batches of
+        /// ([`JobStore::reap`](crate::job_store::JobStore::reap)) purges them in batches of
         #[doc = concat!("[`", stringify!($builder), "::reap_batch`], ", $retention)]
         /// Dead jobs are kept for an operator to retry or purge
-        /// ([`JobStore::purge`](crate::JobStore::purge)). Default: off, every job is kept
+        /// ([`JobStore::purge`](crate::job_store::JobStore::purge)). Default: off, every job is kept
         /// until purged.
         pub fn retention(mut self, keep: std::time::Duration) -> $builder {
             self.$($policy).+.retention = Some(keep);
