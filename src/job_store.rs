@@ -542,8 +542,6 @@ pub trait JobStore: ReadJobs + LeaseBackend {
     }
 }
 
-/// `act` on every job `filter` names, a page of them per transaction (see
-/// [`crate::batches::bulk`]).
 /// A reaper's pass ([`JobStore::reap`]) by a reaper that runs `every` (`None`: a pass called
 /// directly), which last kept its record at `kept`. The record ([`crate::ReaperPass`]) is
 /// kept, and its time returned, unless the pass had nothing to do and the last one kept is
@@ -584,6 +582,8 @@ pub(crate) fn reaper_pass(
     Ok((report, Some(ended)))
 }
 
+/// `act` on every job `filter` names, a page of them per transaction (see
+/// [`crate::batches::bulk`]).
 fn bulk(
     store: &(impl JobStore + ?Sized),
     filter: &JobFilter,

@@ -212,13 +212,11 @@ fn dispatch_until_stopped(
                 // other end of the wait asks every queue again.
                 let woken = (planner.waits(&seen).iter())
                     .any(|(queue, seen)| shared.store.work_generation(queue) != *seen);
-                if woken
-                    || shared.handover.pending()
-                    || !{
-                        let now = shared.store.clock();
-                        planner.stay_quiet(|queue| still_quiet(shared, now, queue))
-                    }
-                {
+                let quiet = !woken && !shared.handover.pending() && {
+                    let now = shared.store.clock();
+                    planner.stay_quiet(|queue| still_quiet(shared, now, queue))
+                };
+                if !quiet {
                     planner.rouse();
                 }
                 continue;

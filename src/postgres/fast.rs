@@ -502,7 +502,7 @@ fn claim_keyed(
         let mut claimed = Vec::with_capacity(rows.len());
         for row in &rows {
             if row.col::<Option<bool>>(8)? == Some(true) {
-                r.notified.insert(queue.to_owned());
+                r.notified_by_statement(queue);
             }
             let order = (row.col::<i32>(5)?, row.col::<i64>(6)?, row.col::<i64>(0)?);
             claimed.push((order, granted(row, queue, worker, token, terms)?));

@@ -98,6 +98,12 @@ impl<'a, 'b, 'c> PgRecords<'a, 'b, 'c> {
         self.settings.shortcuts
     }
 
+    /// Notes that a statement of its own (one of `fast.rs`) already notified `queue`'s
+    /// waiters in this transaction, as [`crate::protocol::Records::readied`] would have.
+    pub(super) fn notified_by_statement(&mut self, queue: &str) {
+        self.notified.insert(queue.to_owned());
+    }
+
     /// Forgets the store time read so far: a row lock was just taken, which may have waited
     /// for another transaction.
     pub(super) fn waited(&mut self) {
