@@ -73,7 +73,7 @@ pub type RoundResults = (Vec<Result<()>>, Result<Vec<Lease>>);
 
 /// The answers of a round that failed whole: `e` for each of its `n` completions and for
 /// its claim.
-pub(crate) fn round_failed(n: usize, e: crate::Error) -> RoundResults {
+pub(crate) fn round_failed(n: usize, e: crate::error::Error) -> RoundResults {
     let each = crate::error::shared_by_all(e);
     ((0..n).map(|_| Err(each())).collect(), Err(each()))
 }
@@ -114,9 +114,9 @@ pub(crate) fn round(
     for queue in claim.queues() {
         if let Err(e) = crate::input::check_claim(queue, claim.worker, &claim.terms) {
             let each = || match &e {
-                crate::Error::Input(i) => crate::Error::Input(i.clone()),
-                crate::Error::Config(c) => crate::Error::Config(c.clone()),
-                _ => crate::Error::Internal("a claim's check failed otherwise"),
+                crate::error::Error::Input(i) => crate::error::Error::Input(i.clone()),
+                crate::error::Error::Config(c) => crate::error::Error::Config(c.clone()),
+                _ => crate::error::Error::Internal("a claim's check failed otherwise"),
             };
             return (done.iter().map(|_| Err(each())).collect(), Err(each()));
         }
@@ -151,7 +151,7 @@ pub(crate) fn write<T: Send + 'static>(
     answer
         .downcast::<T>()
         .map(|t| *t)
-        .map_err(|_| crate::Error::Internal("a write step answered with another type"))
+        .map_err(|_| crate::error::Error::Internal("a write step answered with another type"))
 }
 
 pub use crate::protocol::End;
@@ -272,7 +272,7 @@ pub trait LeaseBackend: Send + Sync + 'static {
         _progress: Option<u64>,
         _writes: AnyWrites,
     ) -> Result<()> {
-        Err(crate::ConfigError::WritesForAnotherStore {
+        Err(crate::error::ConfigError::WritesForAnotherStore {
             given: "an application's writes",
             store: "a store in memory, which has no tables of the application's",
         }
@@ -301,7 +301,7 @@ pub trait LeaseBackend: Send + Sync + 'static {
             let mut completed = Vec::with_capacity(done.len());
             for c in &done {
                 if refused(c) {
-                    completed.push(Err(crate::ConfigError::WritesForAnotherStore {
+                    completed.push(Err(crate::error::ConfigError::WritesForAnotherStore {
                         given: "an application's writes",
                         store: "a store with no tables of the application's",
                     }
@@ -341,10 +341,10 @@ pub trait LeaseBackend: Send + Sync + 'static {
         Ok((self.clock(), true))
     }
     /// Keeps `pass` as the store's last reaper pass ([`crate::Stats::last_reaper_pass`]).
-    fn note_reaper_pass(&self, pass: &crate::ReaperPass) -> Result<()>;
+    fn note_reaper_pass(&self, pass: &crate::report::ReaperPass) -> Result<()>;
     /// What an engine does at the end of a reaper's pass besides (PostgreSQL: a vacuum,
     /// when dead rows ask for one).
-    fn after_reap(&self, _report: &mut crate::ReapReport) -> Result<()> {
+    fn after_reap(&self, _report: &mut crate::report::ReapReport) -> Result<()> {
         Ok(())
     }
 }

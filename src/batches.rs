@@ -76,11 +76,13 @@ pub(crate) fn run<T, E>(
 /// in one transaction and answers each (`Ok(true)`: changed; a refusal: refused; an error
 /// of the store fails the pass). The filter's limit, if any, bounds the whole pass.
 pub(crate) fn bulk(
-    filter: &crate::JobFilter,
+    filter: &crate::query::JobFilter,
     page: usize,
-    list: impl Fn(&crate::JobFilter) -> crate::Result<Vec<crate::Job>>,
-    mut apply: impl FnMut(Vec<crate::JobId>) -> crate::Result<Vec<crate::Result<bool>>>,
-) -> crate::Result<crate::report::BulkReport> {
+    list: impl Fn(&crate::query::JobFilter) -> crate::error::Result<Vec<crate::job::Job>>,
+    mut apply: impl FnMut(
+        Vec<crate::ids::JobId>,
+    ) -> crate::error::Result<Vec<crate::error::Result<bool>>>,
+) -> crate::error::Result<crate::report::BulkReport> {
     let mut report = crate::report::BulkReport::default();
     let mut cursor = filter.after;
     loop {
@@ -89,14 +91,14 @@ pub(crate) fn bulk(
         if want == 0 {
             return Ok(report);
         }
-        let ids: Vec<crate::JobId> = list(&crate::JobFilter {
-            order: crate::JobOrder::Oldest,
+        let ids: Vec<crate::ids::JobId> = list(&crate::query::JobFilter {
+            order: crate::query::JobOrder::Oldest,
             limit: Some(want),
             after: cursor,
             ..filter.clone()
         })?
         .iter()
-        .map(crate::Job::id)
+        .map(crate::job::Job::id)
         .collect();
         let Some(&last) = ids.last() else {
             return Ok(report);
@@ -121,8 +123,8 @@ pub(crate) fn bulk(
 /// Each answer of a bulk action's transaction, or the first error of the store among them
 /// (which must roll the transaction back): a refusal wrote nothing and shares it safely.
 pub(crate) fn answers<T>(
-    results: impl IntoIterator<Item = crate::Result<T>>,
-) -> crate::Result<Vec<crate::Result<T>>> {
+    results: impl IntoIterator<Item = crate::error::Result<T>>,
+) -> crate::error::Result<Vec<crate::error::Result<T>>> {
     let mut out = Vec::new();
     for r in results {
         match r {

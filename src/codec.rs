@@ -111,7 +111,7 @@ pub(crate) fn decode_job(bytes: &[u8]) -> Result<JobRecord, CodecError> {
         (FIRST_VERSION, body) => decode_body::<JobRecordV1>(body).map(JobRecord::from),
         (version, body) => {
             let flow = || encode(&crate::workflow::Flow::default());
-            let retry = || encode(&None::<crate::RetryPolicy>);
+            let retry = || encode(&None::<crate::retry::RetryPolicy>);
             let key = || encode(&None::<crate::job::LimitKey>);
             let token = || encode(&crate::ids::LeaseToken::NONE);
             decode_appended(
@@ -132,7 +132,7 @@ pub(crate) fn decode_job(bytes: &[u8]) -> Result<JobRecord, CodecError> {
 /// since (a retry policy, a limit key for its jobs).
 pub(crate) fn decode_schedule(bytes: &[u8]) -> Result<crate::schedule::ScheduleRecord, CodecError> {
     let (version, body) = split(bytes)?;
-    let retry = || encode(&None::<crate::RetryPolicy>);
+    let retry = || encode(&None::<crate::retry::RetryPolicy>);
     let key = || encode(&None::<String>);
     decode_appended(
         version,
@@ -147,7 +147,7 @@ pub(crate) fn decode_queue(bytes: &[u8]) -> Result<crate::queue::QueueRecord, Co
     use crate::queue::{QueueLimits, QueueRecord};
     match split(bytes)? {
         (version, body) if version <= BEFORE_KEYS => {
-            let retry = || encode(&None::<crate::RetryPolicy>);
+            let retry = || encode(&None::<crate::retry::RetryPolicy>);
             let old: QueueRecordV4 = decode_appended(version, body, &[(BEFORE_RETRY, &retry)])?;
             Ok(QueueRecord {
                 served_at: old.served_at,
@@ -175,7 +175,7 @@ struct QueueRecordV4 {
     concurrency: Option<u32>,
     rate: Option<crate::queue::Rate>,
     recent_claims: Vec<StoreTime>,
-    retry: Option<crate::RetryPolicy>,
+    retry: Option<crate::retry::RetryPolicy>,
 }
 
 /// The encoding of a field's default, as [`encode`] gives it (its version byte first).
@@ -286,7 +286,7 @@ struct StoredCounters {
 }
 
 /// The counters, encoded as stored.
-pub(crate) fn encode_counters(c: &crate::Counters) -> Vec<u8> {
+pub(crate) fn encode_counters(c: &crate::stats::Counters) -> Vec<u8> {
     encode(&StoredCounters {
         named: c
             .named()
@@ -320,8 +320,8 @@ struct CountersBefore {
     worst_detection_delay: std::time::Duration,
 }
 
-pub(crate) fn decode_counters(bytes: &[u8]) -> Result<crate::Counters, CodecError> {
-    let mut c = crate::Counters::default();
+pub(crate) fn decode_counters(bytes: &[u8]) -> Result<crate::stats::Counters, CodecError> {
+    let mut c = crate::stats::Counters::default();
     match split(bytes)? {
         (FIRST_VERSION, body) => {
             let v1 = match decode_body::<CountersV1>(body) {
@@ -357,7 +357,7 @@ pub(crate) fn decode_counters(bytes: &[u8]) -> Result<crate::Counters, CodecErro
 mod tests {
     use super::*;
     use crate::job::{Outcome, ReclaimPath, RunRecord};
-    use crate::{Attempt, StoreTime};
+    use crate::{ids::Attempt, ids::StoreTime};
     use std::time::Duration;
 
     fn run() -> RunRecord {
@@ -476,7 +476,7 @@ mod tests {
     #[test]
     fn records_of_format_version_3_read_as_ones_with_no_retry_policy() {
         use crate::queue::QueueRecord;
-        let policy = crate::RetryPolicy::fixed(Duration::from_secs(5));
+        let policy = crate::retry::RetryPolicy::fixed(Duration::from_secs(5));
         let mut job = a_dead_job();
         job.flow.awaited = true;
         // Version 3 wrote every field but the last three, the policy, the limit key and the
@@ -487,10 +487,10 @@ mod tests {
         assert_eq!(decode_job(&v3), Ok(job.clone()));
         let queue = QueueRecord {
             paused: true,
-            limits: crate::QueueLimits::none().concurrency(3),
+            limits: crate::queue::QueueLimits::none().concurrency(3),
             ..QueueRecord::default()
         };
-        let old = |retry: Option<crate::RetryPolicy>| QueueRecordV4 {
+        let old = |retry: Option<crate::retry::RetryPolicy>| QueueRecordV4 {
             served_at: None,
             paused: true,
             concurrency: Some(3),
@@ -520,7 +520,7 @@ mod tests {
     #[test]
     fn records_of_format_version_4_read_as_ones_with_no_limit_key() {
         let mut job = a_dead_job();
-        job.retry = Some(crate::RetryPolicy::fixed(Duration::from_secs(5)));
+        job.retry = Some(crate::retry::RetryPolicy::fixed(Duration::from_secs(5)));
         // Version 4 wrote every field but the last two, the limit key and the token (`None`
         // and no token: one byte each).
         let mut v4 = encode(&job);
@@ -634,7 +634,7 @@ mod tests {
         );
         let c = decode_counters(&v1).unwrap();
         assert_eq!((c.reclaimed_process_died, c.timed_out), (9, 0));
-        let now = crate::Counters {
+        let now = crate::stats::Counters {
             timed_out: 10,
             ..c.clone()
         };

@@ -20,20 +20,20 @@ macro_rules! conveniences {
                 &self,
                 queue: &str,
                 worker: &str,
-                terms: impl Into<crate::LeaseTerms>,
-            ) -> crate::Result<Option<crate::Lease>> {
-                <$store as crate::JobStore>::claim(self, queue, worker, terms.into())
+                terms: impl Into<crate::lease::LeaseTerms>,
+            ) -> crate::error::Result<Option<crate::lease::Lease>> {
+                <$store as crate::job_store::JobStore>::claim(self, queue, worker, terms.into())
             }
 
             /// [`JobStore::claim_job`](crate::JobStore::claim_job), the terms a
             /// [`Duration`](std::time::Duration) or [`LeaseTerms`](crate::LeaseTerms).
             pub fn claim_job(
                 &self,
-                job: crate::JobId,
+                job: crate::ids::JobId,
                 worker: &str,
-                terms: impl Into<crate::LeaseTerms>,
-            ) -> crate::Result<Option<crate::Lease>> {
-                <$store as crate::JobStore>::claim_job(self, job, worker, terms.into())
+                terms: impl Into<crate::lease::LeaseTerms>,
+            ) -> crate::error::Result<Option<crate::lease::Lease>> {
+                <$store as crate::job_store::JobStore>::claim_job(self, job, worker, terms.into())
             }
 
             /// [`JobStore::claim_batch`](crate::JobStore::claim_batch), the terms a
@@ -42,10 +42,16 @@ macro_rules! conveniences {
                 &self,
                 queue: &str,
                 worker: &str,
-                terms: impl Into<crate::LeaseTerms>,
+                terms: impl Into<crate::lease::LeaseTerms>,
                 n: usize,
-            ) -> crate::Result<Vec<crate::Lease>> {
-                <$store as crate::JobStore>::claim_batch(self, queue, worker, terms.into(), n)
+            ) -> crate::error::Result<Vec<crate::lease::Lease>> {
+                <$store as crate::job_store::JobStore>::claim_batch(
+                    self,
+                    queue,
+                    worker,
+                    terms.into(),
+                    n,
+                )
             }
 
             /// [`JobStore::complete_and_claim`](crate::JobStore::complete_and_claim), the
@@ -53,20 +59,28 @@ macro_rules! conveniences {
             /// [`LeaseTerms`](crate::LeaseTerms).
             pub fn complete_and_claim(
                 &self,
-                lease: &crate::Lease,
+                lease: &crate::lease::Lease,
                 output: &[u8],
-                terms: impl Into<crate::LeaseTerms>,
-            ) -> crate::Result<Option<crate::Lease>> {
-                <$store as crate::JobStore>::complete_and_claim(self, lease, output, terms.into())
+                terms: impl Into<crate::lease::LeaseTerms>,
+            ) -> crate::error::Result<Option<crate::lease::Lease>> {
+                <$store as crate::job_store::JobStore>::complete_and_claim(
+                    self,
+                    lease,
+                    output,
+                    terms.into(),
+                )
             }
 
             /// [`JobStore::enqueue_batch`](crate::JobStore::enqueue_batch) of any iterator
             /// of jobs: all of them in one transaction, or on an error none.
             pub fn enqueue_batch(
                 &self,
-                jobs: impl IntoIterator<Item = crate::NewJob>,
-            ) -> crate::Result<Vec<crate::JobId>> {
-                <$store as crate::JobStore>::enqueue_batch(self, jobs.into_iter().collect())
+                jobs: impl IntoIterator<Item = crate::new_job::NewJob>,
+            ) -> crate::error::Result<Vec<crate::ids::JobId>> {
+                <$store as crate::job_store::JobStore>::enqueue_batch(
+                    self,
+                    jobs.into_iter().collect(),
+                )
             }
         }
     };

@@ -170,7 +170,7 @@ pub(crate) fn check_claim(
     queue: &str,
     worker: &str,
     terms: &crate::lease::LeaseTerms,
-) -> Result<(), crate::Error> {
+) -> Result<(), crate::error::Error> {
     check_queue(queue)?;
     check_worker(worker)?;
     crate::config::check_terms(terms)?;

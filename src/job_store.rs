@@ -336,7 +336,7 @@ pub trait JobStore: ReadJobs + LeaseBackend {
     /// Refused ([`Error::Refused`]) for a job that runs or has ended, and
     /// ([`Error::EditConflict`]) for one claimed since the attempt the edit names: an edit
     /// never touches a job that ran meanwhile.
-    fn edit(&self, job: JobId, edit: crate::Edit) -> Result<()> {
+    fn edit(&self, job: JobId, edit: crate::edit::Edit) -> Result<()> {
         write(self, move |r| protocol::edit(r, job, &edit))
     }
 
@@ -529,7 +529,7 @@ pub trait JobStore: ReadJobs + LeaseBackend {
     /// claimed, attempts ended with their outcome (a reclaim with its path), schedules fired,
     /// claims held back by a limit, queues paused and resumed ([`crate::Event`]). Each
     /// process hears its own commits; see [`crate::Events`] for what a slow reader loses.
-    fn subscribe(&self) -> crate::Events {
+    fn subscribe(&self) -> crate::events::Events {
         self.hub().subscribe()
     }
 
@@ -558,7 +558,12 @@ pub(crate) fn reaper_pass(
     let mut report = match expired {
         true => ReapReport::from(crate::batches::run(store.policy().reap_batch, |limit| {
             write(store, move |r| {
-                protocol::reap_batch(r, limit, crate::ReclaimPath::Reaper, &Default::default())
+                protocol::reap_batch(
+                    r,
+                    limit,
+                    crate::job::ReclaimPath::Reaper,
+                    &Default::default(),
+                )
             })
         })?),
         false => ReapReport::default(),
@@ -578,7 +583,7 @@ pub(crate) fn reaper_pass(
     {
         return Ok((report, None));
     }
-    store.note_reaper_pass(&crate::ReaperPass::of(&report, began, ended, every))?;
+    store.note_reaper_pass(&crate::report::ReaperPass::of(&report, began, ended, every))?;
     Ok((report, Some(ended)))
 }
 

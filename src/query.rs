@@ -34,7 +34,7 @@ impl JobFilter {
     /// that takes them from a person (a form, a command line) and would rather say what is
     /// wrong than list nothing. A store lists nothing for a filter no job can pass, and
     /// never refuses one.
-    pub fn check(&self) -> Result<(), crate::InputError> {
+    pub fn check(&self) -> Result<(), crate::error::InputError> {
         if let Some(queue) = &self.queue {
             crate::input::check_queue(queue)?;
         }
@@ -70,14 +70,14 @@ impl JobFilter {
 
     /// `admitted` (the records that passed, in id order or, for [`JobOrder::Newest`], the
     /// reverse) in the filter's order and cut to its limit: the one reading of them.
-    pub(crate) fn arrange(&self, mut admitted: Vec<JobRecord>) -> Vec<crate::Job> {
+    pub(crate) fn arrange(&self, mut admitted: Vec<JobRecord>) -> Vec<crate::job::Job> {
         match self.order {
             JobOrder::Oldest | JobOrder::Newest => {}
             JobOrder::Priority => admitted.sort_by_key(crate::rules::claim_order),
             JobOrder::Updated => admitted.sort_by_key(|j| std::cmp::Reverse((j.updated_at, j.id))),
         }
         admitted.truncate(self.limit.unwrap_or(usize::MAX));
-        admitted.into_iter().map(crate::Job).collect()
+        admitted.into_iter().map(crate::job::Job).collect()
     }
 }
 
@@ -85,9 +85,9 @@ impl JobFilter {
 /// fault): a record that is not a job's (`Error::Corrupt`) is left out, and said on
 /// `tracing`, so that one bad record does not hide every other job from an operator
 /// (`check` names it); any other error fails the listing.
-pub(crate) fn unreadable(id: u64, e: crate::Error) -> crate::Result<()> {
+pub(crate) fn unreadable(id: u64, e: crate::error::Error) -> crate::error::Result<()> {
     match e {
-        crate::Error::Corrupt(why) => {
+        crate::error::Error::Corrupt(why) => {
             tracing::warn!(
                 job = id,
                 "a job's record cannot be read; the listing leaves it out: {why}"

@@ -98,7 +98,7 @@ fn tick(
     store: &dyn JobStore,
     every: Duration,
     metrics: &ReaperMetrics,
-    kept: &mut Option<crate::StoreTime>,
+    kept: &mut Option<crate::ids::StoreTime>,
 ) {
     match crate::job_store::reaper_pass(store, Some(every), *kept) {
         Ok((report, noted)) => {
@@ -144,8 +144,8 @@ const UNSERVED_LOOK_EVERY: Duration = Duration::from_secs(60);
 /// store time, and a warning per queue at most once per [`crate::UNSERVED_AFTER`].
 #[derive(Default)]
 struct UnservedWatch {
-    looked: Option<crate::StoreTime>,
-    warned: std::collections::HashMap<String, crate::StoreTime>,
+    looked: Option<crate::ids::StoreTime>,
+    warned: std::collections::HashMap<String, crate::ids::StoreTime>,
 }
 
 impl UnservedWatch {
@@ -171,7 +171,7 @@ impl UnservedWatch {
             let recently = self
                 .warned
                 .get(&u.queue)
-                .is_some_and(|at| now.saturating_since(*at) < crate::UNSERVED_AFTER);
+                .is_some_and(|at| now.saturating_since(*at) < crate::queue::UNSERVED_AFTER);
             if recently {
                 continue;
             }
@@ -194,14 +194,17 @@ mod tests {
     use std::time::Duration;
 
     use crate::job_store::reaper_pass;
-    use crate::{JobStore, LeaseTerms, NewJob, ReadJobs, Store};
+    use crate::{
+        job_store::JobStore, job_store::ReadJobs, lease::LeaseTerms, new_job::NewJob,
+        redb_store::Store,
+    };
 
     /// An idle reaper keeps its pass's record every other pass, never so seldom that it looks
     /// late; a pass that takes a lease back is recorded at once.
     #[test]
     fn an_idle_reaper_records_every_other_pass_and_a_busy_one_each() {
         let dir = tempfile::tempdir().unwrap();
-        let clock = crate::ManualClock::new();
+        let clock = crate::clock::ManualClock::new();
         let store = Store::builder(dir.path().join("r.redb"))
             .clock(clock.clone())
             .open()

@@ -140,5 +140,5 @@ pub struct BulkReport {
     pub changed: usize,
     /// Those it refused, with why (a job in a state the action does not apply to, a retry
     /// whose unique key another job holds); each refusal wrote nothing.
-    pub refused: Vec<(crate::JobId, crate::Error)>,
+    pub refused: Vec<(crate::ids::JobId, crate::error::Error)>,
 }

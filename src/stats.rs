@@ -87,7 +87,7 @@ pub struct QueueCounts {
     /// Its limits across every process and machine.
     pub limits: crate::queue::QueueLimits,
     /// The retry policy of its jobs that have none of their own, if it has one.
-    pub retry: Option<crate::RetryPolicy>,
+    pub retry: Option<crate::retry::RetryPolicy>,
 }
 
 impl QueueCounts {

@@ -83,8 +83,8 @@ enum Outlet<'a> {
 /// A committed round's answers.
 struct Delivery {
     flights: Vec<Flight>,
-    completed: Vec<crate::Result<()>>,
-    leases: Vec<crate::Lease>,
+    completed: Vec<crate::error::Result<()>>,
+    leases: Vec<crate::lease::Lease>,
 }
 
 fn dispatch_until_stopped(
@@ -317,7 +317,7 @@ enum Intake {
     Claim(usize),
 }
 
-fn intake(shared: &Shared, now: crate::StoreTime, free: usize) -> Intake {
+fn intake(shared: &Shared, now: crate::ids::StoreTime, free: usize) -> Intake {
     if shared.paused() {
         return Intake::Paused;
     }
@@ -444,8 +444,8 @@ pub(crate) fn recheck(shared: &Shared) -> Duration {
 /// How long an idle dispatcher waits: until the first quiet queue's wait ends (`wake`).
 fn idle_timeout(
     shared: &Shared,
-    now: crate::StoreTime,
-    wake: Option<crate::StoreTime>,
+    now: crate::ids::StoreTime,
+    wake: Option<crate::ids::StoreTime>,
 ) -> Duration {
     let cap = idle_cap(shared);
     wake.map_or(cap, |at| at.saturating_since(now).min(cap))
@@ -456,9 +456,9 @@ fn idle_timeout(
 /// due already. The one reading of it for both ends of a quiet spell below.
 fn quiet_for(
     shared: &Shared,
-    now: crate::StoreTime,
+    now: crate::ids::StoreTime,
     queue: &str,
-) -> crate::Result<Option<Duration>> {
+) -> crate::error::Result<Option<Duration>> {
     let cap = idle_cap(shared);
     Ok(match shared.store.next_due(queue)? {
         Some(due) if due > now => Some(due.saturating_since(now).min(cap)),
@@ -469,14 +469,18 @@ fn quiet_for(
 
 /// Until when `queue`, quiet, stays so at `now` without a claim to ask it; `None` if
 /// something is due, or its reading failed (the round then asks it).
-fn still_quiet(shared: &Shared, now: crate::StoreTime, queue: &str) -> Option<crate::StoreTime> {
+fn still_quiet(
+    shared: &Shared,
+    now: crate::ids::StoreTime,
+    queue: &str,
+) -> Option<crate::ids::StoreTime> {
     let wait = quiet_for(shared, now, queue).ok().flatten()?;
     Some(now.saturating_add(wait))
 }
 
 /// Until when a queue a claim found short is quiet: its next delayed job or lease expiry,
 /// capped.
-fn quiet_until(shared: &Shared, now: crate::StoreTime, queue: &str) -> crate::StoreTime {
+fn quiet_until(shared: &Shared, now: crate::ids::StoreTime, queue: &str) -> crate::ids::StoreTime {
     let wait = match quiet_for(shared, now, queue) {
         Ok(Some(wait)) => wait,
         // Due already but not claimable (lost a race, or our own lease is about to be

@@ -117,7 +117,7 @@ pub(crate) fn beat(shared: &Shared) {
     }
 }
 
-fn apply(shared: &Shared, flight: &Flight, result: crate::Result<Renewal>) {
+fn apply(shared: &Shared, flight: &Flight, result: crate::error::Result<Renewal>) {
     let job = flight.lease.job;
     let (why, counter) = match result {
         Ok(Renewal::Renewed { expires_at }) => {

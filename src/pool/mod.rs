@@ -498,7 +498,7 @@ pub(crate) struct Shared {
 impl Shared {
     /// Tells the application's hook, if any, that `lease`'s attempt ended in the store with
     /// `outcome`, leaving the job in `state`. Called only after the write committed.
-    pub(crate) fn ended(&self, lease: &Lease, outcome: crate::Outcome, state: JobState) {
+    pub(crate) fn ended(&self, lease: &Lease, outcome: crate::job::Outcome, state: JobState) {
         ended::tell(self.on_ended.as_ref(), lease, outcome, state);
     }
 

@@ -67,7 +67,7 @@ fn give_back(shared: &Shared, flight: &Flight) {
 
 /// Releases the job and counts it (the caller judges a refusal: a lease lost meanwhile is a
 /// refused write to a worker, and nothing at shutdown, where the job may have finished).
-pub(crate) fn release(shared: &Shared, flight: &Flight) -> crate::Result<()> {
+pub(crate) fn release(shared: &Shared, flight: &Flight) -> crate::error::Result<()> {
     let progress = Some(flight.state.progress());
     let state = shared.store.end(&flight.lease, End::Release, progress)?;
     bump(&shared.counters.released);
@@ -326,7 +326,7 @@ fn commit_success(shared: &Shared, flight: Flight, output: Output<AnyWrites>) ->
 }
 
 /// Counts a completion's result; a rolled-back application write fails the attempt instead.
-pub(crate) fn completed(shared: &Shared, flight: &Flight, result: crate::Result<()>) {
+pub(crate) fn completed(shared: &Shared, flight: &Flight, result: crate::error::Result<()>) {
     let lease = &flight.lease;
     match result {
         Ok(()) => {

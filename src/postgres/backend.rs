@@ -168,7 +168,9 @@ impl PgStore {
                     fast::complete(r, by, &c.output, progress)
                 };
                 match result {
-                    Err(e) if !e.is_refusal() && !matches!(e, crate::Error::Application(_)) => {
+                    Err(e)
+                        if !e.is_refusal() && !matches!(e, crate::error::Error::Application(_)) =>
+                    {
                         return Err(e);
                     }
                     result => results.push(result),
@@ -256,7 +258,7 @@ impl PgStore {
             Err(panic) => {
                 let message = crate::error::panic_message(&*panic);
                 let panicked = crate::backend::WritesPanicked(message);
-                Err(crate::Error::Application(Box::new(panicked)))
+                Err(crate::error::Error::Application(Box::new(panicked)))
             }
         };
         match written {
@@ -302,7 +304,7 @@ impl PgStore {
         {
             return estimate;
         }
-        let read = crate::ReadJobs::now(self);
+        let read = crate::job_store::ReadJobs::now(self);
         self.inner.reading_clock.store(false, Ordering::SeqCst);
         match read {
             Ok(now) => {
@@ -388,7 +390,7 @@ impl LeaseBackend for PgStore {
         // listener is down looks every interval), so a failure here is only logged.
         let channel = &self.inner.names.channel;
         let sent = self.with_connection(|conn| {
-            super::listen::look_again(&mut conn.client, channel).map_err(crate::Error::from)
+            super::listen::look_again(&mut conn.client, channel).map_err(crate::error::Error::from)
         });
         if let Err(e) = sent {
             tracing::warn!(error = %e, "telling other machines' schedulers of a change failed");
@@ -452,13 +454,13 @@ impl LeaseBackend for PgStore {
         Ok((now, expired))
     }
 
-    fn note_reaper_pass(&self, pass: &crate::ReaperPass) -> Result<()> {
+    fn note_reaper_pass(&self, pass: &crate::report::ReaperPass) -> Result<()> {
         // (one statement: atomic on its own, one round trip where a transaction takes three)
         self.alone(|c, p| fast::note_reaper_pass(c, p, pass))
     }
 
     /// A vacuum of the jobs' table, when its dead rows ask for one.
-    fn after_reap(&self, report: &mut crate::ReapReport) -> Result<()> {
+    fn after_reap(&self, report: &mut crate::report::ReapReport) -> Result<()> {
         report.vacuum_started = self.vacuum_if_needed()?;
         Ok(())
     }
@@ -472,7 +474,10 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
 
     use super::*;
-    use crate::{JobState, JobStore, LeaseTerms, NewJob, Output, ReadJobs};
+    use crate::{
+        job_store::JobStore, job_store::ReadJobs, lease::LeaseTerms, new_job::NewJob, pool::Output,
+        state::JobState,
+    };
 
     type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -487,9 +492,9 @@ mod tests {
         });
         Completion {
             by: crate::lease::Holding {
-                job: crate::JobId(0),
+                job: crate::ids::JobId(0),
                 attempt: crate::ids::Attempt(0),
-                token: crate::LeaseToken::NONE,
+                token: crate::ids::LeaseToken::NONE,
             },
             output: output.bytes,
             progress: None,
@@ -563,14 +568,14 @@ mod tests {
         let (results, claimed) = store.complete_all_then_claim(done, Some(claim));
         assert!(results[0].is_ok() && results[2].is_ok(), "{results:?}");
         match &results[1] {
-            Err(crate::Error::Application(e)) => {
+            Err(crate::error::Error::Application(e)) => {
                 assert_eq!(e.to_string(), "the application refused")
             }
             other => panic!("{other:?}"),
         }
         assert!(results[3].as_ref().unwrap_err().is_lease_lost());
         match &results[4] {
-            Err(crate::Error::Application(e)) => {
+            Err(crate::error::Error::Application(e)) => {
                 assert_eq!(e.to_string(), "writes panicked: writes exploded");
             }
             other => panic!("{other:?}"),
@@ -629,7 +634,12 @@ mod tests {
                 history[0].progress(),
                 history[0].ended_at()
             ),
-            ("w", Some(&crate::Outcome::Succeeded), 3, job.finished_at())
+            (
+                "w",
+                Some(&crate::job::Outcome::Succeeded),
+                3,
+                job.finished_at()
+            )
         );
         let rows: i64 = admin
             .query_one(

@@ -79,9 +79,9 @@ impl From<&postgres::Error> for PgError {
     }
 }
 
-impl From<postgres::Error> for crate::Error {
-    fn from(e: postgres::Error) -> crate::Error {
-        crate::Error::Postgres(PgError::from(e))
+impl From<postgres::Error> for crate::error::Error {
+    fn from(e: postgres::Error) -> crate::error::Error {
+        crate::error::Error::Postgres(PgError::from(e))
     }
 }
 
@@ -116,7 +116,8 @@ pub(crate) fn transient_cause(e: &(dyn std::error::Error + 'static)) -> Option<P
             && pg.is_transient()
         {
             return Some(pg.clone());
-        } else if let Some(crate::Error::Postgres(pg)) = e.downcast_ref::<crate::Error>()
+        } else if let Some(crate::error::Error::Postgres(pg)) =
+            e.downcast_ref::<crate::error::Error>()
             && pg.is_transient()
         {
             return Some(pg.clone());

@@ -441,7 +441,7 @@ pub(crate) fn claim_batch(
     }
     // (those of the one-at-a-time path were told by its grant)
     for lease in &leases[before..] {
-        protocol::tell(r, || crate::Event::Claimed {
+        protocol::tell(r, || crate::events::Event::Claimed {
             job: lease.job,
             attempt: lease.attempt,
             queue: lease.queue.clone(),
@@ -462,7 +462,7 @@ fn claim_keyed(
     worker: &str,
     terms: LeaseTerms,
     n: usize,
-    limits: &crate::QueueLimits,
+    limits: &crate::queue::QueueLimits,
     leases: &mut Vec<Lease>,
 ) -> Result<()> {
     let (length, stall) = (micros(terms.length), terms.stall_timeout.map(micros));
@@ -509,7 +509,7 @@ fn claim_keyed(
         }
         claimed.sort_by_key(|(order, _)| *order);
         for (_, lease) in claimed {
-            protocol::tell(r, || crate::Event::Claimed {
+            protocol::tell(r, || crate::events::Event::Claimed {
                 job: lease.job,
                 attempt: lease.attempt,
                 queue: lease.queue.clone(),
@@ -545,7 +545,7 @@ fn granted(
 
 /// A job a claim made dead (its attempt counter exhausted) that others await: its end is
 /// still to settle ([`protocol::settle_all`]).
-type MadeDead = (JobId, JobState, Option<crate::GroupId>);
+type MadeDead = (JobId, JobState, Option<crate::ids::GroupId>);
 
 /// Claims waiting jobs of `queue` with one statement until `leases` holds `n` (or none is
 /// left); jobs it found exhausted (and made dead) leave room for as many more. Returns the
@@ -588,7 +588,7 @@ fn claim_waiting(
                 exhausted += 1;
                 if r.col::<Option<bool>>(8)? == Some(true) {
                     let group = r.col::<Option<i64>>(9)?;
-                    let group = group.map(|g| crate::GroupId(u64::try_from(g).unwrap_or(0)));
+                    let group = group.map(|g| crate::ids::GroupId(u64::try_from(g).unwrap_or(0)));
                     dead.push((id(r.col(0)?), JobState::Dead, group));
                 }
                 continue;
@@ -842,17 +842,17 @@ pub(crate) fn complete_many(
             keyed.push((row.col::<String>(4)?, key));
         }
         if r.events.wanted() {
-            r.events.push(crate::Event::Ended {
+            r.events.push(crate::events::Event::Ended {
                 job,
                 attempt: at,
                 queue: row.col(4)?,
-                outcome: crate::Outcome::Succeeded,
+                outcome: crate::job::Outcome::Succeeded,
                 state: JobState::Succeeded,
             });
         }
         if row.col::<bool>(2)? {
             let group = row.col::<Option<i64>>(3)?;
-            let group = group.map(|g| crate::GroupId(u64::try_from(g).unwrap_or(0)));
+            let group = group.map(|g| crate::ids::GroupId(u64::try_from(g).unwrap_or(0)));
             awaited.push((job, JobState::Succeeded, group));
         }
     }
@@ -898,7 +898,7 @@ pub(crate) const REAPER_PASS: &str = "reaper.last_pass";
 pub(crate) fn note_reaper_pass(
     c: &mut impl postgres::GenericClient,
     p: &mut Prepared<'_>,
-    pass: &crate::ReaperPass,
+    pass: &crate::report::ReaperPass,
 ) -> Result<()> {
     let st = p.get(
         c,

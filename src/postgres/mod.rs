@@ -247,7 +247,7 @@ impl PgStoreBuilder {
         if let Some(older) = upgraded {
             let _ = store.inner.upgraded_from.set(older);
         }
-        let now = crate::ReadJobs::now(&store)?;
+        let now = crate::job_store::ReadJobs::now(&store)?;
         *store.inner.clock.lock() = (now, crate::clock::Stopwatch::start());
         Ok(store)
     }

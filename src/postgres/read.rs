@@ -382,7 +382,7 @@ pub(crate) fn stats(tx: Tx<'_, '_>, p: &mut Prepared<'_>) -> Result<Stats> {
 pub(crate) fn unserved_queues(
     c: &mut impl postgres::GenericClient,
     p: &mut Prepared<'_>,
-) -> Result<Vec<crate::UnservedQueue>> {
+) -> Result<Vec<crate::queue::UnservedQueue>> {
     let st = p.get(
         c,
         "SELECT w.queue, {s}.us(w.since), {s}.us(q.served_at)
@@ -396,10 +396,10 @@ pub(crate) fn unserved_queues(
                 OR q.served_at <= {now} - $1::bigint * interval '1 microsecond')
          ORDER BY w.queue",
     )?;
-    c.query(&st, &[&super::rows::micros(crate::UNSERVED_AFTER)])?
+    c.query(&st, &[&super::rows::micros(crate::queue::UNSERVED_AFTER)])?
         .iter()
         .map(|row| {
-            Ok(crate::UnservedQueue {
+            Ok(crate::queue::UnservedQueue {
                 queue: row.col(0)?,
                 waiting_since: time(row.col(1)?),
                 served_at: row.col::<Option<i64>>(2)?.map(time),
@@ -429,8 +429,8 @@ pub(crate) fn bytes(
 pub(crate) fn group(
     tx: &mut Transaction<'_>,
     p: &mut Prepared<'_>,
-    group: crate::GroupId,
-) -> Result<Option<crate::Group>> {
+    group: crate::ids::GroupId,
+) -> Result<Option<crate::workflow::Group>> {
     let st = p.get(tx, "SELECT record FROM {s}.leasehold_groups WHERE id = $1")?;
     let id = i64::try_from(group.0).unwrap_or(i64::MAX);
     let Some(row) = tx.query_opt(&st, &[&id])? else {
@@ -438,7 +438,7 @@ pub(crate) fn group(
     };
     let record = crate::codec::decode(row.col::<&[u8]>(0)?)
         .map_err(|e| Error::Corrupt(format!("the record of group {group}: {e}")))?;
-    Ok(Some(crate::Group(record)))
+    Ok(Some(crate::workflow::Group(record)))
 }
 
 /// The jobs that wait for `job` and still exist, oldest first.

@@ -231,7 +231,7 @@ pub(crate) fn retry_column(
     row: &postgres::Row,
     at: usize,
     whose: impl Fn() -> String,
-) -> Result<Option<crate::RetryPolicy>> {
+) -> Result<Option<crate::retry::RetryPolicy>> {
     match row.col::<Option<&[u8]>>(at)? {
         None => Ok(None),
         Some(bytes) => crate::codec::decode(bytes)

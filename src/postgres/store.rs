@@ -268,7 +268,7 @@ impl ReadJobs for PgStore {
         self.in_transaction(|tx, p| read::bytes(tx, p, job, true))
     }
 
-    fn group(&self, group: crate::GroupId) -> Result<Option<crate::Group>> {
+    fn group(&self, group: crate::ids::GroupId) -> Result<Option<crate::workflow::Group>> {
         self.in_transaction(|tx, p| read::group(tx, p, group))
     }
 
@@ -306,24 +306,24 @@ impl ReadJobs for PgStore {
     }
 
     /// Every schedule, by name.
-    fn schedules(&self) -> Result<Vec<crate::ScheduleInfo>> {
+    fn schedules(&self) -> Result<Vec<crate::schedule::ScheduleInfo>> {
         self.in_transaction(read::schedules)
     }
 
     /// `queue`'s settings (see [`crate::ReadJobs::queue_settings`]).
-    fn queue_settings(&self, queue: &str) -> Result<crate::QueueSettings> {
+    fn queue_settings(&self, queue: &str) -> Result<crate::queue::QueueSettings> {
         if no_queue_has(queue) {
-            return Ok(crate::QueueSettings::default());
+            return Ok(crate::queue::QueueSettings::default());
         }
         self.in_transaction(|tx, p| {
             let record = super::named::queue_record(tx, p, queue, false)?;
-            Ok(crate::QueueSettings::of(record))
+            Ok(crate::queue::QueueSettings::of(record))
         })
     }
 
     /// The queues with due work and nobody serving them (see
     /// [`ReadJobs::unserved_queues`](crate::ReadJobs::unserved_queues)).
-    fn unserved_queues(&self) -> Result<Vec<crate::UnservedQueue>> {
+    fn unserved_queues(&self) -> Result<Vec<crate::queue::UnservedQueue>> {
         // (one statement: a reaper asks it once a minute, idle or not)
         self.alone(read::unserved_queues)
     }

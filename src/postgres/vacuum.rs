@@ -129,7 +129,7 @@ impl PgStore {
             Ok(thread) => *self.inner.vacuum_thread.lock() = Some(thread),
             Err(e) => {
                 self.vacuum_ended(Duration::ZERO);
-                return Err(crate::Error::ThreadSpawn(e));
+                return Err(crate::error::Error::ThreadSpawn(e));
             }
         }
         Ok(names)

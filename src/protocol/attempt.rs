@@ -202,7 +202,7 @@ pub(crate) fn store_end(
     r.count(&change.counts)?;
     super::flow::settle(r, &job)?;
     if let Some(outcome) = &run.outcome {
-        super::tell(r, || crate::Event::Ended {
+        super::tell(r, || crate::events::Event::Ended {
             job: old.id,
             attempt: old.attempt,
             queue: old.queue.clone(),

@@ -210,7 +210,7 @@ pub(crate) fn capped(
     n: usize,
 ) -> usize {
     if room.allowed < n && record.is_some_and(|q| !q.paused) {
-        super::tell(r, || crate::Event::LimitReached {
+        super::tell(r, || crate::events::Event::LimitReached {
             queue: queue.to_owned(),
         });
     }
@@ -292,7 +292,7 @@ fn grant(
     };
     let (expires_at, deadline) = (granted.expires_at, granted.deadline);
     let payload = r.payload(new.id)?;
-    super::tell(r, || crate::Event::Claimed {
+    super::tell(r, || crate::events::Event::Claimed {
         job: new.id,
         attempt: new.attempt,
         queue: new.queue.clone(),

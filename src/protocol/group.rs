@@ -29,8 +29,8 @@ pub(crate) fn open_group(r: &mut (impl Records + ?Sized), new: &NewGroup) -> Res
     let id = r.insert_group(rules::new_group(GroupId(0), now))?;
     for (job, any_end) in callbacks {
         let require = match any_end {
-            true => crate::Require::any_end(),
-            false => crate::Require::success(),
+            true => crate::workflow::Require::any_end(),
+            false => crate::workflow::Require::success(),
         };
         let callback = job.clone().after_with(Target::Group(id), require);
         enqueue_as(r, &callback, true, None)?;

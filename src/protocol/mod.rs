@@ -88,13 +88,13 @@ impl Default for Policy {
 impl Policy {
     /// Refuses a policy no store can run by: a backoff that is not one, a budget of no
     /// attempt, a batch of nothing (a loop over batches would never end).
-    pub(crate) fn check(&self) -> Result<(), crate::ConfigError> {
+    pub(crate) fn check(&self) -> Result<(), crate::error::ConfigError> {
         self.retry.validate()?;
         if self.default_max_attempts == 0 {
-            return Err(crate::ConfigError::ZeroMaxAttempts);
+            return Err(crate::error::ConfigError::ZeroMaxAttempts);
         }
         if self.reap_batch == 0 {
-            return Err(crate::ConfigError::ZeroBatch);
+            return Err(crate::error::ConfigError::ZeroBatch);
         }
         Ok(())
     }
@@ -102,7 +102,7 @@ impl Policy {
 
 /// Tells the store's subscribers `event` once the transaction commits, if anyone listens
 /// (it is built only then).
-pub(crate) fn tell(r: &mut (impl Records + ?Sized), event: impl FnOnce() -> crate::Event) {
+pub(crate) fn tell(r: &mut (impl Records + ?Sized), event: impl FnOnce() -> crate::events::Event) {
     let events = r.events();
     if events.wanted() {
         events.push(event());

@@ -263,7 +263,7 @@ pub(crate) fn mark_served(r: &mut (impl Records + ?Sized), queue: &str) -> Resul
 pub(crate) fn pause_queue(r: &mut (impl Records + ?Sized), queue: &str, pause: bool) -> Result<()> {
     let record = known_queue(r, queue)?;
     r.save_queue(queue, &rules::paused(record.as_ref(), pause))?;
-    super::tell(r, || crate::Event::QueuePaused {
+    super::tell(r, || crate::events::Event::QueuePaused {
         queue: queue.to_owned(),
         paused: pause,
     });
@@ -364,7 +364,7 @@ pub(crate) fn fire_schedules(r: &mut (impl Records + ?Sized), wall: i64) -> Resu
             Firing::Fire { jobs, save } => {
                 for job in &jobs {
                     let id = enqueue(r, job)?;
-                    super::tell(r, || crate::Event::ScheduleFired {
+                    super::tell(r, || crate::events::Event::ScheduleFired {
                         schedule: name.clone(),
                         job: id,
                     });
@@ -410,7 +410,7 @@ pub(crate) struct Fired {
 fn soonest(
     next: Option<crate::schedule::Tick>,
     tick: crate::schedule::Tick,
-    now: crate::StoreTime,
+    now: crate::ids::StoreTime,
     wall: i64,
 ) -> Option<crate::schedule::Tick> {
     let until = |t: crate::schedule::Tick| match t {

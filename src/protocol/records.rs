@@ -162,7 +162,7 @@ pub trait Records: NamedRecords {
         _queue: Option<&str>,
         _keep: &dyn Fn(&JobRecord) -> bool,
     ) -> Result<Vec<JobRecord>> {
-        Err(crate::Error::Internal(
+        Err(crate::error::Error::Internal(
             "an engine with indexes searches by them",
         ))
     }

@@ -114,11 +114,11 @@ impl RedbWrites {
             writes(&mut Transaction::new(tx, txn))
         }));
         match ran {
-            Ok(written) => written.map_err(crate::Error::from_application),
+            Ok(written) => written.map_err(crate::error::Error::from_application),
             Err(panic) => {
                 let message = crate::error::panic_message(&*panic);
                 let panicked = crate::backend::WritesPanicked(message);
-                Err(crate::Error::Application(Box::new(panicked)))
+                Err(crate::error::Error::Application(Box::new(panicked)))
             }
         }
     }

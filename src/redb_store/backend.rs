@@ -48,7 +48,7 @@ impl LeaseBackend for Store {
         }
     }
 
-    fn ended(&self, job: crate::JobId, attempt: crate::Attempt) {
+    fn ended(&self, job: crate::ids::JobId, attempt: crate::ids::Attempt) {
         if let Some(table) = self.inner.started.get() {
             table.ended(job, attempt);
         }
@@ -117,7 +117,7 @@ impl LeaseBackend for Store {
         Ok((now, expired))
     }
 
-    fn note_reaper_pass(&self, pass: &crate::ReaperPass) -> Result<()> {
+    fn note_reaper_pass(&self, pass: &crate::report::ReaperPass) -> Result<()> {
         let pass = pass.clone();
         self.write(move |tx| super::writing::note_reaper_pass(tx, &pass))
     }

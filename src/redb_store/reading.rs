@@ -132,8 +132,11 @@ pub(crate) fn queue_record(read: &ReadTransaction, queue: &str) -> Result<Option
 }
 
 /// `queue`'s settings (the defaults for a queue without a record).
-pub(crate) fn queue_settings(read: &ReadTransaction, queue: &str) -> Result<crate::QueueSettings> {
-    Ok(crate::QueueSettings::of(queue_record(read, queue)?))
+pub(crate) fn queue_settings(
+    read: &ReadTransaction,
+    queue: &str,
+) -> Result<crate::queue::QueueSettings> {
+    Ok(crate::queue::QueueSettings::of(queue_record(read, queue)?))
 }
 
 /// When a waiting worker of `queue` should look again at `now`: its next due job or lease
@@ -465,7 +468,10 @@ mod tests {
     use std::time::Duration;
 
     use crate::job::Outcome;
-    use crate::{JobStore, NewJob, ReadJobs, Store, codec, redb_store::schema};
+    use crate::{
+        codec, job_store::JobStore, job_store::ReadJobs, new_job::NewJob, redb_store::Store,
+        redb_store::schema,
+    };
 
     /// Builds before this one wrote a running attempt's record at claim time; such a store
     /// must read, check and finish exactly as one written now.

@@ -267,7 +267,7 @@ fn reclaim_orphans(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{JobStore, NewJob, ReadJobs, Sharing};
+    use crate::{job_store::JobStore, job_store::ReadJobs, new_job::NewJob, redb_store::Sharing};
 
     fn lock_files(store_path: &std::path::Path) -> usize {
         std::fs::read_dir(store_path.with_file_name("jobs.redb.procs"))
@@ -302,7 +302,7 @@ mod tests {
         let job = borrowed.job(id).unwrap().unwrap();
         assert_eq!(
             job.state(),
-            crate::JobState::Queued,
+            crate::state::JobState::Queued,
             "and gave back its lease"
         );
         drop(borrowed);

@@ -31,7 +31,7 @@ pub(crate) trait Snapshots: Send + Sync {
     }
 }
 
-impl<S: Snapshots> crate::ReadJobs for S {
+impl<S: Snapshots> crate::job_store::ReadJobs for S {
     fn now(&self) -> Result<StoreTime> {
         Ok(self.store_time())
     }
@@ -52,7 +52,7 @@ impl<S: Snapshots> crate::ReadJobs for S {
         self.reading("an output", |read| bytes(read, schema::OUTPUTS, id))
     }
 
-    fn group(&self, id: crate::GroupId) -> Result<Option<crate::Group>> {
+    fn group(&self, id: crate::ids::GroupId) -> Result<Option<crate::workflow::Group>> {
         self.reading("a group's record", |read| {
             let Some(groups) = optional(read, schema::GROUPS)? else {
                 return Ok(None);
@@ -62,7 +62,7 @@ impl<S: Snapshots> crate::ReadJobs for S {
             };
             let record = codec::decode(bytes.value())
                 .map_err(|e| Error::Corrupt(format!("the record of group {id}: {e}")))?;
-            Ok(Some(crate::Group(record)))
+            Ok(Some(crate::workflow::Group(record)))
         })
     }
 
@@ -100,11 +100,11 @@ impl<S: Snapshots> crate::ReadJobs for S {
         self.reading("the counts", |read| stats(read, now))
     }
 
-    fn queue_settings(&self, queue: &str) -> Result<crate::QueueSettings> {
+    fn queue_settings(&self, queue: &str) -> Result<crate::queue::QueueSettings> {
         self.reading("the queue's record", |read| queue_settings(read, queue))
     }
 
-    fn schedules(&self) -> Result<Vec<crate::ScheduleInfo>> {
+    fn schedules(&self) -> Result<Vec<crate::schedule::ScheduleInfo>> {
         self.reading("the schedules", schedules)
     }
 

@@ -273,12 +273,12 @@ mod tests {
 
     fn job(id: u64, attempt: u32) -> crate::job::JobRecord {
         let mut record = crate::rules::new_job(
-            &crate::NewJob::new("q", ""),
+            &crate::new_job::NewJob::new("q", ""),
             JobId(id),
             std::time::Duration::ZERO,
             3,
             1024,
-            crate::StoreTime::ZERO,
+            crate::ids::StoreTime::ZERO,
         )
         .unwrap();
         record.attempt = Attempt(attempt);

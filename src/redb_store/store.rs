@@ -357,7 +357,9 @@ mod tests {
 
     use proptest::prelude::*;
 
-    use crate::{JobId, JobState, JobStore, LeaseTerms, NewJob};
+    use crate::{
+        ids::JobId, job_store::JobStore, lease::LeaseTerms, new_job::NewJob, state::JobState,
+    };
 
     use super::*;
 
@@ -373,7 +375,7 @@ mod tests {
             batch in 1usize..6,
         ) {
             let dir = tempfile::tempdir().unwrap();
-            let clock = crate::ManualClock::new();
+            let clock = crate::clock::ManualClock::new();
             let store = Store::builder(dir.path().join("s.redb"))
                 .clock(clock.clone())
                 .default_max_attempts(1)

@@ -112,11 +112,11 @@ impl StoreReader {
     /// the last writing open shared it between processes, else
     /// [`Sharing::SingleWriter`](crate::Sharing::SingleWriter). A writer that opens it
     /// beside running processes must use the same.
-    pub fn sharing(&self) -> Result<crate::Sharing> {
+    pub fn sharing(&self) -> Result<crate::redb_store::Sharing> {
         Ok(
             match self.reading("the store's meta table", reading::shared_by_processes)? {
-                true => crate::Sharing::MultiProcess,
-                false => crate::Sharing::SingleWriter,
+                true => crate::redb_store::Sharing::MultiProcess,
+                false => crate::redb_store::Sharing::SingleWriter,
             },
         )
     }

@@ -315,7 +315,7 @@ impl<'t> Tx<'t> {
 }
 
 /// Records the reaper pass `pass` as the store's last.
-pub(crate) fn note_reaper_pass(tx: &mut Tx<'_>, pass: &crate::ReaperPass) -> Result<()> {
+pub(crate) fn note_reaper_pass(tx: &mut Tx<'_>, pass: &crate::report::ReaperPass) -> Result<()> {
     tx.tables
         .meta
         .insert(meta_key::REAPER_PASS, codec::encode(pass).as_slice())?;

@@ -210,7 +210,7 @@ fn ends(group: &mut GroupRecord, now: StoreTime) -> bool {
 pub(crate) fn check_callbacks(new: &NewGroup) -> Result<(), Error> {
     for job in new.on_complete.iter().chain(&new.on_success) {
         if job.group.is_some() {
-            return Err(Error::Input(crate::InputError::CallbackInGroup));
+            return Err(Error::Input(crate::error::InputError::CallbackInGroup));
         }
     }
     Ok(())

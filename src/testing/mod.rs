@@ -41,7 +41,7 @@
 #[cfg(feature = "postgres")]
 mod postgres;
 
-use crate::ReadJobs;
+use crate::job_store::ReadJobs;
 #[cfg(feature = "postgres")]
 pub use postgres::TestPgStore;
 
@@ -187,7 +187,7 @@ impl TestStore {
     pub fn run_one<H, O>(&self, queue: &str, handler: H) -> Result<Option<Ran>>
     where
         H: FnOnce(&JobContext) -> std::result::Result<O, JobError>,
-        O: Into<Output<crate::RedbWrites>>,
+        O: Into<Output<crate::redb_store::RedbWrites>>,
     {
         match self.claim(queue, TestStore::WORKER, TestStore::LEASE)? {
             Some(lease) => run_claimed::<Store, _, _>(self.store(), lease, handler).map(Some),
@@ -275,7 +275,7 @@ where
 fn commit(
     store: &dyn JobStore,
     lease: &Lease,
-    output: Output<crate::AnyWrites>,
+    output: Output<crate::pool::AnyWrites>,
 ) -> Result<Verdict> {
     let Output { bytes, writes } = output;
     let committed = match writes {

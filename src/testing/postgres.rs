@@ -11,7 +11,7 @@ use crate::error::Result;
 use crate::lease::Lease;
 use crate::pool::{JobContext, JobError, Output};
 use crate::postgres::{PgStore, PgStoreBuilder};
-use crate::{JobStore, ReadJobs};
+use crate::{job_store::JobStore, job_store::ReadJobs};
 
 /// A [`PgStore`] whose statements read store time from a [`ManualClock`] instead of the
 /// database's, in a schema made for it (`leasehold_test_<process>_<random>`) and dropped with
