@@ -257,8 +257,8 @@ pub trait LeaseBackend: Send + Sync + 'static {
         let marks = self.marks_due(&mut std::iter::once(lease.queue.as_str()));
         let (queue, worker) = (lease.queue.clone(), lease.worker.clone());
         write(self, move |r| {
-            r.complete(by, &output, progress)?;
-            let claimed = r.claim_batch(&queue, &worker, terms, 1)?;
+            protocol::complete(r, by, &output, progress)?;
+            let claimed = protocol::claim_batch(r, &queue, &worker, terms, 1)?;
             r.mark_served(&marks)?;
             Ok(claimed.into_iter().next())
         })
@@ -308,7 +308,7 @@ pub trait LeaseBackend: Send + Sync + 'static {
                     .into()));
                     continue;
                 }
-                match r.complete(c.by, &c.output, c.progress) {
+                match protocol::complete(r, c.by, &c.output, c.progress) {
                     Err(e) if !e.is_refusal() => return Err(e),
                     answer => completed.push(answer),
                 }
@@ -317,7 +317,7 @@ pub trait LeaseBackend: Send + Sync + 'static {
                 Some((plan, worker, terms, marks)) => {
                     r.mark_served(marks)?;
                     protocol::claim_plan(r, plan, |r, queue, n| {
-                        r.claim_batch(queue, worker, *terms, n)
+                        protocol::claim_batch(r, queue, worker, *terms, n)
                     })?
                 }
                 None => Vec::new(),

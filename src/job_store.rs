@@ -179,7 +179,7 @@ pub trait JobStore: ReadJobs + LeaseBackend {
         let marks = self.marks_due(&mut std::iter::once(queue));
         let (queue, worker) = (queue.to_owned(), worker.to_owned());
         write(self, move |r| {
-            let claimed = r.claim_batch(&queue, &worker, terms, n)?;
+            let claimed = protocol::claim_batch(r, &queue, &worker, terms, n)?;
             r.mark_served(&marks)?;
             Ok(claimed)
         })

@@ -12,7 +12,7 @@ use crate::clock::Stopwatch;
 use crate::error::{ConfigError, Result};
 use crate::ids::StoreTime;
 use crate::lease::Lease;
-use crate::protocol;
+use crate::protocol::{self, Records};
 
 /// How long a reading of the database's clock serves before the next is taken.
 const CLOCK_READING_SERVES: Duration = Duration::from_millis(500);
@@ -26,7 +26,7 @@ enum Side<'a> {
     Alone,
     /// The claim (queue, worker, terms, how many), beside completions in another
     /// transaction if given.
-    Claim(Claim<'a>, Option<&'a fast::Beside<'a>>),
+    Claim(Claim<'a>, Option<&'a std::sync::Arc<fast::Beside>>),
     /// Only completions, beside a claim in another transaction: one written one by one
     /// locks its job's row with the fence, and a job given back since, which waits, is one
     /// the claim could take; locked, the claim would pass over it (`SKIP LOCKED`) instead
@@ -68,7 +68,6 @@ impl PgStore {
             // wait, or has ended or unwound): the completions' one-by-one writes, which lock
             // rows the claim could take, then go on (see [`fast::Beside`]).
             let (taking, taken) = crossbeam_channel::bounded::<()>(0);
-            let taking = parking_lot::Mutex::new(Some(taking));
             let completing = scope.spawn(move || {
                 let _committed = committed;
                 let claim_has_taken = || {
@@ -76,19 +75,14 @@ impl PgStore {
                 };
                 self.complete_each_and_claim(done, Side::BesideClaim(&claim_has_taken))
             });
-            let has_taken = || drop(taking.lock().take());
-            let settle = || {
-                has_taken();
-                let _ = settled.recv();
-            };
-            let beside = fast::Beside {
+            let beside = std::sync::Arc::new(fast::Beside {
                 jobs,
-                has_taken: &has_taken,
-                settle: &settle,
-            };
+                taking: parking_lot::Mutex::new(Some(taking)),
+                committed: settled,
+            });
             let (_, claimed) =
                 self.complete_each_and_claim(&mut [], Side::Claim(claim, Some(&beside)));
-            has_taken();
+            beside.has_taken();
             match completing.join() {
                 Ok((completed, _)) => (completed, claimed),
                 Err(panic) => std::panic::resume_unwind(panic),
@@ -140,7 +134,7 @@ impl PgStore {
             }
             let mut completed = match batch.len() {
                 0 | 1 => Default::default(),
-                _ => fast::complete_many(r, &batch)?,
+                _ => protocol::complete_many(r, &batch)?,
             };
             let batched = batch.len() > 1;
             let mut results = Vec::with_capacity(done.len());
@@ -165,7 +159,7 @@ impl PgStore {
                         writes,
                     )
                 } else {
-                    fast::complete(r, by, &c.output, progress)
+                    protocol::complete(r, by, &c.output, progress)
                 };
                 match result {
                     Err(e)
@@ -183,16 +177,15 @@ impl PgStore {
                     terms,
                 }) => {
                     // Only a round's first queue is claimed beside the completions: they
-                    // are waited for (settled) before another's, since what the first
-                    // claim signals is only what it has taken.
-                    let (mut first, mut settled) = (beside, beside.is_none());
+                    // are waited for before another's, since what the first claim signals
+                    // is only what it has taken.
+                    let mut first = beside;
                     let claimed = protocol::claim_plan(r, plan, |r, queue, n| {
-                        let this = first.take();
-                        if let (None, false, Some(b)) = (this, settled, beside) {
-                            (b.settle)();
-                            settled = true;
+                        match first.take() {
+                            Some(beside) => r.beside = Some(beside.clone()),
+                            None => r.completions_committed(),
                         }
-                        fast::claim_batch(r, queue, worker, terms, n, this)
+                        protocol::claim_batch(r, queue, worker, terms, n)
                     })?;
                     fast::mark_served(r, &marks)?;
                     claimed
@@ -234,7 +227,7 @@ impl PgStore {
         let s = self.settings();
         let mut inner = PgRecords::new(&mut sp, p, s);
         inner.events = events.alike();
-        let end = fast::complete(&mut inner, by, output, progress);
+        let end = protocol::complete(&mut inner, by, output, progress);
         let told = std::mem::take(&mut inner.events);
         // (what it counted is the enclosing transaction's once the savepoint is kept)
         let counted = inner.take_counts();

@@ -23,11 +23,11 @@ use super::rows::{
 use super::transaction::{PgRecords, Tx};
 use crate::batches::Batch;
 use crate::error::{Error, Result};
-use crate::ids::{JobId, LeaseToken, StoreTime};
+use crate::ids::{GroupId, JobId, LeaseToken};
 use crate::input;
 use crate::lease::{Holding, Lease, LeaseTerms, Renewal};
 use crate::new_job::NewJob;
-use crate::protocol::{self, Records};
+use crate::protocol::{self, ClaimLook, Completed, Records, Taken};
 use crate::rules::{self, claim_order_sql, key_order_sql};
 use crate::state::JobState;
 
@@ -324,201 +324,112 @@ UNION ALL
 SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM go WHERE NOT ok"
 );
 
-/// Claims up to `n` jobs of `queue`, most urgent first, as [`protocol::claim_batch`] does:
-/// a job is taken if it is waiting and due, or running with an expired lease (taken over),
-/// the expired one first when its priority is at least as urgent. While no lease of the
-/// queue has expired (nearly always), the whole batch is one statement ([`CLAIM`]); while
-/// some have, claims go one by one through the protocol's own steps.
+/// [`Records::claim_look`] in one statement ([`LOOK`]).
+pub(crate) fn claim_look(r: &mut PgRecords<'_, '_, '_>, queue: &str) -> Result<ClaimLook> {
+    let look = r.p.get(r.tx, LOOK)?;
+    let row = r.tx.query_one(&look, &[&queue])?;
+    Ok(ClaimLook {
+        expired: row.col::<Option<i64>>(0)?.is_some(),
+        record: queue_from(&row, 1)?,
+        keyed: row.col::<bool>(1 + super::named::QUEUE_COLUMNS)?,
+    })
+}
+
+/// [`Records::take_waiting`]: [`CLAIM`] where no job with a limit key waits, else
+/// [`KEYED_CLAIM`].
 ///
-/// With `beside`, the claim runs while completions of the same round commit in another
-/// transaction, and decides as if they had committed first: before anything they could
-/// change is decided (a takeover, a limited queue's room), it waits for them to commit
-/// ([`Beside::settle`]). Taking waiting jobs does not depend on them, with one exception: a
-/// job being completed that waits in the queue (given back or taken back since), whose
-/// completion is to be refused. Asking first which of them wait would put a lookup per
-/// completion on the claim's critical path; so the claim takes what it would anyway, under
-/// a savepoint, and only if it took one of them rolls back, waits, and claims again.
-pub(crate) fn claim_batch(
+/// Beside completions of the same round committing in another transaction
+/// ([`PgRecords::beside`]; the protocol has waited for them before deciding anything they
+/// could change), the claim decides as if they had committed first. Taking waiting jobs
+/// does not depend on them, with one exception: a job being completed that waits in the
+/// queue (given back or taken back since), whose completion is to be refused. Asking first
+/// which of them wait would put a lookup per completion on the claim's critical path; so the
+/// claim takes what it would anyway, under a savepoint, and only if it took one of them rolls
+/// back, waits, and claims again. Short, it waits for them too: they may have readied jobs of
+/// this queue (the waiters they release), and a new statement sees what committed before it
+/// began. A claim that fills its batch, as a busy pool's does, never waits.
+pub(crate) fn take_waiting(
     r: &mut PgRecords<'_, '_, '_>,
     queue: &str,
     worker: &str,
     terms: LeaseTerms,
     n: usize,
-    beside: Option<&Beside<'_>>,
-) -> Result<Vec<Lease>> {
-    if !r.shortcuts() {
-        if let Some(beside) = beside {
-            (beside.settle)();
-        }
-        return protocol::claim_batch(r, queue, worker, terms, n);
+    look: &ClaimLook,
+) -> Result<Option<Taken>> {
+    if look.keyed {
+        let per_key = look.record.as_ref().and_then(|q| q.limits.per_key);
+        return claim_keyed(r, queue, worker, terms, n, per_key);
     }
-    input::check_claim(queue, worker, &terms)?;
-    // One statement for the common case: is a lease of the queue expired, is the queue
-    // paused or limited? (A queue with neither needs no more.)
-    let look = r.p.get(r.tx, LOOK)?;
-    let row = r.tx.query_one(&look, &[&queue])?;
-    let mut expired_left = row.col::<Option<i64>>(0)?.is_some();
-    let record = queue_from(&row, 1)?;
-    // Jobs with limit keys wait: a claim counts each key ([`KEYED_CLAIM`]).
-    let keyed = row.col::<bool>(1 + super::named::QUEUE_COLUMNS)?;
-    if keyed
-        && (expired_left
-            || record
-                .as_ref()
-                .is_some_and(|q| q.limits.per_key_rate.is_some()))
-    {
-        // A takeover of a keyed job, or a per-key rate's window: the protocol's own steps.
-        if let Some(beside) = beside {
-            (beside.settle)();
-        }
-        return protocol::claim_batch(r, queue, worker, terms, n);
-    }
-    let limited = record
-        .as_ref()
-        .is_some_and(|q| q.paused || q.limits.is_limited());
-    // Completions still committing beside this claim, which it has not waited for.
-    let mut unsettled = beside.filter(|b| !b.jobs.is_empty());
-    if let Some(beside) = beside
-        && (expired_left || limited || keyed)
-    {
-        // (each statement from here on sees what committed before it began)
-        (beside.settle)();
-        unsettled = None;
-    }
-    let (record, room) = match limited {
-        true => protocol::room(r, queue)?,
-        false => (record, rules::claim_room(None, 0, StoreTime::ZERO)),
+    let Some(beside) = r.beside.clone().filter(|b| !b.jobs.is_empty()) else {
+        return claim_waiting(r.tx, r.p, queue, worker, terms, n).map(|(taken, _)| Some(taken));
     };
-    let n = protocol::capped(r, queue, record.as_ref(), &room, n);
-    let limits = record.as_ref().map(|q| q.limits).unwrap_or_default();
-    let mut leases = Vec::new();
-    // One at a time while expired leases are about, each weighed against the ready jobs.
-    while expired_left && leases.len() < n {
-        match protocol::next_claim(r, queue, worker, terms, &limits, &mut expired_left)? {
-            Some(lease) => leases.push(lease),
-            None => break,
-        }
-    }
-    if keyed {
-        claim_keyed(r, queue, worker, terms, n, &limits, &mut leases)?;
-        protocol::noted(r, queue, record, leases.len())?;
-        return Ok(leases);
-    }
-    // Then the rest in one statement, as if the completions beside had committed.
-    if unsettled.is_some() {
-        r.tx.batch_execute("SAVEPOINT leasehold_claim")?;
-    }
-    let before = leases.len();
-    let (touched, mut dead) = claim_waiting(r.tx, r.p, queue, worker, terms, n, &mut leases)?;
-    if let Some(beside) = beside {
-        (beside.has_taken)();
-    }
-    if let Some(beside) = unsettled
-        && touched.iter().any(|job| beside.jobs.contains(job))
-    {
+    r.tx.batch_execute("SAVEPOINT leasehold_claim")?;
+    let (mut taken, touched) = claim_waiting(r.tx, r.p, queue, worker, terms, n)?;
+    beside.has_taken();
+    if touched.iter().any(|job| beside.jobs.contains(job)) {
         // It took (or found exhausted) a job whose completion beside it is to be refused:
         // as if that completion came first, it is refused before the job is taken again.
         // Rolling back releases the row, which that completion may be waiting to lock.
         r.tx.batch_execute("ROLLBACK TO SAVEPOINT leasehold_claim")?;
-        leases.truncate(before);
-        (beside.settle)();
-        unsettled = None;
-        dead = claim_waiting(r.tx, r.p, queue, worker, terms, n, &mut leases)?.1;
+        r.completions_committed();
+        taken = claim_waiting(r.tx, r.p, queue, worker, terms, n)?.0;
+    } else if taken.leases.len() < n {
+        r.completions_committed();
+        taken.more = true;
     }
-    if let Some(beside) = unsettled
-        && leases.len() < n
-    {
-        // Short: a completion beside may have readied jobs of this queue (the waiters it
-        // releases). As if it came first, the claim waits for it to commit and takes what
-        // waits then (a new statement sees what committed before it began). A claim that
-        // fills its batch, as a busy pool's does, never waits here.
-        (beside.settle)();
-        dead.extend(claim_waiting(r.tx, r.p, queue, worker, terms, n, &mut leases)?.1);
-    }
-    // rules::grant made them dead: what waits for them learns it in this transaction.
-    if !dead.is_empty() {
-        protocol::settle_all(r, &dead)?;
-    }
-    // (those of the one-at-a-time path were told by its grant)
-    for lease in &leases[before..] {
-        protocol::tell(r, || crate::events::Event::Claimed {
-            job: lease.job,
-            attempt: lease.attempt,
-            queue: lease.queue.clone(),
-            worker: lease.worker.clone(),
-        });
-    }
-    protocol::noted(r, queue, record, leases.len())?;
-    Ok(leases)
+    Ok(Some(taken))
 }
 
-/// Claims waiting jobs of a queue where jobs with a limit key wait until `leases` holds `n`
-/// (or none is left): [`KEYED_CLAIM`] while it can decide, else one claim by the protocol's
-/// own steps ([`protocol::next_claim`]: a key without room parks its head, an exhausted job
-/// dies), and on. Tells each claim it grants.
+/// One [`KEYED_CLAIM`] for up to `n` jobs of `queue`, under the queue's per-key limit:
+/// `None` where it could not decide for the most urgent job ([`protocol::next_claim`] takes
+/// it, and says why).
 fn claim_keyed(
     r: &mut PgRecords<'_, '_, '_>,
     queue: &str,
     worker: &str,
     terms: LeaseTerms,
     n: usize,
-    limits: &crate::queue::QueueLimits,
-    leases: &mut Vec<Lease>,
-) -> Result<()> {
+    per_key: Option<u32>,
+) -> Result<Option<Taken>> {
     let (length, stall) = (micros(terms.length), terms.stall_timeout.map(micros));
     let time_limit = terms.time_limit.map(micros);
     let token = LeaseToken::fresh();
     let token_column = super::rows::token_column(token);
-    while leases.len() < n {
-        let claim = r.p.get(r.tx, KEYED_CLAIM)?;
-        let limit = i64::try_from(n - leases.len()).unwrap_or(i64::MAX);
-        let per_key = limits.per_key.map(|n| i32::try_from(n).unwrap_or(i32::MAX));
-        let channel = &r.p.names.channel;
-        let params: [&(dyn ToSql + Sync); 9] = [
-            &queue,
-            &limit,
-            &worker,
-            &length,
-            &stall,
-            &per_key,
-            &time_limit,
-            &token_column,
-            channel,
-        ];
-        // (it may have waited for a key's row)
-        r.waited();
-        let rows = r.tx.query(&claim, &params)?;
-        if rows.is_empty() {
-            break;
-        }
-        if rows[0].col::<bool>(9)? {
-            let mut expired_left = false;
-            match protocol::next_claim(r, queue, worker, terms, limits, &mut expired_left)? {
-                Some(lease) => leases.push(lease),
-                None => break,
-            }
-            continue;
-        }
-        let mut claimed = Vec::with_capacity(rows.len());
-        for row in &rows {
-            if row.col::<Option<bool>>(8)? == Some(true) {
-                r.notified_by_statement(queue);
-            }
-            let order = (row.col::<i32>(5)?, row.col::<i64>(6)?, row.col::<i64>(0)?);
-            claimed.push((order, granted(row, queue, worker, token, terms)?));
-        }
-        claimed.sort_by_key(|(order, _)| *order);
-        for (_, lease) in claimed {
-            protocol::tell(r, || crate::events::Event::Claimed {
-                job: lease.job,
-                attempt: lease.attempt,
-                queue: lease.queue.clone(),
-                worker: lease.worker.clone(),
-            });
-            leases.push(lease);
-        }
+    let claim = r.p.get(r.tx, KEYED_CLAIM)?;
+    let limit = i64::try_from(n).unwrap_or(i64::MAX);
+    let per_key = per_key.map(|n| i32::try_from(n).unwrap_or(i32::MAX));
+    let channel = &r.p.names.channel;
+    let params: [&(dyn ToSql + Sync); 9] = [
+        &queue,
+        &limit,
+        &worker,
+        &length,
+        &stall,
+        &per_key,
+        &time_limit,
+        &token_column,
+        channel,
+    ];
+    // (it may have waited for a key's row)
+    r.waited();
+    let rows = r.tx.query(&claim, &params)?;
+    if rows.first().map(|row| row.col::<bool>(9)).transpose()? == Some(true) {
+        return Ok(None);
     }
-    Ok(())
+    let mut claimed = Vec::with_capacity(rows.len());
+    for row in &rows {
+        if row.col::<Option<bool>>(8)? == Some(true) {
+            r.notified_by_statement(queue);
+        }
+        let order = (row.col::<i32>(5)?, row.col::<i64>(6)?, row.col::<i64>(0)?);
+        claimed.push((order, granted(row, queue, worker, token, terms)?));
+    }
+    claimed.sort_by_key(|(order, _)| *order);
+    Ok(Some(Taken {
+        more: !claimed.is_empty(),
+        leases: claimed.into_iter().map(|(_, lease)| lease).collect(),
+        dead: Vec::new(),
+    }))
 }
 
 /// The lease of a row [`granted_sql`] returned.
@@ -543,13 +454,9 @@ fn granted(
     })
 }
 
-/// A job a claim made dead (its attempt counter exhausted) that others await: its end is
-/// still to settle ([`protocol::settle_all`]).
-type MadeDead = (JobId, JobState, Option<crate::ids::GroupId>);
-
-/// Claims waiting jobs of `queue` with one statement until `leases` holds `n` (or none is
-/// left); jobs it found exhausted (and made dead) leave room for as many more. Returns the
-/// ids of every job it took or made dead, and the awaited ones it made dead.
+/// Claims waiting jobs of `queue` with [`CLAIM`] until it has `n` (or none is left); jobs
+/// it found exhausted (and made dead) leave room for as many more. Returns what it took,
+/// and the ids of every job it took or made dead.
 fn claim_waiting(
     tx: Tx<'_, '_>,
     p: &mut Prepared<'_>,
@@ -557,18 +464,17 @@ fn claim_waiting(
     worker: &str,
     terms: LeaseTerms,
     n: usize,
-    leases: &mut Vec<Lease>,
-) -> Result<(Vec<i64>, Vec<MadeDead>)> {
+) -> Result<(Taken, Vec<i64>)> {
     let claim = p.get(tx, CLAIM)?;
     let (length, stall) = (micros(terms.length), terms.stall_timeout.map(micros));
     let time_limit = terms.time_limit.map(micros);
-    let (mut touched, mut dead) = (Vec::new(), Vec::new());
+    let (mut taken, mut touched) = (Taken::default(), Vec::new());
     // One token for the leases of a statement: a token tells a lease from another granted
     // for the same attempt of the same job, which no statement grants twice.
     let token = LeaseToken::fresh();
     let token_column = super::rows::token_column(token);
-    while leases.len() < n {
-        let limit = i64::try_from(n - leases.len()).unwrap_or(i64::MAX);
+    while taken.leases.len() < n {
+        let limit = i64::try_from(n - taken.leases.len()).unwrap_or(i64::MAX);
         let params: [&(dyn ToSql + Sync); 8] = [
             &queue,
             &limit,
@@ -588,8 +494,8 @@ fn claim_waiting(
                 exhausted += 1;
                 if r.col::<Option<bool>>(8)? == Some(true) {
                     let group = r.col::<Option<i64>>(9)?;
-                    let group = group.map(|g| crate::ids::GroupId(u64::try_from(g).unwrap_or(0)));
-                    dead.push((id(r.col(0)?), JobState::Dead, group));
+                    let group = group.map(|g| GroupId(u64::try_from(g).unwrap_or(0)));
+                    taken.dead.push((id(r.col(0)?), JobState::Dead, group));
                 }
                 continue;
             };
@@ -597,30 +503,47 @@ fn claim_waiting(
             claimed.push((order, granted(r, queue, worker, token, terms)?));
         }
         claimed.sort_by_key(|(order, _)| *order);
-        leases.extend(claimed.into_iter().map(|(_, lease)| lease));
+        taken
+            .leases
+            .extend(claimed.into_iter().map(|(_, lease)| lease));
         if exhausted == 0 {
             break;
         }
     }
-    Ok((touched, dead))
+    Ok((taken, touched))
 }
 
 /// Completions committing beside a claim, in a transaction of their own (see
-/// [`claim_batch`]).
-pub(crate) struct Beside<'a> {
+/// [`take_waiting`]), as the claim's transaction sees them.
+pub(crate) struct Beside {
     /// The jobs being completed.
     pub jobs: std::collections::HashSet<i64>,
-    /// Says the claim has taken the waiting jobs it takes: until then the completions
-    /// lock no row it could take (one refused would be passed over, not taken first).
-    pub has_taken: &'a dyn Fn(),
-    /// Returns once their transaction has ended (saying first that the claim has taken
-    /// what it takes: it waits for them now).
-    pub settle: &'a dyn Fn(),
+    /// Dropped when the claim has taken the waiting jobs it takes: until then the
+    /// completions lock no row it could take (one refused would be passed over, not taken
+    /// first).
+    pub taking: parking_lot::Mutex<Option<crossbeam_channel::Sender<()>>>,
+    /// Disconnected when the completions' transaction has ended.
+    pub committed: crossbeam_channel::Receiver<()>,
+}
+
+impl Beside {
+    /// Says the claim has taken the waiting jobs it takes.
+    pub(crate) fn has_taken(&self) {
+        drop(self.taking.lock().take());
+    }
+
+    /// Returns once the completions' transaction has ended (saying first that the claim has
+    /// taken what it takes: it waits for them now).
+    pub(crate) fn settle(&self) {
+        self.has_taken();
+        let _ = self.committed.recv();
+    }
 }
 
 /// A claim's first look, in one statement: whether a lease of the queue has expired, the
-/// queue's record (all null without one), and whether jobs with a limit key wait in it. It locks nothing: a takeover locks its row when
-/// it takes it ([`FIRST_EXPIRED`]), after the claim has settled (see [`claim_batch`]); a
+/// queue's record (all null without one), and whether jobs with a limit key wait in it. It
+/// locks nothing: a takeover locks its row when it takes it ([`FIRST_EXPIRED`]), after the
+/// claim has waited for the completions beside it (see [`take_waiting`]); a
 /// lock taken here could be the row a completion committing beside the claim waits for.
 ///
 /// It runs before every claim, so it must stay an index lookup whatever the planner knows
@@ -753,21 +676,6 @@ pub(crate) fn heartbeat_batch(
 
 // ----- ends of an attempt -----
 
-/// Completes the attempt: the job succeeded and `output` is kept. One statement when the
-/// fence holds (the common case); a refusal takes the slow path, which says why.
-pub(crate) fn complete(
-    r: &mut PgRecords<'_, '_, '_>,
-    by: Holding,
-    output: &[u8],
-    progress: Option<u64>,
-) -> Result<()> {
-    input::check_size("output", output.len(), r.policy().max_payload)?;
-    match complete_many(r, &[(by, output, progress)])?.is_empty() {
-        true => protocol::complete(r, by, output, progress),
-        false => Ok(()),
-    }
-}
-
 /// Completes attempts whose fence holds, in one statement: updates each row under the fence
 /// (`id AND attempt AND lease_token AND state = 'running'`), which locks it and ends the attempt, moving its
 /// holder and claim time from the lease to the row's last attempt (`last_worker`,
@@ -803,19 +711,13 @@ WHERE j.id = r.id AND j.id = locked.id AND j.attempt = r.attempt AND j.lease_tok
     AND NOT coalesce(j.lease_deadline <= c.t, false)
 RETURNING j.id, j.attempt, j.awaited, j.grp, j.queue, j.limit_key, j.lease_token";
 
-/// Completes many attempts with one statement where their fences hold; returns those it
-/// completed. The caller completes the others one by one, which says why each was refused.
-/// Each attempt may appear once; its output must be within the size limit. What the
-/// completions of awaited jobs move (their waiters, their groups' counts) is settled after
-/// the statement, in the same transaction ([`protocol::settle_all`], the step
-/// [`protocol::complete`] ends with).
-pub(crate) fn complete_many(
+/// [`Records::complete_fenced`] in one statement ([`COMPLETE_MANY`]).
+pub(crate) fn complete_fenced(
     r: &mut PgRecords<'_, '_, '_>,
     done: &[(Holding, &[u8], Option<u64>)],
-) -> Result<std::collections::HashSet<Holding>> {
+) -> Result<Vec<Completed>> {
     if !r.shortcuts() {
-        // (the caller completes each one by one)
-        return Ok(Default::default());
+        return Ok(Vec::new());
     }
     let st = r.p.get(r.tx, COMPLETE_MANY)?;
     let mut done = done.to_vec();
@@ -827,44 +729,23 @@ pub(crate) fn complete_many(
     let progress: Vec<Option<i64>> = done.iter().map(|d| d.2.map(clamp)).collect();
     let rows =
         r.tx.query(&st, &[&ids, &attempts, &tokens, &outputs, &progress])?;
-    let mut completed = std::collections::HashSet::with_capacity(rows.len());
-    let mut awaited = Vec::new();
-    let mut keyed = Vec::new();
-    for row in &rows {
-        let job = id(row.col(0)?);
-        let at = attempt(row.col(1)?)?;
-        completed.insert(Holding {
-            job,
-            attempt: at,
-            token: token(row.col(6)?),
-        });
-        if let Some(key) = row.col::<Option<String>>(5)? {
-            keyed.push((row.col::<String>(4)?, key));
-        }
-        if r.events.wanted() {
-            r.events.push(crate::events::Event::Ended {
-                job,
-                attempt: at,
+    rows.iter()
+        .map(|row| {
+            Ok(Completed {
+                by: Holding {
+                    job: id(row.col(0)?),
+                    attempt: attempt(row.col(1)?)?,
+                    token: token(row.col(6)?),
+                },
                 queue: row.col(4)?,
-                outcome: crate::job::Outcome::Succeeded,
-                state: JobState::Succeeded,
-            });
-        }
-        if row.col::<bool>(2)? {
-            let group = row.col::<Option<i64>>(3)?;
-            let group = group.map(|g| crate::ids::GroupId(u64::try_from(g).unwrap_or(0)));
-            awaited.push((job, JobState::Succeeded, group));
-        }
-    }
-    // Each keyed job's end counted by its key, as `protocol::keys::save` would (a job that
-    // ran ends: its key's head may move).
-    for (queue, key) in keyed {
-        protocol::key_ended(r, &queue, &key)?;
-    }
-    if !awaited.is_empty() {
-        protocol::settle_all(r, &awaited)?;
-    }
-    Ok(completed)
+                key: row.col(5)?,
+                awaited: row.col(2)?,
+                group: row
+                    .col::<Option<i64>>(3)?
+                    .map(|g| GroupId(u64::try_from(g).unwrap_or(0))),
+            })
+        })
+        .collect()
 }
 
 /// Marks `queues` as served now: a worker asked them for work or renewed one of their

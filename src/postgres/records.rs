@@ -20,9 +20,11 @@ use crate::codec;
 use crate::error::{Error, Result};
 use crate::ids::{Attempt, GroupId, JobId, StoreTime};
 use crate::job::{JobRecord, Outcome, RunRecord};
-use crate::lease::{Holding, Lease, LeaseTerms, Renewal};
+use crate::lease::{Holding, LeaseTerms, Renewal};
 use crate::new_job::NewJob;
-use crate::protocol::{Inserted, Policy, Position, Records};
+use crate::protocol::{
+    ClaimLook, Completed, Inserted, NamedRecords, Policy, Position, Records, Taken,
+};
 use crate::rules::{self, claim_order_sql, key_order_sql};
 use crate::stats::Counters;
 use crate::workflow::{GroupRecord, Target};
@@ -139,18 +141,38 @@ impl Records for PgRecords<'_, '_, '_> {
         fast::enqueue_batch(self, jobs)
     }
 
-    fn claim_batch(
+    fn claim_look(&mut self, queue: &str) -> Result<ClaimLook> {
+        match self.shortcuts() {
+            true => fast::claim_look(self, queue),
+            false => Ok(ClaimLook::maybe(self.queue(queue, false)?)),
+        }
+    }
+
+    fn take_waiting(
         &mut self,
         queue: &str,
         worker: &str,
         terms: LeaseTerms,
         n: usize,
-    ) -> Result<Vec<Lease>> {
-        fast::claim_batch(self, queue, worker, terms, n, None)
+        look: &ClaimLook,
+    ) -> Result<Option<Taken>> {
+        match self.shortcuts() {
+            true => fast::take_waiting(self, queue, worker, terms, n, look),
+            false => Ok(None),
+        }
     }
 
-    fn complete(&mut self, by: Holding, output: &[u8], progress: Option<u64>) -> Result<()> {
-        fast::complete(self, by, output, progress)
+    fn completions_committed(&mut self) {
+        if let Some(beside) = self.beside.take() {
+            beside.settle();
+        }
+    }
+
+    fn complete_fenced(
+        &mut self,
+        done: &[(Holding, &[u8], Option<u64>)],
+    ) -> Result<Vec<Completed>> {
+        fast::complete_fenced(self, done)
     }
 
     fn renew_batch(&mut self, leases: &[(Holding, u64)]) -> Result<Vec<Result<Renewal>>> {

@@ -114,7 +114,7 @@ impl PgStore {
         let done = self.in_transaction(|tx, p| {
             let mut r = PgRecords::new(tx, p, s);
             r.events = crate::events::Pending::of(&self.inner.hub);
-            let end = fast::complete(&mut r, lease.holding(), output, progress);
+            let end = protocol::complete(&mut r, lease.holding(), output, progress);
             if end.is_err() {
                 return r.counted(end);
             }

@@ -50,6 +50,10 @@ pub(crate) struct PgRecords<'a, 'b, 'c> {
     /// made one round's completions deadlock with another's (each holding a job row the
     /// other wanted, one of them also the counter).
     pub(super) counts: crate::stats::Counters,
+    /// The completions of this transaction's round committing beside it, in another
+    /// transaction, until it has waited for them
+    /// ([`crate::protocol::Records::completions_committed`]).
+    pub(super) beside: Option<std::sync::Arc<super::fast::Beside>>,
 }
 
 impl<'a, 'b, 'c> PgRecords<'a, 'b, 'c> {
@@ -66,6 +70,7 @@ impl<'a, 'b, 'c> PgRecords<'a, 'b, 'c> {
             now: None,
             events: Default::default(),
             counts: Default::default(),
+            beside: None,
         }
     }
 

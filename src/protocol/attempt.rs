@@ -8,7 +8,7 @@ use super::Records;
 use crate::error::{Error, Result};
 use crate::ids::{Attempt, JobId};
 use crate::input;
-use crate::job::{JobRecord, ReclaimPath};
+use crate::job::{JobRecord, Outcome, ReclaimPath};
 use crate::lease::{Holding, Renewal};
 use crate::report::Reclaim;
 use crate::retry::RetryPolicy;
@@ -51,6 +51,9 @@ pub(crate) fn complete(
     progress: Option<u64>,
 ) -> Result<()> {
     input::check_size("output", output.len(), r.policy().max_payload)?;
+    if !complete_many(r, &[(by, output, progress)])?.is_empty() {
+        return Ok(());
+    }
     let job = fence(r, by, Write::End)?;
     let now = r.now()?;
     store_end(r, &job, rules::complete(&job, progress, now))?;
@@ -58,6 +61,40 @@ pub(crate) fn complete(
         r.keep_output(by.job, output)?;
     }
     Ok(())
+}
+
+/// Completes each attempt of `done` (holding, output, progress) that the engine completes
+/// in one step ([`Records::complete_fenced`]: those whose fence holds), then does for each
+/// what [`store_end`] does after an end's write: its key counts the end, what waits for it
+/// is released, its subscribers hear it. Returns those it completed: the caller completes
+/// the others by [`complete`], which says why each is refused.
+pub(crate) fn complete_many(
+    r: &mut (impl Records + ?Sized),
+    done: &[(Holding, &[u8], Option<u64>)],
+) -> Result<std::collections::HashSet<Holding>> {
+    let stored = r.complete_fenced(done)?;
+    let mut awaited = Vec::new();
+    for c in &stored {
+        if let Some(key) = &c.key {
+            super::keys::ended(r, &c.queue, key)?;
+        }
+        if c.awaited {
+            awaited.push((c.by.job, JobState::Succeeded, c.group));
+        }
+    }
+    if !awaited.is_empty() {
+        super::flow::settle_all(r, &awaited)?;
+    }
+    for c in &stored {
+        super::tell(r, || crate::events::Event::Ended {
+            job: c.by.job,
+            attempt: c.by.attempt,
+            queue: c.queue.clone(),
+            outcome: Outcome::Succeeded,
+            state: JobState::Succeeded,
+        });
+    }
+    Ok(stored.into_iter().map(|c| c.by).collect())
 }
 
 /// How its holder ends an attempt. (Public only in name, as [`Records`] is.)
@@ -87,7 +124,7 @@ pub(crate) fn end(
 ) -> Result<JobState> {
     let write = match end {
         End::Complete(output) => {
-            r.complete(by, output, progress)?;
+            complete(r, by, output, progress)?;
             return Ok(JobState::Succeeded);
         }
         End::TimeOut => Write::TimeOut,

@@ -9,7 +9,7 @@ use super::Records;
 use super::attempt::{Stages, expire};
 use crate::config::check_terms;
 use crate::error::{Error, Result};
-use crate::ids::{JobId, LeaseToken};
+use crate::ids::{JobId, LeaseToken, StoreTime};
 use crate::input;
 use crate::job::{JobRecord, ReclaimPath};
 use crate::lease::{Lease, LeaseTerms};
@@ -17,6 +17,11 @@ use crate::queue::{QueueLimits, QueueRecord};
 use crate::rules::{self, Granted, corrupt_running};
 
 /// Claims up to `n` jobs of `queue` in one transaction, most urgent first.
+///
+/// While expired leases are about, one at a time, each weighed against the waiting jobs
+/// ([`next_claim`]); then the waiting ones, in batches where the engine grants many in one
+/// step ([`Records::take_waiting`]) and one at a time where it cannot decide, or where a
+/// per-key rate keeps each key's window.
 pub(crate) fn claim_batch(
     r: &mut (impl Records + ?Sized),
     queue: &str,
@@ -25,24 +30,70 @@ pub(crate) fn claim_batch(
     n: usize,
 ) -> Result<Vec<Lease>> {
     input::check_claim(queue, worker, &terms)?;
-    let (record, room) = room(r, queue)?;
-    if record
+    let look = r.claim_look(queue)?;
+    let limited = look
+        .record
         .as_ref()
-        .is_some_and(|q| q.limits.per_key_rate.is_some())
-    {
+        .is_some_and(|q| q.paused || q.limits.is_limited());
+    let rated_keys = look.keyed
+        && look
+            .record
+            .as_ref()
+            .is_some_and(|q| q.limits.per_key_rate.is_some());
+    if look.expired || limited || look.keyed {
+        // What the round's completions change is decided as if they came first.
+        r.completions_committed();
+    }
+    let (record, room) = match limited {
+        true => room(r, queue)?,
+        // (with no limit, room for any number whatever the time)
+        false => (
+            look.record.clone(),
+            rules::claim_room(None, 0, StoreTime::ZERO),
+        ),
+    };
+    if rated_keys {
         super::keys::reopen(r, queue)?;
     }
     let n = capped(r, queue, record.as_ref(), &room, n);
     let mut leases = Vec::with_capacity(n.min(1024));
+    let limits = record.as_ref().map(|q| q.limits).unwrap_or_default();
     // Once no lease has expired, none will within this transaction (a lease it grants ends
     // later than any it finds), so the rest of the batch skips that search.
-    let mut expired_left = true;
-    let limits = record.as_ref().map(|q| q.limits).unwrap_or_default();
-    let limits = &limits;
-    while leases.len() < n {
-        match next_claim(r, queue, worker, terms, limits, &mut expired_left)? {
-            Some(l) => leases.push(l),
+    let mut expired_left = look.expired;
+    while expired_left && leases.len() < n {
+        match next_claim(r, queue, worker, terms, &limits, &mut expired_left)? {
+            Some(lease) => leases.push(lease),
             None => break,
+        }
+    }
+    while leases.len() < n {
+        let taken = match rated_keys {
+            true => None,
+            false => r.take_waiting(queue, worker, terms, n - leases.len(), &look)?,
+        };
+        let Some(taken) = taken else {
+            match next_claim(r, queue, worker, terms, &limits, &mut false)? {
+                Some(lease) => leases.push(lease),
+                None => break,
+            }
+            continue;
+        };
+        // rules::grant made them dead: what waits for them learns it in this transaction.
+        if !taken.dead.is_empty() {
+            super::flow::settle_all(r, &taken.dead)?;
+        }
+        for lease in &taken.leases {
+            super::tell(r, || crate::events::Event::Claimed {
+                job: lease.job,
+                attempt: lease.attempt,
+                queue: lease.queue.clone(),
+                worker: lease.worker.clone(),
+            });
+        }
+        leases.extend(taken.leases);
+        if !taken.more {
+            break;
         }
     }
     noted(r, queue, record, leases.len())?;

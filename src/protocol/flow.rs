@@ -120,7 +120,6 @@ pub(crate) fn settle(r: &mut (impl Records + ?Sized), job: &JobRecord) -> Result
 /// [`settle`] for many ends at once (a batch of completions), each already stored: what
 /// ended, how, and the group it is a member of. A group counts the batch's ends of its
 /// members with one write.
-#[cfg(feature = "postgres")]
 pub(crate) fn settle_all(
     r: &mut (impl Records + ?Sized),
     ended: &[(JobId, JobState, Option<GroupId>)],

@@ -80,9 +80,8 @@ pub(crate) fn reopen(r: &mut (impl Records + ?Sized), queue: &str) -> Result<()>
     Ok(())
 }
 
-/// Counts the end of a running job of `key` stored by an engine's own statement (PostgreSQL's
-/// batch completion): what [`save`] does for an end.
-#[cfg(feature = "postgres")]
+/// Counts the end of a running job of `key` stored by an engine's own step
+/// ([`Records::complete_fenced`]): what [`save`] does for an end.
 pub(crate) fn ended(r: &mut (impl Records + ?Sized), queue: &str, key: &str) -> Result<()> {
     settle(r, queue, key, -1).map(drop)
 }

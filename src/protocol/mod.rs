@@ -39,20 +39,18 @@ use std::time::Duration;
 
 pub(crate) use crate::rules::Stage;
 pub use attempt::End;
+#[cfg(feature = "postgres")]
+pub(crate) use attempt::complete_many;
 pub(crate) use attempt::{Stages, complete, end, expire, heartbeat};
-#[cfg(feature = "postgres")]
-pub(crate) use claim::{capped, next_claim, noted, room};
 pub(crate) use claim::{claim_batch, claim_job, claim_plan};
-#[cfg(feature = "postgres")]
-pub(crate) use flow::settle_all;
 pub(crate) use group::{cancel_group, enqueue_members, open_group, seal_group};
-#[cfg(feature = "postgres")]
-pub(crate) use keys::ended as key_ended;
 pub(crate) use operate::{
     cancel, declare_queue, declare_schedule, edit, enqueue, enqueue_batch, fire_schedules,
     mark_served, pause_queue, pause_schedule, purge, purge_in_batches, reap_batch, remove_schedule,
     retry, set_queue_limits, set_queue_retry_policy,
 };
+#[cfg(feature = "postgres")]
+pub(crate) use records::{ClaimLook, Completed, Taken};
 pub(crate) use records::{HeldSchedule, Inserted, NamedRecords, Position, Records};
 
 use crate::retry::RetryPolicy;

@@ -34,6 +34,56 @@ pub enum Inserted {
     KeyTaken(JobId),
 }
 
+/// What a claim looks at first ([`Records::claim_look`]). An answer may err towards yes, at
+/// the cost of a search, never towards no.
+#[derive(Clone, Debug)]
+pub(crate) struct ClaimLook {
+    /// The queue's record, not held.
+    pub record: Option<QueueRecord>,
+    /// Whether a lease of the queue may have expired.
+    pub expired: bool,
+    /// Whether jobs with a limit key may wait in the queue.
+    pub keyed: bool,
+}
+
+impl ClaimLook {
+    /// The queue's `record`, and "maybe" to the rest.
+    pub fn maybe(record: Option<QueueRecord>) -> ClaimLook {
+        ClaimLook {
+            record,
+            expired: true,
+            keyed: true,
+        }
+    }
+}
+
+/// What one [`Records::take_waiting`] step granted.
+#[derive(Debug, Default)]
+pub(crate) struct Taken {
+    /// The leases granted, in the claim order.
+    pub leases: Vec<Lease>,
+    /// The jobs it found with their attempt counter exhausted and made dead
+    /// ([`rules::grant`]) that others await: their ends are still to settle.
+    pub dead: Vec<(JobId, JobState, Option<GroupId>)>,
+    /// Whether it may have left claimable jobs short of `n` (another step may find more).
+    pub more: bool,
+}
+
+/// How [`Records::complete_fenced`] stored a completion.
+#[derive(Clone, Debug)]
+pub(crate) struct Completed {
+    /// The attempt it completed.
+    pub by: Holding,
+    /// The job's queue.
+    pub queue: String,
+    /// The job's limit key, if it has one.
+    pub key: Option<String>,
+    /// Whether other jobs await it.
+    pub awaited: bool,
+    /// The group it is a member of.
+    pub group: Option<GroupId>,
+}
+
 /// One write transaction of an engine, as the protocol sees it.
 ///
 /// (Public only in name: it is reached through [`crate::JobStore`]'s hidden supertrait,
@@ -111,19 +161,44 @@ pub trait Records: NamedRecords {
     fn enqueue_batch(&mut self, jobs: &[NewJob]) -> Result<Vec<JobId>> {
         super::enqueue_batch(self, jobs)
     }
-    /// [`super::claim_batch`].
-    fn claim_batch(
-        &mut self,
-        queue: &str,
-        worker: &str,
-        terms: LeaseTerms,
-        n: usize,
-    ) -> Result<Vec<Lease>> {
-        super::claim_batch(self, queue, worker, terms, n)
+    /// What a claim of `queue` looks at first ([`super::claim_batch`]). The default reads
+    /// the queue's record and answers "maybe" to the rest, which costs a search each later.
+    fn claim_look(&mut self, queue: &str) -> Result<ClaimLook> {
+        Ok(ClaimLook::maybe(self.queue(queue, false)?))
     }
-    /// [`super::complete`].
-    fn complete(&mut self, by: Holding, output: &[u8], progress: Option<u64>) -> Result<()> {
-        super::complete(self, by, output, progress)
+    /// Grants up to `n` waiting, due jobs of `queue` in one step, as [`super::next_claim`]
+    /// would one by one where no lease of the queue has expired, under the queue's per-key
+    /// limit `per_key` (`look` is what [`Records::claim_look`] found). `None` where the
+    /// engine has no such step, or cannot decide for the next job (its key without room,
+    /// its attempt counter exhausted): the protocol takes that one by its own steps. The
+    /// default is `None`.
+    fn take_waiting(
+        &mut self,
+        _queue: &str,
+        _worker: &str,
+        _terms: LeaseTerms,
+        _n: usize,
+        _look: &ClaimLook,
+    ) -> Result<Option<Taken>> {
+        Ok(None)
+    }
+    /// Returns once the completions of this transaction's round that commit beside it (in
+    /// another transaction, where an engine runs the two halves of a round at once) have
+    /// committed: a claim decides what they could change (a takeover, a limited queue's
+    /// room, a key's count) as if they had committed first. The default, for an engine
+    /// that commits them first, returns at once.
+    fn completions_committed(&mut self) {}
+    /// Completes in one step each attempt of `done` (holding, output, progress) whose fence
+    /// holds and whose deadline has not passed, writing its record as [`super::complete`]
+    /// would, and says how each completed one was stored; the protocol does the rest of
+    /// [`super::store_end`] for them ([`super::complete_many`]), and completes the others
+    /// by its own steps, which say why each is refused. Each attempt appears once; each
+    /// output is within the size limit. The default completes none.
+    fn complete_fenced(
+        &mut self,
+        _done: &[(Holding, &[u8], Option<u64>)],
+    ) -> Result<Vec<Completed>> {
+        Ok(Vec::new())
     }
     /// [`super::heartbeat`] for each of `leases` (the lease's holding, progress): an answer
     /// each, in their order.
