@@ -231,7 +231,7 @@ pub trait LeaseBackend: Send + Sync + 'static {
         let leases: Vec<_> = beats.iter().map(|(l, p)| (l.holding(), *p)).collect();
         let marks = self.marks_due(&mut beats.iter().map(|(l, _)| l.queue.as_str()));
         write(self, move |r| {
-            let renewed = r.renew_batch(&leases)?;
+            let renewed = protocol::renew_batch(r, &leases)?;
             r.mark_served(&marks)?;
             Ok(renewed)
         })

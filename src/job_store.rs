@@ -114,12 +114,12 @@ pub trait ReadJobs: Send + Sync {
 pub trait JobStore: ReadJobs + LeaseBackend {
     /// Enqueues a job and returns its id (or, for a unique key a live job holds, that job's).
     fn enqueue(&self, job: NewJob) -> Result<JobId> {
-        write(self, move |r| r.enqueue(&job))
+        write(self, move |r| protocol::enqueue(r, &job))
     }
 
     /// Enqueues many jobs in one transaction: all of them or, on any error, none.
     fn enqueue_batch(&self, jobs: Vec<NewJob>) -> Result<Vec<JobId>> {
-        write(self, move |r| r.enqueue_batch(&jobs))
+        write(self, move |r| protocol::enqueue_batch(r, &jobs))
     }
 
     /// Opens a group of jobs ([`NewGroup`]) with its callbacks, each a job that waits for

@@ -36,6 +36,15 @@ enum Side<'a> {
     BesideClaim(&'a dyn Fn()),
 }
 
+/// The refusal of writes made for another engine's store.
+fn foreign_writes() -> crate::error::Error {
+    ConfigError::WritesForAnotherStore {
+        given: "writes of another engine's kind",
+        store: "PostgreSQL, whose writes are Output::with_sql",
+    }
+    .into()
+}
+
 impl PgStore {
     /// Completes each of `done` as its own unit, then claims (queue, worker, terms, how
     /// many) if asked: a refusal by the fence answers its own completion (writing only its
@@ -215,11 +224,7 @@ impl PgStore {
         writes: &mut AnyWrites,
     ) -> Result<()> {
         let Some(writes) = writes.as_mut::<super::store::SqlWrites>() else {
-            return Err(ConfigError::WritesForAnotherStore {
-                given: "writes of another engine's kind",
-                store: "PostgreSQL, whose writes are Output::with_sql",
-            }
-            .into());
+            return Err(foreign_writes());
         };
         let mut sp = tx
             .savepoint("leasehold_completion")
@@ -423,11 +428,7 @@ impl LeaseBackend for PgStore {
         writes: AnyWrites,
     ) -> Result<()> {
         let Some(writes) = writes.take::<super::store::SqlWrites>() else {
-            return Err(ConfigError::WritesForAnotherStore {
-                given: "writes of another engine's kind",
-                store: "PostgreSQL, whose writes are Output::with_sql",
-            }
-            .into());
+            return Err(foreign_writes());
         };
         self.complete_then(lease, output, progress, writes.0)
     }

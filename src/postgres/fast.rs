@@ -1,16 +1,30 @@
-//! The shortcuts PostgreSQL takes: one statement for many rows where that pays (a claim of
-//! a batch, renewals of a batch, completions of a batch, plain enqueues, the served mark, a
-//! purge), each computing in SQL what a function of [`crate::protocol`] would decide, and
-//! named after it. They are why a pool on PostgreSQL outruns peers that spend statements per
-//! job. Where a shortcut's statement finds a row it cannot decide for (a refused fence, a
-//! cancel, a stall, an expired lease), it leaves the row to the protocol's own steps over
-//! [`PgRecords`], which say why; the shared suites (model, conformance, lease store) hold
-//! both to the same answers.
+//! The statements PostgreSQL runs where one statement does for many rows what the
+//! protocol's steps do one row at a time. They are why a pool on PostgreSQL outruns peers
+//! that spend statements per job. Each is a step the protocol asks for ([`Records`]); the
+//! sequence around it (when it may serve, what follows it: events, a key's count, the
+//! waiters an end releases) is the protocol's, the same for every engine:
+//!
+//! | statement | the step | in the protocol |
+//! |---|---|---|
+//! | [`INSERT`], [`INSERT_MANY`] | [`Records::insert_plain`] | `protocol::enqueue`, `enqueue_batch` |
+//! | [`LOOK`] | [`Records::claim_look`] | `protocol::claim_batch` |
+//! | [`CLAIM`], [`KEYED_CLAIM`] | [`Records::take_waiting`] | `protocol::claim_batch` |
+//! | [`RENEW_MANY`] | [`Records::renew_fenced`] | `protocol::renew_batch` |
+//! | [`COMPLETE_MANY`] | [`Records::complete_fenced`] | `protocol::complete`, `complete_many` |
+//! | the served mark | [`Records::mark_served`] | `protocol::mark_served` |
+//!
+//! and, of the engine alone, a round's row locks ([`LOCK_RUNNING`]), the reaper's note and
+//! a purge's batch ([`PURGE`]). Where a statement finds a row it cannot decide for (a
+//! refused fence, a cancel, a stall, an expired lease, a key without room), it leaves the
+//! row to the protocol's own steps, which say why; the shared suites (model, conformance,
+//! lease store) run PostgreSQL with these statements and without them, and hold both to the
+//! same answers.
 //!
 //! Every time a statement reads or writes is the database's clock (`clock_timestamp()`, not
 //! `now()`, which is the transaction's start), taken once per statement (the `c` CTE) so
 //! that a statement sees one instant.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use postgres::types::ToSql;
@@ -22,18 +36,17 @@ use super::rows::{
 };
 use super::transaction::{PgRecords, Tx};
 use crate::batches::Batch;
-use crate::error::{Error, Result};
-use crate::ids::{GroupId, JobId, LeaseToken};
-use crate::input;
-use crate::lease::{Holding, Lease, LeaseTerms, Renewal};
+use crate::error::Result;
+use crate::ids::{GroupId, JobId, LeaseToken, StoreTime};
+use crate::lease::{Holding, Lease, LeaseTerms};
 use crate::new_job::NewJob;
 use crate::protocol::{self, ClaimLook, Completed, Records, Taken};
 use crate::rules::{self, claim_order_sql, key_order_sql};
 use crate::state::JobState;
 
-// ----- enqueue: `protocol::enqueue` for jobs no unique key can answer -----
+// ----- enqueue: `Records::insert_plain` -----
 
-/// A job without a unique key in one statement, its times the database's.
+/// A plain job in one statement, its times the database's.
 const INSERT: &str = "
 WITH c AS MATERIALIZED (SELECT {now} AS t)
 INSERT INTO {s}.leasehold_jobs
@@ -43,42 +56,8 @@ SELECT $1, 'queued', $2, $3, c.t, c.t + $4::bigint * interval '1 microsecond', c
     $6, $7 FROM c
 RETURNING id";
 
-/// Enqueues a job: one statement, unless a unique key may answer with its holder
-/// ([`protocol::enqueue`] then).
-pub(crate) fn enqueue(r: &mut PgRecords<'_, '_, '_>, new: &NewJob) -> Result<JobId> {
-    if new.unique_key.is_some() || for_the_protocol(new) || !r.shortcuts() {
-        return protocol::enqueue(r, new);
-    }
-    let policy = r.policy();
-    input::check_new_job(new, policy.max_payload)?;
-    let max_attempts = i64::from(new.max_attempts.unwrap_or(policy.default_max_attempts));
-    let st = r.p.get(r.tx, INSERT)?;
-    let delay = micros(new.wait());
-    let time_limit = new.time_limit.map(micros);
-    let metadata = metadata_column(&new.metadata);
-    let params: [&(dyn ToSql + Sync); 7] = [
-        &new.queue,
-        &new.priority,
-        &max_attempts,
-        &delay,
-        &new.payload,
-        &time_limit,
-        &metadata,
-    ];
-    let made = id(r.tx.query_one(&st, &params)?.col(0)?);
-    r.readied(&new.queue)?;
-    Ok(made)
-}
-
-/// Whether a new job waits for others or joins a group (the protocol links those), or has
-/// a retry policy of its own (the protocol's insert writes every column), or a limit key
-/// (the protocol settles its key).
-fn for_the_protocol(new: &NewJob) -> bool {
-    !new.needs.is_empty() || new.group.is_some() || new.retry.is_some() || new.limit_key.is_some()
-}
-
-/// Plain jobs (no unique key, no metadata) in one statement, their ids given in their
-/// order (rows are made, and take their ids from the sequence, in the order of the array).
+/// Plain jobs without metadata in one statement, their ids given in their order (rows are
+/// made, and take their ids from the sequence, in the order of the array).
 const INSERT_MANY: &str = "
 WITH c AS MATERIALIZED (SELECT {now} AS t)
 INSERT INTO {s}.leasehold_jobs
@@ -92,37 +71,36 @@ FROM c, unnest($1::text[], $2::integer[], $3::bigint[], $4::bigint[], $5::bytea[
 ORDER BY r.n
 RETURNING id";
 
-/// Enqueues many jobs, all or none (a refused one rolls the transaction back): each run of
-/// plain jobs is one statement; a job with a unique key or metadata is enqueued alone.
-pub(crate) fn enqueue_batch(r: &mut PgRecords<'_, '_, '_>, jobs: &[NewJob]) -> Result<Vec<JobId>> {
-    if !r.shortcuts() {
-        return protocol::enqueue_batch(r, jobs);
-    }
-    for job in jobs {
-        input::check_new_job(job, r.policy().max_payload)?;
-    }
-    let plain = |job: &NewJob| {
-        job.unique_key.is_none() && job.metadata.is_empty() && !for_the_protocol(job)
-    };
+/// [`Records::insert_plain`]: each run of jobs without metadata by [`INSERT_MANY`], each
+/// other job by [`INSERT`] (an array of metadata arrays would have to be of one length).
+pub(crate) fn insert_plain(r: &mut PgRecords<'_, '_, '_>, jobs: &[NewJob]) -> Result<Vec<JobId>> {
     let mut ids = Vec::with_capacity(jobs.len());
-    let mut rest = jobs;
-    while let Some(job) = rest.first() {
-        let run = rest.iter().take_while(|j| plain(j)).count();
-        if run > 1 {
-            ids.extend(insert_many(r, &rest[..run])?);
-            for job in &rest[..run] {
-                r.readied(&job.queue)?;
-            }
-            rest = &rest[run..];
-        } else {
-            ids.push(enqueue(r, job)?);
-            rest = &rest[1..];
+    for run in jobs.chunk_by(|a, b| a.metadata.is_empty() && b.metadata.is_empty()) {
+        match run {
+            [new] => ids.push(insert(r, new)?),
+            run => ids.extend(insert_many(r, run)?),
         }
     }
     Ok(ids)
 }
 
-/// Inserts plain jobs (see [`INSERT_MANY`]), returning their ids in order.
+/// One job by [`INSERT`].
+fn insert(r: &mut PgRecords<'_, '_, '_>, new: &NewJob) -> Result<JobId> {
+    let st = r.p.get(r.tx, INSERT)?;
+    let budget = i64::from(new.max_attempts.unwrap_or(r.policy().default_max_attempts));
+    let params: [&(dyn ToSql + Sync); 7] = [
+        &new.queue,
+        &new.priority,
+        &budget,
+        &micros(new.wait()),
+        &new.payload,
+        &new.time_limit.map(micros),
+        &metadata_column(&new.metadata),
+    ];
+    Ok(id(r.tx.query_one(&st, &params)?.col(0)?))
+}
+
+/// Jobs without metadata by [`INSERT_MANY`], their ids in their order.
 fn insert_many(r: &mut PgRecords<'_, '_, '_>, jobs: &[NewJob]) -> Result<Vec<JobId>> {
     let st = r.p.get(r.tx, INSERT_MANY)?;
     let default_budget = r.policy().default_max_attempts;
@@ -143,9 +121,6 @@ fn insert_many(r: &mut PgRecords<'_, '_, '_>, jobs: &[NewJob]) -> Result<Vec<Job
             .map(|row| row.col::<i64>(0).map(id))
             .collect::<Result<Vec<JobId>>>()?;
     ids.sort();
-    if ids.len() != jobs.len() {
-        return Err(Error::Internal("a batch insert made another count of rows"));
-    }
     Ok(ids)
 }
 
@@ -624,54 +599,47 @@ WHERE j.id = r.id AND j.id = locked.id AND j.attempt = r.attempt AND j.lease_tok
     AND NOT coalesce(j.lease_deadline <= c.t, false)
 RETURNING j.id, j.attempt, j.lease_token, {s}.us(j.lease_expires_at)";
 
-/// Renews many leases in one statement, each as [`protocol::heartbeat`] would; a lease the
-/// statement did not renew (cancelled, stalled, timed out or refused) goes through that
-/// function, which says why.
-pub(crate) fn heartbeat_batch(
+/// [`Records::renew_fenced`] in one statement ([`RENEW_MANY`]).
+pub(crate) fn renew_fenced(
     r: &mut PgRecords<'_, '_, '_>,
     leases: &[(Holding, u64)],
-) -> Result<Vec<Result<Renewal>>> {
+) -> Result<HashMap<Holding, StoreTime>> {
     if !r.shortcuts() {
-        let mut answers = Vec::with_capacity(leases.len());
-        for &(by, progress) in leases {
-            answers.push(match protocol::heartbeat(r, by, progress) {
-                Err(e) if !e.is_lease_lost() => return Err(e),
-                answer => answer,
-            });
-        }
-        return Ok(answers);
+        return Ok(HashMap::new());
     }
     let renew = r.p.get(r.tx, RENEW_MANY)?;
-    // In id order, as a batch of completions locks its rows (see [`COMPLETE_MANY`]): a
-    // pool renews the jobs it is also completing.
+    // (a pool renews the jobs it is also completing: in id order, as completions)
     let mut sorted = leases.to_vec();
-    sorted.sort_by_key(|l| l.0.job);
-    let ids: Vec<i64> = sorted.iter().map(|l| key(l.0.job)).collect();
-    let attempts: Vec<i64> = sorted.iter().map(|l| i64::from(l.0.attempt.0)).collect();
-    let tokens: Vec<i64> = sorted.iter().map(|l| token_column(l.0.token)).collect();
+    let [ids, attempts, tokens] = in_id_order(&mut sorted, |l| l.0);
     let progress: Vec<i64> = sorted.iter().map(|l| clamp(l.1)).collect();
     // Keyed by job, attempt and token: a batch may hold a stale lease beside the live one
     // of the same job, and only the live one was renewed.
-    let renewed: std::collections::HashMap<(i64, i64, i64), i64> =
-        r.tx.query(&renew, &[&ids, &attempts, &tokens, &progress])?
-            .iter()
-            .map(|row| Ok(((row.col(0)?, row.col(1)?, row.col(2)?), row.col(3)?)))
-            .collect::<Result<_>>()?;
-    let mut answers = Vec::with_capacity(leases.len());
-    for &(by, progress) in leases {
-        let lease = (key(by.job), i64::from(by.attempt.0), token_column(by.token));
-        answers.push(match renewed.get(&lease) {
-            Some(us) => Ok(Renewal::Renewed {
-                expires_at: time(*us),
-            }),
-            // The slow path, one by one: cancelled, stalled or refused.
-            None => match protocol::heartbeat(r, by, progress) {
-                Err(e) if !e.is_lease_lost() => return Err(e),
-                answer => answer,
-            },
-        });
-    }
-    Ok(answers)
+    r.tx.query(&renew, &[&ids, &attempts, &tokens, &progress])?
+        .iter()
+        .map(|row| Ok((holding(row)?, time(row.col(3)?))))
+        .collect()
+}
+
+/// Sorts `items` by their jobs' ids, for a statement that locks their rows in that order
+/// ("Locked in id order", above), and gives their holdings' columns: ids, attempts, tokens.
+fn in_id_order<T>(items: &mut [T], by: impl Fn(&T) -> Holding) -> [Vec<i64>; 3] {
+    items.sort_by_key(|item| by(item).job);
+    let column =
+        |f: &dyn Fn(Holding) -> i64| -> Vec<i64> { items.iter().map(|item| f(by(item))).collect() };
+    [
+        column(&|h| key(h.job)),
+        column(&|h| i64::from(h.attempt.0)),
+        column(&|h| token_column(h.token)),
+    ]
+}
+
+/// The holding a statement returned first: its job's id, attempt and lease token.
+fn holding(row: &postgres::Row) -> Result<Holding> {
+    Ok(Holding {
+        job: id(row.col(0)?),
+        attempt: attempt(row.col(1)?)?,
+        token: token(row.col(2)?),
+    })
 }
 
 // ----- ends of an attempt -----
@@ -709,7 +677,7 @@ WHERE j.id = r.id AND j.id = locked.id AND j.attempt = r.attempt AND j.lease_tok
     -- rules::before_deadline: an attempt past its deadline is left to the one-by-one path,
     -- which refuses the completion
     AND NOT coalesce(j.lease_deadline <= c.t, false)
-RETURNING j.id, j.attempt, j.awaited, j.grp, j.queue, j.limit_key, j.lease_token";
+RETURNING j.id, j.attempt, j.lease_token, j.awaited, j.grp, j.queue, j.limit_key";
 
 /// [`Records::complete_fenced`] in one statement ([`COMPLETE_MANY`]).
 pub(crate) fn complete_fenced(
@@ -721,10 +689,7 @@ pub(crate) fn complete_fenced(
     }
     let st = r.p.get(r.tx, COMPLETE_MANY)?;
     let mut done = done.to_vec();
-    done.sort_by_key(|d| d.0.job);
-    let ids: Vec<i64> = done.iter().map(|d| key(d.0.job)).collect();
-    let attempts: Vec<i64> = done.iter().map(|d| i64::from(d.0.attempt.0)).collect();
-    let tokens: Vec<i64> = done.iter().map(|d| token_column(d.0.token)).collect();
+    let [ids, attempts, tokens] = in_id_order(&mut done, |d| d.0);
     let outputs: Vec<&[u8]> = done.iter().map(|d| d.1).collect();
     let progress: Vec<Option<i64>> = done.iter().map(|d| d.2.map(clamp)).collect();
     let rows =
@@ -732,16 +697,12 @@ pub(crate) fn complete_fenced(
     rows.iter()
         .map(|row| {
             Ok(Completed {
-                by: Holding {
-                    job: id(row.col(0)?),
-                    attempt: attempt(row.col(1)?)?,
-                    token: token(row.col(6)?),
-                },
-                queue: row.col(4)?,
-                key: row.col(5)?,
-                awaited: row.col(2)?,
+                by: holding(row)?,
+                awaited: row.col(3)?,
+                queue: row.col(5)?,
+                key: row.col(6)?,
                 group: row
-                    .col::<Option<i64>>(3)?
+                    .col::<Option<i64>>(4)?
                     .map(|g| GroupId(u64::try_from(g).unwrap_or(0))),
             })
         })

@@ -20,7 +20,7 @@ use crate::codec;
 use crate::error::{Error, Result};
 use crate::ids::{Attempt, GroupId, JobId, StoreTime};
 use crate::job::{JobRecord, Outcome, RunRecord};
-use crate::lease::{Holding, LeaseTerms, Renewal};
+use crate::lease::{Holding, LeaseTerms};
 use crate::new_job::NewJob;
 use crate::protocol::{
     ClaimLook, Completed, Inserted, NamedRecords, Policy, Position, Records, Taken,
@@ -133,12 +133,11 @@ FOR UPDATE SKIP LOCKED";
 impl Records for PgRecords<'_, '_, '_> {
     // The shortcuts of `fast.rs`, each the protocol's function in fewer statements.
 
-    fn enqueue(&mut self, job: &NewJob) -> Result<JobId> {
-        fast::enqueue(self, job)
-    }
-
-    fn enqueue_batch(&mut self, jobs: &[NewJob]) -> Result<Vec<JobId>> {
-        fast::enqueue_batch(self, jobs)
+    fn insert_plain(&mut self, jobs: &[NewJob]) -> Result<Option<Vec<JobId>>> {
+        match self.shortcuts() {
+            true => fast::insert_plain(self, jobs).map(Some),
+            false => Ok(None),
+        }
     }
 
     fn claim_look(&mut self, queue: &str) -> Result<ClaimLook> {
@@ -175,8 +174,11 @@ impl Records for PgRecords<'_, '_, '_> {
         fast::complete_fenced(self, done)
     }
 
-    fn renew_batch(&mut self, leases: &[(Holding, u64)]) -> Result<Vec<Result<Renewal>>> {
-        fast::heartbeat_batch(self, leases)
+    fn renew_fenced(
+        &mut self,
+        leases: &[(Holding, u64)],
+    ) -> Result<std::collections::HashMap<Holding, StoreTime>> {
+        fast::renew_fenced(self, leases)
     }
 
     fn mark_served(&mut self, queues: &[String]) -> Result<()> {

@@ -169,8 +169,8 @@ impl PgStore {
         };
         let mut r = PgRecords::new(tx, &mut p, self.settings());
         let made = match jobs {
-            [job] => fast::enqueue(&mut r, job).map(|id| vec![id]),
-            jobs => fast::enqueue_batch(&mut r, jobs),
+            [job] => protocol::enqueue(&mut r, job).map(|id| vec![id]),
+            jobs => protocol::enqueue_batch(&mut r, jobs),
         };
         let made = r.counted(made);
         if made.is_err() {

@@ -42,6 +42,34 @@ pub(crate) fn heartbeat(
     Ok(answer)
 }
 
+/// [`heartbeat`] for each of `leases` (the lease's holding, progress): an answer each, in
+/// their order, or the error that failed them all (a refusal answers its own lease). Those
+/// the engine renews in one step ([`Records::renew_fenced`]) first, the rest one by one in
+/// job order, so that an index is walked once from left to right rather than at random (a
+/// pool's leases come in no order).
+pub(crate) fn renew_batch(
+    r: &mut (impl Records + ?Sized),
+    leases: &[(Holding, u64)],
+) -> Result<Vec<Result<Renewal>>> {
+    let renewed = r.renew_fenced(leases)?;
+    let mut order: Vec<usize> = (0..leases.len()).collect();
+    order.sort_unstable_by_key(|&i| leases[i].0.job);
+    let mut answers = Vec::with_capacity(leases.len());
+    for i in order {
+        let (by, progress) = leases[i];
+        let answer = match renewed.get(&by) {
+            Some(&expires_at) => Ok(Renewal::Renewed { expires_at }),
+            None => heartbeat(r, by, progress),
+        };
+        match answer {
+            Err(e) if !e.is_lease_lost() => return Err(e),
+            answer => answers.push((i, answer)),
+        }
+    }
+    answers.sort_unstable_by_key(|&(i, _)| i);
+    Ok(answers.into_iter().map(|(_, answer)| answer).collect())
+}
+
 /// Completes the attempt: the job succeeded and `output` is kept. `progress`, if given, is
 /// the holder's last progress, recorded with the attempt.
 pub(crate) fn complete(

@@ -12,10 +12,15 @@
 //! * An attempt ends in exactly one place ([`store_end`]), which records its run, so
 //!   history has one record per ended attempt.
 //!
-//! An engine may take a step by a shortcut of its own where that pays (PostgreSQL's
-//! one-statement claims, renewals and completions, `src/postgres/fast.rs`): the steps
-//! [`Records`] lets it override, each defaulting to the function here it mirrors. Every
-//! call reaches them the same way, and the shared suites hold both to the same answers.
+//! Every sequence is here, for every engine. Where an engine can do for many rows in one
+//! statement what a sequence does one row at a time (PostgreSQL's inserts, claims,
+//! renewals and completions, `src/postgres/fast.rs`), the sequence asks it for that step
+//! ([`Records::insert_plain`], [`Records::take_waiting`], [`Records::renew_fenced`],
+//! [`Records::complete_fenced`]), and takes what the step leaves (a row it cannot decide
+//! for, or all of them where an engine has no such step) one row at a time; what follows
+//! (events, a key's count, the waiters an end releases) is the sequence's either way. The
+//! shared suites hold every engine, and PostgreSQL with and without its steps, to the same
+//! answers.
 //!
 //! | file | one idea |
 //! |---|---|
@@ -41,7 +46,7 @@ pub(crate) use crate::rules::Stage;
 pub use attempt::End;
 #[cfg(feature = "postgres")]
 pub(crate) use attempt::complete_many;
-pub(crate) use attempt::{Stages, complete, end, expire, heartbeat};
+pub(crate) use attempt::{Stages, complete, end, expire, renew_batch};
 pub(crate) use claim::{claim_batch, claim_job, claim_plan};
 pub(crate) use group::{cancel_group, enqueue_members, open_group, seal_group};
 pub(crate) use operate::{

@@ -21,7 +21,31 @@ use crate::workflow::GroupRecord;
 /// Enqueues a job; with a unique key that another job holds ([`rules::holds_key`]), returns
 /// that job instead.
 pub(crate) fn enqueue(r: &mut (impl Records + ?Sized), new: &NewJob) -> Result<JobId> {
+    if rules::is_plain(new) {
+        input::check_new_job(new, r.policy().max_payload)?;
+        if let Some(made) = insert_plain(r, std::slice::from_ref(new))? {
+            return made
+                .first()
+                .copied()
+                .ok_or(Error::Internal("an insert made no job"));
+        }
+    }
     enqueue_as(r, new, false, None)
+}
+
+/// Plain jobs ([`rules::is_plain`]) in the engine's one step, if it has one; their queues
+/// woken.
+fn insert_plain(r: &mut (impl Records + ?Sized), jobs: &[NewJob]) -> Result<Option<Vec<JobId>>> {
+    let Some(made) = r.insert_plain(jobs)? else {
+        return Ok(None);
+    };
+    if made.len() != jobs.len() {
+        return Err(Error::Internal("a batch insert made another count of jobs"));
+    }
+    for job in jobs {
+        r.readied(&job.queue)?;
+    }
+    Ok(Some(made))
 }
 
 /// [`enqueue`], for a group's own callback (`callback`: it may wait for its open group), or
@@ -83,7 +107,22 @@ pub(crate) fn enqueue_batch(
     for job in jobs {
         input::check_new_job(job, max_payload)?;
     }
-    jobs.iter().map(|j| enqueue(r, j)).collect()
+    // Each run of plain jobs in one step where the engine has one.
+    let mut ids = Vec::with_capacity(jobs.len());
+    let mut rest = jobs;
+    while !rest.is_empty() {
+        let run = rest.iter().take_while(|j| rules::is_plain(j)).count();
+        if run > 1
+            && let Some(made) = insert_plain(r, &rest[..run])?
+        {
+            ids.extend(made);
+            rest = &rest[run..];
+        } else {
+            ids.push(enqueue(r, &rest[0])?);
+            rest = &rest[1..];
+        }
+    }
+    Ok(ids)
 }
 
 /// The job that holds `key` in `queue` now ([`rules::holds_key`]); a finished one whose

@@ -10,11 +10,13 @@
 //!   gained a waiting job so its idle workers are woken once the transaction commits.
 //! * Time is the store's: [`Records::now`] never runs backwards within a store.
 
+use std::collections::HashMap;
+
 use crate::error::Result;
 use crate::events::Pending;
 use crate::ids::{Attempt, GroupId, JobId, StoreTime};
 use crate::job::{JobRecord, Outcome, RunRecord};
-use crate::lease::{Holding, Lease, LeaseTerms, Renewal};
+use crate::lease::{Holding, Lease, LeaseTerms};
 use crate::new_job::NewJob;
 use crate::queue::{KeyRecord, QueueRecord};
 use crate::rules;
@@ -148,18 +150,18 @@ pub trait Records: NamedRecords {
 
     // ----- steps an engine may take in fewer statements -----
     //
-    // Each default is the protocol's own function. An engine overrides one where a statement
-    // of its own does the same for many rows at once (PostgreSQL's `fast.rs`), and leaves to
-    // the default what its statement cannot decide; the shared suites run PostgreSQL both
-    // ways and hold every engine to the same answers.
+    // Each is asked for by a sequence of the protocol, which does the same one row at a
+    // time where an engine has no such step (the defaults: none) or leaves a row to it. An
+    // engine gives one where a statement of its own does for many rows at once what the
+    // sequence does for each (PostgreSQL's `fast.rs`); the shared suites run PostgreSQL
+    // with its steps and without, and hold every engine to the same answers.
 
-    /// [`super::enqueue`].
-    fn enqueue(&mut self, job: &NewJob) -> Result<JobId> {
-        super::enqueue(self, job)
-    }
-    /// [`super::enqueue_batch`].
-    fn enqueue_batch(&mut self, jobs: &[NewJob]) -> Result<Vec<JobId>> {
-        super::enqueue_batch(self, jobs)
+    /// Stores plain new jobs ([`rules::is_plain`], inputs checked) in one step, due after
+    /// their delays on the store's clock, and gives their ids in their order; the protocol
+    /// then wakes their queues. `None` where the engine has no such step for these jobs:
+    /// the protocol enqueues each by its own steps. The default is `None`.
+    fn insert_plain(&mut self, _jobs: &[NewJob]) -> Result<Option<Vec<JobId>>> {
+        Ok(None)
     }
     /// What a claim of `queue` looks at first ([`super::claim_batch`]). The default reads
     /// the queue's record and answers "maybe" to the rest, which costs a search each later.
@@ -168,7 +170,7 @@ pub trait Records: NamedRecords {
     }
     /// Grants up to `n` waiting, due jobs of `queue` in one step, as [`super::next_claim`]
     /// would one by one where no lease of the queue has expired, under the queue's per-key
-    /// limit `per_key` (`look` is what [`Records::claim_look`] found). `None` where the
+    /// limits (`look` is what [`Records::claim_look`] found). `None` where the
     /// engine has no such step, or cannot decide for the next job (its key without room,
     /// its attempt counter exhausted): the protocol takes that one by its own steps. The
     /// default is `None`.
@@ -200,19 +202,13 @@ pub trait Records: NamedRecords {
     ) -> Result<Vec<Completed>> {
         Ok(Vec::new())
     }
-    /// [`super::heartbeat`] for each of `leases` (the lease's holding, progress): an answer
-    /// each, in their order.
-    fn renew_batch(&mut self, leases: &[(Holding, u64)]) -> Result<Vec<Result<Renewal>>> {
-        // Renewed in job order, so that an index is walked once from left to right rather
-        // than at random (a pool's leases come in no order).
-        let mut order: Vec<usize> = (0..leases.len()).collect();
-        order.sort_unstable_by_key(|&i| leases[i].0.job);
-        let mut answers: Vec<_> = order
-            .into_iter()
-            .map(|i| (i, super::heartbeat(self, leases[i].0, leases[i].1)))
-            .collect();
-        answers.sort_unstable_by_key(|&(i, _)| i);
-        Ok(answers.into_iter().map(|(_, answer)| answer).collect())
+    /// Renews in one step each lease of `leases` (holding, progress) whose fence holds and
+    /// that is neither cancelled, stalled nor past its deadline, as [`super::heartbeat`]
+    /// would, and says when each renewed one now expires; the protocol renews the others
+    /// by its own steps, which say why each is refused ([`super::renew_batch`]). The default
+    /// renews none.
+    fn renew_fenced(&mut self, _leases: &[(Holding, u64)]) -> Result<HashMap<Holding, StoreTime>> {
+        Ok(HashMap::new())
     }
     /// [`super::mark_served`] for each of `queues`.
     fn mark_served(&mut self, queues: &[String]) -> Result<()> {

@@ -59,6 +59,18 @@ pub(crate) fn new_job(
 
 // ----- unique keys -----
 
+/// Whether a new job is plain: its record is its inputs alone, so an engine may insert it
+/// by a statement of its own ([`crate::protocol::Records::insert_plain`]). Not plain: a
+/// unique key (its holder may be the answer), dependencies or a group (linked as it is
+/// made), a limit key (its key counts it), a retry policy of its own.
+pub(crate) fn is_plain(new: &NewJob) -> bool {
+    new.unique_key.is_none()
+        && new.needs.is_empty()
+        && new.group.is_none()
+        && new.retry.is_none()
+        && new.limit_key.is_none()
+}
+
 /// Whether `holder` (a job with the unique key an enqueue or a retry asks for) holds it at
 /// `now`: while it waits or runs, and after it succeeded for its window ([`Uniqueness`]),
 /// unless a newer job has already taken the key after the window.
