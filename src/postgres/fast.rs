@@ -340,7 +340,6 @@ pub(crate) fn take_waiting(
     };
     r.tx.batch_execute("SAVEPOINT leasehold_claim")?;
     let (mut taken, touched) = claim_waiting(r.tx, r.p, queue, worker, terms, n)?;
-    beside.has_taken();
     if touched.iter().any(|job| beside.jobs.contains(job)) {
         // It took (or found exhausted) a job whose completion beside it is to be refused:
         // as if that completion came first, it is refused before the job is taken again.
@@ -348,9 +347,13 @@ pub(crate) fn take_waiting(
         r.tx.batch_execute("ROLLBACK TO SAVEPOINT leasehold_claim")?;
         r.completions_committed();
         taken = claim_waiting(r.tx, r.p, queue, worker, terms, n)?.0;
-    } else if taken.leases.len() < n {
-        r.completions_committed();
-        taken.more = true;
+    } else if !taken.more {
+        // (with more to take, the next step takes it before the completions go on)
+        beside.has_taken();
+        if taken.leases.len() < n {
+            r.completions_committed();
+            taken.more = true;
+        }
     }
     Ok(Some(taken))
 }
@@ -366,11 +369,8 @@ fn claim_keyed(
     n: usize,
     per_key: Option<u32>,
 ) -> Result<Option<Taken>> {
-    let (length, stall) = (micros(terms.length), terms.stall_timeout.map(micros));
-    let time_limit = terms.time_limit.map(micros);
-    let token = LeaseToken::fresh();
-    let token_column = super::rows::token_column(token);
     let claim = r.p.get(r.tx, KEYED_CLAIM)?;
+    let g = Grant::of(terms);
     let limit = i64::try_from(n).unwrap_or(i64::MAX);
     let per_key = per_key.map(|n| i32::try_from(n).unwrap_or(i32::MAX));
     let channel = &r.p.names.channel;
@@ -378,11 +378,11 @@ fn claim_keyed(
         &queue,
         &limit,
         &worker,
-        &length,
-        &stall,
+        &g.length,
+        &g.stall,
         &per_key,
-        &time_limit,
-        &token_column,
+        &g.time_limit,
+        &g.token_column,
         channel,
     ];
     // (it may have waited for a key's row)
@@ -391,20 +391,60 @@ fn claim_keyed(
     if rows.first().map(|row| row.col::<bool>(9)).transpose()? == Some(true) {
         return Ok(None);
     }
-    let mut claimed = Vec::with_capacity(rows.len());
     for row in &rows {
         if row.col::<Option<bool>>(8)? == Some(true) {
             r.notified_by_statement(queue);
         }
-        let order = (row.col::<i32>(5)?, row.col::<i64>(6)?, row.col::<i64>(0)?);
-        claimed.push((order, granted(row, queue, worker, token, terms)?));
     }
-    claimed.sort_by_key(|(order, _)| *order);
+    let leases = g.leases(rows.iter(), queue, worker)?;
     Ok(Some(Taken {
-        more: !claimed.is_empty(),
-        leases: claimed.into_iter().map(|(_, lease)| lease).collect(),
+        more: !leases.is_empty(),
+        leases,
         dead: Vec::new(),
     }))
+}
+
+/// What a grant's statement writes of a claimer's terms (in microseconds), and the token of
+/// its leases: one for the leases of a statement, since a token tells a lease from another
+/// granted for the same attempt of the same job, which no statement grants twice.
+struct Grant {
+    terms: LeaseTerms,
+    length: i64,
+    stall: Option<i64>,
+    time_limit: Option<i64>,
+    token: LeaseToken,
+    token_column: i64,
+}
+
+impl Grant {
+    fn of(terms: LeaseTerms) -> Grant {
+        let token = LeaseToken::fresh();
+        Grant {
+            terms,
+            length: micros(terms.length),
+            stall: terms.stall_timeout.map(micros),
+            time_limit: terms.time_limit.map(micros),
+            token,
+            token_column: super::rows::token_column(token),
+        }
+    }
+
+    /// The leases of the rows it granted ([`granted_sql`]), in the claim order.
+    fn leases<'r>(
+        &self,
+        rows: impl Iterator<Item = &'r postgres::Row>,
+        queue: &str,
+        worker: &str,
+    ) -> Result<Vec<Lease>> {
+        let mut claimed = rows
+            .map(|row| {
+                let order = (row.col::<i32>(5)?, row.col::<i64>(6)?, row.col::<i64>(0)?);
+                Ok((order, granted(row, queue, worker, self.token, self.terms)?))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        claimed.sort_by_key(|(order, _)| *order);
+        Ok(claimed.into_iter().map(|(_, lease)| lease).collect())
+    }
 }
 
 /// The lease of a row [`granted_sql`] returned.
@@ -429,9 +469,9 @@ fn granted(
     })
 }
 
-/// Claims waiting jobs of `queue` with [`CLAIM`] until it has `n` (or none is left); jobs
-/// it found exhausted (and made dead) leave room for as many more. Returns what it took,
-/// and the ids of every job it took or made dead.
+/// One [`CLAIM`] of up to `n` waiting jobs of `queue`. Jobs it found exhausted (and made
+/// dead) leave room for as many more: it then says there may be more. Returns what it
+/// took, and the ids of every job it took or made dead.
 fn claim_waiting(
     tx: Tx<'_, '_>,
     p: &mut Prepared<'_>,
@@ -441,50 +481,35 @@ fn claim_waiting(
     n: usize,
 ) -> Result<(Taken, Vec<i64>)> {
     let claim = p.get(tx, CLAIM)?;
-    let (length, stall) = (micros(terms.length), terms.stall_timeout.map(micros));
-    let time_limit = terms.time_limit.map(micros);
-    let (mut taken, mut touched) = (Taken::default(), Vec::new());
-    // One token for the leases of a statement: a token tells a lease from another granted
-    // for the same attempt of the same job, which no statement grants twice.
-    let token = LeaseToken::fresh();
-    let token_column = super::rows::token_column(token);
-    while taken.leases.len() < n {
-        let limit = i64::try_from(n - taken.leases.len()).unwrap_or(i64::MAX);
-        let params: [&(dyn ToSql + Sync); 8] = [
-            &queue,
-            &limit,
-            &worker,
-            &length,
-            &stall,
-            &rules::ATTEMPTS_EXHAUSTED,
-            &time_limit,
-            &token_column,
-        ];
-        let rows = tx.query(&claim, &params)?;
-        let mut claimed = Vec::with_capacity(rows.len());
-        let mut exhausted = 0;
-        for r in &rows {
-            touched.push(r.col::<i64>(0)?);
-            if r.col::<Option<i64>>(1)?.is_none() {
-                exhausted += 1;
-                if r.col::<Option<bool>>(8)? == Some(true) {
-                    let group = r.col::<Option<i64>>(9)?;
-                    let group = group.map(|g| GroupId(u64::try_from(g).unwrap_or(0)));
-                    taken.dead.push((id(r.col(0)?), JobState::Dead, group));
-                }
-                continue;
-            };
-            let order = (r.col::<i32>(5)?, r.col::<i64>(6)?, r.col::<i64>(0)?);
-            claimed.push((order, granted(r, queue, worker, token, terms)?));
+    let g = Grant::of(terms);
+    let limit = i64::try_from(n).unwrap_or(i64::MAX);
+    let params: [&(dyn ToSql + Sync); 8] = [
+        &queue,
+        &limit,
+        &worker,
+        &g.length,
+        &g.stall,
+        &rules::ATTEMPTS_EXHAUSTED,
+        &g.time_limit,
+        &g.token_column,
+    ];
+    let rows = tx.query(&claim, &params)?;
+    let (mut taken, mut touched) = (Taken::default(), Vec::with_capacity(rows.len()));
+    let mut granted = Vec::with_capacity(rows.len());
+    for row in &rows {
+        touched.push(row.col::<i64>(0)?);
+        if row.col::<Option<i64>>(1)?.is_some() {
+            granted.push(row);
+            continue;
         }
-        claimed.sort_by_key(|(order, _)| *order);
-        taken
-            .leases
-            .extend(claimed.into_iter().map(|(_, lease)| lease));
-        if exhausted == 0 {
-            break;
+        taken.more = true;
+        if row.col::<Option<bool>>(8)? == Some(true) {
+            let group = row.col::<Option<i64>>(9)?;
+            let group = group.map(|g| GroupId(u64::try_from(g).unwrap_or(0)));
+            taken.dead.push((id(row.col(0)?), JobState::Dead, group));
         }
     }
+    taken.leases = g.leases(granted.into_iter(), queue, worker)?;
     Ok((taken, touched))
 }
 
