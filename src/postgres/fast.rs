@@ -8,7 +8,7 @@
 //! |---|---|---|
 //! | [`INSERT`], [`INSERT_MANY`] | [`Records::insert_plain`] | `protocol::enqueue`, `enqueue_batch` |
 //! | [`LOOK`] | [`Records::claim_look`] | `protocol::claim_batch` |
-//! | [`CLAIM`], [`KEYED_CLAIM`] | [`Records::take_waiting`] | `protocol::claim_batch` |
+//! | [`CLAIM`], [`KEYED_CLAIM`] | [`Records::take_waiting`] (beside a round's completions: `records.rs`) | `protocol::claim_batch` |
 //! | [`RENEW_MANY`] | [`Records::renew_fenced`] | `protocol::renew_batch` |
 //! | [`COMPLETE_MANY`] | [`Records::complete_fenced`] | `protocol::complete`, `complete_many` |
 //! | the served mark | [`Records::mark_served`] | `protocol::mark_served` |
@@ -310,58 +310,10 @@ pub(crate) fn claim_look(r: &mut PgRecords<'_, '_, '_>, queue: &str) -> Result<C
     })
 }
 
-/// [`Records::take_waiting`]: [`CLAIM`] where no job with a limit key waits, else
-/// [`KEYED_CLAIM`].
-///
-/// Beside completions of the same round committing in another transaction
-/// ([`PgRecords::beside`]; the protocol has waited for them before deciding anything they
-/// could change), the claim decides as if they had committed first. Taking waiting jobs
-/// does not depend on them, with one exception: a job being completed that waits in the
-/// queue (given back or taken back since), whose completion is to be refused. Asking first
-/// which of them wait would put a lookup per completion on the claim's critical path; so the
-/// claim takes what it would anyway, under a savepoint, and only if it took one of them rolls
-/// back, waits, and claims again. Short, it waits for them too: they may have readied jobs of
-/// this queue (the waiters they release), and a new statement sees what committed before it
-/// began. A claim that fills its batch, as a busy pool's does, never waits.
-pub(crate) fn take_waiting(
-    r: &mut PgRecords<'_, '_, '_>,
-    queue: &str,
-    worker: &str,
-    terms: LeaseTerms,
-    n: usize,
-    look: &ClaimLook,
-) -> Result<Option<Taken>> {
-    if look.keyed {
-        let per_key = look.record.as_ref().and_then(|q| q.limits.per_key);
-        return claim_keyed(r, queue, worker, terms, n, per_key);
-    }
-    let Some(beside) = r.beside.clone().filter(|b| !b.jobs.is_empty()) else {
-        return claim_waiting(r.tx, r.p, queue, worker, terms, n).map(|(taken, _)| Some(taken));
-    };
-    r.tx.batch_execute("SAVEPOINT leasehold_claim")?;
-    let (mut taken, touched) = claim_waiting(r.tx, r.p, queue, worker, terms, n)?;
-    if touched.iter().any(|job| beside.jobs.contains(job)) {
-        // It took (or found exhausted) a job whose completion beside it is to be refused:
-        // as if that completion came first, it is refused before the job is taken again.
-        // Rolling back releases the row, which that completion may be waiting to lock.
-        r.tx.batch_execute("ROLLBACK TO SAVEPOINT leasehold_claim")?;
-        r.completions_committed();
-        taken = claim_waiting(r.tx, r.p, queue, worker, terms, n)?.0;
-    } else if !taken.more {
-        // (with more to take, the next step takes it before the completions go on)
-        beside.has_taken();
-        if taken.leases.len() < n {
-            r.completions_committed();
-            taken.more = true;
-        }
-    }
-    Ok(Some(taken))
-}
-
 /// One [`KEYED_CLAIM`] for up to `n` jobs of `queue`, under the queue's per-key limit:
 /// `None` where it could not decide for the most urgent job ([`protocol::next_claim`] takes
 /// it, and says why).
-fn claim_keyed(
+pub(crate) fn claim_keyed(
     r: &mut PgRecords<'_, '_, '_>,
     queue: &str,
     worker: &str,
@@ -472,7 +424,7 @@ fn granted(
 /// One [`CLAIM`] of up to `n` waiting jobs of `queue`. Jobs it found exhausted (and made
 /// dead) leave room for as many more: it then says there may be more. Returns what it
 /// took, and the ids of every job it took or made dead.
-fn claim_waiting(
+pub(crate) fn claim_waiting(
     tx: Tx<'_, '_>,
     p: &mut Prepared<'_>,
     queue: &str,
@@ -514,7 +466,7 @@ fn claim_waiting(
 }
 
 /// Completions committing beside a claim, in a transaction of their own (see
-/// [`take_waiting`]), as the claim's transaction sees them.
+/// `Records::take_waiting` in `records.rs`), as the claim's transaction sees them.
 pub(crate) struct Beside {
     /// The jobs being completed.
     pub jobs: std::collections::HashSet<i64>,
@@ -543,7 +495,7 @@ impl Beside {
 /// A claim's first look, in one statement: whether a lease of the queue has expired, the
 /// queue's record (all null without one), and whether jobs with a limit key wait in it. It
 /// locks nothing: a takeover locks its row when it takes it ([`FIRST_EXPIRED`]), after the
-/// claim has waited for the completions beside it (see [`take_waiting`]); a
+/// claim has waited for the completions beside it (see [`Beside`]); a
 /// lock taken here could be the row a completion committing beside the claim waits for.
 ///
 /// It runs before every claim, so it must stay an index lookup whatever the planner knows

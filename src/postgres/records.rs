@@ -147,6 +147,19 @@ impl Records for PgRecords<'_, '_, '_> {
         }
     }
 
+    /// [`fast::CLAIM`] where no job with a limit key waits, else [`fast::KEYED_CLAIM`].
+    ///
+    /// Beside completions of the same round committing in another transaction
+    /// ([`PgRecords::beside`]; the protocol has waited for them before deciding anything
+    /// they could change), the claim decides as if they had committed first. Taking waiting
+    /// jobs does not depend on them, with one exception: a job being completed that waits
+    /// in the queue (given back or taken back since), whose completion is to be refused.
+    /// Asking first which of them wait would put a lookup per completion on the claim's
+    /// critical path; so the claim takes what it would anyway, under a savepoint, and only
+    /// if it took one of them rolls back, waits, and claims again. Short, it waits for them
+    /// too: they may have readied jobs of this queue (the waiters they release), and a new
+    /// statement sees what committed before it began. A claim that fills its batch, as a
+    /// busy pool's does, never waits.
     fn take_waiting(
         &mut self,
         queue: &str,
@@ -155,10 +168,37 @@ impl Records for PgRecords<'_, '_, '_> {
         n: usize,
         look: &ClaimLook,
     ) -> Result<Option<Taken>> {
-        match self.shortcuts() {
-            true => fast::take_waiting(self, queue, worker, terms, n, look),
-            false => Ok(None),
+        if !self.shortcuts() {
+            return Ok(None);
         }
+        if look.keyed {
+            let per_key = look.record.as_ref().and_then(|q| q.limits.per_key);
+            return fast::claim_keyed(self, queue, worker, terms, n, per_key);
+        }
+        let claim = |r: &mut Self| fast::claim_waiting(r.tx, r.p, queue, worker, terms, n);
+        let Some(beside) = self.beside.clone().filter(|b| !b.jobs.is_empty()) else {
+            return claim(self).map(|(taken, _)| Some(taken));
+        };
+        self.tx.batch_execute("SAVEPOINT leasehold_claim")?;
+        let (mut taken, touched) = claim(self)?;
+        if touched.iter().any(|job| beside.jobs.contains(job)) {
+            // It took (or found exhausted) a job whose completion beside it is to be
+            // refused: as if that completion came first, it is refused before the job is
+            // taken again. Rolling back releases the row, which that completion may be
+            // waiting to lock.
+            self.tx
+                .batch_execute("ROLLBACK TO SAVEPOINT leasehold_claim")?;
+            self.completions_committed();
+            taken = claim(self)?.0;
+        } else if !taken.more {
+            // (with more to take, the next step takes it before the completions go on)
+            beside.has_taken();
+            if taken.leases.len() < n {
+                self.completions_committed();
+                taken.more = true;
+            }
+        }
+        Ok(Some(taken))
     }
 
     fn completions_committed(&mut self) {
