@@ -154,15 +154,66 @@ pub(crate) fn write<T: Send + 'static>(
         .map_err(|_| crate::error::Error::Internal("a write step answered with another type"))
 }
 
+/// Renews each lease of `beats` (with its holder's progress) in one write transaction of
+/// `store`: one answer per lease, or the error that failed the whole batch (nothing
+/// renewed).
+pub(crate) fn renew(
+    store: &(impl LeaseBackend + ?Sized),
+    beats: &[(&Lease, u64)],
+) -> Result<Vec<Result<Renewal>>> {
+    let leases: Vec<_> = beats.iter().map(|(l, p)| (l.holding(), *p)).collect();
+    let marks = store.marks_due(&mut beats.iter().map(|(l, _)| l.queue.as_str()));
+    write(store, move |r| {
+        let renewed = protocol::renew_batch(r, &leases)?;
+        r.mark_served(&marks)?;
+        Ok(renewed)
+    })
+}
+
+/// Ends the attempt of `lease` as its holder says, recording its last progress with it;
+/// the job's state after.
+pub(crate) fn end(
+    store: &(impl LeaseBackend + ?Sized),
+    lease: &Lease,
+    end: End,
+    progress: Option<u64>,
+) -> Result<JobState> {
+    let by = lease.holding();
+    write(store, move |r| protocol::end(r, by, &end, progress))
+}
+
+/// Completes the attempt of `lease` and claims the same worker's next job of its queue, in
+/// one write transaction of `store`.
+pub(crate) fn complete_then_claim(
+    store: &(impl LeaseBackend + ?Sized),
+    lease: &Lease,
+    output: &[u8],
+    progress: Option<u64>,
+    terms: LeaseTerms,
+) -> Result<Option<Lease>> {
+    // Checked before anything is written: a bad setting found by the claim after the
+    // completion wrote would fail the commit of its neighbours too.
+    crate::config::check_terms(&terms)?;
+    let (by, output) = (lease.holding(), output.to_vec());
+    let marks = store.marks_due(&mut std::iter::once(lease.queue.as_str()));
+    let (queue, worker) = (lease.queue.clone(), lease.worker.clone());
+    write(store, move |r| {
+        protocol::complete(r, by, &output, progress)?;
+        let claimed = protocol::claim_batch(r, &queue, &worker, terms, 1)?;
+        r.mark_served(&marks)?;
+        Ok(claimed.into_iter().next())
+    })
+}
+
 pub use crate::protocol::End;
 
 /// What an engine gives everything that runs on it, under the calls of [`JobStore`] (of
 /// which this is the hidden part): its write transactions ([`LeaseBackend::write_step`]),
-/// its plumbing (a clock that never fails, wake-ups, rounds of completions), and the few
-/// calls only a pool needs (the holder's last progress carried by an attempt's end). The
-/// calls are written here and in [`JobStore`] once, over the protocol; an engine overrides
-/// only what it does its own way (a round's commit, the application's writes), and takes
-/// its shortcuts as steps of its transaction ([`Records`]).
+/// its plumbing (a clock that never fails, wake-ups, a round's commit, the application's
+/// writes), and the hooks a pool calls as its attempts go (claimed, started, returned,
+/// ended). The calls over it are written once, over the protocol, in [`JobStore`] and in
+/// the functions above ([`renew`], [`end`], [`complete_then_claim`]); an engine takes its
+/// shortcuts as steps of its transaction ([`Records`]).
 pub trait LeaseBackend: Send + Sync + 'static {
     /// Runs `step` in one write transaction and commits it if it returns `Ok`; use
     /// [`write`].
@@ -226,43 +277,6 @@ pub trait LeaseBackend: Send + Sync + 'static {
     fn next_due(&self, queue: &str) -> Result<Option<StoreTime>>;
     /// The queues of `queues` whose served mark is due now (see [`crate::queue`]).
     fn marks_due(&self, queues: &mut dyn Iterator<Item = &str>) -> Vec<String>;
-    /// One answer per lease, or the error that failed the whole batch (nothing renewed).
-    fn renew_batch(&self, beats: &[(&Lease, u64)]) -> Result<Vec<Result<Renewal>>> {
-        let leases: Vec<_> = beats.iter().map(|(l, p)| (l.holding(), *p)).collect();
-        let marks = self.marks_due(&mut beats.iter().map(|(l, _)| l.queue.as_str()));
-        write(self, move |r| {
-            let renewed = protocol::renew_batch(r, &leases)?;
-            r.mark_served(&marks)?;
-            Ok(renewed)
-        })
-    }
-    /// Ends the attempt as its holder says, recording its last progress with it; the job's
-    /// state after.
-    fn end(&self, lease: &Lease, end: End, progress: Option<u64>) -> Result<JobState> {
-        let by = lease.holding();
-        write(self, move |r| protocol::end(r, by, &end, progress))
-    }
-    /// Completes the attempt and claims the same worker's next job of its queue, at once.
-    fn complete_then_claim(
-        &self,
-        lease: &Lease,
-        output: &[u8],
-        progress: Option<u64>,
-        terms: LeaseTerms,
-    ) -> Result<Option<Lease>> {
-        // Checked before anything is written: a bad setting found by the claim after the
-        // completion wrote would fail the commit of its neighbours too.
-        crate::config::check_terms(&terms)?;
-        let (by, output) = (lease.holding(), output.to_vec());
-        let marks = self.marks_due(&mut std::iter::once(lease.queue.as_str()));
-        let (queue, worker) = (lease.queue.clone(), lease.worker.clone());
-        write(self, move |r| {
-            protocol::complete(r, by, &output, progress)?;
-            let claimed = protocol::claim_batch(r, &queue, &worker, terms, 1)?;
-            r.mark_served(&marks)?;
-            Ok(claimed.into_iter().next())
-        })
-    }
     /// Completes `lease` with the application's `writes` in the same transaction; an engine
     /// with no tables of the application's (the store in memory) refuses them.
     fn complete_with_writes(

@@ -214,7 +214,7 @@ pub trait JobStore: ReadJobs + LeaseBackend {
     /// Renews `lease` by its length from now and records `progress`, if it is still held.
     /// [`Error::LeaseLost`] means stop working and commit nothing.
     fn heartbeat(&self, lease: &Lease, progress: u64) -> Result<Renewal> {
-        let mut answers = self.renew_batch(&[(lease, progress)])?;
+        let mut answers = crate::backend::renew(self, &[(lease, progress)])?;
         answers
             .pop()
             .unwrap_or(Err(Error::Internal("a renewal without its answer")))
@@ -223,7 +223,7 @@ pub trait JobStore: ReadJobs + LeaseBackend {
     /// Renews many leases in one transaction; one answer per lease, in order. A lost lease
     /// fails only its own entry; if the commit itself fails, every entry says so.
     fn heartbeat_batch(&self, beats: &[(&Lease, u64)]) -> Vec<Result<Renewal>> {
-        match self.renew_batch(beats) {
+        match crate::backend::renew(self, beats) {
             Ok(answers) => answers,
             Err(e) => {
                 let each = crate::error::shared_by_all(e);
@@ -234,8 +234,7 @@ pub trait JobStore: ReadJobs + LeaseBackend {
 
     /// Completes the attempt held by `lease` with `output`, if the lease still holds.
     fn complete(&self, lease: &Lease, output: &[u8]) -> Result<()> {
-        self.end(lease, End::Complete(output.to_vec()), None)
-            .map(|_| ())
+        crate::backend::end(self, lease, End::Complete(output.to_vec()), None).map(|_| ())
     }
 
     /// Completes many attempts in one commit, each its own unit: a completion that is
@@ -256,7 +255,7 @@ pub trait JobStore: ReadJobs + LeaseBackend {
         output: &[u8],
         terms: LeaseTerms,
     ) -> Result<Option<Lease>> {
-        self.complete_then_claim(lease, output, None, terms)
+        crate::backend::complete_then_claim(self, lease, output, None, terms)
     }
 
     /// Completes each of `done` as its own unit and, in the same commit, claims up to `n`
@@ -285,7 +284,7 @@ pub trait JobStore: ReadJobs + LeaseBackend {
     /// its retry budget lasts, else it is dead. Returns the job's new state.
     fn fail(&self, lease: &Lease, error: &str) -> Result<JobState> {
         let fail = End::Fail(error.to_owned(), Retry::WhileBudgetLasts);
-        self.end(lease, fail, None)
+        crate::backend::end(self, lease, fail, None)
     }
 
     /// Fails the attempt held by `lease` with a failure that running the job again cannot
@@ -295,7 +294,7 @@ pub trait JobStore: ReadJobs + LeaseBackend {
     /// (cancelled instead, if a cancel was requested meanwhile). [`JobStore::retry`] brings it
     /// back once something changed. Returns the job's new state.
     fn fail_permanently(&self, lease: &Lease, error: &str) -> Result<JobState> {
-        self.end(lease, End::Fail(error.to_owned(), Retry::Never), None)
+        crate::backend::end(self, lease, End::Fail(error.to_owned(), Retry::Never), None)
     }
 
     /// Ends the attempt held by `lease` as timed out
@@ -303,7 +302,7 @@ pub trait JobStore: ReadJobs + LeaseBackend {
     /// job's hard time limit itself ([`Lease::deadline`]; a pool does it for its handlers).
     /// Retried after a backoff while the budget lasts, else dead. Returns the job's new state.
     fn time_out(&self, lease: &Lease) -> Result<JobState> {
-        self.end(lease, End::TimeOut, None)
+        crate::backend::end(self, lease, End::TimeOut, None)
     }
 
     /// Puts the job held by `lease` off by `delay` ("not yet": a remote side asked to be
@@ -312,12 +311,12 @@ pub trait JobStore: ReadJobs + LeaseBackend {
     /// is claimable again `delay` from now, behind jobs that were due earlier. A cancel
     /// requested meanwhile wins. Returns the job's new state.
     fn snooze(&self, lease: &Lease, delay: Duration) -> Result<JobState> {
-        self.end(lease, End::Snooze(delay), None)
+        crate::backend::end(self, lease, End::Snooze(delay), None)
     }
 
     /// Gives the job back (graceful shutdown): claimable at once, no retry budget spent.
     fn release(&self, lease: &Lease) -> Result<()> {
-        self.end(lease, End::Release, None).map(|_| ())
+        crate::backend::end(self, lease, End::Release, None).map(|_| ())
     }
 
     /// Cancels a job. A waiting job is cancelled at once; a running one is flagged, its

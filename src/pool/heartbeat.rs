@@ -98,7 +98,7 @@ pub(crate) fn beat(shared: &Shared) {
     // could be past the leases they renewed (a thread descheduled between the two), and the
     // pool would count itself healthy while its leases ran out.
     let began = shared.store.clock();
-    match shared.store.renew_batch(&beats) {
+    match crate::backend::renew(&*shared.store, &beats) {
         Err(e) => {
             bump(&shared.counters.heartbeat_failures);
             tracing::warn!(queue = %shared.label, error = %e, leases = flights.len(), "renewal batch failed");

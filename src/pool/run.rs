@@ -69,7 +69,7 @@ fn give_back(shared: &Shared, flight: &Flight) {
 /// refused write to a worker, and nothing at shutdown, where the job may have finished).
 pub(crate) fn release(shared: &Shared, flight: &Flight) -> crate::error::Result<()> {
     let progress = Some(flight.state.progress());
-    let state = shared.store.end(&flight.lease, End::Release, progress)?;
+    let state = crate::backend::end(&*shared.store, &flight.lease, End::Release, progress)?;
     bump(&shared.counters.released);
     shared.ended(&flight.lease, Outcome::Released, state);
     Ok(())
@@ -83,7 +83,7 @@ pub(crate) fn release(shared: &Shared, flight: &Flight) -> crate::error::Result<
 pub(super) fn time_out(shared: &Shared, flight: &Flight) -> bool {
     let lease = &flight.lease;
     let progress = flight.state.started().then(|| flight.state.progress());
-    match shared.store.end(lease, End::TimeOut, progress) {
+    match crate::backend::end(&*shared.store, lease, End::TimeOut, progress) {
         Ok(state) => {
             let outcome = rules::time_out_outcome(lease.claimed_at, lease.deadline);
             shared.ended(lease, outcome, state);
@@ -207,7 +207,7 @@ fn run_one(shared: &Shared, flight: Flight, waited: bool) -> After {
         ) => commit_failure(shared, &flight, &message, retry, counter),
         (None, Verdict::Snooze(delay)) => {
             let progress = Some(flight.state.progress());
-            match shared.store.end(lease, End::Snooze(delay), progress) {
+            match crate::backend::end(&*shared.store, lease, End::Snooze(delay), progress) {
                 Ok(state) => {
                     bump(&shared.counters.snoozed);
                     shared.ended(lease, Outcome::Snoozed { delay }, state);
@@ -300,9 +300,14 @@ fn commit_success(shared: &Shared, flight: Flight, output: Output<AnyWrites>) ->
         None => match shared.claim_permit() {
             Some(_claiming) => {
                 let commit = || {
-                    shared
-                        .store
-                        .complete_then_claim(lease, &bytes, progress, shared.terms)
+                    let store = &*shared.store;
+                    crate::backend::complete_then_claim(
+                        store,
+                        lease,
+                        &bytes,
+                        progress,
+                        shared.terms,
+                    )
                 };
                 match shared.counters.commit_latency.time(commit) {
                     Ok(Some(next)) => {
@@ -316,7 +321,8 @@ fn commit_success(shared: &Shared, flight: Flight, output: Output<AnyWrites>) ->
             }
             None => {
                 let complete = End::Complete(bytes);
-                let commit = || shared.store.end(lease, complete, progress).map(|_| ());
+                let commit =
+                    || crate::backend::end(&*shared.store, lease, complete, progress).map(|_| ());
                 shared.counters.commit_latency.time(commit)
             }
         },
@@ -383,7 +389,7 @@ fn commit_failure(shared: &Shared, flight: &Flight, message: &str, retry: Retry,
     let progress = Some(flight.state.progress());
     let commit = || {
         let fail = End::Fail(message.to_owned(), retry);
-        shared.store.end(lease, fail, progress)
+        crate::backend::end(&*shared.store, lease, fail, progress)
     };
     match shared.counters.commit_latency.time(commit) {
         Ok(state) => {

@@ -251,7 +251,7 @@ where
     let verdict = match catch_unwind(AssertUnwindSafe(|| handler(&ctx))) {
         Ok(Ok(output)) => commit(store, &lease, crate::pool::any::<S>(output.into()))?,
         Ok(Err(e)) => match e.snoozed_for() {
-            Some(delay) => match store.end(&lease, End::Snooze(delay), None) {
+            Some(delay) => match crate::backend::end(store, &lease, End::Snooze(delay), None) {
                 Ok(_) => Verdict::Snoozed(delay),
                 Err(e) if e.is_lease_lost() => Verdict::Fenced,
                 Err(e) => return Err(e),
@@ -280,7 +280,7 @@ fn commit(
     let Output { bytes, writes } = output;
     let committed = match writes {
         Some(writes) => store.complete_with_writes(lease, &bytes, None, writes),
-        None => store.end(lease, End::Complete(bytes), None).map(|_| ()),
+        None => crate::backend::end(store, lease, End::Complete(bytes), None).map(|_| ()),
     };
     match committed {
         Ok(()) => Ok(Verdict::Committed),
@@ -307,7 +307,7 @@ fn fail_as(store: &dyn JobStore, lease: &Lease, verdict: Verdict, retry: Retry) 
         Verdict::Failed(m) | Verdict::Panicked(m) | Verdict::FailedPermanently(m) => m.as_str(),
         Verdict::Committed | Verdict::Fenced | Verdict::Snoozed(_) => "",
     };
-    match store.end(lease, End::Fail(message.to_owned(), retry), None) {
+    match crate::backend::end(store, lease, End::Fail(message.to_owned(), retry), None) {
         Ok(_) => Ok(verdict),
         Err(e) if e.is_lease_lost() => Ok(Verdict::Fenced),
         Err(e) => Err(e),
