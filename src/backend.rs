@@ -79,7 +79,7 @@ pub(crate) fn round_failed(n: usize, e: crate::error::Error) -> RoundResults {
 }
 
 /// A claim a round makes: of each queue up to its share of `plan`, what one cannot fill
-/// taken by the others ([`protocol::claim_plan`](crate::protocol::claim_plan)), for
+/// taken by the others ([`protocol::round_claim`](crate::protocol::round_claim)), for
 /// `worker` under `terms`. A pool of one queue asks one share.
 #[derive(Clone, Copy, Debug)]
 pub struct Claim<'a> {
@@ -329,10 +329,7 @@ pub trait LeaseBackend: Send + Sync + 'static {
             }
             let claimed = match &claim {
                 Some((plan, worker, terms, marks)) => {
-                    r.mark_served(marks)?;
-                    protocol::claim_plan(r, plan, |r, queue, n| {
-                        protocol::claim_batch(r, queue, worker, *terms, n)
-                    })?
+                    protocol::round_claim(r, plan, worker, *terms, marks)?
                 }
                 None => Vec::new(),
             };

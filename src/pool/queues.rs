@@ -7,7 +7,7 @@
 //! A queue a claim found short of work is *quiet*: no round asks it again until a commit
 //! gives it work (its wake-up generation moves) or its next job or lease expiry falls due,
 //! so an empty queue costs a pool's rounds no statement. What one queue cannot fill (empty,
-//! paused, at its limit) the others take in the same round (`protocol::claim_plan`).
+//! paused, at its limit) the others take in the same round (`protocol::round_claim`).
 
 use crate::error::{ConfigError, Result};
 use crate::ids::StoreTime;
@@ -385,7 +385,7 @@ mod tests {
             for round in 0..4000u64 {
                 p.wake(StoreTime(round), |_| 0);
                 let plan = p.plan(n);
-                // protocol::claim_plan: each its share, then what is left in plan order
+                // protocol::round_claim: each its share, then what is left in plan order
                 let mut got = std::collections::BTreeMap::new();
                 let mut left = 0;
                 for (queue, share) in &plan {

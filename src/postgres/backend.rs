@@ -12,7 +12,7 @@ use crate::clock::Stopwatch;
 use crate::error::{ConfigError, Result};
 use crate::ids::StoreTime;
 use crate::lease::Lease;
-use crate::protocol::{self, Records};
+use crate::protocol;
 
 /// How long a reading of the database's clock serves before the next is taken.
 const CLOCK_READING_SERVES: Duration = Duration::from_millis(500);
@@ -185,19 +185,8 @@ impl PgStore {
                     worker,
                     terms,
                 }) => {
-                    // Only a round's first queue is claimed beside the completions: they
-                    // are waited for before another's, since what the first claim signals
-                    // is only what it has taken.
-                    let mut first = beside;
-                    let claimed = protocol::claim_plan(r, plan, |r, queue, n| {
-                        match first.take() {
-                            Some(beside) => r.beside = Some(beside.clone()),
-                            None => r.completions_committed(),
-                        }
-                        protocol::claim_batch(r, queue, worker, terms, n)
-                    })?;
-                    fast::mark_served(r, &marks)?;
-                    claimed
+                    r.beside = beside.cloned();
+                    protocol::round_claim(r, plan, worker, terms, &marks)?
                 }
                 None => Vec::new(),
             };

@@ -103,8 +103,8 @@ pub(crate) fn claim_batch(
 /// A pool's claim over its queues: each queue of `plan` up to its share, in order; then
 /// what some could not fill (empty, paused, at a limit) taken by the others that gave all
 /// of theirs (or had none to give), in the same order. `claim` claims up to so many jobs of
-/// one queue ([`claim_batch`], or an engine's shortcut for it).
-pub(crate) fn claim_plan<R: ?Sized>(
+/// one queue.
+fn claim_plan<R: ?Sized>(
     r: &mut R,
     plan: &[(String, usize)],
     mut claim: impl FnMut(&mut R, &str, usize) -> Result<Vec<Lease>>,
@@ -132,6 +132,29 @@ pub(crate) fn claim_plan<R: ?Sized>(
         leases.extend(got);
     }
     Ok(leases)
+}
+
+/// A round's claim, after its completions: [`claim_plan`] of [`claim_batch`]es for
+/// `worker` under `terms`, then `marks` (the queues whose served mark is due) marked served.
+/// Each queue after the first waits for the completions committing beside the claim
+/// ([`Records::completions_committed`]): what the first queue's claim says it has taken is
+/// only what it has taken.
+pub(crate) fn round_claim(
+    r: &mut (impl Records + ?Sized),
+    plan: &[(String, usize)],
+    worker: &str,
+    terms: LeaseTerms,
+    marks: &[String],
+) -> Result<Vec<Lease>> {
+    let mut first = true;
+    let claimed = claim_plan(r, plan, |r, queue, n| {
+        if !std::mem::take(&mut first) {
+            r.completions_committed();
+        }
+        claim_batch(r, queue, worker, terms, n)
+    })?;
+    r.mark_served(marks)?;
+    Ok(claimed)
 }
 
 /// The next claim of a batch, inputs checked and room counted, under the queue's `limits`.

@@ -47,7 +47,7 @@ pub use attempt::End;
 #[cfg(feature = "postgres")]
 pub(crate) use attempt::complete_many;
 pub(crate) use attempt::{Stages, complete, end, expire, renew_batch};
-pub(crate) use claim::{claim_batch, claim_job, claim_plan};
+pub(crate) use claim::{claim_batch, claim_job, round_claim};
 pub(crate) use group::{cancel_group, enqueue_members, open_group, seal_group};
 pub(crate) use operate::{
     cancel, declare_queue, declare_schedule, edit, enqueue, enqueue_batch, fire_schedules,

@@ -37,11 +37,7 @@ impl Store {
             let marks = self.marks_due(&mut claim.queues());
             let (plan, worker, terms) = (claim.plan.to_vec(), claim.worker.to_owned(), claim.terms);
             ops.push(Box::new(move |tx| {
-                let claimed = protocol::claim_plan(tx, &plan, |tx, queue, n| {
-                    protocol::claim_batch(tx, queue, &worker, terms, n)
-                })?;
-                mark_all(tx, &marks)?;
-                Ok(claimed)
+                protocol::round_claim(tx, &plan, &worker, terms, &marks)
             }));
         }
         let mut results = self.inner.group.run_all(self, ops);
@@ -259,13 +255,4 @@ impl Committer for Store {
         self.inner.hub.publish(events);
         Ok(true)
     }
-}
-
-/// Writes the served marks that were due (see [`crate::queue`]), after the operation they
-/// ride on succeeded: a refusal then has written nothing, and shares its commit safely.
-fn mark_all(tx: &mut Tx<'_>, queues: &[String]) -> Result<()> {
-    for queue in queues {
-        protocol::mark_served(tx, queue)?;
-    }
-    Ok(())
 }
