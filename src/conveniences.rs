@@ -22,7 +22,7 @@ macro_rules! conveniences {
                 worker: &str,
                 terms: impl Into<crate::lease::LeaseTerms>,
             ) -> crate::error::Result<Option<crate::lease::Lease>> {
-                <$store as crate::job_store::JobStore>::claim(self, queue, worker, terms.into())
+                crate::job_store::JobStore::claim(self, queue, worker, terms.into())
             }
 
             /// [`JobStore::claim_job`](crate::JobStore::claim_job), the terms a
@@ -33,7 +33,7 @@ macro_rules! conveniences {
                 worker: &str,
                 terms: impl Into<crate::lease::LeaseTerms>,
             ) -> crate::error::Result<Option<crate::lease::Lease>> {
-                <$store as crate::job_store::JobStore>::claim_job(self, job, worker, terms.into())
+                crate::job_store::JobStore::claim_job(self, job, worker, terms.into())
             }
 
             /// [`JobStore::claim_batch`](crate::JobStore::claim_batch), the terms a
@@ -45,13 +45,7 @@ macro_rules! conveniences {
                 terms: impl Into<crate::lease::LeaseTerms>,
                 n: usize,
             ) -> crate::error::Result<Vec<crate::lease::Lease>> {
-                <$store as crate::job_store::JobStore>::claim_batch(
-                    self,
-                    queue,
-                    worker,
-                    terms.into(),
-                    n,
-                )
+                crate::job_store::JobStore::claim_batch(self, queue, worker, terms.into(), n)
             }
 
             /// [`JobStore::complete_and_claim`](crate::JobStore::complete_and_claim), the
@@ -63,12 +57,7 @@ macro_rules! conveniences {
                 output: &[u8],
                 terms: impl Into<crate::lease::LeaseTerms>,
             ) -> crate::error::Result<Option<crate::lease::Lease>> {
-                <$store as crate::job_store::JobStore>::complete_and_claim(
-                    self,
-                    lease,
-                    output,
-                    terms.into(),
-                )
+                crate::job_store::JobStore::complete_and_claim(self, lease, output, terms.into())
             }
 
             /// [`JobStore::enqueue_batch`](crate::JobStore::enqueue_batch) of any iterator
@@ -77,10 +66,7 @@ macro_rules! conveniences {
                 &self,
                 jobs: impl IntoIterator<Item = crate::new_job::NewJob>,
             ) -> crate::error::Result<Vec<crate::ids::JobId>> {
-                <$store as crate::job_store::JobStore>::enqueue_batch(
-                    self,
-                    jobs.into_iter().collect(),
-                )
+                crate::job_store::JobStore::enqueue_batch(self, jobs.into_iter().collect())
             }
         }
     };
