@@ -1051,17 +1051,30 @@ fn append(log: &Path, line: &str) {
     (&file).write_all(format!("{line}\n").as_bytes()).unwrap();
 }
 
-/// Stops `child` (SIGSTOP) and waits until the kernel says it is stopped: it writes nothing
-/// more, and holds what it held (its lock too, so nobody takes its leases back yet).
+/// Stops `child` (SIGSTOP) and waits until the kernel says every thread of it is stopped: it
+/// writes nothing more, and holds what it held (its lock too, so nobody takes its leases
+/// back yet). Every thread, not the process's first: a group stop reaches each thread on its
+/// own way back to user space, so a handler's thread still inside its `write` when the first
+/// thread stopped can log a start after the test's `killed` line, and the verdict would
+/// count that killed handler as running for good (a run on a loaded machine once found a
+/// tenant at three, which this explains; 22 runs since, alone and beside others, did not).
 fn stop(child: &Child) {
     let pid = child.id();
     // SAFETY: kill(2) with a pid of our own child and a valid signal.
     assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGSTOP) }, 0);
-    wait_until("the process to stop", || {
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let stopped = |stat: &str| {
         // the state is the field after the command's closing parenthesis
         let state = stat.rsplit_once(')').map(|(_, rest)| rest.trim_start());
         state.is_some_and(|s| s.starts_with('T') || s.starts_with('t'))
+    };
+    wait_until("every thread of the process to stop", || {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+            return false;
+        };
+        tasks.flatten().all(|task| {
+            // (a thread that ended meanwhile has no stat to read: it writes nothing)
+            std::fs::read_to_string(task.path().join("stat")).map_or(true, |s| stopped(&s))
+        })
     });
 }
 
