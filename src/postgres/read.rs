@@ -235,8 +235,12 @@ FROM (SELECT 1) AS one LEFT JOIN {s}.leasehold_queues q ON q.queue = $1"
 );
 
 /// The next time something in `queue` may become claimable without a commit: the earliest
-/// due time of a waiting job or expiry (as indexed: at or before the real one) of a lease;
-/// while the queue has no room, when it may have some ([`crate::rules::next_look`]).
+/// due time of a waiting job or expiry (as indexed: at or before the real one) of a lease,
+/// or the first time a limit key's rate window opens again; while the queue has no room,
+/// when it may have some ([`crate::rules::next_look`]). The statement reads its inputs:
+/// the earlier of the first two times, the store's time, the running jobs (only where the
+/// queue has a record, whose limits may count them), the earliest key gate, the queue's
+/// record.
 ///
 /// One statement, so that it can run outside a transaction ([`super::PgStore`]'s
 /// `alone`): an idle pool asks it after each look.
