@@ -3,7 +3,7 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use super::transaction::PgRecords;
+use super::transaction::{Beside, PgRecords};
 use super::{PgStore, fast, read};
 use crate::backend::AnyWrites;
 use crate::backend::Completion;
@@ -26,7 +26,7 @@ enum Side<'a> {
     Alone,
     /// The claim (queue, worker, terms, how many), beside completions in another
     /// transaction if given.
-    Claim(Claim<'a>, Option<&'a std::sync::Arc<fast::Beside>>),
+    Claim(Claim<'a>, Option<&'a std::sync::Arc<Beside>>),
     /// Only completions, beside a claim in another transaction: one written one by one
     /// locks its job's row with the fence, and a job given back since, which waits, is one
     /// the claim could take; locked, the claim would pass over it (`SKIP LOCKED`) instead
@@ -75,7 +75,7 @@ impl PgStore {
             let (committed, settled) = crossbeam_channel::bounded::<()>(0);
             // Dropped when the claim has taken what it takes without waiting (or is about to
             // wait, or has ended or unwound): the completions' one-by-one writes, which lock
-            // rows the claim could take, then go on (see [`fast::Beside`]).
+            // rows the claim could take, then go on (see [`Beside`]).
             let (taking, taken) = crossbeam_channel::bounded::<()>(0);
             let completing = scope.spawn(move || {
                 let _committed = committed;
@@ -84,7 +84,7 @@ impl PgStore {
                 };
                 self.complete_each_and_claim(done, Side::BesideClaim(&claim_has_taken))
             });
-            let beside = std::sync::Arc::new(fast::Beside {
+            let beside = std::sync::Arc::new(Beside {
                 jobs,
                 taking: parking_lot::Mutex::new(Some(taking)),
                 committed: settled,

@@ -465,37 +465,10 @@ pub(crate) fn claim_waiting(
     Ok((taken, touched))
 }
 
-/// Completions committing beside a claim, in a transaction of their own (see
-/// `Records::take_waiting` in `records.rs`), as the claim's transaction sees them.
-pub(crate) struct Beside {
-    /// The jobs being completed.
-    pub jobs: std::collections::HashSet<i64>,
-    /// Dropped when the claim has taken the waiting jobs it takes: until then the
-    /// completions lock no row it could take (one refused would be passed over, not taken
-    /// first).
-    pub taking: parking_lot::Mutex<Option<crossbeam_channel::Sender<()>>>,
-    /// Disconnected when the completions' transaction has ended.
-    pub committed: crossbeam_channel::Receiver<()>,
-}
-
-impl Beside {
-    /// Says the claim has taken the waiting jobs it takes.
-    pub(crate) fn has_taken(&self) {
-        drop(self.taking.lock().take());
-    }
-
-    /// Returns once the completions' transaction has ended (saying first that the claim has
-    /// taken what it takes: it waits for them now).
-    pub(crate) fn settle(&self) {
-        self.has_taken();
-        let _ = self.committed.recv();
-    }
-}
-
 /// A claim's first look, in one statement: whether a lease of the queue has expired, the
 /// queue's record (all null without one), and whether jobs with a limit key wait in it. It
 /// locks nothing: a takeover locks its row when it takes it ([`FIRST_EXPIRED`]), after the
-/// claim has waited for the completions beside it (see [`Beside`]); a
+/// claim has waited for the completions beside it (see `PgRecords::beside`); a
 /// lock taken here could be the row a completion committing beside the claim waits for.
 ///
 /// It runs before every claim, so it must stay an index lookup whatever the planner knows

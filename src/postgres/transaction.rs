@@ -1,7 +1,8 @@
 //! One transaction of a [`super::PgStore`], as the protocol and the shortcuts see it: the
 //! transaction, its prepared statements, and what it gathers until it commits (the queues
-//! it readied, its events, its store time). `records.rs` makes it the protocol's records;
-//! `fast.rs` runs its own statements on it.
+//! it readied, its events, its store time), and, for a round's claim, the completions
+//! committing beside it in another transaction ([`Beside`]). `records.rs` makes it the
+//! protocol's records; `fast.rs` runs its own statements on it.
 
 use std::collections::BTreeSet;
 
@@ -53,7 +54,7 @@ pub(crate) struct PgRecords<'a, 'b, 'c> {
     /// The completions of this transaction's round committing beside it, in another
     /// transaction, until it has waited for them
     /// ([`crate::protocol::Records::completions_committed`]).
-    pub(super) beside: Option<std::sync::Arc<super::fast::Beside>>,
+    pub(super) beside: Option<std::sync::Arc<Beside>>,
 }
 
 impl<'a, 'b, 'c> PgRecords<'a, 'b, 'c> {
@@ -117,6 +118,33 @@ impl<'a, 'b, 'c> PgRecords<'a, 'b, 'c> {
 
     pub(super) fn get(&mut self, template: &'static str) -> Result<postgres::Statement> {
         self.p.get(self.tx, template)
+    }
+}
+
+/// Completions committing beside a claim, in a transaction of their own (see
+/// `Records::take_waiting` in `records.rs`), as the claim's transaction sees them.
+pub(crate) struct Beside {
+    /// The jobs being completed.
+    pub jobs: std::collections::HashSet<i64>,
+    /// Dropped when the claim has taken the waiting jobs it takes: until then the
+    /// completions lock no row it could take (one refused would be passed over, not taken
+    /// first).
+    pub taking: parking_lot::Mutex<Option<crossbeam_channel::Sender<()>>>,
+    /// Disconnected when the completions' transaction has ended.
+    pub committed: crossbeam_channel::Receiver<()>,
+}
+
+impl Beside {
+    /// Says the claim has taken the waiting jobs it takes.
+    pub(crate) fn has_taken(&self) {
+        drop(self.taking.lock().take());
+    }
+
+    /// Returns once the completions' transaction has ended (saying first that the claim has
+    /// taken what it takes: it waits for them now).
+    pub(crate) fn settle(&self) {
+        self.has_taken();
+        let _ = self.committed.recv();
     }
 }
 
