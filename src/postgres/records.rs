@@ -25,6 +25,7 @@ use crate::new_job::NewJob;
 use crate::protocol::{
     ClaimLook, Completed, Inserted, NamedRecords, Policy, Position, Records, Taken,
 };
+use crate::queue::QueueLimits;
 use crate::rules::{self, claim_order_sql, key_order_sql};
 use crate::stats::Counters;
 use crate::workflow::{GroupRecord, Target};
@@ -166,14 +167,14 @@ impl Records for PgRecords<'_, '_, '_> {
         worker: &str,
         terms: LeaseTerms,
         n: usize,
-        look: &ClaimLook,
+        limits: &QueueLimits,
+        keyed: bool,
     ) -> Result<Option<Taken>> {
         if !self.shortcuts() {
             return Ok(None);
         }
-        if look.keyed {
-            let per_key = look.record.as_ref().and_then(|q| q.limits.per_key);
-            return fast::claim_keyed(self, queue, worker, terms, n, per_key);
+        if keyed {
+            return fast::claim_keyed(self, queue, worker, terms, n, limits.per_key);
         }
         let claim = |r: &mut Self| fast::claim_waiting(r.tx, r.p, queue, worker, terms, n);
         let Some(beside) = self.beside.clone().filter(|b| !b.jobs.is_empty()) else {

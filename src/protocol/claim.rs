@@ -70,7 +70,7 @@ pub(crate) fn claim_batch(
     while leases.len() < n {
         let taken = match rated_keys {
             true => None,
-            false => r.take_waiting(queue, worker, terms, n - leases.len(), &look)?,
+            false => r.take_waiting(queue, worker, terms, n - leases.len(), &limits, look.keyed)?,
         };
         let Some(taken) = taken else {
             match next_claim(r, queue, worker, terms, &limits, &mut false)? {

@@ -18,7 +18,7 @@ use crate::ids::{Attempt, GroupId, JobId, StoreTime};
 use crate::job::{JobRecord, Outcome, RunRecord};
 use crate::lease::{Holding, Lease, LeaseTerms};
 use crate::new_job::NewJob;
-use crate::queue::{KeyRecord, QueueRecord};
+use crate::queue::{KeyRecord, QueueLimits, QueueRecord};
 use crate::rules;
 use crate::schedule::ScheduleRecord;
 use crate::state::JobState;
@@ -169,18 +169,19 @@ pub trait Records: NamedRecords {
         Ok(ClaimLook::maybe(self.queue(queue, false)?))
     }
     /// Grants up to `n` waiting, due jobs of `queue` in one step, as [`super::next_claim`]
-    /// would one by one where no lease of the queue has expired, under the queue's per-key
-    /// limits (`look` is what [`Records::claim_look`] found). `None` where the
-    /// engine has no such step, or cannot decide for the next job (its key without room,
-    /// its attempt counter exhausted): the protocol takes that one by its own steps. The
-    /// default is `None`.
+    /// would one by one where no lease of the queue has expired, under the queue's `limits`
+    /// (as the claim read them) where `keyed` (jobs with a limit key may wait, as
+    /// [`Records::claim_look`] found). `None` where the engine has no such step, or cannot
+    /// decide for the next job (its key without room, its attempt counter exhausted): the
+    /// protocol takes that one by its own steps. The default is `None`.
     fn take_waiting(
         &mut self,
         _queue: &str,
         _worker: &str,
         _terms: LeaseTerms,
         _n: usize,
-        _look: &ClaimLook,
+        _limits: &QueueLimits,
+        _keyed: bool,
     ) -> Result<Option<Taken>> {
         Ok(None)
     }
