@@ -157,7 +157,7 @@ impl PgStore {
                     Ok(())
                 } else if batched && batchable(c) {
                     // In the statement and not completed by it: the fence says why.
-                    protocol::complete(r, by, &c.output, progress)
+                    protocol::complete_by_steps(r, by, &c.output, progress)
                 } else if let Some(writes) = &mut c.writes {
                     let end = (by, c.output.as_slice(), progress);
                     self.complete_with_writes_in(

@@ -82,6 +82,18 @@ pub(crate) fn complete(
     if !complete_many(r, &[(by, output, progress)])?.is_empty() {
         return Ok(());
     }
+    complete_by_steps(r, by, output, progress)
+}
+
+/// [`complete`] by the protocol's own steps, the fence first: for a completion the engine's
+/// one step ([`Records::complete_fenced`]) already passed over, whose refusal the fence
+/// says (its output within the size limit).
+pub(crate) fn complete_by_steps(
+    r: &mut (impl Records + ?Sized),
+    by: Holding,
+    output: &[u8],
+    progress: Option<u64>,
+) -> Result<()> {
     let job = fence(r, by, Write::End)?;
     let now = r.now()?;
     store_end(r, &job, rules::complete(&job, progress, now))?;

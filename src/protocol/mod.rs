@@ -44,9 +44,9 @@ use std::time::Duration;
 
 pub(crate) use crate::rules::Stage;
 pub use attempt::End;
-#[cfg(feature = "postgres")]
-pub(crate) use attempt::complete_many;
 pub(crate) use attempt::{Stages, complete, end, expire, renew_batch};
+#[cfg(feature = "postgres")]
+pub(crate) use attempt::{complete_by_steps, complete_many};
 pub(crate) use claim::{claim_batch, claim_job, round_claim};
 pub(crate) use group::{cancel_group, enqueue_members, open_group, seal_group};
 pub(crate) use operate::{
