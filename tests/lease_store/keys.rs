@@ -301,12 +301,18 @@ fn a_bad_limit_key_or_per_key_limit_is_refused_and_nothing_is_written(kind: Kind
     assert_eq!(f.stats().unwrap().total(JobState::Queued), 0);
 }
 
-fn a_rate_per_key_allows_so_many_claims_of_each_key_in_any_window(kind: Kind) {
+/// A store whose queue allows each key `claims` claims in any `per`.
+fn rated(kind: Kind, claims: u32, per: Duration) -> Backend {
     let f = kind.open();
     f.declare_queue(Q).unwrap();
-    let minute = Duration::from_secs(60);
-    f.set_queue_limits(Q, QueueLimits::none().per_key_rate(2, minute))
+    f.set_queue_limits(Q, QueueLimits::none().per_key_rate(claims, per))
         .unwrap();
+    f
+}
+
+fn a_rate_per_key_allows_so_many_claims_of_each_key_in_any_window(kind: Kind) {
+    let minute = Duration::from_secs(60);
+    let f = rated(kind, 2, minute);
     for i in 0..4 {
         f.enqueue(job("a", &format!("a{i}"))).unwrap();
         f.enqueue(job("b", &format!("b{i}"))).unwrap();
@@ -394,11 +400,8 @@ fn a_filter_by_state_finds_a_keys_parked_jobs_and_a_bulk_cancel_takes_them_all(k
 }
 
 fn an_idle_pool_looks_again_when_a_keys_rate_window_opens_unless_its_queue_has_no_room(kind: Kind) {
-    let f = kind.open();
-    f.declare_queue(Q).unwrap();
     let window = Duration::from_secs(30);
-    f.set_queue_limits(Q, QueueLimits::none().per_key_rate(1, window))
-        .unwrap();
+    let f = rated(kind, 1, window);
     f.enqueue(job("a", "a0")).unwrap();
     f.enqueue(job("a", "a1")).unwrap();
     let a0 = f.claim(Q, "w", lease()).unwrap().unwrap();
