@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::ids::{JobId, StoreTime};
+use crate::ids::{GroupId, JobId, StoreTime};
 use crate::job::JobRecord;
 use crate::state::JobState;
 
@@ -27,6 +27,9 @@ pub struct JobFilter {
     pub unchanged_for: Option<Duration>,
     /// Only jobs with a greater id: the cursor of a listing read page by page.
     pub after: Option<JobId>,
+    /// Only the members of this group ([`crate::NewGroup`]): its callbacks, which wait for
+    /// it, are not members ([`crate::Group::waiters`] names them).
+    pub group: Option<GroupId>,
 }
 
 impl JobFilter {
@@ -59,6 +62,7 @@ impl JobFilter {
         self.queue.as_ref().is_none_or(|q| *q == job.queue)
             && self.state.is_none_or(|s| s == job.state)
             && self.after.is_none_or(|after| job.id > after)
+            && self.group.is_none_or(|g| job.flow.group == Some(g))
             && self
                 .unchanged_for
                 .is_none_or(|d| now.saturating_since(job.updated_at) >= d)

@@ -729,6 +729,9 @@ pub fn group(db: &Path, json: bool, id: u64, act: super::GroupAction) -> Result<
         g.members(),
         g.members() - (succeeded + dead + cancelled)
     );
+    if g.members() > 0 {
+        println!("(list them: leasehold jobs --group {})", group.0);
+    }
     for (w, state) in waiters {
         println!("waited for by job {w} ({state})");
     }

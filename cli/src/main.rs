@@ -137,6 +137,9 @@ pub struct Selection {
     /// Only jobs unchanged for at least this long (a dead job: dead this long).
     #[arg(long, value_parser = parse_duration)]
     older_than: Option<Duration>,
+    /// Only the members of this group (not its callbacks: `group` names those).
+    #[arg(long, value_name = "GROUP")]
+    group: Option<u64>,
 }
 
 impl Selection {
@@ -147,6 +150,7 @@ impl Selection {
             state: self.state,
             metadata: self.metadata.clone(),
             unchanged_for: self.older_than,
+            group: self.group.map(leasehold::GroupId),
             ..leasehold::JobFilter::default()
         }
     }
@@ -162,6 +166,9 @@ impl Selection {
         }
         for (k, v) in &self.metadata {
             parts.push(format!("{k}={v}"));
+        }
+        if let Some(g) = self.group {
+            parts.push(format!("members of group {g}"));
         }
         if let Some(d) = self.older_than {
             parts.push(format!("unchanged for {}", humantime::format_duration(d)));
@@ -232,7 +239,7 @@ enum Command {
         #[arg(long, value_enum, default_value_t = SortArg::Oldest)]
         sort: SortArg,
         /// Only the jobs that wait for this job (`NewJob::after`), oldest first.
-        #[arg(long, value_name = "JOB", conflicts_with_all = ["queue", "state", "metadata", "older_than"])]
+        #[arg(long, value_name = "JOB", conflicts_with_all = ["queue", "state", "metadata", "older_than", "group"])]
         waiting_on: Option<u64>,
     },
     /// A group of jobs: sealed or open, its members' ends so far, how it ended, and the jobs
@@ -271,7 +278,7 @@ enum Command {
     /// ones), after saying how many and asking (or with --yes).
     Retry {
         /// The job id.
-        #[arg(conflicts_with_all = ["queue", "state", "metadata", "older_than", "yes"])]
+        #[arg(conflicts_with_all = ["queue", "state", "metadata", "older_than", "group", "yes"])]
         job: Option<u64>,
         #[command(flatten)]
         bulk: operate::Bulk,
@@ -280,10 +287,10 @@ enum Command {
     /// job id, every job the selection names, after saying how many and asking (or with
     /// --yes).
     #[command(group(clap::ArgGroup::new("which").required(true).multiple(true)
-        .args(["job", "queue", "state", "metadata", "older_than"])))]
+        .args(["job", "queue", "state", "metadata", "older_than", "group"])))]
     Cancel {
         /// The job id.
-        #[arg(conflicts_with_all = ["queue", "state", "metadata", "older_than", "yes"])]
+        #[arg(conflicts_with_all = ["queue", "state", "metadata", "older_than", "group", "yes"])]
         job: Option<u64>,
         #[command(flatten)]
         bulk: operate::Bulk,

@@ -167,6 +167,15 @@ fn show_jobs_and_group_say_what_waits_for_what_and_how_far_a_group_got() {
         text.contains("2 members: 0 succeeded, 0 dead, 0 cancelled, 2 not ended"),
         "{text}"
     );
+    assert!(
+        text.contains(&format!("leasehold jobs --group {}", group.0)),
+        "{text}"
+    );
+    let members = t.json(&["jobs", "--group", &group.0.to_string()]);
+    let ids: Vec<u64> = (members.as_array().unwrap().iter())
+        .map(|j| j["id"].as_u64().unwrap())
+        .collect();
+    assert_eq!(ids, vec![3, 4], "its members, not its callback (2)");
     let cancelled = t.ok(&["group", &group.0.to_string(), "--cancel"]);
     assert!(cancelled.contains("3 jobs cancelled"), "{cancelled}");
     assert!(cancelled.contains("ended cancelled"), "{cancelled}");

@@ -14,8 +14,10 @@ use crate::backend::AnyWrites;
 use crate::clock::RealDeadline;
 use crate::error::Error;
 use crate::ids::{Attempt, JobId, StoreTime};
+use crate::job_store::ReadJobs;
 use crate::lease::Lease;
 use crate::rules::Retry;
+use crate::workflow::{Group, Target};
 
 /// Why a handler is asked to stop. Whatever it returns afterwards is not committed (except
 /// where noted): its lease is gone or going.
@@ -204,15 +206,38 @@ impl AttemptState {
 /// stall timeout loses its lease. Check [`checkpoint`](JobContext::checkpoint) between
 /// steps: once the lease is lost nothing the handler returns will be committed, so further
 /// work is wasted.
-#[derive(Clone, Debug)]
+///
+/// A handler in a workflow reads what it needs through it, with no store handle of its
+/// own: [`dependency_outputs`](JobContext::dependency_outputs) for the results of the jobs it
+/// waits for, [`group`](JobContext::group) for its group (a member's, or the group a
+/// callback waits for).
+#[derive(Clone)]
 pub struct JobContext {
     lease: Lease,
     state: Arc<AttemptState>,
+    store: Arc<dyn ReadJobs>,
+}
+
+impl fmt::Debug for JobContext {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("JobContext")
+            .field("lease", &self.lease)
+            .field("state", &self.state)
+            .finish_non_exhaustive()
+    }
 }
 
 impl JobContext {
-    pub(crate) fn new(lease: Lease, state: Arc<AttemptState>) -> JobContext {
-        JobContext { lease, state }
+    pub(crate) fn new(
+        lease: Lease,
+        state: Arc<AttemptState>,
+        store: Arc<dyn ReadJobs>,
+    ) -> JobContext {
+        JobContext {
+            lease,
+            state,
+            store,
+        }
     }
 
     #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
@@ -243,6 +268,33 @@ impl JobContext {
     /// The lease this attempt runs under, as granted.
     pub fn lease(&self) -> &Lease {
         &self.lease
+    }
+
+    /// The outputs of the jobs this job waits for ([`crate::NewJob::after`]), in the order
+    /// it names them, read from the store now: `None` for one with no output (not
+    /// succeeded, an empty output, or purged). A group it waits for is not among them: its
+    /// members are listed by [`crate::JobFilter::group`]. The same as
+    /// [`ReadJobs::dependency_outputs`] of this job.
+    pub fn dependency_outputs(&self) -> crate::error::Result<Vec<(JobId, Option<Vec<u8>>)>> {
+        self.store.dependency_outputs(self.lease.job)
+    }
+
+    /// This job's group, read from the store now: the group it is a member of
+    /// ([`crate::NewGroup`]), or, for a job that waits for a group (a callback), the first
+    /// group it waits for; `None` for neither. A callback reads there how its group ended
+    /// ([`Group::outcome`], [`Group::ended`]).
+    pub fn group(&self) -> crate::error::Result<Option<Group>> {
+        let Some(job) = self.store.job(self.lease.job)? else {
+            return Err(Error::JobNotFound(self.lease.job));
+        };
+        let awaited = job.needs().iter().find_map(|n| match n.on() {
+            Target::Group(g) => Some(g),
+            _ => None,
+        });
+        match job.group().or(awaited) {
+            Some(group) => self.store.group(group),
+            None => Ok(None),
+        }
     }
 
     /// Sets the progress counter (any change counts as progress).

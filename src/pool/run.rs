@@ -145,7 +145,11 @@ fn run_one(shared: &Shared, flight: Flight, waited: bool) -> After {
         unstarted(shared, &flight, why);
         return After::Finished;
     }
-    let ctx = JobContext::new(flight.lease.clone(), flight.state.clone());
+    let ctx = JobContext::new(
+        flight.lease.clone(),
+        flight.state.clone(),
+        shared.store.clone(),
+    );
     shared.store.started(&flight.lease);
     let watch = Stopwatch::start();
     let ran = catch_unwind(AssertUnwindSafe(|| (shared.handler)(&ctx)));

@@ -37,7 +37,7 @@ const LIST: &str = concat!(
 WHERE ($1::text IS NULL OR queue = $1) AND ($2::text IS NULL OR state = $2)
     AND metadata @> $4::text[]
     AND ($5::bigint IS NULL OR updated_at <= {now} - $5::bigint * interval '1 microsecond')
-    AND ($6::bigint IS NULL OR id > $6)"
+    AND ($6::bigint IS NULL OR id > $6) AND ($7::bigint IS NULL OR grp = $7)"
 );
 
 /// Jobs matching `filter`, in its order (for operators and tools).
@@ -93,9 +93,18 @@ pub(crate) fn list(
     let metadata = super::rows::metadata_column(&filter.metadata);
     let unchanged = filter.unchanged_for.map(super::rows::micros);
     let after = filter.after.map(super::rows::key);
+    let group = filter.group.map(|g| i64::try_from(g.0).unwrap_or(i64::MAX));
     let rows = tx.query(
         &sql,
-        &[&filter.queue, &state, &limit, &metadata, &unchanged, &after],
+        &[
+            &filter.queue,
+            &state,
+            &limit,
+            &metadata,
+            &unchanged,
+            &after,
+            &group,
+        ],
     )?;
     let mut jobs = Vec::with_capacity(rows.len());
     for row in &rows {

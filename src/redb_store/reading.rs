@@ -370,9 +370,19 @@ pub(crate) fn list(read: &ReadTransaction, filter: &JobFilter, now: StoreTime) -
 /// The ids of every job that can pass `filter`, from an index, where its state has one that
 /// holds only jobs in that state: `expiry` for running jobs, `ready` and `keyed` for waiting
 /// ones (`ready` holds only those in the claim order: a keyed job parked behind its key's
-/// head is in `keyed` alone; all keyed by queue first). `None`: no index narrows it; read
-/// the records.
+/// head is in `keyed` alone; all keyed by queue first), or, first, `members` for a group's
+/// (a group is smaller than a state). `None`: no index narrows it; read the records.
 fn indexed_candidates(read: &ReadTransaction, filter: &JobFilter) -> Result<Option<Vec<u64>>> {
+    if let Some(group) = filter.group {
+        let Some(members) = optional(read, schema::MEMBERS)? else {
+            return Ok(Some(Vec::new()));
+        };
+        let entries = members.range((group.0, 0u64)..=(group.0, u64::MAX))?;
+        return entries
+            .map(|e| Ok(e?.0.value().1))
+            .collect::<Result<_>>()
+            .map(Some);
+    }
     let queue = filter.queue.as_deref();
     let ids = match filter.state {
         Some(JobState::Running) => {

@@ -48,6 +48,7 @@ pub use postgres::TestPgStore;
 use std::ops::Deref;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::backend::End;
@@ -190,7 +191,10 @@ impl TestStore {
         O: Into<Output<crate::redb_store::RedbWrites>>,
     {
         match self.claim(queue, TestStore::WORKER, TestStore::LEASE)? {
-            Some(lease) => run_claimed::<Store, _, _>(self.store(), lease, handler).map(Some),
+            Some(lease) => {
+                let store = Arc::new(self.store().clone());
+                run_claimed::<Store, _, _>(store, lease, handler).map(Some)
+            }
             None => Ok(None),
         }
     }
@@ -241,13 +245,18 @@ fn past_expiry(job: Option<&Job>, lease: &Lease, now: StoreTime) -> Duration {
 /// Runs `handler` on the claimed `lease` on this thread and commits its result through
 /// `store` as a pool does: the output and its writes through the fence, or the error as the
 /// attempt's failure.
-fn run_claimed<S, H, O>(store: &dyn JobStore, lease: Lease, handler: H) -> Result<Ran>
+fn run_claimed<S, H, O>(store: Arc<dyn JobStore>, lease: Lease, handler: H) -> Result<Ran>
 where
     S: crate::engine::Engine,
     H: FnOnce(&JobContext) -> std::result::Result<O, JobError>,
     O: Into<Output<S::Writes>>,
 {
-    let ctx = JobContext::new(lease.clone(), AttemptState::new(lease.expires_at));
+    let ctx = JobContext::new(
+        lease.clone(),
+        AttemptState::new(lease.expires_at),
+        store.clone(),
+    );
+    let store = &*store;
     let verdict = match catch_unwind(AssertUnwindSafe(|| handler(&ctx))) {
         Ok(Ok(output)) => commit(store, &lease, crate::pool::any::<S>(output.into()))?,
         Ok(Err(e)) => match e.snoozed_for() {

@@ -94,7 +94,10 @@ impl TestPgStore {
     {
         let worker = super::TestStore::WORKER;
         match self.store.claim(queue, worker, super::TestStore::LEASE)? {
-            Some(lease) => run_claimed::<PgStore, _, _>(&self.store, lease, handler).map(Some),
+            Some(lease) => {
+                let store = std::sync::Arc::new(self.store.clone());
+                run_claimed::<PgStore, _, _>(store, lease, handler).map(Some)
+            }
             None => Ok(None),
         }
     }

@@ -2,7 +2,8 @@
 //! transaction, never by a fenced-out holder, never twice, never left waiting.
 
 use leasehold::{
-    Error, InputError, JobId, JobState, MAX_DEPENDENCIES, NewGroup, NewJob, Require, Target,
+    Error, InputError, JobFilter, JobId, JobOrder, JobState, MAX_DEPENDENCIES, NewGroup, NewJob,
+    Require, Target,
 };
 
 use crate::on_both::{Backend, Kind, LEASE, Q, lease};
@@ -31,6 +32,7 @@ crate::on_both::on_both!(
     a_dependency_a_claim_finds_exhausted_dies_and_cancels_its_waiters,
     a_group_runs_every_callback_it_was_given_and_refuses_more_than_its_waiters_allow,
     a_waiter_declared_after_its_group_ended_runs_and_is_listed_among_its_waiters,
+    a_groups_listing_names_its_members_alone_in_any_state_and_pages_through_them,
 );
 
 /// Each `on_complete` and `on_success` adds a callback (a second used to replace the first
@@ -551,4 +553,65 @@ fn a_member_cannot_have_a_unique_key(kind: Kind) {
         f.enqueue(NewJob::new(Q, "m").unique_key("k").in_group(group)),
         Err(Error::Input(InputError::MemberWithUniqueKey))
     ));
+}
+
+/// `JobFilter::group` lists a group's members, whatever their state or queue, with the
+/// filter's other conditions and its cursor: not the group's callbacks, not another
+/// group's members, not a job outside any group.
+fn a_groups_listing_names_its_members_alone_in_any_state_and_pages_through_them(kind: Kind) {
+    let f = kind.open();
+    let callback = NewJob::new("done", "cb");
+    let (group, members) = f
+        .enqueue_group(
+            NewGroup::new().on_complete(callback),
+            vec![
+                NewJob::new(Q, "a"),
+                NewJob::new("other", "b"),
+                NewJob::new(Q, "c"),
+            ],
+        )
+        .unwrap();
+    let (_, strangers) = f
+        .enqueue_group(NewGroup::new(), vec![NewJob::new(Q, "x")])
+        .unwrap();
+    let alone = f.enqueue(NewJob::new(Q, "alone")).unwrap();
+    let l = f.claim("other", "w", lease()).unwrap().unwrap();
+    f.complete(&l, b"").unwrap();
+    let ids = |filter: JobFilter| -> Vec<JobId> {
+        f.jobs(&filter).unwrap().iter().map(|j| j.id()).collect()
+    };
+    let of_group = JobFilter {
+        group: Some(group),
+        ..JobFilter::default()
+    };
+    assert_eq!(ids(of_group.clone()), members);
+    assert!(!members.contains(&alone) && !members.contains(&strangers[0]));
+    let succeeded = JobFilter {
+        state: Some(JobState::Succeeded),
+        ..of_group.clone()
+    };
+    assert_eq!(ids(succeeded), vec![members[1]]);
+    let waiting = JobFilter {
+        state: Some(JobState::Queued),
+        queue: Some(Q.into()),
+        ..of_group.clone()
+    };
+    assert_eq!(ids(waiting), vec![members[0], members[2]]);
+    let newest = JobFilter {
+        order: JobOrder::Newest,
+        limit: Some(1),
+        ..of_group.clone()
+    };
+    assert_eq!(ids(newest), vec![members[2]]);
+    let page = JobFilter {
+        after: Some(members[0]),
+        limit: Some(1),
+        ..of_group
+    };
+    assert_eq!(ids(page), vec![members[1]]);
+    let unknown = JobFilter {
+        group: Some(leasehold::GroupId(group.0 + 100)),
+        ..JobFilter::default()
+    };
+    assert!(ids(unknown).is_empty());
 }

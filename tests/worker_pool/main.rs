@@ -23,6 +23,7 @@ mod queues;
 mod renewals;
 #[cfg(feature = "serde")]
 mod typed;
+mod workflow;
 
 use std::time::Duration;
 

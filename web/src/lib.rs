@@ -12,7 +12,7 @@
 //! | path | what |
 //! |---|---|
 //! | `GET /` | queues with counts by state, throughput and failures over the last minutes, leases held (by which process, where processes share a file), the oldest waiting job, the most overdue lease |
-//! | `GET /jobs?queue=&state=&meta=k=v&order=&limit=&after=` | jobs, filtered, a page at a time |
+//! | `GET /jobs?queue=&state=&meta=k=v&group=&order=&limit=&after=` | jobs, filtered, a page at a time |
 //! | `GET /jobs/{id}` | one job: its record, lease, metadata, payload size, what it waits for and what waits for it, and run history |
 //! | `GET /groups/{id}` | one group: sealed or open, its members' ends, how it ended, its callbacks |
 //! | `POST /jobs/{id}/cancel`, `/jobs/{id}/retry`, `/jobs/{id}/promote?attempt=N` | actions: each asks for confirmation first (a promote, "run now", only if the job is still at the attempt the page showed) |

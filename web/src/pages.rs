@@ -132,7 +132,7 @@ pub(crate) fn jobs(inner: &Inner, query: &[(String, String)]) -> PageResult {
          <input name=\"meta\" placeholder=\"key=value\" value=\"{}\"> \
          <select name=\"order\"><option value=\"oldest\">oldest first</option>\
          <option value=\"newest\"{}>newest first</option></select> \
-         <button type=\"submit\">Filter</button></form>",
+         {}<button type=\"submit\">Filter</button></form>",
         inner.base,
         escape(listing.queue.as_deref().unwrap_or("")),
         escape(
@@ -147,6 +147,11 @@ pub(crate) fn jobs(inner: &Inner, query: &[(String, String)]) -> PageResult {
         } else {
             ""
         },
+        // (a group's listing stays one when the form filters it further)
+        listing.group.map_or(String::new(), |g| format!(
+            "<input type=\"hidden\" name=\"group\" value=\"{}\"> ",
+            g.0
+        )),
     );
 
     let mut t = Table::new(
@@ -225,7 +230,15 @@ pub(crate) fn group(inner: &Inner, id: leasehold::GroupId) -> PageResult {
     if let Some(at) = group.finished_at() {
         row("ended", relative(at, now));
     }
-    row("members", group.members().to_string());
+    row(
+        "members",
+        format!(
+            "<a href=\"{}/jobs?group={}\">{}</a>",
+            inner.base,
+            id.0,
+            group.members()
+        ),
+    );
     row("succeeded", succeeded.to_string());
     row("dead", dead.to_string());
     row("cancelled", cancelled.to_string());

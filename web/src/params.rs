@@ -77,13 +77,14 @@ pub(crate) fn state(name: &str) -> Result<JobState, WebError> {
 }
 
 /// The filters of the job listing, as the page links them: `queue`, `state`, `meta` (as
-/// `key=value`, repeatable), `after` (the last id of the previous page), `limit`, `order`
-/// (`oldest` or `newest`).
+/// `key=value`, repeatable), `group` (a group's members), `after` (the last id of the
+/// previous page), `limit`, `order` (`oldest` or `newest`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Listing {
     pub queue: Option<String>,
     pub state: Option<JobState>,
     pub meta: Vec<(String, String)>,
+    pub group: Option<leasehold::GroupId>,
     pub after: Option<JobId>,
     pub limit: usize,
     pub newest_first: bool,
@@ -115,6 +116,7 @@ impl Listing {
                     };
                     l.meta.push((key.to_owned(), value.to_owned()));
                 }
+                "group" => l.group = Some(group_id(v)?),
                 "after" => l.after = Some(job_id(v)?),
                 "id" => l.id = Some(job_id(v.trim())?),
                 "limit" => {
@@ -169,8 +171,9 @@ impl Listing {
                 false => JobOrder::Oldest,
             },
             metadata: self.meta.clone(),
-            unchanged_for: None,
             after: self.after,
+            group: self.group,
+            ..JobFilter::default()
         }
     }
 
@@ -185,6 +188,9 @@ impl Listing {
         }
         for (k, v) in &self.meta {
             q.append_pair("meta", &format!("{k}={v}"));
+        }
+        if let Some(group) = self.group {
+            q.append_pair("group", &group.0.to_string());
         }
         if self.limit != DEFAULT_LIMIT {
             q.append_pair("limit", &self.limit.to_string());

@@ -98,6 +98,22 @@ fn a_jobs_page_links_what_it_waits_for_and_a_groups_page_shows_its_progress(kind
     let g = expect(get(&page, &format!("/groups/{}", group.0)), StatusCode::OK);
     assert!(g.contains("ended <span class=\"state succeeded\">"), "{g}");
     assert!(g.contains("<td>succeeded</td><td>1</td>"), "{g}");
+    let members_link = format!("<a href=\"/jobs?group={}\">1</a>", group.0);
+    assert!(g.contains(&members_link), "{g}");
+    let members = expect(
+        get(&page, &format!("/jobs?group={}", group.0)),
+        StatusCode::OK,
+    );
+    let listed = |html: &str, id: leasehold::JobId| {
+        html.contains(&format!("href=\"/jobs/{id}\"", id = id.0))
+    };
+    assert!(listed(&members, clips[0]), "{members}");
+    assert!(!listed(&members, capture), "not a member: {members}");
+    assert!(
+        members.contains(&format!("name=\"group\" value=\"{}\"", group.0)),
+        "the filter form keeps the group: {members}"
+    );
+    expect(get(&page, "/jobs?group=0"), StatusCode::BAD_REQUEST);
     expect(get(&page, "/groups/999"), StatusCode::NOT_FOUND);
     expect(get(&page, "/groups/x"), StatusCode::BAD_REQUEST);
 }
