@@ -204,6 +204,11 @@ pub(crate) fn check_worker(worker: &str) -> Result<(), InputError> {
     check_bounded("worker id", worker, limits::MAX_WORKER_ID, bad)
 }
 
+pub(crate) fn check_group_key(key: &str) -> Result<(), InputError> {
+    let bad = |len, max| InputError::BadGroupKey { len, max };
+    check_bounded("group key", key, limits::MAX_UNIQUE_KEY, bad)
+}
+
 pub(crate) fn check_unique_key(key: &str) -> Result<(), InputError> {
     let bad = |len, max| InputError::BadUniqueKey { len, max };
     check_bounded("unique key", key, limits::MAX_UNIQUE_KEY, bad)

@@ -127,8 +127,13 @@ pub trait JobStore: ReadJobs + LeaseBackend {
     /// [`JobStore::seal_group`]. The group ends (and its callbacks become claimable, each
     /// exactly once) when it is sealed and every member has ended; the end that completes
     /// it releases them in its own transaction.
+    /// With a key ([`NewGroup::key`]), a group the key already names is answered instead,
+    /// and nothing is made.
     fn open_group(&self, group: NewGroup) -> Result<GroupId> {
-        write(self, move |r| protocol::open_group(r, &group))
+        write(self, move |r| match protocol::keyed_group(r, &group)? {
+            Some(made) => Ok(made),
+            None => protocol::open_group(r, &group),
+        })
     }
 
     /// Seals a group: no job joins it any more. A sealed group whose members have all ended
@@ -138,13 +143,18 @@ pub trait JobStore: ReadJobs + LeaseBackend {
     }
 
     /// Opens a group, adds `members` and seals it, all in one transaction (or nothing, on
-    /// any error): the group's id and its members' ids, in order.
+    /// any error): the group's id and its members' ids, in order. With a key
+    /// ([`NewGroup::key`]), a group the key already names is answered instead (its id and
+    /// its members' ids, oldest first), and nothing is made.
     fn enqueue_group(
         &self,
         group: NewGroup,
         members: Vec<NewJob>,
     ) -> Result<(GroupId, Vec<JobId>)> {
         write(self, move |r| {
+            if let Some(made) = protocol::keyed_group(r, &group)? {
+                return Ok((made, r.members(made)?));
+            }
             let id = protocol::open_group(r, &group)?;
             let ids = protocol::enqueue_members(r, id, &members)?;
             protocol::seal_group(r, id)?;

@@ -63,6 +63,7 @@ struct State {
     counters: Counters,
     next_id: u64,
     groups: BTreeMap<GroupId, GroupRecord>,
+    group_keys: BTreeMap<String, GroupId>,
     next_group: u64,
     last_pass: Option<ReaperPass>,
 }
@@ -218,6 +219,13 @@ impl Records for Tx<'_> {
     }
     fn save_group(&mut self, group: &GroupRecord) -> Result<()> {
         self.s.groups.insert(group.id, group.clone());
+        Ok(())
+    }
+    fn group_of_key(&mut self, key: &str) -> Result<Option<GroupId>> {
+        Ok(self.s.group_keys.get(key).copied())
+    }
+    fn save_group_key(&mut self, key: &str, group: GroupId) -> Result<()> {
+        self.s.group_keys.insert(key.to_owned(), group);
         Ok(())
     }
 }

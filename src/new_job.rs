@@ -196,6 +196,7 @@ impl NewJob {
 pub struct NewGroup {
     pub(crate) on_complete: Vec<NewJob>,
     pub(crate) on_success: Vec<NewJob>,
+    pub(crate) key: Option<String>,
 }
 
 impl NewGroup {
@@ -215,6 +216,18 @@ impl NewGroup {
     /// not. Each call adds one more.
     pub fn on_success(mut self, job: NewJob) -> NewGroup {
         self.on_success.push(job);
+        self
+    }
+
+    /// The group's key, which makes opening it idempotent: while a group made with `key`
+    /// exists (a group's record is kept after it ends), opening another with the same key
+    /// makes nothing and answers the first one: [`crate::JobStore::open_group`] its id,
+    /// [`crate::JobStore::enqueue_group`] its id and its members' ids. An application that
+    /// retries an enqueue whose answer it lost (a timeout, a crash, a dropped connection)
+    /// gets one group, not two. The first group stands as it was made: the callbacks and
+    /// members of a later call are not compared with it. 1 to 256 bytes, no NUL.
+    pub fn key(mut self, key: impl Into<String>) -> NewGroup {
+        self.key = Some(key.into());
         self
     }
 }

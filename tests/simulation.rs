@@ -174,6 +174,8 @@ struct Sim {
     /// The process instance the workers' leases are granted to; a new one after each death.
     instance: u64,
     tally: Tally,
+    /// Each group's key and what its enqueue answered.
+    keyed: Vec<(String, (leasehold::GroupId, Vec<JobId>))>,
 }
 
 fn open(dir: &tempfile::TempDir, clock: &ManualClock, instance: u64) -> Store {
@@ -248,6 +250,7 @@ impl Sim {
             generation: 0,
             instance: 1,
             tally: Tally::default(),
+            keyed: Vec::new(),
         }
     }
 
@@ -340,10 +343,14 @@ impl Sim {
                     }
                 })
                 .collect();
+            let key = format!("order-{g}");
             let callbacks = NewGroup::new()
+                .key(&key)
                 .on_complete(NewJob::new(QUEUE, format!("g{g} complete")))
                 .on_success(NewJob::new(QUEUE, format!("g{g} succeeded")));
-            (self.store().enqueue_group(callbacks, members)).map_err(|e| e.to_string())?;
+            let made =
+                (self.store().enqueue_group(callbacks, members)).map_err(|e| e.to_string())?;
+            self.keyed.push((key, made));
         }
         let mut prev = JobId(1 + self.rng.below(plain));
         for i in 0..self.rng.below(5) {
@@ -352,6 +359,27 @@ impl Sim {
         }
         let stats = self.store().stats().map_err(|e| e.to_string())?;
         Ok(stats.queues.values().map(|q| q.total()).sum())
+    }
+
+    /// The application, restarted, enqueues its groups again, not knowing whether its
+    /// first enqueues committed: each key answers its first group and makes nothing (a job
+    /// made would never let the run's count of succeeded jobs match).
+    fn enqueue_groups_again(&mut self) -> Result<(), String> {
+        for (key, made) in &self.keyed {
+            let again = NewGroup::new()
+                .key(key)
+                .on_complete(NewJob::new(QUEUE, "a second callback"));
+            let members = vec![NewJob::new(QUEUE, "a second member")];
+            match self.store().enqueue_group(again, members) {
+                Ok(answer) if answer == *made => {}
+                other => {
+                    return Err(format!(
+                        "group {key} enqueued again: {other:?}, first {made:?}"
+                    ));
+                }
+            }
+        }
+        Ok(())
     }
 
     fn faults(&mut self) -> Result<(), String> {
@@ -407,6 +435,7 @@ impl Sim {
             // the process restarts: the store is reopened and every worker starts afresh
             self.tally.restarts += 1;
             self.reopen();
+            self.enqueue_groups_again()?;
             for (_, w) in &mut self.workers {
                 *w = Worker::Idle;
             }

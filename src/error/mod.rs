@@ -462,6 +462,14 @@ pub enum InputError {
         /// The limit.
         max: usize,
     },
+    /// A group key must be non-empty and short.
+    #[error("group key must be 1 to {max} bytes, got {len}")]
+    BadGroupKey {
+        /// Its length.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
     /// A limit key must be non-empty and short.
     #[error("limit key must be 1 to {max} bytes, got {len}")]
     BadLimitKey {

@@ -683,6 +683,26 @@ impl Records for PgRecords<'_, '_, '_> {
         Ok(())
     }
 
+    fn group_of_key(&mut self, key: &str) -> Result<Option<GroupId>> {
+        // Two openings of one key, at once on two connections, are one after the other: the
+        // second reads the key once the first has committed (read committed).
+        let lock = self.get(
+            "SELECT pg_advisory_xact_lock(hashtextextended('leasehold group {s} ' || $1, 0))",
+        )?;
+        self.tx.execute(&lock, &[&key])?;
+        let st = self.get("SELECT grp FROM {s}.leasehold_group_keys WHERE key = $1")?;
+        let found = self.tx.query_opt(&st, &[&key])?;
+        found
+            .map(|row| Ok(GroupId(u64::try_from(row.col::<i64>(0)?).unwrap_or(0))))
+            .transpose()
+    }
+
+    fn save_group_key(&mut self, key: &str, group: GroupId) -> Result<()> {
+        let st = self.get("INSERT INTO {s}.leasehold_group_keys (key, grp) VALUES ($1, $2)")?;
+        self.tx.execute(&st, &[&key, &clamp(group.0)])?;
+        Ok(())
+    }
+
     fn try_job(&mut self, job: JobId) -> Result<Option<JobRecord>> {
         let st = self.get(concat!(
             "SELECT ",

@@ -35,8 +35,10 @@ use crate::error::Result;
 /// schedules' records in codec format 5. Version 7 adds each lease's token (`since_7`),
 /// which the fence compares, and the server timeline the store last wrote on (the
 /// `timeline` key of `leasehold_meta`: see `timeline.rs`); version 6 builds would grant
-/// leases without a token, and are refused.
-pub const VERSION: u32 = 7;
+/// leases without a token, and are refused. Version 8 adds the keys of keyed groups
+/// (`since_8`, [`crate::NewGroup::key`]); a version 7 build would make a second group of a
+/// key, and is refused.
+pub const VERSION: u32 = 8;
 
 /// The tables version 2 added, made by a new store and by the upgrade from version 1 alike:
 /// each queue's record (pause, limits, the rate window, the served mark) and each periodic
@@ -150,6 +152,19 @@ ALTER TABLE {s}.leasehold_jobs ADD COLUMN IF NOT EXISTS lease_token bigint NOT N
             time_functions!(),
             add_job!()
         )
+    };
+}
+
+/// What version 8 added, made by a new store and by the upgrade alike: the key each keyed
+/// group was made with.
+macro_rules! since_8 {
+    () => {
+        "
+CREATE TABLE IF NOT EXISTS {s}.leasehold_group_keys (
+    key text PRIMARY KEY,
+    grp bigint NOT NULL
+);
+"
     };
 }
 
@@ -367,6 +382,7 @@ CREATE TABLE {s}.leasehold_counters (name text PRIMARY KEY, value bigint NOT NUL
     since_5!(),
     since_6!(),
     since_7!(),
+    since_8!(),
     r#"
 INSERT INTO {s}.leasehold_counters (name, value) VALUES
     ('reclaimed_by_reaper', 0), ('reclaimed_by_takeover', 0), ('reclaimed_at_open', 0),
@@ -518,6 +534,9 @@ pub(crate) fn prepare(client: &mut Client, names: &Names, create: bool) -> Resul
     if upgraded.is_some_and(|v| v <= 6) {
         tx.batch_execute(&names.sql(since_7!()))?;
         super::timeline::record(&mut tx, names)?;
+    }
+    if upgraded.is_some_and(|v| v <= 7) {
+        tx.batch_execute(&names.sql(since_8!()))?;
     }
     super::schema_check::check_tables(&mut tx, &names.schema)?;
     if let Some(older) = upgraded {

@@ -13,8 +13,25 @@ use crate::rules;
 use crate::state::JobState;
 use crate::workflow::Target;
 
+/// The group `new`'s key already names, if it has a key and one does ([`NewGroup::key`]):
+/// opening it again makes nothing. The key is held until the transaction ends, so two
+/// openings of one key are one after the other.
+pub(crate) fn keyed_group(
+    r: &mut (impl Records + ?Sized),
+    new: &NewGroup,
+) -> Result<Option<GroupId>> {
+    match &new.key {
+        Some(key) => {
+            crate::input::check_group_key(key)?;
+            r.group_of_key(key)
+        }
+        None => Ok(None),
+    }
+}
+
 /// Opens a group with its callbacks, each a job blocked until the group ends
-/// ([`NewGroup`]). Returns the group's id.
+/// ([`NewGroup`]), and keeps its key. Returns the group's id. (A keyed group is looked up
+/// first: [`keyed_group`].)
 pub(crate) fn open_group(r: &mut (impl Records + ?Sized), new: &NewGroup) -> Result<GroupId> {
     rules::check_callbacks(new)?;
     let max_payload = r.policy().max_payload;
@@ -27,6 +44,9 @@ pub(crate) fn open_group(r: &mut (impl Records + ?Sized), new: &NewGroup) -> Res
     }
     let now = r.now()?;
     let id = r.insert_group(rules::new_group(GroupId(0), now))?;
+    if let Some(key) = &new.key {
+        r.save_group_key(key, id)?;
+    }
     for (job, any_end) in callbacks {
         let require = match any_end {
             true => crate::workflow::Require::any_end(),

@@ -328,6 +328,12 @@ pub trait Records: NamedRecords {
     fn insert_group(&mut self, group: GroupRecord) -> Result<GroupId>;
     /// Stores a group's record.
     fn save_group(&mut self, group: &GroupRecord) -> Result<()>;
+    /// The group made with key `key` ([`crate::NewGroup::key`]), if any; the key held for
+    /// writing where writers run side by side (two openings of one key are one after the
+    /// other).
+    fn group_of_key(&mut self, key: &str) -> Result<Option<GroupId>>;
+    /// Keeps `key` as the key of the new group `group`.
+    fn save_group_key(&mut self, key: &str, group: GroupId) -> Result<()>;
 }
 
 /// The records an engine keeps by name beside its jobs, in the same transaction: each

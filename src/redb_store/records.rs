@@ -258,6 +258,20 @@ impl Records for Tx<'_> {
         Ok(())
     }
 
+    fn group_of_key(&mut self, key: &str) -> Result<Option<GroupId>> {
+        Ok(self
+            .tables
+            .group_keys()?
+            .get(key)?
+            .map(|id| GroupId(id.value())))
+    }
+
+    fn save_group_key(&mut self, key: &str, group: GroupId) -> Result<()> {
+        self.tables.group_keys()?.insert(key, group.0)?;
+        self.tally.writes += 1;
+        Ok(())
+    }
+
     fn first_of_key(&mut self, queue: &str, key: &str) -> Result<Option<JobId>> {
         let range = (queue, key, 0u64, 0u64)..=(queue, key, u64::MAX, u64::MAX);
         let first = self.tables.keyed()?.range(range)?.next().transpose()?;

@@ -22,6 +22,7 @@
 //! | `waits` | (dependency, waiter) | () | which job waits for which (a job's dependencies never change once stored) |
 //! | `members` | (group, member) | () | each group's members |
 //! | `groups` | group id | [`GroupRecord`](crate::workflow::GroupRecord) record | each group: sealed, its members' counts, when it ended, what waits for it |
+//! | `group_keys` | group key | group id | the key each keyed group was made with ([`NewGroup::key`](crate::NewGroup::key)); added without a new version: a build that does not know it leaves it alone and cannot make it wrong, since no build removes a group |
 //! | `keyed` | (queue, limit key, run_at, job) | () | waiting jobs with a limit key, in their key's order, parked or not |
 //! | `limit_keys` | (queue, limit key) | [`KeyRecord`](crate::queue::KeyRecord) record | each limit key's running jobs, head and rate window |
 //! | `key_gates` | (queue, opens_at, limit key) | () | limit keys whose rate window is spent, by when it has room again (a pure function of `limit_keys`) |
@@ -81,6 +82,8 @@ pub(crate) const WAITS: TableDefinition<(u64, u64), ()> = TableDefinition::new("
 pub(crate) const MEMBERS: TableDefinition<(u64, u64), ()> =
     TableDefinition::new("leasehold.members");
 pub(crate) const GROUPS: TableDefinition<u64, &[u8]> = TableDefinition::new("leasehold.groups");
+pub(crate) const GROUP_KEYS: TableDefinition<&str, u64> =
+    TableDefinition::new("leasehold.group_keys");
 pub(crate) const KEYED: TableDefinition<(&str, &str, u64, u64), ()> =
     TableDefinition::new("leasehold.keyed");
 pub(crate) const LIMIT_KEYS: TableDefinition<(&str, &str), &[u8]> =

@@ -51,6 +51,7 @@ pub(crate) struct Tables<'t> {
     waits: Option<Table<'t, (u64, u64), ()>>,
     members: Option<Table<'t, (u64, u64), ()>>,
     groups: Option<Table<'t, u64, &'static [u8]>>,
+    group_keys: Option<Table<'t, &'static str, u64>>,
     /// Limit keys' index and records, opened likewise.
     keyed: Option<KeyedTable<'t>>,
     limit_keys: Option<Table<'t, (&'static str, &'static str), &'static [u8]>>,
@@ -85,6 +86,7 @@ impl<'t> Tables<'t> {
             waits: None,
             members: None,
             groups: None,
+            group_keys: None,
             keyed: None,
             limit_keys: None,
             key_gates: None,
@@ -122,6 +124,11 @@ impl<'t> Tables<'t> {
     /// The groups' records (opened on first use).
     pub(crate) fn groups(&mut self) -> Result<&mut Table<'t, u64, &'static [u8]>> {
         opened(&mut self.groups, self.txn, schema::GROUPS)
+    }
+
+    /// The keyed groups' ids, by key (opened on first use).
+    pub(crate) fn group_keys(&mut self) -> Result<&mut Table<'t, &'static str, u64>> {
+        opened(&mut self.group_keys, self.txn, schema::GROUP_KEYS)
     }
 
     /// Waiting jobs with a limit key, by (queue, key, run_at, job) (opened on first use).

@@ -33,6 +33,8 @@ crate::on_both::on_both!(
     a_group_runs_every_callback_it_was_given_and_refuses_more_than_its_waiters_allow,
     a_waiter_declared_after_its_group_ended_runs_and_is_listed_among_its_waiters,
     a_groups_listing_names_its_members_alone_in_any_state_and_pages_through_them,
+    a_group_key_answers_a_repeated_enqueue_with_the_first_group_and_makes_nothing,
+    openings_of_one_group_key_at_once_make_one_group,
 );
 
 /// Each `on_complete` and `on_success` adds a callback (a second used to replace the first
@@ -614,4 +616,105 @@ fn a_groups_listing_names_its_members_alone_in_any_state_and_pages_through_them(
         ..JobFilter::default()
     };
     assert!(ids(unknown).is_empty());
+}
+
+/// An enqueue retried after its answer was lost gets the first group, its members and
+/// callbacks as first made, and writes nothing; so does an `open_group` of the key, also
+/// after the group ended. A bad key is refused before anything is written.
+fn a_group_key_answers_a_repeated_enqueue_with_the_first_group_and_makes_nothing(kind: Kind) {
+    let f = kind.open();
+    let order = || {
+        NewGroup::new()
+            .key("order-42")
+            .on_success(NewJob::new("done", "cb"))
+    };
+    let (group, members) = f
+        .enqueue_group(order(), vec![NewJob::new(Q, "a"), NewJob::new(Q, "b")])
+        .unwrap();
+    let jobs = || f.jobs(&JobFilter::default()).unwrap().len();
+    assert_eq!(jobs(), 3, "two members and a callback");
+    let again = f
+        .enqueue_group(order(), vec![NewJob::new(Q, "other")])
+        .unwrap();
+    assert_eq!(again, (group, members.clone()));
+    assert_eq!(jobs(), 3, "nothing made");
+    let g = f.group(group).unwrap().unwrap();
+    assert_eq!((g.members(), g.waiters().len()), (2, 1));
+    assert_eq!(f.open_group(order()).unwrap(), group);
+    let other = f.open_group(NewGroup::new().key("order-43")).unwrap();
+    assert_ne!(other, group);
+    while let Some(l) = f.claim(Q, "w", lease()).unwrap() {
+        f.complete(&l, b"").unwrap();
+    }
+    assert_eq!(
+        f.group(group).unwrap().unwrap().outcome(),
+        Some(JobState::Succeeded)
+    );
+    assert_eq!(f.enqueue_group(order(), vec![]).unwrap(), (group, members));
+    let refused = |key: &str| {
+        let members = vec![NewJob::new(Q, "x")];
+        match f.enqueue_group(NewGroup::new().key(key), members) {
+            Err(Error::Input(e)) => e,
+            other => panic!("{key:?}: {other:?}"),
+        }
+    };
+    assert!(matches!(
+        refused(""),
+        InputError::BadGroupKey { len: 0, .. }
+    ));
+    assert!(matches!(
+        refused(&"k".repeat(257)),
+        InputError::BadGroupKey { len: 257, .. }
+    ));
+    assert!(matches!(
+        refused("a\0b"),
+        InputError::NulByte {
+            what: "group key",
+            ..
+        }
+    ));
+    assert_eq!(jobs(), 3, "nothing written by a refusal");
+}
+
+/// Threads opening one key at once (on PostgreSQL, each with a handle of its own) get one
+/// group between them, with one set of members: in each of many rounds, all started
+/// together.
+fn openings_of_one_group_key_at_once_make_one_group(kind: Kind) {
+    let f = kind.open();
+    const THREADS: usize = 6;
+    const ROUNDS: usize = 25;
+    let start = std::sync::Barrier::new(THREADS);
+    let answers: Vec<Vec<_>> = std::thread::scope(|s| {
+        let each: Vec<_> = (0..THREADS)
+            .map(|i| {
+                // (on PostgreSQL, each as another machine: a handle of its own)
+                let store = f.another_machine().unwrap_or_else(|| f.handle());
+                let start = &start;
+                s.spawn(move || {
+                    (0..ROUNDS)
+                        .map(|round| {
+                            let members = vec![NewJob::new(Q, format!("{round} from {i}"))];
+                            let group = NewGroup::new().key(format!("batch-{round}"));
+                            start.wait();
+                            // (a failure answered, not unwrapped: the others wait at the
+                            // barrier for this thread's next round)
+                            store
+                                .enqueue_group(group, members)
+                                .map_err(|e| e.to_string())
+                        })
+                        .collect()
+                })
+            })
+            .collect();
+        each.into_iter().map(|t| t.join().unwrap()).collect()
+    });
+    for round in 0..ROUNDS {
+        let first = answers[0][round].as_ref().unwrap();
+        assert!(
+            answers.iter().all(|a| a[round].as_ref() == Ok(first)),
+            "round {round}: {:?}",
+            answers.iter().map(|a| &a[round]).collect::<Vec<_>>()
+        );
+    }
+    assert_eq!(f.jobs(&JobFilter::default()).unwrap().len(), ROUNDS);
 }

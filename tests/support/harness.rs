@@ -488,7 +488,12 @@ impl Harness {
             Op::OpenGroup { callbacks } => {
                 let (complete, success) = (callbacks & 1 == 1, callbacks & 2 == 2);
                 let q = QUEUES[usize::from(*callbacks >> 2) % QUEUES.len()];
+                // (the top bits: a key of three, or none)
+                let key = (*callbacks >> 6 != 0).then(|| format!("key-{}", callbacks >> 6));
                 let mut new = leasehold::NewGroup::new();
+                if let Some(key) = &key {
+                    new = new.key(key);
+                }
                 if complete {
                     new = new.on_complete(NewJob::new(q, b"on complete".to_vec()));
                 }
@@ -496,7 +501,7 @@ impl Harness {
                     new = new.on_success(NewJob::new(q, b"on success".to_vec()));
                 }
                 let got = self.store().open_group(new).map(|g| g.0).map_err(err);
-                let want = Ok(self.model.open_group(complete, success, q));
+                let want = Ok(self.model.open_group(complete, success, q, key.as_deref()));
                 same("open group", got, want)
             }
             Op::SealGroup { group } => {

@@ -190,6 +190,8 @@ pub struct Model {
     pub counters: MCounters,
     pub queues: BTreeMap<String, MQueue>,
     pub groups: BTreeMap<u64, MGroup>,
+    /// The key each keyed group was made with.
+    pub group_keys: BTreeMap<String, u64>,
 }
 
 impl Model {
@@ -414,9 +416,22 @@ impl Model {
     }
 
     /// Opens a group with callbacks (on completion: any end; on success), each waiting for it.
-    pub fn open_group(&mut self, on_complete: bool, on_success: bool, queue: &str) -> u64 {
+    /// Opens a group, or answers the one `key` already names (making nothing).
+    pub fn open_group(
+        &mut self,
+        on_complete: bool,
+        on_success: bool,
+        queue: &str,
+        key: Option<&str>,
+    ) -> u64 {
+        if let Some(&made) = key.and_then(|k| self.group_keys.get(k)) {
+            return made;
+        }
         let g = self.groups.len() as u64 + 1;
         self.groups.insert(g, MGroup::default());
+        if let Some(key) = key {
+            self.group_keys.insert(key.to_owned(), g);
+        }
         for (wanted, any) in [(on_complete, true), (on_success, false)] {
             if wanted {
                 let after = [(MTarget::Group(g), any, any)];
