@@ -16,6 +16,7 @@
 use std::time::Duration;
 
 use crate::backend::{End, LeaseBackend, write};
+use crate::checkpoint::Checkpoint;
 use crate::error::{Error, Result};
 use crate::ids::{GroupId, JobId, StoreTime};
 use crate::job::{Job, Run};
@@ -65,6 +66,9 @@ pub trait ReadJobs: Send + Sync {
         }
         Ok(outputs)
     }
+    /// The last checkpoint saved for `job` ([`JobStore::save_checkpoint`]), if any: what
+    /// its next attempt resumes from.
+    fn checkpoint(&self, job: JobId) -> Result<Option<Checkpoint>>;
     /// The jobs `filter` asks for, in its order.
     fn jobs(&self, filter: &JobFilter) -> Result<Vec<Job>>;
     /// When things fall due in `queue`.
@@ -228,6 +232,17 @@ pub trait JobStore: ReadJobs + LeaseBackend {
         answers
             .pop()
             .unwrap_or(Err(Error::Internal("a renewal without its answer")))
+    }
+
+    /// Saves `data` as the checkpoint of `lease`'s attempt, for the job's next attempts to
+    /// resume from ([`ReadJobs::checkpoint`]; a handler's
+    /// [`JobContext::save_checkpoint`](crate::JobContext::save_checkpoint)), in place of the
+    /// last one. Fenced like the attempt's end: [`Error::LeaseLost`] once the lease is lost
+    /// (what the job's current holder saved stays). At most `max_payload` bytes. Committed
+    /// when this returns, durably as the store's other writes are.
+    fn save_checkpoint(&self, lease: &Lease, data: &[u8]) -> Result<()> {
+        let (by, data) = (lease.holding(), data.to_vec());
+        write(self, move |r| protocol::save_checkpoint(r, by, &data))
     }
 
     /// Renews many leases in one transaction; one answer per lease, in order. A lost lease

@@ -90,6 +90,7 @@
 
 // The vocabulary: plain data, errors, settings and the checks of inputs, and the one place
 // records become bytes.
+mod checkpoint;
 mod clock;
 mod codec;
 mod config;
@@ -146,6 +147,7 @@ pub mod testing;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 
+pub use checkpoint::Checkpoint;
 pub use clock::{Clock, ClockReading, ManualClock, MonotonicClock};
 pub use config::{
     DEFAULT_LEASE, DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_PAYLOAD, DEFAULT_REAP_BATCH,

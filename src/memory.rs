@@ -13,6 +13,7 @@ use std::sync::Arc;
 use parking_lot::{Mutex, RwLock};
 
 use crate::backend::{LeaseBackend, Step};
+use crate::checkpoint::{Checkpoint, CheckpointRecord};
 use crate::clock::{Clock, ManualClock, StoreClock};
 use crate::error::{Error, Result};
 use crate::ids::{Attempt, GroupId, JobId, StoreTime};
@@ -64,6 +65,7 @@ struct State {
     next_id: u64,
     groups: BTreeMap<GroupId, GroupRecord>,
     group_keys: BTreeMap<String, GroupId>,
+    checkpoints: BTreeMap<JobId, CheckpointRecord>,
     next_group: u64,
     last_pass: Option<ReaperPass>,
 }
@@ -206,6 +208,14 @@ impl Records for Tx<'_> {
         self.s.payloads.remove(&job.id);
         self.s.outputs.remove(&job.id);
         self.s.runs.retain(|(id, _), _| *id != job.id);
+        self.s.checkpoints.remove(&job.id);
+        Ok(())
+    }
+    fn checkpoint(&mut self, id: JobId) -> Result<Option<CheckpointRecord>> {
+        Ok(self.s.checkpoints.get(&id).cloned())
+    }
+    fn save_checkpoint(&mut self, id: JobId, checkpoint: &CheckpointRecord) -> Result<()> {
+        self.s.checkpoints.insert(id, checkpoint.clone());
         Ok(())
     }
     fn group(&mut self, id: GroupId) -> Result<Option<GroupRecord>> {
@@ -320,6 +330,9 @@ impl ReadJobs for MemoryStore {
     }
     fn output(&self, id: JobId) -> Result<Option<Vec<u8>>> {
         Ok(self.read(|s| s.outputs.get(&id).cloned()))
+    }
+    fn checkpoint(&self, id: JobId) -> Result<Option<Checkpoint>> {
+        Ok(self.read(|s| s.checkpoints.get(&id).cloned().map(Checkpoint)))
     }
     fn group(&self, id: GroupId) -> Result<Option<Group>> {
         Ok(self.read(|s| s.groups.get(&id).cloned().map(Group)))

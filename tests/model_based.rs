@@ -44,6 +44,7 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(queue, worker, lease_s, n)| Op::ClaimBatch { queue, worker, lease_s, n }),
         3 => (any::<u16>(), any::<bool>()).prop_map(|(lease, progress)| Op::Heartbeat { lease, progress }),
         2 => any::<u16>().prop_map(|lease| Op::Complete { lease }),
+        1 => (any::<u16>(), any::<u8>()).prop_map(|(lease, data)| Op::SaveCheckpoint { lease, data }),
         1 => (any::<u16>(), any::<u16>()).prop_map(|leases| Op::CompleteBatch { leases }),
         2 => ((any::<u16>(), any::<u16>()), any::<u8>(), any::<u8>(), any::<u8>(), any::<u8>())
             .prop_map(|(leases, queue, worker, lease_s, n)| Op::Round { leases, queue, worker, lease_s, n }),

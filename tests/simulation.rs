@@ -92,6 +92,8 @@ enum Worker {
 #[derive(Default)]
 struct Tally {
     executions: BTreeMap<u64, u32>,
+    /// Each job's last checkpoint a save was answered `Ok` for.
+    checkpoints: BTreeMap<u64, Vec<u8>>,
     commits: BTreeMap<u64, u32>,
     /// (job, attempt) -> the last time its holder renewed (or claimed) it.
     renewed: BTreeMap<(u64, u32), u64>,
@@ -535,6 +537,16 @@ impl Sim {
                     None => return Ok(()),
                     Some(lease) => {
                         let job = lease.job.0;
+                        // what its predecessors saved, through every crash and restart
+                        let found = (self.store().checkpoint(lease.job))
+                            .map_err(|e| e.to_string())?
+                            .map(|c| c.into_data());
+                        if found.as_ref() != self.tally.checkpoints.get(&job) {
+                            return Err(format!(
+                                "job {job}'s checkpoint is {found:?}, last saved {:?}",
+                                self.tally.checkpoints.get(&job)
+                            ));
+                        }
                         let runs = self.tally.executions.entry(job).or_default();
                         *runs += 1;
                         if *runs == 2 {
@@ -565,6 +577,8 @@ impl Sim {
                 if left == 0 {
                     self.finish(&lease)?;
                     Worker::Idle
+                } else if t >= next_beat && !self.checkpoint(&lease, progress)? {
+                    Worker::Idle // its lease is gone (a paused holder that woke)
                 } else if t >= next_beat {
                     match self.store().heartbeat(&lease, progress) {
                         Ok(Renewal::Renewed { .. }) => {
@@ -596,6 +610,33 @@ impl Sim {
         };
         self.workers[i].1 = next;
         Ok(())
+    }
+
+    /// Saves the attempt's progress as its checkpoint, as a handler would at each beat:
+    /// `false` if the fence refused it. A save answered `Ok` is the holder's: the job runs
+    /// under its attempt.
+    fn checkpoint(&mut self, lease: &Lease, progress: u64) -> Result<bool, String> {
+        let data = format!("{}:{progress}", lease.attempt.0).into_bytes();
+        match self.store().save_checkpoint(lease, &data) {
+            Ok(()) => {
+                let job = (self.store().job(lease.job))
+                    .map_err(|e| e.to_string())?
+                    .ok_or("a checkpointed job is gone")?;
+                if (job.state(), job.attempt()) != (JobState::Running, lease.attempt) {
+                    return Err(format!(
+                        "job {} saved a checkpoint under attempt {} while {} at {}",
+                        lease.job,
+                        lease.attempt,
+                        job.state(),
+                        job.attempt()
+                    ));
+                }
+                self.tally.checkpoints.insert(lease.job.0, data);
+                Ok(true)
+            }
+            Err(e) if e.is_lease_lost() => Ok(false),
+            Err(e) => Err(format!("save checkpoint: {e}")),
+        }
     }
 
     /// The pipelined pool dies: what it held is lost, its waiting completions never

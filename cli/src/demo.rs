@@ -7,6 +7,9 @@
 //! * a job that hangs while its heartbeat stays healthy: revoked as stalled;
 //! * a pool shut down gracefully: its unfinished jobs released and picked up at once.
 //!
+//! Each thumbnail saves a checkpoint after each of its steps: a job the killed pool held
+//! resumes, in its next attempt, from the step its checkpoint says, not from the start.
+//!
 //! Every handler commits its effect (a counter per job in the application's own table) in
 //! the completion's transaction, so the final table can prove "executed possibly twice,
 //! committed exactly once". Exits non-zero if an invariant fails.
@@ -55,6 +58,11 @@ pub fn run(json: bool, jobs: usize) -> Result<ExitCode, Error> {
 /// What the handlers share with the narrator.
 struct Script {
     executions: Mutex<HashMap<u64, u32>>,
+    /// The steps each attempt of a job saved as done: (job, attempt) -> step.
+    saved: Mutex<HashMap<(u64, u32), u32>>,
+    /// The step each job resumed from, read from its checkpoint (jobs that started afresh
+    /// are not here).
+    resumed: Mutex<HashMap<u64, u32>>,
     paused_started: Sender<JobId>,
     gate: Receiver<()>,
 }
@@ -73,9 +81,19 @@ fn handler(
                 ctx.sleep(Duration::from_millis(50))?; // alive, renewing, but never progressing
             },
             _ => {
-                for _ in 0..WORK_STEPS {
+                // Resumes from the last step an attempt before it saved, if any.
+                let checkpoint = ctx.last_checkpoint().map_err(JobError::new)?;
+                let from = checkpoint.map_or(0, |c| c.data().first().map_or(0, |&s| u32::from(s)));
+                if from > 0 {
+                    script.resumed.lock().insert(ctx.job().0, from);
+                }
+                for step in from + 1..=WORK_STEPS {
                     ctx.sleep(WORK_STEP)?;
                     ctx.tick();
+                    let done = u8::try_from(step).unwrap_or(u8::MAX);
+                    ctx.save_checkpoint(&[done]).map_err(JobError::new)?;
+                    let attempt = (ctx.job().0, ctx.attempt().0);
+                    script.saved.lock().insert(attempt, step);
                 }
             }
         }
@@ -127,6 +145,32 @@ impl Demo {
             events: Vec::new(),
             failures: Vec::new(),
         })
+    }
+
+    /// Says where the killed pool's jobs resumed: each from the last step its killed attempt
+    /// saved, in the attempt after it.
+    fn resumed(&mut self, killed: &[leasehold::Lease], script: &Script) {
+        let mut told = Vec::new();
+        for l in killed {
+            let left = script.saved.lock().get(&(l.job.0, l.attempt.0)).copied();
+            let resumed = script.resumed.lock().get(&l.job.0).copied();
+            match (left, resumed) {
+                (Some(left), Some(at)) if left == at => {
+                    told.push(format!("job {} at step {at} of {WORK_STEPS}", l.job));
+                }
+                (None, None) => told.push(format!("job {} from the start (no step saved)", l.job)),
+                (left, resumed) => self.fail(format!(
+                    "job {}: edge-a's attempt saved step {left:?}, the next resumed at {resumed:?}",
+                    l.job
+                )),
+            }
+        }
+        if !told.is_empty() {
+            self.say(format!(
+                "edge-a's jobs resumed from their checkpoints: {}",
+                told.join(", ")
+            ));
+        }
     }
 
     fn elapsed(&self) -> Duration {
@@ -199,6 +243,8 @@ impl Demo {
         let (gate_tx, gate_rx) = bounded::<()>(1);
         let script = Arc::new(Script {
             executions: Mutex::new(HashMap::new()),
+            saved: Mutex::new(HashMap::new()),
+            resumed: Mutex::new(HashMap::new()),
             paused_started: paused_tx,
             gate: gate_rx,
         });
@@ -282,6 +328,7 @@ impl Demo {
             succeeded == total && watch.all_seen()
         });
         let worst_kill_delay = watch.worst_kill_delay;
+        self.resumed(&killed, &script);
         if done {
             self.bar.finish();
         } else {

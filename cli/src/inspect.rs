@@ -751,6 +751,7 @@ pub fn show(db: &Path, json: bool, id: u64, raw: bool) -> Result<ExitCode, Error
     }
     let history = store.history(job.id())?;
     let output = store.output(job.id())?;
+    let checkpoint = store.checkpoint(job.id())?;
     if json {
         #[derive(Serialize)]
         struct Bytes {
@@ -772,6 +773,14 @@ pub fn show(db: &Path, json: bool, id: u64, raw: bool) -> Result<ExitCode, Error
             history: Vec<RunView>,
             payload: Bytes,
             output: Option<Bytes>,
+            /// The last checkpoint an attempt saved.
+            checkpoint: Option<CheckpointView>,
+        }
+        #[derive(Serialize)]
+        struct CheckpointView {
+            attempt: u32,
+            saved_at_ms: u64,
+            data: Bytes,
         }
         print_json(&ShowView {
             now_ms: ms(now),
@@ -780,6 +789,11 @@ pub fn show(db: &Path, json: bool, id: u64, raw: bool) -> Result<ExitCode, Error
             history: history.iter().map(run_view).collect(),
             payload: bytes(&payload),
             output: output.as_deref().map(bytes),
+            checkpoint: checkpoint.as_ref().map(|c| CheckpointView {
+                attempt: c.attempt().0,
+                saved_at_ms: ms(c.saved_at()),
+                data: bytes(c.data()),
+            }),
         });
         return Ok(ExitCode::SUCCESS);
     }
@@ -868,6 +882,15 @@ pub fn show(db: &Path, json: bool, id: u64, raw: bool) -> Result<ExitCode, Error
     );
     if let Some(o) = &output {
         println!("output ({} bytes): {}", o.len(), format::bytes(o));
+    }
+    if let Some(c) = &checkpoint {
+        println!(
+            "checkpoint of attempt {}, saved {} ({} bytes): {}",
+            c.attempt().0,
+            format::relative(c.saved_at(), now),
+            c.data().len(),
+            format::bytes(c.data())
+        );
     }
     let mut t = Table::new(&[
         "attempt", "worker", "claimed", "ended", "outcome", "progress",

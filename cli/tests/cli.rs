@@ -1521,3 +1521,36 @@ fn a_worker_process_stops_a_job_at_its_time_limit_not_at_its_next_heartbeat() {
     let _ = pool.wait();
     assert!(outcome.contains("timed out"), "{outcome}");
 }
+
+#[test]
+fn show_says_what_checkpoint_a_job_was_left_with() {
+    let t = Tool::new();
+    let id = {
+        let store = leasehold::Store::open(&t.db).unwrap();
+        let id = store.enqueue(leasehold::NewJob::new("q", "p")).unwrap();
+        let lease = store
+            .claim("q", "w", std::time::Duration::from_secs(60))
+            .unwrap()
+            .unwrap();
+        store.save_checkpoint(&lease, b"row 7").unwrap();
+        store.release(&lease).unwrap();
+        id
+    };
+    let shown = t.ok(&["show", &id.to_string()]);
+    assert!(
+        shown.contains("checkpoint of attempt 1, saved ") && shown.contains("(5 bytes): row 7"),
+        "{shown}"
+    );
+    let json = t.json(&["show", &id.to_string()]);
+    assert_eq!(json["checkpoint"]["attempt"], 1);
+    assert_eq!(json["checkpoint"]["data"]["utf8"], "row 7");
+    let fresh = t.json(&[
+        "show",
+        &{
+            let store = leasehold::Store::open(&t.db).unwrap();
+            store.enqueue(leasehold::NewJob::new("q", "none")).unwrap()
+        }
+        .to_string(),
+    ]);
+    assert!(fresh["checkpoint"].is_null(), "{fresh}");
+}

@@ -447,7 +447,7 @@ pub enum InputError {
     /// A payload or output larger than the store's limit.
     #[error("{what} is {len} bytes; the limit is {max}")]
     TooLarge {
-        /// "payload", "output" or "error message".
+        /// "payload", "output", "checkpoint" or "error message".
         what: &'static str,
         /// Its length.
         len: usize,

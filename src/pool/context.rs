@@ -11,10 +11,11 @@ use std::time::Duration;
 use parking_lot::{Condvar, Mutex};
 
 use crate::backend::AnyWrites;
+use crate::checkpoint::Checkpoint;
 use crate::clock::RealDeadline;
 use crate::error::Error;
 use crate::ids::{Attempt, JobId, StoreTime};
-use crate::job_store::ReadJobs;
+use crate::job_store::JobStore;
 use crate::lease::Lease;
 use crate::rules::Retry;
 use crate::workflow::{Group, Target};
@@ -215,7 +216,7 @@ impl AttemptState {
 pub struct JobContext {
     lease: Lease,
     state: Arc<AttemptState>,
-    store: Arc<dyn ReadJobs>,
+    store: Arc<dyn JobStore>,
 }
 
 impl fmt::Debug for JobContext {
@@ -231,7 +232,7 @@ impl JobContext {
     pub(crate) fn new(
         lease: Lease,
         state: Arc<AttemptState>,
-        store: Arc<dyn ReadJobs>,
+        store: Arc<dyn JobStore>,
     ) -> JobContext {
         JobContext {
             lease,
@@ -274,7 +275,7 @@ impl JobContext {
     /// it names them, read from the store now: `None` for one with no output (not
     /// succeeded, an empty output, or purged). A group it waits for is not among them: its
     /// members are listed by [`crate::JobFilter::group`]. The same as
-    /// [`ReadJobs::dependency_outputs`] of this job.
+    /// [`ReadJobs::dependency_outputs`](crate::ReadJobs::dependency_outputs) of this job.
     pub fn dependency_outputs(&self) -> crate::error::Result<Vec<(JobId, Option<Vec<u8>>)>> {
         self.store.dependency_outputs(self.lease.job)
     }
@@ -295,6 +296,26 @@ impl JobContext {
             Some(group) => self.store.group(group),
             None => Ok(None),
         }
+    }
+
+    /// Saves `data` as this job's checkpoint, for its next attempts to resume from
+    /// ([`last_checkpoint`](JobContext::last_checkpoint)) if this one dies, hangs or is
+    /// taken back before it ends: a cursor, an offset, the last item done. Committed when
+    /// this returns, as the store's other writes are (one write transaction each: save as
+    /// often as losing the work since is worth).
+    ///
+    /// Fenced like the attempt's end: once this attempt's lease is lost, `Err` with
+    /// [`Error::LeaseLost`] (and what the job's new holder saved stays); stop then, as at an
+    /// interruption. At most the store's `max_payload` bytes.
+    pub fn save_checkpoint(&self, data: &[u8]) -> crate::error::Result<()> {
+        self.store.save_checkpoint(&self.lease, data)
+    }
+
+    /// The last checkpoint saved for this job, read from the store now: by an attempt
+    /// before this one (resume from it), by this one, or `None` if none was saved. Its
+    /// [`attempt`](Checkpoint::attempt) says which.
+    pub fn last_checkpoint(&self) -> crate::error::Result<Option<Checkpoint>> {
+        self.store.checkpoint(self.lease.job)
     }
 
     /// Sets the progress counter (any change counts as progress).

@@ -439,6 +439,24 @@ pub(crate) fn bytes(
 }
 
 /// A group's record.
+/// Job `job`'s last checkpoint.
+pub(crate) fn checkpoint(
+    tx: &mut Transaction<'_>,
+    p: &mut Prepared<'_>,
+    job: JobId,
+) -> Result<Option<crate::checkpoint::Checkpoint>> {
+    let st = p.get(
+        tx,
+        "SELECT record FROM {s}.leasehold_checkpoints WHERE job = $1",
+    )?;
+    let Some(row) = tx.query_opt(&st, &[&key(job)])? else {
+        return Ok(None);
+    };
+    let record = crate::codec::decode(row.col::<&[u8]>(0)?)
+        .map_err(|e| Error::Corrupt(format!("the checkpoint of job {job}: {e}")))?;
+    Ok(Some(crate::checkpoint::Checkpoint(record)))
+}
+
 pub(crate) fn group(
     tx: &mut Transaction<'_>,
     p: &mut Prepared<'_>,

@@ -16,6 +16,7 @@ use super::rows::{
 use super::schema::key_held;
 use super::transaction::{PgRecords, notify, now};
 use super::{PgError, fast};
+use crate::checkpoint::CheckpointRecord;
 use crate::codec;
 use crate::error::{Error, Result};
 use crate::ids::{Attempt, GroupId, JobId, StoreTime};
@@ -625,6 +626,8 @@ impl Records for PgRecords<'_, '_, '_> {
         self.tx.execute(&st, &[&key(job.id)])?;
         let st = self.get("DELETE FROM {s}.leasehold_jobs WHERE id = $1")?;
         self.tx.execute(&st, &[&key(job.id)])?;
+        let st = self.get("DELETE FROM {s}.leasehold_checkpoints WHERE job = $1")?;
+        self.tx.execute(&st, &[&key(job.id)])?;
         if job.flow.awaited || !job.flow.needs.is_empty() {
             let deps: Vec<i64> = (job.flow.needs.iter())
                 .filter_map(|n| match n.on {
@@ -680,6 +683,26 @@ impl Records for PgRecords<'_, '_, '_> {
         let st = self.get("UPDATE {s}.leasehold_groups SET record = $2 WHERE id = $1")?;
         self.tx
             .execute(&st, &[&clamp(group.id.0), &codec::encode(group)])?;
+        Ok(())
+    }
+
+    fn checkpoint(&mut self, job: JobId) -> Result<Option<CheckpointRecord>> {
+        let st = self.get("SELECT record FROM {s}.leasehold_checkpoints WHERE job = $1")?;
+        match self.tx.query_opt(&st, &[&key(job)])? {
+            Some(row) => codec::decode(row.col::<&[u8]>(0)?)
+                .map(Some)
+                .map_err(|e| Error::Corrupt(format!("the checkpoint of job {job}: {e}"))),
+            None => Ok(None),
+        }
+    }
+
+    fn save_checkpoint(&mut self, job: JobId, checkpoint: &CheckpointRecord) -> Result<()> {
+        let st = self.get(
+            "INSERT INTO {s}.leasehold_checkpoints (job, record) VALUES ($1, $2)
+             ON CONFLICT (job) DO UPDATE SET record = excluded.record",
+        )?;
+        self.tx
+            .execute(&st, &[&key(job), &codec::encode(checkpoint)])?;
         Ok(())
     }
 

@@ -35,9 +35,9 @@ use crate::error::Result;
 /// schedules' records in codec format 5. Version 7 adds each lease's token (`since_7`),
 /// which the fence compares, and the server timeline the store last wrote on (the
 /// `timeline` key of `leasehold_meta`: see `timeline.rs`); version 6 builds would grant
-/// leases without a token, and are refused. Version 8 adds the keys of keyed groups
-/// (`since_8`, [`crate::NewGroup::key`]); a version 7 build would make a second group of a
-/// key, and is refused.
+/// leases without a token, and are refused. Version 8 adds the keys of keyed groups and
+/// jobs' checkpoints (`since_8`, [`crate::NewGroup::key`]); a version 7 build would make a
+/// second group of a key, and is refused.
 pub const VERSION: u32 = 8;
 
 /// The tables version 2 added, made by a new store and by the upgrade from version 1 alike:
@@ -156,13 +156,18 @@ ALTER TABLE {s}.leasehold_jobs ADD COLUMN IF NOT EXISTS lease_token bigint NOT N
 }
 
 /// What version 8 added, made by a new store and by the upgrade alike: the key each keyed
-/// group was made with.
+/// group was made with, and each job's last checkpoint (as the crate's codec encodes
+/// [`crate::checkpoint::CheckpointRecord`]).
 macro_rules! since_8 {
     () => {
         "
 CREATE TABLE IF NOT EXISTS {s}.leasehold_group_keys (
     key text PRIMARY KEY,
     grp bigint NOT NULL
+);
+CREATE TABLE IF NOT EXISTS {s}.leasehold_checkpoints (
+    job bigint PRIMARY KEY,
+    record bytea NOT NULL
 );
 "
     };

@@ -106,6 +106,10 @@ const COLUMNS: &[(&str, &[(&str, &str)])] = &[
     ("leasehold_waits", &[("job", "int8"), ("waiter", "int8")]),
     ("leasehold_groups", &[("id", "int8"), ("record", "bytea")]),
     ("leasehold_group_keys", &[("key", "text"), ("grp", "int8")]),
+    (
+        "leasehold_checkpoints",
+        &[("job", "int8"), ("record", "bytea")],
+    ),
 ];
 
 /// The indexes the protocol relies on: the unique one for correctness (`ON CONFLICT`
@@ -123,6 +127,7 @@ const INDEXES: &[&str] = &[
     "leasehold_waits_pkey",
     "leasehold_groups_pkey",
     "leasehold_group_keys_pkey",
+    "leasehold_checkpoints_pkey",
     "leasehold_jobs_keyed",
     "leasehold_limit_keys_pkey",
     "leasehold_limit_keys_gate",

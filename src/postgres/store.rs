@@ -268,6 +268,10 @@ impl ReadJobs for PgStore {
         self.in_transaction(|tx, p| read::bytes(tx, p, job, true))
     }
 
+    fn checkpoint(&self, job: JobId) -> Result<Option<crate::checkpoint::Checkpoint>> {
+        self.in_transaction(|tx, p| read::checkpoint(tx, p, job))
+    }
+
     fn group(&self, group: crate::ids::GroupId) -> Result<Option<crate::workflow::Group>> {
         self.in_transaction(|tx, p| read::group(tx, p, group))
     }

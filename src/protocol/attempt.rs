@@ -42,6 +42,24 @@ pub(crate) fn heartbeat(
     Ok(answer)
 }
 
+/// Keeps `data` as the checkpoint of the attempt `by` holds, for the job's next attempts to
+/// resume from: under the fence of an attempt's end (refused once the lease is lost or the
+/// attempt's deadline passed, and counted as a fenced write), and no larger than a payload.
+pub(crate) fn save_checkpoint(
+    r: &mut (impl Records + ?Sized),
+    by: Holding,
+    data: &[u8],
+) -> Result<()> {
+    input::check_size("checkpoint", data.len(), r.policy().max_payload)?;
+    fence(r, by, Write::End)?;
+    let checkpoint = crate::checkpoint::CheckpointRecord {
+        attempt: by.attempt,
+        saved_at: r.now()?,
+        data: data.to_vec(),
+    };
+    r.save_checkpoint(by.job, &checkpoint)
+}
+
 /// [`heartbeat`] for each of `leases` (the lease's holding, progress): an answer each, in
 /// their order, or the error that failed them all (a refusal answers its own lease). Those
 /// the engine renews in one step ([`Records::renew_fenced`]) first, the rest one by one in

@@ -12,6 +12,7 @@
 
 use std::collections::HashMap;
 
+use crate::checkpoint::CheckpointRecord;
 use crate::error::Result;
 use crate::events::Pending;
 use crate::ids::{Attempt, GroupId, JobId, StoreTime};
@@ -294,8 +295,14 @@ pub trait Records: NamedRecords {
             .min_by_key(|j| rules::key_order(j))
             .map(|j| j.id))
     }
-    /// Deletes a job entirely: its record, every index entry, payload, output and history.
+    /// Deletes a job entirely: its record, every index entry, payload, output, history and
+    /// checkpoint.
     fn delete(&mut self, job: &JobRecord) -> Result<()>;
+    /// The last checkpoint saved for job `id` ([`crate::JobContext::save_checkpoint`]).
+    fn checkpoint(&mut self, id: JobId) -> Result<Option<CheckpointRecord>>;
+    /// Keeps `checkpoint` as job `id`'s, in place of the one before (deleted with the job,
+    /// by [`Records::delete`]).
+    fn save_checkpoint(&mut self, id: JobId, checkpoint: &CheckpointRecord) -> Result<()>;
 
     // ----- jobs that wait for jobs -----
 

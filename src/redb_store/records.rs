@@ -4,6 +4,7 @@
 
 use redb::ReadableTable;
 
+use crate::checkpoint::CheckpointRecord;
 use crate::codec;
 use crate::error::{Error, Result};
 use crate::ids::{Attempt, GroupId, JobId, StoreTime};
@@ -208,6 +209,23 @@ impl Records for Tx<'_> {
         if let Some(group) = job.flow.group {
             self.tables.members()?.remove((group.0, id))?;
         }
+        self.tables.checkpoints()?.remove(id)?;
+        Ok(())
+    }
+
+    fn checkpoint(&mut self, id: JobId) -> Result<Option<CheckpointRecord>> {
+        match self.tables.checkpoints()?.get(id.0)? {
+            Some(b) => codec::decode(b.value())
+                .map(Some)
+                .map_err(|e| Error::Corrupt(format!("the checkpoint of job {id}: {e}"))),
+            None => Ok(None),
+        }
+    }
+
+    fn save_checkpoint(&mut self, id: JobId, checkpoint: &CheckpointRecord) -> Result<()> {
+        let bytes = codec::encode(checkpoint);
+        self.tables.checkpoints()?.insert(id.0, bytes.as_slice())?;
+        self.tally.writes += 1;
         Ok(())
     }
 

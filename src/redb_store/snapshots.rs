@@ -52,6 +52,20 @@ impl<S: Snapshots> crate::job_store::ReadJobs for S {
         self.reading("an output", |read| bytes(read, schema::OUTPUTS, id))
     }
 
+    fn checkpoint(&self, id: JobId) -> Result<Option<crate::checkpoint::Checkpoint>> {
+        self.reading("a checkpoint", |read| {
+            let Some(checkpoints) = optional(read, schema::CHECKPOINTS)? else {
+                return Ok(None);
+            };
+            let Some(bytes) = checkpoints.get(id.0)? else {
+                return Ok(None);
+            };
+            let record = codec::decode(bytes.value())
+                .map_err(|e| Error::Corrupt(format!("the checkpoint of job {id}: {e}")))?;
+            Ok(Some(crate::checkpoint::Checkpoint(record)))
+        })
+    }
+
     fn group(&self, id: crate::ids::GroupId) -> Result<Option<crate::workflow::Group>> {
         self.reading("a group's record", |read| {
             let Some(groups) = optional(read, schema::GROUPS)? else {

@@ -52,6 +52,7 @@ pub(crate) struct Tables<'t> {
     members: Option<Table<'t, (u64, u64), ()>>,
     groups: Option<Table<'t, u64, &'static [u8]>>,
     group_keys: Option<Table<'t, &'static str, u64>>,
+    checkpoints: Option<Table<'t, u64, &'static [u8]>>,
     /// Limit keys' index and records, opened likewise.
     keyed: Option<KeyedTable<'t>>,
     limit_keys: Option<Table<'t, (&'static str, &'static str), &'static [u8]>>,
@@ -87,6 +88,7 @@ impl<'t> Tables<'t> {
             members: None,
             groups: None,
             group_keys: None,
+            checkpoints: None,
             keyed: None,
             limit_keys: None,
             key_gates: None,
@@ -124,6 +126,11 @@ impl<'t> Tables<'t> {
     /// The groups' records (opened on first use).
     pub(crate) fn groups(&mut self) -> Result<&mut Table<'t, u64, &'static [u8]>> {
         opened(&mut self.groups, self.txn, schema::GROUPS)
+    }
+
+    /// Each job's last checkpoint (opened on first use).
+    pub(crate) fn checkpoints(&mut self) -> Result<&mut Table<'t, u64, &'static [u8]>> {
+        opened(&mut self.checkpoints, self.txn, schema::CHECKPOINTS)
     }
 
     /// The keyed groups' ids, by key (opened on first use).

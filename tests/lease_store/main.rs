@@ -9,6 +9,7 @@
 
 mod bulk;
 mod cancel;
+mod checkpoint;
 mod claim;
 mod common;
 mod edit;

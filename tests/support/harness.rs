@@ -136,6 +136,11 @@ pub enum Op {
     Complete {
         lease: u16,
     },
+    /// A checkpoint of one byte saved under a lease, then read back.
+    SaveCheckpoint {
+        lease: u16,
+        data: u8,
+    },
     /// Two leases (perhaps the same one twice) completed in one commit.
     CompleteBatch {
         leases: (u16, u16),
@@ -613,6 +618,18 @@ impl Harness {
                 });
                 let want = self.model.heartbeat(l.job.0, l.attempt.0, p);
                 same("heartbeat", got, want)
+            }
+            Op::SaveCheckpoint { lease, data } => {
+                let Some(l) = self.lease(*lease) else {
+                    return Ok(());
+                };
+                let got = self.store().save_checkpoint(&l, &[*data]).map_err(err);
+                let want = self.model.save_checkpoint(l.job.0, l.attempt.0, *data);
+                same("save checkpoint", got, want)?;
+                let read = self.store().checkpoint(l.job).map_err(err);
+                let got = read.map(|c| c.map(|c| (c.attempt().0, c.into_data())));
+                let want = Ok(self.model.checkpoints.get(&l.job.0).cloned());
+                same("checkpoint", got, want)
             }
             Op::Complete { lease } => {
                 let Some(l) = self.lease(*lease) else {

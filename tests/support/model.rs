@@ -192,6 +192,8 @@ pub struct Model {
     pub groups: BTreeMap<u64, MGroup>,
     /// The key each keyed group was made with.
     pub group_keys: BTreeMap<String, u64>,
+    /// Each job's last checkpoint: the attempt that saved it, its bytes.
+    pub checkpoints: BTreeMap<u64, (u32, Vec<u8>)>,
 }
 
 impl Model {
@@ -765,6 +767,13 @@ impl Model {
             job.progress_at = now;
         }
         Ok(MRenewal::Renewed(expires_at))
+    }
+
+    /// A checkpoint saved under the attempt's fence, as its end is.
+    pub fn save_checkpoint(&mut self, id: u64, attempt: u32, data: u8) -> Result<(), MErr> {
+        self.fence(id, attempt, false)?;
+        self.checkpoints.insert(id, (attempt, vec![data]));
+        Ok(())
     }
 
     pub fn complete(&mut self, id: u64, attempt: u32) -> Result<(), MErr> {

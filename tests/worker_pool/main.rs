@@ -21,6 +21,7 @@ mod failures;
 mod lifecycle;
 mod queues;
 mod renewals;
+mod resume;
 #[cfg(feature = "serde")]
 mod typed;
 mod workflow;

@@ -219,6 +219,9 @@ mod tests {
         fn output(&self, job: JobId) -> Result<Option<Vec<u8>>> {
             self.store.output(job)
         }
+        fn checkpoint(&self, job: JobId) -> Result<Option<leasehold::Checkpoint>> {
+            self.store.checkpoint(job)
+        }
         fn group(&self, group: leasehold::GroupId) -> Result<Option<leasehold::Group>> {
             self.store.group(group)
         }

@@ -269,6 +269,7 @@ pub(crate) fn job(inner: &Inner, id: JobId, query: &[(String, String)]) -> PageR
     let history = store.history(id)?;
     let payload = store.payload(id)?.map_or(0, |p| p.len());
     let output = store.output(id)?.map(|o| o.len());
+    let checkpoint = store.checkpoint(id)?;
     let mut body = done_banner(&q);
 
     let mut t = Table::new("job", &["", ""]);
@@ -310,6 +311,17 @@ pub(crate) fn job(inner: &Inner, id: JobId, query: &[(String, String)]) -> PageR
     row("payload", format!("{payload} bytes"));
     if let Some(n) = output {
         row("output", format!("{n} bytes"));
+    }
+    if let Some(c) = checkpoint {
+        row(
+            "checkpoint",
+            format!(
+                "{} bytes, saved by attempt {} {}",
+                c.data().len(),
+                c.attempt().0,
+                relative(c.saved_at(), now)
+            ),
+        );
     }
     if let Some(lease) = job.lease() {
         row(

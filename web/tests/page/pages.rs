@@ -114,6 +114,16 @@ fn a_jobs_page_links_what_it_waits_for_and_a_groups_page_shows_its_progress(kind
         "the filter form keeps the group: {members}"
     );
     expect(get(&page, "/jobs?group=0"), StatusCode::BAD_REQUEST);
+    let clip = expect(get(&page, &format!("/jobs/{}", clips[0].0)), StatusCode::OK);
+    assert!(!clip.contains("checkpoint"), "none saved: {clip}");
+    f.enqueue(NewJob::new(Q, "long")).unwrap();
+    let l = f.claim_one("w");
+    f.save_checkpoint(&l, b"frame 12").unwrap();
+    let saved = expect(get(&page, &format!("/jobs/{}", l.job.0)), StatusCode::OK);
+    assert!(
+        saved.contains("<td>checkpoint</td><td>8 bytes, saved by attempt 1"),
+        "{saved}"
+    );
     expect(get(&page, "/groups/999"), StatusCode::NOT_FOUND);
     expect(get(&page, "/groups/x"), StatusCode::BAD_REQUEST);
 }
@@ -340,6 +350,7 @@ impl ReadJobs for SlowCounts {
         history(job: leasehold::JobId) -> Vec<leasehold::Run>;
         payload(job: leasehold::JobId) -> Option<Vec<u8>>;
         output(job: leasehold::JobId) -> Option<Vec<u8>>;
+        checkpoint(job: leasehold::JobId) -> Option<leasehold::Checkpoint>;
         group(group: leasehold::GroupId) -> Option<leasehold::Group>;
         waiters(job: leasehold::JobId) -> Vec<leasehold::JobId>;
         jobs(filter: &JobFilter) -> Vec<leasehold::Job>;

@@ -1,0 +1,57 @@
+//! A long job killed mid-way resumes in its next attempt from the checkpoint its handler
+//! saved, through the handler's context.
+
+use leasehold::{JobContext, JobError, JobState, NewJob};
+
+use crate::common::wait_until;
+use crate::on_both::{Kind, LEASE};
+use crate::pool;
+
+crate::on_both::on_both!(a_job_killed_mid_way_resumes_from_its_checkpoint_in_the_next_attempt,);
+
+/// Counts from its checkpoint (or 0) to 10, saving each step; the first attempt stops for
+/// good after step 6 (its process dies: the pool is abandoned, nothing more is written).
+fn count_to_ten(ctx: &JobContext) -> Result<String, JobError> {
+    let failed = |e: leasehold::Error| JobError::new(e);
+    let from = match ctx.last_checkpoint().map_err(failed)? {
+        Some(c) => String::from_utf8_lossy(c.data())
+            .parse::<u32>()
+            .unwrap_or(0),
+        None => 0,
+    };
+    for step in from + 1..=10 {
+        ctx.save_checkpoint(step.to_string().as_bytes())
+            .map_err(failed)?;
+        if step == 6 && ctx.attempt().0 == 1 {
+            loop {
+                ctx.sleep(std::time::Duration::from_secs(3600))?;
+            }
+        }
+    }
+    Ok(format!("attempt {} counted from {from}", ctx.attempt().0))
+}
+
+fn a_job_killed_mid_way_resumes_from_its_checkpoint_in_the_next_attempt(kind: Kind) {
+    let f = kind.open();
+    let job = f.enqueue(NewJob::new(crate::Q, "count")).unwrap();
+    let dying = pool(&f, "dying").start(count_to_ten).unwrap();
+    let at_six = || {
+        let c = f.checkpoint(job).unwrap();
+        c.is_some_and(|c| c.data() == b"6")
+    };
+    wait_until("the first attempt to reach step 6", at_six);
+    dying.abandon();
+    f.advance(LEASE);
+    let survivor = pool(&f, "survivor").start(count_to_ten).unwrap();
+    wait_until("the job to succeed", || {
+        f.job(job).unwrap().unwrap().state() == JobState::Succeeded
+    });
+    drop(survivor);
+    let output = f.output(job).unwrap().unwrap();
+    assert_eq!(
+        String::from_utf8(output).unwrap(),
+        "attempt 2 counted from 6"
+    );
+    let c = f.checkpoint(job).unwrap().unwrap();
+    assert_eq!((c.attempt().0, c.data()), (2, b"10".as_slice()));
+}
