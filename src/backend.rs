@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use crate::error::Result;
 use crate::ids::{Attempt, JobId, StoreTime};
+use crate::job_log::LogRecord;
 use crate::lease::{Holding, Lease, LeaseTerms, Renewal};
 use crate::protocol::{self, Records};
 use crate::state::JobState;
@@ -157,14 +158,21 @@ pub(crate) fn write<T: Send + 'static>(
 /// Renews each lease of `beats` (with its holder's progress) in one write transaction of
 /// `store`: one answer per lease, or the error that failed the whole batch (nothing
 /// renewed).
+///
+/// `logs` are the attempts' log lines written since the last renewal, appended in the same
+/// transaction (see [`crate::JobContext::log`]).
 pub(crate) fn renew(
     store: &(impl LeaseBackend + ?Sized),
     beats: &[(&Lease, u64)],
+    logs: Vec<(Holding, LogRecord)>,
 ) -> Result<Vec<Result<Renewal>>> {
     let leases: Vec<_> = beats.iter().map(|(l, p)| (l.holding(), *p)).collect();
     let marks = store.marks_due(&mut beats.iter().map(|(l, _)| l.queue.as_str()));
     write(store, move |r| {
         let renewed = protocol::renew_batch(r, &leases)?;
+        for (by, lines) in &logs {
+            protocol::append_log(r, *by, lines)?;
+        }
         r.mark_served(&marks)?;
         Ok(renewed)
     })

@@ -20,6 +20,7 @@ use crate::checkpoint::Checkpoint;
 use crate::error::{Error, Result};
 use crate::ids::{GroupId, JobId, StoreTime};
 use crate::job::{Job, Run};
+use crate::job_log::AttemptLog;
 use crate::lease::{Lease, LeaseTerms, Renewal};
 use crate::new_job::NewGroup;
 use crate::new_job::NewJob;
@@ -69,6 +70,10 @@ pub trait ReadJobs: Send + Sync {
     /// The last checkpoint saved for `job` ([`JobStore::save_checkpoint`]), if any: what
     /// its next attempt resumes from.
     fn checkpoint(&self, job: JobId) -> Result<Option<Checkpoint>>;
+    /// The log lines each attempt of `job` wrote ([`JobStore::log`],
+    /// [`JobContext::log`](crate::JobContext::log)), oldest attempt first; an attempt that
+    /// wrote none is not listed.
+    fn logs(&self, job: JobId) -> Result<Vec<AttemptLog>>;
     /// The jobs `filter` asks for, in its order.
     fn jobs(&self, filter: &JobFilter) -> Result<Vec<Job>>;
     /// When things fall due in `queue`.
@@ -228,7 +233,7 @@ pub trait JobStore: ReadJobs + LeaseBackend {
     /// Renews `lease` by its length from now and records `progress`, if it is still held.
     /// [`Error::LeaseLost`] means stop working and commit nothing.
     fn heartbeat(&self, lease: &Lease, progress: u64) -> Result<Renewal> {
-        let mut answers = crate::backend::renew(self, &[(lease, progress)])?;
+        let mut answers = crate::backend::renew(self, &[(lease, progress)], Vec::new())?;
         answers
             .pop()
             .unwrap_or(Err(Error::Internal("a renewal without its answer")))
@@ -245,10 +250,24 @@ pub trait JobStore: ReadJobs + LeaseBackend {
         write(self, move |r| protocol::save_checkpoint(r, by, &data))
     }
 
+    /// Appends `lines` to the log of `lease`'s attempt, at once, in one write transaction
+    /// (a pool's handler writes with [`JobContext::log`](crate::JobContext::log), whose
+    /// lines ride with the heartbeats). Bounded per attempt as that log is. A holder whose
+    /// lease was lost still writes to its own attempt's log; nothing is written for a job
+    /// that is gone.
+    fn log(&self, lease: &Lease, lines: &[&str]) -> Result<()> {
+        let now = self.clock();
+        let mut record = crate::job_log::LogRecord::default();
+        let cut: Vec<_> = lines.iter().map(|l| crate::job_log::line(now, l)).collect();
+        record.append(&cut);
+        let by = lease.holding();
+        write(self, move |r| protocol::append_log(r, by, &record))
+    }
+
     /// Renews many leases in one transaction; one answer per lease, in order. A lost lease
     /// fails only its own entry; if the commit itself fails, every entry says so.
     fn heartbeat_batch(&self, beats: &[(&Lease, u64)]) -> Vec<Result<Renewal>> {
-        match crate::backend::renew(self, beats) {
+        match crate::backend::renew(self, beats, Vec::new()) {
             Ok(answers) => answers,
             Err(e) => {
                 let each = crate::error::shared_by_all(e);

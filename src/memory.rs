@@ -18,6 +18,7 @@ use crate::clock::{Clock, ManualClock, StoreClock};
 use crate::error::{Error, Result};
 use crate::ids::{Attempt, GroupId, JobId, StoreTime};
 use crate::job::{Job, JobRecord, Outcome, Run, RunRecord};
+use crate::job_log::{AttemptLog, LogRecord};
 use crate::job_store::{JobStore, ReadJobs};
 use crate::notify::Notifier;
 use crate::protocol::{HeldSchedule, Inserted, NamedRecords, Records};
@@ -66,6 +67,7 @@ struct State {
     groups: BTreeMap<GroupId, GroupRecord>,
     group_keys: BTreeMap<String, GroupId>,
     checkpoints: BTreeMap<JobId, CheckpointRecord>,
+    logs: BTreeMap<(JobId, Attempt), LogRecord>,
     next_group: u64,
     last_pass: Option<ReaperPass>,
 }
@@ -209,6 +211,14 @@ impl Records for Tx<'_> {
         self.s.outputs.remove(&job.id);
         self.s.runs.retain(|(id, _), _| *id != job.id);
         self.s.checkpoints.remove(&job.id);
+        self.s.logs.retain(|(id, _), _| *id != job.id);
+        Ok(())
+    }
+    fn attempt_log(&mut self, id: JobId, attempt: Attempt) -> Result<Option<LogRecord>> {
+        Ok(self.s.logs.get(&(id, attempt)).cloned())
+    }
+    fn save_attempt_log(&mut self, id: JobId, attempt: Attempt, log: &LogRecord) -> Result<()> {
+        self.s.logs.insert((id, attempt), log.clone());
         Ok(())
     }
     fn checkpoint(&mut self, id: JobId) -> Result<Option<CheckpointRecord>> {
@@ -333,6 +343,16 @@ impl ReadJobs for MemoryStore {
     }
     fn checkpoint(&self, id: JobId) -> Result<Option<Checkpoint>> {
         Ok(self.read(|s| s.checkpoints.get(&id).cloned().map(Checkpoint)))
+    }
+    fn logs(&self, id: JobId) -> Result<Vec<AttemptLog>> {
+        Ok(self.read(|s| {
+            let of_job = s.logs.range((id, Attempt(0))..=(id, Attempt(u32::MAX)));
+            let each = of_job.map(|(&(_, attempt), record)| AttemptLog {
+                attempt,
+                record: record.clone(),
+            });
+            each.collect()
+        }))
     }
     fn group(&self, id: GroupId) -> Result<Option<Group>> {
         Ok(self.read(|s| s.groups.get(&id).cloned().map(Group)))

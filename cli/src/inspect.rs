@@ -752,6 +752,7 @@ pub fn show(db: &Path, json: bool, id: u64, raw: bool) -> Result<ExitCode, Error
     let history = store.history(job.id())?;
     let output = store.output(job.id())?;
     let checkpoint = store.checkpoint(job.id())?;
+    let logs = store.logs(job.id())?;
     if json {
         #[derive(Serialize)]
         struct Bytes {
@@ -775,6 +776,19 @@ pub fn show(db: &Path, json: bool, id: u64, raw: bool) -> Result<ExitCode, Error
             output: Option<Bytes>,
             /// The last checkpoint an attempt saved.
             checkpoint: Option<CheckpointView>,
+            /// Each attempt's log lines.
+            logs: Vec<LogView>,
+        }
+        #[derive(Serialize)]
+        struct LogView {
+            attempt: u32,
+            dropped: u64,
+            lines: Vec<LineView>,
+        }
+        #[derive(Serialize)]
+        struct LineView {
+            at_ms: u64,
+            text: String,
         }
         #[derive(Serialize)]
         struct CheckpointView {
@@ -794,6 +808,18 @@ pub fn show(db: &Path, json: bool, id: u64, raw: bool) -> Result<ExitCode, Error
                 saved_at_ms: ms(c.saved_at()),
                 data: bytes(c.data()),
             }),
+            logs: (logs.iter())
+                .map(|l| LogView {
+                    attempt: l.attempt().0,
+                    dropped: l.dropped(),
+                    lines: (l.lines())
+                        .map(|(at, text)| LineView {
+                            at_ms: ms(at),
+                            text: text.to_owned(),
+                        })
+                        .collect(),
+                })
+                .collect(),
         });
         return Ok(ExitCode::SUCCESS);
     }
@@ -912,6 +938,15 @@ pub fn show(db: &Path, json: bool, id: u64, raw: bool) -> Result<ExitCode, Error
     }
     if !t.is_empty() {
         println!("\n{}", t.render());
+    }
+    for log in &logs {
+        println!("\nlog of attempt {}:", log.attempt().0);
+        if log.dropped() > 0 {
+            println!("  ({} older lines dropped)", log.dropped());
+        }
+        for (at, text) in log.lines() {
+            println!("  {:>10}  {text}", format::relative(at, now));
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

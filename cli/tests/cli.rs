@@ -1523,7 +1523,7 @@ fn a_worker_process_stops_a_job_at_its_time_limit_not_at_its_next_heartbeat() {
 }
 
 #[test]
-fn show_says_what_checkpoint_a_job_was_left_with() {
+fn show_says_what_checkpoint_a_job_was_left_with_and_what_it_logged() {
     let t = Tool::new();
     let id = {
         let store = leasehold::Store::open(&t.db).unwrap();
@@ -1533,6 +1533,9 @@ fn show_says_what_checkpoint_a_job_was_left_with() {
             .unwrap()
             .unwrap();
         store.save_checkpoint(&lease, b"row 7").unwrap();
+        store
+            .log(&lease, &["opened rows.csv", "row 7 done"])
+            .unwrap();
         store.release(&lease).unwrap();
         id
     };
@@ -1544,6 +1547,11 @@ fn show_says_what_checkpoint_a_job_was_left_with() {
     let json = t.json(&["show", &id.to_string()]);
     assert_eq!(json["checkpoint"]["attempt"], 1);
     assert_eq!(json["checkpoint"]["data"]["utf8"], "row 7");
+    assert!(shown.contains("log of attempt 1:"), "{shown}");
+    assert!(shown.contains("  row 7 done"), "{shown}");
+    assert_eq!(json["logs"][0]["attempt"], 1);
+    assert_eq!(json["logs"][0]["lines"][1]["text"], "row 7 done");
+    assert_eq!(json["logs"][0]["dropped"], 0);
     let fresh = t.json(&[
         "show",
         &{

@@ -15,6 +15,7 @@ use crate::checkpoint::Checkpoint;
 use crate::clock::RealDeadline;
 use crate::error::Error;
 use crate::ids::{Attempt, JobId, StoreTime};
+use crate::job_log::LogRecord;
 use crate::job_store::JobStore;
 use crate::lease::Lease;
 use crate::rules::Retry;
@@ -112,6 +113,8 @@ pub(crate) struct AttemptState {
     wake: Condvar,
     /// Async handlers awaiting the interruption (the `tokio` feature), under the sleep lock.
     wakers: Mutex<Vec<Waker>>,
+    /// The handler's log lines not yet stored (bounded as a stored log is).
+    log: Mutex<LogRecord>,
 }
 
 impl AttemptState {
@@ -197,6 +200,19 @@ impl AttemptState {
 
     pub(crate) fn renewed(&self, expires_at: StoreTime) {
         self.expires_at.store(expires_at.0, Ordering::Relaxed);
+    }
+
+    /// The log lines written since the last call, if any.
+    pub(crate) fn take_log(&self) -> Option<LogRecord> {
+        let log = std::mem::take(&mut *self.log.lock());
+        (!log.lines.is_empty() || log.dropped > 0).then_some(log)
+    }
+
+    /// Lines taken that could not be stored: back before any written since.
+    pub(crate) fn give_back_log(&self, mut older: LogRecord) {
+        let mut log = self.log.lock();
+        older.merge(&log);
+        *log = older;
     }
 }
 
@@ -316,6 +332,17 @@ impl JobContext {
     /// [`attempt`](Checkpoint::attempt) says which.
     pub fn last_checkpoint(&self) -> crate::error::Result<Option<Checkpoint>> {
         self.store.checkpoint(self.lease.job)
+    }
+
+    /// Writes a line to this attempt's log, kept with the job ([`crate::ReadJobs::logs`],
+    /// `leasehold show`, the status page's job view): what the handler did, for the operator
+    /// who finds the job later. Costs no write of its own: the lines reach the store with
+    /// the pool's next heartbeat, and the last ones just before the attempt ends. The newest
+    /// [`MAX_LOG_LINES`](crate::MAX_LOG_LINES) of an attempt are kept, each cut to
+    /// [`MAX_LOG_LINE`](crate::MAX_LOG_LINE) bytes; the older ones are counted as dropped.
+    pub fn log(&self, line: impl AsRef<str>) {
+        let line = crate::job_log::line(self.store.clock(), line.as_ref());
+        self.state.log.lock().append(&[line]);
     }
 
     /// Sets the progress counter (any change counts as progress).

@@ -98,8 +98,22 @@ pub(crate) fn beat(shared: &Shared) {
     // could be past the leases they renewed (a thread descheduled between the two), and the
     // pool would count itself healthy while its leases ran out.
     let began = shared.store.clock();
-    match crate::backend::renew(&*shared.store, &beats) {
+    // The handlers' log lines since the last beat ride with it.
+    let logs: Vec<_> = (flights.iter())
+        .filter_map(|f| Some((f.lease.holding(), f.state.take_log()?)))
+        .collect();
+    let taken: Vec<_> = logs.iter().map(|(by, _)| by.job).collect();
+    let kept = logs.clone();
+    match crate::backend::renew(&*shared.store, &beats, logs) {
         Err(e) => {
+            // (the lines wait for the next beat, before any written since)
+            for (flight, (_, lines)) in flights
+                .iter()
+                .filter(|f| taken.contains(&f.lease.job))
+                .zip(kept)
+            {
+                flight.state.give_back_log(lines);
+            }
             bump(&shared.counters.heartbeat_failures);
             tracing::warn!(queue = %shared.label, error = %e, leases = flights.len(), "renewal batch failed");
         }

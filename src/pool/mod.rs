@@ -44,7 +44,7 @@ use crate::lease::{Lease, LeaseTerms};
 use crate::state::JobState;
 pub(crate) use context::AttemptState;
 #[cfg(feature = "testing")]
-pub(crate) use run::failure_of_rolled_back_completion;
+pub(crate) use run::{failure_of_rolled_back_completion, flush_log};
 use stats::Counters;
 
 pub(crate) type Handler =

@@ -190,6 +190,9 @@ fn run_one(shared: &Shared, flight: Flight, waited: bool) -> After {
         },
     };
     let lease = &flight.lease;
+    if !matches!(flight.state.interruption(), Some(Interruption::Abandoned)) {
+        flush_log(&*shared.store, &flight);
+    }
     // The application's code is done with the job, unless writes of its commit with it.
     if !matches!(&verdict, Verdict::Complete(output) if output.writes.is_some()) {
         shared.store.returned(lease);
@@ -419,5 +422,19 @@ fn fenced(shared: &Shared, flight: &Flight, e: &Error) {
     let running = Some((lease.attempt, JobState::Running));
     if e.lease_lost().is_some_and(|l| l.found == running) && time_out(shared, flight) {
         bump(&shared.counters.timed_out);
+    }
+}
+
+/// The handler's log lines its pool's heartbeats have not carried yet, written before its
+/// attempt ends (in a write of their own: an attempt's end takes many paths). A failure is
+/// only said: the lines are evidence, and the end must not wait on them.
+pub(crate) fn flush_log(store: &dyn crate::job_store::JobStore, flight: &Flight) {
+    let Some(lines) = flight.state.take_log() else {
+        return;
+    };
+    let by = flight.lease.holding();
+    let written = crate::backend::write(store, move |r| crate::protocol::append_log(r, by, &lines));
+    if let Err(e) = written {
+        tracing::warn!(job = %by.job, error = %e, "writing the attempt's last log lines failed");
     }
 }

@@ -718,7 +718,8 @@ runs AS (DELETE FROM {s}.leasehold_runs WHERE job IN (SELECT id FROM gone)),
 -- dependencies are purged: a lookup by waiter has no index, and a waiter not found is
 -- passed over.
 waits AS (DELETE FROM {s}.leasehold_waits WHERE job IN (SELECT id FROM gone)),
-checkpoints AS (DELETE FROM {s}.leasehold_checkpoints WHERE job IN (SELECT id FROM gone))
+checkpoints AS (DELETE FROM {s}.leasehold_checkpoints WHERE job IN (SELECT id FROM gone)),
+logs AS (DELETE FROM {s}.leasehold_logs WHERE job IN (SELECT id FROM gone))
 SELECT id FROM gone";
 
 /// Deletes up to `limit` terminal jobs in `states` that finished at least `older_than` ago,

@@ -439,6 +439,26 @@ pub(crate) fn bytes(
 }
 
 /// A group's record.
+/// Job `job`'s attempts' logs, oldest attempt first.
+pub(crate) fn logs(
+    tx: &mut Transaction<'_>,
+    p: &mut Prepared<'_>,
+    job: JobId,
+) -> Result<Vec<crate::job_log::AttemptLog>> {
+    let st = p.get(
+        tx,
+        "SELECT attempt, record FROM {s}.leasehold_logs WHERE job = $1 ORDER BY attempt",
+    )?;
+    let mut found = Vec::new();
+    for row in tx.query(&st, &[&key(job)])? {
+        let attempt = attempt(row.col(0)?)?;
+        let record = crate::codec::decode(row.col::<&[u8]>(1)?)
+            .map_err(|e| Error::Corrupt(format!("the log of job {job} attempt {attempt}: {e}")))?;
+        found.push(crate::job_log::AttemptLog { attempt, record });
+    }
+    Ok(found)
+}
+
 /// Job `job`'s last checkpoint.
 pub(crate) fn checkpoint(
     tx: &mut Transaction<'_>,

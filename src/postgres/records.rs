@@ -21,6 +21,7 @@ use crate::codec;
 use crate::error::{Error, Result};
 use crate::ids::{Attempt, GroupId, JobId, StoreTime};
 use crate::job::{JobRecord, Outcome, RunRecord};
+use crate::job_log::LogRecord;
 use crate::lease::{Holding, LeaseTerms};
 use crate::new_job::NewJob;
 use crate::protocol::{
@@ -628,6 +629,8 @@ impl Records for PgRecords<'_, '_, '_> {
         self.tx.execute(&st, &[&key(job.id)])?;
         let st = self.get("DELETE FROM {s}.leasehold_checkpoints WHERE job = $1")?;
         self.tx.execute(&st, &[&key(job.id)])?;
+        let st = self.get("DELETE FROM {s}.leasehold_logs WHERE job = $1")?;
+        self.tx.execute(&st, &[&key(job.id)])?;
         if job.flow.awaited || !job.flow.needs.is_empty() {
             let deps: Vec<i64> = (job.flow.needs.iter())
                 .filter_map(|n| match n.on {
@@ -703,6 +706,32 @@ impl Records for PgRecords<'_, '_, '_> {
         )?;
         self.tx
             .execute(&st, &[&key(job), &codec::encode(checkpoint)])?;
+        Ok(())
+    }
+
+    fn attempt_log(&mut self, job: JobId, attempt: Attempt) -> Result<Option<LogRecord>> {
+        let st =
+            self.get("SELECT record FROM {s}.leasehold_logs WHERE job = $1 AND attempt = $2")?;
+        let found = self
+            .tx
+            .query_opt(&st, &[&key(job), &i64::from(attempt.0)])?;
+        match found {
+            Some(row) => codec::decode(row.col::<&[u8]>(0)?).map(Some).map_err(|e| {
+                Error::Corrupt(format!("the log of job {job} attempt {attempt}: {e}"))
+            }),
+            None => Ok(None),
+        }
+    }
+
+    fn save_attempt_log(&mut self, job: JobId, attempt: Attempt, log: &LogRecord) -> Result<()> {
+        let st = self.get(
+            "INSERT INTO {s}.leasehold_logs (job, attempt, record) VALUES ($1, $2, $3)
+             ON CONFLICT (job, attempt) DO UPDATE SET record = excluded.record",
+        )?;
+        self.tx.execute(
+            &st,
+            &[&key(job), &i64::from(attempt.0), &codec::encode(log)],
+        )?;
         Ok(())
     }
 

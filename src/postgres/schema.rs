@@ -35,8 +35,8 @@ use crate::error::Result;
 /// schedules' records in codec format 5. Version 7 adds each lease's token (`since_7`),
 /// which the fence compares, and the server timeline the store last wrote on (the
 /// `timeline` key of `leasehold_meta`: see `timeline.rs`); version 6 builds would grant
-/// leases without a token, and are refused. Version 8 adds the keys of keyed groups and
-/// jobs' checkpoints (`since_8`, [`crate::NewGroup::key`]); a version 7 build would make a
+/// leases without a token, and are refused. Version 8 adds the keys of keyed groups, jobs'
+/// checkpoints and attempts' logs (`since_8`, [`crate::NewGroup::key`]); a version 7 build would make a
 /// second group of a key, and is refused.
 pub const VERSION: u32 = 8;
 
@@ -156,8 +156,9 @@ ALTER TABLE {s}.leasehold_jobs ADD COLUMN IF NOT EXISTS lease_token bigint NOT N
 }
 
 /// What version 8 added, made by a new store and by the upgrade alike: the key each keyed
-/// group was made with, and each job's last checkpoint (as the crate's codec encodes
-/// [`crate::checkpoint::CheckpointRecord`]).
+/// group was made with, each job's last checkpoint and each attempt's log lines (as the
+/// crate's codec encodes [`crate::checkpoint::CheckpointRecord`] and
+/// [`crate::job_log::LogRecord`]).
 macro_rules! since_8 {
     () => {
         "
@@ -168,6 +169,12 @@ CREATE TABLE IF NOT EXISTS {s}.leasehold_group_keys (
 CREATE TABLE IF NOT EXISTS {s}.leasehold_checkpoints (
     job bigint PRIMARY KEY,
     record bytea NOT NULL
+);
+CREATE TABLE IF NOT EXISTS {s}.leasehold_logs (
+    job bigint NOT NULL,
+    attempt bigint NOT NULL,
+    record bytea NOT NULL,
+    PRIMARY KEY (job, attempt)
 );
 "
     };

@@ -110,6 +110,10 @@ const COLUMNS: &[(&str, &[(&str, &str)])] = &[
         "leasehold_checkpoints",
         &[("job", "int8"), ("record", "bytea")],
     ),
+    (
+        "leasehold_logs",
+        &[("job", "int8"), ("attempt", "int8"), ("record", "bytea")],
+    ),
 ];
 
 /// The indexes the protocol relies on: the unique one for correctness (`ON CONFLICT`
@@ -128,6 +132,7 @@ const INDEXES: &[&str] = &[
     "leasehold_groups_pkey",
     "leasehold_group_keys_pkey",
     "leasehold_checkpoints_pkey",
+    "leasehold_logs_pkey",
     "leasehold_jobs_keyed",
     "leasehold_limit_keys_pkey",
     "leasehold_limit_keys_gate",

@@ -268,6 +268,10 @@ impl ReadJobs for PgStore {
         self.in_transaction(|tx, p| read::bytes(tx, p, job, true))
     }
 
+    fn logs(&self, job: JobId) -> Result<Vec<crate::job_log::AttemptLog>> {
+        self.in_transaction(|tx, p| read::logs(tx, p, job))
+    }
+
     fn checkpoint(&self, job: JobId) -> Result<Option<crate::checkpoint::Checkpoint>> {
         self.in_transaction(|tx, p| read::checkpoint(tx, p, job))
     }

@@ -60,6 +60,22 @@ pub(crate) fn save_checkpoint(
     r.save_checkpoint(by.job, &checkpoint)
 }
 
+/// Appends `lines` to the log of the attempt `by` holds (or held: a holder whose lease was
+/// lost still writes only its own attempt's lines). Nothing is written for a job that is
+/// gone (purged meanwhile): its lines go with it.
+pub(crate) fn append_log(
+    r: &mut (impl Records + ?Sized),
+    by: Holding,
+    lines: &crate::job_log::LogRecord,
+) -> Result<()> {
+    if r.job(by.job)?.is_none() || (lines.lines.is_empty() && lines.dropped == 0) {
+        return Ok(());
+    }
+    let mut log = r.attempt_log(by.job, by.attempt)?.unwrap_or_default();
+    log.merge(lines);
+    r.save_attempt_log(by.job, by.attempt, &log)
+}
+
 /// [`heartbeat`] for each of `leases` (the lease's holding, progress): an answer each, in
 /// their order, or the error that failed them all (a refusal answers its own lease). Those
 /// the engine renews in one step ([`Records::renew_fenced`]) first, the rest one by one in

@@ -17,6 +17,7 @@ use crate::error::Result;
 use crate::events::Pending;
 use crate::ids::{Attempt, GroupId, JobId, StoreTime};
 use crate::job::{JobRecord, Outcome, RunRecord};
+use crate::job_log::LogRecord;
 use crate::lease::{Holding, Lease, LeaseTerms};
 use crate::new_job::NewJob;
 use crate::queue::{KeyRecord, QueueLimits, QueueRecord};
@@ -303,6 +304,10 @@ pub trait Records: NamedRecords {
     /// Keeps `checkpoint` as job `id`'s, in place of the one before (deleted with the job,
     /// by [`Records::delete`]).
     fn save_checkpoint(&mut self, id: JobId, checkpoint: &CheckpointRecord) -> Result<()>;
+    /// The log lines attempt `attempt` of job `id` wrote ([`crate::JobContext::log`]).
+    fn attempt_log(&mut self, id: JobId, attempt: Attempt) -> Result<Option<LogRecord>>;
+    /// Keeps `log` as attempt `attempt` of job `id`'s (deleted with the job).
+    fn save_attempt_log(&mut self, id: JobId, attempt: Attempt, log: &LogRecord) -> Result<()>;
 
     // ----- jobs that wait for jobs -----
 

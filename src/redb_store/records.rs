@@ -9,6 +9,7 @@ use crate::codec;
 use crate::error::{Error, Result};
 use crate::ids::{Attempt, GroupId, JobId, StoreTime};
 use crate::job::{JobRecord, Outcome, RunRecord};
+use crate::job_log::LogRecord;
 use crate::protocol::{HeldSchedule, Inserted, NamedRecords, Policy, Position, Records};
 use crate::queue::{KeyRecord, QueueRecord};
 use crate::redb_store::schema::meta_key;
@@ -210,6 +211,31 @@ impl Records for Tx<'_> {
             self.tables.members()?.remove((group.0, id))?;
         }
         self.tables.checkpoints()?.remove(id)?;
+        let logs = self.tables.logs()?;
+        let attempts: Vec<u32> = (logs.range((id, 0)..=(id, u32::MAX))?)
+            .map(|e| Ok(e?.0.value().1))
+            .collect::<Result<_>>()?;
+        for attempt in attempts {
+            logs.remove((id, attempt))?;
+        }
+        Ok(())
+    }
+
+    fn attempt_log(&mut self, id: JobId, attempt: Attempt) -> Result<Option<LogRecord>> {
+        match self.tables.logs()?.get((id.0, attempt.0))? {
+            Some(b) => codec::decode(b.value())
+                .map(Some)
+                .map_err(|e| Error::Corrupt(format!("the log of job {id} attempt {attempt}: {e}"))),
+            None => Ok(None),
+        }
+    }
+
+    fn save_attempt_log(&mut self, id: JobId, attempt: Attempt, log: &LogRecord) -> Result<()> {
+        let bytes = codec::encode(log);
+        self.tables
+            .logs()?
+            .insert((id.0, attempt.0), bytes.as_slice())?;
+        self.tally.writes += 1;
         Ok(())
     }
 

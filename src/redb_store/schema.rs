@@ -23,6 +23,7 @@
 //! | `members` | (group, member) | () | each group's members |
 //! | `groups` | group id | [`GroupRecord`](crate::workflow::GroupRecord) record | each group: sealed, its members' counts, when it ended, what waits for it |
 //! | `checkpoints` | job id | [`CheckpointRecord`](crate::checkpoint::CheckpointRecord) record | the last checkpoint an attempt of each job saved; added without a new version: a build that does not know it leaves a purged job's checkpoint behind, which is never read |
+//! | `logs` | (job, attempt) | [`LogRecord`](crate::job_log::LogRecord) record | the log lines each attempt wrote; added without a new version, as `checkpoints` |
 //! | `group_keys` | group key | group id | the key each keyed group was made with ([`NewGroup::key`](crate::NewGroup::key)); added without a new version: a build that does not know it leaves it alone and cannot make it wrong, since no build removes a group |
 //! | `keyed` | (queue, limit key, run_at, job) | () | waiting jobs with a limit key, in their key's order, parked or not |
 //! | `limit_keys` | (queue, limit key) | [`KeyRecord`](crate::queue::KeyRecord) record | each limit key's running jobs, head and rate window |
@@ -87,6 +88,7 @@ pub(crate) const GROUP_KEYS: TableDefinition<&str, u64> =
     TableDefinition::new("leasehold.group_keys");
 pub(crate) const CHECKPOINTS: TableDefinition<u64, &[u8]> =
     TableDefinition::new("leasehold.checkpoints");
+pub(crate) const LOGS: TableDefinition<(u64, u32), &[u8]> = TableDefinition::new("leasehold.logs");
 pub(crate) const KEYED: TableDefinition<(&str, &str, u64, u64), ()> =
     TableDefinition::new("leasehold.keyed");
 pub(crate) const LIMIT_KEYS: TableDefinition<(&str, &str), &[u8]> =

@@ -66,6 +66,24 @@ impl<S: Snapshots> crate::job_store::ReadJobs for S {
         })
     }
 
+    fn logs(&self, id: JobId) -> Result<Vec<crate::job_log::AttemptLog>> {
+        self.reading("a job's logs", |read| {
+            let Some(logs) = optional(read, schema::LOGS)? else {
+                return Ok(Vec::new());
+            };
+            let mut found = Vec::new();
+            for entry in logs.range((id.0, 0)..=(id.0, u32::MAX))? {
+                let (key, bytes) = entry?;
+                let attempt = crate::ids::Attempt(key.value().1);
+                let record = codec::decode(bytes.value()).map_err(|e| {
+                    Error::Corrupt(format!("the log of job {id} attempt {attempt}: {e}"))
+                })?;
+                found.push(crate::job_log::AttemptLog { attempt, record });
+            }
+            Ok(found)
+        })
+    }
+
     fn group(&self, id: crate::ids::GroupId) -> Result<Option<crate::workflow::Group>> {
         self.reading("a group's record", |read| {
             let Some(groups) = optional(read, schema::GROUPS)? else {

@@ -53,6 +53,7 @@ pub(crate) struct Tables<'t> {
     groups: Option<Table<'t, u64, &'static [u8]>>,
     group_keys: Option<Table<'t, &'static str, u64>>,
     checkpoints: Option<Table<'t, u64, &'static [u8]>>,
+    logs: Option<Table<'t, (u64, u32), &'static [u8]>>,
     /// Limit keys' index and records, opened likewise.
     keyed: Option<KeyedTable<'t>>,
     limit_keys: Option<Table<'t, (&'static str, &'static str), &'static [u8]>>,
@@ -89,6 +90,7 @@ impl<'t> Tables<'t> {
             groups: None,
             group_keys: None,
             checkpoints: None,
+            logs: None,
             keyed: None,
             limit_keys: None,
             key_gates: None,
@@ -131,6 +133,11 @@ impl<'t> Tables<'t> {
     /// Each job's last checkpoint (opened on first use).
     pub(crate) fn checkpoints(&mut self) -> Result<&mut Table<'t, u64, &'static [u8]>> {
         opened(&mut self.checkpoints, self.txn, schema::CHECKPOINTS)
+    }
+
+    /// Each attempt's log lines, by (job, attempt) (opened on first use).
+    pub(crate) fn logs(&mut self) -> Result<&mut Table<'t, (u64, u32), &'static [u8]>> {
+        opened(&mut self.logs, self.txn, schema::LOGS)
     }
 
     /// The keyed groups' ids, by key (opened on first use).

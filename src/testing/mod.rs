@@ -251,13 +251,16 @@ where
     H: FnOnce(&JobContext) -> std::result::Result<O, JobError>,
     O: Into<Output<S::Writes>>,
 {
-    let ctx = JobContext::new(
-        lease.clone(),
-        AttemptState::new(lease.expires_at),
-        store.clone(),
-    );
+    let state = AttemptState::new(lease.expires_at);
+    let ctx = JobContext::new(lease.clone(), state.clone(), store.clone());
+    let ran = catch_unwind(AssertUnwindSafe(|| handler(&ctx)));
+    let flight = crate::pool::Flight {
+        lease: lease.clone(),
+        state,
+    };
+    crate::pool::flush_log(&*store, &flight);
     let store = &*store;
-    let verdict = match catch_unwind(AssertUnwindSafe(|| handler(&ctx))) {
+    let verdict = match ran {
         Ok(Ok(output)) => commit(store, &lease, crate::pool::any::<S>(output.into()))?,
         Ok(Err(e)) => match e.snoozed_for() {
             Some(delay) => match crate::backend::end(store, &lease, End::Snooze(delay), None) {

@@ -18,6 +18,7 @@ mod events;
 mod fencing;
 mod group;
 mod keys;
+mod logs;
 mod open;
 mod queues;
 mod reader;

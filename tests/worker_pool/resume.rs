@@ -1,5 +1,5 @@
 //! A long job killed mid-way resumes in its next attempt from the checkpoint its handler
-//! saved, through the handler's context.
+//! saved, through the handler's context; and what the handler logged reaches the store.
 
 use leasehold::{JobContext, JobError, JobState, NewJob};
 
@@ -7,7 +7,10 @@ use crate::common::wait_until;
 use crate::on_both::{Kind, LEASE};
 use crate::pool;
 
-crate::on_both::on_both!(a_job_killed_mid_way_resumes_from_its_checkpoint_in_the_next_attempt,);
+crate::on_both::on_both!(
+    a_job_killed_mid_way_resumes_from_its_checkpoint_in_the_next_attempt,
+    a_handlers_log_lines_reach_the_store_with_its_heartbeats_and_at_its_end,
+);
 
 /// Counts from its checkpoint (or 0) to 10, saving each step; the first attempt stops for
 /// good after step 6 (its process dies: the pool is abandoned, nothing more is written).
@@ -54,4 +57,38 @@ fn a_job_killed_mid_way_resumes_from_its_checkpoint_in_the_next_attempt(kind: Ki
     );
     let c = f.checkpoint(job).unwrap().unwrap();
     assert_eq!((c.attempt().0, c.data()), (2, b"10".as_slice()));
+}
+
+/// A line written while the handler still runs reaches the store with a heartbeat (the
+/// handler waits to see it there); the lines after the last beat are written before the
+/// attempt ends.
+fn a_handlers_log_lines_reach_the_store_with_its_heartbeats_and_at_its_end(kind: Kind) {
+    let f = kind.open();
+    let job = f.enqueue(NewJob::new(crate::Q, "import")).unwrap();
+    let (seen_tx, seen_rx) = crossbeam_channel::bounded::<()>(1);
+    let p = pool(&f, "a")
+        .start(move |ctx| {
+            ctx.log("started");
+            seen_rx
+                .recv_timeout(std::time::Duration::from_secs(30))
+                .map_err(|_| JobError::new("the test never saw the line"))?;
+            ctx.log("finished");
+            Ok(())
+        })
+        .unwrap();
+    let texts = |f: &crate::on_both::Backend| -> Vec<String> {
+        (f.logs(job).unwrap().iter())
+            .flat_map(|l| l.lines().map(|(_, t)| t.to_owned()).collect::<Vec<_>>())
+            .collect()
+    };
+    wait_until("the running handler's line to be stored", || {
+        texts(&f) == ["started"]
+    });
+    seen_tx.send(()).unwrap();
+    wait_until("the job to succeed", || {
+        f.job(job).unwrap().unwrap().state() == JobState::Succeeded
+    });
+    drop(p);
+    assert_eq!(texts(&f), ["started", "finished"]);
+    assert_eq!(f.logs(job).unwrap()[0].attempt().0, 1);
 }

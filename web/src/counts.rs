@@ -219,6 +219,9 @@ mod tests {
         fn output(&self, job: JobId) -> Result<Option<Vec<u8>>> {
             self.store.output(job)
         }
+        fn logs(&self, job: JobId) -> Result<Vec<leasehold::AttemptLog>> {
+            self.store.logs(job)
+        }
         fn checkpoint(&self, job: JobId) -> Result<Option<leasehold::Checkpoint>> {
             self.store.checkpoint(job)
         }

@@ -434,6 +434,21 @@ pub(crate) fn job(inner: &Inner, id: JobId, query: &[(String, String)]) -> PageR
         ]);
     }
     body.push_str(&t.finish("Never claimed."));
+    for log in store.logs(id)? {
+        let _ = write!(body, "<h2>Log of attempt {}</h2>", log.attempt().0);
+        if log.dropped() > 0 {
+            let _ = write!(
+                body,
+                "<p class=\"note\">{} older lines dropped.</p>",
+                log.dropped()
+            );
+        }
+        let mut t = Table::new("log", &["written", "line"]);
+        for (at, text) in log.lines() {
+            t.row([relative(at, now), escape(text)]);
+        }
+        body.push_str(&t.finish("No line."));
+    }
     ok(inner.frame(&format!("Job {}", id.0), None).render(&body))
 }
 

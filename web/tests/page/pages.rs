@@ -119,7 +119,13 @@ fn a_jobs_page_links_what_it_waits_for_and_a_groups_page_shows_its_progress(kind
     f.enqueue(NewJob::new(Q, "long")).unwrap();
     let l = f.claim_one("w");
     f.save_checkpoint(&l, b"frame 12").unwrap();
+    f.log(&l, &["<b>frame</b> 12"]).unwrap();
     let saved = expect(get(&page, &format!("/jobs/{}", l.job.0)), StatusCode::OK);
+    assert!(saved.contains("<h2>Log of attempt 1</h2>"), "{saved}");
+    assert!(
+        saved.contains("&lt;b&gt;frame&lt;/b&gt; 12"),
+        "escaped: {saved}"
+    );
     assert!(
         saved.contains("<td>checkpoint</td><td>8 bytes, saved by attempt 1"),
         "{saved}"
@@ -351,6 +357,7 @@ impl ReadJobs for SlowCounts {
         payload(job: leasehold::JobId) -> Option<Vec<u8>>;
         output(job: leasehold::JobId) -> Option<Vec<u8>>;
         checkpoint(job: leasehold::JobId) -> Option<leasehold::Checkpoint>;
+        logs(job: leasehold::JobId) -> Vec<leasehold::AttemptLog>;
         group(group: leasehold::GroupId) -> Option<leasehold::Group>;
         waiters(job: leasehold::JobId) -> Vec<leasehold::JobId>;
         jobs(filter: &JobFilter) -> Vec<leasehold::Job>;
