@@ -27,6 +27,9 @@ pub struct Lease {
     pub worker: String,
     /// When the claim happened, on the store clock.
     pub claimed_at: StoreTime,
+    /// When the job was due (its run-at when it was claimed): how long it waited is
+    /// `claimed_at` less this, on the store clock.
+    pub due_at: StoreTime,
     /// When the lease expires unless renewed, as granted at claim. Renewals move the stored
     /// expiry; see [`Renewal`]. Workers never compare this with their own clock.
     pub expires_at: StoreTime,

@@ -166,9 +166,9 @@ pub use lease::{Lease, LeaseTerms, Renewal};
 pub use new_job::{NewGroup, NewJob};
 pub use pool::{
     AnyWrites, AttemptEnded, DEFAULT_MAX_BATCH, DEFAULT_SHUTDOWN_GRACE, DEFAULT_WINDOW,
-    Interrupted, Interruption, JobContext, JobError, LATENCY_BOUNDS, LATENCY_BUCKETS, Latencies,
-    MAX_POOL_QUEUES, Output, PoolBuilder, PoolStats, QueueTally, Queues, ShutdownReport,
-    WorkerPool,
+    Interrupted, Interruption, JOB_TIME_BOUNDS, JobContext, JobError, LATENCY_BOUNDS,
+    LATENCY_BUCKETS, Latencies, MAX_POOL_QUEUES, Output, PoolBuilder, PoolStats, QueueTally,
+    Queues, ShutdownReport, WorkerPool,
 };
 pub use query::{JobFilter, JobOrder, QueueTiming};
 pub use queue::{MAX_RATE_CLAIMS, QueueLimits, QueueSettings, Rate, UNSERVED_AFTER, UnservedQueue};

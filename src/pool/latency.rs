@@ -1,5 +1,6 @@
-//! How long a pool's commits take: a histogram of fixed buckets, kept in relaxed atomics
-//! while the pool runs and read as plain data ([`Latencies`]) with its other counters.
+//! How long a pool's commits take, and how long its jobs wait and run: histograms of fixed
+//! buckets, kept in relaxed atomics while the pool runs and read as plain data
+//! ([`Latencies`]) with its other counters.
 //!
 //! Timed on the host's clock: it measures this process's wait for the store, not store time.
 //! A commit that ends attempts (a round of completions, a completion or failure committed by
@@ -32,16 +33,50 @@ pub const LATENCY_BOUNDS: [Duration; LATENCY_BUCKETS - 1] = [
     Duration::from_secs(10),
 ];
 
+/// The buckets' upper bounds for how long a job waits and runs
+/// ([`QueueTally::wait`](crate::QueueTally::wait), [`QueueTally::run`](crate::QueueTally::run)):
+/// from 1 ms to 5 minutes.
+pub const JOB_TIME_BOUNDS: [Duration; LATENCY_BUCKETS - 1] = [
+    Duration::from_millis(1),
+    Duration::from_millis(5),
+    Duration::from_millis(10),
+    Duration::from_millis(25),
+    Duration::from_millis(50),
+    Duration::from_millis(100),
+    Duration::from_millis(250),
+    Duration::from_millis(500),
+    Duration::from_secs(1),
+    Duration::from_millis(2500),
+    Duration::from_secs(5),
+    Duration::from_secs(10),
+    Duration::from_secs(30),
+    Duration::from_secs(60),
+    Duration::from_secs(300),
+];
+
 /// A histogram of latencies, read from a running pool.
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Latencies {
     /// Observations per bucket, not cumulative: bucket `i` holds those at most
-    /// [`LATENCY_BOUNDS`]`[i]` and above the bound before it; the last bucket holds those
-    /// above every bound.
+    /// `bounds[i]` and above the bound before it; the last bucket holds those above every
+    /// bound.
     pub buckets: [u64; LATENCY_BUCKETS],
     /// All observations together.
     pub sum: Duration,
+    /// The buckets' upper bounds: [`LATENCY_BOUNDS`] for commits, [`JOB_TIME_BOUNDS`] for
+    /// jobs.
+    pub bounds: &'static [Duration; LATENCY_BUCKETS - 1],
+}
+
+impl Default for Latencies {
+    fn default() -> Latencies {
+        Latencies {
+            buckets: [0; LATENCY_BUCKETS],
+            sum: Duration::ZERO,
+            bounds: &LATENCY_BOUNDS,
+        }
+    }
 }
 
 impl Latencies {
@@ -64,7 +99,7 @@ impl Latencies {
         for (i, n) in self.buckets.iter().enumerate() {
             seen += n;
             if seen >= rank {
-                return Some(LATENCY_BOUNDS.get(i).copied().unwrap_or(Duration::MAX));
+                return Some(self.bounds.get(i).copied().unwrap_or(Duration::MAX));
             }
         }
         Some(Duration::MAX)
@@ -72,15 +107,32 @@ impl Latencies {
 }
 
 /// The running histogram.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct LatencyRecorder {
     buckets: [AtomicU64; LATENCY_BUCKETS],
     sum_ns: AtomicU64,
+    bounds: &'static [Duration; LATENCY_BUCKETS - 1],
+}
+
+impl Default for LatencyRecorder {
+    /// A commits' histogram ([`LATENCY_BOUNDS`]).
+    fn default() -> LatencyRecorder {
+        LatencyRecorder::with(&LATENCY_BOUNDS)
+    }
 }
 
 impl LatencyRecorder {
+    /// A histogram of these bounds.
+    pub(crate) fn with(bounds: &'static [Duration; LATENCY_BUCKETS - 1]) -> LatencyRecorder {
+        LatencyRecorder {
+            buckets: Default::default(),
+            sum_ns: AtomicU64::new(0),
+            bounds,
+        }
+    }
+
     pub(crate) fn observe(&self, took: Duration) {
-        let i = LATENCY_BOUNDS.partition_point(|bound| *bound < took);
+        let i = self.bounds.partition_point(|bound| *bound < took);
         self.buckets[i].fetch_add(1, Ordering::Relaxed);
         let ns = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX);
         self.sum_ns.fetch_add(ns, Ordering::Relaxed);
@@ -99,6 +151,7 @@ impl LatencyRecorder {
         Latencies {
             buckets: std::array::from_fn(|i| self.buckets[i].load(Ordering::Relaxed)),
             sum: Duration::from_nanos(self.sum_ns.load(Ordering::Relaxed)),
+            bounds: self.bounds,
         }
     }
 }

@@ -31,7 +31,7 @@ pub use builder::PoolBuilder;
 pub(crate) use builder::any;
 pub use context::{Interrupted, Interruption, JobContext, JobError, Output};
 pub use ended::AttemptEnded;
-pub use latency::{LATENCY_BOUNDS, LATENCY_BUCKETS, Latencies};
+pub use latency::{JOB_TIME_BOUNDS, LATENCY_BOUNDS, LATENCY_BUCKETS, Latencies};
 pub use queues::{MAX_POOL_QUEUES, Queues};
 pub use stats::{PoolStats, QueueTally};
 

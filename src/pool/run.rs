@@ -151,9 +151,12 @@ fn run_one(shared: &Shared, flight: Flight, waited: bool) -> After {
         shared.store.clone(),
     );
     shared.store.started(&flight.lease);
+    // (store time: how long it waited since it was due, however long it was claimed ahead)
+    let waited = shared.store.clock().saturating_since(flight.lease.due_at);
     let watch = Stopwatch::start();
     let ran = catch_unwind(AssertUnwindSafe(|| (shared.handler)(&ctx)));
     shared.pace.job_ran(watch.elapsed());
+    (shared.counters).ran_of(&flight.lease.queue, waited, watch.elapsed());
     let verdict = match ran {
         Ok(Ok(output)) => match &shared.validator {
             // The validator is the application's code too: its panic fails the attempt like

@@ -1,6 +1,7 @@
 //! A pool's counters: relaxed atomics while it runs, a plain snapshot for readers.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 macro_rules! pool_counters {
     ($($(#[$doc:meta])* $name:ident),* $(,)?) => {
@@ -35,8 +36,8 @@ macro_rules! pool_counters {
         pub(crate) struct Counters {
             $(pub(crate) $name: AtomicU64,)*
             pub(crate) commit_latency: super::latency::LatencyRecorder,
-            /// Each queue's claimed and succeeded.
-            by_queue: Vec<(String, AtomicU64, AtomicU64)>,
+            /// Each queue's counts and times.
+            by_queue: Vec<QueueCounters>,
         }
 
         impl Counters {
@@ -47,12 +48,14 @@ macro_rules! pool_counters {
                     claimed_ahead: claimed_ahead.min(in_flight),
                     commit_latency: self.commit_latency.snapshot(),
                     queues: (self.by_queue.iter())
-                        .map(|(queue, claimed, succeeded)| {
+                        .map(|q| {
                             let tally = QueueTally {
-                                claimed: claimed.load(Ordering::Relaxed),
-                                succeeded: succeeded.load(Ordering::Relaxed),
+                                claimed: q.claimed.load(Ordering::Relaxed),
+                                succeeded: q.succeeded.load(Ordering::Relaxed),
+                                wait: q.wait.snapshot(),
+                                run: q.run.snapshot(),
                             };
-                            (queue.clone(), tally)
+                            (q.queue.clone(), tally)
                         })
                         .collect(),
                 }
@@ -120,32 +123,67 @@ pub struct QueueTally {
     pub claimed: u64,
     /// Jobs of the queue completed (committed).
     pub succeeded: u64,
+    /// How long each job the pool started had waited: from when it was due (its run-at) to
+    /// when a worker started it, in store time ([`JOB_TIME_BOUNDS`](crate::JOB_TIME_BOUNDS)).
+    pub wait: super::latency::Latencies,
+    /// How long each handler the pool ran took, on the host's clock, whatever it returned
+    /// ([`JOB_TIME_BOUNDS`](crate::JOB_TIME_BOUNDS)).
+    pub run: super::latency::Latencies,
+}
+
+/// One queue's counts and times, as the pool keeps them.
+#[derive(Debug)]
+pub(crate) struct QueueCounters {
+    queue: String,
+    claimed: AtomicU64,
+    succeeded: AtomicU64,
+    wait: super::latency::LatencyRecorder,
+    run: super::latency::LatencyRecorder,
 }
 
 impl Counters {
     /// Counters for a pool of `queues`.
     pub(crate) fn for_queues<'q>(queues: impl Iterator<Item = &'q str>) -> Counters {
+        let jobs = || super::latency::LatencyRecorder::with(&super::latency::JOB_TIME_BOUNDS);
         Counters {
             by_queue: queues
-                .map(|q| (q.to_owned(), AtomicU64::new(0), AtomicU64::new(0)))
+                .map(|q| QueueCounters {
+                    queue: q.to_owned(),
+                    claimed: AtomicU64::new(0),
+                    succeeded: AtomicU64::new(0),
+                    wait: jobs(),
+                    run: jobs(),
+                })
                 .collect(),
             ..Counters::default()
         }
     }
 
+    fn of(&self, queue: &str) -> Option<&QueueCounters> {
+        self.by_queue.iter().find(|q| q.queue == queue)
+    }
+
     /// Counts a job of `queue` claimed.
     pub(crate) fn claimed_of(&self, queue: &str) {
         bump(&self.claimed);
-        if let Some((_, claimed, _)) = self.by_queue.iter().find(|(q, ..)| q == queue) {
-            bump(claimed);
+        if let Some(q) = self.of(queue) {
+            bump(&q.claimed);
         }
     }
 
     /// Counts a job of `queue` completed.
     pub(crate) fn succeeded_of(&self, queue: &str) {
         bump(&self.succeeded);
-        if let Some((.., succeeded)) = self.by_queue.iter().find(|(q, ..)| q == queue) {
-            bump(succeeded);
+        if let Some(q) = self.of(queue) {
+            bump(&q.succeeded);
+        }
+    }
+
+    /// Notes how long a job of `queue` waited before it started, and how long it ran.
+    pub(crate) fn ran_of(&self, queue: &str, waited: Duration, ran: Duration) {
+        if let Some(q) = self.of(queue) {
+            q.wait.observe(waited);
+            q.run.observe(ran);
         }
     }
 }

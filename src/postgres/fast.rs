@@ -414,6 +414,7 @@ fn granted(
         queue: queue.to_owned(),
         worker: worker.to_owned(),
         claimed_at: time(row.col(2)?),
+        due_at: time(row.col(6)?),
         expires_at: time(row.col(3)?),
         length: terms.length,
         deadline: row.col::<Option<i64>>(7)?.map(time),

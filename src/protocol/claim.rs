@@ -379,6 +379,7 @@ fn grant(
         queue: new.queue,
         worker: worker.to_owned(),
         claimed_at: now,
+        due_at: job.run_at,
         expires_at,
         length: terms.length,
         deadline,

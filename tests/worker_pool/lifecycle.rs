@@ -23,6 +23,7 @@ crate::on_both::on_both!(
     many_workers_commit_every_job_exactly_once_through_shared_commits,
     wait_idle_returns_once_every_job_of_the_queue_has_ended,
     on_a_drained_queue_completions_wait_out_the_batch_delay_for_company_and_no_longer,
+    a_pool_counts_how_long_each_queues_jobs_waited_since_due_and_ran,
 );
 
 fn a_pool_runs_every_job_once_and_commits_its_output(kind: Kind) {
@@ -507,4 +508,36 @@ fn on_a_drained_queue_completions_wait_out_the_batch_delay_for_company_and_no_lo
         (stats.succeeded, stats.completion_commits) == (1, 1)
     });
     assert_eq!(f.job(id).unwrap().unwrap().state(), JobState::Succeeded);
+}
+
+/// The wait is store time from when a job was due (not when it was enqueued) to its start;
+/// the run, each handler's time.
+fn a_pool_counts_how_long_each_queues_jobs_waited_since_due_and_ran(kind: Kind) {
+    let f = kind.open();
+    f.enqueue(NewJob::new(Q, "due at once")).unwrap();
+    f.enqueue(NewJob::new(Q, "due in 3 s").delay(Duration::from_secs(3)))
+        .unwrap();
+    f.advance(Duration::from_secs(7));
+    let p = pool(&f, "a").start(|_| Ok(())).unwrap();
+    wait_until("both jobs to succeed", || p.stats().succeeded == 2);
+    let tally = p.stats().queues[Q];
+    let bucket = |bound: Duration| {
+        let i = leasehold::JOB_TIME_BOUNDS
+            .iter()
+            .position(|b| *b == bound)
+            .unwrap();
+        tally.wait.buckets[i]
+    };
+    assert_eq!(
+        bucket(Duration::from_secs(10)),
+        1,
+        "7 s since enqueued and due: {tally:?}"
+    );
+    assert_eq!(
+        bucket(Duration::from_secs(5)),
+        1,
+        "4 s since due: {tally:?}"
+    );
+    assert_eq!(tally.wait.sum, Duration::from_secs(11));
+    assert_eq!(tally.run.count(), 2);
 }

@@ -18,7 +18,7 @@ use prometheus_client::registry::Registry;
 
 use leasehold::JobState;
 use leasehold::QueueTiming;
-use leasehold::{LATENCY_BOUNDS, Latencies, PoolStats};
+use leasehold::{Latencies, PoolStats};
 use leasehold::{Stats, WriteMetrics};
 
 /// The content type of the text `render` makes.
@@ -353,6 +353,27 @@ pub(crate) fn render(s: &Scrape<'_>) -> Result<String, std::fmt::Error> {
             "Jobs of the queue the pool completed",
             succeeded,
         );
+        let (wait, run) = (
+            Family::<Labels, Histogram>::default(),
+            Family::<Labels, Histogram>::default(),
+        );
+        for (pool, stats) in s.pools {
+            for (queue, tally) in &stats.queues {
+                let labels = vec![("pool", pool.clone()), ("queue", queue.clone())];
+                *wait.get_or_create(&labels).0.lock() = tally.wait;
+                *run.get_or_create(&labels).0.lock() = tally.run;
+            }
+        }
+        sub.register(
+            "job_wait_seconds",
+            "How long the queue's jobs the pool started had waited since they were due (store time)",
+            wait,
+        );
+        sub.register(
+            "job_run_seconds",
+            "How long the pool's handlers of the queue's jobs ran",
+            run,
+        );
         sub.register("in_flight", "Jobs the pool holds now", in_flight);
         sub.register("claimed_ahead", "Jobs claimed ahead and not started", ahead);
     }
@@ -362,8 +383,8 @@ pub(crate) fn render(s: &Scrape<'_>) -> Result<String, std::fmt::Error> {
     Ok(text)
 }
 
-/// A pool's commit latencies as a Prometheus histogram: the pool keeps the buckets, this
-/// only encodes them.
+/// A pool's histogram (its commit latencies, its jobs' waits and runs) as a Prometheus
+/// histogram: the pool keeps the buckets, this only encodes them.
 #[derive(Clone, Debug, Default)]
 struct Histogram(Arc<Mutex<Latencies>>);
 
@@ -374,7 +395,7 @@ impl TypedMetric for Histogram {
 impl EncodeMetric for Histogram {
     fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
         let l = *self.0.lock();
-        let bounds = LATENCY_BOUNDS.iter().map(|b| b.as_secs_f64());
+        let bounds = l.bounds.iter().map(|b| b.as_secs_f64());
         let buckets: Vec<(f64, u64)> = bounds.chain([f64::INFINITY]).zip(l.buckets).collect();
         encoder.encode_histogram::<NoLabelSet>(l.sum.as_secs_f64(), l.count(), &buckets, None)
     }

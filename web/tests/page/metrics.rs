@@ -297,6 +297,27 @@ fn an_embedded_pools_counters_and_commit_latency_are_exported_under_its_name(kin
         .copied()
     };
     assert_eq!(bucket("inf"), Some(latency.count() as f64), "{m:?}");
+    // each queue's jobs: how long they waited since due (the manual clock stood still: no
+    // wait at all) and how long they ran
+    let tally = stats.queues[Q];
+    assert_eq!((tally.wait.count(), tally.run.count()), (20, 20));
+    let job_bucket = |name: &str, le: &str| {
+        m.get(&(name.to_owned(), format!("le={le},pool=mail,queue={Q}")))
+            .copied()
+    };
+    assert_eq!(
+        job_bucket("leasehold_pool_job_wait_seconds_bucket", "0.001"),
+        Some(20.0)
+    );
+    assert_eq!(
+        job_bucket("leasehold_pool_job_run_seconds_bucket", "inf"),
+        Some(20.0)
+    );
+    assert_eq!(
+        of_queue("leasehold_pool_job_run_seconds_count"),
+        Some(20.0),
+        "{m:?}"
+    );
     let within_10ms: u64 = latency.buckets[..8].iter().sum();
     assert_eq!(
         bucket("0.01"),
