@@ -95,6 +95,17 @@ fn split(bytes: &[u8]) -> Result<(u8, &[u8]), CodecError> {
     Ok((version, body))
 }
 
+/// Decodes the stored record of `what` (as an error names it: "the checkpoint of job 7"),
+/// if there is one: bytes that are not such a record are [`crate::Error::Corrupt`].
+pub(crate) fn decode_stored<T: Decode<()>>(
+    bytes: Option<&[u8]>,
+    what: impl FnOnce() -> String,
+) -> crate::error::Result<Option<T>> {
+    bytes
+        .map(|b| decode(b).map_err(|e| crate::error::Error::Corrupt(format!("{}: {e}", what()))))
+        .transpose()
+}
+
 fn decode_body<T: Decode<()>>(body: &[u8]) -> Result<T, CodecError> {
     let (value, used) = bincode::decode_from_slice(body, config())
         .map_err(|e| CodecError::Malformed(e.to_string()))?;

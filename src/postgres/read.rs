@@ -438,7 +438,6 @@ pub(crate) fn bytes(
     }
 }
 
-/// A group's record.
 /// Job `job`'s attempts' logs, oldest attempt first.
 pub(crate) fn logs(
     tx: &mut Transaction<'_>,
@@ -452,9 +451,10 @@ pub(crate) fn logs(
     let mut found = Vec::new();
     for row in tx.query(&st, &[&key(job)])? {
         let attempt = attempt(row.col(0)?)?;
-        let record = crate::codec::decode(row.col::<&[u8]>(1)?)
-            .map_err(|e| Error::Corrupt(format!("the log of job {job} attempt {attempt}: {e}")))?;
-        found.push(crate::job_log::AttemptLog { attempt, record });
+        let what = || format!("the log of job {job} attempt {attempt}");
+        if let Some(record) = crate::codec::decode_stored(Some(row.col(1)?), what)? {
+            found.push(crate::job_log::AttemptLog { attempt, record });
+        }
     }
     Ok(found)
 }
@@ -469,14 +469,13 @@ pub(crate) fn checkpoint(
         tx,
         "SELECT record FROM {s}.leasehold_checkpoints WHERE job = $1",
     )?;
-    let Some(row) = tx.query_opt(&st, &[&key(job)])? else {
-        return Ok(None);
-    };
-    let record = crate::codec::decode(row.col::<&[u8]>(0)?)
-        .map_err(|e| Error::Corrupt(format!("the checkpoint of job {job}: {e}")))?;
-    Ok(Some(crate::checkpoint::Checkpoint(record)))
+    let found = tx.query_opt(&st, &[&key(job)])?;
+    let bytes = found.as_ref().map(|row| row.col::<&[u8]>(0)).transpose()?;
+    let record = crate::codec::decode_stored(bytes, || format!("the checkpoint of job {job}"))?;
+    Ok(record.map(crate::checkpoint::Checkpoint))
 }
 
+/// A group's record.
 pub(crate) fn group(
     tx: &mut Transaction<'_>,
     p: &mut Prepared<'_>,
@@ -484,12 +483,10 @@ pub(crate) fn group(
 ) -> Result<Option<crate::workflow::Group>> {
     let st = p.get(tx, "SELECT record FROM {s}.leasehold_groups WHERE id = $1")?;
     let id = i64::try_from(group.0).unwrap_or(i64::MAX);
-    let Some(row) = tx.query_opt(&st, &[&id])? else {
-        return Ok(None);
-    };
-    let record = crate::codec::decode(row.col::<&[u8]>(0)?)
-        .map_err(|e| Error::Corrupt(format!("the record of group {group}: {e}")))?;
-    Ok(Some(crate::workflow::Group(record)))
+    let found = tx.query_opt(&st, &[&id])?;
+    let bytes = found.as_ref().map(|row| row.col::<&[u8]>(0)).transpose()?;
+    let record = crate::codec::decode_stored(bytes, || format!("the record of group {group}"))?;
+    Ok(record.map(crate::workflow::Group))
 }
 
 /// The jobs that wait for `job` and still exist, oldest first.

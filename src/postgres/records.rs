@@ -18,7 +18,7 @@ use super::transaction::{PgRecords, notify, now};
 use super::{PgError, fast};
 use crate::checkpoint::CheckpointRecord;
 use crate::codec;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::ids::{Attempt, GroupId, JobId, StoreTime};
 use crate::job::{JobRecord, Outcome, RunRecord};
 use crate::job_log::LogRecord;
@@ -667,12 +667,9 @@ impl Records for PgRecords<'_, '_, '_> {
     fn group(&mut self, group: GroupId) -> Result<Option<GroupRecord>> {
         let st = self.get("SELECT record FROM {s}.leasehold_groups WHERE id = $1 FOR UPDATE")?;
         self.waited();
-        match self.tx.query_opt(&st, &[&clamp(group.0)])? {
-            Some(row) => codec::decode(row.col::<&[u8]>(0)?)
-                .map(Some)
-                .map_err(|e| Error::Corrupt(format!("the record of group {group}: {e}"))),
-            None => Ok(None),
-        }
+        let found = self.tx.query_opt(&st, &[&clamp(group.0)])?;
+        let bytes = found.as_ref().map(|row| row.col::<&[u8]>(0)).transpose()?;
+        codec::decode_stored(bytes, || format!("the record of group {group}"))
     }
 
     fn insert_group(&mut self, group: GroupRecord) -> Result<GroupId> {
@@ -691,12 +688,9 @@ impl Records for PgRecords<'_, '_, '_> {
 
     fn checkpoint(&mut self, job: JobId) -> Result<Option<CheckpointRecord>> {
         let st = self.get("SELECT record FROM {s}.leasehold_checkpoints WHERE job = $1")?;
-        match self.tx.query_opt(&st, &[&key(job)])? {
-            Some(row) => codec::decode(row.col::<&[u8]>(0)?)
-                .map(Some)
-                .map_err(|e| Error::Corrupt(format!("the checkpoint of job {job}: {e}"))),
-            None => Ok(None),
-        }
+        let found = self.tx.query_opt(&st, &[&key(job)])?;
+        let bytes = found.as_ref().map(|row| row.col::<&[u8]>(0)).transpose()?;
+        codec::decode_stored(bytes, || format!("the checkpoint of job {job}"))
     }
 
     fn save_checkpoint(&mut self, job: JobId, checkpoint: &CheckpointRecord) -> Result<()> {
@@ -712,15 +706,9 @@ impl Records for PgRecords<'_, '_, '_> {
     fn attempt_log(&mut self, job: JobId, attempt: Attempt) -> Result<Option<LogRecord>> {
         let st =
             self.get("SELECT record FROM {s}.leasehold_logs WHERE job = $1 AND attempt = $2")?;
-        let found = self
-            .tx
-            .query_opt(&st, &[&key(job), &i64::from(attempt.0)])?;
-        match found {
-            Some(row) => codec::decode(row.col::<&[u8]>(0)?).map(Some).map_err(|e| {
-                Error::Corrupt(format!("the log of job {job} attempt {attempt}: {e}"))
-            }),
-            None => Ok(None),
-        }
+        let found = (self.tx).query_opt(&st, &[&key(job), &i64::from(attempt.0)])?;
+        let bytes = found.as_ref().map(|row| row.col::<&[u8]>(0)).transpose()?;
+        codec::decode_stored(bytes, || format!("the log of job {job} attempt {attempt}"))
     }
 
     fn save_attempt_log(&mut self, job: JobId, attempt: Attempt, log: &LogRecord) -> Result<()> {

@@ -222,12 +222,10 @@ impl Records for Tx<'_> {
     }
 
     fn attempt_log(&mut self, id: JobId, attempt: Attempt) -> Result<Option<LogRecord>> {
-        match self.tables.logs()?.get((id.0, attempt.0))? {
-            Some(b) => codec::decode(b.value())
-                .map(Some)
-                .map_err(|e| Error::Corrupt(format!("the log of job {id} attempt {attempt}: {e}"))),
-            None => Ok(None),
-        }
+        let found = self.tables.logs()?.get((id.0, attempt.0))?;
+        codec::decode_stored(found.as_ref().map(|b| b.value()), || {
+            format!("the log of job {id} attempt {attempt}")
+        })
     }
 
     fn save_attempt_log(&mut self, id: JobId, attempt: Attempt, log: &LogRecord) -> Result<()> {
@@ -240,12 +238,10 @@ impl Records for Tx<'_> {
     }
 
     fn checkpoint(&mut self, id: JobId) -> Result<Option<CheckpointRecord>> {
-        match self.tables.checkpoints()?.get(id.0)? {
-            Some(b) => codec::decode(b.value())
-                .map(Some)
-                .map_err(|e| Error::Corrupt(format!("the checkpoint of job {id}: {e}"))),
-            None => Ok(None),
-        }
+        let found = self.tables.checkpoints()?.get(id.0)?;
+        codec::decode_stored(found.as_ref().map(|b| b.value()), || {
+            format!("the checkpoint of job {id}")
+        })
     }
 
     fn save_checkpoint(&mut self, id: JobId, checkpoint: &CheckpointRecord) -> Result<()> {
@@ -274,12 +270,10 @@ impl Records for Tx<'_> {
     }
 
     fn group(&mut self, id: GroupId) -> Result<Option<GroupRecord>> {
-        match self.tables.groups()?.get(id.0)? {
-            Some(b) => codec::decode(b.value())
-                .map(Some)
-                .map_err(|e| Error::Corrupt(format!("the record of group {id}: {e}"))),
-            None => Ok(None),
-        }
+        let found = self.tables.groups()?.get(id.0)?;
+        codec::decode_stored(found.as_ref().map(|b| b.value()), || {
+            format!("the record of group {id}")
+        })
     }
 
     fn insert_group(&mut self, group: GroupRecord) -> Result<GroupId> {

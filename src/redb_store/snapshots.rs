@@ -10,7 +10,7 @@ use super::reading::{
 };
 
 use crate::codec;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::ids::{JobId, StoreTime};
 use crate::job::{Job, Run};
 use crate::query::{JobFilter, QueueTiming};
@@ -57,12 +57,10 @@ impl<S: Snapshots> crate::job_store::ReadJobs for S {
             let Some(checkpoints) = optional(read, schema::CHECKPOINTS)? else {
                 return Ok(None);
             };
-            let Some(bytes) = checkpoints.get(id.0)? else {
-                return Ok(None);
-            };
-            let record = codec::decode(bytes.value())
-                .map_err(|e| Error::Corrupt(format!("the checkpoint of job {id}: {e}")))?;
-            Ok(Some(crate::checkpoint::Checkpoint(record)))
+            let found = checkpoints.get(id.0)?;
+            let what = || format!("the checkpoint of job {id}");
+            let record = codec::decode_stored(found.as_ref().map(|b| b.value()), what)?;
+            Ok(record.map(crate::checkpoint::Checkpoint))
         })
     }
 
@@ -75,10 +73,10 @@ impl<S: Snapshots> crate::job_store::ReadJobs for S {
             for entry in logs.range((id.0, 0)..=(id.0, u32::MAX))? {
                 let (key, bytes) = entry?;
                 let attempt = crate::ids::Attempt(key.value().1);
-                let record = codec::decode(bytes.value()).map_err(|e| {
-                    Error::Corrupt(format!("the log of job {id} attempt {attempt}: {e}"))
-                })?;
-                found.push(crate::job_log::AttemptLog { attempt, record });
+                let what = || format!("the log of job {id} attempt {attempt}");
+                if let Some(record) = codec::decode_stored(Some(bytes.value()), what)? {
+                    found.push(crate::job_log::AttemptLog { attempt, record });
+                }
             }
             Ok(found)
         })
@@ -89,12 +87,10 @@ impl<S: Snapshots> crate::job_store::ReadJobs for S {
             let Some(groups) = optional(read, schema::GROUPS)? else {
                 return Ok(None);
             };
-            let Some(bytes) = groups.get(id.0)? else {
-                return Ok(None);
-            };
-            let record = codec::decode(bytes.value())
-                .map_err(|e| Error::Corrupt(format!("the record of group {id}: {e}")))?;
-            Ok(Some(crate::workflow::Group(record)))
+            let found = groups.get(id.0)?;
+            let what = || format!("the record of group {id}");
+            let record = codec::decode_stored(found.as_ref().map(|b| b.value()), what)?;
+            Ok(record.map(crate::workflow::Group))
         })
     }
 
