@@ -457,3 +457,67 @@ fn a_listing_leaves_out_a_damaged_job_record_and_lists_the_rest() {
     }
     assert!(!store.check().unwrap().is_clean());
 }
+
+/// A checkpoint or a log record damaged in the file is a typed `Corrupt` error naming it,
+/// on the store and on a reader, and never the job's: the job is still read, a new save
+/// replaces the damaged checkpoint, and a damaged log starts again rather than fail the
+/// write that carries new lines (a pool's renewal).
+#[test]
+fn a_damaged_checkpoint_or_log_is_named_and_replaced_by_the_next_write() {
+    const CHECKPOINTS: leasehold::redb::TableDefinition<u64, &[u8]> =
+        leasehold::redb::TableDefinition::new("leasehold.checkpoints");
+    const LOGS: leasehold::redb::TableDefinition<(u64, u32), &[u8]> =
+        leasehold::redb::TableDefinition::new("leasehold.logs");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.redb");
+    let (job, lease) = {
+        let store = Store::open(&path).unwrap();
+        let job = store.enqueue(NewJob::new(Q, "p")).unwrap();
+        let lease = store
+            .claim(Q, "w", std::time::Duration::from_secs(3600))
+            .unwrap()
+            .unwrap();
+        store.save_checkpoint(&lease, b"row 1").unwrap();
+        store.log(&lease, &["one"]).unwrap();
+        (job, lease)
+    };
+    {
+        let db = leasehold::redb::Database::open(&path).unwrap();
+        let txn = db.begin_write().unwrap();
+        (txn.open_table(CHECKPOINTS).unwrap())
+            .insert(job.0, &[0xFF, 1][..])
+            .unwrap();
+        (txn.open_table(LOGS).unwrap())
+            .insert((job.0, lease.attempt.0), &[0xFF, 2][..])
+            .unwrap();
+        txn.commit().unwrap();
+    }
+    let named = |e: Error, what: &str| match e {
+        Error::Corrupt(why) => assert!(why.contains(what), "{why}"),
+        other => panic!("expected Corrupt naming {what}, got {other:?}"),
+    };
+    {
+        let reader = leasehold::StoreReader::open(&path).unwrap();
+        named(reader.checkpoint(job).unwrap_err(), "the checkpoint of job");
+        named(reader.logs(job).unwrap_err(), "the log of job");
+        assert!(reader.job(job).unwrap().is_some());
+    }
+    let store = Store::open(&path).unwrap();
+    named(store.checkpoint(job).unwrap_err(), "the checkpoint of job");
+    named(store.logs(job).unwrap_err(), "the log of job");
+    // (the first handle's close gave its lease back: this is the job's second attempt)
+    let second = store
+        .claim(Q, "w", std::time::Duration::from_secs(3600))
+        .unwrap()
+        .unwrap();
+    store.save_checkpoint(&second, b"row 2").unwrap();
+    assert_eq!(store.checkpoint(job).unwrap().unwrap().data(), b"row 2");
+    // the first attempt's damaged log takes its holder's next line, afresh
+    store.log(&lease, &["two"]).unwrap();
+    let logs = store.logs(job).unwrap();
+    let lines: Vec<_> = logs[0].lines().map(|(_, t)| t.to_owned()).collect();
+    assert_eq!(
+        (logs.len(), logs[0].attempt(), lines),
+        (1, lease.attempt, vec!["two".to_owned()])
+    );
+}

@@ -62,7 +62,9 @@ pub(crate) fn save_checkpoint(
 
 /// Appends `lines` to the log of the attempt `by` holds (or held: a holder whose lease was
 /// lost still writes only its own attempt's lines). Nothing is written for a job that is
-/// gone (purged meanwhile): its lines go with it.
+/// gone (purged meanwhile): its lines go with it. A log record that cannot be read (damaged)
+/// is started afresh rather than fail the transaction: the lines ride with renewals, and a
+/// log is never worth a lease.
 pub(crate) fn append_log(
     r: &mut (impl Records + ?Sized),
     by: Holding,
@@ -71,7 +73,14 @@ pub(crate) fn append_log(
     if r.job(by.job)?.is_none() || (lines.lines.is_empty() && lines.dropped == 0) {
         return Ok(());
     }
-    let mut log = r.attempt_log(by.job, by.attempt)?.unwrap_or_default();
+    let mut log = match r.attempt_log(by.job, by.attempt) {
+        Ok(found) => found.unwrap_or_default(),
+        Err(Error::Corrupt(why)) => {
+            tracing::warn!(job = %by.job, attempt = %by.attempt, "a log record cannot be read; it starts again: {why}");
+            crate::job_log::LogRecord::default()
+        }
+        Err(e) => return Err(e),
+    };
     log.merge(lines);
     r.save_attempt_log(by.job, by.attempt, &log)
 }
