@@ -94,6 +94,9 @@ struct Tally {
     executions: BTreeMap<u64, u32>,
     /// Each job's last checkpoint a save was answered `Ok` for.
     checkpoints: BTreeMap<u64, Vec<u8>>,
+    /// Each attempt's log lines a write was answered `Ok` for (the newest kept), and how
+    /// many older ones were dropped.
+    logs: BTreeMap<(u64, u32), (Vec<String>, u64)>,
     commits: BTreeMap<u64, u32>,
     /// (job, attempt) -> the last time its holder renewed (or claimed) it.
     renewed: BTreeMap<(u64, u32), u64>,
@@ -547,6 +550,7 @@ impl Sim {
                                 self.tally.checkpoints.get(&job)
                             ));
                         }
+                        self.logs_kept(lease.job)?;
                         let runs = self.tally.executions.entry(job).or_default();
                         *runs += 1;
                         if *runs == 2 {
@@ -616,6 +620,17 @@ impl Sim {
     /// `false` if the fence refused it. A save answered `Ok` is the holder's: the job runs
     /// under its attempt.
     fn checkpoint(&mut self, lease: &Lease, progress: u64) -> Result<bool, String> {
+        // a line of its log first: a holder whose lease is gone still writes its own
+        let line = format!("beat at {progress}");
+        (self.store().log(lease, &[&line])).map_err(|e| format!("log: {e}"))?;
+        let (lines, dropped) = (self.tally.logs)
+            .entry((lease.job.0, lease.attempt.0))
+            .or_default();
+        lines.push(line);
+        if lines.len() > leasehold::MAX_LOG_LINES {
+            lines.remove(0);
+            *dropped += 1;
+        }
         let data = format!("{}:{progress}", lease.attempt.0).into_bytes();
         match self.store().save_checkpoint(lease, &data) {
             Ok(()) => {
@@ -636,6 +651,28 @@ impl Sim {
             }
             Err(e) if e.is_lease_lost() => Ok(false),
             Err(e) => Err(format!("save checkpoint: {e}")),
+        }
+    }
+
+    /// Every line of `job`'s attempts' logs a write was answered `Ok` for is there, through
+    /// every crash and restart, each attempt's apart.
+    fn logs_kept(&self, job: JobId) -> Result<(), String> {
+        let stored = self.store().logs(job).map_err(|e| e.to_string())?;
+        let stored: BTreeMap<u32, (Vec<String>, u64)> = (stored.iter())
+            .map(|l| {
+                let lines = l.lines().map(|(_, t)| t.to_owned()).collect();
+                (l.attempt().0, (lines, l.dropped()))
+            })
+            .collect();
+        let written: BTreeMap<u32, (Vec<String>, u64)> = (self.tally.logs.iter())
+            .filter(|((j, _), _)| *j == job.0)
+            .map(|((_, attempt), log)| (*attempt, log.clone()))
+            .collect();
+        match stored == written {
+            true => Ok(()),
+            false => Err(format!(
+                "job {job}'s logs are {stored:?}, written {written:?}"
+            )),
         }
     }
 
