@@ -102,17 +102,15 @@ pub(crate) fn beat(shared: &Shared) {
     let logs: Vec<_> = (flights.iter())
         .filter_map(|f| Some((f.lease.holding(), f.state.take_log()?)))
         .collect();
-    let taken: Vec<_> = logs.iter().map(|(by, _)| by.job).collect();
+    // (kept to give back if the renewal fails: nothing, on most beats)
     let kept = logs.clone();
     match crate::backend::renew(&*shared.store, &beats, logs) {
         Err(e) => {
             // (the lines wait for the next beat, before any written since)
-            for (flight, (_, lines)) in flights
-                .iter()
-                .filter(|f| taken.contains(&f.lease.job))
-                .zip(kept)
-            {
-                flight.state.give_back_log(lines);
+            for (by, lines) in kept {
+                if let Some(f) = flights.iter().find(|f| f.lease.holding() == by) {
+                    f.state.give_back_log(lines);
+                }
             }
             bump(&shared.counters.heartbeat_failures);
             tracing::warn!(queue = %shared.label, error = %e, leases = flights.len(), "renewal batch failed");

@@ -199,25 +199,15 @@ impl Records for Tx<'_> {
             }
         }
         if job.flow.awaited {
-            let waits = self.tables.waits()?;
-            let waiters: Vec<u64> = (waits.range((id, 0)..=(id, u64::MAX))?)
-                .map(|e| Ok(e?.0.value().1))
-                .collect::<Result<_>>()?;
-            for waiter in waiters {
-                waits.remove((id, waiter))?;
-            }
+            let waiters = (id, 0)..=(id, u64::MAX);
+            self.tables.waits()?.retain_in(waiters, |_, ()| false)?;
         }
         if let Some(group) = job.flow.group {
             self.tables.members()?.remove((group.0, id))?;
         }
         self.tables.checkpoints()?.remove(id)?;
-        let logs = self.tables.logs()?;
-        let attempts: Vec<u32> = (logs.range((id, 0)..=(id, u32::MAX))?)
-            .map(|e| Ok(e?.0.value().1))
-            .collect::<Result<_>>()?;
-        for attempt in attempts {
-            logs.remove((id, attempt))?;
-        }
+        let attempts = (id, 0)..=(id, u32::MAX);
+        self.tables.logs()?.retain_in(attempts, |_, _| false)?;
         Ok(())
     }
 

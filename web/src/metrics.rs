@@ -336,11 +336,17 @@ pub(crate) fn render(s: &Scrape<'_>) -> Result<String, std::fmt::Error> {
             Family::<Labels, Counter>::default(),
             Family::<Labels, Counter>::default(),
         );
+        let (wait, run) = (
+            Family::<Labels, Histogram>::default(),
+            Family::<Labels, Histogram>::default(),
+        );
         for (pool, stats) in s.pools {
             for (queue, tally) in &stats.queues {
                 let labels = vec![("pool", pool.clone()), ("queue", queue.clone())];
                 claimed.get_or_create(&labels).inc_by(tally.claimed);
                 succeeded.get_or_create(&labels).inc_by(tally.succeeded);
+                *wait.get_or_create(&labels).0.lock() = tally.wait;
+                *run.get_or_create(&labels).0.lock() = tally.run;
             }
         }
         sub.register(
@@ -353,17 +359,6 @@ pub(crate) fn render(s: &Scrape<'_>) -> Result<String, std::fmt::Error> {
             "Jobs of the queue the pool completed",
             succeeded,
         );
-        let (wait, run) = (
-            Family::<Labels, Histogram>::default(),
-            Family::<Labels, Histogram>::default(),
-        );
-        for (pool, stats) in s.pools {
-            for (queue, tally) in &stats.queues {
-                let labels = vec![("pool", pool.clone()), ("queue", queue.clone())];
-                *wait.get_or_create(&labels).0.lock() = tally.wait;
-                *run.get_or_create(&labels).0.lock() = tally.run;
-            }
-        }
         sub.register(
             "job_wait_seconds",
             "How long the queue's jobs the pool started had waited since they were due (store time)",
