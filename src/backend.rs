@@ -359,6 +359,12 @@ pub trait LeaseBackend: Send + Sync + 'static {
     fn leases_expired_now(&self) -> Result<(StoreTime, bool)> {
         Ok((self.clock(), true))
     }
+    /// Whether a job may wait past its expiry now (the reaper then ends such jobs in write
+    /// transactions; an engine that can tell cheaply that none does spares it them). The
+    /// default says "maybe".
+    fn jobs_past_expiry_now(&self) -> Result<bool> {
+        Ok(true)
+    }
     /// Keeps `pass` as the store's last reaper pass ([`crate::Stats::last_reaper_pass`]).
     fn note_reaper_pass(&self, pass: &crate::report::ReaperPass) -> Result<()>;
     /// What an engine does at the end of a reaper's pass besides (PostgreSQL: a vacuum,

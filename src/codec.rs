@@ -21,9 +21,10 @@ use crate::state::JobState;
 /// version 4 appended a retry policy to the records of jobs, queues and schedules; version
 /// 5 appended a limit key to the records of jobs and schedules, and a per-key limit to a
 /// queue's limits ([`decode_job`], [`decode_queue`], [`decode_schedule`]); version 6
-/// appended its lease's token to a job's record. Every other record is encoded as in
-/// version 1, so for them all versions decode alike.
-pub const FORMAT_VERSION: u8 = 6;
+/// appended its lease's token to a job's record; version 7 appended its expiry, and may
+/// name the state `Expired`. Every other record is encoded as in version 1, so for them all
+/// versions decode alike.
+pub const FORMAT_VERSION: u8 = 7;
 
 /// The version before workflows, whose job records end where [`JobRecord::flow`] begins.
 const BEFORE_FLOW: u8 = 2;
@@ -38,6 +39,9 @@ const BEFORE_KEYS: u8 = 4;
 
 /// The version before lease tokens, whose job records end where their token begins.
 const BEFORE_TOKEN: u8 = 5;
+
+/// The version before expiries, whose job records end where their expiry begins.
+const BEFORE_EXPIRY: u8 = 6;
 
 /// The first format version, still read.
 const FIRST_VERSION: u8 = 1;
@@ -125,6 +129,7 @@ pub(crate) fn decode_job(bytes: &[u8]) -> Result<JobRecord, CodecError> {
             let retry = || encode(&None::<crate::retry::RetryPolicy>);
             let key = || encode(&None::<crate::job::LimitKey>);
             let token = || encode(&crate::ids::LeaseToken::NONE);
+            let expiry = || encode(&None::<StoreTime>);
             decode_appended(
                 version,
                 body,
@@ -133,6 +138,7 @@ pub(crate) fn decode_job(bytes: &[u8]) -> Result<JobRecord, CodecError> {
                     (BEFORE_RETRY, &retry),
                     (BEFORE_KEYS, &key),
                     (BEFORE_TOKEN, &token),
+                    (BEFORE_EXPIRY, &expiry),
                 ],
             )
         }
@@ -284,6 +290,7 @@ impl From<JobRecordV1> for JobRecord {
             retry: None,
             limit: None,
             token: crate::ids::LeaseToken::NONE,
+            expires_at: None,
         }
     }
 }
@@ -471,10 +478,11 @@ mod tests {
         let mut job = a_dead_job();
         job.metadata = vec![("k".into(), "v".into())];
         // Version 2 wrote the same fields up to the flow, and nothing after them (the flow,
-        // then a retry policy's and a limit key's `None` and no token, one byte each).
+        // then a retry policy's and a limit key's `None`, no token and no expiry, one byte
+        // each).
         let current = encode(&job);
         let flow_len = encode(&crate::workflow::Flow::default()).len() - 1;
-        let mut v2 = current[..current.len() - flow_len - 3].to_vec();
+        let mut v2 = current[..current.len() - flow_len - 4].to_vec();
         v2[0] = BEFORE_FLOW;
         assert_eq!(decode_job(&v2), Ok(job.clone()));
         // A record that does wait for something is no version 2 record.
@@ -490,10 +498,10 @@ mod tests {
         let policy = crate::retry::RetryPolicy::fixed(Duration::from_secs(5));
         let mut job = a_dead_job();
         job.flow.awaited = true;
-        // Version 3 wrote every field but the last three, the policy, the limit key and the
-        // token (`None` and no token: one byte each).
+        // Version 3 wrote every field but the last four, the policy, the limit key, the
+        // token and the expiry (`None` and no token: one byte each).
         let mut v3 = encode(&job);
-        v3.truncate(v3.len() - 3);
+        v3.truncate(v3.len() - 4);
         v3[0] = BEFORE_RETRY;
         assert_eq!(decode_job(&v3), Ok(job.clone()));
         let queue = QueueRecord {
@@ -532,10 +540,10 @@ mod tests {
     fn records_of_format_version_4_read_as_ones_with_no_limit_key() {
         let mut job = a_dead_job();
         job.retry = Some(crate::retry::RetryPolicy::fixed(Duration::from_secs(5)));
-        // Version 4 wrote every field but the last two, the limit key and the token (`None`
-        // and no token: one byte each).
+        // Version 4 wrote every field but the last three, the limit key, the token and the
+        // expiry (`None` and no token: one byte each).
         let mut v4 = encode(&job);
-        v4.truncate(v4.len() - 2);
+        v4.truncate(v4.len() - 3);
         v4[0] = BEFORE_KEYS;
         assert_eq!(decode_job(&v4), Ok(job.clone()));
         job.limit = Some(crate::job::LimitKey {
@@ -544,7 +552,7 @@ mod tests {
         });
         assert_eq!(decode_job(&encode(&job)), Ok(job.clone()));
         let mut older = encode(&job);
-        older.pop();
+        older.truncate(older.len() - 2);
         older[0] = BEFORE_KEYS;
         assert!(decode_job(&older).is_err(), "its key is trailing bytes");
     }
@@ -556,9 +564,10 @@ mod tests {
             key: "tenant-7".into(),
             parked: false,
         });
-        // Version 5 wrote every field but the last, the token (none: one byte).
+        // Version 5 wrote every field but the last two, the token and the expiry (none: one
+        // byte each).
         let mut v5 = encode(&job);
-        v5.pop();
+        v5.truncate(v5.len() - 2);
         v5[0] = BEFORE_TOKEN;
         assert_eq!(decode_job(&v5), Ok(job.clone()));
         job.token = crate::ids::LeaseToken(0xfeed_f00d_dead_beef);
@@ -566,6 +575,23 @@ mod tests {
         let mut older = encode(&job);
         older[0] = BEFORE_TOKEN;
         assert!(decode_job(&older).is_err(), "its token is trailing bytes");
+    }
+
+    #[test]
+    fn a_job_record_of_format_version_6_reads_as_one_that_never_expires() {
+        let mut job = a_dead_job();
+        job.token = crate::ids::LeaseToken(7);
+        // Version 6 wrote every field but the last, the expiry (none: one byte).
+        let mut v6 = encode(&job);
+        v6.pop();
+        v6[0] = BEFORE_EXPIRY;
+        assert_eq!(decode_job(&v6), Ok(job.clone()));
+        job.expires_at = Some(StoreTime(123_456_789));
+        job.state = JobState::Expired;
+        assert_eq!(decode_job(&encode(&job)), Ok(job.clone()));
+        let mut older = encode(&job);
+        older[0] = BEFORE_EXPIRY;
+        assert!(decode_job(&older).is_err(), "its expiry is trailing bytes");
     }
 
     #[test]

@@ -40,8 +40,8 @@ macro_rules! policy_setters {
             self
         }
 
-        /// Deletes succeeded and cancelled jobs, with their payload, output and history, once
-        /// they finished more than `keep` ago: each reaper pass
+        /// Deletes succeeded, cancelled and expired jobs, with their payload, output and
+        /// history, once they finished more than `keep` ago: each reaper pass
         /// ([`JobStore::reap`](crate::job_store::JobStore::reap)) purges them in batches of
         #[doc = concat!("[`", stringify!($builder), "::reap_batch`], ", $retention)]
         /// Dead jobs are kept for an operator to retry or purge

@@ -39,6 +39,12 @@ pub(crate) fn check_new_job(new: &NewJob, max_payload: usize) -> Result<(), Inpu
     if new.time_limit.is_some_and(|d| d.is_zero()) {
         return Err(InputError::ZeroTimeLimit);
     }
+    if let Some(expires) = new.expiry() {
+        let due = new.wait();
+        if !due.is_zero() && expires <= due {
+            return Err(InputError::ExpiresBeforeDue { due, expires });
+        }
+    }
     if let Some(policy) = &new.retry {
         policy.check().map_err(InputError::RetryPolicy)?;
     }
@@ -79,6 +85,11 @@ pub(crate) fn check_schedule(
     if !s.job.delay.is_zero() || s.job.at.is_some() {
         return Err(InputError::ScheduleJobOption(
             "a delay or a run time (each tick's job is due at its tick)",
+        ));
+    }
+    if s.job.expires.is_some() {
+        return Err(InputError::ScheduleJobOption(
+            "an expiry (a schedule's record keeps none yet; catch_up(Skip) drops late ticks)",
         ));
     }
     if s.job

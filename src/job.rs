@@ -115,6 +115,10 @@ pub(crate) struct JobRecord {
     /// ends so that a refused write can be told whether it was its own holder's. (Last, so
     /// that the codec reads an older record as one with [`LeaseToken::NONE`].)
     pub token: LeaseToken,
+    /// No attempt starts at or after it: a claim then ends the job as `Expired` instead
+    /// ([`crate::NewJob::expires_in`]). (Last, so that the codec reads an older record as
+    /// one that never expires.)
+    pub expires_at: Option<StoreTime>,
 }
 
 /// A job's limit key as stored: the key, and whether the job is parked.
@@ -351,6 +355,12 @@ impl Job {
     /// Its own hard time limit per attempt, if it was given one at enqueue.
     pub fn time_limit(&self) -> Option<Duration> {
         self.0.time_limit
+    }
+
+    /// When it expires if no attempt has started by then, on the store's clock
+    /// ([`crate::NewJob::expires_in`]); `None` if it never does.
+    pub fn expires_at(&self) -> Option<StoreTime> {
+        self.0.expires_at
     }
 
     /// Its own backoff between failed attempts, if it was given one at enqueue (else its

@@ -383,14 +383,14 @@ pub trait JobStore: ReadJobs + LeaseBackend {
         write(self, move |r| protocol::edit(r, job, &edit))
     }
 
-    /// Puts a dead or cancelled job back in the queue with a fresh retry budget; its history
-    /// is kept. Refused for jobs in any other state, and ([`Error::UniqueKeyHeld`]) while a
+    /// Puts a dead, cancelled or expired job back in the queue with a fresh retry budget (and
+    /// no expiry); its history is kept. Refused for jobs in any other state, and ([`Error::UniqueKeyHeld`]) while a
     /// live job that took the job's unique key after it finished still holds it.
     fn retry(&self, job: JobId) -> Result<()> {
         write(self, move |r| protocol::retry(r, job))
     }
 
-    /// Retries every job `filter` names that is dead or cancelled (an operator's bulk
+    /// Retries every job `filter` names that is dead, cancelled or expired (an operator's bulk
     /// action: "everything that died in queue `uploads` in the last hour"), in transactions
     /// of at most the reap batch each, oldest first (the filter's order is not used; its
     /// limit bounds the whole action). Jobs in other states, and those whose unique key
@@ -507,8 +507,9 @@ pub trait JobStore: ReadJobs + LeaseBackend {
     }
 
     /// One reaper pass: takes back every lease that expired at or before now, in
-    /// transactions of at most the configured batch; then, with a retention set, purges the
-    /// succeeded and cancelled jobs that outlived it, in batches too. The pass is recorded
+    /// transactions of at most the configured batch; ends as expired the waiting jobs past
+    /// their expiry ([`crate::NewJob::expires_in`]); then, with a retention set, purges the
+    /// succeeded, cancelled and expired jobs that outlived it, in batches too. The pass is recorded
     /// as the store's last ([`Stats::last_reaper_pass`]).
     fn reap(&self) -> Result<ReapReport> {
         reaper_pass(self, None, None).map(|(report, _)| report)
@@ -611,13 +612,23 @@ pub(crate) fn reaper_pass(
         })?),
         false => ReapReport::default(),
     };
+    if store.jobs_past_expiry_now()? {
+        let batch = store.policy().reap_batch;
+        let pass = crate::batches::run(batch, |limit| {
+            write(store, move |r| protocol::expire_waiting(r, limit))
+        })?;
+        report.expired = pass.items;
+    }
     if let Some(keep) = store.policy().retention {
-        report.purged = store.purge(keep, &[JobState::Succeeded, JobState::Cancelled])?;
+        let ended = [JobState::Succeeded, JobState::Cancelled, JobState::Expired];
+        report.purged = store.purge(keep, &ended)?;
     }
     store.after_reap(&mut report)?;
     let ended = store.clock();
-    let idle =
-        report.reclaimed.is_empty() && report.purged == 0 && report.vacuum_started.is_empty();
+    let idle = report.reclaimed.is_empty()
+        && report.expired.is_empty()
+        && report.purged == 0
+        && report.vacuum_started.is_empty();
     let recent = |every: Duration, kept: StoreTime| ended.saturating_since(kept) < every * 3 / 2;
     if idle
         && every

@@ -54,6 +54,8 @@
 //!
 //!   cancel: a waiting, backing-off or blocked job ──► Cancelled at once;
 //!           a running one at its holder's next heartbeat or end
+//!   expiry: a queued, backing-off or blocked job past its expires_at ──► Expired
+//!           (at the claim that would start it, or the next reaper pass)
 //! ```
 //!
 //! ## Quick start

@@ -502,6 +502,11 @@ impl LeaseBackend for MemoryStore {
         };
         Ok((now, self.read(|s| s.jobs.values().any(expired))))
     }
+    fn jobs_past_expiry_now(&self) -> Result<bool> {
+        let now = self.0.clock.now();
+        let late = |j: &JobRecord| crate::rules::waits_past_expiry(j, now);
+        Ok(self.read(|s| s.jobs.values().any(late)))
+    }
     fn note_reaper_pass(&self, pass: &ReaperPass) -> Result<()> {
         self.0.state.0.write().last_pass = Some(pass.clone());
         Ok(())

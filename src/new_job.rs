@@ -31,6 +31,15 @@ pub struct NewJob {
     pub(crate) retry: Option<RetryPolicy>,
     /// The key its queue's per-key limit counts it under.
     pub(crate) limit_key: Option<String>,
+    /// When it expires if not started by then (see [`NewJob::expires_in`]).
+    pub(crate) expires: Option<Expiry>,
+}
+
+/// A job's expiry as given: a span from its enqueue, or a wall-clock time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Expiry {
+    In(Duration),
+    At(std::time::SystemTime),
 }
 
 impl NewJob {
@@ -52,6 +61,7 @@ impl NewJob {
             group: None,
             retry: None,
             limit_key: None,
+            expires: None,
         }
     }
 
@@ -90,6 +100,39 @@ impl NewJob {
             Some(when) => (when.duration_since(crate::clock::wall_now())).unwrap_or_default(),
             None => self.delay,
         }
+    }
+
+    /// Discards the job if no attempt of it has started `span` of store time after its
+    /// enqueue (Sidekiq's `expires_in`): for work that is worthless late, such as a
+    /// notification about a sale that ended. A claim after that ends it as
+    /// [`JobState::Expired`](crate::JobState::Expired) instead of running it, and the reaper
+    /// ends the ones nobody claims (a paused queue's, a blocked one's) within its interval.
+    ///
+    /// Expiry bounds when an attempt may *start*: an attempt that started before it runs to
+    /// its end, and a job that failed and waits out a backoff past its expiry expires
+    /// instead of being retried. What waits for an expired job, and its group, count it as
+    /// cancelled. An operator's retry of an expired job puts it back without an expiry.
+    /// A delayed job must expire after it is due ([`crate::InputError::ExpiresBeforeDue`]).
+    /// Replaces a [`NewJob::expires_at`].
+    pub fn expires_in(mut self, span: Duration) -> NewJob {
+        self.expires = Some(Expiry::In(span));
+        self
+    }
+
+    /// [`NewJob::expires_in`] at a wall-clock time, converted once at enqueue as
+    /// [`NewJob::run_at`] is (a time already past expires the job at once: it never runs).
+    /// Replaces a [`NewJob::expires_in`].
+    pub fn expires_at(mut self, when: std::time::SystemTime) -> NewJob {
+        self.expires = Some(Expiry::At(when));
+        self
+    }
+
+    /// How long after an enqueue now the job expires, if it does.
+    pub(crate) fn expiry(&self) -> Option<Duration> {
+        self.expires.map(|e| match e {
+            Expiry::In(span) => span,
+            Expiry::At(when) => (when.duration_since(crate::clock::wall_now())).unwrap_or_default(),
+        })
     }
 
     /// The retry budget: how many attempts may fail (or lose their lease) before the job is

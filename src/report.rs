@@ -47,6 +47,9 @@ pub struct ReapReport {
     /// Finished jobs deleted because they outlived the store's retention (see
     /// [`crate::StoreBuilder::retention`]).
     pub purged: usize,
+    /// Waiting jobs ended as [`JobState::Expired`](crate::JobState::Expired): not started by
+    /// their expiry ([`crate::NewJob::expires_in`]), and claimed by nobody since.
+    pub expired: Vec<crate::ids::JobId>,
     /// The tables whose dead row versions this pass started a vacuum of (PostgreSQL only:
     /// see `PgStoreBuilder::vacuum_when_dead`; always empty on redb).
     pub vacuum_started: Vec<String>,

@@ -26,11 +26,15 @@ pub enum JobState {
     /// Waits for other jobs ([`crate::NewJob::after`], [`crate::NewGroup`]): claimable once each
     /// has ended as it requires, cancelled as soon as one ended otherwise.
     Blocked,
+    /// Not started by its expiry ([`crate::NewJob::expires_in`]): it never ran again once the
+    /// time passed, and never will. To what waits for it, and to its group's counts, an
+    /// expired job is a cancelled one. Terminal until an operator retries it.
+    Expired,
 }
 
 impl JobState {
     /// Every state, in a stable order (used for stats).
-    pub const ALL: [JobState; 7] = [
+    pub const ALL: [JobState; 8] = [
         JobState::Blocked,
         JobState::Queued,
         JobState::Running,
@@ -38,13 +42,14 @@ impl JobState {
         JobState::Succeeded,
         JobState::Dead,
         JobState::Cancelled,
+        JobState::Expired,
     ];
 
     /// Whether the job will not run again on its own.
     pub fn is_terminal(self) -> bool {
         matches!(
             self,
-            JobState::Succeeded | JobState::Dead | JobState::Cancelled
+            JobState::Succeeded | JobState::Dead | JobState::Cancelled | JobState::Expired
         )
     }
 
@@ -63,6 +68,7 @@ impl JobState {
             JobState::Dead => 4,
             JobState::Cancelled => 5,
             JobState::Blocked => 6,
+            JobState::Expired => 7,
         }
     }
 
@@ -80,6 +86,7 @@ impl JobState {
             JobState::Dead => "dead",
             JobState::Cancelled => "cancelled",
             JobState::Blocked => "blocked",
+            JobState::Expired => "expired",
         }
     }
 }

@@ -57,7 +57,8 @@ impl Require {
         self
     }
 
-    /// Also accepts a dependency that was cancelled.
+    /// Also accepts a dependency that was cancelled (or expired: see
+    /// [`JobState::Expired`]).
     pub fn or_cancelled(mut self) -> Require {
         self.cancelled = true;
         self
@@ -68,7 +69,8 @@ impl Require {
         match state {
             JobState::Succeeded => true,
             JobState::Dead => self.dead,
-            JobState::Cancelled => self.cancelled,
+            // (an expired job never ran: to what waits for it, it was cancelled)
+            JobState::Cancelled | JobState::Expired => self.cancelled,
             _ => false,
         }
     }

@@ -20,11 +20,11 @@ use proptest::prelude::*;
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        4 => (any::<u8>(), any::<i8>(), any::<u8>(), proptest::option::of(any::<u8>()), proptest::option::weighted(0.3, any::<u8>()), proptest::option::weighted(0.3, any::<u8>()), proptest::option::weighted(0.4, any::<u8>()))
-            .prop_map(|(queue, priority, delay_s, max_attempts, unique, backoff, limit)| Op::Enqueue { queue, priority, delay_s, max_attempts, unique, after: Vec::new(), group: None, backoff, limit }),
+        4 => (any::<u8>(), any::<i8>(), any::<u8>(), proptest::option::of(any::<u8>()), proptest::option::weighted(0.3, any::<u8>()), proptest::option::weighted(0.3, any::<u8>()), proptest::option::weighted(0.4, any::<u8>()), proptest::option::weighted(0.3, any::<u8>()))
+            .prop_map(|(queue, priority, delay_s, max_attempts, unique, backoff, limit, expires)| Op::Enqueue { queue, priority, delay_s, max_attempts, unique, after: Vec::new(), group: None, backoff, limit, expires }),
         // jobs that wait for jobs and groups, and groups' members
-        3 => (any::<u8>(), any::<u8>(), proptest::option::of(any::<u8>()), proptest::collection::vec((any::<u16>(), any::<u8>()), 0..3), proptest::option::weighted(0.5, any::<u8>()))
-            .prop_map(|(queue, delay_s, max_attempts, after, group)| Op::Enqueue { queue, priority: 0, delay_s, max_attempts, unique: None, after, group, backoff: None, limit: None }),
+        3 => (any::<u8>(), any::<u8>(), proptest::option::of(any::<u8>()), proptest::collection::vec((any::<u16>(), any::<u8>()), 0..3), proptest::option::weighted(0.5, any::<u8>()), proptest::option::weighted(0.2, any::<u8>()))
+            .prop_map(|(queue, delay_s, max_attempts, after, group, expires)| Op::Enqueue { queue, priority: 0, delay_s, max_attempts, unique: None, after, group, backoff: None, limit: None, expires }),
         // queues' own retry policies
         1 => (any::<u8>(), proptest::option::weighted(0.7, any::<u8>()))
             .prop_map(|(queue, policy)| Op::Backoff { queue, policy }),
@@ -159,6 +159,7 @@ fn a_round_claims_the_waiter_its_own_completion_released() {
         group: None,
         backoff: None,
         limit: None,
+        expires: None,
     };
     let ops = vec![
         enqueue(32, 0, vec![]),
@@ -184,6 +185,47 @@ fn a_round_claims_the_waiter_its_own_completion_released() {
             worker: 0,
             lease_s: 0,
             n: 53,
+        },
+    ];
+    Harness::new().run(&ops).unwrap();
+    Harness::memory().run(&ops).unwrap();
+    if let Ok(url) = std::env::var("LEASEHOLD_PG_URL") {
+        for shortcuts in [true, false] {
+            let schema = format!("lh_model_{}_{}", std::process::id(), next_schema());
+            Harness::postgres(&url, &schema, shortcuts)
+                .run(&ops)
+                .unwrap();
+        }
+    }
+}
+
+/// Expiry, as the model has it: a job blocked on one still waiting is expired by the
+/// reaper past its expiry, and so is the waiting job a claim would otherwise have started.
+#[test]
+fn the_reaper_expires_blocked_and_waiting_jobs_as_the_model_does() {
+    let enqueue = |queue: u8, delay_s: u8, after: Vec<(u16, u8)>, expires| Op::Enqueue {
+        queue,
+        priority: 0,
+        delay_s,
+        max_attempts: None,
+        unique: None,
+        after,
+        group: None,
+        backoff: None,
+        limit: None,
+        expires,
+    };
+    let ops = vec![
+        enqueue(0, 3, vec![], Some(7)),
+        enqueue(1, 0, vec![(1, 0)], Some(1)),
+        Op::Advance { secs: 15 },
+        Op::Reap,
+        Op::Advance { secs: 60 },
+        Op::Claim {
+            queue: 0,
+            worker: 0,
+            lease_s: 30,
+            stall_s: None,
         },
     ];
     Harness::new().run(&ops).unwrap();

@@ -116,6 +116,8 @@ struct Tally {
     rounds: u64,
     pipe_crashes: u64,
     given_back_unrun: u64,
+    /// Jobs with an expiry that no attempt started by: ended `Expired`, never run since.
+    expired: u64,
 }
 
 /// The pipelined pool (see the module's docs).
@@ -295,7 +297,9 @@ impl Sim {
             }
             if self.t.is_multiple_of(REAPER) {
                 let stats = self.store().stats().map_err(|e| e.to_string())?;
-                if stats.total(JobState::Succeeded) == jobs {
+                let ended = stats.total(JobState::Succeeded) + stats.total(JobState::Expired);
+                if ended == jobs {
+                    self.tally.expired = stats.total(JobState::Expired);
                     return self.verify(jobs);
                 }
             }
@@ -311,6 +315,13 @@ impl Sim {
     /// what they wait for.
     fn enqueue_work(&mut self) -> Result<u64, String> {
         let plain = 20 + self.rng.below(40);
+        // Every seventh plain job expires if not started within 30 s to 5 min: nothing waits
+        // for one (what waits picks among the others, `lasting`), so each ends succeeded or
+        // expired, never both.
+        let expiries: Vec<Option<Duration>> = (0..plain)
+            .map(|i| (i % 7 == 6).then(|| Duration::from_secs(30 + self.rng.below(270))))
+            .collect();
+        let lasting = |pick: u64| JobId(1 + pick - u64::from(pick % 7 == 6));
         // one or two of a tenant's jobs at once, for the jobs that have a tenant
         let per_key = 1 + self.rng.below(2) as u32;
         let limits = leasehold::QueueLimits::none().per_key(per_key);
@@ -329,6 +340,10 @@ impl Sim {
                             ])),
                             _ => job,
                         };
+                        let job = match expiries[i as usize] {
+                            Some(span) => job.expires_in(span),
+                            None => job,
+                        };
                         // two of every five of one of four tenants
                         match i % 5 {
                             1 | 3 => job.limit_key(format!("tenant-{}", i % 4)),
@@ -343,7 +358,7 @@ impl Sim {
                 .map(|i| {
                     let job = NewJob::new(QUEUE, format!("g{g}-{i}"));
                     match self.rng.chance(300) {
-                        true => job.after(JobId(1 + self.rng.below(plain))),
+                        true => job.after(lasting(self.rng.below(plain))),
                         false => job,
                     }
                 })
@@ -357,7 +372,7 @@ impl Sim {
                 (self.store().enqueue_group(callbacks, members)).map_err(|e| e.to_string())?;
             self.keyed.push((key, made));
         }
-        let mut prev = JobId(1 + self.rng.below(plain));
+        let mut prev = lasting(self.rng.below(plain));
         for i in 0..self.rng.below(5) {
             let job = NewJob::new(QUEUE, format!("chain-{i}")).after(prev);
             prev = self.store().enqueue(job).map_err(|e| e.to_string())?;
@@ -901,10 +916,36 @@ impl Sim {
         let bound = LEASE + REAPER;
         for id in 1..=jobs {
             let commits = self.tally.commits.get(&id).copied().unwrap_or(0);
+            let history = store.history(JobId(id)).map_err(|e| e.to_string())?;
+            let job = store.job(JobId(id)).map_err(|e| e.to_string())?;
+            let job = job.ok_or_else(|| format!("job {id} is gone"))?;
+            // No attempt starts at or after the job's expiry, whatever crashed.
+            if let Some(expiry) = job.expires_at()
+                && let Some(late) = history.iter().find(|r| r.claimed_at() >= expiry)
+            {
+                return Err(format!(
+                    "job {id} attempt {} started at {} past its expiry {expiry}",
+                    late.attempt(),
+                    late.claimed_at()
+                ));
+            }
+            if job.state() == JobState::Expired {
+                if commits != 0
+                    || job
+                        .finished_at()
+                        .is_none_or(|at| Some(at) < job.expires_at())
+                {
+                    return Err(format!(
+                        "job {id} expired at {:?} (expiry {:?}) with {commits} commits",
+                        job.finished_at(),
+                        job.expires_at()
+                    ));
+                }
+                continue;
+            }
             if commits != 1 {
                 return Err(format!("job {id} was committed {commits} times"));
             }
-            let history = store.history(JobId(id)).map_err(|e| e.to_string())?;
             self.waited(JobId(id), &history)?;
             let succeeded = history
                 .iter()
@@ -1038,11 +1079,12 @@ impl Tally {
         self.rounds += t.rounds;
         self.pipe_crashes += t.pipe_crashes;
         self.given_back_unrun += t.given_back_unrun;
+        self.expired += t.expired;
     }
 
     fn summary(&self, seeds: usize) -> String {
         format!(
-            "{seeds} seeds: {} crashes, {} pauses, {} stalls, {} pool deaths, {} process deaths, {} restarts; a pipelined pool's {} rounds, {} crashes with completions waiting, {} jobs claimed ahead given back unrun; {} jobs ran twice, {} late commits refused, 0 duplicate commits",
+            "{seeds} seeds: {} crashes, {} pauses, {} stalls, {} pool deaths, {} process deaths, {} restarts; a pipelined pool's {} rounds, {} crashes with completions waiting, {} jobs claimed ahead given back unrun; {} jobs expired unstarted; {} jobs ran twice, {} late commits refused, 0 duplicate commits",
             self.crashes,
             self.pauses,
             self.stalls,
@@ -1052,6 +1094,7 @@ impl Tally {
             self.rounds,
             self.pipe_crashes,
             self.given_back_unrun,
+            self.expired,
             self.duplicates,
             self.late_commits_refused
         )

@@ -42,6 +42,8 @@ pub struct JobView {
     uniqueness: &'static str,
     unique_for_ms: Option<u64>,
     time_limit_ms: Option<u64>,
+    /// No attempt starts at or after it (store time).
+    expires_at_ms: Option<u64>,
     /// Its own retry policy, if it has one (else its queue's applies, else the store's).
     retry_policy: Option<String>,
     metadata: BTreeMap<String, String>,
@@ -158,6 +160,7 @@ impl JobView {
                 _ => None,
             },
             time_limit_ms: j.time_limit().map(|d| d.as_millis() as u64),
+            expires_at_ms: j.expires_at().map(ms),
             retry_policy: j.retry_policy().map(ToString::to_string),
             metadata: j.metadata().iter().cloned().collect(),
             needs: j.needs().iter().map(need_view).collect(),
@@ -858,6 +861,12 @@ pub fn show(db: &Path, json: bool, id: u64, raw: bool) -> Result<ExitCode, Error
     }
     if let Some(limit) = job.time_limit() {
         println!("time limit {} per attempt", format::duration(limit));
+    }
+    if let Some(at) = job.expires_at() {
+        println!(
+            "expires {}: no attempt starts after",
+            format::relative(at, now)
+        );
     }
     if let Some(policy) = job.retry_policy() {
         println!("retry policy {policy} (its own)");

@@ -273,7 +273,7 @@ enum Command {
         /// The job id.
         job: u64,
     },
-    /// Put a dead or cancelled job back in the queue with a fresh retry budget (its history
+    /// Put a dead, cancelled or expired job back in the queue with a fresh retry budget (its history
     /// is kept). Without a job id, every job the selection names (by default the dead
     /// ones), after saying how many and asking (or with --yes).
     Retry {

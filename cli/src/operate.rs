@@ -97,6 +97,10 @@ pub struct NewJobArgs {
     /// A hard limit on each attempt's running time (e.g. 10m).
     #[arg(long, value_parser = super::parse_duration)]
     time_limit: Option<Duration>,
+    /// Expire the job if no attempt has started this long after the enqueue (e.g. 15m): it
+    /// never runs late.
+    #[arg(long, value_parser = super::parse_duration)]
+    expires_in: Option<Duration>,
     /// Its own retry policy, over its queue's: `30s`, `1s..1h` or `1s,10s,1m` (see
     /// `leasehold backoff`).
     #[arg(long, value_parser = super::parse_backoff)]
@@ -253,6 +257,9 @@ pub fn enqueue(db: &Path, json: bool, create: bool, a: NewJobArgs) -> Result<Exi
     }
     if let Some(limit) = a.time_limit {
         job = job.time_limit(limit);
+    }
+    if let Some(span) = a.expires_in {
+        job = job.expires_in(span);
     }
     if let Some(policy) = a.backoff {
         job = job.retry_policy(policy);
@@ -634,11 +641,16 @@ pub fn purge(
             return Err(Error::Refused {
                 job: JobId(0),
                 state: s,
-                action: "purge (only succeeded, dead or cancelled jobs are purged)",
+                action: "purge (only succeeded, dead, cancelled or expired jobs are purged)",
             });
         }
         Some(s) => vec![s],
-        None => vec![JobState::Succeeded, JobState::Dead, JobState::Cancelled],
+        None => vec![
+            JobState::Succeeded,
+            JobState::Dead,
+            JobState::Cancelled,
+            JobState::Expired,
+        ],
     };
     let store = open(db, false)?;
     let n = store.purge(older_than, &states)?;

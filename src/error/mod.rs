@@ -462,6 +462,16 @@ pub enum InputError {
         /// The limit.
         max: usize,
     },
+    /// A delayed job that would expire before (or as) it is due could never run.
+    #[error(
+        "the job would expire {expires:?} after its enqueue, not after it is due ({due:?}): it could never run"
+    )]
+    ExpiresBeforeDue {
+        /// How long after its enqueue it is due.
+        due: std::time::Duration,
+        /// How long after its enqueue it would expire.
+        expires: std::time::Duration,
+    },
     /// A group key must be non-empty and short.
     #[error("group key must be 1 to {max} bytes, got {len}")]
     BadGroupKey {

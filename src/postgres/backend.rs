@@ -437,6 +437,10 @@ impl LeaseBackend for PgStore {
         Ok((now, expired))
     }
 
+    fn jobs_past_expiry_now(&self) -> Result<bool> {
+        self.alone(read::any_past_expiry_now)
+    }
+
     fn note_reaper_pass(&self, pass: &crate::report::ReaperPass) -> Result<()> {
         // (one statement: atomic on its own, one round trip where a transaction takes three)
         self.alone(|c, p| fast::note_reaper_pass(c, p, pass))

@@ -166,7 +166,8 @@ picked AS (
     -- suite::a_claim_reads_the_jobs_it_takes_not_every_waiting_job_of_the_queue).
     -- (A job with a limit key is the protocol's: LOOK sends a queue with one waiting there,
     -- and one that arrives meanwhile is passed over here.)
-    SELECT id, attempt FROM {s}.leasehold_jobs
+    SELECT id, attempt, coalesce(expires_at <= (SELECT t FROM c), false) AS late
+    FROM {s}.leasehold_jobs
     WHERE queue = $1 AND state IN ('queued', 'retry_wait') AND NOT parked
         AND run_at <= (SELECT t FROM c) AND limit_key IS NULL
     ORDER BY ",
@@ -181,7 +182,7 @@ granted AS (
     grant_sql!(),
     "
     FROM picked, c
-    WHERE j.id = picked.id AND picked.attempt < 4294967295
+    WHERE j.id = picked.id AND picked.attempt < 4294967295 AND NOT picked.late
     ",
     granted_sql!(),
     "
@@ -191,13 +192,24 @@ exhausted AS (
     UPDATE {s}.leasehold_jobs j
     SET state = 'dead', finished_at = c.t, updated_at = c.t, last_error = $6
     FROM picked, c
-    WHERE j.id = picked.id AND picked.attempt >= 4294967295
-    RETURNING j.id, j.awaited, j.grp
+    WHERE j.id = picked.id AND picked.attempt >= 4294967295 AND NOT picked.late
+    RETURNING j.id, j.awaited, j.grp, 'dead' AS state
+),
+-- rules::grant: a job past its expiry is expired, never started
+expired AS (
+    UPDATE {s}.leasehold_jobs j
+    SET state = 'expired', finished_at = c.t, updated_at = c.t
+    FROM picked, c
+    WHERE j.id = picked.id AND picked.late
+    RETURNING j.id, j.awaited, j.grp, 'expired' AS state
 )
-SELECT id, attempt, t, expires, payload, priority, run_at, deadline, NULL::boolean, NULL::bigint
+SELECT id, attempt, t, expires, payload, priority, run_at, deadline, NULL::boolean, NULL::bigint,
+    NULL::text
 FROM granted
 UNION ALL
-SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, awaited, grp FROM exhausted"
+SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, awaited, grp, state FROM exhausted
+UNION ALL
+SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, awaited, grp, state FROM expired"
 );
 
 /// [`CLAIM`] for a queue where jobs with a limit key wait: what [`protocol::next_claim`] and
@@ -207,7 +219,7 @@ SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, awaited, grp FROM exhausted
 /// that one may make the next job of its key the head, which a claim one at a time would
 /// meet before the rest), and only if each of them is one it can decide for: the keyed one
 /// is its key's head, its key has room under the queue's per-key limit, no attempt counter
-/// is exhausted. Then it grants them, counts the key's new running job, makes the first of
+/// is exhausted, no expiry has come. Then it grants them, counts the key's new running job, makes the first of
 /// the key's waiting jobs in the key's order its head while the key has room (left headless
 /// if another transaction holds that job, as `settle` leaves it), and unparks that head.
 /// Otherwise it grants nothing and says so (`blocked`): the protocol's own steps take the
@@ -218,7 +230,9 @@ const KEYED_CLAIM: &str = concat!(
     "
 WITH c AS MATERIALIZED (SELECT {now} AS t),
 picked AS MATERIALIZED (
-    SELECT id, attempt, limit_key, priority, run_at FROM {s}.leasehold_jobs
+    SELECT id, attempt, limit_key, priority, run_at,
+        coalesce(expires_at <= (SELECT t FROM c), false) AS late
+    FROM {s}.leasehold_jobs
     WHERE queue = $1 AND state IN ('queued', 'retry_wait') AND NOT parked
         AND run_at <= (SELECT t FROM c)
     ORDER BY ",
@@ -250,7 +264,7 @@ keyed AS MATERIALIZED (
 ),
 go AS MATERIALIZED (
     SELECT NOT EXISTS (SELECT 1 FROM keyed WHERE NOT ok)
-        AND NOT EXISTS (SELECT 1 FROM first WHERE attempt >= 4294967295) AS ok
+        AND NOT EXISTS (SELECT 1 FROM first WHERE attempt >= 4294967295 OR late) AS ok
 ),
 -- rules::key_head: the first of the key's waiting jobs in the key's order, if it can be held
 head AS MATERIALIZED (
@@ -423,7 +437,8 @@ fn granted(
 }
 
 /// One [`CLAIM`] of up to `n` waiting jobs of `queue`. Jobs it found exhausted (and made
-/// dead) leave room for as many more: it then says there may be more. Returns what it
+/// dead) or past their expiry (and expired) leave room for as many more: it then says there
+/// may be more. Returns what it
 /// took, and the ids of every job it took or made dead.
 pub(crate) fn claim_waiting(
     tx: Tx<'_, '_>,
@@ -459,7 +474,11 @@ pub(crate) fn claim_waiting(
         if row.col::<Option<bool>>(8)? == Some(true) {
             let group = row.col::<Option<i64>>(9)?;
             let group = group.map(|g| GroupId(u64::try_from(g).unwrap_or(0)));
-            taken.dead.push((id(row.col(0)?), JobState::Dead, group));
+            let state = match row.col::<Option<&str>>(10)? {
+                Some("expired") => JobState::Expired,
+                _ => JobState::Dead,
+            };
+            taken.dead.push((id(row.col(0)?), state, group));
         }
     }
     taken.leases = g.leases(granted.into_iter(), queue, worker)?;

@@ -160,7 +160,7 @@ const CHECKS: [(&str, &str); 6] = [
     (
         "a finished job without a finish time, or an unfinished one with one",
         "SELECT id FROM {s}.leasehold_jobs
-         WHERE (state IN ('succeeded', 'dead', 'cancelled')) <> (finished_at IS NOT NULL)",
+         WHERE (state IN ('succeeded', 'dead', 'cancelled', 'expired')) <> (finished_at IS NOT NULL)",
     ),
     (
         "a last attempt kept in the row of a job that did not succeed, or kept by halves",
@@ -219,6 +219,21 @@ pub(crate) fn any_lease_expired_now(
     let st = p.get(c, ANY_EXPIRED)?;
     let row = c.query_one(&st, &[])?;
     Ok((time(row.col(0)?), row.col(1)?))
+}
+
+/// Whether a job waits past its expiry (`leasehold_jobs_expiring` serves it).
+const ANY_PAST_EXPIRY: &str = "
+SELECT EXISTS (SELECT 1 FROM {s}.leasehold_jobs
+               WHERE expires_at <= {now} AND expires_at IS NOT NULL
+                   AND state IN ('queued', 'retry_wait', 'blocked'))";
+
+/// Whether some job waits past its expiry now: whether a reaper's pass has any to end.
+pub(crate) fn any_past_expiry_now(
+    c: &mut impl postgres::GenericClient,
+    p: &mut Prepared<'_>,
+) -> Result<bool> {
+    let st = p.get(c, ANY_PAST_EXPIRY)?;
+    c.query_one(&st, &[])?.col(0)
 }
 
 /// [`next_due`]'s one statement: the earliest due time, the store's time, the queue's record

@@ -51,9 +51,9 @@ const INSERT: &str = concat!(
 INSERT INTO {s}.leasehold_jobs
     (queue, state, priority, max_attempts, unique_key, created_at, run_at, progress_at,
      updated_at, payload, time_limit_us, unique_for_us, metadata, flow, awaited, grp,
-     last_error, finished_at, retry, limit_key, parked)
+     last_error, finished_at, retry, limit_key, parked, expires_at)
 VALUES ($1, $2, $3, $4, $5, {s}.at($6), {s}.at($7), {s}.at($6), {s}.at($6), $8, $9, $10, $11,
-        $12, $13, $14, $15, {s}.at($16), $17, $18, $19)
+        $12, $13, $14, $15, {s}.at($16), $17, $18, $19, {s}.at($20))
 ON CONFLICT (queue, unique_key) WHERE ",
     key_held!(),
     "
@@ -76,7 +76,7 @@ SET state = $2, attempt = $3, failures = $4, run_at = {s}.at($5), lease_owner = 
     progress = $12, progress_at = {s}.at($13), cancel_requested = $14, last_error = $15,
     finished_at = {s}.at($16), updated_at = {s}.at($17), lease_deadline = {s}.at($18),
     key_released = $19, flow = $20, awaited = $21,
-    parked = $22, lease_token = $23
+    parked = $22, lease_token = $23, expires_at = {s}.at($24)
 WHERE id = $1";
 
 /// Whether `new` gives its queue a waiting job `old` did not: its idle workers are to be
@@ -95,15 +95,16 @@ SET state = r.state, attempt = r.attempt, failures = r.failures, run_at = {s}.at
     progress_at = {s}.at(r.progress_at), cancel_requested = r.cancel, last_error = r.error,
     finished_at = {s}.at(r.finished), updated_at = {s}.at(r.updated),
     lease_deadline = {s}.at(r.deadline), key_released = r.released, flow = r.flow,
-    awaited = r.awaited, parked = r.parked, lease_token = r.token
+    awaited = r.awaited, parked = r.parked, lease_token = r.token,
+    expires_at = {s}.at(r.expiry)
 FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::bigint[], $5::bigint[], $6::text[],
             $7::bigint[], $8::bigint[], $9::bigint[], $10::bigint[], $11::bigint[],
             $12::bigint[], $13::bigint[], $14::boolean[], $15::text[], $16::bigint[],
             $17::bigint[], $18::bigint[], $19::boolean[], $20::bytea[], $21::boolean[],
-            $22::boolean[], $23::bigint[])
+            $22::boolean[], $23::bigint[], $24::bigint[])
     AS r(id, state, attempt, failures, run_at, owner, claimed, expires, indexed, length, stall,
          progress, progress_at, cancel, error, finished, updated, deadline, released, flow,
-         awaited, parked, token)
+         awaited, parked, token, expiry)
 WHERE j.id = r.id";
 
 /// The most urgent due waiting job of the queue.
@@ -124,6 +125,15 @@ SELECT id FROM {s}.leasehold_jobs
 WHERE queue = $1 AND state = 'running' AND lease_indexed_expiry <= {s}.at($2)
 ORDER BY lease_indexed_expiry, id
 LIMIT 1
+FOR UPDATE SKIP LOCKED";
+
+/// Waiting jobs past their expiry, first to expire first (`leasehold_jobs_expiring`).
+const PAST_EXPIRY: &str = "
+SELECT id FROM {s}.leasehold_jobs
+WHERE expires_at <= {s}.at($1) AND expires_at IS NOT NULL
+    AND state IN ('queued', 'retry_wait', 'blocked')
+ORDER BY expires_at, id
+LIMIT $2
 FOR UPDATE SKIP LOCKED";
 
 const EXPIRED_ANY: &str = "
@@ -276,7 +286,7 @@ impl Records for PgRecords<'_, '_, '_> {
         let retry = job.retry.as_ref().map(codec::encode);
         let limit_key = job.limit.as_ref().map(|l| l.key.as_str());
         let parked = job.limit.as_ref().is_some_and(|l| l.parked);
-        let params: [&(dyn ToSql + Sync); 19] = [
+        let params: [&(dyn ToSql + Sync); 20] = [
             &job.queue,
             &job.state.name(),
             &job.priority,
@@ -296,6 +306,7 @@ impl Records for PgRecords<'_, '_, '_> {
             &retry,
             &limit_key,
             &parked,
+            &job.expires_at.map(us),
         ];
         if let Some(row) = self.tx.query_opt(&st, &params)? {
             let made = id(row.col(0)?);
@@ -334,7 +345,7 @@ impl Records for PgRecords<'_, '_, '_> {
         let st = self.get(SAVE)?;
         let lease = job.lease.as_ref();
         let token = super::rows::token_column(job.token);
-        let params: [&(dyn ToSql + Sync); 23] = [
+        let params: [&(dyn ToSql + Sync); 24] = [
             &key(job.id),
             &job.state.name(),
             &i64::from(job.attempt.0),
@@ -358,6 +369,7 @@ impl Records for PgRecords<'_, '_, '_> {
             &job.flow.awaited,
             &job.limit.as_ref().is_some_and(|l| l.parked),
             &token,
+            &job.expires_at.map(us),
         ];
         self.tx.execute(&st, &params)?;
         if readied_by(old, job) {
@@ -408,8 +420,9 @@ impl Records for PgRecords<'_, '_, '_> {
         let tokens: Vec<i64> = (jobs.iter())
             .map(|j| super::rows::token_column(j.token))
             .collect();
+        let expiries: Vec<Option<i64>> = jobs.iter().map(|j| j.expires_at.map(us)).collect();
         let st = self.get(SAVE_MANY)?;
-        let params: [&(dyn ToSql + Sync); 23] = [
+        let params: [&(dyn ToSql + Sync); 24] = [
             &ids,
             &states,
             &attempts,
@@ -433,6 +446,7 @@ impl Records for PgRecords<'_, '_, '_> {
             &awaited,
             &parked,
             &tokens,
+            &expiries,
         ];
         self.tx.execute(&st, &params)?;
         for (old, new) in changes {
@@ -585,6 +599,16 @@ impl Records for PgRecords<'_, '_, '_> {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         self.tx
             .query(&st, &[&us(bound), &limit])?
+            .iter()
+            .map(|r| Ok(id(r.col(0)?)))
+            .collect()
+    }
+
+    fn past_expiry(&mut self, now: StoreTime, limit: usize) -> Result<Vec<JobId>> {
+        let st = self.get(PAST_EXPIRY)?;
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.tx
+            .query(&st, &[&us(now), &limit])?
             .iter()
             .map(|r| Ok(id(r.col(0)?)))
             .collect()

@@ -55,7 +55,7 @@ macro_rules! job_columns {
     {s}.us(lease_expires_at), {s}.us(lease_indexed_expiry), lease_length_us, stall_timeout_us,
     progress, {s}.us(progress_at), cancel_requested, last_error, {s}.us(finished_at),
     {s}.us(updated_at), {s}.us(lease_deadline), time_limit_us, unique_for_us, key_released,
-    metadata, flow, retry, limit_key, parked, lease_token"
+    metadata, flow, retry, limit_key, parked, lease_token, {s}.us(expires_at)"
     };
 }
 pub(crate) use job_columns;
@@ -142,6 +142,7 @@ pub(crate) fn record(row: &postgres::Row) -> Result<JobRecord> {
             })
             .transpose()?,
         token: token(row.col(31)?),
+        expires_at: row.col::<Option<i64>>(32)?.map(time),
     })
 }
 

@@ -37,8 +37,9 @@ use crate::error::Result;
 /// `timeline` key of `leasehold_meta`: see `timeline.rs`); version 6 builds would grant
 /// leases without a token, and are refused. Version 8 adds the keys of keyed groups, jobs'
 /// checkpoints and attempts' logs (`since_8`, [`crate::NewGroup::key`]); a version 7 build would make a
-/// second group of a key, and is refused.
-pub const VERSION: u32 = 8;
+/// second group of a key, and is refused. Version 9 adds jobs' expiry and the state
+/// `expired` (`since_9`); a version 8 build would run an expired job, and is refused.
+pub const VERSION: u32 = 9;
 
 /// The tables version 2 added, made by a new store and by the upgrade from version 1 alike:
 /// each queue's record (pause, limits, the rate window, the served mark) and each periodic
@@ -176,6 +177,24 @@ CREATE TABLE IF NOT EXISTS {s}.leasehold_logs (
     record bytea NOT NULL,
     PRIMARY KEY (job, attempt)
 );
+"
+    };
+}
+
+/// What version 9 added, made by a new store and by the upgrade alike: each job's expiry
+/// ([`crate::NewJob::expires_in`]), the state `expired`, and the index the reaper finds
+/// waiting jobs past their expiry by.
+macro_rules! since_9 {
+    () => {
+        "
+ALTER TABLE {s}.leasehold_jobs ADD COLUMN IF NOT EXISTS expires_at timestamptz;
+ALTER TABLE {s}.leasehold_jobs DROP CONSTRAINT IF EXISTS leasehold_jobs_state_check;
+ALTER TABLE {s}.leasehold_jobs ADD CONSTRAINT leasehold_jobs_state_check
+    CHECK (state IN ('queued', 'running', 'retry_wait', 'succeeded', 'dead', 'cancelled',
+                     'blocked', 'expired')) NOT VALID;
+ALTER TABLE {s}.leasehold_jobs VALIDATE CONSTRAINT leasehold_jobs_state_check;
+CREATE INDEX IF NOT EXISTS leasehold_jobs_expiring ON {s}.leasehold_jobs (expires_at)
+    WHERE expires_at IS NOT NULL AND state IN ('queued', 'retry_wait', 'blocked');
 "
     };
 }
@@ -395,6 +414,7 @@ CREATE TABLE {s}.leasehold_counters (name text PRIMARY KEY, value bigint NOT NUL
     since_6!(),
     since_7!(),
     since_8!(),
+    since_9!(),
     r#"
 INSERT INTO {s}.leasehold_counters (name, value) VALUES
     ('reclaimed_by_reaper', 0), ('reclaimed_by_takeover', 0), ('reclaimed_at_open', 0),
@@ -549,6 +569,9 @@ pub(crate) fn prepare(client: &mut Client, names: &Names, create: bool) -> Resul
     }
     if upgraded.is_some_and(|v| v <= 7) {
         tx.batch_execute(&names.sql(since_8!()))?;
+    }
+    if upgraded.is_some_and(|v| v <= 8) {
+        tx.batch_execute(&names.sql(since_9!()))?;
     }
     super::schema_check::check_tables(&mut tx, &names.schema)?;
     if let Some(older) = upgraded {

@@ -52,6 +52,7 @@ const COLUMNS: &[(&str, &[(&str, &str)])] = &[
             ("limit_key", "text"),
             ("parked", "bool"),
             ("lease_token", "int8"),
+            ("expires_at", "timestamptz"),
         ],
     ),
     (
@@ -124,6 +125,7 @@ const INDEXES: &[&str] = &[
     "leasehold_jobs_expiry",
     "leasehold_jobs_unique",
     "leasehold_jobs_finished",
+    "leasehold_jobs_expiring",
     "leasehold_runs_pkey",
     "leasehold_queues_pkey",
     "leasehold_schedules_pkey",

@@ -207,7 +207,8 @@ pub(crate) fn next_claim(
         if let Some(lease) = grant(r, &job, worker, terms)? {
             return Ok(Some(lease));
         }
-        // Its attempt counter was exhausted and it is now dead: the next candidate.
+        // Its attempt counter was exhausted and it is now dead, or its expiry had come and it
+        // is now expired: the next candidate.
     }
 }
 
@@ -344,7 +345,8 @@ pub(crate) fn claim_job(
 }
 
 /// Starts a new attempt of the waiting `job` under a lease for `worker` ([`rules::grant`]). A
-/// job whose attempt counter is exhausted is dead instead (`None`).
+/// job whose attempt counter is exhausted is dead instead, and one past its expiry expired
+/// (`None`).
 fn grant(
     r: &mut (impl Records + ?Sized),
     job: &JobRecord,
@@ -353,9 +355,9 @@ fn grant(
 ) -> Result<Option<Lease>> {
     let now = r.now()?;
     let new = match rules::grant(job, worker, terms, now, LeaseToken::fresh()) {
-        Granted::Exhausted(dead) => {
-            let dead = super::keys::save(r, job, &dead)?;
-            super::flow::settle(r, &dead)?;
+        Granted::Exhausted(ended) | Granted::Expired(ended) => {
+            let ended = super::keys::save(r, job, &ended)?;
+            super::flow::settle(r, &ended)?;
             return Ok(None);
         }
         Granted::Lease(new) => new,

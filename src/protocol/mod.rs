@@ -50,9 +50,9 @@ pub(crate) use attempt::{complete_by_steps, complete_many};
 pub(crate) use claim::{claim_batch, claim_job, round_claim};
 pub(crate) use group::{cancel_group, enqueue_members, keyed_group, open_group, seal_group};
 pub(crate) use operate::{
-    cancel, declare_queue, declare_schedule, edit, enqueue, enqueue_batch, fire_schedules,
-    mark_served, pause_queue, pause_schedule, purge, purge_in_batches, reap_batch, remove_schedule,
-    retry, set_queue_limits, set_queue_retry_policy,
+    cancel, declare_queue, declare_schedule, edit, enqueue, enqueue_batch, expire_waiting,
+    fire_schedules, mark_served, pause_queue, pause_schedule, purge, purge_in_batches, reap_batch,
+    remove_schedule, retry, set_queue_limits, set_queue_retry_policy,
 };
 #[cfg(feature = "postgres")]
 pub(crate) use records::{ClaimLook, Completed, Taken};
@@ -72,7 +72,7 @@ pub struct Policy {
     pub max_payload: usize,
     /// How many records one bounded batch (a reaper's, a purge's) looks at.
     pub reap_batch: usize,
-    /// How long succeeded and cancelled jobs are kept; `None`: until purged.
+    /// How long succeeded, cancelled and expired jobs are kept; `None`: until purged.
     pub retention: Option<Duration>,
 }
 

@@ -224,6 +224,33 @@ pub(crate) fn reap_batch(
     })
 }
 
+/// Ends as expired up to `limit` jobs that wait past their expiry ([`rules::expired`]),
+/// first to expire first: those nobody claims (a paused queue's, a blocked one's, a queue
+/// nobody serves), which a claim would have expired instead of starting. What waits for
+/// them learns it in this transaction.
+pub(crate) fn expire_waiting(
+    r: &mut (impl Records + ?Sized),
+    limit: usize,
+) -> Result<Batch<JobId>> {
+    let now = r.now()?;
+    let ids = r.past_expiry(now, limit)?;
+    let mut items = Vec::new();
+    for &id in &ids {
+        let Some(job) = r.job(id)? else {
+            continue;
+        };
+        if let Some(expired) = rules::expired(&job, now) {
+            let expired = keys::save(r, &job, &expired)?;
+            flow::settle(r, &expired)?;
+            items.push(id);
+        }
+    }
+    Ok(Batch {
+        items,
+        looked: ids.len(),
+    })
+}
+
 /// Deletes the terminal jobs in `states` that finished at or before `cutoff`, with their
 /// history, looking at up to `limit` finished jobs from position `from` (finish time, job)
 /// on; returns the batch (the jobs it deleted, the jobs it looked at) and the position the

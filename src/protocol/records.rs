@@ -66,8 +66,9 @@ impl ClaimLook {
 pub(crate) struct Taken {
     /// The leases granted, in the claim order.
     pub leases: Vec<Lease>,
-    /// The jobs it found with their attempt counter exhausted and made dead
-    /// ([`rules::grant`]) that others await: their ends are still to settle.
+    /// The jobs it found with their attempt counter exhausted and made dead, or past their
+    /// expiry and expired ([`rules::grant`]), that others await: their ends are still to
+    /// settle.
     pub dead: Vec<(JobId, JobState, Option<GroupId>)>,
     /// Whether it may have left claimable jobs short of `n` (another step may find more).
     pub more: bool,
@@ -265,6 +266,13 @@ pub trait Records: NamedRecords {
     fn indexed_expiries(&mut self, bound: StoreTime, limit: usize) -> Result<Vec<JobId>> {
         let expiring = self.scan(None, &|j| indexed_by(j, bound).is_some())?;
         Ok(in_expiry_order(expiring).into_iter().take(limit).collect())
+    }
+    /// Up to `limit` jobs of any queue that wait past their expiry at `now`
+    /// ([`rules::waits_past_expiry`]), first to expire first.
+    fn past_expiry(&mut self, now: StoreTime, limit: usize) -> Result<Vec<JobId>> {
+        let mut late = self.scan(None, &|j| rules::waits_past_expiry(j, now))?;
+        late.sort_by_key(|j| (j.expires_at, j.id));
+        Ok(late.into_iter().take(limit).map(|j| j.id).collect())
     }
     /// Whether any job of `queue` is stored, in any state.
     fn has_jobs(&mut self, queue: &str) -> Result<bool> {

@@ -117,6 +117,14 @@ impl LeaseBackend for Store {
         Ok((now, expired))
     }
 
+    fn jobs_past_expiry_now(&self) -> Result<bool> {
+        use super::snapshots::Snapshots;
+        let now = self.now();
+        self.reading("the index of expiring jobs", |read| {
+            super::reading::any_expiring_by(read, now)
+        })
+    }
+
     fn note_reaper_pass(&self, pass: &crate::report::ReaperPass) -> Result<()> {
         let pass = pass.clone();
         self.write(move |tx| super::writing::note_reaper_pass(tx, &pass))

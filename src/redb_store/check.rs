@@ -27,6 +27,7 @@ pub(crate) fn check(read: &ReadTransaction) -> Result<CheckReport> {
     let mut counts: BTreeMap<(String, u8), u64> = BTreeMap::new();
     let mut attempts: BTreeMap<u64, (u32, JobState)> = BTreeMap::new();
     let mut keyed: BTreeMap<(String, String, u64, u64), ()> = BTreeMap::new();
+    let mut expiring: BTreeMap<(u64, u64), ()> = BTreeMap::new();
     let mut keys: BTreeMap<(String, String), KeyRecord> = BTreeMap::new();
     let problems = &mut report.problems;
     let mut history = history(read, problems)?;
@@ -73,6 +74,9 @@ pub(crate) fn check(read: &ReadTransaction) -> Result<CheckReport> {
         if let Some((q, k, r, i)) = e.keyed {
             keyed.insert((q.to_owned(), k.to_owned(), r, i), ());
         }
+        if let Some(key) = e.expiring {
+            expiring.insert(key, ());
+        }
         if let Some(limit) = &job.limit {
             let key = keys
                 .entry((job.queue.clone(), limit.key.clone()))
@@ -114,6 +118,11 @@ pub(crate) fn check(read: &ReadTransaction) -> Result<CheckReport> {
         None => BTreeMap::new(),
     };
     compare(problems, "keyed", &keyed, &found);
+    let found = match optional(read, schema::EXPIRING)? {
+        Some(_) => stored(read, schema::EXPIRING, |k, ()| (k, ()))?,
+        None => BTreeMap::new(),
+    };
+    compare(problems, "expiring", &expiring, &found);
     // A key's record is checked for its running count and its head (its rate window is
     // its own: no job record implies it), and `key_gates` against the records.
     keys.retain(|_, key| !key.is_empty());

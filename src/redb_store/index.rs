@@ -29,6 +29,8 @@ pub(crate) struct Entries<'a> {
     pub keyed: Option<(&'a str, &'a str, u64, u64)>,
     /// `counts`: the (queue, state) this job is counted under.
     pub count: (&'a str, u8),
+    /// `expiring`: (expires_at, job) while waiting or blocked with an expiry.
+    pub expiring: Option<(u64, u64)>,
 }
 
 /// The entries `job` implies.
@@ -56,6 +58,12 @@ pub(crate) fn entries(job: &JobRecord) -> Entries<'_> {
         count: (q, job.state.code()),
         keyed: match &job.limit {
             Some(l) if job.state.is_waiting() => Some((q, l.key.as_str(), key_run_at.0, id)),
+            _ => None,
+        },
+        expiring: match job.expires_at {
+            Some(at) if job.state.is_waiting() || job.state == JobState::Blocked => {
+                Some((at.0, id))
+            }
             _ => None,
         },
     }
@@ -143,6 +151,11 @@ fn remove_entries(t: &mut Tables<'_>, before: &Entries, after: Option<&Entries>)
     {
         t.keyed()?.remove(key)?;
     }
+    if let Some(key) = before.expiring
+        && gone(|b, a| b.expiring == a.expiring)
+    {
+        t.expiring()?.remove(key)?;
+    }
     Ok(())
 }
 
@@ -173,6 +186,11 @@ fn add_entries(t: &mut Tables<'_>, after: &Entries, before: Option<&Entries>) ->
         && new(|b, a| b.keyed == a.keyed)
     {
         t.keyed()?.insert(key, ())?;
+    }
+    if let Some(key) = after.expiring
+        && new(|b, a| b.expiring == a.expiring)
+    {
+        t.expiring()?.insert(key, ())?;
     }
     Ok(())
 }

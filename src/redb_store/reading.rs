@@ -275,6 +275,14 @@ pub(crate) fn any_indexed_expiry_by(read: &ReadTransaction, at: StoreTime) -> Re
     Ok(false)
 }
 
+/// Whether a waiting job's expiry is at or before `at` (`expiring`, if the store has it).
+pub(crate) fn any_expiring_by(read: &ReadTransaction, at: StoreTime) -> Result<bool> {
+    let Some(expiring) = optional(read, schema::EXPIRING)? else {
+        return Ok(false);
+    };
+    Ok(expiring.range(..=(at.0, u64::MAX))?.next().is_some())
+}
+
 /// The real earliest lease expiry of `queue`, and the earliest one at or after `now`, from the
 /// running jobs' records (the index may lag renewals). Reads every running job of the queue:
 /// for operators' views.

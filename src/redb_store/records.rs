@@ -163,6 +163,19 @@ impl Records for Tx<'_> {
         Ok(ids)
     }
 
+    fn past_expiry(&mut self, now: StoreTime, limit: usize) -> Result<Vec<JobId>> {
+        let mut ids = Vec::new();
+        for entry in self
+            .tables
+            .expiring()?
+            .range(..=(now.0, u64::MAX))?
+            .take(limit)
+        {
+            ids.push(JobId(entry?.0.value().1));
+        }
+        Ok(ids)
+    }
+
     fn running(&mut self, queue: &str) -> Result<u64> {
         Tx::count(self, queue, JobState::Running)
     }

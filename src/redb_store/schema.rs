@@ -28,8 +28,9 @@
 //! | `keyed` | (queue, limit key, run_at, job) | () | waiting jobs with a limit key, in their key's order, parked or not |
 //! | `limit_keys` | (queue, limit key) | [`KeyRecord`](crate::queue::KeyRecord) record | each limit key's running jobs, head and rate window |
 //! | `key_gates` | (queue, opens_at, limit key) | () | limit keys whose rate window is spent, by when it has room again (a pure function of `limit_keys`) |
+//! | `expiring` | (expires_at, job) | () | waiting and blocked jobs with an expiry ([`NewJob::expires_in`](crate::NewJob::expires_in)), by it: how the reaper finds those nobody claimed |
 //!
-//! Every index (`ready`, `expiry`, `unique`, `counts`, `finished`, `keyed`) is a pure function of the
+//! Every index (`ready`, `expiry`, `unique`, `counts`, `finished`, `keyed`, `expiring`) is a pure function of the
 //! job records, maintained only by [`crate::redb_store::index`] and verified by [`crate::ReadJobs::check`].
 
 use redb::TableDefinition;
@@ -51,8 +52,10 @@ use redb::TableDefinition;
 /// retry policy of a job, a queue, a schedule's jobs). Version 8 writes records in format
 /// version 5 (limit keys, a queue's per-key limits) and adds `keyed`, `limit_keys` and
 /// `key_gates`. Version 9 writes job records in format version 6 (each lease's token, which
-/// the fence compares: a build of version 8 would grant leases without one).
-pub const SCHEMA_VERSION: u32 = 9;
+/// the fence compares: a build of version 8 would grant leases without one). Version 10
+/// writes job records in format version 7 (each job's expiry; the state `Expired`) and adds
+/// `expiring`: a build of version 9 would start an expired job.
+pub const SCHEMA_VERSION: u32 = 10;
 
 /// The marker that says "this redb file is a leasehold store".
 pub(crate) const MARKER: &[u8] = b"leasehold store";
@@ -95,6 +98,8 @@ pub(crate) const LIMIT_KEYS: TableDefinition<(&str, &str), &[u8]> =
     TableDefinition::new("leasehold.limit_keys");
 pub(crate) const KEY_GATES: TableDefinition<(&str, u64, &str), ()> =
     TableDefinition::new("leasehold.key_gates");
+pub(crate) const EXPIRING: TableDefinition<(u64, u64), ()> =
+    TableDefinition::new("leasehold.expiring");
 
 /// Keys of the `meta` table.
 pub(crate) mod meta_key {

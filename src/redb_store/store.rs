@@ -161,6 +161,7 @@ impl Store {
             batches: 0,
             largest_batch: 0,
             purged: 0,
+            expired: Vec::new(),
             vacuum_started: Vec::new(),
         };
         self.inner.recovered.get().unwrap_or(&NONE)

@@ -58,6 +58,8 @@ pub(crate) struct Tables<'t> {
     keyed: Option<KeyedTable<'t>>,
     limit_keys: Option<Table<'t, (&'static str, &'static str), &'static [u8]>>,
     key_gates: Option<Table<'t, (&'static str, u64, &'static str), ()>>,
+    /// Waiting jobs with an expiry, by (expires_at, job) (opened on first use).
+    expiring: Option<Table<'t, (u64, u64), ()>>,
     txn: &'t WriteTransaction,
 }
 
@@ -94,6 +96,7 @@ impl<'t> Tables<'t> {
             keyed: None,
             limit_keys: None,
             key_gates: None,
+            expiring: None,
             txn,
         })
     }
@@ -163,6 +166,11 @@ impl<'t> Tables<'t> {
         &mut self,
     ) -> Result<&mut Table<'t, (&'static str, u64, &'static str), ()>> {
         opened(&mut self.key_gates, self.txn, schema::KEY_GATES)
+    }
+
+    /// Waiting and blocked jobs with an expiry, by (expires_at, job) (opened on first use).
+    pub(crate) fn expiring(&mut self) -> Result<&mut Table<'t, (u64, u64), ()>> {
+        opened(&mut self.expiring, self.txn, schema::EXPIRING)
     }
 
     /// Records where `instance` keeps its lock file (its first registration, or a new file).

@@ -33,6 +33,30 @@ pub(crate) fn claimable(job: &JobRecord, now: StoreTime) -> bool {
     job.state.is_waiting() && job.run_at <= now
 }
 
+/// Whether no attempt of `job` may start at `now`: its expiry has come
+/// ([`crate::NewJob::expires_in`]).
+pub(crate) fn past_expiry(job: &JobRecord, now: StoreTime) -> bool {
+    job.expires_at.is_some_and(|at| at <= now)
+}
+
+/// Whether `job` waits (queued, backing off or blocked) past its expiry at `now`: the jobs
+/// [`expired`] ends.
+pub(crate) fn waits_past_expiry(job: &JobRecord, now: StoreTime) -> bool {
+    let waits = job.state.is_waiting() || job.state == JobState::Blocked;
+    waits && past_expiry(job, now)
+}
+
+/// `job` ended as expired at `now`, if it waits past its expiry ([`waits_past_expiry`]);
+/// `None` for any other job (a running attempt runs to its end; its job expires at its next
+/// claim).
+pub(crate) fn expired(job: &JobRecord, now: StoreTime) -> Option<JobRecord> {
+    waits_past_expiry(job, now).then(|| {
+        let mut new = job.clone();
+        finish(&mut new, JobState::Expired, now);
+        new
+    })
+}
+
 /// What a grant made of a waiting job.
 pub(crate) enum Granted {
     /// A new attempt under a lease.
@@ -40,6 +64,8 @@ pub(crate) enum Granted {
     /// Its attempt counter is exhausted: no fence could tell a new attempt from the last, so
     /// it is dead instead, with the reason as its last error.
     Exhausted(JobRecord),
+    /// Its expiry has come: it is expired instead, and never runs again.
+    Expired(JobRecord),
 }
 
 /// Starts a new attempt of the waiting `job` under a lease for `worker` at `now`, the lease
@@ -51,6 +77,9 @@ pub(crate) fn grant(
     now: StoreTime,
     token: LeaseToken,
 ) -> Granted {
+    if let Some(expired) = expired(job, now) {
+        return Granted::Expired(expired);
+    }
     let Some(attempt) = job.attempt.next() else {
         let mut dead = job.clone();
         finish(&mut dead, JobState::Dead, now);

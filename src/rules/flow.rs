@@ -164,7 +164,8 @@ pub(crate) fn member_ended(
     match state {
         JobState::Succeeded => new.succeeded += 1,
         JobState::Dead => new.dead += 1,
-        JobState::Cancelled => new.cancelled += 1,
+        // (to its group an expired member is a cancelled one)
+        JobState::Cancelled | JobState::Expired => new.cancelled += 1,
         _ => return None,
     }
     let ended = ends(&mut new, now);
@@ -181,7 +182,7 @@ pub(crate) fn member_back(group: &GroupRecord, state: JobState) -> Option<GroupR
     let count = match state {
         JobState::Succeeded => &mut new.succeeded,
         JobState::Dead => &mut new.dead,
-        JobState::Cancelled => &mut new.cancelled,
+        JobState::Cancelled | JobState::Expired => &mut new.cancelled,
         _ => return None,
     };
     *count = count.checked_sub(1)?;

@@ -54,6 +54,7 @@ pub(crate) fn new_job(
             .clone()
             .map(|key| LimitKey { key, parked: true }),
         token: crate::ids::LeaseToken::NONE,
+        expires_at: new.expiry().map(|span| now.saturating_add(span)),
     })
 }
 
@@ -62,13 +63,14 @@ pub(crate) fn new_job(
 /// Whether a new job is plain: its record is its inputs alone, so an engine may insert it
 /// by a statement of its own ([`crate::protocol::Records::insert_plain`]). Not plain: a
 /// unique key (its holder may be the answer), dependencies or a group (linked as it is
-/// made), a limit key (its key counts it), a retry policy of its own.
+/// made), a limit key (its key counts it), a retry policy or an expiry of its own.
 pub(crate) fn is_plain(new: &NewJob) -> bool {
     new.unique_key.is_none()
         && new.needs.is_empty()
         && new.group.is_none()
         && new.retry.is_none()
         && new.limit_key.is_none()
+        && new.expires.is_none()
 }
 
 /// Whether `holder` (a job with the unique key an enqueue or a retry asks for) holds it at
@@ -130,7 +132,7 @@ pub(crate) fn cancel(
             Ok((Some(new), JobState::Running))
         }
         JobState::Cancelled => Ok((None, JobState::Cancelled)),
-        state @ (JobState::Succeeded | JobState::Dead) => Err(Error::Refused {
+        state @ (JobState::Succeeded | JobState::Dead | JobState::Expired) => Err(Error::Refused {
             job: job.id,
             state,
             action: "cancel",
@@ -138,8 +140,9 @@ pub(crate) fn cancel(
     }
 }
 
-/// Puts a dead or cancelled `job` back in its queue at `now` with a fresh budget (an
-/// operator's decision); its history is kept and its next claim is a new attempt.
+/// Puts a dead, cancelled or expired `job` back in its queue at `now` with a fresh budget
+/// and no expiry (an operator's decision); its history is kept and its next claim is a new
+/// attempt.
 /// `key_holder` is the job the index names for its unique key, if another: while it holds
 /// the key ([`holds_key`]) the retry is refused rather than make two jobs hold one key (the
 /// key is what the application deduplicates by, and the holder already does the work it
@@ -149,11 +152,14 @@ pub(crate) fn retry(
     key_holder: Option<&JobRecord>,
     now: StoreTime,
 ) -> Result<(JobRecord, Option<JobRecord>), Error> {
-    if !matches!(job.state, JobState::Dead | JobState::Cancelled) {
+    if !matches!(
+        job.state,
+        JobState::Dead | JobState::Cancelled | JobState::Expired
+    ) {
         return Err(Error::Refused {
             job: job.id,
             state: job.state,
-            action: "retry (only dead or cancelled jobs are retried)",
+            action: "retry (only dead, cancelled or expired jobs are retried)",
         });
     }
     let mut released = None;
@@ -175,6 +181,8 @@ pub(crate) fn retry(
     new.cancel_requested = false;
     new.finished_at = None;
     new.key_released = false;
+    // (an operator who retries an expired job wants it run: its expiry is behind it)
+    new.expires_at = None;
     new.run_at = now;
     new.updated_at = now;
     Ok((new, released))

@@ -17,7 +17,8 @@
 //! * **Takeover** ([`takes_over`]): an expired lease is taken over before the most urgent
 //!   ready job only when it is at least as urgent.
 //! * **Grant** ([`grant`]): a new attempt under a lease; a job whose attempt counter is
-//!   exhausted is dead instead, never leased with a fence equal to the last.
+//!   exhausted is dead instead, never leased with a fence equal to the last; a job past its
+//!   expiry ([`expired`]) is expired instead, never started.
 //! * **Renewal** ([`renew`]): a cancel requested ends the attempt, then a stall does, else the
 //!   lease runs its length from now.
 //! * **End of an attempt** ([`end`]): which outcomes spend the budget, the next state, the

@@ -33,7 +33,7 @@ fn running(at: StoreTime) -> JobRecord {
         LeaseToken(77),
     ) {
         Granted::Lease(job) => job,
-        Granted::Exhausted(_) => unreachable!("a fresh job has attempts left"),
+        Granted::Exhausted(_) | Granted::Expired(_) => unreachable!("a fresh job runs"),
     }
 }
 
@@ -59,7 +59,56 @@ fn a_grant_increments_the_attempt_and_an_exhausted_counter_makes_the_job_dead() 
             assert_eq!(dead.last_error.as_deref(), Some(ATTEMPTS_EXHAUSTED));
         }
         Granted::Lease(_) => panic!("leased with a fence equal to the last"),
+        Granted::Expired(_) => panic!("expired without an expiry"),
     }
+}
+
+#[test]
+fn a_job_is_granted_up_to_its_expiry_and_expired_from_then_on_even_with_attempts_spent() {
+    let terms = LeaseTerms::new(Duration::from_secs(1));
+    let mut job = queued(3);
+    job.expires_at = Some(StoreTime(5_000));
+    let granted = |job: &JobRecord, at| grant(job, "w", terms, StoreTime(at), LeaseToken(79));
+    assert!(matches!(granted(&job, 4_999), Granted::Lease(_)));
+    for at in [5_000, 9_000] {
+        match granted(&job, at) {
+            Granted::Expired(expired) => {
+                assert_eq!(expired.state, JobState::Expired);
+                assert_eq!(expired.attempt, job.attempt, "no attempt began");
+                assert_eq!(expired.finished_at, Some(StoreTime(at)));
+            }
+            _ => panic!("granted at {at}, past its expiry"),
+        }
+    }
+    // A retry after a failure waits like any other; past the expiry it expires too.
+    job.state = JobState::RetryWait;
+    job.attempt = Attempt(u32::MAX);
+    assert!(matches!(granted(&job, 6_000), Granted::Expired(_)));
+    assert!(expired(&job, StoreTime(6_000)).is_some());
+    // A running attempt is not cut short by the expiry; a finished job stays as it is.
+    for state in [JobState::Running, JobState::Succeeded, JobState::Cancelled] {
+        job.state = state;
+        assert!(expired(&job, StoreTime(6_000)).is_none(), "{state}");
+    }
+    job.state = JobState::Blocked;
+    assert!(expired(&job, StoreTime(6_000)).is_some());
+    assert!(expired(&job, StoreTime(4_000)).is_none());
+}
+
+#[test]
+fn an_expired_dependency_counts_as_cancelled_for_its_waiters_and_its_group() {
+    use crate::workflow::Require;
+    assert!(!Require::success().accepts(JobState::Expired));
+    assert!(Require::success().or_cancelled().accepts(JobState::Expired));
+    assert!(Require::any_end().accepts(JobState::Expired));
+    assert!(!Require::success().or_dead().accepts(JobState::Expired));
+    let mut group = new_group(crate::ids::GroupId(1), StoreTime(1));
+    group.members = 1;
+    group.sealed = true;
+    let (ended, done) = member_ended(&group, JobState::Expired, StoreTime(2)).unwrap();
+    assert!(done);
+    assert_eq!(ended.cancelled, 1);
+    assert_eq!(ended.outcome(), Some(JobState::Cancelled));
 }
 
 #[test]

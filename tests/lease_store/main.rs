@@ -15,6 +15,7 @@ mod common;
 mod edit;
 mod enqueue;
 mod events;
+mod expiry;
 mod fencing;
 mod group;
 mod keys;

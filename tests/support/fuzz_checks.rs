@@ -74,6 +74,7 @@ fn decode_ops(data: &[u8]) -> Vec<Op> {
                 group: Some(byte()).filter(|g| g % 2 == 0),
                 backoff: None,
                 limit: None,
+                expires: None,
             },
             253 => Op::OpenGroup { callbacks: byte() },
             254 => Op::SealGroup { group: byte() },
@@ -89,6 +90,7 @@ fn decode_ops(data: &[u8]) -> Vec<Op> {
                     group: None,
                     backoff: None,
                     limit: Some(kind / 16).filter(|k| k % 3 != 0),
+                    expires: None,
                 },
                 3..=5 => Op::Claim {
                     queue: byte(),

@@ -80,6 +80,9 @@ pub enum Op {
         backoff: Option<u8>,
         /// Its limit key, `t{limit % 3}`.
         limit: Option<u8>,
+        /// Its expiry, `expires % 8` tens of seconds after its enqueue (refused where it is
+        /// delayed as long or longer).
+        expires: Option<u8>,
     },
     /// Sets (or lifts) a queue's retry policy ([`backoff`]).
     Backoff {
@@ -376,6 +379,7 @@ impl Harness {
                 group,
                 backoff: own,
                 limit,
+                expires,
             } => {
                 let q = QUEUES[usize::from(*queue) % QUEUES.len()];
                 let key = unique.map(|u| format!("k{}", u % 3));
@@ -427,18 +431,31 @@ impl Harness {
                 if let Some(k) = &limit_key {
                     job = job.limit_key(k.as_str());
                 }
+                let expiry = expires.map(|e| u64::from(e % 8) * 10 * SEC);
+                if let Some(e) = expiry {
+                    job = job.expires_in(Duration::from_nanos(e));
+                }
                 let got = self.store().enqueue(job).map(|id| id.0).map_err(err);
                 let made = self.model.next_id;
-                let want = self.model.enqueue_waiting(
-                    q,
-                    i32::from(*priority % 3),
-                    delay,
-                    max,
-                    key.as_deref(),
-                    &needs,
-                    group,
-                    false,
-                );
+                let want = match expiry {
+                    Some(e) if delay > 0 && e <= delay => Err(MErr::Input),
+                    _ => self.model.enqueue_waiting(
+                        q,
+                        i32::from(*priority % 3),
+                        delay,
+                        max,
+                        key.as_deref(),
+                        &needs,
+                        group,
+                        false,
+                    ),
+                };
+                if let (Ok(id), Some(e)) = (&want, expiry)
+                    && *id == made
+                {
+                    let now = self.model.now;
+                    self.model.jobs.get_mut(id).expect("made").expires_at = Some(now + e);
+                }
                 if let (Ok(id), Some((_, policy))) = (&want, own)
                     && *id == made
                 {
@@ -780,7 +797,10 @@ impl Harness {
                 let mut got: Vec<u64> = report.reclaimed.iter().map(|r| r.job.0).collect();
                 got.sort_unstable();
                 let want = self.model.reap();
-                same("reap", Ok::<_, MErr>(got), Ok(want))
+                same("reap", Ok::<_, MErr>(got), Ok(want))?;
+                let got: Vec<u64> = report.expired.iter().map(|id| id.0).collect();
+                let want = self.model.expire_waiting();
+                same("reap's expiries", Ok::<_, MErr>(got), Ok(want))
             }
             Op::ProcessDies => {
                 let Backing::Redb {
@@ -894,6 +914,7 @@ impl Harness {
                 job.failures(),
                 lease,
                 job.cancel_requested(),
+                job.expires_at().map(|t| t.0),
             );
             let want = (
                 m.state,
@@ -901,6 +922,7 @@ impl Harness {
                 m.failures,
                 want_lease,
                 m.cancel_requested,
+                m.expires_at,
             );
             if got != want {
                 return Err(format!("job {id}: store {got:?}, model {want:?}"));

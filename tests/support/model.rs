@@ -42,6 +42,8 @@ pub struct MJob {
     pub backoff: Option<MBackoff>,
     /// Its limit key, if it was given one.
     pub key: Option<String>,
+    /// No attempt starts at or after it.
+    pub expires_at: Option<u64>,
 }
 
 /// A retry policy without jitter, as the README states it: the `n`-th failure waits
@@ -86,7 +88,8 @@ impl MNeed {
         match s {
             JobState::Succeeded => true,
             JobState::Dead => self.dead_ok,
-            JobState::Cancelled => self.cancelled_ok,
+            // (an expired job never ran: to its waiters, it was cancelled)
+            JobState::Cancelled | JobState::Expired => self.cancelled_ok,
             _ => false,
         }
     }
@@ -291,6 +294,7 @@ impl Model {
                 group,
                 backoff: None,
                 key: None,
+                expires_at: None,
             },
         );
         if let Some(g) = group {
@@ -692,6 +696,9 @@ impl Model {
                     continue;
                 }
             }
+            if self.expire_unstarted(id) {
+                continue;
+            }
             return Some(self.grant(id, worker, length, stall));
         }
     }
@@ -717,6 +724,9 @@ impl Model {
             self.expire(id, ReclaimPath::Takeover);
         }
         if !claimable(&self.jobs[&id]) || !self.key_has_room(&self.jobs[&id]) {
+            return Ok(None);
+        }
+        if self.expire_unstarted(id) {
             return Ok(None);
         }
         self.noted(&queue);
@@ -869,7 +879,10 @@ impl Model {
     /// live job has taken its unique key meanwhile (two live jobs never hold one key).
     pub fn retry(&mut self, id: u64) -> Result<(), MErr> {
         let job = self.jobs.get(&id).ok_or(MErr::NotFound)?;
-        if !matches!(job.state, JobState::Dead | JobState::Cancelled) {
+        if !matches!(
+            job.state,
+            JobState::Dead | JobState::Cancelled | JobState::Expired
+        ) {
             return Err(MErr::Refused(job.state));
         }
         if let Some(key) = &job.unique {
@@ -886,9 +899,38 @@ impl Model {
         job.state = JobState::Queued;
         job.failures = 0;
         job.cancel_requested = false;
+        job.expires_at = None;
         job.run_at = now;
         self.back(id, was);
         Ok(())
+    }
+
+    /// Ends job `id` as expired if it waits (or is blocked) past its expiry: whether it did.
+    fn expire_unstarted(&mut self, id: u64) -> bool {
+        let now = self.now;
+        let job = self.jobs.get_mut(&id).expect("job");
+        let waits = waiting(job.state) || job.state == JobState::Blocked;
+        if !waits || job.expires_at.is_none_or(|at| at > now) {
+            return false;
+        }
+        job.state = JobState::Expired;
+        self.ended(MTarget::Job(id));
+        true
+    }
+
+    /// The reaper's second step: every job that waits past its expiry, expired, first to
+    /// expire first (one a former one's end cancelled is passed over). Returns them in order.
+    pub fn expire_waiting(&mut self) -> Vec<u64> {
+        let mut due: Vec<(u64, u64)> = self
+            .jobs
+            .iter()
+            .filter_map(|(id, j)| Some((j.expires_at?, *id)))
+            .collect();
+        due.sort_unstable();
+        (due.into_iter())
+            .filter(|&(_, id)| self.expire_unstarted(id))
+            .map(|(_, id)| id)
+            .collect()
     }
 
     /// Every lease expired at or before now, taken back. Returns the job ids, sorted.
@@ -1067,7 +1109,7 @@ pub fn waiting(s: JobState) -> bool {
 pub fn terminal(s: JobState) -> bool {
     matches!(
         s,
-        JobState::Succeeded | JobState::Dead | JobState::Cancelled
+        JobState::Succeeded | JobState::Dead | JobState::Cancelled | JobState::Expired
     )
 }
 

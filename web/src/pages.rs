@@ -305,6 +305,9 @@ pub(crate) fn job(inner: &Inner, id: JobId, query: &[(String, String)]) -> PageR
     if let Some(limit) = job.time_limit() {
         row("time limit", duration(limit));
     }
+    if let Some(at) = job.expires_at() {
+        row("expires", relative(at, now));
+    }
     if let Some(policy) = job.retry_policy() {
         row("retry policy", escape(&policy.to_string()));
     }
@@ -390,7 +393,10 @@ pub(crate) fn job(inner: &Inner, id: JobId, query: &[(String, String)]) -> PageR
     if !job.state().is_terminal() && !job.cancel_requested() {
         body.push_str(&inner.action_button(&format!("/jobs/{}/cancel", id.0), "Cancel"));
     }
-    if matches!(job.state(), JobState::Dead | JobState::Cancelled) {
+    if matches!(
+        job.state(),
+        JobState::Dead | JobState::Cancelled | JobState::Expired
+    ) {
         body.push_str(&inner.action_button(&format!("/jobs/{}/retry", id.0), "Retry"));
     }
     if (job.state().is_waiting() || job.state() == JobState::Blocked) && job.run_at() > now {
