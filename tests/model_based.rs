@@ -142,14 +142,25 @@ fn next_schema() -> u64 {
     N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
-/// A sequence the PostgreSQL case once failed: a pool's round completes a job and claims
-/// beside it, and the completion releases a job waiting for it in the claimed queue. The
-/// round decides as if its completions came first, so the claim takes the released job too
-/// (it took only the job that waited before, the claim running beside the completion's
-/// transaction without waiting for it).
-#[test]
-fn a_round_claims_the_waiter_its_own_completion_released() {
-    let enqueue = |queue: u8, delay_s: u8, after: Vec<(u16, u8)>| Op::Enqueue {
+/// Runs a fixed sequence on redb, in memory and (where `LEASEHOLD_PG_URL` names a server)
+/// on PostgreSQL with its shortcuts and without.
+fn on_every_store(ops: &[Op]) {
+    Harness::new().run(ops).unwrap();
+    Harness::memory().run(ops).unwrap();
+    if let Ok(url) = std::env::var("LEASEHOLD_PG_URL") {
+        for shortcuts in [true, false] {
+            let schema = format!("lh_model_{}_{}", std::process::id(), next_schema());
+            Harness::postgres(&url, &schema, shortcuts)
+                .run(ops)
+                .unwrap();
+        }
+    }
+}
+
+/// A plain enqueue for the sequences below: priority 0, the default budget, what it waits
+/// for and when it expires.
+fn enqueue(queue: u8, delay_s: u8, after: Vec<(u16, u8)>, expires: Option<u8>) -> Op {
+    Op::Enqueue {
         queue,
         priority: 0,
         delay_s,
@@ -159,8 +170,18 @@ fn a_round_claims_the_waiter_its_own_completion_released() {
         group: None,
         backoff: None,
         limit: None,
-        expires: None,
-    };
+        expires,
+    }
+}
+
+/// A sequence the PostgreSQL case once failed: a pool's round completes a job and claims
+/// beside it, and the completion releases a job waiting for it in the claimed queue. The
+/// round decides as if its completions came first, so the claim takes the released job too
+/// (it took only the job that waited before, the claim running beside the completion's
+/// transaction without waiting for it).
+#[test]
+fn a_round_claims_the_waiter_its_own_completion_released() {
+    let enqueue = |queue, delay_s, after| enqueue(queue, delay_s, after, None);
     let ops = vec![
         enqueue(32, 0, vec![]),
         Op::Limit {
@@ -187,34 +208,13 @@ fn a_round_claims_the_waiter_its_own_completion_released() {
             n: 53,
         },
     ];
-    Harness::new().run(&ops).unwrap();
-    Harness::memory().run(&ops).unwrap();
-    if let Ok(url) = std::env::var("LEASEHOLD_PG_URL") {
-        for shortcuts in [true, false] {
-            let schema = format!("lh_model_{}_{}", std::process::id(), next_schema());
-            Harness::postgres(&url, &schema, shortcuts)
-                .run(&ops)
-                .unwrap();
-        }
-    }
+    on_every_store(&ops);
 }
 
 /// Expiry, as the model has it: a job blocked on one still waiting is expired by the
 /// reaper past its expiry, and so is the waiting job a claim would otherwise have started.
 #[test]
 fn the_reaper_expires_blocked_and_waiting_jobs_as_the_model_does() {
-    let enqueue = |queue: u8, delay_s: u8, after: Vec<(u16, u8)>, expires| Op::Enqueue {
-        queue,
-        priority: 0,
-        delay_s,
-        max_attempts: None,
-        unique: None,
-        after,
-        group: None,
-        backoff: None,
-        limit: None,
-        expires,
-    };
     let ops = vec![
         enqueue(0, 3, vec![], Some(7)),
         enqueue(1, 0, vec![(1, 0)], Some(1)),
@@ -228,14 +228,5 @@ fn the_reaper_expires_blocked_and_waiting_jobs_as_the_model_does() {
             stall_s: None,
         },
     ];
-    Harness::new().run(&ops).unwrap();
-    Harness::memory().run(&ops).unwrap();
-    if let Ok(url) = std::env::var("LEASEHOLD_PG_URL") {
-        for shortcuts in [true, false] {
-            let schema = format!("lh_model_{}_{}", std::process::id(), next_schema());
-            Harness::postgres(&url, &schema, shortcuts)
-                .run(&ops)
-                .unwrap();
-        }
-    }
+    on_every_store(&ops);
 }

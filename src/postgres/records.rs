@@ -595,23 +595,11 @@ impl Records for PgRecords<'_, '_, '_> {
     }
 
     fn indexed_expiries(&mut self, bound: StoreTime, limit: usize) -> Result<Vec<JobId>> {
-        let st = self.get(EXPIRED_ANY)?;
-        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        self.tx
-            .query(&st, &[&us(bound), &limit])?
-            .iter()
-            .map(|r| Ok(id(r.col(0)?)))
-            .collect()
+        self.ids_by(EXPIRED_ANY, bound, limit)
     }
 
     fn past_expiry(&mut self, now: StoreTime, limit: usize) -> Result<Vec<JobId>> {
-        let st = self.get(PAST_EXPIRY)?;
-        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        self.tx
-            .query(&st, &[&us(now), &limit])?
-            .iter()
-            .map(|r| Ok(id(r.col(0)?)))
-            .collect()
+        self.ids_by(PAST_EXPIRY, now, limit)
     }
 
     fn has_jobs(&mut self, queue: &str) -> Result<bool> {

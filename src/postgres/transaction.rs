@@ -119,6 +119,23 @@ impl<'a, 'b, 'c> PgRecords<'a, 'b, 'c> {
     pub(super) fn get(&mut self, template: &'static str) -> Result<postgres::Statement> {
         self.p.get(self.tx, template)
     }
+
+    /// The job ids `template` selects with a time bound (`$1`) and a limit (`$2`).
+    pub(super) fn ids_by(
+        &mut self,
+        template: &'static str,
+        bound: crate::ids::StoreTime,
+        limit: usize,
+    ) -> Result<Vec<crate::ids::JobId>> {
+        let st = self.get(template)?;
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        (self
+            .tx
+            .query(&st, &[&super::rows::us(bound), &limit])?
+            .iter())
+        .map(|r| Ok(super::rows::id(r.col(0)?)))
+        .collect()
+    }
 }
 
 /// Completions committing beside a claim, in a transaction of their own (see
