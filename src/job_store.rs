@@ -67,6 +67,29 @@ pub trait ReadJobs: Send + Sync {
         }
         Ok(outputs)
     }
+    /// Waits until `job` has ended (succeeded, dead, cancelled or expired) and returns it as
+    /// it ended, or `None` if `timeout` passes first: "is order 42's job done?" from a web
+    /// process, whichever process or machine runs it. Its output is
+    /// [`ReadJobs::output`]'s. A job that does not exist is [`Error::JobNotFound`]; one
+    /// that ended already is returned at once.
+    ///
+    /// The wait reads the job's record: at once, and again at pauses that grow to
+    /// [`WAIT_MAX_PAUSE`](crate::WAIT_MAX_PAUSE) (200 ms), so an end committed by any
+    /// process or machine is seen within that of its commit; a store that writes (not a
+    /// [`StoreReader`](crate::StoreReader)) also looks again at once when this process ends
+    /// an attempt of the job. It holds no lock and writes nothing (while it waits, that
+    /// handle's transactions build events for it, as for any subscriber).
+    fn wait_for(&self, job: JobId, timeout: Duration) -> Result<Option<Job>> {
+        crate::wait_end::job(self, None, job, timeout)
+    }
+    /// Waits until `group` has ended (sealed, and every member ended) and returns it as it
+    /// ended, with its members' counts and its [`Group::outcome`], or `None` if `timeout`
+    /// passes first; a group that does not exist is [`Error::GroupNotFound`]. Its record
+    /// is read at pauses that grow to [`WAIT_MAX_PAUSE`](crate::WAIT_MAX_PAUSE), as
+    /// [`ReadJobs::wait_for`] reads a job's.
+    fn wait_for_group(&self, group: GroupId, timeout: Duration) -> Result<Option<Group>> {
+        crate::wait_end::group(self, group, timeout)
+    }
     /// The last checkpoint saved for `job` ([`JobStore::save_checkpoint`]), if any: what
     /// its next attempt resumes from.
     fn checkpoint(&self, job: JobId) -> Result<Option<Checkpoint>>;

@@ -127,6 +127,7 @@ mod conveniences;
 mod engine;
 mod job_store;
 mod notify;
+mod wait_end;
 
 // What runs on either engine.
 #[cfg(feature = "tokio")]
@@ -187,6 +188,7 @@ pub use schedule::{
 pub use scheduler::{Scheduler, SchedulerMetrics};
 pub use state::JobState;
 pub use stats::{Counters, QueueCounts, Stats, WriteMetrics};
+pub use wait_end::WAIT_MAX_PAUSE;
 pub use workflow::{
     Group, MAX_DEPENDENCIES, MAX_GROUP_MEMBERS, MAX_GROUP_WAITERS, Need, Require, Target,
 };

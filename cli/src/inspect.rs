@@ -997,6 +997,50 @@ pub fn check(db: &Path, json: bool) -> Result<ExitCode, Error> {
     })
 }
 
+/// `wait`: until the job (or group) has ended, or `timeout` passes.
+pub fn wait(
+    db: &Path,
+    json: bool,
+    id: u64,
+    group: bool,
+    timeout: Duration,
+) -> Result<ExitCode, Error> {
+    let store = open(db)?;
+    let ended = match group {
+        true => (store.wait_for_group(GroupId(id), timeout)?).map(|g| g.outcome()),
+        false => (store.wait_for(JobId(id), timeout)?).map(|j| Some(j.state())),
+    };
+    let what = if group { "group" } else { "job" };
+    let state = ended.flatten();
+    if json {
+        #[derive(Serialize)]
+        struct WaitView {
+            kind: &'static str,
+            id: u64,
+            /// How it ended; `null` if it had not by the timeout.
+            ended: Option<&'static str>,
+        }
+        print_json(&WaitView {
+            kind: what,
+            id,
+            ended: state.map(JobState::name),
+        });
+    } else {
+        match state {
+            Some(state) => println!("{what} {id} ended {state}"),
+            None => println!(
+                "{what} {id} had not ended after {}",
+                format::duration(timeout)
+            ),
+        }
+    }
+    Ok(match state {
+        Some(JobState::Succeeded) => ExitCode::SUCCESS,
+        Some(_) => ExitCode::FAILURE,
+        None => ExitCode::from(2),
+    })
+}
+
 pub fn watch(db: &Path, interval: Duration, iterations: u64) -> Result<ExitCode, Error> {
     let mut store = open(db)?;
     let tty = std::io::stdout().is_terminal();

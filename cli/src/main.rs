@@ -388,6 +388,19 @@ enum Command {
     Check,
     /// Compact the file, returning free space to the filesystem.
     Compact,
+    /// Wait until a job (or, with --group, a group) has ended, whichever process or machine
+    /// ends it; print how. Exits 0 if it succeeded, 1 if it ended otherwise, 2 if it had
+    /// not ended by the timeout.
+    Wait {
+        /// The job id (the group id with --group).
+        id: u64,
+        /// Wait for a group: sealed, and every member ended.
+        #[arg(long)]
+        group: bool,
+        /// How long to wait at most.
+        #[arg(long, value_parser = parse_duration, default_value = "60s")]
+        timeout: Duration,
+    },
     /// A live view of queue depths, running leases with time left, and reclaims as they
     /// happen. Ctrl-C to stop.
     Watch {
@@ -563,6 +576,7 @@ fn main() -> ExitCode {
         }
         Command::Show { job, raw } => inspect::show(&db, json, job, raw),
         Command::Check => inspect::check(&db, json),
+        Command::Wait { id, group, timeout } => inspect::wait(&db, json, id, group, timeout),
         Command::Watch {
             interval,
             iterations,

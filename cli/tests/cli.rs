@@ -1562,3 +1562,56 @@ fn show_says_what_checkpoint_a_job_was_left_with_and_what_it_logged() {
     ]);
     assert!(fresh["checkpoint"].is_null(), "{fresh}");
 }
+
+#[test]
+fn wait_says_how_a_job_or_group_ended_and_exits_by_it_and_enqueue_sets_an_expiry() {
+    let t = Tool::new();
+    let (done, running, cancelled, group) = {
+        let store = leasehold::Store::open(&t.db).unwrap();
+        let (group, members) = store
+            .enqueue_group(
+                leasehold::NewGroup::new(),
+                vec![leasehold::NewJob::new("q", "m")],
+            )
+            .unwrap();
+        let running = store.enqueue(leasehold::NewJob::new("q", "r")).unwrap();
+        let cancelled = store.enqueue(leasehold::NewJob::new("q", "c")).unwrap();
+        let lease = store
+            .claim("q", "w", std::time::Duration::from_secs(600))
+            .unwrap()
+            .unwrap();
+        assert_eq!(lease.job, members[0]);
+        store.complete(&lease, b"").unwrap();
+        store
+            .claim("q", "w", std::time::Duration::from_secs(600))
+            .unwrap()
+            .unwrap();
+        store.cancel(cancelled).unwrap();
+        (members[0], running, cancelled, group)
+    };
+    let said = t.ok(&["wait", &done.to_string()]);
+    assert!(
+        said.contains(&format!("job {done} ended succeeded")),
+        "{said}"
+    );
+    let said = t.ok(&["wait", "--group", &group.0.to_string()]);
+    assert!(
+        said.contains(&format!("group {} ended succeeded", group.0)),
+        "{said}"
+    );
+    t.fails(&["wait", &cancelled.to_string()], 1);
+    t.fails(&["wait", &running.to_string(), "--timeout", "50ms"], 2);
+    let out = t.run(&["--json", "wait", &running.to_string(), "--timeout", "10ms"]);
+    assert_eq!(out.status.code(), Some(2));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["ended"], Value::Null, "{v}");
+    let v = t.json(&["wait", &done.to_string()]);
+    assert_eq!(v["ended"], "succeeded", "{v}");
+    // An expiry set by the tool, shown by `show`.
+    let made = t.json(&["enqueue", "--queue", "q", "late", "--expires-in", "15m"]);
+    let id = made["id"].as_u64().unwrap().to_string();
+    let shown = t.ok(&["show", &id]);
+    assert!(shown.contains("expires in"), "{shown}");
+    let v = t.json(&["show", &id]);
+    assert!(v["job"]["expires_at_ms"].as_u64().is_some(), "{v}");
+}

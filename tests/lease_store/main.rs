@@ -31,6 +31,7 @@ mod stall;
 mod time_limit;
 mod transaction;
 mod unique;
+mod wait_for;
 mod wake;
 mod workflow;
 
