@@ -22,7 +22,7 @@ use crate::state::JobState;
 /// 5 appended a limit key to the records of jobs and schedules, and a per-key limit to a
 /// queue's limits ([`decode_job`], [`decode_queue`], [`decode_schedule`]); version 6
 /// appended its lease's token to a job's record; version 7 appended its expiry, and may
-/// name the state `Expired`. Every other record is encoded as in version 1, so for them all
+/// name the state `Expired`, and appended a group's parent and subgroups to its record. Every other record is encoded as in version 1, so for them all
 /// versions decode alike.
 pub const FORMAT_VERSION: u8 = 7;
 
@@ -99,14 +99,41 @@ fn split(bytes: &[u8]) -> Result<(u8, &[u8]), CodecError> {
     Ok((version, body))
 }
 
+/// A record kept under its own key (a group, a checkpoint, a log): how its bytes of any
+/// version decode. One whose shape never changed decodes as [`decode`] does.
+pub(crate) trait Stored: Decode<()> {
+    fn from_stored(bytes: &[u8]) -> Result<Self, CodecError> {
+        decode(bytes)
+    }
+}
+
+impl Stored for crate::checkpoint::CheckpointRecord {}
+impl Stored for crate::job_log::LogRecord {}
+
+/// A group's record: one of a version before 7 reads as one in no group, with none in it.
+impl Stored for crate::workflow::GroupRecord {
+    fn from_stored(bytes: &[u8]) -> Result<Self, CodecError> {
+        let (version, body) = split(bytes)?;
+        let parent = || encode(&None::<crate::ids::GroupId>);
+        let subgroups = || encode(&Vec::<crate::ids::GroupId>::new());
+        decode_appended(
+            version,
+            body,
+            &[(BEFORE_EXPIRY, &parent), (BEFORE_EXPIRY, &subgroups)],
+        )
+    }
+}
+
 /// Decodes the stored record of `what` (as an error names it: "the checkpoint of job 7"),
 /// if there is one: bytes that are not such a record are [`crate::Error::Corrupt`].
-pub(crate) fn decode_stored<T: Decode<()>>(
+pub(crate) fn decode_stored<T: Stored>(
     bytes: Option<&[u8]>,
     what: impl FnOnce() -> String,
 ) -> crate::error::Result<Option<T>> {
     bytes
-        .map(|b| decode(b).map_err(|e| crate::error::Error::Corrupt(format!("{}: {e}", what()))))
+        .map(|b| {
+            T::from_stored(b).map_err(|e| crate::error::Error::Corrupt(format!("{}: {e}", what())))
+        })
         .transpose()
 }
 
@@ -575,6 +602,28 @@ mod tests {
         let mut older = encode(&job);
         older[0] = BEFORE_TOKEN;
         assert!(decode_job(&older).is_err(), "its token is trailing bytes");
+    }
+
+    #[test]
+    fn a_group_record_of_format_version_6_reads_as_one_in_no_group_with_none_in_it() {
+        use crate::ids::GroupId;
+        use crate::workflow::GroupRecord;
+        let mut group = crate::rules::new_group(GroupId(3), StoreTime(5));
+        group.members = 2;
+        group.waiters = vec![JobId(9)];
+        // Version 6 wrote every field but the last two (`None` and an empty list: one byte
+        // each).
+        let mut v6 = encode(&group);
+        v6.truncate(v6.len() - 2);
+        v6[0] = BEFORE_EXPIRY;
+        let read = |bytes: &[u8]| decode_stored::<GroupRecord>(Some(bytes), || "g".into());
+        assert_eq!(read(&v6).unwrap(), Some(group.clone()));
+        group.parent = Some(GroupId(1));
+        group.subgroups = vec![GroupId(4)];
+        assert_eq!(read(&encode(&group)).unwrap(), Some(group.clone()));
+        let mut older = encode(&group);
+        older[0] = BEFORE_EXPIRY;
+        assert!(read(&older).is_err(), "its parent is trailing bytes");
     }
 
     #[test]

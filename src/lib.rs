@@ -190,7 +190,8 @@ pub use state::JobState;
 pub use stats::{Counters, QueueCounts, Stats, WriteMetrics};
 pub use wait_end::WAIT_MAX_PAUSE;
 pub use workflow::{
-    Group, MAX_DEPENDENCIES, MAX_GROUP_MEMBERS, MAX_GROUP_WAITERS, Need, Require, Target,
+    Group, MAX_DEPENDENCIES, MAX_GROUP_MEMBERS, MAX_GROUP_WAITERS, MAX_SUBGROUPS, Need, Require,
+    Target,
 };
 
 /// The redb this build stores into: the application's own tables in the store's file

@@ -234,12 +234,14 @@ impl NewJob {
 /// [`NewJob::in_group`] until it is sealed, and callbacks that run once, when the sealed
 /// group's every member has ended (Sidekiq's batch callbacks, Celery's chord). A group may
 /// have several callbacks of each kind, each a job of its own; at most
-/// [`crate::MAX_GROUP_WAITERS`] jobs wait for one group in all.
+/// [`crate::MAX_GROUP_WAITERS`] jobs wait for one group in all. A group may itself be a
+/// member of a group ([`NewGroup::in_group`]).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct NewGroup {
     pub(crate) on_complete: Vec<NewJob>,
     pub(crate) on_success: Vec<NewJob>,
     pub(crate) key: Option<String>,
+    pub(crate) parent: Option<GroupId>,
 }
 
 impl NewGroup {
@@ -271,6 +273,18 @@ impl NewGroup {
     /// members of a later call are not compared with it. 1 to 256 bytes, no NUL.
     pub fn key(mut self, key: impl Into<String>) -> NewGroup {
         self.key = Some(key.into());
+        self
+    }
+
+    /// Opens the group as a member of `parent`, which must not be sealed yet (Sidekiq's
+    /// child batches, BullMQ's nested flows): `parent` counts it as one member, and once
+    /// this group ends, counts that end as its [`Group::outcome`](crate::Group::outcome)
+    /// (succeeded if every member of it did, dead if one died, else cancelled), exactly
+    /// once, in the transaction that ended it. So `parent`'s callbacks run only after every
+    /// nested group has ended too. Cancelling `parent` cancels this group as well. At most
+    /// [`crate::MAX_SUBGROUPS`] groups join one group.
+    pub fn in_group(mut self, parent: GroupId) -> NewGroup {
+        self.parent = Some(parent);
         self
     }
 }

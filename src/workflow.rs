@@ -27,6 +27,8 @@ pub const MAX_DEPENDENCIES: usize = 64;
 pub const MAX_GROUP_MEMBERS: u64 = 100_000;
 /// The most jobs that may wait for one group (its callbacks among them).
 pub const MAX_GROUP_WAITERS: usize = 64;
+/// The most groups that may be members of one group ([`crate::NewGroup::in_group`]).
+pub const MAX_SUBGROUPS: usize = 1_000;
 
 /// How a dependency must end for its waiter to run. Success always counts; a dependency
 /// that ends otherwise, unless accepted here, cancels the waiter. (Oban's `ignore_discarded`
@@ -183,6 +185,12 @@ pub(crate) struct GroupRecord {
     pub cancelled: u64,
     /// The jobs that wait for it (its callbacks among them).
     pub waiters: Vec<JobId>,
+    /// The group it is a member of ([`crate::NewGroup::in_group`]): its end is a member's
+    /// end there. (After the fields of format 6, so that the codec reads an older record as
+    /// one in no group.)
+    pub parent: Option<GroupId>,
+    /// The groups that are its members, in the order they joined.
+    pub subgroups: Vec<GroupId>,
 }
 
 impl GroupRecord {
@@ -241,6 +249,15 @@ impl Group {
     /// The jobs that wait for it, its callbacks first.
     pub fn waiters(&self) -> &[JobId] {
         &self.0.waiters
+    }
+    /// The group it is a member of, if it was opened in one ([`crate::NewGroup::in_group`]).
+    pub fn parent(&self) -> Option<GroupId> {
+        self.0.parent
+    }
+    /// The groups that are its members (each counted in [`Group::members`] and, once it
+    /// ended, in [`Group::ended`] by its [`Group::outcome`]), in the order they joined.
+    pub fn subgroups(&self) -> &[GroupId] {
+        &self.0.subgroups
     }
 }
 

@@ -28,7 +28,7 @@ fn op() -> impl Strategy<Value = Op> {
         // queues' own retry policies
         1 => (any::<u8>(), proptest::option::weighted(0.7, any::<u8>()))
             .prop_map(|(queue, policy)| Op::Backoff { queue, policy }),
-        1 => any::<u8>().prop_map(|callbacks| Op::OpenGroup { callbacks }),
+        1 => (any::<u8>(), proptest::option::weighted(0.3, any::<u8>())).prop_map(|(callbacks, parent)| Op::OpenGroup { callbacks, parent }),
         // an operator's edits racing the claims
         2 => (any::<u16>(), proptest::option::of(any::<i8>()), any::<bool>(), any::<bool>(), any::<bool>())
             .prop_map(|(job, priority, promote, fenced, stale)| Op::Edit { job, priority, promote, fenced, stale }),
@@ -158,8 +158,14 @@ fn on_every_store(ops: &[Op]) {
 }
 
 /// A plain enqueue for the sequences below: priority 0, the default budget, what it waits
-/// for and when it expires.
-fn enqueue(queue: u8, delay_s: u8, after: Vec<(u16, u8)>, expires: Option<u8>) -> Op {
+/// for, the group it joins and when it expires.
+fn enqueue(
+    queue: u8,
+    delay_s: u8,
+    after: Vec<(u16, u8)>,
+    group: Option<u8>,
+    expires: Option<u8>,
+) -> Op {
     Op::Enqueue {
         queue,
         priority: 0,
@@ -167,7 +173,7 @@ fn enqueue(queue: u8, delay_s: u8, after: Vec<(u16, u8)>, expires: Option<u8>) -
         max_attempts: None,
         unique: None,
         after,
-        group: None,
+        group,
         backoff: None,
         limit: None,
         expires,
@@ -181,7 +187,7 @@ fn enqueue(queue: u8, delay_s: u8, after: Vec<(u16, u8)>, expires: Option<u8>) -
 /// transaction without waiting for it).
 #[test]
 fn a_round_claims_the_waiter_its_own_completion_released() {
-    let enqueue = |queue, delay_s, after| enqueue(queue, delay_s, after, None);
+    let enqueue = |queue, delay_s, after| enqueue(queue, delay_s, after, None, None);
     let ops = vec![
         enqueue(32, 0, vec![]),
         Op::Limit {
@@ -216,8 +222,8 @@ fn a_round_claims_the_waiter_its_own_completion_released() {
 #[test]
 fn the_reaper_expires_blocked_and_waiting_jobs_as_the_model_does() {
     let ops = vec![
-        enqueue(0, 3, vec![], Some(7)),
-        enqueue(1, 0, vec![(1, 0)], Some(1)),
+        enqueue(0, 3, vec![], None, Some(7)),
+        enqueue(1, 0, vec![(1, 0)], None, Some(1)),
         Op::Advance { secs: 15 },
         Op::Reap,
         Op::Advance { secs: 60 },
@@ -229,4 +235,36 @@ fn the_reaper_expires_blocked_and_waiting_jobs_as_the_model_does() {
         },
     ];
     on_every_store(&ops);
+}
+
+/// Groups in groups, as the model has them: a nested group's end is counted in its parent
+/// once, and cancelling the parent cancels the nested group's members.
+#[test]
+fn nested_groups_end_and_cancel_as_the_model_does() {
+    let claim = Op::Claim {
+        queue: 0,
+        worker: 0,
+        lease_s: 30,
+        stall_s: None,
+    };
+    // group 1 (a callback on completion), group 2 in it, a member of 2; both sealed
+    let opened = [
+        Op::OpenGroup {
+            callbacks: 1,
+            parent: None,
+        },
+        Op::OpenGroup {
+            callbacks: 0,
+            parent: Some(1),
+        },
+        enqueue(0, 0, Vec::new(), Some(2), None),
+        Op::SealGroup { group: 2 },
+        Op::SealGroup { group: 1 },
+    ];
+    let mut ends = opened.to_vec();
+    ends.extend([claim.clone(), Op::Complete { lease: 0 }, claim]);
+    on_every_store(&ends);
+    let mut cancels = opened.to_vec();
+    cancels.push(Op::CancelGroup { group: 1 });
+    on_every_store(&cancels);
 }

@@ -10,7 +10,8 @@
 //! processes does when the kernel frees the dead process's lock), and restarts the store; the
 //! pipelined pool crashes with completions waiting for their round (never committed: those
 //! jobs run again) and pauses past its leases (its round's completions then meet the fence).
-//! The work holds groups with callbacks and jobs that wait for jobs (see
+//! The work holds groups with callbacks, a group in a group, jobs that expire and jobs
+//! that wait for jobs (see
 //! `Sim::enqueue_work`). Each seed ends with every job succeeded and committed exactly once
 //! (every group's callbacks among them), each waiter first claimed no sooner than what it
 //! waited for ended, every reclaim within
@@ -372,6 +373,18 @@ impl Sim {
                 (self.store().enqueue_group(callbacks, members)).map_err(|e| e.to_string())?;
             self.keyed.push((key, made));
         }
+        // A group in a group: the outer group's callback runs once the inner group's
+        // members have all succeeded (its end counted once in the outer group).
+        let outer = NewGroup::new().on_success(NewJob::new(QUEUE, "outer succeeded"));
+        let outer = self.store().open_group(outer).map_err(|e| e.to_string())?;
+        let inner = (0..1 + self.rng.below(4))
+            .map(|i| NewJob::new(QUEUE, format!("inner-{i}")))
+            .collect();
+        (self
+            .store()
+            .enqueue_group(NewGroup::new().in_group(outer), inner))
+        .map_err(|e| e.to_string())?;
+        (self.store().seal_group(outer)).map_err(|e| e.to_string())?;
         let mut prev = lasting(self.rng.below(plain));
         for i in 0..self.rng.below(5) {
             let job = NewJob::new(QUEUE, format!("chain-{i}")).after(prev);

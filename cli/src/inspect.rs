@@ -676,6 +676,10 @@ struct GroupView {
     cancelled: u64,
     /// The jobs that wait for it (its callbacks first), with their states.
     waiters: Vec<(u64, &'static str)>,
+    /// The group it is a member of.
+    parent: Option<u64>,
+    /// The groups that are its members.
+    subgroups: Vec<u64>,
 }
 
 /// One group: whether it is sealed, its members' ends so far, how it ended, and what waits
@@ -715,6 +719,8 @@ pub fn group(db: &Path, json: bool, id: u64, act: super::GroupAction) -> Result<
             dead,
             cancelled,
             waiters,
+            parent: g.parent().map(|p| p.0),
+            subgroups: g.subgroups().iter().map(|s| s.0).collect(),
         });
         return Ok(ExitCode::SUCCESS);
     }
@@ -734,6 +740,13 @@ pub fn group(db: &Path, json: bool, id: u64, act: super::GroupAction) -> Result<
     );
     if g.members() > 0 {
         println!("(list them: leasehold jobs --group {})", group.0);
+    }
+    if let Some(parent) = g.parent() {
+        println!("member of group {}", parent.0);
+    }
+    if !g.subgroups().is_empty() {
+        let ids: Vec<String> = g.subgroups().iter().map(|s| s.0.to_string()).collect();
+        println!("groups in it: {}", ids.join(", "));
     }
     for (w, state) in waiters {
         println!("waited for by job {w} ({state})");
@@ -1034,10 +1047,11 @@ pub fn wait(
             ),
         }
     }
+    // (apart from the codes every command shares: 1 refused, 2 usage, 3 store problem)
     Ok(match state {
         Some(JobState::Succeeded) => ExitCode::SUCCESS,
-        Some(_) => ExitCode::FAILURE,
-        None => ExitCode::from(2),
+        Some(_) => ExitCode::from(4),
+        None => ExitCode::from(5),
     })
 }
 

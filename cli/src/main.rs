@@ -36,7 +36,7 @@ use leasehold::{Error, JobState, Store};
     about = "Inspect, operate and watch a leasehold job store",
     long_about = "Inspect, operate and watch a leasehold job store: a redb file, or a \
         PostgreSQL database given as a URL.\n\n\
-        Read commands (stats, jobs, show, group, schedules, check, watch, serve; backoff \
+        Read commands (stats, jobs, show, group, wait, schedules, check, watch, serve; backoff \
         without a policy) read the store beside the application that runs it. Write \
         commands (enqueue, edit, promote, retry, cancel, pause, resume, limit, backoff with \
         a policy, purge, reap, compact; group --seal or --cancel; schedules pause, resume or \
@@ -45,7 +45,8 @@ use leasehold::{Error, JobState, Store};
         make stores of their own.\n\n\
         Exit codes: 0 ok; 1 refused (no store at --db, no such job, queue or schedule, a \
         job in the wrong state; nothing was changed); 2 usage error; 3 store problem \
-        (locked by another writer, damaged, a newer schema, unreachable)."
+        (locked by another writer, damaged, a newer schema, unreachable); wait exits 4 when \
+        the job or group ended otherwise than succeeded, 5 when it had not ended by --timeout."
 )]
 struct Cli {
     /// The store file, or a PostgreSQL database as a URL
@@ -389,7 +390,7 @@ enum Command {
     /// Compact the file, returning free space to the filesystem.
     Compact,
     /// Wait until a job (or, with --group, a group) has ended, whichever process or machine
-    /// ends it; print how. Exits 0 if it succeeded, 1 if it ended otherwise, 2 if it had
+    /// ends it; print how. Exits 0 if it succeeded, 4 if it ended otherwise, 5 if it had
     /// not ended by the timeout.
     Wait {
         /// The job id (the group id with --group).

@@ -1599,10 +1599,11 @@ fn wait_says_how_a_job_or_group_ended_and_exits_by_it_and_enqueue_sets_an_expiry
         said.contains(&format!("group {} ended succeeded", group.0)),
         "{said}"
     );
-    t.fails(&["wait", &cancelled.to_string()], 1);
-    t.fails(&["wait", &running.to_string(), "--timeout", "50ms"], 2);
+    t.fails(&["wait", &cancelled.to_string()], 4);
+    t.fails(&["wait", &running.to_string(), "--timeout", "50ms"], 5);
+    t.fails(&["wait", "999"], 1);
     let out = t.run(&["--json", "wait", &running.to_string(), "--timeout", "10ms"]);
-    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(out.status.code(), Some(5));
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["ended"], Value::Null, "{v}");
     let v = t.json(&["wait", &done.to_string()]);
@@ -1614,4 +1615,24 @@ fn wait_says_how_a_job_or_group_ended_and_exits_by_it_and_enqueue_sets_an_expiry
     assert!(shown.contains("expires in"), "{shown}");
     let v = t.json(&["show", &id]);
     assert!(v["job"]["expires_at_ms"].as_u64().is_some(), "{v}");
+}
+
+#[test]
+fn group_names_the_group_it_is_in_and_the_groups_in_it() {
+    let t = Tool::new();
+    let (outer, inner) = {
+        let store = leasehold::Store::open(&t.db).unwrap();
+        let outer = store.open_group(leasehold::NewGroup::new()).unwrap();
+        let inner = (store.open_group(leasehold::NewGroup::new().in_group(outer))).unwrap();
+        (outer.0, inner.0)
+    };
+    let said = t.ok(&["group", &outer.to_string()]);
+    assert!(said.contains(&format!("groups in it: {inner}")), "{said}");
+    assert!(said.contains("1 members"), "the inner group is one: {said}");
+    let said = t.ok(&["group", &inner.to_string()]);
+    assert!(said.contains(&format!("member of group {outer}")), "{said}");
+    let v = t.json(&["group", &outer.to_string()]);
+    assert_eq!(v["subgroups"], serde_json::json!([inner]), "{v}");
+    let v = t.json(&["group", &inner.to_string()]);
+    assert_eq!(v["parent"], outer, "{v}");
 }

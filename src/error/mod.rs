@@ -63,12 +63,12 @@ pub enum Error {
     )]
     GroupOpen(GroupId),
     /// A group reached one of its limits ([`crate::MAX_GROUP_MEMBERS`],
-    /// [`crate::MAX_GROUP_WAITERS`]). Nothing was written.
+    /// [`crate::MAX_SUBGROUPS`], [`crate::MAX_GROUP_WAITERS`]). Nothing was written.
     #[error("group {group} has its most {limit} ({max})")]
     GroupLimit {
         /// The group.
         group: GroupId,
-        /// "members" or "waiters".
+        /// "members", "waiters" or "subgroups".
         limit: &'static str,
         /// The limit.
         max: u64,

@@ -163,7 +163,8 @@ pub(super) fn walk(r: &mut (impl Records + ?Sized), mut ended: Vec<Ended>) -> Re
                 r.save_group(&group)?;
             }
             if let (true, Some(outcome)) = (over, group.outcome()) {
-                ended.push((Target::Group(g), outcome, None));
+                // (a group that is a member of another ends as one of its members there)
+                ended.push((Target::Group(g), outcome, group.parent));
             }
         }
         let found = waiting_for(r, &round)?;

@@ -30,8 +30,8 @@ pub(crate) fn keyed_group(
 }
 
 /// Opens a group with its callbacks, each a job blocked until the group ends
-/// ([`NewGroup`]), and keeps its key. Returns the group's id. (A keyed group is looked up
-/// first: [`keyed_group`].)
+/// ([`NewGroup`]), keeps its key, and makes it a member of its parent group if it has one.
+/// Returns the group's id. (A keyed group is looked up first: [`keyed_group`].)
 pub(crate) fn open_group(r: &mut (impl Records + ?Sized), new: &NewGroup) -> Result<GroupId> {
     rules::check_callbacks(new)?;
     let max_payload = r.policy().max_payload;
@@ -42,8 +42,21 @@ pub(crate) fn open_group(r: &mut (impl Records + ?Sized), new: &NewGroup) -> Res
     for (job, _) in &callbacks {
         crate::input::check_new_job(job, max_payload)?;
     }
+    let parent = match new.parent {
+        Some(p) => Some(r.group(p)?.ok_or(Error::GroupNotFound(p))?),
+        None => None,
+    };
+    if let Some(parent) = &parent {
+        // Refused before anything is made (an engine's id sequence keeps no gap for it).
+        rules::joined_by_group(parent, GroupId(0))?;
+    }
     let now = r.now()?;
-    let id = r.insert_group(rules::new_group(GroupId(0), now))?;
+    let mut record = rules::new_group(GroupId(0), now);
+    record.parent = new.parent;
+    let id = r.insert_group(record)?;
+    if let Some(parent) = parent {
+        r.save_group(&rules::joined_by_group(&parent, id)?)?;
+    }
     if let Some(key) = &new.key {
         r.save_group_key(key, id)?;
     }
@@ -88,28 +101,33 @@ pub(crate) fn seal_group(r: &mut (impl Records + ?Sized), id: GroupId) -> Result
     let (sealed, over) = rules::sealed(&group, r.now()?);
     r.save_group(&sealed)?;
     match (over, sealed.outcome()) {
-        (true, Some(outcome)) => walk(r, vec![(Target::Group(id), outcome, None)]),
+        (true, Some(outcome)) => walk(r, vec![(Target::Group(id), outcome, sealed.parent)]),
         _ => Ok(()),
     }
 }
 
 /// Cancels a group: its callbacks (and whatever waits for it) cancelled first, so that none
 /// runs; then sealed; then every member not yet ended cancelled (waiting ones at once,
-/// running ones at their next heartbeat, as [`super::cancel`] does). Returns how many jobs
-/// it cancelled or flagged.
+/// running ones at their next heartbeat, as [`super::cancel`] does), and every group that
+/// is its member cancelled the same way, and theirs in turn. Returns how many jobs it
+/// cancelled or flagged.
 pub(crate) fn cancel_group(r: &mut (impl Records + ?Sized), id: GroupId) -> Result<usize> {
-    let group = r.group(id)?.ok_or(Error::GroupNotFound(id))?;
     let mut changed = 0;
-    for waiter in group.waiters {
-        if r.job(waiter)?.is_some_and(|j| j.state == JobState::Blocked) {
-            changed += usize::from(super::cancel(r, waiter)?.1);
+    let mut groups = vec![id];
+    while let Some(id) = groups.pop() {
+        let group = r.group(id)?.ok_or(Error::GroupNotFound(id))?;
+        for &waiter in &group.waiters {
+            if r.job(waiter)?.is_some_and(|j| j.state == JobState::Blocked) {
+                changed += usize::from(super::cancel(r, waiter)?.1);
+            }
         }
-    }
-    seal_group(r, id)?;
-    for member in r.members(id)? {
-        if r.job(member)?.is_some_and(|j| !j.state.is_terminal()) {
-            changed += usize::from(super::cancel(r, member)?.1);
+        seal_group(r, id)?;
+        for member in r.members(id)? {
+            if r.job(member)?.is_some_and(|j| !j.state.is_terminal()) {
+                changed += usize::from(super::cancel(r, member)?.1);
+            }
         }
+        groups.extend(group.subgroups.iter().rev());
     }
     Ok(changed)
 }

@@ -7,7 +7,9 @@ use crate::ids::{GroupId, JobId, StoreTime};
 use crate::job::JobRecord;
 use crate::new_job::NewGroup;
 use crate::state::JobState;
-use crate::workflow::{GroupRecord, MAX_GROUP_MEMBERS, MAX_GROUP_WAITERS, Need, Target};
+use crate::workflow::{
+    GroupRecord, MAX_GROUP_MEMBERS, MAX_GROUP_WAITERS, MAX_SUBGROUPS, Need, Target,
+};
 
 /// A new job's record with its dependencies as they stand (`needs`, each found, those over
 /// already marked with how they ended) and its group: blocked while one is open, cancelled
@@ -106,6 +108,8 @@ pub(crate) fn new_group(id: GroupId, now: StoreTime) -> GroupRecord {
         dead: 0,
         cancelled: 0,
         waiters: Vec::new(),
+        parent: None,
+        subgroups: Vec::new(),
     }
 }
 
@@ -123,6 +127,21 @@ pub(crate) fn joined(group: &GroupRecord) -> Result<GroupRecord, Error> {
     }
     let mut new = group.clone();
     new.members += 1;
+    Ok(new)
+}
+
+/// `parent` with the new group `child` as one member more; refused once it is sealed or
+/// full (of members, or of groups).
+pub(crate) fn joined_by_group(parent: &GroupRecord, child: GroupId) -> Result<GroupRecord, Error> {
+    let mut new = joined(parent)?;
+    if new.subgroups.len() >= MAX_SUBGROUPS {
+        return Err(Error::GroupLimit {
+            group: parent.id,
+            limit: "subgroups",
+            max: MAX_SUBGROUPS as u64,
+        });
+    }
+    new.subgroups.push(child);
     Ok(new)
 }
 

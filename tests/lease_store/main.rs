@@ -20,6 +20,7 @@ mod fencing;
 mod group;
 mod keys;
 mod logs;
+mod nested;
 mod open;
 mod queues;
 mod reader;

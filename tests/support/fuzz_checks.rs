@@ -76,7 +76,10 @@ fn decode_ops(data: &[u8]) -> Vec<Op> {
                 limit: None,
                 expires: None,
             },
-            253 => Op::OpenGroup { callbacks: byte() },
+            253 => Op::OpenGroup {
+                callbacks: byte(),
+                parent: None,
+            },
             254 => Op::SealGroup { group: byte() },
             255 => Op::CancelGroup { group: byte() },
             kind => match kind % 16 {

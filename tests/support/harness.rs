@@ -101,6 +101,8 @@ pub enum Op {
     /// Opens a group with callbacks: `callbacks % 4` says which (on completion, on success).
     OpenGroup {
         callbacks: u8,
+        /// The group it joins, by number.
+        parent: Option<u8>,
     },
     SealGroup {
         group: u8,
@@ -507,7 +509,7 @@ impl Harness {
                 let want = self.model.edit(id, priority, *promote, if_attempt);
                 same("edit", got, want)
             }
-            Op::OpenGroup { callbacks } => {
+            Op::OpenGroup { callbacks, parent } => {
                 let (complete, success) = (callbacks & 1 == 1, callbacks & 2 == 2);
                 let q = QUEUES[usize::from(*callbacks >> 2) % QUEUES.len()];
                 // (the top bits: a key of three, or none)
@@ -522,8 +524,12 @@ impl Harness {
                 if success {
                     new = new.on_success(NewJob::new(q, b"on success".to_vec()));
                 }
+                let parent = parent.map(|p| self.group_id(u16::from(p)));
+                if let Some(p) = parent {
+                    new = new.in_group(leasehold::GroupId(p));
+                }
                 let got = self.store().open_group(new).map(|g| g.0).map_err(err);
-                let want = Ok(self.model.open_group(complete, success, q, key.as_deref()));
+                let want = (self.model).open_group(complete, success, q, key.as_deref(), parent);
                 same("open group", got, want)
             }
             Op::SealGroup { group } => {
@@ -1032,8 +1038,18 @@ impl Harness {
                 group.members(),
                 group.ended(),
                 group.waiters().iter().map(|w| w.0).collect::<Vec<_>>(),
+                group.parent().map(|p| p.0),
+                group.subgroups().iter().map(|s| s.0).collect::<Vec<_>>(),
             );
-            let want = (m.sealed, m.done, m.members, m.ended, m.waiters.clone());
+            let want = (
+                m.sealed,
+                m.done,
+                m.members,
+                m.ended,
+                m.waiters.clone(),
+                m.parent,
+                m.subgroups.clone(),
+            );
             if got != want {
                 return Err(format!("group {g}: store {got:?}, model {want:?}"));
             }

@@ -111,6 +111,9 @@ pub struct MGroup {
     pub ended: (u64, u64, u64),
     /// What waits for it, callbacks first.
     pub waiters: Vec<u64>,
+    /// The group it is a member of, and the groups that are its members.
+    pub parent: Option<u64>,
+    pub subgroups: Vec<u64>,
 }
 
 impl MGroup {
@@ -330,25 +333,25 @@ impl Model {
     /// `target` has just ended (a job reached a terminal state, or a group ended): its
     /// group counts it, and each blocked job waiting for it sees how.
     fn ended(&mut self, target: MTarget) {
-        let state = match target {
-            MTarget::Job(id) => {
-                let job = &self.jobs[&id];
-                let state = job.state;
-                if let Some(g) = job.group {
-                    let grp = self.groups.get_mut(&g).expect("group");
-                    if !grp.done {
-                        match state {
-                            JobState::Succeeded => grp.ended.0 += 1,
-                            JobState::Dead => grp.ended.1 += 1,
-                            _ => grp.ended.2 += 1,
-                        }
-                        self.group_maybe_done(g);
-                    }
-                }
-                state
-            }
-            MTarget::Group(g) => self.groups[&g].outcome().expect("ended"),
+        // (a job's group, or the group a group is in, counts the end as a member's)
+        let (state, group) = match target {
+            MTarget::Job(id) => (self.jobs[&id].state, self.jobs[&id].group),
+            MTarget::Group(g) => (
+                self.groups[&g].outcome().expect("ended"),
+                self.groups[&g].parent,
+            ),
         };
+        if let Some(g) = group {
+            let grp = self.groups.get_mut(&g).expect("group");
+            if !grp.done {
+                match state {
+                    JobState::Succeeded => grp.ended.0 += 1,
+                    JobState::Dead => grp.ended.1 += 1,
+                    _ => grp.ended.2 += 1,
+                }
+                self.group_maybe_done(g);
+            }
+        }
         let waiters: Vec<u64> = self
             .jobs
             .iter()
@@ -421,20 +424,39 @@ impl Model {
         }
     }
 
-    /// Opens a group with callbacks (on completion: any end; on success), each waiting for it.
-    /// Opens a group, or answers the one `key` already names (making nothing).
+    /// Opens a group with callbacks (on completion: any end; on success), each waiting for it,
+    /// as a member of `parent` if given (which must be open). Answers the group `key`
+    /// already names instead (making nothing).
     pub fn open_group(
         &mut self,
         on_complete: bool,
         on_success: bool,
         queue: &str,
         key: Option<&str>,
-    ) -> u64 {
+        parent: Option<u64>,
+    ) -> Result<u64, MErr> {
         if let Some(&made) = key.and_then(|k| self.group_keys.get(k)) {
-            return made;
+            return Ok(made);
+        }
+        if let Some(p) = parent {
+            let grp = self.groups.get(&p).ok_or(MErr::GroupNotFound(p))?;
+            if grp.sealed {
+                return Err(MErr::GroupSealed(p));
+            }
         }
         let g = self.groups.len() as u64 + 1;
-        self.groups.insert(g, MGroup::default());
+        if let Some(p) = parent {
+            let grp = self.groups.get_mut(&p).expect("checked");
+            grp.members += 1;
+            grp.subgroups.push(g);
+        }
+        self.groups.insert(
+            g,
+            MGroup {
+                parent,
+                ..MGroup::default()
+            },
+        );
         if let Some(key) = key {
             self.group_keys.insert(key.to_owned(), g);
         }
@@ -445,7 +467,7 @@ impl Model {
                     .expect("a callback is enqueued");
             }
         }
-        g
+        Ok(g)
     }
 
     pub fn seal_group(&mut self, g: u64) -> Result<(), MErr> {
@@ -479,6 +501,9 @@ impl Model {
                 self.cancel(m)?;
                 changed += 1;
             }
+        }
+        for sub in self.groups[&g].subgroups.clone() {
+            changed += self.cancel_group(sub)?;
         }
         Ok(changed)
     }

@@ -239,6 +239,18 @@ pub(crate) fn group(inner: &Inner, id: leasehold::GroupId) -> PageResult {
             group.members()
         ),
     );
+    if let Some(parent) = group.parent() {
+        row(
+            "member of",
+            target_link(inner, leasehold::Target::Group(parent)),
+        );
+    }
+    for &sub in group.subgroups() {
+        row(
+            "group in it",
+            target_link(inner, leasehold::Target::Group(sub)),
+        );
+    }
     row("succeeded", succeeded.to_string());
     row("dead", dead.to_string());
     row("cancelled", cancelled.to_string());

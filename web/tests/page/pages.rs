@@ -130,6 +130,25 @@ fn a_jobs_page_links_what_it_waits_for_and_a_groups_page_shows_its_progress(kind
         saved.contains("<td>checkpoint</td><td>8 bytes, saved by attempt 1"),
         "{saved}"
     );
+    // A group in a group: each page links the other.
+    let inner = (f.open_group(leasehold::NewGroup::new().in_group(group))).unwrap_err();
+    assert!(
+        matches!(inner, leasehold::Error::GroupSealed(_)),
+        "{inner:?}"
+    );
+    let outer = f.open_group(leasehold::NewGroup::new()).unwrap();
+    let inner = (f.open_group(leasehold::NewGroup::new().in_group(outer))).unwrap();
+    let link = |g: leasehold::GroupId| format!("<a href=\"/groups/{}\">group {g}</a>", g.0);
+    let o = expect(get(&page, &format!("/groups/{}", outer.0)), StatusCode::OK);
+    assert!(
+        o.contains(&format!("<td>group in it</td><td>{}", link(inner))),
+        "{o}"
+    );
+    let i = expect(get(&page, &format!("/groups/{}", inner.0)), StatusCode::OK);
+    assert!(
+        i.contains(&format!("<td>member of</td><td>{}", link(outer))),
+        "{i}"
+    );
     expect(get(&page, "/groups/999"), StatusCode::NOT_FOUND);
     expect(get(&page, "/groups/x"), StatusCode::BAD_REQUEST);
 }
