@@ -22,7 +22,8 @@ use crate::state::JobState;
 /// 5 appended a limit key to the records of jobs and schedules, and a per-key limit to a
 /// queue's limits ([`decode_job`], [`decode_queue`], [`decode_schedule`]); version 6
 /// appended its lease's token to a job's record; version 7 appended its expiry, and may
-/// name the state `Expired`, and appended a group's parent and subgroups to its record. Every other record is encoded as in version 1, so for them all
+/// name the state `Expired`, appended a group's parent and subgroups to its record, and its
+/// jobs' expiry to a schedule's. Every other record is encoded as in version 1, so for them all
 /// versions decode alike.
 pub const FORMAT_VERSION: u8 = 7;
 
@@ -178,10 +179,15 @@ pub(crate) fn decode_schedule(bytes: &[u8]) -> Result<crate::schedule::ScheduleR
     let (version, body) = split(bytes)?;
     let retry = || encode(&None::<crate::retry::RetryPolicy>);
     let key = || encode(&None::<String>);
+    let expires = || encode(&None::<std::time::Duration>);
     decode_appended(
         version,
         body,
-        &[(BEFORE_RETRY, &retry), (BEFORE_KEYS, &key)],
+        &[
+            (BEFORE_RETRY, &retry),
+            (BEFORE_KEYS, &key),
+            (BEFORE_EXPIRY, &expires),
+        ],
     )
 }
 
@@ -624,6 +630,26 @@ mod tests {
         let mut older = encode(&group);
         older[0] = BEFORE_EXPIRY;
         assert!(read(&older).is_err(), "its parent is trailing bytes");
+    }
+
+    #[test]
+    fn a_schedule_of_format_version_6_reads_as_one_whose_jobs_never_expire() {
+        let every = Duration::from_secs(60);
+        let new = crate::schedule::Schedule::every("s", every, crate::NewJob::new("q", "p"));
+        let mut record = crate::rules::declare(None, &new, 1024, StoreTime(0), 0).unwrap();
+        // Version 6 wrote every field but the last, the expiry (`None`: one byte).
+        let mut v6 = encode(&record);
+        v6.pop();
+        v6[0] = BEFORE_EXPIRY;
+        assert_eq!(decode_schedule(&v6), Ok(record.clone()));
+        record.expires = Some(Duration::from_secs(5));
+        assert_eq!(decode_schedule(&encode(&record)), Ok(record.clone()));
+        let mut older = encode(&record);
+        older[0] = BEFORE_EXPIRY;
+        assert!(
+            decode_schedule(&older).is_err(),
+            "its expiry is trailing bytes"
+        );
     }
 
     #[test]

@@ -87,9 +87,9 @@ pub(crate) fn check_schedule(
             "a delay or a run time (each tick's job is due at its tick)",
         ));
     }
-    if s.job.expires.is_some() {
+    if let Some(crate::new_job::Expiry::At(_)) = s.job.expires {
         return Err(InputError::ScheduleJobOption(
-            "an expiry (a schedule's record keeps none yet; catch_up(Skip) drops late ticks)",
+            "an expiry at a wall-clock time (each tick's job expires `expires_in` after its tick)",
         ));
     }
     if s.job
@@ -106,6 +106,7 @@ pub(crate) fn check_schedule(
     let mut tick =
         crate::schedule::JobTemplate::of(&s.job).job(&s.name, crate::schedule::Tick::LONGEST);
     tick.retry = s.job.retry.clone();
+    tick.expires = s.job.expires;
     check_new_job(&tick, max_payload)?;
     match &s.when {
         crate::schedule::When::Every(d) if d.is_zero() => Err(InputError::ZeroInterval),

@@ -113,7 +113,8 @@ impl NewJob {
     /// instead of being retried. What waits for an expired job, and its group, count it as
     /// cancelled. An operator's retry of an expired job puts it back without an expiry.
     /// A delayed job must expire after it is due ([`crate::InputError::ExpiresBeforeDue`]).
-    /// Replaces a [`NewJob::expires_at`].
+    /// A schedule's job may have one: each tick's job expires `span` after its tick's
+    /// enqueue. Replaces a [`NewJob::expires_at`].
     pub fn expires_in(mut self, span: Duration) -> NewJob {
         self.expires = Some(Expiry::In(span));
         self

@@ -222,8 +222,11 @@ pub(crate) struct ScheduleRecord {
     /// Its jobs' own retry policy, the template's. (After the fields of format 3, so that
     /// the codec reads an older record as one without: `codec::decode_schedule`.)
     pub retry: Option<RetryPolicy>,
-    /// Its jobs' limit key, the template's. (Last, likewise.)
+    /// Its jobs' limit key, the template's. (After the fields of format 4, likewise.)
     pub limit_key: Option<String>,
+    /// How long after its enqueue each tick's job expires if not started
+    /// ([`NewJob::expires_in`]). (Last, likewise.)
+    pub expires: Option<Duration>,
 }
 
 impl ScheduleRecord {
@@ -232,6 +235,9 @@ impl ScheduleRecord {
         let mut job = self.template.job(&self.name, tick);
         job.retry = self.retry.clone();
         job.limit_key = self.limit_key.clone();
+        if let Some(span) = self.expires {
+            job = job.expires_in(span);
+        }
         job
     }
 }

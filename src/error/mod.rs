@@ -559,7 +559,8 @@ pub enum InputError {
         min: std::time::Duration,
     },
     /// A schedule's job asks for what a schedule cannot honour: its own unique key or
-    /// window (each tick's job is kept unique by the tick), a delay (it runs at its tick), or
+    /// window (each tick's job is kept unique by the tick), a delay (it runs at its tick), an
+    /// expiry at a wall-clock time (each tick's job expires `expires_in` after its tick), or
     /// the metadata key `schedule` (each tick's job carries its schedule's name under it).
     #[error("a schedule's job cannot have {0}")]
     ScheduleJobOption(&'static str),

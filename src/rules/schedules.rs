@@ -29,6 +29,7 @@ pub(crate) fn declare(
             && old.template == template
             && old.retry == s.job.retry
             && old.limit_key == s.job.limit_key
+            && old.expires == s.job.expiry()
             && old.catch_up == s.catch_up;
         if !same && !s.replace {
             return Err(Error::ScheduleConflict(s.name.clone()));
@@ -39,6 +40,7 @@ pub(crate) fn declare(
         kept.template = template;
         kept.retry = s.job.retry.clone();
         kept.limit_key = s.job.limit_key.clone();
+        kept.expires = s.job.expiry();
         kept.catch_up = s.catch_up;
         return Ok(kept);
     }
@@ -55,6 +57,7 @@ pub(crate) fn declare(
         skipped: existing.map_or(0, |old| old.skipped),
         retry: s.job.retry.clone(),
         limit_key: s.job.limit_key.clone(),
+        expires: s.job.expiry(),
     })
 }
 

@@ -16,6 +16,7 @@ crate::on_both::on_both!(
     a_keyed_head_past_its_expiry_hands_its_place_to_the_next_job_of_its_key,
     an_expired_jobs_unique_key_is_free_and_an_operator_retry_runs_it_without_its_expiry,
     an_expiry_a_job_could_never_meet_is_refused_and_nothing_is_written,
+    a_schedules_jobs_expire_after_their_tick_when_nobody_starts_them,
 );
 
 const SOON: Duration = Duration::from_secs(10);
@@ -222,8 +223,8 @@ fn an_expired_jobs_unique_key_is_free_and_an_operator_retry_runs_it_without_its_
     f.complete(&l, b"").unwrap();
 }
 
-/// A delayed job due at or after its expiry could never run: refused, as is an expiry on
-/// a schedule's job (its record keeps none), and nothing is stored.
+/// A delayed job due at or after its expiry could never run: refused, as is a schedule's
+/// job that would expire at one wall-clock time, and nothing is stored.
 fn an_expiry_a_job_could_never_meet_is_refused_and_nothing_is_written(kind: Kind) {
     let f = kind.open();
     for (delay, expires) in [(SOON, SOON / 2), (SOON, SOON)] {
@@ -235,11 +236,8 @@ fn an_expiry_a_job_could_never_meet_is_refused_and_nothing_is_written(kind: Kind
             other => panic!("{other:?}"),
         }
     }
-    let every = Schedule::every(
-        "tick",
-        Duration::from_secs(60),
-        NewJob::new(Q, "t").expires_in(SOON),
-    );
+    let at = NewJob::new(Q, "t").expires_at(std::time::SystemTime::UNIX_EPOCH);
+    let every = Schedule::every("tick", Duration::from_secs(60), at);
     assert!(matches!(
         f.declare_schedule(every),
         Err(Error::Input(InputError::ScheduleJobOption(_)))
@@ -250,4 +248,34 @@ fn an_expiry_a_job_could_never_meet_is_refused_and_nothing_is_written(kind: Kind
     let id = f.enqueue(past).unwrap();
     assert!(f.claim(Q, "w", lease()).unwrap().is_none());
     assert_eq!(state(&f, id), JobState::Expired);
+}
+
+/// A schedule's job may expire: each tick's job expires that long after its tick's enqueue.
+/// The expiry is part of the declaration: another one is a conflict unless it replaces.
+fn a_schedules_jobs_expire_after_their_tick_when_nobody_starts_them(kind: Kind) {
+    let f = kind.open();
+    let minute = Duration::from_secs(60);
+    let tick_job = || NewJob::new(Q, "price update").expires_in(SOON);
+    f.declare_schedule(Schedule::every("prices", minute, tick_job()))
+        .unwrap();
+    f.declare_schedule(Schedule::every("prices", minute, tick_job()))
+        .unwrap();
+    let other = Schedule::every("prices", minute, NewJob::new(Q, "price update"));
+    assert!(matches!(
+        f.declare_schedule(other),
+        Err(Error::ScheduleConflict(_))
+    ));
+    let wall = std::time::SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+    f.advance(minute);
+    let fired = f.fire_schedules_at(wall).unwrap();
+    assert_eq!(fired.len(), 1);
+    let job = f.job(fired[0]).unwrap().unwrap();
+    assert_eq!(job.expires_at(), Some(f.now().saturating_add(SOON)));
+    f.advance(SOON);
+    assert!(f.claim(Q, "w", lease()).unwrap().is_none(), "too late");
+    assert_eq!(state(&f, job.id()), JobState::Expired);
+    f.advance(minute - SOON);
+    let fired = f.fire_schedules_at(wall).unwrap();
+    let l = f.claim(Q, "w", lease()).unwrap().unwrap();
+    assert_eq!(l.job, fired[0], "the next tick's job runs in time");
 }
