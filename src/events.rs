@@ -1,7 +1,7 @@
 //! What happened in a store, told to an application that subscribes
 //! ([`crate::JobStore::subscribe`]): jobs claimed, attempts ended with their outcome (a
-//! reclaim with its path), schedules fired, claims held back by a queue's limit, queues
-//! paused and resumed.
+//! reclaim with its path), jobs expired unstarted, schedules fired, claims held back by a
+//! queue's limit, queues paused and resumed.
 //!
 //! Each store handle tells what its own process committed, after the commit (a transaction
 //! rolled back tells nothing), in commit order. What other processes and machines commit
@@ -65,6 +65,16 @@ pub enum Event {
     /// queue's limits (its concurrency, its rate).
     LimitReached {
         /// The queue.
+        queue: String,
+    },
+    /// A job no attempt had started by its expiry ended as
+    /// [`JobState::Expired`](crate::JobState::Expired), at the claim that would have started
+    /// it or at a reaper's pass ([`crate::NewJob::expires_in`]). (No attempt ended: what
+    /// [`Event::Ended`] tells is an attempt's end.)
+    Expired {
+        /// The job.
+        job: JobId,
+        /// Its queue.
         queue: String,
     },
     /// A queue was paused (`paused`), or resumed.

@@ -33,7 +33,11 @@ pub(crate) fn job(
     id: JobId,
     timeout: Duration,
 ) -> Result<Option<Job>> {
-    let hears = |e: &Event| matches!(e, Event::Ended { job, state, .. } if *job == id && state.is_terminal());
+    let hears = |e: &Event| match e {
+        Event::Ended { job, state, .. } => *job == id && state.is_terminal(),
+        Event::Expired { job, .. } => *job == id,
+        _ => false,
+    };
     until(hub, timeout, hears, || {
         let found = store.job(id)?.ok_or(Error::JobNotFound(id))?;
         Ok(found.state().is_terminal().then_some(found))

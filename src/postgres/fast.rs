@@ -363,10 +363,12 @@ pub(crate) fn claim_keyed(
         }
     }
     let leases = g.leases(rows.iter(), queue, worker)?;
+    // (a keyed claim decides for no late job: it leaves one to the protocol's steps)
     Ok(Some(Taken {
         more: !leases.is_empty(),
         leases,
         dead: Vec::new(),
+        expired: Vec::new(),
     }))
 }
 
@@ -471,13 +473,16 @@ pub(crate) fn claim_waiting(
             continue;
         }
         taken.more = true;
+        let state = match row.col::<Option<&str>>(10)? {
+            Some("expired") => JobState::Expired,
+            _ => JobState::Dead,
+        };
+        if state == JobState::Expired {
+            taken.expired.push(id(row.col(0)?));
+        }
         if row.col::<Option<bool>>(8)? == Some(true) {
             let group = row.col::<Option<i64>>(9)?;
             let group = group.map(|g| GroupId(u64::try_from(g).unwrap_or(0)));
-            let state = match row.col::<Option<&str>>(10)? {
-                Some("expired") => JobState::Expired,
-                _ => JobState::Dead,
-            };
             taken.dead.push((id(row.col(0)?), state, group));
         }
     }

@@ -83,6 +83,12 @@ pub(crate) fn claim_batch(
         if !taken.dead.is_empty() {
             super::flow::settle_all(r, &taken.dead)?;
         }
+        for &job in &taken.expired {
+            super::tell(r, || crate::events::Event::Expired {
+                job,
+                queue: queue.to_owned(),
+            });
+        }
         for lease in &taken.leases {
             super::tell(r, || crate::events::Event::Claimed {
                 job: lease.job,
@@ -358,6 +364,7 @@ fn grant(
         Granted::Exhausted(ended) | Granted::Expired(ended) => {
             let ended = super::keys::save(r, job, &ended)?;
             super::flow::settle(r, &ended)?;
+            super::expired(r, &ended);
             return Ok(None);
         }
         Granted::Lease(new) => new,

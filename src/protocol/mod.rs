@@ -111,3 +111,13 @@ pub(crate) fn tell(r: &mut (impl Records + ?Sized), event: impl FnOnce() -> crat
         events.push(event());
     }
 }
+
+/// Tells that `job` expired, if it did (a grant or the reaper ended it so).
+fn expired(r: &mut (impl Records + ?Sized), job: &crate::job::JobRecord) {
+    if job.state == crate::state::JobState::Expired {
+        tell(r, || crate::events::Event::Expired {
+            job: job.id,
+            queue: job.queue.clone(),
+        });
+    }
+}

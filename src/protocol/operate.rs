@@ -242,6 +242,7 @@ pub(crate) fn expire_waiting(
         if let Some(expired) = rules::expired(&job, now) {
             let expired = keys::save(r, &job, &expired)?;
             flow::settle(r, &expired)?;
+            super::expired(r, &expired);
             items.push(id);
         }
     }

@@ -70,6 +70,9 @@ pub(crate) struct Taken {
     /// expiry and expired ([`rules::grant`]), that others await: their ends are still to
     /// settle.
     pub dead: Vec<(JobId, JobState, Option<GroupId>)>,
+    /// Every job it found past its expiry and expired, awaited or not: each is told
+    /// ([`crate::Event::Expired`]).
+    pub expired: Vec<JobId>,
     /// Whether it may have left claimable jobs short of `n` (another step may find more).
     pub more: bool,
 }

@@ -25,6 +25,16 @@ fn state(f: &Backend, id: leasehold::JobId) -> JobState {
     f.job(id).unwrap().unwrap().state()
 }
 
+/// The jobs the events told so far say expired, with their queues, in the order told.
+fn told_expired(events: &leasehold::Events) -> Vec<(leasehold::JobId, String)> {
+    std::iter::from_fn(|| events.try_next())
+        .filter_map(|e| match e {
+            leasehold::Event::Expired { job, queue } => Some((job, queue)),
+            _ => None,
+        })
+        .collect()
+}
+
 /// A claim at or after the expiry takes the next job instead: the late one is expired (no
 /// attempt begun, finished then), and the job that waited for its success is cancelled in
 /// the same transaction; one that waited for any end runs.
@@ -32,6 +42,7 @@ fn a_claim_past_the_expiry_expires_the_job_instead_of_starting_it_and_its_waiter
     kind: Kind,
 ) {
     let f = kind.open();
+    let events = f.subscribe();
     let late = f.enqueue(NewJob::new(Q, "late").expires_in(SOON)).unwrap();
     let in_time = f
         .enqueue(NewJob::new(Q, "in time").expires_in(SOON * 2))
@@ -56,6 +67,7 @@ fn a_claim_past_the_expiry_expires_the_job_instead_of_starting_it_and_its_waiter
     let claimed = f.claim_batch(Q, "w", lease(), 3).unwrap();
     let ids: Vec<_> = claimed.iter().map(|l| l.job).collect();
     assert_eq!(ids, vec![in_time, plain], "the late job is passed over");
+    assert_eq!(told_expired(&events), vec![(late, Q.to_owned())]);
     let job = f.job(late).unwrap().unwrap();
     assert_eq!(job.state(), JobState::Expired);
     assert_eq!(job.attempt().0, 0, "no attempt began");
@@ -142,6 +154,7 @@ fn the_reaper_expires_the_jobs_nobody_claims_queued_and_blocked(kind: Kind) {
         .unwrap();
     let holder = f.claim("other", "w", lease()).unwrap().unwrap();
     assert_eq!(holder.job, blocker);
+    let events = f.subscribe();
     f.advance(SOON / 2);
     assert_eq!(f.reap().unwrap().expired, vec![], "none is due yet");
     f.advance(SOON);
@@ -152,6 +165,11 @@ fn the_reaper_expires_the_jobs_nobody_claims_queued_and_blocked(kind: Kind) {
         vec![blocked, paused[2], paused[1], paused[0]],
         "first to expire first"
     );
+    let told: Vec<_> = told_expired(&events)
+        .into_iter()
+        .map(|(id, _)| id)
+        .collect();
+    assert_eq!(told, report.expired, "each told once, in order");
     for id in paused.iter().chain([&blocked]) {
         assert_eq!(state(&f, *id), JobState::Expired, "job {id}");
     }
