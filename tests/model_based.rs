@@ -268,3 +268,19 @@ fn nested_groups_end_and_cancel_as_the_model_does() {
     cancels.push(Op::CancelGroup { group: 1 });
     on_every_store(&cancels);
 }
+
+/// A sequence the in-memory case once failed: a waiter made against a dependency already
+/// cancelled is cancelled at once; retrying the dependency re-arms the waiter, and the
+/// dependency's next end (cancelled again) must reach it: it did not, and the waiter stayed
+/// blocked for ever.
+#[test]
+fn a_waiter_rearmed_by_a_retry_hears_its_dependencys_next_end() {
+    let ops = vec![
+        enqueue(0, 0, Vec::new(), None, None),
+        Op::Cancel { job: 1 },
+        enqueue(0, 0, vec![(1, 24)], None, None),
+        Op::Retry { job: 1 },
+        Op::Cancel { job: 1 },
+    ];
+    on_every_store(&ops);
+}

@@ -64,11 +64,16 @@ pub(super) fn links(
         (None, _) => None,
     };
     for dep in to_mark {
-        let mut awaited = dep.clone();
-        awaited.flow.awaited = true;
-        super::keys::save(r, &dep, &awaited)?;
+        mark_awaited(r, &dep)?;
     }
     Ok((rules::waiting(job, needs, new.group, now), joined))
+}
+
+/// Marks `dep` awaited: its ends go through the protocol and reach what waits for it.
+fn mark_awaited(r: &mut (impl Records + ?Sized), dep: &JobRecord) -> Result<()> {
+    let mut awaited = dep.clone();
+    awaited.flow.awaited = true;
+    super::keys::save(r, dep, &awaited).map(drop)
 }
 
 /// A job that waits for an open group (one of its callbacks) cannot be waited for until the
@@ -233,7 +238,9 @@ fn waiting_for(
 
 /// What a job's return from `was` (dead or cancelled) to the queue moves: its group counts
 /// it no more (unless the group ended), and the waiters its end had cancelled wait again,
-/// with theirs in turn ([`rules::rearmed`]). The same transaction as the retry.
+/// with theirs in turn ([`rules::rearmed`]). A job a waiter waits for again is marked
+/// awaited, so that its next end reaches the waiter: a waiter made after it had ended did
+/// not mark it (see [`links`]). The same transaction as the retry.
 pub(crate) fn unsettle(
     r: &mut (impl Records + ?Sized),
     job: &JobRecord,
@@ -258,6 +265,9 @@ pub(crate) fn unsettle(
             };
             super::keys::save(r, &waiter, &new)?;
             back.push((new.id, waiter.state, new.flow.group));
+            if let Some(dep) = r.job(id)?.filter(|d| !d.flow.awaited) {
+                mark_awaited(r, &dep)?;
+            }
         }
     }
     Ok(())
