@@ -1636,3 +1636,40 @@ fn group_names_the_group_it_is_in_and_the_groups_in_it() {
     let v = t.json(&["group", &inner.to_string()]);
     assert_eq!(v["parent"], outer, "{v}");
 }
+
+/// `wait` in another process hears an end the application commits while it waits: it
+/// reads the file the application writes, and comes back well before its timeout.
+#[test]
+fn wait_in_another_process_hears_the_end_the_application_commits() {
+    let t = Tool::new();
+    let store = leasehold::Store::open(&t.db).unwrap();
+    let id = store.enqueue(leasehold::NewJob::new("q", "p")).unwrap();
+    let lease = store
+        .claim("q", "w", std::time::Duration::from_secs(600))
+        .unwrap()
+        .unwrap();
+    let waiter = Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .arg("--db")
+        .arg(&t.db)
+        .args(["wait", &id.to_string(), "--timeout", "120s"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // A head start, so that the waiter is most likely reading when the end commits; the
+    // test holds whichever comes first, and asserts no time.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    store.complete(&lease, b"done").unwrap();
+    let out = waiter.wait_with_output().unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{said} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        said.contains(&format!("job {id} ended succeeded")),
+        "{said}"
+    );
+}
