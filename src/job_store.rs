@@ -75,12 +75,10 @@ pub trait ReadJobs: Send + Sync {
     ///
     /// The wait reads the job's record: at once, and again at pauses that grow to
     /// [`WAIT_MAX_PAUSE`](crate::WAIT_MAX_PAUSE) (200 ms), so an end committed by any
-    /// process or machine is seen within that of its commit; a store that writes (not a
-    /// [`StoreReader`](crate::StoreReader)) also looks again at once when this process ends
-    /// an attempt of the job. It holds no lock and writes nothing (while it waits, that
-    /// handle's transactions build events for it, as for any subscriber).
+    /// process or machine is seen within that of its commit. It holds no lock, writes
+    /// nothing and subscribes to nothing.
     fn wait_for(&self, job: JobId, timeout: Duration) -> Result<Option<Job>> {
-        crate::wait_end::job(self, None, job, timeout)
+        crate::wait_end::job(self, job, timeout)
     }
     /// Waits until `group` has ended (sealed, and every member ended) and returns it as it
     /// ended, with its members' counts and its [`Group::outcome`], or `None` if `timeout`

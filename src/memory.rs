@@ -338,9 +338,6 @@ impl ReadJobs for MemoryStore {
     fn payload(&self, id: JobId) -> Result<Option<Vec<u8>>> {
         Ok(self.read(|s| s.payloads.get(&id).cloned()))
     }
-    fn wait_for(&self, id: JobId, timeout: std::time::Duration) -> Result<Option<Job>> {
-        crate::wait_end::job(self, Some(self.hub()), id, timeout)
-    }
     fn output(&self, id: JobId) -> Result<Option<Vec<u8>>> {
         Ok(self.read(|s| s.outputs.get(&id).cloned()))
     }

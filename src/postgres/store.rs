@@ -252,12 +252,6 @@ impl ReadJobs for PgStore {
             .map(|record| record.map(Job))
     }
 
-    /// Reads the job at pauses, and at once when this handle ends an attempt of it.
-    fn wait_for(&self, job: JobId, timeout: std::time::Duration) -> Result<Option<Job>> {
-        use crate::backend::LeaseBackend;
-        crate::wait_end::job(self, Some(self.hub()), job, timeout)
-    }
-
     /// The job's run history, oldest first.
     fn history(&self, job: JobId) -> Result<Vec<Run>> {
         self.in_transaction(|tx, p| read::history(tx, p, job))

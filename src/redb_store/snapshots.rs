@@ -24,10 +24,6 @@ pub(crate) trait Snapshots: Send + Sync {
     fn snapshot(&self) -> Result<ReadTransaction>;
     /// Store time now.
     fn store_time(&self) -> StoreTime;
-    /// This process's events of the store, where the handle writes (a wait hears them).
-    fn events(&self) -> Option<&crate::events::Hub> {
-        None
-    }
     /// Runs `f` on a read snapshot, a damaged page reported as corruption (see
     /// [`contained`]).
     fn reading<T>(&self, what: &str, f: impl FnOnce(&ReadTransaction) -> Result<T>) -> Result<T> {
@@ -54,10 +50,6 @@ impl<S: Snapshots> crate::job_store::ReadJobs for S {
 
     fn output(&self, id: JobId) -> Result<Option<Vec<u8>>> {
         self.reading("an output", |read| bytes(read, schema::OUTPUTS, id))
-    }
-
-    fn wait_for(&self, id: JobId, timeout: std::time::Duration) -> Result<Option<Job>> {
-        crate::wait_end::job(self, self.events(), id, timeout)
     }
 
     fn checkpoint(&self, id: JobId) -> Result<Option<crate::checkpoint::Checkpoint>> {

@@ -348,9 +348,6 @@ impl crate::redb_store::snapshots::Snapshots for Store {
     fn store_time(&self) -> StoreTime {
         self.now()
     }
-    fn events(&self) -> Option<&crate::events::Hub> {
-        Some(&self.inner.hub)
-    }
 }
 
 impl JobStore for Store {}
