@@ -402,6 +402,13 @@ impl ReadJobs for MemoryStore {
             for (queue, record) in &s.queues {
                 stats.note_queue(queue.clone(), record);
             }
+            let keys = s.keys.iter().map(|((q, _), k)| (q.clone(), k.clone()));
+            let keyed = s
+                .jobs
+                .values()
+                .filter(|j| j.limit.is_some() && j.state.is_waiting());
+            let keyed = keyed.map(|j| (j.queue.clone(), 1));
+            rules::count_keys(&mut stats, keys, keyed);
             stats
         }))
     }

@@ -88,6 +88,14 @@ pub struct QueueCounts {
     pub limits: crate::queue::QueueLimits,
     /// The retry policy of its jobs that have none of their own, if it has one.
     pub retry: Option<crate::retry::RetryPolicy>,
+    /// Its limit keys with no room now: as many of their jobs run as the per-key limit
+    /// allows, or their per-key rate's window is spent. (Only keys with a job running,
+    /// waiting or claimed within the window are counted: a key with none has room.)
+    pub keys_at_limit: u64,
+    /// Its waiting jobs out of the claim order behind their limit key: every waiting job
+    /// of a key but its head, and the head too while the key is at its limit. They start
+    /// as their keys make room, whatever the queue's own room.
+    pub parked: u64,
 }
 
 impl QueueCounts {

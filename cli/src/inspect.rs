@@ -252,6 +252,10 @@ pub fn stats(db: &Path, json: bool) -> Result<ExitCode, Error> {
         rate_limit_per_ms: Option<u64>,
         /// How its failed jobs without a policy of their own wait (else the store's).
         retry_policy: Option<String>,
+        /// Its limit keys with no room now (by their count or their rate).
+        keys_at_limit: u64,
+        /// Its waiting jobs held out of the claim order behind their limit key.
+        parked: u64,
     }
     let unserved = store.unserved_queues()?;
     let mut queues = Vec::new();
@@ -284,6 +288,8 @@ pub fn stats(db: &Path, json: bool) -> Result<ExitCode, Error> {
             rate_limit_claims: counts.limits.rate.map(|r| r.claims),
             rate_limit_per_ms: counts.limits.rate.map(|r| dms(r.per)),
             retry_policy: counts.retry.as_ref().map(ToString::to_string),
+            keys_at_limit: counts.keys_at_limit,
+            parked: counts.parked,
         });
     }
     let c = &stats.counters;
@@ -359,6 +365,15 @@ pub fn stats(db: &Path, json: bool) -> Result<ExitCode, Error> {
         }
         if counts.limits.is_limited() || counts.limits.is_limited_per_key() {
             println!("queue {name}: {}", format::limits(&counts.limits));
+        }
+        if counts.keys_at_limit > 0 || counts.parked > 0 {
+            println!(
+                "queue {name}: {} limit key{} at the limit, {} job{} parked behind their keys",
+                counts.keys_at_limit,
+                if counts.keys_at_limit == 1 { "" } else { "s" },
+                counts.parked,
+                if counts.parked == 1 { "" } else { "s" },
+            );
         }
         if let Some(policy) = &counts.retry {
             println!("queue {name}: a failed job waits by {policy}");

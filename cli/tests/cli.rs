@@ -1076,6 +1076,26 @@ fn pause_resume_and_limits_are_set_from_the_tool_and_shown_by_stats() {
         t.ok(&["show", &id.to_string()])
             .contains("limit key tenant-7")
     );
+    t.ok(&[
+        "enqueue",
+        "--queue",
+        "uploads",
+        "--limit-key",
+        "tenant-7",
+        "y",
+    ]);
+    assert_eq!(
+        (
+            uploads()["keys_at_limit"].as_u64(),
+            uploads()["parked"].as_u64()
+        ),
+        (Some(0), Some(1)),
+        "the second job of tenant-7 waits behind the first"
+    );
+    assert!(
+        t.ok(&["stats"])
+            .contains("0 limit keys at the limit, 1 job parked behind their keys")
+    );
     let rated = t.ok(&["limit", "uploads", "--per-key-rate", "5/1m"]);
     assert!(
         rated.contains("at most 5 claims of one limit key per 1m"),

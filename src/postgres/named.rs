@@ -117,12 +117,7 @@ impl NamedRecords for PgRecords<'_, '_, '_> {
             self.tx.execute(&make, &[&queue, &key])?;
         }
         let row = self.tx.query_one(&st, &[&queue, &key])?;
-        let record = KeyRecord {
-            running: u32::try_from(row.col::<i32>(0)?).unwrap_or(0),
-            head: row.col::<Option<i64>>(1)?.map(id),
-            recent: row.col::<Vec<i64>>(2)?.into_iter().map(time).collect(),
-            opens_at: row.col::<Option<i64>>(3)?.map(time),
-        };
+        let record = key_record(&row, 0)?;
         Ok((!record.is_empty()).then_some(record))
     }
 
@@ -315,4 +310,15 @@ pub(crate) fn queue_from(row: &postgres::Row, at: usize) -> Result<Option<QueueR
 pub(crate) fn decode_schedule(name: &str, bytes: &[u8]) -> Result<ScheduleRecord> {
     crate::codec::decode_schedule(bytes)
         .map_err(|e| Error::Corrupt(format!("schedule {name:?}: {e}")))
+}
+
+/// A limit key's record from its row's `running, head, recent, us(opens_at)`, the first of
+/// them at column `at`.
+pub(super) fn key_record(row: &postgres::Row, at: usize) -> Result<KeyRecord> {
+    Ok(KeyRecord {
+        running: u32::try_from(row.col::<i32>(at)?).unwrap_or(0),
+        head: row.col::<Option<i64>>(at + 1)?.map(id),
+        recent: row.col::<Vec<i64>>(at + 2)?.into_iter().map(time).collect(),
+        opens_at: row.col::<Option<i64>>(at + 3)?.map(time),
+    })
 }

@@ -380,6 +380,28 @@ pub(crate) fn stats(tx: Tx<'_, '_>, p: &mut Prepared<'_>) -> Result<Stats> {
             stats.note_queue(name, &record);
         }
     }
+    let keys = p.get(
+        tx,
+        "SELECT queue, running, head, recent, {s}.us(opens_at) FROM {s}.leasehold_limit_keys",
+    )?;
+    let keys = (tx.query(&keys, &[])?.iter())
+        .map(|row| Ok((row.col::<String>(0)?, super::named::key_record(row, 1)?)))
+        .collect::<Result<Vec<_>>>()?;
+    // (the predicate of `leasehold_jobs_keyed`, so the count reads that index alone)
+    let keyed = p.get(
+        tx,
+        "SELECT queue, count(*) FROM {s}.leasehold_jobs
+         WHERE state IN ('queued', 'retry_wait') AND limit_key IS NOT NULL GROUP BY queue",
+    )?;
+    let keyed = (tx.query(&keyed, &[])?.iter())
+        .map(|row| {
+            Ok((
+                row.col::<String>(0)?,
+                u64::try_from(row.col::<i64>(1)?).unwrap_or(0),
+            ))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    crate::rules::count_keys(&mut stats, keys, keyed);
     let counters = p.get(tx, "SELECT name, value FROM {s}.leasehold_counters")?;
     let mut c = Counters::default();
     for row in tx.query(&counters, &[])? {

@@ -4,6 +4,8 @@
 //! [`Store`]: crate::Store
 //! [`StoreReader`]: crate::StoreReader
 
+use std::collections::BTreeMap;
+
 use redb::{ReadTransaction, ReadableTable, TableDefinition};
 
 use crate::codec;
@@ -14,6 +16,7 @@ use crate::query::{JobFilter, JobOrder, QueueTiming};
 use crate::queue::QueueRecord;
 use crate::redb_store::schema::{self, meta_key};
 use crate::redb_store::writing::decode_job;
+use crate::rules;
 use crate::state::JobState;
 use crate::stats::Stats;
 
@@ -104,6 +107,23 @@ pub(crate) fn stats(read: &ReadTransaction, now: StoreTime) -> Result<Stats> {
     for (queue, record) in queue_records(read)? {
         stats.note_queue(queue, &record);
     }
+    let (mut keys, mut keyed) = (Vec::new(), BTreeMap::<String, u64>::new());
+    if let Some(table) = optional(read, schema::LIMIT_KEYS)? {
+        for entry in table.iter()? {
+            let (k, v) = entry?;
+            let (queue, key) = k.value();
+            keys.push((
+                queue.to_owned(),
+                super::records::key_record(queue, key, v.value())?,
+            ));
+        }
+    }
+    if let Some(table) = optional(read, schema::KEYED)? {
+        for entry in table.iter()? {
+            *keyed.entry(entry?.0.value().0.to_owned()).or_default() += 1;
+        }
+    }
+    rules::count_keys(&mut stats, keys, keyed);
     let meta = read.open_table(schema::META)?;
     if let Some(b) = meta.get(meta_key::COUNTERS)? {
         stats.counters = codec::decode_counters(b.value())

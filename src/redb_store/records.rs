@@ -454,7 +454,7 @@ impl Tx<'_> {
 }
 
 /// A limit key's record as stored.
-fn key_record(queue: &str, key: &str, bytes: &[u8]) -> Result<KeyRecord> {
+pub(crate) fn key_record(queue: &str, key: &str, bytes: &[u8]) -> Result<KeyRecord> {
     codec::decode(bytes)
         .map_err(|e| Error::Corrupt(format!("the record of limit key {key:?} of {queue:?}: {e}")))
 }

@@ -15,6 +15,7 @@ use crate::ids::StoreTime;
 use crate::job::JobRecord;
 use crate::queue::{KeyRecord, QueueLimits, Rate};
 use crate::state::JobState;
+use crate::stats::Stats;
 
 /// Whether one more of a key's jobs may start at `now` under `limits`, with `record` as it
 /// stands: fewer of them run than the per-key limit, and fewer were claimed in the per-key
@@ -29,6 +30,31 @@ pub(crate) fn key_has_room(limits: &QueueLimits, record: &KeyRecord, now: StoreT
     };
     limits.per_key.is_none_or(|n| record.running < n)
         && limits.per_key_rate.as_ref().is_none_or(in_window)
+}
+
+/// Counts into `stats`'s queues (their limits noted first) each queue's keys at their limit
+/// at `stats.now` and its parked jobs, from each key's record (`keys`: queue and record, the
+/// empty ones left out) and how many jobs with a limit key wait in each queue
+/// (`keyed_waiting`): of a key's waiting jobs only its head is in the claim order, so the
+/// rest of them are parked.
+pub(crate) fn count_keys(
+    stats: &mut Stats,
+    keys: impl IntoIterator<Item = (String, KeyRecord)>,
+    keyed_waiting: impl IntoIterator<Item = (String, u64)>,
+) {
+    let now = stats.now;
+    for (queue, n) in keyed_waiting {
+        stats.queues.entry(queue).or_default().parked += n;
+    }
+    for (queue, record) in keys {
+        let counts = stats.queues.entry(queue).or_default();
+        if record.head.is_some() {
+            counts.parked = counts.parked.saturating_sub(1);
+        }
+        if !record.is_empty() && !key_has_room(&counts.limits, &record, now) {
+            counts.keys_at_limit += 1;
+        }
+    }
 }
 
 /// How a change of a keyed job from `old` (`None`: new) to `new` moves its key: the change in

@@ -22,6 +22,8 @@ crate::on_both::on_both!(
     a_bad_limit_key_or_per_key_limit_is_refused_and_nothing_is_written,
     a_filter_by_state_finds_a_keys_parked_jobs_and_a_bulk_cancel_takes_them_all,
     an_idle_pool_looks_again_when_a_keys_rate_window_opens_unless_its_queue_has_no_room,
+    the_stats_count_the_keys_at_their_limit_and_the_jobs_parked_behind_their_keys,
+    the_stats_count_a_key_whose_rate_window_is_spent_as_at_its_limit,
 );
 
 /// A job of `key`, its payload naming it.
@@ -412,4 +414,65 @@ fn an_idle_pool_looks_again_when_a_keys_rate_window_opens_unless_its_queue_has_n
     // a paused queue has no room whatever its keys' windows say: nothing to look for
     f.pause_queue(Q).unwrap();
     assert_eq!(leasehold::__private::next_due(&*f, Q).unwrap(), None);
+}
+
+/// `(keys at their limit, parked jobs)` of `Q`, as the store's stats count them.
+fn key_gauges(f: &Backend) -> (u64, u64) {
+    let stats = f.stats().unwrap();
+    let q = &stats.queues[Q];
+    (q.keys_at_limit, q.parked)
+}
+
+/// What an operator reads to see tenants held back: keys with no room (by their count or
+/// their rate window) and the waiting jobs behind their keys, which no claim sees.
+fn the_stats_count_the_keys_at_their_limit_and_the_jobs_parked_behind_their_keys(kind: Kind) {
+    let f = kind.open();
+    f.declare_queue(Q).unwrap();
+    f.set_queue_limits(Q, QueueLimits::none().per_key(2))
+        .unwrap();
+    for (key, n) in [("a", 5), ("b", 1), ("c", 3)] {
+        for i in 0..n {
+            f.enqueue(job(key, &format!("{key}{i}"))).unwrap();
+        }
+    }
+    f.enqueue(NewJob::new(Q, "plain")).unwrap();
+    assert_eq!(
+        key_gauges(&f),
+        (0, 6),
+        "every key has room; all but its head wait parked"
+    );
+    let running = claim_all(&f, "w");
+    assert_eq!(payloads(&running), ["a0", "a1", "b0", "c0", "c1", "plain"]);
+    assert_eq!(
+        key_gauges(&f),
+        (2, 4),
+        "a and c run two each: a3 a4 a2 and c2 wait"
+    );
+    complete_id(&f, running[0].job);
+    assert_eq!(
+        key_gauges(&f),
+        (1, 3),
+        "a has room, a2 its head; a3 a4 and c2 wait"
+    );
+    let blocked = f.stats().unwrap();
+    assert_eq!(
+        blocked.queues[Q].get(JobState::Queued),
+        4,
+        "parked jobs are queued jobs"
+    );
+}
+
+/// A rate's spent window holds a key at its limit with nothing of it running.
+fn the_stats_count_a_key_whose_rate_window_is_spent_as_at_its_limit(kind: Kind) {
+    let minute = Duration::from_secs(60);
+    let f = rated(kind, 1, minute);
+    f.enqueue(job("r", "r0")).unwrap();
+    f.enqueue(job("r", "r1")).unwrap();
+    let first = claim_all(&f, "w");
+    f.complete(&first[0], b"").unwrap();
+    assert_eq!(key_gauges(&f), (1, 1));
+    f.advance(minute);
+    assert_eq!(key_gauges(&f).0, 0, "its window has room again");
+    assert_eq!(payloads(&claim_all(&f, "w")), ["r1"]);
+    assert_eq!(key_gauges(&f), (1, 0));
 }

@@ -56,6 +56,10 @@ fn queue_health(registry: &mut Registry, s: &Scrape<'_>) {
         Family::<Labels, Gauge>::default(),
         Family::<Labels, Gauge>::default(),
     );
+    let (keys_at_limit, parked) = (
+        Family::<Labels, Gauge>::default(),
+        Family::<Labels, Gauge>::default(),
+    );
     for (queue, counts) in &s.stats.queues {
         let q = vec![("queue", queue.clone())];
         let due = (s.timings.iter().find(|(name, _)| name == queue))
@@ -70,6 +74,14 @@ fn queue_health(registry: &mut Registry, s: &Scrape<'_>) {
         }
         if let Some(max) = counts.limits.per_key {
             per_key.get_or_create(&q).set(i64::from(max));
+        }
+        if counts.limits.per_key.is_some() || counts.limits.per_key_rate.is_some() {
+            keys_at_limit
+                .get_or_create(&q)
+                .set(gauge(counts.keys_at_limit));
+        }
+        if counts.parked > 0 || counts.limits.per_key.is_some() {
+            parked.get_or_create(&q).set(gauge(counts.parked));
         }
         let idle = s.unserved.iter().any(|u| u.queue == *queue);
         unserved.get_or_create(&q).set(i64::from(idle));
@@ -88,6 +100,16 @@ fn queue_health(registry: &mut Registry, s: &Scrape<'_>) {
         "queue_per_key_limit",
         "How many jobs of one limit key the queue holds at once, each key apart (absent: none)",
         per_key,
+    );
+    registry.register(
+        "queue_limit_keys_at_limit",
+        "The queue's limit keys with no room now, by their per-key limit or rate (absent: no per-key limit)",
+        keys_at_limit,
+    );
+    registry.register(
+        "queue_parked_jobs",
+        "Waiting jobs of the queue held out of the claim order behind their limit key",
+        parked,
     );
     registry.register(
         "queue_unserved",

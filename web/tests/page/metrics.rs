@@ -53,6 +53,9 @@ fn a_queue_at_its_limit_an_unserved_queue_and_a_late_schedule_are_metrics(kind: 
     f.set_queue_limits(Q, limits).unwrap();
     let hour = leasehold::LeaseTerms::new(Duration::from_secs(3600));
     let held = f.claim(Q, "w", hour).unwrap().unwrap();
+    for tenant in ["t", "t"] {
+        f.enqueue(NewJob::new(Q, "k").limit_key(tenant)).unwrap();
+    }
     f.enqueue(NewJob::new("forgotten", "x")).unwrap();
     let every = Duration::from_secs(10);
     let tick = leasehold::Schedule::every("tick", every, NewJob::new("ticks", "t"));
@@ -65,7 +68,13 @@ fn a_queue_at_its_limit_an_unserved_queue_and_a_late_schedule_are_metrics(kind: 
     let m = scrape(&text(&get(&page, "/metrics")));
     assert_eq!(sample(&m, "queue_concurrency_limit", "queue=q"), Some(1.0));
     assert_eq!(sample(&m, "queue_per_key_limit", "queue=q"), Some(3.0));
-    assert_eq!(sample(&m, "queue_waiting_at_limit", "queue=q"), Some(2.0));
+    assert_eq!(sample(&m, "queue_waiting_at_limit", "queue=q"), Some(4.0));
+    assert_eq!(sample(&m, "queue_parked_jobs", "queue=q"), Some(1.0));
+    assert_eq!(
+        sample(&m, "queue_limit_keys_at_limit", "queue=q"),
+        Some(0.0)
+    );
+    assert_eq!(sample(&m, "queue_parked_jobs", "queue=forgotten"), None);
     assert_eq!(
         sample(&m, "queue_concurrency_limit", "queue=forgotten"),
         None
