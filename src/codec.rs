@@ -23,9 +23,9 @@ use crate::state::JobState;
 /// queue's limits ([`decode_job`], [`decode_queue`], [`decode_schedule`]); version 6
 /// appended its lease's token to a job's record; version 7 appended its expiry, and may
 /// name the state `Expired`, appended a group's parent and subgroups to its record, and its
-/// jobs' expiry to a schedule's. Every other record is encoded as in version 1, so for them all
-/// versions decode alike.
-pub const FORMAT_VERSION: u8 = 7;
+/// jobs' expiry to a schedule's; version 8 appended its key to a group's record. Every other
+/// record is encoded as in version 1, so for them all versions decode alike.
+pub const FORMAT_VERSION: u8 = 8;
 
 /// The version before workflows, whose job records end where [`JobRecord::flow`] begins.
 const BEFORE_FLOW: u8 = 2;
@@ -43,6 +43,10 @@ const BEFORE_TOKEN: u8 = 5;
 
 /// The version before expiries, whose job records end where their expiry begins.
 const BEFORE_EXPIRY: u8 = 6;
+
+/// The version before groups' keys in their records, whose group records end where their
+/// key begins.
+const BEFORE_GROUP_KEY: u8 = 7;
 
 /// The first format version, still read.
 const FIRST_VERSION: u8 = 1;
@@ -111,16 +115,22 @@ pub(crate) trait Stored: Decode<()> {
 impl Stored for crate::checkpoint::CheckpointRecord {}
 impl Stored for crate::job_log::LogRecord {}
 
-/// A group's record: one of a version before 7 reads as one in no group, with none in it.
+/// A group's record: one of a version before 7 reads as one in no group, with none in it;
+/// one before 8 as one without a key.
 impl Stored for crate::workflow::GroupRecord {
     fn from_stored(bytes: &[u8]) -> Result<Self, CodecError> {
         let (version, body) = split(bytes)?;
         let parent = || encode(&None::<crate::ids::GroupId>);
         let subgroups = || encode(&Vec::<crate::ids::GroupId>::new());
+        let key = || encode(&None::<String>);
         decode_appended(
             version,
             body,
-            &[(BEFORE_EXPIRY, &parent), (BEFORE_EXPIRY, &subgroups)],
+            &[
+                (BEFORE_EXPIRY, &parent),
+                (BEFORE_EXPIRY, &subgroups),
+                (BEFORE_GROUP_KEY, &key),
+            ],
         )
     }
 }
@@ -617,19 +627,24 @@ mod tests {
         let mut group = crate::rules::new_group(GroupId(3), StoreTime(5));
         group.members = 2;
         group.waiters = vec![JobId(9)];
-        // Version 6 wrote every field but the last two (`None` and an empty list: one byte
-        // each).
+        // Version 6 wrote every field but the last three (`None`, an empty list and `None`:
+        // one byte each), version 7 every field but the key.
         let mut v6 = encode(&group);
-        v6.truncate(v6.len() - 2);
+        v6.truncate(v6.len() - 3);
         v6[0] = BEFORE_EXPIRY;
         let read = |bytes: &[u8]| decode_stored::<GroupRecord>(Some(bytes), || "g".into());
         assert_eq!(read(&v6).unwrap(), Some(group.clone()));
         group.parent = Some(GroupId(1));
         group.subgroups = vec![GroupId(4)];
+        let mut v7 = encode(&group);
+        v7.pop();
+        v7[0] = BEFORE_GROUP_KEY;
+        assert_eq!(read(&v7).unwrap(), Some(group.clone()), "no key");
+        group.key = Some("batch 42".into());
         assert_eq!(read(&encode(&group)).unwrap(), Some(group.clone()));
         let mut older = encode(&group);
-        older[0] = BEFORE_EXPIRY;
-        assert!(read(&older).is_err(), "its parent is trailing bytes");
+        older[0] = BEFORE_GROUP_KEY;
+        assert!(read(&older).is_err(), "its key is trailing bytes");
     }
 
     #[test]

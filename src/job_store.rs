@@ -536,17 +536,24 @@ pub trait JobStore: ReadJobs + LeaseBackend {
         reaper_pass(self, None, None).map(|(report, _)| report)
     }
 
-    /// Deletes terminal jobs in `states` (succeeded, dead, cancelled) that finished at least
-    /// `older_than` ago on the store clock, with their payloads, outputs and history, in
-    /// batches like the reaper. Their ids are never reused. Returns how many were deleted.
+    /// Deletes terminal jobs in `states` (succeeded, dead, cancelled, expired) that finished
+    /// at least `older_than` ago on the store clock, with their payloads, outputs, history,
+    /// checkpoints and logs, in batches like the reaper; then the groups that ended as long
+    /// ago and that nothing stored refers to any more (no member, no job that waited for
+    /// them, no group in them), with their keys. Their ids are never reused. Returns how many
+    /// jobs were deleted.
     fn purge(&self, older_than: Duration, states: &[JobState]) -> Result<usize> {
-        let batch = self.policy().reap_batch;
-        protocol::purge_in_batches(self.clock(), older_than, batch, |from, cutoff, limit| {
-            let states = states.to_vec();
-            write(self, move |r| {
-                protocol::purge(r, from, cutoff, &states, limit)
-            })
-        })
+        let (now, batch) = (self.clock(), self.policy().reap_batch);
+        let start = (StoreTime::ZERO, JobId(0));
+        let purged =
+            protocol::purge_in_batches(now, older_than, batch, start, |from, cutoff, limit| {
+                let states = states.to_vec();
+                write(self, move |r| {
+                    protocol::purge(r, from, cutoff, &states, limit)
+                })
+            })?;
+        purge_groups(self, now, older_than)?;
+        Ok(purged)
     }
 
     /// The queue's wake-up generation. Read it *before* looking for work, then pass it to
@@ -660,6 +667,21 @@ pub(crate) fn reaper_pass(
     }
     store.note_reaper_pass(&crate::report::ReaperPass::of(&report, began, ended, every))?;
     Ok((report, Some(ended)))
+}
+
+/// Deletes the groups that ended at least `older_than` before `now` and that nothing
+/// stored refers to any more ([`protocol::purge_groups`]), in batches. Returns how many.
+pub(crate) fn purge_groups(
+    store: &(impl JobStore + ?Sized),
+    now: StoreTime,
+    older_than: Duration,
+) -> Result<usize> {
+    let (batch, start) = (store.policy().reap_batch, (StoreTime::ZERO, GroupId(0)));
+    protocol::purge_in_batches(now, older_than, batch, start, |from, cutoff, limit| {
+        write(store, move |r| {
+            protocol::purge_groups(r, from, cutoff, limit)
+        })
+    })
 }
 
 /// `act` on every job `filter` names, a page of them per transaction (see

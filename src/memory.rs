@@ -248,6 +248,29 @@ impl Records for Tx<'_> {
         self.s.group_keys.insert(key.to_owned(), group);
         Ok(())
     }
+    fn ended_groups(
+        &mut self,
+        from: (StoreTime, GroupId),
+        until: StoreTime,
+        n: usize,
+    ) -> Result<Vec<GroupRecord>> {
+        let at = |g: &GroupRecord| Some((g.finished_at?, g.id)).filter(|a| a.0 <= until);
+        let mut ended: Vec<_> = (self.s.groups.values())
+            .filter(|g| at(g).is_some_and(|a| a >= from))
+            .cloned()
+            .collect();
+        ended.sort_by_key(|g| at(g));
+        ended.truncate(n);
+        Ok(ended)
+    }
+    fn delete_group(&mut self, group: &GroupRecord) -> Result<()> {
+        self.s.groups.remove(&group.id);
+        let key = group.key.as_deref().unwrap_or_default();
+        if self.s.group_keys.get(key) == Some(&group.id) {
+            self.s.group_keys.remove(key);
+        }
+        Ok(())
+    }
 }
 
 impl NamedRecords for Tx<'_> {
@@ -409,6 +432,7 @@ impl ReadJobs for MemoryStore {
                 .filter(|j| j.limit.is_some() && j.state.is_waiting());
             let keyed = keyed.map(|j| (j.queue.clone(), 1));
             rules::count_keys(&mut stats, keys, keyed);
+            s.groups.values().for_each(|g| stats.note_group(g));
             stats
         }))
     }

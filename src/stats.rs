@@ -122,6 +122,10 @@ pub struct Stats {
     pub counters: Counters,
     /// The last reaper pass any process made on the store (`None` before the first).
     pub last_reaper_pass: Option<crate::report::ReaperPass>,
+    /// Groups that have not ended: open to new members, or sealed with members to end.
+    pub open_groups: u64,
+    /// Jobs blocked until an open group ends: its callbacks, and any job made to wait for it.
+    pub waiting_for_groups: u64,
 }
 
 impl Stats {
@@ -133,6 +137,15 @@ impl Stats {
         counts.paused = record.paused;
         counts.limits = record.limits;
         counts.retry = record.retry.clone();
+    }
+
+    /// Adds `group`, if it has not ended, to the open groups and its waiters to the jobs
+    /// waiting for them.
+    pub(crate) fn note_group(&mut self, group: &crate::workflow::GroupRecord) {
+        if group.finished_at.is_none() {
+            self.open_groups += 1;
+            self.waiting_for_groups += group.waiters.len() as u64;
+        }
     }
 
     /// How many jobs are in `state` across all queues.

@@ -191,6 +191,10 @@ pub(crate) struct GroupRecord {
     pub parent: Option<GroupId>,
     /// The groups that are its members, in the order they joined.
     pub subgroups: Vec<GroupId>,
+    /// The key it was made with ([`crate::NewGroup::key`]), given up with the record when
+    /// retention purges it. (After the fields of format 7, so that the codec reads an older
+    /// record as one without a key; the upgrade to format 8 fills it in.)
+    pub key: Option<String>,
 }
 
 impl GroupRecord {

@@ -63,6 +63,8 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(queue, per_key, key_rate)| Op::Limit { queue, concurrency: None, rate: None, per_key, key_rate }),
         3 => prop_oneof![1u16..30, 55u16..130].prop_map(|secs| Op::Advance { secs }),
         2 => Just(Op::Reap),
+        1 => (any::<u16>(), any::<u8>())
+            .prop_map(|(older_than_s, states)| Op::Purge { older_than_s, states }),
         1 => Just(Op::Reopen),
         1 => Just(Op::ProcessDies),
     ]

@@ -75,6 +75,10 @@ fn holds_what_was_written(store: &dyn ReadJobs, running_taken_back: bool) {
     let mut found = counted(store);
     found.sort();
     assert_eq!(found, want, "the previous release's jobs");
+    // Its group, upgraded: still open, with its callback waiting (the redb upgrade and the
+    // PostgreSQL one mark open groups from their records).
+    let stats = store.stats().unwrap();
+    assert_eq!((stats.open_groups, stats.waiting_for_groups), (1, 1));
     let done = store
         .jobs(&JobFilter {
             queue: Some("mail".into()),
@@ -182,6 +186,8 @@ fn ran_everything(store: &dyn ReadJobs, ran: &[String], ticked: bool) {
             (JobState::Cancelled, 1)
         ]
     );
+    let stats = store.stats().unwrap();
+    assert_eq!((stats.open_groups, stats.waiting_for_groups), (0, 0));
     let check = store.check().unwrap();
     assert!(check.is_clean(), "{:?}", check.problems);
 }
@@ -283,4 +289,63 @@ fn a_postgres_schema_of_the_previous_release_is_upgraded_and_runs_every_job() {
     admin
         .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
         .unwrap();
+}
+
+/// A store of schema version 10 (groups kept without their keys in their records, no index
+/// of their ends), made from one of this build by undoing both: the upgrade indexes the
+/// groups and keeps each key in its group's record, so the stats count the open one and
+/// retention purges the ended one with its key.
+#[test]
+fn a_store_of_schema_10_has_its_groups_indexed_and_their_keys_kept_by_the_upgrade() {
+    use leasehold::redb::{ReadableTable, TableDefinition};
+    const META: TableDefinition<&str, &[u8]> = TableDefinition::new("leasehold.meta");
+    const GROUPS: TableDefinition<u64, &[u8]> = TableDefinition::new("leasehold.groups");
+    const GROUP_ENDS: TableDefinition<(u64, u64), ()> =
+        TableDefinition::new("leasehold.group_ends");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v10.redb");
+    let clock = ManualClock::new();
+    let (open, ended) = {
+        let store = Store::builder(&path).clock(clock.clone()).open().unwrap();
+        let open = store.open_group(NewGroup::new().key("k1")).unwrap();
+        let ended = store.open_group(NewGroup::new().key("k2")).unwrap();
+        store.seal_group(ended).unwrap();
+        (open, ended)
+    };
+    {
+        let db = leasehold::redb::Database::open(&path).unwrap();
+        let txn = db.begin_write().unwrap();
+        {
+            let mut groups = txn.open_table(GROUPS).unwrap();
+            let records: Vec<(u64, Vec<u8>)> = (groups.iter().unwrap())
+                .map(|e| {
+                    let (k, v) = e.unwrap();
+                    (k.value(), v.value().to_vec())
+                })
+                .collect();
+            for (id, mut bytes) in records {
+                // Format 7 ends before the key: `Some("kN")` is four bytes.
+                bytes.truncate(bytes.len() - 4);
+                bytes[0] = 7;
+                groups.insert(id, bytes.as_slice()).unwrap();
+            }
+            let mut meta = txn.open_table(META).unwrap();
+            meta.insert("schema_version", 10u32.to_le_bytes().as_slice())
+                .unwrap();
+        }
+        txn.delete_table(GROUP_ENDS).unwrap();
+        txn.commit().unwrap();
+    }
+    let store = Store::builder(&path).clock(clock.clone()).open().unwrap();
+    assert_eq!(store.upgraded_from(), Some(10));
+    let stats = store.stats().unwrap();
+    assert_eq!((stats.open_groups, stats.waiting_for_groups), (1, 0));
+    clock.advance(HOUR);
+    store.purge(Duration::from_secs(60), &[]).unwrap();
+    assert!(store.group(ended).unwrap().is_none(), "purged");
+    let again = store.open_group(NewGroup::new().key("k2")).unwrap();
+    assert_ne!(again, ended, "its key was given up with it");
+    assert_eq!(store.open_group(NewGroup::new().key("k1")).unwrap(), open);
+    let check = store.check().unwrap();
+    assert!(check.is_clean(), "{:?}", check.problems);
 }

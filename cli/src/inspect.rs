@@ -311,6 +311,9 @@ pub fn stats(db: &Path, json: bool) -> Result<ExitCode, Error> {
             last_reaper_pass: Option<ReaperPassView>,
             /// Schedules the last scheduler pass could not fire, with why.
             failing_schedules: BTreeMap<String, String>,
+            /// Groups that have not ended, and the jobs (callbacks) blocked until they do.
+            open_groups: u64,
+            waiting_for_groups: u64,
         }
         #[derive(Serialize)]
         struct ReaperPassView {
@@ -339,6 +342,8 @@ pub fn stats(db: &Path, json: bool) -> Result<ExitCode, Error> {
                 late: p.late(now),
             }),
             failing_schedules,
+            open_groups: stats.open_groups,
+            waiting_for_groups: stats.waiting_for_groups,
         });
         return Ok(ExitCode::SUCCESS);
     }
@@ -378,6 +383,20 @@ pub fn stats(db: &Path, json: bool) -> Result<ExitCode, Error> {
         if let Some(policy) = &counts.retry {
             println!("queue {name}: a failed job waits by {policy}");
         }
+    }
+    if stats.open_groups > 0 {
+        println!(
+            "{} group{} open, {} job{} waiting for {}",
+            stats.open_groups,
+            if stats.open_groups == 1 { "" } else { "s" },
+            stats.waiting_for_groups,
+            if stats.waiting_for_groups == 1 {
+                ""
+            } else {
+                "s"
+            },
+            if stats.open_groups == 1 { "it" } else { "them" },
+        );
     }
     for (name, failure) in &failing_schedules {
         println!(

@@ -373,7 +373,8 @@ enum Command {
         #[arg(long)]
         none: bool,
     },
-    /// Delete finished jobs (and their history) older than a retention period.
+    /// Delete finished jobs (and their history) older than a retention period, then the
+    /// groups that ended as long ago and that no stored job or group refers to any more.
     Purge {
         /// How long ago they must have finished (e.g. 7d).
         #[arg(long, value_parser = parse_duration)]

@@ -1655,6 +1655,12 @@ fn group_names_the_group_it_is_in_and_the_groups_in_it() {
     assert_eq!(v["subgroups"], serde_json::json!([inner]), "{v}");
     let v = t.json(&["group", &inner.to_string()]);
     assert_eq!(v["parent"], outer, "{v}");
+    let said = t.ok(&["stats"]);
+    assert!(
+        said.contains("2 groups open, 0 jobs waiting for them"),
+        "{said}"
+    );
+    assert_eq!(t.json(&["stats"])["open_groups"], 2);
 }
 
 /// `wait` in another process hears an end the application commits while it waits: it

@@ -402,6 +402,18 @@ pub(crate) fn stats(tx: Tx<'_, '_>, p: &mut Prepared<'_>) -> Result<Stats> {
         })
         .collect::<Result<Vec<_>>>()?;
     crate::rules::count_keys(&mut stats, keys, keyed);
+    let open = p.get(
+        tx,
+        "SELECT id, record FROM {s}.leasehold_groups WHERE ended_at IS NULL",
+    )?;
+    for row in tx.query(&open, &[])? {
+        let id: i64 = row.col(0)?;
+        let group: Option<crate::workflow::GroupRecord> =
+            crate::codec::decode_stored(Some(row.col::<&[u8]>(1)?), || {
+                format!("the record of group {id}")
+            })?;
+        group.inspect(|g| stats.note_group(g));
+    }
     let counters = p.get(tx, "SELECT name, value FROM {s}.leasehold_counters")?;
     let mut c = Counters::default();
     for row in tx.query(&counters, &[])? {

@@ -691,10 +691,51 @@ impl Records for PgRecords<'_, '_, '_> {
         Ok(made)
     }
 
+    fn ended_groups(
+        &mut self,
+        from: (StoreTime, GroupId),
+        until: StoreTime,
+        n: usize,
+    ) -> Result<Vec<GroupRecord>> {
+        let st = self.get(
+            "SELECT id, record FROM {s}.leasehold_groups
+             WHERE (ended_at, id) >= ({s}.at($1), $2) AND ended_at <= {s}.at($3)
+             ORDER BY ended_at, id
+             LIMIT $4
+             FOR UPDATE SKIP LOCKED",
+        )?;
+        let n = i64::try_from(n).unwrap_or(i64::MAX);
+        let params: [&(dyn ToSql + Sync); 4] = [&us(from.0), &clamp(from.1.0), &us(until), &n];
+        let rows = self.tx.query(&st, &params)?;
+        let mut ended = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let id: i64 = row.col(0)?;
+            let bytes = Some(row.col::<&[u8]>(1)?);
+            ended.extend(codec::decode_stored(bytes, || {
+                format!("the record of group {id}")
+            })?);
+        }
+        Ok(ended)
+    }
+
+    fn delete_group(&mut self, group: &GroupRecord) -> Result<()> {
+        let st = self.get("DELETE FROM {s}.leasehold_groups WHERE id = $1")?;
+        self.tx.execute(&st, &[&clamp(group.id.0)])?;
+        if let Some(key) = &group.key {
+            let st =
+                self.get("DELETE FROM {s}.leasehold_group_keys WHERE key = $1 AND grp = $2")?;
+            self.tx.execute(&st, &[key, &clamp(group.id.0)])?;
+        }
+        Ok(())
+    }
+
     fn save_group(&mut self, group: &GroupRecord) -> Result<()> {
-        let st = self.get("UPDATE {s}.leasehold_groups SET record = $2 WHERE id = $1")?;
+        let st = self.get(
+            "UPDATE {s}.leasehold_groups SET record = $2, ended_at = {s}.at($3) WHERE id = $1",
+        )?;
+        let ended = group.finished_at.map(us);
         self.tx
-            .execute(&st, &[&clamp(group.id.0), &codec::encode(group)])?;
+            .execute(&st, &[&clamp(group.id.0), &codec::encode(group), &ended])?;
         Ok(())
     }
 

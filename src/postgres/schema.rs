@@ -39,7 +39,10 @@ use crate::error::Result;
 /// checkpoints and attempts' logs (`since_8`, [`crate::NewGroup::key`]); a version 7 build would make a
 /// second group of a key, and is refused. Version 9 adds jobs' expiry and the state
 /// `expired` (`since_9`); a version 8 build would run an expired job, and is refused.
-pub const VERSION: u32 = 9;
+/// Version 10 keeps when each group ended in its row (`since_10`) and each group's key in
+/// its record (codec format 8); a version 9 build would leave an ended group open there,
+/// and is refused.
+pub const VERSION: u32 = 10;
 
 /// The tables version 2 added, made by a new store and by the upgrade from version 1 alike:
 /// each queue's record (pause, limits, the rate window, the served mark) and each periodic
@@ -195,6 +198,19 @@ ALTER TABLE {s}.leasehold_jobs ADD CONSTRAINT leasehold_jobs_state_check
 ALTER TABLE {s}.leasehold_jobs VALIDATE CONSTRAINT leasehold_jobs_state_check;
 CREATE INDEX IF NOT EXISTS leasehold_jobs_expiring ON {s}.leasehold_jobs (expires_at)
     WHERE expires_at IS NOT NULL AND state IN ('queued', 'retry_wait', 'blocked');
+"
+    };
+}
+
+/// What version 10 added, made by a new store and by the upgrade alike: when each group
+/// ended (`NULL` while it is open), indexed, so that the stats count the open groups and
+/// retention finds the old ones without reading every group a store ever made. The upgrade
+/// sets it, and each keyed group's key in its record, from the records (`index_groups`).
+macro_rules! since_10 {
+    () => {
+        "
+ALTER TABLE {s}.leasehold_groups ADD COLUMN IF NOT EXISTS ended_at timestamptz;
+CREATE INDEX IF NOT EXISTS leasehold_groups_ended ON {s}.leasehold_groups (ended_at);
 "
     };
 }
@@ -415,6 +431,7 @@ CREATE TABLE {s}.leasehold_counters (name text PRIMARY KEY, value bigint NOT NUL
     since_7!(),
     since_8!(),
     since_9!(),
+    since_10!(),
     r#"
 INSERT INTO {s}.leasehold_counters (name, value) VALUES
     ('reclaimed_by_reaper', 0), ('reclaimed_by_takeover', 0), ('reclaimed_at_open', 0),
@@ -573,6 +590,10 @@ pub(crate) fn prepare(client: &mut Client, names: &Names, create: bool) -> Resul
     if upgraded.is_some_and(|v| v <= 8) {
         tx.batch_execute(&names.sql(since_9!()))?;
     }
+    if upgraded.is_some_and(|v| v <= 9) {
+        tx.batch_execute(&names.sql(since_10!()))?;
+        index_groups(&mut tx, names)?;
+    }
     super::schema_check::check_tables(&mut tx, &names.schema)?;
     if let Some(older) = upgraded {
         tx.execute(
@@ -588,4 +609,31 @@ pub(crate) fn prepare(client: &mut Client, names: &Names, create: bool) -> Resul
     }
     tx.commit()?;
     Ok(upgraded)
+}
+
+/// Sets each group's end from its record, and keeps each keyed group's key in its record:
+/// the upgrade to version 10, in its transaction. (Groups are few beside jobs; each record is
+/// read once.)
+fn index_groups(tx: &mut postgres::Transaction<'_>, names: &Names) -> Result<()> {
+    let rows = tx.query(
+        &names.sql(
+            "SELECT g.id, g.record, k.key FROM {s}.leasehold_groups g
+             LEFT JOIN {s}.leasehold_group_keys k ON k.grp = g.id",
+        ),
+        &[],
+    )?;
+    let save = names
+        .sql("UPDATE {s}.leasehold_groups SET record = $2, ended_at = {s}.at($3) WHERE id = $1");
+    for row in &rows {
+        let id: i64 = row.col(0)?;
+        let record: Option<crate::workflow::GroupRecord> =
+            crate::codec::decode_stored(Some(row.col::<&[u8]>(1)?), || {
+                format!("the record of group {id}")
+            })?;
+        let Some(mut group) = record else { continue };
+        group.key = row.col(2)?;
+        let ended = group.finished_at.map(super::rows::us);
+        tx.execute(&save, &[&id, &crate::codec::encode(&group), &ended])?;
+    }
+    Ok(())
 }

@@ -105,7 +105,14 @@ const COLUMNS: &[(&str, &[(&str, &str)])] = &[
         &[("name", "text"), ("record", "bytea")],
     ),
     ("leasehold_waits", &[("job", "int8"), ("waiter", "int8")]),
-    ("leasehold_groups", &[("id", "int8"), ("record", "bytea")]),
+    (
+        "leasehold_groups",
+        &[
+            ("id", "int8"),
+            ("record", "bytea"),
+            ("ended_at", "timestamptz"),
+        ],
+    ),
     ("leasehold_group_keys", &[("key", "text"), ("grp", "int8")]),
     (
         "leasehold_checkpoints",
@@ -132,6 +139,7 @@ const INDEXES: &[&str] = &[
     "leasehold_jobs_group",
     "leasehold_waits_pkey",
     "leasehold_groups_pkey",
+    "leasehold_groups_ended",
     "leasehold_group_keys_pkey",
     "leasehold_checkpoints_pkey",
     "leasehold_logs_pkey",

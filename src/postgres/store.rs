@@ -346,16 +346,23 @@ impl ReadJobs for PgStore {
 impl JobStore for PgStore {
     /// One statement per batch (`fast.rs`).
     fn purge(&self, older_than: std::time::Duration, states: &[JobState]) -> Result<usize> {
-        if !self.settings().shortcuts {
-            let (now, batch) = (self.now()?, self.policy().reap_batch);
-            return protocol::purge_in_batches(now, older_than, batch, |from, cutoff, limit| {
-                self.records(|r| protocol::purge(r, from, cutoff, states, limit))
-            });
-        }
-        let pass = crate::batches::run(self.policy().reap_batch, |limit| {
-            self.in_transaction(|tx, p| fast::purge_batch(tx, p, older_than, states, limit))
-        })?;
-        Ok(pass.items.len())
+        let (now, batch) = (self.now()?, self.policy().reap_batch);
+        let purged = match self.settings().shortcuts {
+            false => {
+                let start = (StoreTime::ZERO, JobId(0));
+                protocol::purge_in_batches(now, older_than, batch, start, |from, cutoff, n| {
+                    self.records(|r| protocol::purge(r, from, cutoff, states, n))
+                })?
+            }
+            true => {
+                let pass = crate::batches::run(batch, |limit| {
+                    self.in_transaction(|tx, p| fast::purge_batch(tx, p, older_than, states, limit))
+                })?;
+                pass.items.len()
+            }
+        };
+        crate::job_store::purge_groups(self, now, older_than)?;
+        Ok(purged)
     }
 
     /// Starts this handle's `LISTEN` connection, if it has none yet: commits on other

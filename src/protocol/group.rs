@@ -4,14 +4,15 @@
 
 use super::Records;
 use super::flow::walk;
-use super::operate::enqueue_as;
+use super::operate::{after, enqueue_as};
+use crate::batches::Batch;
 use crate::error::{Error, Result};
-use crate::ids::{GroupId, JobId};
+use crate::ids::{GroupId, JobId, StoreTime};
 use crate::new_job::NewGroup;
 use crate::new_job::NewJob;
 use crate::rules;
 use crate::state::JobState;
-use crate::workflow::Target;
+use crate::workflow::{GroupRecord, Target};
 
 /// The group `new`'s key already names, if it has a key and one does ([`NewGroup::key`]):
 /// opening it again makes nothing. The key is held until the transaction ends, so two
@@ -53,6 +54,7 @@ pub(crate) fn open_group(r: &mut (impl Records + ?Sized), new: &NewGroup) -> Res
     let now = r.now()?;
     let mut record = rules::new_group(GroupId(0), now);
     record.parent = new.parent;
+    record.key = new.key.clone();
     let id = r.insert_group(record)?;
     if let Some(parent) = parent {
         r.save_group(&rules::joined_by_group(&parent, id)?)?;
@@ -130,4 +132,48 @@ pub(crate) fn cancel_group(r: &mut (impl Records + ?Sized), id: GroupId) -> Resu
         groups.extend(group.subgroups.iter().rev());
     }
     Ok(changed)
+}
+
+/// Deletes the groups that ended at or before `cutoff` and that nothing refers to any more
+/// ([`rules::purgeable_group`]), looking at up to `limit` ended groups from position `from`
+/// on; returns the batch (the groups it deleted, the groups it looked at) and the position
+/// the next batch starts from, just past the last one looked at.
+pub(crate) fn purge_groups(
+    r: &mut (impl Records + ?Sized),
+    from: (StoreTime, GroupId),
+    cutoff: StoreTime,
+    limit: usize,
+) -> Result<(Batch<GroupId>, (StoreTime, GroupId))> {
+    let ended = r.ended_groups(from, cutoff, limit)?;
+    let next = (ended.last())
+        .and_then(|g| Some(after(g.finished_at?, g.id.0, GroupId)))
+        .unwrap_or(from);
+    let mut items = Vec::new();
+    for group in &ended {
+        if rules::purgeable_group(group, cutoff, referred(r, group)?) {
+            r.delete_group(group)?;
+            items.push(group.id);
+        }
+    }
+    let looked = ended.len();
+    Ok((Batch { items, looked }, next))
+}
+
+/// Whether anything stored still refers to `group`: a member, a job that waits or waited
+/// for it, a group in it.
+fn referred(r: &mut (impl Records + ?Sized), group: &GroupRecord) -> Result<bool> {
+    if !r.members(group.id)?.is_empty() {
+        return Ok(true);
+    }
+    for &waiter in &group.waiters {
+        if r.job(waiter)?.is_some() {
+            return Ok(true);
+        }
+    }
+    for &sub in &group.subgroups {
+        if r.group(sub)?.is_some() {
+            return Ok(true);
+        }
+    }
+    Ok(false)
 }

@@ -48,7 +48,9 @@ pub(crate) use attempt::{Stages, append_log, complete, end, expire, renew_batch,
 #[cfg(feature = "postgres")]
 pub(crate) use attempt::{complete_by_steps, complete_many};
 pub(crate) use claim::{claim_batch, claim_job, round_claim};
-pub(crate) use group::{cancel_group, enqueue_members, keyed_group, open_group, seal_group};
+pub(crate) use group::{
+    cancel_group, enqueue_members, keyed_group, open_group, purge_groups, seal_group,
+};
 pub(crate) use operate::{
     cancel, declare_queue, declare_schedule, edit, enqueue, enqueue_batch, expire_waiting,
     fire_schedules, mark_served, pause_queue, pause_schedule, purge, purge_in_batches, reap_batch,

@@ -267,7 +267,7 @@ pub(crate) fn purge(
     let finished = r.finished(from, cutoff, limit)?;
     let next = finished
         .last()
-        .and_then(|j| Some(just_after((j.finished_at?, j.id))))
+        .and_then(|j| Some(after(j.finished_at?, j.id.0, JobId)))
         .unwrap_or(from);
     let mut items = Vec::new();
     for job in finished.iter().filter(|j| states.contains(&j.state)) {
@@ -278,26 +278,23 @@ pub(crate) fn purge(
     Ok((Batch { items, looked }, next))
 }
 
-/// A whole purge of the jobs in `states` that finished at least `older_than` before `now`, a
-/// batch of at most `batch` per transaction (`step` runs [`purge`] in one), each starting
-/// where the last one stopped. Returns how many were deleted.
-pub(crate) fn purge_in_batches(
+/// A whole purge of what ended at least `older_than` before `now` (jobs: `step` runs
+/// [`purge`]; groups: [`super::group::purge_groups`]), a batch of at most `batch` per
+/// transaction, each starting where the last one stopped (`from` first). Returns how many
+/// were deleted.
+pub(crate) fn purge_in_batches<Id: Copy, T>(
     now: StoreTime,
     older_than: std::time::Duration,
     batch: usize,
-    mut step: impl FnMut(
-        (StoreTime, JobId),
-        StoreTime,
-        usize,
-    ) -> Result<(Batch<JobId>, (StoreTime, JobId))>,
+    mut from: (StoreTime, Id),
+    mut step: impl FnMut((StoreTime, Id), StoreTime, usize) -> Result<(Batch<T>, (StoreTime, Id))>,
 ) -> Result<usize> {
     let age = u64::try_from(older_than.as_nanos()).unwrap_or(u64::MAX);
     // A store younger than `older_than` has nothing that old (a cutoff saturated to zero
-    // would take the jobs that finished at its first instant).
+    // would take what ended at its first instant).
     let Some(cutoff) = now.0.checked_sub(age).map(StoreTime) else {
         return Ok(0);
     };
-    let mut from = (StoreTime::ZERO, JobId(0));
     let pass = crate::batches::run(batch, |limit| {
         let (done, next) = step(from, cutoff, limit)?;
         from = next;
@@ -306,13 +303,13 @@ pub(crate) fn purge_in_batches(
     Ok(pass.items.len())
 }
 
-/// The position just after `(at, id)` in the order jobs finished.
-fn just_after((at, id): (StoreTime, JobId)) -> (StoreTime, JobId) {
-    match id.0.checked_add(1) {
-        Some(next) => (at, JobId(next)),
+/// The position just after `(at, id)` in the order jobs or groups ended (`make` the id).
+pub(super) fn after<Id>(at: StoreTime, id: u64, make: fn(u64) -> Id) -> (StoreTime, Id) {
+    match id.checked_add(1) {
+        Some(next) => (at, make(next)),
         None => (
             at.saturating_add(std::time::Duration::from_nanos(1)),
-            JobId(0),
+            make(0),
         ),
     }
 }

@@ -357,6 +357,17 @@ pub trait Records: NamedRecords {
     fn group_of_key(&mut self, key: &str) -> Result<Option<GroupId>>;
     /// Keeps `key` as the key of the new group `group`.
     fn save_group_key(&mut self, key: &str, group: GroupId) -> Result<()>;
+    /// Up to `n` groups that ended, in the order they ended (ties by id), from position
+    /// `from` on and ended at or before `until`, held for writing.
+    fn ended_groups(
+        &mut self,
+        from: (StoreTime, GroupId),
+        until: StoreTime,
+        n: usize,
+    ) -> Result<Vec<GroupRecord>>;
+    /// Deletes a group's record, its entries in the indexes and its key
+    /// ([`GroupRecord::key`]) if the key still names it.
+    fn delete_group(&mut self, group: &GroupRecord) -> Result<()>;
 }
 
 /// The records an engine keeps by name beside its jobs, in the same transaction: each

@@ -14,6 +14,7 @@ use crate::redb_store::schema;
 use crate::redb_store::writing::decode_job;
 use crate::report::CheckReport;
 use crate::state::JobState;
+use crate::workflow::GroupRecord;
 
 type Ready = BTreeMap<(String, i32, u64, u64), ()>;
 type Expiry = BTreeMap<(String, u64, u64), ()>;
@@ -156,6 +157,21 @@ pub(crate) fn check(read: &ReadTransaction) -> Result<CheckReport> {
         None => BTreeMap::new(),
     };
     compare(problems, "key gates", &gates.into_inner(), &found);
+    // `group_ends` against the groups' records (a file an older build wrote has none).
+    if let Some(groups) = optional(read, schema::GROUPS)?
+        && optional(read, schema::GROUP_ENDS)?.is_some()
+    {
+        let mut ends = BTreeMap::new();
+        for entry in groups.iter()? {
+            let (id, bytes) = entry?;
+            match codec::decode_stored::<GroupRecord>(Some(bytes.value()), String::new) {
+                Ok(g) => ends.extend(g.map(|g| (schema::group_end(&g), ()))),
+                Err(e) => problems.push(format!("group {}: {e}", id.value())),
+            }
+        }
+        let found = stored(read, schema::GROUP_ENDS, |k, ()| (k, ()))?;
+        compare(problems, "group ends", &ends, &found);
+    }
 
     for id in history.keys() {
         problems.push(format!("history for job {id}, which does not exist"));

@@ -473,9 +473,42 @@ pub(crate) fn settle(
             txn.delete_table(schema::INSTANCES)?;
         }
     }
+    if upgraded_from.is_some_and(|v| v < 11) {
+        index_groups(&txn)?;
+    }
     txn.commit()?;
     Ok(Settled {
         clock,
         upgraded_from,
     })
+}
+
+/// Indexes the groups by their end and keeps each keyed group's key in its record: the
+/// upgrade to schema version 11, in the transaction that records the new version. (Groups
+/// are few beside jobs; each record is read once.)
+fn index_groups(txn: &redb::WriteTransaction) -> Result<()> {
+    let mut groups = txn.open_table(schema::GROUPS)?;
+    let mut ends = txn.open_table(schema::GROUP_ENDS)?;
+    let keys = txn.open_table(schema::GROUP_KEYS)?;
+    let mut keyed = std::collections::BTreeMap::new();
+    for entry in keys.iter()? {
+        let (key, id) = entry?;
+        keyed.insert(id.value(), key.value().to_owned());
+    }
+    let mut records = Vec::new();
+    for entry in groups.iter()? {
+        let (id, bytes) = entry?;
+        let id = id.value();
+        let record: Option<crate::workflow::GroupRecord> =
+            codec::decode_stored(Some(bytes.value()), || format!("the record of group {id}"))?;
+        records.extend(record);
+    }
+    for mut group in records {
+        ends.insert(schema::group_end(&group), ())?;
+        if let Some(key) = keyed.remove(&group.id.0) {
+            group.key = Some(key);
+            groups.insert(group.id.0, codec::encode(&group).as_slice())?;
+        }
+    }
+    Ok(())
 }

@@ -19,6 +19,7 @@ use crate::redb_store::writing::decode_job;
 use crate::rules;
 use crate::state::JobState;
 use crate::stats::Stats;
+use crate::workflow::GroupRecord;
 
 /// Runs a read, turning a panic of the storage engine into [`Error::Corrupt`] naming `what`
 /// was being read: redb panics on some damaged pages, and a damaged file must be an error the
@@ -124,6 +125,9 @@ pub(crate) fn stats(read: &ReadTransaction, now: StoreTime) -> Result<Stats> {
         }
     }
     rules::count_keys(&mut stats, keys, keyed);
+    for group in open_groups(read)? {
+        stats.note_group(&group);
+    }
     let meta = read.open_table(schema::META)?;
     if let Some(b) = meta.get(meta_key::COUNTERS)? {
         stats.counters = codec::decode_counters(b.value())
@@ -499,6 +503,45 @@ pub(crate) fn registrations(
     let id = |id: u64| crate::ids::InstanceId(id);
     let what = |id: &crate::ids::InstanceId| format!("process instance {:016x}", id.0);
     decoded(read, schema::INSTANCES, id, what, codec::decode)
+}
+
+/// The records of the groups that have not ended, through `group_ends` (a file of a schema
+/// before it, which a reader does not upgrade, has none: its groups are read whole).
+pub(crate) fn open_groups(read: &ReadTransaction) -> Result<Vec<GroupRecord>> {
+    let Some(groups) = optional(read, schema::GROUPS)? else {
+        return Ok(Vec::new());
+    };
+    let decode = |id: u64, bytes: &[u8]| -> Result<Option<GroupRecord>> {
+        codec::decode_stored(Some(bytes), || format!("the record of group {id}"))
+    };
+    let meta = read.open_table(schema::META)?;
+    let version = (meta.get(schema::meta_key::SCHEMA_VERSION)?)
+        .and_then(|v| <[u8; 4]>::try_from(v.value()).ok())
+        .map_or(0, u32::from_le_bytes);
+    let index = match version >= 11 {
+        true => optional(read, schema::GROUP_ENDS)?,
+        false => None,
+    };
+    let mut open = Vec::new();
+    match (version >= 11, index) {
+        (true, None) => {}
+        (true, Some(index)) => {
+            for entry in index.range((u64::MAX, 0)..)? {
+                let id = entry?.0.value().1;
+                if let Some(bytes) = groups.get(id)? {
+                    open.extend(decode(id, bytes.value())?);
+                }
+            }
+        }
+        (false, _) => {
+            for entry in groups.iter()? {
+                let (id, bytes) = entry?;
+                let group = decode(id.value(), bytes.value())?;
+                open.extend(group.filter(|g| g.finished_at.is_none()));
+            }
+        }
+    }
+    Ok(open)
 }
 
 #[cfg(test)]

@@ -291,10 +291,17 @@ impl Records for Tx<'_> {
         Ok(group.id)
     }
 
+    /// The record, and its entry in `group_ends` kept in step (a group ends once, and its
+    /// entry moves from the open ones to its end).
     fn save_group(&mut self, group: &GroupRecord) -> Result<()> {
         self.tables
             .groups()?
             .insert(group.id.0, codec::encode(group).as_slice())?;
+        let ends = self.tables.group_ends()?;
+        if group.finished_at.is_some() {
+            ends.remove((u64::MAX, group.id.0))?;
+        }
+        ends.insert(crate::redb_store::schema::group_end(group), ())?;
         self.tally.writes += 1;
         Ok(())
     }
@@ -309,6 +316,44 @@ impl Records for Tx<'_> {
 
     fn save_group_key(&mut self, key: &str, group: GroupId) -> Result<()> {
         self.tables.group_keys()?.insert(key, group.0)?;
+        self.tally.writes += 1;
+        Ok(())
+    }
+
+    fn ended_groups(
+        &mut self,
+        from: (StoreTime, GroupId),
+        until: StoreTime,
+        n: usize,
+    ) -> Result<Vec<GroupRecord>> {
+        let range = (from.0.0, from.1.0)..=(until.0, u64::MAX);
+        let ids: Vec<GroupId> = (self.tables.group_ends()?.range(range)?.take(n))
+            .map(|e| Ok(GroupId(e?.0.value().1)))
+            .collect::<Result<_>>()?;
+        let mut ended = Vec::with_capacity(ids.len());
+        for id in ids {
+            let group = self.group(id)?;
+            ended.push(group.ok_or_else(|| {
+                Error::Corrupt(format!("group_ends names group {id}, which has no record"))
+            })?);
+        }
+        Ok(ended)
+    }
+
+    /// Also forgets its members' entries (none are left of a group retention purges).
+    fn delete_group(&mut self, group: &GroupRecord) -> Result<()> {
+        let id = group.id.0;
+        self.tables.groups()?.remove(id)?;
+        let end = crate::redb_store::schema::group_end(group);
+        self.tables.group_ends()?.remove(end)?;
+        let members = (id, 0)..=(id, u64::MAX);
+        self.tables.members()?.retain_in(members, |_, ()| false)?;
+        if let Some(key) = &group.key {
+            let keys = self.tables.group_keys()?;
+            if keys.get(key.as_str())?.is_some_and(|g| g.value() == id) {
+                keys.remove(key.as_str())?;
+            }
+        }
         self.tally.writes += 1;
         Ok(())
     }

@@ -29,6 +29,7 @@
 //! | `limit_keys` | (queue, limit key) | [`KeyRecord`](crate::queue::KeyRecord) record | each limit key's running jobs, head and rate window |
 //! | `key_gates` | (queue, opens_at, limit key) | () | limit keys whose rate window is spent, by when it has room again (a pure function of `limit_keys`) |
 //! | `expiring` | (expires_at, job) | () | waiting and blocked jobs with an expiry ([`NewJob::expires_in`](crate::NewJob::expires_in)), by it: how the reaper finds those nobody claimed |
+//! | `group_ends` | (ended at, or `u64::MAX` while open, group) | () | every group by when it ended, the open ones last (a pure function of `groups`): the stats count the open ones, retention purges the old ones, without reading every group ever made |
 //!
 //! Every index (`ready`, `expiry`, `unique`, `counts`, `finished`, `keyed`, `expiring`) is a pure function of the
 //! job records, maintained only by [`crate::redb_store::index`] and verified by [`crate::ReadJobs::check`].
@@ -54,8 +55,11 @@ use redb::TableDefinition;
 /// `key_gates`. Version 9 writes job records in format version 6 (each lease's token, which
 /// the fence compares: a build of version 8 would grant leases without one). Version 10
 /// writes job records in format version 7 (each job's expiry; the state `Expired`) and adds
-/// `expiring`: a build of version 9 would start an expired job.
-pub const SCHEMA_VERSION: u32 = 10;
+/// `expiring`: a build of version 9 would start an expired job. Version 11 writes records in
+/// format version 8 (a group's key in its record) and adds `group_ends`, both filled by the
+/// upgrade from `groups` and `group_keys`: a build of version 10 would leave an ended group
+/// open in it.
+pub const SCHEMA_VERSION: u32 = 11;
 
 /// The marker that says "this redb file is a leasehold store".
 pub(crate) const MARKER: &[u8] = b"leasehold store";
@@ -100,6 +104,13 @@ pub(crate) const KEY_GATES: TableDefinition<(&str, u64, &str), ()> =
     TableDefinition::new("leasehold.key_gates");
 pub(crate) const EXPIRING: TableDefinition<(u64, u64), ()> =
     TableDefinition::new("leasehold.expiring");
+pub(crate) const GROUP_ENDS: TableDefinition<(u64, u64), ()> =
+    TableDefinition::new("leasehold.group_ends");
+
+/// A group's entry in `group_ends`: (when it ended, or `u64::MAX` while it is open, its id).
+pub(crate) fn group_end(group: &crate::workflow::GroupRecord) -> (u64, u64) {
+    (group.finished_at.map_or(u64::MAX, |t| t.0), group.id.0)
+}
 
 /// Keys of the `meta` table.
 pub(crate) mod meta_key {

@@ -60,6 +60,8 @@ pub(crate) struct Tables<'t> {
     key_gates: Option<Table<'t, (&'static str, u64, &'static str), ()>>,
     /// Waiting jobs with an expiry, by (expires_at, job) (opened on first use).
     expiring: Option<Table<'t, (u64, u64), ()>>,
+    /// Groups by when they ended (opened on first use).
+    group_ends: Option<Table<'t, (u64, u64), ()>>,
     txn: &'t WriteTransaction,
 }
 
@@ -97,6 +99,7 @@ impl<'t> Tables<'t> {
             limit_keys: None,
             key_gates: None,
             expiring: None,
+            group_ends: None,
             txn,
         })
     }
@@ -171,6 +174,11 @@ impl<'t> Tables<'t> {
     /// Waiting and blocked jobs with an expiry, by (expires_at, job) (opened on first use).
     pub(crate) fn expiring(&mut self) -> Result<&mut Table<'t, (u64, u64), ()>> {
         opened(&mut self.expiring, self.txn, schema::EXPIRING)
+    }
+
+    /// Groups by (when they ended, or `u64::MAX` while open, id) (opened on first use).
+    pub(crate) fn group_ends(&mut self) -> Result<&mut Table<'t, (u64, u64), ()>> {
+        opened(&mut self.group_ends, self.txn, schema::GROUP_ENDS)
     }
 
     /// Records where `instance` keeps its lock file (its first registration, or a new file).

@@ -97,6 +97,14 @@ pub(crate) fn rearmed(
 // ----- groups -----
 
 /// A new, open group.
+/// Whether retention may delete `group` at `cutoff`: it ended at or before the cutoff, and
+/// nothing refers to it any more (`referred`: a member, a job that waited for it, a group in
+/// it is still stored; each is purged first, a dead member never by retention). Its record is
+/// what its members' pages, its callbacks' `ctx.group()` and its key answer from.
+pub(crate) fn purgeable_group(group: &GroupRecord, cutoff: StoreTime, referred: bool) -> bool {
+    group.finished_at.is_some_and(|at| at <= cutoff) && !referred
+}
+
 pub(crate) fn new_group(id: GroupId, now: StoreTime) -> GroupRecord {
     GroupRecord {
         id,
@@ -110,6 +118,7 @@ pub(crate) fn new_group(id: GroupId, now: StoreTime) -> GroupRecord {
         waiters: Vec::new(),
         parent: None,
         subgroups: Vec::new(),
+        key: None,
     }
 }
 

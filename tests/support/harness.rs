@@ -199,6 +199,13 @@ pub enum Op {
         secs: u16,
     },
     Reap,
+    /// A purge of the jobs in the states `states` names (bits: succeeded, dead, cancelled,
+    /// expired) that finished `older_than_s % 300` seconds ago or more, and of the groups
+    /// nothing then refers to.
+    Purge {
+        older_than_s: u16,
+        states: u8,
+    },
     Reopen,
     /// The process that holds every lease dies, and a survivor takes them back at once.
     ProcessDies,
@@ -792,6 +799,40 @@ impl Harness {
                 self.model.now += d;
                 Ok(())
             }
+            Op::Purge {
+                older_than_s,
+                states,
+            } => {
+                let older_than = u64::from(*older_than_s % 300) * SEC;
+                let all = [
+                    JobState::Succeeded,
+                    JobState::Dead,
+                    JobState::Cancelled,
+                    JobState::Expired,
+                ];
+                let states: Vec<JobState> = (all.iter().enumerate())
+                    .filter(|(i, _)| states & (1 << i) != 0)
+                    .map(|(_, s)| *s)
+                    .collect();
+                let groups: Vec<u64> = self.model.groups.keys().copied().collect();
+                let got = (self.store())
+                    .purge(Duration::from_nanos(older_than), &states)
+                    .map_err(|e| format!("purge: {e}"))?;
+                same(
+                    "purge",
+                    Ok::<_, MErr>(got),
+                    Ok(self.model.purge(older_than, &states)),
+                )?;
+                for g in groups {
+                    let stored = (self.store().group(leasehold::GroupId(g)))
+                        .map_err(|e| format!("group: {e}"))?
+                        .is_some();
+                    if stored != self.model.groups.contains_key(&g) {
+                        return Err(format!("group {g}: stored {stored} after the purge"));
+                    }
+                }
+                Ok(())
+            }
             Op::Reap => {
                 let report = self.store().reap().map_err(|e| format!("reap: {e}"))?;
                 for (i, r) in report.reclaimed.iter().enumerate() {
@@ -1024,6 +1065,14 @@ impl Harness {
         );
         if got != want {
             return Err(format!("counters: store {got:?}, model {want:?}"));
+        }
+        let open = self.model.groups.values().filter(|g| !g.done);
+        let want = open.fold((0, 0), |(n, w), g| (n + 1, w + g.waiters.len() as u64));
+        if (stats.open_groups, stats.waiting_for_groups) != want {
+            return Err(format!(
+                "open groups and their waiters: store {:?}, model {want:?}",
+                (stats.open_groups, stats.waiting_for_groups)
+            ));
         }
         for (g, m) in &self.model.groups {
             let Some(group) = store

@@ -44,6 +44,8 @@ pub struct MJob {
     pub key: Option<String>,
     /// No attempt starts at or after it.
     pub expires_at: Option<u64>,
+    /// When it last came to an end (terminal), while it stays there.
+    pub finished_at: Option<u64>,
 }
 
 /// A retry policy without jitter, as the README states it: the `n`-th failure waits
@@ -114,6 +116,8 @@ pub struct MGroup {
     /// The group it is a member of, and the groups that are its members.
     pub parent: Option<u64>,
     pub subgroups: Vec<u64>,
+    /// When it ended.
+    pub ended_at: Option<u64>,
 }
 
 impl MGroup {
@@ -298,6 +302,7 @@ impl Model {
                 backoff: None,
                 key: None,
                 expires_at: None,
+                finished_at: None,
             },
         );
         if let Some(g) = group {
@@ -333,6 +338,9 @@ impl Model {
     /// `target` has just ended (a job reached a terminal state, or a group ended): its
     /// group counts it, and each blocked job waiting for it sees how.
     fn ended(&mut self, target: MTarget) {
+        if let MTarget::Job(id) = target {
+            self.jobs.get_mut(&id).expect("ended job").finished_at = Some(self.now);
+        }
         // (a job's group, or the group a group is in, counts the end as a member's)
         let (state, group) = match target {
             MTarget::Job(id) => (self.jobs[&id].state, self.jobs[&id].group),
@@ -377,6 +385,7 @@ impl Model {
         let (a, b, c) = grp.ended;
         if grp.sealed && !grp.done && a + b + c == grp.members {
             grp.done = true;
+            grp.ended_at = Some(self.now);
             self.ended(MTarget::Group(g));
         }
     }
@@ -419,6 +428,7 @@ impl Model {
             let job = self.jobs.get_mut(&w).expect("waiter");
             job.needs = fresh;
             job.state = JobState::Blocked;
+            job.finished_at = None;
             self.stand(w);
             self.back(w, JobState::Cancelled);
         }
@@ -925,9 +935,44 @@ impl Model {
         job.failures = 0;
         job.cancel_requested = false;
         job.expires_at = None;
+        job.finished_at = None;
         job.run_at = now;
         self.back(id, was);
         Ok(())
+    }
+
+    /// Deletes the jobs in `states` that finished at least `older_than` ago, then the groups
+    /// that ended as long ago and that nothing left refers to (a member, a job that waited for
+    /// it, a group in it), in the order they ended, each with its key. Returns how many jobs.
+    pub fn purge(&mut self, older_than: u64, states: &[JobState]) -> usize {
+        let Some(cutoff) = self.now.checked_sub(older_than) else {
+            return 0;
+        };
+        let old = |j: &MJob| j.finished_at.is_some_and(|at| at <= cutoff);
+        let doomed: Vec<u64> = (self.jobs.iter())
+            .filter(|(_, j)| terminal(j.state) && states.contains(&j.state) && old(j))
+            .map(|(id, _)| *id)
+            .collect();
+        for id in &doomed {
+            self.jobs.remove(id);
+            self.runs.retain(|(job, _), _| job != id);
+            self.checkpoints.remove(id);
+        }
+        let mut ended: Vec<(u64, u64)> = (self.groups.iter())
+            .filter_map(|(g, grp)| Some((grp.ended_at.filter(|at| *at <= cutoff)?, *g)))
+            .collect();
+        ended.sort_unstable();
+        for (_, g) in ended {
+            let grp = &self.groups[&g];
+            let referred = self.jobs.values().any(|j| j.group == Some(g))
+                || grp.waiters.iter().any(|w| self.jobs.contains_key(w))
+                || grp.subgroups.iter().any(|s| self.groups.contains_key(s));
+            if !referred {
+                self.groups.remove(&g);
+                self.group_keys.retain(|_, held| *held != g);
+            }
+        }
+        doomed.len()
     }
 
     /// Ends job `id` as expired if it waits (or is blocked) past its expiry: whether it did.

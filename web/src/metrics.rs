@@ -244,6 +244,18 @@ pub(crate) fn render(s: &Scrape<'_>) -> Result<String, std::fmt::Error> {
         "The longest time from a lease's last renewal to its reclaim",
         c.worst_detection_delay.as_secs_f64(),
     );
+    value(
+        &mut registry,
+        "groups_open",
+        "Groups that have not ended: open to new members, or with members still to end",
+        s.stats.open_groups as f64,
+    );
+    value(
+        &mut registry,
+        "groups_waiting_jobs",
+        "Jobs blocked until an open group ends (its callbacks)",
+        s.stats.waiting_for_groups as f64,
+    );
 
     if let Some(pass) = &s.stats.last_reaper_pass {
         for (name, help, v) in [

@@ -75,6 +75,13 @@ fn a_queue_at_its_limit_an_unserved_queue_and_a_late_schedule_are_metrics(kind: 
         Some(0.0)
     );
     assert_eq!(sample(&m, "queue_parked_jobs", "queue=forgotten"), None);
+    assert_eq!(sample(&m, "groups_open", ""), Some(0.0));
+    let callback = leasehold::NewGroup::new().on_complete(NewJob::new("after", "x"));
+    let group = f.open_group(callback).unwrap();
+    let m = scrape(&text(&get(&page, "/metrics")));
+    assert_eq!(sample(&m, "groups_open", ""), Some(1.0));
+    assert_eq!(sample(&m, "groups_waiting_jobs", ""), Some(1.0));
+    f.seal_group(group).unwrap();
     assert_eq!(
         sample(&m, "queue_concurrency_limit", "queue=forgotten"),
         None
