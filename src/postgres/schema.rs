@@ -41,8 +41,9 @@ use crate::error::Result;
 /// `expired` (`since_9`); a version 8 build would run an expired job, and is refused.
 /// Version 10 keeps when each group ended in its row (`since_10`) and each group's key in
 /// its record (codec format 8); a version 9 build would leave an ended group open there,
-/// and is refused.
-pub const VERSION: u32 = 10;
+/// and is refused. Version 11 replaces `add_job` with one that also takes a limit key, a
+/// time limit, a uniqueness window and an expiry (`since_11`), and adds `settle_key`.
+pub const VERSION: u32 = 11;
 
 /// The tables version 2 added, made by a new store and by the upgrade from version 1 alike:
 /// each queue's record (pause, limits, the rate window, the served mark) and each periodic
@@ -215,6 +216,20 @@ CREATE INDEX IF NOT EXISTS leasehold_groups_ended ON {s}.leasehold_groups (ended
     };
 }
 
+/// What version 11 changed, made by a new store and by the upgrade alike: `add_job` of
+/// eleven arguments in place of the seven of versions 4 to 10 (dropped, so that a call
+/// naming only the first ones is not ambiguous), and `settle_key`.
+macro_rules! since_11 {
+    () => {
+        concat!(
+            "
+DROP FUNCTION IF EXISTS {s}.add_job(text, bytea, integer, timestamptz, integer, text, text[]);
+",
+            add_job!()
+        )
+    };
+}
+
 /// `{s}.us(t)`, a time as the microseconds since the Unix epoch that store time keeps, and
 /// `{s}.at(us)`, back. Total: `infinity` (which an older `add_job` let in) reads as the end
 /// of store time (`u64::MAX` nanoseconds, in microseconds: 18446744073709551), and that
@@ -234,13 +249,19 @@ CREATE OR REPLACE FUNCTION {s}.at(us bigint) RETURNS timestamptz LANGUAGE sql IM
     };
 }
 
-/// `{s}.add_job(queue, payload, priority, run_at, max_attempts, unique_key, metadata)`: an
-/// enqueue from SQL (graphile-worker's `add_job`), for triggers, other languages and the
-/// application's own transactions, with `protocol::enqueue`'s checks and answers: the same
-/// refusals (SQLSTATE 22023, the message the crate's `InputError` gives), a unique key a
-/// live job holds answered with that job's id (a finished holder whose window ran out gives
-/// the key up), and the store's `NOTIFY` with the commit. It knows only the defaults a store
-/// handle may change: the payload limit of 1 MiB and 25 attempts.
+/// `{s}.add_job(queue, payload, priority, run_at, max_attempts, unique_key, metadata,
+/// limit_key, time_limit, unique_for, expires_at)`: an enqueue from SQL (graphile-worker's
+/// `add_job`), for triggers, other languages and the application's own transactions, with
+/// `protocol::enqueue`'s checks and answers: the same refusals (SQLSTATE 22023, the message
+/// the crate's `InputError` gives), a unique key a live job holds answered with that job's
+/// id (a finished holder whose window ran out gives the key up), and the store's `NOTIFY`
+/// with the commit. A job with a limit key arrives parked, and its key is settled as
+/// `protocol::keys::settle` settles it (the key's row locked; its rate window's claims
+/// counted; its first waiting job, in run time then id, made its head while the key has
+/// room; a job another transaction holds left to that transaction), the one place outside
+/// the rules that decides it, held to the same answers by the PostgreSQL suite. It knows
+/// only the defaults a store handle may change: the payload limit of 1 MiB and 25 attempts.
+/// (Version 11: `since_11` drops the seven-argument function of versions 4 to 10.)
 macro_rules! add_job {
     () => {
         concat!(
@@ -252,7 +273,11 @@ CREATE OR REPLACE FUNCTION {s}.add_job(
     run_at timestamptz DEFAULT NULL,
     max_attempts integer DEFAULT 25,
     unique_key text DEFAULT NULL,
-    metadata text[] DEFAULT '{}'
+    metadata text[] DEFAULT '{}',
+    limit_key text DEFAULT NULL,
+    time_limit interval DEFAULT NULL,
+    unique_for interval DEFAULT NULL,
+    expires_at timestamptz DEFAULT NULL
 ) RETURNS bigint LANGUAGE plpgsql AS $fn$
 #variable_conflict use_column
 DECLARE
@@ -279,6 +304,23 @@ BEGIN
         AND octet_length(add_job.unique_key) NOT BETWEEN 1 AND 256 THEN
         RAISE EXCEPTION 'unique key must be 1 to 256 bytes, got %', octet_length(add_job.unique_key)
             USING ERRCODE = '22023';
+    ELSIF add_job.unique_for IS NOT NULL AND add_job.unique_key IS NULL THEN
+        RAISE EXCEPTION 'a uniqueness window needs a unique key' USING ERRCODE = '22023';
+    ELSIF add_job.unique_for < interval '0' THEN
+        RAISE EXCEPTION 'a uniqueness window must not be negative, got %', add_job.unique_for
+            USING ERRCODE = '22023';
+    ELSIF add_job.time_limit <= interval '0' THEN
+        RAISE EXCEPTION 'a job''s time limit must be greater than zero' USING ERRCODE = '22023';
+    ELSIF add_job.limit_key IS NOT NULL
+        AND octet_length(add_job.limit_key) NOT BETWEEN 1 AND 256 THEN
+        RAISE EXCEPTION 'limit key must be 1 to 256 bytes, got %', octet_length(add_job.limit_key)
+            USING ERRCODE = '22023';
+    ELSIF add_job.expires_at IS NOT NULL AND NOT isfinite(add_job.expires_at) THEN
+        RAISE EXCEPTION 'expires_at must be a finite time, got %', add_job.expires_at
+            USING ERRCODE = '22023';
+    ELSIF add_job.expires_at <= add_job.run_at AND add_job.run_at > t THEN
+        RAISE EXCEPTION 'the job would expire % after its enqueue, not after it is due (%): it could never run',
+            add_job.expires_at - t, add_job.run_at - t USING ERRCODE = '22023';
     ELSIF cardinality(coalesce(add_job.metadata, '{}')) > 16 THEN
         RAISE EXCEPTION 'at most 16 metadata pairs, got %', cardinality(add_job.metadata)
             USING ERRCODE = '22023';
@@ -301,16 +343,24 @@ BEGIN
     LOOP
         INSERT INTO {s}.leasehold_jobs
             (queue, state, priority, max_attempts, unique_key, created_at, run_at, progress_at,
-             updated_at, payload, metadata)
+             updated_at, payload, metadata, limit_key, parked, time_limit_us, unique_for_us,
+             expires_at)
         VALUES (add_job.queue, 'queued', coalesce(add_job.priority, 0), add_job.max_attempts,
                 add_job.unique_key, t, greatest(coalesce(add_job.run_at, t), t), t, t,
-                coalesce(add_job.payload, '\x'), coalesce(add_job.metadata, '{}'))
+                coalesce(add_job.payload, '\x'), coalesce(add_job.metadata, '{}'),
+                add_job.limit_key, add_job.limit_key IS NOT NULL,
+                floor(extract(epoch FROM add_job.time_limit) * 1000000)::bigint,
+                floor(extract(epoch FROM add_job.unique_for) * 1000000)::bigint,
+                add_job.expires_at)
         ON CONFLICT (queue, unique_key) WHERE "#,
             key_held!(),
             r#"
             DO NOTHING
         RETURNING id INTO made;
         IF made IS NOT NULL THEN
+            IF add_job.limit_key IS NOT NULL THEN
+                PERFORM {s}.settle_key(add_job.queue, add_job.limit_key, t);
+            END IF;
             PERFORM pg_notify('leasehold_{s}', add_job.queue);
             RETURN made;
         END IF;
@@ -330,6 +380,67 @@ BEGIN
             WHERE id = holder.id;
         END IF;
     END LOOP;
+END
+$fn$;
+
+-- protocol::keys::settle for a job that arrived (no change in the key's running count).
+CREATE OR REPLACE FUNCTION {s}.settle_key(q text, k text, t timestamptz) RETURNS void
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    rec record;
+    lim record;
+    now_us bigint := {s}.us(t);
+    kept bigint[];
+    opens bigint;
+    room boolean;
+    first_job bigint;
+BEGIN
+    INSERT INTO {s}.leasehold_limit_keys (queue, key, running) VALUES (q, k, 0)
+        ON CONFLICT DO NOTHING;
+    SELECT running, lk.head, lk.recent INTO rec FROM {s}.leasehold_limit_keys lk
+        WHERE lk.queue = q AND lk.key = k FOR UPDATE;
+    SELECT per_key, per_key_rate_claims, per_key_rate_per_us INTO lim
+        FROM {s}.leasehold_queues WHERE queue = q;
+    -- rules::counted: the claims still in the rate's window, and when it has room again
+    IF lim.per_key_rate_claims IS NOT NULL THEN
+        kept := ARRAY(SELECT r FROM unnest(rec.recent) WITH ORDINALITY AS u(r, n)
+                      WHERE r + lim.per_key_rate_per_us > now_us ORDER BY n);
+        IF cardinality(kept) >= lim.per_key_rate_claims THEN
+            opens := kept[1] + lim.per_key_rate_per_us;
+        END IF;
+    ELSE
+        kept := '{}';
+    END IF;
+    -- rules::key_has_room, rules::key_head
+    room := (lim.per_key IS NULL OR rec.running < lim.per_key)
+        AND (lim.per_key_rate_claims IS NULL OR cardinality(kept) < lim.per_key_rate_claims);
+    IF room THEN
+        SELECT id INTO first_job FROM {s}.leasehold_jobs
+            WHERE queue = q AND limit_key = k AND state IN ('queued', 'retry_wait')
+            ORDER BY run_at, id LIMIT 1;
+    END IF;
+    IF first_job IS DISTINCT FROM rec.head THEN
+        -- (a job another transaction holds is left to it, which settles the key after)
+        UPDATE {s}.leasehold_jobs SET parked = true, updated_at = t
+            WHERE id = (SELECT id FROM {s}.leasehold_jobs WHERE id = rec.head
+                        AND state IN ('queued', 'retry_wait') AND NOT parked
+                        FOR UPDATE SKIP LOCKED);
+        IF first_job IS NOT NULL THEN
+            PERFORM 1 FROM {s}.leasehold_jobs WHERE id = first_job FOR UPDATE SKIP LOCKED;
+            IF FOUND THEN
+                UPDATE {s}.leasehold_jobs SET parked = false, updated_at = t
+                    WHERE id = first_job AND parked;
+            ELSE
+                first_job := NULL;
+            END IF;
+        END IF;
+    END IF;
+    IF rec.running = 0 AND first_job IS NULL AND cardinality(kept) = 0 THEN
+        DELETE FROM {s}.leasehold_limit_keys WHERE queue = q AND key = k;
+    ELSE
+        UPDATE {s}.leasehold_limit_keys SET head = first_job, recent = kept, opens_at = {s}.at(opens)
+            WHERE queue = q AND key = k;
+    END IF;
 END
 $fn$;
 "#
@@ -432,6 +543,7 @@ CREATE TABLE {s}.leasehold_counters (name text PRIMARY KEY, value bigint NOT NUL
     since_8!(),
     since_9!(),
     since_10!(),
+    since_11!(),
     r#"
 INSERT INTO {s}.leasehold_counters (name, value) VALUES
     ('reclaimed_by_reaper', 0), ('reclaimed_by_takeover', 0), ('reclaimed_at_open', 0),
@@ -593,6 +705,9 @@ pub(crate) fn prepare(client: &mut Client, names: &Names, create: bool) -> Resul
     if upgraded.is_some_and(|v| v <= 9) {
         tx.batch_execute(&names.sql(since_10!()))?;
         index_groups(&mut tx, names)?;
+    }
+    if upgraded.is_some_and(|v| v <= 10) {
+        tx.batch_execute(&names.sql(since_11!()))?;
     }
     super::schema_check::check_tables(&mut tx, &names.schema)?;
     if let Some(older) = upgraded {

@@ -149,7 +149,7 @@ const INDEXES: &[&str] = &[
 ];
 
 /// The functions every statement calls.
-const FUNCTIONS: &[&str] = &["us", "at", "clock", "add_job", "on_timeline"];
+const FUNCTIONS: &[&str] = &["us", "at", "clock", "add_job", "settle_key", "on_timeline"];
 
 /// Refuses a store whose tables were altered by hand, naming what changed: a column's type
 /// that a read would fail on (or worse, read wrongly), a missing column, index or function.

@@ -1551,6 +1551,121 @@ fn add_job_enqueues_from_sql_as_the_store_does_with_its_refusals_and_unique_keys
     assert!(check.is_clean(), "{:?}", check.problems);
 }
 
+/// `add_job`'s other half: a limit key (the job arrives parked and its key settles as the
+/// protocol settles it: by the key's count and by its rate window), a time limit, a
+/// uniqueness window and an expiry, each stored as the store stores them, each refusal with
+/// the crate's message.
+#[test]
+fn add_job_takes_a_limit_key_a_time_limit_a_window_and_an_expiry_as_the_store_does() {
+    use leasehold::{QueueLimits, Uniqueness};
+    let mut db = db!("add_job, the rest");
+    let store = db.store();
+    let s = db.schema.clone();
+    store.declare_queue(Q).unwrap();
+    store
+        .set_queue_limits(Q, QueueLimits::none().per_key(1))
+        .unwrap();
+    let add = |db: &mut crate::db::Db, args: &str| -> leasehold::JobId {
+        let sql = format!("SELECT {s}.add_job('{Q}', {args})");
+        leasehold::JobId(
+            db.admin
+                .query_one(&sql, &[])
+                .unwrap()
+                .try_get::<_, i64>(0)
+                .unwrap() as u64,
+        )
+    };
+    let a0 = add(&mut db, "'a0'::bytea, limit_key => 't'");
+    let a1 = add(&mut db, "'a1'::bytea, limit_key => 't'");
+    let a2 = store.enqueue(NewJob::new(Q, "a2").limit_key("t")).unwrap();
+    let b0 = add(&mut db, "'b0'::bytea, limit_key => 'u'");
+    let counts = |store: &PgStore| {
+        let stats = store.stats().unwrap();
+        (stats.queues[Q].keys_at_limit, stats.queues[Q].parked)
+    };
+    assert_eq!(counts(&store), (0, 2), "a1 and a2 wait behind a0");
+    let got = store.claim_batch(Q, "w", LEASE, 10).unwrap();
+    let ids: Vec<_> = got.iter().map(|l| l.job).collect();
+    assert_eq!(ids, [a0, b0], "one of each key");
+    assert_eq!(counts(&store), (2, 2));
+    for (done, next) in [(0, a1), (1, a2)] {
+        let lease = match done {
+            0 => got[0].clone(),
+            _ => store.claim(Q, "w", LEASE).unwrap().unwrap(),
+        };
+        store.complete(&lease, b"").unwrap();
+        assert_eq!(store.job(next).unwrap().unwrap().state(), JobState::Queued);
+        if done == 1 {
+            assert_eq!(lease.job, a1);
+        }
+    }
+    assert_eq!(store.claim(Q, "w", LEASE).unwrap().unwrap().job, a2);
+    // A rate's spent window: the key has no room, and the job from SQL waits parked.
+    let hour = Duration::from_secs(3600);
+    store.declare_queue("rated").unwrap();
+    store
+        .set_queue_limits("rated", QueueLimits::none().per_key_rate(1, hour))
+        .unwrap();
+    store
+        .enqueue(NewJob::new("rated", "r0").limit_key("r"))
+        .unwrap();
+    let r0 = store.claim("rated", "w", LEASE).unwrap().unwrap();
+    store.complete(&r0, b"").unwrap();
+    let sql = format!("SELECT {s}.add_job('rated', 'r1'::bytea, limit_key => 'r')");
+    db.admin.query_one(&sql, &[]).unwrap();
+    assert!(store.claim("rated", "w", LEASE).unwrap().is_none());
+    let rated = &store.stats().unwrap().queues["rated"];
+    assert_eq!((rated.keys_at_limit, rated.parked), (1, 1));
+    // The columns, as the store keeps them.
+    let limited = add(&mut db, "'x'::bytea, time_limit => interval '30 seconds'");
+    let windowed = add(
+        &mut db,
+        "'x'::bytea, unique_key => 'w', unique_for => interval '1 hour'",
+    );
+    let expiring = add(
+        &mut db,
+        "'x'::bytea, expires_at => now() + interval '1 hour'",
+    );
+    let job = |id| store.job(id).unwrap().unwrap();
+    assert_eq!(job(limited).time_limit(), Some(Duration::from_secs(30)));
+    assert_eq!(job(windowed).uniqueness(), Uniqueness::AfterSuccess(hour));
+    let left = job(expiring)
+        .expires_at()
+        .unwrap()
+        .saturating_since(store.now().unwrap());
+    assert!(left > Duration::from_secs(3000) && left <= hour, "{left:?}");
+    // Each refusal, with the crate's message, and nothing written.
+    let before = store.jobs(&Default::default()).unwrap().len();
+    for (args, says) in [
+        (
+            "time_limit => interval '0 seconds'",
+            "a job's time limit must be greater than zero",
+        ),
+        (
+            "unique_for => interval '1 hour'",
+            "a uniqueness window needs a unique key",
+        ),
+        ("limit_key => ''", "limit key must be 1 to 256 bytes"),
+        (
+            "run_at => now() + interval '1 hour', expires_at => now() + interval '1 minute'",
+            "it could never run",
+        ),
+    ] {
+        let sql = format!("SELECT {s}.add_job('{Q}', 'x'::bytea, {args})");
+        let err = db.admin.query_one(&sql, &[]).unwrap_err();
+        let db_err = err.as_db_error().unwrap();
+        assert_eq!(db_err.code().code(), "22023", "{args}");
+        assert!(
+            db_err.message().contains(says),
+            "{args}: {}",
+            db_err.message()
+        );
+    }
+    assert_eq!(store.jobs(&Default::default()).unwrap().len(), before);
+    let check = store.check().unwrap();
+    assert!(check.is_clean(), "{:?}", check.problems);
+}
+
 #[test]
 fn groups_through_worker_kills_on_postgres_run_every_member_once_and_each_callback_once() {
     const GROUPS: usize = 20;
