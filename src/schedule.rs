@@ -313,6 +313,42 @@ impl ScheduleInfo {
     pub fn failure(&self) -> Option<&str> {
         self.1.as_deref()
     }
+
+    /// Its jobs' priority.
+    pub fn priority(&self) -> i32 {
+        self.0.template.priority
+    }
+
+    /// Its jobs' attempt budget, if they have their own (else the store's).
+    pub fn max_attempts(&self) -> Option<u32> {
+        self.0.template.max_attempts
+    }
+
+    /// Its jobs' time limit per attempt, if they have one.
+    pub fn time_limit(&self) -> Option<Duration> {
+        self.0.template.time_limit
+    }
+
+    /// Its jobs' own retry policy, if they have one (else their queue's, else the store's).
+    pub fn retry_policy(&self) -> Option<&RetryPolicy> {
+        self.0.retry.as_ref()
+    }
+
+    /// Its jobs' limit key, if they have one.
+    pub fn limit_key(&self) -> Option<&str> {
+        self.0.limit_key.as_deref()
+    }
+
+    /// How long after its tick each job expires if no attempt started it
+    /// ([`NewJob::expires_in`]), if it does.
+    pub fn expires_in(&self) -> Option<Duration> {
+        self.0.expires
+    }
+
+    /// Its jobs' metadata (besides the schedule's name, which each job also carries).
+    pub fn metadata(&self) -> &[(String, String)] {
+        &self.0.template.metadata
+    }
 }
 
 /// A cron expression's ticks in its zone (the `cron` feature): the first strictly after

@@ -625,6 +625,13 @@ pub fn schedules(db: &Path, json: bool) -> Result<ExitCode, Error> {
         skipped: u64,
         /// Why the last scheduler pass could not fire it (the others fired).
         failure: Option<String>,
+        /// Its jobs' options, where they have them.
+        priority: i32,
+        max_attempts: Option<u32>,
+        time_limit_ms: Option<u64>,
+        retry_policy: Option<String>,
+        limit_key: Option<String>,
+        expires_in_ms: Option<u64>,
     }
     let views: Vec<ScheduleView> = list
         .iter()
@@ -647,6 +654,12 @@ pub fn schedules(db: &Path, json: bool) -> Result<ExitCode, Error> {
             fired: s.fired(),
             skipped: s.skipped(),
             failure: s.failure().map(str::to_owned),
+            priority: s.priority(),
+            max_attempts: s.max_attempts(),
+            time_limit_ms: s.time_limit().map(dms),
+            retry_policy: s.retry_policy().map(ToString::to_string),
+            limit_key: s.limit_key().map(str::to_owned),
+            expires_in_ms: s.expires_in().map(dms),
         })
         .collect();
     if json {
@@ -688,6 +701,31 @@ pub fn schedules(db: &Path, json: bool) -> Result<ExitCode, Error> {
         ]);
     }
     println!("{}", t.render());
+    for v in &views {
+        let mut options = Vec::new();
+        if v.priority != 0 {
+            options.push(format!("priority {}", v.priority));
+        }
+        if let Some(n) = v.max_attempts {
+            options.push(format!("{n} attempts"));
+        }
+        let span = |ms: u64| format::duration(Duration::from_millis(ms));
+        if let Some(ms) = v.time_limit_ms {
+            options.push(format!("time limit {}", span(ms)));
+        }
+        if let Some(policy) = &v.retry_policy {
+            options.push(format!("retried by {policy}"));
+        }
+        if let Some(key) = &v.limit_key {
+            options.push(format!("limit key {key}"));
+        }
+        if let Some(ms) = v.expires_in_ms {
+            options.push(format!("expires {} after its tick", span(ms)));
+        }
+        if !options.is_empty() {
+            println!("schedule {:?}'s jobs: {}", v.name, options.join(", "));
+        }
+    }
     for v in views.iter().filter(|v| v.failure.is_some()) {
         let failure = v.failure.as_deref().unwrap_or_default();
         println!("schedule {:?} cannot fire: {failure}", v.name);

@@ -1219,6 +1219,7 @@ fn schedules_are_listed_paused_resumed_and_removed_from_the_tool() {
                 job.clone(),
             ))
             .unwrap();
+        let job = job.limit_key("acme").expires_in(Duration::from_secs(3600));
         store
             .declare_schedule(
                 leasehold::Schedule::cron("nightly", "0 3 * * *", "Europe/Berlin", job)
@@ -1227,6 +1228,11 @@ fn schedules_are_listed_paused_resumed_and_removed_from_the_tool() {
             .unwrap();
     }
     let listed = t.ok(&["schedules"]);
+    assert!(
+        listed.contains("schedule \"nightly\"'s jobs: limit key acme, expires 1h after its tick"),
+        "{listed}"
+    );
+    assert!(!listed.contains("\"heartbeat\"'s jobs"), "{listed}");
     assert!(
         listed.contains("heartbeat") && listed.contains("every 5m"),
         "{listed}"
@@ -1242,6 +1248,8 @@ fn schedules_are_listed_paused_resumed_and_removed_from_the_tool() {
         .iter()
         .find(|s| s["name"] == "nightly")
         .unwrap();
+    assert_eq!(nightly["limit_key"], "acme");
+    assert_eq!(nightly["expires_in_ms"], 3_600_000);
     let next = nightly["next_in_ms"].as_i64().unwrap();
     assert!(next > 0 && next <= 25 * 3600 * 1000, "{nightly}");
     assert!(

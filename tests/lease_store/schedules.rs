@@ -20,6 +20,7 @@ crate::on_both::on_both!(
     a_schedule_that_cannot_fire_is_passed_over_shown_with_its_failure_and_the_others_fire,
     schedulers_that_race_die_and_come_back_enqueue_every_tick_once_as_its_policy_says,
     a_scheduler_asleep_until_its_next_tick_wakes_for_a_schedule_changed_and_for_time_moved,
+    a_schedule_reports_the_options_its_jobs_carry,
 );
 
 const MINUTE: Duration = Duration::from_secs(60);
@@ -576,4 +577,45 @@ fn a_scheduler_asleep_until_its_next_tick_wakes_for_a_schedule_changed_and_for_t
     });
     assert_eq!(scheduled(&f).len(), 2);
     drop(scheduler);
+}
+
+/// What an operator asks of a schedule besides its timing: what its jobs will carry, as
+/// declared (none where none was given).
+fn a_schedule_reports_the_options_its_jobs_carry(kind: Kind) {
+    let f = kind.open();
+    let minute = Duration::from_secs(60);
+    let retry = leasehold::RetryPolicy::fixed(Duration::from_secs(5));
+    let job = NewJob::new(Q, "report")
+        .priority(-2)
+        .max_attempts(3)
+        .time_limit(minute)
+        .retry_policy(retry.clone())
+        .limit_key("tenant-7")
+        .expires_in(minute * 5)
+        .metadata("team", "ops");
+    f.declare_schedule(Schedule::every("full", minute, job))
+        .unwrap();
+    f.declare_schedule(Schedule::every("bare", minute, NewJob::new(Q, "x")))
+        .unwrap();
+    let listed = f.schedules().unwrap();
+    let of = |name: &str| listed.iter().find(|s| s.name() == name).unwrap();
+    let full = of("full");
+    assert_eq!(
+        (full.priority(), full.max_attempts(), full.time_limit()),
+        (-2, Some(3), Some(minute))
+    );
+    assert_eq!(full.retry_policy(), Some(&retry));
+    assert_eq!(full.limit_key(), Some("tenant-7"));
+    assert_eq!(full.expires_in(), Some(minute * 5));
+    assert_eq!(full.metadata(), [("team".to_owned(), "ops".to_owned())]);
+    let bare = of("bare");
+    assert_eq!(
+        (bare.priority(), bare.max_attempts(), bare.time_limit()),
+        (0, None, None)
+    );
+    assert_eq!(
+        (bare.retry_policy(), bare.limit_key(), bare.expires_in()),
+        (None, None, None)
+    );
+    assert!(bare.metadata().is_empty());
 }
