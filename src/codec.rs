@@ -114,6 +114,7 @@ pub(crate) trait Stored: Decode<()> {
 
 impl Stored for crate::checkpoint::CheckpointRecord {}
 impl Stored for crate::job_log::LogRecord {}
+impl Stored for crate::endings::EndRecord {}
 
 /// A group's record: one of a version before 7 reads as one in no group, with none in it;
 /// one before 8 as one without a key.

@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use crate::backend::{End, LeaseBackend, write};
 use crate::checkpoint::Checkpoint;
+use crate::endings::{EndCursor, Endings};
 use crate::error::{Error, Result};
 use crate::ids::{GroupId, JobId, StoreTime};
 use crate::job::{Job, Run};
@@ -95,6 +96,12 @@ pub trait ReadJobs: Send + Sync {
     /// [`JobContext::log`](crate::JobContext::log)), oldest attempt first; an attempt that
     /// wrote none is not listed.
     fn logs(&self, job: JobId) -> Result<Vec<AttemptLog>>;
+    /// The ends kept after `after` ([`EndCursor::START`] for all), oldest first, at most
+    /// `limit`: every job that came to an end and every group that ended, committed by any
+    /// process or machine of the store, in the order they committed. Read on from
+    /// [`Endings::next`]; a cursor kept across restarts reads what ended meanwhile (see
+    /// docs/events.md for the order on PostgreSQL and what retention takes).
+    fn endings(&self, after: EndCursor, limit: usize) -> Result<Endings>;
     /// The jobs `filter` asks for, in its order.
     fn jobs(&self, filter: &JobFilter) -> Result<Vec<Job>>;
     /// When things fall due in `queue`.
@@ -677,11 +684,28 @@ pub(crate) fn purge_groups(
     older_than: Duration,
 ) -> Result<usize> {
     let (batch, start) = (store.policy().reap_batch, (StoreTime::ZERO, GroupId(0)));
+    let purged =
+        protocol::purge_in_batches(now, older_than, batch, start, |from, cutoff, limit| {
+            write(store, move |r| {
+                protocol::purge_groups(r, from, cutoff, limit)
+            })
+        })?;
+    // The endings of what ended as long ago go with them.
+    let start = (StoreTime::ZERO, ());
     protocol::purge_in_batches(now, older_than, batch, start, |from, cutoff, limit| {
         write(store, move |r| {
-            protocol::purge_groups(r, from, cutoff, limit)
+            let trimmed = r.trim_endings(cutoff, limit)?;
+            let items = vec![(); trimmed];
+            Ok((
+                crate::batches::Batch {
+                    items,
+                    looked: trimmed,
+                },
+                from,
+            ))
         })
-    })
+    })?;
+    Ok(purged)
 }
 
 /// `act` on every job `filter` names, a page of them per transaction (see

@@ -97,6 +97,7 @@ mod clock;
 mod codec;
 mod config;
 mod edit;
+mod endings;
 mod error;
 mod events;
 mod ids;
@@ -158,6 +159,7 @@ pub use config::{
     DEFAULT_REAPER_INTERVAL, Durability, MAX_LEASE,
 };
 pub use edit::Edit;
+pub use endings::{EndCursor, EndOf, Ending, Endings};
 pub use engine::{Backend, Engine};
 pub use error::{ConfigError, Error, InputError, LeaseLost, OpenError, Result};
 pub use events::{EVENTS_BUFFER, Event, Events};

@@ -15,6 +15,7 @@ use parking_lot::{Mutex, RwLock};
 use crate::backend::{LeaseBackend, Step};
 use crate::checkpoint::{Checkpoint, CheckpointRecord};
 use crate::clock::{Clock, ManualClock, StoreClock};
+use crate::endings::{EndCursor, EndRecord, Endings};
 use crate::error::{Error, Result};
 use crate::ids::{Attempt, GroupId, JobId, StoreTime};
 use crate::job::{Job, JobRecord, Outcome, Run, RunRecord};
@@ -70,6 +71,23 @@ struct State {
     logs: BTreeMap<(JobId, Attempt), LogRecord>,
     next_group: u64,
     last_pass: Option<ReaperPass>,
+    /// Every end, by its number; the number of the last one purged.
+    endings: BTreeMap<u64, EndRecord>,
+    trimmed: u64,
+}
+
+impl State {
+    /// Keeps `ending`, if there is one, under the next number.
+    fn note(&mut self, ending: Option<EndRecord>) {
+        if let Some(ending) = ending {
+            let seq = self
+                .endings
+                .last_key_value()
+                .map_or(self.trimmed, |(s, _)| *s)
+                + 1;
+            self.endings.insert(seq, ending);
+        }
+    }
 }
 
 impl MemoryStore {
@@ -153,7 +171,9 @@ impl Records for Tx<'_> {
         if rules::readies(None, &job) {
             self.readied.insert(job.queue.clone());
         }
-        self.s.jobs.insert(id, JobRecord { id, ..job });
+        let job = JobRecord { id, ..job };
+        self.s.note(rules::job_ending(None, &job));
+        self.s.jobs.insert(id, job);
         self.s.payloads.insert(id, payload.to_vec());
         Ok(Inserted::Made(id))
     }
@@ -161,6 +181,7 @@ impl Records for Tx<'_> {
         if rules::readies(Some(old), new) {
             self.readied.insert(new.queue.clone());
         }
+        self.s.note(rules::job_ending(Some(old), new));
         self.s.jobs.insert(new.id, new.clone());
         Ok(())
     }
@@ -238,7 +259,9 @@ impl Records for Tx<'_> {
         Ok(id)
     }
     fn save_group(&mut self, group: &GroupRecord) -> Result<()> {
-        self.s.groups.insert(group.id, group.clone());
+        let old = self.s.groups.insert(group.id, group.clone());
+        let was_open = old.is_none_or(|g| g.finished_at.is_none());
+        self.s.note(rules::group_ending(was_open, group));
         Ok(())
     }
     fn group_of_key(&mut self, key: &str) -> Result<Option<GroupId>> {
@@ -262,6 +285,15 @@ impl Records for Tx<'_> {
         ended.sort_by_key(|g| at(g));
         ended.truncate(n);
         Ok(ended)
+    }
+    fn trim_endings(&mut self, cutoff: StoreTime, n: usize) -> Result<usize> {
+        let old = |(seq, e): (&u64, &EndRecord)| (e.at <= cutoff).then_some(*seq);
+        let doomed: Vec<u64> = self.s.endings.iter().map_while(old).take(n).collect();
+        for seq in &doomed {
+            self.s.endings.remove(seq);
+            self.s.trimmed = *seq;
+        }
+        Ok(doomed.len())
     }
     fn delete_group(&mut self, group: &GroupRecord) -> Result<()> {
         self.s.groups.remove(&group.id);
@@ -379,6 +411,14 @@ impl ReadJobs for MemoryStore {
     }
     fn group(&self, id: GroupId) -> Result<Option<Group>> {
         Ok(self.read(|s| s.groups.get(&id).cloned().map(Group)))
+    }
+    fn endings(&self, after: EndCursor, limit: usize) -> Result<Endings> {
+        Ok(self.read(|s| {
+            let kept = s.endings.range(after.seq.saturating_add(1)..).take(limit);
+            let at = |seq: u64| EndCursor { tx: 0, seq };
+            let list = kept.map(|(seq, e)| e.clone().at(at(*seq))).collect();
+            crate::endings::page(after, list, at(s.trimmed))
+        }))
     }
     fn waiters(&self, id: JobId) -> Result<Vec<JobId>> {
         let waits = |j: &&JobRecord| j.flow.needs.iter().any(|n| n.on == Target::Job(id));

@@ -1083,6 +1083,69 @@ pub fn check(db: &Path, json: bool) -> Result<ExitCode, Error> {
 }
 
 /// `wait`: until the job (or group) has ended, or `timeout` passes.
+pub fn endings(
+    db: &Path,
+    json: bool,
+    after: Option<leasehold::EndCursor>,
+    limit: usize,
+) -> Result<ExitCode, Error> {
+    let store = open(db)?;
+    let after = after.unwrap_or(leasehold::EndCursor::START);
+    let page = store.endings(after, limit)?;
+    let of = |e: &leasehold::Ending| match &e.of {
+        leasehold::EndOf::Job { id, queue } => ("job", id.0, Some(queue.clone())),
+        leasehold::EndOf::Group(g) => ("group", g.0, None),
+        _ => ("other", 0, None),
+    };
+    if json {
+        #[derive(Serialize)]
+        struct EndingView {
+            cursor: String,
+            kind: &'static str,
+            id: u64,
+            queue: Option<String>,
+            state: &'static str,
+            at_ms: u64,
+        }
+        #[derive(Serialize)]
+        struct EndingsView {
+            endings: Vec<EndingView>,
+            next: String,
+            /// Some ends after the cursor were purged before they were read.
+            gap: bool,
+        }
+        let endings = (page.list.iter())
+            .map(|e| {
+                let (kind, id, queue) = of(e);
+                EndingView {
+                    cursor: e.cursor.to_string(),
+                    kind,
+                    id,
+                    queue,
+                    state: e.state.name(),
+                    at_ms: ms(e.at),
+                }
+            })
+            .collect();
+        print_json(&EndingsView {
+            endings,
+            next: page.next.to_string(),
+            gap: page.gap,
+        });
+        return Ok(ExitCode::SUCCESS);
+    }
+    if page.gap {
+        println!("note: some ends after {after} were purged before they were read");
+    }
+    for e in &page.list {
+        let (kind, id, queue) = of(e);
+        let queue = queue.map(|q| format!(" of {q}")).unwrap_or_default();
+        println!("{} {kind} {id}{queue} ended {}", e.cursor, e.state);
+    }
+    println!("next: --after {}", page.next);
+    Ok(ExitCode::SUCCESS)
+}
+
 pub fn wait(
     db: &Path,
     json: bool,

@@ -36,7 +36,7 @@ use leasehold::{Error, JobState, Store};
     about = "Inspect, operate and watch a leasehold job store",
     long_about = "Inspect, operate and watch a leasehold job store: a redb file, or a \
         PostgreSQL database given as a URL.\n\n\
-        Read commands (stats, jobs, show, group, wait, schedules, check, watch, serve; backoff \
+        Read commands (stats, jobs, show, group, wait, endings, schedules, check, watch, serve; backoff \
         without a policy) read the store beside the application that runs it. Write \
         commands (enqueue, edit, promote, retry, cancel, pause, resume, limit, backoff with \
         a policy, purge, reap, compact; group --seal or --cancel; schedules pause, resume or \
@@ -204,6 +204,10 @@ fn parse_backoff(s: &str) -> Result<leasehold::RetryPolicy, String> {
     };
     policy.validate().map_err(|e| e.to_string())?;
     Ok(policy)
+}
+
+fn parse_end_cursor(s: &str) -> Result<leasehold::EndCursor, String> {
+    s.parse().map_err(|e: leasehold::InputError| e.to_string())
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -403,6 +407,16 @@ enum Command {
         #[arg(long, value_parser = parse_duration, default_value = "60s")]
         timeout: Duration,
     },
+    /// Every end of a job or group after a cursor, in the order they committed, from every
+    /// process or machine; ends with the cursor to read on from.
+    Endings {
+        /// The cursor to read after (as a previous `endings` printed it; the start if none).
+        #[arg(long, value_parser = parse_end_cursor)]
+        after: Option<leasehold::EndCursor>,
+        /// How many at most.
+        #[arg(long, default_value_t = 100)]
+        limit: usize,
+    },
     /// A live view of queue depths, running leases with time left, and reclaims as they
     /// happen. Ctrl-C to stop.
     Watch {
@@ -579,6 +593,7 @@ fn main() -> ExitCode {
         Command::Show { job, raw } => inspect::show(&db, json, job, raw),
         Command::Check => inspect::check(&db, json),
         Command::Wait { id, group, timeout } => inspect::wait(&db, json, id, group, timeout),
+        Command::Endings { after, limit } => inspect::endings(&db, json, after, limit),
         Command::Watch {
             interval,
             iterations,

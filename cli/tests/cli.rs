@@ -1707,3 +1707,41 @@ fn wait_in_another_process_hears_the_end_the_application_commits() {
         "{said}"
     );
 }
+
+/// `endings` lists each end after a cursor, in the order they committed, and says where to
+/// read on from; a script keeps that cursor and reads only what came after it.
+#[test]
+fn endings_lists_each_end_after_a_cursor_and_where_to_read_on() {
+    let t = Tool::new();
+    let (done, cancelled) = {
+        let store = leasehold::Store::open(&t.db).unwrap();
+        let done = store.enqueue(leasehold::NewJob::new("q", "a")).unwrap();
+        let cancelled = store.enqueue(leasehold::NewJob::new("q", "b")).unwrap();
+        let lease = store
+            .claim_job(done, "w", std::time::Duration::from_secs(60))
+            .unwrap()
+            .unwrap();
+        store.complete(&lease, b"").unwrap();
+        store.cancel(cancelled).unwrap();
+        (done.0, cancelled.0)
+    };
+    let listed = t.ok(&["endings"]);
+    let lines: Vec<&str> = listed.lines().collect();
+    assert!(
+        lines[0].ends_with(&format!("job {done} of q ended succeeded")),
+        "{listed}"
+    );
+    assert!(
+        lines[1].ends_with(&format!("job {cancelled} of q ended cancelled")),
+        "{listed}"
+    );
+    let v = t.json(&["endings", "--limit", "1"]);
+    assert_eq!(v["endings"].as_array().unwrap().len(), 1, "{v}");
+    assert_eq!(v["gap"], false);
+    let next = v["next"].as_str().unwrap().to_owned();
+    let rest = t.json(&["endings", "--after", &next]);
+    let rest = rest["endings"].as_array().unwrap();
+    assert_eq!((rest.len(), rest[0]["id"].as_u64()), (1, Some(cancelled)));
+    assert_eq!(rest[0]["state"], "cancelled");
+    t.fails(&["endings", "--after", "nonsense"], 2);
+}

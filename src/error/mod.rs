@@ -472,6 +472,9 @@ pub enum InputError {
         /// How long after its enqueue it would expire.
         expires: std::time::Duration,
     },
+    /// An ending's cursor is `TX.SEQ` ([`crate::EndCursor`]'s `Display`).
+    #[error("{0:?} is not an ending's cursor (TX.SEQ, as one was written)")]
+    BadEndCursor(String),
     /// A group key must be non-empty and short.
     #[error("group key must be 1 to {max} bytes, got {len}")]
     BadGroupKey {

@@ -202,6 +202,12 @@ expired AS (
     FROM picked, c
     WHERE j.id = picked.id AND picked.late
     RETURNING j.id, j.awaited, j.grp, 'expired' AS state
+),
+-- each end kept, in this transaction (`crate::endings`)
+noted AS (
+    INSERT INTO {s}.leasehold_endings (job, queue, state, at)
+    SELECT e.id, $1, e.state, c.t
+    FROM (SELECT id, state FROM exhausted UNION ALL SELECT id, state FROM expired) e, c
 )
 SELECT id, attempt, t, expires, payload, priority, run_at, deadline, NULL::boolean, NULL::bigint,
     NULL::text
@@ -633,7 +639,8 @@ WITH c AS MATERIALIZED (SELECT {now} AS t),
 locked AS MATERIALIZED (
     SELECT id FROM {s}.leasehold_jobs WHERE id = ANY($1) AND state = 'running'
     ORDER BY id FOR UPDATE
-)
+),
+done AS (
 UPDATE {s}.leasehold_jobs j
 SET state = 'succeeded', finished_at = c.t, updated_at = c.t,
     output = CASE WHEN octet_length(r.output) > 0 THEN r.output END,
@@ -652,7 +659,14 @@ WHERE j.id = r.id AND j.id = locked.id AND j.attempt = r.attempt AND j.lease_tok
     -- rules::before_deadline: an attempt past its deadline is left to the one-by-one path,
     -- which refuses the completion
     AND NOT coalesce(j.lease_deadline <= c.t, false)
-RETURNING j.id, j.attempt, j.lease_token, j.awaited, j.grp, j.queue, j.limit_key";
+RETURNING j.id, j.attempt, j.lease_token, j.awaited, j.grp, j.queue, j.limit_key
+),
+-- each end kept, in this transaction (`crate::endings`)
+noted AS (
+    INSERT INTO {s}.leasehold_endings (job, queue, state, at)
+    SELECT done.id, done.queue, 'succeeded', c.t FROM done, c
+)
+SELECT id, attempt, lease_token, awaited, grp, queue, limit_key FROM done";
 
 /// [`Records::complete_fenced`] in one statement ([`COMPLETE_MANY`]).
 pub(crate) fn complete_fenced(

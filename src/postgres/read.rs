@@ -9,7 +9,9 @@ use postgres::Transaction;
 use super::named::queue_columns;
 use super::rows::{Col, attempt, job_by, job_columns, key, outcome_from, record, time};
 use super::{Prepared, transaction::now};
+use crate::endings::{EndCursor, EndOf, EndRecord, Endings};
 use crate::error::{Error, Result};
+use crate::ids::GroupId;
 use crate::ids::{JobId, StoreTime};
 use crate::job::{JobRecord, RunRecord};
 use crate::rules::claim_order_sql;
@@ -553,4 +555,61 @@ pub(crate) fn waiters(
     (tx.query(&st, &[&key(job)])?.iter())
         .map(|row| Ok(super::rows::id(row.col(0)?)))
         .collect()
+}
+
+/// The cursor of the last ending retention purged (the start if none was).
+pub(crate) fn endings_trimmed(tx: Tx<'_, '_>, p: &mut Prepared<'_>) -> Result<EndCursor> {
+    let st = p.get(
+        tx,
+        "SELECT value FROM {s}.leasehold_meta WHERE key = 'endings.trimmed'",
+    )?;
+    match tx.query_opt(&st, &[])? {
+        Some(row) => (row.col::<&str>(0)?.parse())
+            .map_err(|e| Error::Corrupt(format!("the last purged ending: {e}"))),
+        None => Ok(EndCursor::START),
+    }
+}
+
+/// The endings after `after`, at most `limit`, of transactions older than every one still
+/// running (the snapshot's horizon): a transaction that has not committed yet may hold an
+/// ending with a smaller id than one already committed, which a reader must not pass.
+pub(crate) fn endings(
+    tx: Tx<'_, '_>,
+    p: &mut Prepared<'_>,
+    after: EndCursor,
+    limit: usize,
+) -> Result<Endings> {
+    let st = p.get(
+        tx,
+        "SELECT xid::text::bigint, seq, job, grp, queue, state, {s}.us(at)
+         FROM {s}.leasehold_endings
+         WHERE (xid, seq) > ($1::text::xid8, $2)
+             AND xid < pg_snapshot_xmin(pg_current_snapshot())
+         ORDER BY xid, seq
+         LIMIT $3",
+    )?;
+    let n = i64::try_from(limit).unwrap_or(i64::MAX);
+    let seq = i64::try_from(after.seq).unwrap_or(i64::MAX);
+    let mut list = Vec::new();
+    for row in tx.query(&st, &[&after.tx.to_string(), &seq, &n])? {
+        let of = match (row.col::<Option<i64>>(2)?, row.col::<Option<i64>>(3)?) {
+            (Some(job), _) => EndOf::Job {
+                id: super::rows::id(job),
+                queue: row.col::<Option<String>>(4)?.unwrap_or_default(),
+            },
+            (None, Some(group)) => EndOf::Group(GroupId(u64::try_from(group).unwrap_or(0))),
+            (None, None) => return Err(Error::Corrupt("an ending of nothing".into())),
+        };
+        let name: &str = row.col(5)?;
+        let state = JobState::ALL.into_iter().find(|s| s.name() == name);
+        let state = state.ok_or_else(|| Error::Corrupt(format!("an ending as {name:?}")))?;
+        let record = EndRecord {
+            of,
+            state,
+            at: time(row.col(6)?),
+        };
+        list.push(record.at(EndCursor::from_parts(row.col(0)?, row.col(1)?)));
+    }
+    let trimmed = endings_trimmed(tx, p)?;
+    Ok(crate::endings::page(after, list, trimmed))
 }

@@ -18,6 +18,7 @@ use super::transaction::{PgRecords, notify, now};
 use super::{PgError, fast};
 use crate::checkpoint::CheckpointRecord;
 use crate::codec;
+use crate::endings::{EndCursor, EndOf, EndRecord};
 use crate::error::Result;
 use crate::ids::{Attempt, GroupId, JobId, StoreTime};
 use crate::job::{JobRecord, Outcome, RunRecord};
@@ -81,6 +82,35 @@ WHERE id = $1";
 
 /// Whether `new` gives its queue a waiting job `old` did not: its idle workers are to be
 /// woken.
+/// Keeps `endings` in the transaction that wrote them, in one statement (their `xid` the
+/// transaction's own: see `since_12`).
+pub(super) fn note_endings(r: &mut PgRecords<'_, '_, '_>, endings: &[EndRecord]) -> Result<()> {
+    if endings.is_empty() {
+        return Ok(());
+    }
+    let st = r.get(
+        "INSERT INTO {s}.leasehold_endings (job, grp, queue, state, at)
+         SELECT e.job, e.grp, e.queue, e.state, {s}.at(e.at)
+         FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[], $5::bigint[])
+             WITH ORDINALITY AS e(job, grp, queue, state, at, n)
+         ORDER BY e.n",
+    )?;
+    let (mut jobs, mut groups, mut queues) = (Vec::new(), Vec::new(), Vec::new());
+    for e in endings {
+        let (job, group, queue) = match &e.of {
+            EndOf::Job { id, queue } => (Some(key(*id)), None, Some(queue.as_str())),
+            EndOf::Group(g) => (None, Some(clamp(g.0)), None),
+        };
+        jobs.push(job);
+        groups.push(group);
+        queues.push(queue);
+    }
+    let states: Vec<&str> = endings.iter().map(|e| e.state.name()).collect();
+    let at: Vec<i64> = endings.iter().map(|e| us(e.at)).collect();
+    r.tx.execute(&st, &[&jobs, &groups, &queues, &states, &at])?;
+    Ok(())
+}
+
 fn readied_by(old: &JobRecord, new: &JobRecord) -> bool {
     rules::readies(Some(old), new)
 }
@@ -326,6 +356,9 @@ impl Records for PgRecords<'_, '_, '_> {
                 )?;
                 self.tx.execute(&st, &[&deps, &key(made)])?;
             }
+            let stored = JobRecord { id: made, ..job };
+            let ending = rules::job_ending(None, &stored);
+            note_endings(self, ending.as_slice())?;
             return Ok(Inserted::Made(made));
         }
         // Another transaction's job took the key meanwhile: that one is the answer.
@@ -375,7 +408,7 @@ impl Records for PgRecords<'_, '_, '_> {
         if readied_by(old, job) {
             self.readied(&job.queue)?;
         }
-        Ok(())
+        note_endings(self, rules::job_ending(Some(old), job).as_slice())
     }
 
     /// One statement ([`SAVE_MANY`]) for two or more.
@@ -454,7 +487,10 @@ impl Records for PgRecords<'_, '_, '_> {
                 self.readied(&new.queue)?;
             }
         }
-        Ok(())
+        let endings: Vec<EndRecord> = (changes.iter())
+            .filter_map(|(old, new)| rules::job_ending(Some(old), new))
+            .collect();
+        note_endings(self, &endings)
     }
 
     /// The columns a rule never writes (priority, metadata, the payload), then the save.
@@ -718,6 +754,34 @@ impl Records for PgRecords<'_, '_, '_> {
         Ok(ended)
     }
 
+    fn trim_endings(&mut self, cutoff: StoreTime, n: usize) -> Result<usize> {
+        let st = self.get(
+            "WITH doomed AS (
+                 SELECT xid, seq FROM {s}.leasehold_endings WHERE at <= {s}.at($1)
+                 ORDER BY xid, seq LIMIT $2 FOR UPDATE SKIP LOCKED
+             ),
+             gone AS (
+                 DELETE FROM {s}.leasehold_endings e USING doomed d
+                 WHERE e.xid = d.xid AND e.seq = d.seq RETURNING e.xid, e.seq
+             )
+             SELECT count(*) OVER (), xid::text::bigint, seq FROM gone
+             ORDER BY xid DESC, seq DESC LIMIT 1",
+        )?;
+        let n = i64::try_from(n).unwrap_or(i64::MAX);
+        let Some(row) = self.tx.query_opt(&st, &[&us(cutoff), &n])? else {
+            return Ok(0);
+        };
+        let count = usize::try_from(row.col::<i64>(0)?).unwrap_or(0);
+        let last = EndCursor::from_parts(row.col::<i64>(1)?, row.col::<i64>(2)?);
+        let kept = super::read::endings_trimmed(self.tx, self.p)?;
+        let st = self.get(
+            "INSERT INTO {s}.leasehold_meta (key, value) VALUES ('endings.trimmed', $1)
+             ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+        )?;
+        self.tx.execute(&st, &[&kept.max(last).to_string()])?;
+        Ok(count)
+    }
+
     fn delete_group(&mut self, group: &GroupRecord) -> Result<()> {
         let st = self.get("DELETE FROM {s}.leasehold_groups WHERE id = $1")?;
         self.tx.execute(&st, &[&clamp(group.id.0)])?;
@@ -730,13 +794,21 @@ impl Records for PgRecords<'_, '_, '_> {
     }
 
     fn save_group(&mut self, group: &GroupRecord) -> Result<()> {
+        // (`old` reads the row as it was before the update: one snapshot for the statement)
         let st = self.get(
-            "UPDATE {s}.leasehold_groups SET record = $2, ended_at = {s}.at($3) WHERE id = $1",
+            "WITH old AS (SELECT ended_at FROM {s}.leasehold_groups WHERE id = $1)
+             UPDATE {s}.leasehold_groups SET record = $2, ended_at = {s}.at($3) WHERE id = $1
+             RETURNING (SELECT ended_at IS NULL FROM old)",
         )?;
         let ended = group.finished_at.map(us);
-        self.tx
-            .execute(&st, &[&clamp(group.id.0), &codec::encode(group), &ended])?;
-        Ok(())
+        let was_open = (self
+            .tx
+            .query_opt(&st, &[&clamp(group.id.0), &codec::encode(group), &ended])?)
+        .map(|row| row.col::<Option<bool>>(0))
+        .transpose()?
+        .flatten()
+        .unwrap_or(false);
+        note_endings(self, rules::group_ending(was_open, group).as_slice())
     }
 
     fn checkpoint(&mut self, job: JobId) -> Result<Option<CheckpointRecord>> {

@@ -43,7 +43,9 @@ use crate::error::Result;
 /// its record (codec format 8); a version 9 build would leave an ended group open there,
 /// and is refused. Version 11 replaces `add_job` with one that also takes a limit key, a
 /// time limit, a uniqueness window and an expiry (`since_11`), and adds `settle_key`.
-pub const VERSION: u32 = 11;
+/// Version 12 keeps every end (`since_12`, [`crate::ReadJobs::endings`]); a version 11 build would
+/// end jobs without them, and is refused.
+pub const VERSION: u32 = 12;
 
 /// The tables version 2 added, made by a new store and by the upgrade from version 1 alike:
 /// each queue's record (pause, limits, the rate window, the served mark) and each periodic
@@ -227,6 +229,26 @@ DROP FUNCTION IF EXISTS {s}.add_job(text, bytea, integer, timestamptz, integer, 
 ",
             add_job!()
         )
+    };
+}
+
+/// What version 12 added, made by a new store and by the upgrade alike: every end of a job
+/// or a group, by the transaction that committed it (`xid`, the order a reader reads them
+/// in, behind the snapshot's horizon: see [`crate::endings`]) and its number in it.
+macro_rules! since_12 {
+    () => {
+        "
+CREATE TABLE IF NOT EXISTS {s}.leasehold_endings (
+    xid xid8 NOT NULL DEFAULT pg_current_xact_id(),
+    seq bigint GENERATED ALWAYS AS IDENTITY,
+    job bigint,
+    grp bigint,
+    queue text,
+    state text NOT NULL,
+    at timestamptz NOT NULL,
+    PRIMARY KEY (xid, seq)
+);
+"
     };
 }
 
@@ -544,6 +566,7 @@ CREATE TABLE {s}.leasehold_counters (name text PRIMARY KEY, value bigint NOT NUL
     since_9!(),
     since_10!(),
     since_11!(),
+    since_12!(),
     r#"
 INSERT INTO {s}.leasehold_counters (name, value) VALUES
     ('reclaimed_by_reaper', 0), ('reclaimed_by_takeover', 0), ('reclaimed_at_open', 0),
@@ -708,6 +731,9 @@ pub(crate) fn prepare(client: &mut Client, names: &Names, create: bool) -> Resul
     }
     if upgraded.is_some_and(|v| v <= 10) {
         tx.batch_execute(&names.sql(since_11!()))?;
+    }
+    if upgraded.is_some_and(|v| v <= 11) {
+        tx.batch_execute(&names.sql(since_12!()))?;
     }
     super::schema_check::check_tables(&mut tx, &names.schema)?;
     if let Some(older) = upgraded {

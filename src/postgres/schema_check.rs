@@ -122,6 +122,18 @@ const COLUMNS: &[(&str, &[(&str, &str)])] = &[
         "leasehold_logs",
         &[("job", "int8"), ("attempt", "int8"), ("record", "bytea")],
     ),
+    (
+        "leasehold_endings",
+        &[
+            ("xid", "xid8"),
+            ("seq", "int8"),
+            ("job", "int8"),
+            ("grp", "int8"),
+            ("queue", "text"),
+            ("state", "text"),
+            ("at", "timestamptz"),
+        ],
+    ),
 ];
 
 /// The indexes the protocol relies on: the unique one for correctness (`ON CONFLICT`
@@ -143,6 +155,7 @@ const INDEXES: &[&str] = &[
     "leasehold_group_keys_pkey",
     "leasehold_checkpoints_pkey",
     "leasehold_logs_pkey",
+    "leasehold_endings_pkey",
     "leasehold_jobs_keyed",
     "leasehold_limit_keys_pkey",
     "leasehold_limit_keys_gate",

@@ -272,6 +272,14 @@ impl ReadJobs for PgStore {
         self.in_transaction(|tx, p| read::logs(tx, p, job))
     }
 
+    fn endings(
+        &self,
+        after: crate::endings::EndCursor,
+        limit: usize,
+    ) -> Result<crate::endings::Endings> {
+        self.in_transaction(|tx, p| read::endings(tx, p, after, limit))
+    }
+
     fn checkpoint(&self, job: JobId) -> Result<Option<crate::checkpoint::Checkpoint>> {
         self.in_transaction(|tx, p| read::checkpoint(tx, p, job))
     }

@@ -368,6 +368,12 @@ pub trait Records: NamedRecords {
     /// Deletes a group's record, its entries in the indexes and its key
     /// ([`GroupRecord::key`]) if the key still names it.
     fn delete_group(&mut self, group: &GroupRecord) -> Result<()>;
+
+    // ----- endings -----
+
+    /// Deletes up to `n` of the oldest endings kept from at or before `cutoff`, and keeps
+    /// the cursor of the last one deleted (a reader behind it has a gap); returns how many.
+    fn trim_endings(&mut self, cutoff: StoreTime, n: usize) -> Result<usize>;
 }
 
 /// The records an engine keeps by name beside its jobs, in the same transaction: each

@@ -90,6 +90,9 @@ pub(crate) fn save(tx: &mut Tx<'_>, old: Option<&JobRecord>, new: &JobRecord) ->
         remove_entries(&mut tx.tables, before, Some(&after))?;
     }
     add_entries(&mut tx.tables, &after, before.as_ref())?;
+    if let Some(ending) = crate::rules::job_ending(old, new) {
+        tx.tables.note_ending(&ending)?;
+    }
     rewrite(tx, new)
 }
 

@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use redb::{ReadTransaction, ReadableTable, TableDefinition};
 
 use crate::codec;
+use crate::endings::{EndCursor, EndRecord, Endings};
 use crate::error::{Error, Result};
 use crate::ids::{JobId, StoreTime};
 use crate::job::{Job, JobRecord, Run, RunRecord};
@@ -542,6 +543,27 @@ pub(crate) fn open_groups(read: &ReadTransaction) -> Result<Vec<GroupRecord>> {
         }
     }
     Ok(open)
+}
+
+/// The endings kept after `after`, at most `limit` ([`crate::ReadJobs::endings`]).
+pub(crate) fn endings(read: &ReadTransaction, after: EndCursor, limit: usize) -> Result<Endings> {
+    let meta = read.open_table(schema::META)?;
+    let trimmed = EndCursor {
+        tx: 0,
+        seq: super::writing::read_u64(&meta, meta_key::ENDINGS_TRIMMED)?.unwrap_or(0),
+    };
+    let mut list = Vec::new();
+    if let Some(kept) = optional(read, schema::ENDINGS)? {
+        for entry in kept.range(after.seq.saturating_add(1)..)?.take(limit) {
+            let (seq, bytes) = entry?;
+            let seq = seq.value();
+            let what = || format!("ending {seq}");
+            if let Some(record) = codec::decode_stored::<EndRecord>(Some(bytes.value()), what)? {
+                list.push(record.at(EndCursor { tx: 0, seq }));
+            }
+        }
+    }
+    Ok(crate::endings::page(after, list, trimmed))
 }
 
 #[cfg(test)]

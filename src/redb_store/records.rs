@@ -298,10 +298,14 @@ impl Records for Tx<'_> {
             .groups()?
             .insert(group.id.0, codec::encode(group).as_slice())?;
         let ends = self.tables.group_ends()?;
-        if group.finished_at.is_some() {
-            ends.remove((u64::MAX, group.id.0))?;
-        }
+        let was_open = match group.finished_at {
+            Some(_) => ends.remove((u64::MAX, group.id.0))?.is_some(),
+            None => true,
+        };
         ends.insert(crate::redb_store::schema::group_end(group), ())?;
+        if let Some(ending) = rules::group_ending(was_open, group) {
+            self.tables.note_ending(&ending)?;
+        }
         self.tally.writes += 1;
         Ok(())
     }
@@ -338,6 +342,29 @@ impl Records for Tx<'_> {
             })?);
         }
         Ok(ended)
+    }
+
+    fn trim_endings(&mut self, cutoff: StoreTime, n: usize) -> Result<usize> {
+        let mut doomed = Vec::new();
+        for entry in self.tables.endings()?.iter()?.take(n) {
+            let (seq, bytes) = entry?;
+            let seq = seq.value();
+            let what = || format!("ending {seq}");
+            let record =
+                codec::decode_stored::<crate::endings::EndRecord>(Some(bytes.value()), what)?;
+            if record.is_none_or(|e| e.at > cutoff) {
+                break;
+            }
+            doomed.push(seq);
+        }
+        let Some(&last) = doomed.last() else {
+            return Ok(0);
+        };
+        let (first, endings) = (doomed[0], self.tables.endings()?);
+        endings.retain_in(first..=last, |_, _| false)?;
+        write_u64(&mut self.tables.meta, meta_key::ENDINGS_TRIMMED, last)?;
+        self.tally.writes += 1;
+        Ok(doomed.len())
     }
 
     /// Also forgets its members' entries (none are left of a group retention purges).

@@ -29,6 +29,7 @@
 //! | `limit_keys` | (queue, limit key) | [`KeyRecord`](crate::queue::KeyRecord) record | each limit key's running jobs, head and rate window |
 //! | `key_gates` | (queue, opens_at, limit key) | () | limit keys whose rate window is spent, by when it has room again (a pure function of `limit_keys`) |
 //! | `expiring` | (expires_at, job) | () | waiting and blocked jobs with an expiry ([`NewJob::expires_in`](crate::NewJob::expires_in)), by it: how the reaper finds those nobody claimed |
+//! | `endings` | number | [`EndRecord`](crate::endings::EndRecord) record | every end of a job or a group, numbered in the order they committed (`meta`'s `endings.next`), kept until retention purges them (`endings.trimmed`: the last purged) |
 //! | `group_ends` | (ended at, or `u64::MAX` while open, group) | () | every group by when it ended, the open ones last (a pure function of `groups`): the stats count the open ones, retention purges the old ones, without reading every group ever made |
 //!
 //! Every index (`ready`, `expiry`, `unique`, `counts`, `finished`, `keyed`, `expiring`) is a pure function of the
@@ -58,8 +59,8 @@ use redb::TableDefinition;
 /// `expiring`: a build of version 9 would start an expired job. Version 11 writes records in
 /// format version 8 (a group's key in its record) and adds `group_ends`, both filled by the
 /// upgrade from `groups` and `group_keys`: a build of version 10 would leave an ended group
-/// open in it.
-pub const SCHEMA_VERSION: u32 = 11;
+/// open in it. Version 12 adds `endings`: a build of version 11 would end jobs without them.
+pub const SCHEMA_VERSION: u32 = 12;
 
 /// The marker that says "this redb file is a leasehold store".
 pub(crate) const MARKER: &[u8] = b"leasehold store";
@@ -106,6 +107,7 @@ pub(crate) const EXPIRING: TableDefinition<(u64, u64), ()> =
     TableDefinition::new("leasehold.expiring");
 pub(crate) const GROUP_ENDS: TableDefinition<(u64, u64), ()> =
     TableDefinition::new("leasehold.group_ends");
+pub(crate) const ENDINGS: TableDefinition<u64, &[u8]> = TableDefinition::new("leasehold.endings");
 
 /// A group's entry in `group_ends`: (when it ended, or `u64::MAX` while it is open, its id).
 pub(crate) fn group_end(group: &crate::workflow::GroupRecord) -> (u64, u64) {
@@ -118,6 +120,10 @@ pub(crate) mod meta_key {
     pub const SCHEMA_VERSION: &str = "schema_version";
     pub const NEXT_JOB_ID: &str = "next_job_id";
     pub const NEXT_GROUP_ID: &str = "next_group_id";
+    /// The number the next ending is written under.
+    pub const NEXT_ENDING: &str = "endings.next";
+    /// The number of the last ending retention purged.
+    pub const ENDINGS_TRIMMED: &str = "endings.trimmed";
     pub const HIGH_WATER: &str = "clock.high_water";
     pub const ANCHOR: &str = "clock.anchor";
     pub const COUNTERS: &str = "counters";

@@ -64,6 +64,16 @@ impl<S: Snapshots> crate::job_store::ReadJobs for S {
         })
     }
 
+    fn endings(
+        &self,
+        after: crate::endings::EndCursor,
+        limit: usize,
+    ) -> Result<crate::endings::Endings> {
+        self.reading("the endings", |read| {
+            crate::redb_store::reading::endings(read, after, limit)
+        })
+    }
+
     fn logs(&self, id: JobId) -> Result<Vec<crate::job_log::AttemptLog>> {
         self.reading("a job's logs", |read| {
             let Some(logs) = optional(read, schema::LOGS)? else {

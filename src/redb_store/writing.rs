@@ -62,6 +62,8 @@ pub(crate) struct Tables<'t> {
     expiring: Option<Table<'t, (u64, u64), ()>>,
     /// Groups by when they ended (opened on first use).
     group_ends: Option<Table<'t, (u64, u64), ()>>,
+    /// Every end, numbered (opened on first use).
+    endings: Option<Table<'t, u64, &'static [u8]>>,
     txn: &'t WriteTransaction,
 }
 
@@ -100,6 +102,7 @@ impl<'t> Tables<'t> {
             key_gates: None,
             expiring: None,
             group_ends: None,
+            endings: None,
             txn,
         })
     }
@@ -174,6 +177,20 @@ impl<'t> Tables<'t> {
     /// Waiting and blocked jobs with an expiry, by (expires_at, job) (opened on first use).
     pub(crate) fn expiring(&mut self) -> Result<&mut Table<'t, (u64, u64), ()>> {
         opened(&mut self.expiring, self.txn, schema::EXPIRING)
+    }
+
+    /// Every end, numbered in the order they commit (opened on first use).
+    pub(crate) fn endings(&mut self) -> Result<&mut Table<'t, u64, &'static [u8]>> {
+        opened(&mut self.endings, self.txn, schema::ENDINGS)
+    }
+
+    /// Keeps `ending` under the next number (one writer at a time: the order of commit).
+    pub(crate) fn note_ending(&mut self, ending: &crate::endings::EndRecord) -> Result<()> {
+        let seq = read_u64(&self.meta, meta_key::NEXT_ENDING)?.unwrap_or(1);
+        write_u64(&mut self.meta, meta_key::NEXT_ENDING, seq + 1)?;
+        self.endings()?
+            .insert(seq, codec::encode(ending).as_slice())?;
+        Ok(())
     }
 
     /// Groups by (when they ended, or `u64::MAX` while open, id) (opened on first use).

@@ -2,6 +2,7 @@
 //! dependencies end, and how a group counts its members' ends.
 
 use super::attempt::finish;
+use crate::endings::{EndOf, EndRecord};
 use crate::error::Error;
 use crate::ids::{GroupId, JobId, StoreTime};
 use crate::job::JobRecord;
@@ -97,6 +98,17 @@ pub(crate) fn rearmed(
 // ----- groups -----
 
 /// A new, open group.
+/// The ending `group`'s save writes, if it ends there: it was open (`was_open`) and has
+/// ended now ([`crate::endings`]).
+pub(crate) fn group_ending(was_open: bool, group: &GroupRecord) -> Option<EndRecord> {
+    let at = group.finished_at.filter(|_| was_open)?;
+    Some(EndRecord {
+        of: EndOf::Group(group.id),
+        state: group.outcome()?,
+        at,
+    })
+}
+
 /// Whether retention may delete `group` at `cutoff`: it ended at or before the cutoff, and
 /// nothing refers to it any more (`referred`: a member, a job that waited for it, a group in
 /// it is still stored; each is purged first, a dead member never by retention). Its record is

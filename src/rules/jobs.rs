@@ -2,12 +2,31 @@
 //! operator's decisions (cancel, retry).
 
 use super::*;
+use crate::endings::{EndOf, EndRecord};
 use crate::error::Error;
 use crate::ids::{Attempt, JobId, StoreTime};
 use crate::input;
 use crate::job::{JobRecord, LimitKey, RunRecord, Uniqueness};
 use crate::new_job::NewJob;
 use crate::state::JobState;
+
+// ----- its end, kept -----
+
+/// The ending a job's write from `old` (`None`: a new job) to `new` implies, if it is one:
+/// the job came to an end (terminal now, and not the same end as before: an operator's
+/// retry and its next end are two) ([`crate::endings`]).
+pub(crate) fn job_ending(old: Option<&JobRecord>, new: &JobRecord) -> Option<EndRecord> {
+    let at = new.finished_at.filter(|_| new.state.is_terminal())?;
+    let before = old.and_then(|o| o.finished_at.filter(|_| o.state.is_terminal()));
+    (before != Some(at)).then(|| EndRecord {
+        of: EndOf::Job {
+            id: new.id,
+            queue: new.queue.clone(),
+        },
+        state: new.state,
+        at,
+    })
+}
 
 // ----- a new job -----
 

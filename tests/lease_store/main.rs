@@ -13,6 +13,7 @@ mod checkpoint;
 mod claim;
 mod common;
 mod edit;
+mod endings;
 mod enqueue;
 mod events;
 mod expiry;

@@ -224,6 +224,8 @@ pub struct Harness {
     progress: BTreeMap<(u64, u32), u64>,
     /// Each job's attempt as last seen, to prove attempts only grow.
     attempts: BTreeMap<u64, u32>,
+    /// Where the harness has read the store's endings to, and how many of the model's.
+    read_to: (leasehold::EndCursor, usize),
 }
 
 fn builder(path: &std::path::Path, clock: &ManualClock) -> leasehold::StoreBuilder {
@@ -269,6 +271,7 @@ impl Harness {
             leases: Vec::new(),
             progress: BTreeMap::new(),
             attempts: BTreeMap::new(),
+            read_to: (leasehold::EndCursor::START, 0),
         }
     }
 
@@ -286,6 +289,7 @@ impl Harness {
             leases: Vec::new(),
             progress: BTreeMap::new(),
             attempts: BTreeMap::new(),
+            read_to: (leasehold::EndCursor::START, 0),
         }
     }
 
@@ -324,6 +328,7 @@ impl Harness {
             leases: Vec::new(),
             progress: BTreeMap::new(),
             attempts: BTreeMap::new(),
+            read_to: (leasehold::EndCursor::START, 0),
         }
     }
 
@@ -339,7 +344,7 @@ impl Harness {
 
     fn group_id(&self, n: u16) -> u64 {
         // Mostly existing groups, sometimes one that does not exist.
-        u64::from(n) % (self.model.groups.len() as u64 + 2)
+        u64::from(n) % (self.model.groups_made + 2)
     }
 
     fn lease(&self, n: u16) -> Option<leasehold::Lease> {
@@ -941,6 +946,47 @@ impl Harness {
         if !report.is_clean() {
             return Err(format!("check: {:?}", report.problems));
         }
+        // The ends since the last step: the same, each once (in one step, in either order).
+        let mut want = self.model.endings[self.read_to.1..].to_vec();
+        let (mut got, mut at) = (Vec::new(), self.read_to.0);
+        // (On PostgreSQL an ending is read once every older transaction on the server has
+        // ended, which another test's may not have yet: a generous deadline. Elsewhere what
+        // committed is read at once.)
+        #[cfg(feature = "postgres")]
+        let wait = matches!(self.backing, Backing::Postgres { .. });
+        #[cfg(not(feature = "postgres"))]
+        let wait = false;
+        let wait = Duration::from_secs(if wait { 60 } else { 0 });
+        #[allow(clippy::disallowed_methods)]
+        let deadline = std::time::Instant::now() + wait;
+        loop {
+            let page = store
+                .endings(at, 1000)
+                .map_err(|e| format!("endings: {e}"))?;
+            if page.gap {
+                return Err(format!("endings after {at}: a gap"));
+            }
+            at = page.next;
+            got.extend(page.list.iter().map(|e| {
+                let of = match &e.of {
+                    leasehold::EndOf::Job { id, .. } => model::MTarget::Job(id.0),
+                    leasehold::EndOf::Group(g) => model::MTarget::Group(g.0),
+                    _ => model::MTarget::Job(u64::MAX),
+                };
+                (of, e.state)
+            }));
+            #[allow(clippy::disallowed_methods)]
+            if got.len() >= want.len() || std::time::Instant::now() > deadline {
+                break;
+            }
+            std::thread::yield_now();
+        }
+        got.sort();
+        want.sort();
+        if got != want {
+            return Err(format!("endings: store {got:?}, model {want:?}"));
+        }
+        self.read_to = (at, self.model.endings.len());
         let stats = store.stats().map_err(|e| format!("stats: {e}"))?;
         let total: u64 = stats.queues.values().map(|q| q.total()).sum();
         if total != self.model.jobs.len() as u64 {

@@ -70,7 +70,7 @@ impl MBackoff {
 }
 
 /// What a job waits for: a job's end, or a group's (sealed, and every member ended).
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum MTarget {
     Job(u64),
     Group(u64),
@@ -204,6 +204,10 @@ pub struct Model {
     pub group_keys: BTreeMap<String, u64>,
     /// Each job's last checkpoint: the attempt that saved it, its bytes.
     pub checkpoints: BTreeMap<u64, (u32, Vec<u8>)>,
+    /// Every end, as the store keeps them (`ReadJobs::endings`): what ended, and how.
+    pub endings: Vec<(MTarget, JobState)>,
+    /// How many groups were ever opened: the last group's id.
+    pub groups_made: u64,
 }
 
 impl Model {
@@ -341,6 +345,11 @@ impl Model {
         if let MTarget::Job(id) = target {
             self.jobs.get_mut(&id).expect("ended job").finished_at = Some(self.now);
         }
+        let how = match target {
+            MTarget::Job(id) => self.jobs[&id].state,
+            MTarget::Group(g) => self.groups[&g].outcome().expect("ended"),
+        };
+        self.endings.push((target, how));
         // (a job's group, or the group a group is in, counts the end as a member's)
         let (state, group) = match target {
             MTarget::Job(id) => (self.jobs[&id].state, self.jobs[&id].group),
@@ -454,7 +463,9 @@ impl Model {
                 return Err(MErr::GroupSealed(p));
             }
         }
-        let g = self.groups.len() as u64 + 1;
+        // (ids are never reused, also once a purge took a group)
+        self.groups_made += 1;
+        let g = self.groups_made;
         if let Some(p) = parent {
             let grp = self.groups.get_mut(&p).expect("checked");
             grp.members += 1;

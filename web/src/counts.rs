@@ -222,6 +222,9 @@ mod tests {
         fn logs(&self, job: JobId) -> Result<Vec<leasehold::AttemptLog>> {
             self.store.logs(job)
         }
+        fn endings(&self, after: leasehold::EndCursor, n: usize) -> Result<leasehold::Endings> {
+            self.store.endings(after, n)
+        }
         fn checkpoint(&self, job: JobId) -> Result<Option<leasehold::Checkpoint>> {
             self.store.checkpoint(job)
         }

@@ -377,6 +377,7 @@ impl ReadJobs for SlowCounts {
         output(job: leasehold::JobId) -> Option<Vec<u8>>;
         checkpoint(job: leasehold::JobId) -> Option<leasehold::Checkpoint>;
         logs(job: leasehold::JobId) -> Vec<leasehold::AttemptLog>;
+        endings(after: leasehold::EndCursor, limit: usize) -> leasehold::Endings;
         group(group: leasehold::GroupId) -> Option<leasehold::Group>;
         waiters(job: leasehold::JobId) -> Vec<leasehold::JobId>;
         jobs(filter: &JobFilter) -> Vec<leasehold::Job>;
