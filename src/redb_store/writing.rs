@@ -62,8 +62,10 @@ pub(crate) struct Tables<'t> {
     expiring: Option<Table<'t, (u64, u64), ()>>,
     /// Groups by when they ended (opened on first use).
     group_ends: Option<Table<'t, (u64, u64), ()>>,
-    /// Every end, numbered (opened on first use).
+    /// Every end, numbered (opened on first use), and the next number (read on first use,
+    /// written once by [`Tx::persist`]).
     endings: Option<Table<'t, u64, &'static [u8]>>,
+    next_ending: Option<u64>,
     txn: &'t WriteTransaction,
 }
 
@@ -103,6 +105,7 @@ impl<'t> Tables<'t> {
             expiring: None,
             group_ends: None,
             endings: None,
+            next_ending: None,
             txn,
         })
     }
@@ -186,8 +189,11 @@ impl<'t> Tables<'t> {
 
     /// Keeps `ending` under the next number (one writer at a time: the order of commit).
     pub(crate) fn note_ending(&mut self, ending: &crate::endings::EndRecord) -> Result<()> {
-        let seq = read_u64(&self.meta, meta_key::NEXT_ENDING)?.unwrap_or(1);
-        write_u64(&mut self.meta, meta_key::NEXT_ENDING, seq + 1)?;
+        let seq = match self.next_ending {
+            Some(seq) => seq,
+            None => read_u64(&self.meta, meta_key::NEXT_ENDING)?.unwrap_or(1),
+        };
+        self.next_ending = Some(seq + 1);
         self.endings()?
             .insert(seq, codec::encode(ending).as_slice())?;
         Ok(())
@@ -341,6 +347,9 @@ impl<'t> Tx<'t> {
     pub(crate) fn persist(&mut self) -> Result<()> {
         if let Some(next) = self.next_id {
             write_u64(&mut self.tables.meta, meta_key::NEXT_JOB_ID, next)?;
+        }
+        if let Some(next) = self.tables.next_ending {
+            write_u64(&mut self.tables.meta, meta_key::NEXT_ENDING, next)?;
         }
         apply_counts(&mut self.tables, &self.tally.counts)?;
         persist_tally(&mut self.tables.meta, &self.tally)
