@@ -79,7 +79,10 @@ pub trait ReadJobs: Send + Sync {
     /// process or machine is seen within that of its commit. It holds no lock, writes
     /// nothing and subscribes to nothing.
     fn wait_for(&self, job: JobId, timeout: Duration) -> Result<Option<Job>> {
-        crate::wait_end::job(self, job, timeout)
+        crate::wait_end::until(timeout, || {
+            let found = self.job(job)?.ok_or(Error::JobNotFound(job))?;
+            Ok(found.state().is_terminal().then_some(found))
+        })
     }
     /// Waits until `group` has ended (sealed, and every member ended) and returns it as it
     /// ended, with its members' counts and its [`Group::outcome`], or `None` if `timeout`
@@ -87,7 +90,10 @@ pub trait ReadJobs: Send + Sync {
     /// is read at pauses that grow to [`WAIT_MAX_PAUSE`](crate::WAIT_MAX_PAUSE), as
     /// [`ReadJobs::wait_for`] reads a job's.
     fn wait_for_group(&self, group: GroupId, timeout: Duration) -> Result<Option<Group>> {
-        crate::wait_end::group(self, group, timeout)
+        crate::wait_end::until(timeout, || {
+            let found = self.group(group)?.ok_or(Error::GroupNotFound(group))?;
+            Ok(found.finished_at().is_some().then_some(found))
+        })
     }
     /// The last checkpoint saved for `job` ([`JobStore::save_checkpoint`]), if any: what
     /// its next attempt resumes from.

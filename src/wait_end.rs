@@ -1,5 +1,6 @@
-//! Waiting for an end: until a job has ended, or a group has, from any process
-//! ([`crate::ReadJobs::wait_for`], [`crate::ReadJobs::wait_for_group`]).
+//! Waiting for an end: looking again until a job has ended, or a group has, from any
+//! process ([`crate::ReadJobs::wait_for`], [`crate::ReadJobs::wait_for_group`], which say
+//! what they look for).
 //!
 //! The store's records are the truth, so a wait reads them: at once, then after pauses that
 //! double from [`FIRST_PAUSE`] to [`WAIT_MAX_PAUSE`]. An end committed by any process or
@@ -11,11 +12,7 @@
 use std::time::Duration;
 
 use crate::clock::RealDeadline;
-use crate::error::{Error, Result};
-use crate::ids::{GroupId, JobId};
-use crate::job::Job;
-use crate::job_store::ReadJobs;
-use crate::workflow::Group;
+use crate::error::Result;
 
 /// The first pause between two looks of a wait.
 pub(crate) const FIRST_PAUSE: Duration = Duration::from_millis(2);
@@ -24,33 +21,12 @@ pub(crate) const FIRST_PAUSE: Duration = Duration::from_millis(2);
 /// after its commit that an end is seen.
 pub const WAIT_MAX_PAUSE: Duration = Duration::from_millis(200);
 
-/// [`crate::ReadJobs::wait_for`].
-pub(crate) fn job(
-    store: &(impl ReadJobs + ?Sized),
-    id: JobId,
-    timeout: Duration,
-) -> Result<Option<Job>> {
-    until(timeout, || {
-        let found = store.job(id)?.ok_or(Error::JobNotFound(id))?;
-        Ok(found.state().is_terminal().then_some(found))
-    })
-}
-
-/// [`crate::ReadJobs::wait_for_group`].
-pub(crate) fn group(
-    store: &(impl ReadJobs + ?Sized),
-    id: GroupId,
-    timeout: Duration,
-) -> Result<Option<Group>> {
-    until(timeout, || {
-        let found = store.group(id)?.ok_or(Error::GroupNotFound(id))?;
-        Ok(found.finished_at().is_some().then_some(found))
-    })
-}
-
 /// Looks until `look` finds what it waits for or `timeout` passes (`None`, after a last
 /// look at the deadline).
-fn until<T>(timeout: Duration, mut look: impl FnMut() -> Result<Option<T>>) -> Result<Option<T>> {
+pub(crate) fn until<T>(
+    timeout: Duration,
+    mut look: impl FnMut() -> Result<Option<T>>,
+) -> Result<Option<T>> {
     let deadline = RealDeadline::after(timeout);
     let mut pause = FIRST_PAUSE;
     loop {
