@@ -618,6 +618,30 @@ fn worker_processes_killed_at_random_lose_nothing_and_commit_each_job_once() {
     }
     let check = observer.check().unwrap();
     assert!(check.is_clean(), "{:?}", check.problems);
+    // Every job's end is kept once, through every kill of the process that committed it,
+    // and read back by another process in the order the ends committed.
+    let mut ended = BTreeMap::<u64, usize>::new();
+    let mut at = leasehold::EndCursor::START;
+    loop {
+        let page = observer.endings(at, 1000).unwrap();
+        assert!(!page.gap);
+        if page.list.is_empty() {
+            break;
+        }
+        for e in &page.list {
+            assert!(e.cursor > at, "endings read in their order");
+            at = e.cursor;
+            match &e.of {
+                leasehold::EndOf::Job { id, .. } => {
+                    assert_eq!(e.state, JobState::Succeeded, "job {id}");
+                    *ended.entry(id.0).or_default() += 1;
+                }
+                other => panic!("an ending of {other:?}"),
+            }
+        }
+    }
+    assert_eq!(ended.len() as u64, jobs, "every job's end is kept");
+    assert!(ended.values().all(|n| *n == 1), "each end is kept once");
     let read = observer.begin_read().unwrap();
     let effects = read.open_table(EFFECTS).unwrap();
     let (mut taken_back, mut by_pools) = (0, 0);
