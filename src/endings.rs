@@ -123,7 +123,7 @@ pub(crate) struct EndRecord {
 
 impl EndRecord {
     /// The ending at `cursor`.
-    pub(crate) fn at(self, cursor: EndCursor) -> Ending {
+    pub(crate) fn ending_at(self, cursor: EndCursor) -> Ending {
         Ending {
             cursor,
             of: self.of,

@@ -553,8 +553,9 @@ pub trait JobStore: ReadJobs + LeaseBackend {
     /// at least `older_than` ago on the store clock, with their payloads, outputs, history,
     /// checkpoints and logs, in batches like the reaper; then the groups that ended as long
     /// ago and that nothing stored refers to any more (no member, no job that waited for
-    /// them, no group in them), with their keys. Their ids are never reused. Returns how many
-    /// jobs were deleted.
+    /// them, no group in them), with their keys; then the endings kept from as long ago
+    /// ([`ReadJobs::endings`]). Their ids are never reused. Returns how many jobs were
+    /// deleted.
     fn purge(&self, older_than: Duration, states: &[JobState]) -> Result<usize> {
         let (now, batch) = (self.clock(), self.policy().reap_batch);
         let start = (StoreTime::ZERO, JobId(0));
@@ -566,6 +567,7 @@ pub trait JobStore: ReadJobs + LeaseBackend {
                 })
             })?;
         purge_groups(self, now, older_than)?;
+        trim_endings(self, now, older_than)?;
         Ok(purged)
     }
 
@@ -690,14 +692,21 @@ pub(crate) fn purge_groups(
     older_than: Duration,
 ) -> Result<usize> {
     let (batch, start) = (store.policy().reap_batch, (StoreTime::ZERO, GroupId(0)));
-    let purged =
-        protocol::purge_in_batches(now, older_than, batch, start, |from, cutoff, limit| {
-            write(store, move |r| {
-                protocol::purge_groups(r, from, cutoff, limit)
-            })
-        })?;
-    // The endings of what ended as long ago go with them.
-    let start = (StoreTime::ZERO, ());
+    protocol::purge_in_batches(now, older_than, batch, start, |from, cutoff, limit| {
+        write(store, move |r| {
+            protocol::purge_groups(r, from, cutoff, limit)
+        })
+    })
+}
+
+/// Deletes the endings kept from at least `older_than` before `now`
+/// ([`crate::ReadJobs::endings`]), oldest first, in batches. Returns how many.
+pub(crate) fn trim_endings(
+    store: &(impl JobStore + ?Sized),
+    now: StoreTime,
+    older_than: Duration,
+) -> Result<usize> {
+    let (batch, start) = (store.policy().reap_batch, (StoreTime::ZERO, ()));
     protocol::purge_in_batches(now, older_than, batch, start, |from, cutoff, limit| {
         write(store, move |r| {
             let trimmed = r.trim_endings(cutoff, limit)?;
@@ -710,8 +719,7 @@ pub(crate) fn purge_groups(
                 from,
             ))
         })
-    })?;
-    Ok(purged)
+    })
 }
 
 /// `act` on every job `filter` names, a page of them per transaction (see

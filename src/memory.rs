@@ -416,7 +416,7 @@ impl ReadJobs for MemoryStore {
         Ok(self.read(|s| {
             let kept = s.endings.range(after.seq.saturating_add(1)..).take(limit);
             let at = |seq: u64| EndCursor { tx: 0, seq };
-            let list = kept.map(|(seq, e)| e.clone().at(at(*seq))).collect();
+            let list = kept.map(|(seq, e)| e.clone().ending_at(at(*seq))).collect();
             crate::endings::page(after, list, at(s.trimmed))
         }))
     }

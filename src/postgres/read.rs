@@ -608,7 +608,7 @@ pub(crate) fn endings(
             state,
             at: time(row.col(6)?),
         };
-        list.push(record.at(EndCursor::from_parts(row.col(0)?, row.col(1)?)));
+        list.push(record.ending_at(EndCursor::from_parts(row.col(0)?, row.col(1)?)));
     }
     let trimmed = endings_trimmed(tx, p)?;
     Ok(crate::endings::page(after, list, trimmed))

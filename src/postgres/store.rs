@@ -370,6 +370,7 @@ impl JobStore for PgStore {
             }
         };
         crate::job_store::purge_groups(self, now, older_than)?;
+        crate::job_store::trim_endings(self, now, older_than)?;
         Ok(purged)
     }
 

@@ -439,10 +439,7 @@ pub(crate) fn settle(
                 u64::from(std::process::id()).to_le_bytes().as_slice(),
             )?;
         }
-        let found = meta
-            .get(meta_key::SCHEMA_VERSION)?
-            .and_then(|v| <[u8; 4]>::try_from(v.value()).ok())
-            .map(u32::from_le_bytes);
+        let found = schema::version_in(&meta)?;
         if let Some(older) = found.filter(|v| *v < SCHEMA_VERSION) {
             upgraded_from = Some(older);
             tracing::info!(

@@ -516,9 +516,7 @@ pub(crate) fn open_groups(read: &ReadTransaction) -> Result<Vec<GroupRecord>> {
         codec::decode_stored(Some(bytes), || format!("the record of group {id}"))
     };
     let meta = read.open_table(schema::META)?;
-    let version = (meta.get(schema::meta_key::SCHEMA_VERSION)?)
-        .and_then(|v| <[u8; 4]>::try_from(v.value()).ok())
-        .map_or(0, u32::from_le_bytes);
+    let version = schema::version_in(&meta)?.unwrap_or(0);
     let index = match version >= 11 {
         true => optional(read, schema::GROUP_ENDS)?,
         false => None,
@@ -559,7 +557,7 @@ pub(crate) fn endings(read: &ReadTransaction, after: EndCursor, limit: usize) ->
             let seq = seq.value();
             let what = || format!("ending {seq}");
             if let Some(record) = codec::decode_stored::<EndRecord>(Some(bytes.value()), what)? {
-                list.push(record.at(EndCursor { tx: 0, seq }));
+                list.push(record.ending_at(EndCursor { tx: 0, seq }));
             }
         }
     }

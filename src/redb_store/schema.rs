@@ -109,6 +109,16 @@ pub(crate) const GROUP_ENDS: TableDefinition<(u64, u64), ()> =
     TableDefinition::new("leasehold.group_ends");
 pub(crate) const ENDINGS: TableDefinition<u64, &[u8]> = TableDefinition::new("leasehold.endings");
 
+/// The schema version `meta` records, if it records a readable one.
+pub(crate) fn version_in(
+    meta: &impl redb::ReadableTable<&'static str, &'static [u8]>,
+) -> Result<Option<u32>, redb::StorageError> {
+    let found = meta.get(meta_key::SCHEMA_VERSION)?;
+    Ok(found
+        .and_then(|v| <[u8; 4]>::try_from(v.value()).ok())
+        .map(u32::from_le_bytes))
+}
+
 /// A group's entry in `group_ends`: (when it ended, or `u64::MAX` while it is open, its id).
 pub(crate) fn group_end(group: &crate::workflow::GroupRecord) -> (u64, u64) {
     (group.finished_at.map_or(u64::MAX, |t| t.0), group.id.0)
