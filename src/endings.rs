@@ -111,6 +111,10 @@ pub struct Endings {
     /// Some endings after the cursor asked for were purged before they were read (their
     /// jobs outlived the retention): what was missed is gone.
     pub gap: bool,
+    /// Endings committed after the cursor were held back behind a transaction still open
+    /// (PostgreSQL only: see docs/events.md): they are read once it ends, so read again
+    /// soon.
+    pub held_back: bool,
 }
 
 /// An ending as an engine writes it (its cursor is where it is written).
@@ -138,6 +142,7 @@ pub(crate) fn page(after: EndCursor, list: Vec<Ending>, trimmed: EndCursor) -> E
     Endings {
         next: list.last().map_or(after, |e| e.cursor),
         gap: after < trimmed,
+        held_back: false,
         list,
     }
 }

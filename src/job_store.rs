@@ -108,6 +108,26 @@ pub trait ReadJobs: Send + Sync {
     /// [`Endings::next`]; a cursor kept across restarts reads what ended meanwhile (see
     /// docs/events.md for the order on PostgreSQL and what retention takes).
     fn endings(&self, after: EndCursor, limit: usize) -> Result<Endings>;
+    /// [`ReadJobs::endings`], waiting until there is one after `after` or `timeout` passes
+    /// (an empty page, its [`Endings::next`] still `after`): what a follower of every end
+    /// calls in a loop, carrying the cursor on.
+    ///
+    /// A store handle reads at once, then again when a commit kept an ending: its own
+    /// process's at once, and, while a follower waits, another process's of a shared file
+    /// or another machine's of a database by a hint that commit sends (a datagram,
+    /// `NOTIFY`). Hints cost the writers only while somebody follows, and a lost one
+    /// delays a follower by [`FOLLOW_LOOK`](crate::FOLLOW_LOOK) (30 s) at most: an idle
+    /// follower reads once in that. A read-only [`StoreReader`](crate::StoreReader) reads
+    /// at pauses that grow to [`WAIT_MAX_PAUSE`](crate::WAIT_MAX_PAUSE), as
+    /// [`ReadJobs::wait_for`] does.
+    fn wait_for_endings(
+        &self,
+        after: EndCursor,
+        limit: usize,
+        timeout: Duration,
+    ) -> Result<Endings> {
+        crate::wait_end::follow(|a, n| self.endings(a, n), None, after, limit, timeout)
+    }
     /// The jobs `filter` asks for, in its order.
     fn jobs(&self, filter: &JobFilter) -> Result<Vec<Job>>;
     /// When things fall due in `queue`.

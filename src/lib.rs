@@ -190,7 +190,7 @@ pub use schedule::{
 pub use scheduler::{Scheduler, SchedulerMetrics};
 pub use state::JobState;
 pub use stats::{Counters, QueueCounts, Stats, WriteMetrics};
-pub use wait_end::WAIT_MAX_PAUSE;
+pub use wait_end::{FOLLOW_LOOK, WAIT_MAX_PAUSE};
 pub use workflow::{
     Group, MAX_DEPENDENCIES, MAX_GROUP_MEMBERS, MAX_GROUP_WAITERS, MAX_SUBGROUPS, Need, Require,
     Target,

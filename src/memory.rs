@@ -420,6 +420,25 @@ impl ReadJobs for MemoryStore {
             crate::endings::page(after, list, at(s.trimmed))
         }))
     }
+    fn wait_for_endings(
+        &self,
+        after: EndCursor,
+        limit: usize,
+        timeout: std::time::Duration,
+    ) -> Result<Endings> {
+        // (one process: its commits are all there is to hear)
+        let hints = crate::wait_end::Hints {
+            notifier: &self.0.notifier,
+            announce: &|| false,
+        };
+        crate::wait_end::follow(
+            |a, n| self.endings(a, n),
+            Some(hints),
+            after,
+            limit,
+            timeout,
+        )
+    }
     fn waiters(&self, id: JobId) -> Result<Vec<JobId>> {
         let waits = |j: &&JobRecord| j.flow.needs.iter().any(|n| n.on == Target::Job(id));
         Ok(self.read(|s| s.jobs.values().filter(waits).map(|j| j.id).collect()))
@@ -517,7 +536,9 @@ impl LeaseBackend for MemoryStore {
             readied: BTreeSet::new(),
             events: crate::events::Pending::of(&self.0.hub),
         };
+        let last_ending = tx.s.endings.keys().next_back().copied();
         let answer = step(&mut tx);
+        let ended = answer.is_ok() && tx.s.endings.keys().next_back().copied() != last_ending;
         let mut state = self.0.state.0.write();
         match &answer {
             Ok(_) => *state = tx.s,
@@ -527,6 +548,9 @@ impl LeaseBackend for MemoryStore {
         }
         drop(state);
         self.0.notifier.notify(&tx.readied);
+        if ended {
+            self.0.notifier.notify_endings();
+        }
         if answer.is_ok() {
             self.0.hub.publish(tx.events.take());
         }

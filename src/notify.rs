@@ -7,6 +7,12 @@
 //!
 //! The scheduler waits apart, on a generation of its own and its own condition: a change of
 //! a schedule through this handle wakes it, and the commits that wake workers do not.
+//!
+//! Followers of the store's endings ([`crate::ReadJobs::wait_for_endings`]) wait apart too,
+//! on the endings' generation: a commit that kept an ending moves it, here or, told by a
+//! hint, in another process. Whether another process follows is kept here as well
+//! ([`Notifier::note_followed`]): a commit that kept an ending hints the other processes
+//! only while one does, so that nobody pays for hints nobody waits for.
 
 use std::collections::HashMap;
 use std::task::{Context, Poll, Waker};
@@ -14,12 +20,24 @@ use std::time::Duration;
 
 use parking_lot::{Condvar, Mutex};
 
+use crate::clock::RealDeadline;
+
+/// How long a follower's announcement holds: a commit that keeps an ending hints the other
+/// processes for this long after a follower last said it follows. A follower says it again
+/// at least every [`FOLLOW_RENEW`].
+pub(crate) const FOLLOWED_FOR: Duration = Duration::from_secs(60);
+
+/// How often a follower that goes on waiting says again that it follows.
+pub(crate) const FOLLOW_RENEW: Duration = Duration::from_secs(20);
+
 #[derive(Debug, Default)]
 pub struct Notifier {
     state: Mutex<Generations>,
     cond: Condvar,
     /// Where the scheduler waits for [`Notifier::notify_schedules`].
     schedules_cond: Condvar,
+    /// Where followers of the endings wait for [`Notifier::notify_endings`].
+    endings_cond: Condvar,
 }
 
 #[derive(Debug, Default)]
@@ -32,6 +50,15 @@ struct Generations {
     /// Async waiters, woken (and forgotten) by every wake-up; each looks at its own queue's
     /// generation and leaves its waker again if nothing changed for it.
     wakers: Vec<Waker>,
+    /// Bumped by a commit that kept an ending (this process's, or another's by its hint).
+    endings: u64,
+    /// Until when a follower of the endings, here or in another process, asked for hints
+    /// (`None`: none ever did).
+    followed_until: Option<RealDeadline>,
+    /// When a follower here may say again that it follows ([`Notifier::announce_due`]),
+    /// and until when what it said holds.
+    announce_after: Option<RealDeadline>,
+    follows_until: Option<RealDeadline>,
 }
 
 impl Generations {
@@ -79,6 +106,61 @@ impl Notifier {
                 .schedules_cond
                 .wait_for(&mut state, deadline.remaining());
         }
+    }
+
+    /// The endings' generation; read it before reading the endings, then pass it to
+    /// [`Notifier::wait_endings`].
+    pub(crate) fn endings_generation(&self) -> u64 {
+        self.state.lock().endings
+    }
+
+    /// Wakes the followers of the endings: a commit kept one.
+    pub(crate) fn notify_endings(&self) {
+        self.state.lock().endings += 1;
+        self.endings_cond.notify_all();
+    }
+
+    /// Waits until the endings' generation differs from `seen` or `timeout` passes; `true`
+    /// if it moved.
+    pub(crate) fn wait_endings(&self, seen: u64, timeout: Duration) -> bool {
+        let mut state = self.state.lock();
+        if state.endings == seen {
+            let _ = self.endings_cond.wait_for(&mut state, timeout);
+        }
+        state.endings != seen
+    }
+
+    /// A follower of the endings, here or in another process, asks for hints for
+    /// [`FOLLOWED_FOR`] from now.
+    pub(crate) fn note_followed(&self) {
+        self.state.lock().followed_until = Some(RealDeadline::after(FOLLOWED_FOR));
+    }
+
+    /// Whether a follower here should say (again) to the other processes that it follows:
+    /// the first time, and [`FOLLOW_RENEW`] after the last time, which this counts as said.
+    /// `Some(true)` if what was said last has lapsed (or nothing was): the others may not
+    /// know of a follower now, and the commits they make before they hear it send no hint.
+    pub(crate) fn announce_due(&self) -> Option<bool> {
+        let mut state = self.state.lock();
+        if (state.announce_after.as_ref()).is_some_and(|after| !after.passed()) {
+            return None;
+        }
+        let lapsed = (state.follows_until.as_ref()).is_none_or(RealDeadline::passed);
+        state.announce_after = Some(RealDeadline::after(FOLLOW_RENEW));
+        state.follows_until = Some(RealDeadline::after(FOLLOWED_FOR));
+        Some(lapsed)
+    }
+
+    /// Whether a follower here said it follows within [`FOLLOWED_FOR`]: a process that
+    /// joins, or a listener that connects, is told again.
+    pub(crate) fn follows_here(&self) -> bool {
+        (self.state.lock().follows_until.as_ref()).is_some_and(|until| !until.passed())
+    }
+
+    /// Whether a follower asked for hints within [`FOLLOWED_FOR`]: a commit that kept an
+    /// ending then tells the other processes.
+    pub(crate) fn followed(&self) -> bool {
+        (self.state.lock().followed_until.as_ref()).is_some_and(|until| !until.passed())
     }
 
     /// Wakes every waiter (time moved in a way no commit shows, e.g. a manual clock).

@@ -338,6 +338,31 @@ impl PgStore {
     pub(crate) fn readied<'a>(&self, queues: impl IntoIterator<Item = &'a String>) {
         self.inner.notifier.notify(queues);
     }
+
+    /// A transaction kept an ending and committed: wakes this process's followers (other
+    /// processes' and machines' were told by the statements that kept it, if one follows:
+    /// see `listen.rs`).
+    pub(super) fn ended(&self) {
+        self.inner.notifier.notify_endings();
+    }
+
+    /// Says that a follower of this handle waits for endings (`listen.rs`), and listens,
+    /// to hear them: `true` if it said so anew (`Notifier::announce_due`).
+    pub(super) fn announce_following(&self) -> bool {
+        self.start_listening();
+        let Some(anew) = self.inner.notifier.announce_due() else {
+            return false;
+        };
+        let said = self.alone(|c, p| {
+            let st = p.get(c, super::listen::FOLLOWING)?;
+            c.execute(&st, &[])
+                .map_err(|e| super::PgError::from(e).into())
+        });
+        if let Err(e) = said {
+            tracing::debug!(error = %e, "saying a follower waits for endings failed");
+        }
+        anew
+    }
 }
 
 impl LeaseBackend for PgStore {

@@ -30,6 +30,7 @@ use std::time::Duration;
 use postgres::types::ToSql;
 
 use super::Prepared;
+use super::listen::tell_followers;
 use super::named::{queue_columns, queue_from};
 use super::rows::{
     Col, attempt, clamp, id, key, metadata_column, micros, time, token, token_column,
@@ -444,6 +445,10 @@ fn granted(
     })
 }
 
+/// Tells the followers of the endings, if one follows ([`tell_followers`]), when the
+/// transaction commits: for a statement that kept endings without telling them.
+const TELL_FOLLOWERS: &str = concat!("WITH ", tell_followers!(), " SELECT count(*) FROM told");
+
 /// One [`CLAIM`] of up to `n` waiting jobs of `queue`. Jobs it found exhausted (and made
 /// dead) or past their expiry (and expired) leave room for as many more: it then says there
 /// may be more. Returns what it
@@ -479,6 +484,12 @@ pub(crate) fn claim_waiting(
             continue;
         }
         taken.more = true;
+        if !p.ended {
+            // (the claim's statement does not tell: ending jobs is seldom what it does)
+            let tell = p.get(tx, TELL_FOLLOWERS)?;
+            tx.query(&tell, &[])?;
+        }
+        p.ended = true;
         let state = match row.col::<Option<&str>>(10)? {
             Some("expired") => JobState::Expired,
             _ => JobState::Dead,
@@ -632,7 +643,8 @@ fn holding(row: &postgres::Row) -> Result<Holding> {
 /// history row is written; see `MIGRATE_FROM_2` in the schema).
 ///
 /// The rows are locked in the order of their ids first ("Locked in id order", above).
-const COMPLETE_MANY: &str = "
+const COMPLETE_MANY: &str = concat!(
+    "
 WITH c AS MATERIALIZED (SELECT {now} AS t),
 -- (running rows only: a waiting one, of a lease given back, is one a claim beside this
 -- statement may be about to take, and locked here it would be passed over)
@@ -665,8 +677,15 @@ RETURNING j.id, j.attempt, j.lease_token, j.awaited, j.grp, j.queue, j.limit_key
 noted AS (
     INSERT INTO {s}.leasehold_endings (job, queue, state, at)
     SELECT done.id, done.queue, 'succeeded', c.t FROM done, c
-)
-SELECT id, attempt, lease_token, awaited, grp, queue, limit_key FROM done";
+),
+-- the followers of the endings told when it commits, if one follows (`listen.rs`); run
+-- once, and only if a row was completed
+",
+    tell_followers!(),
+    "
+SELECT id, attempt, lease_token, awaited, grp, queue, limit_key, (SELECT count(*) FROM told)
+FROM done"
+);
 
 /// [`Records::complete_fenced`] in one statement ([`COMPLETE_MANY`]).
 pub(crate) fn complete_fenced(
@@ -683,6 +702,7 @@ pub(crate) fn complete_fenced(
     let progress: Vec<Option<i64>> = done.iter().map(|d| d.2.map(clamp)).collect();
     let rows =
         r.tx.query(&st, &[&ids, &attempts, &tokens, &outputs, &progress])?;
+    r.p.ended |= !rows.is_empty();
     rows.iter()
         .map(|row| {
             Ok(Completed {

@@ -11,6 +11,13 @@
 //! `PgStoreBuilder::listen(false)` turned it off (behind a transaction-mode pooler), both
 //! jittered.
 //!
+//! Followers of the endings ([`crate::ReadJobs::wait_for_endings`]) are told the same way,
+//! while one follows: a follower writes until when it follows into `leasehold_meta`
+//! (`endings.followed_until`, a minute ahead, again every [`crate::notify::FOLLOW_RENEW`]),
+//! and each statement that keeps an ending sends [`ENDINGS`] if that time is still ahead
+//! ([`tell_followers`]: a read of one row, in the same statement). So every handle tells,
+//! listening or not, and nobody pays a `NOTIFY` while nobody follows.
+//!
 //! The thread sleeps until a notification comes: a handle that closes wakes its listener
 //! with one of its own ([`LOOK_AGAIN`]), sent on a connection it still has; the same
 //! payload, sent when the schedules change, wakes every machine's schedulers.
@@ -44,6 +51,33 @@ pub(crate) fn look_again(
         .execute("SELECT pg_notify($1, $2)", &[&channel, &LOOK_AGAIN])
         .map(drop)
 }
+
+/// The payload that wakes the followers of the endings: a commit kept one. (The control
+/// character keeps it apart from queue names in practice; a queue so named would only
+/// wake a follower for nothing.) [`tell_followers`] spells it in SQL.
+pub(crate) const ENDINGS: &str = "\u{1}endings";
+
+/// A CTE, `told`, that sends [`ENDINGS`] on the store's channel when its transaction
+/// commits, if a follower said it follows until a time still ahead (see the module's
+/// doc). A statement that keeps endings names it (`(SELECT count(*) FROM told)`), so that
+/// it runs once, and only where the statement kept one.
+macro_rules! tell_followers {
+    () => {
+        "told AS (
+    SELECT pg_notify('leasehold_{s}', chr(1) || 'endings')
+    FROM {s}.leasehold_meta
+    WHERE key = 'endings.followed_until'
+        AND CASE WHEN key = 'endings.followed_until' THEN value::bigint END > {s}.us({now})
+)"
+    };
+}
+pub(crate) use tell_followers;
+
+/// Says that a follower follows for [`crate::notify::FOLLOWED_FOR`] from now (see the
+/// module's doc).
+pub(crate) const FOLLOWING: &str = "INSERT INTO {s}.leasehold_meta (key, value)
+VALUES ('endings.followed_until', ({s}.us({now}) + 60000000)::text)
+ON CONFLICT (key) DO UPDATE SET value = excluded.value";
 
 /// How often the listener thread looks at its stop flag when nothing wakes it. A closing
 /// handle wakes it with [`LOOK_AGAIN`]; this only bounds how long a thread lingers whose
@@ -141,9 +175,10 @@ fn listen(
         listening.store(true, Ordering::SeqCst);
         // What was sent before this listener listened is lost, at its start too (a waiter
         // that read its generation before, and an enqueue that committed in between): everyone
-        // looks once, schedulers too.
+        // looks once, schedulers and followers too.
         notifier.notify_all();
         notifier.notify_schedules();
+        notifier.notify_endings();
         let mut notifications = client.notifications();
         loop {
             // Notifications until a quiet STOP_CHECK, then a look at the stop flag.
@@ -157,6 +192,7 @@ fn listen(
                         notifier.notify_schedules();
                     }
                     Ok(Some(n)) if n.payload() == ALL_QUEUES => notifier.notify_all(),
+                    Ok(Some(n)) if n.payload() == ENDINGS => notifier.notify_endings(),
                     Ok(Some(n)) => notifier.notify([&n.payload().to_owned()]),
                     Ok(None) => break Ok(()),
                     Err(e) => break Err(e),

@@ -474,14 +474,18 @@ impl PgStore {
             let mut tx = client.transaction().map_err(PgError::at_begin)?;
             self.simulate_time(&mut tx)?;
             let mut f = f;
-            let value = f(
-                &mut tx,
-                &mut Prepared {
-                    cache: prepared,
-                    names: &self.inner.names,
-                },
-            );
-            finish(tx, warnings, value)
+            let mut p = Prepared {
+                cache: prepared,
+                names: &self.inner.names,
+                ended: false,
+            };
+            let value = f(&mut tx, &mut p);
+            let ended = p.ended;
+            let value = finish(tx, warnings, value)?;
+            if ended {
+                self.ended();
+            }
+            Ok(value)
         })
     }
 
@@ -508,6 +512,7 @@ impl PgStore {
                     &mut Prepared {
                         cache: &mut conn.prepared,
                         names: &self.inner.names,
+                        ended: false,
                     },
                 )
             })
@@ -567,6 +572,9 @@ fn finish<T>(
 struct Prepared<'c> {
     cache: &'c mut std::collections::HashMap<&'static str, Statement>,
     names: &'c names::Names,
+    /// Whether the transaction kept an ending: this process's followers are woken once it
+    /// commits.
+    ended: bool,
 }
 
 impl Prepared<'_> {

@@ -570,28 +570,49 @@ pub(crate) fn endings_trimmed(tx: Tx<'_, '_>, p: &mut Prepared<'_>) -> Result<En
     }
 }
 
+/// A cursor's number within its transaction, as the table keeps it.
+fn seq_of(at: EndCursor) -> i64 {
+    i64::try_from(at.seq).unwrap_or(i64::MAX)
+}
+
 /// The endings after `after`, at most `limit`, of transactions older than every one still
 /// running (the snapshot's horizon): a transaction that has not committed yet may hold an
 /// ending with a smaller id than one already committed, which a reader must not pass.
+/// One statement, outside a transaction (a follower reads once in a while, idle: each round
+/// trip wakes its thread): the page, then a last row with the last purged ending and whether
+/// ends committed after the cursor wait behind the horizon (from it on, by the index).
 pub(crate) fn endings(
-    tx: Tx<'_, '_>,
+    c: &mut impl postgres::GenericClient,
     p: &mut Prepared<'_>,
     after: EndCursor,
     limit: usize,
 ) -> Result<Endings> {
     let st = p.get(
-        tx,
-        "SELECT xid::text::bigint, seq, job, grp, queue, state, {s}.us(at)
-         FROM {s}.leasehold_endings
-         WHERE (xid, seq) > ($1::text::xid8, $2)
-             AND xid < pg_snapshot_xmin(pg_current_snapshot())
-         ORDER BY xid, seq
-         LIMIT $3",
+        c,
+        "SELECT xid::text::bigint, seq, job, grp, queue, state, {s}.us(at), NULL, NULL
+         FROM (SELECT * FROM {s}.leasehold_endings
+               WHERE (xid, seq) > ($1::text::xid8, $2)
+                   AND xid < pg_snapshot_xmin(pg_current_snapshot())
+               ORDER BY xid, seq
+               LIMIT $3) page
+         UNION ALL
+         SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+             (SELECT value FROM {s}.leasehold_meta WHERE key = 'endings.trimmed'),
+             EXISTS (SELECT 1 FROM {s}.leasehold_endings
+                     WHERE xid >= pg_snapshot_xmin(pg_current_snapshot())
+                         AND (xid, seq) > ($1::text::xid8, $2))",
     )?;
     let n = i64::try_from(limit).unwrap_or(i64::MAX);
-    let seq = i64::try_from(after.seq).unwrap_or(i64::MAX);
-    let mut list = Vec::new();
-    for row in tx.query(&st, &[&after.tx.to_string(), &seq, &n])? {
+    let (mut list, mut trimmed, mut held_back) = (Vec::new(), EndCursor::START, false);
+    for row in c.query(&st, &[&after.tx.to_string(), &seq_of(after), &n])? {
+        let Some(xid) = row.col::<Option<i64>>(0)? else {
+            if let Some(kept) = row.col::<Option<&str>>(7)? {
+                trimmed = (kept.parse())
+                    .map_err(|e| Error::Corrupt(format!("the last purged ending: {e}")))?;
+            }
+            held_back = row.col::<Option<bool>>(8)?.unwrap_or(false);
+            continue;
+        };
         let of = match (row.col::<Option<i64>>(2)?, row.col::<Option<i64>>(3)?) {
             (Some(job), _) => EndOf::Job {
                 id: super::rows::id(job),
@@ -608,8 +629,12 @@ pub(crate) fn endings(
             state,
             at: time(row.col(6)?),
         };
-        list.push(record.ending_at(EndCursor::from_parts(row.col(0)?, row.col(1)?)));
+        list.push(record.ending_at(EndCursor::from_parts(xid, row.col(1)?)));
     }
-    let trimmed = endings_trimmed(tx, p)?;
-    Ok(crate::endings::page(after, list, trimmed))
+    // (a union's parts come in their order in practice, not by promise)
+    list.sort_by_key(|e| e.cursor);
+    let mut page = crate::endings::page(after, list, trimmed);
+    // (where the page is full, what follows it is the next page's)
+    page.held_back = held_back && page.list.len() < limit;
+    Ok(page)
 }

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use postgres::types::ToSql;
 
+use super::listen::tell_followers;
 use super::rows::{
     Col, clamp, flow_column, id, job_by, job_columns, key, metadata_column, micros,
     outcome_columns, unique_for_us, us,
@@ -88,13 +89,19 @@ pub(super) fn note_endings(r: &mut PgRecords<'_, '_, '_>, endings: &[EndRecord])
     if endings.is_empty() {
         return Ok(());
     }
-    let st = r.get(
-        "INSERT INTO {s}.leasehold_endings (job, grp, queue, state, at)
+    r.p.ended = true;
+    // (and the followers told, if one follows: `listen.rs`)
+    let st = r.get(concat!(
+        "WITH ",
+        tell_followers!(),
+        "
+         INSERT INTO {s}.leasehold_endings (job, grp, queue, state, at)
          SELECT e.job, e.grp, e.queue, e.state, {s}.at(e.at)
          FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[], $5::bigint[])
              WITH ORDINALITY AS e(job, grp, queue, state, at, n)
-         ORDER BY e.n",
-    )?;
+         WHERE (SELECT count(*) FROM told) >= 0
+         ORDER BY e.n"
+    ))?;
     let (mut jobs, mut groups, mut queues) = (Vec::new(), Vec::new(), Vec::new());
     for e in endings {
         let (job, group, queue) = match &e.of {

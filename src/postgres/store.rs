@@ -166,6 +166,7 @@ impl PgStore {
         let mut p = Prepared {
             cache,
             names: &self.inner.names,
+            ended: false,
         };
         let mut r = PgRecords::new(tx, &mut p, self.settings());
         let made = match jobs {
@@ -277,7 +278,26 @@ impl ReadJobs for PgStore {
         after: crate::endings::EndCursor,
         limit: usize,
     ) -> Result<crate::endings::Endings> {
-        self.in_transaction(|tx, p| read::endings(tx, p, after, limit))
+        self.alone(|c, p| read::endings(c, p, after, limit))
+    }
+
+    fn wait_for_endings(
+        &self,
+        after: crate::endings::EndCursor,
+        limit: usize,
+        timeout: std::time::Duration,
+    ) -> Result<crate::endings::Endings> {
+        let hints = crate::wait_end::Hints {
+            notifier: &self.inner.notifier,
+            announce: &|| self.announce_following(),
+        };
+        crate::wait_end::follow(
+            |a, n| self.endings(a, n),
+            Some(hints),
+            after,
+            limit,
+            timeout,
+        )
     }
 
     fn checkpoint(&self, job: JobId) -> Result<Option<crate::checkpoint::Checkpoint>> {

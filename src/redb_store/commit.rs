@@ -81,7 +81,7 @@ impl Store {
         let (tally, events) = tally;
         match result {
             Ok(value) => {
-                self.finish(w, &tally.readied)?;
+                self.finish(w, &tally)?;
                 self.inner.hub.publish(events);
                 Ok(value)
             }
@@ -118,7 +118,7 @@ impl Store {
             let mut meta = w.txn.open_table(schema::META)?;
             persist_tally(&mut meta, &refusals)?;
         }
-        self.finish(w, &std::collections::BTreeSet::new())
+        self.finish(w, &Tally::default())
     }
 
     /// Begins a write transaction: the one place a commit starts. The clock is read once the
@@ -131,13 +131,28 @@ impl Store {
     }
 
     /// Commits it: the one place a commit ends. Counts the write, records whether it was
-    /// durable, and wakes the waiters of the queues it gave work.
-    fn finish(&self, w: Writing, readied: &std::collections::BTreeSet<String>) -> Result<()> {
+    /// durable, and wakes the waiters of the queues it gave work and the followers of the
+    /// endings if it kept one.
+    fn finish(&self, w: Writing, tally: &Tally) -> Result<()> {
         w.txn.commit()?;
         self.inner.writes.fetch_add(1, Ordering::Relaxed);
         self.committed(w.durable, w.now);
-        self.readied(readied);
+        self.readied(&tally.readied);
+        if tally.ended {
+            self.ended();
+        }
         Ok(())
+    }
+
+    /// Wakes the followers of the endings: this process's, and, while one of theirs follows,
+    /// the other processes' that share the store.
+    fn ended(&self) {
+        self.inner.notifier.notify_endings();
+        if let Some(n) = &self.inner.neighbours
+            && self.inner.notifier.followed()
+        {
+            n.endings_kept();
+        }
     }
 
     /// Wakes the workers waiting for these queues: this process's, and, when processes share
@@ -251,7 +266,7 @@ impl Committer for Store {
             self.inner.hub.publish(events);
             return Ok(true);
         }
-        self.finish(w, &tally.readied)?;
+        self.finish(w, &tally)?;
         self.inner.hub.publish(events);
         Ok(true)
     }

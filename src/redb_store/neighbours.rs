@@ -9,11 +9,14 @@
 //!   survivor locks the dead instance first does it; the others find it locked, then gone.
 //! * its **wake-up socket** (an abstract Unix datagram socket named after its instance): a
 //!   neighbour whose commit gave a queue work sends one datagram to each peer, and the waiting
-//!   workers here are woken as for a commit of their own;
+//!   workers here are woken as for a commit of their own; likewise a commit that kept an
+//!   ending, while a follower of the endings said it follows (its own datagram), wakes the
+//!   followers ([`crate::ReadJobs::wait_for_endings`]);
 //! * a stop signal from the handle's drop.
 //!
 //! It reads the instances the store registers (a read transaction) when a neighbour says it
-//! joined or left, and every [`RESCAN`] while a live neighbour is watched by no pidfd, or
+//! joined or left (not for a wake-up, which a busy neighbour sends at every commit), and
+//! every [`RESCAN`] while a live neighbour is watched by no pidfd, or
 //! else every [`SLOW_RESCAN`]: new neighbours get a pidfd, and an instance whose process
 //! ended without a pidfd event (a kernel without pidfds) is found dead there. A neighbour
 //! whose pidfd says it exited while its lock is still held (a child it forked without
@@ -34,6 +37,7 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 
+use crate::clock::RealDeadline;
 use crate::error::{Error, OpenError, Result};
 use crate::ids::InstanceId;
 use crate::redb_store::instance::{self, Instance, Liveness, Registration};
@@ -58,6 +62,13 @@ pub(crate) trait Survivor: Send + Sync + 'static {
     fn wake_local(&self);
     /// Wakes this process's schedulers: another process changed the schedules.
     fn wake_schedules(&self);
+    /// Wakes this process's followers of the endings: another process kept one.
+    fn wake_endings(&self);
+    /// Another process's follower of the endings asks for hints: this process's commits
+    /// that keep an ending send them for a while ([`crate::notify::FOLLOWED_FOR`]).
+    fn followed(&self);
+    /// A process joined: a follower here that still follows says so again, to it too.
+    fn welcome(&self);
 }
 
 /// This handle's place among the processes of a shared store.
@@ -178,6 +189,18 @@ impl Neighbours {
         self.send_to_others(b"s");
     }
 
+    /// Tells every other registered process that a commit kept an ending (sent only while
+    /// one of them follows the endings).
+    pub(crate) fn endings_kept(&self) {
+        self.send_to_others(b"e");
+    }
+
+    /// Tells every other registered process that a follower here waits for endings: their
+    /// commits that keep one tell this process, for a while.
+    pub(crate) fn following(&self) {
+        self.send_to_others(b"f");
+    }
+
     /// Announces this instance to the others, so that their watchers look at it now (and
     /// hold a pidfd for it) rather than at their next rescan.
     pub(crate) fn announce(&self) {
@@ -244,6 +267,7 @@ struct Watcher<S> {
 impl<S: Survivor> Watcher<S> {
     fn run(mut self) {
         self.scan();
+        let mut next_scan = self.next_scan();
         loop {
             let watched: Vec<InstanceId> = self.pidfds.keys().copied().collect();
             let mut fds: Vec<libc::pollfd> = [self.stop.as_raw_fd(), self.receive.as_raw_fd()]
@@ -255,8 +279,9 @@ impl<S: Survivor> Watcher<S> {
                     revents: 0,
                 })
                 .collect();
-            let rescan = if self.unwatched { RESCAN } else { SLOW_RESCAN };
-            let timeout = rescan.as_millis() as libc::c_int;
+            // (rounded up: a poll that returned a moment early would spin until the scan)
+            let timeout = (next_scan.remaining().as_millis() + 1).min(i32::MAX as u128);
+            let timeout = timeout as libc::c_int;
             // SAFETY: `fds` is a valid, writable array of `fds.len()` pollfd structs, and
             // every descriptor in it stays open for the call (owned by `self`).
             let ready = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout) };
@@ -266,17 +291,26 @@ impl<S: Survivor> Watcher<S> {
             if fds[0].revents != 0 {
                 return;
             }
+            let (mut scan_now, mut joined) = (next_scan.passed(), false);
             if fds[1].revents != 0 {
                 let mut buf = [0u8; 16];
-                let (mut woken, mut schedules) = (false, false);
+                let (mut woken, mut schedules, mut ended, mut followed) =
+                    (false, false, false, false);
                 while let Ok(n) = self.receive.recv(&mut buf) {
                     // "w": a neighbour's commit gave a queue work; "s": it changed the
-                    // schedules; "j" and "l": a neighbour joined or left (the scan below
+                    // schedules; "e": it kept an ending; "f": a follower there waits for
+                    // endings; "j" and "l": a neighbour joined or left (the scan below
                     // picks it up).
-                    woken |= buf[..n] == *b"w";
-                    schedules |= buf[..n] == *b"s";
+                    match &buf[..n] {
+                        b"w" => woken = true,
+                        b"s" => schedules = true,
+                        b"e" => ended = true,
+                        b"f" => followed = true,
+                        b"j" => (scan_now, joined) = (true, true),
+                        _ => scan_now = true,
+                    }
                 }
-                if woken || schedules {
+                if woken || schedules || ended || followed {
                     let Some(store) = self.store.upgrade() else {
                         return;
                     };
@@ -286,6 +320,12 @@ impl<S: Survivor> Watcher<S> {
                     if schedules {
                         store.wake_schedules();
                     }
+                    if ended {
+                        store.wake_endings();
+                    }
+                    if followed {
+                        store.followed();
+                    }
                 }
             }
             // A neighbour whose pidfd fired has exited: from now on it is the rescan's to
@@ -294,18 +334,33 @@ impl<S: Survivor> Watcher<S> {
                 if fd.revents != 0 {
                     self.pidfds.remove(id);
                     self.exited.insert(*id);
+                    scan_now = true;
                 }
             }
-            // A pidfd fired (a neighbour died), or the rescan is due.
             if self.store.strong_count() == 0 {
                 return;
             }
+            // A pidfd fired (a neighbour died), one joined or left, or the rescan is due.
+            if !scan_now {
+                continue;
+            }
             self.scan();
+            next_scan = self.next_scan();
+            // (after the scan, which made the newcomer a peer)
+            if joined && let Some(store) = self.store.upgrade() {
+                store.welcome();
+            }
             // (counted once the scan is done: a test that sees the count move knows a whole
             // scan ran since)
             self.wakeups
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
+    }
+
+    /// When to read the registry again, nothing else prompting it: soon while a live
+    /// neighbour is watched by no pidfd, seldom otherwise.
+    fn next_scan(&self) -> RealDeadline {
+        RealDeadline::after(if self.unwatched { RESCAN } else { SLOW_RESCAN })
     }
 
     /// Reads the registered instances: takes back the leases of dead ones, watches the live
@@ -477,6 +532,9 @@ mod tests {
         }
         fn wake_local(&self) {}
         fn wake_schedules(&self) {}
+        fn wake_endings(&self) {}
+        fn followed(&self) {}
+        fn welcome(&self) {}
     }
 
     /// A process that registered after a scan read the registrations, and died at once, is

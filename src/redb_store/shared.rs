@@ -147,6 +147,22 @@ impl Survivor for Inner {
     fn wake_schedules(&self) {
         self.notifier.notify_schedules();
     }
+
+    fn wake_endings(&self) {
+        self.notifier.notify_endings();
+    }
+
+    fn followed(&self) {
+        self.notifier.note_followed();
+    }
+
+    fn welcome(&self) {
+        if let Some(n) = &self.neighbours
+            && self.notifier.follows_here()
+        {
+            n.following();
+        }
+    }
 }
 
 impl Drop for Store {

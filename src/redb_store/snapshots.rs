@@ -29,6 +29,20 @@ pub(crate) trait Snapshots: Send + Sync {
     fn reading<T>(&self, what: &str, f: impl FnOnce(&ReadTransaction) -> Result<T>) -> Result<T> {
         contained(what, || f(&self.snapshot()?))
     }
+    /// [`crate::ReadJobs::wait_for_endings`] on this handle: a read-only reader hears no
+    /// hint and reads at pauses.
+    fn follow_endings(
+        &self,
+        after: crate::endings::EndCursor,
+        limit: usize,
+        timeout: std::time::Duration,
+    ) -> Result<crate::endings::Endings>
+    where
+        Self: Sized,
+    {
+        let read = |a, n| crate::job_store::ReadJobs::endings(self, a, n);
+        crate::wait_end::follow(read, None, after, limit, timeout)
+    }
 }
 
 impl<S: Snapshots> crate::job_store::ReadJobs for S {
@@ -72,6 +86,15 @@ impl<S: Snapshots> crate::job_store::ReadJobs for S {
         self.reading("the endings", |read| {
             crate::redb_store::reading::endings(read, after, limit)
         })
+    }
+
+    fn wait_for_endings(
+        &self,
+        after: crate::endings::EndCursor,
+        limit: usize,
+        timeout: std::time::Duration,
+    ) -> Result<crate::endings::Endings> {
+        self.follow_endings(after, limit, timeout)
     }
 
     fn logs(&self, id: JobId) -> Result<Vec<crate::job_log::AttemptLog>> {

@@ -348,6 +348,31 @@ impl crate::redb_store::snapshots::Snapshots for Store {
     fn store_time(&self) -> StoreTime {
         self.now()
     }
+    /// Woken by this process's commits that keep an ending, and, when processes share the
+    /// store, by the others' (each told by a datagram that a follower here follows).
+    fn follow_endings(
+        &self,
+        after: crate::endings::EndCursor,
+        limit: usize,
+        timeout: std::time::Duration,
+    ) -> Result<crate::endings::Endings> {
+        let notifier = &self.inner.notifier;
+        let announce = || match &self.inner.neighbours {
+            Some(n) => notifier.announce_due().inspect(|_| n.following()) == Some(true),
+            None => false,
+        };
+        let hints = crate::wait_end::Hints {
+            notifier,
+            announce: &announce,
+        };
+        crate::wait_end::follow(
+            |a, n| crate::job_store::ReadJobs::endings(self, a, n),
+            Some(hints),
+            after,
+            limit,
+            timeout,
+        )
+    }
 }
 
 impl JobStore for Store {}

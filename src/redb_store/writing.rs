@@ -265,6 +265,8 @@ pub(crate) struct Tally {
     /// How many job records were written or deleted (an operation that fails after writing
     /// poisons a shared transaction; see group commit).
     pub writes: u64,
+    /// Whether the transaction kept an ending: its followers are told after the commit.
+    pub ended: bool,
 }
 
 impl Tally {
@@ -350,6 +352,8 @@ impl<'t> Tx<'t> {
         }
         if let Some(next) = self.tables.next_ending {
             write_u64(&mut self.tables.meta, meta_key::NEXT_ENDING, next)?;
+            // (the number is read at the first ending only)
+            self.tally.ended = true;
         }
         apply_counts(&mut self.tables, &self.tally.counts)?;
         persist_tally(&mut self.tables.meta, &self.tally)

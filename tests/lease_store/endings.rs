@@ -13,7 +13,18 @@ crate::on_both::on_both!(
     a_job_that_ends_again_after_a_retry_has_a_second_ending,
     a_cursor_kept_as_text_reads_on_after_a_reopen,
     retention_takes_old_endings_and_a_reader_behind_it_is_told_of_the_gap,
+    a_follower_gets_what_is_kept_at_once_and_an_empty_page_at_its_deadline,
+    a_follower_is_woken_by_an_end_another_thread_or_machine_commits,
 );
+
+/// Shorter than [`leasehold::FOLLOW_LOOK`] (30 s), a follower's own look with no hint, and a
+/// follower reads nothing at a deadline no hint came before: one that comes back with an
+/// end committed within it was told of the commit. (Ample for one commit, on any machine.)
+const HEARD: Duration = Duration::from_secs(4);
+
+/// A pause before a commit, so that the follower has read once and waits (its order, not
+/// its timing: a slower machine only makes the follower find the end at its first read).
+const SETTLE: Duration = Duration::from_millis(300);
 
 /// Reads endings after `after`, one page of `page` at a time, until `n` are read (on
 /// PostgreSQL an ending is read once every older transaction on the server has ended, which
@@ -167,4 +178,67 @@ fn retention_takes_old_endings_and_a_reader_behind_it_is_told_of_the_gap(kind: K
     let caught_up = f.endings(got[0].cursor, 10).unwrap();
     assert!(!caught_up.gap, "this reader had read it");
     assert_eq!(caught_up.list, behind.list);
+}
+
+/// A follower returns at once what is kept after its cursor; with nothing after it, an empty
+/// page at its deadline, the cursor where it was.
+fn a_follower_gets_what_is_kept_at_once_and_an_empty_page_at_its_deadline(kind: Kind) {
+    let f = kind.open();
+    let short = Duration::from_millis(20);
+    let none = f.wait_for_endings(EndCursor::START, 10, short).unwrap();
+    assert!(none.list.is_empty());
+    assert_eq!(none.next, EndCursor::START);
+    let id = f.enqueue(NewJob::new(Q, "unwanted")).unwrap();
+    f.cancel(id).unwrap();
+    // (on PostgreSQL, behind every transaction older than it: a generous deadline)
+    let page = f
+        .wait_for_endings(EndCursor::START, 10, Duration::from_secs(60))
+        .unwrap();
+    assert_eq!(said(&page.list), [(Some(id), None, JobState::Cancelled)]);
+    let after = f.wait_for_endings(page.next, 10, short).unwrap();
+    assert!(after.list.is_empty());
+    assert_eq!(after.next, page.next);
+}
+
+/// A follower waiting with nothing to read is woken by the commit of an end: another
+/// thread's of its own handle, and on PostgreSQL another machine's, and then a machine's
+/// that opened after the follower said it follows (the statement that keeps the end reads
+/// whether somebody follows; nothing of the writer's listens).
+fn a_follower_is_woken_by_an_end_another_thread_or_machine_commits(kind: Kind) {
+    let f = kind.open();
+    let writer = f.another_machine().unwrap_or_else(|| f.handle());
+    let id = writer.enqueue(NewJob::new(Q, "order 42")).unwrap();
+    let l = writer.claim(Q, "w", lease()).unwrap().unwrap();
+    let page = std::thread::scope(|s| {
+        let mine = f.handle();
+        let follower = s.spawn(move || mine.wait_for_endings(EndCursor::START, 10, HEARD));
+        std::thread::sleep(SETTLE);
+        writer.complete(&l, b"").unwrap();
+        follower.join().unwrap()
+    });
+    let page = page.unwrap();
+    assert_eq!(
+        said(&page.list),
+        [(Some(id), None, JobState::Succeeded)],
+        "the follower was not told of the end before its deadline"
+    );
+    let Some(newcomer) = f.another_machine() else {
+        return;
+    };
+    // It commits an end every SETTLE until the follower comes back.
+    let got = std::thread::scope(|s| {
+        let mine = f.handle();
+        let follower = s.spawn(move || mine.wait_for_endings(page.next, 10, HEARD));
+        std::thread::sleep(SETTLE);
+        while !follower.is_finished() {
+            let id = newcomer.enqueue(NewJob::new(Q, "later")).unwrap();
+            newcomer.cancel(id).unwrap();
+            std::thread::sleep(SETTLE);
+        }
+        follower.join().unwrap()
+    });
+    assert!(
+        !got.unwrap().list.is_empty(),
+        "the machine that opened last did not tell the follower"
+    );
 }
