@@ -1083,6 +1083,44 @@ pub fn check(db: &Path, json: bool) -> Result<ExitCode, Error> {
 }
 
 /// `wait`: until the job (or group) has ended, or `timeout` passes.
+/// One end as `endings --json` shows it.
+#[derive(Serialize)]
+struct EndingView {
+    cursor: String,
+    kind: &'static str,
+    id: u64,
+    queue: Option<String>,
+    state: &'static str,
+    at_ms: u64,
+}
+
+impl EndingView {
+    fn of(e: &leasehold::Ending) -> EndingView {
+        let (kind, id, queue) = match &e.of {
+            leasehold::EndOf::Job { id, queue } => ("job", id.0, Some(queue.clone())),
+            leasehold::EndOf::Group(g) => ("group", g.0, None),
+            _ => ("other", 0, None),
+        };
+        EndingView {
+            cursor: e.cursor.to_string(),
+            kind,
+            id,
+            queue,
+            state: e.state.name(),
+            at_ms: ms(e.at),
+        }
+    }
+
+    /// The line `endings` prints for it.
+    fn line(&self) -> String {
+        let queue = (self.queue.as_ref())
+            .map(|q| format!(" of {q}"))
+            .unwrap_or_default();
+        let (cursor, kind, id, state) = (&self.cursor, self.kind, self.id, self.state);
+        format!("{cursor} {kind} {id}{queue} ended {state}")
+    }
+}
+
 pub fn endings(
     db: &Path,
     json: bool,
@@ -1092,21 +1130,7 @@ pub fn endings(
     let store = open(db)?;
     let after = after.unwrap_or(leasehold::EndCursor::START);
     let page = store.endings(after, limit)?;
-    let of = |e: &leasehold::Ending| match &e.of {
-        leasehold::EndOf::Job { id, queue } => ("job", id.0, Some(queue.clone())),
-        leasehold::EndOf::Group(g) => ("group", g.0, None),
-        _ => ("other", 0, None),
-    };
     if json {
-        #[derive(Serialize)]
-        struct EndingView {
-            cursor: String,
-            kind: &'static str,
-            id: u64,
-            queue: Option<String>,
-            state: &'static str,
-            at_ms: u64,
-        }
         #[derive(Serialize)]
         struct EndingsView {
             endings: Vec<EndingView>,
@@ -1114,21 +1138,8 @@ pub fn endings(
             /// Some ends after the cursor were purged before they were read.
             gap: bool,
         }
-        let endings = (page.list.iter())
-            .map(|e| {
-                let (kind, id, queue) = of(e);
-                EndingView {
-                    cursor: e.cursor.to_string(),
-                    kind,
-                    id,
-                    queue,
-                    state: e.state.name(),
-                    at_ms: ms(e.at),
-                }
-            })
-            .collect();
         print_json(&EndingsView {
-            endings,
+            endings: page.list.iter().map(EndingView::of).collect(),
             next: page.next.to_string(),
             gap: page.gap,
         });
@@ -1138,11 +1149,45 @@ pub fn endings(
         println!("note: some ends after {after} were purged before they were read");
     }
     for e in &page.list {
-        let (kind, id, queue) = of(e);
-        let queue = queue.map(|q| format!(" of {q}")).unwrap_or_default();
-        println!("{} {kind} {id}{queue} ended {}", e.cursor, e.state);
+        println!("{}", EndingView::of(e).line());
     }
     println!("next: --after {}", page.next);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `endings --follow`: each end as it commits, one line (or JSON object) each, until
+/// `count` ends if given. Each line carries its cursor: a script that keeps the last one
+/// it handled carries on from it with `--after`.
+pub fn follow_endings(
+    db: &Path,
+    json: bool,
+    after: Option<leasehold::EndCursor>,
+    limit: usize,
+    count: Option<usize>,
+) -> Result<ExitCode, Error> {
+    let store = open(db)?;
+    let mut at = after.unwrap_or(leasehold::EndCursor::START);
+    let mut left = count.unwrap_or(usize::MAX);
+    let mut out = std::io::stdout().lock();
+    while left > 0 {
+        let page = store.wait_for_endings(at, limit.min(left).max(1), Duration::from_secs(60))?;
+        if page.gap && !page.list.is_empty() {
+            eprintln!("note: some ends after {at} were purged before they were read");
+        }
+        for e in &page.list {
+            let view = EndingView::of(e);
+            let line = match json {
+                true => serde_json::to_string(&view).unwrap_or_default(),
+                false => view.line(),
+            };
+            // (a closed pipe ends the follow, as it ends `tail -f`)
+            if writeln!(out, "{line}").and_then(|()| out.flush()).is_err() {
+                return Ok(ExitCode::SUCCESS);
+            }
+        }
+        left -= page.list.len().min(left);
+        at = page.next;
+    }
     Ok(ExitCode::SUCCESS)
 }
 

@@ -413,9 +413,16 @@ enum Command {
         /// The cursor to read after (as a previous `endings` printed it; the start if none).
         #[arg(long, value_parser = parse_end_cursor)]
         after: Option<leasehold::EndCursor>,
-        /// How many at most.
+        /// How many at most (with --follow, read at a time).
         #[arg(long, default_value_t = 100)]
         limit: usize,
+        /// Go on printing each end as it commits (one line each, one JSON object a line
+        /// with --json, each with its cursor), until Ctrl-C or --count ends.
+        #[arg(long)]
+        follow: bool,
+        /// With --follow: stop after this many ends.
+        #[arg(long, requires = "follow")]
+        count: Option<usize>,
     },
     /// A live view of queue depths, running leases with time left, and reclaims as they
     /// happen. Ctrl-C to stop.
@@ -593,7 +600,18 @@ fn main() -> ExitCode {
         Command::Show { job, raw } => inspect::show(&db, json, job, raw),
         Command::Check => inspect::check(&db, json),
         Command::Wait { id, group, timeout } => inspect::wait(&db, json, id, group, timeout),
-        Command::Endings { after, limit } => inspect::endings(&db, json, after, limit),
+        Command::Endings {
+            after,
+            limit,
+            follow: false,
+            ..
+        } => inspect::endings(&db, json, after, limit),
+        Command::Endings {
+            after,
+            limit,
+            follow: true,
+            count,
+        } => inspect::follow_endings(&db, json, after, limit, count),
         Command::Watch {
             interval,
             iterations,

@@ -1671,6 +1671,55 @@ fn group_names_the_group_it_is_in_and_the_groups_in_it() {
     assert_eq!(t.json(&["stats"])["open_groups"], 2);
 }
 
+/// `endings --follow` in another process prints each end the application commits while it
+/// follows, one line each with its cursor, from where it was told to start, and stops
+/// after `--count` of them.
+#[test]
+fn endings_follow_prints_each_end_as_the_application_commits_it() {
+    let t = Tool::new();
+    let store = leasehold::Store::open(&t.db).unwrap();
+    let before = store.enqueue(leasehold::NewJob::new("q", "old")).unwrap();
+    store.cancel(before).unwrap();
+    let start = store.endings(leasehold::EndCursor::START, 10).unwrap().next;
+    let follower = Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .arg("--db")
+        .arg(&t.db)
+        .args(["endings", "--follow", "--count", "2", "--json"])
+        .args(["--after", &start.to_string()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // (a head start, so that it is most likely following when the ends commit)
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let done = store.enqueue(leasehold::NewJob::new("q", "a")).unwrap();
+    let lease = store
+        .claim_job(done, "w", std::time::Duration::from_secs(60))
+        .unwrap()
+        .unwrap();
+    store.complete(&lease, b"").unwrap();
+    let cancelled = store.enqueue(leasehold::NewJob::new("q", "b")).unwrap();
+    store.cancel(cancelled).unwrap();
+    let out = follower.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let said: Vec<_> = (lines.iter())
+        .map(|v| (v["id"].as_u64().unwrap(), v["state"].as_str().unwrap()))
+        .collect();
+    assert_eq!(said, [(done.0, "succeeded"), (cancelled.0, "cancelled")]);
+    let last: leasehold::EndCursor = lines[1]["cursor"].as_str().unwrap().parse().unwrap();
+    assert!(store.endings(last, 10).unwrap().list.is_empty());
+    t.fails(&["endings", "--count", "1"], 2);
+}
+
 /// `wait` in another process hears an end the application commits while it waits: it
 /// reads the file the application writes, and comes back well before its timeout.
 #[test]
