@@ -35,6 +35,53 @@ where
     Ok([enqueued, drained])
 }
 
+/// [`drain`] while `follower` (another handle on the same store, or the same) follows every
+/// end ([`leasehold::ReadJobs::wait_for_endings`]): the drain's row, once the follower has
+/// read every job's end.
+pub(super) fn drain_followed<S, F>(
+    label: &str,
+    store: S,
+    follower: F,
+    workers: usize,
+    jobs: usize,
+) -> Result<Row, Error>
+where
+    S: Engine + JobStore + Clone,
+    F: leasehold::ReadJobs + 'static,
+{
+    let start = store.endings(leasehold::EndCursor::START, usize::MAX)?.next;
+    let read = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let following = std::thread::spawn({
+        let read = read.clone();
+        move || -> Result<(), Error> {
+            let mut at = start;
+            while read.load(std::sync::atomic::Ordering::SeqCst) < jobs {
+                let page = follower.wait_for_endings(at, 1000, Duration::from_secs(60))?;
+                read.fetch_add(page.list.len(), std::sync::atomic::Ordering::SeqCst);
+                at = page.next;
+            }
+            Ok(())
+        }
+    });
+    enqueue(label, &store, jobs)?;
+    let name =
+        format!("drain: {jobs} empty jobs, drained while a follower reads every end ({label})");
+    let row = drained(&name, &store, workers, jobs, || {
+        WorkerPool::builder(store.clone(), QUEUE)
+            .concurrency(workers)
+            .start(|_| Ok(Vec::new()))
+    })?;
+    // (by now, the pool shut down and the store counted, it has read them all, or nearly)
+    match following.join() {
+        Ok(followed) => followed?,
+        Err(_) => return Err(Error::Internal("the follower panicked")),
+    }
+    Ok(Row {
+        operation: format!("{} (the follower read all {jobs} ends)", row.operation),
+        ..row
+    })
+}
+
 /// The application's table a drain with writes fills: a row per job.
 const DONE: leasehold::redb::TableDefinition<u64, u64> =
     leasehold::redb::TableDefinition::new("bench.done");

@@ -1,20 +1,44 @@
-//! What a process that waits for work costs while it waits: an application's pool, reaper
-//! and scheduler with nothing to do, counted in the wake-ups of the library's threads (a
+//! What a process that waits for work costs while it waits: an application's pool, reaper,
+//! scheduler and follower of the endings with nothing to do, counted in the wake-ups of the library's threads (a
 //! device on a battery pays for each, and tokio's idle runtime makes none).
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use leasehold::{Backend, Error, Reaper, Scheduler, WorkerPool};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use leasehold::{Backend, EndCursor, Error, ReadJobs, Reaper, Scheduler, WorkerPool};
 
 use super::measure::Row;
 
-/// A pool of four, a reaper at its default interval and a scheduler at a second, on
-/// `store` with no job, no lease and no schedule, counted over `window` once the pool has
-/// gone idle. `ops/s` is wake-ups per second of the library's threads together: each
+/// A pool of four, a reaper at its default interval, a scheduler at a second and a thread
+/// that follows the endings ([`ReadJobs::wait_for_endings`], named as the library's threads
+/// are, so that it is counted), on `store` with no job, no lease and no schedule, counted
+/// over `window` once the pool has gone idle. `ops/s` is wake-ups per second of the library's threads together: each
 /// thread's voluntary context switches, as the kernel counts them (Linux; elsewhere the
 /// row says it was not measured).
-pub(super) fn idle_wakeups(engine: &str, store: Backend, window: Duration) -> Result<Row, Error> {
+pub(super) fn idle_wakeups<S>(engine: &str, store: Arc<S>, window: Duration) -> Result<Row, Error>
+where
+    S: ReadJobs + Clone + Into<Backend> + 'static,
+{
+    let stop = Arc::new(AtomicBool::new(false));
+    let follower = std::thread::Builder::new()
+        .name("leasehold-follow".into())
+        .spawn({
+            let (store, stop) = (store.clone(), stop.clone());
+            move || {
+                let mut at = EndCursor::START;
+                while !stop.load(Ordering::SeqCst) {
+                    match store.wait_for_endings(at, 100, Duration::from_secs(60)) {
+                        Ok(page) => at = page.next,
+                        Err(_) => return,
+                    }
+                }
+            }
+        })
+        .map_err(Error::ThreadSpawn)?;
+    let store: Backend = (*store).clone().into();
     let pool = WorkerPool::builder(store.clone(), "idle")
         .concurrency(4)
         .start(|_| Ok(()))?;
@@ -30,6 +54,9 @@ pub(super) fn idle_wakeups(engine: &str, store: Backend, window: Duration) -> Re
     let after = library_threads();
     let elapsed = started.elapsed().as_secs_f64();
     drop((scheduler, reaper, pool));
+    // (it stops at its next look, within FOLLOW_LOOK; not waited for)
+    stop.store(true, Ordering::SeqCst);
+    drop(follower);
     let (operation, per_sec) = match (before, after) {
         (Some(before), Some(after)) => {
             // Each thread's wake-ups in the window, summed by name (a thread that started
@@ -52,7 +79,8 @@ pub(super) fn idle_wakeups(engine: &str, store: Backend, window: Duration) -> Re
             };
             (
                 format!(
-                    "idle: a pool of 4, a reaper (15 s), a scheduler (1 s), nothing to do \
+                    "idle: a pool of 4, a reaper (15 s), a scheduler (1 s), a follower of the endings, \
+                     nothing to do \
                      ({engine}; {} threads; ops/s = their wake-ups per second; most: {most}; \
                      RSS of this bench process {} MiB)",
                     after.len(),

@@ -277,7 +277,7 @@ fn scenarios(dir: &Path, scale: f64, only: Option<&str>) -> Result<Vec<Row>, Err
     if want("wake") {
         rows.push(wake_latency(dir, n(300))?);
     }
-    // What waiting costs: the wake-ups of an idle pool, reaper and scheduler.
+    // What waiting costs: the wake-ups of an idle pool, reaper, scheduler and follower.
     if want("idle") {
         // (a minute at full scale: longer than the slowest idle timer, a pool's look once a
         // heartbeat (20 s) and the PostgreSQL listener's check every 30 s, so each is counted)
@@ -285,7 +285,7 @@ fn scenarios(dir: &Path, scale: f64, only: Option<&str>) -> Result<Vec<Row>, Err
         let file = store(dir, "idle.redb", true)?;
         rows.push(idle::idle_wakeups(
             "redb, single-writer file",
-            file.into(),
+            std::sync::Arc::new(file),
             window,
         )?);
         let shared = store_with(dir, "idle-shared.redb", true, |b| {
@@ -293,14 +293,18 @@ fn scenarios(dir: &Path, scale: f64, only: Option<&str>) -> Result<Vec<Row>, Err
         })?;
         rows.push(idle::idle_wakeups(
             "redb, shared file",
-            shared.into(),
+            std::sync::Arc::new(shared),
             window,
         )?);
         match std::env::var("LEASEHOLD_PG_URL") {
             Ok(url) => {
                 let scratch = postgres::Scratch::new(&url)?;
                 let store = scratch.store("idle")?;
-                rows.push(idle::idle_wakeups("PostgreSQL", store.into(), window)?);
+                rows.push(idle::idle_wakeups(
+                    "PostgreSQL",
+                    std::sync::Arc::new(store),
+                    window,
+                )?);
             }
             Err(_) => eprintln!("idle: PostgreSQL not run (set LEASEHOLD_PG_URL to a server)"),
         }
@@ -352,6 +356,44 @@ fn scenarios(dir: &Path, scale: f64, only: Option<&str>) -> Result<Vec<Row>, Err
                 workers,
                 drained,
             )?);
+        }
+    }
+    // What following every end costs a drain: the same drain without and with a follower
+    // (on PostgreSQL on another handle, as another machine's; on redb on the writer's
+    // handle, the one process that writes a single-writer file), interleaved.
+    if want("drain-followed") {
+        for workers in [1, 16] {
+            let plain = store(dir, &format!("drain-unfollowed-{workers}.redb"), true)?;
+            let [_, row] = drain::drain("redb, single-writer file", plain, workers, drained)?;
+            rows.push(row);
+            let followed = store(dir, &format!("drain-followed-{workers}.redb"), true)?;
+            rows.push(drain::drain_followed(
+                "redb, single-writer file",
+                followed.clone(),
+                followed,
+                workers,
+                drained,
+            )?);
+        }
+        match std::env::var("LEASEHOLD_PG_URL") {
+            Ok(url) => {
+                let scratch = postgres::Scratch::new(&url)?;
+                for workers in [1, 16] {
+                    let plain = scratch.store(&format!("unfollowed{workers}"))?;
+                    let [_, row] = drain::drain("PostgreSQL", plain, workers, drained)?;
+                    rows.push(row);
+                    let name = format!("followed{workers}");
+                    let (store, follower) = (scratch.store(&name)?, scratch.store(&name)?);
+                    rows.push(drain::drain_followed(
+                        "PostgreSQL, the follower on another handle",
+                        store,
+                        follower,
+                        workers,
+                        drained,
+                    )?);
+                }
+            }
+            Err(_) => eprintln!("drain-followed: PostgreSQL not run (set LEASEHOLD_PG_URL)"),
         }
     }
     if want("drain-writes-redb") {
