@@ -14,7 +14,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::time::Duration;
 
-use leasehold::{JobId, JobState, NewJob, Outcome, ReclaimPath, Sharing, Store, WorkerPool};
+use leasehold::WorkerPool;
+use leasehold::{EndCursor, EndOf, JobId, JobState, NewJob, Outcome, ReclaimPath, Sharing, Store};
 use leasehold::{JobStore, ReadJobs};
 
 #[path = "lease_store/common.rs"]
@@ -357,6 +358,60 @@ fn a_schedule_declared_in_another_process_of_a_shared_file_wakes_the_scheduler()
         scheduler.metrics().fired() >= 1
     });
     assert!(here.stats().unwrap().total(JobState::Queued) >= 1);
+}
+
+/// A follower of the endings in one process is told of an end another process of the
+/// shared file committed: it comes back with it within 4 s, short of its own look with no
+/// hint (`FOLLOW_LOOK`, 30 s), and it reads nothing at a deadline no hint came before. The
+/// writer opens after the follower, which hears of it (the newcomer is told who follows)
+/// and before it (told when the follower first waits): each in its turn.
+#[test]
+fn a_follower_in_one_process_is_told_of_an_end_committed_in_another() {
+    let (_dir, path) = store_path();
+    let heard = Duration::from_secs(4);
+    let here = shared(&path);
+    let mut cursor = EndCursor::START;
+    for turn in ["the writer opens first", "the follower waits first"] {
+        let seen = here.watcher_wakeups().unwrap();
+        let there = match turn {
+            "the writer opens first" => Some(shared(&path)),
+            _ => None,
+        };
+        if there.is_some() {
+            wait_until("the follower's process to read the newcomer", || {
+                here.watcher_wakeups().unwrap() > seen
+            });
+        }
+        let page = std::thread::scope(|s| {
+            let follower = s.spawn(|| here.wait_for_endings(cursor, 10, heard));
+            // (an order, not a timing: the follower has read once and waits)
+            std::thread::sleep(Duration::from_millis(300));
+            let there = there.unwrap_or_else(|| {
+                let seen = here.watcher_wakeups().unwrap();
+                let there = shared(&path);
+                wait_until("the follower's process to read the newcomer", || {
+                    here.watcher_wakeups().unwrap() > seen
+                });
+                // (and the newcomer to read what it was told, a moment after)
+                std::thread::sleep(Duration::from_millis(100));
+                there
+            });
+            let id = there.enqueue(NewJob::new(Q, turn)).unwrap();
+            there.cancel(id).unwrap();
+            (id, follower.join().unwrap().unwrap())
+        });
+        let (id, page) = page;
+        let ended: Vec<_> = page.list.iter().map(|e| e.of.clone()).collect();
+        assert_eq!(
+            ended,
+            [EndOf::Job {
+                id,
+                queue: Q.into()
+            }],
+            "{turn}: the follower was not told of the other process's end"
+        );
+        cursor = page.next;
+    }
 }
 
 #[test]
@@ -1229,5 +1284,133 @@ fn ten_tenants_stay_at_two_jobs_each_through_kills_of_three_worker_processes() {
         "{kills} kills of three worker processes: {jobs} jobs of 10 tenants each committed \
          once ({again} run again after their process died); most in a handler at once per \
          tenant: {most:?}"
+    );
+}
+
+/// A `resumer` helper process (`support/resumer.rs`) and the lines it has said.
+struct Resumer {
+    child: Child,
+    lines: crossbeam_channel::Receiver<String>,
+}
+
+impl Drop for Resumer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Resumer {
+    fn start(path: &Path) -> Resumer {
+        let db = path.to_str().unwrap();
+        let args = ["--db", db, "--queue", "resume", "--workers", "2"];
+        let mut child = helper_process::command("resumer", args)
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let lines = helper_process::stdout_channel(&mut child);
+        Resumer { child, lines }
+    }
+
+    /// SIGKILL once it has said up to `n` more lines (or a few seconds passed); every line
+    /// it said before it died, into `said`.
+    fn kill_after(mut self, n: usize, said: &mut Vec<String>) {
+        for _ in 0..n {
+            match self.lines.recv_timeout(Duration::from_secs(5)) {
+                Ok(line) => said.push(line),
+                Err(_) => break,
+            }
+        }
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+        // (the pipe's last lines, until its reader sees it closed)
+        said.extend(self.lines.iter());
+    }
+}
+
+/// Jobs of twelve steps, each step's checkpoint committed as it is done, through SIGKILLs of
+/// the worker processes (two at a time, on one shared file): every attempt begins where the
+/// last committed checkpoint of the attempts before it left off (never before it, which
+/// would do work again, and never past it), the first from nothing, and every job
+/// completes once. A checkpoint committed whose line the kill cut is the one step an
+/// attempt may begin past what was said.
+#[test]
+fn resumable_jobs_resume_from_their_last_committed_checkpoint_through_kills() {
+    use helper_process::STEPS;
+    let (_dir, path) = store_path();
+    let observer = shared(&path);
+    let jobs_made = (0..30).map(|i| NewJob::new("resume", format!("{i}")));
+    let ids = observer.enqueue_batch(jobs_made).unwrap();
+    let jobs = ids.len() as u64;
+    let mut said = Vec::new();
+    let mut workers = vec![Resumer::start(&path), Resumer::start(&path)];
+    let kills = kills().min(30);
+    let mut rng = 0x9E37_79B9_7F4A_7C15u64;
+    for _ in 0..kills {
+        let r = xorshift(&mut rng);
+        let victim = workers.swap_remove((r % 2) as usize);
+        victim.kill_after(3 + (r >> 8) as usize % 20, &mut said);
+        workers.push(Resumer::start(&path));
+    }
+    wait_until("every job to complete", || {
+        observer.stats().unwrap().total(JobState::Succeeded) == jobs
+    });
+    for w in workers.drain(..) {
+        w.kill_after(0, &mut said);
+    }
+    // Per job and attempt: the step it began at, and the checkpoints it said it committed.
+    let mut attempts: BTreeMap<(u64, u64), (u64, Vec<u64>)> = BTreeMap::new();
+    let mut completions: BTreeMap<u64, usize> = BTreeMap::new();
+    for line in &said {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let n = |i: usize| words[i].parse::<u64>().unwrap();
+        match words[..] {
+            ["start", ..] => assert!(attempts.insert((n(1), n(2)), (n(3), vec![])).is_none()),
+            ["saved", ..] => (attempts.get_mut(&(n(1), n(2))).unwrap().1).push(n(3)),
+            ["committed", _] => *completions.entry(n(1)).or_default() += 1,
+            _ => panic!("the resumer said {line:?}"),
+        }
+    }
+    let mut resumed = 0;
+    let mut last: BTreeMap<u64, u64> = BTreeMap::new();
+    for ((job, attempt), (from, steps)) in &attempts {
+        let before = last.get(job).copied().unwrap_or(0);
+        assert!(
+            *from == before || *from == before + 1,
+            "job {job}'s attempt {attempt} began at step {from}; the attempts before it said \
+             they committed {before}"
+        );
+        resumed += usize::from(*from > 0);
+        let mut at = *from;
+        for step in steps {
+            assert_eq!(
+                *step,
+                at + 1,
+                "job {job}'s attempt {attempt} skipped a step"
+            );
+            at = *step;
+        }
+        last.insert(*job, at);
+    }
+    assert!(completions.values().all(|n| *n == 1), "{completions:?}");
+    for id in &ids {
+        let history = observer.history(*id).unwrap();
+        let successes = (history.iter()).filter(|r| r.outcome() == Some(&Outcome::Succeeded));
+        assert_eq!(successes.count(), 1, "job {id}: {history:?}");
+        let checkpoint = observer.checkpoint(*id).unwrap().unwrap();
+        let at = u64::from_le_bytes(checkpoint.data().try_into().unwrap());
+        assert_eq!(
+            at, STEPS,
+            "job {id} completed with its last checkpoint at {at}"
+        );
+    }
+    assert!(
+        resumed > 0,
+        "no attempt resumed from a checkpoint: the kills missed every job mid-way"
+    );
+    eprintln!(
+        "{kills} SIGKILLs of resuming worker processes: {jobs} jobs of {STEPS} steps each \
+         completed, {resumed} attempts resumed from a checkpoint, each from the last one \
+         committed"
     );
 }

@@ -3,9 +3,10 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
+use leasehold::Renewal;
 use leasehold::postgres::client as postgres;
 use leasehold::postgres::{PgError, PgStore};
-use leasehold::{Error, JobState, LeaseTerms, NewJob, Outcome, ReclaimPath, Renewal};
+use leasehold::{EndCursor, EndOf, Error, JobState, LeaseTerms, NewJob, Outcome, ReclaimPath};
 use leasehold::{JobStore, ReadJobs};
 
 use crate::db::{Db, Helper, LEASE, PgPool, Q, effects, effects_per_job, survive, wait_until};
@@ -1752,6 +1753,34 @@ fn worker_processes_on_postgres_killed_at_random_lose_nothing_and_commit_each_jo
         PgWorker::start(&db, lease_ms, started.is_multiple_of(2))
     };
     let mut workers: Vec<PgWorker> = (0..4).map(|_| start()).collect();
+    // A fleet's follower of every end, on a handle of its own (another machine's, as far as
+    // the workers can tell), through the kills; it stops once it has read as many ends as
+    // jobs succeeded, or a minute after it was told how many.
+    let ends_to_read = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(u64::MAX));
+    let follower = std::thread::spawn({
+        let (store, to_read) = (db.store(), ends_to_read.clone());
+        move || {
+            let mut read = Vec::new();
+            let mut at = EndCursor::START;
+            let mut told_at = None;
+            while (read.len() as u64) < to_read.load(std::sync::atomic::Ordering::SeqCst) {
+                let page = store
+                    .wait_for_endings(at, 1000, Duration::from_secs(1))
+                    .unwrap();
+                assert!(!page.gap, "nothing is purged here");
+                read.extend(page.list.iter().map(|e| (e.of.clone(), e.state)));
+                at = page.next;
+                if to_read.load(std::sync::atomic::Ordering::SeqCst) != u64::MAX {
+                    #[allow(clippy::disallowed_methods)] // a test deadline, not store time
+                    let told = *told_at.get_or_insert_with(std::time::Instant::now);
+                    if told.elapsed() > Duration::from_secs(60) {
+                        break;
+                    }
+                }
+            }
+            read
+        }
+    });
     let mut committed = Vec::new();
     let mut rng = 0x2545_F491_4F6C_DD1Du64;
     let kills = kills();
@@ -1819,10 +1848,26 @@ fn worker_processes_on_postgres_killed_at_random_lose_nothing_and_commit_each_jo
         most_attempts = most_attempts.max(history.len());
     }
     assert!(by_pools > 0, "no worker pool committed a job");
+    // The follower read each job's end once, as it happened, and nothing else.
+    ends_to_read.store(all, std::sync::atomic::Ordering::SeqCst);
+    let read = follower.join().unwrap();
+    let mut ended: BTreeSet<u64> = BTreeSet::new();
+    for (of, state) in &read {
+        let EndOf::Job { id, .. } = of else {
+            panic!("an end of {of:?}")
+        };
+        assert_eq!(*state, JobState::Succeeded, "job {id}");
+        assert!(ended.insert(id.0), "job {id}'s end was read twice");
+    }
+    let succeeded: BTreeSet<u64> = per_job.keys().map(|j| *j as u64).collect();
+    assert_eq!(
+        ended, succeeded,
+        "the follower read every end, and only those"
+    );
     say(&format!(
         "{kills} SIGKILLs of worker processes on PostgreSQL: {all} jobs, each committed once \
          ({by_pools} by worker pools, at most {most_attempts} attempts for one job); {} commits \
-         reported by the workers",
+         reported by the workers; a follower on another handle read each job's end once",
         committed.len()
     ));
 }
@@ -2363,5 +2408,38 @@ fn rounds_and_renewals_of_pools_on_one_queue_never_deadlock() {
     assert_eq!(
         deadlocks, 0,
         "deadlocks PostgreSQL broke among {jobs} jobs' rounds"
+    );
+}
+
+/// An end committed while an older transaction is open anywhere on the server is held back
+/// (read once that one ends, so that none is passed over), and the page says so; a follower
+/// gets it once the transaction ends.
+#[test]
+fn an_end_behind_an_open_transaction_is_held_back_and_the_page_says_so() {
+    let db = db!("held back");
+    let store = db.store();
+    let id = store.enqueue(NewJob::new(Q, "late news")).unwrap();
+    let mut other = postgres::Client::connect(&db.url, postgres::NoTls).unwrap();
+    let mut open = other.transaction().unwrap();
+    // (an id of its own: the horizon stays at it until it ends)
+    open.query_one("SELECT pg_current_xact_id()", &[]).unwrap();
+    store.cancel(id).unwrap();
+    let page = store.endings(EndCursor::START, 10).unwrap();
+    assert!(page.list.is_empty(), "{page:?}");
+    assert!(page.held_back, "the page did not say an end waits");
+    let page = std::thread::scope(|s| {
+        let follower =
+            s.spawn(|| store.wait_for_endings(EndCursor::START, 10, Duration::from_secs(60)));
+        std::thread::sleep(Duration::from_millis(300));
+        open.commit().unwrap();
+        follower.join().unwrap().unwrap()
+    });
+    let ended: Vec<_> = page.list.iter().map(|e| e.of.clone()).collect();
+    assert_eq!(
+        ended,
+        [EndOf::Job {
+            id,
+            queue: Q.into()
+        }]
     );
 }

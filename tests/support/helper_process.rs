@@ -43,11 +43,15 @@ mod pg_pool;
 mod pg_worker;
 #[path = "poison.rs"]
 mod poison;
+#[path = "resumer.rs"]
+mod resumer;
 #[path = "tenants.rs"]
 mod tenants;
 #[path = "worker.rs"]
 mod worker;
 
+#[allow(unused_imports)]
+pub use resumer::STEPS;
 #[allow(unused_imports)]
 pub use worker::EFFECTS;
 
@@ -196,6 +200,7 @@ pub fn run() {
             flags.get("go").expect("--go"),
         ),
         "poison" => poison::run(db, queue, number("workers", 1) as usize, sharing),
+        "resumer" => resumer::run(db, queue, number("workers", 2) as usize, lease),
         "tenants" => tenants::run(
             db,
             queue,
