@@ -54,6 +54,26 @@ pub struct Completion {
     /// The application's writes, committed in the round under the completion's own fence
     /// (a failure of theirs fails this completion alone).
     pub writes: Option<AnyWrites>,
+    /// The attempt's log lines its heartbeats have not carried, written once it has
+    /// completed, in the same transaction ([`Completion::logs_after`]).
+    pub(crate) log: Option<LogRecord>,
+}
+
+impl Completion {
+    /// The log lines of each of `done` that `completed` says completed, written in the
+    /// round's own transaction (rather than in a write of their own before it, which cost
+    /// a job that logged a line a commit more).
+    pub(crate) fn logs_after(
+        r: &mut (impl Records + ?Sized),
+        done: &[Completion],
+        completed: &[Result<()>],
+    ) -> Result<()> {
+        let logs: Vec<_> = (done.iter().zip(completed))
+            .filter(|(_, result)| result.is_ok())
+            .filter_map(|(c, _)| c.log.as_ref().map(|log| (c.by, log)))
+            .collect();
+        protocol::append_logs(r, &logs)
+    }
 }
 
 /// The application's writes panicked while a round committed them: the attempt fails as
@@ -133,6 +153,7 @@ pub(crate) fn completions(done: &[(&Lease, &[u8])]) -> Vec<Completion> {
             output: output.to_vec(),
             progress: None,
             writes: None,
+            log: None,
         })
         .collect()
 }
@@ -335,6 +356,7 @@ pub trait LeaseBackend: Send + Sync + 'static {
                     answer => completed.push(answer),
                 }
             }
+            Completion::logs_after(r, &done, &completed)?;
             let claimed = match &claim {
                 Some((plan, worker, terms, marks)) => {
                     protocol::round_claim(r, plan, worker, *terms, marks)?

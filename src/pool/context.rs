@@ -337,7 +337,8 @@ impl JobContext {
     /// Writes a line to this attempt's log, kept with the job ([`crate::ReadJobs::logs`],
     /// `leasehold show`, the status page's job view): what the handler did, for the operator
     /// who finds the job later. Costs no write of its own: the lines reach the store with
-    /// the pool's next heartbeat, and the last ones just before the attempt ends. The newest
+    /// the pool's next heartbeat, and the last ones with the attempt's end (in the
+    /// transaction of its completion; just before a failure, a snooze or a release). The newest
     /// [`MAX_LOG_LINES`](crate::MAX_LOG_LINES) of an attempt are kept, each cut to
     /// [`MAX_LOG_LINE`](crate::MAX_LOG_LINE) bytes; the older ones are counted as dropped.
     pub fn log(&self, line: impl AsRef<str>) {

@@ -360,10 +360,13 @@ fn commit(
                 output: h.output,
                 progress: Some(h.flight.state.progress()),
                 writes: h.writes,
+                // (given back to the attempt if its completion fails: `give_back_logs`)
+                log: h.flight.state.take_log(),
             };
             (h.flight, item)
         })
         .unzip();
+    let logs: Vec<_> = items.iter().map(|c| c.log.clone()).collect();
     // Claims only with the permit, held to the end of the transaction (a pause waits it
     // out); the completions commit either way.
     let claiming = match plan.is_empty() {
@@ -385,6 +388,7 @@ fn commit(
     };
     let asked = claiming.is_some();
     drop(claiming);
+    give_back_logs(&flights, logs, &completed);
     if !flights.is_empty() {
         bump(&shared.counters.completion_commits);
     }
@@ -410,6 +414,20 @@ fn commit(
         Outlet::Inline(jobs) => deliver(shared, d, jobs)?,
     }
     answer
+}
+
+/// The log lines of each completion the round did not commit, back with their attempt:
+/// the paths that end it otherwise write them ([`run::completed`]).
+fn give_back_logs(
+    flights: &[Flight],
+    logs: Vec<Option<crate::job_log::LogRecord>>,
+    completed: &[crate::error::Result<()>],
+) {
+    for ((flight, log), result) in flights.iter().zip(logs).zip(completed) {
+        if let (Some(log), Err(_)) = (log, result) {
+            flight.state.give_back_log(log);
+        }
+    }
 }
 
 /// Acknowledges a round's completions and hands its claims to the workers.

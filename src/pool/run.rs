@@ -193,7 +193,13 @@ fn run_one(shared: &Shared, flight: Flight, waited: bool) -> After {
         },
     };
     let lease = &flight.lease;
-    if !matches!(flight.state.interruption(), Some(Interruption::Abandoned)) {
+    // (a completion handed to the dispatcher carries its lines into its round's commit)
+    let completes = matches!(&verdict, Verdict::Complete(_))
+        && matches!(
+            flight.state.interruption(),
+            None | Some(Interruption::Shutdown)
+        );
+    if !completes && !matches!(flight.state.interruption(), Some(Interruption::Abandoned)) {
         flush_log(&*shared.store, &flight);
     }
     // The application's code is done with the job, unless writes of its commit with it.
@@ -279,6 +285,7 @@ fn commit_success(shared: &Shared, flight: Flight, output: Output<AnyWrites>) ->
             Some(back) => handed = back,
         }
     }
+    flush_log(&*shared.store, &handed.flight);
     let Handed {
         flight,
         output: bytes,
@@ -344,6 +351,10 @@ fn commit_success(shared: &Shared, flight: Flight, output: Output<AnyWrites>) ->
 /// Counts a completion's result; a rolled-back application write fails the attempt instead.
 pub(crate) fn completed(shared: &Shared, flight: &Flight, result: crate::error::Result<()>) {
     let lease = &flight.lease;
+    if result.is_err() {
+        // (lines the round did not commit with it, given back: `dispatch::give_back_logs`)
+        flush_log(&*shared.store, flight);
+    }
     match result {
         Ok(()) => {
             shared.counters.succeeded_of(&lease.queue);

@@ -179,6 +179,7 @@ impl PgStore {
                     result => results.push(result),
                 }
             }
+            Completion::logs_after(r, done, &results)?;
             let claimed = match claim {
                 Some(Claim {
                     plan,
@@ -511,6 +512,7 @@ mod tests {
             output: output.bytes,
             progress: None,
             writes: output.writes.map(|w| AnyWrites(Box::new(w))),
+            log: None,
         }
     }
 

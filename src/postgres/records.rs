@@ -855,6 +855,40 @@ impl Records for PgRecords<'_, '_, '_> {
         Ok(())
     }
 
+    fn attempt_logs(&mut self, of: &[(JobId, Attempt)]) -> Result<Vec<Option<LogRecord>>> {
+        let st = self.get(
+            "SELECT l.job, l.attempt, l.record FROM {s}.leasehold_logs l
+             JOIN unnest($1::bigint[], $2::bigint[]) AS o(job, attempt)
+                 ON l.job = o.job AND l.attempt = o.attempt",
+        )?;
+        let jobs: Vec<i64> = of.iter().map(|(id, _)| key(*id)).collect();
+        let attempts: Vec<i64> = of.iter().map(|(_, a)| i64::from(a.0)).collect();
+        let mut kept = std::collections::HashMap::new();
+        for row in self.tx.query(&st, &[&jobs, &attempts])? {
+            kept.insert((row.col::<i64>(0)?, row.col::<i64>(1)?), row);
+        }
+        (jobs.iter().zip(&attempts).zip(of))
+            .map(|((job, attempt), (id, a))| {
+                let bytes = kept.get(&(*job, *attempt)).map(|row| row.col::<&[u8]>(2));
+                let what = || format!("the log of job {id} attempt {a}");
+                codec::decode_stored(bytes.transpose()?, what)
+            })
+            .collect()
+    }
+
+    fn save_attempt_logs(&mut self, logs: &[(JobId, Attempt, LogRecord)]) -> Result<()> {
+        let st = self.get(
+            "INSERT INTO {s}.leasehold_logs (job, attempt, record)
+             SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bytea[])
+             ON CONFLICT (job, attempt) DO UPDATE SET record = excluded.record",
+        )?;
+        let jobs: Vec<i64> = logs.iter().map(|(id, _, _)| key(*id)).collect();
+        let attempts: Vec<i64> = logs.iter().map(|(_, a, _)| i64::from(a.0)).collect();
+        let records: Vec<Vec<u8>> = logs.iter().map(|(_, _, log)| codec::encode(log)).collect();
+        self.tx.execute(&st, &[&jobs, &attempts, &records])?;
+        Ok(())
+    }
+
     fn group_of_key(&mut self, key: &str) -> Result<Option<GroupId>> {
         // Two openings of one key, at once on two connections, are one after the other: the
         // second reads the key once the first has committed (read committed).

@@ -85,6 +85,27 @@ pub(crate) fn append_log(
     r.save_attempt_log(by.job, by.attempt, &log)
 }
 
+/// [`append_log`] for each of `logs`, of attempts that just completed (so their jobs exist),
+/// in two steps whatever their number: read, then write.
+pub(crate) fn append_logs(
+    r: &mut (impl Records + ?Sized),
+    logs: &[(Holding, &crate::job_log::LogRecord)],
+) -> Result<()> {
+    if logs.is_empty() {
+        return Ok(());
+    }
+    let of: Vec<_> = logs.iter().map(|(by, _)| (by.job, by.attempt)).collect();
+    let kept = r.attempt_logs(&of)?;
+    let merged: Vec<_> = (logs.iter().zip(kept))
+        .map(|((by, lines), kept)| {
+            let mut log = kept.unwrap_or_default();
+            log.merge(lines);
+            (by.job, by.attempt, log)
+        })
+        .collect();
+    r.save_attempt_logs(&merged)
+}
+
 /// [`heartbeat`] for each of `leases` (the lease's holding, progress): an answer each, in
 /// their order, or the error that failed them all (a refusal answers its own lease). Those
 /// the engine renews in one step ([`Records::renew_fenced`]) first, the rest one by one in

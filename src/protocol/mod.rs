@@ -44,7 +44,9 @@ use std::time::Duration;
 
 pub(crate) use crate::rules::Stage;
 pub use attempt::End;
-pub(crate) use attempt::{Stages, append_log, complete, end, expire, renew_batch, save_checkpoint};
+pub(crate) use attempt::{
+    Stages, append_log, append_logs, complete, end, expire, renew_batch, save_checkpoint,
+};
 #[cfg(feature = "postgres")]
 pub(crate) use attempt::{complete_by_steps, complete_many};
 pub(crate) use claim::{claim_batch, claim_job, round_claim};

@@ -319,6 +319,20 @@ pub trait Records: NamedRecords {
     fn attempt_log(&mut self, id: JobId, attempt: Attempt) -> Result<Option<LogRecord>>;
     /// Keeps `log` as attempt `attempt` of job `id`'s (deleted with the job).
     fn save_attempt_log(&mut self, id: JobId, attempt: Attempt, log: &LogRecord) -> Result<()>;
+    /// [`Records::attempt_log`] of each of `of`, in its order: one step where an engine
+    /// reads them in one (a round's completions' last lines).
+    fn attempt_logs(&mut self, of: &[(JobId, Attempt)]) -> Result<Vec<Option<LogRecord>>> {
+        (of.iter())
+            .map(|&(id, attempt)| self.attempt_log(id, attempt))
+            .collect()
+    }
+    /// [`Records::save_attempt_log`] of each of `logs`.
+    fn save_attempt_logs(&mut self, logs: &[(JobId, Attempt, LogRecord)]) -> Result<()> {
+        for (id, attempt, log) in logs {
+            self.save_attempt_log(*id, *attempt, log)?;
+        }
+        Ok(())
+    }
 
     // ----- jobs that wait for jobs -----
 

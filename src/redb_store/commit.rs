@@ -219,15 +219,21 @@ fn completions<T: Default + Send + 'static>(done: Vec<Completion>) -> Vec<Op<T>>
                 output,
                 progress,
                 writes,
+                log,
             } = c;
+            // (the attempt's last log lines after its completion, in its transaction)
+            let logged = move |tx: &mut Tx<'_>| match &log {
+                Some(log) => protocol::append_log(tx, by, log),
+                None => Ok(()),
+            };
             match writes.map(|w| w.take::<RedbWrites>()) {
                 None => Box::new(move |tx| {
-                    protocol::complete(tx, by, &output, progress).map(|()| T::default())
+                    protocol::complete(tx, by, &output, progress)?;
+                    logged(tx).map(|()| T::default())
                 }),
                 Some(Some(mut writes)) => Box::new(move |tx| {
-                    writes
-                        .complete(tx, by, &output, progress)
-                        .map(|()| T::default())
+                    writes.complete(tx, by, &output, progress)?;
+                    logged(tx).map(|()| T::default())
                 }),
                 Some(None) => Box::new(|_| {
                     Err(crate::error::ConfigError::WritesForAnotherStore {

@@ -82,6 +82,48 @@ where
     })
 }
 
+/// What each job of a [`drain_doing`] does besides ending.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Doing {
+    Nothing,
+    /// Writes one line to its attempt's log (it reaches the store with the attempt's end).
+    LogsALine,
+    /// Saves one checkpoint of 16 bytes (a write transaction of its own).
+    SavesACheckpoint,
+}
+
+/// [`drain`]'s drain, each job doing `doing`: what a log line or a checkpoint costs a job.
+pub(super) fn drain_doing<S>(
+    label: &str,
+    store: S,
+    workers: usize,
+    jobs: usize,
+    doing: Doing,
+) -> Result<Row, Error>
+where
+    S: Engine + JobStore + Clone,
+{
+    enqueue(label, &store, jobs)?;
+    let what = match doing {
+        Doing::Nothing => "nothing else",
+        Doing::LogsALine => "each writing a log line",
+        Doing::SavesACheckpoint => "each saving a checkpoint",
+    };
+    let name = format!("drain: {jobs} empty jobs, {what} ({label})");
+    drained(&name, &store, workers, jobs, || {
+        WorkerPool::builder(store.clone(), QUEUE)
+            .concurrency(workers)
+            .start(move |ctx| {
+                match doing {
+                    Doing::Nothing => {}
+                    Doing::LogsALine => ctx.log("resized 3 images"),
+                    Doing::SavesACheckpoint => ctx.save_checkpoint(&[7; 16])?,
+                }
+                Ok(Vec::new())
+            })
+    })
+}
+
 /// The application's table a drain with writes fills: a row per job.
 const DONE: leasehold::redb::TableDefinition<u64, u64> =
     leasehold::redb::TableDefinition::new("bench.done");

@@ -396,6 +396,37 @@ fn scenarios(dir: &Path, scale: f64, only: Option<&str>) -> Result<Vec<Row>, Err
             Err(_) => eprintln!("drain-followed: PostgreSQL not run (set LEASEHOLD_PG_URL)"),
         }
     }
+    // What a log line and a checkpoint cost a job: the same drain, each job doing nothing
+    // else, writing a line, saving a checkpoint, one after the other.
+    if want("drain-attempt-writes") {
+        use drain::Doing;
+        let doings = [Doing::Nothing, Doing::LogsALine, Doing::SavesACheckpoint];
+        for workers in [1, 16] {
+            for (i, doing) in doings.into_iter().enumerate() {
+                let file = store(dir, &format!("drain-doing-{workers}-{i}.redb"), true)?;
+                let label = "redb, single-writer file";
+                rows.push(drain::drain_doing(label, file, workers, drained, doing)?);
+            }
+        }
+        match std::env::var("LEASEHOLD_PG_URL") {
+            Ok(url) => {
+                let scratch = postgres::Scratch::new(&url)?;
+                for workers in [1, 16] {
+                    for (i, doing) in doings.into_iter().enumerate() {
+                        let store = scratch.store(&format!("doing{workers}_{i}"))?;
+                        rows.push(drain::drain_doing(
+                            "PostgreSQL",
+                            store,
+                            workers,
+                            drained,
+                            doing,
+                        )?);
+                    }
+                }
+            }
+            Err(_) => eprintln!("drain-attempt-writes: PostgreSQL not run (set LEASEHOLD_PG_URL)"),
+        }
+    }
     if want("drain-writes-redb") {
         for workers in [1, 16] {
             let name = format!("drain-writes-{workers}.redb");
