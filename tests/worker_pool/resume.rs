@@ -92,3 +92,41 @@ fn a_handlers_log_lines_reach_the_store_with_its_heartbeats_and_at_its_end(kind:
     assert_eq!(texts(&f), ["started", "finished"]);
     assert_eq!(f.logs(job).unwrap()[0].attempt().0, 1);
 }
+
+/// Runs `jobs` one after another on a pool of one on a fresh redb file, each handler doing
+/// `each`, and returns how many write transactions the file took.
+fn commits_for(jobs: usize, each: fn(&JobContext)) -> u64 {
+    let f = crate::Fixture::new();
+    let ids = f.enqueue_n(jobs);
+    let before = f.metrics().write_transactions;
+    let p = crate::redb_pool(&f, "one")
+        .concurrency(1)
+        .lease(std::time::Duration::from_secs(7200))
+        .heartbeat_every(std::time::Duration::from_secs(3600))
+        .start(move |ctx| {
+            each(ctx);
+            Ok(())
+        })
+        .unwrap();
+    wait_until("every job to succeed", || {
+        ids.iter().all(|id| {
+            leasehold::ReadJobs::job(&*f, *id).unwrap().unwrap().state() == JobState::Succeeded
+        })
+    });
+    drop(p);
+    f.metrics().write_transactions - before
+}
+
+/// A handler's last log lines commit with its completion: jobs that each log a line take no
+/// more commits than jobs that log nothing (they took one more each when the lines were
+/// written on their own before the completion).
+#[test]
+fn an_attempts_last_log_lines_commit_with_its_completion_not_on_their_own() {
+    let silent = commits_for(20, |_| {});
+    let logging = commits_for(20, |ctx| ctx.log("resized 3 images"));
+    // (a little room: the pool's rounds need not fall the same way twice)
+    assert!(
+        logging <= silent + 3,
+        "20 jobs took {silent} commits, and {logging} when each logged a line"
+    );
+}
