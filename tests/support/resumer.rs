@@ -10,7 +10,6 @@
 //! The test kills it with SIGKILL at random moments and checks that every attempt began
 //! where the last committed checkpoint left off.
 
-use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -18,6 +17,8 @@ use std::time::Duration;
 
 use leasehold::{Output, Store, WorkerPool};
 use parking_lot::Mutex;
+
+use super::worker::report;
 
 /// How many steps a job takes.
 pub const STEPS: u64 = 12;
@@ -61,10 +62,4 @@ pub fn run(
     loop {
         std::thread::park();
     }
-}
-
-fn report(out: &Mutex<std::io::Stdout>, line: &str) {
-    let mut out = out.lock();
-    let _ = writeln!(out, "{line}");
-    let _ = out.flush();
 }

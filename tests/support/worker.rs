@@ -93,7 +93,8 @@ fn run_pool(
     }
 }
 
-fn report(out: &Mutex<std::io::Stdout>, line: &str) {
+/// Writes `line` to the test's pipe at once (the test reads each as it comes).
+pub fn report(out: &Mutex<std::io::Stdout>, line: &str) {
     let mut out = out.lock();
     let _ = writeln!(out, "{line}");
     let _ = out.flush();
