@@ -1328,20 +1328,19 @@ impl Resumer {
     }
 }
 
-/// Jobs of twelve steps, each step's checkpoint committed as it is done, through SIGKILLs of
-/// the worker processes (two at a time, on one shared file): every attempt begins where the
-/// last committed checkpoint of the attempts before it left off (never before it, which
-/// would do work again, and never past it), the first from nothing, and every job
-/// completes once. A checkpoint committed whose line the kill cut is the one step an
-/// attempt may begin past what was said.
+/// Jobs of twelve steps, each step's checkpoint committed as it is done, through 30 SIGKILLs
+/// of the worker processes (two at a time, on one shared file), each while jobs wait: every
+/// attempt begins where the last committed checkpoint of the attempts before it left off
+/// (never before it, which would do work again, and never past it), the first from
+/// nothing, and every job completes once. A checkpoint committed whose line the kill cut
+/// is the one step an attempt may begin past what was said.
 #[test]
 fn resumable_jobs_resume_from_their_last_committed_checkpoint_through_kills() {
     use helper_process::STEPS;
     let (_dir, path) = store_path();
     let observer = shared(&path);
-    let jobs_made = (0..30).map(|i| NewJob::new("resume", format!("{i}")));
-    let ids = observer.enqueue_batch(jobs_made).unwrap();
-    let jobs = ids.len() as u64;
+    let more = |n: usize| (0..n).map(|i| NewJob::new("resume", format!("{i}")));
+    let mut ids = observer.enqueue_batch(more(60)).unwrap();
     let mut said = Vec::new();
     let mut workers = vec![Resumer::start(&path), Resumer::start(&path)];
     let kills = kills().min(30);
@@ -1351,7 +1350,14 @@ fn resumable_jobs_resume_from_their_last_committed_checkpoint_through_kills() {
         let victim = workers.swap_remove((r % 2) as usize);
         victim.kill_after(3 + (r >> 8) as usize % 20, &mut said);
         workers.push(Resumer::start(&path));
+        // (jobs must wait for the next kill to land mid-work: a slow start of the new
+        // process leaves the survivor to run many)
+        let succeeded = observer.stats().unwrap().total(JobState::Succeeded);
+        if succeeded + 10 >= ids.len() as u64 {
+            ids.extend(observer.enqueue_batch(more(30)).unwrap());
+        }
     }
+    let jobs = ids.len() as u64;
     wait_until("every job to complete", || {
         observer.stats().unwrap().total(JobState::Succeeded) == jobs
     });

@@ -23,6 +23,10 @@ use super::worker::report;
 /// How many steps a job takes.
 pub const STEPS: u64 = 12;
 
+/// How long a step takes: a job runs about a quarter of a second, so that a kill finds
+/// jobs mid-way.
+const STEP: Duration = Duration::from_millis(20);
+
 pub fn run(
     db: PathBuf,
     queue: String,
@@ -52,7 +56,7 @@ pub fn run(
             };
             report(&out, &format!("start {job} {attempt} {from}"));
             for step in from..STEPS {
-                ctx.sleep(Duration::from_millis(3))?;
+                ctx.sleep(STEP)?;
                 ctx.save_checkpoint(&(step + 1).to_le_bytes())?;
                 report(&out, &format!("saved {job} {attempt} {}", step + 1));
             }
