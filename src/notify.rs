@@ -10,9 +10,10 @@
 //!
 //! Followers of the store's endings ([`crate::ReadJobs::wait_for_endings`]) wait apart too,
 //! on the endings' generation: a commit that kept an ending moves it, here or, told by a
-//! hint, in another process. Whether another process follows is kept here as well
-//! ([`Notifier::note_followed`]): a commit that kept an ending hints the other processes
-//! only while one does, so that nobody pays for hints nobody waits for.
+//! hint, in another process. Whether another process of a shared file follows is kept here
+//! as well ([`Notifier::note_followed`]): a commit that kept an ending hints the other
+//! processes only while one does, so that nobody pays for hints nobody waits for. (On
+//! PostgreSQL the store itself keeps it: see `postgres/listen.rs`.)
 
 use std::collections::HashMap;
 use std::task::{Context, Poll, Waker};

@@ -74,10 +74,13 @@ macro_rules! tell_followers {
 pub(crate) use tell_followers;
 
 /// Says that a follower follows for [`crate::notify::FOLLOWED_FOR`] from now (see the
-/// module's doc).
+/// module's doc), in microseconds of the store's clock.
 pub(crate) const FOLLOWING: &str = "INSERT INTO {s}.leasehold_meta (key, value)
 VALUES ('endings.followed_until', ({s}.us({now}) + 60000000)::text)
 ON CONFLICT (key) DO UPDATE SET value = excluded.value";
+
+// (the 60000000 above is FOLLOWED_FOR)
+const _: () = assert!(crate::notify::FOLLOWED_FOR.as_micros() == 60_000_000);
 
 /// How often the listener thread looks at its stop flag when nothing wakes it. A closing
 /// handle wakes it with [`LOOK_AGAIN`]; this only bounds how long a thread lingers whose
