@@ -394,4 +394,15 @@ pub trait LeaseBackend: Send + Sync + 'static {
     fn after_reap(&self, _report: &mut crate::report::ReapReport) -> Result<()> {
         Ok(())
     }
+    /// Where a [`crate::Reaper`] is woken to apply what was asked of the store from outside
+    /// the crate (PostgreSQL: the requests made in SQL, heard by the listener, started here);
+    /// `None` where nothing is asked that way.
+    fn requests_heard(&self) -> Option<crossbeam_channel::Receiver<()>> {
+        None
+    }
+    /// Applies what was asked of the store from outside the crate (PostgreSQL: the requests
+    /// made in SQL); how many. A reaper's pass does it too ([`LeaseBackend::after_reap`]).
+    fn apply_requests(&self) -> Result<usize> {
+        Ok(0)
+    }
 }

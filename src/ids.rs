@@ -68,6 +68,13 @@ impl LeaseToken {
     /// No token: a job never claimed, or a lease granted by a build before tokens.
     pub const NONE: LeaseToken = LeaseToken(0);
 
+    /// The token as PostgreSQL keeps it (its 64 bits as a signed `bigint`, the
+    /// `lease_token` column), for the SQL functions that end an attempt (`complete_job`,
+    /// `fail_job`: see the PostgreSQL guide).
+    pub fn as_bigint(self) -> i64 {
+        i64::from_ne_bytes(self.0.to_ne_bytes())
+    }
+
     /// A new token, never [`LeaseToken::NONE`].
     pub(crate) fn fresh() -> LeaseToken {
         match crate::random::random_u64() {

@@ -12,7 +12,7 @@ use crate::config::check_reaper_interval;
 use crate::engine::Backend;
 use crate::error::Result;
 use crate::job_store::JobStore;
-use crate::ticker::Ticker;
+use crate::ticker::{Tick, Ticker};
 
 /// Counters of a running reaper (relaxed atomics: they are for observation, not control).
 #[derive(Debug, Default)]
@@ -76,7 +76,17 @@ impl Reaper {
         let mut kept = None;
         // Fixed rate: the next pass is due one interval after the last was due, not after
         // it ended, so a slow pass does not stretch the detection bound.
-        let ticker = Ticker::start("leasehold-reaper", interval, interval, move || {
+        // Woken between passes to apply what was asked of the store from outside the crate
+        // (PostgreSQL's requests made in SQL), where an engine has such asks.
+        let woken = store.requests_heard();
+        let ticker = Ticker::start("leasehold-reaper", interval, interval, woken, move |why| {
+            if why == Tick::Woken {
+                if let Err(e) = store.apply_requests() {
+                    m.errors.fetch_add(1, Ordering::Relaxed);
+                    tracing::error!(error = %e, "applying the requests made in SQL failed");
+                }
+                return;
+            }
             tick(&*store, interval, &m, &mut kept);
             watch.look(&*store, &m);
         })?;

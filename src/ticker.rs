@@ -6,7 +6,7 @@
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crossbeam_channel::{RecvTimeoutError, Sender, bounded};
+use crossbeam_channel::{Receiver, Sender, bounded};
 
 use crate::clock::RealDeadline;
 use crate::error::{Error, Result};
@@ -19,27 +19,45 @@ pub(crate) struct Ticker {
     name: &'static str,
 }
 
+/// Why a ticker's step runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Tick {
+    /// Its time came.
+    Due,
+    /// Its wake-up channel said so, between two ticks (which it does not move).
+    Woken,
+}
+
 impl Ticker {
     /// Starts thread `name`, which runs `step` first after `first`, then every `interval`
-    /// after the last was due (fixed rate: a slow step does not stretch the period).
+    /// after the last was due (fixed rate: a slow step does not stretch the period), and
+    /// also whenever `woken` (if any) receives.
     pub(crate) fn start(
         name: &'static str,
         first: Duration,
         interval: Duration,
-        mut step: impl FnMut() + Send + 'static,
+        woken: Option<Receiver<()>>,
+        mut step: impl FnMut(Tick) + Send + 'static,
     ) -> Result<Ticker> {
         let (stop, stopped) = bounded::<()>(1);
+        // (a channel nothing sends on, where there is none to wake it)
+        let mut woken = woken.unwrap_or_else(crossbeam_channel::never);
         let thread = std::thread::Builder::new()
             .name(name.into())
             .spawn(move || {
                 let mut due = RealDeadline::after(first);
                 loop {
-                    match stopped.recv_timeout(due.remaining()) {
-                        Err(RecvTimeoutError::Timeout) => {
+                    crossbeam_channel::select! {
+                        recv(stopped) -> _ => return,
+                        recv(woken) -> got => match got {
+                            Ok(()) => step(Tick::Woken),
+                            // (its sender is gone: nothing will wake it again)
+                            Err(_) => woken = crossbeam_channel::never(),
+                        },
+                        default(due.remaining()) => {
                             due = due.plus(interval);
-                            step();
+                            step(Tick::Due);
                         }
-                        Ok(()) | Err(RecvTimeoutError::Disconnected) => return,
                     }
                 }
             })

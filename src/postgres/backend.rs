@@ -324,6 +324,7 @@ impl PgStore {
                 self.inner.config.clone(),
                 self.inner.names.channel.clone(),
                 self.inner.notifier.clone(),
+                self.inner.requests.0.clone(),
             );
             match started {
                 Ok(listener) => Some(listener),
@@ -474,8 +475,21 @@ impl LeaseBackend for PgStore {
 
     /// A vacuum of the jobs' table, when its dead rows ask for one.
     fn after_reap(&self, report: &mut crate::report::ReapReport) -> Result<()> {
+        PgStore::apply_requests(self)?;
         report.vacuum_started = self.vacuum_if_needed()?;
         Ok(())
+    }
+
+    fn requests_heard(&self) -> Option<crossbeam_channel::Receiver<()>> {
+        self.start_listening();
+        self.inner
+            .settings
+            .listen
+            .then(|| self.inner.requests.1.clone())
+    }
+
+    fn apply_requests(&self) -> Result<usize> {
+        PgStore::apply_requests(self)
     }
 }
 

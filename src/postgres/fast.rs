@@ -778,7 +778,9 @@ runs AS (DELETE FROM {s}.leasehold_runs WHERE job IN (SELECT id FROM gone)),
 -- passed over.
 waits AS (DELETE FROM {s}.leasehold_waits WHERE job IN (SELECT id FROM gone)),
 checkpoints AS (DELETE FROM {s}.leasehold_checkpoints WHERE job IN (SELECT id FROM gone)),
-logs AS (DELETE FROM {s}.leasehold_logs WHERE job IN (SELECT id FROM gone))
+logs AS (DELETE FROM {s}.leasehold_logs WHERE job IN (SELECT id FROM gone)),
+-- (a request of a finished job was applied or refused: the refused ones go with it)
+requests AS (DELETE FROM {s}.leasehold_requests WHERE job IN (SELECT id FROM gone))
 SELECT id FROM gone";
 
 /// Deletes up to `limit` terminal jobs in `states` that finished at least `older_than` ago,

@@ -18,6 +18,9 @@
 //! ([`tell_followers`]: a read of one row, in the same statement). So every handle tells,
 //! listening or not, and nobody pays a `NOTIFY` while nobody follows.
 //!
+//! A request made in SQL (`requests.rs`) sends [`super::requests::REQUESTS`], which wakes
+//! this handle's reapers to apply it.
+//!
 //! The thread sleeps until a notification comes: a handle that closes wakes its listener
 //! with one of its own ([`LOOK_AGAIN`]), sent on a connection it still has; the same
 //! payload, sent when the schedules change, wakes every machine's schedulers.
@@ -109,6 +112,7 @@ impl Listener {
         config: postgres::Config,
         channel: String,
         notifier: Arc<Notifier>,
+        requests: crossbeam_channel::Sender<()>,
     ) -> std::io::Result<Listener> {
         let stop = Arc::new(AtomicBool::new(false));
         let listening = Arc::new(AtomicBool::new(false));
@@ -116,7 +120,7 @@ impl Listener {
             .name("leasehold-listen".into())
             .spawn({
                 let (stop, listening) = (stop.clone(), listening.clone());
-                move || listen(&config, &channel, &notifier, &stop, &listening)
+                move || listen(&config, &channel, &notifier, &requests, &stop, &listening)
             })?;
         Ok(Listener {
             stop,
@@ -157,6 +161,7 @@ fn listen(
     config: &postgres::Config,
     channel: &str,
     notifier: &Notifier,
+    requests: &crossbeam_channel::Sender<()>,
     stop: &AtomicBool,
     listening: &AtomicBool,
 ) {
@@ -182,6 +187,7 @@ fn listen(
         notifier.notify_all();
         notifier.notify_schedules();
         notifier.notify_endings();
+        let _ = requests.try_send(());
         let mut notifications = client.notifications();
         loop {
             // Notifications until a quiet STOP_CHECK, then a look at the stop flag.
@@ -196,6 +202,10 @@ fn listen(
                     }
                     Ok(Some(n)) if n.payload() == ALL_QUEUES => notifier.notify_all(),
                     Ok(Some(n)) if n.payload() == ENDINGS => notifier.notify_endings(),
+                    Ok(Some(n)) if n.payload() == super::requests::REQUESTS => {
+                        // (full: a wake-up is pending already)
+                        let _ = requests.try_send(());
+                    }
                     Ok(Some(n)) => notifier.notify([&n.payload().to_owned()]),
                     Ok(None) => break Ok(()),
                     Err(e) => break Err(e),

@@ -24,6 +24,7 @@ mod named;
 mod names;
 mod read;
 mod records;
+mod requests;
 mod rows;
 mod schema;
 mod schema_check;
@@ -225,6 +226,7 @@ impl PgStoreBuilder {
                 notifier: Arc::new(crate::notify::Notifier::default()),
                 hub: Default::default(),
                 listener: std::sync::OnceLock::new(),
+                requests: crossbeam_channel::bounded(1),
                 // Set from the database's clock below, before anyone reads it.
                 clock: Mutex::new((
                     crate::ids::StoreTime::ZERO,
@@ -274,6 +276,12 @@ struct Inner {
     /// The `LISTEN` connection's thread, started when a pool first waits for work (`None`
     /// if it could not be started: idle pools then only poll).
     listener: std::sync::OnceLock<Option<listen::Listener>>,
+    /// Told by the listener that a request was made in SQL; a reaper of this handle waits
+    /// on it (`requests.rs`).
+    requests: (
+        crossbeam_channel::Sender<()>,
+        crossbeam_channel::Receiver<()>,
+    ),
     /// The database's clock at the last reading, and the local time since: what a pool's
     /// threads read as store time between readings, and while the database is unreachable.
     clock: Mutex<(crate::ids::StoreTime, crate::clock::Stopwatch)>,

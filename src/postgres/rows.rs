@@ -148,7 +148,7 @@ pub(crate) fn record(row: &postgres::Row) -> Result<JobRecord> {
 
 /// A lease's token as the `lease_token` column keeps it (a `bigint`: the same 64 bits).
 pub(crate) fn token_column(token: LeaseToken) -> i64 {
-    i64::from_ne_bytes(token.0.to_ne_bytes())
+    token.as_bigint()
 }
 
 /// The `lease_token` column's value as the token.

@@ -44,8 +44,11 @@ use crate::error::Result;
 /// and is refused. Version 11 replaces `add_job` with one that also takes a limit key, a
 /// time limit, a uniqueness window and an expiry (`since_11`), and adds `settle_key`.
 /// Version 12 keeps every end (`since_12`, [`crate::ReadJobs::endings`]); a version 11 build would
-/// end jobs without them, and is refused.
-pub const VERSION: u32 = 12;
+/// end jobs without them, and is refused. Version 13 adds ends and edits asked for in SQL
+/// (`complete_job`, `fail_job`, `reschedule_jobs`, `remove_job`: see `requests.rs`) and a
+/// retry policy to `add_job` (`since_13`); a version 12 build would leave those requests
+/// unapplied, and is refused.
+pub const VERSION: u32 = 13;
 
 /// The tables version 2 added, made by a new store and by the upgrade from version 1 alike:
 /// each queue's record (pause, limits, the rate window, the served mark) and each periodic
@@ -252,6 +255,22 @@ CREATE TABLE IF NOT EXISTS {s}.leasehold_endings (
     };
 }
 
+/// What version 13 changed, made by a new store and by the upgrade alike: `add_job` of
+/// fifteen arguments in place of the eleven of versions 11 and 12 (dropped, as `since_11`
+/// dropped the seven), and the requests made in SQL (`requests.rs`).
+macro_rules! since_13 {
+    () => {
+        concat!(
+            "
+DROP FUNCTION IF EXISTS {s}.add_job(text, bytea, integer, timestamptz, integer, text, text[],
+    text, interval, interval, timestamptz);
+",
+            super::requests::since_13!(),
+            add_job!()
+        )
+    };
+}
+
 /// `{s}.us(t)`, a time as the microseconds since the Unix epoch that store time keeps, and
 /// `{s}.at(us)`, back. Total: `infinity` (which an older `add_job` let in) reads as the end
 /// of store time (`u64::MAX` nanoseconds, in microseconds: 18446744073709551), and that
@@ -272,7 +291,8 @@ CREATE OR REPLACE FUNCTION {s}.at(us bigint) RETURNS timestamptz LANGUAGE sql IM
 }
 
 /// `{s}.add_job(queue, payload, priority, run_at, max_attempts, unique_key, metadata,
-/// limit_key, time_limit, unique_for, expires_at)`: an enqueue from SQL (graphile-worker's
+/// limit_key, time_limit, unique_for, expires_at, retry_base, retry_max, retry_delays,
+/// retry_jitter)`: an enqueue from SQL (graphile-worker's
 /// `add_job`), for triggers, other languages and the application's own transactions, with
 /// `protocol::enqueue`'s checks and answers: the same refusals (SQLSTATE 22023, the message
 /// the crate's `InputError` gives), a unique key a live job holds answered with that job's
@@ -283,7 +303,10 @@ CREATE OR REPLACE FUNCTION {s}.at(us bigint) RETURNS timestamptz LANGUAGE sql IM
 /// room; a job another transaction holds left to that transaction), the one place outside
 /// the rules that decides it, held to the same answers by the PostgreSQL suite. It knows
 /// only the defaults a store handle may change: the payload limit of 1 MiB and 25 attempts.
-/// (Version 11: `since_11` drops the seven-argument function of versions 4 to 10.)
+/// A retry policy (exponential from `retry_base` to `retry_max`, or `retry_delays`, with
+/// `retry_jitter`) is checked as [`crate::RetryPolicy::validate`] checks it and written as
+/// the crate's codec writes one. (Version 13: `since_13` drops the eleven-argument function
+/// of versions 11 and 12, as `since_11` dropped the seven of versions 4 to 10.)
 macro_rules! add_job {
     () => {
         concat!(
@@ -299,7 +322,11 @@ CREATE OR REPLACE FUNCTION {s}.add_job(
     limit_key text DEFAULT NULL,
     time_limit interval DEFAULT NULL,
     unique_for interval DEFAULT NULL,
-    expires_at timestamptz DEFAULT NULL
+    expires_at timestamptz DEFAULT NULL,
+    retry_base interval DEFAULT NULL,
+    retry_max interval DEFAULT NULL,
+    retry_delays interval[] DEFAULT NULL,
+    retry_jitter double precision DEFAULT NULL
 ) RETURNS bigint LANGUAGE plpgsql AS $fn$
 #variable_conflict use_column
 DECLARE
@@ -308,6 +335,8 @@ DECLARE
     holder record;
     pair text;
     keys text[] := '{}';
+    retry bytea;
+    delay interval;
 BEGIN
     IF add_job.queue IS NULL OR octet_length(add_job.queue) = 0 THEN
         RAISE EXCEPTION 'queue name is empty' USING ERRCODE = '22023';
@@ -360,20 +389,65 @@ BEGIN
         END IF;
         keys := keys || split_part(pair, '=', 1);
     END LOOP;
+    -- The retry policy, as the crate's codec encodes a RetryPolicy (format 8): its shape
+    -- (exponential, or a list of delays), then its jitter in millionths.
+    IF add_job.retry_base IS NOT NULL OR add_job.retry_max IS NOT NULL THEN
+        IF add_job.retry_base IS NULL OR add_job.retry_max IS NULL THEN
+            RAISE EXCEPTION 'an exponential retry policy needs retry_base and retry_max'
+                USING ERRCODE = '22023';
+        ELSIF add_job.retry_delays IS NOT NULL THEN
+            RAISE EXCEPTION 'a retry policy is retry_base and retry_max, or retry_delays, not both'
+                USING ERRCODE = '22023';
+        ELSIF add_job.retry_base < interval '0' THEN
+            RAISE EXCEPTION 'a retry delay must not be negative, got %', add_job.retry_base
+                USING ERRCODE = '22023';
+        ELSIF add_job.retry_max < add_job.retry_base THEN
+            RAISE EXCEPTION 'retry policy is invalid: max backoff is shorter than base'
+                USING ERRCODE = '22023';
+        END IF;
+        retry := '\x0800'::bytea || {s}.duration(add_job.retry_base)
+            || {s}.duration(add_job.retry_max);
+    ELSIF add_job.retry_delays IS NOT NULL THEN
+        IF cardinality(add_job.retry_delays) = 0 THEN
+            RAISE EXCEPTION 'retry policy is invalid: a list of delays needs at least one'
+                USING ERRCODE = '22023';
+        ELSIF cardinality(add_job.retry_delays) > 32 THEN
+            RAISE EXCEPTION 'retry policy is invalid: a list of delays may hold at most 32'
+                USING ERRCODE = '22023';
+        END IF;
+        retry := '\x0802'::bytea || {s}.varint(cardinality(add_job.retry_delays));
+        FOREACH delay IN ARRAY add_job.retry_delays LOOP
+            IF delay IS NULL OR delay < interval '0' THEN
+                RAISE EXCEPTION 'a retry delay must not be negative, got %', delay
+                    USING ERRCODE = '22023';
+            END IF;
+            retry := retry || {s}.duration(delay);
+        END LOOP;
+    ELSIF add_job.retry_jitter IS NOT NULL THEN
+        RAISE EXCEPTION 'retry_jitter needs a retry policy (retry_base and retry_max, or retry_delays)'
+            USING ERRCODE = '22023';
+    END IF;
+    IF retry IS NOT NULL THEN
+        IF NOT coalesce(add_job.retry_jitter, 0) BETWEEN 0 AND 1 THEN
+            RAISE EXCEPTION 'retry policy is invalid: jitter must be within 0.0..=1.0'
+                USING ERRCODE = '22023';
+        END IF;
+        retry := retry || {s}.varint(floor(coalesce(add_job.retry_jitter, 0) * 1000000 + 0.5)::bigint);
+    END IF;
     -- A server on a timeline the store has not written on: its ids first (timeline.rs).
     PERFORM {s}.on_timeline();
     LOOP
         INSERT INTO {s}.leasehold_jobs
             (queue, state, priority, max_attempts, unique_key, created_at, run_at, progress_at,
              updated_at, payload, metadata, limit_key, parked, time_limit_us, unique_for_us,
-             expires_at)
+             expires_at, retry)
         VALUES (add_job.queue, 'queued', coalesce(add_job.priority, 0), add_job.max_attempts,
                 add_job.unique_key, t, greatest(coalesce(add_job.run_at, t), t), t, t,
                 coalesce(add_job.payload, '\x'), coalesce(add_job.metadata, '{}'),
                 add_job.limit_key, add_job.limit_key IS NOT NULL,
                 floor(extract(epoch FROM add_job.time_limit) * 1000000)::bigint,
                 floor(extract(epoch FROM add_job.unique_for) * 1000000)::bigint,
-                add_job.expires_at)
+                add_job.expires_at, retry)
         ON CONFLICT (queue, unique_key) WHERE "#,
             key_held!(),
             r#"
@@ -567,6 +641,7 @@ CREATE TABLE {s}.leasehold_counters (name text PRIMARY KEY, value bigint NOT NUL
     since_10!(),
     since_11!(),
     since_12!(),
+    since_13!(),
     r#"
 INSERT INTO {s}.leasehold_counters (name, value) VALUES
     ('reclaimed_by_reaper', 0), ('reclaimed_by_takeover', 0), ('reclaimed_at_open', 0),
@@ -734,6 +809,9 @@ pub(crate) fn prepare(client: &mut Client, names: &Names, create: bool) -> Resul
     }
     if upgraded.is_some_and(|v| v <= 11) {
         tx.batch_execute(&names.sql(since_12!()))?;
+    }
+    if upgraded.is_some_and(|v| v <= 12) {
+        tx.batch_execute(&names.sql(since_13!()))?;
     }
     super::schema_check::check_tables(&mut tx, &names.schema)?;
     if let Some(older) = upgraded {

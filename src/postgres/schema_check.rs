@@ -134,6 +134,24 @@ const COLUMNS: &[(&str, &[(&str, &str)])] = &[
             ("at", "timestamptz"),
         ],
     ),
+    (
+        "leasehold_requests",
+        &[
+            ("id", "int8"),
+            ("job", "int8"),
+            ("attempt", "int8"),
+            ("token", "int8"),
+            ("what", "text"),
+            ("output", "bytea"),
+            ("error", "text"),
+            ("retry_in_us", "int8"),
+            ("permanently", "bool"),
+            ("run_at", "timestamptz"),
+            ("priority", "int4"),
+            ("at", "timestamptz"),
+            ("refused", "text"),
+        ],
+    ),
 ];
 
 /// The indexes the protocol relies on: the unique one for correctness (`ON CONFLICT`
@@ -159,10 +177,26 @@ const INDEXES: &[&str] = &[
     "leasehold_jobs_keyed",
     "leasehold_limit_keys_pkey",
     "leasehold_limit_keys_gate",
+    "leasehold_requests_pkey",
+    "leasehold_requests_waiting",
 ];
 
 /// The functions every statement calls.
-const FUNCTIONS: &[&str] = &["us", "at", "clock", "add_job", "settle_key", "on_timeline"];
+const FUNCTIONS: &[&str] = &[
+    "us",
+    "at",
+    "clock",
+    "add_job",
+    "settle_key",
+    "on_timeline",
+    "varint",
+    "duration",
+    "request_end",
+    "complete_job",
+    "fail_job",
+    "reschedule_jobs",
+    "remove_job",
+];
 
 /// Refuses a store whose tables were altered by hand, naming what changed: a column's type
 /// that a read would fail on (or worse, read wrongly), a missing column, index or function.

@@ -7,6 +7,7 @@
 //! is what time passing does to it.
 //!
 //! - `suite`: the protocol, pools, partitions and kills on a real server.
+//! - `sql_functions`: `add_job` and the ends and edits asked for in SQL.
 //! - `attacks`: what attacks on the engine broke, each defect with its regression test
 //!   (hostile names and schemas, tables altered by hand, backends ended mid-commit, roles
 //!   with other defaults, deadlocks in the application's SQL, stopped pool processes).
@@ -36,4 +37,5 @@ mod db;
 
 mod attacks;
 mod failover;
+mod sql_functions;
 mod suite;
