@@ -480,7 +480,7 @@ fn add_job_enqueues_from_sql_as_the_store_does_with_its_refusals_and_unique_keys
     assert_ne!(add(&mut db, "daily") as u64, held.0);
     // Each refusal, with the crate's message, and nothing written.
     let before = store.jobs(&Default::default()).unwrap().len();
-    for (call, says) in [
+    for (function, says) in [
         ("add_job('')", "queue name is empty"),
         (
             "add_job('q', max_attempts => 0)",
@@ -503,17 +503,10 @@ fn add_job_enqueues_from_sql_as_the_store_does_with_its_refusals_and_unique_keys
             "payload is 1048577 bytes",
         ),
     ] {
-        let err = db
-            .admin
-            .query_one(&format!("SELECT {s}.{call}"), &[])
-            .unwrap_err();
-        let db_err = err.as_db_error().unwrap();
-        assert_eq!(db_err.code().code(), "22023", "{call}");
-        assert!(
-            db_err.message().contains(says),
-            "{call}: {}",
-            db_err.message()
-        );
+        let (code, message) =
+            call::<i64>(&mut db, &format!("SELECT {{s}}.{function}"), &[]).unwrap_err();
+        assert_eq!(code, "22023", "{function}");
+        assert!(message.contains(says), "{function}: {message}");
     }
     assert_eq!(store.jobs(&Default::default()).unwrap().len(), before);
     // A job it made runs like any other.
@@ -623,15 +616,10 @@ fn add_job_takes_a_limit_key_a_time_limit_a_window_and_an_expiry_as_the_store_do
             "it could never run",
         ),
     ] {
-        let sql = format!("SELECT {s}.add_job('{Q}', 'x'::bytea, {args})");
-        let err = db.admin.query_one(&sql, &[]).unwrap_err();
-        let db_err = err.as_db_error().unwrap();
-        assert_eq!(db_err.code().code(), "22023", "{args}");
-        assert!(
-            db_err.message().contains(says),
-            "{args}: {}",
-            db_err.message()
-        );
+        let sql = format!("SELECT {{s}}.add_job('{Q}', 'x'::bytea, {args})");
+        let (code, message) = call::<i64>(&mut db, &sql, &[]).unwrap_err();
+        assert_eq!(code, "22023", "{args}");
+        assert!(message.contains(says), "{args}: {message}");
     }
     assert_eq!(store.jobs(&Default::default()).unwrap().len(), before);
     let check = store.check().unwrap();
