@@ -50,7 +50,15 @@ impl Ticker {
                     crossbeam_channel::select! {
                         recv(stopped) -> _ => return,
                         recv(woken) -> got => match got {
-                            Ok(()) => step(Tick::Woken),
+                            Ok(()) => {
+                                step(Tick::Woken);
+                                // (wake-ups that keep coming do not hold back a tick: a
+                                // `select` takes its `default` only when nothing is ready)
+                                if due.passed() {
+                                    due = due.plus(interval);
+                                    step(Tick::Due);
+                                }
+                            }
                             // (its sender is gone: nothing will wake it again)
                             Err(_) => woken = crossbeam_channel::never(),
                         },
@@ -85,5 +93,65 @@ impl Ticker {
 impl Drop for Ticker {
     fn drop(&mut self) {
         self.stop();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::time::Duration;
+
+    use super::{Tick, Ticker};
+
+    /// Waits for `cond` with a generous deadline (real threads and timers run).
+    fn eventually(what: &str, cond: impl Fn() -> bool) {
+        let deadline = crate::clock::RealDeadline::after(Duration::from_secs(60));
+        while !cond() {
+            assert!(!deadline.passed(), "timed out waiting for {what}");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    #[test]
+    fn wake_ups_that_never_stop_do_not_hold_back_a_tick() {
+        let (wake, woken) = crossbeam_channel::bounded::<()>(1);
+        let (wakes, ticks) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+        let (w, t) = (wakes.clone(), ticks.clone());
+        let mut ticker = Ticker::start(
+            "test-ticker",
+            Duration::from_millis(20),
+            Duration::from_millis(20),
+            Some(woken),
+            move |why| match why {
+                Tick::Woken => {
+                    // (a step's work, during which the next wake-up arrives)
+                    std::thread::sleep(Duration::from_millis(2));
+                    w.fetch_add(1, Ordering::SeqCst);
+                }
+                Tick::Due => drop(t.fetch_add(1, Ordering::SeqCst)),
+            },
+        )
+        .unwrap();
+        // A waker that keeps the channel full: the ticker always finds a wake-up ready.
+        let stop = Arc::new(AtomicBool::new(false));
+        let waker = std::thread::spawn({
+            let stop = stop.clone();
+            move || {
+                while !stop.load(Ordering::SeqCst) {
+                    let _ = wake.send_timeout((), Duration::from_millis(10));
+                }
+            }
+        });
+        // 300 woken steps take 600 ms at least (each sleeps 2 ms): thirty ticks came due
+        // meanwhile, and each woken step runs one that is due.
+        eventually("woken steps", || wakes.load(Ordering::SeqCst) >= 300);
+        let ticked = ticks.load(Ordering::SeqCst);
+        assert!(ticked >= 3, "{ticked} ticks among 300 wake-ups");
+        stop.store(true, Ordering::SeqCst);
+        waker.join().unwrap();
+        ticker.stop();
     }
 }

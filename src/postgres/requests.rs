@@ -258,7 +258,8 @@ enum Applied {
 
 impl PgStore {
     /// Applies the requests made in SQL (see the module's doc), each in a transaction of
-    /// its own, oldest first, up to the reap batch; returns how many it applied or refused.
+    /// its own, oldest first, up to the reap batch (a full batch wakes this handle's reaper
+    /// again for the rest); returns how many it applied or refused.
     pub(crate) fn apply_requests(&self) -> Result<usize> {
         let mut applied = 0;
         while applied < self.settings().policy.reap_batch {
@@ -270,6 +271,11 @@ impl PgStore {
                 }
             }
             applied += 1;
+        }
+        if applied == self.settings().policy.reap_batch {
+            // (more may wait: a reaper woken by this comes back for them after what it is
+            // due to do, rather than hold its pass back)
+            let _ = self.inner.requests.0.try_send(());
         }
         Ok(applied)
     }

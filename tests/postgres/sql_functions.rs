@@ -384,29 +384,38 @@ fn reschedule_jobs_and_remove_job_ask_the_protocol_and_pass_over_what_does_not_w
     assert!(check.is_clean(), "{:?}", check.problems);
 }
 
-/// A reaper whose next pass is an hour away applies a request made in SQL as soon as its
-/// handle's listener hears the `NOTIFY`.
+/// A reaper whose next pass is an hour away applies the requests made in SQL as soon as
+/// its handle's listener hears the `NOTIFY`, more than a batch of them too.
 #[test]
 fn a_reaper_applies_a_request_made_in_sql_when_its_listener_hears_it() {
     let mut db = db!("requests heard");
-    let store = db.store();
-    let id = store.enqueue(NewJob::new(Q, "x")).unwrap();
-    let lease = store.claim(Q, "w", LEASE).unwrap().unwrap();
+    // (a batch of two: the five requests below are more than one wake-up applies)
+    let store = db.builder().reap_batch(2).open().unwrap();
+    let ids = store
+        .enqueue_batch((0..5).map(|i| NewJob::new(Q, format!("{i}"))))
+        .unwrap();
+    let leases = store.claim_batch(Q, "w", LEASE, 5).unwrap();
     let mut reaper = Reaper::start(store.clone(), Duration::from_secs(3600)).unwrap();
-    let (job, attempt, token) = held(&lease);
-    call::<i64>(
-        &mut db,
-        "SELECT {s}.complete_job($1, $2, $3, 'heard'::bytea)",
-        &[&job, &attempt, &token],
-    )
-    .unwrap();
-    let ended = store.wait_for(id, Duration::from_secs(60)).unwrap();
-    assert_eq!(
-        ended.map(|j| j.state()),
-        Some(JobState::Succeeded),
-        "applied before the reaper's pass"
-    );
-    assert_eq!(store.output(id).unwrap().as_deref(), Some(&b"heard"[..]));
+    // (one transaction: their NOTIFYs fold into one wake-up)
+    let mut tx = db.admin.transaction().unwrap();
+    for lease in &leases {
+        let (job, attempt, token) = held(lease);
+        let sql = format!(
+            "SELECT {}.complete_job($1, $2, $3, 'heard'::bytea)",
+            db.schema
+        );
+        tx.query_one(&sql, &[&job, &attempt, &token]).unwrap();
+    }
+    tx.commit().unwrap();
+    for id in ids {
+        let ended = store.wait_for(id, Duration::from_secs(60)).unwrap();
+        assert_eq!(
+            ended.map(|j| j.state()),
+            Some(JobState::Succeeded),
+            "job {id} applied before the reaper's pass"
+        );
+        assert_eq!(store.output(id).unwrap().as_deref(), Some(&b"heard"[..]));
+    }
     reaper.stop();
 }
 
