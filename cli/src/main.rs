@@ -479,7 +479,9 @@ enum Command {
         /// and the batch delay trade, on both), trickle (jobs enqueued one by one: latency and
         /// completions per commit by batch delay), weighted (a pool over four weighted queues
         /// against a pool over one), keyed (a claim with 999 of 1,000 tenants at their per-key
-        /// limit against one with none), workflow, postgres (needs LEASEHOLD_PG_URL). Three more run
+        /// limit against one with none), workflow, sql-ends (an end asked for in SQL,
+        /// accepted and applied, beside one from Rust), postgres (needs LEASEHOLD_PG_URL).
+        /// Three more run
         /// only when named in full: churn (dead rows of a PostgreSQL job table over minutes of
         /// sustained work), page (the status page on a million jobs, and its cost to a pool)
         /// and postgres-processes (1 x 16, 2 x 8, 4 x 4 and 8 x 2 worker processes draining one

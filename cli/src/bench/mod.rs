@@ -465,6 +465,16 @@ fn scenarios(dir: &Path, scale: f64, only: Option<&str>) -> Result<Vec<Row>, Err
             Err(_) => eprintln!("drain-postgres: not run (set LEASEHOLD_PG_URL to a server)"),
         }
     }
+    // What an end asked for in SQL costs, beside one from Rust.
+    if want("sql-ends") {
+        match std::env::var("LEASEHOLD_PG_URL") {
+            Ok(url) => {
+                let mut scratch = postgres::Scratch::new(&url)?;
+                rows.extend(postgres::sql_ends(&mut scratch, n(300))?);
+            }
+            Err(_) => eprintln!("sql-ends: not run (set LEASEHOLD_PG_URL to a server)"),
+        }
+    }
     // What waiting costs: a fan-in of 10,000 members to one callback, and jobs released by
     // their dependencies' completions, beside plain jobs, with 16 workers.
     if want("workflow") {

@@ -336,3 +336,74 @@ fn claim_at_depth(scratch: &mut Scratch, waiting: usize) -> Result<Row, Error> {
         300,
     ))
 }
+
+/// What an end asked for in SQL costs (`complete_job`, applied by the protocol in a
+/// reaper's transaction: see the PostgreSQL guide): the call alone (its fence, its request
+/// row, its `NOTIFY`), and the call until the job has ended, a reaper woken by the
+/// `NOTIFY` (its next pass an hour away); beside a completion from Rust, one per call.
+pub(super) fn sql_ends(scratch: &mut Scratch, n: usize) -> Result<Vec<Row>, Error> {
+    let store = scratch.store("sqlends")?;
+    let schema = format!("{}_sqlends", scratch.schema);
+    store.enqueue_batch((0..=3 * n).map(|i| NewJob::new("s", format!("{i}"))))?;
+    let leases = store.claim_batch("s", "w", LEASE, 3 * n + 1)?;
+    if leases.len() <= 3 * n {
+        return Err(Error::InUse("the SQL ends' jobs were not all claimed"));
+    }
+    let complete = format!("SELECT {schema}.complete_job($1, $2, $3)");
+    let mut call = |lease: &leasehold::Lease| -> Result<(), Error> {
+        let args = (
+            lease.job.0 as i64,
+            lease.attempt.0 as i32,
+            lease.token.as_bigint(),
+        );
+        scratch
+            .admin
+            .query_one(&complete, &[&args.0, &args.1, &args.2])
+            .map(drop)
+            .map_err(Error::from)
+    };
+    // The calls alone, no reaper: their requests wait (applied below, by the reaper).
+    let (accepted, total) = timed(n, |i| call(&leases[i]))?;
+    let mut rows = vec![accepted.row(
+        "PostgreSQL: complete_job in SQL, accepted (one per transaction)",
+        "durable",
+        1,
+        total,
+        n as u64,
+    )];
+    let mut reaper = leasehold::Reaper::start(store.clone(), Duration::from_secs(3600))?;
+    let mut applied = |lease: &leasehold::Lease| -> Result<(), Error> {
+        call(lease)?;
+        // (read every 100 µs rather than by `wait_for`, whose pauses grow to 200 ms: the
+        // time measured is the application's, not the wait's)
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while store.job(lease.job)?.map(|j| j.state()) != Some(JobState::Succeeded) {
+            if Instant::now() > deadline {
+                return Err(Error::InUse("a completion asked in SQL was not applied"));
+            }
+            std::thread::sleep(Duration::from_micros(100));
+        }
+        Ok(())
+    };
+    // (the first, untimed: the reaper's listener connects and the requests before it
+    // listened are applied)
+    applied(&leases[3 * n])?;
+    let (applied, total) = timed(n, |i| applied(&leases[n + i]))?;
+    reaper.stop();
+    rows.push(applied.row(
+        "PostgreSQL: complete_job in SQL until the job has ended (a reaper woken)",
+        "durable",
+        1,
+        total,
+        n as u64,
+    ));
+    let (rust, total) = timed(n, |i| store.complete(&leases[2 * n + i], b""))?;
+    rows.push(rust.row(
+        "PostgreSQL: complete from Rust, one per call",
+        "durable",
+        1,
+        total,
+        n as u64,
+    ));
+    Ok(rows)
+}
