@@ -147,7 +147,7 @@ pub(crate) fn timing(
 
 /// What must hold between the columns and the history of every job, as SQL that returns
 /// one row per violation.
-const CHECKS: [(&str, &str); 6] = [
+const CHECKS: [(&str, &str); 7] = [
     (
         "a running job without a whole lease",
         "SELECT id FROM {s}.leasehold_jobs WHERE state = 'running' AND (lease_owner IS NULL
@@ -183,6 +183,12 @@ const CHECKS: [(&str, &str); 6] = [
         "history of a job that does not exist",
         "SELECT DISTINCT r.job FROM {s}.leasehold_runs r
          LEFT JOIN {s}.leasehold_jobs j ON j.id = r.job WHERE j.id IS NULL",
+    ),
+    (
+        // (`requests.rs`: a reaper applies them at once where it listens, else at its pass)
+        "a request made in SQL that no reaper has applied in ten minutes (is a Reaper running?)",
+        "SELECT DISTINCT job FROM {s}.leasehold_requests
+         WHERE refused IS NULL AND at < {now} - interval '10 minutes'",
     ),
 ];
 

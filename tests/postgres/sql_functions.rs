@@ -62,6 +62,15 @@ fn complete_job_commits_with_the_callers_writes_under_the_fence_and_the_protocol
     )
     .unwrap();
     tx.commit().unwrap();
+    // A request no reaper applies is what `check` reports (as if ten minutes had passed).
+    db.sql("UPDATE {s}.leasehold_requests SET at = at - interval '11 minutes'");
+    let check = store.check().unwrap();
+    assert_eq!(
+        check.problems,
+        [format!(
+            "job {a}: a request made in SQL that no reaper has applied in ten minutes (is a Reaper running?)"
+        )]
+    );
     // Accepted, not yet applied: the lease is held meanwhile, so no takeover comes between.
     let running = store.job(a).unwrap().unwrap();
     assert_eq!(running.state(), JobState::Running);
