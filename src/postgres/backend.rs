@@ -475,17 +475,24 @@ impl LeaseBackend for PgStore {
 
     /// A vacuum of the jobs' table, when its dead rows ask for one.
     fn after_reap(&self, report: &mut crate::report::ReapReport) -> Result<()> {
-        PgStore::apply_requests(self)?;
+        // (where a reaper of this handle is woken for each request, and the listener that
+        // wakes it listens, its passes need not look: a listener that listens anew wakes it
+        // for what was sent meanwhile)
+        let heard = self.inner.requests_heard.load(Ordering::Relaxed) && self.listens();
+        if !heard {
+            PgStore::apply_requests(self)?;
+        }
         report.vacuum_started = self.vacuum_if_needed()?;
         Ok(())
     }
 
     fn requests_heard(&self) -> Option<crossbeam_channel::Receiver<()>> {
+        if !self.inner.settings.listen {
+            return None;
+        }
         self.start_listening();
-        self.inner
-            .settings
-            .listen
-            .then(|| self.inner.requests.1.clone())
+        self.inner.requests_heard.store(true, Ordering::Relaxed);
+        Some(self.inner.requests.1.clone())
     }
 
     fn apply_requests(&self) -> Result<usize> {

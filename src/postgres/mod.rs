@@ -227,6 +227,7 @@ impl PgStoreBuilder {
                 hub: Default::default(),
                 listener: std::sync::OnceLock::new(),
                 requests: crossbeam_channel::bounded(1),
+                requests_heard: std::sync::atomic::AtomicBool::new(false),
                 // Set from the database's clock below, before anyone reads it.
                 clock: Mutex::new((
                     crate::ids::StoreTime::ZERO,
@@ -282,6 +283,8 @@ struct Inner {
         crossbeam_channel::Sender<()>,
         crossbeam_channel::Receiver<()>,
     ),
+    /// Whether a reaper of this handle waits on `requests`.
+    requests_heard: std::sync::atomic::AtomicBool,
     /// The database's clock at the last reading, and the local time since: what a pool's
     /// threads read as store time between readings, and while the database is unreachable.
     clock: Mutex<(crate::ids::StoreTime, crate::clock::Stopwatch)>,

@@ -261,6 +261,16 @@ impl PgStore {
     /// its own, oldest first, up to the reap batch (a full batch wakes this handle's reaper
     /// again for the rest); returns how many it applied or refused.
     pub(crate) fn apply_requests(&self) -> Result<usize> {
+        // (one statement where none waits, as an idle reaper's pass would have it: no
+        // transaction)
+        let st = "SELECT EXISTS (SELECT 1 FROM {s}.leasehold_requests WHERE refused IS NULL)";
+        let waiting = self.alone(|c, p| {
+            let st = p.get(c, st)?;
+            c.query_one(&st, &[])?.col::<bool>(0)
+        })?;
+        if !waiting {
+            return Ok(0);
+        }
         let mut applied = 0;
         while applied < self.settings().policy.reap_batch {
             match self.records(apply_one)? {
