@@ -35,10 +35,8 @@ use crate::rules::Retry;
 /// [`since_13`] spells it in SQL.
 pub(crate) const REQUESTS: &str = "\u{1}requests";
 
-/// What version 13 added, made by a new store and by the upgrade alike: the requests table
-/// and the functions that fill it (see the module's doc), and the encoding of a retry
-/// policy that `add_job` writes (`{s}.varint`, `{s}.duration`: bincode's standard varint
-/// form of the crate's codec, held to `codec::encode` by the PostgreSQL suite).
+/// What version 13 added here, made by a new store and by the upgrade alike: the requests
+/// table and the functions that fill it (see the module's doc).
 macro_rules! since_13 {
     () => {
         r#"
@@ -59,34 +57,6 @@ CREATE TABLE IF NOT EXISTS {s}.leasehold_requests (
 );
 CREATE INDEX IF NOT EXISTS leasehold_requests_waiting ON {s}.leasehold_requests (id)
     WHERE refused IS NULL;
-
--- bincode's standard (varint) form of an unsigned integer
-CREATE OR REPLACE FUNCTION {s}.varint(v bigint) RETURNS bytea LANGUAGE plpgsql IMMUTABLE AS $fn$
-DECLARE
-    n integer;
-    out bytea;
-BEGIN
-    IF v < 251 THEN
-        RETURN set_byte('\x00'::bytea, 0, v::integer);
-    ELSIF v < 65536 THEN
-        n := 2; out := '\xfb';
-    ELSIF v < 4294967296 THEN
-        n := 4; out := '\xfc';
-    ELSE
-        n := 8; out := '\xfd';
-    END IF;
-    FOR i IN 0 .. n - 1 LOOP
-        out := out || set_byte('\x00'::bytea, 0, ((v >> (8 * i)) & 255)::integer);
-    END LOOP;
-    RETURN out;
-END
-$fn$;
-
--- a Duration as bincode encodes it: whole seconds, then nanoseconds
-CREATE OR REPLACE FUNCTION {s}.duration(d interval) RETURNS bytea LANGUAGE sql IMMUTABLE AS $fn$
-    SELECT {s}.varint(floor(extract(epoch FROM d))::bigint)
-        || {s}.varint(((extract(epoch FROM d) - floor(extract(epoch FROM d))) * 1000000000)::bigint)
-$fn$;
 
 -- The fence of an end asked for in SQL (protocol::fence), then the request, its lease held.
 CREATE OR REPLACE FUNCTION {s}.request_end(
@@ -313,27 +283,15 @@ fn apply_one(r: &mut PgRecords<'_, '_, '_>) -> Result<Applied> {
             r.tx.execute(&st, &[&request_id])?;
             Ok(Applied::Done)
         }
-        Err(e) if refusal(&e) => {
+        // (a refusal wrote nothing: the transaction commits the reason; any other failure
+        // rolls it back, and the request is tried again as it was)
+        Err(e) if e.is_refusal() => {
             let st = r.p.get(r.tx, REFUSED)?;
             r.tx.execute(&st, &[&request_id, &e.to_string()])?;
             Ok(Applied::Refused(e))
         }
         Err(e) => Err(e),
     }
-}
-
-/// Whether `e` is the protocol's refusal of a request (decided before it wrote anything),
-/// rather than a failure of the transaction, which is retried with the request as it was.
-fn refusal(e: &Error) -> bool {
-    matches!(
-        e,
-        Error::LeaseLost(_)
-            | Error::JobNotFound(_)
-            | Error::Refused { .. }
-            | Error::Input(_)
-            | Error::Config(_)
-            | Error::EditConflict { .. }
-    )
 }
 
 /// The request of a row of [`TAKE`].

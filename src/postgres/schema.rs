@@ -257,14 +257,45 @@ CREATE TABLE IF NOT EXISTS {s}.leasehold_endings (
 
 /// What version 13 changed, made by a new store and by the upgrade alike: `add_job` of
 /// fifteen arguments in place of the eleven of versions 11 and 12 (dropped, as `since_11`
-/// dropped the seven), and the requests made in SQL (`requests.rs`).
+/// dropped the seven), with the encoding of the retry policy it writes (`{s}.varint`,
+/// `{s}.duration`: bincode's standard varint form of the crate's codec, held to
+/// `codec::encode` by the PostgreSQL suite), and the requests made in SQL
+/// (`requests.rs`).
 macro_rules! since_13 {
     () => {
         concat!(
-            "
+            r#"
 DROP FUNCTION IF EXISTS {s}.add_job(text, bytea, integer, timestamptz, integer, text, text[],
     text, interval, interval, timestamptz);
-",
+
+-- bincode's standard (varint) form of an unsigned integer
+CREATE OR REPLACE FUNCTION {s}.varint(v bigint) RETURNS bytea LANGUAGE plpgsql IMMUTABLE AS $fn$
+DECLARE
+    n integer;
+    out bytea;
+BEGIN
+    IF v < 251 THEN
+        RETURN set_byte('\x00'::bytea, 0, v::integer);
+    ELSIF v < 65536 THEN
+        n := 2; out := '\xfb';
+    ELSIF v < 4294967296 THEN
+        n := 4; out := '\xfc';
+    ELSE
+        n := 8; out := '\xfd';
+    END IF;
+    FOR i IN 0 .. n - 1 LOOP
+        out := out || set_byte('\x00'::bytea, 0, ((v >> (8 * i)) & 255)::integer);
+    END LOOP;
+    RETURN out;
+END
+$fn$;
+
+-- a Duration as bincode encodes it: whole seconds, then nanoseconds
+CREATE OR REPLACE FUNCTION {s}.duration(d interval) RETURNS bytea LANGUAGE sql IMMUTABLE AS $fn$
+    SELECT {s}.varint(floor(extract(epoch FROM d))::bigint)
+        || {s}.varint(((extract(epoch FROM d) - floor(extract(epoch FROM d))) * 1000000000)::bigint)
+$fn$;
+"#,
             super::requests::since_13!(),
             add_job!()
         )
