@@ -44,6 +44,20 @@ impl AnyWrites {
     }
 }
 
+/// What a reaper's pass found to do when it began ([`LeaseBackend::reaper_looks`]), read
+/// in one look where the engine can (one statement on PostgreSQL: each statement wakes an
+/// idle process's reaper thread).
+#[derive(Debug, Clone, Copy)]
+pub struct ReaperLooks {
+    /// The store's time of the look: the pass's start.
+    pub(crate) now: StoreTime,
+    /// Whether some lease may have expired by `now`, as the expiry index holds it (at or
+    /// before the real expiry).
+    pub(crate) leases_expired: bool,
+    /// Whether a job may wait past its expiry at `now`.
+    pub(crate) past_expiry: bool,
+}
+
 /// A completion a pool hands over to be committed with others.
 pub struct Completion {
     /// The attempt it ends, under the fence.
@@ -374,18 +388,15 @@ pub trait LeaseBackend: Send + Sync + 'static {
     fn flush(&self) -> Result<()> {
         Ok(())
     }
-    /// The store's time now, and whether some lease may have expired by it, as the expiry
-    /// index holds it (at or before the real expiry): `false` lets a reaper's pass skip its
-    /// write transactions, so that an idle store's reaper reads where it would commit.
-    /// `true` where the engine cannot tell for less than the pass costs.
-    fn leases_expired_now(&self) -> Result<(StoreTime, bool)> {
-        Ok((self.clock(), true))
-    }
-    /// Whether a job may wait past its expiry now (the reaper then ends such jobs in write
-    /// transactions; an engine that can tell cheaply that none does spares it them). The
-    /// default says "maybe".
-    fn jobs_past_expiry_now(&self) -> Result<bool> {
-        Ok(true)
+    /// What a reaper's pass has to do now, as the store can tell for less than the pass
+    /// costs ([`ReaperLooks`]): an idle store's reaper then reads where it would commit.
+    /// The default says "maybe" to each.
+    fn reaper_looks(&self) -> Result<ReaperLooks> {
+        Ok(ReaperLooks {
+            now: self.clock(),
+            leases_expired: true,
+            past_expiry: true,
+        })
     }
     /// Keeps `pass` as the store's last reaper pass ([`crate::Stats::last_reaper_pass`]).
     fn note_reaper_pass(&self, pass: &crate::report::ReaperPass) -> Result<()>;

@@ -661,8 +661,9 @@ pub(crate) fn reaper_pass(
     every: Option<Duration>,
     kept: Option<StoreTime>,
 ) -> Result<(ReapReport, Option<StoreTime>)> {
-    let (began, expired) = store.leases_expired_now()?;
-    let mut report = match expired {
+    let looks = store.reaper_looks()?;
+    let began = looks.now;
+    let mut report = match looks.leases_expired {
         true => ReapReport::from(crate::batches::run(store.policy().reap_batch, |limit| {
             write(store, move |r| {
                 protocol::reap_batch(
@@ -675,7 +676,9 @@ pub(crate) fn reaper_pass(
         })?),
         false => ReapReport::default(),
     };
-    if store.jobs_past_expiry_now()? {
+    // (a lease taken back may have put its job back to wait past its expiry: it is ended
+    // in this pass, as when the look came after the reclaims)
+    if looks.past_expiry || !report.reclaimed.is_empty() {
         let batch = store.policy().reap_batch;
         let pass = crate::batches::run(batch, |limit| {
             write(store, move |r| protocol::expire_waiting(r, limit))

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
 
-use crate::backend::{LeaseBackend, Step};
+use crate::backend::{LeaseBackend, ReaperLooks, Step};
 use crate::checkpoint::{Checkpoint, CheckpointRecord};
 use crate::clock::{Clock, ManualClock, StoreClock};
 use crate::endings::{EndCursor, EndRecord, Endings};
@@ -589,18 +589,20 @@ impl LeaseBackend for MemoryStore {
     fn marks_due(&self, queues: &mut dyn Iterator<Item = &str>) -> Vec<String> {
         self.0.served.due(queues, self.0.clock.now())
     }
-    fn leases_expired_now(&self) -> Result<(StoreTime, bool)> {
+    fn reaper_looks(&self) -> Result<ReaperLooks> {
         let now = self.0.clock.now();
         let expired = |j: &JobRecord| {
             j.state == JobState::Running
                 && j.lease.as_ref().is_some_and(|l| l.indexed_expiry <= now)
         };
-        Ok((now, self.read(|s| s.jobs.values().any(expired))))
-    }
-    fn jobs_past_expiry_now(&self) -> Result<bool> {
-        let now = self.0.clock.now();
         let late = |j: &JobRecord| crate::rules::waits_past_expiry(j, now);
-        Ok(self.read(|s| s.jobs.values().any(late)))
+        let (leases_expired, past_expiry) =
+            self.read(|s| (s.jobs.values().any(expired), s.jobs.values().any(late)));
+        Ok(ReaperLooks {
+            now,
+            leases_expired,
+            past_expiry,
+        })
     }
     fn note_reaper_pass(&self, pass: &ReaperPass) -> Result<()> {
         self.0.state.0.write().last_pass = Some(pass.clone());

@@ -7,7 +7,7 @@ use super::transaction::{Beside, PgRecords};
 use super::{PgStore, fast, read};
 use crate::backend::AnyWrites;
 use crate::backend::Completion;
-use crate::backend::{Claim, LeaseBackend, RoundResults, Step};
+use crate::backend::{Claim, LeaseBackend, ReaperLooks, RoundResults, Step};
 use crate::clock::Stopwatch;
 use crate::error::{ConfigError, Result};
 use crate::ids::StoreTime;
@@ -457,15 +457,13 @@ impl LeaseBackend for PgStore {
         self.complete_each_then_claim(&mut done, claim.filter(|c| c.wanted() > 0))
     }
 
-    fn leases_expired_now(&self) -> Result<(StoreTime, bool)> {
-        // (the server's time comes with the answer: the reading serves the pass's clock)
-        let (now, expired) = self.alone(read::any_lease_expired_now)?;
-        self.clock_read(now);
-        Ok((now, expired))
-    }
-
-    fn jobs_past_expiry_now(&self) -> Result<bool> {
-        self.alone(read::any_past_expiry_now)
+    fn reaper_looks(&self) -> Result<ReaperLooks> {
+        // (the server's time comes with the answer: the reading serves the pass's clock; the
+        // tables' dead rows serve the pass's vacuum, at its end)
+        let (looks, tables) = self.alone(read::reaper_looks)?;
+        self.clock_read(looks.now);
+        *self.inner.dead_rows.lock() = Some(tables);
+        Ok(looks)
     }
 
     fn note_reaper_pass(&self, pass: &crate::report::ReaperPass) -> Result<()> {
@@ -481,6 +479,10 @@ impl LeaseBackend for PgStore {
         let heard = self.inner.requests_heard.load(Ordering::Relaxed) && self.listens();
         if !heard {
             PgStore::apply_requests(self)?;
+        }
+        if report.purged > 0 || !report.reclaimed.is_empty() || !report.expired.is_empty() {
+            // (the pass left dead rows of its own: the vacuum reads the counts anew)
+            self.inner.dead_rows.lock().take();
         }
         report.vacuum_started = self.vacuum_if_needed()?;
         Ok(())

@@ -236,6 +236,7 @@ impl PgStoreBuilder {
                 reading_clock: std::sync::atomic::AtomicBool::new(false),
                 statements_epoch: std::sync::atomic::AtomicU64::new(0),
                 vacuum: Mutex::new(vacuum::Vacuum::Never),
+                dead_rows: Mutex::new(None),
                 vacuum_thread: Mutex::new(None),
                 upgraded_from: std::sync::OnceLock::new(),
                 served: crate::queue::ServedMarks::default(),
@@ -295,6 +296,9 @@ struct Inner {
     statements_epoch: std::sync::atomic::AtomicU64,
     /// Where this handle's vacuum stands (one at a time).
     vacuum: Mutex<vacuum::Vacuum>,
+    /// The tables' dead row versions (name, live, dead) as the reaper's pass read them
+    /// when it began, for its vacuum at its end (`None`: read them then).
+    dead_rows: Mutex<Option<vacuum::DeadRows>>,
     /// The thread of the last vacuum, joined before the next one starts and when the handle
     /// closes.
     vacuum_thread: Mutex<Option<std::thread::JoinHandle<()>>>,

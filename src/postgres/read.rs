@@ -209,39 +209,48 @@ pub(crate) fn check(tx: Tx<'_, '_>, p: &mut Prepared<'_>) -> Result<crate::repor
     })
 }
 
-/// The store's time, and whether some lease of any queue expired by it as indexed.
-const ANY_EXPIRED: &str = "
-WITH c AS MATERIALIZED (SELECT {now} AS t)
+/// A reaper's look at the start of its pass (`$1`: the store's schema): the store's time,
+/// whether some lease of any queue expired by it as indexed, whether some job waits past
+/// its expiry (`leasehold_jobs_expiring` serves it), and the live and dead row versions of
+/// the two tables the store vacuums (`vacuum.rs`), in one statement: an idle reaper's pass
+/// is this and nothing else, and each statement wakes its thread.
+const REAPER_LOOKS: &str = "
+WITH c AS MATERIALIZED (SELECT {now} AS t),
+tables AS MATERIALIZED (
+    SELECT relname::text AS name, n_live_tup AS live, n_dead_tup AS dead
+    FROM pg_stat_user_tables
+    WHERE schemaname = $1 AND relname IN ('leasehold_jobs', 'leasehold_runs')
+)
 SELECT {s}.us(c.t),
        EXISTS (SELECT 1 FROM {s}.leasehold_jobs
-               WHERE state = 'running' AND lease_indexed_expiry <= c.t)
+               WHERE state = 'running' AND lease_indexed_expiry <= c.t),
+       EXISTS (SELECT 1 FROM {s}.leasehold_jobs
+               WHERE expires_at <= c.t AND expires_at IS NOT NULL
+                   AND state IN ('queued', 'retry_wait', 'blocked')),
+       ARRAY(SELECT name FROM tables ORDER BY name),
+       ARRAY(SELECT live FROM tables ORDER BY name),
+       ARRAY(SELECT dead FROM tables ORDER BY name)
 FROM c";
 
-/// The store's time, and whether some lease of any queue expired by it as the index holds
-/// it (at or before its real expiry): whether a reaper's pass has anything to look at. One
-/// statement.
-pub(crate) fn any_lease_expired_now(
+/// [`REAPER_LOOKS`]: what a reaper's pass has to do, and the dead row versions of each
+/// table the store vacuums (name, live, dead).
+pub(crate) fn reaper_looks(
     c: &mut impl postgres::GenericClient,
     p: &mut Prepared<'_>,
-) -> Result<(StoreTime, bool)> {
-    let st = p.get(c, ANY_EXPIRED)?;
-    let row = c.query_one(&st, &[])?;
-    Ok((time(row.col(0)?), row.col(1)?))
-}
-
-/// Whether a job waits past its expiry (`leasehold_jobs_expiring` serves it).
-const ANY_PAST_EXPIRY: &str = "
-SELECT EXISTS (SELECT 1 FROM {s}.leasehold_jobs
-               WHERE expires_at <= {now} AND expires_at IS NOT NULL
-                   AND state IN ('queued', 'retry_wait', 'blocked'))";
-
-/// Whether some job waits past its expiry now: whether a reaper's pass has any to end.
-pub(crate) fn any_past_expiry_now(
-    c: &mut impl postgres::GenericClient,
-    p: &mut Prepared<'_>,
-) -> Result<bool> {
-    let st = p.get(c, ANY_PAST_EXPIRY)?;
-    c.query_one(&st, &[])?.col(0)
+) -> Result<(crate::backend::ReaperLooks, super::vacuum::DeadRows)> {
+    let st = p.get(c, REAPER_LOOKS)?;
+    let row = c.query_one(&st, &[&p.names.schema])?;
+    let looks = crate::backend::ReaperLooks {
+        now: time(row.col(0)?),
+        leases_expired: row.col(1)?,
+        past_expiry: row.col(2)?,
+    };
+    let (names, live, dead): (Vec<String>, Vec<i64>, Vec<i64>) =
+        (row.col(3)?, row.col(4)?, row.col(5)?);
+    let tables = (names.into_iter().zip(live).zip(dead))
+        .map(|((name, live), dead)| (name, live, dead))
+        .collect();
+    Ok((looks, tables))
 }
 
 /// [`next_due`]'s one statement: the earliest due time, the store's time, the queue's record

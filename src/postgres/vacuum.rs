@@ -51,6 +51,10 @@ pub(super) enum Vacuum {
     },
 }
 
+/// The row versions of the store's tables, by PostgreSQL's statistics: each table's name,
+/// live and dead versions.
+pub(super) type DeadRows = Vec<(String, i64, i64)>;
+
 /// The store's tables that need a vacuum: more dead row versions than `base` plus a fifth
 /// of their live rows.
 fn needing_vacuum(rows: &[(String, i64, i64)], base: u64) -> Vec<String> {
@@ -81,16 +85,21 @@ impl PgStore {
             }
             *state = Vacuum::Running;
         }
-        let tables = self
-            .alone(|c, p| {
+        // (the counts the pass's look read, where it read them: one statement fewer for an
+        // idle reaper)
+        let seen = self.inner.dead_rows.lock().take();
+        let counts = match seen {
+            Some(rows) => Ok(rows),
+            None => self.alone(|c, p| {
                 let st = p.get(c, DEAD_ROWS)?;
                 c.query(&st, &[&self.inner.names.schema])
                     .map_err(PgError::from)?
                     .iter()
                     .map(|row| Ok((row.col(0)?, row.col(1)?, row.col(2)?)))
                     .collect::<Result<Vec<_>>>()
-            })
-            .map(|rows| needing_vacuum(&rows, base));
+            }),
+        };
+        let tables = counts.map(|rows| needing_vacuum(&rows, base));
         let tables = match tables {
             Ok(tables) if !tables.is_empty() => tables,
             other => {

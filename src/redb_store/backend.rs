@@ -1,6 +1,6 @@
 //! The redb [`Store`] as a worker pool's and a reaper's store (see [`crate::backend`]).
 
-use crate::backend::{AnyWrites, Claim, Completion, LeaseBackend, RoundResults, Step};
+use crate::backend::{AnyWrites, Claim, Completion, LeaseBackend, ReaperLooks, RoundResults, Step};
 use crate::error::Result;
 use crate::ids::StoreTime;
 use crate::lease::Lease;
@@ -108,20 +108,19 @@ impl LeaseBackend for Store {
         Store::flush(self)
     }
 
-    fn leases_expired_now(&self) -> Result<(StoreTime, bool)> {
+    fn reaper_looks(&self) -> Result<ReaperLooks> {
         use super::snapshots::Snapshots;
         let now = self.now();
-        let expired = self.reading("the lease expiry index", |read| {
-            super::reading::any_indexed_expiry_by(read, now)
+        let (leases_expired, past_expiry) = self.reading("the expiry indexes", |read| {
+            Ok((
+                super::reading::any_indexed_expiry_by(read, now)?,
+                super::reading::any_expiring_by(read, now)?,
+            ))
         })?;
-        Ok((now, expired))
-    }
-
-    fn jobs_past_expiry_now(&self) -> Result<bool> {
-        use super::snapshots::Snapshots;
-        let now = self.now();
-        self.reading("the index of expiring jobs", |read| {
-            super::reading::any_expiring_by(read, now)
+        Ok(ReaperLooks {
+            now,
+            leases_expired,
+            past_expiry,
         })
     }
 

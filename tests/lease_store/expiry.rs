@@ -12,6 +12,7 @@ crate::on_both::on_both!(
     a_claim_past_the_expiry_expires_the_job_instead_of_starting_it_and_its_waiter_learns_it,
     a_job_backing_off_past_its_expiry_expires_instead_of_running_again,
     a_running_attempt_runs_to_its_end_past_its_jobs_expiry,
+    a_lease_taken_back_past_its_jobs_expiry_ends_the_job_as_expired_in_the_same_pass,
     the_reaper_expires_the_jobs_nobody_claims_queued_and_blocked,
     a_keyed_head_past_its_expiry_hands_its_place_to_the_next_job_of_its_key,
     an_expired_jobs_unique_key_is_free_and_an_operator_retry_runs_it_without_its_expiry,
@@ -123,6 +124,31 @@ fn a_running_attempt_runs_to_its_end_past_its_jobs_expiry(kind: Kind) {
     assert_eq!(f.reap().unwrap().expired, vec![]);
     f.complete(&l, b"done").unwrap();
     assert_eq!(state(&f, id), JobState::Succeeded);
+}
+
+/// A lease the reaper takes back after its job's expiry puts the job back to wait past it:
+/// the same pass ends it as expired (a pass's first look, taken before its reclaims, found
+/// no job waiting past its expiry), and the next pass finds nothing.
+fn a_lease_taken_back_past_its_jobs_expiry_ends_the_job_as_expired_in_the_same_pass(kind: Kind) {
+    let f = kind.open();
+    let id = f.enqueue(NewJob::new(Q, "lost").expires_in(SOON)).unwrap();
+    let l = f.claim_one("w");
+    f.advance(LEASE.max(SOON) + Duration::from_secs(1));
+    let report = f.reap().unwrap();
+    assert_eq!(report.reclaimed.len(), 1, "the lease is taken back");
+    assert_eq!(
+        report.expired,
+        vec![id],
+        "and its job expired in the same pass"
+    );
+    assert_eq!(state(&f, id), JobState::Expired);
+    let beat = f.heartbeat(&l, 1);
+    assert!(
+        !matches!(beat, Ok(leasehold::Renewal::Renewed { .. })),
+        "the lost holder's heartbeat is refused: {beat:?}"
+    );
+    let again = f.reap().unwrap();
+    assert!(again.reclaimed.is_empty() && again.expired.is_empty());
 }
 
 /// Jobs nobody claims (a paused queue's, one blocked on a dependency that is still
