@@ -212,10 +212,9 @@ fn dispatch_until_stopped(
                 // other end of the wait asks every queue again.
                 let woken = (planner.waits(&seen).iter())
                     .any(|(queue, seen)| shared.store.work_generation(queue) != *seen);
-                let quiet = !woken && !shared.handover.pending() && {
-                    let now = shared.store.clock();
-                    planner.stay_quiet(|queue| still_quiet(shared, now, queue))
-                };
+                let quiet = !woken
+                    && !shared.handover.pending()
+                    && planner.stay_quiet(|queue| still_quiet(shared, queue));
                 if !quiet {
                     planner.rouse();
                 }
@@ -230,7 +229,7 @@ fn dispatch_until_stopped(
             }
             if let Ok(Some(got)) = &result {
                 let of = |queue: &str| got.iter().filter(|q| *q == queue).count();
-                let until = |queue: &str| quiet_until(shared, now, queue);
+                let until = |queue: &str| quiet_until(shared, queue);
                 planner.claimed(&plan, of, want, generation, until);
             }
             if !matches!(result, Err(ClaimFailed)) {
@@ -469,45 +468,46 @@ fn idle_timeout(
     wake.map_or(cap, |at| at.saturating_since(now).min(cap))
 }
 
-/// How long `queue`, with nothing to claim at `now`, may stay quiet: until its next due
-/// time (capped by [`idle_cap`]) while that is still to come; `Ok(None)` if something is
-/// due already. The one reading of it for both ends of a quiet spell below.
+/// The store's time, and how long `queue`, with nothing to claim then, may stay quiet:
+/// until its next due time (capped by [`idle_cap`]) while that is still to come; `None` if
+/// something is due already. The one reading of it for both ends of a quiet spell below.
+/// The time is read after the due time: on PostgreSQL the due time's statement reads the
+/// server's clock too, so an idle pool's look is that one statement.
 fn quiet_for(
     shared: &Shared,
-    now: crate::ids::StoreTime,
     queue: &str,
-) -> crate::error::Result<Option<Duration>> {
+) -> crate::error::Result<(crate::ids::StoreTime, Option<Duration>)> {
     let cap = idle_cap(shared);
-    Ok(match shared.store.next_due(queue)? {
-        Some(due) if due > now => Some(due.saturating_since(now).min(cap)),
-        Some(_) => None,
-        None => Some(cap),
-    })
+    let due = shared.store.next_due(queue)?;
+    let now = shared.store.clock();
+    Ok((
+        now,
+        match due {
+            Some(due) if due > now => Some(due.saturating_since(now).min(cap)),
+            Some(_) => None,
+            None => Some(cap),
+        },
+    ))
 }
 
-/// Until when `queue`, quiet, stays so at `now` without a claim to ask it; `None` if
-/// something is due, or its reading failed (the round then asks it).
-fn still_quiet(
-    shared: &Shared,
-    now: crate::ids::StoreTime,
-    queue: &str,
-) -> Option<crate::ids::StoreTime> {
-    let wait = quiet_for(shared, now, queue).ok().flatten()?;
-    Some(now.saturating_add(wait))
+/// Until when `queue`, quiet, stays so without a claim to ask it; `None` if something is
+/// due, or its reading failed (the round then asks it).
+fn still_quiet(shared: &Shared, queue: &str) -> Option<crate::ids::StoreTime> {
+    let (now, wait) = quiet_for(shared, queue).ok()?;
+    Some(now.saturating_add(wait?))
 }
 
 /// Until when a queue a claim found short is quiet: its next delayed job or lease expiry,
 /// capped.
-fn quiet_until(shared: &Shared, now: crate::ids::StoreTime, queue: &str) -> crate::ids::StoreTime {
-    let wait = match quiet_for(shared, now, queue) {
-        Ok(Some(wait)) => wait,
+fn quiet_until(shared: &Shared, queue: &str) -> crate::ids::StoreTime {
+    match quiet_for(shared, queue) {
+        Ok((now, Some(wait))) => now.saturating_add(wait),
         // Due already but not claimable (lost a race, or our own lease is about to be
         // renewed): look again soon, without spinning.
-        Ok(None) => Duration::from_millis(1).min(idle_cap(shared)),
+        Ok((now, None)) => now.saturating_add(Duration::from_millis(1).min(idle_cap(shared))),
         Err(e) => {
             tracing::warn!(error = %e, "reading the next due time failed");
-            idle_cap(shared)
+            shared.store.clock().saturating_add(idle_cap(shared))
         }
-    };
-    now.saturating_add(wait)
+    }
 }

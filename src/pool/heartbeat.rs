@@ -48,15 +48,13 @@ pub(crate) fn heartbeat_loop(shared: &Shared, stop: &Receiver<()>) {
 /// How long until the nearest deadline of an attempt still running (store time from now,
 /// taken as real time), if any has one.
 fn next_deadline(shared: &Shared) -> Option<std::time::Duration> {
-    let now = shared.store.clock();
-    shared
-        .flights
-        .lock()
-        .values()
+    let nearest = (shared.flights.lock().values())
         .filter(|f| f.state.interruption().is_none())
         .filter_map(|f| f.lease.deadline)
-        .min()
-        .map(|deadline| deadline.saturating_since(now))
+        .min()?;
+    // (the clock only when some attempt has a deadline: on PostgreSQL an old reading of it
+    // is a statement, and an idle pool's timer reads nothing)
+    Some(nearest.saturating_since(shared.store.clock()))
 }
 
 /// Interrupts every attempt whose deadline has come and ends it in the store as timed out,
@@ -64,6 +62,9 @@ fn next_deadline(shared: &Shared) -> Option<std::time::Duration> {
 /// interruption does not keep its job `Running` past the limit, and whatever it returns
 /// later is refused by the fence. (Interrupted, it is left out of renewals.)
 fn time_out_due(shared: &Shared) {
+    if !(shared.flights.lock().values()).any(|f| f.lease.deadline.is_some()) {
+        return;
+    }
     let now = shared.store.clock();
     let due: Vec<Flight> = (shared.flights.lock().values())
         .filter(|f| f.lease.deadline.is_some_and(|d| d <= now))
@@ -87,7 +88,12 @@ pub(crate) fn beat(shared: &Shared) {
         .cloned()
         .collect();
     if flights.is_empty() {
-        shared.renewed_at(shared.store.clock());
+        // Nothing to renew: the renewals are healthy. A pool with no attempt at all skips
+        // the clock (on PostgreSQL an old reading of it is a statement, and an idle pool's
+        // timer reads nothing): its next claim starts the health clock.
+        if !shared.flights.lock().is_empty() {
+            shared.renewed_at(shared.store.clock());
+        }
         return;
     }
     let beats: Vec<(&Lease, u64)> = flights

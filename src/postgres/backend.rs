@@ -429,7 +429,10 @@ impl LeaseBackend for PgStore {
         if super::store::no_queue_has(queue) {
             return Ok(None);
         }
-        self.alone(|c, p| read::next_due(c, p, queue))
+        // (the server's time comes with the answer: an idle pool reads the clock next)
+        let (next, now) = self.alone(|c, p| read::next_due(c, p, queue))?;
+        self.clock_read(now);
+        Ok(next)
     }
 
     fn marks_due(&self, queues: &mut dyn Iterator<Item = &str>) -> Vec<String> {

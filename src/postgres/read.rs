@@ -283,13 +283,13 @@ FROM (SELECT 1) AS one LEFT JOIN {s}.leasehold_queues q ON q.queue = $1"
 /// queue has a record, whose limits may count them), the earliest key gate, the queue's
 /// record.
 ///
-/// One statement, so that it can run outside a transaction ([`super::PgStore`]'s
-/// `alone`): an idle pool asks it after each look.
+/// With the store's time it was read at. One statement, so that it can run outside a
+/// transaction ([`super::PgStore`]'s `alone`): an idle pool asks it after each look.
 pub(crate) fn next_due(
     c: &mut impl postgres::GenericClient,
     p: &mut Prepared<'_>,
     queue: &str,
-) -> Result<Option<StoreTime>> {
+) -> Result<(Option<StoreTime>, StoreTime)> {
     let st = p.get(c, NEXT_DUE)?;
     let row = c.query_one(&st, &[&queue])?;
     let due = row.col::<Option<i64>>(0)?.map(time);
@@ -297,14 +297,8 @@ pub(crate) fn next_due(
     let running = u64::try_from(row.col::<i64>(2)?).unwrap_or(0);
     let gate = row.col::<Option<i64>>(3)?.map(time);
     let record = super::named::queue_from(&row, 4)?;
-    Ok(crate::rules::next_look(
-        record.as_ref(),
-        running,
-        now,
-        due,
-        None,
-        gate,
-    ))
+    let next = crate::rules::next_look(record.as_ref(), running, now, due, None, gate);
+    Ok((next, now))
 }
 
 /// Every schedule, by name.
