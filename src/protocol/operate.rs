@@ -107,7 +107,9 @@ pub(crate) fn enqueue_batch(
     for job in jobs {
         input::check_new_job(job, max_payload)?;
     }
-    // Each run of plain jobs in one step where the engine has one.
+    // Each run of plain jobs in one step where the engine has one; else the run one by one
+    // (each run counted once: counting what is left after every job made a batch of
+    // 60,000 plain jobs take 1.8 billion looks, 10-18 s, on an engine without the step).
     let mut ids = Vec::with_capacity(jobs.len());
     let mut rest = jobs;
     while !rest.is_empty() {
@@ -116,11 +118,12 @@ pub(crate) fn enqueue_batch(
             && let Some(made) = insert_plain(r, &rest[..run])?
         {
             ids.extend(made);
-            rest = &rest[run..];
         } else {
-            ids.push(enqueue(r, &rest[0])?);
-            rest = &rest[1..];
+            for job in &rest[..run.max(1)] {
+                ids.push(enqueue(r, job)?);
+            }
         }
+        rest = &rest[run.max(1)..];
     }
     Ok(ids)
 }
