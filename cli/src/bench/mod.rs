@@ -309,7 +309,7 @@ fn scenarios(dir: &Path, scale: f64, only: Option<&str>) -> Result<Vec<Row>, Err
             Err(_) => eprintln!("idle: PostgreSQL not run (set LEASEHOLD_PG_URL to a server)"),
         }
     }
-    // Several processes on one store: 4 x 4 against 1 x 16 in the same run, the time from
+    // Several processes on one store: 4 x 4 and 8 x 2 against 1 x 16 in the same run, the time from
     // a worker process's death to its jobs being claimable, and wake-ups across processes.
     if want("processes") {
         let jobs = n(600) * 4;
@@ -324,12 +324,14 @@ fn scenarios(dir: &Path, scale: f64, only: Option<&str>) -> Result<Vec<Row>, Err
         rows.push(processes::processes_end_to_end(dir, 1, 16, None, jobs)?);
         rows.push(processes::processes_end_to_end(dir, 4, 4, None, jobs)?);
         rows.push(processes::processes_end_to_end(dir, 4, 4, Some(16), jobs)?);
+        rows.push(processes::processes_end_to_end(dir, 8, 2, None, jobs)?);
         rows.push(seat::seat_end_to_end(dir, 4, 4, jobs)?);
         // The drain alone (no producer process competing for commits), both ways.
         let burst = n(10_000) * 2;
         rows.push(processes::burst(dir, 0, 16, burst, Sharing::SingleWriter)?);
         rows.push(processes::burst(dir, 0, 16, burst, Sharing::MultiProcess)?);
         rows.push(processes::burst(dir, 4, 4, burst, Sharing::MultiProcess)?);
+        rows.push(processes::burst(dir, 8, 2, burst, Sharing::MultiProcess)?);
         rows.push(processes::kill_to_claimable(dir, n(34).max(100), 4)?);
         rows.push(processes::cross_process_wake(dir, n(100))?);
     }
