@@ -1197,7 +1197,6 @@ fn eight_worker_processes_of_two_stay_within_the_connections_a_pool_is_said_to_h
     db.sql("CREATE SCHEMA {s}; CREATE TABLE {s}.effects (job bigint NOT NULL)");
     let store = db.store();
     let jobs = 2000;
-    enqueue_kills(&store, jobs);
     let tag = format!("{}_c", db.schema);
     let sep = if db.url.contains('?') { '&' } else { '?' };
     let url = format!("{}{sep}application_name={tag}", db.url);
@@ -1214,6 +1213,17 @@ fn eight_worker_processes_of_two_stay_within_the_connections_a_pool_is_said_to_h
             .try_get(0)
             .unwrap()
     };
+    // The work comes once every process is connected: on a loaded machine the first
+    // processes to start could otherwise drain it all before the last one connects.
+    #[allow(clippy::disallowed_methods)] // a test deadline, not store time
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    while held(&mut db) < 8 {
+        #[allow(clippy::disallowed_methods)]
+        let late = std::time::Instant::now() > deadline;
+        assert!(!late, "the eight processes did not all connect");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    enqueue_kills(&store, jobs);
     let mut most = 0;
     #[allow(clippy::disallowed_methods)] // a test deadline, not store time
     let deadline = std::time::Instant::now() + Duration::from_secs(120);
