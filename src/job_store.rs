@@ -691,10 +691,7 @@ pub(crate) fn reaper_pass(
     }
     store.after_reap(&mut report)?;
     let ended = store.clock();
-    let idle = report.reclaimed.is_empty()
-        && report.expired.is_empty()
-        && report.purged == 0
-        && report.vacuum_started.is_empty();
+    let idle = !report.changed_jobs() && report.vacuum_started.is_empty();
     let recent = |every: Duration, kept: StoreTime| ended.saturating_since(kept) < every * 3 / 2;
     if idle
         && every

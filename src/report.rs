@@ -56,6 +56,12 @@ pub struct ReapReport {
 }
 
 impl ReapReport {
+    /// Whether the pass changed a job: took a lease back, ended a job as expired or purged
+    /// one (what an idle pass does not do, and what leaves dead row versions behind).
+    pub(crate) fn changed_jobs(&self) -> bool {
+        !self.reclaimed.is_empty() || !self.expired.is_empty() || self.purged > 0
+    }
+
     /// The longest detection delay in this pass.
     pub fn worst_detection_delay(&self) -> Option<Duration> {
         self.reclaimed.iter().map(|r| r.detection_delay).max()

@@ -483,7 +483,7 @@ impl LeaseBackend for PgStore {
         if !heard {
             PgStore::apply_requests(self)?;
         }
-        if report.purged > 0 || !report.reclaimed.is_empty() || !report.expired.is_empty() {
+        if report.changed_jobs() {
             // (the pass left dead rows of its own: the vacuum reads the counts anew)
             self.inner.dead_rows.lock().take();
         }

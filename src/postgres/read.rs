@@ -214,13 +214,12 @@ pub(crate) fn check(tx: Tx<'_, '_>, p: &mut Prepared<'_>) -> Result<crate::repor
 /// its expiry (`leasehold_jobs_expiring` serves it), and the live and dead row versions of
 /// the two tables the store vacuums (`vacuum.rs`), in one statement: an idle reaper's pass
 /// is this and nothing else, and each statement wakes its thread.
-const REAPER_LOOKS: &str = "
+const REAPER_LOOKS: &str = concat!(
+    "
 WITH c AS MATERIALIZED (SELECT {now} AS t),
-tables AS MATERIALIZED (
-    SELECT relname::text AS name, n_live_tup AS live, n_dead_tup AS dead
-    FROM pg_stat_user_tables
-    WHERE schemaname = $1 AND relname IN ('leasehold_jobs', 'leasehold_runs')
-)
+tables (name, live, dead) AS MATERIALIZED (",
+    super::vacuum::dead_rows!(),
+    ")
 SELECT {s}.us(c.t),
        EXISTS (SELECT 1 FROM {s}.leasehold_jobs
                WHERE state = 'running' AND lease_indexed_expiry <= c.t),
@@ -230,7 +229,8 @@ SELECT {s}.us(c.t),
        ARRAY(SELECT name FROM tables ORDER BY name),
        ARRAY(SELECT live FROM tables ORDER BY name),
        ARRAY(SELECT dead FROM tables ORDER BY name)
-FROM c";
+FROM c"
+);
 
 /// [`REAPER_LOOKS`]: what a reaper's pass has to do, and the dead row versions of each
 /// table the store vacuums (name, live, dead).

@@ -22,9 +22,18 @@ use super::rows::Col;
 use super::{PgError, PgStore};
 use crate::error::Result;
 
-const DEAD_ROWS: &str = "
-SELECT relname::text, n_live_tup, n_dead_tup FROM pg_stat_user_tables
-WHERE schemaname = $1 AND relname IN ('leasehold_jobs', 'leasehold_runs')";
+/// The live and dead row versions of the store's two tables (`$1`: its schema), by
+/// PostgreSQL's statistics; a reaper's look reads them in its own statement
+/// (`read::reaper_looks`).
+macro_rules! dead_rows {
+    () => {
+        "SELECT relname::text, n_live_tup, n_dead_tup FROM pg_stat_user_tables
+WHERE schemaname = $1 AND relname IN ('leasehold_jobs', 'leasehold_runs')"
+    };
+}
+pub(super) use dead_rows;
+
+const DEAD_ROWS: &str = dead_rows!();
 
 /// The least time from the end of a handle's vacuum to the start of its next: short while
 /// vacuums work, long once one could not remove the dead versions it found.
