@@ -286,3 +286,25 @@ fn a_waiter_rearmed_by_a_retry_hears_its_dependencys_next_end() {
     ];
     on_every_store(&ops);
 }
+
+/// A sequence the in-memory case once failed (in the model, not the store): a group's
+/// callback job is cancelled, ends, and is purged; cancelling the group then met a waiter
+/// no longer there, and the model stopped where the store goes on.
+#[test]
+fn cancelling_a_group_whose_callback_was_purged_cancels_the_rest() {
+    let ops = vec![
+        Op::OpenGroup {
+            callbacks: 1,
+            parent: None,
+        },
+        Op::Cancel { job: 39682 },
+        Op::Advance { secs: 12 },
+        Op::Advance { secs: 111 },
+        Op::Purge {
+            older_than_s: 7200,
+            states: 116,
+        },
+        Op::CancelGroup { group: 151 },
+    ];
+    on_every_store(&ops);
+}

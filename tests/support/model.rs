@@ -505,7 +505,12 @@ impl Model {
         let grp = self.groups.get(&g).ok_or(MErr::GroupNotFound(g))?;
         let mut changed = 0;
         for w in grp.waiters.clone() {
-            if self.jobs[&w].state == JobState::Blocked {
+            // (a waiter that ended and was purged is no longer there)
+            if self
+                .jobs
+                .get(&w)
+                .is_some_and(|j| j.state == JobState::Blocked)
+            {
                 self.cancel(w)?;
                 changed += 1;
             }
