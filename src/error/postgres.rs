@@ -22,10 +22,13 @@ pub enum PgError {
     /// The server could not be reached or refused the connection.
     #[error("cannot connect to PostgreSQL: {0}")]
     Connect(String),
-    /// The server refused a new connection because it holds as many as it may (SQLSTATE
-    /// 53300: `max_connections`, or the role's or database's `CONNECTION LIMIT`). Nothing was
-    /// done; the operation can be tried again once a connection is free (a pool does, at its
-    /// next round or heartbeat). README, "Connections", says what one pool holds.
+    /// No connection to run the operation on: the server refused a new one because it
+    /// holds as many as it may (SQLSTATE 53300: `max_connections`, or the role's or
+    /// database's `CONNECTION LIMIT`), or every one the handle may hold
+    /// ([`crate::postgres::PgStoreBuilder::connections`]) stayed in use for as long as a
+    /// statement may run. Nothing was done; the operation can be tried again once a
+    /// connection is free (a pool does, at its next round or heartbeat). docs/postgres.md,
+    /// "Connections", says what one pool holds.
     #[error("PostgreSQL has no connection to spare: {0}")]
     TooManyConnections(String),
     /// The schema holds tables that are not a leasehold store's: nothing was changed.

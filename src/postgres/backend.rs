@@ -68,6 +68,10 @@ impl PgStore {
                 None => self.complete_each_and_claim(done, Side::Alone),
             };
         };
+        // Both connections now, or the round in one transaction (see `permits.rs`).
+        let Some((_here, there)) = self.inner.permits.reserve_pair() else {
+            return self.complete_each_and_claim(done, Side::Claim(claim, None));
+        };
         let jobs = done.iter().map(|c| super::rows::key(c.by.job)).collect();
         std::thread::scope(|scope| {
             // Dropped when the completions' transaction has ended (or its thread unwound):
@@ -78,6 +82,7 @@ impl PgStore {
             // rows the claim could take, then go on (see [`Beside`]).
             let (taking, taken) = crossbeam_channel::bounded::<()>(0);
             let completing = scope.spawn(move || {
+                there.enter();
                 let _committed = committed;
                 let claim_has_taken = || {
                     let _ = taken.recv();

@@ -22,6 +22,7 @@ mod fast;
 mod listen;
 mod named;
 mod names;
+mod permits;
 mod read;
 mod records;
 mod requests;
@@ -180,7 +181,16 @@ impl PgStoreBuilder {
         self
     }
 
-    /// The most connections the handle keeps open between operations. Default: 16.
+    /// The most connections the handle (and its clones) holds at once for its operations,
+    /// and keeps open between them. Default: 16. An operation that finds them all in use
+    /// waits for one, as long as a statement may run
+    /// ([`statement_timeout`](PgStoreBuilder::statement_timeout)), then fails with
+    /// [`PgError::TooManyConnections`], having done nothing. Besides these the handle holds
+    /// its `LISTEN` connection (once a pool waits for work) and a vacuum's while one runs.
+    /// A worker pool of any size works within 1 (its big rounds then run in one
+    /// transaction, not two at once); see docs/postgres.md, "Connections", for what to give
+    /// one. An operation called inside another's closure (the store called from
+    /// [`PgStore::transaction`]) needs one more.
     pub fn connections(mut self, n: usize) -> PgStoreBuilder {
         self.settings.connections = n.max(1);
         self
@@ -216,6 +226,7 @@ impl PgStoreBuilder {
             config.tcp_user_timeout(TCP_USER_TIMEOUT);
         }
         let schema = names::Names::new(&self.schema, self.simulated_clock.is_some())?;
+        let permits = permits::Permits::new(self.settings.connections);
         let store = PgStore {
             inner: Arc::new(Inner {
                 config,
@@ -223,6 +234,7 @@ impl PgStoreBuilder {
                 settings: self.settings,
                 simulated_clock: self.simulated_clock,
                 idle: Mutex::new(Vec::new()),
+                permits,
                 notifier: Arc::new(crate::notify::Notifier::default()),
                 hub: Default::default(),
                 listener: std::sync::OnceLock::new(),
@@ -270,6 +282,8 @@ struct Inner {
     settings: Settings,
     simulated_clock: Option<crate::clock::ManualClock>,
     idle: Mutex<Vec<Connection>>,
+    /// How many connections are lent to operations now, at most `settings.connections`.
+    permits: permits::Permits,
     /// Wakes this process's pools when a commit, here or (through the listener) on another
     /// machine, gives a queue work.
     notifier: Arc<crate::notify::Notifier>,
@@ -368,8 +382,20 @@ impl PgStore {
     }
 
     /// Runs `f` on a connection lent from the handle's idle ones (a new one if none is idle).
-    /// A connection that failed is dropped rather than lent again.
+    /// A connection that failed is dropped rather than lent again. With every connection the
+    /// handle may hold lent ([`PgStoreBuilder::connections`]), waits for one to come back,
+    /// as long as a statement may run: [`PgError::TooManyConnections`] if none did.
     fn with_connection<T>(&self, f: impl FnOnce(&mut Connection) -> Result<T>) -> Result<T> {
+        let permits = &self.inner.permits;
+        let wait = self.inner.settings.statement_timeout;
+        let Some(_permit) = permits.take(wait) else {
+            return Err(PgError::TooManyConnections(format!(
+                "all {} connections of this handle (PgStoreBuilder::connections) stayed in use \
+                 for {wait:?}",
+                permits.most()
+            ))
+            .into());
+        };
         let idle = self.inner.idle.lock().pop();
         let epoch = self.inner.statements_epoch.load(Ordering::SeqCst);
         let mut conn = match idle {

@@ -1112,6 +1112,11 @@ impl PgWorker {
 
     /// [`PgWorker::start`] on the store in `schema` of the database at `url`.
     pub(crate) fn start_at(url: &str, schema: &str, lease_ms: u64, pooled: bool) -> PgWorker {
+        PgWorker::start_with(url, schema, lease_ms, pooled, &[])
+    }
+
+    /// [`PgWorker::start_at`] with more of the helper's flags.
+    fn start_with(url: &str, schema: &str, lease_ms: u64, pooled: bool, more: &[&str]) -> PgWorker {
         let lease_ms = lease_ms.to_string();
         let mut args = vec![
             "--url",
@@ -1126,6 +1131,7 @@ impl PgWorker {
         if pooled {
             args.push("--pool");
         }
+        args.extend(more);
         let mut child = super::helper_process::command("pg-worker", args)
             .stdout(std::process::Stdio::piped())
             .spawn()
@@ -1184,17 +1190,18 @@ fn record(line: &str, committed: &mut Vec<i64>) {
     }
 }
 
-/// The most connections one pool's process holds on the server (README, "Connections"):
-/// its rounds' (two while a big round's halves run at once), its heartbeat's, its `LISTEN`
-/// connection, and one of a worker's own commit or an application's call beside them.
-const CONNECTIONS_PER_POOL: i64 = 5;
+/// The connections each worker process's handle may hold ([`leasehold::postgres::PgStoreBuilder::connections`]):
+/// a pool of two workers' rounds, renewals, reads of its jobs and clock readings share them.
+const CONNECTIONS: usize = 3;
 
 /// What an operator sizes `max_connections` by: eight worker processes of two workers each,
-/// draining one queue with the effect rows of the kill soak, never hold more than
-/// [`CONNECTIONS_PER_POOL`] each (counted by the server, by their `application_name`), and
-/// commit every job's effect once.
+/// on handles bound to [`CONNECTIONS`], draining one queue with the effect rows of the kill
+/// soak, never hold more than that bound and their `LISTEN` connection each (counted by the
+/// server, by their `application_name`), and commit every job's effect once. (Unbound, a
+/// pool of two was seen holding 6 at once on a loaded machine, its leases lapsing: its
+/// round's completion, a renewal, two reads of jobs, `LISTEN` and a clock reading.)
 #[test]
-fn eight_worker_processes_of_two_stay_within_the_connections_a_pool_is_said_to_hold() {
+fn eight_worker_processes_of_two_stay_within_the_connections_their_handles_are_given() {
     let mut db = db!("connections");
     db.sql("CREATE SCHEMA {s}; CREATE TABLE {s}.effects (job bigint NOT NULL)");
     let store = db.store();
@@ -1203,13 +1210,14 @@ fn eight_worker_processes_of_two_stay_within_the_connections_a_pool_is_said_to_h
     let tag = format!("{}_c", db.schema);
     let sep = if db.url.contains('?') { '&' } else { '?' };
     let url = format!("{}{sep}application_name={tag}", db.url);
-    // Each process under a name of its own, so that each one's count is seen. Leases of
-    // 10 s: with 2 s leases on a machine loaded by other tests, leases lapsed and a process
-    // was seen holding 6 at once (its round's completion, a renewal, two reads of jobs,
-    // LISTEN and a clock reading); what a pool holds while its leases lapse is not what
-    // this measures.
+    // Each process under a name of its own, so that each one's count is seen; 2 s leases,
+    // which lapse on a loaded machine: the bound holds all the same.
+    let bound = CONNECTIONS.to_string();
     let workers: Vec<PgWorker> = (0..8)
-        .map(|i| PgWorker::start_at(&format!("{url}{i}"), &db.schema, 10_000, true))
+        .map(|i| {
+            let more = ["--connections", bound.as_str()];
+            PgWorker::start_with(&format!("{url}{i}"), &db.schema, 2_000, true, &more)
+        })
         .collect();
     // Each process's connections now, by its name.
     let held = |db: &mut Db| -> Vec<i64> {
@@ -1241,9 +1249,11 @@ fn eight_worker_processes_of_two_stay_within_the_connections_a_pool_is_said_to_h
         "8 worker processes x 2 workers held at most {most} connections at once, one process at most {most_one}"
     );
     assert!(most >= 8, "each process holds one at least: {most}");
+    // (its LISTEN connection besides the bound)
+    let each = CONNECTIONS as i64 + 1;
     assert!(
-        most_one <= CONNECTIONS_PER_POOL,
-        "a process held {most_one} connections, more than {CONNECTIONS_PER_POOL}"
+        most_one <= each,
+        "a process held {most_one} connections, more than {each}"
     );
     let (rows, distinct): (i64, i64) = {
         let row = db
@@ -1259,6 +1269,74 @@ fn eight_worker_processes_of_two_stay_within_the_connections_a_pool_is_said_to_h
         (row.try_get(0).unwrap(), row.try_get(1).unwrap())
     };
     assert_eq!((rows, distinct), (jobs as i64, jobs as i64));
+}
+
+/// A handle bound to two connections, shared by a pool of sixteen whose rounds would run
+/// their halves on two connections at once, and by two application threads reading the
+/// store beside it: the server never counts more than the two and the `LISTEN` connection,
+/// no round waits for ever on a second connection another holds, and every job ends once.
+#[test]
+fn a_handle_bound_to_two_connections_serves_a_pool_and_readers_beside_it_within_them() {
+    let mut db = db!("two connections");
+    let tag = format!("{}_two", db.schema);
+    let sep = if db.url.contains('?') { '&' } else { '?' };
+    let store = PgStore::builder(format!("{}{sep}application_name={tag}", db.url))
+        .schema(&db.schema)
+        .connections(2)
+        .side_by_side_from(2)
+        .open()
+        .unwrap();
+    let jobs = 3000;
+    store
+        .enqueue_batch((0..jobs).map(|i| NewJob::new(Q, format!("{i}"))))
+        .unwrap();
+    let held = |db: &mut Db| -> i64 {
+        (db.admin)
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1",
+                &[&tag],
+            )
+            .unwrap()
+            .try_get(0)
+            .unwrap()
+    };
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let most = std::thread::scope(|s| {
+        let readers: Vec<_> = (0..2)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut reads = 0u64;
+                    while !done.load(std::sync::atomic::Ordering::SeqCst) {
+                        store.stats().unwrap();
+                        reads += 1;
+                        // (now and then all of them rest, and a round finds both free)
+                        std::thread::sleep(Duration::from_millis(3));
+                    }
+                    reads
+                })
+            })
+            .collect();
+        let pool = leasehold::WorkerPool::builder(store.clone(), Q)
+            .concurrency(16)
+            .start(|ctx| Ok(ctx.payload().to_vec()))
+            .unwrap();
+        let mut most = 0;
+        wait_until("the jobs to end", || {
+            most = most.max(held(&mut db));
+            store.stats().unwrap().total(JobState::Succeeded) == jobs
+        });
+        drop(pool);
+        done.store(true, std::sync::atomic::Ordering::SeqCst);
+        for r in readers {
+            assert!(r.join().unwrap() > 0, "a reader read");
+        }
+        most
+    });
+    say(&format!(
+        "a pool of 16 and 2 readers on a handle of 2 connections: the server counted at most {most}"
+    ));
+    assert!(most >= 2, "the handle held its connections: {most}");
+    assert!(most <= 3, "two and LISTEN, not {most}");
 }
 
 /// Connections refused because the server holds as many as it may (here a role's

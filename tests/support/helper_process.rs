@@ -19,7 +19,8 @@
 //! - `pg-holder`: claims one job on a PostgreSQL store and writes as its holder when told
 //!   (`pg_holder.rs`), for partition tests.
 //! - `pg-worker`: the same on the PostgreSQL store at `--url` in `--schema`, the effect a row
-//!   of that schema's `effects` table (`pg_worker.rs`), also with `--pool`.
+//!   of that schema's `effects` table (`pg_worker.rs`), also with `--pool`, on a handle of
+//!   `--connections` (16).
 //! - `pg-pool`: a worker pool on a PostgreSQL store, some of whose handlers obey their
 //!   interruption and some do not (`pg_pool.rs`), for the partition test of a whole machine.
 
@@ -191,6 +192,7 @@ pub fn run() {
             number("threads", 2) as usize,
             lease,
             flags.contains_key("pool"),
+            number("connections", 16) as usize,
         ),
         "pg-pool" => pg_pool::run(
             flags.get("url").expect("--url"),

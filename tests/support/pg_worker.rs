@@ -23,8 +23,12 @@ pub fn run(
     threads: usize,
     lease: Duration,
     pooled: bool,
+    connections: usize,
 ) -> Result<ExitCode, leasehold::Error> {
-    let store = PgStore::builder(url).schema(schema).open()?;
+    let store = PgStore::builder(url)
+        .schema(schema)
+        .connections(connections)
+        .open()?;
     let out = Arc::new(Mutex::new(std::io::stdout()));
     let effects = format!("{schema}.effects");
     if pooled {
