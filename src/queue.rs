@@ -204,7 +204,12 @@ impl ServedMarks {
     ) -> Vec<String> {
         let mut marks = self.0.lock();
         let mut due = Vec::new();
+        // (a pool's leases come mostly of one queue: the same name again is not looked up)
+        let mut last = None;
         for queue in queues {
+            if last.replace(queue) == Some(queue) {
+                continue;
+            }
             let fresh = marks
                 .get(queue)
                 .is_some_and(|at| now.saturating_since(*at) < MARK_EVERY);

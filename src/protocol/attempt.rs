@@ -31,10 +31,10 @@ pub(crate) fn heartbeat(
         Renewed::Stalled(change) => (change, Renewal::Stalled),
         Renewed::TimedOut(change) => (change, Renewal::TimedOut),
         Renewed::Lease(renewed) => {
-            let Some(expires_at) = renewed.lease.as_ref().map(|l| l.expires_at) else {
+            let Some(expires_at) = renewed.expires_at else {
                 return Err(corrupt_running(&job));
             };
-            r.renew(&renewed)?;
+            r.renew(&renewed.applied(job))?;
             return Ok(Renewal::Renewed { expires_at });
         }
     };
@@ -116,10 +116,13 @@ pub(crate) fn renew_batch(
     leases: &[(Holding, u64)],
 ) -> Result<Vec<Result<Renewal>>> {
     let renewed = r.renew_fenced(leases)?;
-    let mut order: Vec<usize> = (0..leases.len()).collect();
-    order.sort_unstable_by_key(|&i| leases[i].0.job);
-    let mut answers = Vec::with_capacity(leases.len());
-    for i in order {
+    // (sorted by the job's id alone, beside its place: no lookup into `leases` per compare)
+    let mut order: Vec<(JobId, usize)> = (leases.iter().enumerate())
+        .map(|(i, (by, _))| (by.job, i))
+        .collect();
+    order.sort_unstable();
+    let mut answers: Vec<Option<Result<Renewal>>> = (0..leases.len()).map(|_| None).collect();
+    for (_, i) in order {
         let (by, progress) = leases[i];
         let answer = match renewed.get(&by) {
             Some(&expires_at) => Ok(Renewal::Renewed { expires_at }),
@@ -127,11 +130,11 @@ pub(crate) fn renew_batch(
         };
         match answer {
             Err(e) if !e.is_lease_lost() => return Err(e),
-            answer => answers.push((i, answer)),
+            answer => answers[i] = Some(answer),
         }
     }
-    answers.sort_unstable_by_key(|&(i, _)| i);
-    Ok(answers.into_iter().map(|(_, answer)| answer).collect())
+    // (every place was answered)
+    Ok(answers.into_iter().flatten().collect())
 }
 
 /// Completes the attempt: the job succeeded and `output` is kept. `progress`, if given, is

@@ -15,7 +15,7 @@ use crate::stats::Counters;
 /// What a renewal made of a held lease.
 pub(crate) enum Renewed {
     /// Renewed: the lease runs its length from now (never shortened).
-    Lease(JobRecord),
+    Lease(LeaseRenewed),
     /// A cancel was requested: the attempt ends here, cancelled.
     Cancelled(Change),
     /// No progress for the lease's stall timeout: the attempt ends here, stalled.
@@ -59,17 +59,46 @@ pub(crate) fn renew<E>(
     if past_deadline(job.lease.as_ref(), now) {
         return Ok(Renewed::TimedOut(time_out(job, None, now, &retry()?)));
     }
-    let mut new = job.clone();
-    if let Some(lease) = new.lease.as_mut() {
+    let expires_at = job.lease.as_ref().map(|lease| {
         let renewed = capped(now.saturating_add(lease.length), lease.deadline);
-        lease.expires_at = lease.expires_at.max(renewed);
+        lease.expires_at.max(renewed)
+    });
+    let progress_at = match progress == job.progress {
+        true => job.progress_at,
+        false => now,
+    };
+    Ok(Renewed::Lease(LeaseRenewed {
+        expires_at,
+        progress,
+        progress_at,
+        updated_at: now,
+    }))
+}
+
+/// What a renewal changes of its job, and nothing more: a pool renews hundreds of leases in
+/// one commit, and each was a copy of its whole job (its strings too) made to change four
+/// fields.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct LeaseRenewed {
+    /// The lease's new expiry (`None` only for a job that holds no lease, which the fence
+    /// never lets through).
+    pub expires_at: Option<StoreTime>,
+    pub progress: u64,
+    pub progress_at: StoreTime,
+    pub updated_at: StoreTime,
+}
+
+impl LeaseRenewed {
+    /// `job` renewed.
+    pub(crate) fn applied(self, mut job: JobRecord) -> JobRecord {
+        if let (Some(lease), Some(expires_at)) = (job.lease.as_mut(), self.expires_at) {
+            lease.expires_at = expires_at;
+        }
+        job.progress = self.progress;
+        job.progress_at = self.progress_at;
+        job.updated_at = self.updated_at;
+        job
     }
-    if progress != new.progress {
-        new.progress = progress;
-        new.progress_at = now;
-    }
-    new.updated_at = now;
-    Ok(Renewed::Lease(new))
 }
 
 // ----- the end of an attempt -----
