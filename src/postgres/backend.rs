@@ -8,7 +8,6 @@ use super::{PgStore, fast, read};
 use crate::backend::AnyWrites;
 use crate::backend::Completion;
 use crate::backend::{Claim, LeaseBackend, ReaperLooks, RoundResults, Step};
-use crate::clock::Stopwatch;
 use crate::error::{ConfigError, Result};
 use crate::ids::StoreTime;
 use crate::lease::Lease;
@@ -284,10 +283,7 @@ impl PgStore {
         if let Some(clock) = &self.inner.simulated_clock {
             return super::simulated_time(clock);
         }
-        let (estimate, age) = {
-            let clock = self.inner.clock.lock();
-            (clock.0.saturating_add(clock.1.elapsed()), clock.1.elapsed())
-        };
+        let (estimate, age) = self.inner.clock.now();
         if age < CLOCK_READING_SERVES
             || self
                 .inner
@@ -302,15 +298,15 @@ impl PgStore {
         match read {
             Ok(now) => {
                 self.clock_read(now);
-                now
+                self.inner.clock.now().0
             }
             Err(_) => estimate,
         }
     }
 
-    /// The server's clock read `now`: estimates start from it.
+    /// The server's clock read `now`: estimates start from it (see `clock_estimate.rs`).
     fn clock_read(&self, now: StoreTime) {
-        *self.inner.clock.lock() = (now, Stopwatch::start());
+        self.inner.clock.read(now);
     }
 
     /// Whether this handle's `LISTEN` thread is connected and listening now.

@@ -16,6 +16,7 @@
 //! connections of the synchronous `postgres` client and lends one to each operation.
 
 mod backend;
+mod clock_estimate;
 mod connection;
 mod error;
 mod fast;
@@ -241,10 +242,7 @@ impl PgStoreBuilder {
                 requests: crossbeam_channel::bounded(1),
                 requests_heard: std::sync::atomic::AtomicBool::new(false),
                 // Set from the database's clock below, before anyone reads it.
-                clock: Mutex::new((
-                    crate::ids::StoreTime::ZERO,
-                    crate::clock::Stopwatch::start(),
-                )),
+                clock: clock_estimate::ClockEstimate::new(crate::ids::StoreTime::ZERO),
                 reading_clock: std::sync::atomic::AtomicBool::new(false),
                 statements_epoch: std::sync::atomic::AtomicU64::new(0),
                 vacuum: Mutex::new(vacuum::Vacuum::Never),
@@ -264,7 +262,7 @@ impl PgStoreBuilder {
             let _ = store.inner.upgraded_from.set(older);
         }
         let now = crate::job_store::ReadJobs::now(&store)?;
-        *store.inner.clock.lock() = (now, crate::clock::Stopwatch::start());
+        store.inner.clock.read(now);
         Ok(store)
     }
 }
@@ -302,7 +300,7 @@ struct Inner {
     requests_heard: std::sync::atomic::AtomicBool,
     /// The database's clock at the last reading, and the local time since: what a pool's
     /// threads read as store time between readings, and while the database is unreachable.
-    clock: Mutex<(crate::ids::StoreTime, crate::clock::Stopwatch)>,
+    clock: clock_estimate::ClockEstimate,
     /// A thread is reading the database's clock (the others use the estimate meanwhile).
     reading_clock: std::sync::atomic::AtomicBool,
     /// Moves when the server said a prepared statement no longer fits its table (a column
