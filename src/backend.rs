@@ -412,7 +412,9 @@ pub trait LeaseBackend: Send + Sync + 'static {
         None
     }
     /// Applies what was asked of the store from outside the crate (PostgreSQL: the requests
-    /// made in SQL); how many. A reaper's pass does it too ([`LeaseBackend::after_reap`]).
+    /// made in SQL); how many. A reaper calls it when [`LeaseBackend::requests_heard`] woke
+    /// it (so an engine may take it that something was asked); its passes look by
+    /// themselves ([`LeaseBackend::after_reap`]).
     fn apply_requests(&self) -> Result<usize> {
         Ok(0)
     }

@@ -502,7 +502,8 @@ impl LeaseBackend for PgStore {
     }
 
     fn apply_requests(&self) -> Result<usize> {
-        PgStore::apply_requests(self)
+        // (the reaper asks when a request's NOTIFY woke it: one waits)
+        self.apply_waiting_requests()
     }
 }
 

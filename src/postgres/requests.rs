@@ -229,7 +229,8 @@ enum Applied {
 impl PgStore {
     /// Applies the requests made in SQL (see the module's doc), each in a transaction of
     /// its own, oldest first, up to the reap batch (a full batch wakes this handle's reaper
-    /// again for the rest); returns how many it applied or refused.
+    /// again for the rest); returns how many it applied or refused. Looks first, in one
+    /// statement: what a reaper's pass asks, idle or not.
     pub(crate) fn apply_requests(&self) -> Result<usize> {
         // (one statement where none waits, as an idle reaper's pass would have it: no
         // transaction)
@@ -238,9 +239,15 @@ impl PgStore {
             let st = p.get(c, st)?;
             c.query_one(&st, &[])?.col::<bool>(0)
         })?;
-        if !waiting {
-            return Ok(0);
+        match waiting {
+            true => self.apply_waiting_requests(),
+            false => Ok(0),
         }
+    }
+
+    /// [`PgStore::apply_requests`] without the look: for a reaper woken because a request
+    /// was made (its `NOTIFY`), which would find one.
+    pub(crate) fn apply_waiting_requests(&self) -> Result<usize> {
         let mut applied = 0;
         while applied < self.settings().policy.reap_batch {
             match self.records(apply_one)? {
