@@ -191,7 +191,9 @@ impl PgStoreBuilder {
     /// A worker pool of any size works within 1 (its big rounds then run in one
     /// transaction, not two at once); see docs/postgres.md, "Connections", for what to give
     /// one. An operation called inside another's closure (the store called from
-    /// [`PgStore::transaction`]) needs one more.
+    /// [`PgStore::transaction`]) needs one more; where the calling thread holds them all so,
+    /// it is refused at once ([`PgError::TooManyConnections`], saying so) rather than left
+    /// to wait for itself.
     pub fn connections(mut self, n: usize) -> PgStoreBuilder {
         self.settings.connections = n.max(1);
         self
@@ -386,13 +388,23 @@ impl PgStore {
     fn with_connection<T>(&self, f: impl FnOnce(&mut Connection) -> Result<T>) -> Result<T> {
         let permits = &self.inner.permits;
         let wait = self.inner.settings.statement_timeout;
-        let Some(_permit) = permits.take(wait) else {
-            return Err(PgError::TooManyConnections(format!(
-                "all {} connections of this handle (PgStoreBuilder::connections) stayed in use \
-                 for {wait:?}",
-                permits.most()
-            ))
-            .into());
+        let _permit = match permits.take(wait) {
+            Ok(permit) => permit,
+            Err(busy) => {
+                let most = permits.most();
+                return Err(PgError::TooManyConnections(match busy {
+                    permits::Busy::Waited => format!(
+                        "all {most} connections of this handle (PgStoreBuilder::connections) \
+                         stayed in use for {wait:?}"
+                    ),
+                    permits::Busy::HeldHere => format!(
+                        "all {most} connections of this handle (PgStoreBuilder::connections) \
+                         are held by operations this call is inside of (the store called from \
+                         PgStore::transaction's closure?): give it one more"
+                    ),
+                })
+                .into());
+            }
         };
         let idle = self.inner.idle.lock().pop();
         let epoch = self.inner.statements_epoch.load(Ordering::SeqCst);

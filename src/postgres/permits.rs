@@ -38,6 +38,20 @@ thread_local! {
     /// The handle (its `Permits`' address) this thread holds a reserved room of, and whether
     /// an operation uses it now.
     static RESERVED: Cell<(usize, bool)> = const { Cell::new((0, false)) };
+    /// The handle (its `Permits`' address) this thread's operations hold rooms of, and how
+    /// many: an operation called inside another's closure (the application's, in
+    /// `PgStore::transaction`) on a handle whose every room this thread holds would wait for
+    /// itself.
+    static HELD: Cell<(usize, usize)> = const { Cell::new((0, 0)) };
+}
+
+/// Why no room was given.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Busy {
+    /// None was given back within the wait.
+    Waited,
+    /// This thread holds every one, in operations it is inside of: no wait would end.
+    HeldHere,
 }
 
 impl Permits {
@@ -59,8 +73,8 @@ impl Permits {
     }
 
     /// Room for one connection: this thread's reserved one if it has one free, else one of
-    /// the handle's, waiting up to `wait` for one to be given back (`None`: none was).
-    pub(super) fn take(&self, wait: Duration) -> Option<Permit<'_>> {
+    /// the handle's, waiting up to `wait` for one to be given back.
+    pub(super) fn take(&self, wait: Duration) -> Result<Permit<'_>, Busy> {
         let here = self.address();
         let reserved = RESERVED.with(|r| match r.get() {
             (address, false) if address == here => {
@@ -70,10 +84,17 @@ impl Permits {
             _ => false,
         });
         if reserved {
-            return Some(Permit {
+            return Ok(Permit {
                 permits: self,
                 reserved: true,
             });
+        }
+        let held = HELD.with(|h| match h.get() {
+            (address, n) if address == here => n,
+            _ => 0,
+        });
+        if held >= self.most {
+            return Err(Busy::HeldHere);
         }
         let waited = crate::clock::Stopwatch::start();
         let mut lent = self.lent.lock();
@@ -81,11 +102,17 @@ impl Permits {
             let left = wait.saturating_sub(waited.elapsed());
             let timed_out = left.is_zero() || self.returned.wait_for(&mut lent, left).timed_out();
             if timed_out && *lent >= self.most {
-                return None;
+                return Err(Busy::Waited);
             }
         }
         *lent += 1;
-        Some(Permit {
+        // (a thread of one handle at a time is counted; another's nesting goes uncounted)
+        HELD.with(|h| match h.get() {
+            (address, n) if address == here => h.set((address, n + 1)),
+            (_, 0) => h.set((here, 1)),
+            _ => {}
+        });
+        Ok(Permit {
             permits: self,
             reserved: false,
         })
@@ -109,6 +136,21 @@ impl Permits {
     fn give_back(&self) {
         *self.lent.lock() -= 1;
         self.returned.notify_one();
+    }
+
+    /// One fewer room held by this thread's operations.
+    fn let_go(&self) {
+        let here = self.address();
+        HELD.with(|h| {
+            if let (address, n) = h.get()
+                && address == here
+            {
+                h.set(match n {
+                    0 | 1 => (0, 0),
+                    n => (address, n - 1),
+                });
+            }
+        });
     }
 }
 
@@ -136,6 +178,7 @@ impl Drop for Permit<'_> {
         if self.reserved {
             RESERVED.with(|r| r.set((r.get().0, false)));
         } else {
+            self.permits.let_go();
             self.permits.give_back();
         }
     }
@@ -150,9 +193,15 @@ mod tests {
         let permits = Permits::new(2);
         let a = permits.take(Duration::ZERO).expect("the first");
         let _b = permits.take(Duration::ZERO).expect("the second");
-        assert!(permits.take(Duration::from_millis(10)).is_none(), "a third");
+        // This thread holds both: a third asked for here would wait for itself.
+        assert_eq!(
+            permits.take(Duration::from_secs(60)).err(),
+            Some(Busy::HeldHere)
+        );
         std::thread::scope(|s| {
-            let waiter = s.spawn(|| permits.take(Duration::from_secs(60)).is_some());
+            let other = s.spawn(|| permits.take(Duration::from_millis(10)).err());
+            assert_eq!(other.join().unwrap(), Some(Busy::Waited), "another waits");
+            let waiter = s.spawn(|| permits.take(Duration::from_secs(60)).is_ok());
             drop(a);
             assert!(waiter.join().unwrap(), "the waiter got the one given back");
         });
@@ -170,7 +219,11 @@ mod tests {
         }
         // Nested in one of them, another takes the handle's (none left now).
         let held = permits.take(Duration::ZERO).expect("its own room");
-        assert!(permits.take(Duration::ZERO).is_none(), "the bound holds");
+        assert_eq!(
+            permits.take(Duration::ZERO).err(),
+            Some(Busy::Waited),
+            "the bound holds"
+        );
         drop(held);
         std::thread::scope(|s| {
             s.spawn(move || {

@@ -1339,6 +1339,29 @@ fn a_handle_bound_to_two_connections_serves_a_pool_and_readers_beside_it_within_
     assert!(most <= 3, "two and LISTEN, not {most}");
 }
 
+/// The store called from inside `PgStore::transaction`'s closure needs a second connection
+/// while the first is held: on a handle of one it is refused at once, saying so, rather
+/// than waiting out the statement timeout for itself; on a handle of two it runs.
+#[test]
+fn a_call_inside_a_transaction_on_a_handle_of_one_connection_is_refused_saying_why() {
+    let db = db!("nested call");
+    let bound = |n| {
+        // (a short timeout: without the check, the call would wait this long for itself)
+        (db.builder().connections(n))
+            .statement_timeout(Duration::from_secs(2))
+            .open()
+            .unwrap()
+    };
+    let store = bound(1);
+    let beside = store.clone();
+    let refused = store.transaction(|_t| beside.stats().map(drop));
+    let why = format!("{:?}", refused.expect_err("refused"));
+    assert!(why.contains("inside of"), "{why}");
+    let store = bound(2);
+    let beside = store.clone();
+    store.transaction(|_t| beside.stats().map(drop)).unwrap();
+}
+
 /// Connections refused because the server holds as many as it may (here a role's
 /// `CONNECTION LIMIT`, not the server's settings): a typed error, and a pool that meets it
 /// retries and loses nothing.
