@@ -283,30 +283,20 @@ impl PgStore {
         if let Some(clock) = &self.inner.simulated_clock {
             return super::simulated_time(clock);
         }
-        let (estimate, age) = self.inner.clock.now();
-        if age < CLOCK_READING_SERVES
-            || self
-                .inner
-                .reading_clock
-                .compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst)
-                .is_err()
-        {
+        let clock = &self.inner.clock;
+        let (estimate, age) = clock.now();
+        if age < CLOCK_READING_SERVES || !clock.begin_reading() {
             return estimate;
         }
         let read = crate::job_store::ReadJobs::now(self);
-        self.inner.reading_clock.store(false, Ordering::SeqCst);
+        clock.done_reading();
         match read {
             Ok(now) => {
-                self.clock_read(now);
-                self.inner.clock.now().0
+                clock.read(now);
+                clock.now().0
             }
             Err(_) => estimate,
         }
-    }
-
-    /// The server's clock read `now`: estimates start from it (see `clock_estimate.rs`).
-    fn clock_read(&self, now: StoreTime) {
-        self.inner.clock.read(now);
     }
 
     /// Whether this handle's `LISTEN` thread is connected and listening now.
@@ -432,7 +422,7 @@ impl LeaseBackend for PgStore {
         }
         // (the server's time comes with the answer: an idle pool reads the clock next)
         let (next, now) = self.alone(|c, p| read::next_due(c, p, queue))?;
-        self.clock_read(now);
+        self.inner.clock.read(now);
         Ok(next)
     }
 
@@ -465,7 +455,7 @@ impl LeaseBackend for PgStore {
         // (the server's time comes with the answer: the reading serves the pass's clock; the
         // tables' dead rows serve the pass's vacuum, at its end)
         let (looks, tables) = self.alone(read::reaper_looks)?;
-        self.clock_read(looks.now);
+        self.inner.clock.read(looks.now);
         *self.inner.dead_rows.lock() = Some(tables);
         Ok(looks)
     }

@@ -9,7 +9,7 @@
 //! timers, deadlines and health check take store time as never running back (the brief's
 //! "one clock"), so an estimate is held at the latest one given.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -21,6 +21,8 @@ use crate::ids::StoreTime;
 pub(super) struct ClockEstimate {
     reading: Mutex<(StoreTime, Stopwatch)>,
     given: AtomicU64,
+    /// A thread is reading the database's clock (the others use the estimate meanwhile).
+    reading_now: AtomicBool,
 }
 
 impl ClockEstimate {
@@ -29,12 +31,26 @@ impl ClockEstimate {
         ClockEstimate {
             reading: Mutex::new((now, Stopwatch::start())),
             given: AtomicU64::new(0),
+            reading_now: AtomicBool::new(false),
         }
     }
 
     /// The server's clock read `now`: estimates start from it (never going back).
     pub(super) fn read(&self, now: StoreTime) {
         *self.reading.lock() = (now, Stopwatch::start());
+    }
+
+    /// Whether the calling thread is the one to read the database's clock now, the others
+    /// going on with the estimate meanwhile; it says [`ClockEstimate::done_reading`] after.
+    pub(super) fn begin_reading(&self) -> bool {
+        (self.reading_now)
+            .compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok()
+    }
+
+    /// The reading begun is over (made or not).
+    pub(super) fn done_reading(&self) {
+        self.reading_now.store(false, Ordering::SeqCst);
     }
 
     /// The estimate now, and the age of the reading it comes from.

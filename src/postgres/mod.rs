@@ -245,7 +245,6 @@ impl PgStoreBuilder {
                 requests_heard: std::sync::atomic::AtomicBool::new(false),
                 // Set from the database's clock below, before anyone reads it.
                 clock: clock_estimate::ClockEstimate::new(crate::ids::StoreTime::ZERO),
-                reading_clock: std::sync::atomic::AtomicBool::new(false),
                 statements_epoch: std::sync::atomic::AtomicU64::new(0),
                 vacuum: Mutex::new(vacuum::Vacuum::Never),
                 dead_rows: Mutex::new(None),
@@ -303,8 +302,6 @@ struct Inner {
     /// The database's clock at the last reading, and the local time since: what a pool's
     /// threads read as store time between readings, and while the database is unreachable.
     clock: clock_estimate::ClockEstimate,
-    /// A thread is reading the database's clock (the others use the estimate meanwhile).
-    reading_clock: std::sync::atomic::AtomicBool,
     /// Moves when the server said a prepared statement no longer fits its table (a column
     /// altered): each connection drops the statements it prepared before, once.
     statements_epoch: std::sync::atomic::AtomicU64,
@@ -386,26 +383,9 @@ impl PgStore {
     /// handle may hold lent ([`PgStoreBuilder::connections`]), waits for one to come back,
     /// as long as a statement may run: [`PgError::TooManyConnections`] if none did.
     fn with_connection<T>(&self, f: impl FnOnce(&mut Connection) -> Result<T>) -> Result<T> {
-        let permits = &self.inner.permits;
         let wait = self.inner.settings.statement_timeout;
-        let _permit = match permits.take(wait) {
-            Ok(permit) => permit,
-            Err(busy) => {
-                let most = permits.most();
-                return Err(PgError::TooManyConnections(match busy {
-                    permits::Busy::Waited => format!(
-                        "all {most} connections of this handle (PgStoreBuilder::connections) \
-                         stayed in use for {wait:?}"
-                    ),
-                    permits::Busy::HeldHere => format!(
-                        "all {most} connections of this handle (PgStoreBuilder::connections) \
-                         are held by operations this call is inside of (the store called from \
-                         PgStore::transaction's closure?): give it one more"
-                    ),
-                })
-                .into());
-            }
-        };
+        let _permit = (self.inner.permits.take(wait))
+            .map_err(|busy| PgError::TooManyConnections(busy.to_string()))?;
         let idle = self.inner.idle.lock().pop();
         let epoch = self.inner.statements_epoch.load(Ordering::SeqCst);
         let mut conn = match idle {

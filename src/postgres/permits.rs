@@ -45,13 +45,22 @@ thread_local! {
     static HELD: Cell<(usize, usize)> = const { Cell::new((0, 0)) };
 }
 
-/// Why no room was given.
-#[derive(Debug, PartialEq, Eq)]
+/// Why no room was given (its words are [`super::PgError::TooManyConnections`]'s).
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
 pub(super) enum Busy {
     /// None was given back within the wait.
-    Waited,
+    #[error(
+        "all {most} connections of this handle (PgStoreBuilder::connections) stayed in use \
+         for {waited:?}"
+    )]
+    Waited { most: usize, waited: Duration },
     /// This thread holds every one, in operations it is inside of: no wait would end.
-    HeldHere,
+    #[error(
+        "all {most} connections of this handle (PgStoreBuilder::connections) are held by \
+         operations this call is inside of (the store called from PgStore::transaction's \
+         closure?): give it one more"
+    )]
+    HeldHere { most: usize },
 }
 
 impl Permits {
@@ -61,11 +70,6 @@ impl Permits {
             lent: Mutex::new(0),
             returned: Condvar::new(),
         }
-    }
-
-    /// The bound.
-    pub(super) fn most(&self) -> usize {
-        self.most
     }
 
     fn address(&self) -> usize {
@@ -94,7 +98,7 @@ impl Permits {
             _ => 0,
         });
         if held >= self.most {
-            return Err(Busy::HeldHere);
+            return Err(Busy::HeldHere { most: self.most });
         }
         let waited = crate::clock::Stopwatch::start();
         let mut lent = self.lent.lock();
@@ -102,7 +106,10 @@ impl Permits {
             let left = wait.saturating_sub(waited.elapsed());
             let timed_out = left.is_zero() || self.returned.wait_for(&mut lent, left).timed_out();
             if timed_out && *lent >= self.most {
-                return Err(Busy::Waited);
+                return Err(Busy::Waited {
+                    most: self.most,
+                    waited: wait,
+                });
             }
         }
         *lent += 1;
@@ -196,11 +203,13 @@ mod tests {
         // This thread holds both: a third asked for here would wait for itself.
         assert_eq!(
             permits.take(Duration::from_secs(60)).err(),
-            Some(Busy::HeldHere)
+            Some(Busy::HeldHere { most: 2 })
         );
         std::thread::scope(|s| {
             let other = s.spawn(|| permits.take(Duration::from_millis(10)).err());
-            assert_eq!(other.join().unwrap(), Some(Busy::Waited), "another waits");
+            let waited = Duration::from_millis(10);
+            let busy = Busy::Waited { most: 2, waited };
+            assert_eq!(other.join().unwrap(), Some(busy), "another waits");
             let waiter = s.spawn(|| permits.take(Duration::from_secs(60)).is_ok());
             drop(a);
             assert!(waiter.join().unwrap(), "the waiter got the one given back");
@@ -221,7 +230,10 @@ mod tests {
         let held = permits.take(Duration::ZERO).expect("its own room");
         assert_eq!(
             permits.take(Duration::ZERO).err(),
-            Some(Busy::Waited),
+            Some(Busy::Waited {
+                most: 3,
+                waited: Duration::ZERO
+            }),
             "the bound holds"
         );
         drop(held);
