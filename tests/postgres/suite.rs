@@ -1190,6 +1190,21 @@ fn record(line: &str, committed: &mut Vec<i64>) {
     }
 }
 
+/// The server's count of connections now for each `application_name` that is `like` (an
+/// SQL `LIKE` pattern: `_` one character).
+fn connections_named(db: &mut Db, like: &str) -> Vec<i64> {
+    (db.admin)
+        .query(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE $1
+             GROUP BY application_name",
+            &[&like],
+        )
+        .unwrap()
+        .iter()
+        .map(|row| row.try_get(0).unwrap())
+        .collect()
+}
+
 /// The connections each worker process's handle may hold ([`leasehold::postgres::PgStoreBuilder::connections`]):
 /// a pool of two workers' rounds, renewals, reads of its jobs and clock readings share them.
 const CONNECTIONS: usize = 3;
@@ -1219,24 +1234,11 @@ fn eight_worker_processes_of_two_stay_within_the_connections_their_handles_are_g
             PgWorker::start_with(&format!("{url}{i}"), &db.schema, 2_000, true, &more)
         })
         .collect();
-    // Each process's connections now, by its name.
-    let held = |db: &mut Db| -> Vec<i64> {
-        (db.admin)
-            .query(
-                "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE $1 || '_'
-                 GROUP BY application_name",
-                &[&tag],
-            )
-            .unwrap()
-            .iter()
-            .map(|row| row.try_get(0).unwrap())
-            .collect()
-    };
     let (mut most, mut most_one) = (0, 0);
     #[allow(clippy::disallowed_methods)] // a test deadline, not store time
     let deadline = std::time::Instant::now() + Duration::from_secs(120);
     while store.stats().unwrap().total(JobState::Succeeded) < jobs {
-        let each = held(&mut db);
+        let each = connections_named(&mut db, &format!("{tag}_"));
         most = most.max(each.iter().sum());
         most_one = most_one.max(each.into_iter().max().unwrap_or(0));
         #[allow(clippy::disallowed_methods)]
@@ -1290,16 +1292,6 @@ fn a_handle_bound_to_two_connections_serves_a_pool_and_readers_beside_it_within_
     store
         .enqueue_batch((0..jobs).map(|i| NewJob::new(Q, format!("{i}"))))
         .unwrap();
-    let held = |db: &mut Db| -> i64 {
-        (db.admin)
-            .query_one(
-                "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1",
-                &[&tag],
-            )
-            .unwrap()
-            .try_get(0)
-            .unwrap()
-    };
     let done = std::sync::atomic::AtomicBool::new(false);
     let most = std::thread::scope(|s| {
         let readers: Vec<_> = (0..2)
@@ -1322,7 +1314,7 @@ fn a_handle_bound_to_two_connections_serves_a_pool_and_readers_beside_it_within_
             .unwrap();
         let mut most = 0;
         wait_until("the jobs to end", || {
-            most = most.max(held(&mut db));
+            most = most.max(connections_named(&mut db, &tag).iter().sum());
             store.stats().unwrap().total(JobState::Succeeded) == jobs
         });
         drop(pool);
