@@ -673,10 +673,19 @@ WHERE j.id = r.id AND j.id = locked.id AND j.attempt = r.attempt AND j.lease_tok
     AND NOT coalesce(j.lease_deadline <= c.t, false)
 RETURNING j.id, j.attempt, j.lease_token, j.awaited, j.grp, j.queue, j.limit_key
 ),
--- each end kept, in this transaction (`crate::endings`)
+-- each end kept, in this transaction (`crate::endings`): in rows of up to 500, in the
+-- order of the jobs' ids, of one queue or of each job's (`since_14` in the schema)
+ended AS (
+    SELECT count(*) AS n, array_agg(id ORDER BY id) AS jobs,
+        CASE WHEN min(queue) = max(queue) THEN min(queue) END AS queue,
+        CASE WHEN min(queue) <> max(queue) THEN array_agg(queue ORDER BY id) END AS queues
+    FROM (SELECT id, queue, (row_number() OVER (ORDER BY id) - 1) / 500 AS part FROM done) d
+    GROUP BY part
+),
 noted AS (
-    INSERT INTO {s}.leasehold_endings (job, queue, state, at)
-    SELECT done.id, done.queue, 'succeeded', c.t FROM done, c
+    INSERT INTO {s}.leasehold_endings (n, jobs, queue, queues, state, at)
+    SELECT e.n, e.jobs, e.queue, e.queues, 'succeeded', c.t FROM ended e, c
+    ORDER BY e.jobs[1]
 ),
 -- the followers of the endings told when it commits, if one follows (`listen.rs`); run
 -- once, and only if a row was completed

@@ -586,7 +586,9 @@ fn seq_of(at: EndCursor) -> i64 {
 
 /// The endings after `after`, at most `limit`, of transactions older than every one still
 /// running (the snapshot's horizon): a transaction that has not committed yet may hold an
-/// ending with a smaller id than one already committed, which a reader must not pass.
+/// ending with a smaller id than one already committed, which a reader must not pass. A
+/// row may hold many endings (`since_14` in the schema), and a cursor may stand inside one:
+/// the rows that may hold an ending after it, then their endings after it.
 /// One statement, outside a transaction (a follower reads once in a while, idle: each round
 /// trip wakes its thread): the page, then a last row with the last purged ending and whether
 /// ends committed after the cursor wait behind the horizon (from it on, by the index).
@@ -599,10 +601,19 @@ pub(crate) fn endings(
     let st = p.get(
         c,
         "SELECT xid::text::bigint, seq, job, grp, queue, state, {s}.us(at), NULL, NULL
-         FROM (SELECT * FROM {s}.leasehold_endings
-               WHERE (xid, seq) > ($1::text::xid8, $2)
-                   AND xid < pg_snapshot_xmin(pg_current_snapshot())
-               ORDER BY xid, seq
+         FROM (SELECT r.xid, {s}.ending_seq(r.seq, r.n, i) AS seq,
+                   coalesce(r.jobs[i + 1], r.job) AS job, r.grp,
+                   coalesce(r.queues[i + 1], r.queue) AS queue, r.state, r.at
+               FROM (SELECT * FROM {s}.leasehold_endings
+                     WHERE xid >= $1::text::xid8
+                         AND (xid > $1::text::xid8
+                              OR {s}.ending_seq(seq, n, coalesce(n, 1) - 1) > $2)
+                         AND xid < pg_snapshot_xmin(pg_current_snapshot())
+                     ORDER BY xid, seq
+                     LIMIT $3) r,
+                   generate_series(0, coalesce(r.n, 1) - 1) AS i
+               WHERE (r.xid, {s}.ending_seq(r.seq, r.n, i)) > ($1::text::xid8, $2)
+               ORDER BY r.xid, 2
                LIMIT $3) page
          UNION ALL
          SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL,

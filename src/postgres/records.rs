@@ -769,7 +769,8 @@ impl Records for PgRecords<'_, '_, '_> {
              ),
              gone AS (
                  DELETE FROM {s}.leasehold_endings e USING doomed d
-                 WHERE e.xid = d.xid AND e.seq = d.seq RETURNING e.xid, e.seq
+                 WHERE e.xid = d.xid AND e.seq = d.seq
+                 RETURNING e.xid, {s}.ending_seq(e.seq, e.n, coalesce(e.n, 1) - 1) AS seq
              )
              SELECT count(*) OVER (), xid::text::bigint, seq FROM gone
              ORDER BY xid DESC, seq DESC LIMIT 1",

@@ -132,6 +132,9 @@ const COLUMNS: &[(&str, &[(&str, &str)])] = &[
             ("queue", "text"),
             ("state", "text"),
             ("at", "timestamptz"),
+            ("n", "int4"),
+            ("jobs", "_int8"),
+            ("queues", "_text"),
         ],
     ),
     (
@@ -190,6 +193,7 @@ const FUNCTIONS: &[&str] = &[
     "settle_key",
     "on_timeline",
     "varint",
+    "ending_seq",
     "duration",
     "request_end",
     "complete_job",

@@ -386,7 +386,8 @@ pub trait Records: NamedRecords {
     // ----- endings -----
 
     /// Deletes up to `n` of the oldest endings kept from at or before `cutoff`, and keeps
-    /// the cursor of the last one deleted (a reader behind it has a gap); returns how many.
+    /// the cursor of the last one deleted (a reader behind it has a gap); returns how many
+    /// records it deleted (on PostgreSQL a record may hold a round's endings).
     fn trim_endings(&mut self, cutoff: StoreTime, n: usize) -> Result<usize>;
 }
 

@@ -2326,3 +2326,163 @@ fn an_end_behind_an_open_transaction_is_held_back_and_the_page_says_so() {
         }]
     );
 }
+
+/// A pool's round completes many jobs in one statement, which keeps their endings in one row
+/// (schema 14): a reader still reads each of them once, in order, from any cursor, one
+/// standing in the middle of a row included; and a purge that takes the rows tells a reader
+/// behind their last ending that it missed some.
+#[test]
+fn endings_a_round_keeps_together_are_read_one_by_one_from_a_cursor_inside_them() {
+    let mut db = db!("endings of a round");
+    let store = db.store();
+    let ids = store
+        .enqueue_batch((0..400).map(|i| NewJob::new(Q, format!("{i}"))))
+        .unwrap();
+    let pool = leasehold::WorkerPool::builder(store.clone(), Q)
+        .concurrency(8)
+        .start(|_| Ok(Vec::new()))
+        .unwrap();
+    assert!(pool.wait_idle(Duration::from_secs(120)).unwrap());
+    drop(pool);
+    // The widest row: how many it holds, and its first job.
+    let row = db
+        .admin
+        .query_one(
+            &format!(
+                "SELECT coalesce(n, 1), jobs[1] FROM {}.leasehold_endings
+                 ORDER BY n DESC NULLS LAST LIMIT 1",
+                db.schema
+            ),
+            &[],
+        )
+        .unwrap();
+    let (widest, first): (i32, Option<i64>) = (row.try_get(0).unwrap(), row.try_get(1).unwrap());
+    assert!(
+        widest > 1,
+        "no round of eight workers draining 400 jobs completed two together"
+    );
+    // (behind the server's horizon, an ending may wait for another test's transaction)
+    let (mut whole, mut at) = (Vec::new(), EndCursor::START);
+    wait_until("every ending read", || {
+        let page = store.endings(at, 1000).unwrap();
+        at = page.next;
+        whole.extend(page.list);
+        whole.len() >= ids.len()
+    });
+    let (mut by_sevens, mut at) = (Vec::new(), EndCursor::START);
+    while by_sevens.len() < whole.len() {
+        let page = store.endings(at, 7).unwrap();
+        assert!(!page.list.is_empty() && page.list.len() <= 7, "{page:?}");
+        at = page.next;
+        by_sevens.extend(page.list);
+    }
+    assert_eq!(by_sevens, whole, "pages of seven read what one page reads");
+    let jobs: Vec<_> = whole
+        .iter()
+        .map(|e| match &e.of {
+            EndOf::Job { id, queue } if queue == Q => *id,
+            other => panic!("an ending of {other:?}"),
+        })
+        .collect();
+    assert_eq!(jobs.len(), ids.len(), "an ending read twice, or one missed");
+    assert_eq!(
+        jobs.iter().copied().collect::<BTreeSet<_>>(),
+        ids.iter().copied().collect::<BTreeSet<_>>(),
+        "every job's ending"
+    );
+    assert!(whole.windows(2).all(|w| w[0].cursor < w[1].cursor));
+    assert!(whole.iter().all(|e| e.state == JobState::Succeeded));
+    // From the first ending of the widest row: the rest of the row, then what follows.
+    let first = leasehold::JobId(first.expect("a wide row's jobs") as u64);
+    let inside = jobs
+        .iter()
+        .position(|j| *j == first)
+        .expect("its ending read");
+    let rest = store.endings(whole[inside].cursor, 1000).unwrap();
+    assert_eq!(rest.list, whole[inside + 1..]);
+    // Purged: a reader short of the last ending missed it, one at it did not (the last row
+    // holds more than one ending when the drain's last round completed more than one).
+    store.purge(Duration::ZERO, &[JobState::Succeeded]).unwrap();
+    let n = whole.len();
+    assert!(store.endings(whole[n - 2].cursor, 10).unwrap().gap);
+    let caught_up = store.endings(whole[n - 1].cursor, 10).unwrap();
+    assert!(!caught_up.gap && caught_up.list.is_empty(), "{caught_up:?}");
+}
+
+/// A store of version 13 keeps each ending in a row of its own, numbered by the row; the
+/// upgrade to 14 keeps them and their numbers, a cursor a reader kept among them reads on,
+/// and the endings written since, a round's in one row, follow them once each.
+#[test]
+fn endings_kept_before_the_upgrade_to_rows_of_many_read_on_with_those_after_it() {
+    let mut db = db!("endings upgrade");
+    let store = db.store();
+    let old = store
+        .enqueue_batch((0..3).map(|_| NewJob::new(Q, "old")))
+        .unwrap();
+    for id in &old {
+        store.cancel(*id).unwrap();
+    }
+    drop(store);
+    // What a version 13 build made: a row per ending, none of the columns of rows of many.
+    db.sql(
+        "ALTER TABLE {s}.leasehold_endings DROP COLUMN n, DROP COLUMN jobs, DROP COLUMN queues;
+         DROP FUNCTION {s}.ending_seq;
+         UPDATE {s}.leasehold_meta SET value = '13' WHERE key = 'schema_version'",
+    );
+    // A reader of version 13 that had read the first of them kept its cursor: TX.SEQ.
+    let kept: String = db
+        .admin
+        .query_one(
+            &format!(
+                "SELECT xid::text || '.' || seq FROM {}.leasehold_endings
+                 ORDER BY xid, seq LIMIT 1",
+                db.schema
+            ),
+            &[],
+        )
+        .unwrap()
+        .try_get(0)
+        .unwrap();
+    let store = db.builder().open().unwrap();
+    assert_eq!(store.upgraded_from(), Some(13));
+    let new = store
+        .enqueue_batch((0..200).map(|_| NewJob::new(Q, "new")))
+        .unwrap();
+    let pool = leasehold::WorkerPool::builder(store.clone(), Q)
+        .concurrency(8)
+        .start(|_| Ok(Vec::new()))
+        .unwrap();
+    assert!(pool.wait_idle(Duration::from_secs(120)).unwrap());
+    drop(pool);
+    let (mut read, mut at) = (Vec::new(), kept.parse::<EndCursor>().unwrap());
+    wait_until("every ending read", || {
+        let page = store.endings(at, 3).unwrap();
+        assert!(!page.gap);
+        at = page.next;
+        read.extend(page.list);
+        read.len() >= old.len() - 1 + new.len()
+    });
+    let ended: Vec<_> = read
+        .iter()
+        .map(|e| match &e.of {
+            EndOf::Job { id, .. } => (*id, e.state),
+            other => panic!("an ending of {other:?}"),
+        })
+        .collect();
+    let want_old: Vec<_> = old[1..]
+        .iter()
+        .map(|id| (*id, JobState::Cancelled))
+        .collect();
+    assert_eq!(
+        ended[..old.len() - 1],
+        want_old,
+        "the old endings after the cursor first, in order"
+    );
+    let mut after: Vec<_> = ended[old.len() - 1..].to_vec();
+    after.sort();
+    let want_new: Vec<_> = new.iter().map(|id| (*id, JobState::Succeeded)).collect();
+    assert_eq!(after, want_new, "each new ending once");
+    assert!(read.windows(2).all(|w| w[0].cursor < w[1].cursor));
+    let report = store.check().unwrap();
+    assert!(report.is_clean(), "{report:?}");
+}
