@@ -533,7 +533,7 @@ const LOOK: &str = concat!(
 /// The running rows of `jobs`, locked in the order of their ids ("Locked in id order",
 /// below).
 const LOCK_RUNNING: &str = "SELECT id FROM {s}.leasehold_jobs
-WHERE id = ANY($1) AND state = 'running' ORDER BY id FOR UPDATE";
+WHERE id = ANY($1) AND (state = 'running') IS TRUE ORDER BY id FOR UPDATE";
 
 /// Locks the rows of `jobs` that are running, in the order of their ids, for a transaction
 /// that then writes them in another order: a round's completions one by one (each with
@@ -556,6 +556,13 @@ pub(crate) fn lock_running(
 
 // ----- heartbeat -----
 
+// Found by id, never by the index of running jobs. A statement that finds rows by id
+// (`id = ANY($1)`) and asks that they be running writes `(state = 'running') IS TRUE`, which
+// the planner cannot match to the predicate of `leasehold_jobs_expiry` (`WHERE state =
+// 'running'`): with `state = 'running'` it read that whole index beside the primary key's
+// entries and intersected the two (a `BitmapAnd`), every running job's entry and every dead
+// one a drain leaves until vacuum, in every completion and renewal.
+
 // Locked in id order. The statements that write many jobs by id (RENEW_MANY,
 // COMPLETE_MANY) lock their rows first, in a `locked` CTE, in the order of the ids. An
 // `UPDATE ... FROM unnest(...)` locks rows in the order its plan meets them, which the
@@ -574,7 +581,7 @@ r AS (SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::bigint[
 -- (the rows locked in the order of their ids first: see above; running ones only, as
 -- COMPLETE_MANY's)
 locked AS MATERIALIZED (
-    SELECT id FROM {s}.leasehold_jobs WHERE id = ANY($1) AND state = 'running'
+    SELECT id FROM {s}.leasehold_jobs WHERE id = ANY($1) AND (state = 'running') IS TRUE
     ORDER BY id FOR UPDATE
 )
 UPDATE {s}.leasehold_jobs j
@@ -585,7 +592,7 @@ SET lease_expires_at = greatest(j.lease_expires_at,
     updated_at = c.t
 FROM c, r, locked
 WHERE j.id = r.id AND j.id = locked.id AND j.attempt = r.attempt AND j.lease_token = r.token
-    AND j.state = 'running' AND NOT j.cancel_requested
+    AND (j.state = 'running') IS TRUE AND NOT j.cancel_requested
     AND NOT (j.stall_timeout_us IS NOT NULL AND j.progress = r.progress
              AND c.t - j.progress_at >= j.stall_timeout_us * interval '1 microsecond')
     AND NOT coalesce(j.lease_deadline <= c.t, false)
@@ -649,7 +656,7 @@ WITH c AS MATERIALIZED (SELECT {now} AS t),
 -- (running rows only: a waiting one, of a lease given back, is one a claim beside this
 -- statement may be about to take, and locked here it would be passed over)
 locked AS MATERIALIZED (
-    SELECT id FROM {s}.leasehold_jobs WHERE id = ANY($1) AND state = 'running'
+    SELECT id FROM {s}.leasehold_jobs WHERE id = ANY($1) AND (state = 'running') IS TRUE
     ORDER BY id FOR UPDATE
 ),
 done AS (
@@ -667,7 +674,7 @@ FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::bytea[], $5::bigint[])
          AS r(id, attempt, token, output, progress),
      c, locked
 WHERE j.id = r.id AND j.id = locked.id AND j.attempt = r.attempt AND j.lease_token = r.token
-    AND j.state = 'running'
+    AND (j.state = 'running') IS TRUE
     -- rules::before_deadline: an attempt past its deadline is left to the one-by-one path,
     -- which refuses the completion
     AND NOT coalesce(j.lease_deadline <= c.t, false)
