@@ -2327,6 +2327,20 @@ fn an_end_behind_an_open_transaction_is_held_back_and_the_page_says_so() {
     );
 }
 
+/// `n` empty jobs enqueued and drained by a pool of eight, whose rounds complete many at
+/// once; their ids.
+fn drained_by_eight(store: &PgStore, n: usize) -> Vec<leasehold::JobId> {
+    let ids = store
+        .enqueue_batch((0..n).map(|i| NewJob::new(Q, format!("{i}"))))
+        .unwrap();
+    let pool = leasehold::WorkerPool::builder(store.clone(), Q)
+        .concurrency(8)
+        .start(|_| Ok(Vec::new()))
+        .unwrap();
+    assert!(pool.wait_idle(Duration::from_secs(120)).unwrap());
+    ids
+}
+
 /// A pool's round completes many jobs in one statement, which keeps their endings in one row
 /// (schema 14): a reader still reads each of them once, in order, from any cursor, one
 /// standing in the middle of a row included; and a purge that takes the rows tells a reader
@@ -2335,15 +2349,7 @@ fn an_end_behind_an_open_transaction_is_held_back_and_the_page_says_so() {
 fn endings_a_round_keeps_together_are_read_one_by_one_from_a_cursor_inside_them() {
     let mut db = db!("endings of a round");
     let store = db.store();
-    let ids = store
-        .enqueue_batch((0..400).map(|i| NewJob::new(Q, format!("{i}"))))
-        .unwrap();
-    let pool = leasehold::WorkerPool::builder(store.clone(), Q)
-        .concurrency(8)
-        .start(|_| Ok(Vec::new()))
-        .unwrap();
-    assert!(pool.wait_idle(Duration::from_secs(120)).unwrap());
-    drop(pool);
+    let ids = drained_by_eight(&store, 400);
     // The widest row: how many it holds, and its first job.
     let row = db
         .admin
@@ -2445,15 +2451,7 @@ fn endings_kept_before_the_upgrade_to_rows_of_many_read_on_with_those_after_it()
         .unwrap();
     let store = db.builder().open().unwrap();
     assert_eq!(store.upgraded_from(), Some(13));
-    let new = store
-        .enqueue_batch((0..200).map(|_| NewJob::new(Q, "new")))
-        .unwrap();
-    let pool = leasehold::WorkerPool::builder(store.clone(), Q)
-        .concurrency(8)
-        .start(|_| Ok(Vec::new()))
-        .unwrap();
-    assert!(pool.wait_idle(Duration::from_secs(120)).unwrap());
-    drop(pool);
+    let new = drained_by_eight(&store, 200);
     let (mut read, mut at) = (Vec::new(), kept.parse::<EndCursor>().unwrap());
     wait_until("every ending read", || {
         let page = store.endings(at, 3).unwrap();
