@@ -138,8 +138,10 @@ impl Listener {
 
 impl Listener {
     /// Stops the thread: `wake` sends [`LOOK_AGAIN`] on the channel it listens on (`true`
-    /// if it was sent). Woken, the thread is waited for; otherwise it is left to end by
-    /// itself within [`STOP_CHECK`], rather than a handle's close waiting that long.
+    /// if it was sent). Woken, the thread is waited for: it hears the wake-up if it listened
+    /// before it was sent, and sees the flag as soon as it listens otherwise. Not woken, it
+    /// is left to end by itself within [`STOP_CHECK`], rather than a handle's close waiting
+    /// that long.
     pub(crate) fn stop(mut self, wake: impl FnOnce() -> bool) {
         self.stop.store(true, Ordering::SeqCst);
         if wake()
@@ -181,6 +183,12 @@ fn listen(
             continue;
         }
         listening.store(true, Ordering::SeqCst);
+        // A handle that closed before this connection listened sent its wake-up to nobody
+        // (`Listener::stop` sets the flag first, then sends it): the flag says so now, and
+        // what is sent from here on is heard.
+        if stop.load(Ordering::SeqCst) {
+            return;
+        }
         // What was sent before this listener listened is lost, at its start too (a waiter
         // that read its generation before, and an enqueue that committed in between): everyone
         // looks once, schedulers and followers too.

@@ -94,6 +94,32 @@ fn a_waiter_from_before_the_listener_listened_is_woken_when_it_does() {
     );
 }
 
+/// A handle closed as its listener starts closes at once. The wake-up a closing handle
+/// sends its listener is lost when it goes out before the listener listens; the listener
+/// then saw its stop flag only at its next quiet half-minute, and the close waited that
+/// long for it (a third of the runs of a test that opened, enqueued and closed). Each round
+/// closes a little later after the start, so that some close lands in that window.
+#[test]
+fn a_handle_closed_as_its_listener_starts_closes_without_waiting_for_it() {
+    let db = db!("close as the listener starts");
+    for round in 0..30 {
+        let store = db.store();
+        let (closed, was_closed) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            store.work_generation(Q); // (starts the listener)
+            std::thread::sleep(Duration::from_micros(200 * round));
+            drop(store);
+            let _ = closed.send(());
+        });
+        // Far over a connection's start on a loaded machine, under the half-minute.
+        let waited = was_closed.recv_timeout(Duration::from_secs(20));
+        assert!(
+            waited.is_ok(),
+            "round {round}: the close waited for the listener"
+        );
+    }
+}
+
 /// A scheduler on PostgreSQL sleeps until its next tick, and a schedule declared on another
 /// machine wakes it (a notification on the store's channel): here its interval is an hour,
 /// so a scheduler that only looked every interval would fire nothing.
