@@ -771,10 +771,20 @@ pub(crate) fn prepare(client: &mut Client, names: &Names, create: bool) -> Resul
         "SELECT pg_advisory_xact_lock(hashtext('leasehold schema ' || $1))",
         &[&names.schema],
     )?;
+    // The tables `information_schema.tables` lists (those of the kinds it lists that this
+    // role may use), found through the index on name and namespace (`IN_SCHEMA`).
     let found: Vec<String> = tx
         .query(
-            "SELECT table_name::text FROM information_schema.tables
-             WHERE table_schema = $1 AND table_name LIKE 'leasehold\\_%'",
+            &format!(
+                "SELECT relname::text FROM pg_class c
+                 WHERE relnamespace = {} AND relname LIKE 'leasehold\\_%'
+                     AND relkind IN ('r', 'v', 'f', 'p')
+                     AND (pg_has_role(relowner, 'USAGE')
+                         OR has_table_privilege(c.oid,
+                             'SELECT, INSERT, UPDATE, DELETE, TRUNCATE, REFERENCES, TRIGGER')
+                         OR has_any_column_privilege(c.oid, 'SELECT, INSERT, UPDATE, REFERENCES'))",
+                super::schema_check::IN_SCHEMA
+            ),
             &[&names.schema],
         )?
         .iter()

@@ -171,6 +171,18 @@ fn a_column_altered_by_hand_is_a_typed_error_naming_it_never_a_panic() {
         }
         other => panic!("expected SchemaAltered, got {other:?}"),
     }
+    // and, the index put back, a dropped function
+    db.sql(
+        "CREATE UNIQUE INDEX leasehold_jobs_unique ON {s}.leasehold_jobs (queue, unique_key)
+         WHERE unique_key IS NOT NULL;
+         DROP FUNCTION {s}.varint",
+    );
+    match pg_error(db.builder().open()) {
+        PgError::SchemaAltered { detail, .. } => {
+            assert!(detail.contains("function varint() is missing"), "{detail}")
+        }
+        other => panic!("expected SchemaAltered, got {other:?}"),
+    }
 }
 
 #[test]
