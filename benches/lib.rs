@@ -1,0 +1,1 @@
+//! Nothing: the benchmarks are `lease_ops.rs` (`cargo bench --bench lease_ops`).
