@@ -1,6 +1,6 @@
 //! Criterion benchmarks of the lease operations on a real store file.
 //!
-//! `cargo bench --bench lease_ops`. Durable figures are bounded by the disk's fsync; the
+//! `cargo bench -p leasehold-benches`. Durable figures are bounded by the disk's fsync; the
 //! eventual-durability figures show the store's own cost.
 #![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
 

@@ -1,1 +1,1 @@
-//! Nothing: the benchmarks are `lease_ops.rs` (`cargo bench --bench lease_ops`).
+//! Nothing: the benchmarks are `lease_ops.rs` (`cargo bench -p leasehold-benches`).
