@@ -607,7 +607,7 @@ pub(crate) fn endings(
                FROM (SELECT * FROM {s}.leasehold_endings
                      WHERE xid >= $1::text::xid8
                          AND (xid > $1::text::xid8
-                              OR {s}.ending_seq(seq, n, coalesce(n, 1) - 1) > $2)
+                              OR {s}.ending_last(seq, n) > $2)
                          AND xid < pg_snapshot_xmin(pg_current_snapshot())
                      ORDER BY xid, seq
                      LIMIT $3) r,

@@ -770,7 +770,7 @@ impl Records for PgRecords<'_, '_, '_> {
              gone AS (
                  DELETE FROM {s}.leasehold_endings e USING doomed d
                  WHERE e.xid = d.xid AND e.seq = d.seq
-                 RETURNING e.xid, {s}.ending_seq(e.seq, e.n, coalesce(e.n, 1) - 1) AS seq
+                 RETURNING e.xid, {s}.ending_last(e.seq, e.n) AS seq
              )
              SELECT count(*) OVER (), xid::text::bigint, seq FROM gone
              ORDER BY xid DESC, seq DESC LIMIT 1",

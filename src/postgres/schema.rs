@@ -264,9 +264,10 @@ CREATE TABLE IF NOT EXISTS {s}.leasehold_endings (
 /// round of up to 500 costs less than a microsecond per job. A reader's cursor may stand
 /// inside such a row, so each ending of a row written since has its own number within its
 /// transaction, `{s}.ending_seq`: the row's `seq` times a million plus its place in the
-/// row (a row of version 12, `n` empty, numbers its one ending `seq`). Rows stay on their
-/// page (`toast_tuple_target`), which a row of 500 ids fits, rather than being compressed
-/// and moved out of line.
+/// row (a row of version 12, `n` empty, numbers its one ending `seq`); `{s}.ending_last`
+/// is the number of a row's last ending (what a page stops inside, or a trim passed). Rows
+/// stay on their page (`toast_tuple_target`), which a row of 500 ids fits, rather than
+/// being compressed and moved out of line.
 macro_rules! since_14 {
     () => {
         "
@@ -279,6 +280,9 @@ ALTER TABLE {s}.leasehold_endings SET (toast_tuple_target = 8160);
 CREATE OR REPLACE FUNCTION {s}.ending_seq(seq bigint, n integer, i integer) RETURNS bigint
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
     AS $$ SELECT CASE WHEN n IS NULL THEN seq ELSE seq * 1000000 + i END $$;
+CREATE OR REPLACE FUNCTION {s}.ending_last(seq bigint, n integer) RETURNS bigint
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$ SELECT {s}.ending_seq(seq, n, coalesce(n, 1) - 1) $$;
 "
     };
 }

@@ -194,6 +194,7 @@ const FUNCTIONS: &[&str] = &[
     "on_timeline",
     "varint",
     "ending_seq",
+    "ending_last",
     "duration",
     "request_end",
     "complete_job",

@@ -2459,6 +2459,7 @@ fn endings_kept_before_the_upgrade_to_rows_of_many_read_on_with_those_after_it()
     db.sql(
         "ALTER TABLE {s}.leasehold_endings DROP COLUMN n, DROP COLUMN jobs, DROP COLUMN queues;
          DROP FUNCTION {s}.ending_seq;
+         DROP FUNCTION {s}.ending_last;
          UPDATE {s}.leasehold_meta SET value = '13' WHERE key = 'schema_version'",
     );
     // A reader of version 13 that had read the first of them kept its cursor: TX.SEQ.
