@@ -46,13 +46,17 @@ fn a_claim_reads_the_jobs_it_takes_not_every_waiting_job_of_the_queue() {
     // A queue as deep as the drain where the claim's plan sorted every waiting job (from
     // about this depth the planner put the index scan on the inner side of the join with
     // the time, whose order it does not keep).
+    let mut first = None;
     for chunk in 0..120 {
-        store
+        let ids = store
             .enqueue_batch((0..500).map(|i| NewJob::new(Q, format!("{chunk}.{i}"))))
             .unwrap();
+        first = first.or(ids.first().copied());
     }
+    let first = first.unwrap();
     // What the claims read of the ready index, from the server's statistics (which a
-    // backend reports once idle, within seconds): nothing read it before them.
+    // backend reports at the end of a statement a second after its last report, or 10 s
+    // after it went idle): nothing read it before them.
     let read = |db: &mut Db| -> i64 {
         db.admin
             .query_one(
@@ -69,6 +73,7 @@ fn a_claim_reads_the_jobs_it_takes_not_every_waiting_job_of_the_queue() {
     }
     let mut tuples = 0;
     wait_until("the claims' reads in the statistics", || {
+        store.job(first).unwrap(); // (by its id: a statement that reads no ready index)
         tuples = read(&mut db);
         tuples > 0
     });
@@ -1891,6 +1896,9 @@ fn a_reaper_pass_vacuums_a_table_whose_dead_rows_passed_the_threshold_not_again_
     let off = db.builder().vacuum_when_dead(None).open().unwrap();
     churn(&off, 300);
     while dead_and_vacuums(&mut db).0 < 300 {
+        // (a statement of the churning handle's makes its backend report the statistics,
+        // a second after its last report; idle, it reports them 10 s after)
+        off.stats().unwrap();
         until("the statistics to count the dead versions");
     }
     assert!(off.reap().unwrap().vacuum_started.is_empty());
