@@ -264,10 +264,10 @@ CREATE TABLE IF NOT EXISTS {s}.leasehold_endings (
 /// round of up to 500 costs less than a microsecond per job. A reader's cursor may stand
 /// inside such a row, so each ending of a row written since has its own number within its
 /// transaction, `{s}.ending_seq`: the row's `seq` times a million plus its place in the
-/// row (a row of version 12, `n` empty, numbers its one ending `seq`); `{s}.ending_last`
-/// is the number of a row's last ending (what a page stops inside, or a trim passed). Rows
-/// stay on their page (`toast_tuple_target`), which a row of 500 ids fits, rather than
-/// being compressed and moved out of line.
+/// row (a row kept before version 14, `n` empty, numbers its one ending `seq`);
+/// `{s}.ending_last` is the number of a row's last ending (what a page stops inside, or a
+/// trim passed). Rows stay on their page (`toast_tuple_target`), which a row of 500 ids
+/// fits, rather than being compressed and moved out of line.
 macro_rules! since_14 {
     () => {
         "
@@ -776,7 +776,7 @@ pub(crate) fn prepare(client: &mut Client, names: &Names, create: bool) -> Resul
         &[&names.schema],
     )?;
     // The tables `information_schema.tables` lists (those of the kinds it lists that this
-    // role may use), found through the index on name and namespace (`IN_SCHEMA`).
+    // role may use), found through the index on name and namespace (`SCHEMA_OID`).
     let found: Vec<String> = tx
         .query(
             &format!(
@@ -787,7 +787,7 @@ pub(crate) fn prepare(client: &mut Client, names: &Names, create: bool) -> Resul
                          OR has_table_privilege(c.oid,
                              'SELECT, INSERT, UPDATE, DELETE, TRUNCATE, REFERENCES, TRIGGER')
                          OR has_any_column_privilege(c.oid, 'SELECT, INSERT, UPDATE, REFERENCES'))",
-                super::schema_check::IN_SCHEMA
+                super::schema_check::SCHEMA_OID
             ),
             &[&names.schema],
         )?

@@ -203,13 +203,13 @@ const FUNCTIONS: &[&str] = &[
     "remove_job",
 ];
 
-/// The schema named `$1`, as a catalog query's condition on its namespace. Every open reads
+/// The oid of the schema named `$1`, for a catalog query's namespace. Every open reads
 /// the catalogs, so each query names what it looks for and finds it through the catalogs'
 /// indexes (`pg_class` by name and namespace, `pg_attribute` by relation, `pg_proc` by name):
 /// a database where schemas come and go (a test suite's; the catalogs keep their dead rows
 /// until vacuumed) made a read of `information_schema` or of a namespace's every row take
 /// 10–30 ms each, and an open about 80 ms.
-pub(super) const IN_SCHEMA: &str = "(SELECT oid FROM pg_namespace WHERE nspname = $1)";
+pub(super) const SCHEMA_OID: &str = "(SELECT oid FROM pg_namespace WHERE nspname = $1)";
 
 /// Refuses a store whose tables were altered by hand, naming what changed: a column's type
 /// that a read would fail on (or worse, read wrongly), a missing column, index or function.
@@ -218,7 +218,7 @@ pub(super) fn check_tables(tx: &mut postgres::Transaction<'_>, schema: &str) -> 
         schema: Some(schema.to_owned()),
         detail,
     };
-    // Each query looks its rows up by name in the catalogs' indexes (see `IN_SCHEMA`).
+    // Each query looks its rows up by name in the catalogs' indexes (see `SCHEMA_OID`).
     let tables: Vec<&str> = COLUMNS.iter().map(|(table, _)| *table).collect();
     let found: Vec<(String, String, String)> = tx
         .query(
@@ -227,7 +227,7 @@ pub(super) fn check_tables(tx: &mut postgres::Transaction<'_>, schema: &str) -> 
                  FROM pg_class c
                  JOIN pg_attribute a ON a.attrelid = c.oid
                  JOIN pg_type t ON t.oid = a.atttypid
-                 WHERE c.relnamespace = {IN_SCHEMA} AND c.relname = ANY($2::name[])
+                 WHERE c.relnamespace = {SCHEMA_OID} AND c.relname = ANY($2::name[])
                      AND c.relkind = 'r' AND a.attnum > 0 AND NOT a.attisdropped"
             ),
             &[&schema, &tables],
@@ -253,7 +253,7 @@ pub(super) fn check_tables(tx: &mut postgres::Transaction<'_>, schema: &str) -> 
         .query(
             &format!(
                 "SELECT relname::text FROM pg_class
-                 WHERE relnamespace = {IN_SCHEMA} AND relname = ANY($2::name[])
+                 WHERE relnamespace = {SCHEMA_OID} AND relname = ANY($2::name[])
                      AND relkind IN ('i', 'I')"
             ),
             &[&schema, &INDEXES],
@@ -268,7 +268,7 @@ pub(super) fn check_tables(tx: &mut postgres::Transaction<'_>, schema: &str) -> 
         .query(
             &format!(
                 "SELECT proname::text FROM pg_proc
-                 WHERE pronamespace = {IN_SCHEMA} AND proname = ANY($2::name[])"
+                 WHERE pronamespace = {SCHEMA_OID} AND proname = ANY($2::name[])"
             ),
             &[&schema, &FUNCTIONS],
         )?
