@@ -1,7 +1,8 @@
 //! The seam between an engine and the calls written once over it: what an engine gives
 //! ([`LeaseBackend`]: its write transactions as the protocol's records, a clock that never
 //! fails, wake-ups, a pool's round), the one way a call reaches a write transaction
-//! ([`write`]), and what a pool hands over to be committed (completions, an attempt's end).
+//! ([`write`]), and what a pool hands over to be committed (renewals, an attempt's end; its
+//! round's completions are [`protocol::round`]'s).
 //! Each engine keeps its own way where it has one (redb's group commit, PostgreSQL's
 //! statements); the rules they apply are the protocol's, and the suites check it.
 
@@ -12,37 +13,11 @@ use crate::ids::{Attempt, JobId, StoreTime};
 use crate::job_log::LogRecord;
 use crate::lease::{Holding, Lease, LeaseTerms, Renewal};
 use crate::protocol::{self, Records};
+use crate::protocol::{AnyWrites, Claim, Completion};
 use crate::state::JobState;
 
 /// What the application's writes return: its own error, whatever it is.
 pub(crate) type WritesResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
-
-/// Writes of any engine's kind, for a pool on a [`Backend`](crate::Backend) chosen at run time: the engine
-/// that commits them takes its own kind and refuses another
-/// ([`ConfigError::WritesForAnotherStore`](crate::ConfigError)). Made by `into_any` on an
-/// [`Output`](crate::Output) of an engine's kind.
-pub struct AnyWrites(pub(crate) Box<dyn std::any::Any + Send>);
-
-impl AnyWrites {
-    /// The writes, if they are of kind `W`, borrowed (a transaction that runs again runs
-    /// them again).
-    #[cfg(feature = "postgres")]
-    pub(crate) fn as_mut<W: 'static>(&mut self) -> Option<&mut W> {
-        if self.0.is::<W>() {
-            return self.0.downcast_mut::<W>();
-        }
-        self.0.downcast_mut::<AnyWrites>().and_then(|w| w.as_mut())
-    }
-
-    /// The writes, if they are of kind `W`.
-    pub(crate) fn take<W: 'static>(self) -> Option<W> {
-        match self.0.downcast::<W>() {
-            Ok(w) => Some(*w),
-            // (`into_any` of writes already of any kind wraps them once more)
-            Err(other) => other.downcast::<AnyWrites>().ok().and_then(|w| w.take()),
-        }
-    }
-}
 
 /// What a reaper's pass found to do when it began ([`LeaseBackend::reaper_looks`]), read
 /// in one look where the engine can (one statement on PostgreSQL: each statement wakes an
@@ -56,38 +31,6 @@ pub struct ReaperLooks {
     pub(crate) leases_expired: bool,
     /// Whether a job may wait past its expiry at `now`.
     pub(crate) past_expiry: bool,
-}
-
-/// A completion a pool hands over to be committed with others.
-pub struct Completion {
-    /// The attempt it ends, under the fence.
-    pub by: Holding,
-    pub output: Vec<u8>,
-    /// The attempt's last progress.
-    pub progress: Option<u64>,
-    /// The application's writes, committed in the round under the completion's own fence
-    /// (a failure of theirs fails this completion alone).
-    pub writes: Option<AnyWrites>,
-    /// The attempt's log lines its heartbeats have not carried, written once it has
-    /// completed, in the same transaction ([`Completion::logs_after`]).
-    pub(crate) log: Option<LogRecord>,
-}
-
-impl Completion {
-    /// The log lines of each of `done` that `completed` says completed, written in the
-    /// round's own transaction (rather than in a write of their own before it, which cost
-    /// a job that logged a line a commit more).
-    pub(crate) fn logs_after(
-        r: &mut (impl Records + ?Sized),
-        done: &[Completion],
-        completed: &[Result<()>],
-    ) -> Result<()> {
-        let logs: Vec<_> = (done.iter().zip(completed))
-            .filter(|(_, result)| result.is_ok())
-            .filter_map(|(c, _)| c.log.as_ref().map(|log| (c.by, log)))
-            .collect();
-        protocol::append_logs(r, &logs)
-    }
 }
 
 /// The application's writes panicked while a round committed them: the attempt fails as
@@ -111,31 +54,6 @@ pub type RoundResults = (Vec<Result<()>>, Result<Vec<Lease>>);
 pub(crate) fn round_failed(n: usize, e: crate::error::Error) -> RoundResults {
     let each = crate::error::shared_by_all(e);
     ((0..n).map(|_| Err(each())).collect(), Err(each()))
-}
-
-/// A claim a round makes: of each queue up to its share of `plan`, what one cannot fill
-/// taken by the others ([`protocol::round_claim`](crate::protocol::round_claim)), for
-/// `worker` under `terms`. A pool of one queue asks one share.
-#[derive(Clone, Copy, Debug)]
-pub struct Claim<'a> {
-    /// Each queue with its share, in the order that fills what another could not.
-    pub plan: &'a [(String, usize)],
-    /// The claimer.
-    pub worker: &'a str,
-    /// The leases' terms.
-    pub terms: LeaseTerms,
-}
-
-impl Claim<'_> {
-    /// How many jobs it asks for in all.
-    pub fn wanted(&self) -> usize {
-        self.plan.iter().map(|(_, n)| n).sum()
-    }
-
-    /// Its queues.
-    pub(crate) fn queues(&self) -> impl Iterator<Item = &str> {
-        self.plan.iter().map(|(q, _)| q.as_str())
-    }
 }
 
 /// A round as a pool's dispatcher makes it, for the stores' `complete_batch_and_claim`:
@@ -335,49 +253,33 @@ pub trait LeaseBackend: Send + Sync + 'static {
         }
         .into())
     }
-    /// Completes each of `done` as its own unit, then makes `claim` (queue, worker, terms,
-    /// how many) if given, deciding as if the completions had committed first: a pool's
-    /// round, in one transaction (redb shares its commit with other callers' writes;
-    /// PostgreSQL runs a big round's two halves at once). The application's writes a
-    /// completion carries are the engine's to commit, where it has tables of the
-    /// application's.
+    /// A pool's round ([`protocol::round`]): completes each of `done` as its own unit, then
+    /// makes `claim` (queue, worker, terms, how many) if given, deciding as if the
+    /// completions had committed first. The default runs it in one transaction, refusing
+    /// the application's writes; redb queues each part into its group commit, PostgreSQL
+    /// runs a big round's two halves at once.
     fn complete_all_then_claim(
         &self,
-        done: Vec<Completion>,
+        mut done: Vec<Completion>,
         claim: Option<Claim<'_>>,
     ) -> RoundResults {
         let count = done.len();
-        // (writes of the application's: none reach an engine without tables of its own, whose
-        // pools cannot make them; refused rather than dropped all the same)
-        let refused = |c: &Completion| c.writes.is_some();
         let claim = claim.map(|c| {
             let marks = self.marks_due(&mut c.queues());
             (c.plan.to_vec(), c.worker.to_owned(), c.terms, marks)
         });
         let round = write(self, move |r| {
-            let mut completed = Vec::with_capacity(done.len());
-            for c in &done {
-                if refused(c) {
-                    completed.push(Err(crate::error::ConfigError::WritesForAnotherStore {
-                        given: "an application's writes",
-                        store: "a store with no tables of the application's",
-                    }
-                    .into()));
-                    continue;
-                }
-                match protocol::complete(r, c.by, &c.output, c.progress) {
-                    Err(e) if !e.is_refusal() => return Err(e),
-                    answer => completed.push(answer),
-                }
-            }
-            Completion::logs_after(r, &done, &completed)?;
-            let claimed = match &claim {
-                Some((plan, worker, terms, marks)) => {
-                    protocol::round_claim(r, plan, worker, *terms, marks)?
-                }
-                None => Vec::new(),
-            };
-            Ok((completed, claimed))
+            let claim = claim.as_ref().map(|(plan, worker, terms, marks)| {
+                let claim = Claim {
+                    plan,
+                    worker,
+                    terms: *terms,
+                };
+                (claim, marks.as_slice())
+            });
+            let (claim, marks) = claim.unzip();
+            let marks = marks.unwrap_or_default();
+            protocol::round(r, &mut done, claim, marks, &mut protocol::no_writes)
         });
         match round {
             Ok((completed, claimed)) => (completed, Ok(claimed)),

@@ -4,8 +4,8 @@
 
 use std::sync::Arc;
 
-use crate::backend::AnyWrites;
 use crate::job_store::JobStore;
+use crate::protocol::AnyWrites;
 
 /// A store a worker pool runs on, and the kind of application writes its completions carry
 /// ([`Output`](crate::Output)'s type parameter): redb tables ([`RedbWrites`](crate::RedbWrites))

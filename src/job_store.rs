@@ -269,7 +269,7 @@ pub trait JobStore: ReadJobs + LeaseBackend {
         terms: LeaseTerms,
     ) -> Result<Vec<Lease>> {
         let plan: Vec<(String, usize)> = plan.iter().map(|(q, n)| ((*q).to_owned(), *n)).collect();
-        let claim = crate::backend::Claim {
+        let claim = crate::protocol::Claim {
             plan: &plan,
             worker,
             terms,
@@ -370,7 +370,7 @@ pub trait JobStore: ReadJobs + LeaseBackend {
         n: usize,
     ) -> (Vec<Result<()>>, Result<Vec<Lease>>) {
         let plan = [(queue.to_owned(), n)];
-        let claim = crate::backend::Claim {
+        let claim = crate::protocol::Claim {
             plan: &plan,
             worker,
             terms,

@@ -15,12 +15,12 @@ use super::stats::Counters;
 use super::{
     Batching, DEFAULT_SHUTDOWN_GRACE, Handler, Phase, Shared, Validator, WorkerPool, handover,
 };
-use crate::backend::AnyWrites;
 use crate::config::LeaseSettings;
 use crate::engine::{Backend, Engine};
 use crate::error::{ConfigError, Result};
 use crate::input;
 use crate::lease::LeaseTerms;
+use crate::protocol::AnyWrites;
 
 impl WorkerPool {
     /// A builder for a pool that works `queues` of `store`: a queue's name, or several

@@ -10,7 +10,6 @@ use std::time::Duration;
 
 use parking_lot::{Condvar, Mutex};
 
-use crate::backend::AnyWrites;
 use crate::checkpoint::Checkpoint;
 use crate::clock::RealDeadline;
 use crate::error::Error;
@@ -18,6 +17,7 @@ use crate::ids::{Attempt, JobId, StoreTime};
 use crate::job_log::LogRecord;
 use crate::job_store::JobStore;
 use crate::lease::Lease;
+use crate::protocol::AnyWrites;
 use crate::rules::Retry;
 use crate::workflow::{Group, Target};
 

@@ -11,8 +11,8 @@ use super::handover::Handed;
 use super::queues::Planner;
 use super::stats::bump;
 use super::{Flight, Shared, run};
-use crate::backend::{Claim, Completion};
 use crate::clock::Stopwatch;
+use crate::protocol::{Claim, Completion};
 
 /// How long an idle dispatcher sleeps at most: some changes wake no one (room freed in a
 /// limited queue by another process, say), so it looks again at least this often: the

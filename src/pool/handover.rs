@@ -18,7 +18,7 @@ pub(crate) struct Handed {
     pub flight: Flight,
     pub output: Vec<u8>,
     /// The application's writes, committed in the round under this completion's fence.
-    pub writes: Option<crate::backend::AnyWrites>,
+    pub writes: Option<crate::protocol::AnyWrites>,
 }
 
 #[derive(Default)]

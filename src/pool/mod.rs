@@ -25,7 +25,7 @@ use std::time::Duration;
 use crossbeam_channel::{Receiver, Sender, bounded, unbounded};
 use parking_lot::{Condvar, Mutex};
 
-pub use crate::backend::AnyWrites;
+pub use crate::protocol::AnyWrites;
 pub use builder::PoolBuilder;
 #[cfg(any(feature = "tokio", feature = "testing"))]
 pub(crate) use builder::any;

@@ -12,10 +12,11 @@ use super::context::{Interruption, JobContext, JobError, Output, no_retry_mends}
 use super::handover::Handed;
 use super::stats::bump;
 use super::{Flight, Shared};
-use crate::backend::{AnyWrites, End};
+use crate::backend::End;
 use crate::clock::Stopwatch;
 use crate::error::Error;
 use crate::job::Outcome;
+use crate::protocol::AnyWrites;
 use crate::rules::{self, Retry};
 use crate::state::JobState;
 

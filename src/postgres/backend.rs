@@ -5,13 +5,12 @@ use std::time::Duration;
 
 use super::transaction::{Beside, PgRecords};
 use super::{PgStore, fast, read};
-use crate::backend::AnyWrites;
-use crate::backend::Completion;
-use crate::backend::{Claim, LeaseBackend, ReaperLooks, RoundResults, Step};
+use crate::backend::{LeaseBackend, ReaperLooks, RoundResults, Step};
 use crate::error::{ConfigError, Result};
 use crate::ids::StoreTime;
 use crate::lease::Lease;
 use crate::protocol;
+use crate::protocol::{AnyWrites, Claim, Completion};
 
 /// How long a reading of the database's clock serves before the next is taken.
 const CLOCK_READING_SERVES: Duration = Duration::from_millis(500);
@@ -19,7 +18,6 @@ const CLOCK_READING_SERVES: Duration = Duration::from_millis(500);
 crate::engine::engine!(PgStore, super::store::SqlWrites);
 
 /// What one transaction of a round does besides its completions.
-#[derive(Clone, Copy)]
 enum Side<'a> {
     /// Nothing more: a round without a claim.
     Alone,
@@ -32,7 +30,7 @@ enum Side<'a> {
     /// of taking it, as if the completions had not come first. So before the first, this
     /// waits until the claim has taken what it takes. (The batch statement locks only the
     /// running rows it completes, which no claim takes.)
-    BesideClaim(&'a dyn Fn()),
+    BesideClaim(crossbeam_channel::Receiver<()>),
 }
 
 /// The refusal of writes made for another engine's store.
@@ -83,10 +81,7 @@ impl PgStore {
             let completing = scope.spawn(move || {
                 there.enter();
                 let _committed = committed;
-                let claim_has_taken = || {
-                    let _ = taken.recv();
-                };
-                self.complete_each_and_claim(done, Side::BesideClaim(&claim_has_taken))
+                self.complete_each_and_claim(done, Side::BesideClaim(taken))
             });
             let beside = std::sync::Arc::new(Beside {
                 jobs,
@@ -103,99 +98,34 @@ impl PgStore {
         })
     }
 
-    /// [`PgStore::complete_each_then_claim`] in one transaction: `done`, then the claim
-    /// `side` asks for, if any.
+    /// [`PgStore::complete_each_then_claim`] in one transaction: [`protocol::round`] of
+    /// `done`, then the claim `side` asks for, if any.
     fn complete_each_and_claim(
         &self,
         done: &mut [Completion],
         side: Side<'_>,
     ) -> (Vec<Result<()>>, Result<Vec<Lease>>) {
-        let s = self.settings();
-        let (claim, beside) = match side {
-            Side::Claim(claim, beside) => (Some(claim), beside),
-            Side::Alone | Side::BesideClaim(_) => (None, None),
+        let (claim, beside, claim_beside) = match side {
+            Side::Claim(claim, beside) => (Some(claim), beside, None),
+            Side::Alone => (None, None, None),
+            Side::BesideClaim(taken) => (None, None, Some(taken)),
         };
         let marks = match claim {
             Some(c) => self.marks_due(&mut c.queues()),
             None => Vec::new(),
         };
         let outcome = self.records(|r| {
-            // The common case in one statement: every completion whose fence holds. Those it
-            // did not complete (refused or too large) go one by one through the single
-            // completion, which says why; so do all of a job that appears more than once
-            // (a stale attempt beside the live one, a repeat), in their order, since each
-            // one's answer depends on the one before; and each with the application's
-            // writes, under a savepoint of its own.
-            let mut times = std::collections::HashMap::new();
-            for c in done.iter() {
-                *times.entry(c.by.job).or_insert(0) += 1;
-            }
-            let batchable = |c: &Completion| {
-                c.writes.is_none()
-                    && c.output.len() <= s.policy.max_payload
-                    && times[&c.by.job] == 1
+            r.beside = beside.cloned();
+            r.claim_beside = claim_beside.clone();
+            let writes = &mut |r: &mut PgRecords<'_, '_, '_>,
+                               by,
+                               output: &[u8],
+                               progress,
+                               w: &mut AnyWrites| {
+                let counted = (&mut r.events, &mut r.counts);
+                self.complete_with_writes_in(r.tx, r.p, counted, (by, output, progress), w)
             };
-            let batch: Vec<_> = done
-                .iter()
-                .filter(|c| batchable(c))
-                .map(|c| (c.by, c.output.as_slice(), c.progress))
-                .collect();
-            if done.len() > 1 && batch.len() < done.len() {
-                // Some go one by one, in the workers' order: their rows are locked first,
-                // in the order of their ids (see `fast::lock_running`).
-                fast::lock_running(r, done.iter().map(|c| c.by.job))?;
-            }
-            let mut completed = match batch.len() {
-                0 | 1 => Default::default(),
-                _ => protocol::complete_many(r, &batch)?,
-            };
-            let batched = batch.len() > 1;
-            let mut results = Vec::with_capacity(done.len());
-            for c in done.iter_mut() {
-                let (by, progress) = (c.by, c.progress);
-                let in_batch = completed.remove(&by);
-                if let (false, Side::BesideClaim(claim_has_taken)) = (in_batch, &side) {
-                    claim_has_taken();
-                }
-                let result = if in_batch {
-                    Ok(())
-                } else if batched && batchable(c) {
-                    // In the statement and not completed by it: the fence says why.
-                    protocol::complete_by_steps(r, by, &c.output, progress)
-                } else if let Some(writes) = &mut c.writes {
-                    let end = (by, c.output.as_slice(), progress);
-                    self.complete_with_writes_in(
-                        r.tx,
-                        r.p,
-                        (&mut r.events, &mut r.counts),
-                        end,
-                        writes,
-                    )
-                } else {
-                    protocol::complete(r, by, &c.output, progress)
-                };
-                match result {
-                    Err(e)
-                        if !e.is_refusal() && !matches!(e, crate::error::Error::Application(_)) =>
-                    {
-                        return Err(e);
-                    }
-                    result => results.push(result),
-                }
-            }
-            Completion::logs_after(r, done, &results)?;
-            let claimed = match claim {
-                Some(Claim {
-                    plan,
-                    worker,
-                    terms,
-                }) => {
-                    r.beside = beside.cloned();
-                    protocol::round_claim(r, plan, worker, terms, &marks)?
-                }
-                None => Vec::new(),
-            };
-            Ok((results, claimed))
+            protocol::round(r, done, claim, &marks, writes)
         });
         match outcome {
             Ok((results, claimed)) => (results, Ok(claimed)),

@@ -543,7 +543,7 @@ WHERE id = ANY($1) AND (state = 'running') IS TRUE ORDER BY id FOR UPDATE";
 /// row is one a claim beside this transaction may be about to take.
 pub(crate) fn lock_running(
     r: &mut PgRecords<'_, '_, '_>,
-    jobs: impl Iterator<Item = JobId>,
+    jobs: &mut dyn Iterator<Item = JobId>,
 ) -> Result<()> {
     let mut ids: Vec<i64> = jobs.map(key).collect();
     ids.sort_unstable();

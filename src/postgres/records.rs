@@ -257,6 +257,17 @@ impl Records for PgRecords<'_, '_, '_> {
         }
     }
 
+    fn lock_ends(&mut self, jobs: &mut dyn Iterator<Item = JobId>) -> Result<()> {
+        fast::lock_running(self, jobs)
+    }
+
+    fn ending_alone(&mut self) {
+        if let Some(claim) = self.claim_beside.take() {
+            // (disconnected once the claim has taken what it takes, or ended)
+            let _ = claim.recv();
+        }
+    }
+
     fn complete_fenced(
         &mut self,
         done: &[(Holding, &[u8], Option<u64>)],

@@ -55,6 +55,9 @@ pub(crate) struct PgRecords<'a, 'b, 'c> {
     /// transaction, until it has waited for them
     /// ([`crate::protocol::Records::completions_committed`]).
     pub(super) beside: Option<std::sync::Arc<Beside>>,
+    /// The claim of this transaction's round committing beside it, in another transaction,
+    /// until it has taken what it takes ([`crate::protocol::Records::ending_alone`]).
+    pub(super) claim_beside: Option<crossbeam_channel::Receiver<()>>,
 }
 
 impl<'a, 'b, 'c> PgRecords<'a, 'b, 'c> {
@@ -72,6 +75,7 @@ impl<'a, 'b, 'c> PgRecords<'a, 'b, 'c> {
             events: Default::default(),
             counts: Default::default(),
             beside: None,
+            claim_beside: None,
         }
     }
 

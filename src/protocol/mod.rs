@@ -31,6 +31,7 @@
 //! | `group.rs` | groups: opened with their callbacks, members enqueued, sealed, cancelled |
 //! | `keys.rs` | limits per key: each change of a keyed job counts its key and moves its head |
 //! | `operate.rs` | the rest: enqueue, cancel, retry, reclaims, queues' settings, schedules |
+//! | `round.rs` | a pool's round: its completions, each its own unit, then its claim |
 
 mod attempt;
 mod claim;
@@ -39,16 +40,16 @@ mod group;
 mod keys;
 mod operate;
 mod records;
+mod round;
 
 use std::time::Duration;
 
 pub(crate) use crate::rules::Stage;
 pub use attempt::End;
 pub(crate) use attempt::{
-    Stages, append_log, append_logs, complete, end, expire, renew_batch, save_checkpoint,
+    Stages, append_log, append_logs, complete, complete_by_steps, complete_many, end, expire,
+    renew_batch, save_checkpoint,
 };
-#[cfg(feature = "postgres")]
-pub(crate) use attempt::{complete_by_steps, complete_many};
 pub(crate) use claim::{claim_batch, claim_job, round_claim};
 pub(crate) use group::{
     cancel_group, enqueue_members, keyed_group, open_group, purge_groups, seal_group,
@@ -61,6 +62,8 @@ pub(crate) use operate::{
 #[cfg(feature = "postgres")]
 pub(crate) use records::{ClaimLook, Completed, Taken};
 pub(crate) use records::{HeldSchedule, Inserted, NamedRecords, Position, Records};
+pub use round::{AnyWrites, Claim, Completion};
+pub(crate) use round::{no_writes, round};
 
 use crate::retry::RetryPolicy;
 

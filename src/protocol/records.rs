@@ -197,6 +197,19 @@ pub trait Records: NamedRecords {
     /// room, a key's count) as if they had committed first. The default, for an engine
     /// that commits them first, returns at once.
     fn completions_committed(&mut self) {}
+    /// Locks the records of `jobs`, the jobs a round is about to end one by one after its
+    /// step ([`super::round`]), in one order for every writer (ids rising), so that two
+    /// rounds ending the same jobs cannot each hold one the other waits for. The default,
+    /// for an engine whose writers take turns, locks nothing.
+    fn lock_ends(&mut self, _jobs: &mut dyn Iterator<Item = JobId>) -> Result<()> {
+        Ok(())
+    }
+    /// A completion of this transaction's round is about to be written by the protocol's
+    /// own steps, which hold its job's record: where the round's claim runs beside, in
+    /// another transaction, a job given back since could be one the claim takes, and held
+    /// here the claim would pass over it, as if the completions had not come first; so the
+    /// engine waits until that claim has taken what it takes. The default returns at once.
+    fn ending_alone(&mut self) {}
     /// Completes in one step each attempt of `done` (holding, output, progress) whose fence
     /// holds and whose deadline has not passed, writing its record as [`super::complete`]
     /// would, and says how each completed one was stored; the protocol does the rest of

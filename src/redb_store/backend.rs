@@ -1,9 +1,10 @@
 //! The redb [`Store`] as a worker pool's and a reaper's store (see [`crate::backend`]).
 
-use crate::backend::{AnyWrites, Claim, Completion, LeaseBackend, ReaperLooks, RoundResults, Step};
+use crate::backend::{LeaseBackend, ReaperLooks, RoundResults, Step};
 use crate::error::Result;
 use crate::ids::StoreTime;
 use crate::lease::Lease;
+use crate::protocol::{AnyWrites, Claim, Completion};
 
 use super::store::Store;
 

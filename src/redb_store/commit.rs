@@ -8,12 +8,13 @@ use std::sync::atomic::Ordering;
 
 use redb::WriteTransaction;
 
-use crate::backend::{Claim, Completion, LeaseBackend};
+use crate::backend::LeaseBackend;
 use crate::config::Durability;
 use crate::error::Result;
 use crate::ids::StoreTime;
 use crate::lease::Lease;
 use crate::protocol;
+use crate::protocol::{Claim, Completion};
 use crate::redb_store::app_transaction::RedbWrites;
 use crate::redb_store::group::{Committer, PendingOp};
 use crate::redb_store::schema;
@@ -37,7 +38,13 @@ impl Store {
             let marks = self.marks_due(&mut claim.queues());
             let (plan, worker, terms) = (claim.plan.to_vec(), claim.worker.to_owned(), claim.terms);
             ops.push(Box::new(move |tx| {
-                protocol::round_claim(tx, &plan, &worker, terms, &marks)
+                let claim = Claim {
+                    plan: &plan,
+                    worker: &worker,
+                    terms,
+                };
+                let round = protocol::round(tx, &mut [], Some(claim), &marks, &mut writes);
+                round.map(|(_, claimed)| claimed)
             }));
         }
         let mut results = self.inner.group.run_all(self, ops);
@@ -206,45 +213,42 @@ struct Writing {
 /// An operation queued into a group commit, returning `T`.
 type Op<T> = Box<dyn FnMut(&mut Tx<'_>) -> Result<T> + Send>;
 
-/// One group operation per completion, each its own unit; `T` is the result type of the
-/// group they join (a completion returns its default). A completion that carries the
-/// application's writes runs them after its fence held; if they fail, having written, the
-/// group runs every operation again alone (see [`crate::redb_store::group`]), so only that
-/// completion fails.
+/// One group operation per completion, each a round of its own ([`protocol::round`]); `T`
+/// is the result type of the group they join (a completion returns its default). A
+/// completion that carries the application's writes runs them after its fence held; if
+/// they fail, having written, the group runs every operation again alone (see
+/// [`crate::redb_store::group`]), so only that completion fails.
 fn completions<T: Default + Send + 'static>(done: Vec<Completion>) -> Vec<Op<T>> {
     done.into_iter()
-        .map(|c| -> Op<T> {
-            let Completion {
-                by,
-                output,
-                progress,
-                writes,
-                log,
-            } = c;
-            // (the attempt's last log lines after its completion, in its transaction)
-            let logged = move |tx: &mut Tx<'_>| match &log {
-                Some(log) => protocol::append_log(tx, by, log),
-                None => Ok(()),
-            };
-            match writes.map(|w| w.take::<RedbWrites>()) {
-                None => Box::new(move |tx| {
-                    protocol::complete(tx, by, &output, progress)?;
-                    logged(tx).map(|()| T::default())
-                }),
-                Some(Some(mut writes)) => Box::new(move |tx| {
-                    writes.complete(tx, by, &output, progress)?;
-                    logged(tx).map(|()| T::default())
-                }),
-                Some(None) => Box::new(|_| {
-                    Err(crate::error::ConfigError::WritesForAnotherStore {
-                        given: "writes of another engine's kind",
-                        store: "a redb store, whose writes are Output::with_writes",
-                    }
-                    .into())
-                }),
-            }
+        .map(|mut c| -> Op<T> {
+            Box::new(move |tx| {
+                let one = std::slice::from_mut(&mut c);
+                let (mut answer, _) = protocol::round(tx, one, None, &[], &mut writes)?;
+                let answer = answer.pop();
+                answer.unwrap_or(Err(crate::error::Error::Internal("a round lost an answer")))?;
+                Ok(T::default())
+            })
         })
         .collect()
+}
+
+/// The application's writes to its redb tables, after the completion in `tx`
+/// ([`RedbWrites::complete`]); writes of another engine's kind are refused.
+fn writes(
+    tx: &mut Tx<'_>,
+    by: crate::lease::Holding,
+    output: &[u8],
+    progress: Option<u64>,
+    writes: &mut crate::protocol::AnyWrites,
+) -> Result<()> {
+    match writes.as_mut::<RedbWrites>() {
+        Some(writes) => writes.complete(tx, by, output, progress),
+        None => Err(crate::error::ConfigError::WritesForAnotherStore {
+            given: "writes of another engine's kind",
+            store: "a redb store, whose writes are Output::with_writes",
+        }
+        .into()),
+    }
 }
 
 impl Committer for Store {
