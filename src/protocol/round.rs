@@ -34,15 +34,6 @@ impl AnyWrites {
         }
         self.0.downcast_mut::<AnyWrites>().and_then(|w| w.as_mut())
     }
-
-    /// The writes, if they are of kind `W`.
-    pub(crate) fn take<W: 'static>(self) -> Option<W> {
-        match self.0.downcast::<W>() {
-            Ok(w) => Some(*w),
-            // (`into_any` of writes already of any kind wraps them once more)
-            Err(other) => other.downcast::<AnyWrites>().ok().and_then(|w| w.take()),
-        }
-    }
 }
 
 /// A completion a pool hands over to be committed with others.
@@ -122,17 +113,19 @@ pub(crate) fn round<R: Records + ?Sized>(
     marks: &[String],
     writes: &mut WritesStep<'_, R>,
 ) -> Result<(Vec<Result<()>>, Vec<Lease>)> {
+    // (a round of one, as redb's units are, goes by the steps: nothing to count or batch)
+    let many = done.len() > 1;
     let mut times = std::collections::HashMap::new();
-    for c in done.iter() {
+    for c in done.iter().filter(|_| many) {
         *times.entry(c.by.job).or_insert(0) += 1;
     }
     let max = r.policy().max_payload;
-    let together =
-        |c: &Completion| c.writes.is_none() && c.output.len() <= max && times[&c.by.job] == 1;
-    let batch: Vec<_> = (done.iter().filter(|c| together(c)))
+    let once = |c: &Completion| times.get(&c.by.job).is_none_or(|n| *n == 1);
+    let together = |c: &Completion| c.writes.is_none() && c.output.len() <= max && once(c);
+    let batch: Vec<_> = (done.iter().filter(|c| many && together(c)))
         .map(|c| (c.by, c.output.as_slice(), c.progress))
         .collect();
-    if done.len() > 1 && batch.len() < done.len() {
+    if many && batch.len() < done.len() {
         r.lock_ends(&mut done.iter().map(|c| c.by.job))?;
     }
     let batched = batch.len() > 1;
