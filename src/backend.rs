@@ -166,6 +166,28 @@ pub(crate) fn complete_then_claim(
     })
 }
 
+/// Completes `lease` with the application's `writes`, under its fence, in a round of its own
+/// ([`protocol::round`]): the engine runs them its own way, and one that has no tables of
+/// the application's refuses them. A panic in them fails the completion
+/// ([`WritesPanicked`]), the lease still held.
+pub(crate) fn complete_with_writes(
+    store: &(impl LeaseBackend + ?Sized),
+    lease: &Lease,
+    output: &[u8],
+    progress: Option<u64>,
+    writes: AnyWrites,
+) -> Result<()> {
+    let done = vec![Completion {
+        by: lease.holding(),
+        output: output.to_vec(),
+        progress,
+        writes: Some(writes),
+        log: None,
+    }];
+    let (mut answers, _) = store.complete_all_then_claim(done, None);
+    (answers.pop()).unwrap_or(Err(crate::error::Error::Internal("a round lost an answer")))
+}
+
 pub use crate::protocol::End;
 
 /// What an engine gives everything that runs on it, under the calls of [`JobStore`] (of
@@ -238,21 +260,6 @@ pub trait LeaseBackend: Send + Sync + 'static {
     fn next_due(&self, queue: &str) -> Result<Option<StoreTime>>;
     /// The queues of `queues` whose served mark is due now (see [`crate::queue`]).
     fn marks_due(&self, queues: &mut dyn Iterator<Item = &str>) -> Vec<String>;
-    /// Completes `lease` with the application's `writes` in the same transaction; an engine
-    /// with no tables of the application's (the store in memory) refuses them.
-    fn complete_with_writes(
-        &self,
-        _lease: &Lease,
-        _output: &[u8],
-        _progress: Option<u64>,
-        _writes: AnyWrites,
-    ) -> Result<()> {
-        Err(crate::error::ConfigError::WritesForAnotherStore {
-            given: "an application's writes",
-            store: "a store in memory, which has no tables of the application's",
-        }
-        .into())
-    }
     /// A pool's round ([`protocol::round`]): completes each of `done` as its own unit, then
     /// makes `claim` (queue, worker, terms, how many) if given, deciding as if the
     /// completions had committed first. The default runs it in one transaction, refusing

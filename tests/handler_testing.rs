@@ -70,6 +70,39 @@ fn a_handler_error_or_panic_is_recorded_as_the_attempts_failure() {
 }
 
 #[test]
+fn writes_that_panic_are_the_attempts_panic_and_nothing_of_theirs_is_kept() {
+    let t = TestStore::new().unwrap();
+    let id = t.enqueue(NewJob::new(Q, "x")).unwrap();
+    let ran = t
+        .run_one(Q, |_ctx| -> Result<Output<RedbWrites>, JobError> {
+            Ok(Output::with_writes(
+                "out",
+                |txn| -> Result<(), leasehold::Error> {
+                    txn.open_table(SENT)?.insert(1, "half")?;
+                    panic!("disk full")
+                },
+            ))
+        })
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        ran.verdict,
+        Verdict::Panicked("writes panicked: disk full".into())
+    );
+    let job = t.job(id).unwrap().unwrap();
+    assert_eq!(
+        (job.state(), job.last_error()),
+        (JobState::RetryWait, Some("writes panicked: disk full"))
+    );
+    assert_eq!(t.output(id).unwrap(), None);
+    assert_eq!(
+        sent(&t, leasehold::JobId(1)),
+        None,
+        "the writes rolled back"
+    );
+}
+
+#[test]
 fn a_permanent_failure_is_its_own_verdict_and_the_job_is_dead_at_once() {
     let t = TestStore::new().unwrap();
     let id = t.enqueue(NewJob::new(Q, "to a closed account")).unwrap();

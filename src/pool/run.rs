@@ -295,26 +295,11 @@ fn commit_success(shared: &Shared, flight: Flight, output: Output<AnyWrites>) ->
     let lease = &flight.lease;
     let progress = Some(flight.state.progress());
     let result = match writes {
-        Some(writes) => {
-            let commit = || {
-                shared.counters.commit_latency.time(|| {
-                    shared
-                        .store
-                        .complete_with_writes(lease, &bytes, progress, writes)
-                })
-            };
-            match catch_unwind(AssertUnwindSafe(commit)) {
-                Ok(result) => result,
-                Err(panic) => {
-                    // The transaction rolled back as the panic unwound through it; the lease
-                    // holds, and the attempt fails like a panicking handler's.
-                    let message = format!("writes panicked: {}", panic_message(&*panic));
-                    let retry = Retry::WhileBudgetLasts;
-                    commit_failure(shared, &flight, &message, retry, FailKind::Panicked);
-                    return After::Finished;
-                }
-            }
-        }
+        // (a panic in the writes is caught where they run, and fails the attempt as a
+        // handler's panic does: `completed`)
+        Some(writes) => shared.counters.commit_latency.time(|| {
+            crate::backend::complete_with_writes(&*shared.store, lease, &bytes, progress, writes)
+        }),
         None => match shared.claim_permit() {
             Some(_claiming) => {
                 let commit = || {

@@ -360,19 +360,6 @@ impl LeaseBackend for PgStore {
         self.inner.served.due(queues, self.estimated_now())
     }
 
-    fn complete_with_writes(
-        &self,
-        lease: &Lease,
-        output: &[u8],
-        progress: Option<u64>,
-        writes: AnyWrites,
-    ) -> Result<()> {
-        let Some(writes) = writes.take::<super::store::SqlWrites>() else {
-            return Err(foreign_writes());
-        };
-        self.complete_then(lease, output, progress, writes.0)
-    }
-
     fn complete_all_then_claim(
         &self,
         mut done: Vec<Completion>,

@@ -4,7 +4,7 @@ use crate::backend::{LeaseBackend, ReaperLooks, RoundResults, Step};
 use crate::error::Result;
 use crate::ids::StoreTime;
 use crate::lease::Lease;
-use crate::protocol::{AnyWrites, Claim, Completion};
+use crate::protocol::{Claim, Completion};
 
 use super::store::Store;
 
@@ -78,23 +78,6 @@ impl LeaseBackend for Store {
 
     fn marks_due(&self, queues: &mut dyn Iterator<Item = &str>) -> Vec<String> {
         self.inner.served.due(queues, self.now())
-    }
-
-    fn complete_with_writes(
-        &self,
-        lease: &Lease,
-        output: &[u8],
-        progress: Option<u64>,
-        writes: AnyWrites,
-    ) -> Result<()> {
-        match writes.take::<super::app_transaction::RedbWrites>() {
-            Some(writes) => self.complete_with_progress(lease, output, progress, writes.0),
-            None => Err(crate::error::ConfigError::WritesForAnotherStore {
-                given: "writes of another engine's kind",
-                store: "a redb store, whose writes are Output::with_writes",
-            }
-            .into()),
-        }
     }
 
     fn complete_all_then_claim(

@@ -291,13 +291,18 @@ fn commit(
 ) -> Result<Verdict> {
     let Output { bytes, writes } = output;
     let committed = match writes {
-        Some(writes) => store.complete_with_writes(lease, &bytes, None, writes),
+        Some(writes) => crate::backend::complete_with_writes(store, lease, &bytes, None, writes),
         None => crate::backend::end(store, lease, End::Complete(bytes), None).map(|_| ()),
     };
     match committed {
         Ok(()) => Ok(Verdict::Committed),
         Err(e) if e.is_lease_lost() => Ok(Verdict::Fenced),
-        // Rolled back with the lease still held: the attempt fails, as in a pool.
+        // Rolled back with the lease still held: the attempt fails, as in a pool (writes that
+        // panicked as a handler that panicked).
+        Err(crate::error::Error::Application(e)) if e.is::<crate::backend::WritesPanicked>() => {
+            let verdict = Verdict::Panicked(e.to_string());
+            fail_as(store, lease, verdict, Retry::WhileBudgetLasts)
+        }
         Err(e) => match crate::pool::failure_of_rolled_back_completion(&e) {
             Some(failure) => fail_as(store, lease, failed(&failure), failure.retry()),
             None => Err(e),
