@@ -15,7 +15,7 @@
 
 use std::time::Duration;
 
-use crate::backend::{End, LeaseBackend, write};
+use crate::backend::{LeaseBackend, write};
 use crate::checkpoint::Checkpoint;
 use crate::endings::{EndCursor, Endings};
 use crate::error::{Error, Result};
@@ -26,6 +26,7 @@ use crate::lease::{Lease, LeaseTerms, Renewal};
 use crate::new_job::NewGroup;
 use crate::new_job::NewJob;
 use crate::protocol;
+use crate::protocol::End;
 use crate::query::{JobFilter, QueueTiming};
 use crate::queue::{QueueLimits, QueueSettings, UnservedQueue};
 use crate::report::{BulkReport, CheckReport, ReapReport};
@@ -274,7 +275,7 @@ pub trait JobStore: ReadJobs + LeaseBackend {
             worker,
             terms,
         };
-        crate::backend::round(self, &[], claim).1
+        crate::holder::round(self, &[], claim).1
     }
 
     /// Claims one named job if it is claimable now: waiting and due, or running with an
@@ -287,7 +288,7 @@ pub trait JobStore: ReadJobs + LeaseBackend {
     /// Renews `lease` by its length from now and records `progress`, if it is still held.
     /// [`Error::LeaseLost`] means stop working and commit nothing.
     fn heartbeat(&self, lease: &Lease, progress: u64) -> Result<Renewal> {
-        let mut answers = crate::backend::renew(self, &[(lease, progress)], Vec::new())?;
+        let mut answers = crate::holder::renew(self, &[(lease, progress)], Vec::new())?;
         answers
             .pop()
             .unwrap_or(Err(Error::Internal("a renewal without its answer")))
@@ -321,7 +322,7 @@ pub trait JobStore: ReadJobs + LeaseBackend {
     /// Renews many leases in one transaction; one answer per lease, in order. A lost lease
     /// fails only its own entry; if the commit itself fails, every entry says so.
     fn heartbeat_batch(&self, beats: &[(&Lease, u64)]) -> Vec<Result<Renewal>> {
-        match crate::backend::renew(self, beats, Vec::new()) {
+        match crate::holder::renew(self, beats, Vec::new()) {
             Ok(answers) => answers,
             Err(e) => {
                 let each = crate::error::shared_by_all(e);
@@ -332,14 +333,14 @@ pub trait JobStore: ReadJobs + LeaseBackend {
 
     /// Completes the attempt held by `lease` with `output`, if the lease still holds.
     fn complete(&self, lease: &Lease, output: &[u8]) -> Result<()> {
-        crate::backend::end(self, lease, End::Complete(output.to_vec()), None).map(|_| ())
+        crate::holder::end(self, lease, End::Complete(output.to_vec()), None).map(|_| ())
     }
 
     /// Completes many attempts in one commit, each its own unit: a completion that is
     /// refused (its lease was lost) or whose output is too large fails only its own entry.
     /// One answer per entry, in order; if the commit itself fails, every entry says so.
     fn complete_batch(&self, done: &[(&Lease, &[u8])]) -> Vec<Result<()>> {
-        self.complete_all_then_claim(crate::backend::completions(done), None)
+        self.complete_all_then_claim(crate::holder::completions(done), None)
             .0
     }
 
@@ -353,7 +354,7 @@ pub trait JobStore: ReadJobs + LeaseBackend {
         output: &[u8],
         terms: LeaseTerms,
     ) -> Result<Option<Lease>> {
-        crate::backend::complete_then_claim(self, lease, output, None, terms)
+        crate::holder::complete_then_claim(self, lease, output, None, terms)
     }
 
     /// Completes each of `done` as its own unit and, in the same commit, claims up to `n`
@@ -375,14 +376,14 @@ pub trait JobStore: ReadJobs + LeaseBackend {
             worker,
             terms,
         };
-        crate::backend::round(self, done, claim)
+        crate::holder::round(self, done, claim)
     }
 
     /// Fails the attempt held by `lease`: the job waits out a backoff and runs again while
     /// its retry budget lasts, else it is dead. Returns the job's new state.
     fn fail(&self, lease: &Lease, error: &str) -> Result<JobState> {
         let fail = End::Fail(error.to_owned(), Retry::WhileBudgetLasts);
-        crate::backend::end(self, lease, fail, None)
+        crate::holder::end(self, lease, fail, None)
     }
 
     /// Fails the attempt held by `lease` with a failure that running the job again cannot
@@ -392,7 +393,7 @@ pub trait JobStore: ReadJobs + LeaseBackend {
     /// (cancelled instead, if a cancel was requested meanwhile). [`JobStore::retry`] brings it
     /// back once something changed. Returns the job's new state.
     fn fail_permanently(&self, lease: &Lease, error: &str) -> Result<JobState> {
-        crate::backend::end(self, lease, End::Fail(error.to_owned(), Retry::Never), None)
+        crate::holder::end(self, lease, End::Fail(error.to_owned(), Retry::Never), None)
     }
 
     /// Ends the attempt held by `lease` as timed out
@@ -400,7 +401,7 @@ pub trait JobStore: ReadJobs + LeaseBackend {
     /// job's hard time limit itself ([`Lease::deadline`]; a pool does it for its handlers).
     /// Retried after a backoff while the budget lasts, else dead. Returns the job's new state.
     fn time_out(&self, lease: &Lease) -> Result<JobState> {
-        crate::backend::end(self, lease, End::TimeOut, None)
+        crate::holder::end(self, lease, End::TimeOut, None)
     }
 
     /// Puts the job held by `lease` off by `delay` ("not yet": a remote side asked to be
@@ -409,12 +410,12 @@ pub trait JobStore: ReadJobs + LeaseBackend {
     /// is claimable again `delay` from now, behind jobs that were due earlier. A cancel
     /// requested meanwhile wins. Returns the job's new state.
     fn snooze(&self, lease: &Lease, delay: Duration) -> Result<JobState> {
-        crate::backend::end(self, lease, End::Snooze(delay), None)
+        crate::holder::end(self, lease, End::Snooze(delay), None)
     }
 
     /// Gives the job back (graceful shutdown): claimable at once, no retry budget spent.
     fn release(&self, lease: &Lease) -> Result<()> {
-        crate::backend::end(self, lease, End::Release, None).map(|_| ())
+        crate::holder::end(self, lease, End::Release, None).map(|_| ())
     }
 
     /// Cancels a job. A waiting job is cancelled at once; a running one is flagged, its

@@ -126,6 +126,7 @@ mod rules;
 mod backend;
 mod conveniences;
 mod engine;
+mod holder;
 mod job_store;
 mod notify;
 mod wait_end;

@@ -110,7 +110,7 @@ pub(crate) fn beat(shared: &Shared) {
         .collect();
     // (kept to give back if the renewal fails: nothing, on most beats)
     let kept = logs.clone();
-    match crate::backend::renew(&*shared.store, &beats, logs) {
+    match crate::holder::renew(&*shared.store, &beats, logs) {
         Err(e) => {
             // (the lines wait for the next beat, before any written since)
             for (by, lines) in kept {

@@ -12,11 +12,11 @@ use super::context::{Interruption, JobContext, JobError, Output, no_retry_mends}
 use super::handover::Handed;
 use super::stats::bump;
 use super::{Flight, Shared};
-use crate::backend::End;
 use crate::clock::Stopwatch;
 use crate::error::Error;
 use crate::job::Outcome;
 use crate::protocol::AnyWrites;
+use crate::protocol::End;
 use crate::rules::{self, Retry};
 use crate::state::JobState;
 
@@ -70,7 +70,7 @@ fn give_back(shared: &Shared, flight: &Flight) {
 /// refused write to a worker, and nothing at shutdown, where the job may have finished).
 pub(crate) fn release(shared: &Shared, flight: &Flight) -> crate::error::Result<()> {
     let progress = Some(flight.state.progress());
-    let state = crate::backend::end(&*shared.store, &flight.lease, End::Release, progress)?;
+    let state = crate::holder::end(&*shared.store, &flight.lease, End::Release, progress)?;
     bump(&shared.counters.released);
     shared.ended(&flight.lease, Outcome::Released, state);
     Ok(())
@@ -84,7 +84,7 @@ pub(crate) fn release(shared: &Shared, flight: &Flight) -> crate::error::Result<
 pub(super) fn time_out(shared: &Shared, flight: &Flight) -> bool {
     let lease = &flight.lease;
     let progress = flight.state.started().then(|| flight.state.progress());
-    match crate::backend::end(&*shared.store, lease, End::TimeOut, progress) {
+    match crate::holder::end(&*shared.store, lease, End::TimeOut, progress) {
         Ok(state) => {
             let outcome = rules::time_out_outcome(lease.claimed_at, lease.deadline);
             shared.ended(lease, outcome, state);
@@ -224,7 +224,7 @@ fn run_one(shared: &Shared, flight: Flight, waited: bool) -> After {
         ) => commit_failure(shared, &flight, &message, retry, counter),
         (None, Verdict::Snooze(delay)) => {
             let progress = Some(flight.state.progress());
-            match crate::backend::end(&*shared.store, lease, End::Snooze(delay), progress) {
+            match crate::holder::end(&*shared.store, lease, End::Snooze(delay), progress) {
                 Ok(state) => {
                     bump(&shared.counters.snoozed);
                     shared.ended(lease, Outcome::Snoozed { delay }, state);
@@ -298,19 +298,13 @@ fn commit_success(shared: &Shared, flight: Flight, output: Output<AnyWrites>) ->
         // (a panic in the writes is caught where they run, and fails the attempt as a
         // handler's panic does: `completed`)
         Some(writes) => shared.counters.commit_latency.time(|| {
-            crate::backend::complete_with_writes(&*shared.store, lease, &bytes, progress, writes)
+            crate::holder::complete_with_writes(&*shared.store, lease, &bytes, progress, writes)
         }),
         None => match shared.claim_permit() {
             Some(_claiming) => {
                 let commit = || {
                     let store = &*shared.store;
-                    crate::backend::complete_then_claim(
-                        store,
-                        lease,
-                        &bytes,
-                        progress,
-                        shared.terms,
-                    )
+                    crate::holder::complete_then_claim(store, lease, &bytes, progress, shared.terms)
                 };
                 match shared.counters.commit_latency.time(commit) {
                     Ok(Some(next)) => {
@@ -325,7 +319,7 @@ fn commit_success(shared: &Shared, flight: Flight, output: Output<AnyWrites>) ->
             None => {
                 let complete = End::Complete(bytes);
                 let commit =
-                    || crate::backend::end(&*shared.store, lease, complete, progress).map(|_| ());
+                    || crate::holder::end(&*shared.store, lease, complete, progress).map(|_| ());
                 shared.counters.commit_latency.time(commit)
             }
         },
@@ -396,7 +390,7 @@ fn commit_failure(shared: &Shared, flight: &Flight, message: &str, retry: Retry,
     let progress = Some(flight.state.progress());
     let commit = || {
         let fail = End::Fail(message.to_owned(), retry);
-        crate::backend::end(&*shared.store, lease, fail, progress)
+        crate::holder::end(&*shared.store, lease, fail, progress)
     };
     match shared.counters.commit_latency.time(commit) {
         Ok(state) => {

@@ -51,7 +51,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::backend::End;
 use crate::clock::ManualClock;
 use crate::error::panic_message;
 use crate::error::{OpenError, Result};
@@ -61,6 +60,7 @@ use crate::job::Job;
 use crate::job_store::JobStore;
 use crate::lease::Lease;
 use crate::pool::{AttemptState, JobContext, JobError, Output};
+use crate::protocol::End;
 use crate::redb_store::Store;
 use crate::redb_store::StoreBuilder;
 use crate::report::ReapReport;
@@ -263,7 +263,7 @@ where
     let verdict = match ran {
         Ok(Ok(output)) => commit(store, &lease, crate::pool::any::<S>(output.into()))?,
         Ok(Err(e)) => match e.snoozed_for() {
-            Some(delay) => match crate::backend::end(store, &lease, End::Snooze(delay), None) {
+            Some(delay) => match crate::holder::end(store, &lease, End::Snooze(delay), None) {
                 Ok(_) => Verdict::Snoozed(delay),
                 Err(e) if e.is_lease_lost() => Verdict::Fenced,
                 Err(e) => return Err(e),
@@ -291,8 +291,8 @@ fn commit(
 ) -> Result<Verdict> {
     let Output { bytes, writes } = output;
     let committed = match writes {
-        Some(writes) => crate::backend::complete_with_writes(store, lease, &bytes, None, writes),
-        None => crate::backend::end(store, lease, End::Complete(bytes), None).map(|_| ()),
+        Some(writes) => crate::holder::complete_with_writes(store, lease, &bytes, None, writes),
+        None => crate::holder::end(store, lease, End::Complete(bytes), None).map(|_| ()),
     };
     match committed {
         Ok(()) => Ok(Verdict::Committed),
@@ -324,7 +324,7 @@ fn fail_as(store: &dyn JobStore, lease: &Lease, verdict: Verdict, retry: Retry) 
         Verdict::Failed(m) | Verdict::Panicked(m) | Verdict::FailedPermanently(m) => m.as_str(),
         Verdict::Committed | Verdict::Fenced | Verdict::Snoozed(_) => "",
     };
-    match crate::backend::end(store, lease, End::Fail(message.to_owned(), retry), None) {
+    match crate::holder::end(store, lease, End::Fail(message.to_owned(), retry), None) {
         Ok(_) => Ok(verdict),
         Err(e) if e.is_lease_lost() => Ok(Verdict::Fenced),
         Err(e) => Err(e),
