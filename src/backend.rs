@@ -14,9 +14,6 @@ use crate::lease::Lease;
 use crate::protocol::{self, Records};
 use crate::protocol::{Claim, Completion};
 
-/// What the application's writes return: its own error, whatever it is.
-pub(crate) type WritesResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
-
 /// What a reaper's pass found to do when it began ([`LeaseBackend::reaper_looks`]), read
 /// in one look where the engine can (one statement on PostgreSQL: each statement wakes an
 /// idle process's reaper thread).
@@ -30,19 +27,6 @@ pub struct ReaperLooks {
     /// Whether a job may wait past its expiry at `now`.
     pub(crate) past_expiry: bool,
 }
-
-/// The application's writes panicked while a round committed them: the attempt fails as
-/// a handler's panic does (the engine rolled back what they wrote).
-#[derive(Debug)]
-pub(crate) struct WritesPanicked(pub String);
-
-impl std::fmt::Display for WritesPanicked {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "writes panicked: {}", self.0)
-    }
-}
-
-impl std::error::Error for WritesPanicked {}
 
 /// The answers of a round: one per completion, in order, then the claim's.
 pub type RoundResults = (Vec<Result<()>>, Result<Vec<Lease>>);

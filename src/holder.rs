@@ -107,7 +107,7 @@ pub(crate) fn complete_then_claim(
 /// Completes `lease` with the application's `writes`, under its fence, in a round of its own
 /// ([`protocol::round`]): the engine runs them its own way, and one that has no tables of
 /// the application's refuses them. A panic in them fails the completion
-/// ([`WritesPanicked`](crate::backend::WritesPanicked)), the lease still held.
+/// ([`WritesPanicked`](crate::protocol::WritesPanicked)), the lease still held.
 pub(crate) fn complete_with_writes(
     store: &(impl LeaseBackend + ?Sized),
     lease: &Lease,

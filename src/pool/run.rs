@@ -352,7 +352,7 @@ pub(crate) fn completed(shared: &Shared, flight: &Flight, result: crate::error::
                 // The application's writes panicked in the dispatcher's round: counted as a
                 // handler's panic is.
                 let panicked = matches!(&e, Error::Application(source)
-                    if source.is::<crate::backend::WritesPanicked>());
+                    if source.is::<crate::protocol::WritesPanicked>());
                 let kind = if panicked {
                     FailKind::Panicked
                 } else {

@@ -179,7 +179,7 @@ impl PgStore {
             }
             Err(panic) => {
                 let message = crate::error::panic_message(&*panic);
-                let panicked = crate::backend::WritesPanicked(message);
+                let panicked = crate::protocol::WritesPanicked(message);
                 Err(crate::error::Error::Application(Box::new(panicked)))
             }
         };

@@ -50,7 +50,7 @@ impl<'t, 'c> PgTransaction<'t, 'c> {
 /// [`Output::with_sql`](crate::Output::with_sql)): what an [`Output`] of a pool on a
 /// [`PgStore`] carries.
 pub struct SqlWrites(
-    pub(crate) Box<dyn FnMut(&mut PgTransaction<'_, '_>) -> crate::backend::WritesResult + Send>,
+    pub(crate) Box<dyn FnMut(&mut PgTransaction<'_, '_>) -> crate::protocol::WritesResult + Send>,
 );
 
 impl Output<SqlWrites> {

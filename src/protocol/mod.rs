@@ -63,7 +63,7 @@ pub(crate) use operate::{
 pub(crate) use records::{ClaimLook, Completed, Taken};
 pub(crate) use records::{HeldSchedule, Inserted, NamedRecords, Position, Records};
 pub use round::{AnyWrites, Claim, Completion};
-pub(crate) use round::{no_writes, round};
+pub(crate) use round::{WritesPanicked, WritesResult, no_writes, round};
 
 use crate::retry::RetryPolicy;
 

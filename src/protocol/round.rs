@@ -11,7 +11,8 @@
 //! given as steps: the completions whose fence holds in one statement
 //! ([`Records::complete_fenced`]), the rows the others lock first ([`Records::lock_ends`]),
 //! a claim committing beside ([`Records::ending_alone`]), and how an engine runs the
-//! application's writes (the `writes` of [`round`]).
+//! application's writes (the `writes` of [`round`]). The types a round carries are here
+//! too: the completions, the claim, and the application's writes of any engine's kind.
 
 use crate::error::{ConfigError, Error, Result};
 use crate::job_log::LogRecord;
@@ -35,6 +36,22 @@ impl AnyWrites {
         self.0.downcast_mut::<AnyWrites>().and_then(|w| w.as_mut())
     }
 }
+
+/// What the application's writes return: its own error, whatever it is.
+pub(crate) type WritesResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
+
+/// The application's writes panicked while a round committed them: the attempt fails as
+/// a handler's panic does (the engine rolled back what they wrote).
+#[derive(Debug)]
+pub(crate) struct WritesPanicked(pub String);
+
+impl std::fmt::Display for WritesPanicked {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "writes panicked: {}", self.0)
+    }
+}
+
+impl std::error::Error for WritesPanicked {}
 
 /// A completion a pool hands over to be committed with others.
 pub struct Completion {

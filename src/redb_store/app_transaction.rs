@@ -93,7 +93,7 @@ impl<'a, 't> Transaction<'a, 't> {
 /// [`Output::with_writes`]): what an [`Output`] of a pool on a [`Store`](crate::Store)
 /// carries.
 pub struct RedbWrites(
-    pub(crate) Box<dyn FnMut(&mut Transaction<'_, '_>) -> crate::backend::WritesResult + Send>,
+    pub(crate) Box<dyn FnMut(&mut Transaction<'_, '_>) -> crate::protocol::WritesResult + Send>,
 );
 
 impl RedbWrites {
@@ -117,7 +117,7 @@ impl RedbWrites {
             Ok(written) => written.map_err(crate::error::Error::from_application),
             Err(panic) => {
                 let message = crate::error::panic_message(&*panic);
-                let panicked = crate::backend::WritesPanicked(message);
+                let panicked = crate::protocol::WritesPanicked(message);
                 Err(crate::error::Error::Application(Box::new(panicked)))
             }
         }

@@ -299,7 +299,7 @@ fn commit(
         Err(e) if e.is_lease_lost() => Ok(Verdict::Fenced),
         // Rolled back with the lease still held: the attempt fails, as in a pool (writes that
         // panicked as a handler that panicked).
-        Err(crate::error::Error::Application(e)) if e.is::<crate::backend::WritesPanicked>() => {
+        Err(crate::error::Error::Application(e)) if e.is::<crate::protocol::WritesPanicked>() => {
             let verdict = Verdict::Panicked(e.to_string());
             fail_as(store, lease, verdict, Retry::WhileBudgetLasts)
         }
