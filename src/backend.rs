@@ -137,22 +137,15 @@ pub trait LeaseBackend: Send + Sync + 'static {
         claim: Option<Claim<'_>>,
     ) -> RoundResults {
         let count = done.len();
-        let claim = claim.map(|c| {
-            let marks = self.marks_due(&mut c.queues());
-            (c.plan.to_vec(), c.worker.to_owned(), c.terms, marks)
-        });
+        let marks = claim.map_or_else(Vec::new, |c| self.marks_due(&mut c.queues()));
+        let claim = claim.map(|c| (c.plan.to_vec(), c.worker.to_owned(), c.terms));
         let round = write(self, move |r| {
-            let claim = claim.as_ref().map(|(plan, worker, terms, marks)| {
-                let claim = Claim {
-                    plan,
-                    worker,
-                    terms: *terms,
-                };
-                (claim, marks.as_slice())
+            let claim = (claim.as_ref()).map(|(plan, worker, terms)| Claim {
+                plan,
+                worker,
+                terms: *terms,
             });
-            let (claim, marks) = claim.unzip();
-            let marks = marks.unwrap_or_default();
-            protocol::round(r, &mut done, claim, marks, &mut protocol::no_writes)
+            protocol::round(r, &mut done, claim, &marks, &mut protocol::no_writes)
         });
         match round {
             Ok((completed, claimed)) => (completed, Ok(claimed)),

@@ -5,9 +5,9 @@
 //! Each completion answers for itself: a refusal (its fence, its output's size, writes of
 //! another engine's kind) or the failure of the application's writes fails it alone, and
 //! the round goes on; a failure of the store fails the round. The store in memory and
-//! PostgreSQL run a round in one transaction; redb queues each completion and the claim as
-//! units of one group commit, each a round of its own, so that the group can run a unit
-//! again alone where its writes failed having written. What differs between engines is
+//! PostgreSQL run a round in one transaction; redb queues each completion as a unit of one
+//! group commit, a round of its own, and the claim ([`super::round_claim`]) after them, so
+//! that the group can run a unit again alone where its writes failed having written. What differs between engines is
 //! given as steps: the completions whose fence holds in one statement
 //! ([`Records::complete_fenced`]), the rows the others lock first ([`Records::lock_ends`]),
 //! a claim committing beside ([`Records::ending_alone`]), and how an engine runs the

@@ -37,14 +37,9 @@ impl Store {
         if let Some(claim) = claim.filter(|c| c.wanted() > 0) {
             let marks = self.marks_due(&mut claim.queues());
             let (plan, worker, terms) = (claim.plan.to_vec(), claim.worker.to_owned(), claim.terms);
+            // (a round's claim, after the completions queued before it)
             ops.push(Box::new(move |tx| {
-                let claim = Claim {
-                    plan: &plan,
-                    worker: &worker,
-                    terms,
-                };
-                let round = protocol::round(tx, &mut [], Some(claim), &marks, &mut writes);
-                round.map(|(_, claimed)| claimed)
+                protocol::round_claim(tx, &plan, &worker, terms, &marks)
             }));
         }
         let mut results = self.inner.group.run_all(self, ops);
